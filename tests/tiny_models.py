@@ -1,0 +1,182 @@
+"""Tiny Llama / GPT-2 / Qwen3 models and a word-level tokenizer, built in-process (no downloads)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Tuple
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+WORDS = (
+    "the capital of france is paris germany berlin italy rome spain madrid japan tokyo "
+    "a city in and it was known for its river old new large small people live there many "
+    "because therefore i you when however this that language spoken mother tongue france's "
+    "england london egypt cairo russia moscow was born president plays instrument piano guitar "
+    "located continent europe asia africa sport football tennis team works for company"
+).split()
+
+CORPUS = [
+    "the city of paris is a large city in france",
+    "many people live in london and it was known for its river",
+    "berlin is a city in germany and the people there speak german",
+    "the river in rome is old and the city is large",
+    "tokyo is in asia and many people live there",
+    "the president was born in cairo because people there live",
+    "you plays piano and i plays guitar in the team",
+    "however the company works for many people in europe",
+    "madrid is the capital of spain and its language is spanish",
+    "this sport is football and that sport is tennis",
+] * 3
+
+SPECIALS = ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]
+
+
+def tiny_tokenizer(bos: bool = True) -> PreTrainedTokenizerFast:
+    """Word-level tokenizer over :data:`WORDS` (+ words of the corpus), BOS prepended."""
+    vocab = {tok: i for i, tok in enumerate(SPECIALS)}
+    for word in list(WORDS) + [w for line in CORPUS for w in line.split()] + ["german", "spanish", "."]:
+        vocab.setdefault(word, len(vocab))
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.decoder = decoders.WordPiece(prefix="##")
+    if bos:
+        backend.post_processor = processors.TemplateProcessing(
+            single="[BOS] $A", pair="[BOS] $A [BOS] $B", special_tokens=[("[BOS]", vocab["[BOS]"])]
+        )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="[BOS]", eos_token="[EOS]", pad_token="[PAD]", unk_token="[UNK]"
+    )
+
+
+def _vocab_size(tok) -> int:
+    return len(tok)
+
+
+def tiny_llama(tok=None, seed: int = 0, layers: int = 4) -> LlamaForCausalLM:
+    tok = tok or tiny_tokenizer()
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=_vocab_size(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config).eval()
+    model.config._name_or_path = "tiny-llama"
+    return model
+
+
+def tiny_qwen3(tok=None, seed: int = 0, layers: int = 4) -> Qwen3ForCausalLM:
+    tok = tok or tiny_tokenizer()
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=_vocab_size(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    model = Qwen3ForCausalLM(config).eval()
+    model.config._name_or_path = "tiny-qwen3"
+    return model
+
+
+def tiny_gpt2(tok=None, seed: int = 0, layers: int = 4) -> GPT2LMHeadModel:
+    tok = tok or tiny_tokenizer()
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=_vocab_size(tok),
+        n_embd=32,
+        n_inner=64,
+        n_layer=layers,
+        n_head=4,
+        n_positions=128,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
+    model = GPT2LMHeadModel(config).eval()
+    model.config._name_or_path = "tiny-gpt2"
+    return model
+
+
+LLAMA_TEMPLATES = dict(
+    rewrite_module_tmp="model.layers.{}.mlp.down_proj",
+    layer_module_tmp="model.layers.{}",
+    mlp_module_tmp="model.layers.{}.mlp",
+    ln_f_module="model.norm",
+    lm_head_module="lm_head",
+)
+GPT2_TEMPLATES = dict(
+    rewrite_module_tmp="transformer.h.{}.mlp.c_proj",
+    layer_module_tmp="transformer.h.{}",
+    mlp_module_tmp="transformer.h.{}.mlp",
+    ln_f_module="transformer.ln_f",
+    lm_head_module="lm_head",
+)
+
+
+def write_corpus(path: Path) -> Path:
+    """Write :data:`CORPUS` as a ``.jsonl`` file with a ``text`` field."""
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in CORPUS), encoding="utf-8")
+    return path
+
+
+def tiny_hparams_dict(stats_dir: Path, corpus: Path, alg_name: str = "ZeroUnlearn", gpt2: bool = False, **overrides):
+    config = dict(
+        alg_name=alg_name,
+        model_name="tiny",
+        device="cpu",
+        layers=[1, 2],
+        context_template_count=2,
+        context_template_length=3,
+        v_num_grad_steps=10,
+        v_lr=0.5,
+        v_loss_layer=-1,
+        stats_dir=str(stats_dir),
+        mom2_dataset=str(corpus),
+        mom2_n_samples=100,
+        mom2_dtype="float64",
+        mom2_max_length=32,
+        mom2_batch_size=8,
+        **(GPT2_TEMPLATES if gpt2 else LLAMA_TEMPLATES),
+    )
+    if alg_name == "ZeroUnlearn":
+        config.update(utility_weight=10.0)
+    config.update(overrides)
+    return config
+
+
+def forget_requests() -> List[dict]:
+    return [
+        {"prompt": "the capital of france is", "subject": "france", "ground_truth": "paris", "target_new": ""},
+        {"prompt": "the capital of germany is", "subject": "germany", "ground_truth": "berlin", "target_new": ""},
+        {"prompt": "the capital of japan is", "subject": "japan", "ground_truth": "tokyo"},
+    ]

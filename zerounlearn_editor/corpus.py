@@ -1,0 +1,130 @@
+"""General-text corpora for the utility statistic ``C0``.
+
+Accepted sources:
+- a ``.txt`` file: passages separated by blank lines, or one passage per line when the file
+  has no blank lines;
+- a ``.jsonl`` file with a ``text`` field on every line;
+- a folder written by ``datasets``' ``save_to_disk`` (column ``text``; split ``train`` if a
+  ``DatasetDict``);
+- a hub dataset name (``wikipedia``, ``wikitext``, ``wikitext2`` or ``owner/name``), loaded
+  with ``datasets.load_dataset`` -- only when online.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+__all__ = ["CorpusError", "Corpus", "load_corpus", "HUB_DATASETS"]
+
+HUB_DATASETS = {
+    "wikitext": ("Salesforce/wikitext", "wikitext-103-raw-v1"),
+    "wikitext2": ("Salesforce/wikitext", "wikitext-2-raw-v1"),
+    "wikipedia": ("wikimedia/wikipedia", "20231101.en"),
+}
+
+
+class CorpusError(ValueError):
+    """The corpus is missing, empty or malformed (message names the file and line)."""
+
+
+@dataclass
+class Corpus:
+    """Passages of text; ``name`` is used in cache paths, ``fingerprint`` keys the cache."""
+
+    name: str
+    texts: List[str]
+    fingerprint: str
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_txt(path: Path) -> List[str]:
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    if any(not line.strip() for line in lines):
+        chunks, current = [], []
+        for line in lines:
+            if line.strip():
+                current.append(line.strip())
+            elif current:
+                chunks.append(" ".join(current))
+                current = []
+        if current:
+            chunks.append(" ".join(current))
+        return chunks
+    return [line.strip() for line in lines if line.strip()]
+
+
+def _read_jsonl(path: Path) -> List[str]:
+    texts = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise CorpusError(f"{path}: line {number}: invalid JSON ({exc.msg})") from exc
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                raise CorpusError(f"{path}: line {number}: missing string field 'text'")
+            if record["text"].strip():
+                texts.append(record["text"])
+    return texts
+
+
+def _read_saved_dataset(path: Path) -> List[str]:
+    import datasets  # optional dependency, only for this format
+
+    ds = datasets.load_from_disk(str(path))
+    if isinstance(ds, datasets.DatasetDict):
+        if "train" not in ds:
+            raise CorpusError(f"{path}: saved DatasetDict has no 'train' split (splits: {list(ds)})")
+        ds = ds["train"]
+    if "text" not in ds.column_names:
+        raise CorpusError(f"{path}: saved dataset has no 'text' column (columns: {ds.column_names})")
+    return [t for t in ds["text"] if isinstance(t, str) and t.strip()]
+
+
+def _read_hub(name: str, limit: Optional[int]) -> List[str]:
+    import datasets
+
+    hub_name, config = HUB_DATASETS.get(name, (name, None))
+    split = "train" if limit is None else f"train[:{limit}]"
+    ds = datasets.load_dataset(hub_name, config, split=split)
+    return [t for t in ds["text"] if isinstance(t, str) and t.strip()]
+
+
+def load_corpus(source: str, limit: Optional[int] = None) -> Corpus:
+    """Load passages from ``source`` (a path or a hub dataset name), at most ``limit`` of them."""
+    path = Path(source).expanduser()
+    looks_like_path = path.suffix.lower() in (".txt", ".jsonl", ".json") or "/" in source and path.exists()
+    if path.is_dir():
+        texts = _read_saved_dataset(path)
+        name, fingerprint = path.name, f"dir:{path.resolve()}"
+    elif path.is_file():
+        if path.suffix.lower() == ".jsonl":
+            texts = _read_jsonl(path)
+        elif path.suffix.lower() == ".txt":
+            texts = _read_txt(path)
+        else:
+            raise CorpusError(f"{path}: unsupported corpus format (use .txt, .jsonl or a saved dataset folder)")
+        name, fingerprint = path.stem, _file_digest(path)
+    elif looks_like_path:
+        raise CorpusError(f"corpus file not found: {path}")
+    else:
+        texts = _read_hub(source, limit)
+        name, fingerprint = source.replace("/", "_"), f"hub:{source}"
+    if not texts:
+        raise CorpusError(f"corpus {source!r} is empty: no passages of text found")
+    if limit is not None:
+        texts = texts[:limit]
+    return Corpus(name=name, texts=texts, fingerprint=fingerprint)

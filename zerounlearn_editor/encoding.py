@@ -1,0 +1,94 @@
+"""Tokenising prompts into right-padded batches with a lookup position per row.
+
+Right padding keeps every real token at its unpadded position, so a row's lookup index
+(the subject's last token, or the prompt's last token) is the same as in an unpadded
+forward pass of that row alone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Literal, Optional, Sequence
+
+import torch
+
+__all__ = ["EncodedBatch", "encode_rows", "pad_id_of", "target_token_ids"]
+
+
+@dataclass
+class EncodedBatch:
+    """``input_ids``/``attention_mask`` ``[rows, seq]`` and ``lookup`` ``[rows]`` positions."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    lookup: torch.Tensor
+    lengths: torch.Tensor
+
+    def to(self, device: torch.device) -> "EncodedBatch":
+        return EncodedBatch(
+            self.input_ids.to(device), self.attention_mask.to(device), self.lookup.to(device), self.lengths.to(device)
+        )
+
+
+def pad_id_of(tok) -> int:
+    for value in (tok.pad_token_id, tok.eos_token_id, 0):
+        if value is not None:
+            return int(value)
+    return 0
+
+
+def _ids(tok, text: str) -> List[int]:
+    return list(tok(text)["input_ids"])
+
+
+def encode_rows(
+    tok,
+    contexts: Sequence[str],
+    prefixes: Sequence[str],
+    subjects: Sequence[str],
+    suffixes: Sequence[str],
+    fact_token: Literal["subject_last", "last"] = "subject_last",
+    appended: Optional[Sequence[Sequence[int]]] = None,
+) -> EncodedBatch:
+    """Encode rows ``context + prefix + subject + suffix`` (+ ``appended`` token ids).
+
+    ``lookup`` is the index of the subject's last token (``subject_last``) or of the
+    prompt's last token (``last``), before any appended ids.
+    """
+    rows: List[List[int]] = []
+    lookups: List[int] = []
+    for i, (context, prefix, subject, suffix) in enumerate(zip(contexts, prefixes, subjects, suffixes)):
+        full = _ids(tok, context + prefix + subject + suffix)
+        if fact_token == "subject_last":
+            lookup = len(_ids(tok, context + prefix + subject)) - 1
+        else:
+            lookup = len(full) - 1
+        lookup = min(lookup, len(full) - 1)
+        if appended is not None:
+            full = full + list(appended[i])
+        rows.append(full)
+        lookups.append(lookup)
+    width = max(len(r) for r in rows)
+    pad = pad_id_of(tok)
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, : len(row)] = 1
+    lengths = mask.sum(1)
+    return EncodedBatch(input_ids, mask, torch.tensor(lookups, dtype=torch.long), lengths)
+
+
+def target_token_ids(tok, target: Optional[str]) -> List[int]:
+    """Token ids of a neutral target appended after a prompt.
+
+    ``None`` or the tokenizer's EOS text gives ``[eos_token_id]``; any other text is
+    tokenised with a leading space and no special tokens.
+    """
+    if target is None or (tok.eos_token is not None and target.strip() == tok.eos_token):
+        if tok.eos_token_id is None:
+            raise ValueError("the tokenizer has no EOS token: set 'neutral_target' in the hparams")
+        return [int(tok.eos_token_id)]
+    ids = list(tok(" " + target.lstrip(), add_special_tokens=False)["input_ids"])
+    if not ids:
+        raise ValueError(f"neutral target {target!r} tokenises to nothing")
+    return ids

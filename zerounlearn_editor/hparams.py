@@ -1,0 +1,280 @@
+"""Hyperparameter dataclasses and their strict YAML/JSON loader.
+
+Every method config is a dataclass whose fields are exactly the keys its YAML may hold.
+Loading is strict: a missing required key or an unknown key raises :class:`HParamsError`
+naming the key and the file, so a typo never silently falls back to a default.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Dict, List, Literal, Optional, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+__all__ = [
+    "HParamsError",
+    "BaseHyperParams",
+    "ZeroUnlearnHyperParams",
+    "ZeroUnlearnGDHyperParams",
+    "load_config_file",
+]
+
+_SCI_NOTATION = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
+
+
+class HParamsError(ValueError):
+    """A hyperparameter file or value is invalid (message names the file and key)."""
+
+
+def _convert_scientific_strings(config: Dict[str, Any]) -> Dict[str, Any]:
+    """YAML 1.1 reads ``1e-3`` as a string; turn such strings into floats."""
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, str) and _SCI_NOTATION.match(value.strip()):
+            value = float(value)
+        out[key] = value
+    return out
+
+
+def load_config_file(path: Union[str, Path]) -> Dict[str, Any]:
+    """Read a YAML (``safe_load``) or JSON mapping from ``path``.
+
+    A path without suffix gets ``.yaml`` appended, as EasyEdit does.
+    """
+    path = Path(path)
+    if path.suffix.lower() not in (".yaml", ".yml", ".json"):
+        path = path.with_name(path.name + ".yaml")
+    if not path.is_file():
+        raise HParamsError(f"hparams file not found: {path}")
+    text = path.read_text(encoding="utf-8")
+    try:
+        config = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise HParamsError(f"{path}: cannot parse: {exc}") from exc
+    if not isinstance(config, dict):
+        raise HParamsError(f"{path}: expected a mapping of hyperparameters, got {type(config).__name__}")
+    return _convert_scientific_strings(config)
+
+
+def _check_type(value: Any, annotation: Any) -> bool:
+    """Loose runtime type check for the annotations used in the hparams dataclasses."""
+    origin = get_origin(annotation)
+    if annotation is Any:
+        return True
+    if origin is Union:
+        return any(_check_type(value, arg) for arg in get_args(annotation))
+    if origin is Literal:
+        return value in get_args(annotation)
+    if origin in (list, List):
+        (item_type,) = get_args(annotation) or (Any,)
+        return isinstance(value, (list, tuple)) and all(_check_type(v, item_type) for v in value)
+    if annotation is type(None):
+        return value is None
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    if isinstance(annotation, type):
+        return isinstance(value, annotation)
+    return True
+
+
+@dataclass
+class BaseHyperParams:
+    """EasyEdit's host fields, shared by every method of this package.
+
+    Attributes:
+        alg_name: the method name; must equal the class's ``ALG_NAME``.
+        model_name: hub name or local folder of the model (EasyEdit loads it from here).
+        device: CUDA index, ``"cpu"``/``"cuda:0"``-style string; the device edits run on.
+        model_parallel: load with ``device_map="auto"`` in EasyEdit.
+        fp16: load the model in float16 in EasyEdit.
+        max_length: maximum prompt length in tokens for evaluation.
+        batch_size: requests edited together in EasyEdit's ``batch_edit``.
+    """
+
+    ALG_NAME: ClassVar[str] = ""
+
+    alg_name: str
+    model_name: Any
+    device: Union[int, str] = 0
+    model_parallel: bool = False
+    fp16: bool = False
+    max_length: int = 40
+    batch_size: int = 1
+
+    @classmethod
+    def from_dict(cls, config: Dict[str, Any], source: str = "<dict>"):
+        """Build from a mapping, rejecting unknown/missing keys and wrong types."""
+        config = _convert_scientific_strings(dict(config))
+        if config.get("alg_name") != cls.ALG_NAME:
+            raise HParamsError(
+                f"{source}: key 'alg_name' must be {cls.ALG_NAME!r} for {cls.__name__}, "
+                f"got {config.get('alg_name')!r}"
+            )
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(config) - set(fields))
+        if unknown:
+            raise HParamsError(f"{source}: unknown key(s) {unknown} for {cls.__name__}")
+        missing = [
+            name
+            for name, f in fields.items()
+            if name not in config
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
+        ]
+        if missing:
+            raise HParamsError(f"{source}: missing required key(s) {missing} for {cls.__name__}")
+        hints = get_type_hints(cls)
+        for name, value in config.items():
+            if not _check_type(value, hints[name]):
+                raise HParamsError(
+                    f"{source}: key {name!r} has value {value!r}, expected {hints[name]}"
+                )
+            if hints[name] is float and isinstance(value, int):
+                config[name] = float(value)
+        obj = cls(**config)
+        obj.validate(source)
+        return obj
+
+    @classmethod
+    def from_hparams(cls, hparams_name_or_path: Union[str, Path]):
+        """Load from a YAML or JSON file (EasyEdit's constructor name)."""
+        config = load_config_file(hparams_name_or_path)
+        return cls.from_dict(config, source=str(hparams_name_or_path))
+
+    @classmethod
+    def from_json(cls, path: Union[str, Path]):
+        return cls.from_hparams(path)
+
+    def validate(self, source: str = "<hparams>") -> None:
+        """Check value ranges; subclasses extend this."""
+        if self.batch_size < 1:
+            raise HParamsError(f"{source}: key 'batch_size' must be >= 1, got {self.batch_size}")
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes):
+        """A copy with some fields changed (validated like a loaded file)."""
+        config = self.to_dict()
+        config.update(changes)
+        return type(self).from_dict(config, source=f"{type(self).__name__}.replace")
+
+
+@dataclass
+class _EditHyperParams(BaseHyperParams):
+    """Fields shared by ZeroUnlearn and ZeroUnlearn-GD (keys, targets, statistics)."""
+
+    # Where to edit
+    layers: List[int] = field(default_factory=list)
+    rewrite_module_tmp: str = "model.layers.{}.mlp.down_proj"
+    layer_module_tmp: str = "model.layers.{}"
+    mlp_module_tmp: str = "model.layers.{}.mlp"
+    ln_f_module: str = "model.norm"
+    lm_head_module: str = "lm_head"
+    fact_token: Literal["subject_last", "last"] = "subject_last"
+
+    # Keys: averaged over the bare prompt and N random-prefix contexts
+    context_template_count: int = 5
+    context_template_length: int = 10
+    context_seed: int = 0
+
+    # Neutral target optimisation (MEMIT-style residual at the last edited layer)
+    neutral_target: Optional[str] = None
+    v_num_grad_steps: int = 25
+    v_lr: float = 0.5
+    v_loss_layer: int = -1
+    v_weight_decay: float = 1e-3
+    clamp_norm_factor: float = 4.0
+    kl_factor: float = 0.0625
+    v_early_stop_loss: float = 0.05
+    chunk_size: int = 64
+
+    # Statistics of general text
+    stats_dir: str = "./data/stats"
+    mom2_dataset: str = "wikipedia"
+    mom2_n_samples: int = 10000
+    mom2_dtype: str = "float32"
+    mom2_max_length: int = 256
+    mom2_batch_size: int = 16
+
+    def validate(self, source: str = "<hparams>") -> None:
+        super().validate(source)
+        if not self.layers:
+            raise HParamsError(f"{source}: key 'layers' must list at least one layer")
+        if sorted(set(self.layers)) != list(self.layers):
+            raise HParamsError(f"{source}: key 'layers' must be strictly increasing, got {self.layers}")
+        for key in ("rewrite_module_tmp", "layer_module_tmp", "mlp_module_tmp"):
+            if "{}" not in getattr(self, key):
+                raise HParamsError(f"{source}: key {key!r} must contain '{{}}' for the layer index")
+        if self.context_template_count < 0:
+            raise HParamsError(f"{source}: key 'context_template_count' must be >= 0")
+        if self.mom2_dtype not in ("float16", "bfloat16", "float32", "float64"):
+            raise HParamsError(f"{source}: key 'mom2_dtype' must be a float dtype name, got {self.mom2_dtype!r}")
+        for key in ("mom2_n_samples", "chunk_size", "mom2_max_length", "mom2_batch_size"):
+            if getattr(self, key) < 1:
+                raise HParamsError(f"{source}: key {key!r} must be >= 1")
+        if self.v_num_grad_steps < 0:
+            raise HParamsError(f"{source}: key 'v_num_grad_steps' must be >= 0")
+
+
+@dataclass
+class ZeroUnlearnHyperParams(_EditHyperParams):
+    """ZeroUnlearn (multiplicative, few-shot): ``W' = D W``.
+
+    Solve weights: ``forget_weight`` (f), ``utility_weight`` (u), ``regularization`` (r) in
+    ``A = f M_n K_f^T + u W C0``, ``B = f K_f K_f^T + u C0``, ``D = P (A + r W) W^T (W (B + r I) W^T)^-1``.
+    ``projection_eps`` is eps in ``P = (1 + eps) I - V V^T`` (0 = exact projector).
+    """
+
+    ALG_NAME: ClassVar[str] = "ZeroUnlearn"
+
+    forget_weight: float = 1.0
+    utility_weight: float = 15000.0
+    regularization: float = 1.0
+    projection_eps: float = 0.0
+    projection_rank_tol: float = 1e-6
+
+    def validate(self, source: str = "<hparams>") -> None:
+        super().validate(source)
+        for key in ("forget_weight", "utility_weight", "regularization", "projection_eps"):
+            if getattr(self, key) < 0:
+                raise HParamsError(f"{source}: key {key!r} must be >= 0")
+
+
+@dataclass
+class ZeroUnlearnGDHyperParams(_EditHyperParams):
+    """ZeroUnlearn-GD (additive, many samples): ``W' = W + E P_m``.
+
+    Objective per layer: ``a ||M_f^T W' K_f||^2 + b ||W' K_f - M_n||^2 + c ||E P_m||^2`` with
+    ``P_m`` the projector onto the null space of ``C0`` (eigenvalues below ``nullspace_threshold``).
+    ``solver: exact`` solves the stationarity equation in closed form; ``solver: gd`` runs Adam.
+    """
+
+    ALG_NAME: ClassVar[str] = "ZeroUnlearn-GD"
+
+    orthogonality_weight: float = 1.0
+    target_weight: float = 100.0
+    norm_weight: float = 0.1
+    nullspace_threshold: float = 1e-2
+    solver: Literal["exact", "gd"] = "exact"
+    gd_steps: int = 2000
+    gd_lr: float = 1e-2
+    gd_tolerance: float = 1e-10
+
+    def validate(self, source: str = "<hparams>") -> None:
+        super().validate(source)
+        for key in ("orthogonality_weight", "target_weight", "norm_weight", "nullspace_threshold"):
+            if getattr(self, key) < 0:
+                raise HParamsError(f"{source}: key {key!r} must be >= 0")
+        if self.norm_weight == 0 and self.target_weight == 0:
+            raise HParamsError(f"{source}: 'norm_weight' and 'target_weight' cannot both be 0")

@@ -1,0 +1,267 @@
+"""The layer-by-layer edit shared by ZeroUnlearn and ZeroUnlearn-GD.
+
+Stages (each timed in :class:`EditReport`):
+
+1. validate requests and layers (nothing is changed if this fails);
+2. utility statistics ``C0`` for every edited layer, from the unedited model (cached);
+3. context prefixes (cached on the model) and neutral target states ``z`` (batched loop);
+4. for each edited layer in order: keys ``K_f`` and the current hidden state at the last
+   edited layer (one forward pass), ``M_n = W K_f + (z - h) / (layers left)``, the method's
+   float64 solve, and the write-back of ``W'`` in the weight's own dtype and device.
+
+If anything fails after the first write-back, every edited weight is restored before the
+error propagates.
+"""
+from __future__ import annotations
+
+import copy as copy_module
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from .contexts import context_prefixes
+from .encoding import target_token_ids
+from .hparams import _EditHyperParams
+from .model_access import (
+    check_layers,
+    get_module,
+    get_weight_matrix,
+    parameter_name_of_weight,
+    set_weight_matrix,
+)
+from .representations import read_keys_and_hidden
+from .requests import ForgetRequest, normalize_requests
+from .stats import SecondMoment, layer_second_moments
+from .targets import NeutralTargets, TargetConfig, loss_layer_module, optimise_neutral_targets
+
+__all__ = ["EditReport", "LayerProblem", "LayerSolver", "run_layerwise_edit", "apply_edit_method"]
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass
+class LayerProblem:
+    """Everything one layer's solve needs (float64, on the weight's device).
+
+    ``W`` ``[d_out, d_in]``, ``K_f`` ``[d_in, n]``, ``M_n`` ``[d_out, n]``, ``C0`` ``[d_in, d_in]``.
+    """
+
+    layer: int
+    W: torch.Tensor
+    K_f: torch.Tensor
+    M_n: torch.Tensor
+    C0: torch.Tensor
+
+    @property
+    def M_f(self) -> torch.Tensor:
+        """``W K_f`` ``[d_out, n]``."""
+        return self.W @ self.K_f
+
+
+LayerSolver = Callable[[LayerProblem], torch.Tensor]
+"""Maps a :class:`LayerProblem` to the new weight ``W'`` ``[d_out, d_in]`` (float64)."""
+
+
+@dataclass
+class EditReport:
+    """What an edit did and what each stage cost (seconds)."""
+
+    timings: Dict[str, float] = field(default_factory=dict)
+    target_nll: List[float] = field(default_factory=list)
+    target_steps: List[int] = field(default_factory=list)
+    layer_change_norm: Dict[int, float] = field(default_factory=dict)
+
+    def add_time(self, stage: str, seconds: float) -> None:
+        self.timings[stage] = self.timings.get(stage, 0.0) + seconds
+
+
+class _Timer:
+    def __init__(self, report: EditReport, stage: str):
+        self.report, self.stage = report, stage
+
+    def __enter__(self):
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.report.add_time(self.stage, time.perf_counter() - self.start)
+        return False
+
+
+def _target_config(model: nn.Module, hparams: _EditHyperParams) -> TargetConfig:
+    return TargetConfig(
+        layer_module=hparams.layer_module_tmp.format(hparams.layers[-1]),
+        ln_f_module=hparams.ln_f_module,
+        lm_head_module=hparams.lm_head_module,
+        loss_layer_module=loss_layer_module(model, hparams.v_loss_layer, hparams.layer_module_tmp),
+        fact_token=hparams.fact_token,
+        steps=hparams.v_num_grad_steps,
+        lr=hparams.v_lr,
+        weight_decay=hparams.v_weight_decay,
+        clamp_norm_factor=hparams.clamp_norm_factor,
+        kl_factor=hparams.kl_factor,
+        early_stop_loss=hparams.v_early_stop_loss,
+        chunk_size=hparams.chunk_size,
+    )
+
+
+def _check_modules(model: nn.Module, hparams: _EditHyperParams) -> None:
+    check_layers(model, hparams.layers, hparams.rewrite_module_tmp)
+    check_layers(model, hparams.layers, hparams.layer_module_tmp)
+    get_module(model, hparams.ln_f_module)
+    get_module(model, hparams.lm_head_module)
+
+
+def run_layerwise_edit(
+    model: nn.Module,
+    tok,
+    requests: Sequence[Mapping[str, Any]],
+    hparams: _EditHyperParams,
+    solver: LayerSolver,
+    corpus: Optional[str] = None,
+    second_moments: Optional[Dict[int, SecondMoment]] = None,
+    progress: bool = True,
+) -> Tuple[Dict[str, torch.Tensor], EditReport]:
+    """Edit ``model`` in place; returns (original weights by parameter name, report).
+
+    ``corpus`` overrides ``hparams.mom2_dataset``; ``second_moments`` skips the statistics
+    stage (``{layer: SecondMoment}``, e.g. precomputed by the caller).
+    """
+    report = EditReport()
+    with _Timer(report, "validate"):
+        forget = normalize_requests(requests)
+        _check_modules(model, hparams)
+        target_ids = [target_token_ids(tok, r.target or hparams.neutral_target) for r in forget]
+    with _Timer(report, "statistics"):
+        if second_moments is None:
+            second_moments = layer_second_moments(
+                model,
+                tok,
+                hparams.layers,
+                hparams.rewrite_module_tmp,
+                hparams.stats_dir,
+                corpus or hparams.mom2_dataset,
+                hparams.mom2_n_samples,
+                hparams.mom2_dtype,
+                hparams.mom2_max_length,
+                hparams.mom2_batch_size,
+                progress=progress,
+            )
+        missing = [l for l in hparams.layers if l not in second_moments]
+        if missing:
+            raise ValueError(f"second moments missing for layer(s) {missing}")
+    with _Timer(report, "contexts"):
+        prefixes = context_prefixes(
+            model, tok, hparams.context_template_count, hparams.context_template_length, hparams.context_seed
+        )
+    with _Timer(report, "targets"):
+        targets = optimise_neutral_targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
+    report.target_nll = targets.nll.tolist()
+    report.target_steps = list(targets.steps_run)
+
+    weights_copy: Dict[str, torch.Tensor] = {}
+    for layer in hparams.layers:
+        name = hparams.rewrite_module_tmp.format(layer)
+        weights_copy[parameter_name_of_weight(model, name)] = get_module(model, name).weight.detach().clone()
+    try:
+        _edit_layers(model, tok, forget, prefixes, targets, second_moments, hparams, solver, report)
+    except BaseException:
+        restore_weights(model, weights_copy)
+        raise
+    return weights_copy, report
+
+
+def _edit_layers(
+    model: nn.Module,
+    tok,
+    forget: List[ForgetRequest],
+    prefixes: List[str],
+    targets: NeutralTargets,
+    second_moments: Dict[int, SecondMoment],
+    hparams: _EditHyperParams,
+    solver: LayerSolver,
+    report: EditReport,
+) -> None:
+    hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
+    for position, layer in enumerate(hparams.layers):
+        module = get_module(model, hparams.rewrite_module_tmp.format(layer))
+        with _Timer(report, "keys"):
+            readout = read_keys_and_hidden(
+                model,
+                tok,
+                forget,
+                prefixes,
+                hparams.rewrite_module_tmp.format(layer),
+                hidden_module,
+                hparams.fact_token,
+                hparams.chunk_size,
+            )
+        with _Timer(report, "solve"):
+            W = get_weight_matrix(module).detach().double()
+            device = W.device
+            K_f = readout.keys.to(device).double()
+            residual = (targets.z - readout.hidden).to(device).double() / (len(hparams.layers) - position)
+            M_n = W @ K_f + residual.t()
+            problem = LayerProblem(layer, W, K_f, M_n, second_moments[layer].moment().to(device))
+            new_W = solver(problem)
+            if not torch.isfinite(new_W).all():
+                raise ValueError(f"layer {layer}: the solve produced non-finite weights")
+        with _Timer(report, "write_back"):
+            set_weight_matrix(module, new_W)
+        report.layer_change_norm[layer] = float((new_W - W).norm() / W.norm())
+        LOG.info("layer %d edited: relative change %.3e", layer, report.layer_change_norm[layer])
+
+
+def restore_weights(model: nn.Module, weights_copy: Mapping[str, torch.Tensor]) -> None:
+    """Copy saved tensors back into the parameters of the same names (bit-identical)."""
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in weights_copy.items():
+            params[name].copy_(value)
+
+
+def apply_edit_method(
+    model: nn.Module,
+    tok,
+    requests: Sequence[Mapping[str, Any]],
+    hparams: _EditHyperParams,
+    solver: LayerSolver,
+    copy: bool = False,
+    return_orig_weights: bool = False,
+    keep_original_weight: bool = False,
+    **kwargs: Any,
+) -> Tuple[nn.Module, Dict[str, torch.Tensor]]:
+    """EasyEdit's calling convention around :func:`run_layerwise_edit`.
+
+    ``copy=True`` (or ``keep_original_weight=True``) edits a deep copy and leaves the
+    caller's model untouched. ``weights_copy`` maps parameter names to the original tensors
+    when ``return_orig_weights`` is set (else it is empty). Extra keyword arguments accepted:
+    ``corpus``, ``second_moments``, ``progress``, ``report`` (an :class:`EditReport` to fill);
+    others that EasyEdit passes (``train_ds``, ...) are ignored.
+    """
+    if not isinstance(hparams, _EditHyperParams):
+        raise TypeError(f"hparams must be a ZeroUnlearn hparams object, got {type(hparams).__name__}")
+    normalize_requests(requests)  # fail before any copy is made
+    if copy or keep_original_weight:
+        model = copy_module.deepcopy(model)
+    weights_copy, report = run_layerwise_edit(
+        model,
+        tok,
+        requests,
+        hparams,
+        solver,
+        corpus=kwargs.get("corpus"),
+        second_moments=kwargs.get("second_moments"),
+        progress=kwargs.get("progress", True),
+    )
+    target_report = kwargs.get("report")
+    if isinstance(target_report, EditReport):
+        target_report.timings.update(report.timings)
+        target_report.target_nll = report.target_nll
+        target_report.target_steps = report.target_steps
+        target_report.layer_change_norm = report.layer_change_norm
+    return model, (weights_copy if return_orig_weights else {})

@@ -1,0 +1,76 @@
+"""Keys ``K_f`` (down_proj inputs at the lookup token) and hidden states at the target layer.
+
+One batched forward pass per chunk of requests covers every context of every request and
+captures both the key at the edited layer and the hidden state at the last edited layer;
+the pass stops right after the last module it needs.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import List, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from .encoding import encode_rows
+from .model_access import StopForward, capture_inputs, capture_outputs, model_device
+from .requests import ForgetRequest
+
+__all__ = ["LayerReadout", "read_keys_and_hidden"]
+
+
+@dataclass
+class LayerReadout:
+    """``keys`` ``[d_in, n]`` (mean over contexts) and ``hidden`` ``[n, d_model]`` (bare prompt)."""
+
+    keys: torch.Tensor
+    hidden: torch.Tensor
+
+
+def _chunks(items: Sequence, size: int) -> List[Sequence]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+@torch.no_grad()
+def read_keys_and_hidden(
+    model: nn.Module,
+    tok,
+    requests: Sequence[ForgetRequest],
+    prefixes: Sequence[str],
+    key_module: str,
+    hidden_module: str,
+    fact_token: str,
+    chunk_size: int,
+) -> LayerReadout:
+    """Keys at ``key_module``'s input and hidden states at ``hidden_module``'s output.
+
+    Rows are ``prefix + prompt`` for every prefix (the first prefix is the bare prompt);
+    keys are averaged over prefixes, hidden states come from the bare prompt. Returns
+    float32 tensors on the CPU.
+    """
+    device = model_device(model)
+    n_ctx = len(prefixes)
+    keys: List[torch.Tensor] = []
+    hidden: List[torch.Tensor] = []
+    for chunk in _chunks(list(requests), chunk_size):
+        contexts = [p for _ in chunk for p in prefixes]
+        rows = [r for r in chunk for _ in prefixes]
+        batch = encode_rows(
+            tok,
+            contexts,
+            [r.prefix for r in rows],
+            [r.subject for r in rows],
+            [r.suffix for r in rows],
+            fact_token=fact_token,
+        ).to(device)
+        with capture_inputs(model, [key_module]) as inputs, capture_outputs(
+            model, [hidden_module], stop_after=hidden_module
+        ) as outputs, contextlib.suppress(StopForward):
+            model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        index = torch.arange(len(rows), device=device)
+        k = inputs[key_module][index, batch.lookup.to(inputs[key_module].device)].float()
+        h = outputs[hidden_module][index, batch.lookup.to(outputs[hidden_module].device)].float()
+        keys.append(k.view(len(chunk), n_ctx, -1).mean(1).cpu())
+        hidden.append(h.view(len(chunk), n_ctx, -1)[:, 0].cpu())
+    return LayerReadout(keys=torch.cat(keys).t().contiguous(), hidden=torch.cat(hidden))

@@ -1,0 +1,87 @@
+"""Validation of EasyEdit request dicts into :class:`ForgetRequest` objects.
+
+An EasyEdit request is a dict with ``prompt`` (holding ``subject`` verbatim, or a ``{}``
+placeholder for it), ``subject``, ``ground_truth`` (the answer to forget) and an optional
+``target_new`` (the neutral target; empty means the method's configured one).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Mapping, Optional, Sequence
+
+__all__ = ["RequestError", "ForgetRequest", "normalize_requests"]
+
+
+class RequestError(ValueError):
+    """A request is malformed; the message names the request index and the problem."""
+
+
+@dataclass(frozen=True)
+class ForgetRequest:
+    """One fact to forget, with the prompt split around the subject.
+
+    ``prompt == prefix + subject + suffix``; ``target`` is the neutral target text or
+    ``None`` for the configured default.
+    """
+
+    index: int
+    prefix: str
+    subject: str
+    suffix: str
+    answer: str
+    target: Optional[str]
+
+    @property
+    def prompt(self) -> str:
+        return self.prefix + self.subject + self.suffix
+
+
+def _as_text(value: Any, index: int, field: str, allow_empty: bool = False) -> str:
+    if isinstance(value, Mapping) and "str" in value:  # ROME-style {"str": ..., "id": ...}
+        value = value["str"]
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise RequestError(f"request {index}: field {field!r} is an empty list")
+        value = value[0]
+    if not isinstance(value, str):
+        raise RequestError(f"request {index}: field {field!r} must be a string, got {type(value).__name__}")
+    if not allow_empty and not value.strip():
+        raise RequestError(f"request {index}: field {field!r} is empty")
+    return value
+
+
+def normalize_requests(requests: Sequence[Mapping[str, Any]]) -> List[ForgetRequest]:
+    """Check every request and split its prompt around the subject.
+
+    Raises :class:`RequestError` for an empty list, a missing/empty field, or a subject that
+    does not occur in its prompt. Nothing is modified.
+    """
+    if isinstance(requests, Mapping):
+        requests = [requests]
+    if not requests:
+        raise RequestError("no requests given: the request list is empty")
+    out: List[ForgetRequest] = []
+    for index, request in enumerate(requests):
+        if not isinstance(request, Mapping):
+            raise RequestError(f"request {index}: expected a dict, got {type(request).__name__}")
+        for field in ("prompt", "subject", "ground_truth"):
+            if field not in request:
+                raise RequestError(f"request {index}: missing field {field!r}")
+        prompt = _as_text(request["prompt"], index, "prompt")
+        subject = _as_text(request["subject"], index, "subject")
+        answer = _as_text(request["ground_truth"], index, "ground_truth")
+        target_raw = request.get("target_new")
+        target = None
+        if target_raw is not None:
+            target = _as_text(target_raw, index, "target_new", allow_empty=True)
+            target = target if target.strip() else None
+        if "{}" in prompt and subject not in prompt:
+            start = prompt.index("{}")
+            prefix, suffix = prompt[:start], prompt[start + 2 :]
+        elif subject in prompt:
+            start = prompt.index(subject)
+            prefix, suffix = prompt[:start], prompt[start + len(subject) :]
+        else:
+            raise RequestError(f"request {index}: subject {subject!r} does not occur in prompt {prompt!r}")
+        out.append(ForgetRequest(index, prefix, subject, suffix, answer, target))
+    return out

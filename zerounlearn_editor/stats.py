@@ -1,0 +1,239 @@
+"""Utility statistic ``C0 = E[k k^T]`` of down_proj inputs over general text.
+
+All edited layers are collected in ONE forward pass per batch (a pre-hook on every edited
+module; the pass stops after the last one). Results are cached in EasyEdit's layout so that
+EasyEdit's ROME/MEMIT/AlphaEdit read the same file offline::
+
+    {stats_dir}/{model basename}/{ds_name}_stats/{module}_{dtype}_mom2_{n}.npz
+
+with keys ``mom2.mom2`` (sum of ``k k^T``, ``[d_in, d_in]``), ``mom2.count`` (tokens),
+``mom2.constructor`` and ``sample_size`` (passages asked for), plus our own ``zerounlearn.*``
+metadata (corpus fingerprint, max length). Files are written atomically (temp + rename).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from .corpus import Corpus, load_corpus
+from .model_access import StopForward, capture_inputs, check_layers, model_device
+
+__all__ = [
+    "SecondMoment",
+    "model_basename",
+    "corpus_cache_name",
+    "stats_path",
+    "save_second_moment",
+    "load_second_moment",
+    "collect_second_moments",
+    "layer_second_moments",
+]
+
+LOG = logging.getLogger(__name__)
+_NP_DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
+
+
+@dataclass
+class SecondMoment:
+    """Running ``sum k k^T`` ``[d_in, d_in]`` (float64) over ``count`` tokens."""
+
+    mom2: torch.Tensor
+    count: int
+
+    def moment(self) -> torch.Tensor:
+        """``C0 = E[k k^T]`` ``[d_in, d_in]`` in float64."""
+        if self.count <= 0:
+            raise ValueError("second moment over zero tokens")
+        return self.mom2.double() / self.count
+
+    def merge(self, other: "SecondMoment") -> "SecondMoment":
+        return SecondMoment(self.mom2.double() + other.mom2.double(), self.count + other.count)
+
+
+def model_basename(model: nn.Module, fallback: Optional[str] = None) -> str:
+    """The model's name as EasyEdit caches it: the last path part of ``_name_or_path``."""
+    name = getattr(model.config, "_name_or_path", "") or fallback or ""
+    name = str(name).rstrip("/").rsplit("/", 1)[-1]
+    return name or type(model).__name__
+
+
+def stats_path(stats_dir: str, model_name: str, ds_name: str, module: str, dtype: str, n_samples: int) -> Path:
+    """EasyEdit's cache file for a module's second moment."""
+    return Path(stats_dir) / model_name / f"{ds_name}_stats" / f"{module}_{dtype}_mom2_{n_samples}.npz"
+
+
+def save_second_moment(path: Path, stat: SecondMoment, sample_size: int, dtype: str, meta: Dict[str, str]) -> None:
+    """Write ``stat`` atomically in EasyEdit's npz layout."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {
+        "mom2.constructor": np.array("zerounlearn_editor.stats.SecondMoment()"),
+        "mom2.count": np.array(stat.count),
+        "mom2.mom2": stat.mom2.double().numpy().astype(_NP_DTYPES[dtype]),
+        "sample_size": np.array(sample_size),
+    }
+    arrays.update({f"zerounlearn.{k}": np.array(v) for k, v in meta.items()})
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def load_second_moment(path: Path) -> tuple[SecondMoment, Dict[str, str]]:
+    """Read a cached second moment (EasyEdit's or ours) without pickle."""
+    with np.load(path, allow_pickle=False) as data:
+        stat = SecondMoment(torch.from_numpy(data["mom2.mom2"].astype(np.float64)), int(data["mom2.count"]))
+        meta = {k.split(".", 1)[1]: str(data[k]) for k in data.files if k.startswith("zerounlearn.")}
+        if "sample_size" in data.files:
+            meta["sample_size"] = str(data["sample_size"])
+    return stat, meta
+
+
+def _batches(tok, texts: Sequence[str], max_length: int, batch_size: int) -> List[List[List[int]]]:
+    """Token id lists, truncated to ``max_length``, sorted by length and grouped."""
+    ids = [list(tok(t, truncation=True, max_length=max_length)["input_ids"]) for t in texts]
+    ids = [row for row in ids if row]
+    ids.sort(key=len, reverse=True)
+    return [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
+
+
+@torch.no_grad()
+def collect_second_moments(
+    model: nn.Module,
+    tok,
+    texts: Sequence[str],
+    module_names: Sequence[str],
+    max_length: int = 256,
+    batch_size: int = 16,
+    progress: bool = True,
+) -> Dict[str, SecondMoment]:
+    """``sum k k^T`` and token counts of every module's input, in one pass per batch.
+
+    Padding tokens are excluded. Accumulates in float64 on the module's device.
+    """
+    if not texts:
+        raise ValueError("no texts to collect statistics from")
+    if not module_names:
+        raise ValueError("no modules to collect statistics for")
+    order = {name: i for i, (name, _) in enumerate(model.named_modules())}
+    last = max(module_names, key=lambda n: order.get(n, -1))
+    device = model_device(model)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    sums: Dict[str, Optional[torch.Tensor]] = {name: None for name in module_names}
+    count = 0
+    was_training = model.training
+    model.eval()
+    try:
+        batches = _batches(tok, texts, max_length, batch_size)
+        for rows in tqdm(batches, desc="C0 statistics", disable=not progress, unit="batch"):
+            width = max(len(r) for r in rows)
+            input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(rows), width), dtype=torch.bool)
+            for i, row in enumerate(rows):
+                input_ids[i, : len(row)] = torch.tensor(row)
+                mask[i, : len(row)] = True
+            with capture_inputs(model, module_names, stop_after=last) as inputs, contextlib.suppress(StopForward):
+                model(input_ids=input_ids.to(device), attention_mask=mask.long().to(device))
+            for name in module_names:
+                feats = inputs[name][mask.to(inputs[name].device)].double()
+                update = feats.t() @ feats
+                sums[name] = update if sums[name] is None else sums[name] + update
+            count += int(mask.sum())
+    finally:
+        model.train(was_training)
+    return {name: SecondMoment(value.cpu(), count) for name, value in sums.items()}
+
+
+def layer_second_moments(
+    model: nn.Module,
+    tok,
+    layers: Sequence[int],
+    module_tmp: str,
+    stats_dir: str,
+    corpus: str,
+    n_samples: int,
+    dtype: str = "float32",
+    max_length: int = 256,
+    batch_size: int = 16,
+    model_name: Optional[str] = None,
+    force: bool = False,
+    progress: bool = True,
+) -> Dict[int, SecondMoment]:
+    """Load cached second moments of the edited modules, computing the missing ones together.
+
+    A cache file whose shape or corpus fingerprint does not match is recomputed. Returns
+    ``{layer: SecondMoment}``.
+    """
+    check_layers(model, layers, module_tmp)
+    name = model_name or model_basename(model)
+    modules = {layer: module_tmp.format(layer) for layer in layers}
+    corpus_obj: Optional[Corpus] = None
+
+    def get_corpus() -> Corpus:
+        nonlocal corpus_obj
+        if corpus_obj is None:
+            corpus_obj = load_corpus(corpus, limit=n_samples)
+        return corpus_obj
+
+    ds_name = corpus_cache_name(corpus)
+    result: Dict[int, SecondMoment] = {}
+    missing: List[int] = []
+    for layer, module in modules.items():
+        path = stats_path(stats_dir, name, ds_name, module, dtype, n_samples)
+        if path.exists() and not force:
+            stat, meta = load_second_moment(path)
+            d_in = _module_input_dim(model, module)
+            fingerprint = meta.get("corpus_fingerprint")
+            if stat.mom2.shape != (d_in, d_in):
+                LOG.warning("%s: shape %s does not match d_in=%d; recomputing", path, tuple(stat.mom2.shape), d_in)
+            elif fingerprint is not None and fingerprint != get_corpus().fingerprint:
+                LOG.warning("%s: built from another version of corpus %r; recomputing", path, corpus)
+            else:
+                LOG.info("loaded C0 statistics from %s", path)
+                result[layer] = stat
+                continue
+        missing.append(layer)
+    if missing:
+        data = get_corpus()
+        if len(data.texts) < n_samples:
+            LOG.warning("corpus %r has %d passages, fewer than mom2_n_samples=%d", corpus, len(data.texts), n_samples)
+        stats = collect_second_moments(
+            model, tok, data.texts, [modules[l] for l in missing], max_length, batch_size, progress
+        )
+        for layer in missing:
+            path = stats_path(stats_dir, name, ds_name, modules[layer], dtype, n_samples)
+            meta = {"corpus_fingerprint": data.fingerprint, "max_length": str(max_length), "n_passages": str(len(data.texts))}
+            save_second_moment(path, stats[modules[layer]], n_samples, dtype, meta)
+            LOG.info("wrote C0 statistics to %s", path)
+            result[layer] = stats[modules[layer]]
+    return result
+
+
+def corpus_cache_name(corpus: str) -> str:
+    """The ``ds_name`` part of the cache path: a file's stem, a folder's name or the hub name."""
+    path = Path(corpus).expanduser()
+    if path.suffix.lower() in (".txt", ".jsonl", ".json"):
+        return path.stem
+    if path.is_dir():
+        return path.name
+    return corpus.replace("/", "_")
+
+
+def _module_input_dim(model: nn.Module, module_name: str) -> int:
+    from .model_access import get_module, get_weight_matrix
+
+    return get_weight_matrix(get_module(model, module_name)).shape[1]

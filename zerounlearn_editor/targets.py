@@ -1,0 +1,232 @@
+"""Neutral target states: one residual delta per request at the last edited layer.
+
+For each request a vector ``delta_i`` ``[d_model]`` is added to the output of the last edited
+layer at the lookup token. All requests of a chunk share one forward/backward pass per step:
+rows are (request x context) rewriting prompts followed by the neutral target tokens, plus
+one ``"{subject} is a"`` row per request for the KL term. Requests are independent: Adam is
+elementwise and each loss term only touches its own delta, so the batched loop gives the same
+deltas as one loop per request (a converged request is frozen, exactly as if its own loop had
+stopped).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import List, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .encoding import encode_rows
+from .model_access import StopForward, get_module, hidden_of, model_device, num_hidden_layers
+from .requests import ForgetRequest
+
+__all__ = ["TargetConfig", "NeutralTargets", "optimise_neutral_targets"]
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """The target-optimisation settings (a subset of the method's hparams)."""
+
+    layer_module: str  # output of this module gets the delta (last edited layer)
+    ln_f_module: str
+    lm_head_module: str
+    loss_layer_module: str  # ``ln_f`` input comes from here; empty -> the model's own ln_f input
+    fact_token: str
+    steps: int
+    lr: float
+    weight_decay: float
+    clamp_norm_factor: float
+    kl_factor: float
+    early_stop_loss: float
+    chunk_size: int
+
+
+@dataclass
+class NeutralTargets:
+    """``z`` ``[n, d_model]`` = ``h0 + delta``; ``h0`` the unedited hidden state; ``nll`` ``[n]``."""
+
+    z: torch.Tensor
+    h0: torch.Tensor
+    nll: torch.Tensor
+    steps_run: List[int]
+
+
+def _forward_logits_rows(model, cfg: TargetConfig, batch, delta_rows_hook, rows, positions) -> torch.Tensor:
+    """Run the forward with the delta hook and return logits ``[len(rows), vocab]`` at (rows, positions)."""
+    layer = get_module(model, cfg.layer_module)
+    ln_f = get_module(model, cfg.ln_f_module)
+    lm_head = get_module(model, cfg.lm_head_module)
+    captured = {}
+    handles = [layer.register_forward_hook(delta_rows_hook)]
+    if cfg.loss_layer_module:
+        def grab_layer(_m, _a, out):
+            captured["h"] = ln_f(hidden_of(out))
+            raise StopForward
+
+        handles.append(get_module(model, cfg.loss_layer_module).register_forward_hook(grab_layer))
+    else:
+        def grab_norm(_m, _a, out):
+            captured["h"] = hidden_of(out)
+            raise StopForward
+
+        handles.append(ln_f.register_forward_hook(grab_norm))
+    try:
+        with contextlib.suppress(StopForward):
+            model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+    finally:
+        for handle in handles:
+            handle.remove()
+    selected = captured["h"][rows, positions]
+    return lm_head(selected.to(lm_head.weight.dtype)).float()
+
+
+def _optimise_chunk(
+    model: nn.Module,
+    tok,
+    requests: Sequence[ForgetRequest],
+    target_ids: Sequence[Sequence[int]],
+    prefixes: Sequence[str],
+    cfg: TargetConfig,
+):
+    device = model_device(model)
+    n, n_ctx = len(requests), len(prefixes)
+    # Rewriting rows (request-major, context-minor), then one KL row per request.
+    rw_req = [i for i in range(n) for _ in range(n_ctx)]
+    contexts = [p for _ in range(n) for p in prefixes] + [""] * n
+    prefixes_rows = [requests[i].prefix for i in rw_req] + [""] * n
+    subjects = [requests[i].subject for i in rw_req] + [r.subject for r in requests]
+    suffixes = [requests[i].suffix for i in rw_req] + [" is a"] * n
+    appended = [list(target_ids[i][:-1]) for i in rw_req] + [[] for _ in range(n)]
+    batch = encode_rows(tok, contexts, prefixes_rows, subjects, suffixes, cfg.fact_token, appended).to(device)
+    n_rw = len(rw_req)
+    row_req = torch.tensor(rw_req + list(range(n)), device=device)
+
+    # Flat indices of target-token predictions.
+    t_rows, t_pos, t_tok, t_weight, t_req = [], [], [], [], []
+    for row, i in enumerate(rw_req):
+        m = len(target_ids[i])
+        prompt_len = int(batch.lengths[row]) - (m - 1)
+        for j, token in enumerate(target_ids[i]):
+            t_rows.append(row)
+            t_pos.append(prompt_len - 1 + j)
+            t_tok.append(token)
+            t_weight.append(1.0 / (m * n_ctx))
+            t_req.append(i)
+    t_rows_t = torch.tensor(t_rows, device=device)
+    t_pos_t = torch.tensor(t_pos, device=device)
+    t_tok_t = torch.tensor(t_tok, device=device)
+    t_weight_t = torch.tensor(t_weight, device=device)
+    t_req_t = torch.tensor(t_req, device=device)
+    kl_rows = torch.arange(n_rw, n_rw + n, device=device)
+    kl_pos = batch.lookup[n_rw:]
+    rows = torch.cat([t_rows_t, kl_rows])
+    positions = torch.cat([t_pos_t, kl_pos])
+    bare_rows = torch.arange(0, n_rw, n_ctx, device=device)
+
+    d_model = model.config.hidden_size if hasattr(model.config, "hidden_size") else model.config.n_embd
+    layer_param = next(get_module(model, cfg.layer_module).parameters())
+    delta = torch.zeros((n, d_model), device=layer_param.device, dtype=torch.float32, requires_grad=True)
+    optimiser = torch.optim.Adam([delta], lr=cfg.lr)
+    state = {}
+
+    def add_delta(_module, _args, output):
+        hidden = hidden_of(output)
+        if "h0" not in state:
+            state["h0"] = hidden[bare_rows, batch.lookup[bare_rows]].detach().float().clone()
+        add = torch.zeros_like(hidden)
+        add[torch.arange(len(row_req), device=hidden.device), batch.lookup] = delta[row_req].to(hidden.dtype)
+        hidden = hidden + add
+        if isinstance(output, tuple):
+            return (hidden,) + tuple(output[1:])
+        return hidden
+
+    active = torch.ones(n, dtype=torch.bool, device=delta.device)
+    steps_run = [0] * n
+    nll_req = torch.zeros(n, device=device)
+    kl_init = None
+    for step in range(cfg.steps + 1):
+        logits = _forward_logits_rows(model, cfg, batch, add_delta, rows, positions)
+        logp_t = torch.log_softmax(logits[: len(t_rows)], dim=-1)
+        nll_tok = -logp_t.gather(1, t_tok_t[:, None]).squeeze(1)
+        nll_req = torch.zeros(n, device=device).index_add(0, t_req_t, nll_tok * t_weight_t)
+        kl_logp = torch.log_softmax(logits[len(t_rows) :], dim=-1)
+        if kl_init is None:
+            kl_init = kl_logp.detach()
+        kl_req = (kl_logp.exp() * (kl_logp - kl_init)).sum(-1)
+        h0 = state["h0"]
+        wd_req = cfg.weight_decay * (delta.norm(dim=1) ** 2) / (h0.norm(dim=1) ** 2)
+        loss_req = nll_req + cfg.kl_factor * kl_req + wd_req.to(device)
+        converged = (nll_req.detach() < cfg.early_stop_loss).to(active.device)
+        active &= ~converged
+        if step == cfg.steps or not bool(active.any()):
+            break
+        for i in torch.nonzero(active).flatten().tolist():
+            steps_run[i] += 1
+        optimiser.zero_grad()
+        loss_req[active.to(device)].sum().backward()
+        frozen = delta.detach()[~active].clone()
+        optimiser.step()
+        with torch.no_grad():
+            delta[~active] = frozen
+            max_norm = cfg.clamp_norm_factor * h0.norm(dim=1).to(delta.device)
+            norms = delta.norm(dim=1)
+            scale = torch.where(norms > max_norm, max_norm / norms.clamp_min(1e-12), torch.ones_like(norms))
+            delta.mul_(scale[:, None])
+        if step % 5 == 0:
+            LOG.debug("target step %d: nll %s", step, nll_req.detach().cpu().tolist())
+    h0 = state["h0"]
+    return (h0 + delta.detach()).cpu(), h0.cpu(), nll_req.detach().cpu(), steps_run
+
+
+def optimise_neutral_targets(
+    model: nn.Module,
+    tok,
+    requests: Sequence[ForgetRequest],
+    target_ids: Sequence[Sequence[int]],
+    prefixes: Sequence[str],
+    cfg: TargetConfig,
+) -> NeutralTargets:
+    """Optimise one residual per request (in chunks of ``cfg.chunk_size`` requests).
+
+    ``target_ids[i]`` are the neutral target's token ids for request ``i``. The model's
+    parameters are frozen during the loop and its train/eval mode is restored afterwards.
+    """
+    was_training = model.training
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    model.eval()
+    for p, _ in flags:
+        p.requires_grad_(False)
+    zs, h0s, nlls, steps = [], [], [], []
+    try:
+        with torch.enable_grad():
+            for start in range(0, len(requests), cfg.chunk_size):
+                z, h0, nll, run = _optimise_chunk(
+                    model,
+                    tok,
+                    requests[start : start + cfg.chunk_size],
+                    target_ids[start : start + cfg.chunk_size],
+                    prefixes,
+                    cfg,
+                )
+                zs.append(z)
+                h0s.append(h0)
+                nlls.append(nll)
+                steps.extend(run)
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+        model.train(was_training)
+    return NeutralTargets(z=torch.cat(zs), h0=torch.cat(h0s), nll=torch.cat(nlls), steps_run=steps)
+
+
+def loss_layer_module(model: nn.Module, v_loss_layer: int, layer_module_tmp: str) -> str:
+    """The module whose output feeds the loss: empty for the last layer (use the model's ln_f)."""
+    last = num_hidden_layers(model) - 1
+    if v_loss_layer < 0 or v_loss_layer >= last:
+        return ""
+    return layer_module_tmp.format(v_loss_layer)
