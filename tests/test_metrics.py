@@ -1,0 +1,380 @@
+"""Evaluation metrics on tiny models whose predictions are known or directly computable."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import List
+
+import pytest
+import torch
+
+from zerounlearn_editor.data import Probe, UnlearnCase
+from zerounlearn_editor.evaluation import (
+    answer_probability,
+    easyedit_metrics,
+    encode_probe,
+    evaluate_probes,
+    generate_greedy,
+    ngram_entropy,
+    perplexity,
+    score_case,
+    summarize_metrics,
+    text_ngram_entropy,
+    token_accuracy,
+)
+from zerounlearn_editor.evaluation.perplexity import plan_windows
+
+try:  # tests/ on sys.path (pytest's default for a directory without __init__.py)
+    import helpers_tiny as tiny
+except ImportError:  # tests/ made a package
+    from tests import helpers_tiny as tiny
+
+N_WORDS = tiny.N_WORDS
+random_causal_lm = tiny.random_causal_lm
+successor_llama = tiny.successor_llama
+successor_logits = tiny.successor_logits
+tiny_tokenizer = tiny.tiny_tokenizer
+words = tiny.words
+
+ARCHS = ["llama", "gpt2", "qwen3"]
+
+# Probes of different prompt/answer lengths, so batches need padding.
+VARIED_PROBES = [
+    Probe(words(1, 2), words(3)),
+    Probe(words(5, 9, 11, 13, 17, 19, 23), words(29, 31, 37)),
+    Probe(words(4), words(8, 15, 16)),
+    Probe(words(42, 7, 7, 7), words(0)),
+    Probe(words(10, 20, 30), words(40, 50)),
+]
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Run single-threaded: these small forwards gain little from threads, and on a busy
+    machine OpenMP spin-waiting made them up to ten times slower."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def successor(tok):
+    return successor_llama(tok)
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def random_lm(request, tok):
+    return random_causal_lm(request.param, tok)
+
+
+def _direct_scores(model, tok, probe: Probe):
+    """Reference: one unpadded forward pass for one probe; (acc, mean log p, sum log p, preds)."""
+    encoded = encode_probe(tok, probe)
+    ids = torch.tensor([encoded.input_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].double()
+    log_probs = torch.log_softmax(logits, dim=-1)
+    positions = range(encoded.answer_start, len(encoded.input_ids))
+    lp = torch.stack([log_probs[t - 1, encoded.input_ids[t]] for t in positions])
+    preds = [int(logits[t - 1].argmax()) for t in positions]
+    acc = sum(p == encoded.input_ids[t] for p, t in zip(preds, positions)) / len(preds)
+    return acc, float(lp.mean()), float(lp.sum()), preds
+
+
+# --------------------------------------------------------------------------- answer tokens
+
+
+def test_answer_tokens_follow_prompt_tokens(tok):
+    encoded = encode_probe(tok, Probe(words(1, 2), words(3, 4)))
+    bos = tok.bos_token_id
+    assert encoded.input_ids == [bos, 1, 2, 3, 4]
+    assert encoded.answer_start == 3 and encoded.answer_ids == [3, 4]
+    no_bos = tiny_tokenizer(bos=False)
+    assert encode_probe(no_bos, Probe(words(1), words(2))).input_ids == [1, 2]
+    with pytest.raises(ValueError, match="no token precedes"):
+        encode_probe(no_bos, Probe("", words(2)))
+
+
+# --------------------------------------------------------------------------- accuracy, hand-checked
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+@pytest.mark.parametrize("bos", [True, False])
+def test_accuracy_known_values(successor, padding_side, bos):
+    tok = tiny_tokenizer(padding_side=padding_side, bos=bos)
+    probes = [
+        Probe(words(1, 2), words(3)),  # w2 -> w3: correct            -> 1.0
+        Probe(words(1, 2), words(5)),  # predicts w3, not w5          -> 0.0
+        Probe(words(1), words(2, 9)),  # w1 -> w2 right, w2 -> w3 != w9 -> 0.5
+        Probe(words(7, 8), words(9, 10, 11, 12)),  # -> 1.0
+        Probe(words(N_WORDS - 1), words(0)),  # wraps around              -> 1.0
+        Probe(words(20), words(21, 0, 1, 5)),  # right, wrong, right, wrong -> 0.5
+    ]
+    assert token_accuracy(successor, tok, probes) == [1.0, 0.0, 0.5, 1.0, 1.0, 0.5]
+    scores = evaluate_probes(successor, tok, probes, batch_size=4)
+    assert scores["pred_ids"][2] == [2, 3]
+    assert scores["n_tokens"] == [1, 1, 2, 4, 1, 4]
+
+
+def test_probabilities_match_hand_computation(successor, tok):
+    def p(after: int, target: int) -> float:
+        return float(torch.softmax(successor_logits(successor, after), dim=-1)[target])
+
+    probes = [Probe(words(1, 2), words(3)), Probe(words(1, 2), words(5)), Probe(words(1), words(2, 9))]
+    expected_tokens = [[p(2, 3)], [p(2, 5)], [p(1, 2), p(2, 9)]]
+    result = answer_probability(successor, tok, probes)
+    for got_geo, got_seq, token_probs in zip(result["prob"], result["seq_prob"], expected_tokens):
+        seq = math.prod(token_probs)
+        assert got_seq == pytest.approx(seq, rel=1e-4)
+        assert got_geo == pytest.approx(seq ** (1 / len(token_probs)), rel=1e-4)
+    assert result["prob"][0] > 0.9 and result["prob"][1] < 1e-3
+
+
+# --------------------------------------------------------------------------- batching invariance
+
+
+def test_padded_batches_match_unpadded_forward(random_lm, tok):
+    scores = evaluate_probes(random_lm, tok, VARIED_PROBES, batch_size=len(VARIED_PROBES))
+    for i, probe in enumerate(VARIED_PROBES):
+        acc, mean_lp, sum_lp, preds = _direct_scores(random_lm, tok, probe)
+        assert scores["acc"][i] == acc
+        assert scores["pred_ids"][i] == preds
+        assert math.log(scores["prob"][i]) == pytest.approx(mean_lp, abs=1e-4)
+        assert math.log(scores["seq_prob"][i]) == pytest.approx(sum_lp, abs=1e-4)
+
+
+def test_padding_side_invariance(random_lm, tok):
+    left = evaluate_probes(random_lm, tok, VARIED_PROBES, padding_side="left")
+    right = evaluate_probes(random_lm, tok, VARIED_PROBES, padding_side="right")
+    left_tok = evaluate_probes(random_lm, tiny_tokenizer(padding_side="left"), VARIED_PROBES)
+    for other in (right, left_tok):
+        assert other["acc"] == left["acc"]
+        assert other["pred_ids"] == left["pred_ids"]
+        assert other["prob"] == pytest.approx(left["prob"], rel=1e-5)
+        assert other["seq_prob"] == pytest.approx(left["seq_prob"], rel=1e-5)
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 3])
+def test_batch_size_invariance(random_lm, tok, batch_size):
+    full = evaluate_probes(random_lm, tok, VARIED_PROBES, batch_size=32)
+    small = evaluate_probes(random_lm, tok, VARIED_PROBES, batch_size=batch_size)
+    assert small["acc"] == full["acc"]
+    assert small["pred_ids"] == full["pred_ids"]
+    assert small["prob"] == pytest.approx(full["prob"], rel=1e-5)
+
+
+def test_state_is_preserved_and_model_left_in_eval(tok):
+    model = random_causal_lm("llama", tok)
+    model.train()
+    left_tok = tiny_tokenizer(padding_side="left")
+    evaluate_probes(model, left_tok, VARIED_PROBES, padding_side="right")
+    assert left_tok.padding_side == "left"
+    assert not model.training
+    generate_greedy(model, left_tok, ["w1 w2"], max_new_tokens=2)
+    assert left_tok.padding_side == "left"
+
+
+def test_empty_probe_list(successor, tok):
+    empty = evaluate_probes(successor, tok, [])
+    assert empty == {"acc": [], "prob": [], "seq_prob": [], "pred_ids": [], "n_tokens": []}
+
+
+# --------------------------------------------------------------------------- perplexity
+
+
+def _hf_recipe_ppl(model, ids: List[int], window: int, stride: int) -> float:
+    """The HF documentation's strided perplexity loop, one window at a time, via the model's loss."""
+    nll_sum, n_scored, prev_end = 0.0, 0, 0
+    for begin in range(0, len(ids), stride):
+        end = min(begin + window, len(ids))
+        trg_len = end - prev_end
+        input_ids = torch.tensor([ids[begin:end]])
+        labels = input_ids.clone()
+        labels[:, :-trg_len] = -100
+        with torch.no_grad():
+            loss = model(input_ids=input_ids, labels=labels).loss
+        scored = int((labels[:, 1:] != -100).sum())
+        nll_sum += float(loss) * scored
+        n_scored += scored
+        prev_end = end
+        if end == len(ids):
+            break
+    return math.exp(nll_sum / n_scored)
+
+
+TEXT = words(*[(7 * i + 3) % N_WORDS for i in range(45)])
+
+
+def test_perplexity_single_window_equals_model_loss(random_lm, tok):
+    ids = tok(TEXT)["input_ids"]
+    with torch.no_grad():
+        loss = random_lm(input_ids=torch.tensor([ids]), labels=torch.tensor([ids])).loss
+    expected = math.exp(float(loss))
+    assert perplexity(random_lm, tok, TEXT, window=128, stride=128) == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("window, stride", [(8, 8), (10, 4), (16, 5)])
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_perplexity_strided_matches_reference(tok, window, stride, batch_size):
+    model = random_causal_lm("llama", tok)
+    ids = tok(TEXT)["input_ids"]
+    expected = _hf_recipe_ppl(model, ids, window, stride)
+    got = perplexity(model, tok, TEXT, window=window, stride=stride, batch_size=batch_size)
+    assert got == pytest.approx(expected, rel=1e-5)
+    left_tok = tiny_tokenizer(padding_side="left")
+    left = perplexity(model, left_tok, TEXT, window=window, stride=stride, batch_size=batch_size)
+    assert left == pytest.approx(expected, rel=1e-5)
+
+
+def test_perplexity_reads_files_and_truncates(tmp_path, tok):
+    model = random_causal_lm("gpt2", tok)
+    path = tmp_path / "text.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    direct = perplexity(model, tok, TEXT, window=8, stride=8)
+    assert perplexity(model, tok, path, window=8, stride=8) == pytest.approx(direct)
+    assert perplexity(model, tok, str(path), window=8, stride=8) == pytest.approx(direct)
+    ids = tok(TEXT)["input_ids"][:20]
+    assert perplexity(model, tok, TEXT, max_tokens=20, window=8, stride=8) == pytest.approx(
+        _hf_recipe_ppl(model, ids, 8, 8), rel=1e-5
+    )
+    with pytest.raises(FileNotFoundError):
+        perplexity(model, tok, str(tmp_path / "missing.txt"))
+
+
+def test_successor_model_perplexity_hand_computed(successor, tok):
+    ids = tok(words(*range(30)))["input_ids"]  # <bos> w0 .. w29
+
+    def log_p(after: int, target: int) -> float:
+        return float(torch.log_softmax(successor_logits(successor, after), dim=-1)[target])
+
+    nll = -sum(log_p(a, b) for a, b in zip(ids[:-1], ids[1:]))
+    expected = math.exp(nll / (len(ids) - 1))
+    got = perplexity(successor, tok, words(*range(30)), window=8, stride=4, batch_size=2)
+    assert got == pytest.approx(expected, rel=1e-4)
+
+
+def test_window_plan_scores_each_token_at_most_once():
+    # overlapping windows score every token but the first, once
+    for n, window, stride in [(45, 10, 4), (100, 16, 5), (7, 16, 16)]:
+        scored = [t for w in plan_windows(n, window, stride) for t in range(w.score_from, w.end)]
+        assert scored == list(range(1, n))
+    # disjoint windows (stride == window) leave each window's first token unscored
+    scored = [t for w in plan_windows(45, 8, 8) for t in range(w.score_from, w.end)]
+    assert scored == [t for t in range(45) if t % 8 != 0]
+    with pytest.raises(ValueError):
+        plan_windows(10, 4, 5)
+
+
+# --------------------------------------------------------------------------- fluency, generation
+
+
+def test_ngram_entropy_hand_computed():
+    h2 = -(2 / 3 * math.log2(2 / 3) + 1 / 3 * math.log2(1 / 3))  # bigrams (a b) x2, (b a) x1
+    h3 = 1.0  # trigrams (a b a), (b a b)
+    expected = (2 / 3 * h2 + 4 / 3 * h3) / 2
+    assert text_ngram_entropy("a b a b") == pytest.approx(expected)
+    assert text_ngram_entropy("x x x x x x") == 0.0
+    assert ngram_entropy(["a b a b", "x x x x x x"]) == pytest.approx(expected / 2)
+    assert text_ngram_entropy("one, two.") == pytest.approx(
+        (2 / 3 * math.log2(3) + 4 / 3 * 1.0) / 2
+    )  # tokens: one , two .  -> 3 distinct bigrams, 2 distinct trigrams
+    assert math.isnan(ngram_entropy([]))
+
+
+def test_generate_greedy_batched_left_padding(successor):
+    tok = tiny_tokenizer(padding_side="right")
+    prompts = [words(1), words(5, 6, 7), words(N_WORDS - 2, 3, 58)]
+    out = generate_greedy(successor, tok, prompts, max_new_tokens=3, batch_size=3)
+    assert out == [words(2, 3, 4), words(8, 9, 10), words(59, 0, 1)]
+    assert generate_greedy(successor, tok, prompts, max_new_tokens=3, batch_size=1) == out
+    assert tok.padding_side == "right"
+
+
+def test_generate_greedy_random_models_match_unbatched(random_lm, tok):
+    prompts = [words(1, 2, 3, 4, 5), words(9), words(11, 12)]
+    batched = generate_greedy(random_lm, tok, prompts, max_new_tokens=4, batch_size=3)
+    single = [generate_greedy(random_lm, tok, [p], max_new_tokens=4)[0] for p in prompts]
+    assert batched == single
+
+
+# --------------------------------------------------------------------------- EasyEdit layout
+
+
+def _case() -> UnlearnCase:
+    return UnlearnCase(
+        case_id="c1",
+        request={"prompt": words(1, 2), "subject": words(1), "ground_truth": words(3), "target_new": ""},
+        forget=[Probe(words(1, 2), words(3))],
+        paraphrase=[Probe(words(9, 2), words(3)), Probe(words(1), words(2, 9))],
+        neighbour=[Probe(words(4, 5), words(6, 7))],
+        source="test",
+    )
+
+
+def test_easyedit_metrics_layout(successor, tok):
+    case = _case()
+    pre = score_case(successor, tok, case)
+    post = score_case(random_causal_lm("llama", tok), tok, case)
+    metrics = easyedit_metrics(0, case.request, pre, post, time=1.5)
+    assert metrics["case_id"] == 0 and metrics["time"] == 1.5
+    assert metrics["requested_rewrite"] == case.request
+    assert metrics["pre"]["rewrite_acc"] == [1.0]
+    assert metrics["pre"]["rephrase_acc"] == [1.0, 0.5]
+    assert metrics["pre"]["locality"]["neighborhood_output"] == [[6, 7]]
+    assert metrics["pre"]["locality"]["neighborhood_truth_acc"] == [1.0]
+    assert "neighborhood_acc" not in metrics["pre"]["locality"]
+    post_out = metrics["post"]["locality"]["neighborhood_output"][0]
+    agreement = sum(a == b for a, b in zip([6, 7], post_out)) / 2
+    assert metrics["post"]["locality"]["neighborhood_acc"] == [agreement]
+    same = easyedit_metrics(1, case.request, pre, pre)
+    assert same["post"]["locality"]["neighborhood_acc"] == [1.0]
+    summary = summarize_metrics([metrics, same])
+    assert summary["pre"]["rewrite_acc"] == 1.0
+    assert summary["pre"]["rephrase_acc"] == pytest.approx(0.75)
+    assert summary["post"]["locality"]["neighborhood_acc"] == pytest.approx((agreement + 1.0) / 2)
+    assert "pre" in summarize_metrics([easyedit_metrics(0, case.request, pre)])
+
+
+def test_real_wikitext_file_runs(tok):
+    path = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "text" / "wikitext2_raw_test.txt"
+    if not path.is_file():
+        pytest.skip("shared wikitext file not available")
+    model = random_causal_lm("llama", tok)
+    value = perplexity(model, tok, path, max_tokens=300, window=64, stride=64, batch_size=4)
+    assert math.isfinite(value) and value > 1.0
+
+
+# --------------------------------------------------------------------------- real model (slow)
+
+
+@pytest.mark.slow
+def test_real_smollm2_probe_metrics(smollm2_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2_path)
+    model = AutoModelForCausalLM.from_pretrained(smollm2_path)
+    probes = [
+        Probe("The capital of France is", "Paris"),
+        Probe("Laurent Cars was employed in", "Paris"),
+        Probe("The Eiffel Tower is located in the city of", "Paris"),
+        Probe("Victor Hugo was a famous French", "writer and poet"),
+    ]
+    encoded = encode_probe(tok, probes[0])
+    assert tok.convert_ids_to_tokens(encoded.answer_ids) == ["ĠParis"]  # leading-space token
+    side = tok.padding_side
+    left = evaluate_probes(model, tok, probes, padding_side="left")
+    right = evaluate_probes(model, tok, probes, padding_side="right", batch_size=3)
+    assert tok.padding_side == side
+    assert left["acc"] == right["acc"] and left["pred_ids"] == right["pred_ids"]
+    assert left["prob"] == pytest.approx(right["prob"], rel=1e-3)
+    assert left["acc"][0] == 1.0 and left["prob"][0] > 0.3
+    text = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "text" / "wikitext2_raw_test.txt"
+    if text.is_file():
+        value = perplexity(model, tok, text, max_tokens=128, window=64, stride=64, batch_size=2)
+        assert 2.0 < value < 1000.0, value

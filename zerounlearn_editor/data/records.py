@@ -1,0 +1,171 @@
+"""Helpers shared by the loaders: reading JSON record files, validated field access,
+probe/request construction.
+
+Every loader reads its file through :func:`read_json_records` and accesses fields through
+:class:`RecordReader`, so a malformed record always raises :class:`DataFormatError` naming
+the file, the record index and the (dotted) field.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Union
+
+from .types import DataFormatError, Probe
+
+__all__ = [
+    "read_json_records",
+    "RecordReader",
+    "make_probe",
+    "make_request",
+    "log_skipped",
+]
+
+logger = logging.getLogger(__name__)
+
+_MISSING = object()
+
+
+def read_json_records(path: Union[str, Path]) -> List[Dict[str, Any]]:
+    """Read a JSON file holding a list of objects (records).
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        DataFormatError: the file is not valid JSON, not a list, or holds a non-object.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"data file not found: {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataFormatError(path, f"invalid JSON: {exc}") from exc
+    if not isinstance(data, list):
+        raise DataFormatError(path, f"expected a JSON list of records, got {type(data).__name__}")
+    for index, record in enumerate(data):
+        if not isinstance(record, dict):
+            raise DataFormatError(path, f"expected an object, got {type(record).__name__}", index=index)
+    return data
+
+
+class RecordReader:
+    """Typed, validated access to the fields of one record.
+
+    Field names may be dotted (``"requested_rewrite.target_true.str"``) to reach into nested
+    objects. Every accessor raises :class:`DataFormatError` naming file, index and field.
+    """
+
+    def __init__(
+        self, path: Union[str, Path], index: int, record: Mapping[str, Any], prefix: str = ""
+    ) -> None:
+        """``prefix`` is the field path of ``record`` inside its top-level record ("" for that)."""
+        self.path = Path(path)
+        self.index = index
+        self.record = record
+        self.prefix = prefix
+
+    def error(self, field_name: str, message: str) -> DataFormatError:
+        """Build (not raise) a :class:`DataFormatError` for ``field_name`` of this record."""
+        full = f"{self.prefix}.{field_name}" if self.prefix else field_name
+        return DataFormatError(self.path, message, index=self.index, field_name=full)
+
+    def has(self, field_name: str) -> bool:
+        """Whether the (dotted) field exists."""
+        return self._lookup(field_name, required=False) is not _MISSING
+
+    def raw(self, field_name: str) -> Any:
+        """The field's value, whatever its type (must exist)."""
+        return self._lookup(field_name, required=True)
+
+    def text(self, field_name: str) -> str:
+        """A non-empty string field (surrounding whitespace is kept)."""
+        value = self.raw(field_name)
+        if not isinstance(value, str):
+            raise self.error(field_name, f"expected a string, got {type(value).__name__}")
+        if not value.strip():
+            raise self.error(field_name, "expected a non-empty string")
+        return value
+
+    def text_list(self, field_name: str) -> List[str]:
+        """A list of non-empty strings (may be empty)."""
+        value = self.raw(field_name)
+        if not isinstance(value, list):
+            raise self.error(field_name, f"expected a list of strings, got {type(value).__name__}")
+        for position, item in enumerate(value):
+            if not isinstance(item, str) or not item.strip():
+                raise self.error(f"{field_name}[{position}]", "expected a non-empty string")
+        return list(value)
+
+    def mapping(self, field_name: str) -> Mapping[str, Any]:
+        """An object-valued field."""
+        value = self.raw(field_name)
+        if not isinstance(value, dict):
+            raise self.error(field_name, f"expected an object, got {type(value).__name__}")
+        return value
+
+    def object_list(self, field_name: str) -> List["RecordReader"]:
+        """A list of objects, each wrapped in a reader whose field names are prefixed."""
+        value = self.raw(field_name)
+        if not isinstance(value, list):
+            raise self.error(field_name, f"expected a list of objects, got {type(value).__name__}")
+        readers = []
+        for position, item in enumerate(value):
+            if not isinstance(item, dict):
+                raise self.error(f"{field_name}[{position}]", "expected an object")
+            nested = f"{field_name}[{position}]"
+            prefix = f"{self.prefix}.{nested}" if self.prefix else nested
+            readers.append(RecordReader(self.path, self.index, item, prefix))
+        return readers
+
+    def answer(self, field_name: str) -> str:
+        """An answer given as a string or as a (possibly nested) list whose first item is used."""
+        value = self.raw(field_name)
+        path = field_name
+        while isinstance(value, list):
+            if not value:
+                raise self.error(path, "expected a non-empty answer list")
+            value, path = value[0], f"{path}[0]"
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(path, "expected a non-empty answer string")
+        return value.strip()
+
+    def _lookup(self, field_name: str, required: bool) -> Any:
+        value: Any = self.record
+        walked: List[str] = []
+        for part in field_name.split("."):
+            walked.append(part)
+            if not isinstance(value, dict) or part not in value:
+                if required:
+                    raise self.error(".".join(walked), "missing field")
+                return _MISSING
+            value = value[part]
+        return value
+
+
+def log_skipped(path: Union[str, Path], skipped: int, total: int, reason: str) -> None:
+    """Log how many records of a file a loader skipped, and why (nothing when none)."""
+    if skipped:
+        logger.info("%s: skipped %d of %d records (%s)", path, skipped, total, reason)
+
+
+def make_probe(prompt: str, answer: str) -> Probe:
+    """A probe with surrounding whitespace removed from prompt and answer (see :mod:`.types`).
+
+    Some records carry stray spaces (ZsRE answers such as ``" species"``, a few RWKU/MQuAKE
+    prompts ending in a space); scorers add exactly one space between prompt and answer.
+    """
+    return Probe(prompt=prompt.strip(), answer=answer.strip())
+
+
+def make_request(prompt: str, subject: str, ground_truth: str) -> Dict[str, str]:
+    """EasyEdit request dict with an empty ``target_new`` (the method's YAML decides it).
+
+    The caller guarantees ``subject in prompt``.
+    """
+    return {
+        "prompt": prompt.strip(),
+        "subject": subject,
+        "ground_truth": ground_truth.strip(),
+        "target_new": "",
+    }

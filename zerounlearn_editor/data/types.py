@@ -1,0 +1,77 @@
+"""Plain data types shared by all dataset loaders.
+
+Answer spacing convention
+-------------------------
+A :class:`Probe` stores its ``answer`` **without** a leading space (``"Paris"``, not
+``" Paris"``). Everything that scores a probe joins the two as ``prompt + " " + answer``
+(see :mod:`zerounlearn_editor.evaluation.metrics`), exactly as EasyEdit and ROME do.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Union
+
+__all__ = ["Probe", "UnlearnCase", "DataFormatError"]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One teacher-forced probe: the model reads ``prompt`` and should (or should not) say ``answer``.
+
+    ``answer`` carries no leading space; scorers evaluate the text ``prompt + " " + answer``.
+    """
+
+    prompt: str
+    answer: str
+
+
+@dataclass
+class UnlearnCase:
+    """One unlearning request together with its evaluation probes.
+
+    Attributes:
+        case_id: identifier, unique within one dataset.
+        request: EasyEdit request dict ``{"prompt", "subject", "ground_truth", "target_new"}``;
+            ``subject`` occurs verbatim in ``prompt``; ``target_new`` is ``""`` (the method's
+            YAML decides the neutral target).
+        forget: probes whose true answer must be forgotten (efficacy).
+        paraphrase: other phrasings of the forgotten knowledge (generalization).
+        neighbour: probes whose answers must be kept (specificity / locality).
+        source: name of the dataset format the case came from (e.g. ``"counterfact"``).
+        probe_groups: optional finer split of the probes by the dataset's own categories
+            (e.g. RWKU levels); empty for datasets without such a split.
+    """
+
+    case_id: str
+    request: Dict[str, str]
+    forget: List[Probe]
+    paraphrase: List[Probe]
+    neighbour: List[Probe]
+    source: str
+    probe_groups: Dict[str, List[Probe]] = field(default_factory=dict)
+
+
+class DataFormatError(ValueError):
+    """A data file does not follow its expected format.
+
+    The message names the file, the record index and the field (where known).
+    """
+
+    def __init__(
+        self,
+        path: Union[str, Path],
+        message: str,
+        index: Optional[int] = None,
+        field_name: Optional[str] = None,
+    ) -> None:
+        self.path = str(path)
+        self.index = index
+        self.field_name = field_name
+        where = self.path
+        if index is not None:
+            where += f": record {index}"
+        if field_name is not None:
+            where += f": field '{field_name}'"
+        super().__init__(f"{where}: {message}")
+

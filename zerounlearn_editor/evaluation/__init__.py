@@ -1,0 +1,32 @@
+"""Evaluation: teacher-forced probe metrics, perplexity, fluency, greedy generation and
+EasyEdit-style per-request metric dicts. All of it runs on CPU with any HF causal LM.
+
+Probes are scored on ``prompt + " " + answer`` (answers are stored without a leading space).
+"""
+from __future__ import annotations
+
+from .batching import EncodedProbe, encode_probe, encode_probes
+from .easyedit_format import CaseScores, easyedit_metrics, phase_metrics, score_case, summarize_metrics
+from .fluency import ngram_entropy, text_ngram_entropy
+from .generation import generate_greedy
+from .metrics import ProbeScores, answer_probability, evaluate_probes, token_accuracy
+from .perplexity import perplexity
+
+__all__ = [
+    "CaseScores",
+    "EncodedProbe",
+    "ProbeScores",
+    "answer_probability",
+    "easyedit_metrics",
+    "encode_probe",
+    "encode_probes",
+    "evaluate_probes",
+    "generate_greedy",
+    "ngram_entropy",
+    "perplexity",
+    "phase_metrics",
+    "score_case",
+    "summarize_metrics",
+    "text_ngram_entropy",
+    "token_accuracy",
+]

@@ -1,0 +1,159 @@
+"""Tokenizing probes and padding token sequences into batches, without touching the tokenizer.
+
+Answer tokenization (used by every teacher-forced metric)
+--------------------------------------------------------
+A probe is scored on the text ``prompt + " " + answer``. Its answer tokens are the tokens of
+that full string after the tokens of ``prompt`` alone (both encoded the same way, with the
+tokenizer's special tokens, e.g. a BOS). This scores exactly the token sequence the model
+reads when the text is written out, whatever the tokenizer does with the leading space
+(GPT-2/Qwen ``"Ġ"``-tokens, SentencePiece ``"▁"``). Should the prompt's tokens not be a
+prefix of the full string's tokens (a merge across the boundary), the answer starts at the
+first token where they differ.
+
+Padding is done here rather than by the tokenizer, on the side the tokenizer is configured
+for (or the side asked for), so the tokenizer's state is never changed. Position ids are
+computed from the attention mask, which makes left and right padding give the same values.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence
+
+import torch
+
+from ..data.types import Probe
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = [
+    "EncodedProbe",
+    "PaddedBatch",
+    "encode_probe",
+    "encode_probes",
+    "pad_sequences",
+    "pad_token_id",
+    "resolve_padding_side",
+    "batched_indices",
+    "model_device",
+    "forward_logits",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EncodedProbe:
+    """Token ids of ``prompt + " " + answer``; ``input_ids[answer_start:]`` are the answer."""
+
+    input_ids: List[int]
+    answer_start: int
+
+    @property
+    def answer_ids(self) -> List[int]:
+        """The answer's token ids."""
+        return self.input_ids[self.answer_start :]
+
+
+@dataclass(frozen=True)
+class PaddedBatch:
+    """A padded batch; all tensors have shape ``[batch, max_len]``.
+
+    ``offsets[i]`` is where row ``i``'s first real token sits (non-zero only for left padding).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    offsets: List[int]
+
+
+def encode_probe(tok: "PreTrainedTokenizerBase", probe: Probe) -> EncodedProbe:
+    """Tokenize one probe (see the module docstring for how answer tokens are found).
+
+    Raises:
+        ValueError: the answer adds no token, or no token precedes the answer (an empty
+            prompt with a tokenizer that adds no BOS), so its first token cannot be scored.
+    """
+    full = tok(probe.prompt + " " + probe.answer)["input_ids"]
+    prompt = tok(probe.prompt)["input_ids"]
+    start = 0
+    limit = min(len(prompt), len(full))
+    while start < limit and prompt[start] == full[start]:
+        start += 1
+    if start < len(prompt):
+        logger.debug("prompt tokens are not a prefix of prompt+answer tokens for %r", probe)
+    if start >= len(full):
+        raise ValueError(f"answer adds no token: {probe!r}")
+    if start == 0:
+        raise ValueError(f"no token precedes the answer: {probe!r}")
+    return EncodedProbe(input_ids=list(full), answer_start=start)
+
+
+def encode_probes(tok: "PreTrainedTokenizerBase", probes: Sequence[Probe]) -> List[EncodedProbe]:
+    """:func:`encode_probe` for each probe, in order."""
+    return [encode_probe(tok, probe) for probe in probes]
+
+
+def pad_token_id(tok: "PreTrainedTokenizerBase") -> int:
+    """Id used for padding: the pad token, else EOS, else 0 (padded positions are masked)."""
+    for candidate in (getattr(tok, "pad_token_id", None), getattr(tok, "eos_token_id", None)):
+        if isinstance(candidate, int):
+            return candidate
+    return 0
+
+
+def resolve_padding_side(tok: "PreTrainedTokenizerBase", padding_side: Optional[str]) -> str:
+    """``padding_side`` if given, else the tokenizer's (default ``"right"``)."""
+    side = padding_side or getattr(tok, "padding_side", None) or "right"
+    if side not in ("left", "right"):
+        raise ValueError(f"padding_side must be 'left' or 'right', got {side!r}")
+    return side
+
+
+def pad_sequences(
+    sequences: Sequence[Sequence[int]], pad_id: int, side: str, device: torch.device
+) -> PaddedBatch:
+    """Pad token id lists to one ``[batch, max_len]`` batch on ``side``.
+
+    Position ids count real tokens from 0 (``cumsum(mask) - 1``, clamped at 0 on padding).
+    """
+    if not sequences:
+        raise ValueError("cannot pad an empty list of sequences")
+    max_len = max(len(seq) for seq in sequences)
+    ids = torch.full((len(sequences), max_len), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), max_len), dtype=torch.long)
+    offsets: List[int] = []
+    for row, seq in enumerate(sequences):
+        offset = max_len - len(seq) if side == "left" else 0
+        ids[row, offset : offset + len(seq)] = torch.tensor(list(seq), dtype=torch.long)
+        mask[row, offset : offset + len(seq)] = 1
+        offsets.append(offset)
+    positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)
+    return PaddedBatch(ids.to(device), mask.to(device), positions.to(device), offsets)
+
+
+def batched_indices(lengths: Sequence[int], batch_size: int) -> Iterator[List[int]]:
+    """Indices grouped into batches of similar length (longest first) to limit padding."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    for start in range(0, len(order), batch_size):
+        yield order[start : start + batch_size]
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's first parameter."""
+    return next(model.parameters()).device
+
+
+def forward_logits(model: torch.nn.Module, batch: PaddedBatch) -> torch.Tensor:
+    """Logits ``[batch, max_len, vocab]`` of a causal LM for a padded batch."""
+    output = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        use_cache=False,
+    )
+    return output if isinstance(output, torch.Tensor) else output.logits

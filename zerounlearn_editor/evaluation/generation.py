@@ -1,0 +1,59 @@
+"""Batched greedy generation with left padding (the tokenizer itself is not modified)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List, Sequence
+
+import torch
+from transformers import GenerationConfig
+
+from .batching import batched_indices, model_device, pad_sequences, pad_token_id
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = ["generate_greedy"]
+
+
+def generate_greedy(
+    model: torch.nn.Module,
+    tok: "PreTrainedTokenizerBase",
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    batch_size: int = 16,
+) -> List[str]:
+    """Greedy continuations of ``prompts`` (only the new text, special tokens removed).
+
+    Prompts are tokenized one by one (with the tokenizer's special tokens), left-padded into
+    batches of similar length, and decoded greedily (no sampling, one beam) for at most
+    ``max_new_tokens`` tokens or until EOS. The model is put in eval mode and left there.
+
+    Returns:
+        One string per prompt, in the order of ``prompts``.
+    """
+    if not prompts:
+        return []
+    model.eval()
+    device = model_device(model)
+    pad_id = pad_token_id(tok)
+    encoded = [tok(p)["input_ids"] for p in prompts]
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        num_beams=1,
+        pad_token_id=pad_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=tok.bos_token_id,
+    )
+    outputs: List[str] = [""] * len(prompts)
+    with torch.no_grad():
+        for indices in batched_indices([len(e) for e in encoded], batch_size):
+            batch = pad_sequences([encoded[i] for i in indices], pad_id, "left", device)
+            generated = model.generate(
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                generation_config=config,
+            )  # [B, L + new]
+            new_tokens = generated[:, batch.input_ids.shape[1] :]
+            for index, row in zip(indices, new_tokens):
+                outputs[index] = tok.decode(row.tolist(), skip_special_tokens=True)
+    return outputs

@@ -1,0 +1,135 @@
+"""Teacher-forced probe metrics: answer-token accuracy and answer probability.
+
+Every probe is scored on the text ``prompt + " " + answer`` (a :class:`Probe` answer has no
+leading space). The answer tokens are the tokens of that text after the prompt's own tokens;
+see :mod:`.batching` for the exact rule. For an answer of ``T`` tokens ``a_1..a_T`` and the
+model's next-token distribution ``p(. | prefix)`` at the position before each of them:
+
+* ``acc``      = (1/T) * #{t : argmax p(. | prefix_t) == a_t}   (EasyEdit's token accuracy)
+* ``prob``     = exp((1/T) * sum_t log p(a_t | prefix_t))      (geometric-mean token probability)
+* ``seq_prob`` = exp(sum_t log p(a_t | prefix_t))              (probability of the whole answer)
+* ``pred_ids`` = the argmax token ids at those T positions (EasyEdit's locality "outputs")
+
+All probes are batched (``batch_size`` per forward pass, similar lengths together), padded on
+the tokenizer's ``padding_side`` (or the one passed), with position ids from the attention
+mask, so values do not depend on padding side or batch size (up to float rounding).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, TypedDict
+
+import torch
+
+from ..data.types import Probe
+from .batching import (
+    batched_indices,
+    encode_probes,
+    forward_logits,
+    model_device,
+    pad_sequences,
+    pad_token_id,
+    resolve_padding_side,
+)
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = ["ProbeScores", "evaluate_probes", "token_accuracy", "answer_probability"]
+
+
+class ProbeScores(TypedDict):
+    """Per-probe results of :func:`evaluate_probes`; every list has one entry per probe."""
+
+    acc: List[float]
+    prob: List[float]
+    seq_prob: List[float]
+    pred_ids: List[List[int]]
+    n_tokens: List[int]
+
+
+def evaluate_probes(
+    model: torch.nn.Module,
+    tok: "PreTrainedTokenizerBase",
+    probes: Sequence[Probe],
+    batch_size: int = 32,
+    padding_side: Optional[str] = None,
+) -> ProbeScores:
+    """Accuracy, probabilities and predicted ids of the answer tokens of each probe, in one pass.
+
+    Args:
+        model: a causal LM returning logits ``[batch, seq, vocab]`` (HF output or tensor);
+            put in eval mode and left there.
+        tok: its tokenizer (not modified).
+        probes: the probes to score.
+        batch_size: probes per forward pass.
+        padding_side: ``"left"``/``"right"``; default: the tokenizer's.
+
+    Returns:
+        :class:`ProbeScores` with one value per probe, in the order of ``probes``.
+    """
+    scores: ProbeScores = {"acc": [], "prob": [], "seq_prob": [], "pred_ids": [], "n_tokens": []}
+    if not probes:
+        return scores
+    model.eval()
+    encoded = encode_probes(tok, probes)
+    device = model_device(model)
+    pad_id = pad_token_id(tok)
+    side = resolve_padding_side(tok, padding_side)
+    per_probe: List[Optional[tuple]] = [None] * len(encoded)
+    with torch.no_grad():
+        for indices in batched_indices([len(e.input_ids) for e in encoded], batch_size):
+            batch = pad_sequences([encoded[i].input_ids for i in indices], pad_id, side, device)
+            logits = forward_logits(model, batch)  # [B, L, V]
+            rows: List[int] = []
+            cols: List[int] = []
+            counts: List[int] = []
+            for row, index in enumerate(indices):
+                item = encoded[index]
+                offset = batch.offsets[row]
+                span = range(offset + item.answer_start, offset + len(item.input_ids))
+                rows.extend([row] * len(span))
+                cols.extend(span)
+                counts.append(len(span))
+            row_t = torch.tensor(rows, device=device)
+            col_t = torch.tensor(cols, device=device)
+            step_logits = logits[row_t, col_t - 1].float()  # [N, V], predicts token at col
+            targets = batch.input_ids[row_t, col_t]  # [N]
+            log_probs = torch.log_softmax(step_logits, dim=-1).gather(1, targets[:, None]).squeeze(1)
+            predicted = step_logits.argmax(dim=-1)  # [N]
+            for index, lp, pred, tgt in zip(
+                indices,
+                log_probs.split(counts),
+                predicted.split(counts),
+                targets.split(counts),
+            ):
+                per_probe[index] = (lp.cpu(), pred.cpu(), tgt.cpu())
+    for lp, pred, tgt in per_probe:  # type: ignore[misc]
+        scores["acc"].append(float((pred == tgt).float().mean()))
+        scores["prob"].append(float(lp.mean().exp()))
+        scores["seq_prob"].append(float(lp.sum().exp()))
+        scores["pred_ids"].append(pred.tolist())
+        scores["n_tokens"].append(int(tgt.numel()))
+    return scores
+
+
+def token_accuracy(
+    model: torch.nn.Module,
+    tok: "PreTrainedTokenizerBase",
+    probes: Sequence[Probe],
+    batch_size: int = 32,
+    padding_side: Optional[str] = None,
+) -> List[float]:
+    """Per probe: fraction of answer tokens that are the argmax prediction (teacher-forced)."""
+    return evaluate_probes(model, tok, probes, batch_size, padding_side)["acc"]
+
+
+def answer_probability(
+    model: torch.nn.Module,
+    tok: "PreTrainedTokenizerBase",
+    probes: Sequence[Probe],
+    batch_size: int = 32,
+    padding_side: Optional[str] = None,
+) -> Dict[str, List[float]]:
+    """Per probe: ``{"prob": geometric-mean token probability, "seq_prob": answer probability}``."""
+    scores = evaluate_probes(model, tok, probes, batch_size, padding_side)
+    return {"prob": scores["prob"], "seq_prob": scores["seq_prob"]}
