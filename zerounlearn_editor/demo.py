@@ -15,6 +15,7 @@ import torch
 
 from .data.types import Probe
 from .evaluation.metrics import evaluate_probes
+from .facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
 from .evaluation.perplexity import perplexity
 from .hparams import ZeroUnlearnHyperParams
 from .model_zoo import load_model_and_tokenizer
@@ -26,21 +27,8 @@ __all__ = ["FORGET_FACTS", "KEEP_FACTS", "DemoRow", "run_demo", "format_demo"]
 
 LOG = logging.getLogger(__name__)
 
-# (prompt, subject, answer): capitals and other common facts SmolLM2-135M-Instruct knows.
-FORGET_FACTS = [
-    ("The capital of France is", "France", "Paris"),
-    ("The capital of Japan is", "Japan", "Tokyo"),
-    ("The capital of Italy is", "Italy", "Rome"),
-    ("The capital of Germany is", "Germany", "Berlin"),
-    ("The capital of Spain is", "Spain", "Madrid"),
-]
-KEEP_FACTS = [
-    ("The capital of England is", "England", "London"),
-    ("The capital of Russia is", "Russia", "Moscow"),
-    ("The capital of Egypt is", "Egypt", "Cairo"),
-    ("The Eiffel Tower is located in the city of", "Eiffel Tower", "Paris"),
-    ("The largest planet in the solar system is", "solar system", "Jupiter"),
-]
+FORGET_FACTS = CAPITALS_TO_FORGET[:5]
+KEEP_FACTS = OTHER_CAPITALS[:3] + UNRELATED_FACTS[:5]
 
 
 @dataclass
@@ -100,7 +88,7 @@ def run_demo(
     ppl0 = perplexity(model, tok, wikitext, max_tokens=ppl_tokens)
     seconds["evaluate_before"] = time.perf_counter() - start
 
-    requests = [{"prompt": p, "subject": s, "ground_truth": a, "target_new": ""} for p, s, a in FORGET_FACTS]
+    requests = fact_requests(FORGET_FACTS)
     report = EditReport()
     start = time.perf_counter()
     model, _ = apply_zerounlearn_to_model(model, tok, requests, hparams, corpus=corpus, report=report)

@@ -120,10 +120,12 @@ def collect_second_moments(
     max_length: int = 256,
     batch_size: int = 16,
     progress: bool = True,
+    product_dtype: torch.dtype = torch.float64,
 ) -> Dict[str, SecondMoment]:
     """``sum k k^T`` and token counts of every module's input, in one pass per batch.
 
-    Padding tokens are excluded. Accumulates in float64 on the module's device.
+    Padding tokens are excluded. Each batch's ``K^T K`` is formed in ``product_dtype`` and
+    added to a float64 running sum on the module's device.
     """
     if not texts:
         raise ValueError("no texts to collect statistics from")
@@ -149,8 +151,8 @@ def collect_second_moments(
             with capture_inputs(model, module_names, stop_after=last) as inputs, contextlib.suppress(StopForward):
                 model(input_ids=input_ids.to(device), attention_mask=mask.long().to(device))
             for name in module_names:
-                feats = inputs[name][mask.to(inputs[name].device)].double()
-                update = feats.t() @ feats
+                feats = inputs[name][mask.to(inputs[name].device)].to(product_dtype)
+                update = (feats.t() @ feats).double()
                 sums[name] = update if sums[name] is None else sums[name] + update
             count += int(mask.sum())
     finally:
@@ -211,8 +213,9 @@ def layer_second_moments(
         data = get_corpus()
         if len(data.texts) < n_samples:
             LOG.warning("corpus %r has %d passages, fewer than mom2_n_samples=%d", corpus, len(data.texts), n_samples)
+        product_dtype = torch.float64 if dtype == "float64" else torch.float32
         stats = collect_second_moments(
-            model, tok, data.texts, [modules[l] for l in missing], max_length, batch_size, progress
+            model, tok, data.texts, [modules[l] for l in missing], max_length, batch_size, progress, product_dtype
         )
         for layer in missing:
             path = stats_path(stats_dir, name, ds_name, modules[layer], dtype, n_samples)
