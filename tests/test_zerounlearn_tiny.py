@@ -209,3 +209,32 @@ def test_subject_placeholder_prompt_is_accepted(tok, workdir):
     assert not torch.equal(
         edited.model.layers[1].mlp.down_proj.weight, model.model.layers[1].mlp.down_proj.weight
     )
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("loss_layer", [-1, 2])
+def test_prefix_reuse_gives_the_same_targets_as_full_forwards(arch, loss_layer, tok):
+    """Running only the layers after the edited one (cached prefix) equals hooking the full model."""
+    from dataclasses import replace
+
+    from zerounlearn_editor.encoding import target_token_ids
+    from zerounlearn_editor.targets import TargetConfig, _SuffixStack, loss_layer_module, optimise_neutral_targets
+
+    model = BUILDERS[arch][0](tok)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(30.0)
+    requests = normalize_requests(forget_requests())
+    prefixes = context_prefixes(model, tok, 2, 3, 0)
+    cfg = TargetConfig(
+        layer_module="model.layers.1", ln_f_module="model.norm", lm_head_module="lm_head",
+        loss_layer_module=loss_layer_module(model, loss_layer, "model.layers.{}"), fact_token="subject_last",
+        steps=8, lr=0.5, weight_decay=1e-3, clamp_norm_factor=20.0, kl_factor=0.1, early_stop_loss=0.05, chunk_size=8,
+    )
+    assert _SuffixStack.supported(model, cfg)
+    ids = [target_token_ids(tok, None)] * len(requests)
+    fast = optimise_neutral_targets(model, tok, requests, ids, prefixes, cfg)
+    slow = optimise_neutral_targets(model, tok, requests, ids, prefixes, replace(cfg, reuse_prefix=False))
+    torch.testing.assert_close(fast.h0, slow.h0, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fast.z, slow.z, rtol=1e-4, atol=1e-5)
+    assert fast.steps_run == slow.steps_run
+    assert len(model.model.layers) == 4  # the layer list is restored

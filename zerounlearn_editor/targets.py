@@ -13,14 +13,14 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .encoding import encode_rows
-from .model_access import StopForward, get_module, hidden_of, model_device, num_hidden_layers
+from .model_access import StopForward, capture_outputs, get_module, hidden_of, model_device, num_hidden_layers
 from .requests import ForgetRequest
 
 __all__ = ["TargetConfig", "NeutralTargets", "optimise_neutral_targets"]
@@ -44,6 +44,7 @@ class TargetConfig:
     kl_factor: float
     early_stop_loss: float
     chunk_size: int
+    reuse_prefix: bool = True  # run only the layers after the edited one per step, where supported
 
 
 @dataclass
@@ -54,6 +55,44 @@ class NeutralTargets:
     h0: torch.Tensor
     nll: torch.Tensor
     steps_run: List[int]
+
+
+_SUFFIX_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+
+
+class _SuffixStack:
+    """Runs only the decoder layers after the edited one, on cached hidden states.
+
+    For decoder stacks whose ``inputs_embeds`` enter the first layer unchanged (Llama, Mistral,
+    Qwen2/3), the base model's own forward over a shortened layer list computes exactly what
+    the full model computes from layer ``start`` on: the residual before layer ``start`` is
+    computed once per chunk instead of once per optimisation step.
+    """
+
+    def __init__(self, model: nn.Module, layer_module: nn.Module, stop: Optional[int]):
+        base = model.model
+        layers = list(base.layers)
+        start = next(i for i, layer in enumerate(layers) if layer is layer_module) + 1
+        self.base, self.full = base, base.layers
+        self.suffix = nn.ModuleList(layers[start:stop])
+
+    @staticmethod
+    def supported(model: nn.Module, cfg: "TargetConfig") -> bool:
+        base = getattr(model, "model", None)
+        if getattr(model.config, "model_type", None) not in _SUFFIX_MODEL_TYPES or base is None:
+            return False
+        if not isinstance(getattr(base, "layers", None), nn.ModuleList) or getattr(base, "norm", None) is None:
+            return False
+        layer = get_module(model, cfg.layer_module)
+        return any(layer is l for l in base.layers) and get_module(model, cfg.ln_f_module) is base.norm
+
+    def __call__(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Final-norm hidden states ``[rows, seq, d_model]`` from layer-``start`` inputs."""
+        self.base.layers = self.suffix
+        try:
+            return self.base(inputs_embeds=hidden, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        finally:
+            self.base.layers = self.full
 
 
 def _forward_logits_rows(model, cfg: TargetConfig, batch, delta_rows_hook, rows, positions) -> torch.Tensor:
@@ -145,12 +184,35 @@ def _optimise_chunk(
             return (hidden,) + tuple(output[1:])
         return hidden
 
+    use_suffix = cfg.reuse_prefix and _SuffixStack.supported(model, cfg)
+    if use_suffix:
+        stop = None
+        if cfg.loss_layer_module:
+            loss_layer = get_module(model, cfg.loss_layer_module)
+            stop = next(i for i, l in enumerate(model.model.layers) if l is loss_layer) + 1
+        suffix = _SuffixStack(model, get_module(model, cfg.layer_module), stop)
+        with torch.no_grad(), capture_outputs(model, [cfg.layer_module], stop_after=cfg.layer_module) as out, \
+                contextlib.suppress(StopForward):
+            model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        h_layer = out[cfg.layer_module]
+        all_rows = torch.arange(len(row_req), device=h_layer.device)
+        state["h0"] = h_layer[bare_rows, batch.lookup[bare_rows]].float().clone()
+        lm_head = get_module(model, cfg.lm_head_module)
+
+    def step_logits() -> torch.Tensor:
+        if not use_suffix:
+            return _forward_logits_rows(model, cfg, batch, add_delta, rows, positions)
+        add = torch.zeros_like(h_layer)
+        add[all_rows, batch.lookup] = delta[row_req].to(h_layer.dtype)
+        normed = suffix(h_layer + add, batch.attention_mask)
+        return lm_head(normed[rows, positions].to(lm_head.weight.dtype)).float()
+
     active = torch.ones(n, dtype=torch.bool, device=delta.device)
     steps_run = [0] * n
     nll_req = torch.zeros(n, device=device)
     kl_init = None
     for step in range(cfg.steps + 1):
-        logits = _forward_logits_rows(model, cfg, batch, add_delta, rows, positions)
+        logits = step_logits()
         logp_t = torch.log_softmax(logits[: len(t_rows)], dim=-1)
         nll_tok = -logp_t.gather(1, t_tok_t[:, None]).squeeze(1)
         nll_req = torch.zeros(n, device=device).index_add(0, t_req_t, nll_tok * t_weight_t)

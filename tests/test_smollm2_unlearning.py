@@ -1,0 +1,57 @@
+"""ZeroUnlearn on the real SmolLM2-135M-Instruct with facts it knows (slow; runs in CI)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from zerounlearn_editor import ZeroUnlearnHyperParams, apply_zerounlearn_to_model, restore_weights
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.evaluation.metrics import evaluate_probes
+from zerounlearn_editor.evaluation.perplexity import perplexity
+from zerounlearn_editor.facts import CAPITALS_TO_FORGET, UNRELATED_FACTS, fact_requests
+from zerounlearn_editor.model_zoo import load_model_and_tokenizer
+from zerounlearn_editor.resources import hparams_path, shared_file
+
+pytestmark = pytest.mark.slow
+
+
+def _mean_acc(model, tok, facts) -> float:
+    scores = evaluate_probes(model, tok, [Probe(p, a) for p, _, a in facts])
+    return sum(scores["acc"]) / len(scores["acc"])
+
+
+@pytest.fixture(scope="module")
+def smollm2(smollm2_path):
+    model, tok = load_model_and_tokenizer(str(smollm2_path))
+    return model, tok
+
+
+def test_unlearn_ten_capitals_keeps_unrelated_facts_and_fluency(smollm2, smollm2_stats_dir):
+    model, tok = smollm2
+    hparams = ZeroUnlearnHyperParams.from_hparams(hparams_path("ZeroUnlearn", "SmolLM2-135M-Instruct"))
+    hparams = hparams.replace(stats_dir=str(smollm2_stats_dir), mom2_dataset=str(shared_file("text/wiki_passages_3643.jsonl")))
+    wikitext = shared_file("text/wikitext2_raw_test.txt")
+    probe_ids = tok("The capital of France is Paris. Hamlet was written by", return_tensors="pt").input_ids
+
+    forget_before = _mean_acc(model, tok, CAPITALS_TO_FORGET)
+    unrelated_before = _mean_acc(model, tok, UNRELATED_FACTS)
+    ppl_before = perplexity(model, tok, wikitext, max_tokens=20000)
+    with torch.no_grad():
+        logits_before = model(probe_ids).logits
+
+    model, weights_copy = apply_zerounlearn_to_model(
+        model, tok, fact_requests(CAPITALS_TO_FORGET), hparams, return_orig_weights=True, progress=False
+    )
+    try:
+        forget_after = _mean_acc(model, tok, CAPITALS_TO_FORGET)
+        unrelated_after = _mean_acc(model, tok, UNRELATED_FACTS)
+        ppl_after = perplexity(model, tok, wikitext, max_tokens=20000)
+    finally:
+        restore_weights(model, weights_copy)
+
+    assert forget_before >= 0.8
+    assert forget_after <= 0.1, f"forget accuracy {forget_before:.2f} -> {forget_after:.2f}"
+    assert unrelated_after >= 0.9 * unrelated_before, f"unrelated {unrelated_before:.2f} -> {unrelated_after:.2f}"
+    assert ppl_after < 1.05 * ppl_before, f"perplexity {ppl_before:.2f} -> {ppl_after:.2f}"
+    with torch.no_grad():
+        assert torch.equal(model(probe_ids).logits, logits_before)
