@@ -1,0 +1,634 @@
+"""The per-layer mathematics of ZeroUnlearn-GD (additive, null-space-projected update).
+
+Setting for one edited layer (all shapes in the *mathematical* orientation, ``value = W @ key``):
+
+* ``W``   ``[d_out, d_in]``  the weight being edited,
+* ``K_f`` ``[d_in, n]``      forget keys (one column per forget sample),
+* ``M_f`` ``[d_out, n]``     forget values, normally ``W @ K_f``,
+* ``M_n`` ``[d_out, n]``     neutral target values,
+* ``C0``  ``[d_in, d_in]``   utility second moment ``E[k k^T]`` (symmetric PSD).
+
+The update is ``W' = W + D_m`` with ``D_m = E P_m``, where ``P_m = U0 U0^T`` projects onto the
+(numerical) null space of ``C0``: ``U0`` ``[d_in, r]`` holds the eigenvectors of ``C0`` whose
+eigenvalues lie below an absolute threshold (as AlphaEdit does). ``D_m k ~ 0`` for every key
+``k`` in the range of ``C0``, so utility activations are (approximately) left untouched.
+
+Objective, Frobenius norms, weights ``a, b, c >= 0``::
+
+    J(E) = a ||M_f^T (W + E P_m) K_f||^2 + b ||(W + E P_m) K_f - M_n||^2 + c ||E P_m||^2
+
+Only ``F = E U0`` ``[d_out, r]`` matters (``E P_m = F U0^T``; since ``U0`` has orthonormal
+columns, ``||E P_m|| = ||F||``). With ``Kt = U0^T K_f`` ``[r, n]`` and ``X = W K_f + F Kt``::
+
+    J(F)  = a ||M_f^T X||^2 + b ||X - M_n||^2 + c ||F||^2
+    dJ/dF = 2 [ (a M_f M_f^T X + b (X - M_n)) Kt^T + c F ]
+          = 2 [ Q F G + c F - Z ]
+
+with ``Q = a M_f M_f^T + b I`` ``[d_out, d_out]``, ``G = Kt Kt^T`` ``[r, r]`` and
+``Z = (b M_n - Q W K_f) Kt^T = (b M_n K_f^T - Q W K_f K_f^T) U0`` ``[d_out, r]``. The objective
+is a convex quadratic in ``F``; its minimisers solve the Sylvester-type equation
+``Q F G + c F = Z``. With ``Q = Uq diag(q) Uq^T`` and ``G = Ug diag(g) Ug^T`` it decouples
+elementwise: ``F = Uq [ (Uq^T Z Ug) / (q g^T + c) ] Ug^T``.
+
+:func:`solve_exact` evaluates this closed form (dense or low-rank route); :func:`solve_gd`
+minimises the same objective iteratively (Adam, then linear conjugate gradient) without any
+closed form inside. Everything is a pure function of tensors.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from typing import Deque, Literal, NamedTuple, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "nullspace_projector",
+    "solve_exact",
+    "solve_gd",
+    "objective",
+    "objective_wrt_F",
+    "objective_gradient_wrt_F",
+]
+
+logger = logging.getLogger(__name__)
+
+Route = Literal["auto", "dense", "lowrank"]
+
+_F64 = torch.float64
+
+# Conjugate gradient: every this many iterations the residual is recomputed from the gradient.
+_CG_REFRESH = 50
+
+
+# ----------------------------------------------------------------------------------------------
+# Input validation
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_matrix(name: str, x: object) -> Tensor:
+    """Check that ``x`` is a finite, floating-point 2-D tensor; return it."""
+    if not isinstance(x, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
+    if not (x.is_floating_point()):
+        raise ValueError(f"{name} must have a floating-point dtype, got {x.dtype}")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return x
+
+
+def _check_weight(name: str, value: float) -> float:
+    """Check that an objective weight is a finite real number >= 0; return it as float."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a real number, got {value!r}") from exc
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+    return v
+
+
+def _check_problem(
+    W: Tensor, K_f: Tensor, M_f: Tensor, M_n: Tensor, a: float, b: float, c: float
+) -> Tuple[int, int, int, float, float, float]:
+    """Validate the per-layer problem; return ``(d_out, d_in, n, a, b, c)``."""
+    _check_matrix("W", W)
+    _check_matrix("K_f", K_f)
+    _check_matrix("M_f", M_f)
+    _check_matrix("M_n", M_n)
+    d_out, d_in = W.shape
+    if K_f.shape[0] != d_in:
+        raise ValueError(f"K_f must have shape [d_in={d_in}, n], got {tuple(K_f.shape)}")
+    n = K_f.shape[1]
+    if tuple(M_f.shape) != (d_out, n):
+        raise ValueError(f"M_f must have shape [d_out={d_out}, n={n}], got {tuple(M_f.shape)}")
+    if tuple(M_n.shape) != (d_out, n):
+        raise ValueError(f"M_n must have shape [d_out={d_out}, n={n}], got {tuple(M_n.shape)}")
+    return d_out, d_in, n, _check_weight("a", a), _check_weight("b", b), _check_weight("c", c)
+
+
+def _check_basis(U0: Tensor, d_in: int) -> Tensor:
+    """Validate the null-space basis ``U0`` ``[d_in, r]`` (r may be 0)."""
+    _check_matrix("U0", U0)
+    if U0.shape[0] != d_in:
+        raise ValueError(f"U0 must have shape [d_in={d_in}, r], got {tuple(U0.shape)}")
+    return U0
+
+
+# ----------------------------------------------------------------------------------------------
+# Null-space projector
+# ----------------------------------------------------------------------------------------------
+
+
+def nullspace_projector(
+    C0: Tensor, threshold: float, *, symmetry_tol: float = 1e-6
+) -> Tuple[Tensor, Tensor]:
+    """Projector onto the numerical null space of the utility second moment ``C0``.
+
+    ``C0`` is symmetrised and eigendecomposed in float64 (``torch.linalg.eigh``). The
+    eigenvectors whose eigenvalue is strictly below the *absolute* ``threshold`` form ``U0``.
+
+    Args:
+        C0: ``[d_in, d_in]`` symmetric positive semi-definite second moment ``E[k k^T]``.
+        threshold: absolute eigenvalue threshold (``>= 0``, finite).
+        symmetry_tol: ``C0`` counts as symmetric when
+            ``max|C0 - C0^T| <= symmetry_tol * max(1, max|C0|)``.
+
+    Returns:
+        ``(P_m, U0)``: ``P_m = U0 U0^T`` ``[d_in, d_in]`` and ``U0`` ``[d_in, r]`` with orthonormal
+        columns, both float64 on ``C0``'s device. ``r`` may be 0 (``C0`` has no eigenvalue below
+        the threshold): then ``U0`` is ``[d_in, 0]``, ``P_m`` is all zeros and every
+        ZeroUnlearn-GD update built on it is zero.
+
+    Raises:
+        ValueError: ``C0`` is not a finite square symmetric floating tensor, or ``threshold`` is
+            negative or not finite (the message names the argument).
+    """
+    _check_matrix("C0", C0)
+    if C0.shape[0] != C0.shape[1]:
+        raise ValueError(f"C0 must be square [d_in, d_in], got {tuple(C0.shape)}")
+    thr = _check_weight("threshold", threshold)
+    C = C0.to(_F64)
+    asym = float((C - C.T).abs().max()) if C.numel() else 0.0
+    scale = max(1.0, float(C.abs().max())) if C.numel() else 1.0
+    if asym > symmetry_tol * scale:
+        raise ValueError(
+            f"C0 must be symmetric: max|C0 - C0^T| = {asym:.3g} exceeds {symmetry_tol:g} * {scale:.3g}"
+        )
+    d_in = C.shape[0]
+    evals, evecs = torch.linalg.eigh(0.5 * (C + C.T))
+    below = evals < thr
+    r = int(below.sum())
+    U0 = evecs[:, below].contiguous()
+    # Build the projector from whichever side is thinner: U0 U0^T = I - U1 U1^T.
+    if r <= d_in - r:
+        P_m = U0 @ U0.T
+    else:
+        U1 = evecs[:, ~below]
+        P_m = torch.eye(d_in, dtype=_F64, device=C.device) - U1 @ U1.T
+    P_m = 0.5 * (P_m + P_m.T)
+    logger.debug(
+        "nullspace_projector: d_in=%d, threshold=%g, null-space rank r=%d, eigenvalues in [%.3g, %.3g]",
+        d_in, thr, r, float(evals[0]) if d_in else float("nan"), float(evals[-1]) if d_in else float("nan"),
+    )
+    if r == 0:
+        logger.warning("nullspace_projector: no eigenvalue of C0 below %g; the update will be zero", thr)
+    return P_m, U0
+
+
+# ----------------------------------------------------------------------------------------------
+# Objective and gradient
+# ----------------------------------------------------------------------------------------------
+
+
+def objective(
+    W: Tensor,
+    K_f: Tensor,
+    M_f: Tensor,
+    M_n: Tensor,
+    D_m: Tensor,
+    a: float = 1.0,
+    b: float = 100.0,
+    c: float = 0.1,
+) -> float:
+    """``J = a ||M_f^T (W + D_m) K_f||^2 + b ||(W + D_m) K_f - M_n||^2 + c ||D_m||^2`` in float64.
+
+    ``D_m`` ``[d_out, d_in]`` is the additive update ``E P_m`` (so ``||E P_m|| = ||D_m||``);
+    the other shapes are as in the module docstring.
+    """
+    d_out, d_in, _, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
+    _check_matrix("D_m", D_m)
+    if tuple(D_m.shape) != (d_out, d_in):
+        raise ValueError(f"D_m must have shape [d_out={d_out}, d_in={d_in}], got {tuple(D_m.shape)}")
+    X = (W.to(_F64) + D_m.to(_F64)) @ K_f.to(_F64)
+    M_f64, M_n64 = M_f.to(_F64), M_n.to(_F64)
+    value = (
+        a * (M_f64.T @ X).square().sum()
+        + b * (X - M_n64).square().sum()
+        + c * D_m.to(_F64).square().sum()
+    )
+    return float(value)
+
+
+class _Pieces(NamedTuple):
+    """Precomputed, dtype-cast quantities shared by objective, gradient and Hessian products."""
+
+    WK: Tensor             # [d_out, n]  W K_f
+    Kt: Tensor             # [r, n]      U0^T K_f
+    M_f: Tensor            # [d_out, n]
+    M_n: Tensor            # [d_out, n]
+    S: Optional[Tensor]    # [d_out, d_out] M_f M_f^T when forming it is cheaper, else None
+
+
+def _prepare(
+    W: Tensor, K_f: Tensor, M_f: Tensor, M_n: Tensor, U0: Tensor, dtype: torch.dtype, repeated: bool
+) -> _Pieces:
+    """Cast to ``dtype`` and precompute ``W K_f``, ``U0^T K_f`` and, if it pays, ``M_f M_f^T``.
+
+    ``repeated``: the products with ``M_f M_f^T`` will be taken many times (iterative solver),
+    so forming the ``[d_out, d_out]`` Gram matrix pays off when ``d_out <= n``.
+    """
+    K = K_f.to(dtype)
+    Mf = M_f.to(dtype)
+    S = Mf @ Mf.T if repeated and Mf.shape[0] <= Mf.shape[1] else None
+    return _Pieces(WK=W.to(dtype) @ K, Kt=U0.to(dtype).T @ K, M_f=Mf, M_n=M_n.to(dtype), S=S)
+
+
+def _apply_S(p: _Pieces, X: Tensor) -> Tensor:
+    """``M_f M_f^T X`` ``[d_out, m]`` for ``X`` ``[d_out, m]``, cheapest way round."""
+    return p.S @ X if p.S is not None else p.M_f @ (p.M_f.T @ X)
+
+
+def _objective_and_gradient(
+    p: _Pieces, F: Tensor, a: float, b: float, c: float, need_value: bool = True
+) -> Tuple[Optional[Tensor], Tensor]:
+    """Objective ``J(F)`` (0-d tensor, or None) and gradient ``dJ/dF`` ``[d_out, r]``; ``F`` ``[d_out, r]``."""
+    X = p.WK + F @ p.Kt                   # [d_out, n]
+    SX = _apply_S(p, X)                   # [d_out, n]
+    resid = X - p.M_n                     # [d_out, n]
+    grad = 2.0 * ((a * SX + b * resid) @ p.Kt.T + c * F)
+    if not need_value:
+        return None, grad
+    # a ||M_f^T X||^2 = a <X, M_f M_f^T X>: no cancellation, both factors are exact products.
+    value = a * (X * SX).sum() + b * resid.square().sum() + c * F.square().sum()
+    return value, grad
+
+
+def _hessian_apply(p: _Pieces, P: Tensor, a: float, b: float, c: float) -> Tensor:
+    """Hessian of ``J(F)`` applied to a direction ``P`` ``[d_out, r]``: ``2 (Q P G + c P)``."""
+    Y = P @ p.Kt
+    return 2.0 * ((a * _apply_S(p, Y) + b * Y) @ p.Kt.T + c * P)
+
+
+def objective_wrt_F(
+    W: Tensor, K_f: Tensor, M_f: Tensor, M_n: Tensor, U0: Tensor, F: Tensor,
+    a: float = 1.0, b: float = 100.0, c: float = 0.1,
+) -> float:
+    """``J(F)`` for the update ``D_m = F U0^T``; ``F`` ``[d_out, r]``, ``U0`` ``[d_in, r]``. Float64."""
+    d_out, d_in, _, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
+    U0 = _check_basis(U0, d_in)
+    _check_matrix("F", F)
+    if tuple(F.shape) != (d_out, U0.shape[1]):
+        raise ValueError(f"F must have shape [d_out={d_out}, r={U0.shape[1]}], got {tuple(F.shape)}")
+    pieces = _prepare(W, K_f, M_f, M_n, U0, _F64, repeated=False)
+    value, _ = _objective_and_gradient(pieces, F.to(_F64), a, b, c)
+    return float(value)
+
+
+def objective_gradient_wrt_F(
+    W: Tensor, K_f: Tensor, M_f: Tensor, M_n: Tensor, U0: Tensor, F: Tensor,
+    a: float = 1.0, b: float = 100.0, c: float = 0.1,
+) -> Tensor:
+    """Gradient ``dJ/dF = 2 [ (Q X - b M_n) Kt^T + c F ]`` ``[d_out, r]`` in float64.
+
+    ``X = W K_f + F Kt`` ``[d_out, n]``, ``Kt = U0^T K_f`` ``[r, n]``, ``Q = a M_f M_f^T + b I``.
+    ``F`` ``[d_out, r]`` parametrises the update ``D_m = F U0^T``; ``F = D_m @ U0`` recovers it.
+    """
+    d_out, d_in, _, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
+    U0 = _check_basis(U0, d_in)
+    _check_matrix("F", F)
+    if tuple(F.shape) != (d_out, U0.shape[1]):
+        raise ValueError(f"F must have shape [d_out={d_out}, r={U0.shape[1]}], got {tuple(F.shape)}")
+    pieces = _prepare(W, K_f, M_f, M_n, U0, _F64, repeated=False)
+    _, grad = _objective_and_gradient(pieces, F.to(_F64), a, b, c, need_value=False)
+    return grad
+
+
+# ----------------------------------------------------------------------------------------------
+# Exact solver
+# ----------------------------------------------------------------------------------------------
+
+
+def _key_basis(Kt: Tensor, thin: bool) -> Tuple[Tensor, Tensor]:
+    """Orthonormal right basis ``B`` ``[r, k]`` and eigenvalues ``g`` ``[k]`` of ``G = Kt Kt^T``.
+
+    Thin: SVD ``Kt = B diag(s) V^T``, ``g = s^2``, ``k = min(r, n)``; the orthogonal complement
+    of ``B`` is exactly the null space of ``G``. Dense: ``eigh(G)``, keeping the ``k <= r``
+    eigenvectors whose eigenvalue exceeds ``r * eps * max(g)``: eigenvalues below that are
+    rounding noise of zero, and since ``Z`` lies exactly in ``range(G)`` the solution has no
+    component there. (Keeping them would divide rounding noise of ``Z`` by ``c`` alone.)
+    """
+    if thin:
+        B, s, _ = torch.linalg.svd(Kt, full_matrices=False)
+        return B, s.square()
+    g, B = torch.linalg.eigh(Kt @ Kt.T)
+    g_max = float(g.max()) if g.numel() else 0.0
+    keep = g > Kt.shape[0] * torch.finfo(g.dtype).eps * g_max
+    return B[:, keep], g[keep]
+
+
+def _value_solve(
+    ZB: Tensor, g: Tensor, M_f: Tensor, a: float, b: float, c: float, thin: bool, rcond: float
+) -> Tensor:
+    """Solve ``Q F_B diag(g) + c F_B = ZB`` for ``F_B`` ``[d_out, k]`` (pseudo-inverse semantics).
+
+    ``Q = a M_f M_f^T + b I``. Dense: ``eigh(Q)``. Thin: the SVD ``M_f = Um diag(s) V^T``
+    (``Um`` ``[d_out, min(d_out, n)]``) gives ``Q``'s eigenpairs ``(b + a s^2, Um)`` plus
+    eigenvalue ``b`` on the orthogonal complement of ``Um``, so ``Q`` is never formed.
+    Decoupled denominators ``q_i g_j + c`` at or below ``rcond * max`` are treated as zero,
+    and so are the corresponding solution components.
+    """
+    g_max = float(g.max()) if g.numel() else 0.0
+
+    def divide(num: Tensor, q: Tensor, scale: float) -> Tensor:
+        denom = q[:, None] * g[None, :] + c
+        keep = denom > rcond * scale
+        return torch.where(keep, num / torch.where(keep, denom, torch.ones_like(denom)), torch.zeros_like(num))
+
+    if thin:
+        Um, s, _ = torch.linalg.svd(M_f, full_matrices=False)
+        q = b + a * s.square()
+        q_max = max(float(q.max()) if q.numel() else b, b)
+        scale = q_max * g_max + c
+        coef = Um.T @ ZB                                  # [m, k]
+        out = Um @ divide(coef, q, scale)
+        if Um.shape[1] < Um.shape[0]:
+            rest = ZB - Um @ coef                         # component where Q acts as b I
+            q_rest = torch.full((1,), b, dtype=ZB.dtype, device=ZB.device)
+            out = out + divide(rest, q_rest.expand(rest.shape[0]), scale)
+        return out
+    Qm = a * (M_f @ M_f.T)
+    Qm.diagonal().add_(b)
+    q, Uq = torch.linalg.eigh(Qm)
+    q = q.clamp_min(0.0)
+    scale = (float(q.max()) if q.numel() else 0.0) * g_max + c
+    return Uq @ divide(Uq.T @ ZB, q, scale)
+
+
+def solve_exact(
+    W: Tensor,
+    K_f: Tensor,
+    M_f: Tensor,
+    M_n: Tensor,
+    U0: Tensor,
+    a: float = 1.0,
+    b: float = 100.0,
+    c: float = 0.1,
+    *,
+    route: Route = "auto",
+    rcond: Optional[float] = None,
+) -> Tensor:
+    """Closed-form minimiser ``D_m = F U0^T`` ``[d_out, d_in]`` of the ZeroUnlearn-GD objective.
+
+    Solves ``Q F G + c F = Z`` (see the module docstring) in float64 by decoupling both sides
+    with eigendecompositions.
+
+    Routes, chosen independently for the key side and the value side:
+
+    * key side, dense: ``eigh(G)`` with ``G = Kt Kt^T`` ``[r, r]`` (eigenvalues that are rounding
+      noise of zero are dropped, see below); thin (``n < r``): SVD of
+      ``Kt = U0^T K_f`` ``[r, n]``. ``Z = (b M_n - Q W K_f) Kt^T`` has its rows in the row span of
+      ``Kt``, i.e. in ``range(G)``, so ``F`` has no component on ``G``'s null space and the thin
+      basis of ``min(r, n)`` vectors suffices. The thin route is also the more accurate one: it
+      never forms ``G``, whose tiny eigenvalues carry absolute errors of order ``eps * max(g)``.
+    * value side, dense: ``eigh(Q)`` ``[d_out, d_out]``; thin (``n < d_out``): SVD of ``M_f``,
+      since ``Q = b I + a M_f M_f^T`` is a rank-``n`` perturbation of ``b I``.
+
+    ``route="auto"`` uses the thin variant on each side where it is smaller; ``"dense"`` and
+    ``"lowrank"`` force one variant on both sides (they agree to rounding).
+
+    Singular systems (e.g. ``c == 0`` with ``n < r``): decoupled components whose denominator
+    ``q_i g_j + c`` is at most ``rcond`` times the largest are set to zero, i.e. the
+    minimum-norm (pseudo-inverse) minimiser is returned. ``rcond`` defaults to
+    ``max(d_out, r, n) * eps(float64)``. With ``c > 0`` this only matters if ``c`` is negligible
+    at float64 precision.
+
+    Args:
+        W: ``[d_out, d_in]`` weight.
+        K_f: ``[d_in, n]`` forget keys.
+        M_f: ``[d_out, n]`` forget values (``W K_f``).
+        M_n: ``[d_out, n]`` neutral targets.
+        U0: ``[d_in, r]`` orthonormal null-space basis from :func:`nullspace_projector`; ``r``
+            may be 0, and then the result is all zeros.
+        a, b, c: objective weights, finite and ``>= 0``.
+        route: ``"auto"``, ``"dense"`` or ``"lowrank"``.
+        rcond: relative cut-off for the pseudo-inverse (see above).
+
+    Returns:
+        ``D_m`` ``[d_out, d_in]`` float64 on ``W``'s device.
+
+    Raises:
+        ValueError: bad shapes, non-finite entries, negative weights or unknown route.
+    """
+    d_out, d_in, n, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
+    U0 = _check_basis(U0, d_in)
+    if route not in ("auto", "dense", "lowrank"):
+        raise ValueError(f"route must be 'auto', 'dense' or 'lowrank', got {route!r}")
+    r = U0.shape[1]
+    if r == 0 or n == 0:
+        logger.debug("solve_exact: r=%d, n=%d: update is zero", r, n)
+        return torch.zeros(d_out, d_in, dtype=_F64, device=W.device)
+    if rcond is None:
+        rcond = max(d_out, r, n) * torch.finfo(_F64).eps
+    elif not (math.isfinite(rcond) and rcond >= 0):
+        raise ValueError(f"rcond must be finite and >= 0, got {rcond!r}")
+
+    pieces = _prepare(W, K_f, M_f, M_n, U0, _F64, repeated=False)
+    Kt, M_f64 = pieces.Kt, pieces.M_f
+    thin_keys = route == "lowrank" or (route == "auto" and n < r)
+    thin_values = route == "lowrank" or (route == "auto" and n < d_out)
+    logger.debug(
+        "solve_exact: d_out=%d d_in=%d n=%d r=%d, key side %s, value side %s",
+        d_out, d_in, n, r, "thin" if thin_keys else "dense", "thin" if thin_values else "dense",
+    )
+
+    Y = b * (pieces.M_n - pieces.WK) - a * _apply_S(pieces, pieces.WK)  # [d_out, n], Z = Y Kt^T
+    B, g = _key_basis(Kt, thin_keys)                     # [r, k], [k]
+    ZB = Y @ (Kt.T @ B)                                  # [d_out, k] = Z B
+    F_B = _value_solve(ZB, g, M_f64, a, b, c, thin_values, rcond)  # F = F_B B^T
+
+    U0_64 = U0.to(_F64)
+    k = B.shape[1]
+    # D_m = F_B (U0 B)^T or (F_B B^T) U0^T, whichever multiplies fewer numbers.
+    cost_left = d_in * r * k + d_out * k * d_in
+    cost_right = d_out * k * r + d_out * r * d_in
+    if cost_left <= cost_right:
+        return F_B @ (U0_64 @ B).T
+    return (F_B @ B.T) @ U0_64.T
+
+
+# ----------------------------------------------------------------------------------------------
+# Iterative solver
+# ----------------------------------------------------------------------------------------------
+
+
+def _stalled(history: Sequence[float], window: int, tolerance: float) -> bool:
+    """True when the objective moved by at most ``tolerance`` (relative) over the last ``window`` steps."""
+    if len(history) <= window:
+        return False
+    change = abs(history[-1 - window] - history[-1])
+    return change <= tolerance * max(abs(history[-1]), 1e-300)
+
+
+def solve_gd(
+    W: Tensor,
+    K_f: Tensor,
+    M_f: Tensor,
+    M_n: Tensor,
+    U0: Tensor,
+    a: float = 1.0,
+    b: float = 100.0,
+    c: float = 0.1,
+    steps: int = 2000,
+    lr: float = 0.1,
+    tolerance: float = 1e-10,
+    seed: Optional[int] = None,
+    *,
+    cg_steps: Optional[int] = None,
+    dtype: torch.dtype = torch.float64,
+    window: int = 20,
+    log_every: int = 200,
+) -> Tensor:
+    """Minimise the ZeroUnlearn-GD objective over ``F`` ``[d_out, r]`` iteratively; return ``D_m``.
+
+    Two gradient-based phases on ``J(F)`` (module docstring), no closed form inside:
+
+    1. **Adam** for at most ``steps`` steps from ``F = 0`` (or, with ``seed``, from small
+       reproducible Gaussian noise). The loss is divided by ``J(0)`` so Adam's epsilon is
+       scale-free, and ``lr`` is *relative*: the absolute step size is ``lr`` times a scale of
+       ``F``'s entries, the RMS of ``Z / (mean(q) mean(g) + c)`` (the minimiser when ``Q`` and
+       ``G`` are replaced by the means of their eigenvalues, which are traces, computed
+       without any decomposition), so one ``lr`` suits weights of any magnitude. The step
+       size follows a cosine decay to zero over ``steps``.
+    2. **Linear conjugate gradient** on the same quadratic (exact line search along conjugate
+       directions; it uses only gradients and Hessian-direction products ``2 (Q P G + c P)``)
+       for at most ``cg_steps`` iterations. Adam alone stalls at a relative objective gap of
+       roughly ``1e-2``-``1e-4`` with a few thousand steps; CG removes that floor.
+       ``cg_steps=0`` runs Adam only, ``steps=0`` CG only.
+
+    Each phase stops early once the objective moved by at most ``tolerance * |J|`` over the
+    last ``window`` steps (a window, not one step, because CG and Adam both have stretches of
+    slow progress before converging), or when the gradient vanishes.
+
+    The number of iterations needed grows with the conditioning of the Hessian, whose
+    eigenvalues are ``2 (q_i g_j + c)``: with a large ``a`` and strongly correlated keys (large
+    ``||M_f||``, ``||K_f||``) it can take tens of thousands of CG iterations to reach ``1e-6``;
+    :func:`solve_exact` has no such limit.
+
+    The run is deterministic (no randomness unless ``seed`` is given, and then a private
+    generator is used). Progress is logged at DEBUG level every ``log_every`` steps, a
+    summary at INFO.
+
+    Args:
+        W, K_f, M_f, M_n, U0, a, b, c: as in :func:`solve_exact`.
+        steps: maximum Adam steps (``>= 0``).
+        lr: relative Adam step size (``> 0``), see above.
+        tolerance: relative objective-change stopping threshold (``>= 0``; 0 runs all steps).
+        seed: ``None`` starts from ``F = 0``; an integer starts from reproducible noise of RMS
+            ``1e-3`` times the scale of ``F`` above.
+        cg_steps: maximum conjugate-gradient iterations after Adam (default: ``steps``).
+        dtype: working dtype, ``torch.float64`` (default) or ``torch.float32``.
+        window: number of steps the stopping rule looks back (``>= 1``).
+        log_every: DEBUG log period in steps (``>= 1``).
+
+    Returns:
+        ``D_m = F U0^T`` ``[d_out, d_in]`` in float64 on ``W``'s device (zeros when ``r == 0``).
+
+    Raises:
+        ValueError: invalid inputs or settings.
+    """
+    d_out, d_in, n, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
+    U0 = _check_basis(U0, d_in)
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    if int(steps) != steps or steps < 0:
+        raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
+    if cg_steps is None:
+        cg_steps = steps
+    if int(cg_steps) != cg_steps or cg_steps < 0:
+        raise ValueError(f"cg_steps must be an integer >= 0, got {cg_steps!r}")
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be finite and > 0, got {lr!r}")
+    tolerance = _check_weight("tolerance", tolerance)
+    if int(log_every) != log_every or log_every < 1:
+        raise ValueError(f"log_every must be an integer >= 1, got {log_every!r}")
+    if int(window) != window or window < 1:
+        raise ValueError(f"window must be an integer >= 1, got {window!r}")
+    r = U0.shape[1]
+    if r == 0 or n == 0:
+        logger.debug("solve_gd: r=%d, n=%d: update is zero", r, n)
+        return torch.zeros(d_out, d_in, dtype=_F64, device=W.device)
+
+    pieces = _prepare(W, K_f, M_f, M_n, U0, dtype, repeated=True)
+    F = torch.zeros(d_out, r, dtype=dtype, device=W.device)
+
+    # Scale of F for the relative learning rate: the RMS entry of the minimiser of the scalar
+    # model in which Q and G are replaced by the means of their eigenvalues,
+    # F ~ Z / (mean(q) mean(g) + c) with Z = -dJ/dF(0) / 2.
+    J0, g0 = _objective_and_gradient(pieces, F, a, b, c)
+    grad_rms = float(g0.square().mean().sqrt())
+    if grad_rms == 0.0:
+        logger.info("solve_gd: gradient at F = 0 is zero; update is zero")
+        return torch.zeros(d_out, d_in, dtype=_F64, device=W.device)
+    mean_q = (a * float(pieces.M_f.square().sum()) + b * d_out) / d_out
+    mean_g = float(pieces.Kt.square().sum()) / r
+    scale_F = 0.5 * grad_rms / (mean_q * mean_g + c)
+    if seed is not None:
+        gen = torch.Generator(device="cpu").manual_seed(int(seed))
+        noise = torch.randn(d_out, r, generator=gen, dtype=_F64)
+        F = (1e-3 * scale_F * noise).to(dtype=dtype, device=W.device)
+    loss_scale = 1.0 / max(float(J0), torch.finfo(dtype).tiny)
+
+    # ---- Phase 1: Adam -------------------------------------------------------------------
+    beta1, beta2 = 0.9, 0.999
+    eps = 1e-12 if dtype == torch.float64 else 1e-8
+    m = torch.zeros_like(F)
+    v = torch.zeros_like(F)
+    base_lr = lr * scale_F
+    history: Deque[float] = deque(maxlen=window + 1)
+    for t in range(1, steps + 1):
+        value_t, grad = _objective_and_gradient(pieces, F, a, b, c)
+        history.append(float(value_t))
+        if _stalled(history, window, tolerance):
+            logger.debug("solve_gd adam: objective stalled at step %d", t)
+            break
+        grad = grad * loss_scale
+        m.mul_(beta1).add_(grad, alpha=1 - beta1)
+        v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        step_lr = base_lr * 0.5 * (1.0 + math.cos(math.pi * (t - 1) / steps))
+        m_hat = m / (1 - beta1 ** t)
+        v_hat = v / (1 - beta2 ** t)
+        F = F - step_lr * m_hat / (v_hat.sqrt() + eps)
+        if t % log_every == 0:
+            logger.debug("solve_gd adam step %d: J=%.12g lr=%.3g", t, history[-1], step_lr)
+
+    # ---- Phase 2: linear conjugate gradient on the same quadratic --------------------------
+    value_t, grad = _objective_and_gradient(pieces, F, a, b, c)
+    logger.info("solve_gd: Adam phase done, J=%.12g (J at start %.12g)", float(value_t), float(J0))
+    history = deque([float(value_t)], maxlen=window + 1)
+    res = -grad
+    direction = res.clone()
+    rr = float(res.square().sum())
+    for it in range(1, cg_steps + 1):
+        if rr == 0.0:
+            break
+        Hd = _hessian_apply(pieces, direction, a, b, c)
+        dHd = float((direction * Hd).sum())
+        if not dHd > 0:
+            break
+        alpha = rr / dHd
+        F = F + alpha * direction
+        if it % _CG_REFRESH == 0:
+            # Replace the recurred residual by the true negative gradient (limits drift).
+            value_t, grad = _objective_and_gradient(pieces, F, a, b, c)
+            res = -grad
+            history.append(float(value_t))
+        else:
+            res = res - alpha * Hd
+            # Exact decrease of the quadratic along the line: alpha * <res_old, d> / 2 = alpha rr / 2.
+            history.append(history[-1] - 0.5 * alpha * rr)
+        rr_new = float(res.square().sum())
+        direction = res + (rr_new / rr) * direction
+        rr = rr_new
+        if it % log_every == 0:
+            logger.debug("solve_gd cg iteration %d: J=%.12g |grad|^2=%.3g", it, history[-1], rr)
+        if _stalled(history, window, tolerance):
+            logger.debug("solve_gd cg: objective stalled at iteration %d", it)
+            break
+    final_value, _ = _objective_and_gradient(pieces, F, a, b, c, need_value=True)
+    logger.info("solve_gd: finished, J=%.12g", float(final_value))
+    return F.to(_F64) @ U0.to(_F64).T
