@@ -29,3 +29,24 @@ def smollm2_stats_dir() -> Path:
     path = default_cache_dir() / "stats"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_path):
+    """``(model, tokenizer)`` of SmolLM2, shared by the real-model tests (each restores its edits)."""
+    from zerounlearn_editor.model_zoo import load_model_and_tokenizer
+
+    return load_model_and_tokenizer(str(smollm2_path))
+
+
+PPL_TOKENS = 20000
+
+
+@pytest.fixture(scope="session")
+def smollm2_base_ppl(smollm2) -> float:
+    """WikiText-2 perplexity of the unedited SmolLM2 over the first ``PPL_TOKENS`` tokens."""
+    from zerounlearn_editor.evaluation import perplexity
+    from zerounlearn_editor.resources import shared_file
+
+    model, tok = smollm2
+    return perplexity(model, tok, shared_file("text/wikitext2_raw_test.txt"), max_tokens=PPL_TOKENS)

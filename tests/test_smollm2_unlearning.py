@@ -9,8 +9,9 @@ from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
 from zerounlearn_editor.facts import CAPITALS_TO_FORGET, UNRELATED_FACTS, fact_requests
-from zerounlearn_editor.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.resources import hparams_path, shared_file
+
+from conftest import PPL_TOKENS
 
 pytestmark = pytest.mark.slow
 
@@ -20,13 +21,7 @@ def _mean_acc(model, tok, facts) -> float:
     return sum(scores["acc"]) / len(scores["acc"])
 
 
-@pytest.fixture(scope="module")
-def smollm2(smollm2_path):
-    model, tok = load_model_and_tokenizer(str(smollm2_path))
-    return model, tok
-
-
-def test_unlearn_ten_capitals_keeps_unrelated_facts_and_fluency(smollm2, smollm2_stats_dir):
+def test_unlearn_ten_capitals_keeps_unrelated_facts_and_fluency(smollm2, smollm2_stats_dir, smollm2_base_ppl):
     model, tok = smollm2
     hparams = ZeroUnlearnHyperParams.from_hparams(hparams_path("ZeroUnlearn", "SmolLM2-135M-Instruct"))
     hparams = hparams.replace(stats_dir=str(smollm2_stats_dir), mom2_dataset=str(shared_file("text/wiki_passages_3643.jsonl")))
@@ -35,7 +30,7 @@ def test_unlearn_ten_capitals_keeps_unrelated_facts_and_fluency(smollm2, smollm2
 
     forget_before = _mean_acc(model, tok, CAPITALS_TO_FORGET)
     unrelated_before = _mean_acc(model, tok, UNRELATED_FACTS)
-    ppl_before = perplexity(model, tok, wikitext, max_tokens=20000)
+    ppl_before = smollm2_base_ppl
     with torch.no_grad():
         logits_before = model(probe_ids).logits
 
@@ -45,7 +40,7 @@ def test_unlearn_ten_capitals_keeps_unrelated_facts_and_fluency(smollm2, smollm2
     try:
         forget_after = _mean_acc(model, tok, CAPITALS_TO_FORGET)
         unrelated_after = _mean_acc(model, tok, UNRELATED_FACTS)
-        ppl_after = perplexity(model, tok, wikitext, max_tokens=20000)
+        ppl_after = perplexity(model, tok, wikitext, max_tokens=PPL_TOKENS)
     finally:
         restore_weights(model, weights_copy)
 

@@ -11,6 +11,7 @@ from .fluency import ngram_entropy, text_ngram_entropy
 from .generation import generate_greedy
 from .metrics import ProbeScores, answer_probability, evaluate_probes, token_accuracy
 from .perplexity import perplexity
+from .selection import select_known_cases
 
 __all__ = [
     "CaseScores",
@@ -26,6 +27,7 @@ __all__ = [
     "perplexity",
     "phase_metrics",
     "score_case",
+    "select_known_cases",
     "summarize_metrics",
     "text_ngram_entropy",
     "token_accuracy",
