@@ -268,7 +268,7 @@ class ZeroUnlearnGDHyperParams(_EditHyperParams):
     nullspace_threshold: float = 1e-2
     solver: Literal["exact", "gd"] = "exact"
     gd_steps: int = 2000
-    gd_lr: float = 1e-2
+    gd_lr: float = 1e-2  # relative: scaled by the size of the solution (see linalg.zerounlearn_gd.solve_gd)
     gd_tolerance: float = 1e-10
 
     def validate(self, source: str = "<hparams>") -> None:

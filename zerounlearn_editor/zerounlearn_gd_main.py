@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from .hparams import ZeroUnlearnGDHyperParams
-from .linalg.zerounlearn_gd import nullspace_projector, solve_exact, solve_gd
+from .linalg.zerounlearn_gd import nullspace_basis, solve_exact, solve_gd
 from .pipeline import LayerProblem, apply_edit_method
 
 __all__ = ["zerounlearn_gd_solver", "apply_zerounlearn_gd_to_model"]
@@ -17,7 +17,7 @@ def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
     """The per-layer solve ``LayerProblem -> W + D_m`` (exact closed form or Adam)."""
 
     def solve(problem: LayerProblem) -> torch.Tensor:
-        _, U0 = nullspace_projector(problem.C0, hparams.nullspace_threshold)
+        U0, _ = nullspace_basis(problem.C0, hparams.nullspace_threshold)
         weights = dict(a=hparams.orthogonality_weight, b=hparams.target_weight, c=hparams.norm_weight)
         args = (problem.W, problem.K_f, problem.M_f, problem.M_n, U0)
         if hparams.solver == "exact":

@@ -45,6 +45,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "nullspace_basis",
     "nullspace_projector",
     "solve_exact",
     "solve_gd",
@@ -124,29 +125,13 @@ def _check_basis(U0: Tensor, d_in: int) -> Tensor:
 # ----------------------------------------------------------------------------------------------
 
 
-def nullspace_projector(
-    C0: Tensor, threshold: float, *, symmetry_tol: float = 1e-6
-) -> Tuple[Tensor, Tensor]:
-    """Projector onto the numerical null space of the utility second moment ``C0``.
+def nullspace_basis(C0: Tensor, threshold: float, *, symmetry_tol: float = 1e-6) -> Tuple[Tensor, Tensor]:
+    """Orthonormal bases of the numerical null space of ``C0`` and of its complement.
 
-    ``C0`` is symmetrised and eigendecomposed in float64 (``torch.linalg.eigh``). The
-    eigenvectors whose eigenvalue is strictly below the *absolute* ``threshold`` form ``U0``.
-
-    Args:
-        C0: ``[d_in, d_in]`` symmetric positive semi-definite second moment ``E[k k^T]``.
-        threshold: absolute eigenvalue threshold (``>= 0``, finite).
-        symmetry_tol: ``C0`` counts as symmetric when
-            ``max|C0 - C0^T| <= symmetry_tol * max(1, max|C0|)``.
-
-    Returns:
-        ``(P_m, U0)``: ``P_m = U0 U0^T`` ``[d_in, d_in]`` and ``U0`` ``[d_in, r]`` with orthonormal
-        columns, both float64 on ``C0``'s device. ``r`` may be 0 (``C0`` has no eigenvalue below
-        the threshold): then ``U0`` is ``[d_in, 0]``, ``P_m`` is all zeros and every
-        ZeroUnlearn-GD update built on it is zero.
-
-    Raises:
-        ValueError: ``C0`` is not a finite square symmetric floating tensor, or ``threshold`` is
-            negative or not finite (the message names the argument).
+    ``C0`` ``[d_in, d_in]`` is symmetrised and eigendecomposed in float64 (``torch.linalg.eigh``);
+    eigenvectors with eigenvalue strictly below the *absolute* ``threshold`` form ``U0``
+    ``[d_in, r]``, the others ``U1`` ``[d_in, d_in - r]``. Returns ``(U0, U1)``. Raises
+    ``ValueError`` for a non-finite, non-square or non-symmetric ``C0`` or a bad threshold.
     """
     _check_matrix("C0", C0)
     if C0.shape[0] != C0.shape[1]:
@@ -163,21 +148,40 @@ def nullspace_projector(
     evals, evecs = torch.linalg.eigh(0.5 * (C + C.T))
     below = evals < thr
     r = int(below.sum())
-    U0 = evecs[:, below].contiguous()
+    logger.debug(
+        "nullspace_basis: d_in=%d, threshold=%g, null-space rank r=%d, eigenvalues in [%.3g, %.3g]",
+        d_in, thr, r, float(evals[0]) if d_in else float("nan"), float(evals[-1]) if d_in else float("nan"),
+    )
+    if r == 0:
+        logger.warning("nullspace_basis: no eigenvalue of C0 below %g; the update will be zero", thr)
+    return evecs[:, below].contiguous(), evecs[:, ~below].contiguous()
+
+
+def nullspace_projector(
+    C0: Tensor, threshold: float, *, symmetry_tol: float = 1e-6
+) -> Tuple[Tensor, Tensor]:
+    """Projector onto the numerical null space of the utility second moment ``C0``.
+
+    See :func:`nullspace_basis` (which alone suffices for the solvers: they only need ``U0``).
+
+    Returns:
+        ``(P_m, U0)``: ``P_m = U0 U0^T`` ``[d_in, d_in]`` and ``U0`` ``[d_in, r]`` with orthonormal
+        columns, both float64 on ``C0``'s device. ``r`` may be 0 (``C0`` has no eigenvalue below
+        the threshold): then ``U0`` is ``[d_in, 0]``, ``P_m`` is all zeros and every
+        ZeroUnlearn-GD update built on it is zero.
+
+    Raises:
+        ValueError: ``C0`` is not a finite square symmetric floating tensor, or ``threshold`` is
+            negative or not finite (the message names the argument).
+    """
+    U0, U1 = nullspace_basis(C0, threshold, symmetry_tol=symmetry_tol)
+    d_in, r = U0.shape
     # Build the projector from whichever side is thinner: U0 U0^T = I - U1 U1^T.
     if r <= d_in - r:
         P_m = U0 @ U0.T
     else:
-        U1 = evecs[:, ~below]
-        P_m = torch.eye(d_in, dtype=_F64, device=C.device) - U1 @ U1.T
-    P_m = 0.5 * (P_m + P_m.T)
-    logger.debug(
-        "nullspace_projector: d_in=%d, threshold=%g, null-space rank r=%d, eigenvalues in [%.3g, %.3g]",
-        d_in, thr, r, float(evals[0]) if d_in else float("nan"), float(evals[-1]) if d_in else float("nan"),
-    )
-    if r == 0:
-        logger.warning("nullspace_projector: no eigenvalue of C0 below %g; the update will be zero", thr)
-    return P_m, U0
+        P_m = torch.eye(d_in, dtype=_F64, device=U0.device) - U1 @ U1.T
+    return 0.5 * (P_m + P_m.T), U0
 
 
 # ----------------------------------------------------------------------------------------------
