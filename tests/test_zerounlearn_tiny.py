@@ -238,3 +238,11 @@ def test_prefix_reuse_gives_the_same_targets_as_full_forwards(arch, loss_layer, 
     torch.testing.assert_close(fast.z, slow.z, rtol=1e-4, atol=1e-5)
     assert fast.steps_run == slow.steps_run
     assert len(model.model.layers) == 4  # the layer list is restored
+
+
+def test_requests_without_subject_or_answer_use_the_whole_prompt():
+    """EasyEdit's normal_edit sends neither: the key falls on the prompt's last token."""
+    (request,) = normalize_requests([{"prompt": "the capital of france is", "ground_truth": None}])
+    assert (request.prefix, request.subject, request.suffix, request.answer) == ("", "the capital of france is", "", None)
+    with pytest.raises(RequestError, match="request 0: field 'ground_truth' is empty"):
+        normalize_requests([{"prompt": "the capital of france is", "subject": "france", "ground_truth": ""}])

@@ -6,8 +6,11 @@ placeholder for it), ``subject``, ``ground_truth`` (the answer to forget) and an
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence
+
+LOG = logging.getLogger(__name__)
 
 __all__ = ["RequestError", "ForgetRequest", "normalize_requests"]
 
@@ -21,14 +24,15 @@ class ForgetRequest:
     """One fact to forget, with the prompt split around the subject.
 
     ``prompt == prefix + subject + suffix``; ``target`` is the neutral target text or
-    ``None`` for the configured default.
+    ``None`` for the configured default; ``answer`` is ``None`` when the request names none
+    (the edit does not use it; evaluation does).
     """
 
     index: int
     prefix: str
     subject: str
     suffix: str
-    answer: str
+    answer: Optional[str]
     target: Optional[str]
 
     @property
@@ -53,8 +57,13 @@ def _as_text(value: Any, index: int, field: str, allow_empty: bool = False) -> s
 def normalize_requests(requests: Sequence[Mapping[str, Any]]) -> List[ForgetRequest]:
     """Check every request and split its prompt around the subject.
 
-    Raises :class:`RequestError` for an empty list, a missing/empty field, or a subject that
-    does not occur in its prompt. Nothing is modified.
+    Raises :class:`RequestError` for an empty list, a missing prompt, an empty field, or a
+    subject that does not occur in its prompt. Nothing is modified.
+
+    Requests built by EasyEdit's ``normal_edit`` carry no ``subject`` and ``ground_truth=None``:
+    a missing subject makes the whole prompt the subject (the key is read at the prompt's last
+    token, with a warning), and a missing answer is allowed since the edit does not use it.
+    An answer that is given must not be empty.
     """
     if isinstance(requests, Mapping):
         requests = [requests]
@@ -64,12 +73,16 @@ def normalize_requests(requests: Sequence[Mapping[str, Any]]) -> List[ForgetRequ
     for index, request in enumerate(requests):
         if not isinstance(request, Mapping):
             raise RequestError(f"request {index}: expected a dict, got {type(request).__name__}")
-        for field in ("prompt", "subject", "ground_truth"):
-            if field not in request:
-                raise RequestError(f"request {index}: missing field {field!r}")
+        if "prompt" not in request:
+            raise RequestError(f"request {index}: missing field 'prompt'")
         prompt = _as_text(request["prompt"], index, "prompt")
-        subject = _as_text(request["subject"], index, "subject")
-        answer = _as_text(request["ground_truth"], index, "ground_truth")
+        if request.get("subject") is None:
+            LOG.warning("request %d has no subject: the whole prompt is used, key at its last token", index)
+            subject = prompt
+        else:
+            subject = _as_text(request["subject"], index, "subject")
+        raw_answer = request.get("ground_truth")
+        answer = None if raw_answer is None else _as_text(raw_answer, index, "ground_truth")
         target_raw = request.get("target_new")
         target = None
         if target_raw is not None:

@@ -34,7 +34,7 @@ from ..data.types import Probe
 from ..evaluation.batching import encode_probe, pad_token_id
 from ..model_access import check_layers, model_device, parameter_name_of_weight
 from ..pipeline import restore_weights
-from ..requests import ForgetRequest, normalize_requests
+from ..requests import ForgetRequest, RequestError, normalize_requests
 from .hparams import BaselineHyperParams
 
 __all__ = [
@@ -410,6 +410,9 @@ def apply_baseline(
     :class:`TrainReport` to fill); others are ignored.
     """
     forget = normalize_requests(requests)  # fail before any copy is made
+    for request in forget:
+        if request.answer is None:
+            raise RequestError(f"request {request.index}: missing field 'ground_truth' (the answer to train away)")
     retain = _retain_batch(tok, kwargs)
     if retain is not None and hparams.retain_weight == 0:
         LOG.warning("retain data given but retain_weight is 0: no retain loss is used")
