@@ -1,0 +1,37 @@
+"""Benchmark: one command turns an hparams YAML and a dataset into the paper's table.
+
+``run_bench(BenchConfig(...))`` (or ``zerounlearn bench ...``) edits ``n`` sampled cases per
+seed with every method, scores efficacy / generalization / specificity / perplexity before
+and after, restores the model bit-exactly between methods and writes ``seed_<k>.json``,
+``summary.json`` and ``summary.md``. See :mod:`.runner` for the procedure, :mod:`.methods`
+for the method interface and :mod:`.runfile` for several runs in one YAML file.
+"""
+from __future__ import annotations
+
+from .config import BenchConfig, BenchConfigError, DEFAULT_METHODS, parse_method_hparams, parse_methods, parse_seeds
+from .fingerprint import ModelFingerprint, ModelStateError
+from .methods import EditOutcome, HParamsLookup, MethodContext, MethodSpec, PreparedMethod, default_registry
+from .report import format_table
+from .runfile import load_runfile, run_runfile
+from .runner import run_bench
+
+__all__ = [
+    "BenchConfig",
+    "BenchConfigError",
+    "DEFAULT_METHODS",
+    "EditOutcome",
+    "HParamsLookup",
+    "MethodContext",
+    "MethodSpec",
+    "ModelFingerprint",
+    "ModelStateError",
+    "PreparedMethod",
+    "default_registry",
+    "format_table",
+    "load_runfile",
+    "parse_method_hparams",
+    "parse_methods",
+    "parse_seeds",
+    "run_bench",
+    "run_runfile",
+]

@@ -1,0 +1,146 @@
+"""What one bench run does: :class:`BenchConfig` and the parsers of its command-line forms."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Union
+
+__all__ = [
+    "BenchConfigError",
+    "BenchConfig",
+    "DEFAULT_METHODS",
+    "DEFAULT_PPL_TOKENS",
+    "parse_seeds",
+    "parse_methods",
+    "parse_method_hparams",
+]
+
+DEFAULT_METHODS = ("base", "GA", "NPO", "ZeroUnlearn", "ZeroUnlearn-GD")
+DEFAULT_PPL_TOKENS = 20000
+
+
+class BenchConfigError(ValueError):
+    """A bench configuration (arguments or run file) is invalid; the message says which part."""
+
+
+def parse_seeds(spec: Union[str, int, Iterable[int]]) -> List[int]:
+    """Seeds from ``"1-10"``, ``"1,3,5"``, ``"1-3,7"``, an int or a list of ints (order kept, no repeats)."""
+    if isinstance(spec, bool):
+        raise BenchConfigError(f"seeds: expected a range like '1-10' or a list of ints, got {spec!r}")
+    if isinstance(spec, int):
+        items: List[int] = [spec]
+    elif isinstance(spec, str):
+        items = []
+        for part in (p.strip() for p in spec.split(",")):
+            if not part:
+                continue
+            try:
+                if "-" in part[1:]:
+                    cut = part.index("-", 1)
+                    first, last = int(part[:cut]), int(part[cut + 1 :])
+                    if last < first:
+                        raise BenchConfigError(f"seeds: empty range {part!r}")
+                    items.extend(range(first, last + 1))
+                else:
+                    items.append(int(part))
+            except ValueError as exc:
+                if isinstance(exc, BenchConfigError):
+                    raise
+                raise BenchConfigError(f"seeds: cannot read {part!r} in {spec!r} (use e.g. '1-10' or '1,2,5')") from exc
+    else:
+        items = list(spec)
+        if not all(isinstance(s, int) and not isinstance(s, bool) for s in items):
+            raise BenchConfigError(f"seeds: expected integers, got {items!r}")
+    seeds = list(dict.fromkeys(items))
+    if not seeds:
+        raise BenchConfigError(f"seeds: no seed in {spec!r}")
+    return seeds
+
+
+def parse_methods(spec: Union[str, Sequence[str]], known: Iterable[str]) -> List[str]:
+    """Method names from ``"base,ZeroUnlearn"`` or a list, matched case-insensitively to ``known``."""
+    names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else [str(s).strip() for s in spec]
+    names = [n for n in names if n]
+    canonical = {k.lower(): k for k in known}
+    out: List[str] = []
+    for name in names:
+        if name.lower() not in canonical:
+            raise BenchConfigError(f"methods: unknown method {name!r}; known: {', '.join(canonical.values())}")
+        if canonical[name.lower()] not in out:
+            out.append(canonical[name.lower()])
+    if not out:
+        raise BenchConfigError("methods: no method given")
+    return out
+
+
+def parse_method_hparams(items: Union[None, Sequence[str], Dict[str, str]]) -> Dict[str, str]:
+    """``["GA=path.yaml", ...]`` (or a mapping) into ``{method: path}``."""
+    if not items:
+        return {}
+    if isinstance(items, dict):
+        return {str(k): str(v) for k, v in items.items()}
+    out: Dict[str, str] = {}
+    for item in items:
+        name, sep, path = str(item).partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise BenchConfigError(f"method hparams: expected NAME=PATH, got {item!r}")
+        out[name.strip()] = path.strip()
+    return out
+
+
+@dataclass
+class BenchConfig:
+    """One bench run.
+
+    Attributes:
+        hparams: the main ZeroUnlearn/ZeroUnlearn-GD YAML: model, statistics settings, layers.
+        data: dataset name (``counterfact``, ``zsre``, ...) or a data file.
+        seeds: sampling seeds; each seed draws ``n`` cases and is one result file.
+        methods: method names (``base`` = the unedited model).
+        out: output folder (``seed_<k>.json``, ``summary.json``, ``summary.md``).
+        n: cases per seed, all edited as one batch (``None`` = the whole dataset).
+        ppl_tokens: WikiText-2 tokens for perplexity (0 = no perplexity).
+        ppl_text: perplexity text file (default: the shared ``text/wikitext2_raw_test.txt``).
+        fluency: also measure n-gram entropy of greedy generations of the forget prompts.
+        fluency_tokens: new tokens per fluency generation.
+        method_hparams: ``{method: YAML path}`` overriding the default lookup.
+        data_path: with a dataset name, a file to read instead of the default one.
+        device: where the CLI loads the model.
+        eval_batch_size: probes per forward pass.
+        progress: show progress bars.
+        name: a label for the report.
+        known_only: sample only cases whose true answers the unedited model predicts
+            (teacher-forced token accuracy 1.0 on the forget prompts), so efficacy starts at 100.
+    """
+
+    hparams: str
+    data: str
+    seeds: List[int]
+    methods: List[str]
+    out: str
+    n: Optional[int] = 50
+    ppl_tokens: int = DEFAULT_PPL_TOKENS
+    ppl_text: Optional[str] = None
+    fluency: bool = False
+    fluency_tokens: int = 32
+    method_hparams: Dict[str, str] = field(default_factory=dict)
+    data_path: Optional[str] = None
+    device: str = "cpu"
+    eval_batch_size: int = 32
+    progress: bool = True
+    name: Optional[str] = None
+    known_only: bool = False
+
+    def validate(self) -> None:
+        """Check value ranges (names of methods are checked against the registry by the runner)."""
+        if self.n is not None and self.n < 1:
+            raise BenchConfigError(f"n must be >= 1, got {self.n}")
+        if self.ppl_tokens < 0:
+            raise BenchConfigError(f"ppl_tokens must be >= 0, got {self.ppl_tokens}")
+        if self.fluency_tokens < 1:
+            raise BenchConfigError(f"fluency_tokens must be >= 1, got {self.fluency_tokens}")
+        if self.eval_batch_size < 1:
+            raise BenchConfigError(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
+        if not self.seeds:
+            raise BenchConfigError("seeds: no seed given")
+        if not self.methods:
+            raise BenchConfigError("methods: no method given")

@@ -1,0 +1,66 @@
+"""JSON files of a bench run: atomic writes, reads and content hashes."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Union
+
+__all__ = ["write_json_atomic", "write_text_atomic", "read_json", "sha256_of_file", "sha256_of_json", "json_safe"]
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with non-finite floats replaced by ``None`` (strict JSON has no NaN/inf)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def write_text_atomic(path: Union[str, Path], text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary sibling file and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_json_atomic(path: Union[str, Path], data: Any) -> Path:
+    """Write ``data`` as indented, strict JSON (NaN/inf become ``null``), atomically."""
+    text = json.dumps(json_safe(data), indent=1, sort_keys=False, allow_nan=False)
+    return write_text_atomic(path, text + "\n")
+
+
+def read_json(path: Union[str, Path]) -> Any:
+    """Read a JSON file; a file that does not parse raises ``ValueError`` naming it."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def sha256_of_file(path: Union[str, Path]) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def sha256_of_json(data: Any) -> str:
+    """Hex SHA-256 of the canonical JSON text of ``data`` (sorted keys)."""
+    return hashlib.sha256(json.dumps(json_safe(data), sort_keys=True).encode("utf-8")).hexdigest()

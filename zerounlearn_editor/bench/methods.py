@@ -1,0 +1,259 @@
+"""The methods a bench compares, behind one interface.
+
+A :class:`MethodSpec` has two steps:
+
+* ``describe(lookup)``: model-free, says which configuration the method will use (files and
+  their hashes). Its hash decides whether a stored result is still valid on resume.
+* ``prepare(context)``: loads the hyperparameters for the loaded model and returns a
+  :class:`PreparedMethod`, whose ``edit`` changes the model in place and returns the original
+  values of every parameter it changed (EasyEdit's ``weights_copy``), or which carries a
+  ``skip_reason`` when the method cannot run here (e.g. EasyEdit is not importable).
+
+Hyperparameters: ZeroUnlearn, ZeroUnlearn-GD, GA and NPO read ``hparams/<Method>/<file>``,
+``<file>`` being the main ``--hparams`` file's name (looked up beside the main file's folder,
+then in the checkout); ``method_hparams`` overrides the path. The main file itself serves its
+own method. Statistics ``C0`` are computed once by the runner with the main file's settings
+and handed to every method that needs them.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from ..hparams import HParamsError, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams, _EditHyperParams, load_config_file
+from ..pipeline import EditReport
+from ..resources import hparams_path
+from ..stats import SecondMoment, corpus_cache_name
+from .config import BenchConfigError
+from .files import sha256_of_file
+
+__all__ = [
+    "StatsBank",
+    "EditOutcome",
+    "PreparedMethod",
+    "HParamsLookup",
+    "MethodContext",
+    "MethodSpec",
+    "load_main_hparams",
+    "zerounlearn_spec",
+    "baseline_spec",
+    "default_registry",
+]
+
+LOG = logging.getLogger(__name__)
+
+StatsBank = Dict[str, Dict[int, SecondMoment]]
+"""Second moments by module template, then layer: ``{rewrite_module_tmp: {layer: C0 sums}}``."""
+
+_EDIT_CLASSES = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
+
+
+@dataclass
+class EditOutcome:
+    """What an edit returned: original values of the changed parameters and JSON-able details."""
+
+    weights_copy: Dict[str, torch.Tensor]
+    details: Dict[str, Any] = field(default_factory=dict)
+
+
+EditFn = Callable[[nn.Module, Any, List[Dict[str, Any]], StatsBank], EditOutcome]
+"""``(model, tok, requests, stats) -> EditOutcome``; edits ``model`` in place."""
+
+
+@dataclass
+class PreparedMethod:
+    """A method ready to edit the loaded model (or the reason it cannot)."""
+
+    name: str
+    edit: Optional[EditFn] = None
+    hparams: Dict[str, Any] = field(default_factory=dict)
+    stats_layers: Tuple[int, ...] = ()
+    stats_module_tmp: Optional[str] = None
+    skip_reason: Optional[str] = None
+
+
+def load_main_hparams(path: str) -> _EditHyperParams:
+    """The main hparams file (a ZeroUnlearn or ZeroUnlearn-GD YAML), strictly loaded."""
+    alg = load_config_file(path).get("alg_name")
+    cls = _EDIT_CLASSES.get(alg)
+    if cls is None:
+        raise HParamsError(f"{path}: the bench's main hparams must be a ZeroUnlearn or ZeroUnlearn-GD file, got alg_name {alg!r}")
+    return cls.from_hparams(path)
+
+
+@dataclass
+class HParamsLookup:
+    """Where each method's hyperparameters come from (see the module docstring)."""
+
+    main_path: Path
+    main: _EditHyperParams
+    overrides: Mapping[str, str] = field(default_factory=dict)
+
+    def path_for(self, method: str, folder: Optional[str] = None, variant: str = "") -> Path:
+        """The YAML of ``method``; raises :class:`BenchConfigError` listing where it looked.
+
+        ``folder`` is the hparams folder (default: the method name) and ``variant`` a suffix of
+        the file stem (``GA-full`` reads ``hparams/GA/<stem>-full.yaml``).
+        """
+        folder = folder or method
+        if method in self.overrides:
+            path = Path(self.overrides[method])
+            if not path.is_file():
+                raise BenchConfigError(f"method hparams for {method}: file not found: {path}")
+            return path
+        if self.main.alg_name == method and not variant:
+            return self.main_path
+        name = f"{self.main_path.stem}{variant}{self.main_path.suffix}"
+        sibling = self.main_path.parent.parent / folder / name
+        if sibling.is_file():
+            return sibling
+        try:
+            return hparams_path(folder, f"{self.main_path.stem}{variant}")
+        except FileNotFoundError:
+            raise BenchConfigError(
+                f"no hparams for {method}: looked for {sibling} and hparams/{folder}/{name}; "
+                f"pass --method-hparams {method}=PATH"
+            ) from None
+
+    def override_for(self, method: str) -> Optional[Path]:
+        """The override file of ``method``, if one was given."""
+        return Path(self.overrides[method]) if method in self.overrides else None
+
+    def statistics_settings(self) -> Dict[str, Any]:
+        """The main file's settings that determine ``C0`` (part of every statistics user's identity)."""
+        m = self.main
+        return {
+            "corpus": corpus_cache_name(m.mom2_dataset),
+            "mom2_n_samples": m.mom2_n_samples,
+            "mom2_dtype": m.mom2_dtype,
+            "mom2_max_length": m.mom2_max_length,
+        }
+
+
+@dataclass
+class MethodContext:
+    """What ``prepare`` may use: the lookup, the loaded model/tokenizer and a working folder."""
+
+    lookup: HParamsLookup
+    model: nn.Module
+    tok: Any
+    work_dir: Path
+    neutral_target: str
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A bench method: model-free ``describe`` and model-bound ``prepare`` (see module docstring)."""
+
+    name: str
+    describe: Callable[[HParamsLookup], Dict[str, Any]]
+    prepare: Callable[[MethodContext], PreparedMethod]
+
+
+def _file_identity(path: Path) -> Dict[str, str]:
+    return {"file": str(path), "sha256": sha256_of_file(path)}
+
+
+def zerounlearn_spec(name: str) -> MethodSpec:
+    """ZeroUnlearn or ZeroUnlearn-GD, fed the shared statistics."""
+    cls = _EDIT_CLASSES[name]
+
+    def describe(lookup: HParamsLookup) -> Dict[str, Any]:
+        return {"hparams": _file_identity(lookup.path_for(name)), "statistics": lookup.statistics_settings()}
+
+    def prepare(ctx: MethodContext) -> PreparedMethod:
+        from ..zerounlearn_gd_main import apply_zerounlearn_gd_to_model
+        from ..zerounlearn_main import apply_zerounlearn_to_model
+
+        path = ctx.lookup.path_for(name)
+        hp = cls.from_hparams(path)
+        main = ctx.lookup.main
+        if hp.model_name != main.model_name:
+            LOG.warning("%s: model_name %r differs from the main hparams' %r; the bench's model is used", path, hp.model_name, main.model_name)
+        stats_keys = ("mom2_dataset", "mom2_n_samples", "mom2_dtype", "mom2_max_length")
+        differing = [k for k in stats_keys if getattr(hp, k) != getattr(main, k)]
+        if differing:
+            LOG.warning("%s: statistics settings %s differ from the main hparams; the shared C0 of the main file is used", path, differing)
+        apply = apply_zerounlearn_to_model if name == "ZeroUnlearn" else apply_zerounlearn_gd_to_model
+
+        def edit(model: nn.Module, tok: Any, requests: List[Dict[str, Any]], stats: StatsBank) -> EditOutcome:
+            moments = {layer: stats[hp.rewrite_module_tmp][layer] for layer in hp.layers}
+            report = EditReport()
+            _, weights_copy = apply(
+                model, tok, requests, hp, return_orig_weights=True, second_moments=moments, progress=False, report=report
+            )
+            details = {
+                "timings": dict(report.timings),
+                "target_nll": list(report.target_nll),
+                "layer_change_norm": {str(k): v for k, v in report.layer_change_norm.items()},
+            }
+            return EditOutcome(weights_copy, details)
+
+        return PreparedMethod(
+            name, edit, hp.to_dict(), stats_layers=tuple(hp.layers), stats_module_tmp=hp.rewrite_module_tmp
+        )
+
+    return MethodSpec(name, describe, prepare)
+
+
+def baseline_spec(name: str, family: Optional[str] = None, variant: str = "") -> MethodSpec:
+    """GA or NPO from :mod:`zerounlearn_editor.baselines` (no statistics).
+
+    ``family`` is ``GA``/``NPO`` when ``name`` is a variant such as ``GA-full``, whose YAML is
+    ``hparams/GA/<stem>{variant}.yaml`` (``target_modules: all`` in the shipped files).
+    """
+    family = family or name
+
+    def describe(lookup: HParamsLookup) -> Dict[str, Any]:
+        return {"hparams": _file_identity(lookup.path_for(name, family, variant))}
+
+    def prepare(ctx: MethodContext) -> PreparedMethod:
+        path = ctx.lookup.path_for(name, family, variant)
+        try:
+            from .. import baselines
+        except ImportError as exc:
+            return PreparedMethod(name, skip_reason=f"skipped: baselines not importable ({type(exc).__name__}: {exc})")
+        cls = getattr(baselines, f"{family}HyperParams")
+        apply = getattr(baselines, f"apply_{family.lower()}_to_model")
+        hp = cls.from_hparams(path)
+
+        def edit(model: nn.Module, tok: Any, requests: List[Dict[str, Any]], stats: StatsBank) -> EditOutcome:
+            report = baselines.TrainReport()
+            _, weights_copy = apply(model, tok, requests, hp, return_orig_weights=True, progress=False, report=report)
+            details = {
+                "steps": report.steps,
+                "final_loss": report.loss[-1] if report.loss else None,
+                "reference_logp": float(sum(report.reference_logp) / max(len(report.reference_logp), 1)),
+                "final_forget_logp": report.final_forget_logp,
+                "trained_parameters": len(report.trained_parameters),
+            }
+            return EditOutcome(weights_copy, details)
+
+        return PreparedMethod(name, edit, hp.to_dict())
+
+    return MethodSpec(name, describe, prepare)
+
+
+def default_registry() -> Dict[str, MethodSpec]:
+    """A fresh registry of every method the bench knows (``base`` is handled by the runner)."""
+    from .easyedit_baselines import easyedit_spec, EASYEDIT_METHODS
+
+    registry: Dict[str, MethodSpec] = {}
+    for name in ("GA", "NPO"):
+        registry[name] = baseline_spec(name)
+        registry[f"{name}-full"] = baseline_spec(f"{name}-full", name, "-full")
+    for name in ("ZeroUnlearn", "ZeroUnlearn-GD"):
+        registry[name] = zerounlearn_spec(name)
+    for name in EASYEDIT_METHODS:
+        registry[name] = easyedit_spec(name)
+    return registry
+
+
+def known_method_names(registry: Mapping[str, MethodSpec]) -> Sequence[str]:
+    """``base`` followed by the registry's names."""
+    return ["base", *registry]

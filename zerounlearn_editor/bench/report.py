@@ -1,0 +1,158 @@
+"""The bench's summary: ``summary.json`` (every metric, mean/std/values over seeds) and
+``summary.md`` (the paper's table: rows = methods, "mean ± std" over seeds).
+
+std is the sample standard deviation over seeds (0 with a single seed). Metrics with no value
+(e.g. perplexity switched off, fluency not asked for) are left out of the table.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from statistics import fmean, stdev
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from .config import BenchConfig
+from .files import write_json_atomic, write_text_atomic
+from .scoring import METRIC_KEYS
+
+__all__ = ["aggregate", "summarize", "format_table", "write_summary", "COLUMNS"]
+
+COLUMNS = (
+    # (metric key, header, format)
+    ("eff", "Eff ↓", "{:.1f}"),
+    ("gen", "Gen ↓", "{:.1f}"),
+    ("spe", "Spe ↑", "{:.1f}"),
+    ("ppl", "PPL ↓", "{:.2f}"),
+    ("eff_prob", "Eff p ↓", "{:.3f}"),
+    ("gen_prob", "Gen p ↓", "{:.3f}"),
+    ("spe_prob", "Spe p ↑", "{:.3f}"),
+    ("spe_agree", "Spe agree ↑", "{:.1f}"),
+    ("fluency", "Flu ↑", "{:.2f}"),
+    ("edit_seconds", "Edit s", "{:.1f}"),
+)
+
+
+def aggregate(values: Sequence[Optional[float]]) -> Optional[Dict[str, Any]]:
+    """``{"mean", "std", "n", "values"}`` over the finite values, or None when there are none."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not finite:
+        return None
+    return {
+        "mean": fmean(finite),
+        "std": stdev(finite) if len(finite) > 1 else 0.0,
+        "n": len(finite),
+        "values": finite,
+    }
+
+
+def summarize(methods: Sequence[str], records: Mapping[int, Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """Per method: status, seeds with results, skip reasons and aggregated metrics."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for name in methods:
+        entries = [(seed, r.get("methods", {}).get(name)) for seed, r in records.items()]
+        ok = [(seed, e) for seed, e in entries if e and e.get("status") == "ok"]
+        skipped = [e for _, e in entries if e and e.get("status") in ("skipped", "error")]
+        metrics = {}
+        for key in METRIC_KEYS:
+            stats = aggregate([e["metrics"].get(key) for _, e in ok])
+            if stats is not None:
+                metrics[key] = stats
+        if ok:
+            status = "ok" if len(ok) == len(entries) else "partial"
+        elif skipped:
+            status = "error" if any(e.get("status") == "error" for e in skipped) else "skipped"
+        else:
+            status = "missing"
+        item: Dict[str, Any] = {"status": status, "seeds": [seed for seed, _ in ok], "metrics": metrics}
+        reasons = sorted({e.get("reason", "") for e in skipped})  # skip reasons and errors
+        if reasons:
+            item["reason"] = "; ".join(reasons)
+        out[name] = item
+    return out
+
+
+def _cell(stats: Optional[Mapping[str, Any]], fmt: str) -> str:
+    if stats is None:
+        return "-"
+    return f"{fmt.format(stats['mean'])} ± {fmt.format(stats['std'])}"
+
+
+def format_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
+    """The markdown table: one row per method, columns that hold at least one value."""
+    used = [c for c in COLUMNS if any(c[0] in m["metrics"] for m in summary.values())]
+    if not used:
+        used = list(COLUMNS[:3])
+    lines = [
+        "| Method | " + " | ".join(header for _, header, _ in used) + " | Seeds |",
+        "|---|" + "---|" * len(used) + "---|",
+    ]
+    notes: List[str] = []
+    for name, item in summary.items():
+        if not item["metrics"]:
+            reason = item.get("reason") or "no result"
+            lines.append(f"| {name} | {reason} |" + " |" * len(used))
+            continue
+        cells = [_cell(item["metrics"].get(key), fmt) for key, _, fmt in used]
+        seeds = str(len(item["seeds"])) + (" (partial)" if item["status"] == "partial" else "")
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {seeds} |")
+        if item.get("reason"):
+            notes.append(f"- {name}, other seeds: {item['reason']}")
+    return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def _seed_text(seeds: Sequence[int]) -> str:
+    if seeds and list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))) and len(seeds) > 2:
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(map(str, seeds))
+
+
+def _markdown(config: BenchConfig, run_info: Mapping[str, Any], table: str) -> str:
+    title = config.name or f"{config.data}, n={config.n}"
+    ppl = (
+        f"perplexity on the first {config.ppl_tokens} tokens of {run_info.get('ppl_text')}"
+        if config.ppl_tokens > 0
+        else "perplexity not measured"
+    )
+    lines: List[str] = [
+        f"# Unlearning bench: {title}",
+        "",
+        f"- model: `{run_info.get('model')}`, hparams: `{config.hparams}`",
+        f"- data: `{config.data}`, n = {config.n} cases per seed (edited as one batch), "
+        f"seeds {_seed_text(config.seeds)} ({len(config.seeds)})",
+        f"- {ppl}" + (f"; fluency = n-gram entropy of {config.fluency_tokens}-token greedy generations" if config.fluency else ""),
+        "",
+        table,
+        "",
+        "Eff / Gen: teacher-forced token accuracy (%) of the true answer on the forget prompts / their "
+        "paraphrases (lower = more forgotten); Spe: the same for the neighbourhood prompts' own answers "
+        "(higher = better kept). `p` columns: mean answer probability (geometric mean over answer tokens). "
+        "Spe agree: % of neighbourhood answer positions whose argmax token is unchanged by the edit. "
+        "Edit s: wall time of the edit (statistics precomputed). Values: mean ± sample std over seeds.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_summary(
+    out: Path,
+    config: BenchConfig,
+    run_info: Mapping[str, Any],
+    methods: Sequence[str],
+    records: Mapping[int, Mapping[str, Any]],
+) -> Dict[str, Any]:
+    """Write ``summary.json`` and ``summary.md`` into ``out``; returns the JSON content."""
+    per_method = summarize(methods, records)
+    table = format_table(per_method)
+    summary = {
+        "name": config.name,
+        "hparams": config.hparams,
+        "data": config.data,
+        "n": config.n,
+        "seeds": list(config.seeds),
+        "run": dict(run_info),
+        "methods": per_method,
+        "table_markdown": table,
+    }
+    write_json_atomic(Path(out) / "summary.json", summary)
+    write_text_atomic(Path(out) / "summary.md", _markdown(config, run_info, table))
+    return summary

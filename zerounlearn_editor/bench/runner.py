@@ -1,0 +1,328 @@
+"""Run a bench: per seed, sample cases, edit with every method, evaluate, restore.
+
+For each seed ``k`` the runner draws ``n`` cases (``sample_cases(cases, n, seed=k)``, the same
+draw as ``load_cases(name, n=n, seed=k)``), scores the unedited model once (the ``base`` row
+and every method's "pre" values), then for each method: checks the model is bit-identical to
+the unedited one, edits all ``n`` requests as one batch, scores, and restores the weights from
+the method's ``weights_copy``. ``C0`` is computed once per run, before any edit, for every
+layer any method needs (one pass per module template), and shared by all methods and seeds.
+
+Results go to ``<out>/seed_<k>.json`` (rewritten atomically after every method, so an
+interrupted seed resumes at the next method). On a new call, a method entry is reused when it
+finished (``status: ok``) with the same method configuration (hash of its hparams files and
+of the statistics settings); a file written for another dataset, ``n``, perplexity or fluency
+setting is an error rather than silently mixed. If nothing is left to do, the model is not
+even loaded. ``summary.json`` and ``summary.md`` are rebuilt from the seed files at the end.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from torch import nn
+from tqdm.auto import tqdm
+
+from ..data.registry import load_cases, sample_cases
+from ..evaluation.selection import select_known_cases
+from ..data.types import UnlearnCase
+from ..evaluation.easyedit_format import easyedit_metrics
+from ..pipeline import restore_weights
+from ..resources import shared_file
+from ..stats import layer_second_moments, model_basename
+from .config import BenchConfig, BenchConfigError, parse_methods
+from .files import read_json, sha256_of_json, write_json_atomic
+from .fingerprint import ModelFingerprint
+from .methods import (
+    HParamsLookup,
+    MethodContext,
+    MethodSpec,
+    PreparedMethod,
+    StatsBank,
+    default_registry,
+    known_method_names,
+    load_main_hparams,
+)
+from .report import write_summary
+from .scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
+
+__all__ = ["run_bench", "seed_path", "ModelLoader", "PPL_TEXT"]
+
+LOG = logging.getLogger(__name__)
+
+PPL_TEXT = "text/wikitext2_raw_test.txt"
+_BASE_SIGNATURE = sha256_of_json({"method": "base"})
+
+ModelLoader = Callable[[str, str], Tuple[nn.Module, Any]]
+"""``(model_name, device) -> (model, tokenizer)``."""
+
+
+def seed_path(out: Path, seed: int) -> Path:
+    """``<out>/seed_<seed>.json``."""
+    return Path(out) / f"seed_{seed}.json"
+
+
+class _Stage:
+    """Logs a stage's duration at INFO level and keeps it in ``seconds``."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.seconds = 0.0
+
+    def __enter__(self) -> "_Stage":
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        self.seconds = time.perf_counter() - self.start
+        if exc[0] is None:
+            LOG.info("%s: %.1fs", self.label, self.seconds)
+        return False
+
+
+def _run_info(config: BenchConfig, model_name: str, ppl_text: Optional[str]) -> Dict[str, Any]:
+    """The settings every stored seed result must share with this run."""
+    return {
+        "data": config.data,
+        "data_path": config.data_path,
+        "n": config.n,
+        "model": model_name,
+        "ppl_tokens": config.ppl_tokens,
+        "ppl_text": Path(ppl_text).name if ppl_text else None,
+        "fluency": config.fluency,
+        "fluency_tokens": config.fluency_tokens if config.fluency else None,
+        "known_only": config.known_only,
+    }
+
+
+def _check_stored(path: Path, record: Mapping[str, Any], run_info: Mapping[str, Any], case_ids: List[str]) -> None:
+    stored = record.get("run", {})
+    diff = [f"{k}: {stored.get(k)!r} there, {v!r} here" for k, v in run_info.items() if stored.get(k) != v]
+    if record.get("case_ids") != case_ids:
+        diff.append("case_ids: a different sample of cases")
+    if diff:
+        raise BenchConfigError(
+            f"{path} holds results of another configuration ({'; '.join(diff)}); use another --out or remove it"
+        )
+
+
+def _pending(record: Mapping[str, Any], methods: Sequence[str], signatures: Mapping[str, str]) -> List[str]:
+    """Methods of ``methods`` without a finished, up-to-date entry in ``record``."""
+    entries = record.get("methods", {})
+    todo = []
+    for name in methods:
+        entry = entries.get(name)
+        if entry and entry.get("status") == "ok" and entry.get("config_sha256") == signatures[name]:
+            continue
+        if entry and entry.get("status") == "ok":
+            LOG.info("%s: stored result was made with another configuration; recomputing", name)
+        todo.append(name)
+    return todo
+
+
+def _compute_statistics(model: nn.Module, tok: Any, lookup: HParamsLookup, prepared: Sequence[PreparedMethod], progress: bool) -> StatsBank:
+    """``C0`` for every layer any prepared method needs, one pass per module template."""
+    wanted: Dict[str, set] = {}
+    for method in prepared:
+        if method.stats_layers and method.stats_module_tmp:
+            wanted.setdefault(method.stats_module_tmp, set()).update(method.stats_layers)
+    main = lookup.main
+    bank: StatsBank = {}
+    for template, layers in wanted.items():
+        with _Stage(f"C0 statistics for layers {sorted(layers)} ({template})"):
+            bank[template] = layer_second_moments(
+                model, tok, sorted(layers), template, main.stats_dir, main.mom2_dataset, main.mom2_n_samples,
+                main.mom2_dtype, main.mom2_max_length, main.mom2_batch_size, progress=progress,
+            )
+    return bank
+
+
+def _request_dicts(cases: Sequence[UnlearnCase], requests: Sequence[Mapping[str, Any]], pre, post=None, seconds=None):
+    return [
+        easyedit_metrics(case.case_id, request, pre[i], post[i] if post is not None else None, time=seconds)
+        for i, (case, request) in enumerate(zip(cases, requests))
+    ]
+
+
+class _SeedRun:
+    """Everything one run shares across its seeds once the model is loaded.
+
+    A method that raises is recorded with ``status: error`` (and retried on resume); the
+    bit-identity check before the next method (and at the end of the seed) still stops the
+    bench if the failure left the model changed.
+    """
+
+    def __init__(self, model, tok, prepared: Mapping[str, PreparedMethod], bank: StatsBank, fingerprint: ModelFingerprint,
+                 settings: ScoringSettings, signatures: Mapping[str, str], descriptions: Mapping[str, Any], bar: tqdm):
+        self.model, self.tok = model, tok
+        self.prepared, self.bank, self.fingerprint = prepared, bank, fingerprint
+        self.settings, self.signatures, self.descriptions, self.bar = settings, signatures, descriptions, bar
+
+    def run(self, seed: int, path: Path, record: Dict[str, Any], cases: List[UnlearnCase], todo: Sequence[str]) -> None:
+        requests = [dict(case.request) for case in cases]
+        with _Stage(f"seed {seed}: scoring the unedited model on {len(cases)} cases") as stage:
+            pre = score_cases(self.model, self.tok, cases, self.settings.batch_size)
+        if "base" in todo:
+            self.bar.set_description(f"seed {seed} base")
+            with _Stage(f"seed {seed}: base perplexity/fluency") as extra:
+                more = model_metrics(self.model, self.tok, cases, self.settings)
+            metrics = dict(probe_metrics(pre), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=None)
+            record["methods"]["base"] = {
+                "status": "ok",
+                "config_sha256": _BASE_SIGNATURE,
+                "metrics": metrics,
+                "eval_seconds": stage.seconds + extra.seconds,
+                "requests": _request_dicts(cases, requests, pre),
+                **({"generations": more["generations"]} if "generations" in more else {}),
+            }
+            write_json_atomic(path, record)
+            self.bar.update(1)
+        for name in todo:
+            if name == "base":
+                continue
+            self.bar.set_description(f"seed {seed} {name}")
+            record["methods"][name] = self._run_method(seed, name, cases, requests, pre)
+            write_json_atomic(path, record)
+            self.bar.update(1)
+        self.fingerprint.verify(self.model, f"seed {seed}: after restoring {todo[-1]}")
+
+    def _run_method(self, seed: int, name: str, cases, requests, pre) -> Dict[str, Any]:
+        method = self.prepared[name]
+        entry: Dict[str, Any] = {"config_sha256": self.signatures[name], "config": self.descriptions[name]}
+        if method.skip_reason is not None:
+            LOG.warning("seed %d: %s %s", seed, name, method.skip_reason)
+            return dict(entry, status="skipped", reason=method.skip_reason)
+        self.fingerprint.verify(self.model, f"seed {seed}: before {name}")
+        try:
+            return self._edit_and_score(seed, name, method, entry, cases, requests, pre)
+        except Exception as exc:  # noqa: BLE001 - one failing method must not sink a long bench
+            LOG.exception("seed %d: %s failed; recorded as an error, continuing with the next method", seed, name)
+            return dict(entry, status="error", reason=f"error: {type(exc).__name__}: {exc}")
+
+    def _edit_and_score(self, seed: int, name: str, method: PreparedMethod, entry: Dict[str, Any], cases, requests, pre) -> Dict[str, Any]:
+        """Edit, score, restore. A failing edit must leave the model as it was (checked next)."""
+        with _Stage(f"seed {seed}: {name} edit of {len(requests)} requests") as edit_stage:
+            outcome = method.edit(self.model, self.tok, [dict(r) for r in requests], self.bank)
+        try:
+            with _Stage(f"seed {seed}: {name} evaluation") as eval_stage:
+                post = score_cases(self.model, self.tok, cases, self.settings.batch_size)
+                more = model_metrics(self.model, self.tok, cases, self.settings)
+        finally:
+            restore_weights(self.model, outcome.weights_copy)
+        metrics = dict(probe_metrics(post, pre), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=edit_stage.seconds)
+        LOG.info(
+            "seed %d: %s Eff %.1f Gen %.1f Spe %.1f PPL %s", seed, name, metrics["eff"], metrics["gen"], metrics["spe"],
+            "-" if metrics["ppl"] is None else f"{metrics['ppl']:.2f}",
+        )
+        entry.update(
+            status="ok",
+            hparams=method.hparams,
+            metrics=metrics,
+            eval_seconds=eval_stage.seconds,
+            edited_parameters=sorted(outcome.weights_copy),
+            details=outcome.details,
+            requests=_request_dicts(cases, requests, pre, post, edit_stage.seconds),
+        )
+        if "generations" in more:
+            entry["generations"] = more["generations"]
+        return entry
+
+
+def run_bench(
+    config: BenchConfig,
+    model: Optional[nn.Module] = None,
+    tok: Any = None,
+    registry: Optional[Mapping[str, MethodSpec]] = None,
+    loader: Optional[ModelLoader] = None,
+) -> Dict[str, Any]:
+    """Run (or resume) a bench and write its seed files and summary; returns the summary.
+
+    Args:
+        config: what to run (see :class:`BenchConfig`).
+        model, tok: an already loaded model and tokenizer. Without them the main hparams'
+            ``model_name`` is loaded on ``config.device`` by ``loader`` (default
+            :func:`~zerounlearn_editor.model_zoo.load_model_and_tokenizer`), and only when
+            there is work to do.
+        registry: methods by name (default :func:`default_registry`).
+        loader: ``(model_name, device) -> (model, tok)``.
+    """
+    started = time.perf_counter()
+    config.validate()
+    registry = dict(registry) if registry is not None else default_registry()
+    methods = parse_methods(config.methods, known_method_names(registry))
+    unknown = sorted(set(config.method_hparams) - set(registry))
+    if unknown:
+        raise BenchConfigError(f"method hparams given for unknown method(s) {unknown}")
+    out = Path(config.out)
+    main_path = Path(config.hparams)
+    lookup = HParamsLookup(main_path, load_main_hparams(str(main_path)), dict(config.method_hparams))
+    descriptions = {name: registry[name].describe(lookup) for name in methods if name != "base"}
+    signatures = {name: sha256_of_json(desc) for name, desc in descriptions.items()}
+    signatures["base"] = _BASE_SIGNATURE
+    descriptions["base"] = {}
+
+    with _Stage(f"loading {config.data} cases"):
+        all_cases = load_cases(config.data, path=config.data_path)
+    if config.known_only:
+        if model is None:
+            if loader is None:
+                from ..model_zoo import load_model_and_tokenizer as loader
+            with _Stage(f"loading model {lookup.main.model_name}"):
+                model, tok = loader(str(lookup.main.model_name), config.device)
+        with _Stage("selecting cases the unedited model knows"):
+            all_cases = select_known_cases(model, tok, all_cases, None)
+        LOG.info("%d %s cases are known to the model", len(all_cases), config.data)
+    ppl_text = (config.ppl_text or str(shared_file(PPL_TEXT))) if config.ppl_tokens > 0 else None
+    run_info = _run_info(config, str(lookup.main.model_name), ppl_text)
+
+    plan: List[Tuple[int, Path, Dict[str, Any], List[UnlearnCase], List[str]]] = []
+    for seed in config.seeds:
+        cases = sample_cases(all_cases, config.n, seed)
+        case_ids = [c.case_id for c in cases]
+        path = seed_path(out, seed)
+        record: Dict[str, Any]
+        if path.exists():
+            record = read_json(path)
+            _check_stored(path, record, run_info, case_ids)
+        else:
+            record = {"seed": seed, "run": run_info, "case_ids": case_ids, "methods": {}}
+        todo = _pending(record, methods, signatures)
+        if todo:
+            plan.append((seed, path, record, cases, todo))
+        else:
+            LOG.info("seed %d: all %d methods already done (%s); skipped", seed, len(methods), path)
+
+    if plan:
+        if model is None:
+            if loader is None:
+                from ..model_zoo import load_model_and_tokenizer as loader
+            with _Stage(f"loading model {lookup.main.model_name}"):
+                model, tok = loader(str(lookup.main.model_name), config.device)
+        for _, _, record, _, _ in plan:
+            record["model_loaded"] = model_basename(model)
+        _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptions, ppl_text)
+
+    records = {seed: read_json(seed_path(out, seed)) for seed in config.seeds}
+    summary = write_summary(out, config, run_info, methods, records)
+    LOG.info("bench %s: %d seeds, %d methods in %.1fs -> %s", config.name or out, len(config.seeds), len(methods),
+             time.perf_counter() - started, out / "summary.md")
+    return summary
+
+
+def _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptions, ppl_text) -> None:
+    needed = [name for name in dict.fromkeys(n for *_, todo in plan for n in todo) if name != "base"]
+    with _Stage("fingerprinting the unedited model"):
+        fingerprint = ModelFingerprint.of(model)
+    neutral = lookup.main.neutral_target or tok.eos_token or ""
+    context = MethodContext(lookup, model, tok, Path(config.out), neutral)
+    with _Stage(f"preparing {len(needed)} method(s)"):
+        prepared = {name: registry[name].prepare(context) for name in needed}
+    bank = _compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
+    settings = ScoringSettings(config.eval_batch_size, ppl_text, config.ppl_tokens, config.fluency, config.fluency_tokens)
+    total = sum(len(todo) for *_, todo in plan)
+    with tqdm(total=total, desc="bench", unit="method", disable=not config.progress) as bar:
+        runner = _SeedRun(model, tok, prepared, bank, fingerprint, settings, signatures, descriptions, bar)
+        for seed, path, record, cases, todo in plan:
+            with _Stage(f"seed {seed}: {len(todo)} method(s)"):
+                runner.run(seed, path, record, cases, todo)

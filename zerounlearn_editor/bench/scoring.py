@@ -1,0 +1,109 @@
+"""Scoring one model state on a seed's cases: the table's numbers and EasyEdit-style dicts.
+
+* Efficacy / Generalization: teacher-forced token accuracy x100 of the **true** answer on the
+  forget prompts / paraphrases (lower = more forgotten), and the mean answer probability.
+* Specificity: token accuracy x100 of the neighbourhood prompts' own answers (higher = better
+  kept), its probability, and (after an edit) the pre/post agreement of the argmax tokens.
+* Per case the probe values are averaged first, then cases are averaged (EasyEdit's summary).
+* Perplexity on the first ``ppl_tokens`` tokens of a text; fluency = n-gram entropy of greedy
+  generations of the forget prompts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import fmean
+from typing import Any, Dict, List, Optional, Sequence
+
+from torch import nn
+
+from ..data.types import UnlearnCase
+from ..evaluation.easyedit_format import CaseScores
+from ..evaluation.fluency import ngram_entropy
+from ..evaluation.generation import generate_greedy
+from ..evaluation.metrics import ProbeScores, evaluate_probes
+from ..evaluation.perplexity import perplexity
+
+__all__ = ["METRIC_KEYS", "ScoringSettings", "score_cases", "probe_metrics", "model_metrics"]
+
+METRIC_KEYS = ("eff", "gen", "spe", "eff_prob", "gen_prob", "spe_prob", "spe_agree", "ppl", "fluency", "edit_seconds")
+
+
+@dataclass(frozen=True)
+class ScoringSettings:
+    """How a model state is scored."""
+
+    batch_size: int = 32
+    ppl_text: Optional[str] = None
+    ppl_tokens: int = 20000
+    fluency: bool = False
+    fluency_tokens: int = 32
+
+
+def _slice(scores: ProbeScores, start: int, stop: int) -> ProbeScores:
+    return {key: values[start:stop] for key, values in scores.items()}  # type: ignore[return-value]
+
+
+def score_cases(model: nn.Module, tok: Any, cases: Sequence[UnlearnCase], batch_size: int = 32) -> List[CaseScores]:
+    """Forget/paraphrase/neighbour scores of every case, all probes batched together."""
+    probes = []
+    bounds = []
+    for case in cases:
+        start = len(probes)
+        probes += case.forget
+        mid1 = len(probes)
+        probes += case.paraphrase
+        mid2 = len(probes)
+        probes += case.neighbour
+        bounds.append((start, mid1, mid2, len(probes)))
+    scores = evaluate_probes(model, tok, probes, batch_size)
+    return [
+        CaseScores(forget=_slice(scores, a, b), paraphrase=_slice(scores, b, c), neighbour=_slice(scores, c, d))
+        for a, b, c, d in bounds
+    ]
+
+
+def _case_mean(groups: Sequence[Sequence[float]]) -> float:
+    means = [fmean(g) for g in groups if len(g)]
+    return fmean(means) if means else float("nan")
+
+
+def _agreement(pre: Sequence[int], post: Sequence[int]) -> List[float]:
+    return [float(a == b) for a, b in zip(pre, post)]
+
+
+def probe_metrics(post: Sequence[CaseScores], pre: Optional[Sequence[CaseScores]] = None) -> Dict[str, float]:
+    """Efficacy/generalization/specificity (x100) and probabilities; ``spe_agree`` needs ``pre``."""
+    out = {
+        "eff": 100.0 * _case_mean([s.forget["acc"] for s in post]),
+        "gen": 100.0 * _case_mean([s.paraphrase["acc"] for s in post]),
+        "spe": 100.0 * _case_mean([s.neighbour["acc"] for s in post]),
+        "eff_prob": _case_mean([s.forget["prob"] for s in post]),
+        "gen_prob": _case_mean([s.paraphrase["prob"] for s in post]),
+        "spe_prob": _case_mean([s.neighbour["prob"] for s in post]),
+    }
+    if pre is not None:
+        per_case = []
+        for before, after in zip(pre, post):
+            per_case.append(
+                [fmean(_agreement(a, b)) for a, b in zip(before.neighbour["pred_ids"], after.neighbour["pred_ids"]) if a]
+            )
+        out["spe_agree"] = 100.0 * _case_mean(per_case)
+    return out
+
+
+def model_metrics(model: nn.Module, tok: Any, cases: Sequence[UnlearnCase], settings: ScoringSettings) -> Dict[str, Any]:
+    """Perplexity and (optionally) fluency of the model's current state.
+
+    Returns ``{"ppl": float or None, "fluency": float or None, "generations": [...]}``.
+    """
+    out: Dict[str, Any] = {"ppl": None, "fluency": None}
+    if settings.ppl_tokens > 0:
+        if settings.ppl_text is None:
+            raise ValueError("no perplexity text given")
+        out["ppl"] = perplexity(model, tok, settings.ppl_text, max_tokens=settings.ppl_tokens)
+    if settings.fluency:
+        prompts = [probe.prompt for case in cases for probe in case.forget]
+        texts = generate_greedy(model, tok, prompts, settings.fluency_tokens, batch_size=settings.batch_size)
+        out["fluency"] = ngram_entropy(texts)
+        out["generations"] = texts
+    return out
