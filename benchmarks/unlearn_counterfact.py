@@ -1,7 +1,8 @@
 """ZeroUnlearn vs ZeroUnlearn-GD (exact and gd solvers) on CounterFact facts SmolLM2 knows.
 
-Selects the first ``--n`` CounterFact (ROME format) records whose true answer the model
-predicts (token accuracy 1.0), forgets them in ONE batch with each method, and reports
+Selects the first ``--n`` CounterFact records whose true answer the model predicts (base
+token accuracy >= ``--min-accuracy``; SmolLM2 gets 219 of the 1919 EasyEdit-format records at
+least half right, 80 fully), forgets them in ONE batch with each method, and reports
 Efficacy / Generalization / Specificity (token accuracy x100 of the true answer on the forget
 prompts, paraphrases and neighbourhood prompts) and WikiText-2 perplexity, before and after,
 with the wall time of each stage. Key extraction and target optimisation are shared by the
@@ -51,7 +52,9 @@ def scores(model, tok, cases, ppl_tokens: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200)
-    parser.add_argument("--candidates", type=int, default=1129)
+    parser.add_argument("--data", default="counterfact-easyedit", help="counterfact (1129 records) or counterfact-easyedit (1919)")
+    parser.add_argument("--min-accuracy", type=float, default=0.5, help="base token accuracy a record needs to be chosen")
+    parser.add_argument("--candidates", type=int, default=None)
     parser.add_argument("--ppl-tokens", type=int, default=20000)
     parser.add_argument("--methods", default="ZeroUnlearn,ZeroUnlearn-GD,ZeroUnlearn-GD(gd)")
     parser.add_argument("--model", default="SmolLM2-135M-Instruct")
@@ -64,7 +67,7 @@ def main() -> None:
     model, tok = load_model_and_tokenizer(zu.model_name)
     timings = {}
     t0 = time.perf_counter()
-    cases = select_known_cases(model, tok, load_cases("counterfact")[: args.candidates], args.n)
+    cases = select_known_cases(model, tok, load_cases(args.data)[: args.candidates], args.n, args.min_accuracy)
     timings["select_cases"] = time.perf_counter() - t0
     requests = [c.request for c in cases]
     t0 = time.perf_counter()
@@ -97,7 +100,7 @@ def main() -> None:
         restore_weights(model, weights)
         LOG.info("%s: %s", name, rows[name])
 
-    lines = [f"CounterFact (ROME format), {args.n} facts SmolLM2 knows, one batch; PPL on the first "
+    lines = [f"{args.data}: {args.n} facts SmolLM2 knows (base accuracy >= {args.min_accuracy}), one batch; PPL on the first "
              f"{args.ppl_tokens} WikiText-2 tokens", "",
              "| method | Eff (lower better) | Gen (lower better) | Spe (higher better) | PPL | edit s (targets shared) |",
              "|---|---|---|---|---|---|"]

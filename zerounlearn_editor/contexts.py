@@ -14,7 +14,7 @@ from torch import nn
 
 from .model_access import model_device
 
-__all__ = ["context_prefixes"]
+__all__ = ["context_prefixes", "clear_context_prefixes"]
 
 LOG = logging.getLogger(__name__)
 
@@ -60,3 +60,8 @@ def context_prefixes(model: nn.Module, tok, count: int, length: int, seed: int =
         LOG.debug("context prefixes: %s", prefixes)
         cache[key] = prefixes
     return list(cache[key])
+
+
+def clear_context_prefixes(model: nn.Module) -> None:
+    """Forget the prefixes cached on ``model`` (the next :func:`context_prefixes` samples again)."""
+    model.__dict__.pop(_CACHE_ATTR, None)

@@ -10,7 +10,8 @@ Stages (each timed in :class:`EditReport`):
    float64 solve, and the write-back of ``W'`` in the weight's own dtype and device.
 
 If anything fails after the first write-back, every edited weight is restored before the
-error propagates.
+error propagates. How the statistics, targets and keys are computed is replaceable
+(:class:`EditStages`; :mod:`zerounlearn_editor.reference_pipeline` uses it); the solves are not.
 """
 from __future__ import annotations
 
@@ -33,12 +34,22 @@ from .model_access import (
     parameter_name_of_weight,
     set_weight_matrix,
 )
-from .representations import read_keys_and_hidden
+from .representations import LayerReadout, read_keys_and_hidden
 from .requests import ForgetRequest, normalize_requests
 from .stats import SecondMoment, layer_second_moments
 from .targets import NeutralTargets, TargetConfig, loss_layer_module, optimise_neutral_targets
 
-__all__ = ["EditReport", "LayerProblem", "LayerSolver", "run_layerwise_edit", "apply_edit_method"]
+__all__ = [
+    "EditReport",
+    "EditStages",
+    "LayerProblem",
+    "LayerSolver",
+    "batched_statistics",
+    "run_layerwise_edit",
+    "apply_edit_method",
+    "neutral_targets",
+    "restore_weights",
+]
 
 LOG = logging.getLogger(__name__)
 
@@ -64,6 +75,46 @@ class LayerProblem:
 
 LayerSolver = Callable[[LayerProblem], torch.Tensor]
 """Maps a :class:`LayerProblem` to the new weight ``W'`` ``[d_out, d_in]`` (float64)."""
+
+
+StatisticsStage = Callable[[nn.Module, Any, _EditHyperParams, str, bool], Dict[int, SecondMoment]]
+"""``(model, tok, hparams, corpus, progress) -> {layer: SecondMoment}`` for every edited layer."""
+TargetsStage = Callable[..., NeutralTargets]
+"""Same signature as :func:`~zerounlearn_editor.targets.optimise_neutral_targets`."""
+KeysStage = Callable[..., LayerReadout]
+"""Same signature as :func:`~zerounlearn_editor.representations.read_keys_and_hidden`."""
+
+
+def batched_statistics(
+    model: nn.Module, tok, hparams: _EditHyperParams, corpus: str, progress: bool = True
+) -> Dict[int, SecondMoment]:
+    """``C0`` of every edited layer: cached files, the missing ones in one pass per batch."""
+    return layer_second_moments(
+        model,
+        tok,
+        hparams.layers,
+        hparams.rewrite_module_tmp,
+        hparams.stats_dir,
+        corpus,
+        hparams.mom2_n_samples,
+        hparams.mom2_dtype,
+        hparams.mom2_max_length,
+        hparams.mom2_batch_size,
+        progress=progress,
+    )
+
+
+@dataclass(frozen=True)
+class EditStages:
+    """The data-gathering stages of an edit; the defaults are this package's batched ones.
+
+    Replacing a stage changes how its data is computed (and what it costs), never the solve:
+    :mod:`zerounlearn_editor.reference_pipeline` swaps in the reference's per-request structure.
+    """
+
+    statistics: StatisticsStage = batched_statistics
+    targets: TargetsStage = optimise_neutral_targets
+    keys: KeysStage = read_keys_and_hidden
 
 
 @dataclass
@@ -125,12 +176,18 @@ def run_layerwise_edit(
     corpus: Optional[str] = None,
     second_moments: Optional[Dict[int, SecondMoment]] = None,
     progress: bool = True,
+    targets: Optional[NeutralTargets] = None,
+    stages: Optional[EditStages] = None,
 ) -> Tuple[Dict[str, torch.Tensor], EditReport]:
     """Edit ``model`` in place; returns (original weights by parameter name, report).
 
     ``corpus`` overrides ``hparams.mom2_dataset``; ``second_moments`` skips the statistics
-    stage (``{layer: SecondMoment}``, e.g. precomputed by the caller).
+    stage (``{layer: SecondMoment}``, e.g. precomputed by the caller); ``targets`` skips the
+    target optimisation (from :func:`neutral_targets` on the same unedited model, requests
+    and target settings -- e.g. to compare solvers on identical inputs); ``stages`` replaces
+    the statistics / target / key computations (default :class:`EditStages`).
     """
+    stages = stages or EditStages()
     report = EditReport()
     with _Timer(report, "validate"):
         forget = normalize_requests(requests)
@@ -138,19 +195,7 @@ def run_layerwise_edit(
         target_ids = [target_token_ids(tok, r.target or hparams.neutral_target) for r in forget]
     with _Timer(report, "statistics"):
         if second_moments is None:
-            second_moments = layer_second_moments(
-                model,
-                tok,
-                hparams.layers,
-                hparams.rewrite_module_tmp,
-                hparams.stats_dir,
-                corpus or hparams.mom2_dataset,
-                hparams.mom2_n_samples,
-                hparams.mom2_dtype,
-                hparams.mom2_max_length,
-                hparams.mom2_batch_size,
-                progress=progress,
-            )
+            second_moments = stages.statistics(model, tok, hparams, corpus or hparams.mom2_dataset, progress)
         missing = [l for l in hparams.layers if l not in second_moments]
         if missing:
             raise ValueError(f"second moments missing for layer(s) {missing}")
@@ -159,7 +204,10 @@ def run_layerwise_edit(
             model, tok, hparams.context_template_count, hparams.context_template_length, hparams.context_seed
         )
     with _Timer(report, "targets"):
-        targets = optimise_neutral_targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
+        if targets is None:
+            targets = stages.targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
+        elif targets.z.shape[0] != len(forget):
+            raise ValueError(f"precomputed targets are for {targets.z.shape[0]} requests, got {len(forget)} requests")
     report.target_nll = targets.nll.tolist()
     report.target_steps = list(targets.steps_run)
 
@@ -168,11 +216,24 @@ def run_layerwise_edit(
         name = hparams.rewrite_module_tmp.format(layer)
         weights_copy[parameter_name_of_weight(model, name)] = get_module(model, name).weight.detach().clone()
     try:
-        _edit_layers(model, tok, forget, prefixes, targets, second_moments, hparams, solver, report)
+        _edit_layers(model, tok, forget, prefixes, targets, second_moments, hparams, solver, report, stages.keys)
     except BaseException:
         restore_weights(model, weights_copy)
         raise
     return weights_copy, report
+
+
+def neutral_targets(
+    model: nn.Module, tok, requests: Sequence[Mapping[str, Any]], hparams: _EditHyperParams
+) -> NeutralTargets:
+    """The target states ``z`` a :func:`run_layerwise_edit` call would optimise (model unchanged)."""
+    forget = normalize_requests(requests)
+    _check_modules(model, hparams)
+    target_ids = [target_token_ids(tok, r.target or hparams.neutral_target) for r in forget]
+    prefixes = context_prefixes(
+        model, tok, hparams.context_template_count, hparams.context_template_length, hparams.context_seed
+    )
+    return optimise_neutral_targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
 
 
 def _edit_layers(
@@ -185,12 +246,13 @@ def _edit_layers(
     hparams: _EditHyperParams,
     solver: LayerSolver,
     report: EditReport,
+    read_keys: KeysStage = read_keys_and_hidden,
 ) -> None:
     hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
     for position, layer in enumerate(hparams.layers):
         module = get_module(model, hparams.rewrite_module_tmp.format(layer))
         with _Timer(report, "keys"):
-            readout = read_keys_and_hidden(
+            readout = read_keys(
                 model,
                 tok,
                 forget,
@@ -210,9 +272,10 @@ def _edit_layers(
             new_W = solver(problem)
             if not torch.isfinite(new_W).all():
                 raise ValueError(f"layer {layer}: the solve produced non-finite weights")
+        # before the write-back: for a float64 weight, ``W`` is the parameter itself
+        report.layer_change_norm[layer] = float((new_W - W).norm() / W.norm())
         with _Timer(report, "write_back"):
             set_weight_matrix(module, new_W)
-        report.layer_change_norm[layer] = float((new_W - W).norm() / W.norm())
         LOG.info("layer %d edited: relative change %.3e", layer, report.layer_change_norm[layer])
 
 
@@ -240,7 +303,8 @@ def apply_edit_method(
     ``copy=True`` (or ``keep_original_weight=True``) edits a deep copy and leaves the
     caller's model untouched. ``weights_copy`` maps parameter names to the original tensors
     when ``return_orig_weights`` is set (else it is empty). Extra keyword arguments accepted:
-    ``corpus``, ``second_moments``, ``progress``, ``report`` (an :class:`EditReport` to fill);
+    ``corpus``, ``second_moments``, ``targets``, ``stages`` (an :class:`EditStages`), ``progress``,
+    ``report`` (an :class:`EditReport` to fill);
     others that EasyEdit passes (``train_ds``, ...) are ignored.
     """
     if not isinstance(hparams, _EditHyperParams):
@@ -257,6 +321,8 @@ def apply_edit_method(
         corpus=kwargs.get("corpus"),
         second_moments=kwargs.get("second_moments"),
         progress=kwargs.get("progress", True),
+        targets=kwargs.get("targets"),
+        stages=kwargs.get("stages"),
     )
     target_report = kwargs.get("report")
     if isinstance(target_report, EditReport):

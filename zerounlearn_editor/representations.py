@@ -32,6 +32,12 @@ def _chunks(items: Sequence, size: int) -> List[Sequence]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+def _at_lookup(states: torch.Tensor, lookup: torch.Tensor) -> torch.Tensor:
+    """``states[i, lookup[i]]`` ``[rows, d]`` in float32, indexed on ``states``' own device."""
+    lookup = lookup.to(states.device)
+    return states[torch.arange(len(lookup), device=states.device), lookup].float()
+
+
 @torch.no_grad()
 def read_keys_and_hidden(
     model: nn.Module,
@@ -68,9 +74,8 @@ def read_keys_and_hidden(
             model, [hidden_module], stop_after=hidden_module
         ) as outputs, contextlib.suppress(StopForward):
             model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
-        index = torch.arange(len(rows), device=device)
-        k = inputs[key_module][index, batch.lookup.to(inputs[key_module].device)].float()
-        h = outputs[hidden_module][index, batch.lookup.to(outputs[hidden_module].device)].float()
+        k = _at_lookup(inputs[key_module], batch.lookup)
+        h = _at_lookup(outputs[hidden_module], batch.lookup)
         keys.append(k.view(len(chunk), n_ctx, -1).mean(1).cpu())
         hidden.append(h.view(len(chunk), n_ctx, -1)[:, 0].cpu())
     return LayerReadout(keys=torch.cat(keys).t().contiguous(), hidden=torch.cat(hidden))

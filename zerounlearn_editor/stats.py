@@ -9,6 +9,12 @@ EasyEdit's ROME/MEMIT/AlphaEdit read the same file offline::
 with keys ``mom2.mom2`` (sum of ``k k^T``, ``[d_in, d_in]``), ``mom2.count`` (tokens),
 ``mom2.constructor`` and ``sample_size`` (passages asked for), plus our own ``zerounlearn.*``
 metadata (corpus fingerprint, max length). Files are written atomically (temp + rename).
+
+Across processes: ``collect_second_moments(..., shard=(rank, world_size))`` collects the
+passages ``texts[rank::world_size]``; :func:`collect_second_moments_distributed` does that on
+every rank of an initialised ``torch.distributed`` group and all-reduces the sums and counts;
+:func:`layer_second_moment_shards` writes one shard's files and :func:`merge_second_moment_files`
+sums shard files into one file of the same layout (``zerounlearn stats --shard`` / ``stats-merge``).
 """
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -37,6 +43,13 @@ __all__ = [
     "load_second_moment",
     "collect_second_moments",
     "layer_second_moments",
+    "padded_batches",
+    "shard_texts",
+    "all_reduce_second_moments",
+    "collect_second_moments_distributed",
+    "shard_path",
+    "layer_second_moment_shards",
+    "merge_second_moment_files",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -86,6 +99,7 @@ def save_second_moment(path: Path, stat: SecondMoment, sample_size: int, dtype: 
     try:
         with os.fdopen(fd, "wb") as handle:
             np.savez(handle, **arrays)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a cache file is readable like any other
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -111,6 +125,35 @@ def _batches(tok, texts: Sequence[str], max_length: int, batch_size: int) -> Lis
     return [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
 
 
+def padded_batches(
+    tok, texts: Sequence[str], max_length: int, batch_size: int, progress: bool = False, desc: str = "batches"
+) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+    """Right-padded CPU batches ``(input_ids [b, L] long, mask [b, L] bool)`` of ``texts``.
+
+    Passages are truncated to ``max_length`` tokens, sorted by length (longest first) and
+    grouped ``batch_size`` at a time; empty passages are dropped.
+    """
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    for rows in tqdm(_batches(tok, texts, max_length, batch_size), desc=desc, disable=not progress, unit="batch"):
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.bool)
+        for i, row in enumerate(rows):
+            input_ids[i, : len(row)] = torch.tensor(row)
+            mask[i, : len(row)] = True
+        yield input_ids, mask
+
+
+def shard_texts(texts: Sequence[str], shard: Optional[Tuple[int, int]]) -> List[str]:
+    """``texts[rank::world_size]`` for ``shard = (rank, world_size)``; all texts for ``None``."""
+    if shard is None:
+        return list(texts)
+    rank, world_size = shard
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"invalid shard {shard!r}: need 0 <= rank < world_size")
+    return list(texts[rank::world_size])
+
+
 @torch.no_grad()
 def collect_second_moments(
     model: nn.Module,
@@ -121,33 +164,32 @@ def collect_second_moments(
     batch_size: int = 16,
     progress: bool = True,
     product_dtype: torch.dtype = torch.float64,
+    shard: Optional[Tuple[int, int]] = None,
 ) -> Dict[str, SecondMoment]:
     """``sum k k^T`` and token counts of every module's input, in one pass per batch.
 
     Padding tokens are excluded. Each batch's ``K^T K`` is formed in ``product_dtype`` and
-    added to a float64 running sum on the module's device.
+    added to a float64 running sum on the module's device. ``shard = (rank, world_size)``
+    collects only ``texts[rank::world_size]``: summing the shards' ``mom2`` and counts gives
+    the full statistic (an empty shard gives zeros over 0 tokens).
     """
     if not texts:
         raise ValueError("no texts to collect statistics from")
     if not module_names:
         raise ValueError("no modules to collect statistics for")
+    texts = shard_texts(texts, shard)
+    if not texts:
+        return {name: SecondMoment(torch.zeros(_module_input_dim(model, name), _module_input_dim(model, name),
+                                               dtype=torch.float64), 0) for name in module_names}
     order = {name: i for i, (name, _) in enumerate(model.named_modules())}
     last = max(module_names, key=lambda n: order.get(n, -1))
     device = model_device(model)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
     sums: Dict[str, Optional[torch.Tensor]] = {name: None for name in module_names}
     count = 0
     was_training = model.training
     model.eval()
     try:
-        batches = _batches(tok, texts, max_length, batch_size)
-        for rows in tqdm(batches, desc="C0 statistics", disable=not progress, unit="batch"):
-            width = max(len(r) for r in rows)
-            input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(rows), width), dtype=torch.bool)
-            for i, row in enumerate(rows):
-                input_ids[i, : len(row)] = torch.tensor(row)
-                mask[i, : len(row)] = True
+        for input_ids, mask in padded_batches(tok, texts, max_length, batch_size, progress, desc="C0 statistics"):
             with capture_inputs(model, module_names, stop_after=last) as inputs, contextlib.suppress(StopForward):
                 model(input_ids=input_ids.to(device), attention_mask=mask.long().to(device))
             for name in module_names:
@@ -240,3 +282,154 @@ def _module_input_dim(model: nn.Module, module_name: str) -> int:
     from .model_access import get_module, get_weight_matrix
 
     return get_weight_matrix(get_module(model, module_name)).shape[1]
+
+
+def all_reduce_second_moments(stats: Dict[str, SecondMoment], group=None) -> Dict[str, SecondMoment]:
+    """Sum every module's ``mom2`` and count over the ranks of ``group`` (float64 / int64).
+
+    Every rank must call this with the same module names. Tensors travel on the CPU for gloo,
+    else on the current accelerator (CUDA for NCCL); results are on the CPU.
+    """
+    import torch.distributed as dist
+
+    device = torch.device("cpu")
+    if dist.get_backend(group) != "gloo" and torch.accelerator.is_available():  # NCCL and co. reduce accelerator tensors
+        device = torch.device(torch.accelerator.current_accelerator().type, torch.accelerator.current_device_index())
+    names = sorted(stats)
+    counts = torch.tensor([stats[name].count for name in names], dtype=torch.int64, device=device)
+    dist.all_reduce(counts, group=group)
+    result: Dict[str, SecondMoment] = {}
+    for name, count in zip(names, counts.tolist()):
+        mom2 = stats[name].mom2.to(device=device, dtype=torch.float64).contiguous()
+        dist.all_reduce(mom2, group=group)
+        result[name] = SecondMoment(mom2.cpu(), int(count))
+    return result
+
+
+def collect_second_moments_distributed(
+    model: nn.Module,
+    tok,
+    texts: Sequence[str],
+    module_names: Sequence[str],
+    max_length: int = 256,
+    batch_size: int = 16,
+    progress: bool = True,
+    product_dtype: torch.dtype = torch.float64,
+    group=None,
+) -> Dict[str, SecondMoment]:
+    """:func:`collect_second_moments` split over the ranks of an initialised process group.
+
+    Rank ``r`` of ``w`` collects ``texts[r::w]``; the sums and counts are all-reduced, so every
+    rank returns the statistic of all ``texts``. Each rank passes the same ``texts``.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("torch.distributed is not initialised; call init_process_group first or use collect_second_moments")
+    shard = (dist.get_rank(group), dist.get_world_size(group))
+    local = collect_second_moments(model, tok, texts, module_names, max_length, batch_size, progress, product_dtype, shard)
+    return all_reduce_second_moments(local, group)
+
+
+def shard_path(path: Path, rank: int, world_size: int) -> Path:
+    """``..._mom2_{n}.npz`` -> ``..._mom2_{n}.shard-{rank}-of-{world_size}.npz`` (same folder)."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.shard-{rank}-of-{world_size}{path.suffix}")
+
+
+def layer_second_moment_shards(
+    model: nn.Module,
+    tok,
+    layers: Sequence[int],
+    module_tmp: str,
+    stats_dir: str,
+    corpus: str,
+    n_samples: int,
+    shard: Tuple[int, int],
+    dtype: str = "float32",
+    max_length: int = 256,
+    batch_size: int = 16,
+    model_name: Optional[str] = None,
+    progress: bool = True,
+) -> Dict[int, Path]:
+    """Collect one shard of every edited layer's statistic and write its shard files.
+
+    The files sit next to the cache file :func:`layer_second_moments` reads (see
+    :func:`shard_path`); :func:`merge_second_moment_files` turns the shards into that file.
+    Returns ``{layer: shard file}``.
+    """
+    check_layers(model, layers, module_tmp)
+    rank, world_size = shard
+    name = model_name or model_basename(model)
+    data = load_corpus(corpus, limit=n_samples)
+    modules = {layer: module_tmp.format(layer) for layer in layers}
+    product_dtype = torch.float64 if dtype == "float64" else torch.float32
+    stats = collect_second_moments(
+        model, tok, data.texts, list(modules.values()), max_length, batch_size, progress, product_dtype, shard
+    )
+    written: Dict[int, Path] = {}
+    for layer, module in modules.items():
+        path = shard_path(stats_path(stats_dir, name, corpus_cache_name(corpus), module, dtype, n_samples), rank, world_size)
+        meta = {
+            "corpus_fingerprint": data.fingerprint,
+            "max_length": str(max_length),
+            "n_passages": str(len(shard_texts(data.texts, shard))),
+            "shard": f"{rank}/{world_size}",
+            "module": module,
+        }
+        save_second_moment(path, stats[module], n_samples, dtype, meta)
+        LOG.info("wrote C0 shard %d/%d of layer %d to %s", rank, world_size, layer, path)
+        written[layer] = path
+    return written
+
+
+def _npz_dtype_name(path: Path) -> str:
+    with np.load(path, allow_pickle=False) as data:
+        return str(data["mom2.mom2"].dtype)
+
+
+def merge_second_moment_files(out: Path, shards: Sequence[Path]) -> SecondMoment:
+    """Sum shard files (``mom2`` and counts) into ``out``, in the same EasyEdit layout.
+
+    Checks that all shards have the same shape, dtype, ``sample_size``, corpus fingerprint,
+    max length and module (where recorded), and -- when they carry shard metadata -- that they are distinct shards
+    of one split, all present. Written atomically; returns the merged statistic.
+    """
+    if not shards:
+        raise ValueError("no shard files to merge")
+    loaded = []
+    for path in shards:
+        stat, meta = load_second_moment(Path(path))
+        loaded.append((Path(path), stat, meta, _npz_dtype_name(Path(path))))
+    first_path, first, first_meta, dtype = loaded[0]
+    for path, stat, meta, file_dtype in loaded[1:]:
+        if stat.mom2.shape != first.mom2.shape:
+            raise ValueError(f"{path}: shape {tuple(stat.mom2.shape)} differs from {first_path}'s {tuple(first.mom2.shape)}")
+        if file_dtype != dtype:
+            raise ValueError(f"{path}: dtype {file_dtype} differs from {first_path}'s {dtype}")
+        for key in ("sample_size", "corpus_fingerprint", "max_length", "module"):
+            if meta.get(key) != first_meta.get(key):
+                raise ValueError(f"{path}: {key} {meta.get(key)!r} differs from {first_path}'s {first_meta.get(key)!r}")
+    shard_ids = [meta.get("shard") for _, _, meta, _ in loaded]
+    if all(shard_ids):
+        worlds = {s.split("/")[1] for s in shard_ids}
+        if len(worlds) != 1:
+            raise ValueError(f"shards of different splits: {sorted(set(shard_ids))}")
+        world_size = int(worlds.pop())
+        duplicates = sorted({s for s in shard_ids if shard_ids.count(s) > 1})
+        if duplicates:
+            raise ValueError(f"shard(s) {duplicates} given more than once")
+        absent = sorted(set(range(world_size)) - {int(s.split("/")[0]) for s in shard_ids})
+        if absent:
+            raise ValueError(f"shard(s) {absent} of {world_size} missing")
+    merged = first
+    for _, stat, _, _ in loaded[1:]:
+        merged = merged.merge(stat)
+    meta = {k: v for k, v in first_meta.items() if k not in ("shard", "sample_size", "n_passages")}
+    passages = [m.get("n_passages") for _, _, m, _ in loaded]
+    if all(p is not None for p in passages):
+        meta["n_passages"] = str(sum(int(p) for p in passages))
+    sample_size = int(first_meta.get("sample_size", 0))
+    save_second_moment(Path(out), merged, sample_size, dtype, meta)
+    LOG.info("merged %d shard(s) (%d tokens) into %s", len(loaded), merged.count, out)
+    return merged

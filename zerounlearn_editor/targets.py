@@ -95,6 +95,23 @@ class _SuffixStack:
             self.base.layers = self.full
 
 
+def _module_device(module: nn.Module, fallback: torch.device) -> torch.device:
+    """Device of a module's first parameter (where its inputs must be), else ``fallback``."""
+    param = next(module.parameters(), None)
+    return param.device if param is not None else fallback
+
+
+def _head_logits(lm_head: nn.Module, hidden: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``lm_head`` at ``hidden[rows, positions]``: float32 logits ``[len(rows), vocab]`` on the head's device.
+
+    ``hidden`` may live on another device than the index tensors and the head (layers split
+    across devices); each tensor is moved to the device of the tensor or module consuming it.
+    """
+    selected = hidden[rows.to(hidden.device), positions.to(hidden.device)]
+    weight = lm_head.weight
+    return lm_head(selected.to(device=weight.device, dtype=weight.dtype)).float()
+
+
 def _forward_logits_rows(model, cfg: TargetConfig, batch, delta_rows_hook, rows, positions) -> torch.Tensor:
     """Run the forward with the delta hook and return logits ``[len(rows), vocab]`` at (rows, positions)."""
     layer = get_module(model, cfg.layer_module)
@@ -104,7 +121,8 @@ def _forward_logits_rows(model, cfg: TargetConfig, batch, delta_rows_hook, rows,
     handles = [layer.register_forward_hook(delta_rows_hook)]
     if cfg.loss_layer_module:
         def grab_layer(_m, _a, out):
-            captured["h"] = ln_f(hidden_of(out))
+            hidden = hidden_of(out)
+            captured["h"] = ln_f(hidden.to(_module_device(ln_f, hidden.device)))
             raise StopForward
 
         handles.append(get_module(model, cfg.loss_layer_module).register_forward_hook(grab_layer))
@@ -120,8 +138,7 @@ def _forward_logits_rows(model, cfg: TargetConfig, batch, delta_rows_hook, rows,
     finally:
         for handle in handles:
             handle.remove()
-    selected = captured["h"][rows, positions]
-    return lm_head(selected.to(lm_head.weight.dtype)).float()
+    return _head_logits(lm_head, captured["h"], rows, positions)
 
 
 def _optimise_chunk(
@@ -132,7 +149,8 @@ def _optimise_chunk(
     prefixes: Sequence[str],
     cfg: TargetConfig,
 ):
-    device = model_device(model)
+    device = model_device(model)  # input ids
+    head_device = get_module(model, cfg.lm_head_module).weight.device  # logits and the loss
     n, n_ctx = len(requests), len(prefixes)
     # Rewriting rows (request-major, context-minor), then one KL row per request.
     rw_req = [i for i in range(n) for _ in range(n_ctx)]
@@ -156,13 +174,13 @@ def _optimise_chunk(
             t_tok.append(token)
             t_weight.append(1.0 / (m * n_ctx))
             t_req.append(i)
-    t_rows_t = torch.tensor(t_rows, device=device)
-    t_pos_t = torch.tensor(t_pos, device=device)
-    t_tok_t = torch.tensor(t_tok, device=device)
-    t_weight_t = torch.tensor(t_weight, device=device)
-    t_req_t = torch.tensor(t_req, device=device)
-    kl_rows = torch.arange(n_rw, n_rw + n, device=device)
-    kl_pos = batch.lookup[n_rw:]
+    t_rows_t = torch.tensor(t_rows, device=head_device)
+    t_pos_t = torch.tensor(t_pos, device=head_device)
+    t_tok_t = torch.tensor(t_tok, device=head_device)
+    t_weight_t = torch.tensor(t_weight, device=head_device)
+    t_req_t = torch.tensor(t_req, device=head_device)
+    kl_rows = torch.arange(n_rw, n_rw + n, device=head_device)
+    kl_pos = batch.lookup[n_rw:].to(head_device)
     rows = torch.cat([t_rows_t, kl_rows])
     positions = torch.cat([t_pos_t, kl_pos])
     bare_rows = torch.arange(0, n_rw, n_ctx, device=device)
@@ -172,13 +190,16 @@ def _optimise_chunk(
     delta = torch.zeros((n, d_model), device=layer_param.device, dtype=torch.float32, requires_grad=True)
     optimiser = torch.optim.Adam([delta], lr=cfg.lr)
     state = {}
+    # index tensors on the edited layer's device (where its hidden states and ``delta`` live)
+    layer_device = layer_param.device
+    row_req_l, lookup_l, bare_rows_l = row_req.to(layer_device), batch.lookup.to(layer_device), bare_rows.to(layer_device)
 
     def add_delta(_module, _args, output):
         hidden = hidden_of(output)
         if "h0" not in state:
-            state["h0"] = hidden[bare_rows, batch.lookup[bare_rows]].detach().float().clone()
+            state["h0"] = hidden[bare_rows_l, lookup_l[bare_rows_l]].detach().float().clone()
         add = torch.zeros_like(hidden)
-        add[torch.arange(len(row_req), device=hidden.device), batch.lookup] = delta[row_req].to(hidden.dtype)
+        add[torch.arange(len(row_req), device=hidden.device), lookup_l] = delta[row_req_l].to(hidden.dtype)
         hidden = hidden + add
         if isinstance(output, tuple):
             return (hidden,) + tuple(output[1:])
@@ -196,33 +217,33 @@ def _optimise_chunk(
             model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
         h_layer = out[cfg.layer_module]
         all_rows = torch.arange(len(row_req), device=h_layer.device)
-        state["h0"] = h_layer[bare_rows, batch.lookup[bare_rows]].float().clone()
+        state["h0"] = h_layer[bare_rows_l, lookup_l[bare_rows_l]].float().clone()
         lm_head = get_module(model, cfg.lm_head_module)
 
     def step_logits() -> torch.Tensor:
         if not use_suffix:
             return _forward_logits_rows(model, cfg, batch, add_delta, rows, positions)
         add = torch.zeros_like(h_layer)
-        add[all_rows, batch.lookup] = delta[row_req].to(h_layer.dtype)
+        add[all_rows, lookup_l] = delta[row_req_l].to(h_layer.dtype)
         normed = suffix(h_layer + add, batch.attention_mask)
-        return lm_head(normed[rows, positions].to(lm_head.weight.dtype)).float()
+        return _head_logits(lm_head, normed, rows, positions)
 
     active = torch.ones(n, dtype=torch.bool, device=delta.device)
     steps_run = [0] * n
-    nll_req = torch.zeros(n, device=device)
+    nll_req = torch.zeros(n, device=head_device)
     kl_init = None
     for step in range(cfg.steps + 1):
         logits = step_logits()
         logp_t = torch.log_softmax(logits[: len(t_rows)], dim=-1)
         nll_tok = -logp_t.gather(1, t_tok_t[:, None]).squeeze(1)
-        nll_req = torch.zeros(n, device=device).index_add(0, t_req_t, nll_tok * t_weight_t)
+        nll_req = torch.zeros(n, device=head_device).index_add(0, t_req_t, nll_tok * t_weight_t)
         kl_logp = torch.log_softmax(logits[len(t_rows) :], dim=-1)
         if kl_init is None:
             kl_init = kl_logp.detach()
         kl_req = (kl_logp.exp() * (kl_logp - kl_init)).sum(-1)
         h0 = state["h0"]
         wd_req = cfg.weight_decay * (delta.norm(dim=1) ** 2) / (h0.norm(dim=1) ** 2)
-        loss_req = nll_req + cfg.kl_factor * kl_req + wd_req.to(device)
+        loss_req = nll_req + cfg.kl_factor * kl_req + wd_req.to(head_device)
         converged = (nll_req.detach() < cfg.early_stop_loss).to(active.device)
         active &= ~converged
         if step == cfg.steps or not bool(active.any()):
@@ -230,7 +251,7 @@ def _optimise_chunk(
         for i in torch.nonzero(active).flatten().tolist():
             steps_run[i] += 1
         optimiser.zero_grad()
-        loss_req[active.to(device)].sum().backward()
+        loss_req[active.to(head_device)].sum().backward()
         frozen = delta.detach()[~active].clone()
         optimiser.step()
         with torch.no_grad():
