@@ -106,69 +106,63 @@ def model_device(model: nn.Module) -> torch.device:
         return next(model.parameters()).device
 
 
-@contextlib.contextmanager
-def capture_inputs(
-    model: nn.Module,
-    module_names: Sequence[str],
-    stop_after: Optional[str] = None,
-    detach: bool = True,
-) -> Iterator[Dict[str, torch.Tensor]]:
-    """Record the first positional input of each named module during a forward pass.
-
-    Yields a dict filled on each forward: ``name -> input`` ``[batch, seq, d_in]``. If
-    ``stop_after`` names one of the modules, the forward raises :class:`StopForward` right
-    after capturing it; wrap the call in ``with contextlib.suppress(StopForward)``.
-    """
-    captured: Dict[str, torch.Tensor] = {}
-    handles: List[torch.utils.hooks.RemovableHandle] = []
-
-    def make_hook(name: str):
-        def hook(_module, args):
-            value = args[0]
-            captured[name] = value.detach() if detach else value
-            if name == stop_after:
-                raise StopForward
-
-        return hook
-
-    try:
-        for name in module_names:
-            handles.append(get_module(model, name).register_forward_pre_hook(make_hook(name)))
-        yield captured
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
 def hidden_of(output) -> torch.Tensor:
     """The hidden-state tensor of a module output (decoder layers may return tuples)."""
     return output[0] if isinstance(output, (tuple, list)) else output
 
 
 @contextlib.contextmanager
+def _capture(
+    model: nn.Module,
+    module_names: Sequence[str],
+    stop_after: Optional[str],
+    detach: bool,
+    inputs: bool,
+) -> Iterator[Dict[str, torch.Tensor]]:
+    captured: Dict[str, torch.Tensor] = {}
+    handles: List[torch.utils.hooks.RemovableHandle] = []
+
+    def record(name: str, value: torch.Tensor) -> None:
+        captured[name] = value.detach() if detach else value
+        if name == stop_after:
+            raise StopForward
+
+    try:
+        for name in module_names:
+            module = get_module(model, name)
+            if inputs:
+                hook = lambda _m, args, name=name: record(name, args[0])  # noqa: E731
+                handles.append(module.register_forward_pre_hook(hook))
+            else:
+                hook = lambda _m, _a, out, name=name: record(name, hidden_of(out))  # noqa: E731
+                handles.append(module.register_forward_hook(hook))
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def capture_inputs(
+    model: nn.Module,
+    module_names: Sequence[str],
+    stop_after: Optional[str] = None,
+    detach: bool = True,
+):
+    """Record the first positional input of each named module during a forward pass.
+
+    A context manager yielding a dict filled on each forward: ``name -> input``
+    ``[batch, seq, d_in]``. If ``stop_after`` names one of the modules, the forward raises
+    :class:`StopForward` right after capturing it; wrap the call in
+    ``with contextlib.suppress(StopForward)``.
+    """
+    return _capture(model, module_names, stop_after, detach, inputs=True)
+
+
 def capture_outputs(
     model: nn.Module,
     module_names: Sequence[str],
     stop_after: Optional[str] = None,
     detach: bool = True,
-) -> Iterator[Dict[str, torch.Tensor]]:
-    """Record the hidden-state output of each named module, like :func:`capture_inputs`."""
-    captured: Dict[str, torch.Tensor] = {}
-    handles: List[torch.utils.hooks.RemovableHandle] = []
-
-    def make_hook(name: str):
-        def hook(_module, _args, output):
-            value = hidden_of(output)
-            captured[name] = value.detach() if detach else value
-            if name == stop_after:
-                raise StopForward
-
-        return hook
-
-    try:
-        for name in module_names:
-            handles.append(get_module(model, name).register_forward_hook(make_hook(name)))
-        yield captured
-    finally:
-        for handle in handles:
-            handle.remove()
+):
+    """Record the hidden-state output ``[batch, seq, d]`` of each named module, like :func:`capture_inputs`."""
+    return _capture(model, module_names, stop_after, detach, inputs=False)
