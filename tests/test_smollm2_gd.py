@@ -18,9 +18,9 @@ pytestmark = pytest.mark.slow
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
-    reason="known shortfall (issue 3 open): with the shipped SmolLM2 YAML, efficacy falls 0.69 -> 0.12 "
-    "(target < 10% of base); the neutral targets do not converge (mean EOS NLL 1.06 at clamp_norm_factor "
-    "0.75, 25 steps), so M_n is weak. Remove this mark once the YAML meets the target.",
+    reason="known shortfall (issue 3 open): with the shipped SmolLM2 YAML, efficacy falls 0.69 -> 0.09 "
+    "(target < 10% of base); the neutral targets do not converge (mean EOS NLL 0.93 at clamp_norm_factor "
+    "4.0, 25 steps), so M_n is weak. Remove this mark once the YAML meets the target.",
 )
 def test_gd_exact_forgets_fifty_counterfact_facts(smollm2, smollm2_stats_dir, smollm2_base_ppl):
     model, tok = smollm2
