@@ -21,8 +21,8 @@ from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
 from zerounlearn_editor.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
 from zerounlearn_editor.model_zoo import load_model_and_tokenizer
+from zerounlearn_editor.pipeline import batched_statistics
 from zerounlearn_editor.resources import hparams_path, shared_file
-from zerounlearn_editor.stats import layer_second_moments
 
 
 def _acc(model, tok, facts):
@@ -43,10 +43,7 @@ def main() -> None:
     windows = [list(range(int(a), int(b) + 1)) for a, b in (w.split("-") for w in args.windows.split(","))]
     all_layers = sorted({l for w in windows for l in w})
     start = time.perf_counter()
-    stats = layer_second_moments(
-        model, tok, all_layers, base.rewrite_module_tmp, base.stats_dir, base.mom2_dataset, base.mom2_n_samples,
-        base.mom2_dtype, base.mom2_max_length, base.mom2_batch_size,
-    )
+    stats = batched_statistics(model, tok, base, base.mom2_dataset, layers=all_layers)
     stats_seconds = time.perf_counter() - start
     wikitext = shared_file("text/wikitext2_raw_test.txt")
     logging.getLogger("zerounlearn_editor").setLevel(logging.INFO)

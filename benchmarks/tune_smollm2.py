@@ -19,9 +19,8 @@ from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
 from zerounlearn_editor.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
 from zerounlearn_editor.model_zoo import load_model_and_tokenizer
-from zerounlearn_editor.pipeline import neutral_targets
+from zerounlearn_editor.pipeline import batched_statistics, neutral_targets
 from zerounlearn_editor.resources import hparams_path, shared_file
-from zerounlearn_editor.stats import layer_second_moments
 
 
 def _acc(model, tok, facts) -> float:
@@ -46,8 +45,7 @@ def main() -> None:
     for window in args.windows.split(","):
         a, b = (int(x) for x in window.split("-"))
         hp = base.replace(layers=list(range(a, b + 1)))
-        stats = layer_second_moments(model, tok, hp.layers, hp.rewrite_module_tmp, hp.stats_dir, hp.mom2_dataset,
-                                     hp.mom2_n_samples, hp.mom2_dtype, hp.mom2_max_length, hp.mom2_batch_size)
+        stats = batched_statistics(model, tok, hp, hp.mom2_dataset)
         t0 = time.perf_counter()
         targets = neutral_targets(model, tok, requests, hp)
         target_seconds = time.perf_counter() - t0

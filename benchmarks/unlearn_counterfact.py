@@ -30,9 +30,8 @@ from zerounlearn_editor import (
 from zerounlearn_editor.data import load_cases
 from zerounlearn_editor.evaluation import evaluate_probes, perplexity, select_known_cases
 from zerounlearn_editor.model_zoo import load_model_and_tokenizer
-from zerounlearn_editor.pipeline import neutral_targets
+from zerounlearn_editor.pipeline import batched_statistics, neutral_targets
 from zerounlearn_editor.resources import hparams_path, shared_file
-from zerounlearn_editor.stats import layer_second_moments
 
 LOG = logging.getLogger("unlearn_counterfact")
 
@@ -71,8 +70,7 @@ def main() -> None:
     timings["select_cases"] = time.perf_counter() - t0
     requests = [c.request for c in cases]
     t0 = time.perf_counter()
-    stats = layer_second_moments(model, tok, zu.layers, zu.rewrite_module_tmp, zu.stats_dir, zu.mom2_dataset,
-                                 zu.mom2_n_samples, zu.mom2_dtype, zu.mom2_max_length, zu.mom2_batch_size)
+    stats = batched_statistics(model, tok, zu, zu.mom2_dataset)
     timings["statistics"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     base = scores(model, tok, cases, args.ppl_tokens)

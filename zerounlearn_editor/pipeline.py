@@ -86,13 +86,18 @@ KeysStage = Callable[..., LayerReadout]
 
 
 def batched_statistics(
-    model: nn.Module, tok, hparams: _EditHyperParams, corpus: str, progress: bool = True
+    model: nn.Module,
+    tok,
+    hparams: _EditHyperParams,
+    corpus: str,
+    progress: bool = True,
+    layers: Optional[Sequence[int]] = None,
 ) -> Dict[int, SecondMoment]:
-    """``C0`` of every edited layer: cached files, the missing ones in one pass per batch."""
+    """``C0`` of every edited layer (or of ``layers``): cached files, the missing ones in one pass per batch."""
     return layer_second_moments(
         model,
         tok,
-        hparams.layers,
+        hparams.layers if layers is None else layers,
         hparams.rewrite_module_tmp,
         hparams.stats_dir,
         corpus,

@@ -28,10 +28,10 @@ from .corpus import load_corpus
 from .encoding import encode_rows
 from .hparams import _EditHyperParams, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
 from .model_access import StopForward, capture_inputs, capture_outputs, get_module, get_weight_matrix, model_device
-from .pipeline import EditStages
+from .pipeline import EditStages, batched_statistics
 from .representations import LayerReadout
 from .requests import ForgetRequest
-from .stats import SecondMoment, layer_second_moments, padded_batches
+from .stats import SecondMoment, padded_batches
 from .targets import NeutralTargets, TargetConfig, optimise_neutral_targets
 from .zerounlearn_gd_main import apply_zerounlearn_gd_to_model
 from .zerounlearn_main import apply_zerounlearn_to_model
@@ -155,21 +155,7 @@ def per_layer_statistics(
     ``V K^T`` pass per layer, compared with ``W C0`` (relative difference logged)."""
     moments: Dict[int, SecondMoment] = {}
     for layer in hparams.layers:
-        moments.update(
-            layer_second_moments(
-                model,
-                tok,
-                [layer],
-                hparams.rewrite_module_tmp,
-                hparams.stats_dir,
-                corpus,
-                hparams.mom2_n_samples,
-                hparams.mom2_dtype,
-                hparams.mom2_max_length,
-                hparams.mom2_batch_size,
-                progress=progress,
-            )
-        )
+        moments.update(batched_statistics(model, tok, hparams, corpus, progress, layers=[layer]))
     texts = load_corpus(corpus, limit=hparams.mom2_n_samples).texts
     for layer in hparams.layers:
         name = hparams.rewrite_module_tmp.format(layer)
