@@ -120,6 +120,8 @@ def test_accuracy_known_values(successor, padding_side, bos):
     scores = evaluate_probes(successor, tok, probes, batch_size=4)
     assert scores["pred_ids"][2] == [2, 3]
     assert scores["n_tokens"] == [1, 1, 2, 4, 1, 4]
+    # first answer token only: probe 3 (w1 -> w2 right) and 6 (w20 -> w21 right) count fully
+    assert scores["first_acc"] == [1.0, 0.0, 1.0, 1.0, 1.0, 1.0]
 
 
 def test_probabilities_match_hand_computation(successor, tok):
@@ -182,7 +184,7 @@ def test_state_is_preserved_and_model_left_in_eval(tok):
 
 def test_empty_probe_list(successor, tok):
     empty = evaluate_probes(successor, tok, [])
-    assert empty == {"acc": [], "prob": [], "seq_prob": [], "pred_ids": [], "n_tokens": []}
+    assert empty == {"acc": [], "first_acc": [], "prob": [], "seq_prob": [], "pred_ids": [], "n_tokens": []}
 
 
 # --------------------------------------------------------------------------- perplexity

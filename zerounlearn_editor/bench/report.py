@@ -23,6 +23,8 @@ COLUMNS = (
     ("gen", "Gen ↓", "{:.1f}"),
     ("spe", "Spe ↑", "{:.1f}"),
     ("ppl", "PPL ↓", "{:.2f}"),
+    ("eff_first", "Eff 1st ↓", "{:.1f}"),
+    ("gen_first", "Gen 1st ↓", "{:.1f}"),
     ("eff_prob", "Eff p ↓", "{:.3f}"),
     ("gen_prob", "Gen p ↓", "{:.3f}"),
     ("spe_prob", "Spe p ↑", "{:.3f}"),

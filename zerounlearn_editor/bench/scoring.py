@@ -77,6 +77,8 @@ def probe_metrics(post: Sequence[CaseScores], pre: Optional[Sequence[CaseScores]
         "eff": 100.0 * _case_mean([s.forget["acc"] for s in post]),
         "gen": 100.0 * _case_mean([s.paraphrase["acc"] for s in post]),
         "spe": 100.0 * _case_mean([s.neighbour["acc"] for s in post]),
+        "eff_first": 100.0 * _case_mean([s.forget["first_acc"] for s in post]),
+        "gen_first": 100.0 * _case_mean([s.paraphrase["first_acc"] for s in post]),
         "eff_prob": _case_mean([s.forget["prob"] for s in post]),
         "gen_prob": _case_mean([s.paraphrase["prob"] for s in post]),
         "spe_prob": _case_mean([s.neighbour["prob"] for s in post]),

@@ -6,6 +6,7 @@ see :mod:`.batching` for the exact rule. For an answer of ``T`` tokens ``a_1..a_
 model's next-token distribution ``p(. | prefix)`` at the position before each of them:
 
 * ``acc``      = (1/T) * #{t : argmax p(. | prefix_t) == a_t}   (EasyEdit's token accuracy)
+* ``first_acc`` = 1 if argmax p(. | prompt) == a_1 else 0       (does the model start the answer?)
 * ``prob``     = exp((1/T) * sum_t log p(a_t | prefix_t))      (geometric-mean token probability)
 * ``seq_prob`` = exp(sum_t log p(a_t | prefix_t))              (probability of the whole answer)
 * ``pred_ids`` = the argmax token ids at those T positions (EasyEdit's locality "outputs")
@@ -13,6 +14,10 @@ model's next-token distribution ``p(. | prefix)`` at the position before each of
 All probes are batched (``batch_size`` per forward pass, similar lengths together), padded on
 the tokenizer's ``padding_side`` (or the one passed), with position ids from the attention
 mask, so values do not depend on padding side or batch size (up to float rounding).
+
+Token accuracy has a floor for multi-token answers: given " Hon", "da" is predicted whether or
+not the model knows the fact, so "Honda" keeps ``acc`` 0.5 after its first token is forgotten.
+``first_acc`` has no such floor.
 """
 from __future__ import annotations
 
@@ -41,6 +46,7 @@ class ProbeScores(TypedDict):
     """Per-probe results of :func:`evaluate_probes`; every list has one entry per probe."""
 
     acc: List[float]
+    first_acc: List[float]
     prob: List[float]
     seq_prob: List[float]
     pred_ids: List[List[int]]
@@ -67,7 +73,7 @@ def evaluate_probes(
     Returns:
         :class:`ProbeScores` with one value per probe, in the order of ``probes``.
     """
-    scores: ProbeScores = {"acc": [], "prob": [], "seq_prob": [], "pred_ids": [], "n_tokens": []}
+    scores: ProbeScores = {"acc": [], "first_acc": [], "prob": [], "seq_prob": [], "pred_ids": [], "n_tokens": []}
     if not probes:
         return scores
     model.eval()
@@ -105,6 +111,7 @@ def evaluate_probes(
                 per_probe[index] = (lp.cpu(), pred.cpu(), tgt.cpu())
     for lp, pred, tgt in per_probe:  # type: ignore[misc]
         scores["acc"].append(float((pred == tgt).float().mean()))
+        scores["first_acc"].append(float(pred[0] == tgt[0]))
         scores["prob"].append(float(lp.mean().exp()))
         scores["seq_prob"].append(float(lp.sum().exp()))
         scores["pred_ids"].append(pred.tolist())
