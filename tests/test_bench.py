@@ -140,6 +140,12 @@ def test_bench_end_to_end_then_resume(tok, workspace, tmp_path, monkeypatch):
         assert zu["metrics"]["edit_seconds"] > 0
         # the base row is the "pre" of every method
         assert record["methods"]["base"]["requests"][0]["pre"] == zu["requests"][0]["pre"]
+        # same target settings in both tiny YAMLs: ZeroUnlearn-GD reuses ZeroUnlearn's targets and is charged for them
+        gd = record["methods"]["ZeroUnlearn-GD"]
+        assert "targets_reused_from" not in zu["details"]
+        assert gd["details"]["targets_reused_from"] == "ZeroUnlearn"
+        assert gd["details"]["timings"]["targets"] == zu["details"]["timings"]["targets"] > 0
+        assert gd["metrics"]["edit_seconds"] > gd["details"]["timings"]["targets"]
     assert json.loads((out / "seed_1.json").read_text())["case_ids"] != json.loads((out / "seed_2.json").read_text())["case_ids"]
     markdown = (out / "summary.md").read_text()
     for name in methods:
@@ -360,3 +366,57 @@ def test_failing_method_is_recorded_and_the_bench_goes_on(tok, workspace, tmp_pa
     assert record["methods"]["Broken"]["status"] == "error"
     assert record["methods"]["ZeroUnlearn"]["status"] == "ok"
     assert "| Broken | error: LookupError: lm_head.weight |" in (out / "summary.md").read_text()
+
+
+def test_known_only_threshold_is_passed_and_a_short_pool_is_an_error(tok, workspace, tmp_path, monkeypatch):
+    model = tiny_llama(tok)
+    seen = []
+
+    def keep_first_two(model_, tok_, cases, n, min_accuracy=1.0, **kwargs):
+        seen.append(min_accuracy)
+        return list(cases)[:2]
+
+    monkeypatch.setattr(runner, "select_known_cases", keep_first_two)
+    out = tmp_path / "out"
+    config = _config(workspace, out, ["base"], known_only=True, known_min_accuracy=0.5)
+    with pytest.raises(BenchConfigError, match=r"only 2 .* cases reach forget-prompt accuracy 0.5, n=3 needed"):
+        run_bench(config, model=model, tok=tok)
+    assert seen == [0.5] and not out.exists()
+
+    summary = run_bench(dataclasses.replace(config, n=2), model=model, tok=tok)
+    record = json.loads((out / "seed_1.json").read_text())
+    assert record["run"]["known_min_accuracy"] == 0.5
+    assert sorted(map(str, record["case_ids"])) == ["0", "1"]
+    assert summary["methods"]["base"]["status"] == "ok"
+    with pytest.raises(BenchConfigError, match="known_min_accuracy must be in"):
+        dataclasses.replace(config, known_min_accuracy=0.0).validate()
+
+
+def test_runfile_reads_known_min_accuracy(tmp_path):
+    configs = load_runfile(_runfile(tmp_path, dict(RUN, known_only=True, known_min_accuracy=0.5)))
+    assert configs[0].known_only and configs[0].known_min_accuracy == 0.5
+    with pytest.raises(BenchConfigError, match="known_min_accuracy"):
+        load_runfile(_runfile(tmp_path, dict(RUN, known_min_accuracy="half")))
+
+
+def test_shared_targets_equal_a_fresh_optimisation(tok, workspace):
+    from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
+    from zerounlearn_editor.bench import SharedTargets
+    from zerounlearn_editor.pipeline import neutral_targets
+
+    model = tiny_llama(tok)
+    zu = ZeroUnlearnHyperParams.from_hparams(str(workspace["main"]))
+    gd = ZeroUnlearnGDHyperParams.from_hparams(str(workspace["root"] / "hparams" / "ZeroUnlearn-GD" / "tiny.yaml"))
+    requests = [{"prompt": "the capital of {} is", "subject": s, "ground_truth": a, "target_new": ""} for s, a in FACTS[:3]]
+    shared = SharedTargets()
+    first, info = shared.get_or_compute("ZeroUnlearn", model, tok, requests, zu)
+    assert set(info) == {"target_seconds"}
+    again, info = shared.get_or_compute("ZeroUnlearn-GD", model, tok, requests, gd.replace(chunk_size=1))
+    assert again is first and info["targets_reused_from"] == "ZeroUnlearn"
+    fresh = neutral_targets(model, tok, requests, gd)
+    assert torch.equal(fresh.z, first.z) and torch.equal(fresh.nll, first.nll)
+    # another setting or other requests: optimised anew
+    other, info = shared.get_or_compute("ZeroUnlearn-GD", model, tok, requests, gd.replace(v_lr=0.1))
+    assert other is not first and "targets_reused_from" not in info
+    other_requests, _ = shared.get_or_compute("ZeroUnlearn-GD", model, tok, requests[:2], gd.replace(v_lr=0.1))
+    assert other_requests.z.shape[0] == 2

@@ -102,6 +102,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         eval_batch_size=args.batch_size,
         progress=not args.no_progress,
         known_only=args.known_only,
+        known_min_accuracy=args.known_min_accuracy,
     )
     summary = run_bench(config)
     print(summary["table_markdown"])
@@ -214,6 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fluency-tokens", type=int, default=32)
     p.add_argument("--known-only", action="store_true",
                    help="sample only cases whose true answers the unedited model predicts (efficacy starts at 100)")
+    p.add_argument("--known-min-accuracy", type=float, default=1.0,
+                   help="with --known-only: the forget-prompt token accuracy a case needs (default 1.0)")
     p.add_argument("--batch-size", type=int, default=32, help="probes per forward pass")
     p.add_argument("--device", default="cpu")
     p.add_argument("--runfile", default=None, help="YAML with runs: [{name, hparams, data, n, seeds, methods, out, ppl_tokens}]")

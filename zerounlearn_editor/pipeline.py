@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy as copy_module
 import logging
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -48,6 +49,7 @@ __all__ = [
     "run_layerwise_edit",
     "apply_edit_method",
     "neutral_targets",
+    "target_settings",
     "restore_weights",
 ]
 
@@ -239,6 +241,24 @@ def neutral_targets(
         model, tok, hparams.context_template_count, hparams.context_template_length, hparams.context_seed
     )
     return optimise_neutral_targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
+
+
+def target_settings(model: nn.Module, hparams: _EditHyperParams) -> Dict[str, Any]:
+    """Every setting the neutral targets depend on (besides the model and the requests).
+
+    Two hparams objects with equal ``target_settings`` give equal :func:`neutral_targets` for the
+    same requests on the same unedited model, e.g. ZeroUnlearn and ZeroUnlearn-GD YAMLs that
+    differ only in their solve weights; the bench uses this to optimise the targets once.
+    """
+    config = dataclasses.asdict(_target_config(model, hparams))
+    config.pop("chunk_size")  # chunking does not change the result
+    return dict(
+        config,
+        context_template_count=hparams.context_template_count,
+        context_template_length=hparams.context_template_length,
+        context_seed=hparams.context_seed,
+        neutral_target=hparams.neutral_target,
+    )
 
 
 def _edit_layers(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .config import BenchConfig, BenchConfigError, DEFAULT_METHODS, parse_method_hparams, parse_methods, parse_seeds
 from .fingerprint import ModelFingerprint, ModelStateError
-from .methods import EditOutcome, HParamsLookup, MethodContext, MethodSpec, PreparedMethod, default_registry
+from .methods import EditOutcome, HParamsLookup, MethodContext, MethodSpec, PreparedMethod, SharedTargets, default_registry
 from .report import format_table
 from .runfile import load_runfile, run_runfile
 from .runner import run_bench
@@ -26,6 +26,7 @@ __all__ = [
     "ModelFingerprint",
     "ModelStateError",
     "PreparedMethod",
+    "SharedTargets",
     "default_registry",
     "format_table",
     "load_runfile",

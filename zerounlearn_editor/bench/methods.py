@@ -18,6 +18,7 @@ and handed to every method that needs them.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -26,14 +27,16 @@ import torch
 from torch import nn
 
 from ..hparams import HParamsError, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams, _EditHyperParams, load_config_file
-from ..pipeline import EditReport
+from ..pipeline import EditReport, neutral_targets, target_settings
+from ..targets import NeutralTargets
 from ..resources import hparams_path
 from ..stats import SecondMoment, corpus_cache_name
 from .config import BenchConfigError
-from .files import sha256_of_file
+from .files import sha256_of_file, sha256_of_json
 
 __all__ = [
     "StatsBank",
+    "SharedTargets",
     "EditOutcome",
     "PreparedMethod",
     "HParamsLookup",
@@ -135,6 +138,34 @@ class HParamsLookup:
         }
 
 
+class SharedTargets:
+    """Neutral targets of the current requests, shared by the methods that need the same ones.
+
+    Keyed by the requests and :func:`~zerounlearn_editor.pipeline.target_settings`; only the
+    newest key is kept (a seed's methods run one after another on the same cases), so memory
+    does not grow with the number of seeds. Valid because every method starts from the unedited
+    model (the runner checks its fingerprint before each method).
+    """
+
+    def __init__(self) -> None:
+        self._key: Optional[str] = None
+        self._targets: Optional[NeutralTargets] = None
+        self._seconds = 0.0
+        self._owner = ""
+
+    def get_or_compute(
+        self, method: str, model: nn.Module, tok: Any, requests: List[Dict[str, Any]], hp: _EditHyperParams
+    ) -> Tuple[NeutralTargets, Dict[str, Any]]:
+        """The targets and ``{"target_seconds": s}`` (+ ``"targets_reused_from": method`` if reused)."""
+        key = sha256_of_json({"requests": requests, "settings": target_settings(model, hp)})
+        if key == self._key and self._targets is not None:
+            return self._targets, {"target_seconds": self._seconds, "targets_reused_from": self._owner}
+        start = time.perf_counter()
+        targets = neutral_targets(model, tok, requests, hp)
+        self._key, self._targets, self._seconds, self._owner = key, targets, time.perf_counter() - start, method
+        return targets, {"target_seconds": self._seconds}
+
+
 @dataclass
 class MethodContext:
     """What ``prepare`` may use: the lookup, the loaded model/tokenizer and a working folder."""
@@ -144,6 +175,7 @@ class MethodContext:
     tok: Any
     work_dir: Path
     neutral_target: str
+    shared_targets: SharedTargets = field(default_factory=SharedTargets)
 
 
 @dataclass(frozen=True)
@@ -184,11 +216,14 @@ def zerounlearn_spec(name: str) -> MethodSpec:
         def edit(model: nn.Module, tok: Any, requests: List[Dict[str, Any]], stats: StatsBank) -> EditOutcome:
             moments = {layer: stats[hp.rewrite_module_tmp][layer] for layer in hp.layers}
             report = EditReport()
+            targets, reuse = ctx.shared_targets.get_or_compute(name, model, tok, requests, hp)
             _, weights_copy = apply(
-                model, tok, requests, hp, return_orig_weights=True, second_moments=moments, progress=False, report=report
+                model, tok, requests, hp, return_orig_weights=True, second_moments=moments, progress=False,
+                report=report, targets=targets,
             )
             details = {
-                "timings": dict(report.timings),
+                **{k: v for k, v in reuse.items() if k != "target_seconds"},
+                "timings": dict(report.timings, targets=reuse["target_seconds"]),
                 "target_nll": list(report.target_nll),
                 "layer_change_norm": {str(k): v for k, v in report.layer_change_norm.items()},
             }

@@ -35,6 +35,7 @@ LOG = logging.getLogger(__name__)
 RUN_REQUIRED_KEYS = ("name", "hparams", "data", "n", "seeds", "methods", "out")
 RUN_OPTIONAL_KEYS = (
     "ppl_tokens", "ppl_text", "fluency", "fluency_tokens", "method_hparams", "data_path", "device", "known_only",
+    "known_min_accuracy",
 )
 
 
@@ -87,6 +88,7 @@ def _run_config(raw: Any, index: int, path: Path) -> BenchConfig:
         fluency=bool(_expect(raw.get("fluency", False), bool, "fluency", where)),
         fluency_tokens=int(_expect(raw.get("fluency_tokens", 32), int, "fluency_tokens", where)),
         known_only=bool(_expect(raw.get("known_only", False), bool, "known_only", where)),
+        known_min_accuracy=float(_expect(raw.get("known_min_accuracy", 1.0), (int, float), "known_min_accuracy", where)),
         method_hparams=parse_method_hparams(method_hparams),
         data_path=raw.get("data_path") and str(_expect(raw["data_path"], str, "data_path", where)),
         device=str(_expect(raw.get("device", "cpu"), str, "device", where)),

@@ -93,6 +93,7 @@ def _run_info(config: BenchConfig, model_name: str, ppl_text: Optional[str]) -> 
         "fluency": config.fluency,
         "fluency_tokens": config.fluency_tokens if config.fluency else None,
         "known_only": config.known_only,
+        "known_min_accuracy": config.known_min_accuracy if config.known_only else None,
     }
 
 
@@ -210,7 +211,11 @@ class _SeedRun:
                 more = model_metrics(self.model, self.tok, cases, self.settings)
         finally:
             restore_weights(self.model, outcome.weights_copy)
-        metrics = dict(probe_metrics(post, pre), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=edit_stage.seconds)
+        # a method that reused another's neutral targets is charged their cost: Edit s stays comparable
+        edit_seconds = edit_stage.seconds
+        if "targets_reused_from" in outcome.details:
+            edit_seconds += float(outcome.details["timings"]["targets"])
+        metrics = dict(probe_metrics(post, pre), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=edit_seconds)
         LOG.info(
             "seed %d: %s Eff %.1f Gen %.1f Spe %.1f PPL %s", seed, name, metrics["eff"], metrics["gen"], metrics["spe"],
             "-" if metrics["ppl"] is None else f"{metrics['ppl']:.2f}",
@@ -271,8 +276,16 @@ def run_bench(
             with _Stage(f"loading model {lookup.main.model_name}"):
                 model, tok = loader(str(lookup.main.model_name), config.device)
         with _Stage("selecting cases the unedited model knows"):
-            all_cases = select_known_cases(model, tok, all_cases, None)
-        LOG.info("%d %s cases are known to the model", len(all_cases), config.data)
+            all_cases = select_known_cases(model, tok, all_cases, None, min_accuracy=config.known_min_accuracy)
+        LOG.info(
+            "%d %s cases are known to the model (forget-prompt accuracy >= %g)",
+            len(all_cases), config.data, config.known_min_accuracy,
+        )
+        if config.n is not None and len(all_cases) < config.n:
+            raise BenchConfigError(
+                f"known_only: only {len(all_cases)} {config.data} cases reach forget-prompt accuracy "
+                f"{config.known_min_accuracy}, n={config.n} needed (lower known_min_accuracy or n)"
+            )
     ppl_text = (config.ppl_text or str(shared_file(PPL_TEXT))) if config.ppl_tokens > 0 else None
     run_info = _run_info(config, str(lookup.main.model_name), ppl_text)
 
