@@ -108,3 +108,15 @@ def test_gd_hparams_are_strict(tmp_path):
     path.write_text("alg_name: ZeroUnlearn\nmodel_name: x\nlayers: [1]\n")
     with pytest.raises(HParamsError, match="alg_name"):
         ZeroUnlearnGDHyperParams.from_hparams(path)
+
+
+@pytest.mark.parametrize("cls", [ZeroUnlearnHyperParams, ZeroUnlearnGDHyperParams])
+def test_loss_layer_must_come_after_the_edited_layers(cls, tmp_path):
+    path = tmp_path / "h.yaml"
+    for loss_layer in (1, 2):
+        path.write_text(f"alg_name: {cls.ALG_NAME}\nmodel_name: x\nlayers: [1, 2]\nv_loss_layer: {loss_layer}\n")
+        with pytest.raises(HParamsError, match=rf"h.yaml: key 'v_loss_layer' \({loss_layer}\) must be after the last edited layer \(2\)"):
+            cls.from_hparams(path)
+    for loss_layer in (-1, 3):
+        path.write_text(f"alg_name: {cls.ALG_NAME}\nmodel_name: x\nlayers: [1, 2]\nv_loss_layer: {loss_layer}\n")
+        assert cls.from_hparams(path).v_loss_layer == loss_layer

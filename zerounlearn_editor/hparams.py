@@ -225,6 +225,13 @@ class _EditHyperParams(BaseHyperParams):
                 raise HParamsError(f"{source}: key {key!r} must be >= 1")
         if self.v_num_grad_steps < 0:
             raise HParamsError(f"{source}: key 'v_num_grad_steps' must be >= 0")
+        if 0 <= self.v_loss_layer <= self.layers[-1]:
+            # the residual is added to the last edited layer's output; a loss read there or before
+            # cannot see it through attention (zero gradient, the targets never move)
+            raise HParamsError(
+                f"{source}: key 'v_loss_layer' ({self.v_loss_layer}) must be after the last edited layer "
+                f"({self.layers[-1]}), or -1 for the model's last layer"
+            )
 
 
 @dataclass
