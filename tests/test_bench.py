@@ -150,7 +150,8 @@ def test_bench_end_to_end_then_resume(tok, workspace, tmp_path, monkeypatch):
     markdown = (out / "summary.md").read_text()
     for name in methods:
         assert f"| {name} |" in markdown
-    assert "Eff ↓" in markdown and "PPL ↓" in markdown and " ± " in markdown
+    assert "Eff ↓" in markdown and "PPL ↓" in markdown and " ± " in markdown and "Eff 1st ↓" in markdown
+    assert summary["methods"]["ZeroUnlearn"]["metrics"]["eff_first"]["n"] == 2
     assert summary["methods"]["ZeroUnlearn"]["metrics"]["eff"]["n"] == 2
     assert json.loads((out / "summary.json").read_text())["methods"]["base"]["status"] == "ok"
 

@@ -25,7 +25,7 @@ from ..evaluation.perplexity import perplexity
 
 __all__ = ["METRIC_KEYS", "ScoringSettings", "score_cases", "probe_metrics", "model_metrics"]
 
-METRIC_KEYS = ("eff", "gen", "spe", "eff_prob", "gen_prob", "spe_prob", "spe_agree", "ppl", "fluency", "edit_seconds")
+METRIC_KEYS = ("eff", "gen", "spe", "eff_first", "gen_first", "eff_prob", "gen_prob", "spe_prob", "spe_agree", "ppl", "fluency", "edit_seconds")
 
 
 @dataclass(frozen=True)
