@@ -67,6 +67,8 @@ def main() -> None:
     zu = ZeroUnlearnHyperParams.from_hparams(hparams_path("ZeroUnlearn", args.model))
     gd = ZeroUnlearnGDHyperParams.from_hparams(hparams_path("ZeroUnlearn-GD", args.model))
     model, tok = load_model_and_tokenizer(zu.model_name)
+    if target_settings(model, gd) != target_settings(model, zu):
+        raise SystemExit("the ZeroUnlearn and ZeroUnlearn-GD YAMLs differ in their target settings; targets cannot be shared")
     timings = {}
     t0 = time.perf_counter()
     cases = select_known_cases(model, tok, load_cases(args.data)[: args.candidates], args.n, args.min_accuracy)
@@ -82,8 +84,6 @@ def main() -> None:
     targets = neutral_targets(model, tok, requests, zu)
     timings["targets (shared)"] = time.perf_counter() - t0
     LOG.info("targets: %.1f s, mean steps %.1f", timings["targets (shared)"], mean(targets.steps_run))
-    if target_settings(model, gd) != target_settings(model, zu):
-        raise SystemExit("the ZeroUnlearn and ZeroUnlearn-GD YAMLs differ in their target settings; targets cannot be shared")
 
     methods = {
         "ZeroUnlearn": (apply_zerounlearn_to_model, zu),
