@@ -100,6 +100,9 @@ def test_cache_layout_reuse_and_fingerprint(tok, tmp_path: Path, monkeypatch):
     monkeypatch.setattr(stats_module, "collect_second_moments", no_pass)
     again = layer_second_moments(model, tok, [1, 2], MODULE, **args)
     torch.testing.assert_close(again[1].mom2, first[1].mom2.float().double())
+    # Passages cut at another length give another C0: the cache does not answer for them.
+    with pytest.raises(AssertionError, match="recomputed"):
+        layer_second_moments(model, tok, [1], MODULE, **{**args, "max_length": 16})
     # Another version of the corpus file: the cache no longer matches and is recomputed.
     corpus.write_text(corpus.read_text() + json.dumps({"text": "a new passage"}) + "\n")
     with pytest.raises(AssertionError, match="recomputed"):

@@ -219,7 +219,8 @@ def layer_second_moments(
 ) -> Dict[int, SecondMoment]:
     """Load cached second moments of the edited modules, computing the missing ones together.
 
-    A cache file whose shape or corpus fingerprint does not match is recomputed. Returns
+    A cache file whose shape, corpus fingerprint or recorded ``max_length`` does not match is
+    recomputed (and overwritten: the file name follows EasyEdit's, which encodes neither). Returns
     ``{layer: SecondMoment}``.
     """
     check_layers(model, layers, module_tmp)
@@ -246,6 +247,11 @@ def layer_second_moments(
                 LOG.warning("%s: shape %s does not match d_in=%d; recomputing", path, tuple(stat.mom2.shape), d_in)
             elif fingerprint is not None and fingerprint != get_corpus().fingerprint:
                 LOG.warning("%s: built from another version of corpus %r; recomputing", path, corpus)
+            elif meta.get("max_length") not in (None, str(max_length)):
+                LOG.warning(
+                    "%s: built with passages cut at %s tokens, not mom2_max_length=%d; recomputing",
+                    path, meta["max_length"], max_length,
+                )
             else:
                 LOG.info("loaded C0 statistics from %s", path)
                 result[layer] = stat
