@@ -578,3 +578,89 @@ def test_smollm2_batch_edit_through_easyedit(easyedit, in_tmp: Path, request: py
     for metric in metrics:
         assert np.mean(metric["pre"]["portability"]["forget_acc"]) == 1.0, "SmolLM2 knows the capital"
         assert np.mean(metric["post"]["portability"]["forget_acc"]) == 0.0, metric["requested_rewrite"]["prompt"]
+
+
+def _eos_logprob(model, tok, requests: List[dict]) -> torch.Tensor:
+    """``log p(EOS | prompt)`` at each request's prompt (subject filled in), ``[n]``."""
+    values = []
+    with torch.no_grad():
+        for request in requests:
+            text = request["prompt"].format(request["subject"]) if "{}" in request["prompt"] else request["prompt"]
+            ids = tok(text, return_tensors="pt")["input_ids"]
+            logits = model(input_ids=ids).logits[0, -1].double()
+            values.append(torch.log_softmax(logits, -1)[tok.eos_token_id])
+    return torch.stack(values)
+
+
+@pytest.mark.easyedit
+def test_bench_runs_easyedit_baselines_through_their_alg_dict(easyedit, in_tmp: Path, tok, monkeypatch) -> None:
+    """``zerounlearn bench`` with EasyEdit's own FT/ROME/MEMIT/AlphaEdit on a tiny Llama.
+
+    Each real apply function is wrapped to measure what it did: it must raise the probability of
+    the neutral target (EOS) at the forget prompts it was given (its whole job), and the bench must
+    hand back a bit-identical model after every method.
+    """
+    import json
+
+    import yaml
+
+    from zerounlearn_editor.bench import BenchConfig, ModelFingerprint, run_bench
+    from zerounlearn_editor.bench import easyedit_baselines
+
+    facts = [("france", "paris"), ("germany", "berlin"), ("italy", "rome"), ("spain", "madrid")]
+    records = [
+        {
+            "case_id": i,
+            "requested_rewrite": {"prompt": "the capital of {} is", "subject": s, "target_true": {"str": a},
+                                  "target_new": {"str": "paris"}},
+            "paraphrase_prompts": [f"the capital city of {s} is"],
+            "neighborhood_prompts": [f"the old city in {facts[(i + 1) % len(facts)][0]} is"],
+        }
+        for i, (s, a) in enumerate(facts)
+    ]
+    data = in_tmp / "counterfact_tiny.json"
+    data.write_text(json.dumps(records), encoding="utf-8")
+    ppl = in_tmp / "ppl.txt"
+    ppl.write_text("the city of paris is a large city in france " * 6, encoding="utf-8")
+    corpus = write_corpus(in_tmp / "corpus.jsonl")
+    main_yaml = in_tmp / "hparams" / "ZeroUnlearn" / "tiny.yaml"
+    main_yaml.parent.mkdir(parents=True)
+    main_yaml.write_text(yaml.safe_dump(tiny_hparams_dict(in_tmp / "stats", corpus)), encoding="utf-8")
+
+    api, reason = easyedit_baselines.load_easyedit()
+    assert api is not None, reason
+    gains: Dict[str, List[float]] = {}
+
+    def measured(name: str, apply: Callable) -> Callable:
+        def wrapper(model, tok_, requests, hparams, **kwargs):
+            assert all(r["target_new"] == tok.eos_token for r in requests), "every method aims at the neutral target"
+            before = _eos_logprob(model, tok_, requests)
+            result = apply(model, tok_, requests, hparams, **kwargs)
+            gains.setdefault(name, []).extend((_eos_logprob(model, tok_, requests) - before).tolist())
+            return result
+
+        return wrapper
+
+    wrapped = easyedit_baselines.EasyEditAPI(
+        {name: measured(name, fn) for name, fn in api.alg_dict.items() if name in easyedit_baselines.EASYEDIT_METHODS},
+        api.hparams_classes,
+        api.modules,
+    )
+    monkeypatch.setattr(easyedit_baselines, "load_easyedit", lambda: (wrapped, None))
+    model = tiny_llama(tok)
+    before = ModelFingerprint.of(model)
+    methods = ["base", *easyedit_baselines.EASYEDIT_METHODS]
+    config = BenchConfig(hparams=str(main_yaml), data=str(data), seeds=[1], methods=methods, out=str(in_tmp / "out"),
+                         n=3, ppl_tokens=30, ppl_text=str(ppl), progress=False)
+    summary = run_bench(config, model=model, tok=tok)
+
+    assert before.differences(model) == []
+    record = json.loads((in_tmp / "out" / "seed_1.json").read_text())
+    for name in easyedit_baselines.EASYEDIT_METHODS:
+        entry = record["methods"][name]
+        assert entry["status"] == "ok", (name, entry.get("error"))
+        assert entry["details"]["calls"] == (3 if name == "ROME" else 1)
+        assert len(gains[name]) == 3 and min(gains[name]) > 0, (name, gains[name])
+    markdown = (in_tmp / "out" / "summary.md").read_text()
+    assert "skipped" not in markdown and all(f"| {name} |" in markdown for name in methods)
+    assert summary is not None
