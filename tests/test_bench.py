@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
+from tiny_models import TINY_FACTS, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
 from zerounlearn_editor.bench import (
     BenchConfig,
     BenchConfigError,
@@ -28,34 +28,10 @@ from zerounlearn_editor.bench import (
 from zerounlearn_editor.bench import easyedit_baselines, runner
 from zerounlearn_editor.cli import build_parser, main as cli_main
 
-FACTS = [
-    ("france", "paris"),
-    ("germany", "berlin"),
-    ("italy", "rome"),
-    ("spain", "madrid"),
-    ("japan", "tokyo"),
-    ("england", "london"),
-    ("egypt", "cairo"),
-    ("russia", "moscow"),
-]
+FACTS = TINY_FACTS
 PPL_TEXT = " ".join(
     ["the city of paris is a large city in france", "many people live in london and it was known for its river"] * 4
 )
-
-
-def _record(index: int, subject: str, answer: str) -> Dict[str, Any]:
-    other = FACTS[(index + 1) % len(FACTS)][0]
-    return {
-        "case_id": index,
-        "requested_rewrite": {
-            "prompt": "the capital of {} is",
-            "subject": subject,
-            "target_true": {"str": answer},
-            "target_new": {"str": "paris"},
-        },
-        "paraphrase_prompts": [f"the capital city of {subject} is", f"this capital of {subject} is"],
-        "neighborhood_prompts": [f"the old city in {other} is", f"many people live in {other} and the city is"],
-    }
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +43,7 @@ def tok():
 def workspace(tmp_path_factory) -> Dict[str, Path]:
     """Tiny data, corpus, perplexity text and an ``hparams/<Method>/tiny.yaml`` tree."""
     root = tmp_path_factory.mktemp("bench")
-    data = root / "counterfact_tiny.json"
-    data.write_text(json.dumps([_record(i, s, a) for i, (s, a) in enumerate(FACTS)]), encoding="utf-8")
+    data = write_tiny_counterfact(root / "counterfact_tiny.json")
     corpus = write_corpus(root / "corpus.jsonl")
     ppl = root / "ppl.txt"
     ppl.write_text(PPL_TEXT, encoding="utf-8")

@@ -24,6 +24,7 @@ EasyEdit quirks these tests work around (see the helpers below):
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import sys
 import textwrap
@@ -33,8 +34,16 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 import numpy as np
 import pytest
 import torch
+import yaml
 
-from tiny_models import forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
+from tiny_models import (
+    forget_requests,
+    tiny_hparams_dict,
+    tiny_llama,
+    tiny_tokenizer,
+    write_corpus,
+    write_tiny_counterfact,
+)
 from zerounlearn_editor import (
     RequestError,
     ZeroUnlearnGDHyperParams,
@@ -43,6 +52,10 @@ from zerounlearn_editor import (
     apply_zerounlearn_to_model,
 )
 from zerounlearn_editor import easyedit as ze_easyedit
+from zerounlearn_editor.bench import BenchConfig, ModelFingerprint, run_bench
+from zerounlearn_editor.bench import easyedit_baselines
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.evaluation.metrics import answer_probability
 from zerounlearn_editor.easyedit import easyedit_available, register_with_easyedit
 from zerounlearn_editor.facts import CAPITALS_TO_FORGET, fact_requests
 from zerounlearn_editor.hparams import load_config_file
@@ -581,15 +594,10 @@ def test_smollm2_batch_edit_through_easyedit(easyedit, in_tmp: Path, request: py
 
 
 def _eos_logprob(model, tok, requests: List[dict]) -> torch.Tensor:
-    """``log p(EOS | prompt)`` at each request's prompt (subject filled in), ``[n]``."""
-    values = []
-    with torch.no_grad():
-        for request in requests:
-            text = request["prompt"].format(request["subject"]) if "{}" in request["prompt"] else request["prompt"]
-            ids = tok(text, return_tensors="pt")["input_ids"]
-            logits = model(input_ids=ids).logits[0, -1].double()
-            values.append(torch.log_softmax(logits, -1)[tok.eos_token_id])
-    return torch.stack(values)
+    """``log p(EOS | prompt)`` at each request's prompt (subject filled in), ``[n]``, one batched pass."""
+    prompts = [r["prompt"].format(r["subject"]) if "{}" in r["prompt"] else r["prompt"] for r in requests]
+    probs = answer_probability(model, tok, [Probe(prompt, tok.eos_token) for prompt in prompts])["seq_prob"]
+    return torch.tensor(probs, dtype=torch.float64).log()
 
 
 @pytest.mark.easyedit
@@ -600,26 +608,7 @@ def test_bench_runs_easyedit_baselines_through_their_alg_dict(easyedit, in_tmp: 
     the neutral target (EOS) at the forget prompts it was given (its whole job), and the bench must
     hand back a bit-identical model after every method.
     """
-    import json
-
-    import yaml
-
-    from zerounlearn_editor.bench import BenchConfig, ModelFingerprint, run_bench
-    from zerounlearn_editor.bench import easyedit_baselines
-
-    facts = [("france", "paris"), ("germany", "berlin"), ("italy", "rome"), ("spain", "madrid")]
-    records = [
-        {
-            "case_id": i,
-            "requested_rewrite": {"prompt": "the capital of {} is", "subject": s, "target_true": {"str": a},
-                                  "target_new": {"str": "paris"}},
-            "paraphrase_prompts": [f"the capital city of {s} is"],
-            "neighborhood_prompts": [f"the old city in {facts[(i + 1) % len(facts)][0]} is"],
-        }
-        for i, (s, a) in enumerate(facts)
-    ]
-    data = in_tmp / "counterfact_tiny.json"
-    data.write_text(json.dumps(records), encoding="utf-8")
+    data = write_tiny_counterfact(in_tmp / "counterfact_tiny.json")
     ppl = in_tmp / "ppl.txt"
     ppl.write_text("the city of paris is a large city in france " * 6, encoding="utf-8")
     corpus = write_corpus(in_tmp / "corpus.jsonl")
@@ -652,7 +641,7 @@ def test_bench_runs_easyedit_baselines_through_their_alg_dict(easyedit, in_tmp: 
     methods = ["base", *easyedit_baselines.EASYEDIT_METHODS]
     config = BenchConfig(hparams=str(main_yaml), data=str(data), seeds=[1], methods=methods, out=str(in_tmp / "out"),
                          n=3, ppl_tokens=30, ppl_text=str(ppl), progress=False)
-    summary = run_bench(config, model=model, tok=tok)
+    run_bench(config, model=model, tok=tok)
 
     assert before.differences(model) == []
     record = json.loads((in_tmp / "out" / "seed_1.json").read_text())
@@ -663,4 +652,3 @@ def test_bench_runs_easyedit_baselines_through_their_alg_dict(easyedit, in_tmp: 
         assert len(gains[name]) == 3 and min(gains[name]) > 0, (name, gains[name])
     markdown = (in_tmp / "out" / "summary.md").read_text()
     assert "skipped" not in markdown and all(f"| {name} |" in markdown for name in methods)
-    assert summary is not None

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
@@ -146,6 +146,41 @@ GPT2_TEMPLATES = dict(
 def write_corpus(path: Path) -> Path:
     """Write :data:`CORPUS` as a ``.jsonl`` file with a ``text`` field."""
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in CORPUS), encoding="utf-8")
+    return path
+
+
+TINY_FACTS = [
+    ("france", "paris"),
+    ("germany", "berlin"),
+    ("italy", "rome"),
+    ("spain", "madrid"),
+    ("japan", "tokyo"),
+    ("england", "london"),
+    ("egypt", "cairo"),
+    ("russia", "moscow"),
+]
+
+
+def tiny_counterfact_record(index: int, subject: str, answer: str) -> Dict[str, Any]:
+    """A ROME-format CounterFact record about a capital; neighbours ask about the next country."""
+    other = TINY_FACTS[(index + 1) % len(TINY_FACTS)][0]
+    return {
+        "case_id": index,
+        "requested_rewrite": {
+            "prompt": "the capital of {} is",
+            "subject": subject,
+            "target_true": {"str": answer},
+            "target_new": {"str": "paris"},
+        },
+        "paraphrase_prompts": [f"the capital city of {subject} is", f"this capital of {subject} is"],
+        "neighborhood_prompts": [f"the old city in {other} is", f"many people live in {other} and the city is"],
+    }
+
+
+def write_tiny_counterfact(path: Path) -> Path:
+    """Write one :func:`tiny_counterfact_record` per :data:`TINY_FACTS` entry as a JSON list."""
+    records = [tiny_counterfact_record(i, s, a) for i, (s, a) in enumerate(TINY_FACTS)]
+    path.write_text(json.dumps(records), encoding="utf-8")
     return path
 
 
