@@ -167,6 +167,7 @@ def tiny_counterfact_record(index: int, subject: str, answer: str) -> Dict[str, 
     return {
         "case_id": index,
         "requested_rewrite": {
+            "relation_id": "P36",
             "prompt": "the capital of {} is",
             "subject": subject,
             "target_true": {"str": answer},

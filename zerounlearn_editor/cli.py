@@ -103,6 +103,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         known_only=args.known_only,
         known_min_accuracy=args.known_min_accuracy,
+        retain=args.retain,
     )
     summary = run_bench(config)
     print(summary["table_markdown"])
@@ -204,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, default=None, help="cases per seed, edited as one batch (default 50)")
     p.add_argument("--seeds", default=None, help="e.g. 1-10 or 1,2,5 (default 1-10)")
     p.add_argument("--methods", default=None,
-                   help="comma list of base,GA,NPO,GA-full,NPO-full,ZeroUnlearn,ZeroUnlearn-GD,FT,ROME,MEMIT,AlphaEdit "
+                   help="comma list of base,GA,NPO,GA-full,NPO-full,ZeroUnlearn,ZeroUnlearn-GD,ZeroUnlearn+R,"
+                        "ZeroUnlearn-GD+R,FT,ROME,MEMIT,AlphaEdit "
                         "(default base,GA,NPO,ZeroUnlearn,ZeroUnlearn-GD)")
     p.add_argument("--method-hparams", action="append", default=[], metavar="NAME=PATH",
                    help="hparams YAML of one method (default hparams/<NAME>/<main file name>); repeatable")
@@ -217,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sample only cases whose true answers the unedited model predicts (efficacy starts at 100)")
     p.add_argument("--known-min-accuracy", type=float, default=1.0,
                    help="with --known-only: the forget-prompt token accuracy a case needs (default 1.0)")
+    p.add_argument("--retain", default=None, metavar="siblings:K",
+                   help="retain set of the +R methods: K same-relation records per forget case, drawn from the "
+                        "dataset but never a scored case or a subject of a scored prompt")
     p.add_argument("--batch-size", type=int, default=32, help="probes per forward pass")
     p.add_argument("--device", default="cpu")
     p.add_argument("--runfile", default=None, help="YAML with runs: [{name, hparams, data, n, seeds, methods, out, ppl_tokens}]")

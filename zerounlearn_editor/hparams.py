@@ -147,8 +147,14 @@ class BaseHyperParams:
 
     @classmethod
     def from_hparams(cls, hparams_name_or_path: Union[str, Path]):
-        """Load from a YAML or JSON file (EasyEdit's constructor name)."""
+        """Load from a YAML or JSON file (EasyEdit's constructor name).
+
+        A relative ``retain_file`` is resolved against the file's folder.
+        """
         config = load_config_file(hparams_name_or_path)
+        retain_file = config.get("retain_file")
+        if isinstance(retain_file, str) and retain_file and not Path(retain_file).is_absolute():
+            config["retain_file"] = str(Path(hparams_name_or_path).parent / retain_file)
         return cls.from_dict(config, source=str(hparams_name_or_path))
 
     @classmethod
@@ -207,8 +213,19 @@ class _EditHyperParams(BaseHyperParams):
     mom2_max_length: int = 256
     mom2_batch_size: int = 16
 
+    # Retain set (opt-in): facts to keep, a JSON/JSONL/YAML list of {prompt, subject}; the
+    # ``retain=`` argument of the apply functions takes precedence (see zerounlearn_editor.retain)
+    retain_file: Optional[str] = None
+
+    def retain_weights(self) -> Dict[str, float]:
+        """The method's retain-aware weights; all 0 means the paper's method (retain set unused)."""
+        return {}
+
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)
+        for key, value in self.retain_weights().items():
+            if not value >= 0 or value == float("inf"):
+                raise HParamsError(f"{source}: key {key!r} must be finite and >= 0, got {value!r}")
         if not self.layers:
             raise HParamsError(f"{source}: key 'layers' must list at least one layer")
         if sorted(set(self.layers)) != list(self.layers):
@@ -250,6 +267,18 @@ class ZeroUnlearnHyperParams(_EditHyperParams):
     regularization: float = 1.0
     projection_eps: float = 0.0
     projection_rank_tol: float = 1e-6
+    # Retain-aware ZeroUnlearn (opt-in, 0 = the paper): rho of the retain term in D0, and
+    # lam_r / lam_0 of the retain-aware projector (linalg.zerounlearn.retain_aware_projector)
+    retain_weight: float = 0.0
+    projection_retain_weight: float = 0.0
+    projection_utility_weight: float = 0.0
+
+    def retain_weights(self) -> Dict[str, float]:
+        return {
+            "retain_weight": self.retain_weight,
+            "projection_retain_weight": self.projection_retain_weight,
+            "projection_utility_weight": self.projection_utility_weight,
+        }
 
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)
@@ -277,6 +306,12 @@ class ZeroUnlearnGDHyperParams(_EditHyperParams):
     gd_steps: int = 2000
     gd_lr: float = 1e-2  # relative: scaled by the size of the solution (see linalg.zerounlearn_gd.solve_gd)
     gd_tolerance: float = 1e-10
+    # Retain-aware ZeroUnlearn-GD (opt-in, 0 = the paper): the null space is taken of
+    # C0 + retain_nullspace_weight * K_r K_r^T / n_r (linalg.zerounlearn_gd.protected_covariance)
+    retain_nullspace_weight: float = 0.0
+
+    def retain_weights(self) -> Dict[str, float]:
+        return {"retain_nullspace_weight": self.retain_nullspace_weight}
 
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)

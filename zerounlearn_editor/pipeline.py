@@ -37,6 +37,7 @@ from .model_access import (
 )
 from .representations import LayerReadout, read_keys_and_hidden
 from .requests import ForgetRequest, normalize_requests
+from .retain import RetainSpec, resolve_retain
 from .stats import SecondMoment, layer_second_moments
 from .targets import NeutralTargets, TargetConfig, loss_layer_module, optimise_neutral_targets
 
@@ -60,7 +61,8 @@ LOG = logging.getLogger(__name__)
 class LayerProblem:
     """Everything one layer's solve needs (float64, on the weight's device).
 
-    ``W`` ``[d_out, d_in]``, ``K_f`` ``[d_in, n]``, ``M_n`` ``[d_out, n]``, ``C0`` ``[d_in, d_in]``.
+    ``W`` ``[d_out, d_in]``, ``K_f`` ``[d_in, n]``, ``M_n`` ``[d_out, n]``, ``C0`` ``[d_in, d_in]``,
+    ``K_r`` ``[d_in, n_r]`` the retain keys (``n_r = 0`` without a retain set).
     """
 
     layer: int
@@ -68,6 +70,13 @@ class LayerProblem:
     K_f: torch.Tensor
     M_n: torch.Tensor
     C0: torch.Tensor
+    K_r: Optional[torch.Tensor] = None
+
+    def retain_keys(self) -> torch.Tensor:
+        """``K_r`` ``[d_in, n_r]`` (float64, an empty ``[d_in, 0]`` without a retain set)."""
+        if self.K_r is None:
+            return self.K_f.new_zeros((self.K_f.shape[0], 0))
+        return self.K_r
 
     @property
     def M_f(self) -> torch.Tensor:
@@ -132,6 +141,7 @@ class EditReport:
     target_nll: List[float] = field(default_factory=list)
     target_steps: List[int] = field(default_factory=list)
     layer_change_norm: Dict[int, float] = field(default_factory=dict)
+    retain_count: int = 0
 
     def add_time(self, stage: str, seconds: float) -> None:
         self.timings[stage] = self.timings.get(stage, 0.0) + seconds
@@ -185,8 +195,14 @@ def run_layerwise_edit(
     progress: bool = True,
     targets: Optional[NeutralTargets] = None,
     stages: Optional[EditStages] = None,
+    retain: RetainSpec = None,
 ) -> Tuple[Dict[str, torch.Tensor], EditReport]:
     """Edit ``model`` in place; returns (original weights by parameter name, report).
+
+    ``retain`` (request dicts without answers, or a file) is the retain set, else the YAML's
+    ``retain_file``; its keys are read next to the forget keys at every layer and reach the
+    solve as ``LayerProblem.K_r``. A retain set with all retain weights at 0 is an error (it
+    would be ignored); retain weights without a retain set only warn.
 
     ``corpus`` overrides ``hparams.mom2_dataset``; ``second_moments`` skips the statistics
     stage (``{layer: SecondMoment}``, e.g. precomputed by the caller); ``targets`` skips the
@@ -198,8 +214,10 @@ def run_layerwise_edit(
     report = EditReport()
     with _Timer(report, "validate"):
         forget = normalize_requests(requests)
+        keep = _retain_requests(retain, hparams)
         _check_modules(model, hparams)
         target_ids = [target_token_ids(tok, r.target or hparams.neutral_target) for r in forget]
+    report.retain_count = len(keep)
     with _Timer(report, "statistics"):
         if second_moments is None:
             second_moments = stages.statistics(model, tok, hparams, corpus or hparams.mom2_dataset, progress)
@@ -223,11 +241,27 @@ def run_layerwise_edit(
         name = hparams.rewrite_module_tmp.format(layer)
         weights_copy[parameter_name_of_weight(model, name)] = get_module(model, name).weight.detach().clone()
     try:
-        _edit_layers(model, tok, forget, prefixes, targets, second_moments, hparams, solver, report, stages.keys)
+        _edit_layers(model, tok, forget, keep, prefixes, targets, second_moments, hparams, solver, report, stages.keys)
     except BaseException:
         restore_weights(model, weights_copy)
         raise
     return weights_copy, report
+
+
+def _retain_requests(retain: RetainSpec, hparams: _EditHyperParams) -> List[ForgetRequest]:
+    """The edit's retain requests, checked against the hparams' retain weights."""
+    keep = resolve_retain(retain, hparams.retain_file)
+    weights = hparams.retain_weights()
+    active = any(value > 0 for value in weights.values())
+    if keep and not active:
+        raise ValueError(
+            f"a retain set of {len(keep)} facts was given, but the {hparams.alg_name} hparams' retain weights "
+            f"{sorted(weights)} are all 0 (the paper's method), so it would be ignored; set one of them > 0 "
+            f"(e.g. hparams/{hparams.alg_name}/<model>-retain.yaml)"
+        )
+    if active and not keep:
+        LOG.warning("%s: retain weights are set but no retain set was given; the edit is the paper's", hparams.alg_name)
+    return keep
 
 
 def neutral_targets(
@@ -265,6 +299,7 @@ def _edit_layers(
     model: nn.Module,
     tok,
     forget: List[ForgetRequest],
+    keep: List[ForgetRequest],
     prefixes: List[str],
     targets: NeutralTargets,
     second_moments: Dict[int, SecondMoment],
@@ -274,13 +309,15 @@ def _edit_layers(
     read_keys: KeysStage = read_keys_and_hidden,
 ) -> None:
     hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
+    n = len(forget)
     for position, layer in enumerate(hparams.layers):
         module = get_module(model, hparams.rewrite_module_tmp.format(layer))
         with _Timer(report, "keys"):
+            # forget and retain keys in the same batched passes; retain columns come last
             readout = read_keys(
                 model,
                 tok,
-                forget,
+                forget + keep,
                 prefixes,
                 hparams.rewrite_module_tmp.format(layer),
                 hidden_module,
@@ -290,10 +327,11 @@ def _edit_layers(
         with _Timer(report, "solve"):
             W = get_weight_matrix(module).detach().double()
             device = W.device
-            K_f = readout.keys.to(device).double()
-            residual = (targets.z - readout.hidden).to(device).double() / (len(hparams.layers) - position)
+            K_f = readout.keys[:, :n].to(device).double()
+            K_r = readout.keys[:, n:].to(device).double() if keep else None
+            residual = (targets.z - readout.hidden[:n]).to(device).double() / (len(hparams.layers) - position)
             M_n = W @ K_f + residual.t()
-            problem = LayerProblem(layer, W, K_f, M_n, second_moments[layer].moment().to(device))
+            problem = LayerProblem(layer, W, K_f, M_n, second_moments[layer].moment().to(device), K_r)
             new_W = solver(problem)
             if not torch.isfinite(new_W).all():
                 raise ValueError(f"layer {layer}: the solve produced non-finite weights")
@@ -329,12 +367,14 @@ def apply_edit_method(
     caller's model untouched. ``weights_copy`` maps parameter names to the original tensors
     when ``return_orig_weights`` is set (else it is empty). Extra keyword arguments accepted:
     ``corpus``, ``second_moments``, ``targets``, ``stages`` (an :class:`EditStages`), ``progress``,
-    ``report`` (an :class:`EditReport` to fill);
+    ``report`` (an :class:`EditReport` to fill), ``retain`` (the retain set: request dicts
+    ``{"prompt", "subject"}`` or a file; see :mod:`zerounlearn_editor.retain`);
     others that EasyEdit passes (``train_ds``, ...) are ignored.
     """
     if not isinstance(hparams, _EditHyperParams):
         raise TypeError(f"hparams must be a ZeroUnlearn hparams object, got {type(hparams).__name__}")
     normalize_requests(requests)  # fail before any copy is made
+    _retain_requests(kwargs.get("retain"), hparams)
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)
     weights_copy, report = run_layerwise_edit(
@@ -348,6 +388,7 @@ def apply_edit_method(
         progress=kwargs.get("progress", True),
         targets=kwargs.get("targets"),
         stages=kwargs.get("stages"),
+        retain=kwargs.get("retain"),
     )
     target_report = kwargs.get("report")
     if isinstance(target_report, EditReport):
@@ -355,4 +396,5 @@ def apply_edit_method(
         target_report.target_nll = report.target_nll
         target_report.target_steps = report.target_steps
         target_report.layer_change_norm = report.layer_change_norm
+        target_report.retain_count = report.retain_count
     return model, (weights_copy if return_orig_weights else {})

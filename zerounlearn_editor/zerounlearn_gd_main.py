@@ -7,17 +7,22 @@ import torch
 from torch import nn
 
 from .hparams import ZeroUnlearnGDHyperParams
-from .linalg.zerounlearn_gd import nullspace_basis, solve_exact, solve_gd
+from .linalg.zerounlearn_gd import nullspace_basis, protected_covariance, solve_exact, solve_gd
 from .pipeline import LayerProblem, apply_edit_method
 
 __all__ = ["zerounlearn_gd_solver", "apply_zerounlearn_gd_to_model"]
 
 
 def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
-    """The per-layer solve ``LayerProblem -> W + D_m`` (exact closed form or Adam)."""
+    """The per-layer solve ``LayerProblem -> W + D_m`` (exact closed form or Adam).
+
+    With ``retain_nullspace_weight > 0`` the null space is taken of ``C0`` plus the retain keys'
+    second moment (:func:`~zerounlearn_editor.linalg.zerounlearn_gd.protected_covariance`).
+    """
 
     def solve(problem: LayerProblem) -> torch.Tensor:
-        U0, _ = nullspace_basis(problem.C0, hparams.nullspace_threshold)
+        protected = protected_covariance(problem.C0, problem.K_r, hparams.retain_nullspace_weight)
+        U0, _ = nullspace_basis(protected, hparams.nullspace_threshold)
         weights = dict(a=hparams.orthogonality_weight, b=hparams.target_weight, c=hparams.norm_weight)
         args = (problem.W, problem.K_f, problem.M_f, problem.M_n, U0)
         if hparams.solver == "exact":

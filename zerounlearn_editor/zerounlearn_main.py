@@ -14,9 +14,23 @@ __all__ = ["zerounlearn_solver", "apply_zerounlearn_to_model"]
 
 
 def zerounlearn_solver(hparams: ZeroUnlearnHyperParams):
-    """The per-layer solve ``LayerProblem -> D W`` with the hparams' weights."""
+    """The per-layer solve ``LayerProblem -> D W`` with the hparams' weights.
+
+    With retain weights set (``retain_weight``, ``projection_retain_weight``,
+    ``projection_utility_weight``) the retain keys ``problem.K_r`` enter ``D0`` and the projector
+    (see :mod:`zerounlearn_editor.linalg.zerounlearn`); all 0 gives the paper's ``D``.
+    """
+    retain_aware = any(value > 0 for value in hparams.retain_weights().values())
 
     def solve(problem: LayerProblem) -> torch.Tensor:
+        retain = {}
+        if retain_aware:
+            retain = dict(
+                K_r=problem.retain_keys(),
+                retain_weight=hparams.retain_weight,
+                projection_retain_weight=hparams.projection_retain_weight,
+                projection_utility_weight=hparams.projection_utility_weight,
+            )
         D = zerounlearn_multiplier(
             problem.W,
             problem.K_f,
@@ -27,6 +41,7 @@ def zerounlearn_solver(hparams: ZeroUnlearnHyperParams):
             regularization=hparams.regularization,
             projection_eps=hparams.projection_eps,
             rank_tol=hparams.projection_rank_tol,
+            **retain,
         )
         return apply_multiplier(D, problem.W)
 

@@ -113,6 +113,9 @@ class BenchConfig:
         known_min_accuracy: the threshold of ``known_only``; 1.0 (default) makes efficacy start
             at 100, 0.5 keeps cases the model gets at least half right (small models know few
             facts fully: SmolLM2-135M-Instruct 47 of the 1129 ROME-format CounterFact records).
+        retain: how retain-aware methods (``ZeroUnlearn+R``, ``ZeroUnlearn-GD+R``) get their
+            retain set: ``"siblings:K"`` = K same-relation records per forget case from the
+            whole dataset, never a scored case or subject (:mod:`.retain_sets`); ``None`` = none.
     """
 
     hparams: str
@@ -133,6 +136,7 @@ class BenchConfig:
     name: Optional[str] = None
     known_only: bool = False
     known_min_accuracy: float = 1.0
+    retain: Optional[str] = None
 
     def validate(self) -> None:
         """Check value ranges (names of methods are checked against the registry by the runner)."""
@@ -150,3 +154,9 @@ class BenchConfig:
             raise BenchConfigError("seeds: no seed given")
         if not self.methods:
             raise BenchConfigError("methods: no method given")
+        from .retain_sets import parse_retain_spec
+
+        draw = parse_retain_spec(self.retain)
+        needing = [m for m in self.methods if str(m).endswith("+R")]
+        if needing and draw is None:
+            raise BenchConfigError(f"methods {needing} need a retain set: add --retain siblings:K (runfile key 'retain')")

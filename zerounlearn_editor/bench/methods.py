@@ -9,6 +9,9 @@ A :class:`MethodSpec` has two steps:
   values of every parameter it changed (EasyEdit's ``weights_copy``), or which carries a
   ``skip_reason`` when the method cannot run here (e.g. EasyEdit is not importable).
 
+Retain-aware rows ``ZeroUnlearn+R`` / ``ZeroUnlearn-GD+R`` read ``hparams/<Method>/<stem>-retain.yaml``
+and receive the seed's retain set (``PreparedMethod.uses_retain``; see :mod:`.retain_sets`).
+
 Hyperparameters: ZeroUnlearn, ZeroUnlearn-GD, GA and NPO read ``hparams/<Method>/<file>``,
 ``<file>`` being the main ``--hparams`` file's name (looked up beside the main file's folder,
 then in the checkout); ``method_hparams`` overrides the path. The main file itself serves its
@@ -64,8 +67,9 @@ class EditOutcome:
     details: Dict[str, Any] = field(default_factory=dict)
 
 
-EditFn = Callable[[nn.Module, Any, List[Dict[str, Any]], StatsBank], EditOutcome]
-"""``(model, tok, requests, stats) -> EditOutcome``; edits ``model`` in place."""
+EditFn = Callable[..., EditOutcome]
+"""``(model, tok, requests, stats) -> EditOutcome``; edits ``model`` in place. Methods with
+``uses_retain`` also take ``retain=`` (the seed's retain requests)."""
 
 
 @dataclass
@@ -78,6 +82,7 @@ class PreparedMethod:
     stats_layers: Tuple[int, ...] = ()
     stats_module_tmp: Optional[str] = None
     skip_reason: Optional[str] = None
+    uses_retain: bool = False
 
 
 def load_main_hparams(path: str) -> _EditHyperParams:
@@ -192,17 +197,20 @@ def _file_identity(path: Path) -> Dict[str, str]:
 
 
 def zerounlearn_spec(name: str) -> MethodSpec:
-    """ZeroUnlearn or ZeroUnlearn-GD, fed the shared statistics."""
-    cls = _EDIT_CLASSES[name]
+    """ZeroUnlearn or ZeroUnlearn-GD, fed the shared statistics; ``<name>+R`` is the retain-aware
+    variant (``hparams/<Method>/<stem>-retain.yaml``, edited with the seed's retain set)."""
+    family = name[:-2] if name.endswith("+R") else name
+    cls = _EDIT_CLASSES[family]
+    variant = "-retain" if name.endswith("+R") else ""
 
     def describe(lookup: HParamsLookup) -> Dict[str, Any]:
-        return {"hparams": _file_identity(lookup.path_for(name)), "statistics": lookup.statistics_settings()}
+        return {"hparams": _file_identity(lookup.path_for(name, family, variant)), "statistics": lookup.statistics_settings()}
 
     def prepare(ctx: MethodContext) -> PreparedMethod:
         from ..zerounlearn_gd_main import apply_zerounlearn_gd_to_model
         from ..zerounlearn_main import apply_zerounlearn_to_model
 
-        path = ctx.lookup.path_for(name)
+        path = ctx.lookup.path_for(name, family, variant)
         hp = cls.from_hparams(path)
         main = ctx.lookup.main
         if hp.model_name != main.model_name:
@@ -211,26 +219,29 @@ def zerounlearn_spec(name: str) -> MethodSpec:
         differing = [k for k in stats_keys if getattr(hp, k) != getattr(main, k)]
         if differing:
             LOG.warning("%s: statistics settings %s differ from the main hparams; the shared C0 of the main file is used", path, differing)
-        apply = apply_zerounlearn_to_model if name == "ZeroUnlearn" else apply_zerounlearn_gd_to_model
+        apply = apply_zerounlearn_to_model if family == "ZeroUnlearn" else apply_zerounlearn_gd_to_model
 
-        def edit(model: nn.Module, tok: Any, requests: List[Dict[str, Any]], stats: StatsBank) -> EditOutcome:
+        def edit(model: nn.Module, tok: Any, requests: List[Dict[str, Any]], stats: StatsBank,
+                 retain: Optional[List[Dict[str, Any]]] = None) -> EditOutcome:
             moments = {layer: stats[hp.rewrite_module_tmp][layer] for layer in hp.layers}
             report = EditReport()
             targets, reuse = ctx.shared_targets.get_or_compute(name, model, tok, requests, hp)
             _, weights_copy = apply(
                 model, tok, requests, hp, return_orig_weights=True, second_moments=moments, progress=False,
-                report=report, targets=targets,
+                report=report, targets=targets, retain=retain if variant else None,
             )
             details = {
                 **{k: v for k, v in reuse.items() if k != "target_seconds"},
                 "timings": dict(report.timings, targets=reuse["target_seconds"]),
                 "target_nll": list(report.target_nll),
                 "layer_change_norm": {str(k): v for k, v in report.layer_change_norm.items()},
+                **({"retain_count": report.retain_count} if variant else {}),
             }
             return EditOutcome(weights_copy, details)
 
         return PreparedMethod(
-            name, edit, hp.to_dict(), stats_layers=tuple(hp.layers), stats_module_tmp=hp.rewrite_module_tmp
+            name, edit, hp.to_dict(), stats_layers=tuple(hp.layers), stats_module_tmp=hp.rewrite_module_tmp,
+            uses_retain=bool(variant),
         )
 
     return MethodSpec(name, describe, prepare)
@@ -282,7 +293,7 @@ def default_registry() -> Dict[str, MethodSpec]:
     for name in ("GA", "NPO"):
         registry[name] = baseline_spec(name)
         registry[f"{name}-full"] = baseline_spec(f"{name}-full", name, "-full")
-    for name in ("ZeroUnlearn", "ZeroUnlearn-GD"):
+    for name in ("ZeroUnlearn", "ZeroUnlearn-GD", "ZeroUnlearn+R", "ZeroUnlearn-GD+R"):
         registry[name] = zerounlearn_spec(name)
     for name in EASYEDIT_METHODS:
         registry[name] = easyedit_spec(name)

@@ -12,6 +12,7 @@ from statistics import fmean, stdev
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from .config import BenchConfig
+from .retain_sets import parse_retain_spec
 from .files import write_json_atomic, write_text_atomic
 from .scoring import METRIC_KEYS
 
@@ -122,6 +123,8 @@ def _markdown(config: BenchConfig, run_info: Mapping[str, Any], table: str) -> s
         f"- data: `{config.data}`, n = {config.n} cases per seed (edited as one batch), "
         f"seeds {_seed_text(config.seeds)} ({len(config.seeds)})",
         f"- {ppl}" + (f"; fluency = n-gram entropy of {config.fluency_tokens}-token greedy generations" if config.fluency else ""),
+        *([f"- {parse_retain_spec(config.retain).describe()} (`--retain {config.retain}`; rows ending in +R use it)"]
+          if parse_retain_spec(config.retain) else []),
         "",
         table,
         "",

@@ -14,7 +14,7 @@
 
 Required keys per run: ``name, hparams, data, n, seeds, methods, out``; optional:
 ``ppl_tokens, ppl_text, fluency, fluency_tokens, method_hparams`` (a mapping method -> YAML),
-``data_path, device``. Loading is strict: an unknown key (at the top or in a run) is an
+``data_path, device, known_only, known_min_accuracy, retain``. Loading is strict: an unknown key (at the top or in a run) is an
 error naming the key, the run and the file. Paths are relative to the working directory, as
 on the command line. Runs that name the same model and device share one loaded model.
 """
@@ -34,7 +34,7 @@ LOG = logging.getLogger(__name__)
 
 RUN_REQUIRED_KEYS = ("name", "hparams", "data", "n", "seeds", "methods", "out")
 RUN_OPTIONAL_KEYS = (
-    "ppl_tokens", "ppl_text", "fluency", "fluency_tokens", "method_hparams", "data_path", "device", "known_only",
+    "ppl_tokens", "ppl_text", "fluency", "fluency_tokens", "method_hparams", "data_path", "device", "known_only", "retain",
     "known_min_accuracy",
 )
 
@@ -88,6 +88,7 @@ def _run_config(raw: Any, index: int, path: Path) -> BenchConfig:
         fluency=bool(_expect(raw.get("fluency", False), bool, "fluency", where)),
         fluency_tokens=int(_expect(raw.get("fluency_tokens", 32), int, "fluency_tokens", where)),
         known_only=bool(_expect(raw.get("known_only", False), bool, "known_only", where)),
+        retain=_expect(raw.get("retain"), (str, type(None)), "retain", where),
         known_min_accuracy=float(_expect(raw.get("known_min_accuracy", 1.0), (int, float), "known_min_accuracy", where)),
         method_hparams=parse_method_hparams(method_hparams),
         data_path=raw.get("data_path") and str(_expect(raw["data_path"], str, "data_path", where)),

@@ -45,6 +45,7 @@ from .methods import (
     load_main_hparams,
 )
 from .report import write_summary
+from .retain_sets import check_retain_disjoint, draw_sibling_retain, parse_retain_spec
 from .scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 
 __all__ = ["run_bench", "seed_path", "ModelLoader", "PPL_TEXT"]
@@ -94,6 +95,7 @@ def _run_info(config: BenchConfig, model_name: str, ppl_text: Optional[str]) -> 
         "fluency_tokens": config.fluency_tokens if config.fluency else None,
         "known_only": config.known_only,
         "known_min_accuracy": config.known_min_accuracy if config.known_only else None,
+        "retain": config.retain,
     }
 
 
@@ -157,11 +159,14 @@ class _SeedRun:
     def __init__(self, model, tok, prepared: Mapping[str, PreparedMethod], bank: StatsBank, fingerprint: ModelFingerprint,
                  settings: ScoringSettings, signatures: Mapping[str, str], descriptions: Mapping[str, Any], bar: tqdm):
         self.model, self.tok = model, tok
+        self.retain: List[Dict[str, Any]] = []
         self.prepared, self.bank, self.fingerprint = prepared, bank, fingerprint
         self.settings, self.signatures, self.descriptions, self.bar = settings, signatures, descriptions, bar
 
     def run(self, seed: int, path: Path, record: Dict[str, Any], cases: List[UnlearnCase], todo: Sequence[str]) -> None:
         requests = [dict(case.request) for case in cases]
+        self.retain = list(record.get("retain") or [])
+        check_retain_disjoint(self.retain, cases)
         with _Stage(f"seed {seed}: scoring the unedited model on {len(cases)} cases") as stage:
             pre = score_cases(self.model, self.tok, cases, self.settings.batch_size)
         if "base" in todo:
@@ -204,7 +209,8 @@ class _SeedRun:
     def _edit_and_score(self, seed: int, name: str, method: PreparedMethod, entry: Dict[str, Any], cases, requests, pre) -> Dict[str, Any]:
         """Edit, score, restore. A failing edit must leave the model as it was (checked next)."""
         with _Stage(f"seed {seed}: {name} edit of {len(requests)} requests") as edit_stage:
-            outcome = method.edit(self.model, self.tok, [dict(r) for r in requests], self.bank)
+            extra = {"retain": [dict(r) for r in self.retain]} if method.uses_retain else {}
+            outcome = method.edit(self.model, self.tok, [dict(r) for r in requests], self.bank, **extra)
         try:
             with _Stage(f"seed {seed}: {name} evaluation") as eval_stage:
                 post = score_cases(self.model, self.tok, cases, self.settings.batch_size)
@@ -269,6 +275,8 @@ def run_bench(
 
     with _Stage(f"loading {config.data} cases"):
         all_cases = load_cases(config.data, path=config.data_path)
+    pool = list(all_cases)  # retain siblings come from the whole dataset, known or not
+    draw = parse_retain_spec(config.retain)
     if config.known_only:
         if model is None:
             if loader is None:
@@ -295,11 +303,14 @@ def run_bench(
         case_ids = [c.case_id for c in cases]
         path = seed_path(out, seed)
         record: Dict[str, Any]
+        retain = draw_sibling_retain(cases, pool, draw.k, seed) if draw else []
         if path.exists():
             record = read_json(path)
             _check_stored(path, record, run_info, case_ids)
+            if record.get("retain", []) != retain:
+                raise BenchConfigError(f"{path} holds another retain set; use another --out or remove it")
         else:
-            record = {"seed": seed, "run": run_info, "case_ids": case_ids, "methods": {}}
+            record = {"seed": seed, "run": run_info, "case_ids": case_ids, "retain": retain, "methods": {}}
         todo = _pending(record, methods, signatures)
         if todo:
             plan.append((seed, path, record, cases, todo))

@@ -11,6 +11,8 @@ EasyEdit format (``counterfact_easyedit_*.json``), per record:
     forget      ``prompt``          -> ``ground_truth``
     paraphrase  ``rephrase_prompt`` -> ``ground_truth``
     neighbour   ``locality_prompt`` -> ``locality_ground_truth``
+    (this format has no relation id: a case's ``relation`` is its prompt template, the prompt
+    with the subject replaced by ``{}``, e.g. ``"{}, by"``.)
 
 Records whose subject does not occur verbatim in the forget prompt cannot form a request;
 they are skipped and counted in the log (none in the shipped files).
@@ -53,6 +55,7 @@ def load_counterfact_rome(path: Union[str, Path], source: str = "counterfact") -
                 paraphrase=[make_probe(p, answer) for p in reader.text_list("paraphrase_prompts")],
                 neighbour=[make_probe(p, answer) for p in reader.text_list("neighborhood_prompts")],
                 source=source,
+                relation=str(reader.raw("requested_rewrite.relation_id")) if reader.has("requested_rewrite.relation_id") else None,
             )
         )
     log_skipped(path, skipped, len(records), _SKIP_REASON)
@@ -84,6 +87,7 @@ def load_counterfact_easyedit(
                     make_probe(reader.text("locality_prompt"), reader.answer("locality_ground_truth"))
                 ],
                 source=source,
+                relation=forget.prompt.replace(subject, "{}", 1),
             )
         )
     log_skipped(path, skipped, len(records), _SKIP_REASON)

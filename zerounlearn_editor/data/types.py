@@ -41,6 +41,9 @@ class UnlearnCase:
         source: name of the dataset format the case came from (e.g. ``"counterfact"``).
         probe_groups: optional finer split of the probes by the dataset's own categories
             (e.g. RWKU levels); empty for datasets without such a split.
+        relation: which relation the forgotten fact belongs to, when the dataset tells (ROME
+            CounterFact: ``relation_id``; EasyEdit CounterFact: the prompt template with the
+            subject replaced by ``{}``); ``None`` otherwise. Same-relation cases are siblings.
     """
 
     case_id: str
@@ -50,6 +53,7 @@ class UnlearnCase:
     neighbour: List[Probe]
     source: str
     probe_groups: Dict[str, List[Probe]] = field(default_factory=dict)
+    relation: Optional[str] = None
 
 
 class DataFormatError(ValueError):
