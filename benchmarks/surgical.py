@@ -20,6 +20,7 @@ variant with the same target settings (all shipped SmolLM2 YAMLs) reuses one opt
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import statistics
@@ -148,7 +149,8 @@ def main(argv=None) -> int:
             if name in record:
                 continue
             hp = hps[name]
-            targets = _targets(out / "targets" / f"seed_{seed}_n{args.n}_{hp.alg_name}.npz", model, tok, requests, hp)
+            key = hashlib.sha256(json.dumps(target_settings(model, hp), sort_keys=True).encode()).hexdigest()[:12]
+            targets = _targets(out / "targets" / f"seed_{seed}_n{args.n}_{key}.npz", model, tok, requests, hp)
             apply = apply_zerounlearn_to_model if hp.alg_name == "ZeroUnlearn" else apply_zerounlearn_gd_to_model
             report = EditReport()
             start = time.perf_counter()

@@ -100,15 +100,16 @@ def test_retain_file_in_the_yaml_equals_the_keyword(setup, tok, tmp_path):
     """``retain_file`` (relative to the YAML's folder) reaches the solve like ``retain=``."""
     _, paths, _, _ = setup
     (tmp_path / "keep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RETAIN), encoding="utf-8")
-    config = tiny_hparams_dict(*paths, alg_name="ZeroUnlearn-GD", layers=[LAYER], retain_nullspace_weight=1.0,
+    config = tiny_hparams_dict(*paths, alg_name="ZeroUnlearn-GD", layers=[LAYER], retain_nullspace_weight=1e4,
+                               nullspace_threshold=1e-2,
                                retain_file="keep.jsonl")
     yaml_path = tmp_path / "hp.json"
     yaml_path.write_text(json.dumps(config), encoding="utf-8")
     from_file = ZeroUnlearnGDHyperParams.from_hparams(yaml_path)
     assert Path(from_file.retain_file) == tmp_path / "keep.jsonl"
     by_file = _edit(setup, tok, from_file)
-    by_keyword = _edit(setup, tok, _hp(paths, retain_nullspace_weight=1.0), retain=RETAIN)
-    without = _edit(setup, tok, _hp(paths, retain_nullspace_weight=1.0))
+    by_keyword = _edit(setup, tok, _hp(paths, retain_nullspace_weight=1e4, nullspace_threshold=1e-2), retain=RETAIN)
+    without = _edit(setup, tok, _hp(paths, retain_nullspace_weight=1e4, nullspace_threshold=1e-2))
     w = lambda m: get_weight_matrix(get_module(m, MODULE))  # noqa: E731
     assert torch.equal(w(by_file), w(by_keyword))
     assert not torch.equal(w(by_file), w(without))

@@ -309,6 +309,10 @@ class ZeroUnlearnGDHyperParams(_EditHyperParams):
     # Retain-aware ZeroUnlearn-GD (opt-in, 0 = the paper): the null space is taken of
     # C0 + retain_nullspace_weight * K_r K_r^T / n_r (linalg.zerounlearn_gd.protected_covariance)
     retain_nullspace_weight: float = 0.0
+    # Relation-context protection (opt-in, 0 = the paper; needs no retain set): the null space also
+    # avoids context_nullspace_weight * the mean k k^T of the forget (and retain) prompts' tokens
+    # other than the subject's last one
+    context_nullspace_weight: float = 0.0
 
     def retain_weights(self) -> Dict[str, float]:
         return {"retain_nullspace_weight": self.retain_nullspace_weight}
@@ -318,5 +322,7 @@ class ZeroUnlearnGDHyperParams(_EditHyperParams):
         for key in ("orthogonality_weight", "target_weight", "norm_weight", "nullspace_threshold"):
             if getattr(self, key) < 0:
                 raise HParamsError(f"{source}: key {key!r} must be >= 0")
+        if not 0 <= self.context_nullspace_weight < float("inf"):
+            raise HParamsError(f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got {self.context_nullspace_weight!r}")
         if self.norm_weight == 0 and self.target_weight == 0:
             raise HParamsError(f"{source}: 'norm_weight' and 'target_weight' cannot both be 0")

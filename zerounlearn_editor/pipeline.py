@@ -62,7 +62,9 @@ class LayerProblem:
     """Everything one layer's solve needs (float64, on the weight's device).
 
     ``W`` ``[d_out, d_in]``, ``K_f`` ``[d_in, n]``, ``M_n`` ``[d_out, n]``, ``C0`` ``[d_in, d_in]``,
-    ``K_r`` ``[d_in, n_r]`` the retain keys (``n_r = 0`` without a retain set).
+    ``K_r`` ``[d_in, n_r]`` the retain keys (``n_r = 0`` without a retain set), ``C_ctx``
+    ``[d_in, d_in]`` the mean ``k k^T`` of the forget and retain prompts' other positions (their
+    relation context; only read when the method's hparams ask for it, else ``None``).
     """
 
     layer: int
@@ -71,6 +73,7 @@ class LayerProblem:
     M_n: torch.Tensor
     C0: torch.Tensor
     K_r: Optional[torch.Tensor] = None
+    C_ctx: Optional[torch.Tensor] = None
 
     def retain_keys(self) -> torch.Tensor:
         """``K_r`` ``[d_in, n_r]`` (float64, an empty ``[d_in, 0]`` without a retain set)."""
@@ -310,6 +313,7 @@ def _edit_layers(
 ) -> None:
     hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
     n = len(forget)
+    context = {"context_moment": True} if getattr(hparams, "context_nullspace_weight", 0) > 0 else {}
     for position, layer in enumerate(hparams.layers):
         module = get_module(model, hparams.rewrite_module_tmp.format(layer))
         with _Timer(report, "keys"):
@@ -323,6 +327,7 @@ def _edit_layers(
                 hidden_module,
                 hparams.fact_token,
                 hparams.chunk_size,
+                **context,
             )
         with _Timer(report, "solve"):
             W = get_weight_matrix(module).detach().double()
@@ -331,7 +336,10 @@ def _edit_layers(
             K_r = readout.keys[:, n:].to(device).double() if keep else None
             residual = (targets.z - readout.hidden[:n]).to(device).double() / (len(hparams.layers) - position)
             M_n = W @ K_f + residual.t()
-            problem = LayerProblem(layer, W, K_f, M_n, second_moments[layer].moment().to(device), K_r)
+            C_ctx = None
+            if readout.context_mom2 is not None and readout.context_count:
+                C_ctx = readout.context_mom2.to(device) / readout.context_count
+            problem = LayerProblem(layer, W, K_f, M_n, second_moments[layer].moment().to(device), K_r, C_ctx)
             new_W = solver(problem)
             if not torch.isfinite(new_W).all():
                 raise ValueError(f"layer {layer}: the solve produced non-finite weights")

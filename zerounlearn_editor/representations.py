@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -22,10 +22,17 @@ __all__ = ["LayerReadout", "read_keys_and_hidden"]
 
 @dataclass
 class LayerReadout:
-    """``keys`` ``[d_in, n]`` (mean over contexts) and ``hidden`` ``[n, d_model]`` (bare prompt)."""
+    """``keys`` ``[d_in, n]`` (mean over contexts) and ``hidden`` ``[n, d_model]`` (bare prompt).
+
+    ``context_mom2`` ``[d_in, d_in]`` (float64) and ``context_count``: when asked for, the sum of
+    ``k k^T`` over every other real position of the rows (all tokens but the lookup token and
+    the first one), i.e. the prompts' relation context; ``None`` otherwise.
+    """
 
     keys: torch.Tensor
     hidden: torch.Tensor
+    context_mom2: Optional[torch.Tensor] = None
+    context_count: int = 0
 
 
 def _chunks(items: Sequence, size: int) -> List[Sequence]:
@@ -48,17 +55,21 @@ def read_keys_and_hidden(
     hidden_module: str,
     fact_token: str,
     chunk_size: int,
+    context_moment: bool = False,
 ) -> LayerReadout:
     """Keys at ``key_module``'s input and hidden states at ``hidden_module``'s output.
 
     Rows are ``prefix + prompt`` for every prefix (the first prefix is the bare prompt);
     keys are averaged over prefixes, hidden states come from the bare prompt. Returns
-    float32 tensors on the CPU.
+    float32 tensors on the CPU. ``context_moment`` also sums ``k k^T`` over the rows' other
+    positions (see :class:`LayerReadout`), from the same forward passes.
     """
     device = model_device(model)
     n_ctx = len(prefixes)
     keys: List[torch.Tensor] = []
     hidden: List[torch.Tensor] = []
+    mom2: Optional[torch.Tensor] = None
+    count = 0
     for chunk in _chunks(list(requests), chunk_size):
         contexts = [p for _ in chunk for p in prefixes]
         rows = [r for r in chunk for _ in prefixes]
@@ -74,8 +85,19 @@ def read_keys_and_hidden(
             model, [hidden_module], stop_after=hidden_module
         ) as outputs, contextlib.suppress(StopForward):
             model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        if context_moment:
+            states = inputs[key_module]
+            mask = batch.attention_mask.to(states.device).bool().clone()
+            mask[:, 0] = False
+            mask[torch.arange(len(mask), device=mask.device), batch.lookup.to(mask.device)] = False
+            other = states[mask].double()
+            mom2 = other.t() @ other if mom2 is None else mom2 + other.t() @ other
+            count += other.shape[0]
         k = _at_lookup(inputs[key_module], batch.lookup)
         h = _at_lookup(outputs[hidden_module], batch.lookup)
         keys.append(k.view(len(chunk), n_ctx, -1).mean(1).cpu())
         hidden.append(h.view(len(chunk), n_ctx, -1)[:, 0].cpu())
-    return LayerReadout(keys=torch.cat(keys).t().contiguous(), hidden=torch.cat(hidden))
+    return LayerReadout(
+        keys=torch.cat(keys).t().contiguous(), hidden=torch.cat(hidden),
+        context_mom2=None if mom2 is None else mom2.cpu(), context_count=count,
+    )

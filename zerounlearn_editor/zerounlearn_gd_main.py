@@ -17,11 +17,14 @@ def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
     """The per-layer solve ``LayerProblem -> W + D_m`` (exact closed form or Adam).
 
     With ``retain_nullspace_weight > 0`` the null space is taken of ``C0`` plus the retain keys'
-    second moment (:func:`~zerounlearn_editor.linalg.zerounlearn_gd.protected_covariance`).
+    second moment, with ``context_nullspace_weight > 0`` also plus the prompts' context keys'
+    (:func:`~zerounlearn_editor.linalg.zerounlearn_gd.protected_covariance`).
     """
 
     def solve(problem: LayerProblem) -> torch.Tensor:
-        protected = protected_covariance(problem.C0, problem.K_r, hparams.retain_nullspace_weight)
+        protected = protected_covariance(
+            problem.C0, problem.K_r, hparams.retain_nullspace_weight, problem.C_ctx, hparams.context_nullspace_weight
+        )
         U0, _ = nullspace_basis(protected, hparams.nullspace_threshold)
         weights = dict(a=hparams.orthogonality_weight, b=hparams.target_weight, c=hparams.norm_weight)
         args = (problem.W, problem.K_f, problem.M_f, problem.M_n, U0)

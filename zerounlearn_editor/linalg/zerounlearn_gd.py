@@ -126,24 +126,40 @@ def _check_basis(U0: Tensor, d_in: int) -> Tensor:
 # ----------------------------------------------------------------------------------------------
 
 
-def protected_covariance(C0: Tensor, K_r: Optional[Tensor], weight: float) -> Tensor:
-    """``C0 + weight * K_r K_r^T / n_r`` ``[d_in, d_in]``: the keys the null space must avoid.
+def protected_covariance(
+    C0: Tensor,
+    K_r: Optional[Tensor],
+    weight: float,
+    C_ctx: Optional[Tensor] = None,
+    context_weight: float = 0.0,
+) -> Tensor:
+    """``C0 + weight * K_r K_r^T / n_r + context_weight * C_ctx`` ``[d_in, d_in]``: keys the null space avoids.
 
     Retain-aware ZeroUnlearn-GD (opt-in): the null space is taken of the utility second moment
     plus the retain keys' own second moment ``K_r K_r^T / n_r`` (``K_r`` ``[d_in, n_r]``), scaled
     by ``weight`` relative to ``C0`` (both are per-key averages). ``D_m = F U0^T`` then leaves
     the outputs of general text *and* of the retain facts unchanged (``U0^T k_r ~ 0``).
-    Returns ``C0`` itself (same object) when ``weight`` is 0 or there is no retain key.
+    ``C_ctx`` ``[d_in, d_in]`` is the mean ``k k^T`` of the prompts' context positions (every token
+    of the forget and retain prompts but the subject's last), which siblings share with the
+    forget facts; ``context_weight`` scales it relative to ``C0``.
+    Returns ``C0`` itself (same object) when nothing is added.
     """
     _check_matrix("C0", C0)
     weight = _check_weight("retain null-space weight", weight)
-    if K_r is None or K_r.shape[1] == 0 or weight == 0:
-        return C0
-    _check_matrix("K_r", K_r)
-    if K_r.shape[0] != C0.shape[0]:
-        raise ValueError(f"K_r must have shape [d_in={C0.shape[0]}, n_r], got {tuple(K_r.shape)}")
-    K = K_r.to(device=C0.device, dtype=_F64)
-    return C0.to(_F64) + (weight / K.shape[1]) * (K @ K.T)
+    context_weight = _check_weight("context null-space weight", context_weight)
+    out = C0
+    if K_r is not None and K_r.shape[1] and weight:
+        _check_matrix("K_r", K_r)
+        if K_r.shape[0] != C0.shape[0]:
+            raise ValueError(f"K_r must have shape [d_in={C0.shape[0]}, n_r], got {tuple(K_r.shape)}")
+        K = K_r.to(device=C0.device, dtype=_F64)
+        out = out.to(_F64) + (weight / K.shape[1]) * (K @ K.T)
+    if C_ctx is not None and context_weight:
+        _check_matrix("C_ctx", C_ctx)
+        if C_ctx.shape != C0.shape:
+            raise ValueError(f"C_ctx must have shape {tuple(C0.shape)}, got {tuple(C_ctx.shape)}")
+        out = out.to(_F64) + context_weight * C_ctx.to(device=C0.device, dtype=_F64)
+    return out
 
 
 def nullspace_basis(C0: Tensor, threshold: float, *, symmetry_tol: float = 1e-6) -> Tuple[Tensor, Tensor]:
