@@ -64,7 +64,8 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import format_demo, run_demo
 
-    result = run_demo(hparams_file=args.hparams, corpus=args.corpus, ppl_tokens=args.ppl_tokens, device=args.device)
+    result = run_demo(hparams_file=args.hparams, corpus=args.corpus, ppl_tokens=args.ppl_tokens, device=args.device,
+                      paper=args.paper)
     print(format_demo(result))
     return 0
 
@@ -187,7 +188,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_stats)
 
     p = sub.add_parser("demo", help="forget a few facts from SmolLM2 and print a before/after table")
-    p.add_argument("--hparams", default=None, help="default: hparams/ZeroUnlearn/SmolLM2-135M-Instruct.yaml")
+    p.add_argument("--hparams", default=None,
+                   help="default: hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct-retain.yaml with a retain set of "
+                        "other capitals (with --paper: hparams/ZeroUnlearn/SmolLM2-135M-Instruct.yaml, no retain set)")
+    p.add_argument("--paper", action="store_true",
+                   help="the paper's ZeroUnlearn without a retain set (it also erases the untouched capitals)")
     p.add_argument("--corpus", default=None, help="statistics corpus (default: the YAML's mom2_dataset)")
     p.add_argument("--ppl-tokens", type=int, default=20000)
     p.add_argument("--device", default="cpu")

@@ -3,6 +3,12 @@
 Prints a before/after table of the forgotten facts (teacher-forced token accuracy and
 probability of the true answer, and the greedy continuation), of untouched facts, and
 WikiText-2 perplexity.
+
+By default the demo runs the retain-aware mode: ZeroUnlearn-GD with
+``hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct-retain.yaml`` and a retain set of other capitals
+(:data:`RETAIN_FACTS`, never one of the printed untouched facts), so the sibling capitals it prints
+stay known. ``paper=True`` (``zerounlearn demo --paper``) runs the paper's ZeroUnlearn with its
+shipped YAML and no retain set, which also erases the untouched capitals.
 """
 from __future__ import annotations
 
@@ -17,18 +23,21 @@ from .data.types import Probe
 from .evaluation.metrics import evaluate_probes
 from .facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
 from .evaluation.perplexity import perplexity
-from .hparams import ZeroUnlearnHyperParams
+from .hparams import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams, load_config_file
 from .model_zoo import load_model_and_tokenizer
 from .pipeline import EditReport
 from .resources import hparams_path, shared_file
+from .zerounlearn_gd_main import apply_zerounlearn_gd_to_model
 from .zerounlearn_main import apply_zerounlearn_to_model
 
-__all__ = ["FORGET_FACTS", "KEEP_FACTS", "DemoRow", "run_demo", "format_demo"]
+__all__ = ["FORGET_FACTS", "KEEP_FACTS", "RETAIN_FACTS", "DemoRow", "demo_hparams", "run_demo", "format_demo"]
 
 LOG = logging.getLogger(__name__)
 
 FORGET_FACTS = CAPITALS_TO_FORGET[:5]
 KEEP_FACTS = OTHER_CAPITALS[:3] + UNRELATED_FACTS[:5]
+# The retain set of the default (retain-aware) demo: other capitals, none of them printed or scored.
+RETAIN_FACTS = CAPITALS_TO_FORGET[5:]
 
 
 @dataclass
@@ -50,6 +59,7 @@ class DemoResult:
     ppl_before: float
     ppl_after: float
     seconds: Dict[str, float] = field(default_factory=dict)
+    mode: str = ""
 
 
 def _greedy(model, tok, prompts: List[str], new_tokens: int = 4) -> List[str]:
@@ -69,15 +79,39 @@ def _scores(model, tok, facts):
     return scores["acc"], scores["prob"], _greedy(model, tok, [p for p, _, _ in facts])
 
 
+def demo_hparams(hparams_file: Optional[str] = None, paper: bool = False):
+    """The demo's hyperparameters: a given YAML (either method), else the retain-aware
+    ZeroUnlearn-GD YAML, else (``paper``) the paper's ZeroUnlearn YAML."""
+    if hparams_file is None:
+        if paper:
+            hparams_file = hparams_path("ZeroUnlearn", "SmolLM2-135M-Instruct")
+        else:
+            hparams_file = hparams_path("ZeroUnlearn-GD", "SmolLM2-135M-Instruct-retain")
+    alg = load_config_file(hparams_file).get("alg_name")
+    cls = ZeroUnlearnGDHyperParams if alg == "ZeroUnlearn-GD" else ZeroUnlearnHyperParams
+    return cls.from_hparams(hparams_file)
+
+
 def run_demo(
     hparams_file: Optional[str] = None,
     corpus: Optional[str] = None,
     ppl_tokens: int = 20000,
     device: str = "cpu",
+    paper: bool = False,
 ) -> DemoResult:
-    """Unlearn :data:`FORGET_FACTS` from SmolLM2 with ZeroUnlearn and measure before/after."""
-    hparams = ZeroUnlearnHyperParams.from_hparams(hparams_file or hparams_path("ZeroUnlearn", "SmolLM2-135M-Instruct"))
+    """Unlearn :data:`FORGET_FACTS` from SmolLM2 and measure before/after.
+
+    Default: the retain-aware mode with :data:`RETAIN_FACTS` as retain set (prompts and subjects
+    only). ``paper``: the paper's ZeroUnlearn, no retain set. A given ``hparams_file`` of either
+    method is used as is, with the retain set unless ``paper``.
+    """
+    hparams = demo_hparams(hparams_file, paper)
     corpus = corpus or hparams.mom2_dataset
+    retain = None if paper else [{"prompt": p, "subject": s} for p, s, _ in RETAIN_FACTS]
+    if retain is not None and not any(v > 0 for v in hparams.retain_weights().values()):
+        retain = None  # a YAML with the paper's (zero) retain weights: nothing to protect with
+    mode = f"{hparams.alg_name}" + (f" + retain set of {len(retain)} other capitals" if retain else " (paper)")
+    LOG.info("demo: %s", mode)
     model, tok = load_model_and_tokenizer(hparams.model_name, device=device)
     wikitext = shared_file("text/wikitext2_raw_test.txt")
     seconds: Dict[str, float] = {}
@@ -91,7 +125,9 @@ def run_demo(
     requests = fact_requests(FORGET_FACTS)
     report = EditReport()
     start = time.perf_counter()
-    model, _ = apply_zerounlearn_to_model(model, tok, requests, hparams, corpus=corpus, report=report)
+    apply = apply_zerounlearn_gd_to_model if hparams.alg_name == "ZeroUnlearn-GD" else apply_zerounlearn_to_model
+    extra = {"retain": retain} if retain else {}
+    model, _ = apply(model, tok, requests, hparams, corpus=corpus, report=report, **extra)
     seconds["unlearn"] = time.perf_counter() - start
     seconds.update({f"unlearn.{k}": v for k, v in report.timings.items()})
 
@@ -112,12 +148,13 @@ def run_demo(
         ppl_before=ppl0,
         ppl_after=ppl1,
         seconds=seconds,
+        mode=mode,
     )
 
 
 def format_demo(result: DemoResult) -> str:
     """A markdown report of :func:`run_demo`'s result."""
-    lines = []
+    lines = [f"Method: {result.mode}", ""] if result.mode else []
     for title, rows in (("Forgotten facts", result.forgotten), ("Untouched facts", result.kept)):
         lines += [
             f"### {title}",

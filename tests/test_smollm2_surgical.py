@@ -1,0 +1,63 @@
+"""Surgical forgetting on SmolLM2 (slow; in CI): the demo's five capitals, with and without a retain set.
+
+The paper's ZeroUnlearn erases the sibling capitals the demo prints as untouched (London, Seoul,
+Mexico City); the retain-aware ZeroUnlearn-GD YAML with a retain set of *other* capitals
+(:data:`~zerounlearn_editor.demo.RETAIN_FACTS`, disjoint from the scored ones) forgets the five
+and keeps them. Both edits share one set of neutral targets (same target settings).
+"""
+from __future__ import annotations
+
+from statistics import mean
+
+import pytest
+
+from zerounlearn_editor import apply_zerounlearn_gd_to_model, apply_zerounlearn_to_model, restore_weights
+from zerounlearn_editor.demo import FORGET_FACTS, KEEP_FACTS, RETAIN_FACTS, demo_hparams
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.evaluation import evaluate_probes
+from zerounlearn_editor.facts import OTHER_CAPITALS, fact_requests
+from zerounlearn_editor.pipeline import neutral_targets
+from zerounlearn_editor.resources import shared_file
+
+pytestmark = pytest.mark.slow
+
+SIBLINGS = OTHER_CAPITALS[:3]
+
+
+def _acc(model, tok, facts):
+    return evaluate_probes(model, tok, [Probe(p, a) for p, _, a in facts])["acc"]
+
+
+def _local(hp, stats_dir):
+    return hp.replace(stats_dir=str(stats_dir), mom2_dataset=str(shared_file("text/wiki_passages_3643.jsonl")))
+
+
+def test_retain_set_keeps_the_sibling_capitals_the_paper_erases(smollm2, smollm2_stats_dir):
+    model, tok = smollm2
+    assert not {s for _, s, _ in RETAIN_FACTS} & {s for _, s, _ in KEEP_FACTS + FORGET_FACTS}
+    requests = fact_requests(FORGET_FACTS)
+    paper_hp = _local(demo_hparams(paper=True), smollm2_stats_dir)
+    retain_hp = _local(demo_hparams(), smollm2_stats_dir)
+    assert retain_hp.alg_name == "ZeroUnlearn-GD" and retain_hp.retain_nullspace_weight > 0
+    assert _acc(model, tok, FORGET_FACTS) == [1.0] * 5 and _acc(model, tok, SIBLINGS) == [1.0] * 3
+    targets = neutral_targets(model, tok, requests, paper_hp)
+
+    model, orig = apply_zerounlearn_to_model(model, tok, requests, paper_hp, targets=targets,
+                                             return_orig_weights=True, progress=False)
+    try:
+        paper_forget, paper_siblings = _acc(model, tok, FORGET_FACTS), _acc(model, tok, SIBLINGS)
+    finally:
+        restore_weights(model, orig)
+
+    retain = [{"prompt": p, "subject": s} for p, s, _ in RETAIN_FACTS]
+    model, orig = apply_zerounlearn_gd_to_model(model, tok, requests, retain_hp, targets=targets, retain=retain,
+                                                return_orig_weights=True, progress=False)
+    try:
+        forget, siblings, kept = _acc(model, tok, FORGET_FACTS), _acc(model, tok, SIBLINGS), _acc(model, tok, KEEP_FACTS)
+    finally:
+        restore_weights(model, orig)
+
+    assert mean(paper_forget) <= 0.2 and mean(paper_siblings) < 0.5, (paper_forget, paper_siblings)
+    assert mean(forget) <= 0.2, forget
+    assert siblings == [1.0] * 3, siblings
+    assert mean(kept) >= 0.9, kept
