@@ -22,7 +22,8 @@ from zerounlearn_editor.evaluation.perplexity import perplexity
 from zerounlearn_editor.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
 from zerounlearn_editor.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.pipeline import batched_statistics
-from zerounlearn_editor.resources import hparams_path, shared_file
+from zerounlearn_editor.embedded import default_ppl_text
+from zerounlearn_editor.resources import hparams_path
 
 
 def _acc(model, tok, facts):
@@ -45,7 +46,7 @@ def main() -> None:
     start = time.perf_counter()
     stats = batched_statistics(model, tok, base, base.mom2_dataset, layers=all_layers)
     stats_seconds = time.perf_counter() - start
-    wikitext = shared_file("text/wikitext2_raw_test.txt")
+    wikitext = default_ppl_text()
     logging.getLogger("zerounlearn_editor").setLevel(logging.INFO)
     rows = [{
         "layers": None,

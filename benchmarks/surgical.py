@@ -42,7 +42,7 @@ from zerounlearn_editor.data.registry import load_cases, sample_cases
 from zerounlearn_editor.evaluation.selection import select_known_cases
 from zerounlearn_editor.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.pipeline import EditReport, batched_statistics, neutral_targets, restore_weights, target_settings
-from zerounlearn_editor.resources import shared_file
+from zerounlearn_editor.embedded import default_ppl_text
 from zerounlearn_editor.targets import NeutralTargets
 from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model
 from zerounlearn_editor.zerounlearn_main import apply_zerounlearn_to_model
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
     pool = load_cases(args.data)
     known = _known(out, model, tok, pool, args.data, args.known_min_accuracy)
     LOG.info("%d of %d %s cases known (accuracy >= %g)", len(known), len(pool), args.data, args.known_min_accuracy)
-    settings = ScoringSettings(32, str(shared_file("text/wikitext2_raw_test.txt")), args.ppl_tokens)
+    settings = ScoringSettings(32, str(default_ppl_text()), args.ppl_tokens)
     for seed in parse_seeds(args.seeds):
         cases = sample_cases(known, args.n, seed)
         requests = [dict(c.request) for c in cases]

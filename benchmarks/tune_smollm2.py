@@ -20,7 +20,8 @@ from zerounlearn_editor.evaluation.perplexity import perplexity
 from zerounlearn_editor.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
 from zerounlearn_editor.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.pipeline import batched_statistics, neutral_targets
-from zerounlearn_editor.resources import hparams_path, shared_file
+from zerounlearn_editor.embedded import default_ppl_text
+from zerounlearn_editor.resources import hparams_path
 
 
 def _acc(model, tok, facts) -> float:
@@ -38,7 +39,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     base = ZeroUnlearnHyperParams.from_hparams(hparams_path("ZeroUnlearn", "SmolLM2-135M-Instruct"))
     model, tok = load_model_and_tokenizer(base.model_name)
-    wikitext = shared_file("text/wikitext2_raw_test.txt")
+    wikitext = default_ppl_text()
     requests = fact_requests(CAPITALS_TO_FORGET)
     rows = []
     ppl0 = perplexity(model, tok, wikitext, max_tokens=args.ppl_tokens)

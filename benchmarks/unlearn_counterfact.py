@@ -33,7 +33,8 @@ from zerounlearn_editor.data import load_cases
 from zerounlearn_editor.evaluation import evaluate_probes, perplexity, select_known_cases
 from zerounlearn_editor.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.pipeline import batched_statistics, neutral_targets, target_settings
-from zerounlearn_editor.resources import hparams_path, shared_file
+from zerounlearn_editor.embedded import default_ppl_text
+from zerounlearn_editor.resources import hparams_path
 
 LOG = logging.getLogger("unlearn_counterfact")
 
@@ -47,7 +48,7 @@ def scores(model, tok, cases, ppl_tokens: int) -> dict:
         "specificity": 100.0 * mean(evaluate_probes(model, tok, [p for c in cases for p in c.neighbour])["acc"]),
         "efficacy_first_token": 100.0 * mean(forget["first_acc"]),
         "generalization_first_token": 100.0 * mean(paraphrase["first_acc"]),
-        "ppl": perplexity(model, tok, shared_file("text/wikitext2_raw_test.txt"), max_tokens=ppl_tokens),
+        "ppl": perplexity(model, tok, default_ppl_text(), max_tokens=ppl_tokens),
     }
 
 

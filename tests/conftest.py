@@ -46,7 +46,7 @@ PPL_TOKENS = 20000
 def smollm2_base_ppl(smollm2) -> float:
     """WikiText-2 perplexity of the unedited SmolLM2 over the first ``PPL_TOKENS`` tokens."""
     from zerounlearn_editor.evaluation import perplexity
-    from zerounlearn_editor.resources import shared_file
+    from zerounlearn_editor.embedded import default_ppl_text
 
     model, tok = smollm2
-    return perplexity(model, tok, shared_file("text/wikitext2_raw_test.txt"), max_tokens=PPL_TOKENS)
+    return perplexity(model, tok, default_ppl_text(), max_tokens=PPL_TOKENS)

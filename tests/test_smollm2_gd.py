@@ -8,7 +8,8 @@ import pytest
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model, restore_weights
 from zerounlearn_editor.data import load_cases
 from zerounlearn_editor.evaluation import evaluate_probes, perplexity, select_known_cases
-from zerounlearn_editor.resources import hparams_path, shared_file
+from zerounlearn_editor.embedded import default_ppl_text
+from zerounlearn_editor.resources import hparams_path
 
 from conftest import PPL_TOKENS
 
@@ -18,14 +19,14 @@ pytestmark = pytest.mark.slow
 def test_gd_exact_forgets_fifty_counterfact_facts(smollm2, smollm2_stats_dir, smollm2_base_ppl):
     model, tok = smollm2
     hparams = ZeroUnlearnGDHyperParams.from_hparams(hparams_path("ZeroUnlearn-GD", "SmolLM2-135M-Instruct"))
-    hparams = hparams.replace(stats_dir=str(smollm2_stats_dir), mom2_dataset=str(shared_file("text/wiki_passages_3643.jsonl")))
+    hparams = hparams.replace(stats_dir=str(smollm2_stats_dir))
     assert hparams.solver == "exact"
     # Facts the model knows: token accuracy 1.0 on the forget prompt. SmolLM2 knows 80 of the 1919
     # EasyEdit-format records (47 of the 1129 ROME-format ones). A looser threshold admits answers
     # like " Hon|da" where only the completion "da" is right; those keep accuracy 0.5 after any edit.
     cases = select_known_cases(model, tok, load_cases("counterfact-easyedit"), 50, min_accuracy=1.0)
     probes = [p for case in cases for p in case.forget]
-    wikitext = shared_file("text/wikitext2_raw_test.txt")
+    wikitext = default_ppl_text()
 
     efficacy_before = mean(evaluate_probes(model, tok, probes)["acc"])
     ppl_before = smollm2_base_ppl

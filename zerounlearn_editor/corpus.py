@@ -1,6 +1,9 @@
 """General-text corpora for the utility statistic ``C0``.
 
 Accepted sources:
+- a built-in corpus name: ``wiki_passages_3643`` (alias ``wiki_passages``), 3,643 Wikipedia
+  passages shipped with the package (:mod:`zerounlearn_editor.embedded`); the default of every
+  shipped YAML. Its fingerprint equals that of the same ``.jsonl`` file on disk;
 - a ``.txt`` file: passages separated by blank lines, or one passage per line when the file
   has no blank lines;
 - a ``.jsonl`` file with a ``text`` field on every line;
@@ -12,10 +15,11 @@ Accepted sources:
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterable, List, Optional
 
 __all__ = ["CorpusError", "Corpus", "load_corpus", "HUB_DATASETS"]
 
@@ -65,19 +69,24 @@ def _read_txt(path: Path) -> List[str]:
 
 
 def _read_jsonl(path: Path) -> List[str]:
-    texts = []
     with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CorpusError(f"{path}: line {number}: invalid JSON ({exc.msg})") from exc
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                raise CorpusError(f"{path}: line {number}: missing string field 'text'")
-            if record["text"].strip():
-                texts.append(record["text"])
+        return _parse_jsonl_lines(handle, str(path))
+
+
+def _parse_jsonl_lines(lines: Iterable[str], where: str) -> List[str]:
+    """The non-blank ``text`` fields of JSONL lines, in order; errors name ``where`` and the line."""
+    texts = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CorpusError(f"{where}: line {number}: invalid JSON ({exc.msg})") from exc
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+            raise CorpusError(f"{where}: line {number}: missing string field 'text'")
+        if record["text"].strip():
+            texts.append(record["text"])
     return texts
 
 
@@ -104,7 +113,21 @@ def _read_hub(name: str, limit: Optional[int]) -> List[str]:
 
 
 def load_corpus(source: str, limit: Optional[int] = None) -> Corpus:
-    """Load passages from ``source`` (a path or a hub dataset name), at most ``limit`` of them."""
+    """Load passages from ``source`` (a built-in name, a path or a hub dataset name), at most ``limit``.
+
+    A built-in corpus name wins over a file or folder of the same name in the working directory
+    (write ``./name`` to mean the file).
+    """
+    from .embedded import builtin_corpus_bytes, builtin_corpus_name
+
+    builtin = builtin_corpus_name(source)
+    if builtin is not None:
+        data = builtin_corpus_bytes(builtin)
+        # read exactly as a .jsonl file of the same bytes is read (same newline handling)
+        with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8") as handle:
+            texts = _parse_jsonl_lines(handle, f"built-in corpus {builtin}")
+        texts = texts[:limit] if limit is not None else texts
+        return Corpus(name=builtin, texts=texts, fingerprint=hashlib.sha256(data).hexdigest())
     path = Path(source).expanduser()
     looks_like_path = path.suffix.lower() in (".txt", ".jsonl", ".json") or "/" in source and path.exists()
     if path.is_dir():

@@ -9,12 +9,16 @@ By default the demo runs the retain-aware mode: ZeroUnlearn-GD with
 (:data:`RETAIN_FACTS`, never one of the printed untouched facts), so the sibling capitals it prints
 stay known. ``paper=True`` (``zerounlearn demo --paper``) runs the paper's ZeroUnlearn with its
 shipped YAML and no retain set, which also erases the untouched capitals.
+
+Runs from a bare clone or a wheel: the hparams YAML, the statistics corpus and the perplexity
+text are found in the package (:mod:`zerounlearn_editor.embedded`).
 """
 from __future__ import annotations
 
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Dict, List, Optional
 
 import torch
@@ -26,7 +30,9 @@ from .evaluation.perplexity import perplexity
 from .hparams import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams, load_config_file
 from .model_zoo import load_model_and_tokenizer
 from .pipeline import EditReport
-from .resources import hparams_path, shared_file
+from .embedded import default_ppl_text
+from .progress import progress_bar
+from .resources import hparams_path
 from .zerounlearn_gd_main import apply_zerounlearn_gd_to_model
 from .zerounlearn_main import apply_zerounlearn_to_model
 
@@ -60,13 +66,14 @@ class DemoResult:
     ppl_after: float
     seconds: Dict[str, float] = field(default_factory=dict)
     mode: str = ""
+    dtype: str = ""  # the model's parameter dtype, e.g. "torch.bfloat16"
 
 
 def _greedy(model, tok, prompts: List[str], new_tokens: int = 4) -> List[str]:
     outs = []
     device = next(model.parameters()).device
     with torch.no_grad():
-        for prompt in prompts:
+        for prompt in progress_bar(prompts, desc="greedy continuations", unit="prompt"):
             ids = tok(prompt, return_tensors="pt").input_ids.to(device)
             gen = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
             outs.append(tok.decode(gen[0, ids.shape[1] :], skip_special_tokens=False).replace("\n", "\\n"))
@@ -98,32 +105,47 @@ def run_demo(
     ppl_tokens: int = 20000,
     device: str = "cpu",
     paper: bool = False,
+    dtype: Optional[str] = None,
+    ppl_text: Optional[str] = None,
+    stats_dir: Optional[str] = None,
 ) -> DemoResult:
     """Unlearn :data:`FORGET_FACTS` from SmolLM2 and measure before/after.
 
     Default: the retain-aware mode with :data:`RETAIN_FACTS` as retain set (prompts and subjects
     only). ``paper``: the paper's ZeroUnlearn, no retain set. A given ``hparams_file`` of either
-    method is used as is, with the retain set unless ``paper``.
+    method is used as is, with the retain set unless ``paper``. ``dtype`` (``float32``,
+    ``bfloat16``, ``float16``; default: the model folder's) is the precision the model is loaded
+    and edited in; ``ppl_text`` defaults to the embedded WikiText-2 test split; ``stats_dir``
+    overrides the YAML's statistics cache folder.
     """
     hparams = demo_hparams(hparams_file, paper)
+    if stats_dir is not None:
+        hparams = hparams.replace(stats_dir=str(stats_dir))
     corpus = corpus or hparams.mom2_dataset
     retain = None if paper else [{"prompt": p, "subject": s} for p, s, _ in RETAIN_FACTS]
     if retain is not None and not any(v > 0 for v in hparams.retain_weights().values()):
         retain = None  # a YAML with the paper's (zero) retain weights: nothing to protect with
     mode = f"{hparams.alg_name}" + (f" + retain set of {len(retain)} other capitals" if retain else " (paper)")
-    LOG.info("demo: %s", mode)
-    model, tok = load_model_and_tokenizer(hparams.model_name, device=device)
-    wikitext = shared_file("text/wikitext2_raw_test.txt")
+    LOG.info("demo: %s; model %s (%s) on %s", mode, hparams.model_name, dtype or "stored dtype", device)
+    model, tok = load_model_and_tokenizer(hparams.model_name, device=device, dtype=dtype)
+    wikitext = ppl_text or default_ppl_text()
     seconds: Dict[str, float] = {}
 
-    start = time.perf_counter()
-    f_acc0, f_prob0, f_gen0 = _scores(model, tok, FORGET_FACTS)
-    k_acc0, k_prob0, k_gen0 = _scores(model, tok, KEEP_FACTS)
-    ppl0 = perplexity(model, tok, wikitext, max_tokens=ppl_tokens)
-    seconds["evaluate_before"] = time.perf_counter() - start
+    def evaluate(when: str):
+        LOG.info("scoring %d facts to forget, %d to keep, and perplexity on %d tokens of %s (%s the edit)",
+                 len(FORGET_FACTS), len(KEEP_FACTS), ppl_tokens, Path(wikitext).name, when)
+        start = time.perf_counter()
+        out = (_scores(model, tok, FORGET_FACTS), _scores(model, tok, KEEP_FACTS),
+               perplexity(model, tok, wikitext, max_tokens=ppl_tokens))
+        seconds[f"evaluate_{when}"] = time.perf_counter() - start
+        return out
+
+    (f_acc0, f_prob0, f_gen0), (k_acc0, k_prob0, k_gen0), ppl0 = evaluate("before")
 
     requests = fact_requests(FORGET_FACTS)
     report = EditReport()
+    LOG.info("unlearning %d facts with %s; C0 statistics from corpus %r, cached under %s",
+             len(requests), mode, corpus, hparams.stats_dir)
     start = time.perf_counter()
     apply = apply_zerounlearn_gd_to_model if hparams.alg_name == "ZeroUnlearn-GD" else apply_zerounlearn_to_model
     extra = {"retain": retain} if retain else {}
@@ -131,11 +153,7 @@ def run_demo(
     seconds["unlearn"] = time.perf_counter() - start
     seconds.update({f"unlearn.{k}": v for k, v in report.timings.items()})
 
-    start = time.perf_counter()
-    f_acc1, f_prob1, f_gen1 = _scores(model, tok, FORGET_FACTS)
-    k_acc1, k_prob1, k_gen1 = _scores(model, tok, KEEP_FACTS)
-    ppl1 = perplexity(model, tok, wikitext, max_tokens=ppl_tokens)
-    seconds["evaluate_after"] = time.perf_counter() - start
+    (f_acc1, f_prob1, f_gen1), (k_acc1, k_prob1, k_gen1), ppl1 = evaluate("after")
 
     def rows(facts, acc0, acc1, prob0, prob1, gen0, gen1):
         return [
@@ -149,6 +167,7 @@ def run_demo(
         ppl_after=ppl1,
         seconds=seconds,
         mode=mode,
+        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
     )
 
 
@@ -169,6 +188,8 @@ def format_demo(result: DemoResult) -> str:
             )
         lines.append("")
     change = 100.0 * (result.ppl_after / result.ppl_before - 1.0)
+    if result.dtype:
+        lines.append(f"Model dtype: {result.dtype}")
     lines.append(f"WikiText-2 perplexity: {result.ppl_before:.2f} -> {result.ppl_after:.2f} ({change:+.2f}%)")
     lines.append("Stage times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
     return "\n".join(lines)

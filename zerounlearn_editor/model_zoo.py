@@ -51,6 +51,7 @@ __all__ = [
     "prepare_smollm2",
     "resolve_model_path",
     "load_model_and_tokenizer",
+    "DTYPE_CHOICES",
 ]
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,10 @@ CACHE_ENV = "ZEROUNLEARN_CACHE"
 WHEEL_ENV = "ZEROUNLEARN_SMOLLM2_WHEEL"
 MARKER_FILE = "zerounlearn_model.json"
 MARKER_FORMAT = 1
+
+DTYPE_CHOICES = ("float32", "bfloat16", "float16")
+"""The precisions ``--dtype`` offers (demo, bench, unlearn): edits keep the weights' dtype, the
+per-layer solve runs in float64, keys and target states are returned in float32."""
 
 _CHECK_PROMPT = "The capital of France is"
 _LOGITS_ATOL = 1e-4

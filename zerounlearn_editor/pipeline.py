@@ -35,6 +35,7 @@ from .model_access import (
     parameter_name_of_weight,
     set_weight_matrix,
 )
+from .progress import progress_bar, progress_scope
 from .representations import LayerReadout, read_keys_and_hidden
 from .requests import ForgetRequest, normalize_requests
 from .retain import RetainSpec, resolve_retain
@@ -213,6 +214,12 @@ def run_layerwise_edit(
     and target settings -- e.g. to compare solvers on identical inputs); ``stages`` replaces
     the statistics / target / key computations (default :class:`EditStages`).
     """
+    with progress_scope(progress):
+        return _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets,
+                                   stages, retain)
+
+
+def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets, stages, retain):
     stages = stages or EditStages()
     report = EditReport()
     with _Timer(report, "validate"):
@@ -221,6 +228,8 @@ def run_layerwise_edit(
         _check_modules(model, hparams)
         target_ids = [target_token_ids(tok, r.target or hparams.neutral_target) for r in forget]
     report.retain_count = len(keep)
+    LOG.info("%s: unlearning %d fact(s) at layers %s%s", hparams.alg_name, len(forget), list(hparams.layers),
+             f" with {len(keep)} retain fact(s)" if keep else "")
     with _Timer(report, "statistics"):
         if second_moments is None:
             second_moments = stages.statistics(model, tok, hparams, corpus or hparams.mom2_dataset, progress)
@@ -314,7 +323,9 @@ def _edit_layers(
     hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
     n = len(forget)
     context = {"context_moment": True} if getattr(hparams, "context_nullspace_weight", 0) > 0 else {}
+    bar = progress_bar(total=len(hparams.layers), desc=f"keys and solve, {n} facts", unit="layer")
     for position, layer in enumerate(hparams.layers):
+        bar.set_postfix(layer=layer, refresh=False)
         module = get_module(model, hparams.rewrite_module_tmp.format(layer))
         with _Timer(report, "keys"):
             # forget and retain keys in the same batched passes; retain columns come last
@@ -348,6 +359,8 @@ def _edit_layers(
         with _Timer(report, "write_back"):
             set_weight_matrix(module, new_W)
         LOG.info("layer %d edited: relative change %.3e", layer, report.layer_change_norm[layer])
+        bar.update(1)
+    bar.close()
 
 
 def restore_weights(model: nn.Module, weights_copy: Mapping[str, torch.Tensor]) -> None:

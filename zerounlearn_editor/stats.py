@@ -134,7 +134,10 @@ def padded_batches(
     grouped ``batch_size`` at a time; empty passages are dropped.
     """
     pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
-    for rows in tqdm(_batches(tok, texts, max_length, batch_size), desc=desc, disable=not progress, unit="batch"):
+    from .progress import progress_enabled
+
+    batches = _batches(tok, texts, max_length, batch_size)
+    for rows in tqdm(batches, desc=desc, disable=not (progress and progress_enabled()), unit="batch"):
         width = max(len(r) for r in rows)
         input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.bool)
@@ -262,6 +265,8 @@ def layer_second_moments(
         if len(data.texts) < n_samples:
             LOG.warning("corpus %r has %d passages, fewer than mom2_n_samples=%d", corpus, len(data.texts), n_samples)
         product_dtype = torch.float64 if dtype == "float64" else torch.float32
+        LOG.info("computing C0 statistics of layers %s from %d passages of corpus %r (cache: %s)", missing,
+                 len(data.texts), corpus, stats_path(stats_dir, name, ds_name, "<module>", dtype, n_samples).parent)
         stats = collect_second_moments(
             model, tok, data.texts, [modules[l] for l in missing], max_length, batch_size, progress, product_dtype
         )
@@ -275,7 +280,13 @@ def layer_second_moments(
 
 
 def corpus_cache_name(corpus: str) -> str:
-    """The ``ds_name`` part of the cache path: a file's stem, a folder's name or the hub name."""
+    """The ``ds_name`` part of the cache path: a built-in corpus's name, a file's stem, a folder's name
+    or the hub name (``wiki_passages_3643`` for both the built-in corpus and its ``.jsonl`` file)."""
+    from .embedded import builtin_corpus_name
+
+    builtin = builtin_corpus_name(corpus)
+    if builtin is not None:
+        return builtin
     path = Path(corpus).expanduser()
     if path.suffix.lower() in (".txt", ".jsonl", ".json"):
         return path.stem

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .encoding import encode_rows
+from .progress import progress_bar
 from .model_access import StopForward, capture_outputs, get_module, hidden_of, model_device, num_hidden_layers
 from .requests import ForgetRequest
 
@@ -232,6 +233,7 @@ def _optimise_chunk(
     steps_run = [0] * n
     nll_req = torch.zeros(n, device=head_device)
     kl_init = None
+    bar = progress_bar(total=cfg.steps, desc=f"neutral targets ({n} facts)", unit="step")
     for step in range(cfg.steps + 1):
         logits = step_logits()
         logp_t = torch.log_softmax(logits[: len(t_rows)], dim=-1)
@@ -248,6 +250,8 @@ def _optimise_chunk(
         active &= ~converged
         if step == cfg.steps or not bool(active.any()):
             break
+        bar.update(1)
+        bar.set_postfix(active=int(active.sum()), max_nll=f"{float(nll_req.detach().max()):.3f}", refresh=False)
         for i in torch.nonzero(active).flatten().tolist():
             steps_run[i] += 1
         optimiser.zero_grad()
@@ -262,6 +266,7 @@ def _optimise_chunk(
             delta.mul_(scale[:, None])
         if step % 5 == 0:
             LOG.debug("target step %d: nll %s", step, nll_req.detach().cpu().tolist())
+    bar.close()
     h0 = state["h0"]
     return (h0 + delta.detach()).cpu(), h0.cpu(), nll_req.detach().cpu(), steps_run
 

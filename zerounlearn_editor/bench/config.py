@@ -99,7 +99,7 @@ class BenchConfig:
         out: output folder (``seed_<k>.json``, ``summary.json``, ``summary.md``).
         n: cases per seed, all edited as one batch (``None`` = the whole dataset).
         ppl_tokens: WikiText-2 tokens for perplexity (0 = no perplexity).
-        ppl_text: perplexity text file (default: the shared ``text/wikitext2_raw_test.txt``).
+        ppl_text: perplexity text file (default: the embedded WikiText-2 test split, :func:`~zerounlearn_editor.embedded.default_ppl_text`).
         fluency: also measure n-gram entropy of greedy generations of the forget prompts.
         fluency_tokens: new tokens per fluency generation.
         method_hparams: ``{method: YAML path}`` overriding the default lookup.
@@ -116,6 +116,8 @@ class BenchConfig:
         retain: how retain-aware methods (``ZeroUnlearn+R``, ``ZeroUnlearn-GD+R``) get their
             retain set: ``"siblings:K"`` = K same-relation records per forget case from the
             whole dataset, never a scored case or subject (:mod:`.retain_sets`); ``None`` = none.
+        dtype: precision the CLI loads the model in (``float32``, ``bfloat16``, ``float16``;
+            ``None`` = as stored); part of the run settings every stored seed result must share.
     """
 
     hparams: str
@@ -137,6 +139,7 @@ class BenchConfig:
     known_only: bool = False
     known_min_accuracy: float = 1.0
     retain: Optional[str] = None
+    dtype: Optional[str] = None
 
     def validate(self) -> None:
         """Check value ranges (names of methods are checked against the registry by the runner)."""

@@ -29,7 +29,8 @@ from ..evaluation.selection import select_known_cases
 from ..data.types import UnlearnCase
 from ..evaluation.easyedit_format import easyedit_metrics
 from ..pipeline import restore_weights
-from ..resources import shared_file
+from ..progress import progress_scope
+from ..embedded import default_ppl_text
 from ..stats import layer_second_moments, model_basename
 from .config import BenchConfig, BenchConfigError, parse_methods
 from .files import read_json, sha256_of_json, write_json_atomic
@@ -52,7 +53,7 @@ __all__ = ["run_bench", "seed_path", "ModelLoader", "PPL_TEXT"]
 
 LOG = logging.getLogger(__name__)
 
-PPL_TEXT = "text/wikitext2_raw_test.txt"
+PPL_TEXT = "text/wikitext2_raw_test.txt"  # the embedded default is the same file (embedded.PPL_TEXT_NAME)
 _BASE_SIGNATURE = sha256_of_json({"method": "base"})
 
 ModelLoader = Callable[[str, str], Tuple[nn.Module, Any]]
@@ -96,7 +97,15 @@ def _run_info(config: BenchConfig, model_name: str, ppl_text: Optional[str]) -> 
         "known_only": config.known_only,
         "known_min_accuracy": config.known_min_accuracy if config.known_only else None,
         "retain": config.retain,
+        "dtype": config.dtype,
     }
+
+
+def _load_model(loader: ModelLoader, name: str, config: BenchConfig) -> Tuple[nn.Module, Any]:
+    """``loader(name, device)``, with ``dtype=config.dtype`` when one is set."""
+    if config.dtype is None:
+        return loader(name, config.device)
+    return loader(name, config.device, config.dtype)  # type: ignore[call-arg]
 
 
 def _check_stored(path: Path, record: Mapping[str, Any], run_info: Mapping[str, Any], case_ids: List[str]) -> None:
@@ -258,6 +267,11 @@ def run_bench(
         registry: methods by name (default :func:`default_registry`).
         loader: ``(model_name, device) -> (model, tok)``.
     """
+    with progress_scope(config.progress):
+        return _run_bench(config, model, tok, registry, loader)
+
+
+def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
     started = time.perf_counter()
     config.validate()
     registry = dict(registry) if registry is not None else default_registry()
@@ -282,7 +296,7 @@ def run_bench(
             if loader is None:
                 from ..model_zoo import load_model_and_tokenizer as loader
             with _Stage(f"loading model {lookup.main.model_name}"):
-                model, tok = loader(str(lookup.main.model_name), config.device)
+                model, tok = _load_model(loader, str(lookup.main.model_name), config)
         with _Stage("selecting cases the unedited model knows"):
             all_cases = select_known_cases(model, tok, all_cases, None, min_accuracy=config.known_min_accuracy)
         LOG.info(
@@ -294,7 +308,7 @@ def run_bench(
                 f"known_only: only {len(all_cases)} {config.data} cases reach forget-prompt accuracy "
                 f"{config.known_min_accuracy}, n={config.n} needed (lower known_min_accuracy or n)"
             )
-    ppl_text = (config.ppl_text or str(shared_file(PPL_TEXT))) if config.ppl_tokens > 0 else None
+    ppl_text = (config.ppl_text or str(default_ppl_text())) if config.ppl_tokens > 0 else None
     run_info = _run_info(config, str(lookup.main.model_name), ppl_text)
 
     plan: List[Tuple[int, Path, Dict[str, Any], List[UnlearnCase], List[str]]] = []
@@ -322,7 +336,7 @@ def run_bench(
             if loader is None:
                 from ..model_zoo import load_model_and_tokenizer as loader
             with _Stage(f"loading model {lookup.main.model_name}"):
-                model, tok = loader(str(lookup.main.model_name), config.device)
+                model, tok = _load_model(loader, str(lookup.main.model_name), config)
         for _, _, record, _, _ in plan:
             record["model_loaded"] = model_basename(model)
         _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptions, ppl_text)

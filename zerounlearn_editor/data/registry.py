@@ -177,6 +177,12 @@ def load_cases(
         else:
             file_path = Path(data_dir) if data_dir is not None else default_data_dir()
             file_path = file_path / DATASETS[key].default_path
+            if not file_path.exists():
+                if data_dir is not None:
+                    raise FileNotFoundError(f"dataset {key!r}: {file_path} not found (data_dir={data_dir})")
+                from ..resources import missing_data_message
+
+                raise FileNotFoundError(f"dataset {key!r}: " + missing_data_message(DATASETS[key].default_path))
     else:
         file_path = Path(name_or_path)
         if not file_path.exists():

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, TypedDict
 import torch
 
 from ..data.types import Probe
+from ..progress import progress_bar
 from .batching import (
     batched_indices,
     encode_probes,
@@ -82,8 +83,9 @@ def evaluate_probes(
     pad_id = pad_token_id(tok)
     side = resolve_padding_side(tok, padding_side)
     per_probe: List[Optional[tuple]] = [None] * len(encoded)
+    groups = list(batched_indices([len(e.input_ids) for e in encoded], batch_size))
     with torch.no_grad():
-        for indices in batched_indices([len(e.input_ids) for e in encoded], batch_size):
+        for indices in progress_bar(groups, desc=f"scoring {len(encoded)} probes", unit="batch"):
             batch = pad_sequences([encoded[i].input_ids for i in indices], pad_id, side, device)
             logits = forward_logits(model, batch)  # [B, L, V]
             rows: List[int] = []

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, List, Union
 
 import torch
 
+from ..progress import progress_bar
 from .batching import forward_logits, model_device, pad_sequences, pad_token_id, resolve_padding_side
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ def perplexity(
     total_nll = 0.0
     total_count = 0
     with torch.no_grad():
-        for start in range(0, len(windows), batch_size):
+        for start in progress_bar(range(0, len(windows), batch_size), desc=f"perplexity ({len(ids)} tokens)", unit="batch"):
             chunk = windows[start : start + batch_size]
             batch = pad_sequences([ids[w.begin : w.end] for w in chunk], pad_id, side, device)
             logits = forward_logits(model, batch)  # [B, L, V]

@@ -1,0 +1,51 @@
+"""Progress bars that every stage shares, and one switch to silence them.
+
+Bars are ``tqdm`` bars with ``delay=2``: a stage shorter than about two seconds shows nothing.
+:func:`set_progress` switches them for the whole process (``zerounlearn --quiet`` turns them
+off); :func:`progress_scope` for one block (``progress=False`` of an edit, ``--no-progress``
+of a bench). Messages about what is computed go to ``logging``, not to the bars.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Any, Iterable, Iterator, Optional
+
+from tqdm.auto import tqdm
+
+__all__ = ["progress_enabled", "set_progress", "progress_scope", "progress_bar"]
+
+_DEFAULT = {"enabled": True}
+_SCOPE: contextvars.ContextVar[Optional[bool]] = contextvars.ContextVar("zerounlearn_progress", default=None)
+
+DELAY_S = 2.0
+"""A bar appears only once its stage has run this long."""
+
+
+def progress_enabled() -> bool:
+    """Whether bars are shown here: the innermost :func:`progress_scope`, else :func:`set_progress`."""
+    scoped = _SCOPE.get()
+    return _DEFAULT["enabled"] if scoped is None else scoped and _DEFAULT["enabled"]
+
+
+def set_progress(enabled: bool) -> None:
+    """Show (``True``) or hide progress bars for the whole process."""
+    _DEFAULT["enabled"] = bool(enabled)
+
+
+@contextlib.contextmanager
+def progress_scope(enabled: bool) -> Iterator[None]:
+    """Hide bars inside the block when ``enabled`` is false (``True`` cannot override a process-wide off)."""
+    token = _SCOPE.set(bool(enabled) and (_SCOPE.get() is not False))
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def progress_bar(iterable: Optional[Iterable[Any]] = None, **kwargs: Any) -> tqdm:
+    """A ``tqdm`` bar (``delay=2`` s, hidden when :func:`progress_enabled` is false)."""
+    kwargs.setdefault("delay", DELAY_S)
+    kwargs.setdefault("leave", False)
+    disable = kwargs.pop("disable", False) or not progress_enabled()
+    return tqdm(iterable, disable=disable, **kwargs)
