@@ -235,8 +235,11 @@ class _EditHyperParams(BaseHyperParams):
                 raise HParamsError(f"{source}: key {key!r} must contain '{{}}' for the layer index")
         if self.context_template_count < 0:
             raise HParamsError(f"{source}: key 'context_template_count' must be >= 0")
-        if self.mom2_dtype not in ("float16", "bfloat16", "float32", "float64"):
-            raise HParamsError(f"{source}: key 'mom2_dtype' must be a float dtype name, got {self.mom2_dtype!r}")
+        if self.mom2_dtype not in ("float16", "float32", "float64"):
+            hint = " (numpy, and so the .npz cache EasyEdit shares, has no bfloat16)" if self.mom2_dtype == "bfloat16" else ""
+            raise HParamsError(
+                f"{source}: key 'mom2_dtype' must be float16, float32 or float64, got {self.mom2_dtype!r}{hint}"
+            )
         for key in ("mom2_n_samples", "chunk_size", "mom2_max_length", "mom2_batch_size"):
             if getattr(self, key) < 1:
                 raise HParamsError(f"{source}: key {key!r} must be >= 1")
