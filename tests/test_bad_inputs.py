@@ -293,3 +293,153 @@ def test_stats_merge_refuses_the_same_file_twice_and_unknown_modules(tok, tmp_pa
     with pytest.raises(ValueError, match="cannot tell which module"):
         merge_second_moment_files(out, plain)
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------- YAMLs
+
+
+def _yaml(tmp_path: Path, corpus: Path, alg: str = "ZeroUnlearn", drop=(), text_extra: str = "", **changes) -> Path:
+    config = tiny_hparams_dict(tmp_path / "stats", corpus, alg_name=alg, **changes)
+    for key in drop:
+        config.pop(key)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False) + text_extra, encoding="utf-8")
+    return path
+
+
+CLASSES = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
+
+
+@pytest.mark.parametrize("key,alg", [("utility_weight", "ZeroUnlearn"), ("rewrite_module_tmp", "ZeroUnlearn"),
+                                     ("stats_dir", "ZeroUnlearn-GD"), ("mom2_dataset", "ZeroUnlearn-GD"),
+                                     ("lm_head_module", "ZeroUnlearn"), ("model_name", "ZeroUnlearn-GD")])
+def test_yaml_missing_required_key(key, alg, tmp_path, corpus):
+    """Issue 14.3: the keys without a documented default are required."""
+    path = _yaml(tmp_path, corpus, alg, drop=[key])
+    with pytest.raises(HParamsError, match=rf"tiny.yaml: missing required key\(s\) \[.*'{key}'"):
+        CLASSES[alg].from_hparams(path)
+
+
+def test_yaml_documented_defaults_still_apply(tmp_path, corpus):
+    path = _yaml(tmp_path, corpus, drop=["device", "v_lr", "mom2_batch_size"])
+    hp = ZeroUnlearnHyperParams.from_hparams(path)
+    assert (hp.device, hp.v_lr, hp.mom2_batch_size, hp.chunk_size) == (0, 0.5, 16, 64)
+
+
+@pytest.mark.parametrize("suffix", ["yaml", "json"])
+def test_yaml_duplicate_key_is_rejected(suffix, tmp_path, corpus):
+    """Issue 14.3: YAML keeps the last of two equal keys silently; we refuse."""
+    config = tiny_hparams_dict(tmp_path / "stats", corpus)
+    if suffix == "yaml":
+        text = yaml.safe_dump(config, sort_keys=False) + "utility_weight: 99.0\n"
+        match = r"tiny.yaml.*duplicate key 'utility_weight' \(line \d+; first given on line \d+\)"
+    else:
+        text = json.dumps(config)[:-1] + ', "utility_weight": 99.0}'
+        match = r"tiny.json.*duplicate key\(s\) \['utility_weight'\]"
+    path = tmp_path / f"tiny.{suffix}"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(HParamsError, match=match):
+        ZeroUnlearnHyperParams.from_hparams(path)
+
+
+BAD_VALUES = [
+    ("v_loss_layer", "-5", "ZeroUnlearn"),
+    ("clamp_norm_factor", "-1.0", "ZeroUnlearn"),
+    ("kl_factor", "-0.5", "ZeroUnlearn-GD"),
+    ("v_weight_decay", "-1e-3", "ZeroUnlearn"),
+    ("context_template_length", "0", "ZeroUnlearn"),
+    ("projection_rank_tol", "-1e-6", "ZeroUnlearn"),
+    ("projection_rank_tol", "2.0", "ZeroUnlearn"),
+    ("clamp_norm_factor", ".nan", "ZeroUnlearn"),
+    ("v_early_stop_loss", ".nan", "ZeroUnlearn-GD"),
+    ("utility_weight", ".nan", "ZeroUnlearn"),
+    ("utility_weight", ".inf", "ZeroUnlearn"),
+    ("norm_weight", "-.inf", "ZeroUnlearn-GD"),
+    ("model_name", "null", "ZeroUnlearn"),
+    ("model_name", "''", "ZeroUnlearn-GD"),
+    ("device", "cuda:7", "ZeroUnlearn"),
+    ("device", "gpu-please", "ZeroUnlearn"),
+    ("mom2_dtype", "int8", "ZeroUnlearn"),
+    ("gd_steps", "0", "ZeroUnlearn-GD"),
+]
+
+
+@pytest.mark.parametrize("key,value,alg", BAD_VALUES, ids=[f"{k}={v}" for k, v, _ in BAD_VALUES])
+def test_yaml_meaningless_value_is_rejected_at_load(key, value, alg, tmp_path, corpus):
+    """Issue 14.4: values that used to load and then meant nothing (or crashed later)."""
+    if key == "device" and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a cuda:7")
+    path = _yaml(tmp_path, corpus, alg, drop=[key] if key in tiny_hparams_dict(tmp_path, corpus, alg_name=alg) else [],
+                 text_extra=f"{key}: {value}\n")
+    with pytest.raises(HParamsError) as info:
+        CLASSES[alg].from_hparams(path)
+    message = str(info.value)
+    assert "tiny.yaml" in message and key in message, message
+    shown = {".nan": "nan", ".inf": "inf", "-.inf": "-inf", "null": "None", "''": "''"}.get(value, value)
+    try:
+        if "e" in shown:  # YAML 1e-3 is shown as the number it became
+            shown = repr(float(shown))
+    except ValueError:
+        pass
+    assert shown.strip("'") in message, message
+
+
+def test_every_shipped_yaml_loads_without_duplicates():
+    from zerounlearn_editor.baselines import GAHyperParams, NPOHyperParams
+    from zerounlearn_editor.resources import repo_root
+
+    classes = dict(CLASSES, GA=GAHyperParams, NPO=NPOHyperParams)
+    files = sorted((repo_root() / "hparams").rglob("*.yaml"))
+    assert len(files) >= 20
+    for path in files:
+        classes[path.parent.name].from_hparams(path)
+
+
+# --------------------------------------------------------------------------- edits that must fail before touching anything
+
+
+def _edit_must_fail(model, tok, requests, hp, error, match, stats_dir: Path):
+    from zerounlearn_editor import apply_zerounlearn_to_model
+
+    digest = ModelFingerprint.of(model)
+    files = _files(stats_dir)
+    with pytest.raises(error, match=match):
+        apply_zerounlearn_to_model(model, tok, requests, hp, progress=False)
+    assert digest.differences(model) == []
+    assert _files(stats_dir) == files
+
+
+def _hp(tmp_path, corpus, **changes):
+    return ZeroUnlearnHyperParams.from_dict(tiny_hparams_dict(tmp_path / "stats", corpus, **changes), source="tiny.yaml")
+
+
+def test_loss_layer_beyond_the_model_fails_before_statistics(tok, tmp_path, corpus):
+    """Issue 14.4: v_loss_layer 99 used to mean 'the last layer' silently."""
+    hp = _hp(tmp_path, corpus, v_loss_layer=99)
+    _edit_must_fail(tiny_llama(tok), tok, forget_requests(), hp, ValueError,
+                    r"'v_loss_layer' is 99, but the model has 4 layers", tmp_path / "stats")
+
+
+@pytest.mark.parametrize("template,match", [
+    ("model.layers.{}.mlp", r"rewrite_module_tmp.*'model.layers.1.mlp' \(LlamaMLP\) has no 2-D weight"),
+    ("model.layers.{}.mlp.up_proj", r"rewrite_module_tmp.*'model.layers.1.mlp.up_proj' maps to 64 features, but the hidden size is 32"),
+])
+def test_rewrite_module_that_cannot_be_edited(template, match, tok, tmp_path, corpus):
+    """Issue 14.7: AttributeError / tensor-size RuntimeError deep inside, before."""
+    from zerounlearn_editor.model_access import ModuleNotFoundInModel
+
+    hp = _hp(tmp_path, corpus, rewrite_module_tmp=template)
+    _edit_must_fail(tiny_llama(tok), tok, forget_requests(), hp, ModuleNotFoundInModel, match, tmp_path / "stats")
+    with pytest.raises(ModuleNotFoundInModel, match=match):  # the statistics command says the same
+        layer_second_moments(tiny_llama(tok), tok, [1], template, **_stats_args(tmp_path, corpus))
+
+
+def test_gpt2_prompt_longer_than_its_positions(tok, tmp_path, corpus):
+    """Issue 14.7: IndexError deep in torch before; now the request is named."""
+    from zerounlearn_editor.requests import RequestError
+
+    requests = forget_requests()
+    requests[1] = dict(requests[1], prompt="the old city " * 45 + "the capital of germany is")
+    hp = _hp(tmp_path, corpus, gpt2=True)
+    _edit_must_fail(tiny_gpt2(tok), tok, requests, hp, RequestError,
+                    r"request 1: prompt .* needs \d+ positions .* more than the model's 128", tmp_path / "stats")

@@ -45,7 +45,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .corpus import Corpus, load_corpus
-from .model_access import StopForward, capture_inputs, check_layers, model_device
+from .model_access import StopForward, capture_inputs, check_edited_modules, check_layers, model_device
 
 __all__ = [
     "SecondMoment",
@@ -360,7 +360,7 @@ def layer_second_moments(
     recomputed (and overwritten: the file name follows EasyEdit's, which encodes neither). Returns
     ``{layer: SecondMoment}``.
     """
-    check_layers(model, layers, module_tmp)
+    check_edited_modules(model, layers, module_tmp)
     name = model_name or model_basename(model)
     modules = {layer: module_tmp.format(layer) for layer in layers}
     corpus_obj: Optional[Corpus] = None
