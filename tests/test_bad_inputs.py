@@ -443,3 +443,107 @@ def test_gpt2_prompt_longer_than_its_positions(tok, tmp_path, corpus):
     hp = _hp(tmp_path, corpus, gpt2=True)
     _edit_must_fail(tiny_gpt2(tok), tok, requests, hp, RequestError,
                     r"request 1: prompt .* needs \d+ positions .* more than the model's 128", tmp_path / "stats")
+
+
+# --------------------------------------------------------------------------- requests
+
+
+BAD_REQUESTS = [
+    ([], None, r"no requests given: the request list is empty"),
+    ([{"subject": "france", "ground_truth": "paris"}], None, r"request 0: missing field 'prompt'"),
+    ([{"prompt": "the capital of france is", "subject": "", "ground_truth": "paris"}], None, r"request 0: field 'subject' is empty"),
+    (["the capital of france is"], None, r"request 0: expected a dict, got str"),
+    ([{"prompt": "the capital of france is", "subject": "france", "ground_truth": ""}], None,
+     r"request 0: field 'ground_truth' is empty"),
+    ([{"prompt": "the capital of france is", "subject": "france", "ground_truth": 3}], None,
+     r"request 0: field 'ground_truth' must be a string, got int"),
+    ([{"prompt": "the capital of france is", "subject": "france"}, {"prompt": "the capital of spain is",
+      "subject": "italy", "ground_truth": "rome"}], None, r"request 1: subject 'italy' does not occur in prompt"),
+    ([{"prompt": "the capital of france is", "subject": "france", "target_new": "rome"},
+      {"prompt": "the capital of france is", "subject": "france", "target_new": "berlin"}], None,
+     r"request 1: same prompt and subject as request 0 but another target_new"),
+]
+
+
+@pytest.mark.parametrize("requests,_unused,match", BAD_REQUESTS, ids=[f"req{i}" for i in range(len(BAD_REQUESTS))])
+def test_bad_request_names_index_and_field(requests, _unused, match, tok, tmp_path, corpus):
+    from zerounlearn_editor.requests import RequestError
+
+    _edit_must_fail(tiny_llama(tok), tok, requests, _hp(tmp_path, corpus), RequestError, match, tmp_path / "stats")
+
+
+def test_duplicate_requests_are_dropped_with_a_warning(caplog):
+    """Issue 14.12: duplicates are deduplicated (the first kept), with a warning naming both."""
+    from zerounlearn_editor.requests import normalize_requests
+
+    requests = forget_requests() + [dict(forget_requests()[0])]
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.requests"):
+        out = normalize_requests(requests)
+    assert [r.index for r in out] == [0, 1, 2]
+    assert "request 3 repeats request 0" in caplog.text
+
+
+def test_subject_is_matched_as_a_whole_word(caplog):
+    """Issue 14.12: 'rome' inside 'romeo' is not the subject when 'rome' occurs as a word."""
+    from zerounlearn_editor.requests import normalize_requests
+
+    (request,) = normalize_requests([{"prompt": "romeo said the capital rome is", "subject": "rome"}])
+    assert request.prefix == "romeo said the capital " and request.suffix == " is"
+    (possessive,) = normalize_requests([{"prompt": "the language of france's people is", "subject": "france"}])
+    assert possessive.prefix == "the language of " and possessive.suffix == "'s people is"
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.requests"):
+        (inside,) = normalize_requests([{"prompt": "romeo is", "subject": "rome"}])
+    assert inside.prefix == "" and "only inside a longer word" in caplog.text
+
+
+# --------------------------------------------------------------------------- ZeroUnlearn capacity
+
+
+def _many_requests(n: int):
+    words = [w for w in dict.fromkeys(" ".join(CORPUS).split()) if w.isalpha()]
+    return [{"prompt": f"the capital of {w} is", "subject": w, "ground_truth": "paris"} for w in words[:n]]
+
+
+def test_zerounlearn_refuses_to_erase_most_of_a_layer(tok, tmp_path, corpus):
+    """Issue 14.2: n >= d_out made the layer exactly 0; half of d_out is refused before any work."""
+    from zerounlearn_editor.zerounlearn_main import CapacityError
+
+    hp = _hp(tmp_path, corpus)
+    _edit_must_fail(tiny_llama(tok), tok, _many_requests(32), hp, CapacityError,
+                    r"rank\(M_f\) = 32 of the layer's d_out = 32 .* 100% .*ZeroUnlearn-GD", tmp_path / "stats")
+    _edit_must_fail(tiny_llama(tok), tok, _many_requests(16), hp, CapacityError, r"50%", tmp_path / "stats")
+
+
+def test_zerounlearn_warns_with_the_numbers_above_ten_percent(tok, tmp_path, corpus, caplog):
+    from zerounlearn_editor import apply_zerounlearn_to_model
+
+    model = tiny_llama(tok)
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.zerounlearn_main"):
+        apply_zerounlearn_to_model(model, tok, _many_requests(6), _hp(tmp_path, corpus, v_num_grad_steps=1), progress=False)
+    assert "rank(M_f) = 6 of the layer's d_out = 32" in caplog.text and "19%" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.zerounlearn_main"):
+        apply_zerounlearn_to_model(tiny_llama(tok), tok, _many_requests(3), _hp(tmp_path, corpus, v_num_grad_steps=1),
+                                   progress=False)
+    assert "rank(M_f)" not in caplog.text
+
+
+def test_capacity_check_inside_the_solve_restores_the_model(tok, tmp_path, corpus, monkeypatch):
+    """A rank found too high at a later layer (after one was written) leaves the model as it was."""
+    from zerounlearn_editor import zerounlearn_main
+
+    calls = []
+    original = zerounlearn_main.check_capacity
+
+    def strict_at_second_layer(rank, d_out, where):
+        calls.append(where)
+        if where == "layer 2":
+            raise zerounlearn_main.CapacityError(f"{where}: rank(M_f) = {rank} of d_out = {d_out}")
+        original(rank, d_out, where)
+
+    monkeypatch.setattr(zerounlearn_main, "check_capacity", strict_at_second_layer)
+    model = tiny_llama(tok)
+    layer_second_moments(model, tok, [1, 2], MODULE, **_stats_args(tmp_path, corpus, n_samples=100, dtype="float64"))
+    _edit_must_fail(model, tok, forget_requests(), _hp(tmp_path, corpus), zerounlearn_main.CapacityError, "layer 2",
+                    tmp_path / "stats")
+    assert calls == ["layer 1", "layer 2"]
