@@ -97,6 +97,14 @@ def test_chunked_keys_and_targets_do_not_change_the_result(method, tok, paths):
     torch.testing.assert_close(results[0], results[1], rtol=1e-4, atol=1e-6)
 
 
+# the keys every ZeroUnlearn(-GD) file must name although they have dataclass defaults (README table)
+REQUIRED_YAML = (
+    "rewrite_module_tmp: model.layers.{}.mlp.down_proj\nlayer_module_tmp: model.layers.{}\n"
+    "mlp_module_tmp: model.layers.{}.mlp\nln_f_module: model.norm\nlm_head_module: lm_head\n"
+    "stats_dir: ./stats\nmom2_dataset: wiki.jsonl\n"
+)
+
+
 def test_gd_hparams_are_strict(tmp_path):
     path = tmp_path / "gd.yaml"
     path.write_text("alg_name: ZeroUnlearn-GD\nmodel_name: x\nlayers: [1]\nsolver: newton\n")
@@ -114,9 +122,11 @@ def test_gd_hparams_are_strict(tmp_path):
 def test_loss_layer_must_come_after_the_edited_layers(cls, tmp_path):
     path = tmp_path / "h.yaml"
     for loss_layer in (1, 2):
-        path.write_text(f"alg_name: {cls.ALG_NAME}\nmodel_name: x\nlayers: [1, 2]\nv_loss_layer: {loss_layer}\n")
+        path.write_text(f"alg_name: {cls.ALG_NAME}\nmodel_name: x\nlayers: [1, 2]\nv_loss_layer: {loss_layer}\n" + REQUIRED_YAML
+                        + ("utility_weight: 1.0\n" if cls is ZeroUnlearnHyperParams else ""))
         with pytest.raises(HParamsError, match=rf"h.yaml: key 'v_loss_layer' \({loss_layer}\) must be after the last edited layer \(2\)"):
             cls.from_hparams(path)
     for loss_layer in (-1, 3):
-        path.write_text(f"alg_name: {cls.ALG_NAME}\nmodel_name: x\nlayers: [1, 2]\nv_loss_layer: {loss_layer}\n")
+        path.write_text(f"alg_name: {cls.ALG_NAME}\nmodel_name: x\nlayers: [1, 2]\nv_loss_layer: {loss_layer}\n" + REQUIRED_YAML
+                        + ("utility_weight: 1.0\n" if cls is ZeroUnlearnHyperParams else ""))
         assert cls.from_hparams(path).v_loss_layer == loss_layer

@@ -1,13 +1,16 @@
 """Hyperparameter dataclasses and their strict YAML/JSON loader.
 
 Every method config is a dataclass whose fields are exactly the keys its YAML may hold.
-Loading is strict: a missing required key or an unknown key raises :class:`HParamsError`
-naming the key and the file, so a typo never silently falls back to a default.
+Loading is strict: a missing required key (no default, or listed in ``REQUIRED_KEYS``), an
+unknown key, a key given twice in one file, a wrong type, a non-finite number or a value out of
+range raises :class:`HParamsError` naming the file, the key and the value, so a typo never
+silently falls back to a default. The keys with defaults are documented in the README.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,19 +43,50 @@ def _convert_scientific_strings(config: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that rejects a key given twice in one mapping (YAML keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: Dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (line {line}; first given on line {seen[key]})", key_node.start_mark
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _json_pairs(pairs):
+    keys = [key for key, _ in pairs]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise json.JSONDecodeError(f"duplicate key(s) {repeated}", "", 0)
+    return dict(pairs)
+
+
 def load_config_file(path: Union[str, Path]) -> Dict[str, Any]:
     """Read a YAML (``safe_load``) or JSON mapping from ``path``.
 
-    A path without suffix gets ``.yaml`` appended, as EasyEdit does.
+    A path without suffix gets ``.yaml`` appended, as EasyEdit does. A key given twice is an
+    error (``yaml.safe_load`` would keep the last value silently).
     """
     path = Path(path)
     if path.suffix.lower() not in (".yaml", ".yml", ".json"):
         path = path.with_name(path.name + ".yaml")
     if not path.is_file():
         raise HParamsError(f"hparams file not found: {path}")
-    text = path.read_text(encoding="utf-8")
     try:
-        config = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise HParamsError(f"{path}: not UTF-8 text ({exc})") from exc
+    try:
+        if path.suffix.lower() == ".json":
+            config = json.loads(text, object_pairs_hook=_json_pairs)
+        else:
+            config = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no python tags
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise HParamsError(f"{path}: cannot parse: {exc}") from exc
     if not isinstance(config, dict):
@@ -102,9 +136,11 @@ class BaseHyperParams:
     """
 
     ALG_NAME: ClassVar[str] = ""
+    # keys that must be in every file although the dataclass has a default for them (README table)
+    REQUIRED_KEYS: ClassVar[tuple] = ()
 
     alg_name: str
-    model_name: Any
+    model_name: str
     device: Union[int, str] = 0
     model_parallel: bool = False
     fp16: bool = False
@@ -124,15 +160,6 @@ class BaseHyperParams:
         unknown = sorted(set(config) - set(fields))
         if unknown:
             raise HParamsError(f"{source}: unknown key(s) {unknown} for {cls.__name__}")
-        missing = [
-            name
-            for name, f in fields.items()
-            if name not in config
-            and f.default is dataclasses.MISSING
-            and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
-        ]
-        if missing:
-            raise HParamsError(f"{source}: missing required key(s) {missing} for {cls.__name__}")
         hints = get_type_hints(cls)
         for name, value in config.items():
             if not _check_type(value, hints[name]):
@@ -141,6 +168,20 @@ class BaseHyperParams:
                 )
             if hints[name] is float and isinstance(value, int):
                 config[name] = float(value)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise HParamsError(f"{source}: key {name!r} must be a finite number, got {value!r}")
+        required = {key for klass in cls.__mro__ for key in getattr(klass, "REQUIRED_KEYS", ())}
+        missing = [
+            name
+            for name, f in fields.items()
+            if name not in config
+            and (
+                name in required
+                or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)  # type: ignore[misc]
+            )
+        ]
+        if missing:
+            raise HParamsError(f"{source}: missing required key(s) {missing} for {cls.__name__}")
         obj = cls(**config)
         obj.validate(source)
         return obj
@@ -165,6 +206,11 @@ class BaseHyperParams:
         """Check value ranges; subclasses extend this."""
         if self.batch_size < 1:
             raise HParamsError(f"{source}: key 'batch_size' must be >= 1, got {self.batch_size}")
+        if not self.model_name.strip():
+            raise HParamsError(f"{source}: key 'model_name' must name a model folder or hub model, got {self.model_name!r}")
+        if self.max_length < 1:
+            raise HParamsError(f"{source}: key 'max_length' must be >= 1, got {self.max_length}")
+        _check_device(self.device, source)
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -176,9 +222,42 @@ class BaseHyperParams:
         return type(self).from_dict(config, source=f"{type(self).__name__}.replace")
 
 
+def _check_device(device: Union[int, str], source: str) -> None:
+    """``device`` names a device torch knows and, for CUDA, one this machine has.
+
+    An integer is EasyEdit's CUDA index: checked against the visible GPUs when there are any (a
+    shipped ``device: 0`` YAML still loads on a CPU-only machine, where the edit runs on the
+    model's own device). A string (``"cpu"``, ``"cuda:1"``, ``"mps"``) must be usable here.
+    """
+    import torch
+
+    if isinstance(device, int):
+        if device < 0 or (torch.cuda.is_available() and device >= torch.cuda.device_count()):
+            visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            raise HParamsError(f"{source}: key 'device' is CUDA index {device}, but this machine has {visible} GPU(s)")
+        return
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise HParamsError(f"{source}: key 'device' has value {device!r}, not a device name (e.g. 'cpu', 'cuda:0')") from exc
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = parsed.index or 0
+        if index >= count:
+            raise HParamsError(
+                f"{source}: key 'device' is {device!r}, but this machine has {count} CUDA device(s)"
+                + ("" if count else " (CUDA is not available: use 'cpu')")
+            )
+
+
 @dataclass
 class _EditHyperParams(BaseHyperParams):
     """Fields shared by ZeroUnlearn and ZeroUnlearn-GD (keys, targets, statistics)."""
+
+    REQUIRED_KEYS: ClassVar[tuple] = (
+        "layers", "rewrite_module_tmp", "layer_module_tmp", "mlp_module_tmp", "ln_f_module", "lm_head_module",
+        "stats_dir", "mom2_dataset",
+    )
 
     # Where to edit
     layers: List[int] = field(default_factory=list)
@@ -234,9 +313,28 @@ class _EditHyperParams(BaseHyperParams):
             if "{}" not in getattr(self, key):
                 raise HParamsError(f"{source}: key {key!r} must contain '{{}}' for the layer index")
         if self.context_template_count < 0:
-            raise HParamsError(f"{source}: key 'context_template_count' must be >= 0")
-        if self.mom2_dtype not in ("float16", "bfloat16", "float32", "float64"):
-            raise HParamsError(f"{source}: key 'mom2_dtype' must be a float dtype name, got {self.mom2_dtype!r}")
+            raise HParamsError(f"{source}: key 'context_template_count' must be >= 0, got {self.context_template_count}")
+        if self.context_template_length < 1:
+            raise HParamsError(f"{source}: key 'context_template_length' must be >= 1, got {self.context_template_length}")
+        for key in ("clamp_norm_factor", "v_lr"):
+            if not getattr(self, key) > 0:
+                raise HParamsError(f"{source}: key {key!r} must be > 0, got {getattr(self, key)!r}")
+        for key in ("kl_factor", "v_weight_decay", "v_early_stop_loss"):
+            if getattr(self, key) < 0:
+                raise HParamsError(f"{source}: key {key!r} must be >= 0, got {getattr(self, key)!r}")
+        if self.v_loss_layer < -1:
+            raise HParamsError(
+                f"{source}: key 'v_loss_layer' must be -1 (the model's last layer) or a layer index, got {self.v_loss_layer}"
+            )
+        if not self.stats_dir.strip():
+            raise HParamsError(f"{source}: key 'stats_dir' is empty")
+        if not self.mom2_dataset.strip():
+            raise HParamsError(f"{source}: key 'mom2_dataset' is empty")
+        if self.mom2_dtype not in ("float16", "float32", "float64"):
+            hint = " (numpy, and so the .npz cache EasyEdit shares, has no bfloat16)" if self.mom2_dtype == "bfloat16" else ""
+            raise HParamsError(
+                f"{source}: key 'mom2_dtype' must be float16, float32 or float64, got {self.mom2_dtype!r}{hint}"
+            )
         for key in ("mom2_n_samples", "chunk_size", "mom2_max_length", "mom2_batch_size"):
             if getattr(self, key) < 1:
                 raise HParamsError(f"{source}: key {key!r} must be >= 1")
@@ -261,6 +359,7 @@ class ZeroUnlearnHyperParams(_EditHyperParams):
     """
 
     ALG_NAME: ClassVar[str] = "ZeroUnlearn"
+    REQUIRED_KEYS: ClassVar[tuple] = ("utility_weight",)
 
     forget_weight: float = 1.0
     utility_weight: float = 15000.0
@@ -284,7 +383,9 @@ class ZeroUnlearnHyperParams(_EditHyperParams):
         super().validate(source)
         for key in ("forget_weight", "utility_weight", "regularization", "projection_eps"):
             if getattr(self, key) < 0:
-                raise HParamsError(f"{source}: key {key!r} must be >= 0")
+                raise HParamsError(f"{source}: key {key!r} must be >= 0, got {getattr(self, key)!r}")
+        if not 0 <= self.projection_rank_tol < 1:
+            raise HParamsError(f"{source}: key 'projection_rank_tol' must be in [0, 1), got {self.projection_rank_tol!r}")
 
 
 @dataclass
@@ -321,7 +422,12 @@ class ZeroUnlearnGDHyperParams(_EditHyperParams):
         super().validate(source)
         for key in ("orthogonality_weight", "target_weight", "norm_weight", "nullspace_threshold"):
             if getattr(self, key) < 0:
-                raise HParamsError(f"{source}: key {key!r} must be >= 0")
+                raise HParamsError(f"{source}: key {key!r} must be >= 0, got {getattr(self, key)!r}")
+        if self.gd_steps < 1 or not self.gd_lr > 0 or self.gd_tolerance < 0:
+            raise HParamsError(
+                f"{source}: keys 'gd_steps' (>= 1), 'gd_lr' (> 0) and 'gd_tolerance' (>= 0) got "
+                f"{self.gd_steps!r}, {self.gd_lr!r}, {self.gd_tolerance!r}"
+            )
         if not 0 <= self.context_nullspace_weight < float("inf"):
             raise HParamsError(f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got {self.context_nullspace_weight!r}")
         if self.norm_weight == 0 and self.target_weight == 0:

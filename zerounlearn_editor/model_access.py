@@ -22,6 +22,8 @@ __all__ = [
     "set_weight_matrix",
     "num_hidden_layers",
     "check_layers",
+    "check_edited_modules",
+    "max_positions",
     "capture_inputs",
     "capture_outputs",
     "hidden_of",
@@ -96,6 +98,54 @@ def check_layers(model: nn.Module, layers: Sequence[int], module_tmp: str) -> No
         if not 0 <= layer < total:
             raise ValueError(f"layer {layer} is out of range: the model has {total} layers (0..{total - 1})")
         get_module(model, module_tmp.format(layer))
+
+
+def _hidden_size(model: nn.Module) -> Optional[int]:
+    config = getattr(model, "config", None)
+    for attr in ("hidden_size", "n_embd", "d_model"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int):
+            return value
+    text_config = getattr(config, "text_config", None)
+    return getattr(text_config, "hidden_size", None) if text_config is not None else None
+
+
+def check_edited_modules(model: nn.Module, layers: Sequence[int], module_tmp: str, key: str = "rewrite_module_tmp") -> None:
+    """Every edited module exists, holds a 2-D weight and writes into the residual stream.
+
+    The edit's values ``W k`` are hidden states, so ``W`` must be ``[hidden_size, d_in]``:
+    a template naming the MLP itself (no weight) or its ``up_proj`` (``[d_ff, hidden]``) is
+    rejected here, naming the key, the module and the shapes, instead of failing deep in the solve.
+    """
+    check_layers(model, layers, module_tmp)
+    hidden = _hidden_size(model)
+    for layer in layers:
+        name = module_tmp.format(layer)
+        module = get_module(model, name)
+        weight = getattr(module, "weight", None)
+        if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+            raise ModuleNotFoundInModel(
+                f"key {key!r}: module {name!r} ({type(module).__name__}) has no 2-D weight to edit; "
+                "name the MLP's output projection (e.g. model.layers.{}.mlp.down_proj)"
+            )
+        d_out = get_weight_matrix(module).shape[0]
+        if hidden is not None and d_out != hidden:
+            raise ModuleNotFoundInModel(
+                f"key {key!r}: module {name!r} maps to {d_out} features, but the hidden size is {hidden}: the edited "
+                "weight must write into the residual stream (the MLP's output projection, e.g. down_proj / c_proj)"
+            )
+
+
+def max_positions(model: nn.Module) -> Optional[int]:
+    """The longest sequence the model's position embeddings allow, or ``None`` if unbounded (rotary)."""
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", "") in ("gpt2", "gpt_neo", "gptj", "opt", "bloom", "gpt_bigcode"):
+        for attr in ("n_positions", "max_position_embeddings"):
+            value = getattr(config, attr, None)
+            if isinstance(value, int):
+                return value
+    value = getattr(config, "n_positions", None)
+    return value if isinstance(value, int) else None
 
 
 def model_device(model: nn.Module) -> torch.device:

@@ -29,7 +29,9 @@ from .contexts import context_prefixes
 from .encoding import target_token_ids
 from .hparams import _EditHyperParams
 from .model_access import (
+    check_edited_modules,
     check_layers,
+    max_positions,
     get_module,
     get_weight_matrix,
     parameter_name_of_weight,
@@ -37,7 +39,7 @@ from .model_access import (
 )
 from .progress import progress_bar, progress_scope
 from .representations import LayerReadout, read_keys_and_hidden
-from .requests import ForgetRequest, normalize_requests
+from .requests import ForgetRequest, RequestError, normalize_requests
 from .retain import RetainSpec, resolve_retain
 from .stats import SecondMoment, layer_second_moments
 from .targets import NeutralTargets, TargetConfig, loss_layer_module, optimise_neutral_targets
@@ -182,10 +184,11 @@ def _target_config(model: nn.Module, hparams: _EditHyperParams) -> TargetConfig:
 
 
 def _check_modules(model: nn.Module, hparams: _EditHyperParams) -> None:
-    check_layers(model, hparams.layers, hparams.rewrite_module_tmp)
+    check_edited_modules(model, hparams.layers, hparams.rewrite_module_tmp)
     check_layers(model, hparams.layers, hparams.layer_module_tmp)
     get_module(model, hparams.ln_f_module)
     get_module(model, hparams.lm_head_module)
+    loss_layer_module(model, hparams.v_loss_layer, hparams.layer_module_tmp)  # in range, before any heavy work
 
 
 def run_layerwise_edit(
@@ -227,6 +230,7 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
         keep = _retain_requests(retain, hparams)
         _check_modules(model, hparams)
         target_ids = [target_token_ids(tok, r.target or hparams.neutral_target) for r in forget]
+        _check_lengths(model, tok, forget, keep, target_ids, hparams)
     report.retain_count = len(keep)
     LOG.info("%s: unlearning %d fact(s) at layers %s%s", hparams.alg_name, len(forget), list(hparams.layers),
              f" with {len(keep)} retain fact(s)" if keep else "")
@@ -258,6 +262,24 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
         restore_weights(model, weights_copy)
         raise
     return weights_copy, report
+
+
+def _check_lengths(
+    model: nn.Module, tok, forget: List[ForgetRequest], keep: List[ForgetRequest], target_ids, hparams: _EditHyperParams
+) -> None:
+    """Prompts (with a context prefix and the target) fit the model's position embeddings (GPT-2: ``n_positions``)."""
+    limit = max_positions(model)
+    if limit is None:
+        return
+    extra = hparams.context_template_length + 1 if hparams.context_template_count else 0
+    for kind, requests in (("request", forget), ("retain request", keep)):
+        for i, request in enumerate(requests):
+            length = len(tok(request.prompt)["input_ids"]) + extra + (len(target_ids[i]) if kind == "request" else 0)
+            if length > limit:
+                raise RequestError(
+                    f"{kind} {request.index}: prompt {request.prompt[:60]!r}... needs {length} positions (with a context "
+                    f"prefix of {extra} and the target), more than the model's {limit}"
+                )
 
 
 def _retain_requests(retain: RetainSpec, hparams: _EditHyperParams) -> List[ForgetRequest]:

@@ -7,6 +7,7 @@ placeholder for it), ``subject``, ``ground_truth`` (the answer to forget) and an
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence
 
@@ -54,11 +55,38 @@ def _as_text(value: Any, index: int, field: str, allow_empty: bool = False) -> s
     return value
 
 
+def _subject_start(prompt: str, subject: str, index: int) -> int:
+    """Start of the subject in the prompt: its first whole-word occurrence.
+
+    A match inside a longer word (``"Rome"`` in ``"Romeo"``) is skipped; when the subject occurs
+    only inside longer words, the first such occurrence is used with a warning. Later whole-word
+    occurrences are ignored (logged).
+    """
+    left = r"(?<![^\W_])" if subject[:1].isalnum() else ""
+    right = r"(?![^\W_])" if subject[-1:].isalnum() else ""
+    matches = [m.start() for m in re.finditer(left + re.escape(subject) + right, prompt)]
+    if matches:
+        if len(matches) > 1:
+            LOG.info("request %d: subject %r occurs %d times in its prompt; the first occurrence is edited",
+                     index, subject, len(matches))
+        return matches[0]
+    start = prompt.index(subject)
+    LOG.warning("request %d: subject %r occurs in prompt %r only inside a longer word; using that occurrence",
+                index, subject, prompt)
+    return start
+
+
 def normalize_requests(requests: Sequence[Mapping[str, Any]]) -> List[ForgetRequest]:
     """Check every request and split its prompt around the subject.
 
     Raises :class:`RequestError` for an empty list, a missing prompt, an empty field, or a
     subject that does not occur in its prompt. Nothing is modified.
+
+    The subject is located at its first whole-word occurrence in the prompt (not inside a longer
+    word: ``"Rome"`` in ``"Romeo"`` only if there is no other). A request repeating an earlier one
+    (same prompt, subject and target) is dropped with a warning naming both indices; the same
+    prompt and subject with different targets is an error. ``ForgetRequest.index`` keeps the
+    caller's index.
 
     Requests built by EasyEdit's ``normal_edit`` carry no ``subject`` and ``ground_truth=None``:
     a missing subject makes the whole prompt the subject (the key is read at the prompt's last
@@ -70,6 +98,7 @@ def normalize_requests(requests: Sequence[Mapping[str, Any]]) -> List[ForgetRequ
     if not requests:
         raise RequestError("no requests given: the request list is empty")
     out: List[ForgetRequest] = []
+    seen: dict = {}
     for index, request in enumerate(requests):
         if not isinstance(request, Mapping):
             raise RequestError(f"request {index}: expected a dict, got {type(request).__name__}")
@@ -92,9 +121,21 @@ def normalize_requests(requests: Sequence[Mapping[str, Any]]) -> List[ForgetRequ
             start = prompt.index("{}")
             prefix, suffix = prompt[:start], prompt[start + 2 :]
         elif subject in prompt:
-            start = prompt.index(subject)
+            start = _subject_start(prompt, subject, index)
             prefix, suffix = prompt[:start], prompt[start + len(subject) :]
         else:
             raise RequestError(f"request {index}: subject {subject!r} does not occur in prompt {prompt!r}")
-        out.append(ForgetRequest(index, prefix, subject, suffix, answer, target))
+        request_obj = ForgetRequest(index, prefix, subject, suffix, answer, target)
+        key = (request_obj.prompt, len(prefix), subject)
+        if key in seen:
+            first = seen[key]
+            if first.target != target:
+                raise RequestError(
+                    f"request {index}: same prompt and subject as request {first.index} but another target_new "
+                    f"({target!r} vs {first.target!r}); one key cannot be sent to two targets"
+                )
+            LOG.warning("request %d repeats request %d (same prompt, subject and target): dropped", index, first.index)
+            continue
+        seen[key] = request_obj
+        out.append(request_obj)
     return out

@@ -8,7 +8,15 @@ EasyEdit's ROME/MEMIT/AlphaEdit read the same file offline::
 
 with keys ``mom2.mom2`` (sum of ``k k^T``, ``[d_in, d_in]``), ``mom2.count`` (tokens),
 ``mom2.constructor`` and ``sample_size`` (passages asked for), plus our own ``zerounlearn.*``
-metadata (corpus fingerprint, max length). Files are written atomically (temp + rename).
+metadata (corpus fingerprint, max length, module, model fingerprint). Files are written
+atomically (temp + rename); stale temp files of killed writers are removed on the next write.
+
+The file name holds only the model's basename (EasyEdit's layout), so a file is checked before it
+is used: a file recording another model (:func:`model_fingerprint`: the config and slices of the
+weights the statistic depends on), another corpus version, max length, module or shape is
+recomputed with a warning; a file that cannot be read (truncated, empty, garbage, no
+``mom2.count``) is treated as missing, with a warning naming it. EasyEdit's own files (no metadata)
+are read as they are.
 
 Across processes: ``collect_second_moments(..., shard=(rank, world_size))`` collects the
 passages ``texts[rank::world_size]``; :func:`collect_second_moments_distributed` does that on
@@ -19,9 +27,14 @@ sums shard files into one file of the same layout (``zerounlearn stats --shard``
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import os
+import socket
 import tempfile
+import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
@@ -32,7 +45,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .corpus import Corpus, load_corpus
-from .model_access import StopForward, capture_inputs, check_layers, model_device
+from .model_access import StopForward, capture_inputs, check_edited_modules, check_layers, model_device
 
 __all__ = [
     "SecondMoment",
@@ -50,10 +63,101 @@ __all__ = [
     "shard_path",
     "layer_second_moment_shards",
     "merge_second_moment_files",
+    "StatsCacheError",
+    "model_fingerprint",
+    "clean_stale_temp_files",
 ]
 
 LOG = logging.getLogger(__name__)
 _NP_DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
+STALE_TEMP_SECONDS = 3600.0
+"""A temp file older than this (or of a dead writer on this host) is removed by the next write."""
+
+
+class StatsCacheError(ValueError):
+    """A statistics cache file or folder cannot be used (the message names it)."""
+
+
+# Config keys that do not change what a layer computes (names, versions, load dtype, runtime flags).
+_CONFIG_IGNORED = {"_name_or_path", "name_or_path", "transformers_version", "torch_dtype", "dtype", "architectures",
+                   "use_cache", "output_attentions", "output_hidden_states", "return_dict"}
+
+
+def model_fingerprint(model: nn.Module, skip_template: Optional[str] = None, elements: int = 64) -> str:
+    """A short digest of what the model's statistics depend on (not its name).
+
+    Hashes the model's config (without its path, versions or load dtype) and, of every
+    parameter, its name, shape and ``elements`` evenly spaced values (rounded to bfloat16, so
+    the same checkpoint loaded in float32 or bfloat16 has the same fingerprint). The weights of
+    the edited modules (``skip_template`` formatted with every layer index) are left out: a
+    statistic is of the unedited model, and the edits of a sequence must not invalidate it.
+    Costs a few small reads per parameter.
+    """
+    config = getattr(model, "config", None)
+    config_dict = config.to_dict() if hasattr(config, "to_dict") else {}
+    config_dict = {k: v for k, v in config_dict.items() if k not in _CONFIG_IGNORED and not k.startswith("_")}
+    digest = hashlib.blake2b(digest_size=12)
+    digest.update(json.dumps(config_dict, sort_keys=True, default=str).encode())
+    skipped = set()
+    if skip_template:
+        try:
+            from .model_access import num_hidden_layers
+
+            skipped = {f"{skip_template.format(i)}.weight" for i in range(num_hidden_layers(model))}
+        except ValueError:
+            skipped = set()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name in skipped:
+                continue
+            flat = param.detach().reshape(-1)
+            index = torch.linspace(0, flat.numel() - 1, min(elements, flat.numel()), device=flat.device).long()
+            sample = flat[index].to(torch.bfloat16).float().cpu().numpy()
+            digest.update(f"{name}|{tuple(param.shape)}|".encode())
+            digest.update(sample.tobytes())
+    return digest.hexdigest()
+
+
+def clean_stale_temp_files(folder: Path, max_age: float = STALE_TEMP_SECONDS) -> List[Path]:
+    """Remove ``*.tmp`` files our writers left in ``folder`` when killed; returns the removed paths.
+
+    A temp file is named ``{file}.{host}.{pid}.XXXX.tmp``: it is stale when its writer was on this
+    host and is no longer running, or when it is older than ``max_age`` seconds (any host).
+    """
+    removed: List[Path] = []
+    if not folder.is_dir():
+        return removed
+    host = socket.gethostname()
+    now = time.time()
+    for tmp in folder.glob("*.tmp"):
+        parts = tmp.name.split(".")
+        try:
+            age = now - tmp.stat().st_mtime
+        except FileNotFoundError:
+            continue
+        stale = age > max_age
+        if "_mom2_" not in tmp.name:
+            continue  # not a statistics temp file
+        if not stale and len(parts) >= 4 and parts[-4] == host.replace(".", "_") and parts[-3].isdigit():
+            stale = not _pid_alive(int(parts[-3]))
+        if stale:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+                LOG.warning("removed stale temporary statistics file %s (left by an interrupted writer)", tmp)
+                removed.append(tmp)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @dataclass
@@ -86,8 +190,17 @@ def stats_path(stats_dir: str, model_name: str, ds_name: str, module: str, dtype
 
 
 def save_second_moment(path: Path, stat: SecondMoment, sample_size: int, dtype: str, meta: Dict[str, str]) -> None:
-    """Write ``stat`` atomically in EasyEdit's npz layout."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``stat`` atomically in EasyEdit's npz layout (``meta`` as ``zerounlearn.*`` strings).
+
+    Raises :class:`StatsCacheError` naming the folder when it cannot be created or written.
+    """
+    if dtype not in _NP_DTYPES:
+        raise StatsCacheError(f"{path}: cannot store statistics as {dtype!r}; use one of {sorted(_NP_DTYPES)}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StatsCacheError(f"cannot create the statistics folder {path.parent}: {exc}") from exc
+    clean_stale_temp_files(path.parent)
     arrays = {
         "mom2.constructor": np.array("zerounlearn_editor.stats.SecondMoment()"),
         "mom2.count": np.array(stat.count),
@@ -95,7 +208,11 @@ def save_second_moment(path: Path, stat: SecondMoment, sample_size: int, dtype: 
         "sample_size": np.array(sample_size),
     }
     arrays.update({f"zerounlearn.{k}": np.array(v) for k, v in meta.items()})
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    prefix = f"{path.name}.{socket.gethostname().replace('.', '_')}.{os.getpid()}."
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
+    except OSError as exc:
+        raise StatsCacheError(f"cannot write statistics into {path.parent} ({exc}); set stats_dir to a writable folder") from exc
     try:
         with os.fdopen(fd, "wb") as handle:
             np.savez(handle, **arrays)
@@ -108,12 +225,32 @@ def save_second_moment(path: Path, stat: SecondMoment, sample_size: int, dtype: 
 
 
 def load_second_moment(path: Path) -> tuple[SecondMoment, Dict[str, str]]:
-    """Read a cached second moment (EasyEdit's or ours) without pickle."""
-    with np.load(path, allow_pickle=False) as data:
-        stat = SecondMoment(torch.from_numpy(data["mom2.mom2"].astype(np.float64)), int(data["mom2.count"]))
-        meta = {k.split(".", 1)[1]: str(data[k]) for k in data.files if k.startswith("zerounlearn.")}
-        if "sample_size" in data.files:
-            meta["sample_size"] = str(data["sample_size"])
+    """Read a cached second moment (EasyEdit's or ours) without pickle.
+
+    Raises :class:`StatsCacheError` naming the file when it is not a readable statistics file
+    (truncated, empty, garbage, an object array, ``mom2.mom2`` / ``mom2.count`` missing or malformed).
+    """
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                raise StatsCacheError(f"{path}: not an npz archive of statistics")
+            absent = [k for k in ("mom2.mom2", "mom2.count") if k not in data.files]
+            if absent:
+                raise StatsCacheError(f"{path}: not a statistics file: key(s) {absent} missing")
+            mom2 = data["mom2.mom2"]
+            if mom2.ndim != 2 or mom2.shape[0] != mom2.shape[1] or not np.issubdtype(mom2.dtype, np.floating):
+                raise StatsCacheError(f"{path}: 'mom2.mom2' is not a square float matrix (shape {mom2.shape}, {mom2.dtype})")
+            count = int(data["mom2.count"])
+            stat = SecondMoment(torch.from_numpy(mom2.astype(np.float64)), count)
+            meta = {k.split(".", 1)[1]: str(data[k]) for k in data.files if k.startswith("zerounlearn.")}
+            if "sample_size" in data.files:
+                meta["sample_size"] = str(data["sample_size"])
+    except StatsCacheError:
+        raise
+    except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as exc:
+        raise StatsCacheError(f"{path}: unreadable statistics file ({type(exc).__name__}: {exc})") from exc
+    if count < 0 or not torch.isfinite(stat.mom2).all():
+        raise StatsCacheError(f"{path}: corrupt statistics (count {count}, finite={bool(torch.isfinite(stat.mom2).all())})")
     return stat, meta
 
 
@@ -226,7 +363,7 @@ def layer_second_moments(
     recomputed (and overwritten: the file name follows EasyEdit's, which encodes neither). Returns
     ``{layer: SecondMoment}``.
     """
-    check_layers(model, layers, module_tmp)
+    check_edited_modules(model, layers, module_tmp)
     name = model_name or model_basename(model)
     modules = {layer: module_tmp.format(layer) for layer in layers}
     corpus_obj: Optional[Corpus] = None
@@ -238,16 +375,29 @@ def layer_second_moments(
         return corpus_obj
 
     ds_name = corpus_cache_name(corpus)
+    fingerprint_of_model = model_fingerprint(model, module_tmp)
     result: Dict[int, SecondMoment] = {}
     missing: List[int] = []
     for layer, module in modules.items():
         path = stats_path(stats_dir, name, ds_name, module, dtype, n_samples)
         if path.exists() and not force:
-            stat, meta = load_second_moment(path)
+            try:
+                stat, meta = load_second_moment(path)
+            except StatsCacheError as exc:
+                LOG.warning("%s; treating it as missing and recomputing", exc)
+                missing.append(layer)
+                continue
             d_in = _module_input_dim(model, module)
             fingerprint = meta.get("corpus_fingerprint")
             if stat.mom2.shape != (d_in, d_in):
                 LOG.warning("%s: shape %s does not match d_in=%d; recomputing", path, tuple(stat.mom2.shape), d_in)
+            elif meta.get("model_fingerprint") not in (None, fingerprint_of_model):
+                LOG.warning(
+                    "%s: made from another model with the same folder name %r (model fingerprint %s, this model %s); "
+                    "recomputing", path, name, meta["model_fingerprint"], fingerprint_of_model,
+                )
+            elif meta.get("module") not in (None, module):
+                LOG.warning("%s: holds the statistic of module %r, not %r; recomputing", path, meta["module"], module)
             elif fingerprint is not None and fingerprint != get_corpus().fingerprint:
                 LOG.warning("%s: built from another version of corpus %r; recomputing", path, corpus)
             elif meta.get("max_length") not in (None, str(max_length)):
@@ -256,11 +406,15 @@ def layer_second_moments(
                     path, meta["max_length"], max_length,
                 )
             else:
+                if "model_fingerprint" not in meta:
+                    LOG.info("%s carries no model fingerprint (EasyEdit's file?); used as it is", path)
                 LOG.info("loaded C0 statistics from %s", path)
                 result[layer] = stat
                 continue
         missing.append(layer)
     if missing:
+        folder = stats_path(stats_dir, name, ds_name, modules[missing[0]], dtype, n_samples).parent
+        _check_writable(folder)  # before the corpus pass, not after it
         data = get_corpus()
         if len(data.texts) < n_samples:
             LOG.warning("corpus %r has %d passages, fewer than mom2_n_samples=%d", corpus, len(data.texts), n_samples)
@@ -272,11 +426,24 @@ def layer_second_moments(
         )
         for layer in missing:
             path = stats_path(stats_dir, name, ds_name, modules[layer], dtype, n_samples)
-            meta = {"corpus_fingerprint": data.fingerprint, "max_length": str(max_length), "n_passages": str(len(data.texts))}
+            meta = {"corpus_fingerprint": data.fingerprint, "max_length": str(max_length), "n_passages": str(len(data.texts)),
+                    "module": modules[layer], "model_fingerprint": fingerprint_of_model}
             save_second_moment(path, stats[modules[layer]], n_samples, dtype, meta)
             LOG.info("wrote C0 statistics to %s", path)
             result[layer] = stats[modules[layer]]
     return result
+
+
+def _check_writable(folder: Path) -> None:
+    """Raise :class:`StatsCacheError` naming ``folder`` unless statistics can be written there."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise StatsCacheError(
+            f"the statistics folder {folder} cannot be written ({existing} is not a writable folder); "
+            "set stats_dir to a writable folder"
+        )
 
 
 def corpus_cache_name(corpus: str) -> str:
@@ -380,6 +547,9 @@ def layer_second_moment_shards(
     name = model_name or model_basename(model)
     data = load_corpus(corpus, limit=n_samples)
     modules = {layer: module_tmp.format(layer) for layer in layers}
+    fingerprint_of_model = model_fingerprint(model, module_tmp)
+    _check_writable(shard_path(stats_path(stats_dir, name, corpus_cache_name(corpus), modules[layers[0]], dtype, n_samples),
+                               rank, world_size).parent)
     product_dtype = torch.float64 if dtype == "float64" else torch.float32
     stats = collect_second_moments(
         model, tok, data.texts, list(modules.values()), max_length, batch_size, progress, product_dtype, shard
@@ -393,6 +563,7 @@ def layer_second_moment_shards(
             "n_passages": str(len(shard_texts(data.texts, shard))),
             "shard": f"{rank}/{world_size}",
             "module": module,
+            "model_fingerprint": fingerprint_of_model,
         }
         save_second_moment(path, stats[module], n_samples, dtype, meta)
         LOG.info("wrote C0 shard %d/%d of layer %d to %s", rank, world_size, layer, path)
@@ -414,6 +585,10 @@ def merge_second_moment_files(out: Path, shards: Sequence[Path]) -> SecondMoment
     """
     if not shards:
         raise ValueError("no shard files to merge")
+    resolved = [Path(p).resolve() for p in shards]
+    repeated = sorted({str(p) for p in resolved if resolved.count(p) > 1})
+    if repeated:
+        raise ValueError(f"file(s) {repeated} given more than once: merging would count their tokens twice")
     loaded = []
     for path in shards:
         stat, meta = load_second_moment(Path(path))
@@ -424,9 +599,20 @@ def merge_second_moment_files(out: Path, shards: Sequence[Path]) -> SecondMoment
             raise ValueError(f"{path}: shape {tuple(stat.mom2.shape)} differs from {first_path}'s {tuple(first.mom2.shape)}")
         if file_dtype != dtype:
             raise ValueError(f"{path}: dtype {file_dtype} differs from {first_path}'s {dtype}")
-        for key in ("sample_size", "corpus_fingerprint", "max_length", "module"):
+        for key in ("sample_size", "corpus_fingerprint", "max_length", "module", "model_fingerprint"):
             if meta.get(key) != first_meta.get(key):
                 raise ValueError(f"{path}: {key} {meta.get(key)!r} differs from {first_path}'s {first_meta.get(key)!r}")
+    modules = [meta.get("module") for _, _, meta, _ in loaded]
+    if len(loaded) > 1 and not all(modules):
+        unknown = [str(p) for (p, _, m, _) in loaded if not m.get("module")]
+        raise ValueError(
+            f"cannot tell which module {unknown} hold (no zerounlearn.module metadata, e.g. EasyEdit's files): "
+            "refusing to merge statistics that may be of different layers"
+        )
+    digests = [hashlib.blake2b(p.read_bytes(), digest_size=16).hexdigest() for p in resolved]
+    same = sorted({str(p) for p, d in zip(resolved, digests) if digests.count(d) > 1})
+    if same:
+        raise ValueError(f"files {same} have identical contents: the same statistic twice, not shards of one")
     shard_ids = [meta.get("shard") for _, _, meta, _ in loaded]
     if all(shard_ids):
         worlds = {s.split("/")[1] for s in shard_ids}

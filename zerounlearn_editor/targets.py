@@ -315,6 +315,11 @@ def optimise_neutral_targets(
 def loss_layer_module(model: nn.Module, v_loss_layer: int, layer_module_tmp: str) -> str:
     """The module whose output feeds the loss: empty for the last layer (use the model's ln_f)."""
     last = num_hidden_layers(model) - 1
+    if v_loss_layer > last or v_loss_layer < -1:
+        raise ValueError(
+            f"key 'v_loss_layer' is {v_loss_layer}, but the model has {last + 1} layers (0..{last}); "
+            "use -1 for the model's last layer"
+        )
     if v_loss_layer < 0 or v_loss_layer >= last:
         return ""
     return layer_module_tmp.format(v_loss_layer)

@@ -1,16 +1,55 @@
-"""ZeroUnlearn (few-shot, multiplicative) as an EasyEdit method: ``W' = D W`` per layer."""
+"""ZeroUnlearn (few-shot, multiplicative) as an EasyEdit method: ``W' = D W`` per layer.
+
+Capacity limit: the projector removes one output direction of the layer per independent forget
+value, ``rank(M_f)`` of the ``d_out`` directions. Past :data:`RANK_WARN_FRACTION` of ``d_out`` the
+edit warns with the numbers; at :data:`RANK_REFUSE_FRACTION` it refuses (a layer with the whole
+space removed is exactly 0) and points to ZeroUnlearn-GD, which has no such limit. The request
+count is checked before anything runs; the rank of ``M_f`` at every layer during the solve (an
+error there restores every edited weight).
+"""
 from __future__ import annotations
 
+import logging
 from typing import Any, Dict, Mapping, Sequence, Tuple
 
 import torch
 from torch import nn
 
 from .hparams import ZeroUnlearnHyperParams
-from .linalg.zerounlearn import apply_multiplier, zerounlearn_multiplier
+from .linalg.zerounlearn import apply_multiplier, forget_value_basis, zerounlearn_multiplier
+from .model_access import get_weight_matrix
 from .pipeline import LayerProblem, apply_edit_method
+from .requests import normalize_requests
 
-__all__ = ["zerounlearn_solver", "apply_zerounlearn_to_model"]
+__all__ = ["zerounlearn_solver", "apply_zerounlearn_to_model", "CapacityError", "RANK_WARN_FRACTION",
+           "RANK_REFUSE_FRACTION", "check_capacity"]
+
+LOG = logging.getLogger(__name__)
+
+RANK_WARN_FRACTION = 0.10
+"""Warn when the forget values span more than this fraction of a layer's output space."""
+RANK_REFUSE_FRACTION = 0.50
+"""Refuse when they span at least this fraction (the projector would erase most of the layer)."""
+
+
+class CapacityError(ValueError):
+    """Too many independent facts for ZeroUnlearn's projector at one layer (use ZeroUnlearn-GD)."""
+
+
+def check_capacity(rank: int, d_out: int, where: str) -> None:
+    """Warn or raise :class:`CapacityError` for a projector removing ``rank`` of ``d_out`` directions."""
+    fraction = rank / d_out
+    message = (
+        f"{where}: the forget values span rank(M_f) = {rank} of the layer's d_out = {d_out} output directions; "
+        f"ZeroUnlearn's projector removes {fraction:.0%} of the layer's output space"
+    )
+    if fraction >= RANK_REFUSE_FRACTION:
+        raise CapacityError(
+            f"{message} (limit {RANK_REFUSE_FRACTION:.0%}: at 100% the weight becomes exactly 0). Forget fewer facts "
+            "per edit, or use ZeroUnlearn-GD (apply_zerounlearn_gd_to_model, hparams/ZeroUnlearn-GD/), made for many samples"
+        )
+    if fraction > RANK_WARN_FRACTION:
+        LOG.warning("%s; the edit degrades the layer accordingly (ZeroUnlearn-GD suits large batches)", message)
 
 
 def zerounlearn_solver(hparams: ZeroUnlearnHyperParams):
@@ -23,6 +62,8 @@ def zerounlearn_solver(hparams: ZeroUnlearnHyperParams):
     retain_aware = any(value > 0 for value in hparams.retain_weights().values())
 
     def solve(problem: LayerProblem) -> torch.Tensor:
+        rank = forget_value_basis(problem.M_f, hparams.projection_rank_tol).shape[1]
+        check_capacity(rank, problem.W.shape[0], f"layer {problem.layer}")
         retain = {}
         if retain_aware:
             retain = dict(
@@ -64,6 +105,14 @@ def apply_zerounlearn_to_model(
     """
     if not isinstance(hparams, ZeroUnlearnHyperParams):
         raise TypeError(f"expected ZeroUnlearnHyperParams, got {type(hparams).__name__}")
+    n = len(normalize_requests(requests))
+    modules = dict(model.named_modules())
+    for layer in hparams.layers:  # before any statistics, targets or copy: rank(M_f) <= n
+        module = modules.get(hparams.rewrite_module_tmp.format(layer))
+        if module is not None and isinstance(getattr(module, "weight", None), torch.Tensor) and module.weight.dim() == 2:
+            d_out = get_weight_matrix(module).shape[0]
+            if n / d_out >= RANK_REFUSE_FRACTION:
+                check_capacity(n, d_out, f"{n} requests at layer {layer} (at most rank {n})")
     return apply_edit_method(
         model, tok, requests, hparams, zerounlearn_solver(hparams), copy, return_orig_weights, keep_original_weight, **kwargs
     )

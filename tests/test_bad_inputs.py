@@ -1,0 +1,549 @@
+"""The bad-input matrix (issue 14): requests, YAMLs, corpora, caches, dtypes and CLI arguments.
+
+Every case asserts the error class (or the warning), that the message names the problem (file,
+key, field, request index), and that the model and the cache files are unchanged -- or, for a
+cache file that cannot be trusted, that it was recomputed to the right value. Tiny models only.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Dict
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from tiny_models import (
+    CORPUS,
+    forget_requests,
+    tiny_gpt2,
+    tiny_hparams_dict,
+    tiny_llama,
+    tiny_tokenizer,
+    write_corpus,
+)
+from zerounlearn_editor import stats as stats_module
+from zerounlearn_editor.bench.fingerprint import ModelFingerprint
+from zerounlearn_editor.hparams import HParamsError, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
+from zerounlearn_editor.stats import (
+    SecondMoment,
+    StatsCacheError,
+    collect_second_moments,
+    layer_second_moments,
+    load_second_moment,
+    merge_second_moment_files,
+    save_second_moment,
+    stats_path,
+)
+
+MODULE = "model.layers.{}.mlp.down_proj"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+@pytest.fixture()
+def corpus(tmp_path: Path) -> Path:
+    return write_corpus(tmp_path / "wiki.jsonl")
+
+
+def _files(folder: Path) -> Dict[str, str]:
+    """Digest of every file under ``folder`` (cache files unchanged <=> equal dicts)."""
+    if not folder.exists():
+        return {}
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def _stats_args(tmp_path: Path, corpus: Path, **changes):
+    args = dict(stats_dir=str(tmp_path / "stats"), corpus=str(corpus), n_samples=20, dtype="float32",
+                max_length=32, batch_size=8, progress=False)
+    args.update(changes)
+    return args
+
+
+def _cache_file(tmp_path: Path, layer: int = 1, name: str = "tiny-llama") -> Path:
+    return stats_path(str(tmp_path / "stats"), name, "wiki", MODULE.format(layer), "float32", 20)
+
+
+def _fresh(model, tok, corpus: Path, layer: int = 1) -> SecondMoment:
+    return collect_second_moments(model, tok, load_corpus_texts(corpus), [MODULE.format(layer)], 32, 8,
+                                  progress=False, product_dtype=torch.float32)[MODULE.format(layer)]
+
+
+def load_corpus_texts(corpus: Path):
+    from zerounlearn_editor.corpus import load_corpus
+
+    return load_corpus(str(corpus), limit=20).texts
+
+
+def _no_pass(*_a, **_k):
+    raise AssertionError("statistics were recomputed although cached")
+
+
+# --------------------------------------------------------------------------- caches
+
+
+def test_cache_of_another_model_with_the_same_folder_name_is_recomputed(tok, tmp_path, corpus, caplog):
+    """Issue 14.1: two models named ``.../tiny-llama`` must not share one C0."""
+    first, second = tiny_llama(tok, seed=0), tiny_llama(tok, seed=1)
+    assert first.config._name_or_path == second.config._name_or_path
+    layer_second_moments(first, tok, [1], MODULE, **_stats_args(tmp_path, corpus))
+    digest = ModelFingerprint.of(second)
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.stats"):
+        got = layer_second_moments(second, tok, [1], MODULE, **_stats_args(tmp_path, corpus))[1]
+    own = _fresh(second, tok, corpus)
+    torch.testing.assert_close(got.moment(), own.moment(), rtol=1e-5, atol=1e-7)
+    assert "another model" in caplog.text and str(_cache_file(tmp_path)) in caplog.text
+    assert digest.differences(second) == []
+    # the file now holds the second model's statistic, and is reused for it without a pass
+    stored, meta = load_second_moment(_cache_file(tmp_path))
+    torch.testing.assert_close(stored.moment(), own.moment(), rtol=1e-5, atol=1e-7)
+    assert meta["module"] == MODULE.format(1) and meta["model_fingerprint"]
+
+
+def test_model_fingerprint_ignores_edits_of_the_edited_modules_and_load_dtype(tok):
+    model = tiny_llama(tok)
+    base = stats_module.model_fingerprint(model, MODULE)
+    with torch.no_grad():
+        model.model.layers[2].mlp.down_proj.weight.mul_(0.5)  # an edit: statistics stay those of the unedited model
+    assert stats_module.model_fingerprint(model, MODULE) == base
+    assert stats_module.model_fingerprint(tiny_llama(tok).to(torch.bfloat16), MODULE) == base
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight.add_(0.01)  # another checkpoint
+    assert stats_module.model_fingerprint(model, MODULE) != base
+
+
+def test_easyedit_file_without_metadata_is_read(tok, tmp_path, corpus, monkeypatch):
+    model = tiny_llama(tok)
+    own = _fresh(model, tok, corpus)
+    path = _cache_file(tmp_path)
+    path.parent.mkdir(parents=True)
+    np.savez(path, **{"mom2.mom2": own.mom2.numpy().astype(np.float32), "mom2.count": np.array(own.count),
+                      "mom2.constructor": np.array("rome.tok_dataset.SecondMoment()"), "sample_size": np.array(20)})
+    before = _files(tmp_path / "stats")
+    monkeypatch.setattr(stats_module, "collect_second_moments", _no_pass)
+    got = layer_second_moments(model, tok, [1], MODULE, **_stats_args(tmp_path, corpus))[1]
+    torch.testing.assert_close(got.mom2, own.mom2.float().double())
+    assert _files(tmp_path / "stats") == before
+
+
+def _garbage_files():
+    def truncated(path: Path, good: bytes):
+        path.write_bytes(good[: len(good) // 2])
+
+    def empty(path: Path, good: bytes):
+        path.write_bytes(b"")
+
+    def garbage(path: Path, good: bytes):
+        path.write_bytes(b"\x00garbage, not an npz" * 10)
+
+    def no_count(path: Path, good: bytes):
+        np.savez(path.with_suffix(""), **{"mom2.mom2": np.eye(32, dtype=np.float32)})
+
+    def pickled(path: Path, good: bytes):
+        np.savez(path.with_suffix(""), **{"mom2.mom2": np.array([{"a": 1}], dtype=object),
+                                          "mom2.count": np.array(3)})
+
+    def not_square(path: Path, good: bytes):
+        np.savez(path.with_suffix(""), **{"mom2.mom2": np.ones(5, dtype=np.float32), "mom2.count": np.array(3)})
+
+    def nan_values(path: Path, good: bytes):
+        np.savez(path.with_suffix(""), **{"mom2.mom2": np.full((64, 64), np.nan, dtype=np.float32),
+                                          "mom2.count": np.array(3)})
+
+    return [truncated, empty, garbage, no_count, pickled, not_square, nan_values]
+
+
+@pytest.mark.parametrize("damage", _garbage_files(), ids=lambda f: f.__name__)
+def test_unreadable_cache_file_is_recomputed_and_replaced(damage, tok, tmp_path, corpus, caplog):
+    """Issue 14.5: what an interrupted writer leaves is treated as missing, not a crash."""
+    model = tiny_llama(tok)
+    good = layer_second_moments(model, tok, [1], MODULE, **_stats_args(tmp_path, corpus))[1]
+    path = _cache_file(tmp_path)
+    damage(path, path.read_bytes())
+    with pytest.raises(StatsCacheError, match=str(path).replace(".", r"\.")):
+        load_second_moment(path)
+    digest = ModelFingerprint.of(model)
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.stats"):
+        got = layer_second_moments(model, tok, [1], MODULE, **_stats_args(tmp_path, corpus))[1]
+    assert str(path) in caplog.text and "recomputing" in caplog.text
+    torch.testing.assert_close(got.mom2, good.mom2)
+    stored, _ = load_second_moment(path)  # replaced by a readable file
+    torch.testing.assert_close(stored.mom2, good.mom2.float().double())
+    assert digest.differences(model) == []
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_cache_file_of_another_module_is_recomputed(tok, tmp_path, corpus, caplog):
+    model = tiny_llama(tok)
+    layer_second_moments(model, tok, [1, 2], MODULE, **_stats_args(tmp_path, corpus))
+    wrong = _cache_file(tmp_path, 2).read_bytes()
+    _cache_file(tmp_path, 1).write_bytes(wrong)  # layer 2's statistic under layer 1's name
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.stats"):
+        got = layer_second_moments(model, tok, [1], MODULE, **_stats_args(tmp_path, corpus))[1]
+    assert "model.layers.2.mlp.down_proj" in caplog.text and "recomputing" in caplog.text
+    torch.testing.assert_close(got.mom2, _fresh(model, tok, corpus).mom2.double(), rtol=1e-5, atol=1e-6)
+
+
+def test_stale_temp_files_are_cleaned_on_the_next_write(tok, tmp_path, corpus):
+    """Issue 14.5: a SIGKILLed writer's temp file does not stay beside the cache forever."""
+    import socket
+
+    model = tiny_llama(tok)
+    folder = _cache_file(tmp_path).parent
+    folder.mkdir(parents=True)
+    host = socket.gethostname().replace(".", "_")
+    name = _cache_file(tmp_path).name
+    dead = folder / f"{name}.{host}.999999999.abcd1234.tmp"  # a pid that cannot be running
+    old = folder / f"{name}.otherhost.12.efgh5678.tmp"
+    live = folder / f"{name}.{host}.{os.getpid()}.ijkl9012.tmp"  # a writer still at work
+    for tmp in (dead, old, live):
+        tmp.write_bytes(b"partial")
+    os.utime(old, (time.time() - 2 * stats_module.STALE_TEMP_SECONDS,) * 2)
+    layer_second_moments(model, tok, [1], MODULE, **_stats_args(tmp_path, corpus))
+    assert not dead.exists() and not old.exists() and live.exists()
+
+
+def test_unwritable_stats_dir_fails_before_the_corpus_pass(tok, tmp_path, corpus, monkeypatch):
+    model = tiny_llama(tok)
+    blocker = tmp_path / "stats_is_a_file"
+    blocker.write_text("not a folder")
+    digest = ModelFingerprint.of(model)
+    monkeypatch.setattr(stats_module, "collect_second_moments", _no_pass)
+    with pytest.raises(StatsCacheError, match="stats_is_a_file.*cannot be written.*stats_dir"):
+        layer_second_moments(model, tok, [1], MODULE, **_stats_args(tmp_path, corpus, stats_dir=str(blocker / "sub")))
+    assert blocker.read_text() == "not a folder" and digest.differences(model) == []
+
+
+def test_read_only_stats_dir_still_serves_cached_files(tok, tmp_path, corpus, monkeypatch):
+    model = tiny_llama(tok)
+    layer_second_moments(model, tok, [1], MODULE, **_stats_args(tmp_path, corpus))
+    before = _files(tmp_path / "stats")
+    monkeypatch.setattr(stats_module.os, "access", lambda *a, **k: False)  # as for a non-root user on a 0555 folder
+    monkeypatch.setattr(stats_module, "collect_second_moments", _no_pass)
+    layer_second_moments(model, tok, [1], MODULE, **_stats_args(tmp_path, corpus))
+    assert _files(tmp_path / "stats") == before
+    with pytest.raises(StatsCacheError, match="cannot be written"):
+        layer_second_moments(model, tok, [2], MODULE, **_stats_args(tmp_path, corpus))
+
+
+def test_concurrent_writers_leave_one_complete_file(tmp_path):
+    path = tmp_path / "stats" / "m" / "wiki_stats" / "x_float32_mom2_20.npz"
+    values = [SecondMoment(torch.full((48, 48), float(i + 1), dtype=torch.float64), 10 * (i + 1)) for i in range(6)]
+    errors = []
+
+    def write(stat):
+        try:
+            for _ in range(5):
+                save_second_moment(path, stat, 20, "float32", {"module": "x"})
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(v,)) for v in values]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    stat, meta = load_second_moment(path)
+    assert stat.count in {v.count for v in values}
+    assert torch.equal(stat.mom2, torch.full((48, 48), stat.count / 10))
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_bfloat16_statistics_dtype_is_rejected_at_load(tmp_path, corpus):
+    """Issue 14.6: numpy has no bfloat16; say so when the YAML is read, not when saving."""
+    config = tiny_hparams_dict(tmp_path / "stats", corpus, mom2_dtype="bfloat16")
+    with pytest.raises(HParamsError, match="mom2_dtype.*bfloat16"):
+        ZeroUnlearnHyperParams.from_dict(config, source="tiny.yaml")
+    with pytest.raises(StatsCacheError, match="bfloat16"):
+        save_second_moment(tmp_path / "x.npz", SecondMoment(torch.eye(2), 1), 1, "bfloat16", {})
+    assert not (tmp_path / "x.npz").exists()
+
+
+def test_stats_merge_refuses_the_same_file_twice_and_unknown_modules(tok, tmp_path, corpus):
+    """Issue 14.8: ordinary cache files of two layers, or one file twice, are not shards of one statistic."""
+    model = tiny_llama(tok)
+    layer_second_moments(model, tok, [1, 2], MODULE, **_stats_args(tmp_path, corpus))
+    one, two = _cache_file(tmp_path, 1), _cache_file(tmp_path, 2)
+    out = tmp_path / "merged.npz"
+    with pytest.raises(ValueError, match="more than once"):
+        merge_second_moment_files(out, [one, one])
+    copy = tmp_path / "copy.npz"
+    copy.write_bytes(one.read_bytes())
+    with pytest.raises(ValueError, match="identical contents"):
+        merge_second_moment_files(out, [one, copy])
+    with pytest.raises(ValueError, match="module"):
+        merge_second_moment_files(out, [one, two])
+    plain = []
+    for i, path in enumerate((one, two)):
+        stat, _ = load_second_moment(path)
+        plain.append(tmp_path / f"easyedit{i}.npz")
+        np.savez(plain[-1], **{"mom2.mom2": stat.mom2.numpy(), "mom2.count": np.array(stat.count)})
+    with pytest.raises(ValueError, match="cannot tell which module"):
+        merge_second_moment_files(out, plain)
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------- YAMLs
+
+
+def _yaml(tmp_path: Path, corpus: Path, alg: str = "ZeroUnlearn", drop=(), text_extra: str = "", **changes) -> Path:
+    config = tiny_hparams_dict(tmp_path / "stats", corpus, alg_name=alg, **changes)
+    for key in drop:
+        config.pop(key)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False) + text_extra, encoding="utf-8")
+    return path
+
+
+CLASSES = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
+
+
+@pytest.mark.parametrize("key,alg", [("utility_weight", "ZeroUnlearn"), ("rewrite_module_tmp", "ZeroUnlearn"),
+                                     ("stats_dir", "ZeroUnlearn-GD"), ("mom2_dataset", "ZeroUnlearn-GD"),
+                                     ("lm_head_module", "ZeroUnlearn"), ("model_name", "ZeroUnlearn-GD")])
+def test_yaml_missing_required_key(key, alg, tmp_path, corpus):
+    """Issue 14.3: the keys without a documented default are required."""
+    path = _yaml(tmp_path, corpus, alg, drop=[key])
+    with pytest.raises(HParamsError, match=rf"tiny.yaml: missing required key\(s\) \[.*'{key}'"):
+        CLASSES[alg].from_hparams(path)
+
+
+def test_yaml_documented_defaults_still_apply(tmp_path, corpus):
+    path = _yaml(tmp_path, corpus, drop=["device", "v_lr", "mom2_batch_size"])
+    hp = ZeroUnlearnHyperParams.from_hparams(path)
+    assert (hp.device, hp.v_lr, hp.mom2_batch_size, hp.chunk_size) == (0, 0.5, 16, 64)
+
+
+@pytest.mark.parametrize("suffix", ["yaml", "json"])
+def test_yaml_duplicate_key_is_rejected(suffix, tmp_path, corpus):
+    """Issue 14.3: YAML keeps the last of two equal keys silently; we refuse."""
+    config = tiny_hparams_dict(tmp_path / "stats", corpus)
+    if suffix == "yaml":
+        text = yaml.safe_dump(config, sort_keys=False) + "utility_weight: 99.0\n"
+        match = r"tiny.yaml.*duplicate key 'utility_weight' \(line \d+; first given on line \d+\)"
+    else:
+        text = json.dumps(config)[:-1] + ', "utility_weight": 99.0}'
+        match = r"tiny.json.*duplicate key\(s\) \['utility_weight'\]"
+    path = tmp_path / f"tiny.{suffix}"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(HParamsError, match=match):
+        ZeroUnlearnHyperParams.from_hparams(path)
+
+
+BAD_VALUES = [
+    ("v_loss_layer", "-5", "ZeroUnlearn"),
+    ("clamp_norm_factor", "-1.0", "ZeroUnlearn"),
+    ("kl_factor", "-0.5", "ZeroUnlearn-GD"),
+    ("v_weight_decay", "-1e-3", "ZeroUnlearn"),
+    ("context_template_length", "0", "ZeroUnlearn"),
+    ("projection_rank_tol", "-1e-6", "ZeroUnlearn"),
+    ("projection_rank_tol", "2.0", "ZeroUnlearn"),
+    ("clamp_norm_factor", ".nan", "ZeroUnlearn"),
+    ("v_early_stop_loss", ".nan", "ZeroUnlearn-GD"),
+    ("utility_weight", ".nan", "ZeroUnlearn"),
+    ("utility_weight", ".inf", "ZeroUnlearn"),
+    ("norm_weight", "-.inf", "ZeroUnlearn-GD"),
+    ("model_name", "null", "ZeroUnlearn"),
+    ("model_name", "''", "ZeroUnlearn-GD"),
+    ("device", "cuda:7", "ZeroUnlearn"),
+    ("device", "gpu-please", "ZeroUnlearn"),
+    ("mom2_dtype", "int8", "ZeroUnlearn"),
+    ("gd_steps", "0", "ZeroUnlearn-GD"),
+]
+
+
+@pytest.mark.parametrize("key,value,alg", BAD_VALUES, ids=[f"{k}={v}" for k, v, _ in BAD_VALUES])
+def test_yaml_meaningless_value_is_rejected_at_load(key, value, alg, tmp_path, corpus):
+    """Issue 14.4: values that used to load and then meant nothing (or crashed later)."""
+    if key == "device" and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a cuda:7")
+    path = _yaml(tmp_path, corpus, alg, drop=[key] if key in tiny_hparams_dict(tmp_path, corpus, alg_name=alg) else [],
+                 text_extra=f"{key}: {value}\n")
+    with pytest.raises(HParamsError) as info:
+        CLASSES[alg].from_hparams(path)
+    message = str(info.value)
+    assert "tiny.yaml" in message and key in message, message
+    shown = {".nan": "nan", ".inf": "inf", "-.inf": "-inf", "null": "None", "''": "''"}.get(value, value)
+    try:
+        if "e" in shown:  # YAML 1e-3 is shown as the number it became
+            shown = repr(float(shown))
+    except ValueError:
+        pass
+    assert shown.strip("'") in message, message
+
+
+def test_every_shipped_yaml_loads_without_duplicates():
+    from zerounlearn_editor.baselines import GAHyperParams, NPOHyperParams
+    from zerounlearn_editor.resources import repo_root
+
+    classes = dict(CLASSES, GA=GAHyperParams, NPO=NPOHyperParams)
+    files = sorted((repo_root() / "hparams").rglob("*.yaml"))
+    assert len(files) >= 20
+    for path in files:
+        classes[path.parent.name].from_hparams(path)
+
+
+# --------------------------------------------------------------------------- edits that must fail before touching anything
+
+
+def _edit_must_fail(model, tok, requests, hp, error, match, stats_dir: Path):
+    from zerounlearn_editor import apply_zerounlearn_to_model
+
+    digest = ModelFingerprint.of(model)
+    files = _files(stats_dir)
+    with pytest.raises(error, match=match):
+        apply_zerounlearn_to_model(model, tok, requests, hp, progress=False)
+    assert digest.differences(model) == []
+    assert _files(stats_dir) == files
+
+
+def _hp(tmp_path, corpus, **changes):
+    return ZeroUnlearnHyperParams.from_dict(tiny_hparams_dict(tmp_path / "stats", corpus, **changes), source="tiny.yaml")
+
+
+def test_loss_layer_beyond_the_model_fails_before_statistics(tok, tmp_path, corpus):
+    """Issue 14.4: v_loss_layer 99 used to mean 'the last layer' silently."""
+    hp = _hp(tmp_path, corpus, v_loss_layer=99)
+    _edit_must_fail(tiny_llama(tok), tok, forget_requests(), hp, ValueError,
+                    r"'v_loss_layer' is 99, but the model has 4 layers", tmp_path / "stats")
+
+
+@pytest.mark.parametrize("template,match", [
+    ("model.layers.{}.mlp", r"rewrite_module_tmp.*'model.layers.1.mlp' \(LlamaMLP\) has no 2-D weight"),
+    ("model.layers.{}.mlp.up_proj", r"rewrite_module_tmp.*'model.layers.1.mlp.up_proj' maps to 64 features, but the hidden size is 32"),
+])
+def test_rewrite_module_that_cannot_be_edited(template, match, tok, tmp_path, corpus):
+    """Issue 14.7: AttributeError / tensor-size RuntimeError deep inside, before."""
+    from zerounlearn_editor.model_access import ModuleNotFoundInModel
+
+    hp = _hp(tmp_path, corpus, rewrite_module_tmp=template)
+    _edit_must_fail(tiny_llama(tok), tok, forget_requests(), hp, ModuleNotFoundInModel, match, tmp_path / "stats")
+    with pytest.raises(ModuleNotFoundInModel, match=match):  # the statistics command says the same
+        layer_second_moments(tiny_llama(tok), tok, [1], template, **_stats_args(tmp_path, corpus))
+
+
+def test_gpt2_prompt_longer_than_its_positions(tok, tmp_path, corpus):
+    """Issue 14.7: IndexError deep in torch before; now the request is named."""
+    from zerounlearn_editor.requests import RequestError
+
+    requests = forget_requests()
+    requests[1] = dict(requests[1], prompt="the old city " * 45 + "the capital of germany is")
+    hp = _hp(tmp_path, corpus, gpt2=True)
+    _edit_must_fail(tiny_gpt2(tok), tok, requests, hp, RequestError,
+                    r"request 1: prompt .* needs \d+ positions .* more than the model's 128", tmp_path / "stats")
+
+
+# --------------------------------------------------------------------------- requests
+
+
+BAD_REQUESTS = [
+    ([], None, r"no requests given: the request list is empty"),
+    ([{"subject": "france", "ground_truth": "paris"}], None, r"request 0: missing field 'prompt'"),
+    ([{"prompt": "the capital of france is", "subject": "", "ground_truth": "paris"}], None, r"request 0: field 'subject' is empty"),
+    (["the capital of france is"], None, r"request 0: expected a dict, got str"),
+    ([{"prompt": "the capital of france is", "subject": "france", "ground_truth": ""}], None,
+     r"request 0: field 'ground_truth' is empty"),
+    ([{"prompt": "the capital of france is", "subject": "france", "ground_truth": 3}], None,
+     r"request 0: field 'ground_truth' must be a string, got int"),
+    ([{"prompt": "the capital of france is", "subject": "france"}, {"prompt": "the capital of spain is",
+      "subject": "italy", "ground_truth": "rome"}], None, r"request 1: subject 'italy' does not occur in prompt"),
+    ([{"prompt": "the capital of france is", "subject": "france", "target_new": "rome"},
+      {"prompt": "the capital of france is", "subject": "france", "target_new": "berlin"}], None,
+     r"request 1: same prompt and subject as request 0 but another target_new"),
+]
+
+
+@pytest.mark.parametrize("requests,_unused,match", BAD_REQUESTS, ids=[f"req{i}" for i in range(len(BAD_REQUESTS))])
+def test_bad_request_names_index_and_field(requests, _unused, match, tok, tmp_path, corpus):
+    from zerounlearn_editor.requests import RequestError
+
+    _edit_must_fail(tiny_llama(tok), tok, requests, _hp(tmp_path, corpus), RequestError, match, tmp_path / "stats")
+
+
+def test_duplicate_requests_are_dropped_with_a_warning(caplog):
+    """Issue 14.12: duplicates are deduplicated (the first kept), with a warning naming both."""
+    from zerounlearn_editor.requests import normalize_requests
+
+    requests = forget_requests() + [dict(forget_requests()[0])]
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.requests"):
+        out = normalize_requests(requests)
+    assert [r.index for r in out] == [0, 1, 2]
+    assert "request 3 repeats request 0" in caplog.text
+
+
+def test_subject_is_matched_as_a_whole_word(caplog):
+    """Issue 14.12: 'rome' inside 'romeo' is not the subject when 'rome' occurs as a word."""
+    from zerounlearn_editor.requests import normalize_requests
+
+    (request,) = normalize_requests([{"prompt": "romeo said the capital rome is", "subject": "rome"}])
+    assert request.prefix == "romeo said the capital " and request.suffix == " is"
+    (possessive,) = normalize_requests([{"prompt": "the language of france's people is", "subject": "france"}])
+    assert possessive.prefix == "the language of " and possessive.suffix == "'s people is"
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.requests"):
+        (inside,) = normalize_requests([{"prompt": "romeo is", "subject": "rome"}])
+    assert inside.prefix == "" and "only inside a longer word" in caplog.text
+
+
+# --------------------------------------------------------------------------- ZeroUnlearn capacity
+
+
+def _many_requests(n: int):
+    words = [w for w in dict.fromkeys(" ".join(CORPUS).split()) if w.isalpha()]
+    return [{"prompt": f"the capital of {w} is", "subject": w, "ground_truth": "paris"} for w in words[:n]]
+
+
+def test_zerounlearn_refuses_to_erase_most_of_a_layer(tok, tmp_path, corpus):
+    """Issue 14.2: n >= d_out made the layer exactly 0; half of d_out is refused before any work."""
+    from zerounlearn_editor.zerounlearn_main import CapacityError
+
+    hp = _hp(tmp_path, corpus)
+    _edit_must_fail(tiny_llama(tok), tok, _many_requests(32), hp, CapacityError,
+                    r"rank\(M_f\) = 32 of the layer's d_out = 32 .* 100% .*ZeroUnlearn-GD", tmp_path / "stats")
+    _edit_must_fail(tiny_llama(tok), tok, _many_requests(16), hp, CapacityError, r"50%", tmp_path / "stats")
+
+
+def test_zerounlearn_warns_with_the_numbers_above_ten_percent(tok, tmp_path, corpus, caplog):
+    from zerounlearn_editor import apply_zerounlearn_to_model
+
+    model = tiny_llama(tok)
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.zerounlearn_main"):
+        apply_zerounlearn_to_model(model, tok, _many_requests(6), _hp(tmp_path, corpus, v_num_grad_steps=1), progress=False)
+    assert "rank(M_f) = 6 of the layer's d_out = 32" in caplog.text and "19%" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.zerounlearn_main"):
+        apply_zerounlearn_to_model(tiny_llama(tok), tok, _many_requests(3), _hp(tmp_path, corpus, v_num_grad_steps=1),
+                                   progress=False)
+    assert "rank(M_f)" not in caplog.text
+
+
+def test_capacity_check_inside_the_solve_restores_the_model(tok, tmp_path, corpus, monkeypatch):
+    """A rank found too high at a later layer (after one was written) leaves the model as it was."""
+    from zerounlearn_editor import zerounlearn_main
+
+    calls = []
+    original = zerounlearn_main.check_capacity
+
+    def strict_at_second_layer(rank, d_out, where):
+        calls.append(where)
+        if where == "layer 2":
+            raise zerounlearn_main.CapacityError(f"{where}: rank(M_f) = {rank} of d_out = {d_out}")
+        original(rank, d_out, where)
+
+    monkeypatch.setattr(zerounlearn_main, "check_capacity", strict_at_second_layer)
+    model = tiny_llama(tok)
+    layer_second_moments(model, tok, [1, 2], MODULE, **_stats_args(tmp_path, corpus, n_samples=100, dtype="float64"))
+    _edit_must_fail(model, tok, forget_requests(), _hp(tmp_path, corpus), zerounlearn_main.CapacityError, "layer 2",
+                    tmp_path / "stats")
+    assert calls == ["layer 1", "layer 2"]
