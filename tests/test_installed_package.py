@@ -2,7 +2,7 @@
 
 The package is built and installed with ``pip install --no-deps --target`` from a copy of the
 files a release ships (no ``tests/``, no checkout around it); a subprocess then runs
-``zerounlearn demo`` through the CLI with SmolLM2 swapped for a tiny 19-layer Llama (same module
+``zerounlearn demo`` through the CLI with SmolLM2 swapped for a tiny 30-layer Llama (same module
 names, so the shipped SmolLM2 YAML applies unchanged). Everything else is the real thing: the
 YAML found inside the installed package, the built-in statistics corpus, the embedded perplexity
 text, the statistics cache under ``./data/stats`` and the edit.
@@ -35,7 +35,7 @@ from zerounlearn_editor.resources import hparams_path, shared_data_dir
 from tiny_models import tiny_llama, tiny_tokenizer
 
 tok = tiny_tokenizer()
-demo.load_model_and_tokenizer = lambda name, device="cpu", dtype=None: (tiny_llama(tok, layers=19), tok)
+demo.load_model_and_tokenizer = lambda name, device="cpu", dtype=None: (tiny_llama(tok, layers=30), tok)
 out = io.StringIO()
 with redirect_stdout(out):
     code = main(["demo", "--ppl-tokens", "600", "--quiet"])
