@@ -69,6 +69,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_unlearn(args: argparse.Namespace) -> int:
+    from .unlearn import format_unlearn, run_unlearn
+
+    result = run_unlearn(
+        args.hparams, args.facts, args.out, retain_file=args.retain, save=args.save, model_name=args.model,
+        device=args.device, dtype=args.dtype, corpus=args.corpus, ppl_tokens=args.ppl_tokens, ppl_text=args.ppl_text,
+        progress=not args.no_progress,
+    )
+    print(format_unlearn(result))
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import BenchConfig, parse_method_hparams, parse_seeds, run_bench, run_runfile
     from .bench.config import DEFAULT_METHODS, DEFAULT_PPL_TOKENS
@@ -192,6 +204,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ppl-tokens", type=int, default=20000)
     p.add_argument("--device", default="cpu")
     p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser(
+        "unlearn",
+        help="forget the facts of a file; print a before/after table; save the model or a PEFT LoRA adapter",
+        description="FILE: JSON, JSONL or YAML list of {prompt, subject, answer} (answer optional, only scored). "
+        "The method is the hparams file's alg_name. --save adapter writes a PEFT LoRA adapter of the edit "
+        "(PeftModel.from_pretrained(base, OUT)); --save model the edited model (safetensors) and tokenizer.",
+    )
+    p.add_argument("--hparams", required=True, help="ZeroUnlearn or ZeroUnlearn-GD YAML")
+    p.add_argument("--facts", required=True, metavar="FILE", help="facts to forget (.json, .jsonl, .yaml)")
+    p.add_argument("--out", default=None, metavar="DIR", help="output folder (model / adapter and unlearn_report.json)")
+    p.add_argument("--retain", default=None, metavar="FILE", help="facts to keep (needs a retain-aware YAML)")
+    p.add_argument("--save", choices=["model", "adapter", "none"], default="adapter")
+    p.add_argument("--model", default=None, help="model folder/name (default: the YAML's model_name)")
+    p.add_argument("--dtype", default=None, help="torch dtype to load the model in (default: the checkpoint's)")
+    p.add_argument("--corpus", default=None, help="statistics corpus (default: the YAML's mom2_dataset)")
+    p.add_argument("--ppl-tokens", type=int, default=2000, help="perplexity tokens (default 2000; 0 = off)")
+    p.add_argument("--ppl-text", default=None, help="perplexity text (default: WikiText-2 test of the shared data)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=_cmd_unlearn)
 
     p = sub.add_parser(
         "bench",
