@@ -175,9 +175,17 @@ def edit_deltas(
     return out
 
 
+def _readable(path: Path) -> None:
+    """Give a written file the usual ``0666 & ~umask`` mode (some writers create files 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_bytes(data)
+    _readable(tmp)
     os.replace(tmp, path)
 
 
@@ -301,6 +309,7 @@ def export_lora_adapter(
     weights_path = out / "adapter_model.safetensors"
     tmp = weights_path.with_name(f".{weights_path.name}.tmp-{os.getpid()}")
     save_file(tensors, str(tmp), metadata={"format": "pt"})
+    _readable(tmp)
     os.replace(tmp, weights_path)
     _atomic_write_bytes(out / "adapter_config.json", json.dumps(config_dict, indent=2, sort_keys=True).encode())
     files = {"adapter_model.safetensors": weights_path.stat().st_size,

@@ -85,6 +85,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import BenchConfig, parse_method_hparams, parse_seeds, run_bench, run_runfile
     from .bench.config import DEFAULT_METHODS, DEFAULT_PPL_TOKENS
 
+    if args.rounds is not None and args.runfile:
+        raise SystemExit("zerounlearn bench: --rounds cannot be combined with --runfile")
     if args.runfile:
         given = [f"--{k.replace('_', '-')}" for k in ("hparams", "data", "out", "seeds", "methods", "n", "ppl_tokens")
                  if getattr(args, k) is not None]
@@ -101,7 +103,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         hparams=args.hparams,
         data=args.data,
         seeds=parse_seeds(args.seeds or "1-10"),
-        methods=[m for m in (args.methods or ",".join(DEFAULT_METHODS)).split(",") if m.strip()],
+        methods=[m for m in (args.methods or ",".join(DEFAULT_METHODS if args.rounds is None else _round_methods())).split(",")
+                 if m.strip()],
         out=args.out,
         n=args.n if args.n is not None else 50,
         ppl_tokens=args.ppl_tokens if args.ppl_tokens is not None else DEFAULT_PPL_TOKENS,
@@ -117,9 +120,23 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         known_min_accuracy=args.known_min_accuracy,
         retain=args.retain,
     )
+    if args.rounds is not None:
+        from .bench.rounds import run_rounds
+
+        summary = run_rounds(config, args.rounds)
+        print(summary["table_markdown"])
+        if summary.get("plot"):
+            print(f"plot: {summary['plot']}")
+        return 0
     summary = run_bench(config)
     print(summary["table_markdown"])
     return 0
+
+
+def _round_methods() -> tuple:
+    from .bench.rounds import DEFAULT_ROUND_METHODS
+
+    return DEFAULT_ROUND_METHODS
 
 
 def _parse_shard(text: str) -> tuple[int, int]:
@@ -255,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retain", default=None, metavar="siblings:K",
                    help="retain set of the +R methods: K same-relation records per forget case, drawn from the "
                         "dataset but never a scored case or a subject of a scored prompt")
+    p.add_argument("--rounds", type=int, default=None, metavar="R",
+                   help="sequential unlearning: R rounds of --n facts each on the same model (default methods "
+                        "ZeroUnlearn,ZeroUnlearn-GD); writes rounds.md, rounds_summary.json, rounds.png")
     p.add_argument("--batch-size", type=int, default=32, help="probes per forward pass")
     p.add_argument("--device", default="cpu")
     p.add_argument("--runfile", default=None, help="YAML with runs: [{name, hparams, data, n, seeds, methods, out, ppl_tokens}]")
