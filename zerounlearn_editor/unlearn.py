@@ -289,6 +289,13 @@ def _num(value: Optional[float], digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _greedy_cell(text: str) -> str:
+    """A continuation as a table cell; an empty one (e.g. EOS first: special tokens are dropped) says so."""
+    if not text.strip():
+        return "(empty)"
+    return "`" + text.replace("\n", "\\n").replace("|", "\\|") + "`"
+
+
 def format_unlearn(result: UnlearnResult) -> str:
     """A markdown report of :func:`run_unlearn`'s result."""
     lines = [f"## {result.method}", ""]
@@ -301,11 +308,10 @@ def format_unlearn(result: UnlearnResult) -> str:
             "|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
-            greedy_before = r.greedy_before.replace("\n", "\\n").replace("|", "\\|")
-            greedy_after = r.greedy_after.replace("\n", "\\n").replace("|", "\\|")
             lines.append(
                 f"| {r.prompt} | {r.answer or '-'} | {_num(r.acc_before, 2)} | {_num(r.acc_after, 2)} | "
-                f"{_num(r.prob_before, 3)} | {_num(r.prob_after, 3)} | `{greedy_before}` | `{greedy_after}` |"
+                f"{_num(r.prob_before, 3)} | {_num(r.prob_after, 3)} | {_greedy_cell(r.greedy_before)} | "
+                f"{_greedy_cell(r.greedy_after)} |"
             )
         lines.append("")
     if result.ppl_before is not None and result.ppl_after is not None:
