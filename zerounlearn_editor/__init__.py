@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+from .adapters import NotLowRankError, export_lora_adapter
 from .easyedit import register_with_easyedit
 from .hparams import HParamsError, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
 from .pipeline import EditReport, restore_weights
@@ -22,6 +23,8 @@ __all__ = [
     "apply_zerounlearn_to_model",
     "apply_zerounlearn_gd_to_model",
     "register_with_easyedit",
+    "export_lora_adapter",
+    "NotLowRankError",
     "restore_weights",
     "EditReport",
     "HParamsError",

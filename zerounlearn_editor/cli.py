@@ -70,10 +70,24 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_unlearn(args: argparse.Namespace) -> int:
+    from .unlearn import format_unlearn, run_unlearn
+
+    result = run_unlearn(
+        args.hparams, args.facts, args.out, retain_file=args.retain, save=args.save, model_name=args.model,
+        device=args.device, dtype=args.dtype, corpus=args.corpus, ppl_tokens=args.ppl_tokens, ppl_text=args.ppl_text,
+        progress=not args.no_progress,
+    )
+    print(format_unlearn(result))
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import BenchConfig, parse_method_hparams, parse_seeds, run_bench, run_runfile
     from .bench.config import DEFAULT_METHODS, DEFAULT_PPL_TOKENS
 
+    if args.rounds is not None and args.runfile:
+        raise SystemExit("zerounlearn bench: --rounds cannot be combined with --runfile")
     if args.runfile:
         given = [f"--{k.replace('_', '-')}" for k in ("hparams", "data", "out", "seeds", "methods", "n", "ppl_tokens")
                  if getattr(args, k) is not None]
@@ -90,7 +104,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         hparams=args.hparams,
         data=args.data,
         seeds=parse_seeds(args.seeds or "1-10"),
-        methods=[m for m in (args.methods or ",".join(DEFAULT_METHODS)).split(",") if m.strip()],
+        methods=[m for m in (args.methods or ",".join(DEFAULT_METHODS if args.rounds is None else _round_methods())).split(",")
+                 if m.strip()],
         out=args.out,
         n=args.n if args.n is not None else 50,
         ppl_tokens=args.ppl_tokens if args.ppl_tokens is not None else DEFAULT_PPL_TOKENS,
@@ -107,9 +122,23 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         known_min_accuracy=args.known_min_accuracy,
         retain=args.retain,
     )
+    if args.rounds is not None:
+        from .bench.rounds import run_rounds
+
+        summary = run_rounds(config, args.rounds)
+        print(summary["table_markdown"])
+        if summary.get("plot"):
+            print(f"plot: {summary['plot']}")
+        return 0
     summary = run_bench(config)
     print(summary["table_markdown"])
     return 0
+
+
+def _round_methods() -> tuple:
+    from .bench.rounds import DEFAULT_ROUND_METHODS
+
+    return DEFAULT_ROUND_METHODS
 
 
 def _parse_shard(text: str) -> tuple[int, int]:
@@ -219,6 +248,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser(
+        "unlearn",
+        help="forget the facts of a file; print a before/after table; save the model or a PEFT LoRA adapter",
+        description="FILE: JSON, JSONL or YAML list of {prompt, subject, answer} (answer optional, only scored). "
+        "The method is the hparams file's alg_name. --save adapter writes a PEFT LoRA adapter of the edit "
+        "(PeftModel.from_pretrained(base, OUT)); --save model the edited model (safetensors) and tokenizer.",
+    )
+    p.add_argument("--hparams", required=True, help="ZeroUnlearn or ZeroUnlearn-GD YAML")
+    p.add_argument("--facts", required=True, metavar="FILE", help="facts to forget (.json, .jsonl, .yaml)")
+    p.add_argument("--out", default=None, metavar="DIR", help="output folder (model / adapter and unlearn_report.json)")
+    p.add_argument("--retain", default=None, metavar="FILE", help="facts to keep (needs a retain-aware YAML)")
+    p.add_argument("--save", choices=["model", "adapter", "none"], default="adapter")
+    p.add_argument("--model", default=None, help="model folder/name (default: the YAML's model_name)")
+    p.add_argument("--dtype", default=None, help="torch dtype to load the model in (default: the checkpoint's)")
+    p.add_argument("--corpus", default=None, help="statistics corpus (default: the YAML's mom2_dataset)")
+    p.add_argument("--ppl-tokens", type=int, default=2000, help="perplexity tokens (default 2000; 0 = off)")
+    p.add_argument("--ppl-text", default=None, help="perplexity text (default: WikiText-2 test of the shared data)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=_cmd_unlearn)
+
+    p = sub.add_parser(
         "bench",
         help="the paper's table: Eff/Gen/Spe/PPL (mean ± std over seeds) for every method",
         description="Per seed, sample n cases, edit them as one batch with every method, evaluate, restore. "
@@ -247,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retain", default=None, metavar="siblings:K",
                    help="retain set of the +R methods: K same-relation records per forget case, drawn from the "
                         "dataset but never a scored case or a subject of a scored prompt")
+    p.add_argument("--rounds", type=int, default=None, metavar="R",
+                   help="sequential unlearning: R rounds of --n facts each on the same model (default methods "
+                        "ZeroUnlearn,ZeroUnlearn-GD); writes rounds.md, rounds_summary.json, rounds.png")
     p.add_argument("--batch-size", type=int, default=32, help="probes per forward pass")
     p.add_argument("--device", default="cpu")
     p.add_argument("--runfile", default=None, help="YAML with runs: [{name, hparams, data, n, seeds, methods, out, ppl_tokens}]")

@@ -1,0 +1,130 @@
+"""``zerounlearn unlearn`` end to end on a tiny Llama saved to disk (adapter, model, errors)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from tiny_models import CORPUS, forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
+from zerounlearn_editor.cli import main
+from zerounlearn_editor.unlearn import REPORT_NAME, load_facts
+
+peft = pytest.importorskip("peft")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("unlearn")
+    tok = tiny_tokenizer()
+    model_dir = root / "tiny-model"
+    tiny_llama(tok).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    corpus = write_corpus(root / "corpus.jsonl")
+    (root / "ppl.txt").write_text(" ".join(CORPUS), encoding="utf-8")
+    facts = [{"prompt": r["prompt"], "subject": r["subject"], "answer": r["ground_truth"]} for r in forget_requests()]
+    facts[2].pop("answer")  # answers are optional
+    (root / "facts.json").write_text(json.dumps(facts), encoding="utf-8")
+    hparams = {}
+    for alg in ("ZeroUnlearn", "ZeroUnlearn-GD"):
+        config = tiny_hparams_dict(root / "stats", corpus, alg_name=alg, model_name=str(model_dir))
+        hparams[alg] = root / f"{alg}.yaml"
+        hparams[alg].write_text(yaml.safe_dump(config), encoding="utf-8")
+    return root, model_dir, hparams, tok
+
+
+def _run(setup, *extra):
+    root, _, _, _ = setup
+    return main(["unlearn", "--facts", str(root / "facts.json"), "--ppl-text", str(root / "ppl.txt"),
+                 "--ppl-tokens", "60", "--no-progress", *extra])
+
+
+def _logits(model, tok):
+    batch = tok(["the capital of france is paris", "many people live in london"], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        return model(**batch).logits
+
+
+@pytest.mark.parametrize("alg", ["ZeroUnlearn", "ZeroUnlearn-GD"])
+def test_unlearn_adapter_and_model_agree(setup, alg, capsys):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    root, model_dir, hparams, tok = setup
+    out_a, out_m = root / f"{alg}-adapter", root / f"{alg}-model"
+    assert _run(setup, "--hparams", str(hparams[alg]), "--out", str(out_a), "--save", "adapter") == 0
+    table = capsys.readouterr().out
+    assert "| the capital of france is | paris |" in table and "| the capital of japan is | - | - |" in table
+    assert "Perplexity (60 tokens):" in table and "LoRA adapter (r=" in table
+    assert _run(setup, "--hparams", str(hparams[alg]), "--out", str(out_m), "--save", "model") == 0
+
+    report = json.loads((out_a / REPORT_NAME).read_text())
+    assert report["method"] == alg and len(report["forgotten"]) == 3
+    assert report["forgotten"][2]["acc_before"] is None and report["forgotten"][0]["acc_before"] is not None
+    assert report["saved"]["r"] <= (2 if alg == "ZeroUnlearn" else 1) * 3
+    assert (out_m / "model.safetensors").is_file() and (out_m / "tokenizer.json").is_file()
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    logits_base = _logits(base, tok)
+    edited = AutoModelForCausalLM.from_pretrained(out_m).eval()
+    logits_edit = _logits(edited, tok)
+    assert float((logits_edit - logits_base).norm() / logits_base.norm()) > 1e-3
+    adapted = PeftModel.from_pretrained(base, str(out_a)).eval()
+    assert float((_logits(adapted, tok) - logits_edit).norm() / logits_edit.norm()) < 1e-4
+
+
+def test_adapter_refused_before_loading_for_projection_eps(setup, tmp_path, caplog):
+    root, model_dir, _, _ = setup
+    config = tiny_hparams_dict(root / "stats", root / "corpus.jsonl", model_name=str(tmp_path / "no-such-model"),
+                               projection_eps=0.1)
+    path = tmp_path / "eps.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    assert _run(setup, "--hparams", str(path), "--out", str(tmp_path / "o"), "--save", "adapter") == 2
+    assert "projection_eps is 0.1 > 0" in caplog.text and "--save model" in caplog.text
+
+
+def test_retain_needs_retain_weights(setup, tmp_path, caplog):
+    root, _, hparams, _ = setup
+    retain = tmp_path / "keep.yaml"
+    retain.write_text("- {prompt: the capital of italy is, subject: italy, answer: rome}\n", encoding="utf-8")
+    assert _run(setup, "--hparams", str(hparams["ZeroUnlearn"]), "--retain", str(retain), "--save", "none") == 2
+    assert "retain weights" in caplog.text
+
+
+def test_retain_aware_run_scores_retain_facts(setup, tmp_path, capsys):
+    root, model_dir, _, _ = setup
+    config = tiny_hparams_dict(root / "stats", root / "corpus.jsonl", alg_name="ZeroUnlearn-GD",
+                               model_name=str(model_dir), retain_nullspace_weight=1.0)
+    path = tmp_path / "gd-retain.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    retain = tmp_path / "keep.yaml"
+    retain.write_text("- {prompt: the capital of italy is, subject: italy, answer: rome}\n", encoding="utf-8")
+    assert _run(setup, "--hparams", str(path), "--retain", str(retain), "--out", str(tmp_path / "o")) == 0
+    out = capsys.readouterr().out
+    assert "### Retain facts" in out and "| the capital of italy is | rome |" in out
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('[{"prompt": "the capital of france is"}]', r"facts.json: record 0: field 'subject': missing"),
+        ('[{"prompt": "the capital of france is", "subject": "spain"}]', r"record 0: field 'subject' 'spain' does not occur"),
+        ('[{"prompt": "a b", "subject": "a", "answr": "x"}]', r"record 0: unknown field\(s\) \['answr'\]"),
+        ('[{"prompt": "a b", "subject": "a", "answer": ""}]', r"record 0: field 'answer' must be a non-empty string"),
+        ("{}", r"expected a list of facts to forget"),
+    ],
+)
+def test_bad_facts_files_are_named(tmp_path, content, message):
+    path = tmp_path / "facts.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        load_facts(path)
+
+
+def test_bad_save_mode_and_missing_out(setup):
+    root, _, hparams, _ = setup
+    with pytest.raises(SystemExit):
+        _run(setup, "--hparams", str(hparams["ZeroUnlearn"]), "--save", "weights")
+    assert _run(setup, "--hparams", str(hparams["ZeroUnlearn"]), "--save", "adapter") == 2

@@ -1,0 +1,327 @@
+"""``zerounlearn unlearn``: forget the facts of a file, show the effect, save the model or an adapter.
+
+The facts file is a JSON / JSONL / YAML list of ``{"prompt", "subject", "answer"}`` mappings
+(``answer`` optional: it is only scored, never used by the edit; ``target_new`` optional: a
+neutral target other than the YAML's). The method is the hparams file's ``alg_name``.
+Results: a before/after table (teacher-forced answer accuracy and probability, greedy
+continuation) of the forgotten facts and of the retain facts that have answers, the
+perplexity change, and in ``--out``:
+
+* ``--save model``: ``save_pretrained`` of the edited model (safetensors) and tokenizer;
+* ``--save adapter``: a PEFT LoRA adapter of the edit (:func:`~zerounlearn_editor.adapters.export_lora_adapter`);
+* always ``unlearn_report.json`` (the table's numbers, settings, stage times).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from .adapters import AdapterReport, export_lora_adapter
+from .data.types import Probe
+from .evaluation.generation import generate_greedy
+from .evaluation.metrics import evaluate_probes
+from .evaluation.perplexity import perplexity
+from .hparams import HParamsError, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams, load_config_file
+from .pipeline import EditReport
+from .record_files import RecordFileError, read_record_list, require_fields
+from .retain import load_retain_file
+
+__all__ = [
+    "SAVE_MODES",
+    "UnlearnRow",
+    "UnlearnResult",
+    "load_method",
+    "load_facts",
+    "edit_rank_bound",
+    "run_unlearn",
+    "format_unlearn",
+]
+
+LOG = logging.getLogger(__name__)
+
+SAVE_MODES = ("model", "adapter", "none")
+_FACT_FIELDS = ("prompt", "subject", "answer", "ground_truth", "target_new")
+REPORT_NAME = "unlearn_report.json"
+
+
+def load_method(hparams_file: Union[str, Path]) -> Tuple[Any, Callable[..., Any]]:
+    """``(hparams, apply function)`` chosen by the file's ``alg_name`` (ZeroUnlearn / ZeroUnlearn-GD)."""
+    from .zerounlearn_gd_main import apply_zerounlearn_gd_to_model
+    from .zerounlearn_main import apply_zerounlearn_to_model
+
+    methods = {
+        "ZeroUnlearn": (ZeroUnlearnHyperParams, apply_zerounlearn_to_model),
+        "ZeroUnlearn-GD": (ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model),
+    }
+    alg = load_config_file(hparams_file).get("alg_name")
+    if alg not in methods:
+        raise HParamsError(f"{hparams_file}: key 'alg_name' must be ZeroUnlearn or ZeroUnlearn-GD, got {alg!r}")
+    cls, apply = methods[alg]
+    return cls.from_hparams(hparams_file), apply
+
+
+def load_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
+    """Edit requests from a facts file; errors name the file, record index and field."""
+    records = read_record_list(path, what="facts to forget")
+    require_fields(records, ("prompt", "subject"), path)
+    requests = []
+    for index, record in enumerate(records):
+        unknown = sorted(set(record) - set(_FACT_FIELDS))
+        if unknown:
+            raise RecordFileError(f"{path}: record {index}: unknown field(s) {unknown} (allowed: prompt, subject, answer, target_new)")
+        if "answer" in record and "ground_truth" in record:
+            raise RecordFileError(f"{path}: record {index}: give 'answer' or 'ground_truth', not both")
+        answer = record.get("answer", record.get("ground_truth"))
+        if answer is not None and (not isinstance(answer, str) or not answer.strip()):
+            raise RecordFileError(f"{path}: record {index}: field 'answer' must be a non-empty string, got {answer!r}")
+        if record["subject"] not in record["prompt"]:
+            raise RecordFileError(
+                f"{path}: record {index}: field 'subject' {record['subject']!r} does not occur in the prompt {record['prompt']!r}"
+            )
+        request = {"prompt": record["prompt"], "subject": record["subject"], "ground_truth": answer}
+        if "target_new" in record:
+            request["target_new"] = record["target_new"]
+        requests.append(request)
+    return requests
+
+
+def edit_rank_bound(hparams: Any, n: int) -> int:
+    """The largest rank the edit's change of one weight can have: ``n`` (GD) or ``2n`` (ZeroUnlearn, eps 0)."""
+    return n if isinstance(hparams, ZeroUnlearnGDHyperParams) else 2 * n
+
+
+def check_adapter_possible(hparams: Any) -> None:
+    """Refuse ``--save adapter`` before editing when the edit cannot be low rank."""
+    if isinstance(hparams, ZeroUnlearnHyperParams) and hparams.projection_eps > 0:
+        raise HParamsError(
+            f"--save adapter: projection_eps is {hparams.projection_eps} > 0, so ZeroUnlearn's P = (1 + eps) I - V V^T "
+            f"scales the whole weight and the change W' - W is full rank (no small adapter); set projection_eps: 0 "
+            f"or use --save model"
+        )
+
+
+@dataclass
+class UnlearnRow:
+    prompt: str
+    answer: Optional[str]
+    acc_before: Optional[float]
+    acc_after: Optional[float]
+    prob_before: Optional[float]
+    prob_after: Optional[float]
+    greedy_before: str
+    greedy_after: str
+
+
+@dataclass
+class UnlearnResult:
+    method: str
+    forgotten: List[UnlearnRow]
+    kept: List[UnlearnRow]
+    ppl_before: Optional[float]
+    ppl_after: Optional[float]
+    ppl_tokens: int
+    seconds: Dict[str, float] = field(default_factory=dict)
+    saved: Dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def _measure(model, tok, facts: Sequence[Dict[str, Any]], new_tokens: int, batch_size: int) -> Dict[str, List[Any]]:
+    with_answer = [i for i, f in enumerate(facts) if f.get("ground_truth")]
+    scores = evaluate_probes(model, tok, [Probe(facts[i]["prompt"], facts[i]["ground_truth"]) for i in with_answer], batch_size)
+    acc: List[Optional[float]] = [None] * len(facts)
+    prob: List[Optional[float]] = [None] * len(facts)
+    for j, i in enumerate(with_answer):
+        acc[i], prob[i] = scores["acc"][j], scores["prob"][j]
+    greedy = generate_greedy(model, tok, [f["prompt"] for f in facts], new_tokens, batch_size)
+    return {"acc": acc, "prob": prob, "greedy": greedy}
+
+
+def _rows(facts, before, after) -> List[UnlearnRow]:
+    return [
+        UnlearnRow(f["prompt"], f.get("ground_truth"), before["acc"][i], after["acc"][i], before["prob"][i],
+                   after["prob"][i], before["greedy"][i], after["greedy"][i])
+        for i, f in enumerate(facts)
+    ]
+
+
+def _default_ppl_text() -> Optional[Path]:
+    from .resources import shared_file
+
+    try:
+        return shared_file("text/wikitext2_raw_test.txt")
+    except FileNotFoundError as exc:
+        LOG.warning("no perplexity text: %s; perplexity skipped (give --ppl-text)", exc)
+        return None
+
+
+def run_unlearn(
+    hparams_file: Union[str, Path],
+    facts_file: Union[str, Path],
+    out_dir: Optional[Union[str, Path]],
+    retain_file: Optional[Union[str, Path]] = None,
+    save: str = "adapter",
+    model_name: Optional[str] = None,
+    device: str = "cpu",
+    dtype: Optional[str] = None,
+    corpus: Optional[str] = None,
+    ppl_tokens: int = 2000,
+    ppl_text: Optional[Union[str, Path]] = None,
+    new_tokens: int = 8,
+    batch_size: int = 16,
+    progress: bool = True,
+) -> UnlearnResult:
+    """Unlearn the facts of ``facts_file`` and save the result (see module docstring).
+
+    All inputs (hparams, facts, retain file, save mode) are checked before the model is loaded.
+    ``ppl_tokens`` tokens of ``ppl_text`` (default: WikiText-2 test from the shared data
+    folder) give the perplexity before/after; 0 turns it off.
+    """
+    from .model_zoo import load_model_and_tokenizer, resolve_model_path
+
+    if save not in SAVE_MODES:
+        raise ValueError(f"--save must be one of {SAVE_MODES}, got {save!r}")
+    if save != "none" and out_dir is None:
+        raise ValueError(f"--save {save} needs --out")
+    hparams, apply = load_method(hparams_file)
+    facts = load_facts(facts_file)
+    if retain_file:
+        load_retain_file(retain_file)  # errors name the file, record and field
+        if not any(v > 0 for v in hparams.retain_weights().values()):
+            raise HParamsError(
+                f"--retain given, but the retain weights {sorted(hparams.retain_weights())} of {hparams_file} are all 0 "
+                f"(the paper's method ignores a retain set); use a retain-aware YAML, e.g. hparams/{hparams.alg_name}/<model>-retain.yaml"
+            )
+    retain_facts: List[Dict[str, Any]] = []
+    if retain_file:
+        retain_facts = [
+            {"prompt": r["prompt"], "ground_truth": r.get("answer", r.get("ground_truth"))}
+            for r in read_record_list(retain_file, what="retain facts")
+        ]
+        retain_facts = [r for r in retain_facts if isinstance(r["ground_truth"], str) and r["ground_truth"].strip()]
+    if save == "adapter":
+        check_adapter_possible(hparams)
+    seconds: Dict[str, float] = {}
+
+    start = time.perf_counter()
+    name = model_name or hparams.model_name
+    model, tok = load_model_and_tokenizer(name, device=device, dtype=dtype)
+    seconds["load"] = time.perf_counter() - start
+    text = None
+    if ppl_tokens > 0:
+        text = Path(ppl_text) if ppl_text else _default_ppl_text()
+
+    start = time.perf_counter()
+    LOG.info("scoring %d facts (and %d retain facts) before the edit", len(facts), len(retain_facts))
+    forget_before = _measure(model, tok, facts, new_tokens, batch_size)
+    kept_before = _measure(model, tok, retain_facts, new_tokens, batch_size) if retain_facts else None
+    ppl_before = perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None
+    seconds["evaluate_before"] = time.perf_counter() - start
+
+    report = EditReport()
+    start = time.perf_counter()
+    LOG.info("unlearning %d facts with %s (layers %s)", len(facts), hparams.alg_name, hparams.layers)
+    kwargs: Dict[str, Any] = dict(return_orig_weights=True, report=report, progress=progress)
+    if corpus:
+        kwargs["corpus"] = corpus
+    if retain_file:
+        kwargs["retain"] = str(retain_file)
+    model, weights_copy = apply(model, tok, facts, hparams, **kwargs)
+    seconds["unlearn"] = time.perf_counter() - start
+    seconds.update({f"unlearn.{k}": v for k, v in report.timings.items()})
+
+    start = time.perf_counter()
+    forget_after = _measure(model, tok, facts, new_tokens, batch_size)
+    kept_after = _measure(model, tok, retain_facts, new_tokens, batch_size) if retain_facts else None
+    ppl_after = perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None
+    seconds["evaluate_after"] = time.perf_counter() - start
+
+    result = UnlearnResult(
+        method=hparams.alg_name,
+        forgotten=_rows(facts, forget_before, forget_after),
+        kept=_rows(retain_facts, kept_before, kept_after) if retain_facts else [],
+        ppl_before=ppl_before,
+        ppl_after=ppl_after,
+        ppl_tokens=ppl_tokens if text else 0,
+        seconds=seconds,
+    )
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        if save == "model":
+            model.save_pretrained(out, safe_serialization=True)
+            tok.save_pretrained(out)
+            result.saved = {"mode": "model", "dir": str(out)}
+            LOG.info("edited model and tokenizer saved to %s", out)
+        elif save == "adapter":
+            adapter: AdapterReport = export_lora_adapter(
+                weights_copy,
+                model,
+                out,
+                max_rank=edit_rank_bound(hparams, len(facts)),
+                base_model_name_or_path=resolve_model_path(name),
+                metadata=dict(method=hparams.alg_name, hparams_file=str(hparams_file), facts_file=str(facts_file),
+                              n_facts=len(facts), rank_bound=edit_rank_bound(hparams, len(facts))),
+            )
+            result.saved = {"mode": "adapter", "dir": str(out), "r": adapter.r, "size_bytes": adapter.size_bytes,
+                            "layers": [asdict(l) for l in adapter.layers]}
+        else:
+            result.saved = {"mode": "none"}
+        seconds["save"] = time.perf_counter() - start
+        path = out / REPORT_NAME
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(dict(result.to_dict(), hparams_file=str(hparams_file), facts_file=str(facts_file),
+                                       retain_file=str(retain_file) if retain_file else None), indent=2), encoding="utf-8")
+        os.replace(tmp, path)
+    return result
+
+
+def _num(value: Optional[float], digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _greedy_cell(text: str) -> str:
+    """A continuation as a table cell; an empty one (e.g. EOS first: special tokens are dropped) says so."""
+    if not text.strip():
+        return "(empty)"
+    return "`" + text.replace("\n", "\\n").replace("|", "\\|") + "`"
+
+
+def format_unlearn(result: UnlearnResult) -> str:
+    """A markdown report of :func:`run_unlearn`'s result."""
+    lines = [f"## {result.method}", ""]
+    sections = [("Forgotten facts", result.forgotten)] + ([("Retain facts", result.kept)] if result.kept else [])
+    for title, rows in sections:
+        lines += [
+            f"### {title}",
+            "",
+            "| prompt | answer | acc before | acc after | p before | p after | greedy before | greedy after |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            lines.append(
+                f"| {r.prompt} | {r.answer or '-'} | {_num(r.acc_before, 2)} | {_num(r.acc_after, 2)} | "
+                f"{_num(r.prob_before, 3)} | {_num(r.prob_after, 3)} | {_greedy_cell(r.greedy_before)} | "
+                f"{_greedy_cell(r.greedy_after)} |"
+            )
+        lines.append("")
+    if result.ppl_before is not None and result.ppl_after is not None:
+        change = 100.0 * (result.ppl_after / result.ppl_before - 1.0)
+        lines.append(f"Perplexity ({result.ppl_tokens} tokens): {result.ppl_before:.2f} -> {result.ppl_after:.2f} ({change:+.2f}%)")
+    saved = result.saved
+    if saved.get("mode") == "adapter":
+        ranks = ", ".join(f"{l['module']} r={l['rank']} residual {l['relative_residual']:.1e}" for l in saved["layers"])
+        lines.append(f"LoRA adapter (r={saved['r']}, {saved['size_bytes'] / 1024:.1f} KiB) -> {saved['dir']}: {ranks}")
+    elif saved.get("mode") == "model":
+        lines.append(f"Edited model and tokenizer -> {saved['dir']}")
+    lines.append("Stage times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
+    return "\n".join(lines)
