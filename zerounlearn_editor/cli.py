@@ -161,6 +161,25 @@ def _cmd_bench_speed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_utility(args: argparse.Namespace) -> int:
+    from .bench.config import parse_method_hparams
+    from .utility import UtilityConfig, format_utility_table, parse_tasks, run_utility
+
+    methods = [m.strip() for m in args.method.split(",") if m.strip()]
+    if methods and methods[0] != "base" and not args.no_base:
+        methods = ["base", *methods]
+    payload = run_utility(UtilityConfig(
+        hparams=args.hparams, tasks=parse_tasks(args.tasks), out=args.out, n=args.n, shots=args.shots, seed=args.seed,
+        methods=methods, data=args.data, data_path=args.data_path, n_forget=args.n_forget,
+        method_hparams=parse_method_hparams(args.method_hparams), model=args.model, device=args.device,
+        batch_size=args.batch_size, data_dir=args.data_dir,
+        plot=args.plot if args.plot is not None else str(Path(args.out).with_suffix(".png")),
+        progress=not args.no_progress,
+    ))
+    print(format_utility_table(payload))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zerounlearn", description="ZeroUnlearn / ZeroUnlearn-GD fact unlearning")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -263,6 +282,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/speed/speed.json")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_bench_speed)
+
+    p = sub.add_parser(
+        "utility",
+        help="downstream accuracy (sst2, mrpc, cola, rte, nli, mmlu) of the unedited model and after each method",
+        description="Few-shot prompts; the answer is the label word (or choice letter) with the highest "
+        "log-probability. Writes OUT (JSON) and a task x method bar chart beside it (needs matplotlib).",
+    )
+    p.add_argument("--hparams", required=True, help="main ZeroUnlearn(-GD) YAML: model, statistics (as for bench)")
+    p.add_argument("--model", default=None, help="model folder/name (default: the YAML's model_name)")
+    p.add_argument("--tasks", default="sst2,mrpc,cola,rte,nli,mmlu", help="comma list, or all")
+    p.add_argument("--n", type=int, default=50, help="scored items per task (default 50)")
+    p.add_argument("--shots", type=int, default=3, help="solved examples before each query (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="draw of the scored items and of the forget cases")
+    p.add_argument("--method", default="base",
+                   help="comma list of bench methods to edit with first (base = unedited; base is prepended unless --no-base)")
+    p.add_argument("--no-base", action="store_true", help="do not add the unedited model's row")
+    p.add_argument("--data", default=None, help="forget dataset name or file (needed by an editing method)")
+    p.add_argument("--data-path", default=None)
+    p.add_argument("--n-forget", type=int, default=10, help="forget cases edited as one batch (default 10)")
+    p.add_argument("--method-hparams", action="append", default=[], metavar="NAME=PATH")
+    p.add_argument("--data-dir", default=None, help="utility data folder (default ../shared/data/utility)")
+    p.add_argument("--out", required=True, help="output JSON")
+    p.add_argument("--plot", default=None, help="chart PNG (default: OUT with .png)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_utility)
 
     return parser
 
