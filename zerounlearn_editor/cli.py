@@ -257,6 +257,36 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_pca(args: argparse.Namespace) -> int:
+    from .bench.config import parse_method_hparams
+    from .pca_shift import PcaConfig, run_pca
+
+    result = run_pca(PcaConfig(
+        hparams=args.hparams, data=args.data, out=args.out, n=args.n, seed=args.seed, layer=args.layer,
+        methods=[m.strip() for m in args.methods.split(",") if m.strip()],
+        method_hparams=parse_method_hparams(args.method_hparams), data_path=args.data_path, model=args.model,
+        device=args.device, progress=not args.no_progress,
+    ))
+    print(f"{result['module']}, {result['n']} forget samples; base PC1/PC2 explain "
+          f"{100 * result['explained_variance_ratio'][0]:.1f}% / {100 * result['explained_variance_ratio'][1]:.1f}%")
+    print("| Method | mean displacement (base spreads) | moved variance fraction | in PC1-PC2 plane |\n|---|---|---|---|")
+    for name, m in result["methods"].items():
+        print(f"| {name} | {m['mean_displacement']:.3f} | {m['moved_variance_fraction']:.3f} | {m['displacement_in_pc_plane']:.3f} |")
+    for name, reason in result["skipped"].items():
+        print(f"| {name} | {reason} | | |")
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from .summary_plot import collect_points, format_points, plot_summaries
+
+    methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
+    points = collect_points(args.summaries, methods)
+    plot_summaries(points, args.out)
+    print(format_points(points))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zerounlearn", description="ZeroUnlearn / ZeroUnlearn-GD fact unlearning")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -427,6 +457,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_init_hparams)
+
+    p = sub.add_parser(
+        "pca",
+        help="PCA of the forget samples' MLP outputs at an edited layer, before and after each method",
+        description="Writes OUT (PNG) and OUT with .json: 2-D coordinates on the base model's first two principal "
+        "components and, per method, the mean displacement in base spreads and the fraction of variance moved.",
+    )
+    p.add_argument("--hparams", required=True, help="main ZeroUnlearn(-GD) YAML (model, statistics, layers)")
+    p.add_argument("--model", default=None)
+    p.add_argument("--data", required=True, help="forget dataset name or file")
+    p.add_argument("--data-path", default=None)
+    p.add_argument("--n", type=int, default=50, help="forget samples, edited as one batch (default 50)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--layer", type=int, default=None, help="layer to read (default: the YAML's last edited layer)")
+    p.add_argument("--methods", default="ZeroUnlearn,ZeroUnlearn-GD,GA,MEMIT,AlphaEdit",
+                   help="bench methods (MEMIT/AlphaEdit need EasyEdit; skipped otherwise)")
+    p.add_argument("--method-hparams", action="append", default=[], metavar="NAME=PATH")
+    p.add_argument("--out", required=True, help="figure PNG (numbers go to the same name with .json)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_pca)
+
+    p = sub.add_parser("plot", help="Eff vs Spe and Eff vs PPL scatter (mean ± std over seeds) from bench summary.json files")
+    p.add_argument("summaries", nargs="+", help="summary.json files of zerounlearn bench (one point per method and file)")
+    p.add_argument("--methods", default=None, help="only these methods (comma list)")
+    p.add_argument("--out", required=True, help="PNG file")
+    p.set_defaults(func=_cmd_plot)
 
     return parser
 
