@@ -207,6 +207,132 @@ def _add_data_dir(p: argparse.ArgumentParser) -> None:
                         "else ../shared/data beside the working directory or the checkout")
 
 
+def _cmd_utility(args: argparse.Namespace) -> int:
+    from .bench.config import parse_method_hparams
+    from .utility import UtilityConfig, format_utility_table, parse_tasks, run_utility
+
+    methods = [m.strip() for m in args.method.split(",") if m.strip()]
+    if methods and methods[0] != "base" and not args.no_base:
+        methods = ["base", *methods]
+    payload = run_utility(UtilityConfig(
+        hparams=args.hparams, tasks=parse_tasks(args.tasks), out=args.out, n=args.n, shots=args.shots, seed=args.seed,
+        methods=methods, data=args.data, data_path=args.data_path, n_forget=args.n_forget,
+        method_hparams=parse_method_hparams(args.method_hparams), model=args.model, device=args.device,
+        batch_size=args.batch_size, data_dir=args.data_dir,
+        plot=args.plot if args.plot is not None else str(Path(args.out).with_suffix(".png")),
+        progress=not args.no_progress,
+    ))
+    print(format_utility_table(payload))
+    return 0
+
+
+def _trace_facts_for(model, tok, data: str, data_path, n: int, seed: int, include_unknown: bool):
+    """``n`` facts of ``data`` (shuffled with ``seed``) the model knows (or any, with ``include_unknown``)."""
+    import random
+
+    from .causal_trace import TraceFact, known_facts
+    from .data.registry import load_cases
+
+    cases = list(load_cases(data, path=data_path))
+    random.Random(seed).shuffle(cases)
+    if include_unknown:
+        facts = [TraceFact(c.request["prompt"], c.request["subject"], c.request["ground_truth"]) for c in cases[:n]]
+    else:
+        facts = known_facts(model, tok, cases, n)
+    if not facts:
+        raise ValueError(f"the model knows none of the {len(cases)} facts of {data} (first answer token not its argmax); "
+                         "pass --include-unknown to trace them anyway, or give --layers explicitly")
+    if len(facts) < n:
+        LOG.warning("only %d known facts of %s (asked for %d)", len(facts), data, n)
+    return facts
+
+
+def _cmd_trace(args: argparse.Namespace) -> int:
+    import json
+
+    from .bench.files import write_json_atomic
+    from .causal_trace import TraceSettings, plot_trace, trace_facts
+    from .model_zoo import load_model_and_tokenizer
+
+    hparams = _load_hparams(args.hparams) if args.hparams else None
+    name = args.model or (hparams.model_name if hparams else None)
+    if name is None:
+        raise SystemExit("zerounlearn trace: --model or --hparams required")
+    width = args.width or (len(hparams.layers) if hparams else 3)
+    model, tok = load_model_and_tokenizer(str(name), device=args.device)
+    facts = _trace_facts_for(model, tok, args.data, args.data_path, args.n, args.seed, args.include_unknown)
+    settings = TraceSettings(noise=args.noise, samples=args.samples, window=args.window, seed=args.seed, width=width)
+    result = trace_facts(model, tok, facts, settings, progress=not args.no_progress)
+    result.update(model=str(name), data=args.data)
+    out = Path(args.out)
+    write_json_atomic(out / "trace.json", result)
+    plot_trace(result, out / "trace.png")
+    best = max(range(result["num_layers"]), key=lambda l: result["indirect_effect"]["mlp"][l])
+    print(f"{len(facts)} facts, p(clean) {result['p_clean']:.3f}, p(corrupted) {result['p_corrupt']:.3f}; "
+          f"MLP effect peaks at layer {best} (+{result['indirect_effect']['mlp'][best]:.3f}) -> {out / 'trace.json'}")
+    print(f"layers: {json.dumps(result['suggested_layers'])}")
+    return 0
+
+
+def _cmd_init_hparams(args: argparse.Namespace) -> int:
+    from .bench.files import read_json
+    from .causal_trace import TraceSettings, trace_facts
+    from .hparams import load_config_file
+    from .init_hparams import build_hparams, nearest_shipped_yaml, parse_layers, parse_overrides, write_hparams
+    from .architectures import detect_templates
+    from .model_access import num_hidden_layers
+    from .model_zoo import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(args.model, device=args.device)
+    layers = parse_layers(args.layers, num_hidden_layers(model))
+    note = f"layers given ({args.layers})"
+    if layers is None:
+        if args.trace:
+            layers = [int(l) for l in read_json(args.trace)["suggested_layers"]]
+            note = f"layers from the causal trace {args.trace}"
+        else:
+            width = args.width or len(load_config_file(nearest_shipped_yaml(args.method, detect_templates(model)))["layers"])
+            facts = _trace_facts_for(model, tok, args.trace_data, None, args.trace_n, 0, args.include_unknown)
+            result = trace_facts(model, tok, facts, TraceSettings(width=width), progress=not args.no_progress)
+            layers = result["suggested_layers"]
+            note = f"layers from a causal trace of {len(facts)} {args.trace_data} facts"
+    config, base = build_hparams(model, args.model, args.method, layers, parse_overrides(args.set))
+    path = write_hparams(config, base, args.out, note)
+    print(f"{args.method} hparams for {args.model} ({config['rewrite_module_tmp']}), base {base.name}, {note} -> {path}")
+    print(f"layers: {config['layers']}")
+    return 0
+
+
+def _cmd_pca(args: argparse.Namespace) -> int:
+    from .bench.config import parse_method_hparams
+    from .pca_shift import PcaConfig, run_pca
+
+    result = run_pca(PcaConfig(
+        hparams=args.hparams, data=args.data, out=args.out, n=args.n, seed=args.seed, layer=args.layer,
+        methods=[m.strip() for m in args.methods.split(",") if m.strip()],
+        method_hparams=parse_method_hparams(args.method_hparams), data_path=args.data_path, model=args.model,
+        device=args.device, progress=not args.no_progress,
+    ))
+    print(f"{result['module']}, {result['n']} forget samples; base PC1/PC2 explain "
+          f"{100 * result['explained_variance_ratio'][0]:.1f}% / {100 * result['explained_variance_ratio'][1]:.1f}%")
+    print("| Method | mean displacement (base spreads) | moved variance fraction | in PC1-PC2 plane |\n|---|---|---|---|")
+    for name, m in result["methods"].items():
+        print(f"| {name} | {m['mean_displacement']:.3f} | {m['moved_variance_fraction']:.3f} | {m['displacement_in_pc_plane']:.3f} |")
+    for name, reason in result["skipped"].items():
+        print(f"| {name} | {reason} | | |")
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from .summary_plot import collect_points, format_points, plot_summaries
+
+    methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
+    points = collect_points(args.summaries, methods)
+    plot_summaries(points, args.out)
+    print(format_points(points))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zerounlearn", description="ZeroUnlearn / ZeroUnlearn-GD fact unlearning")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -344,6 +470,101 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     _add_data_dir(p)
     p.set_defaults(func=_cmd_bench_speed)
+
+    p = sub.add_parser(
+        "utility",
+        help="downstream accuracy (sst2, mrpc, cola, rte, nli, mmlu) of the unedited model and after each method",
+        description="Few-shot prompts; the answer is the label word (or choice letter) with the highest "
+        "log-probability. Writes OUT (JSON) and a task x method bar chart beside it (needs matplotlib).",
+    )
+    p.add_argument("--hparams", required=True, help="main ZeroUnlearn(-GD) YAML: model, statistics (as for bench)")
+    p.add_argument("--model", default=None, help="model folder/name (default: the YAML's model_name)")
+    p.add_argument("--tasks", default="sst2,mrpc,cola,rte,nli,mmlu", help="comma list, or all")
+    p.add_argument("--n", type=int, default=50, help="scored items per task (default 50)")
+    p.add_argument("--shots", type=int, default=3, help="solved examples before each query (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="draw of the scored items and of the forget cases")
+    p.add_argument("--method", default="base",
+                   help="comma list of bench methods to edit with first (base = unedited; base is prepended unless --no-base)")
+    p.add_argument("--no-base", action="store_true", help="do not add the unedited model's row")
+    p.add_argument("--data", default=None, help="forget dataset name or file (needed by an editing method)")
+    p.add_argument("--data-path", default=None)
+    p.add_argument("--n-forget", type=int, default=10, help="forget cases edited as one batch (default 10)")
+    p.add_argument("--method-hparams", action="append", default=[], metavar="NAME=PATH")
+    p.add_argument("--data-dir", default=None, help="utility data folder (default ../shared/data/utility)")
+    p.add_argument("--out", required=True, help="output JSON")
+    p.add_argument("--plot", default=None, help="chart PNG (default: OUT with .png)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_utility)
+
+    p = sub.add_parser(
+        "trace",
+        help="ROME-style causal tracing of known facts: which layers carry them (suggests `layers`)",
+        description="Corrupt the subject embeddings with seeded Gaussian noise, restore one layer's clean state at the "
+        "subject's last token (residual; MLP / attention over a window of layers) and measure the recovered "
+        "probability of the true answer. Writes OUT/trace.json and OUT/trace.png; the last line is the suggested layers.",
+    )
+    p.add_argument("--hparams", default=None, help="YAML giving the model (and the window width = its number of layers)")
+    p.add_argument("--model", default=None, help="model folder/name (default: the YAML's model_name)")
+    p.add_argument("--data", default="counterfact", help="dataset name or file of facts (default counterfact)")
+    p.add_argument("--data-path", default=None)
+    p.add_argument("--n", type=int, default=10, help="known facts to trace (default 10)")
+    p.add_argument("--include-unknown", action="store_true", help="trace facts the model does not predict too")
+    p.add_argument("--samples", type=int, default=10, help="noise draws per fact (default 10)")
+    p.add_argument("--noise", type=float, default=3.0, help="noise std in units of the subject embeddings' std (default 3)")
+    p.add_argument("--window", type=int, default=10, help="layers restored together for MLP/attention (default 10)")
+    p.add_argument("--width", type=int, default=None, help="suggested window width (default: the YAML's layer count, else 3)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_trace)
+
+    p = sub.add_parser(
+        "init-hparams",
+        help="write a working ZeroUnlearn(-GD) YAML for a Hugging Face model (Llama, Mistral, Qwen2/3, Gemma, GPT-2)",
+    )
+    p.add_argument("--model", required=True, help="model folder/name")
+    p.add_argument("--method", required=True, choices=["ZeroUnlearn", "ZeroUnlearn-GD"])
+    p.add_argument("--layers", default="auto", help="auto (causal trace), a,b,c or a-b")
+    p.add_argument("--trace", default=None, help="with --layers auto: a trace.json of `zerounlearn trace` to take them from")
+    p.add_argument("--trace-data", default="counterfact", help="facts for the auto trace (default counterfact)")
+    p.add_argument("--trace-n", type=int, default=10)
+    p.add_argument("--include-unknown", action="store_true", help="auto trace: use facts the model does not know too")
+    p.add_argument("--width", type=int, default=None, help="auto: number of layers (default: the nearest shipped YAML's)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key (YAML value); repeatable")
+    p.add_argument("--out", required=True, help="YAML file to write")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_init_hparams)
+
+    p = sub.add_parser(
+        "pca",
+        help="PCA of the forget samples' MLP outputs at an edited layer, before and after each method",
+        description="Writes OUT (PNG) and OUT with .json: 2-D coordinates on the base model's first two principal "
+        "components and, per method, the mean displacement in base spreads and the fraction of variance moved.",
+    )
+    p.add_argument("--hparams", required=True, help="main ZeroUnlearn(-GD) YAML (model, statistics, layers)")
+    p.add_argument("--model", default=None)
+    p.add_argument("--data", required=True, help="forget dataset name or file")
+    p.add_argument("--data-path", default=None)
+    p.add_argument("--n", type=int, default=50, help="forget samples, edited as one batch (default 50)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--layer", type=int, default=None, help="layer to read (default: the YAML's last edited layer)")
+    p.add_argument("--methods", default="ZeroUnlearn,ZeroUnlearn-GD,GA,MEMIT,AlphaEdit",
+                   help="bench methods (MEMIT/AlphaEdit need EasyEdit; skipped otherwise)")
+    p.add_argument("--method-hparams", action="append", default=[], metavar="NAME=PATH")
+    p.add_argument("--out", required=True, help="figure PNG (numbers go to the same name with .json)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_pca)
+
+    p = sub.add_parser("plot", help="Eff vs Spe and Eff vs PPL scatter (mean ± std over seeds) from bench summary.json files")
+    p.add_argument("summaries", nargs="+", help="summary.json files of zerounlearn bench (one point per method and file)")
+    p.add_argument("--methods", default=None, help="only these methods (comma list)")
+    p.add_argument("--out", required=True, help="PNG file")
+    p.set_defaults(func=_cmd_plot)
 
     return parser
 

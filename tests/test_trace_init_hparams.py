@@ -1,0 +1,161 @@
+"""Causal tracing (``zerounlearn trace``) and ``zerounlearn init-hparams`` on tiny Llama / GPT-2 / Qwen3."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from torch import nn
+
+from tiny_models import (
+    forget_requests,
+    tiny_gpt2,
+    tiny_llama,
+    tiny_qwen3,
+    tiny_tokenizer,
+    write_corpus,
+    write_tiny_counterfact,
+)
+from zerounlearn_editor.architectures import UnsupportedArchitecture, detect_templates
+from zerounlearn_editor.causal_trace import TraceFact, TraceSettings, _encode, suggest_window, trace_facts
+from zerounlearn_editor.cli import main as cli_main
+from zerounlearn_editor.hparams import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
+from zerounlearn_editor.init_hparams import nearest_shipped_yaml, parse_layers
+
+BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "qwen3": tiny_qwen3}
+FACTS = [
+    TraceFact("the capital of france is", "france", "paris"),
+    TraceFact("the capital city of germany is", "capital city of germany", "berlin"),
+    TraceFact("many people live in japan", "japan", "tokyo"),  # subject is the last token
+]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+def test_subject_token_range(tok):
+    enc = _encode(tok, FACTS[1])
+    ids = tok(FACTS[1].prompt)["input_ids"]
+    assert tok.convert_ids_to_tokens(ids[enc.subject[0]:enc.subject[1]]) == ["capital", "city", "of", "germany"]
+    assert enc.answer_id == tok.convert_tokens_to_ids("berlin")
+    with pytest.raises(ValueError, match="does not occur"):
+        _encode(tok, TraceFact("the capital of france is", "spain", "madrid"))
+
+
+@pytest.mark.parametrize("arch", sorted(BUILDERS))
+def test_trace_shapes_determinism_and_exact_restoration(tok, arch):
+    model = BUILDERS[arch](tok, seed=1, layers=5)
+    settings = TraceSettings(samples=3, window=2, seed=7, width=2)
+    result = trace_facts(model, tok, FACTS, settings, progress=False)
+    for kind in ("residual", "mlp", "attention"):
+        assert len(result[kind]) == 5 and all(math.isfinite(v) and 0 <= v <= 1 for v in result[kind])
+        assert len(result["indirect_effect"][kind]) == 5
+    assert len(result["cases"]) == 3 and len(result["suggested_layers"]) == 2
+    lo = result["suggested_layers"][0]
+    assert result["suggested_layers"] == [lo, lo + 1]
+    # the subject is the prompt's last token: restoring the last layer's residual state there
+    # restores the output distribution exactly, whatever the noise
+    last = result["cases"][2]
+    assert last["residual"][-1] == pytest.approx(last["p_clean"], rel=1e-5)
+    assert last["p_corrupt"] != pytest.approx(last["p_clean"], rel=1e-6)
+    # seeded: the same numbers again; another seed changes them; chunking does not
+    again = trace_facts(model, tok, FACTS, settings, progress=False)
+    assert again["residual"] == result["residual"] and again["mlp"] == result["mlp"]
+    chunked = trace_facts(model, tok, FACTS, TraceSettings(samples=3, window=2, seed=7, width=2, max_rows=4), progress=False)
+    assert chunked["attention"] == pytest.approx(result["attention"], abs=1e-6)
+    other = trace_facts(model, tok, FACTS, TraceSettings(samples=3, window=2, seed=8, width=2), progress=False)
+    assert other["p_corrupt"] != result["p_corrupt"]
+
+
+def test_vanishing_noise_leaves_the_clean_probability(tok):
+    model = tiny_llama(tok, seed=2, layers=4)
+    result = trace_facts(model, tok, FACTS, TraceSettings(noise=1e-7, samples=2, window=2, width=1), progress=False)
+    assert result["p_corrupt"] == pytest.approx(result["p_clean"], rel=1e-4)
+    assert result["mlp"] == pytest.approx([result["p_clean"]] * 4, rel=1e-4)
+
+
+def test_suggest_window():
+    assert suggest_window([0, 1, 5, 4, 0], 2) == [2, 3]
+    assert suggest_window([1, 1, 1], 2) == [0, 1]
+    with pytest.raises(ValueError):
+        suggest_window([1, 2], 3)
+
+
+def test_unsupported_architecture_is_a_clear_error():
+    class Odd(nn.Module):
+        class config:  # noqa: N801 - mimics a HF config
+            model_type = "mamba"
+
+    with pytest.raises(UnsupportedArchitecture, match="'mamba'.*known families"):
+        detect_templates(Odd())
+
+
+def test_parse_layers():
+    assert parse_layers("auto", 4) is None
+    assert parse_layers("3,1", 4) == [1, 3] and parse_layers("1-3", 4) == [1, 2, 3]
+    with pytest.raises(ValueError, match=r"not in 0\.\.3"):
+        parse_layers("2,4", 4)
+
+
+def test_nearest_shipped_yaml(tok):
+    assert nearest_shipped_yaml("ZeroUnlearn", detect_templates(tiny_gpt2(tok))).name == "gpt2-xl.yaml"
+    assert nearest_shipped_yaml("ZeroUnlearn-GD", detect_templates(tiny_qwen3(tok))).name == "Qwen3-4B.yaml"
+    assert nearest_shipped_yaml("ZeroUnlearn", detect_templates(tiny_llama(tok))).stem.startswith("Llama-3.2-3B")
+
+
+@pytest.mark.parametrize("arch,method", [("llama", "ZeroUnlearn"), ("gpt2", "ZeroUnlearn-GD"), ("qwen3", "ZeroUnlearn")])
+def test_init_hparams_writes_a_yaml_that_edits(tok, tmp_path, arch, method, capsys):
+    model = BUILDERS[arch](tok, seed=0, layers=4)
+    folder = tmp_path / f"tiny-{arch}"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    corpus = write_corpus(tmp_path / "corpus.jsonl")
+    out = tmp_path / "hp.yaml"
+    code = cli_main(["init-hparams", "--model", str(folder), "--method", method, "--layers", "1,2", "--out", str(out),
+                     "--set", f"mom2_dataset={corpus}", "--set", f"stats_dir={tmp_path / 'stats'}",
+                     "--set", "mom2_n_samples=30", "--set", "v_num_grad_steps=5", "--set", "mom2_dtype=float64"])
+    assert code == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "layers: [1, 2]"
+    config = yaml.safe_load(out.read_text())
+    templates = detect_templates(model)
+    assert config["rewrite_module_tmp"] == templates["rewrite_module_tmp"] and config["v_loss_layer"] == 3
+    cls = ZeroUnlearnHyperParams if method == "ZeroUnlearn" else ZeroUnlearnGDHyperParams
+    hp = cls.from_hparams(out)  # strict loader
+    assert hp.layers == [1, 2] and hp.model_name == str(folder)
+    from zerounlearn_editor.model_zoo import load_model_and_tokenizer
+    from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model
+    from zerounlearn_editor.zerounlearn_main import apply_zerounlearn_to_model
+
+    loaded, loaded_tok = load_model_and_tokenizer(hp.model_name)
+    apply = apply_zerounlearn_to_model if method == "ZeroUnlearn" else apply_zerounlearn_gd_to_model
+    before = {k: v.clone() for k, v in loaded.state_dict().items()}
+    _, weights = apply(loaded, loaded_tok, forget_requests(), hp, return_orig_weights=True, progress=False)
+    changed = [k for k, v in loaded.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed and all(any(t in k for t in ("layers.1.", "layers.2.", "h.1.", "h.2.")) for k in changed)
+    assert all(torch.isfinite(v).all() for v in loaded.state_dict().values())
+
+
+def test_init_hparams_auto_layers_from_a_trace(tok, tmp_path, capsys):
+    model = tiny_llama(tok, seed=0, layers=6)
+    folder = tmp_path / "tiny"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    data = write_tiny_counterfact(tmp_path / "cf.json")
+    trace_dir = tmp_path / "trace"
+    assert cli_main(["trace", "--model", str(folder), "--data", str(data), "--n", "3", "--include-unknown",
+                     "--samples", "2", "--window", "2", "--width", "2", "--out", str(trace_dir), "--no-progress"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    stored = json.loads((trace_dir / "trace.json").read_text())
+    assert last == f"layers: {json.dumps(stored['suggested_layers'])}"
+    assert stored["settings"]["samples"] == 2 and len(stored["cases"]) == 3 and len(stored["mlp"]) == 6
+    out = tmp_path / "auto.yaml"
+    assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn", "--layers", "auto",
+                     "--trace", str(trace_dir / "trace.json"), "--out", str(out)]) == 0
+    assert yaml.safe_load(out.read_text())["layers"] == stored["suggested_layers"]
+    # a random tiny model knows none of the facts: a clear error rather than an empty trace
+    assert cli_main(["trace", "--model", str(folder), "--data", str(data), "--n", "3", "--out", str(tmp_path / "t2")]) == 2

@@ -1,0 +1,114 @@
+"""``zerounlearn plot``: Eff vs Spe and Eff vs PPL scatter from bench ``summary.json`` files.
+
+Every (summary, method) pair with an ``eff`` value is one point, at the mean over seeds with the
+sample std as error bars (``summary["methods"][name]["metrics"][key]`` = ``{"mean", "std", ...}``,
+as :func:`zerounlearn_editor.bench.report.summarize` writes it). Points of one method share a
+colour and are joined in order of Eff, so a sweep (one summary per setting) draws that method's
+trade-off front. Points are labelled with the run's name (the summary's ``name``, else its folder).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+__all__ = ["collect_points", "format_points", "plot_summaries"]
+
+LOG = logging.getLogger(__name__)
+PANELS = (("spe", "Spe ↑ (neighbour accuracy, %)"), ("ppl", "PPL ↓"))
+
+
+def _run_label(path: Path, summary: Dict[str, Any]) -> str:
+    return str(summary.get("name") or path.parent.name or path.stem)
+
+
+def collect_points(paths: Sequence[Union[str, Path]], methods: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
+    """One dict per (summary, method): ``{"run", "method", "eff", "eff_std", "spe", "spe_std", "ppl", "ppl_std", "seeds"}``.
+
+    Raises:
+        ValueError: a file that is not a bench summary (names the file and the missing key).
+    """
+    points: List[Dict[str, Any]] = []
+    for raw in paths:
+        path = Path(raw)
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"summary file not found: {path}") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON: {exc}") from exc
+        if not isinstance(summary, dict) or not isinstance(summary.get("methods"), dict):
+            raise ValueError(f"{path}: not a bench summary.json (no 'methods' mapping)")
+        for name, item in summary["methods"].items():
+            if methods and name not in methods:
+                continue
+            metrics = item.get("metrics") if isinstance(item, dict) else None
+            if not isinstance(metrics, dict):
+                raise ValueError(f"{path}: methods.{name} has no 'metrics' mapping")
+            if "eff" not in metrics:
+                continue  # skipped / failed method
+            point: Dict[str, Any] = {"run": _run_label(path, summary), "method": name, "file": str(path),
+                                     "seeds": len(item.get("seeds", []))}
+            for key in ("eff", "spe", "ppl"):
+                stats = metrics.get(key)
+                if stats is not None and not {"mean", "std"} <= set(stats):
+                    raise ValueError(f"{path}: methods.{name}.metrics.{key} needs 'mean' and 'std'")
+                point[key] = None if stats is None else float(stats["mean"])
+                point[f"{key}_std"] = None if stats is None else float(stats["std"])
+            points.append(point)
+    return points
+
+
+def format_points(points: Sequence[Dict[str, Any]]) -> str:
+    """Markdown table of the plotted points."""
+    def cell(p: Dict[str, Any], key: str, fmt: str) -> str:
+        return "-" if p[key] is None else f"{fmt.format(p[key])} ± {fmt.format(p[key + '_std'])}"
+
+    lines = ["| Run | Method | Eff ↓ | Spe ↑ | PPL ↓ | Seeds |", "|---|---|---|---|---|---|"]
+    for p in points:
+        lines.append(f"| {p['run']} | {p['method']} | {cell(p, 'eff', '{:.1f}')} | {cell(p, 'spe', '{:.1f}')} | "
+                     f"{cell(p, 'ppl', '{:.2f}')} | {p['seeds']} |")
+    return "\n".join(lines)
+
+
+def plot_summaries(points: Sequence[Dict[str, Any]], out: Union[str, Path], label_runs: bool = True) -> Optional[Path]:
+    """Draw the two panels into ``out``; None (with a logged message) without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        LOG.error("matplotlib is not installed, so no plot was drawn (pip install 'zerounlearn-editor[bench]')")
+        return None
+    if not points:
+        raise ValueError("no method with an Eff value in the given summaries")
+    methods = list(dict.fromkeys(p["method"] for p in points))
+    colours = {m: f"C{i % 10}" for i, m in enumerate(methods)}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, (key, label) in zip(axes, PANELS):
+        drawn = False
+        for method in methods:
+            mine = sorted((p for p in points if p["method"] == method and p[key] is not None), key=lambda p: p["eff"])
+            if not mine:
+                continue
+            drawn = True
+            ax.errorbar([p["eff"] for p in mine], [p[key] for p in mine], xerr=[p["eff_std"] for p in mine],
+                        yerr=[p[f"{key}_std"] for p in mine], fmt="o-" if len(mine) > 1 else "o", color=colours[method],
+                        label=method, capsize=2, markersize=4, linewidth=0.8)
+            if label_runs and len({p["run"] for p in points}) > 1:
+                for p in mine:
+                    ax.annotate(p["run"], (p["eff"], p[key]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        if not drawn:
+            ax.text(0.5, 0.5, f"no {key} in these summaries", ha="center", va="center", transform=ax.transAxes)
+        ax.set_xlabel("Eff ↓ (forget-prompt accuracy, %)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
