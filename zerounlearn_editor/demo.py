@@ -78,6 +78,10 @@ def run_demo(
     """Unlearn :data:`FORGET_FACTS` from SmolLM2 with ZeroUnlearn and measure before/after."""
     hparams = ZeroUnlearnHyperParams.from_hparams(hparams_file or hparams_path("ZeroUnlearn", "SmolLM2-135M-Instruct"))
     corpus = corpus or hparams.mom2_dataset
+    from .corpus import check_corpus_source
+
+    check_corpus_source(corpus)  # a missing corpus fails now, not after loading and evaluating
+    shared_file("text/wikitext2_raw_test.txt")
     model, tok = load_model_and_tokenizer(hparams.model_name, device=device)
     wikitext = shared_file("text/wikitext2_raw_test.txt")
     seconds: Dict[str, float] = {}
