@@ -512,6 +512,12 @@ def test_zerounlearn_refuses_to_erase_most_of_a_layer(tok, tmp_path, corpus):
     _edit_must_fail(tiny_llama(tok), tok, _many_requests(32), hp, CapacityError,
                     r"rank\(M_f\) = 32 of the layer's d_out = 32 .* 100% .*ZeroUnlearn-GD", tmp_path / "stats")
     _edit_must_fail(tiny_llama(tok), tok, _many_requests(16), hp, CapacityError, r"50%", tmp_path / "stats")
+    from zerounlearn_editor import apply_zerounlearn_to_model
+
+    model = tiny_llama(tok)  # allow_large_batch (timing runs): the layer is erased, as the numbers said
+    apply_zerounlearn_to_model(model, tok, _many_requests(32), _hp(tmp_path, corpus, v_num_grad_steps=1, layers=[2]),
+                               progress=False, allow_large_batch=True)
+    assert float(model.model.layers[2].mlp.down_proj.weight.norm()) < 1e-4
 
 
 def test_zerounlearn_warns_with_the_numbers_above_ten_percent(tok, tmp_path, corpus, caplog):
@@ -535,11 +541,11 @@ def test_capacity_check_inside_the_solve_restores_the_model(tok, tmp_path, corpu
     calls = []
     original = zerounlearn_main.check_capacity
 
-    def strict_at_second_layer(rank, d_out, where):
+    def strict_at_second_layer(rank, d_out, where, refuse=True):
         calls.append(where)
         if where == "layer 2":
             raise zerounlearn_main.CapacityError(f"{where}: rank(M_f) = {rank} of d_out = {d_out}")
-        original(rank, d_out, where)
+        original(rank, d_out, where, refuse)
 
     monkeypatch.setattr(zerounlearn_main, "check_capacity", strict_at_second_layer)
     model = tiny_llama(tok)
@@ -547,3 +553,169 @@ def test_capacity_check_inside_the_solve_restores_the_model(tok, tmp_path, corpu
     _edit_must_fail(model, tok, forget_requests(), _hp(tmp_path, corpus), zerounlearn_main.CapacityError, "layer 2",
                     tmp_path / "stats")
     assert calls == ["layer 1", "layer 2"]
+
+
+# --------------------------------------------------------------------------- corpora and offline
+
+
+def test_corpus_that_is_not_utf8_names_file_and_line(tmp_path):
+    """Issue 14.7: a bare UnicodeDecodeError before."""
+    from zerounlearn_editor.corpus import CorpusError, load_corpus
+
+    for suffix in ("txt", "jsonl"):
+        path = tmp_path / f"latin1.{suffix}"
+        body = "caf\xe9 au lait" if suffix == "txt" else json.dumps({"text": "ok"}) + "\n" + '{"text": "caf\xe9"}'
+        path.write_bytes(("first line\n" if suffix == "txt" else "") .encode() + body.encode("latin-1"))
+        with pytest.raises(CorpusError, match=rf"latin1.{suffix}: line 2: not UTF-8 text \(byte 0xe9"):
+            load_corpus(str(path))
+
+
+@pytest.mark.parametrize("name", ["wikipedia", "someone/some-corpus", "nosuchcorpus"])
+def test_corpus_name_offline_fails_at_once(name, monkeypatch, tmp_path):
+    """Issue 14.7 / 14.9: no hub retries for a name that is not a file, unless the hub is asked for."""
+    from zerounlearn_editor import corpus as corpus_module
+
+    monkeypatch.delenv("ZEROUNLEARN_ONLINE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(corpus_module, "_read_hub", lambda *a: pytest.fail("went to the hub"))
+    start = time.perf_counter()
+    for check in (corpus_module.load_corpus, corpus_module.check_corpus_source):
+        with pytest.raises(corpus_module.CorpusError, match=rf"corpus '{name}': no such file or folder .*hub:{name}.*ZEROUNLEARN_ONLINE=1"):
+            check(name)
+    assert time.perf_counter() - start < 1.0
+    asked = []
+    monkeypatch.setattr(corpus_module, "_read_hub", lambda hub_name, limit: asked.append(hub_name) or ["a passage"])
+    assert corpus_module.load_corpus(f"hub:{name}").texts == ["a passage"]
+    monkeypatch.setenv("ZEROUNLEARN_ONLINE", "1")
+    assert corpus_module.load_corpus(name).texts == ["a passage"] and asked == [name, name]
+    assert stats_module.corpus_cache_name(f"hub:{name}") == stats_module.corpus_cache_name(name)
+
+
+def test_missing_corpus_file_is_named(tmp_path):
+    from zerounlearn_editor.corpus import CorpusError, check_corpus_source
+
+    with pytest.raises(CorpusError, match=r"corpus file not found: .*missing.jsonl"):
+        check_corpus_source(str(tmp_path / "missing.jsonl"))
+    with pytest.raises(CorpusError, match=r"number of passages must be >= 1, got -5"):
+        from zerounlearn_editor.corpus import load_corpus
+
+        load_corpus(str(write_corpus(tmp_path / "c.jsonl")), limit=-5)
+
+
+def test_model_name_offline_fails_at_once(monkeypatch, tmp_path):
+    """Issue 14.9: a model_name that is not a local folder does not wait on the hub."""
+    from zerounlearn_editor import model_zoo
+
+    monkeypatch.delenv("ZEROUNLEARN_ONLINE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    start = time.perf_counter()
+    with pytest.raises(model_zoo.ModelZooError, match=r"model 'someone/no-such-model': no such local folder"):
+        model_zoo.load_model_and_tokenizer("someone/no-such-model")
+    assert time.perf_counter() - start < 2.0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_device_on_a_cpu_machine_is_named(tmp_path):
+    """Issue 14.12: an AssertionError traceback from torch before."""
+    from zerounlearn_editor import model_zoo
+
+    with pytest.raises(ValueError, match=r"device 'cuda': this machine has 0 CUDA device\(s\).*--device cpu"):
+        model_zoo.load_model_and_tokenizer(str(tmp_path), device="cuda")
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _write_hparams_yaml(tmp_path: Path, corpus: Path, **changes) -> Path:
+    path = tmp_path / "h.yaml"
+    path.write_text(yaml.safe_dump(tiny_hparams_dict(tmp_path / "stats", corpus, **changes)), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["stats", "--hparams", "H", "--n", "-5"], "must be >= 1, got -5"),
+    (["stats", "--hparams", "H", "--n", "0"], "must be >= 1, got 0"),
+    (["stats", "--hparams", "H", "--n", "ten"], "expected a positive integer, got 'ten'"),
+    (["bench", "--hparams", "H", "--data", "d", "--out", "o", "--n", "0"], "must be >= 1, got 0"),
+    (["demo", "--ppl-tokens", "-1"], "must be >= 0, got -1"),
+])
+def test_cli_rejects_bad_numbers_before_any_work(argv, match, capsys):
+    """Issue 14.8: ``--n -5`` sliced texts[:-5] for half an hour; ``--n 0`` meant the default."""
+    from zerounlearn_editor.cli import main as cli_main
+
+    with pytest.raises(SystemExit) as info:
+        cli_main(argv)
+    assert info.value.code == 2 and match in capsys.readouterr().err
+
+
+def test_cli_stats_missing_corpus_fails_before_loading_the_model(tmp_path, corpus, monkeypatch, caplog):
+    """Issue 14.10: bad files are found before the model is loaded."""
+    from zerounlearn_editor import model_zoo
+    from zerounlearn_editor.cli import main as cli_main
+
+    monkeypatch.setattr(model_zoo, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("model loaded"))
+    path = _write_hparams_yaml(tmp_path, corpus)
+    with caplog.at_level(logging.ERROR):
+        assert cli_main(["stats", "--hparams", str(path), "--corpus", str(tmp_path / "nope.jsonl")]) == 2
+    assert "corpus file not found" in caplog.text and "nope.jsonl" in caplog.text
+    assert not (tmp_path / "stats").exists()
+
+
+def test_cli_bad_hparams_exit_2_naming_file_and_key(tmp_path, corpus, caplog):
+    from zerounlearn_editor.cli import main as cli_main
+
+    path = _write_hparams_yaml(tmp_path, corpus, kl_factor=-1.0)
+    with caplog.at_level(logging.ERROR):
+        assert cli_main(["stats", "--hparams", str(path)]) == 2
+    assert "h.yaml: key 'kl_factor' must be >= 0, got -1.0" in caplog.text
+
+
+def test_demo_missing_corpus_fails_before_loading(tmp_path, monkeypatch):
+    """Issue 14.10: ``demo --corpus missing`` failed after ~83 s of loading and evaluating."""
+    from zerounlearn_editor import demo
+    from zerounlearn_editor.corpus import CorpusError
+
+    monkeypatch.setattr(demo, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("model loaded"))
+    with pytest.raises(CorpusError, match="missing.jsonl"):
+        demo.run_demo(corpus=str(tmp_path / "missing.jsonl"))
+
+
+def test_bench_speed_bad_data_and_single_method(tmp_path, corpus, monkeypatch):
+    """Issue 14.10: bad --data is found before the model; --methods ZeroUnlearn needs no GD file."""
+    from zerounlearn_editor import speed_bench
+
+    loads = []
+    monkeypatch.setattr(speed_bench, "_load_model", lambda *a, **k: loads.append(1) or pytest.fail("model loaded"))
+    folder = tmp_path / "hparams" / "ZeroUnlearn"
+    folder.mkdir(parents=True)
+    yaml_path = folder / "tiny.yaml"
+    yaml_path.write_text(yaml.safe_dump(tiny_hparams_dict(tmp_path / "stats", corpus)), encoding="utf-8")
+    config = speed_bench.SpeedConfig(hparams=str(yaml_path), ns=[2], methods=["ZeroUnlearn"], pipelines=["ours"],
+                                     data=str(tmp_path / "nosuch.json"), device="cpu", out=str(tmp_path / "o.json"),
+                                     progress=False)
+    with pytest.raises(ValueError, match="nosuch.json.* neither a dataset name .*nor an existing path"):  # not a missing GD file
+        speed_bench.run_speed(config)
+    assert loads == []
+
+
+def test_bench_records_the_n_it_edited(tok, tmp_path, corpus, caplog):
+    """Issue 14.11: ``--n 5`` on a 2-record file warned, but summary.md and the seed file said n = 5."""
+    from tiny_models import tiny_counterfact_record
+    from zerounlearn_editor.bench import BenchConfig, run_bench
+
+    data = tmp_path / "two.json"
+    data.write_text(json.dumps([tiny_counterfact_record(i, s, a) for i, (s, a) in enumerate([("france", "paris"),
+                                                                                                ("germany", "berlin")])]))
+    main = tmp_path / "hparams" / "ZeroUnlearn" / "tiny.yaml"
+    main.parent.mkdir(parents=True)
+    main.write_text(yaml.safe_dump(tiny_hparams_dict(tmp_path / "stats", corpus, v_num_grad_steps=2)), encoding="utf-8")
+    out = tmp_path / "out"
+    config = BenchConfig(hparams=str(main), data=str(data), seeds=[1], methods=["base"], out=str(out), n=5,
+                         ppl_tokens=0, progress=False)
+    with caplog.at_level(logging.WARNING):
+        summary = run_bench(config, model=tiny_llama(tok), tok=tok)
+    assert "n=5 asked for" in caplog.text and "only 2 cases" in caplog.text
+    assert summary["n"] == 2 and summary["run"]["n"] == 2
+    assert json.loads((out / "seed_1.json").read_text())["run"]["n"] == 2
+    text = (out / "summary.md").read_text()
+    assert "n = 2 cases per seed" in text and "n = 5" not in text and "n=5" not in text

@@ -98,7 +98,14 @@ def test_alias_resolves_to_prepared_folder(monkeypatch: pytest.MonkeyPatch, tmp_
 
 @pytest.mark.parametrize("name", ["gpt2", "HuggingFaceTB/SmolLM2-135M-Instruct", "/no/such/dir", "smollm2-1.7b"])
 def test_other_names_pass_through(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Hub names pass through only when the hub is asked for (env or ``hub:``); else an error at once."""
     monkeypatch.setattr(model_zoo, "prepare_smollm2", _fail)
+    monkeypatch.setattr(model_zoo, "_in_hf_cache", lambda _name: False)
+    monkeypatch.delenv("ZEROUNLEARN_ONLINE", raising=False)
+    assert resolve_model_path("hub:" + name) == name
+    with pytest.raises(model_zoo.ModelZooError, match=f"model '{name}': no such local folder.*hub:{name}"):
+        resolve_model_path(name)
+    monkeypatch.setenv("ZEROUNLEARN_ONLINE", "1")
     assert resolve_model_path(name) == name
 
 

@@ -35,16 +35,20 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     from .model_zoo import load_model_and_tokenizer
     from .stats import corpus_cache_name, layer_second_moments, model_basename, stats_path
 
+    from .corpus import check_corpus_source
+
     hparams = _load_hparams(args.hparams)
-    model, tok = load_model_and_tokenizer(args.model or hparams.model_name, device=args.device)
     corpus = args.corpus or hparams.mom2_dataset
-    n = args.n or hparams.mom2_n_samples
+    n = args.n if args.n is not None else hparams.mom2_n_samples  # --n 0 is refused by the parser
     stats_dir = args.stats_dir or hparams.stats_dir
+    shard = _parse_shard(args.shard) if args.shard else None
+    check_corpus_source(corpus)  # before the model is loaded
+    model, tok = load_model_and_tokenizer(args.model or hparams.model_name, device=args.device)
     if args.shard:
         from .stats import layer_second_moment_shards
 
         written = layer_second_moment_shards(
-            model, tok, hparams.layers, hparams.rewrite_module_tmp, stats_dir, corpus, n, _parse_shard(args.shard),
+            model, tok, hparams.layers, hparams.rewrite_module_tmp, stats_dir, corpus, n, shard,
             hparams.mom2_dtype, hparams.mom2_max_length, hparams.mom2_batch_size,
         )
         for layer, path in written.items():
@@ -139,6 +143,28 @@ def _round_methods() -> tuple:
     from .bench.rounds import DEFAULT_ROUND_METHODS
 
     return DEFAULT_ROUND_METHODS
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (``--n -5`` used to slice ``texts[:-5]``, ``--n 0`` to mean the default)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _nonnegative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def _parse_shard(text: str) -> tuple[int, int]:
@@ -350,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hparams", required=True)
     p.add_argument("--model", default=None, help="model folder/name (default: the YAML's model_name)")
     p.add_argument("--corpus", default=None, help=".txt/.jsonl file, saved dataset folder or hub name")
-    p.add_argument("--n", type=int, default=None, help="passages (default: mom2_n_samples)")
+    p.add_argument("--n", type=_positive_int, default=None, help="passages (default: mom2_n_samples)")
     p.add_argument("--stats-dir", default=None)
     p.add_argument("--device", default="cpu")
     p.add_argument("--force", action="store_true", help="recompute even if cached")
@@ -366,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paper", action="store_true",
                    help="the paper's ZeroUnlearn without a retain set (it also erases the untouched capitals)")
     p.add_argument("--corpus", default=None, help="statistics corpus (default: the YAML's mom2_dataset)")
-    p.add_argument("--ppl-tokens", type=int, default=20000)
+    p.add_argument("--ppl-tokens", type=_nonnegative_int, default=20000)
     p.add_argument("--ppl-text", default=None, help="perplexity text file (default: the embedded WikiText-2 test split)")
     p.add_argument("--stats-dir", default=None, help="statistics cache folder (default: the YAML's stats_dir)")
     p.add_argument("--device", default="cpu")
@@ -403,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hparams", default=None, help="main ZeroUnlearn(-GD) YAML: model, statistics, layers")
     p.add_argument("--data", default=None, help="dataset name (counterfact, zsre, ...) or a data file")
     p.add_argument("--data-path", default=None, help="with a dataset name: the file to read instead of the default")
-    p.add_argument("--n", type=int, default=None, help="cases per seed, edited as one batch (default 50)")
+    p.add_argument("--n", type=_positive_int, default=None, help="cases per seed, edited as one batch (default 50)")
     p.add_argument("--seeds", default=None, help="e.g. 1-10 or 1,2,5 (default 1-10)")
     p.add_argument("--methods", default=None,
                    help="comma list of base,GA,NPO,GA-full,NPO-full,ZeroUnlearn,ZeroUnlearn-GD,ZeroUnlearn+R,"
@@ -412,7 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method-hparams", action="append", default=[], metavar="NAME=PATH",
                    help="hparams YAML of one method (default hparams/<NAME>/<main file name>); repeatable")
     p.add_argument("--out", default=None, help="output folder")
-    p.add_argument("--ppl-tokens", type=int, default=None, help="WikiText-2 tokens for perplexity (default 20000; 0 = off)")
+    p.add_argument("--ppl-tokens", type=_nonnegative_int, default=None, help="WikiText-2 tokens for perplexity (default 20000; 0 = off)")
     p.add_argument("--ppl-text", default=None, help="perplexity text (default ../shared/data/text/wikitext2_raw_test.txt)")
     p.add_argument("--fluency", action="store_true", help="also n-gram entropy of greedy generations of the forget prompts")
     p.add_argument("--fluency-tokens", type=int, default=32)

@@ -10,7 +10,8 @@ Accepted sources:
 - a folder written by ``datasets``' ``save_to_disk`` (column ``text``; split ``train`` if a
   ``DatasetDict``);
 - a hub dataset name (``wikipedia``, ``wikitext``, ``wikitext2`` or ``owner/name``), loaded
-  with ``datasets.load_dataset`` -- only when online.
+  with ``datasets.load_dataset`` -- only when asked for (``hub:NAME`` or ``ZEROUNLEARN_ONLINE=1``,
+  see :mod:`zerounlearn_editor.offline`); otherwise a name that is not a file fails at once.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, List, Optional
 
-__all__ = ["CorpusError", "Corpus", "load_corpus", "HUB_DATASETS"]
+__all__ = ["CorpusError", "Corpus", "load_corpus", "check_corpus_source", "HUB_DATASETS"]
 
 HUB_DATASETS = {
     "wikitext": ("Salesforce/wikitext", "wikitext-103-raw-v1"),
@@ -51,8 +52,16 @@ def _file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise CorpusError(f"{path}: line {line}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from exc
+
+
 def _read_txt(path: Path) -> List[str]:
-    text = path.read_text(encoding="utf-8")
+    text = _read_text(path)
     lines = text.splitlines()
     if any(not line.strip() for line in lines):
         chunks, current = [], []
@@ -69,8 +78,7 @@ def _read_txt(path: Path) -> List[str]:
 
 
 def _read_jsonl(path: Path) -> List[str]:
-    with path.open(encoding="utf-8") as handle:
-        return _parse_jsonl_lines(handle, str(path))
+    return _parse_jsonl_lines(_read_text(path).split("\n"), str(path))
 
 
 def _parse_jsonl_lines(lines: Iterable[str], where: str) -> List[str]:
@@ -112,6 +120,34 @@ def _read_hub(name: str, limit: Optional[int]) -> List[str]:
     return [t for t in ds["text"] if isinstance(t, str) and t.strip()]
 
 
+def check_corpus_source(source: str) -> None:
+    """Fail fast (before a model is loaded) when ``source`` cannot be a corpus; reads nothing.
+
+    Accepts a built-in corpus name, an existing ``.txt``/``.jsonl`` file or folder, or a hub name
+    when the hub is asked for (``hub:NAME`` / ``ZEROUNLEARN_ONLINE=1``); raises
+    :class:`CorpusError` naming the path otherwise.
+    """
+    from .embedded import builtin_corpus_name
+    from .offline import offline_hint, split_hub_name
+
+    if builtin_corpus_name(source) is not None:
+        return
+
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return
+    if path.is_file():
+        if path.suffix.lower() not in (".txt", ".jsonl"):
+            raise CorpusError(f"{path}: unsupported corpus format (use .txt, .jsonl or a saved dataset folder)")
+        return
+    if source.startswith("hub:"):
+        return  # asked for explicitly
+    if path.suffix.lower() in (".txt", ".jsonl", ".json"):
+        raise CorpusError(f"corpus file not found: {path}")
+    if not split_hub_name(source)[1]:
+        raise CorpusError(f"corpus {source!r}: no such file or folder ({path.resolve()}), and the hub is off; {offline_hint(source)}")
+
+
 def load_corpus(source: str, limit: Optional[int] = None) -> Corpus:
     """Load passages from ``source`` (a built-in name, a path or a hub dataset name), at most ``limit``.
 
@@ -119,6 +155,9 @@ def load_corpus(source: str, limit: Optional[int] = None) -> Corpus:
     (write ``./name`` to mean the file).
     """
     from .embedded import builtin_corpus_bytes, builtin_corpus_name
+
+    if limit is not None and limit < 1:
+        raise CorpusError(f"corpus {source!r}: the number of passages must be >= 1, got {limit}")
 
     builtin = builtin_corpus_name(source)
     if builtin is not None:
@@ -144,8 +183,18 @@ def load_corpus(source: str, limit: Optional[int] = None) -> Corpus:
     elif looks_like_path:
         raise CorpusError(f"corpus file not found: {path}")
     else:
-        texts = _read_hub(source, limit)
-        name, fingerprint = source.replace("/", "_"), f"hub:{source}"
+        from .offline import offline_hint, split_hub_name
+
+        hub_name, online = split_hub_name(source)
+        if not online:
+            raise CorpusError(
+                f"corpus {source!r}: no such file or folder ({path.resolve()}), and the hub is off; {offline_hint(source)}"
+            )
+        try:
+            texts = _read_hub(hub_name, limit)
+        except (OSError, ConnectionError, ValueError) as exc:
+            raise CorpusError(f"corpus {source!r}: not a local file, and the hub could not provide it: {exc}") from exc
+        name, fingerprint = hub_name.replace("/", "_"), f"hub:{hub_name}"
     if not texts:
         raise CorpusError(f"corpus {source!r} is empty: no passages of text found")
     if limit is not None:

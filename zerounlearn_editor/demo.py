@@ -127,6 +127,9 @@ def run_demo(
         retain = None  # a YAML with the paper's (zero) retain weights: nothing to protect with
     mode = f"{hparams.alg_name}" + (f" + retain set of {len(retain)} other capitals" if retain else " (paper)")
     LOG.info("demo: %s; model %s (%s) on %s", mode, hparams.model_name, dtype or "stored dtype", device)
+    from .corpus import check_corpus_source
+
+    check_corpus_source(corpus)  # a missing corpus fails now, not after loading and evaluating
     model, tok = load_model_and_tokenizer(hparams.model_name, device=device, dtype=dtype)
     wikitext = ppl_text or default_ppl_text()
     seconds: Dict[str, float] = {}

@@ -347,8 +347,10 @@ def resolve_model_path(name_or_path: str, *, cache_dir: Optional[Path] = None) -
     """Map a zoo alias to its prepared folder; return anything else unchanged.
 
     ``"smollm2"`` and ``"SmolLM2-135M-Instruct"`` (case-insensitive) resolve to the folder of
-    :func:`prepare_smollm2`, preparing it if absent. Other names are returned as given, with
-    ``~`` expanded for local paths, for ``from_pretrained`` to interpret.
+    :func:`prepare_smollm2`, preparing it if absent. A local path is returned as given (``~``
+    expanded). Any other name is a hub model: returned only when the hub is asked for
+    (``hub:NAME`` or ``ZEROUNLEARN_ONLINE=1``; the prefix is removed) or the model is already in
+    the Hugging Face cache; otherwise :class:`ModelZooError` at once, naming what was looked for.
     """
     name = str(name_or_path)
     if name.strip().lower() in SMOLLM2_ALIASES:
@@ -356,7 +358,46 @@ def resolve_model_path(name_or_path: str, *, cache_dir: Optional[Path] = None) -
     expanded = Path(name).expanduser()
     if name.startswith("~") and expanded.exists():
         return str(expanded)
-    return name
+    if expanded.exists():
+        return name
+    from .offline import offline_hint, split_hub_name
+
+    hub_name, online = split_hub_name(name)
+    if online or _in_hf_cache(hub_name):
+        return hub_name
+    raise ModelZooError(
+        f"model {name!r}: no such local folder ({expanded.resolve()}), not a zoo alias ({sorted(SMOLLM2_ALIASES)}) "
+        f"and not in the Hugging Face cache; the hub is off: {offline_hint(name)}"
+    )
+
+
+def _in_hf_cache(name: str) -> bool:
+    """A hub model whose config is already in the local Hugging Face cache (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except Exception:  # an invalid repo id, an unreadable cache: not there
+        return False
+
+
+def check_device(device: Union[str, "torch.device"]) -> None:
+    """Raise ``ValueError`` naming ``device`` unless this machine has it (e.g. ``cuda`` on a CPU build)."""
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise ValueError(f"device {device!r} is not a device name (e.g. 'cpu', 'cuda', 'cuda:1')") from exc
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (parsed.index or 0) >= count:
+            raise ValueError(
+                f"device {str(device)!r}: this machine has {count} CUDA device(s)"
+                + ("" if count else " (this torch build or machine has no CUDA: use --device cpu)")
+            )
+    elif parsed.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise ValueError(f"device {str(device)!r}: MPS is not available on this machine")
 
 
 def _as_dtype(dtype: Union["torch.dtype", str, None]) -> Union["torch.dtype", str, None]:
@@ -395,8 +436,13 @@ def load_model_and_tokenizer(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_device(device)  # before the (slow) load, not in model.to()
     path = resolve_model_path(name_or_path, cache_dir=cache_dir)
     kwargs: Dict[str, Any] = {"trust_remote_code": True} if trust_remote_code else {}
+    from .offline import split_hub_name
+
+    if not Path(path).exists() and not split_hub_name(str(name_or_path))[1]:
+        kwargs["local_files_only"] = True  # found in the HF cache: no network round trips
     torch_dtype = _as_dtype(dtype)
     model_kwargs = dict(kwargs, dtype=torch_dtype) if torch_dtype is not None else dict(kwargs)
 

@@ -257,15 +257,16 @@ def _load_model(cfg: SpeedConfig, hp: _EditHyperParams, device: str):
     return build_random_model(cfg.random_config, device, vocab), tok
 
 
-def _method_hparams(path: str, overrides: Dict[str, Any]) -> Dict[str, _EditHyperParams]:
-    """Both methods' hparams: ``path`` and the file of the same name in the other method's folder."""
+def _method_hparams(path: str, overrides: Dict[str, Any], methods: Sequence[str] = METHODS) -> Dict[str, _EditHyperParams]:
+    """The ``methods``' hparams (``path``'s method first): ``path`` and the file of the same name in the
+    other method's folder (only read when that method is benchmarked)."""
     main = Path(path)
     alg = load_config_file(main).get("alg_name")
     if alg not in METHODS:
         raise HParamsError(f"{path}: alg_name must be one of {METHODS}, got {alg!r}")
     classes = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
     result = {}
-    for method in METHODS:
+    for method in [alg] + [m for m in METHODS if m != alg and m in methods]:
         file = main if method == alg else main.parent.parent / method / main.name
         result[method] = classes[method].from_hparams(file).replace(**overrides) if overrides else classes[method].from_hparams(file)
     return result
@@ -340,7 +341,8 @@ def _edit_row(model, tok, cases, hp, method: str, pipeline: str, moments, device
     with MemoryMeter(device) as mem:
         start = time.perf_counter()
         _, weights_copy = _APPLY[(method, pipeline)](
-            model, tok, requests, hp, return_orig_weights=True, second_moments=moments, progress=False, report=report
+            model, tok, requests, hp, return_orig_weights=True, second_moments=moments, progress=False, report=report,
+            allow_large_batch=True,  # timings of large n, where ZeroUnlearn alone would refuse
         )
         _sync(device)
         total = time.perf_counter() - start
@@ -419,10 +421,17 @@ def run_speed(cfg: SpeedConfig) -> Dict[str, Any]:
     overrides: Dict[str, Any] = {}
     if cfg.layers:
         overrides["layers"] = list(cfg.layers)
-    hps = _method_hparams(cfg.hparams, overrides)
+    hps = _method_hparams(cfg.hparams, overrides, cfg.methods)
     main = hps[cfg.methods[0]]
     corpus = cfg.corpus or main.mom2_dataset
     stats_hp = main.replace(mom2_n_samples=cfg.stats_passages or main.mom2_n_samples)
+    # bad data / corpus arguments fail here, before the model and the statistics
+    from .corpus import check_corpus_source
+
+    check_corpus_source(corpus)
+    if any(n < 1 for n in cfg.ns):
+        raise ValueError(f"--n: request counts must be >= 1, got {list(cfg.ns)}")
+    load_cases(cfg.data, path=cfg.data_path, n=min(cfg.ns), seed=cfg.seed)
     model, tok = _load_model(cfg, main, str(device))
     out = Path(cfg.out)
     result: Dict[str, Any] = {

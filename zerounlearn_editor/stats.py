@@ -363,6 +363,8 @@ def layer_second_moments(
     recomputed (and overwritten: the file name follows EasyEdit's, which encodes neither). Returns
     ``{layer: SecondMoment}``.
     """
+    if n_samples < 1:
+        raise ValueError(f"mom2_n_samples / --n must be >= 1, got {n_samples}")
     check_edited_modules(model, layers, module_tmp)
     name = model_name or model_basename(model)
     modules = {layer: module_tmp.format(layer) for layer in layers}
@@ -459,7 +461,7 @@ def corpus_cache_name(corpus: str) -> str:
         return path.stem
     if path.is_dir():
         return path.name
-    return corpus.replace("/", "_")
+    return corpus.removeprefix("hub:").replace("/", "_")
 
 
 def _module_input_dim(model: nn.Module, module_name: str) -> int:

@@ -36,14 +36,17 @@ class CapacityError(ValueError):
     """Too many independent facts for ZeroUnlearn's projector at one layer (use ZeroUnlearn-GD)."""
 
 
-def check_capacity(rank: int, d_out: int, where: str) -> None:
-    """Warn or raise :class:`CapacityError` for a projector removing ``rank`` of ``d_out`` directions."""
+def check_capacity(rank: int, d_out: int, where: str, refuse: bool = True) -> None:
+    """Warn or raise :class:`CapacityError` for a projector removing ``rank`` of ``d_out`` directions.
+
+    ``refuse=False`` (``allow_large_batch=True``, e.g. for timing runs) only warns.
+    """
     fraction = rank / d_out
     message = (
         f"{where}: the forget values span rank(M_f) = {rank} of the layer's d_out = {d_out} output directions; "
         f"ZeroUnlearn's projector removes {fraction:.0%} of the layer's output space"
     )
-    if fraction >= RANK_REFUSE_FRACTION:
+    if fraction >= RANK_REFUSE_FRACTION and refuse:
         raise CapacityError(
             f"{message} (limit {RANK_REFUSE_FRACTION:.0%}: at 100% the weight becomes exactly 0). Forget fewer facts "
             "per edit, or use ZeroUnlearn-GD (apply_zerounlearn_gd_to_model, hparams/ZeroUnlearn-GD/), made for many samples"
@@ -52,7 +55,7 @@ def check_capacity(rank: int, d_out: int, where: str) -> None:
         LOG.warning("%s; the edit degrades the layer accordingly (ZeroUnlearn-GD suits large batches)", message)
 
 
-def zerounlearn_solver(hparams: ZeroUnlearnHyperParams):
+def zerounlearn_solver(hparams: ZeroUnlearnHyperParams, allow_large_batch: bool = False):
     """The per-layer solve ``LayerProblem -> D W`` with the hparams' weights.
 
     With retain weights set (``retain_weight``, ``projection_retain_weight``,
@@ -63,7 +66,7 @@ def zerounlearn_solver(hparams: ZeroUnlearnHyperParams):
 
     def solve(problem: LayerProblem) -> torch.Tensor:
         rank = forget_value_basis(problem.M_f, hparams.projection_rank_tol).shape[1]
-        check_capacity(rank, problem.W.shape[0], f"layer {problem.layer}")
+        check_capacity(rank, problem.W.shape[0], f"layer {problem.layer}", refuse=not allow_large_batch)
         retain = {}
         if retain_aware:
             retain = dict(
@@ -102,17 +105,21 @@ def apply_zerounlearn_to_model(
     """Unlearn ``requests`` from ``model`` with ZeroUnlearn (EasyEdit's calling convention).
 
     Returns ``(edited model, weights_copy)``; see :func:`zerounlearn_editor.pipeline.apply_edit_method`.
+    Raises :class:`CapacityError` when the forget values would span half of a layer's output
+    space (see the module docstring); ``allow_large_batch=True`` only warns (timing runs).
     """
     if not isinstance(hparams, ZeroUnlearnHyperParams):
         raise TypeError(f"expected ZeroUnlearnHyperParams, got {type(hparams).__name__}")
+    allow_large_batch = bool(kwargs.pop("allow_large_batch", False))
     n = len(normalize_requests(requests))
     modules = dict(model.named_modules())
-    for layer in hparams.layers:  # before any statistics, targets or copy: rank(M_f) <= n
+    for layer in hparams.layers if not allow_large_batch else []:  # before any statistics, targets or copy: rank(M_f) <= n
         module = modules.get(hparams.rewrite_module_tmp.format(layer))
         if module is not None and isinstance(getattr(module, "weight", None), torch.Tensor) and module.weight.dim() == 2:
             d_out = get_weight_matrix(module).shape[0]
             if n / d_out >= RANK_REFUSE_FRACTION:
                 check_capacity(n, d_out, f"{n} requests at layer {layer} (at most rank {n})")
     return apply_edit_method(
-        model, tok, requests, hparams, zerounlearn_solver(hparams), copy, return_orig_weights, keep_original_weight, **kwargs
+        model, tok, requests, hparams, zerounlearn_solver(hparams, allow_large_batch), copy, return_orig_weights,
+        keep_original_weight, **kwargs
     )

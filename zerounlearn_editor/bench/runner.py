@@ -16,6 +16,7 @@ even loaded. ``summary.json`` and ``summary.md`` are rebuilt from the seed files
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -308,6 +309,11 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
                 f"known_only: only {len(all_cases)} {config.data} cases reach forget-prompt accuracy "
                 f"{config.known_min_accuracy}, n={config.n} needed (lower known_min_accuracy or n)"
             )
+    if config.n is not None and config.n > len(all_cases):
+        # record the n actually edited (summary.md, summary.json, seed files), not the one asked for
+        LOG.warning("n=%d asked for, but %s has only %d cases: every seed edits all %d", config.n, config.data,
+                    len(all_cases), len(all_cases))
+        config = dataclasses.replace(config, n=len(all_cases))
     ppl_text = (config.ppl_text or str(default_ppl_text())) if config.ppl_tokens > 0 else None
     run_info = _run_info(config, str(lookup.main.model_name), ppl_text)
 
