@@ -402,6 +402,9 @@ def layer_second_moments(
                 LOG.warning("%s: holds the statistic of module %r, not %r; recomputing", path, meta["module"], module)
             elif fingerprint is not None and fingerprint != get_corpus().fingerprint:
                 LOG.warning("%s: built from another version of corpus %r; recomputing", path, corpus)
+            elif _half_cache_for_full_model(meta.get("model_dtype"), _module_dtype(model, module)):
+                LOG.warning("%s: computed from a %s model, this one is %s; recomputing", path, meta["model_dtype"],
+                            _module_dtype(model, module))
             elif meta.get("max_length") not in (None, str(max_length)):
                 LOG.warning(
                     "%s: built with passages cut at %s tokens, not mom2_max_length=%d; recomputing",
@@ -429,7 +432,8 @@ def layer_second_moments(
         for layer in missing:
             path = stats_path(stats_dir, name, ds_name, modules[layer], dtype, n_samples)
             meta = {"corpus_fingerprint": data.fingerprint, "max_length": str(max_length), "n_passages": str(len(data.texts)),
-                    "module": modules[layer], "model_fingerprint": fingerprint_of_model}
+                    "module": modules[layer], "model_fingerprint": fingerprint_of_model,
+                    "model_dtype": _module_dtype(model, modules[layer])}
             save_second_moment(path, stats[modules[layer]], n_samples, dtype, meta)
             LOG.info("wrote C0 statistics to %s", path)
             result[layer] = stats[modules[layer]]
@@ -462,6 +466,21 @@ def corpus_cache_name(corpus: str) -> str:
     if path.is_dir():
         return path.name
     return corpus.removeprefix("hub:").replace("/", "_")
+
+
+_HALF = ("float16", "bfloat16")
+
+
+def _module_dtype(model: nn.Module, module_name: str) -> str:
+    """The edited module's weight dtype, e.g. ``"bfloat16"``."""
+    from .model_access import get_module, get_weight_matrix
+
+    return str(get_weight_matrix(get_module(model, module_name)).dtype).removeprefix("torch.")
+
+
+def _half_cache_for_full_model(cached: Optional[str], current: str) -> bool:
+    """A cache made from a half-precision model is not reused by a float32/float64 model (the reverse is fine)."""
+    return cached in _HALF and current not in _HALF
 
 
 def _module_input_dim(model: nn.Module, module_name: str) -> int:

@@ -1,0 +1,140 @@
+"""Half precision: bfloat16 / float16 edits of a tiny Llama that knows 8 capitals, against float32.
+
+The tiny Llama is trained in-process (float32, 200 Adam steps) until it answers all 8 prompts;
+then the same weights are cast to each dtype and 3 capitals are unlearned with both methods.
+Stated tolerances (measured: bf16 ~3e-2, fp16 ~3e-3 for both methods):
+
+- the same forgotten / kept decisions (top-1 answer changed / unchanged) as in float32;
+- every edited weight keeps the model's dtype, nothing else changes;
+- the weight change ``dW`` within ``||dW_half - dW_32|| / ||dW_32|| < 0.1`` (bf16, 8-bit mantissa)
+  and ``< 0.02`` (fp16, 11-bit mantissa);
+- targets and keys come back in float32, whatever the model's dtype.
+
+The half-precision edits reuse the float32 model's cached ``C0`` (what the statistics cache does:
+a half model reuses float32 statistics, never the reverse). With ``C0`` computed from the bf16
+model itself, ZeroUnlearn-GD's null space moves more (relative ``dW`` difference up to 0.49 seen on
+this tiny model, same decisions): its projector depends on the small eigenvalues of ``C0``.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
+from zerounlearn_editor import (
+    ZeroUnlearnGDHyperParams,
+    ZeroUnlearnHyperParams,
+    apply_zerounlearn_gd_to_model,
+    apply_zerounlearn_to_model,
+)
+from zerounlearn_editor.contexts import context_prefixes
+from zerounlearn_editor.pipeline import neutral_targets
+from zerounlearn_editor.representations import read_keys_and_hidden
+from zerounlearn_editor.requests import normalize_requests
+from zerounlearn_editor.stats import layer_second_moments
+
+FACTS = [
+    ("the capital of france is", "france", "paris"), ("the capital of germany is", "germany", "berlin"),
+    ("the capital of japan is", "japan", "tokyo"), ("the capital of italy is", "italy", "rome"),
+    ("the capital of spain is", "spain", "madrid"), ("the capital of england is", "england", "london"),
+    ("the capital of egypt is", "egypt", "cairo"), ("the capital of russia is", "russia", "moscow"),
+]
+FORGET, KEEP = FACTS[:3], FACTS[3:]
+TOLERANCE = {torch.bfloat16: 0.1, torch.float16: 0.02}
+METHODS = {
+    "ZeroUnlearn": (ZeroUnlearnHyperParams, apply_zerounlearn_to_model),
+    "ZeroUnlearn-GD": (ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model),
+}
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def knowing_llama(tok):
+    """A float32 tiny Llama trained to answer all :data:`FACTS` (top-1)."""
+    torch.manual_seed(0)
+    model = tiny_llama(tok, layers=4).train()
+    batch = torch.tensor([tok(f"{p} {a}")["input_ids"] for p, _, a in FACTS])
+    optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(200):
+        loss = model(batch, labels=batch).loss
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+    model.eval()
+    assert _top1(model, tok, FACTS) == [a for _, _, a in FACTS]
+    return model
+
+
+def _top1(model, tok, facts):
+    with torch.no_grad():
+        return [
+            tok.convert_ids_to_tokens(int(model(tok(p, return_tensors="pt").input_ids).logits[0, -1].float().argmax()))
+            for p, _, _ in facts
+        ]
+
+
+def _requests():
+    return [{"prompt": p, "subject": s, "ground_truth": a, "target_new": ""} for p, s, a in FORGET]
+
+
+def _edit(base, tok, method: str, dtype: torch.dtype, tmp_path: Path):
+    cls, apply = METHODS[method]
+    # one statistics cache: float32 runs first, the half models reuse its C0 (as the product does)
+    config = tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "corpus.jsonl"), alg_name=method,
+                               mom2_dtype="float32", v_num_grad_steps=25)
+    model = copy.deepcopy(base).to(dtype)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model, weights_copy = apply(model, tok, _requests(), cls.from_dict(config), return_orig_weights=True, progress=False)
+    decisions = ([a != t for a, (_, _, t) in zip(_top1(model, tok, FORGET), FORGET)],
+                 [a == t for a, (_, _, t) in zip(_top1(model, tok, KEEP), KEEP)])
+    params = dict(model.named_parameters())
+    delta = {name: params[name].detach().double() - weights_copy[name].double() for name in weights_copy}
+    for name, value in model.state_dict().items():
+        assert value.dtype == dtype, name
+        if name not in weights_copy:
+            assert torch.equal(value, before[name]), f"{name} changed but was not edited"
+    return decisions, delta
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_half_precision_edits_match_float32(knowing_llama, tok, method, tmp_path: Path):
+    reference, ref_delta = _edit(knowing_llama, tok, method, torch.float32, tmp_path)
+    forgotten, kept = reference
+    assert any(forgotten) and sum(kept) >= 3  # the float32 edit forgets and keeps: a decision worth comparing
+    for dtype, tolerance in TOLERANCE.items():
+        decisions, delta = _edit(knowing_llama, tok, method, dtype, tmp_path)
+        assert decisions == reference, f"{method} {dtype}: decisions {decisions} vs float32 {reference}"
+        for name, change in delta.items():
+            assert change.abs().max() > 0, f"{name}: the {dtype} edit was lost in rounding"
+            rel = float((change - ref_delta[name]).norm() / ref_delta[name].norm())
+            assert rel < tolerance, f"{method} {dtype} {name}: relative change difference {rel:.3g} >= {tolerance}"
+
+
+def test_targets_and_keys_are_float32_for_half_models(knowing_llama, tok, tmp_path: Path):
+    config = tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "corpus.jsonl"), v_num_grad_steps=5)
+    hp = ZeroUnlearnHyperParams.from_dict(config)
+    model = copy.deepcopy(knowing_llama).to(torch.bfloat16)
+    targets = neutral_targets(model, tok, _requests(), hp)
+    assert targets.z.dtype == targets.h0.dtype == torch.float32 and torch.isfinite(targets.z).all()
+    prefixes = context_prefixes(model, tok, hp.context_template_count, hp.context_template_length, hp.context_seed)
+    readout = read_keys_and_hidden(model, tok, normalize_requests(_requests()), prefixes, hp.rewrite_module_tmp.format(1),
+                                   hp.layer_module_tmp.format(2), hp.fact_token, 8)
+    assert readout.keys.dtype == readout.hidden.dtype == torch.float32
+
+
+def test_statistics_of_a_half_model_are_not_reused_by_a_float32_model(knowing_llama, tok, tmp_path: Path):
+    corpus = str(write_corpus(tmp_path / "corpus.jsonl"))
+    module = "model.layers.{}.mlp.down_proj"
+    args = ([1], module, str(tmp_path / "stats"), corpus, 20, "float64", 32, 8, "tiny")
+    half = layer_second_moments(copy.deepcopy(knowing_llama).to(torch.bfloat16), tok, *args, progress=False)[1]
+    full = layer_second_moments(knowing_llama, tok, *args, progress=False)[1]  # recomputed, overwrites the cache
+    assert not torch.equal(half.mom2, full.mom2)
+    again = layer_second_moments(copy.deepcopy(knowing_llama).to(torch.bfloat16), tok, *args, progress=False)[1]
+    assert torch.equal(again.mom2, full.mom2)  # a half model reuses float32 statistics
