@@ -621,6 +621,10 @@ def test_cuda_device_on_a_cpu_machine_is_named(tmp_path):
 
     with pytest.raises(ValueError, match=r"device 'cuda': this machine has 0 CUDA device\(s\).*--device cpu"):
         model_zoo.load_model_and_tokenizer(str(tmp_path), device="cuda")
+    from zerounlearn_editor import speed_bench
+
+    with pytest.raises(ValueError, match=r"device 'cuda:1': this machine has 0 CUDA device"):
+        speed_bench.run_speed(speed_bench.SpeedConfig(device="cuda:1", random_config="tiny", progress=False))
 
 
 # --------------------------------------------------------------------------- command line
