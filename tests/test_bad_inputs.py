@@ -621,6 +621,10 @@ def test_cuda_device_on_a_cpu_machine_is_named(tmp_path):
 
     with pytest.raises(ValueError, match=r"device 'cuda': this machine has 0 CUDA device\(s\).*--device cpu"):
         model_zoo.load_model_and_tokenizer(str(tmp_path), device="cuda")
+    from zerounlearn_editor import speed_bench
+
+    with pytest.raises(ValueError, match=r"device 'cuda:1': this machine has 0 CUDA device"):
+        speed_bench.run_speed(speed_bench.SpeedConfig(device="cuda:1", random_config="tiny", progress=False))
 
 
 # --------------------------------------------------------------------------- command line
@@ -719,3 +723,13 @@ def test_bench_records_the_n_it_edited(tok, tmp_path, corpus, caplog):
     assert json.loads((out / "seed_1.json").read_text())["run"]["n"] == 2
     text = (out / "summary.md").read_text()
     assert "n = 2 cases per seed" in text and "n = 5" not in text and "n=5" not in text
+
+
+def test_model_fingerprint_of_a_large_parameter():
+    """Evenly spaced indices stay in range past float32's 2**24 integers (a 28M-element SmolLM2 embedding failed)."""
+    module = torch.nn.Module()
+    module.weight = torch.nn.Parameter(torch.zeros(2**24 + 3, dtype=torch.bfloat16), requires_grad=False)
+    first = stats_module.model_fingerprint(module)
+    with torch.no_grad():
+        module.weight[-1] = 1.0  # the last element is sampled
+    assert stats_module.model_fingerprint(module) != first

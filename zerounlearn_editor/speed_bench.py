@@ -417,6 +417,9 @@ def run_speed(cfg: SpeedConfig) -> Dict[str, Any]:
     unknown = [m for m in cfg.methods if m not in METHODS] + [p for p in cfg.pipelines if p not in PIPELINES]
     if unknown:
         raise ValueError(f"unknown method(s)/pipeline(s) {unknown}; methods {METHODS}, pipelines {PIPELINES}")
+    from .model_zoo import check_device
+
+    check_device(cfg.resolved_device())  # '--device cuda' on a CPU build: named here, not an AssertionError later
     device = torch.device(cfg.resolved_device())
     overrides: Dict[str, Any] = {}
     if cfg.layers:

@@ -111,7 +111,9 @@ def model_fingerprint(model: nn.Module, skip_template: Optional[str] = None, ele
             if name in skipped:
                 continue
             flat = param.detach().reshape(-1)
-            index = torch.linspace(0, flat.numel() - 1, min(elements, flat.numel()), device=flat.device).long()
+            count = min(elements, flat.numel())
+            # integer spacing (a float32 linspace rounds past the end of a 28M-element tensor)
+            index = torch.arange(count, dtype=torch.int64, device=flat.device) * (flat.numel() - 1) // max(count - 1, 1)
             sample = flat[index].to(torch.bfloat16).float().cpu().numpy()
             digest.update(f"{name}|{tuple(param.shape)}|".encode())
             digest.update(sample.tobytes())
