@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
+from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
 from zerounlearn_editor import speed_bench
 from zerounlearn_editor.speed_bench import SpeedConfig, build_random_model, parse_int_list, run_speed
 
@@ -25,8 +25,9 @@ def test_run_speed_times_every_stage_and_both_pipelines_agree(tmp_path, monkeypa
     tok = tiny_tokenizer()
     monkeypatch.setattr(speed_bench, "_load_model", lambda cfg, hp, device: (tiny_llama(tok), tok))
     out = tmp_path / "speed.json"
+    data = write_tiny_counterfact(tmp_path / "counterfact.json")  # no benchmark data folder needed
     cfg = SpeedConfig(hparams=str(_write_hparams(tmp_path)), ns=[2, 3], device="cpu", stats_passages=10, micro_passages=5,
-                      out=str(out), progress=False)
+                      out=str(out), progress=False, data=str(data))
     result = run_speed(cfg)
     assert json.loads(out.read_text())["markdown"] == result["markdown"]
     assert [r["pipeline"] for r in result["statistics"]] == ["ours", "per-request"]
@@ -73,7 +74,8 @@ def test_bench_speed_cli_with_a_random_tiny_config(smollm2_path, tmp_path, capsy
     out = tmp_path / "speed.json"
     hparams = Path(__file__).resolve().parents[1] / "hparams" / "ZeroUnlearn" / "SmolLM2-135M-Instruct.yaml"
     assert main(["bench-speed", "--hparams", str(hparams), "--random-config", "tiny", "--n", "2", "--device", "cpu", "--stats-passages", "8",
-                 "--micro-passages", "4", "--out", str(out), "--no-progress"]) == 0
+                 "--micro-passages", "4", "--out", str(out), "--no-progress",
+                 "--data", str(write_tiny_counterfact(tmp_path / "counterfact.json"))]) == 0
     result = json.loads(out.read_text())
     assert result["environment"]["model"] == "random-tiny" and len(result["comparisons"]) == 2
     assert all(c["max_rel_diff"] < 1e-4 for c in result["comparisons"])

@@ -98,9 +98,10 @@ def embedded_text_file(name: str = PPL_TEXT_NAME, cache_dir: Optional[Path] = No
 
     ``cache_dir`` defaults to ``<cache>/data`` (``$ZEROUNLEARN_CACHE`` or
     ``~/.cache/zerounlearn_editor``); an existing copy with the wrong content is replaced.
-    When the folder cannot be written, a per-user temporary folder is used instead.
+    When the default folder cannot be written, a per-user temporary folder is used instead.
     """
     compressed = f"{name}.xz"
+    last_error: Optional[OSError] = None
     if compressed not in _SHA256:
         raise KeyError(f"no embedded text {name!r}; embedded: {PPL_TEXT_NAME}")
     for folder in ([Path(cache_dir)] if cache_dir is not None else [_data_cache_dir(),
@@ -112,10 +113,11 @@ def embedded_text_file(name: str = PPL_TEXT_NAME, cache_dir: Optional[Path] = No
             folder.mkdir(parents=True, exist_ok=True)
             _write_atomic(target, _read_embedded(compressed))
             return target
-        except PermissionError:
+        except OSError as exc:  # read-only or not permitted: try the next folder
             if cache_dir is not None:
                 raise
-    raise PermissionError(f"cannot unpack the embedded {name}: no writable cache folder")
+            last_error = exc
+    raise OSError(f"cannot unpack the embedded {name}: no writable cache folder ({last_error})")
 
 
 def default_ppl_text() -> Path:
