@@ -221,7 +221,9 @@ def test_real_easyedit_unlearns_a_knowedit_file(tmp_path, monkeypatch):
     model_dir = tmp_path / "tiny-llama"
     tiny_llama(tok).save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
-    config = tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "corpus.jsonl"), model_name=str(model_dir))
+    # a word as neutral target: EasyEdit's rewrite accuracy cannot slice a lone special token of the tiny tokenizer
+    config = tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "corpus.jsonl"), model_name=str(model_dir),
+                               neutral_target="the")
     (tmp_path / "zu.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     data = [
         {"subject": s, "prompt": f"the capital of {s} is", "target_new": "rome", "ground_truth": a,
@@ -232,5 +234,5 @@ def test_real_easyedit_unlearns_a_knowedit_file(tmp_path, monkeypatch):
     summary = main(["--editing_method", "ZeroUnlearn", "--hparams_dir", str(tmp_path / "zu.yaml"), "--data_dir",
                     str(tmp_path / "data.json"), "--datatype", "counterfact", "--metrics_save_dir", str(tmp_path / "out"),
                     "--no-test-generation"])
-    assert summary["mode"] == "unlearn" and summary["cases"] == 2
+    assert summary["mode"] == "unlearn" and summary["target_new"] == "the" and summary["cases"] == 2
     assert summary["forget_ground_truth_acc"]["pre"] is not None and summary["forget_ground_truth_acc"]["post"] is not None

@@ -184,7 +184,7 @@ def run_rounds(
                 chunks = [cases[i: i + config.n] for i in range(0, total, config.n)]
                 with _Stage(f"seed {seed}: scoring the unedited model on {total} cases"):
                     pre = score_cases(model, tok, cases, config.eval_batch_size)
-                    base = _score(model, tok, cases, pre, settings)
+                    base = dict(probe_metrics(pre, pre), ppl=model_metrics(model, tok, cases, settings)["ppl"])
                 record["base"] = {"forgotten": 0, "metrics": base}
                 for name in todo:
                     bar.set_description(f"seed {seed} {name}")
