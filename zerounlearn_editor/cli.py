@@ -104,6 +104,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         known_only=args.known_only,
         known_min_accuracy=args.known_min_accuracy,
         retain=args.retain,
+        utility=args.utility,
+        utility_n=args.utility_n,
     )
     summary = run_bench(config)
     print(summary["table_markdown"])
@@ -348,6 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retain", default=None, metavar="siblings:K",
                    help="retain set of the +R methods: K same-relation records per forget case, drawn from the "
                         "dataset but never a scored case or a subject of a scored prompt")
+    p.add_argument("--utility", default=None, metavar="TASKS",
+                   help="also score downstream tasks (e.g. sst2,mmlu; see zerounlearn utility) as columns, accuracy x100")
+    p.add_argument("--utility-n", type=int, default=50, help="items per utility task (default 50)")
     p.add_argument("--batch-size", type=int, default=32, help="probes per forward pass")
     p.add_argument("--device", default="cpu")
     p.add_argument("--runfile", default=None, help="YAML with runs: [{name, hparams, data, n, seeds, methods, out, ppl_tokens}]")

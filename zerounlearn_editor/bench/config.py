@@ -116,6 +116,9 @@ class BenchConfig:
         retain: how retain-aware methods (``ZeroUnlearn+R``, ``ZeroUnlearn-GD+R``) get their
             retain set: ``"siblings:K"`` = K same-relation records per forget case from the
             whole dataset, never a scored case or subject (:mod:`.retain_sets`); ``None`` = none.
+        utility: comma list of downstream tasks (``sst2,mmlu``, see :mod:`zerounlearn_editor.utility`)
+            scored for every method as extra columns ``util_<task>`` (accuracy x100); ``None`` = none.
+        utility_n: items per utility task (3-shot prompts, drawn with seed 0 for every seed).
     """
 
     hparams: str
@@ -137,6 +140,8 @@ class BenchConfig:
     known_only: bool = False
     known_min_accuracy: float = 1.0
     retain: Optional[str] = None
+    utility: Optional[str] = None
+    utility_n: int = 50
 
     def validate(self) -> None:
         """Check value ranges (names of methods are checked against the registry by the runner)."""
