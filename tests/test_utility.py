@@ -201,3 +201,22 @@ def test_plot_without_matplotlib_is_a_clear_message(monkeypatch, caplog, tmp_pat
     payload = {"model": "m", "results": {"base": {"tasks": {"sst2": {"accuracy": 0.5, "chance": 0.5}}}}}
     assert plot_utility(payload, str(tmp_path / "x.png")) is None
     assert "matplotlib is not installed" in caplog.text and not (tmp_path / "x.png").exists()
+
+
+def test_bench_utility_columns_match_the_utility_command(ws, tok, tmp_path, monkeypatch):
+    from zerounlearn_editor.bench import BenchConfig, run_bench
+
+    monkeypatch.setenv("ZEROUNLEARN_DATA_DIR", str(ws["root"]))  # holds utility/
+    model = tiny_llama(tok, seed=0)
+    config = BenchConfig(hparams=str(ws["main"]), data=str(ws["cf"]), seeds=[1], methods=["base", "ZeroUnlearn"],
+                         out=str(tmp_path / "bench"), n=3, ppl_tokens=0, progress=False, utility="sst2,rte", utility_n=4)
+    summary = run_bench(config, model=model, tok=tok)
+    assert summary["run"]["utility"] == "sst2,rte"
+    for method in ("base", "ZeroUnlearn"):
+        assert {"util_sst2", "util_rte"} <= set(summary["methods"][method]["metrics"])
+    assert "sst2 ↑" in summary["table_markdown"] and "rte ↑" in summary["table_markdown"]
+    direct = run_utility(UtilityConfig(hparams=str(ws["main"]), tasks=["sst2", "rte"], out=str(tmp_path / "u.json"), n=4,
+                                       shots=3, seed=0, data_dir=str(ws["utility"]), plot=None, progress=False),
+                         model=model, tok=tok)
+    for task in ("sst2", "rte"):
+        assert summary["methods"]["base"]["metrics"][f"util_{task}"]["mean"] == 100 * direct["tasks"][task]["accuracy"]

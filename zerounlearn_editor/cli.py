@@ -125,6 +125,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         known_only=args.known_only,
         known_min_accuracy=args.known_min_accuracy,
         retain=args.retain,
+        utility=args.utility,
+        utility_n=args.utility_n,
     )
     if args.rounds is not None:
         from .bench.rounds import run_rounds
@@ -452,6 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=None, metavar="R",
                    help="sequential unlearning: R rounds of --n facts each on the same model (default methods "
                         "ZeroUnlearn,ZeroUnlearn-GD); writes rounds.md, rounds_summary.json, rounds.png")
+    p.add_argument("--utility", default=None, metavar="TASKS",
+                   help="also score downstream tasks (e.g. sst2,mmlu; see zerounlearn utility) as columns, accuracy x100")
+    p.add_argument("--utility-n", type=int, default=50, help="items per utility task (default 50)")
     p.add_argument("--batch-size", type=int, default=32, help="probes per forward pass")
     p.add_argument("--device", default="cpu")
     p.add_argument("--runfile", default=None, help="YAML with runs: [{name, hparams, data, n, seeds, methods, out, ppl_tokens}]")

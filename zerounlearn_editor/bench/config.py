@@ -118,6 +118,9 @@ class BenchConfig:
             whole dataset, never a scored case or subject (:mod:`.retain_sets`); ``None`` = none.
         dtype: precision the CLI loads the model in (``float32``, ``bfloat16``, ``float16``;
             ``None`` = as stored); part of the run settings every stored seed result must share.
+        utility: comma list of downstream tasks (``sst2,mmlu``, see :mod:`zerounlearn_editor.utility`)
+            scored for every method as extra columns ``util_<task>`` (accuracy x100); ``None`` = none.
+        utility_n: items per utility task (3-shot prompts, drawn with seed 0 for every seed).
     """
 
     hparams: str
@@ -140,6 +143,8 @@ class BenchConfig:
     known_min_accuracy: float = 1.0
     retain: Optional[str] = None
     dtype: Optional[str] = None
+    utility: Optional[str] = None
+    utility_n: int = 50
 
     def validate(self) -> None:
         """Check value ranges (names of methods are checked against the registry by the runner)."""

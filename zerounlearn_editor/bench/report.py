@@ -56,7 +56,8 @@ def summarize(methods: Sequence[str], records: Mapping[int, Mapping[str, Any]]) 
         ok = [(seed, e) for seed, e in entries if e and e.get("status") == "ok"]
         skipped = [e for _, e in entries if e and e.get("status") in ("skipped", "error")]
         metrics = {}
-        for key in METRIC_KEYS:
+        utility_keys = sorted({k for _, e in ok for k in e["metrics"] if k.startswith("util_")})
+        for key in (*METRIC_KEYS, *utility_keys):
             stats = aggregate([e["metrics"].get(key) for _, e in ok])
             if stats is not None:
                 metrics[key] = stats
@@ -82,7 +83,9 @@ def _cell(stats: Optional[Mapping[str, Any]], fmt: str) -> str:
 
 def format_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
     """The markdown table: one row per method, columns that hold at least one value."""
-    used = [c for c in COLUMNS if any(c[0] in m["metrics"] for m in summary.values())]
+    utility = sorted({k for m in summary.values() for k in m["metrics"] if k.startswith("util_")})
+    columns = list(COLUMNS) + [(k, f"{k[len('util_'):]} ↑", "{:.1f}") for k in utility]  # zerounlearn utility tasks
+    used = [c for c in columns if any(c[0] in m["metrics"] for m in summary.values())]
     if not used:
         used = list(COLUMNS[:3])
     lines = [

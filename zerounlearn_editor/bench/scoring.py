@@ -37,6 +37,8 @@ class ScoringSettings:
     ppl_tokens: int = 20000
     fluency: bool = False
     fluency_tokens: int = 32
+    utility: Optional[str] = None
+    utility_n: int = 50
 
 
 def _slice(scores: ProbeScores, start: int, stop: int) -> ProbeScores:
@@ -108,4 +110,12 @@ def model_metrics(model: nn.Module, tok: Any, cases: Sequence[UnlearnCase], sett
         texts = generate_greedy(model, tok, prompts, settings.fluency_tokens, batch_size=settings.batch_size)
         out["fluency"] = ngram_entropy(texts)
         out["generations"] = texts
+    if settings.utility:
+        from ..resources import shared_file
+        from ..utility import load_task_items, parse_tasks, score_tasks
+
+        data_dir = shared_file("utility/mmlu.json").parent
+        items = {t: load_task_items(t, data_dir, settings.utility_n, 3) for t in parse_tasks(settings.utility)}
+        scores = score_tasks(model, tok, items, settings.batch_size)
+        out["utility"] = {f"util_{t}": 100.0 * s["accuracy"] for t, s in scores.items()}
     return out
