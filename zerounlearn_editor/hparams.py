@@ -283,6 +283,9 @@ class _EditHyperParams(BaseHyperParams):
     kl_factor: float = 0.0625
     v_early_stop_loss: float = 0.05
     chunk_size: int = 64
+    # "adam": the paper's loop (default); "adam_kv": the same Adam updates on cached prefix keys/values;
+    # "lbfgs": per-request projected L-BFGS with line search (see zerounlearn_editor.targets_fast)
+    targets_optimizer: Literal["adam", "adam_kv", "lbfgs"] = "adam"
 
     # Statistics of general text
     stats_dir: str = "./data/stats"

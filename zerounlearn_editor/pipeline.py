@@ -180,6 +180,7 @@ def _target_config(model: nn.Module, hparams: _EditHyperParams) -> TargetConfig:
         kl_factor=hparams.kl_factor,
         early_stop_loss=hparams.v_early_stop_loss,
         chunk_size=hparams.chunk_size,
+        optimizer=hparams.targets_optimizer,
     )
 
 

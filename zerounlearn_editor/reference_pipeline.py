@@ -62,7 +62,7 @@ def per_request_targets(
     cfg: TargetConfig,
 ) -> NeutralTargets:
     """One target optimisation per request, full forward every step; ``z`` ``[n, d_model]``."""
-    single = dataclasses.replace(cfg, reuse_prefix=False, chunk_size=1)
+    single = dataclasses.replace(cfg, reuse_prefix=False, chunk_size=1, optimizer="adam")  # the yardstick
     parts = [
         optimise_neutral_targets(model, tok, requests[i : i + 1], target_ids[i : i + 1], prefixes, single)
         for i in range(len(requests))

@@ -46,6 +46,7 @@ class TargetConfig:
     early_stop_loss: float
     chunk_size: int
     reuse_prefix: bool = True  # run only the layers after the edited one per step, where supported
+    optimizer: str = "adam"  # "adam": the paper's loop below; "adam_kv"/"lbfgs": see targets_fast
 
 
 @dataclass
@@ -150,6 +151,10 @@ def _optimise_chunk(
     prefixes: Sequence[str],
     cfg: TargetConfig,
 ):
+    if cfg.optimizer != "adam":
+        from .targets_fast import optimise_chunk_fast
+
+        return optimise_chunk_fast(model, tok, requests, target_ids, prefixes, cfg)
     device = model_device(model)  # input ids
     head_device = get_module(model, cfg.lm_head_module).weight.device  # logits and the loss
     n, n_ctx = len(requests), len(prefixes)

@@ -1,0 +1,172 @@
+"""Opt-in cheaper target optimisation (targets_fast): cached prefix keys/values and projected L-BFGS."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+
+import pytest
+import torch
+
+from tiny_models import forget_requests, tiny_gpt2, tiny_llama, tiny_qwen3, tiny_tokenizer
+from zerounlearn_editor.contexts import context_prefixes
+from zerounlearn_editor.encoding import target_token_ids
+from zerounlearn_editor.hparams import HParamsError, ZeroUnlearnHyperParams
+from zerounlearn_editor.model_access import StopForward, capture_outputs, get_module, hidden_of
+from zerounlearn_editor.requests import normalize_requests
+from zerounlearn_editor.targets import TargetConfig, loss_layer_module, optimise_neutral_targets
+from zerounlearn_editor.targets_fast import KVSuffix
+
+BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "qwen3": tiny_qwen3}
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+def _names(arch: str):
+    if arch == "gpt2":
+        return "transformer.h.{}", "transformer.ln_f"
+    return "model.layers.{}", "model.norm"
+
+
+def _config(model, arch: str, loss_layer: int = -1, **changes) -> TargetConfig:
+    layer_tmp, ln_f = _names(arch)
+    cfg = TargetConfig(
+        layer_module=layer_tmp.format(1), ln_f_module=ln_f, lm_head_module="lm_head",
+        loss_layer_module=loss_layer_module(model, loss_layer, layer_tmp), fact_token="subject_last",
+        steps=12, lr=0.5, weight_decay=1e-3, clamp_norm_factor=4.0, kl_factor=0.1, early_stop_loss=0.05, chunk_size=8,
+    )
+    return replace(cfg, **changes)
+
+
+def _model(arch: str, tok):
+    model = BUILDERS[arch](tok)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(30.0)  # sharp predictions: the targets have something to move
+    return model.eval()
+
+
+def _full_forward(model, arch, ids, mask, lookup, delta, loss_layer: int = -1):
+    """Final-norm hidden ``[rows, seq, d]`` of the full model with ``delta`` ``[rows, d]`` added at ``lookup``."""
+    layer_tmp, ln_f_name = _names(arch)
+    layer = get_module(model, layer_tmp.format(1))
+    ln_f = get_module(model, ln_f_name)
+    captured = {}
+
+    def add(_m, _a, out):
+        h = hidden_of(out)
+        extra = torch.zeros_like(h)
+        extra[torch.arange(len(ids)), lookup] = delta
+        h = h + extra
+        return (h,) + tuple(out[1:]) if isinstance(out, tuple) else h
+
+    def grab(_m, _a, out):
+        h = hidden_of(out)
+        captured["h"] = ln_f(h) if loss_layer >= 0 else h
+        raise StopForward
+
+    target = get_module(model, layer_tmp.format(loss_layer)) if loss_layer >= 0 else ln_f
+    handles = [layer.register_forward_hook(add), target.register_forward_hook(grab)]
+    try:
+        with torch.no_grad(), contextlib.suppress(StopForward):
+            model(input_ids=ids, attention_mask=mask)
+    finally:
+        for h in handles:
+            h.remove()
+    return captured["h"]
+
+
+@pytest.mark.parametrize("arch", sorted(BUILDERS))
+@pytest.mark.parametrize("padding", ["right", "left"])
+@pytest.mark.parametrize("loss_layer", [-1, 2])
+def test_kv_cached_step_equals_the_full_forward(arch, padding, loss_layer, tok):
+    """Rows of different lengths (context prefixes, padding): every position from the lookup on matches."""
+    model = _model(arch, tok)
+    texts = ["the capital of france is paris", "i plays piano", "many people live in london and it was known for its river",
+             "tokyo is in asia"]
+    lookups_in_text = [3, 1, 5, 0]
+    rows = [tok(t)["input_ids"] for t in texts]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), tok.pad_token_id)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    lookup = torch.zeros(len(rows), dtype=torch.long)
+    for i, r in enumerate(rows):
+        off = width - len(r) if padding == "left" else 0
+        ids[i, off : off + len(r)] = torch.tensor(r)
+        mask[i, off : off + len(r)] = 1
+        lookup[i] = off + 1 + lookups_in_text[i]  # +1: BOS
+    end = mask.sum(1) if padding == "right" else torch.full((len(rows),), width)  # one past the last token
+    layer_tmp, ln_f_name = _names(arch)
+    lm = loss_layer_module(model, loss_layer, layer_tmp)
+    assert KVSuffix.supported(model, layer_tmp.format(1), lm, ln_f_name, width)
+    with torch.no_grad(), capture_outputs(model, [layer_tmp.format(1)], stop_after=layer_tmp.format(1)) as out, \
+            contextlib.suppress(StopForward):
+        model(input_ids=ids, attention_mask=mask)
+    kv = KVSuffix(model, layer_tmp.format(1), lm, ln_f_name, out[layer_tmp.format(1)], mask, lookup, end)
+    torch.manual_seed(0)
+    delta = torch.randn(len(rows), model.config.hidden_size) * 3.0
+    full = _full_forward(model, arch, ids, mask, lookup, delta, loss_layer)
+    for subset in (torch.arange(len(rows)), torch.tensor([2, 0])):  # all rows, and a sub-batch
+        with torch.no_grad():
+            fast = kv.step(subset, delta[subset])
+        for k, r in enumerate(subset.tolist()):
+            n_pos = int(end[r] - lookup[r])
+            torch.testing.assert_close(fast[k, :n_pos], full[r, lookup[r] : end[r]], rtol=1e-4, atol=1e-5)
+
+
+def _targets(arch, tok, optimizer, loss_layer=-1, **changes):
+    model = _model(arch, tok)
+    requests = normalize_requests(forget_requests())
+    prefixes = context_prefixes(model, tok, 2, 3, 0)
+    ids = [target_token_ids(tok, None)] * len(requests)
+    cfg = _config(model, arch, loss_layer, optimizer=optimizer, **changes)
+    return optimise_neutral_targets(model, tok, requests, ids, prefixes, cfg)
+
+
+@pytest.mark.parametrize("arch", sorted(BUILDERS))
+def test_adam_on_cached_keys_equals_the_papers_loop(arch, tok):
+    """Same Adam updates, clamp and early stop; only the forward is cheaper (float rounding)."""
+    paper = _targets(arch, tok, "adam")
+    cached = _targets(arch, tok, "adam_kv")
+    torch.testing.assert_close(cached.h0, paper.h0, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(cached.z, paper.z, rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(cached.nll, paper.nll, rtol=1e-3, atol=1e-4)
+    assert cached.steps_run == paper.steps_run
+
+
+@pytest.mark.parametrize("arch", sorted(BUILDERS))
+@pytest.mark.parametrize("clamp", [0.5, 4.0])
+def test_lbfgs_reaches_adams_nll_within_the_clamp(arch, clamp, tok):
+    """Loss = NLL (no KL, no decay), same budget; a tight clamp (solution on the ball's surface) and a loose one."""
+    changes = dict(clamp_norm_factor=clamp, early_stop_loss=0.0, kl_factor=0.0, weight_decay=0.0)
+    adam = _targets(arch, tok, "adam", **changes)
+    lbfgs = _targets(arch, tok, "lbfgs", **changes)
+    assert float(lbfgs.nll.mean()) <= float(adam.nll.mean()) + 1e-4, (lbfgs.nll, adam.nll)
+    radius = clamp * lbfgs.h0.norm(dim=1)
+    assert ((lbfgs.z - lbfgs.h0).norm(dim=1) <= radius * (1 + 1e-5)).all()
+    assert max(lbfgs.steps_run) <= 12
+    torch.testing.assert_close(lbfgs.h0, adam.h0)
+
+
+@pytest.mark.parametrize("optimizer", ["adam_kv", "lbfgs"])
+def test_chunking_does_not_change_the_targets(optimizer, tok):
+    whole = _targets("llama", tok, optimizer)
+    chunked = _targets("llama", tok, optimizer, chunk_size=1)
+    torch.testing.assert_close(chunked.z, whole.z, rtol=1e-4, atol=1e-5)
+    assert chunked.steps_run == whole.steps_run
+
+
+def test_full_forward_fallback_equals_the_cached_step(tok):
+    """``reuse_prefix=False`` runs the same optimiser on full forwards of the active rows."""
+    fast = _targets("qwen3", tok, "lbfgs", loss_layer=2)
+    slow = _targets("qwen3", tok, "lbfgs", loss_layer=2, reuse_prefix=False)
+    torch.testing.assert_close(fast.z, slow.z, rtol=1e-3, atol=1e-4)
+
+
+def test_targets_optimizer_key_is_validated():
+    shipped = ZeroUnlearnHyperParams.from_hparams("hparams/ZeroUnlearn/SmolLM2-135M-Instruct.yaml")
+    assert shipped.targets_optimizer == "adam"  # the paper's loop unless a YAML opts in
+    assert shipped.replace(targets_optimizer="lbfgs").targets_optimizer == "lbfgs"
+    with pytest.raises(HParamsError, match="targets_optimizer"):
+        shipped.replace(targets_optimizer="sgd")
