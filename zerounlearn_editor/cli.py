@@ -155,6 +155,7 @@ def _cmd_bench_speed(args: argparse.Namespace) -> int:
         eval_batch_size=args.batch_size,
         out=args.out,
         progress=not args.no_progress,
+        targets_optimizers=[o.strip() for o in args.targets_optimizers.split(",") if o.strip()] if args.targets_optimizers else None,
     )
     result = run_speed(config)
     print(result["markdown"])
@@ -262,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32, help="probes per evaluation forward pass")
     p.add_argument("--out", default="results/speed/speed.json")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--targets-optimizers", default=None, help="comma list of adam, adam_kv, lbfgs: one ours edit each "
+                   "(the first is compared with per-request; default: the YAML's targets_optimizer)")
     p.set_defaults(func=_cmd_bench_speed)
 
     return parser
