@@ -170,3 +170,15 @@ def test_targets_optimizer_key_is_validated():
     assert shipped.replace(targets_optimizer="lbfgs").targets_optimizer == "lbfgs"
     with pytest.raises(HParamsError, match="targets_optimizer"):
         shipped.replace(targets_optimizer="sgd")
+
+
+def test_speed_markdown_lists_every_targets_optimizer():
+    from zerounlearn_editor.speed_bench import format_speed_markdown
+
+    env = dict(device="cpu", model="m", parameters=1e6, dtype="float32", torch="x", threads=1)
+    rows = [dict(method="ZeroUnlearn", n=10, targets_optimizer=o, edit_s=e, edit_cpu_s=e, targets_s=e - 1,
+                 target_nll_mean=nll, target_steps_mean=s, eval_forget_acc=0.1, per_request_over_this=60.0 / e,
+                 per_request_over_this_cpu=60.0 / e) for o, e, nll, s in [("adam", 20.0, 1.05, 24.0), ("lbfgs", 6.0, 0.04, 9.0)]]
+    text = format_speed_markdown(dict(environment=env, statistics=[], edits=[], comparisons=[], optimizers=rows))
+    assert "| ZeroUnlearn | 10 | lbfgs | 5.0 | 6.0 | 6.0 | 10.00x, 10.00x | 0.040 | 9.0 | 0.10 |" in text
+    assert "| ZeroUnlearn | 10 | adam | 19.0 | 20.0 | 20.0 | 3.00x, 3.00x | 1.050 | 24.0 | 0.10 |" in text

@@ -214,6 +214,7 @@ def _cmd_bench_speed(args: argparse.Namespace) -> int:
         eval_batch_size=args.batch_size,
         out=args.out,
         progress=not (args.no_progress or args.quiet),
+        targets_optimizers=[o.strip() for o in args.targets_optimizers.split(",") if o.strip()] if args.targets_optimizers else None,
     )
     result = run_speed(config)
     print(result["markdown"])
@@ -500,6 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/speed/speed.json")
     p.add_argument("--no-progress", action="store_true")
     _add_data_dir(p)
+    p.add_argument("--targets-optimizers", default=None, help="comma list of adam, adam_kv, lbfgs: one ours edit each "
+                   "(the first is compared with per-request; default: the YAML's targets_optimizer)")
     p.set_defaults(func=_cmd_bench_speed)
 
     p = sub.add_parser(

@@ -126,6 +126,9 @@ class SpeedConfig:
     eval_batch_size: int = 32
     out: str = "results/speed/speed.json"
     progress: bool = True
+    # targets optimisers for the ``ours`` pipeline (None: the YAML's ``targets_optimizer``); the
+    # first one is compared with the per-request pipeline, every one is listed in ``optimizers``
+    targets_optimizers: Optional[List[str]] = None
 
     def resolved_device(self) -> str:
         return self.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -444,6 +447,7 @@ def run_speed(cfg: SpeedConfig) -> Dict[str, Any]:
         "statistics_micro": None,
         "edits": [],
         "comparisons": [],
+        "optimizers": [],
     }
     LOG.info("speed bench on %s: %s", device, result["environment"])
     with torch.no_grad():  # warm-up: first-call allocations and kernels stay out of the timings
@@ -467,13 +471,30 @@ def run_speed(cfg: SpeedConfig) -> Dict[str, Any]:
             layer_moments = {l: moments[l] for l in hp.layers}
             weights: Dict[str, Dict[int, torch.Tensor]] = {}
             rows: Dict[str, Dict[str, Any]] = {}
-            for pipeline in cfg.pipelines:
-                LOG.info("edit: %s, %s pipeline, n=%d", method, pipeline, n)
-                row, weights[pipeline] = _edit_row(model, tok, cases, hp, method, pipeline, layer_moments, device, cfg.eval_batch_size)
+            optimizers = cfg.targets_optimizers or [hp.targets_optimizer]
+            runs = [(p, o) for p in cfg.pipelines for o in (optimizers if p == "ours" else ["adam"])]
+            for pipeline, optimizer in runs:
+                LOG.info("edit: %s, %s pipeline (targets %s), n=%d", method, pipeline, optimizer, n)
+                run_hp = hp.replace(targets_optimizer=optimizer) if optimizer != hp.targets_optimizer else hp
+                row, w = _edit_row(model, tok, cases, run_hp, method, pipeline, layer_moments, device, cfg.eval_batch_size)
+                row["targets_optimizer"] = optimizer
                 LOG.info("  %.1f s (%s)", row["edit_s"], {k: round(v, 2) for k, v in row["stages_s"].items()})
                 result["edits"].append(row)
-                rows[pipeline] = row
+                key = pipeline if pipeline != "ours" or optimizer == optimizers[0] else f"ours:{optimizer}"
+                rows[key], weights[key] = row, w
                 _write_json(out, result)
+            reference = rows.get("per-request")
+            for key, row in rows.items():
+                if key == "per-request":
+                    continue
+                result["optimizers"].append({
+                    "method": method, "n": len(cases), "targets_optimizer": row["targets_optimizer"],
+                    "edit_s": row["edit_s"], "edit_cpu_s": row["edit_cpu_s"], "targets_s": row["stages_s"]["targets"],
+                    "target_nll_mean": row["target_nll_mean"], "target_steps_mean": row["target_steps_mean"],
+                    "eval_forget_acc": row["eval_forget_acc"],
+                    "per_request_over_this": reference["edit_s"] / row["edit_s"] if reference else None,
+                    "per_request_over_this_cpu": reference["edit_cpu_s"] / row["edit_cpu_s"] if reference else None,
+                })
             if "ours" in rows and "per-request" in rows:
                 gap = _weight_gap(weights["ours"], weights["per-request"])
                 comparison = {
@@ -533,6 +554,18 @@ def format_speed_markdown(result: Dict[str, Any]) -> str:
             lines.append(f"| {r['method']} | {r['pipeline']} | {r['n']} | {s['contexts']:.2f} | {s['targets']:.1f} | "
                          f"{s['keys']:.2f} | {s['solve']:.2f} | {s['write_back']:.3f} | {r['edit_s']:.1f} | "
                          f"{r['edit_cpu_s']:.1f} | {_mb(r, 'edit_')} | {r['eval_s']:.2f} | {_mb(r, 'eval_')} |")
+        lines.append("")
+    if result.get("optimizers"):
+        lines += ["**Target optimisers** (ours pipeline; per-request = the reference structure with Adam)", "",
+                  "| method | n | targets_optimizer | targets s | edit s | edit CPU s | per-request / this (wall, CPU) | "
+                  "target NLL mean | target steps mean | forget acc |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in result["optimizers"]:
+            ratio = ("-" if r["per_request_over_this"] is None
+                     else f"{r['per_request_over_this']:.2f}x, {r['per_request_over_this_cpu']:.2f}x")
+            lines.append(f"| {r['method']} | {r['n']} | {r['targets_optimizer']} | {r['targets_s']:.1f} | {r['edit_s']:.1f} | "
+                         f"{r['edit_cpu_s']:.1f} | {ratio} | {r['target_nll_mean']:.3f} | {r['target_steps_mean']:.1f} | "
+                         f"{r['eval_forget_acc']:.2f} |")
         lines.append("")
     if result["comparisons"]:
         lines += ["**End to end** (edit with cached statistics)", "",
