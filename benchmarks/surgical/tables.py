@@ -22,14 +22,20 @@ KEYS = ("eff", "gen", "spe", "ppl")
 
 
 def _per_seed(folder: Path, seeds: Optional[List[int]]) -> Dict[str, Dict[str, List[float]]]:
-    """method -> metric -> values over the folder's (selected) seed files."""
-    out: Dict[str, Dict[str, List[float]]] = {}
+    """method -> metric -> values over the folder's complete (selected) seed files.
+
+    A seed counts only when every method of the run finished ``ok`` in it (a seed still being
+    computed, or one with a failed method, would otherwise pair rows from different seeds).
+    """
+    records = []
     for path in sorted(folder.glob("seed_*.json"), key=lambda p: int(p.stem.split("_")[1])):
         seed = int(path.stem.split("_")[1])
-        if seeds is not None and seed not in seeds:
-            continue
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if any(m.get("status") != "ok" for m in data["methods"].values()):
+        if seeds is None or seed in seeds:
+            records.append(json.loads(path.read_text(encoding="utf-8")))
+    wanted = set().union(*(r["methods"] for r in records)) if records else set()
+    out: Dict[str, Dict[str, List[float]]] = {}
+    for data in records:
+        if set(data["methods"]) != wanted or any(m.get("status") != "ok" for m in data["methods"].values()):
             continue
         for method, entry in data["methods"].items():
             for key in KEYS:
@@ -51,7 +57,10 @@ def table(folders: List[Path], seeds: Optional[List[int]]) -> tuple:
              "|---|---|---|---|---|---|---|---|---|---|"]
     rows = []
     for folder in folders:
-        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+        first = sorted(folder.glob("seed_*.json"))
+        if not first:
+            continue
+        summary = json.loads(first[0].read_text(encoding="utf-8"))["run"]  # n, data, ... (summary.json comes last)
         stats = _per_seed(folder, seeds)
         base = stats.get("base", {})
         for method, metrics in stats.items():
