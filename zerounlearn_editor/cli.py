@@ -418,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=None, help="torch dtype to load the model in (default: the checkpoint's)")
     p.add_argument("--corpus", default=None, help="statistics corpus (default: the YAML's mom2_dataset)")
     p.add_argument("--ppl-tokens", type=int, default=2000, help="perplexity tokens (default 2000; 0 = off)")
-    p.add_argument("--ppl-text", default=None, help="perplexity text (default: WikiText-2 test of the shared data)")
+    p.add_argument("--ppl-text", default=None, help="perplexity text (default: the embedded WikiText-2 test split)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_unlearn)
@@ -442,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="hparams YAML of one method (default hparams/<NAME>/<main file name>); repeatable")
     p.add_argument("--out", default=None, help="output folder")
     p.add_argument("--ppl-tokens", type=_nonnegative_int, default=None, help="WikiText-2 tokens for perplexity (default 20000; 0 = off)")
-    p.add_argument("--ppl-text", default=None, help="perplexity text (default ../shared/data/text/wikitext2_raw_test.txt)")
+    p.add_argument("--ppl-text", default=None, help="perplexity text (default: the embedded WikiText-2 test split)")
     p.add_argument("--fluency", action="store_true", help="also n-gram entropy of greedy generations of the forget prompts")
     p.add_argument("--fluency-tokens", type=int, default=32)
     p.add_argument("--known-only", action="store_true",

@@ -154,11 +154,12 @@ def _rows(facts, before, after) -> List[UnlearnRow]:
 
 
 def _default_ppl_text() -> Optional[Path]:
-    from .resources import shared_file
+    """The WikiText-2 test split shipped with the package (unpacked once into the user cache)."""
+    from .embedded import default_ppl_text
 
     try:
-        return shared_file("text/wikitext2_raw_test.txt")
-    except FileNotFoundError as exc:
+        return Path(default_ppl_text())
+    except OSError as exc:
         LOG.warning("no perplexity text: %s; perplexity skipped (give --ppl-text)", exc)
         return None
 
@@ -182,8 +183,8 @@ def run_unlearn(
     """Unlearn the facts of ``facts_file`` and save the result (see module docstring).
 
     All inputs (hparams, facts, retain file, save mode) are checked before the model is loaded.
-    ``ppl_tokens`` tokens of ``ppl_text`` (default: WikiText-2 test from the shared data
-    folder) give the perplexity before/after; 0 turns it off.
+    ``ppl_tokens`` tokens of ``ppl_text`` (default: the WikiText-2 test split shipped with
+    the package) give the perplexity before/after; 0 turns it off.
     """
     from .model_zoo import load_model_and_tokenizer, resolve_model_path
 
