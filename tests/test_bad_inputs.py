@@ -639,7 +639,7 @@ def _write_hparams_yaml(tmp_path: Path, corpus: Path, **changes) -> Path:
 @pytest.mark.parametrize("argv,match", [
     (["stats", "--hparams", "H", "--n", "-5"], "must be >= 1, got -5"),
     (["stats", "--hparams", "H", "--n", "0"], "must be >= 1, got 0"),
-    (["stats", "--hparams", "H", "--n", "ten"], "expected a positive integer, got 'ten'"),
+    (["stats", "--hparams", "H", "--n", "ten"], "expected an integer >= 1, got 'ten'"),
     (["bench", "--hparams", "H", "--data", "d", "--out", "o", "--n", "0"], "must be >= 1, got 0"),
     (["demo", "--ppl-tokens", "-1"], "must be >= 0, got -1"),
 ])
