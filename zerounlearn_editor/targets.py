@@ -96,6 +96,49 @@ class _SuffixStack:
         finally:
             self.base.layers = self.full
 
+@dataclass
+class TargetRows:
+    """The encoded rows of one chunk of the neutral-target optimisation and its loss entries.
+
+    Rows are request-major / context-minor rewriting rows (``n * n_ctx``, prefix + prompt + the
+    target tokens but the last), then one KL row per request (``subject + " is a"``).
+    ``rw_req`` ``[n * n_ctx]``: the request of each rewriting row. The ``t_*`` lists hold one entry
+    per target-token prediction: row, absolute position, token id, weight ``1 / (m * n_ctx)``, request.
+    """
+
+    batch: object
+    rw_req: List[int]
+    t_rows: List[int]
+    t_pos: List[int]
+    t_tok: List[int]
+    t_weight: List[float]
+    t_req: List[int]
+
+
+def encode_target_rows(tok, requests: Sequence[ForgetRequest], target_ids, prefixes: Sequence[str],
+                       fact_token: str, device) -> TargetRows:
+    """Encode a chunk's rewriting and KL rows (on ``device``) and list its target-token loss entries."""
+    n, n_ctx = len(requests), len(prefixes)
+    rw_req = [i for i in range(n) for _ in range(n_ctx)]
+    contexts = [p for _ in range(n) for p in prefixes] + [""] * n
+    prefixes_rows = [requests[i].prefix for i in rw_req] + [""] * n
+    subjects = [requests[i].subject for i in rw_req] + [r.subject for r in requests]
+    suffixes = [requests[i].suffix for i in rw_req] + [" is a"] * n
+    appended = [list(target_ids[i][:-1]) for i in rw_req] + [[] for _ in range(n)]
+    batch = encode_rows(tok, contexts, prefixes_rows, subjects, suffixes, fact_token, appended).to(device)
+    t_rows, t_pos, t_tok, t_weight, t_req = [], [], [], [], []
+    for row, i in enumerate(rw_req):
+        m = len(target_ids[i])
+        prompt_len = int(batch.lengths[row]) - (m - 1)
+        for j, token in enumerate(target_ids[i]):
+            t_rows.append(row)
+            t_pos.append(prompt_len - 1 + j)
+            t_tok.append(token)
+            t_weight.append(1.0 / (m * n_ctx))
+            t_req.append(i)
+    return TargetRows(batch, rw_req, t_rows, t_pos, t_tok, t_weight, t_req)
+
+
 
 def _module_device(module: nn.Module, fallback: torch.device) -> torch.device:
     """Device of a module's first parameter (where its inputs must be), else ``fallback``."""
@@ -159,27 +202,12 @@ def _optimise_chunk(
     head_device = get_module(model, cfg.lm_head_module).weight.device  # logits and the loss
     n, n_ctx = len(requests), len(prefixes)
     # Rewriting rows (request-major, context-minor), then one KL row per request.
-    rw_req = [i for i in range(n) for _ in range(n_ctx)]
-    contexts = [p for _ in range(n) for p in prefixes] + [""] * n
-    prefixes_rows = [requests[i].prefix for i in rw_req] + [""] * n
-    subjects = [requests[i].subject for i in rw_req] + [r.subject for r in requests]
-    suffixes = [requests[i].suffix for i in rw_req] + [" is a"] * n
-    appended = [list(target_ids[i][:-1]) for i in rw_req] + [[] for _ in range(n)]
-    batch = encode_rows(tok, contexts, prefixes_rows, subjects, suffixes, cfg.fact_token, appended).to(device)
+    rows_ = encode_target_rows(tok, requests, target_ids, prefixes, cfg.fact_token, device)
+    batch, rw_req = rows_.batch, rows_.rw_req
+    t_rows, t_pos, t_tok, t_weight, t_req = rows_.t_rows, rows_.t_pos, rows_.t_tok, rows_.t_weight, rows_.t_req
     n_rw = len(rw_req)
     row_req = torch.tensor(rw_req + list(range(n)), device=device)
 
-    # Flat indices of target-token predictions.
-    t_rows, t_pos, t_tok, t_weight, t_req = [], [], [], [], []
-    for row, i in enumerate(rw_req):
-        m = len(target_ids[i])
-        prompt_len = int(batch.lengths[row]) - (m - 1)
-        for j, token in enumerate(target_ids[i]):
-            t_rows.append(row)
-            t_pos.append(prompt_len - 1 + j)
-            t_tok.append(token)
-            t_weight.append(1.0 / (m * n_ctx))
-            t_req.append(i)
     t_rows_t = torch.tensor(t_rows, device=head_device)
     t_pos_t = torch.tensor(t_pos, device=head_device)
     t_tok_t = torch.tensor(t_tok, device=head_device)

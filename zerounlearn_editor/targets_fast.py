@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .encoding import encode_rows
+from .targets import encode_target_rows
 from .model_access import StopForward, capture_outputs, get_module, hidden_of, model_device
 from .requests import ForgetRequest
 
@@ -243,27 +243,12 @@ class _Problem:
         self.head_device = self.head.weight.device
         n, n_ctx = len(requests), len(prefixes)
         self.n, self.n_ctx = n, n_ctx
-        rw_req = [i for i in range(n) for _ in range(n_ctx)]
-        contexts = [p for _ in range(n) for p in prefixes] + [""] * n
-        prefixes_rows = [requests[i].prefix for i in rw_req] + [""] * n
-        subjects = [requests[i].subject for i in rw_req] + [r.subject for r in requests]
-        suffixes = [requests[i].suffix for i in rw_req] + [" is a"] * n
-        appended = [list(target_ids[i][:-1]) for i in rw_req] + [[] for _ in range(n)]
-        batch = encode_rows(tok, contexts, prefixes_rows, subjects, suffixes, cfg.fact_token, appended).to(device)
+        rows_ = encode_target_rows(tok, requests, target_ids, prefixes, cfg.fact_token, device)
+        batch, rw_req = rows_.batch, rows_.rw_req
+        t_rows, t_pos, t_tok, t_weight, t_req = rows_.t_rows, rows_.t_pos, rows_.t_tok, rows_.t_weight, rows_.t_req
         self.batch = batch
         n_rw = len(rw_req)
         self.n_rw = n_rw
-        # loss entries: (row, absolute position, token, weight, request); KL entries: (row, position)
-        t_rows, t_pos, t_tok, t_weight, t_req = [], [], [], [], []
-        for row, i in enumerate(rw_req):
-            m = len(target_ids[i])
-            prompt_len = int(batch.lengths[row]) - (m - 1)
-            for j, token in enumerate(target_ids[i]):
-                t_rows.append(row)
-                t_pos.append(prompt_len - 1 + j)
-                t_tok.append(token)
-                t_weight.append(1.0 / (m * n_ctx))
-                t_req.append(i)
         lookup = batch.lookup.cpu()
         self.row_req = torch.tensor(rw_req + list(range(n)))
         end = lookup + 1
