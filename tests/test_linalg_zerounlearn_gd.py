@@ -349,3 +349,80 @@ def test_objective_rejects_bad_D() -> None:
         objective(p.W, p.K_f, p.M_f, p.M_n, torch.zeros(5, 7, dtype=F64))
     with pytest.raises(ValueError, match="route"):
         solve_exact(p.W, p.K_f, p.M_f, p.M_n, p.U0, route="fast")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# Soft protection: tr(D_m H D_m^T) with H = mu C0 + lam_r K_r K_r^T (opt-in)
+# ---------------------------------------------------------------------------------------------
+
+
+def _penalty_problem(seed: int = 11):
+    from zerounlearn_editor.linalg.zerounlearn_gd import penalty_matrix
+
+    p = make_problem(7, 12, 3, 5, seed=seed)
+    C0 = p.A @ p.A.T / p.A.shape[1] + 1e-3 * torch.eye(12, dtype=F64)
+    _, U0 = nullspace_projector(C0, 0.5)
+    K_r = torch.randn(12, 4, generator=torch.Generator().manual_seed(seed + 1), dtype=F64)
+    return p._replace(U0=U0, P_m=U0 @ U0.T), C0, K_r, penalty_matrix(C0, 3.0, K_r, 20.0)
+
+
+@pytest.mark.parametrize("c", [0.1, 0.0], ids=["c>0", "c=0"])
+@pytest.mark.parametrize("route", ["auto", "dense", "lowrank"])
+def test_penalized_solve_matches_kronecker_normal_equations(c: float, route: str) -> None:
+    """``Q F G + F (c I + U0^T H U0) = Z`` solved by brute force (row-major Kronecker system)."""
+    p, _, _, H = _penalty_problem()
+    a, b = 1.0, 10.0
+    D = solve_exact(p.W, p.K_f, p.M_f, p.M_n, p.U0, a, b, c, route=route, penalty=H)
+    r, d_out = p.U0.shape[1], p.W.shape[0]
+    Kt = p.U0.T @ p.K_f
+    Q = a * p.M_f @ p.M_f.T + b * torch.eye(d_out, dtype=F64)
+    R = c * torch.eye(r, dtype=F64) + p.U0.T @ H @ p.U0
+    Z = (b * p.M_n - Q @ p.W @ p.K_f) @ Kt.T
+    L = torch.kron(Q, (Kt @ Kt.T).T.contiguous()) + torch.kron(torch.eye(d_out, dtype=F64), R.T.contiguous())
+    F = torch.linalg.solve(L, Z.contiguous().reshape(-1)).reshape(d_out, r)
+    torch.testing.assert_close(D, F @ p.U0.T, rtol=1e-8, atol=1e-10)
+    # and it is the minimiser of the penalised objective: random null-space perturbations only raise it
+    J = objective(p.W, p.K_f, p.M_f, p.M_n, D, a, b, c, penalty=H)
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(5):
+        E = 1e-3 * torch.randn(d_out, r, generator=gen, dtype=F64) @ p.U0.T
+        assert objective(p.W, p.K_f, p.M_f, p.M_n, D + E, a, b, c, penalty=H) > J
+
+
+def test_zero_penalty_is_the_paper_solve_and_none_is_bit_identical() -> None:
+    from zerounlearn_editor.linalg.zerounlearn_gd import penalty_matrix
+
+    p, C0, K_r, _ = _penalty_problem(12)
+    paper = solve_exact(p.W, p.K_f, p.M_f, p.M_n, p.U0, 1.0, 100.0, 0.1)
+    assert penalty_matrix(C0, 0.0, K_r, 0.0) is None
+    zero = solve_exact(p.W, p.K_f, p.M_f, p.M_n, p.U0, 1.0, 100.0, 0.1, penalty=torch.zeros(12, 12, dtype=F64))
+    torch.testing.assert_close(zero, paper, rtol=1e-10, atol=1e-12)
+    assert torch.equal(solve_exact(p.W, p.K_f, p.M_f, p.M_n, p.U0, 1.0, 100.0, 0.1, penalty=None), paper)
+
+
+def test_penalty_shrinks_the_change_it_penalises() -> None:
+    """A growing retain penalty drives ``||D_m K_r||`` to 0; a growing utility penalty drives ``tr(D C0 D^T)`` down."""
+    from zerounlearn_editor.linalg.zerounlearn_gd import penalty_matrix
+
+    p, C0, K_r, _ = _penalty_problem(13)
+    args = (p.W, p.K_f, p.M_f, p.M_n, p.U0, 1.0, 100.0, 0.1)
+    plain = solve_exact(*args)
+    retain_change = [float((solve_exact(*args, penalty=penalty_matrix(C0, 0.0, K_r, lam)) @ K_r).norm()) for lam in (1e2, 1e4, 1e6)]
+    assert retain_change[0] < float((plain @ K_r).norm())
+    assert retain_change[0] > retain_change[1] > retain_change[2] and retain_change[2] < 1e-3 * float((plain @ K_r).norm())
+    util = [float(torch.trace(D @ C0 @ D.T)) for D in (solve_exact(*args, penalty=penalty_matrix(C0, mu, None, 0.0)) for mu in (1e1, 1e3, 1e5))]
+    assert float(torch.trace(plain @ C0 @ plain.T)) > util[0] > util[1] > util[2]
+
+
+def test_penalty_rejects_bad_inputs() -> None:
+    from zerounlearn_editor.linalg.zerounlearn_gd import penalty_matrix
+
+    p, C0, K_r, _ = _penalty_problem(14)
+    with pytest.raises(ValueError, match="utility penalty weight"):
+        penalty_matrix(C0, -1.0)
+    with pytest.raises(ValueError, match="retain penalty weight"):
+        penalty_matrix(C0, 0.0, K_r, float("nan"))
+    with pytest.raises(ValueError, match="K_r must have shape"):
+        penalty_matrix(C0, 0.0, K_r[:5], 1.0)
+    with pytest.raises(ValueError, match="penalty must have shape"):
+        solve_exact(p.W, p.K_f, p.M_f, p.M_n, p.U0, penalty=torch.eye(5, dtype=F64))

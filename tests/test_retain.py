@@ -70,9 +70,9 @@ def _edit(setup, tok, hp, apply=apply_zerounlearn_gd_to_model, **kwargs):
 
 def _retain_change(model, edited, K_r) -> float:
     """Largest relative change of a retain value ``W k_r`` ``[d_out]`` over the retain keys."""
-    W0 = get_weight_matrix(get_module(model, MODULE)).double()
-    W1 = get_weight_matrix(get_module(edited, MODULE)).double()
-    return float(((W1 - W0).detach() @ K_r).norm(dim=0).div((W0 @ K_r).norm(dim=0)).max())
+    W0 = get_weight_matrix(get_module(model, MODULE)).detach().double()
+    W1 = get_weight_matrix(get_module(edited, MODULE)).detach().double()
+    return float(((W1 - W0) @ K_r).norm(dim=0).div((W0 @ K_r).norm(dim=0)).max())
 
 
 def test_gd_retain_keyword_protects_the_retain_values(setup, tok):
@@ -209,3 +209,30 @@ def test_protected_covariance_moves_the_null_space_off_the_retain_keys():
     assert U0r.shape[1] == 6 and (U0r.T @ K_r).norm() < 1e-8 * K_r.norm()
     with pytest.raises(ValueError, match="K_r must have shape"):
         protected_covariance(C0, torch.ones(3, 2, dtype=torch.float64), 1.0)
+
+
+def test_gd_retain_penalty_protects_the_retain_values_softly(setup, tok):
+    """``retain_penalty_weight`` (soft, in the objective) instead of the null space: retain outputs
+    move far less than without it, more so for a larger weight; a utility penalty alone changes the edit."""
+    model, paths, _, _ = setup
+    K_r = _retain_keys(model, tok, _hp(paths))
+    plain = _retain_change(model, _edit(setup, tok, _hp(paths, nullspace_threshold=1e-2)), K_r)
+    soft = [_retain_change(model, _edit(setup, tok, _hp(paths, nullspace_threshold=1e-2, retain_penalty_weight=lam), retain=RETAIN), K_r)
+            for lam in (1e2, 1e5)]
+    assert soft[1] < soft[0] < plain and soft[1] < plain / 10
+    w = lambda m: get_weight_matrix(get_module(m, MODULE))  # noqa: E731
+    util = _edit(setup, tok, _hp(paths, nullspace_threshold=1e-2, utility_penalty_weight=1e3))
+    assert not torch.equal(w(util), w(_edit(setup, tok, _hp(paths, nullspace_threshold=1e-2))))
+
+
+@pytest.mark.parametrize("key", ["utility_penalty_weight", "retain_penalty_weight"])
+def test_penalty_weights_are_validated_and_need_the_exact_solver(tmp_path, key):
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(HParamsError, match=key):
+            ZeroUnlearnGDHyperParams.from_dict(
+                tiny_hparams_dict(tmp_path, tmp_path / "c.jsonl", alg_name="ZeroUnlearn-GD", **{key: bad})
+            )
+    with pytest.raises(HParamsError, match="need 'solver: exact'"):
+        ZeroUnlearnGDHyperParams.from_dict(
+            tiny_hparams_dict(tmp_path, tmp_path / "c.jsonl", alg_name="ZeroUnlearn-GD", solver="gd", **{key: 1.0})
+        )

@@ -417,9 +417,15 @@ class ZeroUnlearnGDHyperParams(_EditHyperParams):
     # avoids context_nullspace_weight * the mean k k^T of the forget (and retain) prompts' tokens
     # other than the subject's last one
     context_nullspace_weight: float = 0.0
+    # Soft protection (opt-in, 0 = the paper; solver: exact): the objective gains
+    # tr(D_m (utility_penalty_weight C0 + retain_penalty_weight K_r K_r^T) D_m^T), i.e. the mean squared
+    # change of a general-text value and the summed squared change of the retain values
+    # (linalg.zerounlearn_gd.penalty_matrix)
+    utility_penalty_weight: float = 0.0
+    retain_penalty_weight: float = 0.0
 
     def retain_weights(self) -> Dict[str, float]:
-        return {"retain_nullspace_weight": self.retain_nullspace_weight}
+        return {"retain_nullspace_weight": self.retain_nullspace_weight, "retain_penalty_weight": self.retain_penalty_weight}
 
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)
@@ -431,7 +437,13 @@ class ZeroUnlearnGDHyperParams(_EditHyperParams):
                 f"{source}: keys 'gd_steps' (>= 1), 'gd_lr' (> 0) and 'gd_tolerance' (>= 0) got "
                 f"{self.gd_steps!r}, {self.gd_lr!r}, {self.gd_tolerance!r}"
             )
-        if not 0 <= self.context_nullspace_weight < float("inf"):
-            raise HParamsError(f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got {self.context_nullspace_weight!r}")
+        for key in ("context_nullspace_weight", "utility_penalty_weight"):
+            if not 0 <= getattr(self, key) < float("inf"):
+                raise HParamsError(f"{source}: key {key!r} must be finite and >= 0, got {getattr(self, key)!r}")
+        if self.solver != "exact" and (self.utility_penalty_weight > 0 or self.retain_penalty_weight > 0):
+            raise HParamsError(
+                f"{source}: keys 'utility_penalty_weight' / 'retain_penalty_weight' need 'solver: exact' "
+                f"(the iterative solver minimises the paper's objective only), got solver {self.solver!r}"
+            )
         if self.norm_weight == 0 and self.target_weight == 0:
             raise HParamsError(f"{source}: 'norm_weight' and 'target_weight' cannot both be 0")

@@ -46,6 +46,7 @@ from torch import Tensor
 
 __all__ = [
     "protected_covariance",
+    "penalty_matrix",
     "nullspace_basis",
     "nullspace_projector",
     "solve_exact",
@@ -162,6 +163,34 @@ def protected_covariance(
     return out
 
 
+def penalty_matrix(
+    C0: Tensor, utility_weight: float, K_r: Optional[Tensor] = None, retain_weight: float = 0.0
+) -> Optional[Tensor]:
+    """``H = mu C0 + lam_r K_r K_r^T`` ``[d_in, d_in]``: the soft-protection term ``tr(D_m H D_m^T)``.
+
+    Opt-in extension of the ZeroUnlearn-GD objective (``None`` when both weights are 0, which is
+    the paper's objective): ``tr(D_m C0 D_m^T) = E ||D_m k||^2`` is the mean squared change of a
+    general-text value, ``tr(D_m K_r K_r^T D_m^T) = sum_j ||D_m k_rj||^2`` the summed squared change
+    of the retain values (``K_r`` ``[d_in, n_r]``; summed like the target term, so
+    ``retain_weight = target_weight`` weighs keeping a retain value as much as hitting a target).
+    Unlike the null-space projection (a hard cut at an eigenvalue threshold) this penalises every
+    null-space direction by how much general text / the retain facts use it.
+    """
+    _check_matrix("C0", C0)
+    mu = _check_weight("utility penalty weight", utility_weight)
+    lam = _check_weight("retain penalty weight", retain_weight)
+    H: Optional[Tensor] = None
+    if mu:
+        H = mu * C0.to(_F64)
+    if lam and K_r is not None and K_r.shape[1]:
+        _check_matrix("K_r", K_r)
+        if K_r.shape[0] != C0.shape[0]:
+            raise ValueError(f"K_r must have shape [d_in={C0.shape[0]}, n_r], got {tuple(K_r.shape)}")
+        K = K_r.to(device=C0.device, dtype=_F64)
+        H = lam * (K @ K.T) if H is None else H + lam * (K @ K.T)
+    return None if H is None else 0.5 * (H + H.T)
+
+
 def nullspace_basis(C0: Tensor, threshold: float, *, symmetry_tol: float = 1e-6) -> Tuple[Tensor, Tensor]:
     """Orthonormal bases of the numerical null space of ``C0`` and of its complement.
 
@@ -235,11 +264,13 @@ def objective(
     a: float = 1.0,
     b: float = 100.0,
     c: float = 0.1,
+    penalty: Optional[Tensor] = None,
 ) -> float:
     """``J = a ||M_f^T (W + D_m) K_f||^2 + b ||(W + D_m) K_f - M_n||^2 + c ||D_m||^2`` in float64.
 
     ``D_m`` ``[d_out, d_in]`` is the additive update ``E P_m`` (so ``||E P_m|| = ||D_m||``);
-    the other shapes are as in the module docstring.
+    the other shapes are as in the module docstring. ``penalty`` ``H`` ``[d_in, d_in]`` (optional)
+    adds ``tr(D_m H D_m^T)`` (:func:`penalty_matrix`).
     """
     d_out, d_in, _, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
     _check_matrix("D_m", D_m)
@@ -252,6 +283,9 @@ def objective(
         + b * (X - M_n64).square().sum()
         + c * D_m.to(_F64).square().sum()
     )
+    if penalty is not None:
+        D = D_m.to(_F64)
+        value = value + ((D @ penalty.to(_F64)) * D).sum()
     return float(value)
 
 
@@ -412,6 +446,7 @@ def solve_exact(
     *,
     route: Route = "auto",
     rcond: Optional[float] = None,
+    penalty: Optional[Tensor] = None,
 ) -> Tensor:
     """Closed-form minimiser ``D_m = F U0^T`` ``[d_out, d_in]`` of the ZeroUnlearn-GD objective.
 
@@ -448,6 +483,13 @@ def solve_exact(
         a, b, c: objective weights, finite and ``>= 0``.
         route: ``"auto"``, ``"dense"`` or ``"lowrank"``.
         rcond: relative cut-off for the pseudo-inverse (see above).
+        penalty: optional PSD ``H`` ``[d_in, d_in]`` (:func:`penalty_matrix`): the objective gains
+            ``tr(D_m H D_m^T)`` and the equation becomes ``Q F G + F R = Z`` with
+            ``R = c I + U0^T H U0`` ``[r, r]``. With ``R = V diag(rho) V^T`` and
+            ``Kh = R^{-1/2} Kt`` it is the same problem with ``c = 1`` in ``Y = F R^{1/2}``:
+            ``Q Y (Kh Kh^T) + Y = Y_res Kh^T``, so the decoupled solve above applies unchanged.
+            Directions with ``rho <= rcond * max(rho)`` (only possible with ``c == 0``) get no
+            update. ``None`` (default) is the paper's objective, computed exactly as before.
 
     Returns:
         ``D_m`` ``[d_out, d_in]`` float64 on ``W``'s device.
@@ -478,6 +520,8 @@ def solve_exact(
     )
 
     Y = b * (pieces.M_n - pieces.WK) - a * _apply_S(pieces, pieces.WK)  # [d_out, n], Z = Y Kt^T
+    if penalty is not None:
+        return _solve_penalized(Y, Kt, M_f64, U0, a, b, c, penalty, thin_values, rcond)
     B, g = _key_basis(Kt, thin_keys)                     # [r, k], [k]
     ZB = Y @ (Kt.T @ B)                                  # [d_out, k] = Z B
     F_B = _value_solve(ZB, g, M_f64, a, b, c, thin_values, rcond)  # F = F_B B^T
@@ -490,6 +534,40 @@ def solve_exact(
     if cost_left <= cost_right:
         return F_B @ (U0_64 @ B).T
     return (F_B @ B.T) @ U0_64.T
+
+
+def _solve_penalized(
+    Y: Tensor, Kt: Tensor, M_f: Tensor, U0: Tensor, a: float, b: float, c: float,
+    penalty: Tensor, thin_values: bool, rcond: float,
+) -> Tensor:
+    """``D_m`` ``[d_out, d_in]`` solving ``Q F G + F (c I + U0^T H U0) = Y Kt^T`` (see :func:`solve_exact`).
+
+    ``Y`` ``[d_out, n]``, ``Kt = U0^T K_f`` ``[r, n]``, ``M_f`` ``[d_out, n]``, ``U0`` ``[d_in, r]``,
+    ``penalty`` = ``H`` ``[d_in, d_in]`` symmetric PSD.
+    """
+    d_in, r = U0.shape
+    _check_matrix("penalty", penalty)
+    if tuple(penalty.shape) != (d_in, d_in):
+        raise ValueError(f"penalty must have shape [d_in={d_in}, d_in={d_in}], got {tuple(penalty.shape)}")
+    U0_64 = U0.to(_F64)
+    R = U0_64.T @ penalty.to(device=U0_64.device, dtype=_F64) @ U0_64   # [r, r]
+    R = 0.5 * (R + R.T)
+    R.diagonal().add_(c)
+    rho, V = torch.linalg.eigh(R)
+    rho_max = float(rho.max()) if rho.numel() else 0.0
+    if rho_max < 0 and rho_max < -rcond * max(abs(float(rho.min())), 1.0):
+        raise ValueError("penalty must be positive semi-definite")
+    keep = rho > rcond * max(rho_max, 0.0)
+    V, rho = V[:, keep], rho[keep]
+    if rho.numel() == 0:
+        return torch.zeros(Y.shape[0], d_in, dtype=_F64, device=Y.device)
+    inv_sqrt = V * rho.rsqrt()[None, :]                # [r, r'] : R^{-1/2} = inv_sqrt V^T
+    Kh = inv_sqrt.T @ Kt                                # [r', n] coordinates of R^{-1/2} Kt in V
+    B, g = _key_basis(Kh, Kh.shape[1] < Kh.shape[0])    # [r', k], [k]
+    ZB = Y @ (Kh.T @ B)                                 # [d_out, k]
+    F_B = _value_solve(ZB, g, M_f, a, b, 1.0, thin_values, rcond)
+    # F = F_B B^T (R^{-1/2} in V coordinates)^T ; D_m = F U0^T = F_B (U0 inv_sqrt B)^T
+    return F_B @ (U0_64 @ (inv_sqrt @ B)).T
 
 
 # ----------------------------------------------------------------------------------------------
