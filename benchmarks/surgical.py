@@ -1,7 +1,7 @@
 """Surgical-forgetting study: many solve variants on the same cases, retain sets and neutral targets.
 
 Per seed: sample ``n`` cases the model knows (the bench's draw: ``sample_cases(known, n, seed)``),
-draw a sibling retain set (``--retain siblings:K``, same rules as ``zerounlearn bench``), optimise
+draw a retain set (``--retain siblings:K`` or ``same-answer:K``, same rules as ``zerounlearn bench``), optimise
 the neutral targets once (cached as ``<out>/targets/seed_<k>_n<n>.npz``: every variant of a
 method family shares them), then for every variant edit, score (Eff/Gen/Spe/PPL as the bench)
 and restore. Results go to ``<out>/results.json`` after every variant (resumable: finished
@@ -36,7 +36,7 @@ import yaml
 from zerounlearn_editor.bench.config import parse_seeds
 from zerounlearn_editor.bench.files import write_json_atomic
 from zerounlearn_editor.bench.methods import load_main_hparams
-from zerounlearn_editor.bench.retain_sets import draw_sibling_retain, parse_retain_spec
+from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
 from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 from zerounlearn_editor.data.registry import load_cases, sample_cases
 from zerounlearn_editor.evaluation.selection import select_known_cases
@@ -106,7 +106,9 @@ def main(argv=None) -> int:
     parser.add_argument("--data", default="counterfact-easyedit")
     parser.add_argument("--n", type=int, default=50)
     parser.add_argument("--seeds", default="1-3")
-    parser.add_argument("--retain", default="siblings:5")
+    parser.add_argument("--retain", default="siblings:5", metavar="POLICY:K",
+                        help="retain-set draw: siblings:K (K same-relation records per case) or same-answer:K "
+                             "(records sharing the case's true answer first); see zerounlearn bench --help")
     parser.add_argument("--known-min-accuracy", type=float, default=1.0)
     parser.add_argument("--ppl-tokens", type=int, default=4000)
     parser.add_argument("--only", default=None, help="comma list of variant names to run (default all)")
@@ -139,7 +141,7 @@ def main(argv=None) -> int:
     for seed in parse_seeds(args.seeds):
         cases = sample_cases(known, args.n, seed)
         requests = [dict(c.request) for c in cases]
-        retain = draw_sibling_retain(cases, pool, draw.k, seed) if draw else []
+        retain = draw_retain(draw, cases, pool, seed) if draw else []
         record = results["seeds"].setdefault(str(seed), {})
         pre = score_cases(model, tok, cases)
         if "base" not in record:

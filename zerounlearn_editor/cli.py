@@ -446,9 +446,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sample only cases whose true answers the unedited model predicts (efficacy starts at 100)")
     p.add_argument("--known-min-accuracy", type=float, default=1.0,
                    help="with --known-only: the forget-prompt token accuracy a case needs (default 1.0)")
-    p.add_argument("--retain", default=None, metavar="siblings:K",
-                   help="retain set of the +R methods: K same-relation records per forget case, drawn from the "
-                        "dataset but never a scored case or a subject of a scored prompt")
+    p.add_argument("--retain", default=None, metavar="POLICY:K",
+                   help="retain set of the +R methods, K records per forget case drawn from the dataset but never "
+                        "a scored case or a subject of a scored prompt: siblings:K = same-relation records; "
+                        "same-answer:K = records with the case's true answer (same relation first, then any "
+                        "relation), filled up with same-relation records")
     p.add_argument("--rounds", type=int, default=None, metavar="R",
                    help="sequential unlearning: R rounds of --n facts each on the same model (default methods "
                         "ZeroUnlearn,ZeroUnlearn-GD); writes rounds.md, rounds_summary.json, rounds.png")

@@ -115,7 +115,9 @@ class BenchConfig:
             facts fully: SmolLM2-135M-Instruct 47 of the 1129 ROME-format CounterFact records).
         retain: how retain-aware methods (``ZeroUnlearn+R``, ``ZeroUnlearn-GD+R``) get their
             retain set: ``"siblings:K"`` = K same-relation records per forget case from the
-            whole dataset, never a scored case or subject (:mod:`.retain_sets`); ``None`` = none.
+            whole dataset; ``"same-answer:K"`` = up to K records sharing the forget case's true
+            answer (same relation first, then any relation), filled up with same-relation
+            records; never a scored case or subject (:mod:`.retain_sets`); ``None`` = none.
         dtype: precision the CLI loads the model in (``float32``, ``bfloat16``, ``float16``;
             ``None`` = as stored); part of the run settings every stored seed result must share.
         utility: comma list of downstream tasks (``sst2,mmlu``, see :mod:`zerounlearn_editor.utility`)
@@ -167,4 +169,6 @@ class BenchConfig:
         draw = parse_retain_spec(self.retain)
         needing = [m for m in self.methods if str(m).endswith("+R")]
         if needing and draw is None:
-            raise BenchConfigError(f"methods {needing} need a retain set: add --retain siblings:K (runfile key 'retain')")
+            raise BenchConfigError(
+                f"methods {needing} need a retain set: add --retain siblings:K or same-answer:K (runfile key 'retain')"
+            )

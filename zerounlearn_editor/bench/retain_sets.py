@@ -1,8 +1,19 @@
-"""Retain sets for benches: same-relation siblings drawn from the dataset, never leaking into scoring.
+"""Retain sets for benches: records drawn from the dataset, never leaking into scoring.
 
-``--retain siblings:K`` gives every forget case ``K`` other records of the same relation
-(:attr:`UnlearnCase.relation`) from the dataset's whole pool, as retain requests without answers.
-A record is never drawn when
+Two draw policies, each giving every forget case up to ``K`` other records of the dataset's whole
+pool as retain requests without answers:
+
+``--retain siblings:K``
+    ``K`` records of the same relation (:attr:`UnlearnCase.relation`), drawn at random.
+``--retain same-answer:K``
+    records whose true answer (``request["ground_truth"]``, compared case-insensitively after
+    stripping) equals the forget case's: first those of the same relation, then those of any
+    relation; if fewer than ``K`` exist, same-relation records with other answers fill up to ``K``
+    (so it degrades to ``siblings`` for an answer no other record shares). CounterFact's
+    neighbourhood prompts are other subjects with the same relation *and* the same true answer,
+    the facts an edit of that answer is most likely to damage.
+
+Whatever the policy, a record is never drawn when
 
 * it is one of the seed's sampled (forgotten and scored) cases,
 * its subject equals a sampled case's subject, or occurs (case-insensitively, as a substring) in
@@ -10,7 +21,7 @@ A record is never drawn when
 * its prompt is itself an evaluated prompt, or it was already drawn.
 
 So a retain fact never names a subject that the table scores. :func:`check_retain_disjoint`
-re-checks a finished retain set against the scored cases (the runner calls it on every draw).
+re-checks a finished retain set against the scored cases (every draw calls it).
 """
 from __future__ import annotations
 
@@ -22,38 +33,73 @@ from typing import Dict, List, Optional, Sequence
 from ..data.types import UnlearnCase
 from .config import BenchConfigError
 
-__all__ = ["RetainDraw", "parse_retain_spec", "evaluated_prompts", "draw_sibling_retain", "check_retain_disjoint"]
+__all__ = [
+    "RETAIN_POLICIES",
+    "RetainDraw",
+    "parse_retain_spec",
+    "evaluated_prompts",
+    "draw_retain",
+    "draw_sibling_retain",
+    "draw_same_answer_retain",
+    "same_answer_retain_groups",
+    "check_retain_disjoint",
+]
 
-_SPEC = re.compile(r"^siblings:(\d+)$")
+#: Draw policies ``parse_retain_spec`` accepts, as written in a spec (``policy:K``).
+RETAIN_POLICIES = ("siblings", "same-answer")
+_SPEC = re.compile(r"^(" + "|".join(re.escape(p) for p in RETAIN_POLICIES) + r"):(\d+)$")
+_SPEC_HELP = "'siblings:K' or 'same-answer:K' with K >= 1 (e.g. siblings:5, same-answer:5)"
+_EXCLUSIONS = (
+    "excluding the seed's sampled cases and every record whose subject occurs in a scored "
+    "(forget, paraphrase or neighbourhood) prompt; prompts only, no answers"
+)
 
 
 @dataclass(frozen=True)
 class RetainDraw:
-    """How a bench draws its retain sets: ``K`` same-relation siblings per forget case."""
+    """How a bench draws its retain sets: up to ``k`` records per forget case under ``policy``.
+
+    Attributes:
+        k: records per forget case (>= 1).
+        policy: one of :data:`RETAIN_POLICIES` (``"siblings"`` or ``"same-answer"``).
+    """
 
     k: int
+    policy: str = "siblings"
+
+    def __post_init__(self) -> None:
+        if self.policy not in RETAIN_POLICIES:
+            raise BenchConfigError(f"retain: unknown policy {self.policy!r}; expected one of {list(RETAIN_POLICIES)}")
+        if self.k < 1:
+            raise BenchConfigError(f"retain: K must be >= 1, got {self.k}")
 
     @property
     def spec(self) -> str:
-        return f"siblings:{self.k}"
+        """The spec string this draw parses from (``parse_retain_spec(d.spec) == d``)."""
+        return f"{self.policy}:{self.k}"
 
     def describe(self) -> str:
         """One line for the report: how the retain set was drawn."""
+        if self.policy == "same-answer":
+            return (
+                f"retain set: per forget case up to {self.k} other records from the whole dataset whose true "
+                "answer equals the forget case's (case-insensitive), same relation first, then any relation, "
+                f"filled up to {self.k} with same-relation records of other answers; {_EXCLUSIONS}"
+            )
         return (
             f"retain set: per forget case {self.k} other records of the same relation from the whole dataset, "
-            "excluding the seed's sampled cases and every record whose subject occurs in a scored "
-            "(forget, paraphrase or neighbourhood) prompt; prompts only, no answers"
+            + _EXCLUSIONS
         )
 
 
 def parse_retain_spec(spec: Optional[str]) -> Optional[RetainDraw]:
-    """``"siblings:K"`` (K >= 1) -> :class:`RetainDraw`; ``None``/``""``/``"none"`` -> ``None``."""
+    """``"siblings:K"`` / ``"same-answer:K"`` (K >= 1) -> :class:`RetainDraw`; ``None``/``""``/``"none"`` -> ``None``."""
     if spec is None or str(spec).strip().lower() in ("", "none"):
         return None
     match = _SPEC.match(str(spec).strip())
-    if not match or int(match.group(1)) < 1:
-        raise BenchConfigError(f"retain: expected 'siblings:K' with K >= 1 (e.g. siblings:5), got {spec!r}")
-    return RetainDraw(int(match.group(1)))
+    if not match or int(match.group(2)) < 1:
+        raise BenchConfigError(f"retain: expected {_SPEC_HELP}, got {spec!r}")
+    return RetainDraw(int(match.group(2)), match.group(1))
 
 
 def evaluated_prompts(cases: Sequence[UnlearnCase]) -> List[str]:
@@ -66,6 +112,25 @@ def _leaks(subject: str, prompt: str, subjects: set, scored_text: List[str], sco
     if not folded or folded in subjects or prompt.strip() in scored_prompts:
         return True
     return any(folded in text for text in scored_text)
+
+
+def _answer(case: UnlearnCase) -> str:
+    """A case's true answer, folded for comparison (``""`` when it has none)."""
+    return str(case.request.get("ground_truth") or "").strip().casefold()
+
+
+def _eligible(sampled: Sequence[UnlearnCase], pool: Sequence[UnlearnCase]) -> List[UnlearnCase]:
+    """Pool records that may be drawn at all: not sampled, not leaking into a scored prompt (pool order)."""
+    sampled_ids = {c.case_id for c in sampled}
+    subjects = {c.request["subject"].casefold().strip() for c in sampled}
+    prompts = evaluated_prompts(sampled)
+    scored_text = [p.casefold() for p in prompts]
+    scored_prompts = {p.strip() for p in prompts}
+    return [
+        case for case in pool
+        if case.case_id not in sampled_ids
+        and not _leaks(case.request["subject"], case.request["prompt"], subjects, scored_text, scored_prompts)
+    ]
 
 
 def draw_sibling_retain(
@@ -83,18 +148,10 @@ def draw_sibling_retain(
             f"retain siblings: the cases carry no relation (e.g. case {missing[0]}); this dataset format "
             "cannot say which facts are siblings (CounterFact formats can)"
         )
-    sampled_ids = {c.case_id for c in sampled}
-    subjects = {c.request["subject"].casefold().strip() for c in sampled}
-    prompts = evaluated_prompts(sampled)
-    scored_text = [p.casefold() for p in prompts]
-    scored_prompts = {p.strip() for p in prompts}
     by_relation: Dict[str, List[UnlearnCase]] = {}
-    for case in pool:
-        if case.case_id in sampled_ids or case.relation is None:
-            continue
-        if _leaks(case.request["subject"], case.request["prompt"], subjects, scored_text, scored_prompts):
-            continue
-        by_relation.setdefault(case.relation, []).append(case)
+    for case in _eligible(sampled, pool):
+        if case.relation is not None:
+            by_relation.setdefault(case.relation, []).append(case)
     rng = random.Random(f"retain-siblings:{k}:{seed}")
     chosen: List[Dict[str, str]] = []
     taken: set = set()
@@ -105,6 +162,71 @@ def draw_sibling_retain(
             chosen.append({"prompt": sibling.request["prompt"], "subject": sibling.request["subject"]})
     check_retain_disjoint(chosen, sampled)
     return chosen
+
+
+def draw_same_answer_retain(
+    sampled: Sequence[UnlearnCase], pool: Sequence[UnlearnCase], k: int, seed: int
+) -> List[Dict[str, str]]:
+    """Retain requests ``[{"prompt", "subject"}]``: up to ``k`` same-answer records per sampled case.
+
+    For each sampled case (in order), the ``k`` slots are filled tier by tier, at random within a
+    tier, from eligible records not drawn yet:
+
+    1. same relation and same true answer,
+    2. another relation, same true answer,
+    3. same relation, another answer (fill-up; the ``siblings`` policy's candidates).
+
+    Answers are ``request["ground_truth"]`` compared case-insensitively after stripping; a case
+    with an empty answer matches no answer. A case without a ``relation`` gets only tier-2 records.
+    Deterministic in ``seed``; the leak exclusions are those of :func:`draw_sibling_retain`.
+    """
+    groups = same_answer_retain_groups(sampled, pool, k, seed)
+    chosen = [{"prompt": r.request["prompt"], "subject": r.request["subject"]} for group in groups for r in group]
+    check_retain_disjoint(chosen, sampled)
+    return chosen
+
+
+def same_answer_retain_groups(
+    sampled: Sequence[UnlearnCase], pool: Sequence[UnlearnCase], k: int, seed: int
+) -> List[List[UnlearnCase]]:
+    """The records :func:`draw_same_answer_retain` draws, one list per sampled case (tier order)."""
+    by_answer: Dict[str, List[UnlearnCase]] = {}
+    by_relation: Dict[str, List[UnlearnCase]] = {}
+    for case in _eligible(sampled, pool):
+        if _answer(case):
+            by_answer.setdefault(_answer(case), []).append(case)
+        if case.relation is not None:
+            by_relation.setdefault(case.relation, []).append(case)
+    rng = random.Random(f"retain-same-answer:{k}:{seed}")
+    groups: List[List[UnlearnCase]] = []
+    taken: set = set()
+    for case in sampled:
+        answer, relation = _answer(case), case.relation
+        same_answer = by_answer.get(answer, []) if answer else []
+        siblings = by_relation.get(relation, []) if relation is not None else []
+        tiers = (
+            [c for c in same_answer if relation is not None and c.relation == relation],
+            [c for c in same_answer if relation is None or c.relation != relation],
+            [c for c in siblings if not answer or _answer(c) != answer],
+        )
+        group: List[UnlearnCase] = []
+        for tier in tiers:
+            candidates = [c for c in tier if c.case_id not in taken]
+            for record in rng.sample(candidates, min(k - len(group), len(candidates))):
+                taken.add(record.case_id)
+                group.append(record)
+        groups.append(group)
+    return groups
+
+
+def draw_retain(
+    draw: RetainDraw, sampled: Sequence[UnlearnCase], pool: Sequence[UnlearnCase], seed: int
+) -> List[Dict[str, str]]:
+    """The retain set of ``sampled`` under ``draw``'s policy (see :func:`draw_sibling_retain`,
+    :func:`draw_same_answer_retain`)."""
+    if draw.policy == "same-answer":
+        return draw_same_answer_retain(sampled, pool, draw.k, seed)
+    return draw_sibling_retain(sampled, pool, draw.k, seed)
 
 
 def check_retain_disjoint(retain: Sequence[Dict[str, str]], scored: Sequence[UnlearnCase]) -> None:

@@ -37,7 +37,7 @@ from .files import read_json, sha256_of_json, write_json_atomic, write_text_atom
 from .fingerprint import ModelFingerprint
 from .methods import HParamsLookup, MethodContext, MethodSpec, default_registry, known_method_names, load_main_hparams
 from .report import aggregate
-from .retain_sets import draw_sibling_retain, parse_retain_spec
+from .retain_sets import draw_retain, parse_retain_spec
 from .runner import PPL_TEXT, ModelLoader, _compute_statistics, _Stage
 from .scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 
@@ -159,7 +159,7 @@ def run_rounds(
     plan = []
     for seed in config.seeds:
         cases = sample_cases(all_cases, total, seed)
-        retain = draw_sibling_retain(cases, pool, draw.k, seed) if draw else []
+        retain = draw_retain(draw, cases, pool, seed) if draw else []
         path = rounds_path(out, seed)
         record = read_json(path) if path.exists() else {"seed": seed, "run": run_info, "case_ids": [c.case_id for c in cases],
                                                         "retain": retain, "methods": {}}

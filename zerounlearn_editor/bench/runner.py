@@ -47,7 +47,7 @@ from .methods import (
     load_main_hparams,
 )
 from .report import write_summary
-from .retain_sets import check_retain_disjoint, draw_sibling_retain, parse_retain_spec
+from .retain_sets import check_retain_disjoint, draw_retain, parse_retain_spec
 from .scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 
 __all__ = ["run_bench", "seed_path", "ModelLoader", "PPL_TEXT"]
@@ -325,7 +325,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
         case_ids = [c.case_id for c in cases]
         path = seed_path(out, seed)
         record: Dict[str, Any]
-        retain = draw_sibling_retain(cases, pool, draw.k, seed) if draw else []
+        retain = draw_retain(draw, cases, pool, seed) if draw else []
         if path.exists():
             record = read_json(path)
             _check_stored(path, record, run_info, case_ids)
