@@ -125,3 +125,17 @@ def test_rounds_cli_and_errors(ws, tmp_path, capsys):
         run_rounds(_config(ws, tmp_path / "big", ["ZeroUnlearn"], n=2), 5)
     with pytest.raises(BenchConfigError, match="rounds must be >= 1"):
         run_rounds(_config(ws, tmp_path / "zero", ["ZeroUnlearn"]), 0)
+
+
+@pytest.mark.parametrize("progress", [False, True])
+def test_run_rounds_scopes_progress_bars_to_the_config(monkeypatch, progress):
+    """``--no-progress`` reaches every bar of a rounds run (the known-case scoring showed bars before)."""
+    from zerounlearn_editor.bench import rounds as rounds_module
+    from zerounlearn_editor.bench.config import BenchConfig
+    from zerounlearn_editor.progress import progress_enabled
+
+    seen = []
+    monkeypatch.setattr(rounds_module, "_run_rounds", lambda *a, **k: seen.append(progress_enabled()) or {})
+    rounds_module.run_rounds(BenchConfig(hparams="h.yaml", data="counterfact", seeds=[1], methods=["ZeroUnlearn"],
+                                         out="o", n=2, progress=progress), 2)
+    assert seen == [progress]

@@ -31,6 +31,7 @@ from ..data.registry import load_cases, sample_cases
 from ..data.types import UnlearnCase
 from ..evaluation.selection import select_known_cases
 from ..pipeline import restore_weights
+from ..progress import progress_scope
 from ..resources import shared_file
 from .config import BenchConfig, BenchConfigError, parse_methods
 from .files import read_json, sha256_of_json, write_json_atomic, write_text_atomic
@@ -115,7 +116,21 @@ def run_rounds(
     ``config.n`` facts per round, ``rounds`` rounds; ``config.methods`` without ``base``
     (:data:`DEFAULT_ROUND_METHODS` when it lists only ``base``). The other settings as in
     :func:`~zerounlearn_editor.bench.runner.run_bench` (fluency is not measured per round).
+    ``config.progress`` False hides every progress bar of the run (as in ``run_bench``).
     """
+    with progress_scope(config.progress):
+        return _run_rounds(config, rounds, model, tok, registry, loader)
+
+
+def _run_rounds(
+    config: BenchConfig,
+    rounds: int,
+    model: Optional[nn.Module],
+    tok: Any,
+    registry: Optional[Mapping[str, MethodSpec]],
+    loader: Optional[ModelLoader],
+) -> Dict[str, Any]:
+    """:func:`run_rounds` inside its progress scope."""
     started = time.perf_counter()
     config.validate()
     if rounds < 1:
