@@ -46,6 +46,7 @@ from .methods import (
     known_method_names,
     load_main_hparams,
 )
+from .neighbours import drop_batch_forget_neighbours
 from .report import write_summary
 from .retain_sets import check_retain_disjoint, draw_sibling_retain, parse_retain_spec
 from .scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
@@ -294,6 +295,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
         all_cases = load_cases(config.data, path=config.data_path)
     pool = list(all_cases)  # retain siblings come from the whole dataset, known or not
     draw = parse_retain_spec(config.retain)
+    known: Optional[Dict[str, Any]] = None
     if config.known_only:
         if model is None:
             if loader is None:
@@ -302,9 +304,10 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
                 model, tok = _load_model(loader, str(lookup.main.model_name), config)
         with _Stage("selecting cases the unedited model knows"):
             all_cases = select_known_cases(model, tok, all_cases, None, min_accuracy=config.known_min_accuracy)
+        known = {"qualified": len(all_cases), "candidates": len(pool), "min_accuracy": config.known_min_accuracy}
         LOG.info(
-            "%d %s cases are known to the model (forget-prompt accuracy >= %g)",
-            len(all_cases), config.data, config.known_min_accuracy,
+            "%d of %d %s cases are known to the model (forget-prompt accuracy >= %g)",
+            len(all_cases), len(pool), config.data, config.known_min_accuracy,
         )
         if config.n is not None and len(all_cases) < config.n:
             raise BenchConfigError(
@@ -321,7 +324,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
 
     plan: List[Tuple[int, Path, Dict[str, Any], List[UnlearnCase], List[str]]] = []
     for seed in config.seeds:
-        cases = sample_cases(all_cases, config.n, seed)
+        cases, dropped = drop_batch_forget_neighbours(sample_cases(all_cases, config.n, seed))
         case_ids = [c.case_id for c in cases]
         path = seed_path(out, seed)
         record: Dict[str, Any]
@@ -333,6 +336,8 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
                 raise BenchConfigError(f"{path} holds another retain set; use another --out or remove it")
         else:
             record = {"seed": seed, "run": run_info, "case_ids": case_ids, "retain": retain, "methods": {}}
+        if dropped:
+            record["neighbours_dropped"] = dropped  # forgotten by another case of the batch (.neighbours)
         todo = _pending(record, methods, signatures)
         if todo:
             plan.append((seed, path, record, cases, todo))
@@ -350,7 +355,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
         _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptions, ppl_text)
 
     records = {seed: read_json(seed_path(out, seed)) for seed in config.seeds}
-    summary = write_summary(out, config, run_info, methods, records)
+    summary = write_summary(out, config, run_info, methods, records, known=known)
     LOG.info("bench %s: %d seeds, %d methods in %.1fs -> %s", config.name or out, len(config.seeds), len(methods),
              time.perf_counter() - started, out / "summary.md")
     return summary

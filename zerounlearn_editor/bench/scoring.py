@@ -5,6 +5,10 @@
 * Specificity: token accuracy x100 of the neighbourhood prompts' own answers (higher = better
   kept), its probability, and (after an edit) the pre/post agreement of the argmax tokens.
 * Per case the probe values are averaged first, then cases are averaged (EasyEdit's summary).
+* Probe groups (cases with ``probe_groups``, e.g. RWKU's ``forget_level1`` ... ``neighbor_level2``):
+  the same token accuracy x100 per group, as metrics ``group_<name>`` (cases without probes in
+  a group are left out of its mean). A group probe that is also one of the case's forget /
+  paraphrase / neighbour probes is scored once.
 * Perplexity on the first ``ppl_tokens`` tokens of a text; fluency = n-gram entropy of greedy
   generations of the forget prompts.
 """
@@ -16,16 +20,18 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from torch import nn
 
-from ..data.types import UnlearnCase
+from ..data.types import Probe, UnlearnCase
 from ..evaluation.easyedit_format import CaseScores
 from ..evaluation.fluency import ngram_entropy
 from ..evaluation.generation import generate_greedy
 from ..evaluation.metrics import ProbeScores, evaluate_probes
 from ..evaluation.perplexity import perplexity
 
-__all__ = ["METRIC_KEYS", "ScoringSettings", "score_cases", "probe_metrics", "model_metrics"]
+__all__ = ["METRIC_KEYS", "GROUP_PREFIX", "ScoringSettings", "score_cases", "probe_metrics", "model_metrics"]
 
 METRIC_KEYS = ("eff", "gen", "spe", "eff_first", "gen_first", "eff_prob", "gen_prob", "spe_prob", "spe_agree", "ppl", "fluency", "edit_seconds")
+GROUP_PREFIX = "group_"
+"""Metric key of a probe group: ``GROUP_PREFIX + name`` (e.g. ``group_forget_level1``)."""
 
 
 @dataclass(frozen=True)
@@ -45,10 +51,15 @@ def _slice(scores: ProbeScores, start: int, stop: int) -> ProbeScores:
     return {key: values[start:stop] for key, values in scores.items()}  # type: ignore[return-value]
 
 
+def _take(scores: ProbeScores, indices: Sequence[int]) -> ProbeScores:
+    return {key: [values[i] for i in indices] for key, values in scores.items()}  # type: ignore[return-value]
+
+
 def score_cases(model: nn.Module, tok: Any, cases: Sequence[UnlearnCase], batch_size: int = 32) -> List[CaseScores]:
-    """Forget/paraphrase/neighbour scores of every case, all probes batched together."""
-    probes = []
+    """Forget/paraphrase/neighbour (and probe-group) scores of every case, all probes batched together."""
+    probes: List[Probe] = []
     bounds = []
+    group_indices: List[Dict[str, List[int]]] = []
     for case in cases:
         start = len(probes)
         probes += case.forget
@@ -57,10 +68,28 @@ def score_cases(model: nn.Module, tok: Any, cases: Sequence[UnlearnCase], batch_
         mid2 = len(probes)
         probes += case.neighbour
         bounds.append((start, mid1, mid2, len(probes)))
+        known: Dict[Probe, int] = {}
+        for index in range(len(probes) - 1, start - 1, -1):
+            known[probes[index]] = index  # first occurrence wins
+        groups: Dict[str, List[int]] = {}
+        for name, members in case.probe_groups.items():
+            indices = []
+            for probe in members:
+                if probe not in known:
+                    known[probe] = len(probes)
+                    probes.append(probe)
+                indices.append(known[probe])
+            groups[name] = indices
+        group_indices.append(groups)
     scores = evaluate_probes(model, tok, probes, batch_size)
     return [
-        CaseScores(forget=_slice(scores, a, b), paraphrase=_slice(scores, b, c), neighbour=_slice(scores, c, d))
-        for a, b, c, d in bounds
+        CaseScores(
+            forget=_slice(scores, a, b),
+            paraphrase=_slice(scores, b, c),
+            neighbour=_slice(scores, c, d),
+            groups={name: _take(scores, indices) for name, indices in groups.items()},
+        )
+        for (a, b, c, d), groups in zip(bounds, group_indices)
     ]
 
 
@@ -74,7 +103,10 @@ def _agreement(pre: Sequence[int], post: Sequence[int]) -> List[float]:
 
 
 def probe_metrics(post: Sequence[CaseScores], pre: Optional[Sequence[CaseScores]] = None) -> Dict[str, float]:
-    """Efficacy/generalization/specificity (x100) and probabilities; ``spe_agree`` needs ``pre``."""
+    """Efficacy/generalization/specificity (x100) and probabilities; ``spe_agree`` needs ``pre``.
+
+    Cases with probe groups add ``group_<name>`` (token accuracy x100 per group, see module doc).
+    """
     out = {
         "eff": 100.0 * _case_mean([s.forget["acc"] for s in post]),
         "gen": 100.0 * _case_mean([s.paraphrase["acc"] for s in post]),
@@ -92,6 +124,9 @@ def probe_metrics(post: Sequence[CaseScores], pre: Optional[Sequence[CaseScores]
                 [fmean(_agreement(a, b)) for a, b in zip(before.neighbour["pred_ids"], after.neighbour["pred_ids"]) if a]
             )
         out["spe_agree"] = 100.0 * _case_mean(per_case)
+    names = list(dict.fromkeys(name for s in post for name in s.groups))
+    for name in names:
+        out[GROUP_PREFIX + name] = 100.0 * _case_mean([s.groups[name]["acc"] for s in post if name in s.groups])
     return out
 
 
