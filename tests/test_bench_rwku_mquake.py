@@ -242,3 +242,15 @@ def test_batch_neighbours_forgotten_by_another_case_are_dropped():
     assert out[1] is b and [p.prompt for p in a.neighbour] == ["fb", "n1", "fa"]  # inputs untouched
     alone, none = drop_batch_forget_neighbours([a])
     assert none == 0 and alone[0] is a
+
+
+def test_rwku_mquake_runfile_loads():
+    from zerounlearn_editor.bench import load_runfile
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "rwku_mquake_runs.yaml"
+    configs = {c.name: c for c in load_runfile(path)}
+    assert {c.data for c in configs.values()} == {"rwku", "mquake"}
+    for config in configs.values():
+        assert config.seeds == [1, 2, 3, 4, 5] and config.ppl_tokens == 2000
+        assert config.methods == ["base", "GA", "NPO", "ZeroUnlearn", "ZeroUnlearn-GD"]
+        assert config.hparams == "hparams/ZeroUnlearn/SmolLM2-135M-Instruct.yaml" and config.known_only

@@ -112,7 +112,8 @@ class BenchConfig:
             (teacher-forced token accuracy at least ``known_min_accuracy`` on the forget prompts).
         known_min_accuracy: the threshold of ``known_only``; 1.0 (default) makes efficacy start
             at 100, 0.5 keeps cases the model gets at least half right (small models know few
-            facts fully: SmolLM2-135M-Instruct 47 of the 1129 ROME-format CounterFact records).
+            facts fully: SmolLM2-135M-Instruct 47 of the 1129 ROME-format CounterFact records;
+            on RWKU, whose forget probes pool a target's level 1+2 probes, 0.3 keeps 67 of 200).
         retain: how retain-aware methods (``ZeroUnlearn+R``, ``ZeroUnlearn-GD+R``) get their
             retain set: ``"siblings:K"`` = K same-relation records per forget case from the
             whole dataset, never a scored case or subject (:mod:`.retain_sets`); ``None`` = none.

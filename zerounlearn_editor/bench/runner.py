@@ -1,7 +1,8 @@
 """Run a bench: per seed, sample cases, edit with every method, evaluate, restore.
 
 For each seed ``k`` the runner draws ``n`` cases (``sample_cases(cases, n, seed=k)``, the same
-draw as ``load_cases(name, n=n, seed=k)``), scores the unedited model once (the ``base`` row
+draw as ``load_cases(name, n=n, seed=k)``; neighbour probes that another drawn case forgets are
+dropped, :mod:`.neighbours`), scores the unedited model once (the ``base`` row
 and every method's "pre" values), then for each method: checks the model is bit-identical to
 the unedited one, edits all ``n`` requests as one batch, scores, and restores the weights from
 the method's ``weights_copy``. ``C0`` is computed once per run, before any edit, for every
