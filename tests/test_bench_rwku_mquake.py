@@ -254,3 +254,54 @@ def test_rwku_mquake_runfile_loads():
         assert config.seeds == [1, 2, 3, 4, 5] and config.ppl_tokens == 2000
         assert config.methods == ["base", "GA", "NPO", "ZeroUnlearn", "ZeroUnlearn-GD"]
         assert config.hparams == "hparams/ZeroUnlearn/SmolLM2-135M-Instruct.yaml" and config.known_only
+
+
+def test_answer_contained():
+    from zerounlearn_editor.bench.scoring import answer_contained
+
+    assert answer_contained("Carrie", "his debut novel  carrie was")
+    assert answer_contained("New  York", "born in new york city")
+    assert not answer_contained("paris berlin", "paris .") and not answer_contained("", "anything")
+
+
+def test_group_generation_columns(tok, constant, workspace, tmp_path, monkeypatch):
+    from zerounlearn_editor.bench import scoring
+
+    seen: List[str] = []
+
+    def says_paris(model, tok_, prompts, max_new_tokens, batch_size=16):
+        seen.extend(prompts)
+        assert max_new_tokens == scoring.GROUP_GENERATION_TOKENS
+        return ["Paris ." for _ in prompts]
+
+    monkeypatch.setattr(scoring, "generate_greedy", says_paris)
+    out = tmp_path / "out"
+    summary = run_bench(_config(workspace, out, "rwku", ["base"], group_generation=True), model=constant, tok=tok)
+    metrics = {k: v["mean"] for k, v in summary["methods"]["base"]["metrics"].items()}
+    # the answer is contained only when it is exactly "paris" (see write_tiny_rwku)
+    assert metrics["contains_forget_level1"] == pytest.approx(100.0 / 3)  # france
+    assert metrics["contains_forget_level2"] == pytest.approx(0.0)  # "paris paris", "berlin paris", "rome"
+    assert metrics["contains_neighbor_level1"] == pytest.approx(100.0 / 3)  # germany
+    assert metrics["contains_neighbor_level2"] == pytest.approx((100.0 + 50.0) / 2)  # italy has none
+    assert len(seen) == len(set(seen)) == 15  # every distinct group probe generated once
+    assert "FL1 gen ↓" in summary["table_markdown"] and "NL2 gen ↑" in summary["table_markdown"]
+    assert json.loads((out / "seed_1.json").read_text())["run"]["group_generation"] is True
+
+
+def test_group_generation_runs_on_a_real_model(tok, workspace, tmp_path):
+    summary = run_bench(_config(workspace, tmp_path / "out", "rwku", ["base"], group_generation=True),
+                        model=tiny_llama(tok), tok=tok)
+    values = [v["mean"] for k, v in summary["methods"]["base"]["metrics"].items() if k.startswith("contains_")]
+    assert len(values) == 5 and all(0.0 <= v <= 100.0 for v in values)
+
+
+def test_runfile_reads_group_generation(tmp_path):
+    from zerounlearn_editor.bench import BenchConfigError, load_runfile
+
+    run = dict(name="r", hparams="h.yaml", data="rwku", n=2, seeds="1", methods="base", out="o", group_generation=True)
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [run]}), encoding="utf-8")
+    assert load_runfile(path)[0].group_generation
+    path.write_text(yaml.safe_dump({"runs": [dict(run, group_generation="yes")]}), encoding="utf-8")
+    with pytest.raises(BenchConfigError, match="group_generation"):
+        load_runfile(path)

@@ -122,6 +122,9 @@ class BenchConfig:
         utility: comma list of downstream tasks (``sst2,mmlu``, see :mod:`zerounlearn_editor.utility`)
             scored for every method as extra columns ``util_<task>`` (accuracy x100); ``None`` = none.
         utility_n: items per utility task (3-shot prompts, drawn with seed 0 for every seed).
+        group_generation: for data with probe groups (RWKU), also score greedy generation per
+            group: % of probes whose 16-token continuation contains the answer (``contains_<group>``
+            columns, e.g. ``FL1 gen``); costs a generation pass over every group probe per method.
     """
 
     hparams: str
@@ -146,6 +149,7 @@ class BenchConfig:
     dtype: Optional[str] = None
     utility: Optional[str] = None
     utility_n: int = 50
+    group_generation: bool = False
 
     def validate(self) -> None:
         """Check value ranges (names of methods are checked against the registry by the runner)."""

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from .config import BenchConfig
 from .retain_sets import parse_retain_spec
 from .files import write_json_atomic, write_text_atomic
-from .scoring import GROUP_PREFIX, METRIC_KEYS
+from .scoring import CONTAINS_PREFIX, GROUP_PREFIX, METRIC_KEYS
 
 __all__ = ["aggregate", "summarize", "format_table", "group_header", "write_summary", "COLUMNS"]
 
@@ -69,7 +69,8 @@ def summarize(methods: Sequence[str], records: Mapping[int, Mapping[str, Any]]) 
         skipped = [e for _, e in entries if e and e.get("status") in ("skipped", "error")]
         metrics = {}
         utility_keys = sorted({k for _, e in ok for k in e["metrics"] if k.startswith("util_")})
-        group_keys = list(dict.fromkeys(k for _, e in ok for k in e["metrics"] if k.startswith(GROUP_PREFIX)))
+        group_keys = list(dict.fromkeys(k for _, e in ok for k in e["metrics"]
+                                        if k.startswith(GROUP_PREFIX) or k.startswith(CONTAINS_PREFIX)))
         for key in (*METRIC_KEYS, *group_keys, *utility_keys):
             stats = aggregate([e["metrics"].get(key) for _, e in ok])
             if stats is not None:
@@ -99,6 +100,8 @@ def format_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
     utility = sorted({k for m in summary.values() for k in m["metrics"] if k.startswith("util_")})
     groups = list(dict.fromkeys(k for m in summary.values() for k in m["metrics"] if k.startswith(GROUP_PREFIX)))
     group_columns = [(k, group_header(k[len(GROUP_PREFIX):]), "{:.1f}") for k in groups]  # after Spe
+    contains = list(dict.fromkeys(k for m in summary.values() for k in m["metrics"] if k.startswith(CONTAINS_PREFIX)))
+    group_columns += [(k, group_header(k[len(CONTAINS_PREFIX):]).replace(" ", " gen ", 1), "{:.1f}") for k in contains]
     columns = list(COLUMNS[:3]) + group_columns + list(COLUMNS[3:])
     columns += [(k, f"{k[len('util_'):]} ↑", "{:.1f}") for k in utility]  # zerounlearn utility tasks
     used = [c for c in columns if any(c[0] in m["metrics"] for m in summary.values())]
@@ -132,7 +135,9 @@ _GROUP_NOTE = (
     "Probe-group columns (RWKU): FL1 / FL2 / FL3 = the same token accuracy on the target's forget probes "
     "of level 1 (cloze, text before the blank), level 2 (questions), level 3 (adversarial); NL1 / NL2 = on "
     "the neighbour probes of levels 1 / 2 (knowledge to keep). This is a teacher-forced version of RWKU's "
-    "scoring (RWKU generates an answer and scores ROUGE recall); forgetting = the drop from the base row."
+    "scoring (RWKU generates an answer and scores ROUGE recall); forgetting = the drop from the base row. "
+    "`gen` columns (with `--group-generation`): % of the group's probes whose 16-token greedy continuation "
+    "contains the answer (case-insensitive)."
 )
 
 

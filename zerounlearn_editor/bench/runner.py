@@ -102,6 +102,7 @@ def _run_info(config: BenchConfig, model_name: str, ppl_text: Optional[str]) -> 
         "retain": config.retain,
         "dtype": config.dtype,
         **({"utility": config.utility, "utility_n": config.utility_n} if config.utility else {}),
+        **({"group_generation": True} if config.group_generation else {}),
     }
 
 
@@ -186,7 +187,7 @@ class _SeedRun:
             self.bar.set_description(f"seed {seed} base")
             with _Stage(f"seed {seed}: base perplexity/fluency") as extra:
                 more = model_metrics(self.model, self.tok, cases, self.settings)
-            metrics = dict(probe_metrics(pre), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=None, **more.get("utility", {}))
+            metrics = dict(probe_metrics(pre), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=None, **more.get("utility", {}), **more.get("contains", {}))
             record["methods"]["base"] = {
                 "status": "ok",
                 "config_sha256": _BASE_SIGNATURE,
@@ -235,7 +236,7 @@ class _SeedRun:
         if "targets_reused_from" in outcome.details:
             edit_seconds += float(outcome.details["timings"]["targets"])
         metrics = dict(probe_metrics(post, pre), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=edit_seconds,
-                       **more.get("utility", {}))
+                       **more.get("utility", {}), **more.get("contains", {}))
         LOG.info(
             "seed %d: %s Eff %.1f Gen %.1f Spe %.1f PPL %s", seed, name, metrics["eff"], metrics["gen"], metrics["spe"],
             "-" if metrics["ppl"] is None else f"{metrics['ppl']:.2f}",
@@ -372,7 +373,7 @@ def _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptio
         prepared = {name: registry[name].prepare(context) for name in needed}
     bank = _compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
     settings = ScoringSettings(config.eval_batch_size, ppl_text, config.ppl_tokens, config.fluency, config.fluency_tokens,
-                               config.utility, config.utility_n)
+                               config.utility, config.utility_n, config.group_generation)
     total = sum(len(todo) for *_, todo in plan)
     with tqdm(total=total, desc="bench", unit="method", disable=not config.progress) as bar:
         runner = _SeedRun(model, tok, prepared, bank, fingerprint, settings, signatures, descriptions, bar)

@@ -9,6 +9,9 @@
   the same token accuracy x100 per group, as metrics ``group_<name>`` (cases without probes in
   a group are left out of its mean). A group probe that is also one of the case's forget /
   paraphrase / neighbour probes is scored once.
+* With ``group_generation``: per probe group, % of probes whose greedy continuation
+  (``GROUP_GENERATION_TOKENS`` new tokens) contains the answer (case-insensitive, whitespace
+  collapsed), as metrics ``contains_<name>``: closer to RWKU's own generation-based scoring.
 * Perplexity on the first ``ppl_tokens`` tokens of a text; fluency = n-gram entropy of greedy
   generations of the forget prompts.
 """
@@ -27,11 +30,16 @@ from ..evaluation.generation import generate_greedy
 from ..evaluation.metrics import ProbeScores, evaluate_probes
 from ..evaluation.perplexity import perplexity
 
-__all__ = ["METRIC_KEYS", "GROUP_PREFIX", "ScoringSettings", "score_cases", "probe_metrics", "model_metrics"]
+__all__ = ["METRIC_KEYS", "GROUP_PREFIX", "CONTAINS_PREFIX", "GROUP_GENERATION_TOKENS", "answer_contained",
+           "ScoringSettings", "score_cases", "probe_metrics", "model_metrics"]
 
 METRIC_KEYS = ("eff", "gen", "spe", "eff_first", "gen_first", "eff_prob", "gen_prob", "spe_prob", "spe_agree", "ppl", "fluency", "edit_seconds")
 GROUP_PREFIX = "group_"
 """Metric key of a probe group: ``GROUP_PREFIX + name`` (e.g. ``group_forget_level1``)."""
+CONTAINS_PREFIX = "contains_"
+"""Metric key of a probe group's generation score: ``CONTAINS_PREFIX + name``."""
+GROUP_GENERATION_TOKENS = 16
+"""New tokens of the greedy continuation of a group probe (answers are short: names, years)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,7 @@ class ScoringSettings:
     fluency_tokens: int = 32
     utility: Optional[str] = None
     utility_n: int = 50
+    group_generation: bool = False
 
 
 def _slice(scores: ProbeScores, start: int, stop: int) -> ProbeScores:
@@ -130,10 +139,34 @@ def probe_metrics(post: Sequence[CaseScores], pre: Optional[Sequence[CaseScores]
     return out
 
 
+def answer_contained(answer: str, text: str) -> bool:
+    """Whether ``answer`` occurs in ``text``, case-insensitive, runs of whitespace collapsed."""
+    norm_answer = " ".join(answer.lower().split())
+    return bool(norm_answer) and norm_answer in " ".join(text.lower().split())
+
+
+def group_generation_metrics(model: nn.Module, tok: Any, cases: Sequence[UnlearnCase], batch_size: int) -> Dict[str, float]:
+    """``contains_<group>``: % of group probes whose greedy continuation contains the answer.
+
+    Per case the probes of a group are averaged, then the cases that have the group.
+    """
+    probes = list(dict.fromkeys(p for case in cases for members in case.probe_groups.values() for p in members))
+    if not probes:
+        return {}
+    texts = generate_greedy(model, tok, [p.prompt for p in probes], GROUP_GENERATION_TOKENS, batch_size=batch_size)
+    hit = {probe: float(answer_contained(probe.answer, text)) for probe, text in zip(probes, texts)}
+    names = list(dict.fromkeys(name for case in cases for name in case.probe_groups))
+    return {
+        CONTAINS_PREFIX + name: 100.0 * _case_mean([[hit[p] for p in c.probe_groups.get(name, [])] for c in cases])
+        for name in names
+    }
+
+
 def model_metrics(model: nn.Module, tok: Any, cases: Sequence[UnlearnCase], settings: ScoringSettings) -> Dict[str, Any]:
     """Perplexity and (optionally) fluency of the model's current state.
 
-    Returns ``{"ppl": float or None, "fluency": float or None, "generations": [...]}``.
+    Returns ``{"ppl": float or None, "fluency": float or None, "generations": [...]}``, plus
+    ``"utility"`` and ``"contains"`` (metric dicts) when asked for.
     """
     out: Dict[str, Any] = {"ppl": None, "fluency": None}
     if settings.ppl_tokens > 0:
@@ -153,4 +186,6 @@ def model_metrics(model: nn.Module, tok: Any, cases: Sequence[UnlearnCase], sett
         items = {t: load_task_items(t, data_dir, settings.utility_n, 3) for t in parse_tasks(settings.utility)}
         scores = score_tasks(model, tok, items, settings.batch_size)
         out["utility"] = {f"util_{t}": 100.0 * s["accuracy"] for t, s in scores.items()}
+    if settings.group_generation:
+        out["contains"] = group_generation_metrics(model, tok, cases, settings.batch_size)
     return out
