@@ -127,6 +127,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         retain=args.retain,
         utility=args.utility,
         utility_n=args.utility_n,
+        group_generation=args.group_generation,
     )
     if args.rounds is not None:
         from .bench.rounds import run_rounds
@@ -457,6 +458,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--utility", default=None, metavar="TASKS",
                    help="also score downstream tasks (e.g. sst2,mmlu; see zerounlearn utility) as columns, accuracy x100")
     p.add_argument("--utility-n", type=int, default=50, help="items per utility task (default 50)")
+    p.add_argument("--group-generation", action="store_true",
+                   help="data with probe groups (RWKU): also %% of each group's probes whose 16-token greedy "
+                        "continuation contains the answer (columns FL1 gen ...)")
     p.add_argument("--batch-size", type=int, default=32, help="probes per forward pass")
     p.add_argument("--device", default="cpu")
     p.add_argument("--runfile", default=None, help="YAML with runs: [{name, hparams, data, n, seeds, methods, out, ppl_tokens}]")

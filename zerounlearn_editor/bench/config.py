@@ -112,7 +112,8 @@ class BenchConfig:
             (teacher-forced token accuracy at least ``known_min_accuracy`` on the forget prompts).
         known_min_accuracy: the threshold of ``known_only``; 1.0 (default) makes efficacy start
             at 100, 0.5 keeps cases the model gets at least half right (small models know few
-            facts fully: SmolLM2-135M-Instruct 47 of the 1129 ROME-format CounterFact records).
+            facts fully: SmolLM2-135M-Instruct 47 of the 1129 ROME-format CounterFact records;
+            on RWKU, whose forget probes pool a target's level 1+2 probes, 0.3 keeps 67 of 200).
         retain: how retain-aware methods (``ZeroUnlearn+R``, ``ZeroUnlearn-GD+R``) get their
             retain set: ``"siblings:K"`` = K same-relation records per forget case from the
             whole dataset; ``"same-answer:K"`` = up to K records sharing the forget case's true
@@ -123,6 +124,9 @@ class BenchConfig:
         utility: comma list of downstream tasks (``sst2,mmlu``, see :mod:`zerounlearn_editor.utility`)
             scored for every method as extra columns ``util_<task>`` (accuracy x100); ``None`` = none.
         utility_n: items per utility task (3-shot prompts, drawn with seed 0 for every seed).
+        group_generation: for data with probe groups (RWKU), also score greedy generation per
+            group: % of probes whose 16-token continuation contains the answer (``contains_<group>``
+            columns, e.g. ``FL1 gen``); costs a generation pass over every group probe per method.
     """
 
     hparams: str
@@ -147,6 +151,7 @@ class BenchConfig:
     dtype: Optional[str] = None
     utility: Optional[str] = None
     utility_n: int = 50
+    group_generation: bool = False
 
     def validate(self) -> None:
         """Check value ranges (names of methods are checked against the registry by the runner)."""

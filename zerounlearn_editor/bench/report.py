@@ -2,7 +2,9 @@
 ``summary.md`` (the paper's table: rows = methods, "mean ± std" over seeds).
 
 std is the sample standard deviation over seeds (0 with a single seed). Metrics with no value
-(e.g. perplexity switched off, fluency not asked for) are left out of the table.
+(e.g. perplexity switched off, fluency not asked for) are left out of the table. Probe-group
+metrics (``group_<name>``, RWKU's levels) are columns right after Spe, headed by
+:func:`group_header` (``forget_level1`` -> ``FL1 ↓``, ``neighbor_level2`` -> ``NL2 ↑``).
 """
 from __future__ import annotations
 
@@ -14,9 +16,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from .config import BenchConfig
 from .retain_sets import parse_retain_spec
 from .files import write_json_atomic, write_text_atomic
-from .scoring import METRIC_KEYS
+from .scoring import CONTAINS_PREFIX, GROUP_PREFIX, METRIC_KEYS
 
-__all__ = ["aggregate", "summarize", "format_table", "write_summary", "COLUMNS"]
+__all__ = ["aggregate", "summarize", "format_table", "group_header", "write_summary", "COLUMNS"]
 
 COLUMNS = (
     # (metric key, header, format)
@@ -33,6 +35,16 @@ COLUMNS = (
     ("fluency", "Flu ↑", "{:.2f}"),
     ("edit_seconds", "Edit s", "{:.1f}"),
 )
+
+
+def group_header(name: str) -> str:
+    """The table header of probe group ``name``: RWKU's ``forget_levelK`` -> ``FLK ↓``,
+    ``neighbor_levelK`` -> ``NLK ↑``; any other name as it is, ``↓`` when it starts with
+    ``forget`` (accuracy that should drop), else ``↑`` (knowledge to keep)."""
+    for prefix, short in (("forget_level", "FL"), ("neighbor_level", "NL"), ("neighbour_level", "NL")):
+        if name.startswith(prefix) and name[len(prefix):].isdigit():
+            return f"{short}{name[len(prefix):]} {'↓' if short == 'FL' else '↑'}"
+    return f"{name} {'↓' if name.startswith('forget') else '↑'}"
 
 
 def aggregate(values: Sequence[Optional[float]]) -> Optional[Dict[str, Any]]:
@@ -57,7 +69,9 @@ def summarize(methods: Sequence[str], records: Mapping[int, Mapping[str, Any]]) 
         skipped = [e for _, e in entries if e and e.get("status") in ("skipped", "error")]
         metrics = {}
         utility_keys = sorted({k for _, e in ok for k in e["metrics"] if k.startswith("util_")})
-        for key in (*METRIC_KEYS, *utility_keys):
+        group_keys = list(dict.fromkeys(k for _, e in ok for k in e["metrics"]
+                                        if k.startswith(GROUP_PREFIX) or k.startswith(CONTAINS_PREFIX)))
+        for key in (*METRIC_KEYS, *group_keys, *utility_keys):
             stats = aggregate([e["metrics"].get(key) for _, e in ok])
             if stats is not None:
                 metrics[key] = stats
@@ -84,7 +98,12 @@ def _cell(stats: Optional[Mapping[str, Any]], fmt: str) -> str:
 def format_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
     """The markdown table: one row per method, columns that hold at least one value."""
     utility = sorted({k for m in summary.values() for k in m["metrics"] if k.startswith("util_")})
-    columns = list(COLUMNS) + [(k, f"{k[len('util_'):]} ↑", "{:.1f}") for k in utility]  # zerounlearn utility tasks
+    groups = list(dict.fromkeys(k for m in summary.values() for k in m["metrics"] if k.startswith(GROUP_PREFIX)))
+    group_columns = [(k, group_header(k[len(GROUP_PREFIX):]), "{:.1f}") for k in groups]  # after Spe
+    contains = list(dict.fromkeys(k for m in summary.values() for k in m["metrics"] if k.startswith(CONTAINS_PREFIX)))
+    group_columns += [(k, group_header(k[len(CONTAINS_PREFIX):]).replace(" ", " gen ", 1), "{:.1f}") for k in contains]
+    columns = list(COLUMNS[:3]) + group_columns + list(COLUMNS[3:])
+    columns += [(k, f"{k[len('util_'):]} ↑", "{:.1f}") for k in utility]  # zerounlearn utility tasks
     used = [c for c in columns if any(c[0] in m["metrics"] for m in summary.values())]
     if not used:
         used = list(COLUMNS[:3])
@@ -112,7 +131,18 @@ def _seed_text(seeds: Sequence[int]) -> str:
     return ",".join(map(str, seeds))
 
 
-def _markdown(config: BenchConfig, run_info: Mapping[str, Any], table: str) -> str:
+_GROUP_NOTE = (
+    "Probe-group columns (RWKU): FL1 / FL2 / FL3 = the same token accuracy on the target's forget probes "
+    "of level 1 (cloze, text before the blank), level 2 (questions), level 3 (adversarial); NL1 / NL2 = on "
+    "the neighbour probes of levels 1 / 2 (knowledge to keep). This is a teacher-forced version of RWKU's "
+    "scoring (RWKU generates an answer and scores ROUGE recall); forgetting = the drop from the base row. "
+    "`gen` columns (with `--group-generation`): % of the group's probes whose 16-token greedy continuation "
+    "contains the answer (case-insensitive)."
+)
+
+
+def _markdown(config: BenchConfig, run_info: Mapping[str, Any], table: str,
+              known: Optional[Mapping[str, Any]] = None, per_method: Optional[Mapping[str, Any]] = None) -> str:
     title = config.name or f"{config.data}, n={config.n}"
     ppl = (
         f"perplexity on the first {config.ppl_tokens} tokens of {run_info.get('ppl_text')}"
@@ -128,6 +158,8 @@ def _markdown(config: BenchConfig, run_info: Mapping[str, Any], table: str) -> s
         f"- {ppl}" + (f"; fluency = n-gram entropy of {config.fluency_tokens}-token greedy generations" if config.fluency else ""),
         *([f"- {parse_retain_spec(config.retain).describe()} (`--retain {config.retain}`; rows ending in +R use it)"]
           if parse_retain_spec(config.retain) else []),
+        *([f"- known-only: {known['qualified']} of {known['candidates']} cases reach forget-prompt token accuracy "
+           f">= {known['min_accuracy']:g} on the unedited model; seeds sample from those"] if known else []),
         "",
         table,
         "",
@@ -137,6 +169,8 @@ def _markdown(config: BenchConfig, run_info: Mapping[str, Any], table: str) -> s
         "Spe agree: % of neighbourhood answer positions whose argmax token is unchanged by the edit. "
         "Edit s: wall time of the edit (statistics precomputed). Values: mean ± sample std over seeds.",
         "",
+        *([_GROUP_NOTE, ""] if per_method and any(k.startswith(GROUP_PREFIX) for m in per_method.values()
+                                                   for k in m["metrics"]) else []),
     ]
     return "\n".join(lines)
 
@@ -147,8 +181,14 @@ def write_summary(
     run_info: Mapping[str, Any],
     methods: Sequence[str],
     records: Mapping[int, Mapping[str, Any]],
+    known: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """Write ``summary.json`` and ``summary.md`` into ``out``; returns the JSON content."""
+    """Write ``summary.json`` and ``summary.md`` into ``out``; returns the JSON content.
+
+    ``known``: with ``known_only``, ``{"qualified", "candidates", "min_accuracy"}`` (how many
+    cases the unedited model knows); stored as ``summary["known_cases"]`` and stated in the
+    markdown.
+    """
     per_method = summarize(methods, records)
     table = format_table(per_method)
     summary = {
@@ -161,6 +201,8 @@ def write_summary(
         "methods": per_method,
         "table_markdown": table,
     }
+    if known is not None:
+        summary["known_cases"] = dict(known)
     write_json_atomic(Path(out) / "summary.json", summary)
-    write_text_atomic(Path(out) / "summary.md", _markdown(config, run_info, table))
+    write_text_atomic(Path(out) / "summary.md", _markdown(config, run_info, table, known, per_method))
     return summary

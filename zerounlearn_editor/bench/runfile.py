@@ -14,7 +14,7 @@
 
 Required keys per run: ``name, hparams, data, n, seeds, methods, out``; optional:
 ``ppl_tokens, ppl_text, fluency, fluency_tokens, method_hparams`` (a mapping method -> YAML),
-``data_path, device, known_only, known_min_accuracy, retain``. Loading is strict: an unknown key (at the top or in a run) is an
+``data_path, device, known_only, known_min_accuracy, retain, group_generation``. Loading is strict: an unknown key (at the top or in a run) is an
 error naming the key, the run and the file. Paths are relative to the working directory, as
 on the command line. Runs that name the same model and device share one loaded model.
 """
@@ -35,7 +35,7 @@ LOG = logging.getLogger(__name__)
 RUN_REQUIRED_KEYS = ("name", "hparams", "data", "n", "seeds", "methods", "out")
 RUN_OPTIONAL_KEYS = (
     "ppl_tokens", "ppl_text", "fluency", "fluency_tokens", "method_hparams", "data_path", "device", "known_only", "retain",
-    "known_min_accuracy",
+    "known_min_accuracy", "group_generation",
 )
 
 
@@ -93,6 +93,7 @@ def _run_config(raw: Any, index: int, path: Path) -> BenchConfig:
         method_hparams=parse_method_hparams(method_hparams),
         data_path=raw.get("data_path") and str(_expect(raw["data_path"], str, "data_path", where)),
         device=str(_expect(raw.get("device", "cpu"), str, "device", where)),
+        group_generation=bool(_expect(raw.get("group_generation", False), bool, "group_generation", where)),
     )
     try:
         config.validate()

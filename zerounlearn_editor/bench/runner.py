@@ -1,7 +1,8 @@
 """Run a bench: per seed, sample cases, edit with every method, evaluate, restore.
 
 For each seed ``k`` the runner draws ``n`` cases (``sample_cases(cases, n, seed=k)``, the same
-draw as ``load_cases(name, n=n, seed=k)``), scores the unedited model once (the ``base`` row
+draw as ``load_cases(name, n=n, seed=k)``; neighbour probes that another drawn case forgets are
+dropped, :mod:`.neighbours`), scores the unedited model once (the ``base`` row
 and every method's "pre" values), then for each method: checks the model is bit-identical to
 the unedited one, edits all ``n`` requests as one batch, scores, and restores the weights from
 the method's ``weights_copy``. ``C0`` is computed once per run, before any edit, for every
@@ -46,6 +47,7 @@ from .methods import (
     known_method_names,
     load_main_hparams,
 )
+from .neighbours import drop_batch_forget_neighbours
 from .report import write_summary
 from .retain_sets import check_retain_disjoint, draw_retain, parse_retain_spec
 from .scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
@@ -100,6 +102,7 @@ def _run_info(config: BenchConfig, model_name: str, ppl_text: Optional[str]) -> 
         "retain": config.retain,
         "dtype": config.dtype,
         **({"utility": config.utility, "utility_n": config.utility_n} if config.utility else {}),
+        **({"group_generation": True} if config.group_generation else {}),
     }
 
 
@@ -184,7 +187,7 @@ class _SeedRun:
             self.bar.set_description(f"seed {seed} base")
             with _Stage(f"seed {seed}: base perplexity/fluency") as extra:
                 more = model_metrics(self.model, self.tok, cases, self.settings)
-            metrics = dict(probe_metrics(pre), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=None, **more.get("utility", {}))
+            metrics = dict(probe_metrics(pre), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=None, **more.get("utility", {}), **more.get("contains", {}))
             record["methods"]["base"] = {
                 "status": "ok",
                 "config_sha256": _BASE_SIGNATURE,
@@ -233,7 +236,7 @@ class _SeedRun:
         if "targets_reused_from" in outcome.details:
             edit_seconds += float(outcome.details["timings"]["targets"])
         metrics = dict(probe_metrics(post, pre), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=edit_seconds,
-                       **more.get("utility", {}))
+                       **more.get("utility", {}), **more.get("contains", {}))
         LOG.info(
             "seed %d: %s Eff %.1f Gen %.1f Spe %.1f PPL %s", seed, name, metrics["eff"], metrics["gen"], metrics["spe"],
             "-" if metrics["ppl"] is None else f"{metrics['ppl']:.2f}",
@@ -294,6 +297,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
         all_cases = load_cases(config.data, path=config.data_path)
     pool = list(all_cases)  # retain siblings come from the whole dataset, known or not
     draw = parse_retain_spec(config.retain)
+    known: Optional[Dict[str, Any]] = None
     if config.known_only:
         if model is None:
             if loader is None:
@@ -302,9 +306,10 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
                 model, tok = _load_model(loader, str(lookup.main.model_name), config)
         with _Stage("selecting cases the unedited model knows"):
             all_cases = select_known_cases(model, tok, all_cases, None, min_accuracy=config.known_min_accuracy)
+        known = {"qualified": len(all_cases), "candidates": len(pool), "min_accuracy": config.known_min_accuracy}
         LOG.info(
-            "%d %s cases are known to the model (forget-prompt accuracy >= %g)",
-            len(all_cases), config.data, config.known_min_accuracy,
+            "%d of %d %s cases are known to the model (forget-prompt accuracy >= %g)",
+            len(all_cases), len(pool), config.data, config.known_min_accuracy,
         )
         if config.n is not None and len(all_cases) < config.n:
             raise BenchConfigError(
@@ -321,7 +326,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
 
     plan: List[Tuple[int, Path, Dict[str, Any], List[UnlearnCase], List[str]]] = []
     for seed in config.seeds:
-        cases = sample_cases(all_cases, config.n, seed)
+        cases, dropped = drop_batch_forget_neighbours(sample_cases(all_cases, config.n, seed))
         case_ids = [c.case_id for c in cases]
         path = seed_path(out, seed)
         record: Dict[str, Any]
@@ -333,6 +338,8 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
                 raise BenchConfigError(f"{path} holds another retain set; use another --out or remove it")
         else:
             record = {"seed": seed, "run": run_info, "case_ids": case_ids, "retain": retain, "methods": {}}
+        if dropped:
+            record["neighbours_dropped"] = dropped  # forgotten by another case of the batch (.neighbours)
         todo = _pending(record, methods, signatures)
         if todo:
             plan.append((seed, path, record, cases, todo))
@@ -350,7 +357,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
         _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptions, ppl_text)
 
     records = {seed: read_json(seed_path(out, seed)) for seed in config.seeds}
-    summary = write_summary(out, config, run_info, methods, records)
+    summary = write_summary(out, config, run_info, methods, records, known=known)
     LOG.info("bench %s: %d seeds, %d methods in %.1fs -> %s", config.name or out, len(config.seeds), len(methods),
              time.perf_counter() - started, out / "summary.md")
     return summary
@@ -366,7 +373,7 @@ def _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptio
         prepared = {name: registry[name].prepare(context) for name in needed}
     bank = _compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
     settings = ScoringSettings(config.eval_batch_size, ppl_text, config.ppl_tokens, config.fluency, config.fluency_tokens,
-                               config.utility, config.utility_n)
+                               config.utility, config.utility_n, config.group_generation)
     total = sum(len(todo) for *_, todo in plan)
     with tqdm(total=total, desc="bench", unit="method", disable=not config.progress) as bar:
         runner = _SeedRun(model, tok, prepared, bank, fingerprint, settings, signatures, descriptions, bar)

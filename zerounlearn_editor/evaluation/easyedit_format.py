@@ -22,7 +22,7 @@ for unlearning, with these meanings:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import fmean
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
@@ -39,11 +39,16 @@ __all__ = ["CaseScores", "score_case", "phase_metrics", "easyedit_metrics", "sum
 
 @dataclass(frozen=True)
 class CaseScores:
-    """Scores of one case's three probe sets at one phase (pre or post unlearning)."""
+    """Scores of one case's three probe sets at one phase (pre or post unlearning).
+
+    ``groups``: scores of the case's ``probe_groups`` (e.g. RWKU levels), by group name;
+    empty for datasets without groups.
+    """
 
     forget: ProbeScores
     paraphrase: ProbeScores
     neighbour: ProbeScores
+    groups: Dict[str, ProbeScores] = field(default_factory=dict)
 
 
 def _split(scores: ProbeScores, sizes: Sequence[int]) -> List[ProbeScores]:

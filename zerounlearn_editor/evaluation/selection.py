@@ -22,7 +22,8 @@ def select_known_cases(
     """The first ``n`` cases (in the given order) whose forget probes the model answers.
 
     A case qualifies when the mean teacher-forced token accuracy of its forget probes is at
-    least ``min_accuracy``. Cases are scored in batches until ``n`` are found; raises
+    least ``min_accuracy`` (all forget probes pooled: RWKU's level 1 clozes and level 2
+    questions of the target, MQuAKE's single-hop cloze, CounterFact's forget prompt). Cases are scored in batches until ``n`` are found; raises
     ``ValueError`` when fewer than ``n`` qualify. ``n=None`` returns every qualifying case.
     """
     chosen: List[UnlearnCase] = []
