@@ -426,3 +426,59 @@ def test_penalty_rejects_bad_inputs() -> None:
         penalty_matrix(C0, 0.0, K_r[:5], 1.0)
     with pytest.raises(ValueError, match="penalty must have shape"):
         solve_exact(p.W, p.K_f, p.M_f, p.M_n, p.U0, penalty=torch.eye(5, dtype=F64))
+
+
+def _kronecker_min_norm(p, U0, a, b, c, H):
+    """Minimum-norm solution of ``Q F G + F R = Z`` (pseudo-inverse of the Kronecker system), as ``D_m``."""
+    r, d_out = U0.shape[1], p.W.shape[0]
+    Kt = U0.T @ p.K_f
+    Q = a * p.M_f @ p.M_f.T + b * torch.eye(d_out, dtype=F64)
+    R = c * torch.eye(r, dtype=F64) + U0.T @ (0.5 * (H + H.T)) @ U0
+    Z = (b * p.M_n - Q @ p.W @ p.K_f) @ Kt.T
+    L = torch.kron(Q, (Kt @ Kt.T).T.contiguous()) + torch.kron(torch.eye(d_out, dtype=F64), R.T.contiguous())
+    return (torch.linalg.pinv(L) @ Z.contiguous().reshape(-1)).reshape(d_out, r) @ U0.T
+
+
+@pytest.mark.parametrize("route", ["auto", "dense", "lowrank"])
+def test_penalized_solve_with_singular_penalty_and_c0_is_the_minimiser(route: str) -> None:
+    """``c = 0`` with a low-rank ``H`` (retain keys only, or all zeros): ``R`` is singular, and
+    the key directions it leaves unpenalised must still be solved (not dropped)."""
+    from zerounlearn_editor.linalg.zerounlearn_gd import penalty_matrix
+
+    p, C0, _, _ = _penalty_problem(15)
+    K_r = torch.randn(12, 2, generator=torch.Generator().manual_seed(5), dtype=F64)
+    a, b = 1.0, 10.0
+    paper = solve_exact(p.W, p.K_f, p.M_f, p.M_n, p.U0, a, b, 0.0, route=route)
+    for H in (penalty_matrix(C0, 0.0, K_r, 20.0), torch.zeros(12, 12, dtype=F64)):
+        D = solve_exact(p.W, p.K_f, p.M_f, p.M_n, p.U0, a, b, 0.0, route=route, penalty=H)
+        torch.testing.assert_close(D, _kronecker_min_norm(p, p.U0, a, b, 0.0, H), rtol=1e-7, atol=1e-9)
+    # a zero penalty is the paper's c = 0 solve
+    torch.testing.assert_close(
+        solve_exact(p.W, p.K_f, p.M_f, p.M_n, p.U0, a, b, 0.0, route=route, penalty=torch.zeros(12, 12, dtype=F64)),
+        paper, rtol=1e-7, atol=1e-9,
+    )
+
+
+def test_penalized_solve_uses_the_symmetric_part_of_a_nonsymmetric_penalty() -> None:
+    p, _, _, H = _penalty_problem(16)
+    skew = torch.randn(12, 12, generator=torch.Generator().manual_seed(2), dtype=F64)
+    skew = skew - skew.T
+    D = solve_exact(p.W, p.K_f, p.M_f, p.M_n, p.U0, 1.0, 10.0, 0.1, penalty=H + skew)
+    torch.testing.assert_close(D, solve_exact(p.W, p.K_f, p.M_f, p.M_n, p.U0, 1.0, 10.0, 0.1, penalty=H))
+    torch.testing.assert_close(D, _kronecker_min_norm(p, p.U0, 1.0, 10.0, 0.1, H + skew), rtol=1e-7, atol=1e-9)
+
+
+def test_penalized_solve_rejects_an_indefinite_penalty_and_checks_shape_when_trivial() -> None:
+    p, _, _, H = _penalty_problem(17)
+    v = p.U0[:, 0]
+    indefinite = H - 10.0 * float(torch.linalg.matrix_norm(H, 2)) * torch.outer(v, v)  # one negative direction
+    with pytest.raises(ValueError, match="positive semi-definite"):
+        solve_exact(p.W, p.K_f, p.M_f, p.M_n, p.U0, 1.0, 10.0, 0.1, penalty=indefinite)
+    # r = 0 / n = 0 give a zero update, but a wrong penalty is still reported
+    empty = p.U0[:, :0]
+    zero = solve_exact(p.W, p.K_f, p.M_f, p.M_n, empty, penalty=H)
+    assert torch.equal(zero, torch.zeros_like(zero))
+    zero = solve_exact(p.W, p.K_f[:, :0], p.M_f[:, :0], p.M_n[:, :0], p.U0, penalty=H)
+    assert torch.equal(zero, torch.zeros_like(zero))
+    with pytest.raises(ValueError, match="penalty must have shape"):
+        solve_exact(p.W, p.K_f, p.M_f, p.M_n, empty, penalty=torch.eye(5, dtype=F64))

@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from typing import Deque, Literal, NamedTuple, Optional, Sequence, Tuple
+from typing import Deque, Literal, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -61,6 +61,8 @@ logger = logging.getLogger(__name__)
 Route = Literal["auto", "dense", "lowrank"]
 
 _F64 = torch.float64
+# relative size of a negative eigenvalue of U0^T H U0 still taken for rounding of a PSD penalty H
+_PSD_TOL = 1e-6
 
 # Conjugate gradient: every this many iterations the residual is recomputed from the gradient.
 _CG_REFRESH = 50
@@ -397,9 +399,12 @@ def _key_basis(Kt: Tensor, thin: bool) -> Tuple[Tensor, Tensor]:
 
 
 def _value_solve(
-    ZB: Tensor, g: Tensor, M_f: Tensor, a: float, b: float, c: float, thin: bool, rcond: float
+    ZB: Tensor, g: Tensor, M_f: Tensor, a: float, b: float, c: Union[float, Tensor], thin: bool, rcond: float
 ) -> Tensor:
-    """Solve ``Q F_B diag(g) + c F_B = ZB`` for ``F_B`` ``[d_out, k]`` (pseudo-inverse semantics).
+    """Solve ``Q F_B diag(g) + F_B diag(c) = ZB`` for ``F_B`` ``[d_out, k]`` (pseudo-inverse semantics).
+
+    ``c`` is a float (the same for every column, the paper's solve) or a ``[k]`` tensor
+    (:func:`_solve_penalized`); then the cut-off scale below is per column.
 
     ``Q = a M_f M_f^T + b I``. Dense: ``eigh(Q)``. Thin: the SVD ``M_f = Um diag(s) V^T``
     (``Um`` ``[d_out, min(d_out, n)]``) gives ``Q``'s eigenpairs ``(b + a s^2, Um)`` plus
@@ -485,11 +490,10 @@ def solve_exact(
         rcond: relative cut-off for the pseudo-inverse (see above).
         penalty: optional PSD ``H`` ``[d_in, d_in]`` (:func:`penalty_matrix`): the objective gains
             ``tr(D_m H D_m^T)`` and the equation becomes ``Q F G + F R = Z`` with
-            ``R = c I + U0^T H U0`` ``[r, r]``. With ``R = V diag(rho) V^T`` and
-            ``Kh = R^{-1/2} Kt`` it is the same problem with ``c = 1`` in ``Y = F R^{1/2}``:
-            ``Q Y (Kh Kh^T) + Y = Y_res Kh^T``, so the decoupled solve above applies unchanged.
-            Directions with ``rho <= rcond * max(rho)`` (only possible with ``c == 0``) get no
-            update. ``None`` (default) is the paper's objective, computed exactly as before.
+            ``R = c I + U0^T H U0`` ``[r, r]``, solved after whitening with ``T = R + G``
+            (:func:`_solve_penalized`; exact also for a singular ``R``, e.g. ``c == 0`` with a
+            low-rank ``H``, where unpenalised key directions are solved as in the ``c == 0``
+            paper solve). ``None`` (default) is the paper's objective, computed exactly as before.
 
     Returns:
         ``D_m`` ``[d_out, d_in]`` float64 on ``W``'s device.
@@ -501,6 +505,10 @@ def solve_exact(
     U0 = _check_basis(U0, d_in)
     if route not in ("auto", "dense", "lowrank"):
         raise ValueError(f"route must be 'auto', 'dense' or 'lowrank', got {route!r}")
+    if penalty is not None:
+        _check_matrix("penalty", penalty)
+        if tuple(penalty.shape) != (d_in, d_in):
+            raise ValueError(f"penalty must have shape [d_in={d_in}, d_in={d_in}], got {tuple(penalty.shape)}")
     r = U0.shape[1]
     if r == 0 or n == 0:
         logger.debug("solve_exact: r=%d, n=%d: update is zero", r, n)
@@ -540,34 +548,45 @@ def _solve_penalized(
     Y: Tensor, Kt: Tensor, M_f: Tensor, U0: Tensor, a: float, b: float, c: float,
     penalty: Tensor, thin_values: bool, rcond: float,
 ) -> Tensor:
-    """``D_m`` ``[d_out, d_in]`` solving ``Q F G + F (c I + U0^T H U0) = Y Kt^T`` (see :func:`solve_exact`).
+    """``D_m`` ``[d_out, d_in]`` solving ``Q F G + F R = Y Kt^T``, ``R = c I + U0^T H U0`` (see :func:`solve_exact`).
 
-    ``Y`` ``[d_out, n]``, ``Kt = U0^T K_f`` ``[r, n]``, ``M_f`` ``[d_out, n]``, ``U0`` ``[d_in, r]``,
-    ``penalty`` = ``H`` ``[d_in, d_in]`` symmetric PSD.
+    ``Y`` ``[d_out, n]``, ``Kt = U0^T K_f`` ``[r, n]`` (``G = Kt Kt^T``), ``M_f`` ``[d_out, n]``,
+    ``U0`` ``[d_in, r]``, ``penalty`` = ``H`` ``[d_in, d_in]`` PSD (only its symmetric part counts).
+
+    ``R`` may be singular (``c == 0``), so the solve whitens with ``T = R + G`` ``[r, r]``
+    instead of ``R``: on ``range(T)``, ``Kh = T^{-1/2} Kt`` has ``Kh Kh^T = B diag(gam) B^T`` with
+    ``0 <= gam <= 1`` and ``T^{-1/2} R T^{-1/2} = I - Kh Kh^T``, so with ``F = X B^T T^{-1/2}`` the
+    equation decouples into ``gam_j Q x_j + (1 - gam_j) x_j = (Y Kh^T B)_j`` (pseudo-inverse
+    semantics as in :func:`_value_solve`; ``gam_j = 1`` is an unpenalised key direction, solved
+    as with ``c = 0``). ``ker(T) = ker(R) & ker(G)`` gets no update (``Z`` has no component there).
     """
     d_in, r = U0.shape
-    _check_matrix("penalty", penalty)
-    if tuple(penalty.shape) != (d_in, d_in):
-        raise ValueError(f"penalty must have shape [d_in={d_in}, d_in={d_in}], got {tuple(penalty.shape)}")
-    U0_64 = U0.to(_F64)
-    R = U0_64.T @ penalty.to(device=U0_64.device, dtype=_F64) @ U0_64   # [r, r]
+    U0_64 = U0.to(device=Y.device, dtype=_F64)
+    H = penalty.to(device=Y.device, dtype=_F64)
+    R = U0_64.T @ (0.5 * (H + H.T)) @ U0_64                # [r, r]
     R = 0.5 * (R + R.T)
+    rho = torch.linalg.eigvalsh(R)
+    # rounding of a PSD H (e.g. a float32 C0) may leave tiny negative eigenvalues: tolerate those
+    if float(rho.min()) < -_PSD_TOL * max(float(rho.abs().max()), float(H.abs().max())):
+        raise ValueError(
+            f"penalty must be positive semi-definite on the null space: U0^T H U0 has eigenvalue "
+            f"{float(rho.min()):.3g} (largest {float(rho.max()):.3g})"
+        )
     R.diagonal().add_(c)
-    rho, V = torch.linalg.eigh(R)
-    rho_max = float(rho.max()) if rho.numel() else 0.0
-    if rho_max < 0 and rho_max < -rcond * max(abs(float(rho.min())), 1.0):
-        raise ValueError("penalty must be positive semi-definite")
-    keep = rho > rcond * max(rho_max, 0.0)
-    V, rho = V[:, keep], rho[keep]
-    if rho.numel() == 0:
+    T = R + Kt @ Kt.T
+    t, V = torch.linalg.eigh(0.5 * (T + T.T))
+    t_max = float(t.max()) if t.numel() else 0.0
+    keep = t > rcond * t_max
+    if not bool(keep.any()):
         return torch.zeros(Y.shape[0], d_in, dtype=_F64, device=Y.device)
-    inv_sqrt = V * rho.rsqrt()[None, :]                # [r, r'] : R^{-1/2} = inv_sqrt V^T
-    Kh = inv_sqrt.T @ Kt                                # [r', n] coordinates of R^{-1/2} Kt in V
-    B, g = _key_basis(Kh, Kh.shape[1] < Kh.shape[0])    # [r', k], [k]
-    ZB = Y @ (Kh.T @ B)                                 # [d_out, k]
-    F_B = _value_solve(ZB, g, M_f, a, b, 1.0, thin_values, rcond)
-    # F = F_B B^T (R^{-1/2} in V coordinates)^T ; D_m = F U0^T = F_B (U0 inv_sqrt B)^T
-    return F_B @ (U0_64 @ (inv_sqrt @ B)).T
+    inv_sqrt = V[:, keep] * t[keep].rsqrt()[None, :]     # [r, r'] : T^{-1/2} = inv_sqrt V'^T
+    Kh = inv_sqrt.T @ Kt                                  # [r', n] coordinates of T^{-1/2} Kt in V'
+    B, gam = _key_basis(Kh, Kh.shape[1] < Kh.shape[0])    # [r', k], [k]
+    gam = gam.clamp(0.0, 1.0)
+    ZB = Y @ (Kh.T @ B)                                   # [d_out, k]
+    X = _value_solve(ZB, gam, M_f, a, b, 1.0 - gam, thin_values, rcond)
+    # F = X B^T inv_sqrt^T ; D_m = F U0^T = X (U0 inv_sqrt B)^T
+    return X @ (U0_64 @ (inv_sqrt @ B)).T
 
 
 # ----------------------------------------------------------------------------------------------
