@@ -305,3 +305,20 @@ def test_runfile_reads_group_generation(tmp_path):
     path.write_text(yaml.safe_dump({"runs": [dict(run, group_generation="yes")]}), encoding="utf-8")
     with pytest.raises(BenchConfigError, match="group_generation"):
         load_runfile(path)
+
+
+def test_seed_file_from_before_the_neighbour_filter_fails_clearly(tok, constant, workspace, tmp_path, caplog):
+    """An old seed file (all neighbours kept, no ``neighbours_dropped``) must not get results scored
+    with the filtered neighbours; re-summarising it alone only warns."""
+    from zerounlearn_editor.bench.config import BenchConfigError
+
+    out = tmp_path / "out"
+    run_bench(_config(workspace, out, "mquake", ["base"]), model=constant, tok=tok)
+    path = out / "seed_1.json"
+    record = json.loads(path.read_text())
+    assert record.pop("neighbours_dropped") == 4
+    path.write_text(json.dumps(record))
+    with pytest.raises(BenchConfigError, match="0 neighbour probe.s. dropped, this run drops 4"):
+        run_bench(_config(workspace, out, "mquake", ["base", "ZeroUnlearn"]), model=constant, tok=tok)
+    run_bench(_config(workspace, out, "mquake", ["base"]), model=constant, tok=tok)
+    assert "this run drops 4" in caplog.text

@@ -124,6 +124,26 @@ def _check_stored(path: Path, record: Mapping[str, Any], run_info: Mapping[str, 
         )
 
 
+def _check_stored_neighbours(path: Path, record: Mapping[str, Any], dropped: int, adding: bool) -> None:
+    """Refuse to add results to a seed file whose neighbours were filtered differently.
+
+    Seed files written before :mod:`.neighbours` existed keep every neighbour probe (no
+    ``neighbours_dropped`` key, read as 0); scoring a new method of such a seed with the filtered
+    probes would mix two Spe definitions in one table.
+    """
+    stored = int(record.get("neighbours_dropped", 0))
+    done = any(entry.get("status") == "ok" for entry in record.get("methods", {}).values())
+    if stored == dropped or not done:
+        return
+    message = (
+        f"{path} was scored with {stored} neighbour probe(s) dropped, this run drops {dropped} (neighbour probes "
+        "that another case of the batch forgets; seed files from before that filter keep them all)"
+    )
+    if adding:
+        raise BenchConfigError(f"{message}; use another --out or remove it")
+    LOG.warning("%s; its stored results are reported as they are", message)
+
+
 def _pending(record: Mapping[str, Any], methods: Sequence[str], signatures: Mapping[str, str]) -> List[str]:
     """Methods of ``methods`` without a finished, up-to-date entry in ``record``."""
     entries = record.get("methods", {})
@@ -334,6 +354,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
         if path.exists():
             record = read_json(path)
             _check_stored(path, record, run_info, case_ids)
+            _check_stored_neighbours(path, record, dropped, bool(_pending(record, methods, signatures)))
             if record.get("retain", []) != retain:
                 raise BenchConfigError(f"{path} holds another retain set; use another --out or remove it")
         else:
