@@ -215,6 +215,9 @@ def test_mquake_single_hops_eff_gen_spe(tok, constant, workspace, tmp_path):
     record = json.loads((out / "seed_1.json").read_text())
     assert record["neighbours_dropped"] == 4
     assert "spe" not in metrics
+    # the drop is reported with the table, not only in the seed file
+    assert summary["neighbours_dropped"] == {"1": 4}
+    assert "not scored as neighbours (`bench.neighbours`): 4 over the seeds (seed 1: 4)" in (out / "summary.md").read_text()
 
 
 def test_mquake_bench_with_an_edit(tok, workspace, tmp_path):

@@ -142,7 +142,8 @@ _GROUP_NOTE = (
 
 
 def _markdown(config: BenchConfig, run_info: Mapping[str, Any], table: str,
-              known: Optional[Mapping[str, Any]] = None, per_method: Optional[Mapping[str, Any]] = None) -> str:
+              known: Optional[Mapping[str, Any]] = None, per_method: Optional[Mapping[str, Any]] = None,
+              dropped: Optional[Mapping[str, int]] = None) -> str:
     title = config.name or f"{config.data}, n={config.n}"
     ppl = (
         f"perplexity on the first {config.ppl_tokens} tokens of {run_info.get('ppl_text')}"
@@ -160,6 +161,9 @@ def _markdown(config: BenchConfig, run_info: Mapping[str, Any], table: str,
           if parse_retain_spec(config.retain) else []),
         *([f"- known-only: {known['qualified']} of {known['candidates']} cases reach forget-prompt token accuracy "
            f">= {known['min_accuracy']:g} on the unedited model; seeds sample from those"] if known else []),
+        *([f"- neighbour probes that another case of the same batch forgets are not scored as neighbours "
+           f"(`bench.neighbours`): {sum(dropped.values())} over the seeds "
+           f"({', '.join(f'seed {seed}: {count}' for seed, count in dropped.items())})"] if dropped else []),
         "",
         table,
         "",
@@ -187,7 +191,8 @@ def write_summary(
 
     ``known``: with ``known_only``, ``{"qualified", "candidates", "min_accuracy"}`` (how many
     cases the unedited model knows); stored as ``summary["known_cases"]`` and stated in the
-    markdown.
+    markdown. Seeds whose records carry ``neighbours_dropped`` (:mod:`.neighbours`) are listed
+    as ``summary["neighbours_dropped"]`` (``{seed: count}``) and stated in the markdown.
     """
     per_method = summarize(methods, records)
     table = format_table(per_method)
@@ -203,6 +208,10 @@ def write_summary(
     }
     if known is not None:
         summary["known_cases"] = dict(known)
+    counts = {str(seed): int(record.get("neighbours_dropped", 0)) for seed, record in records.items()}
+    dropped = counts if any(counts.values()) else None
+    if dropped:
+        summary["neighbours_dropped"] = dropped
     write_json_atomic(Path(out) / "summary.json", summary)
-    write_text_atomic(Path(out) / "summary.md", _markdown(config, run_info, table, known, per_method))
+    write_text_atomic(Path(out) / "summary.md", _markdown(config, run_info, table, known, per_method, dropped))
     return summary
