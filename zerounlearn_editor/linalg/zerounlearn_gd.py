@@ -553,8 +553,10 @@ def _solve_penalized(
     ``Y`` ``[d_out, n]``, ``Kt = U0^T K_f`` ``[r, n]`` (``G = Kt Kt^T``), ``M_f`` ``[d_out, n]``,
     ``U0`` ``[d_in, r]``, ``penalty`` = ``H`` ``[d_in, d_in]`` PSD (only its symmetric part counts).
 
-    ``R`` may be singular (``c == 0``), so the solve whitens with ``T = R + G`` ``[r, r]``
-    instead of ``R``: on ``range(T)``, ``Kh = T^{-1/2} Kt`` has ``Kh Kh^T = B diag(gam) B^T`` with
+    An invertible ``R`` (always with ``c > 0``) is whitened away: ``Kh = R^{-1/2} Kt`` gives the
+    ``c = 1`` problem ``Q Y (Kh Kh^T) + Y = Y_res Kh^T`` in ``Y = F R^{1/2}``. ``R`` may also be
+    singular (``c == 0``, low-rank ``H``); then the solve whitens with ``T = R + G`` ``[r, r]``
+    instead: on ``range(T)``, ``Kh = T^{-1/2} Kt`` has ``Kh Kh^T = B diag(gam) B^T`` with
     ``0 <= gam <= 1`` and ``T^{-1/2} R T^{-1/2} = I - Kh Kh^T``, so with ``F = X B^T T^{-1/2}`` the
     equation decouples into ``gam_j Q x_j + (1 - gam_j) x_j = (Y Kh^T B)_j`` (pseudo-inverse
     semantics as in :func:`_value_solve`; ``gam_j = 1`` is an unpenalised key direction, solved
@@ -565,14 +567,21 @@ def _solve_penalized(
     H = penalty.to(device=Y.device, dtype=_F64)
     R = U0_64.T @ (0.5 * (H + H.T)) @ U0_64                # [r, r]
     R = 0.5 * (R + R.T)
-    rho = torch.linalg.eigvalsh(R)
+    R.diagonal().add_(c)
+    rho, V = torch.linalg.eigh(R)
     # rounding of a PSD H (e.g. a float32 C0) may leave tiny negative eigenvalues: tolerate those
-    if float(rho.min()) < -_PSD_TOL * max(float(rho.abs().max()), float(H.abs().max())):
+    if float(rho.min()) - c < -_PSD_TOL * max(float((rho - c).abs().max()), float(H.abs().max())):
         raise ValueError(
             f"penalty must be positive semi-definite on the null space: U0^T H U0 has eigenvalue "
-            f"{float(rho.min()):.3g} (largest {float(rho.max()):.3g})"
+            f"{float(rho.min()) - c:.3g} (largest {float(rho.max()) - c:.3g})"
         )
-    R.diagonal().add_(c)
+    if bool((rho > rcond * float(rho.max())).all()):
+        # R invertible: whiten with R itself, Q Y (Kh Kh^T) + Y = Y_res Kh^T with Kh = R^{-1/2} Kt
+        inv_sqrt = V * rho.rsqrt()[None, :]               # [r, r] : R^{-1/2} = inv_sqrt V^T
+        Kh = inv_sqrt.T @ Kt                              # [r, n]
+        B, g = _key_basis(Kh, Kh.shape[1] < Kh.shape[0])  # [r, k], [k]
+        X = _value_solve(Y @ (Kh.T @ B), g, M_f, a, b, 1.0, thin_values, rcond)
+        return X @ (U0_64 @ (inv_sqrt @ B)).T
     T = R + Kt @ Kt.T
     t, V = torch.linalg.eigh(0.5 * (T + T.T))
     t_max = float(t.max()) if t.numel() else 0.0
