@@ -39,11 +39,12 @@ def test_siblings_are_same_relation_and_never_scored():
         _case(3, "France"),           # same subject as a forgotten case
         _case(4, "Peru"), _case(5, "Chile"), _case(6, "Kenya"),
         _case(7, "Oslo", relation="P17"),  # another relation
-        _case(8, "Japan Airlines"),   # a different subject (it contains one, but is not named by a scored prompt)
+        _case(8, "Japan Airlines"),   # its prompt names the forgotten subject Japan
+        _case(9, "Ghana"),
     ]
     retain = draw_sibling_retain(sampled, pool, k=2, seed=3)
     subjects = [r["subject"] for r in retain]
-    assert len(retain) == 4 and set(subjects) <= {"Peru", "Chile", "Kenya", "Japan Airlines"}
+    assert len(retain) == 4 and set(subjects) <= {"Peru", "Chile", "Kenya", "Ghana"}
     assert all(set(r) == {"prompt", "subject"} for r in retain)
     assert draw_sibling_retain(sampled, pool, k=2, seed=3) == retain  # deterministic
     scored = " ".join(evaluated_prompts(sampled)).casefold()
@@ -55,6 +56,9 @@ def test_a_leaking_retain_set_is_refused():
     with pytest.raises(BenchConfigError, match="retain request 1 .*overlaps the scored cases"):
         check_retain_disjoint([{"prompt": "The capital of Peru is", "subject": "Peru"},
                                {"prompt": "Victor Hugo wrote in", "subject": "Victor Hugo"}], sampled)
+    with pytest.raises(BenchConfigError, match="retain request 0 .*names a forgotten subject"):
+        check_retain_disjoint([{"prompt": "The airline of France, Air Inter, is based in", "subject": "Air Inter"}], sampled)
+    check_retain_disjoint([{"prompt": "The capital of Peru is", "subject": "Peru"}], sampled)  # no overlap: accepted
     with pytest.raises(BenchConfigError, match="carry no relation"):
         draw_sibling_retain([_case(0, "France", relation=None)], [], 2, 0)
 

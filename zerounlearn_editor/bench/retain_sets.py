@@ -18,7 +18,9 @@ Whatever the policy, a record is never drawn when
 * it is one of the seed's sampled (forgotten and scored) cases,
 * its subject equals a sampled case's subject, or occurs (case-insensitively, as a substring) in
   any evaluated prompt of the seed: forget prompts, paraphrases and neighbourhood prompts,
-* its prompt is itself an evaluated prompt, or it was already drawn.
+* its prompt is itself an evaluated prompt, or names a sampled case's subject (a retain prompt
+  about the forgotten subject would protect the very fact being forgotten),
+* it was already drawn.
 
 So a retain fact never names a subject that the table scores. :func:`check_retain_disjoint`
 re-checks a finished retain set against the scored cases (every draw calls it).
@@ -50,8 +52,9 @@ RETAIN_POLICIES = ("siblings", "same-answer")
 _SPEC = re.compile(r"^(" + "|".join(re.escape(p) for p in RETAIN_POLICIES) + r"):(\d+)$")
 _SPEC_HELP = "'siblings:K' or 'same-answer:K' with K >= 1 (e.g. siblings:5, same-answer:5)"
 _EXCLUSIONS = (
-    "excluding the seed's sampled cases and every record whose subject occurs in a scored "
-    "(forget, paraphrase or neighbourhood) prompt; prompts only, no answers"
+    "excluding the seed's sampled cases, every record whose subject occurs in a scored "
+    "(forget, paraphrase or neighbourhood) prompt and every record whose prompt names a forgotten subject; "
+    "prompts only, no answers"
 )
 
 
@@ -107,11 +110,31 @@ def evaluated_prompts(cases: Sequence[UnlearnCase]) -> List[str]:
     return [p.prompt for case in cases for p in (*case.forget, *case.paraphrase, *case.neighbour)]
 
 
-def _leaks(subject: str, prompt: str, subjects: set, scored_text: List[str], scored_prompts: set) -> bool:
-    folded = subject.casefold().strip()
-    if not folded or folded in subjects or prompt.strip() in scored_prompts:
-        return True
-    return any(folded in text for text in scored_text)
+@dataclass(frozen=True)
+class _Scored:
+    """What a seed scores, folded for the leak test: sampled subjects and every evaluated prompt."""
+
+    subjects: frozenset
+    text: tuple
+    prompts: frozenset
+
+    @classmethod
+    def of(cls, cases: Sequence[UnlearnCase]) -> "_Scored":
+        prompts = evaluated_prompts(cases)
+        subjects = frozenset(c.request["subject"].casefold().strip() for c in cases)
+        return cls(subjects - {""}, tuple(p.casefold() for p in prompts), frozenset(p.strip() for p in prompts))
+
+    def leaks(self, subject: str, prompt: str) -> bool:
+        """True if a record (``subject``, ``prompt``) would touch what is scored: its subject is a
+        sampled subject or occurs in a scored prompt, its prompt is a scored prompt, or its prompt
+        names a sampled (forgotten) subject."""
+        folded = subject.casefold().strip()
+        if not folded or folded in self.subjects or prompt.strip() in self.prompts:
+            return True
+        if any(folded in text for text in self.text):
+            return True
+        folded_prompt = prompt.casefold()
+        return any(scored in folded_prompt for scored in self.subjects)
 
 
 def _answer(case: UnlearnCase) -> str:
@@ -122,14 +145,10 @@ def _answer(case: UnlearnCase) -> str:
 def _eligible(sampled: Sequence[UnlearnCase], pool: Sequence[UnlearnCase]) -> List[UnlearnCase]:
     """Pool records that may be drawn at all: not sampled, not leaking into a scored prompt (pool order)."""
     sampled_ids = {c.case_id for c in sampled}
-    subjects = {c.request["subject"].casefold().strip() for c in sampled}
-    prompts = evaluated_prompts(sampled)
-    scored_text = [p.casefold() for p in prompts]
-    scored_prompts = {p.strip() for p in prompts}
+    scored = _Scored.of(sampled)
     return [
         case for case in pool
-        if case.case_id not in sampled_ids
-        and not _leaks(case.request["subject"], case.request["prompt"], subjects, scored_text, scored_prompts)
+        if case.case_id not in sampled_ids and not scored.leaks(case.request["subject"], case.request["prompt"])
     ]
 
 
@@ -231,13 +250,11 @@ def draw_retain(
 
 def check_retain_disjoint(retain: Sequence[Dict[str, str]], scored: Sequence[UnlearnCase]) -> None:
     """Raise :class:`BenchConfigError` if a retain request names a scored subject or prompt."""
-    subjects = {c.request["subject"].casefold().strip() for c in scored}
-    prompts = evaluated_prompts(scored)
-    scored_text = [p.casefold() for p in prompts]
-    scored_prompts = {p.strip() for p in prompts}
+    scored_set = _Scored.of(scored)
     for index, request in enumerate(retain):
-        if _leaks(request["subject"], request["prompt"], subjects, scored_text, scored_prompts):
+        if scored_set.leaks(request["subject"], request["prompt"]):
             raise BenchConfigError(
                 f"retain request {index} ({request['subject']!r}: {request['prompt']!r}) overlaps the scored "
-                "cases: its subject or prompt appears in a forget, paraphrase or neighbourhood prompt"
+                "cases: its subject or prompt appears in a forget, paraphrase or neighbourhood prompt, or its "
+                "prompt names a forgotten subject"
             )
