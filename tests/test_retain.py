@@ -124,6 +124,24 @@ def test_a_retain_set_with_paper_weights_is_refused_and_nothing_changes(setup, t
     assert torch.equal(get_weight_matrix(get_module(model, MODULE)), before)
 
 
+def test_a_retain_free_weight_alone_does_not_take_a_retain_set(setup, tok, caplog):
+    """projection_utility_weight (the C0-aware projector) uses no retain set: a retain set is refused, not
+    silently ignored, and without one no 'retain terms have no effect' warning is logged."""
+    model, paths, _, _ = setup
+    before = get_weight_matrix(get_module(model, MODULE)).clone()
+    hp = _hp(paths, "ZeroUnlearn", projection_utility_weight=1.0)
+    with pytest.raises(ValueError, match="retain weights .* are all 0"):
+        apply_zerounlearn_to_model(model, tok, forget_requests(), hp, retain=RETAIN, progress=False)
+    assert torch.equal(get_weight_matrix(get_module(model, MODULE)), before)
+    with caplog.at_level("WARNING"):
+        apply_zerounlearn_to_model(model, tok, forget_requests(), hp, copy=True, progress=False)
+    assert "no retain set was given" not in caplog.text
+    with caplog.at_level("WARNING"):
+        apply_zerounlearn_to_model(model, tok, forget_requests(), _hp(paths, "ZeroUnlearn", retain_weight=1.0),
+                                   copy=True, progress=False)
+    assert "retain_weight set but no retain set was given" in caplog.text
+
+
 @pytest.mark.parametrize(
     "retain, fragment",
     [

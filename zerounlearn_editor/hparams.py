@@ -303,6 +303,11 @@ class _EditHyperParams(BaseHyperParams):
         """The method's retain-aware weights; all 0 means the paper's method (retain set unused)."""
         return {}
 
+    def retain_set_weights(self) -> Dict[str, float]:
+        """The subset of :meth:`retain_weights` that act through a retain set (all 0: a retain set is
+        unused, though a retain-free weight such as ``projection_utility_weight`` may be set)."""
+        return self.retain_weights()
+
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)
         for key, value in self.retain_weights().items():
@@ -381,6 +386,9 @@ class ZeroUnlearnHyperParams(_EditHyperParams):
             "projection_retain_weight": self.projection_retain_weight,
             "projection_utility_weight": self.projection_utility_weight,
         }
+
+    def retain_set_weights(self) -> Dict[str, float]:
+        return {"retain_weight": self.retain_weight, "projection_retain_weight": self.projection_retain_weight}
 
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)

@@ -286,16 +286,19 @@ def _check_lengths(
 def _retain_requests(retain: RetainSpec, hparams: _EditHyperParams) -> List[ForgetRequest]:
     """The edit's retain requests, checked against the hparams' retain weights."""
     keep = resolve_retain(retain, hparams.retain_file)
-    weights = hparams.retain_weights()
-    active = any(value > 0 for value in weights.values())
+    weights = hparams.retain_set_weights()
+    active = sorted(key for key, value in weights.items() if value > 0)
     if keep and not active:
         raise ValueError(
             f"a retain set of {len(keep)} facts was given, but the {hparams.alg_name} hparams' retain weights "
-            f"{sorted(weights)} are all 0 (the paper's method), so it would be ignored; set one of them > 0 "
+            f"{sorted(weights)} (the terms that use a retain set) are all 0, so it would be ignored; set one of them > 0 "
             f"(e.g. hparams/{hparams.alg_name}/<model>-retain.yaml)"
         )
     if active and not keep:
-        LOG.warning("%s: retain weights are set but no retain set was given; the edit is the paper's", hparams.alg_name)
+        LOG.warning(
+            "%s: %s set but no retain set was given; those terms have no effect on this edit", hparams.alg_name,
+            ", ".join(active),
+        )
     return keep
 
 
