@@ -426,6 +426,11 @@ def test_penalty_rejects_bad_inputs() -> None:
         penalty_matrix(C0, 0.0, K_r[:5], 1.0)
     with pytest.raises(ValueError, match="penalty must have shape"):
         solve_exact(p.W, p.K_f, p.M_f, p.M_n, p.U0, penalty=torch.eye(5, dtype=F64))
+    D_m = torch.zeros_like(p.W)
+    with pytest.raises(ValueError, match="penalty must have shape"):
+        objective(p.W, p.K_f, p.M_f, p.M_n, D_m, penalty=torch.eye(5, dtype=F64))
+    with pytest.raises(ValueError, match="penalty"):
+        objective(p.W, p.K_f, p.M_f, p.M_n, D_m, penalty=torch.full((p.W.shape[1],) * 2, float("nan"), dtype=F64))
 
 
 def _kronecker_min_norm(p, U0, a, b, c, H):

@@ -286,6 +286,9 @@ def objective(
         + c * D_m.to(_F64).square().sum()
     )
     if penalty is not None:
+        _check_matrix("penalty", penalty)
+        if tuple(penalty.shape) != (d_in, d_in):
+            raise ValueError(f"penalty must have shape [d_in={d_in}, d_in={d_in}], got {tuple(penalty.shape)}")
         D = D_m.to(_F64)
         value = value + ((D @ penalty.to(_F64)) * D).sum()
     return float(value)
