@@ -1,6 +1,7 @@
 """Surgical-forgetting study: many solve variants on the same cases, retain sets and neutral targets.
 
-Per seed: sample ``n`` cases the model knows (the bench's draw: ``sample_cases(known, n, seed)``),
+Per seed: sample ``n`` cases the model knows (the bench's draw: ``sample_cases(known, n, seed)``, neighbour
+probes another sampled case forgets dropped),
 draw a retain set (``--retain siblings:K`` or ``same-answer:K``, same rules as ``zerounlearn bench``), optimise
 the neutral targets once (cached as ``<out>/targets/seed_<k>_n<n>.npz``: every variant of a
 method family shares them), then for every variant edit, score (Eff/Gen/Spe/PPL as the bench)
@@ -36,6 +37,7 @@ import yaml
 from zerounlearn_editor.bench.config import parse_seeds
 from zerounlearn_editor.bench.files import write_json_atomic
 from zerounlearn_editor.bench.methods import load_main_hparams
+from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
 from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 from zerounlearn_editor.data.registry import load_cases, sample_cases
@@ -139,7 +141,9 @@ def main(argv=None) -> int:
     LOG.info("%d of %d %s cases known (accuracy >= %g)", len(known), len(pool), args.data, args.known_min_accuracy)
     settings = ScoringSettings(32, str(default_ppl_text()), args.ppl_tokens)
     for seed in parse_seeds(args.seeds):
-        cases = sample_cases(known, args.n, seed)
+        cases, dropped = drop_batch_forget_neighbours(sample_cases(known, args.n, seed))
+        if dropped:
+            LOG.info("seed %d: %d neighbour probe(s) dropped (another sampled case forgets them)", seed, dropped)
         requests = [dict(c.request) for c in cases]
         retain = draw_retain(draw, cases, pool, seed) if draw else []
         record = results["seeds"].setdefault(str(seed), {})

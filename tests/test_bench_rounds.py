@@ -139,3 +139,26 @@ def test_run_rounds_scopes_progress_bars_to_the_config(monkeypatch, progress):
     rounds_module.run_rounds(BenchConfig(hparams="h.yaml", data="counterfact", seeds=[1], methods=["ZeroUnlearn"],
                                          out="o", n=2, progress=progress), 2)
     assert seen == [progress]
+
+
+def test_rounds_drop_neighbours_forgotten_in_any_round_and_guard_resume(ws, tok, tmp_path, monkeypatch):
+    import zerounlearn_editor.bench.rounds as rounds_module
+
+    real = rounds_module.drop_batch_forget_neighbours
+    seen: List[int] = []
+
+    def fake(cases):
+        seen.append(len(cases))
+        kept, _ = real(cases)
+        return kept, 3  # pretend three probes were dropped
+
+    monkeypatch.setattr(rounds_module, "drop_batch_forget_neighbours", fake)
+    calls: List[Dict[str, Any]] = []
+    registry = dict(default_registry(), Rec=_recording_spec(calls))
+    run_rounds(_config(ws, tmp_path, ["Rec"], n=2), 2, model=tiny_llama(tok), tok=tok, registry=registry)
+    assert seen == [4]  # every case of every round, filtered together
+    assert json.loads(rounds_path(tmp_path, 1).read_text())["neighbours_dropped"] == 3
+
+    monkeypatch.setattr(rounds_module, "drop_batch_forget_neighbours", real)  # drops 0 on this data
+    with pytest.raises(BenchConfigError, match="3 neighbour probe.*drops 0"):
+        run_rounds(_config(ws, tmp_path, ["Rec", "ZeroUnlearn"], n=2), 2, model=tiny_llama(tok), tok=tok, registry=registry)

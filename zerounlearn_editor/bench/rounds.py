@@ -1,8 +1,9 @@
 """Sequential unlearning: forget ``n`` facts per round for ``R`` rounds on the same model.
 
 ``zerounlearn bench ... --rounds R`` (``run_rounds``). Per seed, ``R * n`` cases are drawn
-(``sample_cases(cases, R * n, seed)``) and cut into ``R`` consecutive chunks of ``n``. Per method,
-starting from the unedited model:
+(``sample_cases(cases, R * n, seed)``) and cut into ``R`` consecutive chunks of ``n``; neighbour
+probes that any drawn case forgets are dropped, as in the one-batch bench (:mod:`.neighbours`; none
+for CounterFact / ZsRE at these sizes). Per method, starting from the unedited model:
 
 * round ``k`` edits chunk ``k`` on the model already edited by rounds ``1..k-1``: the neutral
   targets and the keys are computed on that edited model; the statistics ``C0`` are the ones of
@@ -28,6 +29,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..data.registry import load_cases, sample_cases
+from .neighbours import drop_batch_forget_neighbours
 from ..data.types import UnlearnCase
 from ..evaluation.selection import select_known_cases
 from ..pipeline import restore_weights
@@ -173,13 +175,19 @@ def _run_rounds(
 
     plan = []
     for seed in config.seeds:
-        cases = sample_cases(all_cases, total, seed)
+        cases, dropped = drop_batch_forget_neighbours(sample_cases(all_cases, total, seed))
         retain = draw_retain(draw, cases, pool, seed) if draw else []
         path = rounds_path(out, seed)
         record = read_json(path) if path.exists() else {"seed": seed, "run": run_info, "case_ids": [c.case_id for c in cases],
-                                                        "retain": retain, "methods": {}}
+                                                        "neighbours_dropped": dropped, "retain": retain, "methods": {}}
         if record.get("run") != run_info or record.get("case_ids") != [c.case_id for c in cases]:
             raise BenchConfigError(f"{path} holds results of another configuration; use another --out or remove it")
+        if int(record.get("neighbours_dropped", 0)) != dropped and record["methods"]:
+            raise BenchConfigError(
+                f"{path} was scored with {record.get('neighbours_dropped', 0)} neighbour probe(s) dropped, this run "
+                f"drops {dropped} (neighbour probes that a case forgotten in any round forgets); use another --out"
+            )
+        record["neighbours_dropped"] = dropped
         todo = [m for m in methods if not (record["methods"].get(m, {}).get("status") == "ok"
                                            and record["methods"][m].get("config_sha256") == signatures[m])]
         if todo:
