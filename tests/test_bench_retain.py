@@ -69,8 +69,9 @@ def test_bad_retain_specs(spec):
         parse_retain_spec(spec)
 
 
-def test_bench_gives_the_retain_set_to_plus_r_rows_only(tmp_path):
-    root = tmp_path
+def _bench_workspace(root: Path):
+    """Tiny CounterFact, corpus, PPL text and the GD hparams ``tiny.yaml`` / ``tiny-retain.yaml`` (for +R)
+    under ``root``; returns ``(data, ppl)``."""
     data = write_tiny_counterfact(root / "cf.json")
     corpus = write_corpus(root / "corpus.jsonl")
     ppl = root / "ppl.txt"
@@ -79,6 +80,12 @@ def test_bench_gives_the_retain_set_to_plus_r_rows_only(tmp_path):
         path = root / "hparams" / "ZeroUnlearn-GD" / f"{name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(tiny_hparams_dict(root / "stats", corpus, alg_name="ZeroUnlearn-GD", **extra)))
+    return data, ppl
+
+
+def test_bench_gives_the_retain_set_to_plus_r_rows_only(tmp_path):
+    root = tmp_path
+    data, ppl = _bench_workspace(root)
     config = BenchConfig(
         hparams=str(root / "hparams" / "ZeroUnlearn-GD" / "tiny.yaml"), data=str(data), seeds=[1],
         methods=["base", "ZeroUnlearn-GD", "ZeroUnlearn-GD+R"], out=str(root / "out"), n=3, ppl_tokens=20,
@@ -211,14 +218,7 @@ def test_retain_spec_round_trips_and_describe_differs_per_policy():
 
 def test_bench_runs_with_a_same_answer_retain_set(tmp_path):
     root = tmp_path
-    data = write_tiny_counterfact(root / "cf.json")
-    corpus = write_corpus(root / "corpus.jsonl")
-    ppl = root / "ppl.txt"
-    ppl.write_text("the city of paris is a large city in france " * 6, encoding="utf-8")
-    for name, extra in (("tiny", {}), ("tiny-retain", {"retain_nullspace_weight": 1e4})):
-        path = root / "hparams" / "ZeroUnlearn-GD" / f"{name}.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(tiny_hparams_dict(root / "stats", corpus, alg_name="ZeroUnlearn-GD", **extra)))
+    data, ppl = _bench_workspace(root)
     config = BenchConfig(
         hparams=str(root / "hparams" / "ZeroUnlearn-GD" / "tiny.yaml"), data=str(data), seeds=[1], methods=["base", "ZeroUnlearn-GD+R"], out=str(root / "out"),
         n=3, ppl_tokens=20, ppl_text=str(ppl), progress=False, retain="same-answer:2",

@@ -32,7 +32,7 @@ def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
         args = (problem.W, problem.K_f, problem.M_f, problem.M_n, U0)
         if hparams.solver == "exact":
             penalty = penalty_matrix(problem.C0, hparams.utility_penalty_weight, problem.K_r, hparams.retain_penalty_weight)
-            D_m = solve_exact(*args, **weights) if penalty is None else solve_exact(*args, **weights, penalty=penalty)
+            D_m = solve_exact(*args, **weights, penalty=penalty)
         else:
             D_m = solve_gd(*args, **weights, steps=hparams.gd_steps, lr=hparams.gd_lr, tolerance=hparams.gd_tolerance)
         return problem.W + D_m.to(problem.W.dtype)

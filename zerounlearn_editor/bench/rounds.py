@@ -29,7 +29,6 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..data.registry import load_cases, sample_cases
-from .neighbours import drop_batch_forget_neighbours
 from ..data.types import UnlearnCase
 from ..evaluation.selection import select_known_cases
 from ..pipeline import restore_weights
@@ -39,9 +38,10 @@ from .config import BenchConfig, BenchConfigError, parse_methods
 from .files import read_json, sha256_of_json, write_json_atomic, write_text_atomic
 from .fingerprint import ModelFingerprint
 from .methods import HParamsLookup, MethodContext, MethodSpec, default_registry, known_method_names, load_main_hparams
+from .neighbours import drop_batch_forget_neighbours
 from .report import aggregate
 from .retain_sets import draw_retain, parse_retain_spec
-from .runner import PPL_TEXT, ModelLoader, _compute_statistics, _Stage
+from .runner import PPL_TEXT, ModelLoader, _check_stored_neighbours, _compute_statistics, _Stage
 from .scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 
 __all__ = ["DEFAULT_ROUND_METHODS", "ROUND_METRICS", "run_rounds", "rounds_path", "format_rounds"]
@@ -182,14 +182,10 @@ def _run_rounds(
                                                         "neighbours_dropped": dropped, "retain": retain, "methods": {}}
         if record.get("run") != run_info or record.get("case_ids") != [c.case_id for c in cases]:
             raise BenchConfigError(f"{path} holds results of another configuration; use another --out or remove it")
-        if int(record.get("neighbours_dropped", 0)) != dropped and record["methods"]:
-            raise BenchConfigError(
-                f"{path} was scored with {record.get('neighbours_dropped', 0)} neighbour probe(s) dropped, this run "
-                f"drops {dropped} (neighbour probes that a case forgotten in any round forgets); use another --out"
-            )
-        record["neighbours_dropped"] = dropped
         todo = [m for m in methods if not (record["methods"].get(m, {}).get("status") == "ok"
                                            and record["methods"][m].get("config_sha256") == signatures[m])]
+        _check_stored_neighbours(path, record, dropped, adding=bool(todo))
+        record["neighbours_dropped"] = dropped
         if todo:
             plan.append((seed, path, record, cases, retain, todo))
 

@@ -257,6 +257,13 @@ def nullspace_projector(
 # ----------------------------------------------------------------------------------------------
 
 
+def _check_penalty(penalty: Tensor, d_in: int) -> None:
+    """A soft-protection matrix ``H`` must be finite and ``[d_in, d_in]``."""
+    _check_matrix("penalty", penalty)
+    if tuple(penalty.shape) != (d_in, d_in):
+        raise ValueError(f"penalty must have shape [d_in={d_in}, d_in={d_in}], got {tuple(penalty.shape)}")
+
+
 def objective(
     W: Tensor,
     K_f: Tensor,
@@ -286,9 +293,7 @@ def objective(
         + c * D_m.to(_F64).square().sum()
     )
     if penalty is not None:
-        _check_matrix("penalty", penalty)
-        if tuple(penalty.shape) != (d_in, d_in):
-            raise ValueError(f"penalty must have shape [d_in={d_in}, d_in={d_in}], got {tuple(penalty.shape)}")
+        _check_penalty(penalty, d_in)
         D = D_m.to(_F64)
         value = value + ((D @ penalty.to(_F64)) * D).sum()
     return float(value)
@@ -509,9 +514,7 @@ def solve_exact(
     if route not in ("auto", "dense", "lowrank"):
         raise ValueError(f"route must be 'auto', 'dense' or 'lowrank', got {route!r}")
     if penalty is not None:
-        _check_matrix("penalty", penalty)
-        if tuple(penalty.shape) != (d_in, d_in):
-            raise ValueError(f"penalty must have shape [d_in={d_in}, d_in={d_in}], got {tuple(penalty.shape)}")
+        _check_penalty(penalty, d_in)
     r = U0.shape[1]
     if r == 0 or n == 0:
         logger.debug("solve_exact: r=%d, n=%d: update is zero", r, n)
@@ -578,25 +581,21 @@ def _solve_penalized(
             f"penalty must be positive semi-definite on the null space: U0^T H U0 has eigenvalue "
             f"{float(rho.min()) - c:.3g} (largest {float(rho.max()) - c:.3g})"
         )
-    if bool((rho > rcond * float(rho.max())).all()):
-        # R invertible: whiten with R itself, Q Y (Kh Kh^T) + Y = Y_res Kh^T with Kh = R^{-1/2} Kt
-        inv_sqrt = V * rho.rsqrt()[None, :]               # [r, r] : R^{-1/2} = inv_sqrt V^T
-        Kh = inv_sqrt.T @ Kt                              # [r, n]
-        B, g = _key_basis(Kh, Kh.shape[1] < Kh.shape[0])  # [r, k], [k]
-        X = _value_solve(Y @ (Kh.T @ B), g, M_f, a, b, 1.0, thin_values, rcond)
-        return X @ (U0_64 @ (inv_sqrt @ B)).T
-    T = R + Kt @ Kt.T
-    t, V = torch.linalg.eigh(0.5 * (T + T.T))
-    t_max = float(t.max()) if t.numel() else 0.0
-    keep = t > rcond * t_max
-    if not bool(keep.any()):
-        return torch.zeros(Y.shape[0], d_in, dtype=_F64, device=Y.device)
-    inv_sqrt = V[:, keep] * t[keep].rsqrt()[None, :]     # [r, r'] : T^{-1/2} = inv_sqrt V'^T
-    Kh = inv_sqrt.T @ Kt                                  # [r', n] coordinates of T^{-1/2} Kt in V'
-    B, gam = _key_basis(Kh, Kh.shape[1] < Kh.shape[0])    # [r', k], [k]
-    gam = gam.clamp(0.0, 1.0)
-    ZB = Y @ (Kh.T @ B)                                   # [d_out, k]
-    X = _value_solve(ZB, gam, M_f, a, b, 1.0 - gam, thin_values, rcond)
+    singular = not bool((rho > rcond * float(rho.max())).all())
+    if singular:
+        T = R + Kt @ Kt.T
+        rho, V = torch.linalg.eigh(0.5 * (T + T.T))
+        keep = rho > rcond * (float(rho.max()) if rho.numel() else 0.0)
+        if not bool(keep.any()):
+            return torch.zeros(Y.shape[0], d_in, dtype=_F64, device=Y.device)
+        rho, V = rho[keep], V[:, keep]
+    # whitening S^{-1/2} = inv_sqrt V^T with S = R (invertible) or T = R + G (on its range)
+    inv_sqrt = V * rho.rsqrt()[None, :]                   # [r, r']
+    Kh = inv_sqrt.T @ Kt                                  # [r', n] coordinates of S^{-1/2} Kt in V
+    B, g = _key_basis(Kh, Kh.shape[1] < Kh.shape[0])      # [r', k], [k]
+    if singular:
+        g = g.clamp(0.0, 1.0)                             # gam: Q X diag(gam) + X diag(1 - gam) = ZB
+    X = _value_solve(Y @ (Kh.T @ B), g, M_f, a, b, 1.0 - g if singular else 1.0, thin_values, rcond)
     # F = X B^T inv_sqrt^T ; D_m = F U0^T = X (U0 inv_sqrt B)^T
     return X @ (U0_64 @ (inv_sqrt @ B)).T
 
