@@ -37,6 +37,7 @@ from .model_access import (
     parameter_name_of_weight,
     set_weight_matrix,
 )
+from .prefix_replay import LayerPrefixReplay
 from .progress import progress_bar, progress_scope
 from .representations import LayerReadout, read_keys_and_hidden
 from .requests import ForgetRequest, RequestError, normalize_requests
@@ -348,7 +349,10 @@ def _edit_layers(
 ) -> None:
     hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
     n = len(forget)
-    context = {"context_moment": True} if getattr(hparams, "context_nullspace_weight", 0) > 0 else {}
+    context: Dict[str, Any] = {"context_moment": True} if getattr(hparams, "context_nullspace_weight", 0) > 0 else {}
+    if read_keys is read_keys_and_hidden:
+        # layers before the first edited one never change here: computed on the first read only
+        context["prefix_replay"] = LayerPrefixReplay(model, hparams.layer_module_tmp, min(hparams.layers))
     bar = progress_bar(total=len(hparams.layers), desc=f"keys and solve, {n} facts", unit="layer")
     for position, layer in enumerate(hparams.layers):
         bar.set_postfix(layer=layer, refresh=False)

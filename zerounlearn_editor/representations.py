@@ -15,6 +15,7 @@ from torch import nn
 
 from .encoding import encode_rows
 from .model_access import StopForward, capture_inputs, capture_outputs, model_device
+from .prefix_replay import LayerPrefixReplay
 from .requests import ForgetRequest
 
 __all__ = ["LayerReadout", "read_keys_and_hidden"]
@@ -56,13 +57,16 @@ def read_keys_and_hidden(
     fact_token: str,
     chunk_size: int,
     context_moment: bool = False,
+    prefix_replay: Optional[LayerPrefixReplay] = None,
 ) -> LayerReadout:
     """Keys at ``key_module``'s input and hidden states at ``hidden_module``'s output.
 
     Rows are ``prefix + prompt`` for every prefix (the first prefix is the bare prompt);
     keys are averaged over prefixes, hidden states come from the bare prompt. Returns
     float32 tensors on the CPU. ``context_moment`` also sums ``k k^T`` over the rows' other
-    positions (see :class:`LayerReadout`), from the same forward passes.
+    positions (see :class:`LayerReadout`), from the same forward passes. ``prefix_replay``
+    (one per edit) skips the layers before the first edited one on every read of a chunk after
+    its first; the results are bit-identical to full forward passes.
     """
     device = model_device(model)
     n_ctx = len(prefixes)
@@ -70,7 +74,8 @@ def read_keys_and_hidden(
     hidden: List[torch.Tensor] = []
     mom2: Optional[torch.Tensor] = None
     count = 0
-    for chunk in _chunks(list(requests), chunk_size):
+    replay = prefix_replay.around_forward if prefix_replay is not None else None
+    for index, chunk in enumerate(_chunks(list(requests), chunk_size)):
         contexts = [p for _ in chunk for p in prefixes]
         rows = [r for r in chunk for _ in prefixes]
         batch = encode_rows(
@@ -83,7 +88,9 @@ def read_keys_and_hidden(
         ).to(device)
         with capture_inputs(model, [key_module]) as inputs, capture_outputs(
             model, [hidden_module], stop_after=hidden_module
-        ) as outputs, contextlib.suppress(StopForward):
+        ) as outputs, contextlib.suppress(StopForward), (
+            replay(index, batch.input_ids) if replay is not None else contextlib.nullcontext()
+        ):
             model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
         if context_moment:
             states = inputs[key_module]

@@ -1,0 +1,113 @@
+"""Key reads after the first skip the unedited layers (prefix_replay) and give bit-identical results."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tiny_models import forget_requests, tiny_gpt2, tiny_hparams_dict, tiny_llama, tiny_qwen3, tiny_tokenizer, write_corpus
+from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
+from zerounlearn_editor.model_access import get_module
+from zerounlearn_editor.pipeline import batched_statistics, neutral_targets
+from zerounlearn_editor.prefix_replay import LayerPrefixReplay
+from zerounlearn_editor.representations import read_keys_and_hidden
+from zerounlearn_editor.requests import normalize_requests
+from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model
+from zerounlearn_editor.zerounlearn_main import apply_zerounlearn_to_model
+
+BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "qwen3": tiny_qwen3}
+PREFIXES = ["", "one two. ", "a b c d e. "]  # rows of different lengths: padding in every chunk
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+def _tmp(arch: str):
+    return ("transformer.h.{}", "transformer.h.{}.mlp.c_proj") if arch == "gpt2" else (
+        "model.layers.{}", "model.layers.{}.mlp.down_proj")
+
+
+def _read(model, tok, arch, layer, replay=None, chunk_size=2):
+    layer_tmp, rewrite_tmp = _tmp(arch)
+    return read_keys_and_hidden(
+        model, tok, normalize_requests(forget_requests()), PREFIXES, rewrite_tmp.format(layer),
+        layer_tmp.format(3), "subject_last", chunk_size, prefix_replay=replay,
+    )
+
+
+def _count_calls(module):
+    calls = []
+    handle = module.register_forward_hook(lambda *_: calls.append(1))
+    return calls, handle
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "qwen3"])
+def test_replayed_reads_equal_full_reads_after_edits(tok, arch):
+    model = BUILDERS[arch](tok).eval()
+    layer_tmp, rewrite_tmp = _tmp(arch)
+    replay = LayerPrefixReplay(model, layer_tmp, 2)
+    assert replay.enabled
+    first = _read(model, tok, arch, 2, replay)  # stores layer 1's output per chunk
+    assert torch.equal(first.keys, _read(model, tok, arch, 2).keys)
+    # edit layer 2 (as an edit does), then read layer 3 both ways
+    with torch.no_grad():
+        get_module(model, rewrite_tmp.format(2)).weight.mul_(1.7)
+    calls, handle = _count_calls(get_module(model, layer_tmp.format(0)))
+    try:
+        replayed = _read(model, tok, arch, 3, replay)
+    finally:
+        handle.remove()
+    assert not calls, "layer 0 ran although its output was replayed"
+    full = _read(model, tok, arch, 3)
+    assert torch.equal(replayed.keys, full.keys)
+    assert torch.equal(replayed.hidden, full.hidden)
+    assert not torch.equal(full.hidden, first.hidden)  # the edit changed what later layers see
+    assert type(get_module(model, layer_tmp.format(0))).__name__ != "_Replay"
+
+
+def test_replay_refuses_a_chunk_of_another_shape(tok):
+    model = tiny_llama(tok).eval()
+    replay = LayerPrefixReplay(model, "model.layers.{}", 2)
+    _read(model, tok, "llama", 2, replay, chunk_size=2)
+    calls, handle = _count_calls(model.model.layers[0])
+    try:
+        other = _read(model, tok, "llama", 2, replay, chunk_size=3)  # one chunk of another shape
+    finally:
+        handle.remove()
+    assert calls, "a chunk of another shape must be computed, not replayed"
+    assert torch.equal(other.keys, _read(model, tok, "llama", 2, chunk_size=3).keys)
+
+
+def test_replay_disabled_for_first_layer_zero_or_an_unknown_layout(tok):
+    model = tiny_llama(tok).eval()
+    assert not LayerPrefixReplay(model, "model.layers.{}", 0).enabled
+    assert not LayerPrefixReplay(model, "model.blocks.{}", 2).enabled
+    replay = LayerPrefixReplay(model, "model.blocks.{}", 2)
+    assert torch.equal(_read(model, tok, "llama", 2, replay).keys, _read(model, tok, "llama", 2).keys)
+
+
+@pytest.mark.parametrize("method", ["ZeroUnlearn", "ZeroUnlearn-GD"])
+def test_edit_writes_the_same_weights_as_full_reads(tmp_path, tok, method, monkeypatch):
+    """The whole edit with the replay equals the edit with every read a full forward pass."""
+    cls, apply = ((ZeroUnlearnHyperParams, apply_zerounlearn_to_model) if method == "ZeroUnlearn"
+                  else (ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model))
+    extra = {} if method == "ZeroUnlearn" else {"nullspace_threshold": 1e-2}
+    hp = cls.from_dict(tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "c.jsonl"), alg_name=method,
+                                         layers=[2, 3], **extra))
+    base = tiny_llama(tok).eval()
+    moments = batched_statistics(base, tok, hp, hp.mom2_dataset, progress=False)
+    targets = neutral_targets(base, tok, forget_requests(), hp)
+    edited = {}
+    for replay_on in (True, False):
+        model = copy.deepcopy(base)
+        if not replay_on:
+            monkeypatch.setattr(LayerPrefixReplay, "enabled", property(lambda self: False))
+        apply(model, tok, forget_requests(), hp, second_moments=moments, targets=targets, progress=False)
+        edited[replay_on] = [model.model.layers[i].mlp.down_proj.weight.detach().clone() for i in (2, 3)]
+        monkeypatch.undo()
+    assert not torch.equal(edited[True][0], base.model.layers[2].mlp.down_proj.weight)
+    for a, b in zip(edited[True], edited[False]):
+        assert torch.equal(a, b)
