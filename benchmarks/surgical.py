@@ -135,7 +135,16 @@ def main(argv=None) -> int:
 
     main_hp = next(iter(hps.values()))
     model, tok = load_model_and_tokenizer(str(main_hp.model_name))
-    moments = batched_statistics(model, tok, main_hp, main_hp.mom2_dataset, progress=False)
+    moments_by_setting: Dict[str, Any] = {}
+
+    def moments_for(hp):
+        """C0 of the variant's layers from its own statistics settings (a variant may change them)."""
+        key = json.dumps([list(hp.layers), hp.rewrite_module_tmp, str(hp.mom2_dataset), hp.mom2_n_samples,
+                          hp.mom2_dtype, hp.mom2_max_length])
+        if key not in moments_by_setting:
+            moments_by_setting[key] = batched_statistics(model, tok, hp, hp.mom2_dataset, progress=False)
+        return moments_by_setting[key]
+
     pool = load_cases(args.data)
     known = _known(out, model, tok, pool, args.data, args.known_min_accuracy)
     LOG.info("%d of %d %s cases known (accuracy >= %g)", len(known), len(pool), args.data, args.known_min_accuracy)
@@ -160,7 +169,7 @@ def main(argv=None) -> int:
             apply = apply_zerounlearn_to_model if hp.alg_name == "ZeroUnlearn" else apply_zerounlearn_gd_to_model
             report = EditReport()
             start = time.perf_counter()
-            _, weights = apply(model, tok, requests, hp, return_orig_weights=True, second_moments=moments,
+            _, weights = apply(model, tok, requests, hp, return_orig_weights=True, second_moments=moments_for(hp),
                                targets=targets, progress=False, report=report,
                                retain=retain if variant.get("retain") else None)
             seconds = time.perf_counter() - start
