@@ -53,21 +53,30 @@ LOG = logging.getLogger("surgical")
 METRICS = ("eff", "gen", "spe", "eff_first", "spe_prob", "spe_agree", "ppl")
 
 
-def _targets(path: Path, model, tok, requests, hp) -> NeutralTargets:
+def _target_key(model, hp, retain) -> Dict[str, Any]:
+    """What the targets depend on: the settings, and the retain prompts with retain-aware targets."""
+    settings = dict(target_settings(model, hp))
+    if hp.target_retain_weight > 0 and retain:
+        settings["retain_prompts"] = [r["prompt"] for r in retain]
+    return settings
+
+
+def _targets(path: Path, model, tok, requests, hp, retain=None) -> NeutralTargets:
+    settings = json.dumps(_target_key(model, hp, retain), sort_keys=True)
     if path.is_file():
         with np.load(path, allow_pickle=False) as data:
-            if str(data["settings"]) == json.dumps(target_settings(model, hp), sort_keys=True):
+            if str(data["settings"]) == settings:
                 return NeutralTargets(
                     z=torch.from_numpy(data["z"]), h0=torch.from_numpy(data["h0"]),
                     nll=torch.from_numpy(data["nll"]), steps_run=data["steps"].tolist(),
                 )
     start = time.perf_counter()
-    targets = neutral_targets(model, tok, requests, hp)
+    targets = neutral_targets(model, tok, requests, hp, retain=retain if hp.target_retain_weight > 0 and retain else None)
     LOG.info("targets for %d requests: %.1fs, mean NLL %.3f", len(requests), time.perf_counter() - start, float(targets.nll.mean()))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
     np.savez(tmp, z=targets.z.numpy(), h0=targets.h0.numpy(), nll=targets.nll.numpy(),
-             steps=np.array(targets.steps_run), settings=np.array(json.dumps(target_settings(model, hp), sort_keys=True)))
+             steps=np.array(targets.steps_run), settings=np.array(settings))
     tmp.replace(path)
     return targets
 
@@ -164,14 +173,16 @@ def main(argv=None) -> int:
             if name in record:
                 continue
             hp = hps[name]
-            key = hashlib.sha256(json.dumps(target_settings(model, hp), sort_keys=True).encode()).hexdigest()[:12]
-            targets = _targets(out / "targets" / f"seed_{seed}_n{args.n}_{key}.npz", model, tok, requests, hp)
+            variant_retain = retain if variant.get("retain") else None
+            key = hashlib.sha256(json.dumps(_target_key(model, hp, variant_retain), sort_keys=True).encode()).hexdigest()[:12]
+            targets = _targets(out / "targets" / f"seed_{seed}_n{args.n}_{key}.npz", model, tok, requests, hp,
+                               variant_retain)
             apply = apply_zerounlearn_to_model if hp.alg_name == "ZeroUnlearn" else apply_zerounlearn_gd_to_model
             report = EditReport()
             start = time.perf_counter()
             _, weights = apply(model, tok, requests, hp, return_orig_weights=True, second_moments=moments_for(hp),
                                targets=targets, progress=False, report=report,
-                               retain=retain if variant.get("retain") else None)
+                               retain=variant_retain)
             seconds = time.perf_counter() - start
             try:
                 post = score_cases(model, tok, cases)

@@ -286,6 +286,13 @@ class _EditHyperParams(BaseHyperParams):
     # "adam": the paper's loop (default); "adam_kv": the same Adam updates on cached prefix keys/values;
     # "lbfgs": per-request projected L-BFGS with line search (see zerounlearn_editor.targets_fast)
     targets_optimizer: Literal["adam", "adam_kv", "lbfgs"] = "adam"
+    # Retain-aware neutral targets (opt-in, 0 = the paper; needs a retain set and targets_optimizer
+    # adam): each request's target loss gains target_retain_weight * the mean KL on its
+    # target_retain_neighbours nearest retain prompts when target_retain_scale * its residual is
+    # added there (zerounlearn_editor.targets.optimise_neutral_targets)
+    target_retain_weight: float = 0.0
+    target_retain_neighbours: int = 5
+    target_retain_scale: float = 0.5
 
     # Statistics of general text
     stats_dir: str = "./data/stats"
@@ -304,9 +311,10 @@ class _EditHyperParams(BaseHyperParams):
         return {}
 
     def retain_set_weights(self) -> Dict[str, float]:
-        """The subset of :meth:`retain_weights` that act through a retain set (all 0: a retain set is
-        unused, though a retain-free weight such as ``projection_utility_weight`` may be set)."""
-        return self.retain_weights()
+        """The weights that act through a retain set: the solve's (:meth:`retain_weights`, less any
+        retain-free one such as ``projection_utility_weight``) and ``target_retain_weight``; all 0:
+        a retain set is unused."""
+        return dict(self.retain_weights(), target_retain_weight=self.target_retain_weight)
 
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)
@@ -327,6 +335,16 @@ class _EditHyperParams(BaseHyperParams):
         for key in ("clamp_norm_factor", "v_lr"):
             if not getattr(self, key) > 0:
                 raise HParamsError(f"{source}: key {key!r} must be > 0, got {getattr(self, key)!r}")
+        if not 0 <= self.target_retain_weight < float("inf"):
+            raise HParamsError(f"{source}: key 'target_retain_weight' must be finite and >= 0, got {self.target_retain_weight!r}")
+        if self.target_retain_neighbours < 1:
+            raise HParamsError(f"{source}: key 'target_retain_neighbours' must be >= 1, got {self.target_retain_neighbours!r}")
+        if not 0 < self.target_retain_scale <= 1:
+            raise HParamsError(f"{source}: key 'target_retain_scale' must be in (0, 1], got {self.target_retain_scale!r}")
+        if self.target_retain_weight > 0 and self.targets_optimizer != "adam":
+            raise HParamsError(
+                f"{source}: key 'target_retain_weight' > 0 needs 'targets_optimizer: adam', got {self.targets_optimizer!r}"
+            )
         for key in ("kl_factor", "v_weight_decay", "v_early_stop_loss"):
             if getattr(self, key) < 0:
                 raise HParamsError(f"{source}: key {key!r} must be >= 0, got {getattr(self, key)!r}")
@@ -388,7 +406,8 @@ class ZeroUnlearnHyperParams(_EditHyperParams):
         }
 
     def retain_set_weights(self) -> Dict[str, float]:
-        return {"retain_weight": self.retain_weight, "projection_retain_weight": self.projection_retain_weight}
+        return {"retain_weight": self.retain_weight, "projection_retain_weight": self.projection_retain_weight,
+                "target_retain_weight": self.target_retain_weight}
 
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)

@@ -182,6 +182,9 @@ def _target_config(model: nn.Module, hparams: _EditHyperParams) -> TargetConfig:
         early_stop_loss=hparams.v_early_stop_loss,
         chunk_size=hparams.chunk_size,
         optimizer=hparams.targets_optimizer,
+        retain_weight=hparams.target_retain_weight,
+        retain_neighbours=hparams.target_retain_neighbours,
+        retain_scale=hparams.target_retain_scale,
     )
 
 
@@ -248,7 +251,9 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
         )
     with _Timer(report, "targets"):
         if targets is None:
-            targets = stages.targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
+            cfg = _target_config(model, hparams)
+            extra = {"retain": keep} if cfg.retain_weight > 0 and keep else {}  # retain-aware targets (opt-in)
+            targets = stages.targets(model, tok, forget, target_ids, prefixes, cfg, **extra)
         elif targets.z.shape[0] != len(forget):
             raise ValueError(f"precomputed targets are for {targets.z.shape[0]} requests, got {len(forget)} requests")
     report.target_nll = targets.nll.tolist()
@@ -304,16 +309,22 @@ def _retain_requests(retain: RetainSpec, hparams: _EditHyperParams) -> List[Forg
 
 
 def neutral_targets(
-    model: nn.Module, tok, requests: Sequence[Mapping[str, Any]], hparams: _EditHyperParams
+    model: nn.Module, tok, requests: Sequence[Mapping[str, Any]], hparams: _EditHyperParams,
+    retain: RetainSpec = None,
 ) -> NeutralTargets:
-    """The target states ``z`` a :func:`run_layerwise_edit` call would optimise (model unchanged)."""
+    """The target states ``z`` a :func:`run_layerwise_edit` call would optimise (model unchanged).
+
+    ``retain`` matters only with retain-aware targets (``target_retain_weight > 0``): pass the
+    retain set the edit will get (else the YAML's ``retain_file`` is used, as in the edit).
+    """
     forget = normalize_requests(requests)
+    keep = resolve_retain(retain, hparams.retain_file) if hparams.target_retain_weight > 0 else []
     _check_modules(model, hparams)
     target_ids = [target_token_ids(tok, r.target or hparams.neutral_target) for r in forget]
     prefixes = context_prefixes(
         model, tok, hparams.context_template_count, hparams.context_template_length, hparams.context_seed
     )
-    return optimise_neutral_targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
+    return optimise_neutral_targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams), keep)
 
 
 def target_settings(model: nn.Module, hparams: _EditHyperParams) -> Dict[str, Any]:
@@ -325,6 +336,9 @@ def target_settings(model: nn.Module, hparams: _EditHyperParams) -> Dict[str, An
     """
     config = dataclasses.asdict(_target_config(model, hparams))
     config.pop("chunk_size")  # chunking does not change the result
+    if config["retain_weight"] == 0:  # the paper's targets: the retain-aware keys play no part
+        for key in ("retain_weight", "retain_neighbours", "retain_scale"):
+            config.pop(key)
     return dict(
         config,
         context_template_count=hparams.context_template_count,

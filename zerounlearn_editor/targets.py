@@ -24,7 +24,7 @@ from .progress import progress_bar
 from .model_access import StopForward, capture_outputs, get_module, hidden_of, model_device, num_hidden_layers
 from .requests import ForgetRequest
 
-__all__ = ["TargetConfig", "NeutralTargets", "optimise_neutral_targets"]
+__all__ = ["TargetConfig", "NeutralTargets", "optimise_neutral_targets", "nearest_retain", "retain_neighbours"]
 
 LOG = logging.getLogger(__name__)
 
@@ -47,6 +47,11 @@ class TargetConfig:
     chunk_size: int
     reuse_prefix: bool = True  # run only the layers after the edited one per step, where supported
     optimizer: str = "adam"  # "adam": the paper's loop below; "adam_kv"/"lbfgs": see targets_fast
+    # Retain-aware targets (opt-in; 0 = the paper): each request's loss gains retain_weight * the mean
+    # KL on its retain_neighbours nearest retain prompts when retain_scale * its delta is added there
+    retain_weight: float = 0.0
+    retain_neighbours: int = 5
+    retain_scale: float = 0.5
 
 
 @dataclass
@@ -116,15 +121,19 @@ class TargetRows:
 
 
 def encode_target_rows(tok, requests: Sequence[ForgetRequest], target_ids, prefixes: Sequence[str],
-                       fact_token: str, device) -> TargetRows:
-    """Encode a chunk's rewriting and KL rows (on ``device``) and list its target-token loss entries."""
+                       fact_token: str, device, transfer: Sequence[ForgetRequest] = ()) -> TargetRows:
+    """Encode a chunk's rewriting and KL rows (on ``device``) and list its target-token loss entries.
+
+    ``transfer`` (retain-aware targets only): bare retain prompts appended after the KL rows, in
+    the order given (the caller knows which request each belongs to).
+    """
     n, n_ctx = len(requests), len(prefixes)
     rw_req = [i for i in range(n) for _ in range(n_ctx)]
-    contexts = [p for _ in range(n) for p in prefixes] + [""] * n
-    prefixes_rows = [requests[i].prefix for i in rw_req] + [""] * n
-    subjects = [requests[i].subject for i in rw_req] + [r.subject for r in requests]
-    suffixes = [requests[i].suffix for i in rw_req] + [" is a"] * n
-    appended = [list(target_ids[i][:-1]) for i in rw_req] + [[] for _ in range(n)]
+    contexts = [p for _ in range(n) for p in prefixes] + [""] * n + [""] * len(transfer)
+    prefixes_rows = [requests[i].prefix for i in rw_req] + [""] * n + [r.prefix for r in transfer]
+    subjects = [requests[i].subject for i in rw_req] + [r.subject for r in requests] + [r.subject for r in transfer]
+    suffixes = [requests[i].suffix for i in rw_req] + [" is a"] * n + [r.suffix for r in transfer]
+    appended = [list(target_ids[i][:-1]) for i in rw_req] + [[] for _ in range(n + len(transfer))]
     batch = encode_rows(tok, contexts, prefixes_rows, subjects, suffixes, fact_token, appended).to(device)
     t_rows, t_pos, t_tok, t_weight, t_req = [], [], [], [], []
     for row, i in enumerate(rw_req):
@@ -193,8 +202,12 @@ def _optimise_chunk(
     target_ids: Sequence[Sequence[int]],
     prefixes: Sequence[str],
     cfg: TargetConfig,
+    transfer: Optional[Sequence[Sequence[ForgetRequest]]] = None,
 ):
+    """One chunk; ``transfer[i]``: request ``i``'s retain neighbours (retain-aware targets), else ``None``."""
     if cfg.optimizer != "adam":
+        if transfer:
+            raise ValueError(f"retain-aware targets need targets_optimizer 'adam', got {cfg.optimizer!r}")
         from .targets_fast import optimise_chunk_fast
 
         return optimise_chunk_fast(model, tok, requests, target_ids, prefixes, cfg)
@@ -202,11 +215,14 @@ def _optimise_chunk(
     head_device = get_module(model, cfg.lm_head_module).weight.device  # logits and the loss
     n, n_ctx = len(requests), len(prefixes)
     # Rewriting rows (request-major, context-minor), then one KL row per request.
-    rows_ = encode_target_rows(tok, requests, target_ids, prefixes, cfg.fact_token, device)
+    # Retain-aware targets: then one bare row per (request, retain neighbour), after the KL rows.
+    flat = [(i, r) for i, group in enumerate(transfer or ()) for r in group]
+    x_req = [i for i, _ in flat]
+    rows_ = encode_target_rows(tok, requests, target_ids, prefixes, cfg.fact_token, device, [r for _, r in flat])
     batch, rw_req = rows_.batch, rows_.rw_req
     t_rows, t_pos, t_tok, t_weight, t_req = rows_.t_rows, rows_.t_pos, rows_.t_tok, rows_.t_weight, rows_.t_req
     n_rw = len(rw_req)
-    row_req = torch.tensor(rw_req + list(range(n)), device=device)
+    row_req = torch.tensor(rw_req + list(range(n)) + x_req, device=device)
 
     t_rows_t = torch.tensor(t_rows, device=head_device)
     t_pos_t = torch.tensor(t_pos, device=head_device)
@@ -214,9 +230,12 @@ def _optimise_chunk(
     t_weight_t = torch.tensor(t_weight, device=head_device)
     t_req_t = torch.tensor(t_req, device=head_device)
     kl_rows = torch.arange(n_rw, n_rw + n, device=head_device)
-    kl_pos = batch.lookup[n_rw:].to(head_device)
-    rows = torch.cat([t_rows_t, kl_rows])
-    positions = torch.cat([t_pos_t, kl_pos])
+    kl_pos = batch.lookup[n_rw : n_rw + n].to(head_device)
+    n_x = len(x_req)
+    x_rows = torch.arange(n_rw + n, n_rw + n + n_x, device=head_device)
+    x_pos = (batch.lengths[n_rw + n :] - 1).to(head_device)  # each retain prompt's last token
+    rows = torch.cat([t_rows_t, kl_rows, x_rows])
+    positions = torch.cat([t_pos_t, kl_pos, x_pos])
     bare_rows = torch.arange(0, n_rw, n_ctx, device=device)
 
     d_model = model.config.hidden_size if hasattr(model.config, "hidden_size") else model.config.n_embd
@@ -227,13 +246,25 @@ def _optimise_chunk(
     # index tensors on the edited layer's device (where its hidden states and ``delta`` live)
     layer_device = layer_param.device
     row_req_l, lookup_l, bare_rows_l = row_req.to(layer_device), batch.lookup.to(layer_device), bare_rows.to(layer_device)
+    row_scale = None
+    if n_x:
+        row_scale = torch.ones(len(row_req), device=layer_device)
+        row_scale[n_rw + n :] = cfg.retain_scale
+        x_req_t = torch.tensor(x_req, device=head_device)
+        x_count = torch.bincount(x_req_t, minlength=n).clamp_min(1).float()
+
+    def row_delta() -> torch.Tensor:
+        """``[rows, d]``: each row's request delta (scaled by ``retain_scale`` on retain rows)."""
+        if row_scale is None:
+            return delta[row_req_l]
+        return delta[row_req_l] * row_scale[:, None]
 
     def add_delta(_module, _args, output):
         hidden = hidden_of(output)
         if "h0" not in state:
             state["h0"] = hidden[bare_rows_l, lookup_l[bare_rows_l]].detach().float().clone()
         add = torch.zeros_like(hidden)
-        add[torch.arange(len(row_req), device=hidden.device), lookup_l] = delta[row_req_l].to(hidden.dtype)
+        add[torch.arange(len(row_req), device=hidden.device), lookup_l] = row_delta().to(hidden.dtype)
         hidden = hidden + add
         if isinstance(output, tuple):
             return (hidden,) + tuple(output[1:])
@@ -258,7 +289,7 @@ def _optimise_chunk(
         if not use_suffix:
             return _forward_logits_rows(model, cfg, batch, add_delta, rows, positions)
         add = torch.zeros_like(h_layer)
-        add[all_rows, lookup_l] = delta[row_req_l].to(h_layer.dtype)
+        add[all_rows, lookup_l] = row_delta().to(h_layer.dtype)
         normed = suffix(h_layer + add, batch.attention_mask)
         return _head_logits(lm_head, normed, rows, positions)
 
@@ -266,19 +297,27 @@ def _optimise_chunk(
     steps_run = [0] * n
     nll_req = torch.zeros(n, device=head_device)
     kl_init = None
+    x_init = None
     bar = progress_bar(total=cfg.steps, desc=f"neutral targets ({n} facts)", unit="step")
     for step in range(cfg.steps + 1):
         logits = step_logits()
         logp_t = torch.log_softmax(logits[: len(t_rows)], dim=-1)
         nll_tok = -logp_t.gather(1, t_tok_t[:, None]).squeeze(1)
         nll_req = torch.zeros(n, device=head_device).index_add(0, t_req_t, nll_tok * t_weight_t)
-        kl_logp = torch.log_softmax(logits[len(t_rows) :], dim=-1)
+        kl_logp = torch.log_softmax(logits[len(t_rows) : len(t_rows) + n], dim=-1)
         if kl_init is None:
             kl_init = kl_logp.detach()
         kl_req = (kl_logp.exp() * (kl_logp - kl_init)).sum(-1)
         h0 = state["h0"]
         wd_req = cfg.weight_decay * (delta.norm(dim=1) ** 2) / (h0.norm(dim=1) ** 2)
         loss_req = nll_req + cfg.kl_factor * kl_req + wd_req.to(head_device)
+        if n_x:
+            x_logp = torch.log_softmax(logits[len(t_rows) + n :], dim=-1)
+            if x_init is None:
+                x_init = x_logp.detach()  # step 0: delta = 0, the unedited distributions
+            x_kl = (x_logp.exp() * (x_logp - x_init)).sum(-1)
+            x_req_kl = torch.zeros(n, device=head_device).index_add(0, x_req_t, x_kl) / x_count
+            loss_req = loss_req + cfg.retain_weight * x_req_kl
         converged = (nll_req.detach() < cfg.early_stop_loss).to(active.device)
         active &= ~converged
         if step == cfg.steps or not bool(active.any()):
@@ -304,6 +343,45 @@ def _optimise_chunk(
     return (h0 + delta.detach()).cpu(), h0.cpu(), nll_req.detach().cpu(), steps_run
 
 
+def nearest_retain(h_forget: torch.Tensor, h_retain: torch.Tensor, m: int) -> torch.Tensor:
+    """Indices ``[n, min(m, r)]`` of the ``m`` rows of ``h_retain`` ``[r, d]`` most cosine-similar to
+    each row of ``h_forget`` ``[n, d]``, most similar first (ties: the lower index first)."""
+    if h_forget.ndim != 2 or h_retain.ndim != 2 or h_forget.shape[1] != h_retain.shape[1]:
+        raise ValueError(f"expected [n, d] and [r, d], got {tuple(h_forget.shape)} and {tuple(h_retain.shape)}")
+    if m < 1:
+        raise ValueError(f"m must be >= 1, got {m}")
+    sim = F.normalize(h_forget.double(), dim=1) @ F.normalize(h_retain.double(), dim=1).T
+    return torch.argsort(-sim, dim=1, stable=True)[:, : min(m, h_retain.shape[0])]
+
+
+@torch.no_grad()
+def _bare_hidden(model: nn.Module, tok, requests: Sequence[ForgetRequest], cfg: TargetConfig) -> torch.Tensor:
+    """``[n, d]`` float32: the output of ``cfg.layer_module`` at each bare prompt's lookup token."""
+    device = model_device(model)
+    states = []
+    for start in range(0, len(requests), cfg.chunk_size):
+        chunk = requests[start : start + cfg.chunk_size]
+        batch = encode_rows(tok, [""] * len(chunk), [r.prefix for r in chunk], [r.subject for r in chunk],
+                            [r.suffix for r in chunk], cfg.fact_token).to(device)
+        with capture_outputs(model, [cfg.layer_module], stop_after=cfg.layer_module) as out, \
+                contextlib.suppress(StopForward):
+            model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        hidden = out[cfg.layer_module]
+        lookup = batch.lookup.to(hidden.device)
+        states.append(hidden[torch.arange(len(chunk), device=hidden.device), lookup].float().cpu())
+    return torch.cat(states)
+
+
+def retain_neighbours(
+    model: nn.Module, tok, requests: Sequence[ForgetRequest], retain: Sequence[ForgetRequest], cfg: TargetConfig
+) -> List[List[ForgetRequest]]:
+    """For each request, its ``cfg.retain_neighbours`` retain requests nearest in the edited layer's
+    hidden state (cosine, bare prompts, unedited model): the prompts its delta must not carry over to."""
+    index = nearest_retain(_bare_hidden(model, tok, requests, cfg), _bare_hidden(model, tok, retain, cfg),
+                           cfg.retain_neighbours)
+    return [[retain[j] for j in row.tolist()] for row in index]
+
+
 def optimise_neutral_targets(
     model: nn.Module,
     tok,
@@ -311,12 +389,22 @@ def optimise_neutral_targets(
     target_ids: Sequence[Sequence[int]],
     prefixes: Sequence[str],
     cfg: TargetConfig,
+    retain: Sequence[ForgetRequest] = (),
 ) -> NeutralTargets:
     """Optimise one residual per request (in chunks of ``cfg.chunk_size`` requests).
 
     ``target_ids[i]`` are the neutral target's token ids for request ``i``. The model's
     parameters are frozen during the loop and its train/eval mode is restored afterwards.
+
+    Retain-aware targets (``cfg.retain_weight > 0`` and a non-empty ``retain``; opt-in): request
+    ``i``'s loss gains ``retain_weight * mean_j KL(p(. | r_j, retain_scale * delta_i) || p(. | r_j))``
+    at the last token of its ``retain_neighbours`` nearest retain prompts ``r_j``, the delta added at
+    their lookup token. The edit carries part of each delta over to prompts whose keys resemble the
+    forget key; this term asks for a delta that silences the forget prompt but not its neighbours.
+    Without it (the default) the loop is the paper's, unchanged.
     """
+    if cfg.retain_weight > 0 and retain and cfg.optimizer != "adam":
+        raise ValueError(f"retain-aware targets need targets_optimizer 'adam', got {cfg.optimizer!r}")
     was_training = model.training
     flags = [(p, p.requires_grad) for p in model.parameters()]
     model.eval()
@@ -324,6 +412,9 @@ def optimise_neutral_targets(
         p.requires_grad_(False)
     zs, h0s, nlls, steps = [], [], [], []
     try:
+        transfer: Optional[List[List[ForgetRequest]]] = None
+        if cfg.retain_weight > 0 and retain:
+            transfer = retain_neighbours(model, tok, requests, retain, cfg)
         with torch.enable_grad():
             for start in range(0, len(requests), cfg.chunk_size):
                 z, h0, nll, run = _optimise_chunk(
@@ -333,6 +424,7 @@ def optimise_neutral_targets(
                     target_ids[start : start + cfg.chunk_size],
                     prefixes,
                     cfg,
+                    None if transfer is None else transfer[start : start + cfg.chunk_size],
                 )
                 zs.append(z)
                 h0s.append(h0)

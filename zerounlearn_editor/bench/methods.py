@@ -159,14 +159,20 @@ class SharedTargets:
         self._owner = ""
 
     def get_or_compute(
-        self, method: str, model: nn.Module, tok: Any, requests: List[Dict[str, Any]], hp: _EditHyperParams
+        self, method: str, model: nn.Module, tok: Any, requests: List[Dict[str, Any]], hp: _EditHyperParams,
+        retain: Optional[List[Dict[str, Any]]] = None,
     ) -> Tuple[NeutralTargets, Dict[str, Any]]:
-        """The targets and ``{"target_seconds": s}`` (+ ``"targets_reused_from": method`` if reused)."""
-        key = sha256_of_json({"requests": requests, "settings": target_settings(model, hp)})
+        """The targets and ``{"target_seconds": s}`` (+ ``"targets_reused_from": method`` if reused).
+
+        ``retain`` enters the targets (and the key) only with retain-aware targets (``target_retain_weight``).
+        """
+        uses_retain = hp.target_retain_weight > 0 and bool(retain)
+        key = sha256_of_json({"requests": requests, "settings": target_settings(model, hp),
+                              **({"retain": retain} if uses_retain else {})})
         if key == self._key and self._targets is not None:
             return self._targets, {"target_seconds": self._seconds, "targets_reused_from": self._owner}
         start = time.perf_counter()
-        targets = neutral_targets(model, tok, requests, hp)
+        targets = neutral_targets(model, tok, requests, hp, retain=retain if uses_retain else None)
         self._key, self._targets, self._seconds, self._owner = key, targets, time.perf_counter() - start, method
         return targets, {"target_seconds": self._seconds}
 
@@ -225,7 +231,8 @@ def zerounlearn_spec(name: str) -> MethodSpec:
                  retain: Optional[List[Dict[str, Any]]] = None) -> EditOutcome:
             moments = {layer: stats[hp.rewrite_module_tmp][layer] for layer in hp.layers}
             report = EditReport()
-            targets, reuse = ctx.shared_targets.get_or_compute(name, model, tok, requests, hp)
+            targets, reuse = ctx.shared_targets.get_or_compute(name, model, tok, requests, hp,
+                                                               retain if variant else None)
             _, weights_copy = apply(
                 model, tok, requests, hp, return_orig_weights=True, second_moments=moments, progress=False,
                 report=report, targets=targets, retain=retain if variant else None,
