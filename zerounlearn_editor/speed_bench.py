@@ -547,11 +547,12 @@ def format_speed_markdown(result: Dict[str, Any]) -> str:
         lines.append("")
     if result["edits"]:
         lines += ["**Edit stages** (seconds; statistics precomputed)", "",
-                  "| method | pipeline | n | contexts | targets | keys | solve | write-back | edit total | edit CPU s | edit peak MB | eval (forget prompts) | eval peak MB |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| method | pipeline | targets_optimizer | n | contexts | targets | keys | solve | write-back | edit total | edit CPU s | edit peak MB | eval (forget prompts) | eval peak MB |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in result["edits"]:
             s = r["stages_s"]
-            lines.append(f"| {r['method']} | {r['pipeline']} | {r['n']} | {s['contexts']:.2f} | {s['targets']:.1f} | "
+            lines.append(f"| {r['method']} | {r['pipeline']} | {r.get('targets_optimizer', '-')} | {r['n']} | "
+                         f"{s['contexts']:.2f} | {s['targets']:.1f} | "
                          f"{s['keys']:.2f} | {s['solve']:.2f} | {s['write_back']:.3f} | {r['edit_s']:.1f} | "
                          f"{r['edit_cpu_s']:.1f} | {_mb(r, 'edit_')} | {r['eval_s']:.2f} | {_mb(r, 'eval_')} |")
         lines.append("")
