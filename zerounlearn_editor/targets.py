@@ -6,7 +6,8 @@ rows are (request x context) rewriting prompts followed by the neutral target to
 one ``"{subject} is a"`` row per request for the KL term. Requests are independent: Adam is
 elementwise and each loss term only touches its own delta, so the batched loop gives the same
 deltas as one loop per request (a converged request is frozen, exactly as if its own loop had
-stopped).
+stopped). Opt-in retain-aware targets add one bare retain-prompt row per (request, nearest retain
+prompt), carrying a share of that request's delta (see :func:`optimise_neutral_targets`).
 """
 from __future__ import annotations
 
