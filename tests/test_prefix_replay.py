@@ -100,14 +100,55 @@ def test_edit_writes_the_same_weights_as_full_reads(tmp_path, tok, method, monke
     base = tiny_llama(tok).eval()
     moments = batched_statistics(base, tok, hp, hp.mom2_dataset, progress=False)
     targets = neutral_targets(base, tok, forget_requests(), hp)
-    edited = {}
+    edited, layer0_calls = {}, {}
     for replay_on in (True, False):
         model = copy.deepcopy(base)
         if not replay_on:
             monkeypatch.setattr(LayerPrefixReplay, "enabled", property(lambda self: False))
-        apply(model, tok, forget_requests(), hp, second_moments=moments, targets=targets, progress=False)
+        calls, handle = _count_calls(model.model.layers[0])
+        try:
+            apply(model, tok, forget_requests(), hp, second_moments=moments, targets=targets, progress=False)
+        finally:
+            handle.remove()
+        layer0_calls[replay_on] = len(calls)
         edited[replay_on] = [model.model.layers[i].mlp.down_proj.weight.detach().clone() for i in (2, 3)]
         monkeypatch.undo()
+    assert layer0_calls[True] < layer0_calls[False], layer0_calls  # the replay really ran in the edit
     assert not torch.equal(edited[True][0], base.model.layers[2].mlp.down_proj.weight)
     for a, b in zip(edited[True], edited[False]):
         assert torch.equal(a, b)
+
+
+def test_replay_checks_the_chunk_contents_and_respects_its_memory_budget(tok):
+    model = tiny_llama(tok).eval()
+    replay = LayerPrefixReplay(model, "model.layers.{}", 2)
+    first = _read(model, tok, "llama", 2, replay, chunk_size=3)
+    other = [{"prompt": "the capital of spain is", "subject": "spain", "ground_truth": "madrid"},
+             {"prompt": "the capital of italy is", "subject": "italy", "ground_truth": "rome"},
+             {"prompt": "the capital of china is", "subject": "china", "ground_truth": "beijing"}]
+    requests = normalize_requests(other)
+    calls, handle = _count_calls(model.model.layers[0])
+    try:
+        replayed = read_keys_and_hidden(model, tok, requests, PREFIXES, "model.layers.2.mlp.down_proj", "model.layers.3",
+                                        "subject_last", 3, prefix_replay=replay)
+    finally:
+        handle.remove()
+    assert calls, "a chunk with other tokens must be computed, not replayed"
+    full = read_keys_and_hidden(model, tok, requests, PREFIXES, "model.layers.2.mlp.down_proj", "model.layers.3",
+                                "subject_last", 3)
+    assert torch.equal(replayed.keys, full.keys) and not torch.equal(replayed.keys, first.keys)
+    tight = LayerPrefixReplay(model, "model.layers.{}", 2, max_bytes=0)  # nothing may be stored
+    _read(model, tok, "llama", 2, tight)
+    calls, handle = _count_calls(model.model.layers[0])
+    try:
+        _read(model, tok, "llama", 3, tight)
+    finally:
+        handle.remove()
+    assert calls
+    replay.clear()
+    calls, handle = _count_calls(model.model.layers[0])
+    try:
+        _read(model, tok, "llama", 2, replay, chunk_size=3)
+    finally:
+        handle.remove()
+    assert calls, "cleared outputs are not replayed"

@@ -138,3 +138,20 @@ def test_the_edit_hands_its_retain_set_to_the_targets(tok, tmp_path):
                                           retain=RETAIN, progress=False)
         edited[weight] = model.model.layers[2].mlp.down_proj.weight.detach().clone()
     assert not torch.equal(edited[0.0], edited[20.0])
+
+
+def test_the_per_request_reference_takes_the_retain_set_too(tok, tmp_path):
+    from zerounlearn_editor.contexts import context_prefixes
+    from zerounlearn_editor.encoding import target_token_ids
+    from zerounlearn_editor.pipeline import _target_config
+    from zerounlearn_editor.reference_pipeline import per_request_targets
+
+    model = _model(tok)
+    hp = _hp(tmp_path, target_retain_weight=20.0, target_retain_neighbours=2)
+    forget = normalize_retain(forget_requests())  # prompts + subjects; the neutral target is EOS either way
+    ids = [target_token_ids(tok, hp.neutral_target) for _ in forget]
+    prefixes = context_prefixes(model, tok, hp.context_template_count, hp.context_template_length, hp.context_seed)
+    cfg = _target_config(model, hp)
+    plain = per_request_targets(model, tok, forget, ids, prefixes, cfg)
+    aware = per_request_targets(model, tok, forget, ids, prefixes, cfg, normalize_retain(RETAIN))
+    assert aware.z.shape == plain.z.shape and not torch.equal(aware.z, plain.z)

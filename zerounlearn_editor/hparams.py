@@ -311,9 +311,9 @@ class _EditHyperParams(BaseHyperParams):
         return {}
 
     def retain_set_weights(self) -> Dict[str, float]:
-        """The weights that act through a retain set: the solve's (:meth:`retain_weights`, less any
-        retain-free one such as ``projection_utility_weight``) and ``target_retain_weight``; all 0:
-        a retain set is unused."""
+        """The weights that act through a retain set: the solve's (:meth:`retain_weights`; a subclass
+        leaves out a retain-free one such as ZeroUnlearn's ``projection_utility_weight``) and
+        ``target_retain_weight``; all 0: a retain set is unused."""
         return dict(self.retain_weights(), target_retain_weight=self.target_retain_weight)
 
     def validate(self, source: str = "<hparams>") -> None:

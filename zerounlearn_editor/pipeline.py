@@ -364,9 +364,14 @@ def _edit_layers(
     hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
     n = len(forget)
     context: Dict[str, Any] = {"context_moment": True} if getattr(hparams, "context_nullspace_weight", 0) > 0 else {}
-    if read_keys is read_keys_and_hidden:
+    solve_uses_retain = any(v > 0 for v in hparams.retain_weights().values()) or \
+        getattr(hparams, "context_nullspace_weight", 0) > 0
+    if not solve_uses_retain:
+        keep = []  # only the targets used the retain set (target_retain_weight): no retain keys to read
+    replay: Optional[LayerPrefixReplay] = None
+    if read_keys is read_keys_and_hidden and len(hparams.layers) > 1:
         # layers before the first edited one never change here: computed on the first read only
-        context["prefix_replay"] = LayerPrefixReplay(model, hparams.layer_module_tmp, min(hparams.layers))
+        replay = context["prefix_replay"] = LayerPrefixReplay(model, hparams.layer_module_tmp, min(hparams.layers))
     bar = progress_bar(total=len(hparams.layers), desc=f"keys and solve, {n} facts", unit="layer")
     for position, layer in enumerate(hparams.layers):
         bar.set_postfix(layer=layer, refresh=False)
@@ -384,6 +389,8 @@ def _edit_layers(
                 hparams.chunk_size,
                 **context,
             )
+        if replay is not None and position == len(hparams.layers) - 1:
+            replay.clear()  # the last read: free the stored outputs before the solve
         with _Timer(report, "solve"):
             W = get_weight_matrix(module).detach().double()
             device = W.device

@@ -57,12 +57,15 @@ class LayerPrefixReplay:
     ``layer_module_tmp`` (e.g. ``"model.layers.{}"``) names the decoder layers; ``first`` is the
     lowest edited layer index. Valid only while layers ``0 .. first - 1`` keep their weights
     (true inside one edit, which rewrites layers ``>= first`` only). A chunk is identified by its
-    index and checked against the shape of its ``input_ids`` before anything is replayed.
+    index and checked against its ``input_ids`` before anything is replayed; stored outputs are capped
+    at ``max_bytes`` (chunks beyond it run in full) and freed by :meth:`clear`.
     """
 
-    def __init__(self, model: nn.Module, layer_module_tmp: str, first: int):
+    def __init__(self, model: nn.Module, layer_module_tmp: str, first: int, max_bytes: int = 2 * 1024**3):
         self.first = int(first)
-        self._stored: Dict[int, Tuple[torch.Size, Any]] = {}
+        self.max_bytes = int(max_bytes)  # stored outputs beyond this: those chunks are recomputed instead
+        self._bytes = 0
+        self._stored: Dict[int, Tuple[torch.Tensor, Any]] = {}
         self._parent: Optional[nn.ModuleList] = None
         self._skipped: List[nn.Module] = []
         if self.first <= 0:
@@ -83,6 +86,11 @@ class LayerPrefixReplay:
     def enabled(self) -> bool:
         return self._parent is not None
 
+    def clear(self) -> None:
+        """Drop every stored output (after the edit's last read)."""
+        self._stored.clear()
+        self._bytes = 0
+
     @contextlib.contextmanager
     def around_forward(self, chunk: int, input_ids: torch.Tensor) -> Iterator[None]:
         """Wrap one forward pass of chunk ``chunk``: store layer ``first - 1``'s output, or replay it."""
@@ -90,7 +98,7 @@ class LayerPrefixReplay:
             yield
             return
         stored = self._stored.get(chunk)
-        if stored is not None and stored[0] == input_ids.shape:
+        if stored is not None and stored[0].shape == input_ids.shape and torch.equal(stored[0], input_ids):
             parent = self._parent
             value = stored[1]
             try:
@@ -103,13 +111,28 @@ class LayerPrefixReplay:
             return
 
         def keep(_module: nn.Module, _args: Any, output: Any) -> None:
-            self._stored[chunk] = (input_ids.shape, _detached(output))
+            value = _detached(output)
+            size = sum(t.numel() * t.element_size() for t in _tensors(value))
+            if self._bytes + size <= self.max_bytes:
+                self._stored[chunk] = (input_ids.detach().clone(), value)
+                self._bytes += size
 
+        if self._bytes >= self.max_bytes:
+            yield  # over the budget: this chunk is computed in full on every read
+            return
         handle = self._skipped[-1].register_forward_hook(keep)
         try:
             yield
         finally:
             handle.remove()
+
+
+def _tensors(value: Any) -> List[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, tuple):
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    return []
 
 
 def _detached(output: Any) -> Any:

@@ -60,11 +60,15 @@ def per_request_targets(
     target_ids: Sequence[Sequence[int]],
     prefixes: Sequence[str],
     cfg: TargetConfig,
+    retain: Sequence[ForgetRequest] = (),
 ) -> NeutralTargets:
-    """One target optimisation per request, full forward every step; ``z`` ``[n, d_model]``."""
+    """One target optimisation per request, full forward every step; ``z`` ``[n, d_model]``.
+
+    ``retain``: the retain set of retain-aware targets (each request finds its own nearest retain prompts).
+    """
     single = dataclasses.replace(cfg, reuse_prefix=False, chunk_size=1, optimizer="adam")  # the yardstick
     parts = [
-        optimise_neutral_targets(model, tok, requests[i : i + 1], target_ids[i : i + 1], prefixes, single)
+        optimise_neutral_targets(model, tok, requests[i : i + 1], target_ids[i : i + 1], prefixes, single, retain)
         for i in range(len(requests))
     ]
     return NeutralTargets(

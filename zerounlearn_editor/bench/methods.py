@@ -166,13 +166,13 @@ class SharedTargets:
 
         ``retain`` enters the targets (and the key) only with retain-aware targets (``target_retain_weight``).
         """
-        uses_retain = hp.target_retain_weight > 0 and bool(retain)
+        uses_retain = hp.target_retain_weight > 0  # then the targets see exactly what the edit gets
         key = sha256_of_json({"requests": requests, "settings": target_settings(model, hp),
-                              **({"retain": retain} if uses_retain else {})})
+                              **({"retain": retain, "retain_file": hp.retain_file} if uses_retain else {})})
         if key == self._key and self._targets is not None:
             return self._targets, {"target_seconds": self._seconds, "targets_reused_from": self._owner}
         start = time.perf_counter()
-        targets = neutral_targets(model, tok, requests, hp, retain=retain if uses_retain else None)
+        targets = neutral_targets(model, tok, requests, hp, retain=retain)
         self._key, self._targets, self._seconds, self._owner = key, targets, time.perf_counter() - start, method
         return targets, {"target_seconds": self._seconds}
 
