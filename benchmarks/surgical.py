@@ -43,7 +43,7 @@ from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, pro
 from zerounlearn_editor.data.registry import load_cases, sample_cases
 from zerounlearn_editor.evaluation.selection import select_known_cases
 from zerounlearn_editor.model_zoo import load_model_and_tokenizer
-from zerounlearn_editor.pipeline import EditReport, batched_statistics, neutral_targets, restore_weights, target_settings
+from zerounlearn_editor.pipeline import EditReport, batched_statistics, neutral_targets, restore_weights, target_dependencies
 from zerounlearn_editor.embedded import default_ppl_text
 from zerounlearn_editor.targets import NeutralTargets
 from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model
@@ -53,16 +53,8 @@ LOG = logging.getLogger("surgical")
 METRICS = ("eff", "gen", "spe", "eff_first", "spe_prob", "spe_agree", "ppl")
 
 
-def _target_key(model, hp, retain) -> Dict[str, Any]:
-    """What the targets depend on: the settings, and the retain prompts with retain-aware targets."""
-    settings = dict(target_settings(model, hp))
-    if hp.target_retain_weight > 0 and retain:
-        settings["retain_prompts"] = [r["prompt"] for r in retain]
-    return settings
-
-
 def _targets(path: Path, model, tok, requests, hp, retain=None) -> NeutralTargets:
-    settings = json.dumps(_target_key(model, hp, retain), sort_keys=True)
+    settings = json.dumps(target_dependencies(model, hp, retain), sort_keys=True)
     if path.is_file():
         with np.load(path, allow_pickle=False) as data:
             if str(data["settings"]) == settings:
@@ -71,7 +63,7 @@ def _targets(path: Path, model, tok, requests, hp, retain=None) -> NeutralTarget
                     nll=torch.from_numpy(data["nll"]), steps_run=data["steps"].tolist(),
                 )
     start = time.perf_counter()
-    targets = neutral_targets(model, tok, requests, hp, retain=retain if hp.target_retain_weight > 0 and retain else None)
+    targets = neutral_targets(model, tok, requests, hp, retain=retain)
     LOG.info("targets for %d requests: %.1fs, mean NLL %.3f", len(requests), time.perf_counter() - start, float(targets.nll.mean()))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
@@ -174,7 +166,7 @@ def main(argv=None) -> int:
                 continue
             hp = hps[name]
             variant_retain = retain if variant.get("retain") else None
-            key = hashlib.sha256(json.dumps(_target_key(model, hp, variant_retain), sort_keys=True).encode()).hexdigest()[:12]
+            key = hashlib.sha256(json.dumps(target_dependencies(model, hp, variant_retain), sort_keys=True).encode()).hexdigest()[:12]
             targets = _targets(out / "targets" / f"seed_{seed}_n{args.n}_{key}.npz", model, tok, requests, hp,
                                variant_retain)
             apply = apply_zerounlearn_to_model if hp.alg_name == "ZeroUnlearn" else apply_zerounlearn_gd_to_model

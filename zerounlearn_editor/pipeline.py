@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy as copy_module
 import logging
+import os
 import time
 import dataclasses
 from dataclasses import dataclass, field
@@ -348,6 +349,16 @@ def target_settings(model: nn.Module, hparams: _EditHyperParams) -> Dict[str, An
     )
 
 
+def target_dependencies(model: nn.Module, hparams: _EditHyperParams, retain: RetainSpec = None) -> Dict[str, Any]:
+    """What :func:`neutral_targets` depends on besides the model and the requests: :func:`target_settings`,
+    plus the retain set (and the YAML's ``retain_file``) with retain-aware targets. For cache keys."""
+    settings = target_settings(model, hparams)
+    if hparams.target_retain_weight > 0:
+        named = None if retain is None else str(retain) if isinstance(retain, (str, os.PathLike)) else [dict(r) for r in retain]
+        settings.update(retain=named, retain_file=hparams.retain_file)
+    return settings
+
+
 def _edit_layers(
     model: nn.Module,
     tok,
@@ -363,10 +374,9 @@ def _edit_layers(
 ) -> None:
     hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
     n = len(forget)
-    context: Dict[str, Any] = {"context_moment": True} if getattr(hparams, "context_nullspace_weight", 0) > 0 else {}
-    solve_uses_retain = any(v > 0 for v in hparams.retain_weights().values()) or \
-        getattr(hparams, "context_nullspace_weight", 0) > 0
-    if not solve_uses_retain:
+    context_protection = getattr(hparams, "context_nullspace_weight", 0) > 0
+    context: Dict[str, Any] = {"context_moment": True} if context_protection else {}
+    if not (context_protection or any(v > 0 for v in hparams.retain_weights().values())):
         keep = []  # only the targets used the retain set (target_retain_weight): no retain keys to read
     replay: Optional[LayerPrefixReplay] = None
     if read_keys is read_keys_and_hidden and len(hparams.layers) > 1:

@@ -355,31 +355,18 @@ def nearest_retain(h_forget: torch.Tensor, h_retain: torch.Tensor, m: int) -> to
     return torch.argsort(-sim, dim=1, stable=True)[:, : min(m, h_retain.shape[0])]
 
 
-@torch.no_grad()
-def _bare_hidden(model: nn.Module, tok, requests: Sequence[ForgetRequest], cfg: TargetConfig) -> torch.Tensor:
-    """``[n, d]`` float32: the output of ``cfg.layer_module`` at each bare prompt's lookup token."""
-    device = model_device(model)
-    states = []
-    for start in range(0, len(requests), cfg.chunk_size):
-        chunk = requests[start : start + cfg.chunk_size]
-        batch = encode_rows(tok, [""] * len(chunk), [r.prefix for r in chunk], [r.subject for r in chunk],
-                            [r.suffix for r in chunk], cfg.fact_token).to(device)
-        with capture_outputs(model, [cfg.layer_module], stop_after=cfg.layer_module) as out, \
-                contextlib.suppress(StopForward):
-            model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
-        hidden = out[cfg.layer_module]
-        lookup = batch.lookup.to(hidden.device)
-        states.append(hidden[torch.arange(len(chunk), device=hidden.device), lookup].float().cpu())
-    return torch.cat(states)
-
-
 def retain_neighbours(
     model: nn.Module, tok, requests: Sequence[ForgetRequest], retain: Sequence[ForgetRequest], cfg: TargetConfig
 ) -> List[List[ForgetRequest]]:
     """For each request, its ``cfg.retain_neighbours`` retain requests nearest in the edited layer's
     hidden state (cosine, bare prompts, unedited model): the prompts its delta must not carry over to."""
-    index = nearest_retain(_bare_hidden(model, tok, requests, cfg), _bare_hidden(model, tok, retain, cfg),
-                           cfg.retain_neighbours)
+    from .representations import read_keys_and_hidden
+
+    def bare_hidden(reqs: Sequence[ForgetRequest]) -> torch.Tensor:  # [n, d] at the lookup token
+        return read_keys_and_hidden(model, tok, reqs, [""], cfg.layer_module, cfg.layer_module, cfg.fact_token,
+                                    cfg.chunk_size).hidden
+
+    index = nearest_retain(bare_hidden(requests), bare_hidden(retain), cfg.retain_neighbours)
     return [[retain[j] for j in row.tolist()] for row in index]
 
 

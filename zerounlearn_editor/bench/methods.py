@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from ..hparams import HParamsError, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams, _EditHyperParams, load_config_file
-from ..pipeline import EditReport, neutral_targets, target_settings
+from ..pipeline import EditReport, neutral_targets, target_dependencies
 from ..targets import NeutralTargets
 from ..resources import hparams_path
 from ..stats import SecondMoment, corpus_cache_name
@@ -146,7 +146,7 @@ class HParamsLookup:
 class SharedTargets:
     """Neutral targets of the current requests, shared by the methods that need the same ones.
 
-    Keyed by the requests and :func:`~zerounlearn_editor.pipeline.target_settings`; only the
+    Keyed by the requests and :func:`~zerounlearn_editor.pipeline.target_dependencies`; only the
     newest key is kept (a seed's methods run one after another on the same cases), so memory
     does not grow with the number of seeds. Valid because every method starts from the unedited
     model (the runner checks its fingerprint before each method).
@@ -166,9 +166,7 @@ class SharedTargets:
 
         ``retain`` enters the targets (and the key) only with retain-aware targets (``target_retain_weight``).
         """
-        uses_retain = hp.target_retain_weight > 0  # then the targets see exactly what the edit gets
-        key = sha256_of_json({"requests": requests, "settings": target_settings(model, hp),
-                              **({"retain": retain, "retain_file": hp.retain_file} if uses_retain else {})})
+        key = sha256_of_json({"requests": requests, "settings": target_dependencies(model, hp, retain)})
         if key == self._key and self._targets is not None:
             return self._targets, {"target_seconds": self._seconds, "targets_reused_from": self._owner}
         start = time.perf_counter()
