@@ -16,16 +16,22 @@ __all__ = ["EncodedBatch", "encode_rows", "pad_id_of", "target_token_ids"]
 
 @dataclass
 class EncodedBatch:
-    """``input_ids``/``attention_mask`` ``[rows, seq]`` and ``lookup`` ``[rows]`` positions."""
+    """``input_ids``/``attention_mask`` ``[rows, seq]`` and ``lookup`` ``[rows]`` positions.
+
+    ``subject_start`` ``[rows]``: index of the subject's first token (``<= lookup``); ``None`` when the
+    batch was not encoded around a subject (``fact_token: last``).
+    """
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     lookup: torch.Tensor
     lengths: torch.Tensor
+    subject_start: Optional[torch.Tensor] = None
 
     def to(self, device: torch.device) -> "EncodedBatch":
         return EncodedBatch(
-            self.input_ids.to(device), self.attention_mask.to(device), self.lookup.to(device), self.lengths.to(device)
+            self.input_ids.to(device), self.attention_mask.to(device), self.lookup.to(device), self.lengths.to(device),
+            None if self.subject_start is None else self.subject_start.to(device),
         )
 
 
@@ -52,10 +58,14 @@ def encode_rows(
     """Encode rows ``context + prefix + subject + suffix`` (+ ``appended`` token ids).
 
     ``lookup`` is the index of the subject's last token (``subject_last``) or of the
-    prompt's last token (``last``), before any appended ids.
+    prompt's last token (``last``), before any appended ids. With ``subject_last``,
+    ``subject_start`` is the index of the subject's first token: the length of the encoded text
+    before it (trailing whitespace dropped, since BPE tokenisers attach a space to the next word),
+    capped at ``lookup``.
     """
     rows: List[List[int]] = []
     lookups: List[int] = []
+    starts: List[int] = []
     for i, (context, prefix, subject, suffix) in enumerate(zip(contexts, prefixes, subjects, suffixes)):
         full = _ids(tok, context + prefix + subject + suffix)
         if fact_token == "subject_last":
@@ -63,6 +73,8 @@ def encode_rows(
         else:
             lookup = len(full) - 1
         lookup = min(lookup, len(full) - 1)
+        if fact_token == "subject_last":
+            starts.append(min(len(_ids(tok, (context + prefix).rstrip())), lookup))
         if appended is not None:
             full = full + list(appended[i])
         rows.append(full)
@@ -75,7 +87,8 @@ def encode_rows(
         input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
         mask[i, : len(row)] = 1
     lengths = mask.sum(1)
-    return EncodedBatch(input_ids, mask, torch.tensor(lookups, dtype=torch.long), lengths)
+    subject_start = torch.tensor(starts, dtype=torch.long) if fact_token == "subject_last" else None
+    return EncodedBatch(input_ids, mask, torch.tensor(lookups, dtype=torch.long), lengths, subject_start)
 
 
 def target_token_ids(tok, target: Optional[str]) -> List[int]:

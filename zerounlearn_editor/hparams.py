@@ -444,6 +444,9 @@ class ZeroUnlearnGDHyperParams(_EditHyperParams):
     # avoids context_nullspace_weight * the mean k k^T of the forget (and retain) prompts' tokens
     # other than the subject's last one
     context_nullspace_weight: float = 0.0
+    # which tokens that context is: "all" (every token but the first and the subject's last) or "subject"
+    # (the subject's tokens before its last one, e.g. "Toyota" in "Toyota Corolla"; issue 10's position probe)
+    context_positions: str = "all"
     # Soft protection (opt-in, 0 = the paper; solver: exact): the objective gains
     # tr(D_m (utility_penalty_weight C0 + retain_penalty_weight K_r K_r^T) D_m^T), i.e. the mean squared
     # change of a general-text value and the summed squared change of the retain values
@@ -463,6 +466,10 @@ class ZeroUnlearnGDHyperParams(_EditHyperParams):
             raise HParamsError(
                 f"{source}: keys 'gd_steps' (>= 1), 'gd_lr' (> 0) and 'gd_tolerance' (>= 0) got "
                 f"{self.gd_steps!r}, {self.gd_lr!r}, {self.gd_tolerance!r}"
+            )
+        if self.context_positions not in ("all", "subject"):
+            raise HParamsError(
+                f"{source}: key 'context_positions' must be 'all' or 'subject', got {self.context_positions!r}"
             )
         for key in ("context_nullspace_weight", "utility_penalty_weight"):
             if not 0 <= getattr(self, key) < float("inf"):

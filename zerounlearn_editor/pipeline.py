@@ -376,6 +376,8 @@ def _edit_layers(
     n = len(forget)
     context_protection = getattr(hparams, "context_nullspace_weight", 0) > 0
     context: Dict[str, Any] = {"context_moment": True} if context_protection else {}
+    if context_protection and getattr(hparams, "context_positions", "all") != "all":
+        context["context_positions"] = hparams.context_positions
     if not (context_protection or any(v > 0 for v in hparams.retain_weights().values())):
         keep = []  # only the targets used the retain set (target_retain_weight): no retain keys to read
     replay: Optional[LayerPrefixReplay] = None
