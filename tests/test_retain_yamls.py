@@ -10,7 +10,10 @@ from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
 ROOT = Path(__file__).resolve().parent.parent / "hparams"
 CLASSES = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
 RETAIN_KEYS = {"retain_file", "retain_weight", "projection_retain_weight", "projection_utility_weight", "retain_nullspace_weight"}
-PAIRS = [(m, p) for m in CLASSES for p in sorted((ROOT / m).glob("*.yaml")) if not p.stem.endswith("-retain")]
+PAIRS = [(m, p) for m in CLASSES for p in sorted((ROOT / m).glob("*.yaml")) if "-retain" not in p.stem]
+# measured variants of a -retain.yaml (e.g. -retain-few / -retain-many): they may change these solve keys only
+VARIANTS = sorted(p for m in CLASSES for p in (ROOT / m).glob("*-retain-*.yaml"))
+VARIANT_KEYS = {"norm_weight", "layers", "context_nullspace_weight", "context_positions"}
 
 
 def test_every_model_has_a_retain_yaml():
@@ -28,3 +31,20 @@ def test_retain_yaml_differs_only_in_retain_keys(method, paper):
     assert any(v > 0 for v in retain.retain_weights().values())
     differing = {k for k, v in base.to_dict().items() if retain.to_dict()[k] != v}
     assert differing and differing <= RETAIN_KEYS
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=[p.stem for p in VARIANTS])
+def test_retain_yaml_variants_change_only_measured_solve_keys(variant):
+    """A -retain-<name>.yaml is its -retain.yaml with the settings measured best for one regime (its header)."""
+    cls = CLASSES[variant.parent.name]
+    stem = variant.stem[: variant.stem.index("-retain") + len("-retain")]
+    retain = cls.from_hparams(variant.with_name(f"{stem}.yaml"))
+    measured = cls.from_hparams(variant)
+    differing = {k for k, v in retain.to_dict().items() if measured.to_dict()[k] != v}
+    assert differing and differing <= VARIANT_KEYS, differing
+    assert measured.retain_weights() == retain.retain_weights()
+
+
+def test_smollm2_ships_a_few_and_a_many_facts_variant():
+    names = {p.stem for p in VARIANTS}
+    assert {"SmolLM2-135M-Instruct-retain-few", "SmolLM2-135M-Instruct-retain-many"} <= names

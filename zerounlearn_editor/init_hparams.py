@@ -64,7 +64,7 @@ def parse_overrides(items: Sequence[str]) -> Dict[str, Any]:
 def nearest_shipped_yaml(method: str, templates: Mapping[str, Any], hparams_dir: Optional[Path] = None) -> Path:
     """The shipped ``hparams/<method>/*.yaml`` closest to the model (see the module docstring)."""
     folder = Path(hparams_dir or repo_root() / "hparams") / method
-    candidates = sorted(p for p in folder.glob("*.yaml") if not p.stem.endswith("-retain"))
+    candidates = sorted(p for p in folder.glob("*.yaml") if "-retain" not in p.stem)
     if not candidates:
         raise FileNotFoundError(f"no shipped YAML of {method} in {folder}")
     family = str(templates.get("family", "")).rstrip("0123456789").lower()
