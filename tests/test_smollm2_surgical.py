@@ -60,3 +60,25 @@ def test_retain_set_keeps_the_sibling_capitals_the_paper_erases(smollm2, smollm2
     assert mean(forget) <= 0.2, forget
     assert siblings == [1.0] * 3, siblings
     assert mean(kept) >= 0.9, kept
+
+
+def test_retain_few_yaml_keeps_the_demo_siblings_too(smollm2, smollm2_stats_dir):
+    """The shipped few-facts variant (norm_weight 300, context protection 0.1) forgets the demo's five and keeps
+    the printed siblings and the other untouched facts, like the -retain.yaml."""
+    from zerounlearn_editor import ZeroUnlearnGDHyperParams
+    from zerounlearn_editor.resources import hparams_path
+
+    model, tok = smollm2
+    hp = _local(ZeroUnlearnGDHyperParams.from_hparams(hparams_path("ZeroUnlearn-GD", "SmolLM2-135M-Instruct-retain-few")),
+                smollm2_stats_dir)
+    assert hp.context_nullspace_weight > 0 and hp.norm_weight == 300.0
+    retain = [{"prompt": p, "subject": s} for p, s, _ in RETAIN_FACTS]
+    model, orig = apply_zerounlearn_gd_to_model(model, tok, fact_requests(FORGET_FACTS), hp, retain=retain,
+                                                return_orig_weights=True, progress=False)
+    try:
+        forget, siblings, kept = _acc(model, tok, FORGET_FACTS), _acc(model, tok, SIBLINGS), _acc(model, tok, KEEP_FACTS)
+    finally:
+        restore_weights(model, orig)
+    assert mean(forget) <= 0.2, forget
+    assert siblings == [1.0] * 3, siblings
+    assert mean(kept) >= 0.9, kept
