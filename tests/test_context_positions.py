@@ -132,3 +132,6 @@ def test_context_positions_key_is_validated(tmp_path):
     with pytest.raises(HParamsError, match="context_positions"):
         _hp(paths, context_positions="template")
     assert _hp(paths).context_positions == "all"  # the default: every context token, as before
+    with pytest.raises(HParamsError, match="no effect"):
+        _hp(paths, context_positions="subject")  # without a context weight it would be silently ignored
+    assert _hp(paths, context_positions="subject", context_nullspace_weight=1.0).context_positions == "subject"

@@ -471,6 +471,11 @@ class ZeroUnlearnGDHyperParams(_EditHyperParams):
             raise HParamsError(
                 f"{source}: key 'context_positions' must be 'all' or 'subject', got {self.context_positions!r}"
             )
+        if self.context_positions != "all" and self.context_nullspace_weight == 0:
+            raise HParamsError(
+                f"{source}: key 'context_positions: {self.context_positions}' has no effect with "
+                "'context_nullspace_weight: 0'; set a weight > 0 (e.g. 1.0) or drop the key"
+            )
         for key in ("context_nullspace_weight", "utility_penalty_weight"):
             if not 0 <= getattr(self, key) < float("inf"):
                 raise HParamsError(f"{source}: key {key!r} must be finite and >= 0, got {getattr(self, key)!r}")
