@@ -28,7 +28,8 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from statistics import fmean
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -48,14 +49,13 @@ from zerounlearn_editor.pipeline import EditReport, batched_statistics, restore_
 from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model  # noqa: E402
 
 LOG = logging.getLogger("position_probe")
-Mask = Optional[Callable[[int], torch.Tensor]]
 
 
 class PositionMixer:
     """Forward hooks that use the edited weight only at chosen positions of ``down_proj``'s input.
 
     ``original`` maps a module name to its unedited weight ``[d_out, d_in]``; with ``mask`` set to
-    a ``[seq]`` bool tensor, a hooked module's output is ``W' k`` where the mask is true and
+    a ``[rows, seq]`` bool tensor, a hooked module's output is ``W' k`` where the mask is true and
     ``W k`` elsewhere (``mask = None``: the edited model unchanged).
     """
 
@@ -68,7 +68,7 @@ class PositionMixer:
             if self.mask is None:
                 return output
             unedited = torch.nn.functional.linear(inputs[0], weight)
-            return torch.where(self.mask.to(output.device)[None, :, None], output, unedited)
+            return torch.where(self.mask.to(output.device)[:, :, None], output, unedited)
 
         return hook
 
@@ -77,32 +77,35 @@ class PositionMixer:
             handle.remove()
 
 
-def _first_token_prob(model, tok, mixer: PositionMixer, prompt: str, answer: str, mask: Mask) -> float:
+def position_masks(length: int) -> torch.Tensor:
+    """``[2 * length + 2, length]`` bool: the edit nowhere, everywhere, at each position alone, at all but each."""
+    eye = torch.eye(length, dtype=torch.bool)
+    return torch.cat([torch.zeros(1, length, dtype=torch.bool), torch.ones(1, length, dtype=torch.bool), eye, ~eye])
+
+
+def _first_token_probs(model, tok, mixer: PositionMixer, prompt: str, answer: str) -> List[float]:
+    """The answer's first-token probability under every mask of :func:`position_masks`, in one batched forward."""
     ids = tok(prompt, return_tensors="pt").input_ids
     answer_id = tok(" " + answer.strip()).input_ids[0]
-    mixer.mask = None if mask is None else mask(ids.shape[1])
+    masks = position_masks(ids.shape[1])
+    mixer.mask = masks
     try:
         with torch.no_grad():
-            logp = model(input_ids=ids).logits[0, -1].float().log_softmax(-1)
+            logp = model(input_ids=ids.expand(len(masks), -1)).logits[:, -1].float().log_softmax(-1)
     finally:
         mixer.mask = None
-    return float(logp[answer_id].exp())
+    return logp[:, answer_id].exp().tolist()
 
 
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values) if values else 0.0
-
-
-def probe_seed(model, tok, hp, pool, known, n: int, seed: int, retain_spec: str, targets_dir: Path) -> List[Dict[str, Any]]:
-    """The lost neighbours of one seed with their per-position probabilities."""
+def probe_seed(model, tok, hp, moments, pool, known, n: int, seed: int, retain_spec: str,
+               targets_dir: Path) -> List[Dict[str, Any]]:
+    """The lost neighbours of one seed with their per-position probabilities (``moments``: C0 per layer)."""
     cases, _ = drop_batch_forget_neighbours(sample_cases(known, n, seed))
     requests = [dict(c.request) for c in cases]
     draw = parse_retain_spec(retain_spec)
     retain = draw_retain(draw, cases, pool, seed) if draw and hp.retain_nullspace_weight > 0 else None
     key = hashlib.sha256(json.dumps(target_dependencies(model, hp, retain), sort_keys=True).encode()).hexdigest()[:12]
     targets = surgical._targets(targets_dir / f"seed_{seed}_n{n}_{key}.npz", model, tok, requests, hp, retain)
-    moments = batched_statistics(model, tok, hp, hp.mom2_dataset, progress=False)
     pre = score_cases(model, tok, cases)
     names = [hp.rewrite_module_tmp.format(layer) for layer in hp.layers]
     original = {name: get_module(model, name).weight.detach().clone() for name in names}
@@ -113,18 +116,17 @@ def probe_seed(model, tok, hp, pool, known, n: int, seed: int, retain_spec: str,
     try:
         post = score_cases(model, tok, cases)
         for case, before, after in zip(cases, pre, post):
-            if not (_mean(before.neighbour["acc"]) > 0 and _mean(after.neighbour["acc"]) < _mean(before.neighbour["acc"])):
+            if not (fmean(before.neighbour["acc"]) > 0 and fmean(after.neighbour["acc"]) < fmean(before.neighbour["acc"])):
                 continue
             for probe in case.neighbour:
                 prompt, answer = probe.prompt, probe.answer
-                length = len(tok(prompt).input_ids)
                 tokens = [tok.decode([t]) for t in tok(prompt).input_ids]
-                prob = lambda mask: _first_token_prob(model, tok, mixer, prompt, answer, mask)  # noqa: E731
-                only_at = [prob(lambda L, i=i: torch.arange(L) == i) for i in range(length)]
-                all_but = [prob(lambda L, i=i: torch.arange(L) != i) for i in range(length)]
+                length = len(tokens)
+                probs = _first_token_probs(model, tok, mixer, prompt, answer)
+                only_at, all_but = probs[2 : 2 + length], probs[2 + length :]
                 worst = min(range(length), key=lambda i: only_at[i])
                 row = {"seed": seed, "prompt": prompt, "answer": answer, "tokens": tokens,
-                       "none": prob(lambda L: torch.zeros(L, dtype=torch.bool)), "full": prob(None),
+                       "none": probs[0], "full": probs[1],
                        "only_at": only_at, "all_but": all_but, "worst_position": worst,
                        "worst_is_last_token": worst == length - 1,
                        "forget_cases_sharing_answer": sum(
@@ -159,9 +161,10 @@ def main(argv=None) -> int:
     pool = load_cases(args.data)
     targets_dir = Path(args.targets_dir)
     known = surgical._known(targets_dir.parent, model, tok, pool, args.data, args.known_min_accuracy)
+    moments = batched_statistics(model, tok, hp, hp.mom2_dataset, progress=False)
     rows: List[Dict[str, Any]] = []
     for seed in parse_seeds(args.seeds):
-        rows += probe_seed(model, tok, hp, pool, known, args.n, seed, args.retain, targets_dir)
+        rows += probe_seed(model, tok, hp, moments, pool, known, args.n, seed, args.retain, targets_dir)
     last = sum(r["worst_is_last_token"] for r in rows)
     summary = {"lost_neighbours": len(rows), "worst_at_last_prompt_token": last,
                "worst_elsewhere": len(rows) - last,
