@@ -286,6 +286,11 @@ class _EditHyperParams(BaseHyperParams):
     # "adam": the paper's loop (default); "adam_kv": the same Adam updates on cached prefix keys/values;
     # "lbfgs": per-request projected L-BFGS with line search (see zerounlearn_editor.targets_fast)
     targets_optimizer: Literal["adam", "adam_kv", "lbfgs"] = "adam"
+    # What the residual optimises (opt-in; "neutral" = the paper): "neutral" maximises the likelihood
+    # of the neutral target (EOS); "suppress_answer" minimises -log(1 - p(answer token)) for each of the
+    # request's own answer tokens (needs 'ground_truth' in every request and targets_optimizer adam):
+    # the answer is removed without asking for EOS, so the residual can be smaller.
+    target_objective: Literal["neutral", "suppress_answer"] = "neutral"
     # Retain-aware neutral targets (opt-in, 0 = the paper; needs a retain set and targets_optimizer
     # adam): each request's target loss gains target_retain_weight * the mean KL on its
     # target_retain_neighbours nearest retain prompts when target_retain_scale * its residual is
@@ -344,6 +349,11 @@ class _EditHyperParams(BaseHyperParams):
         if self.target_retain_weight > 0 and self.targets_optimizer != "adam":
             raise HParamsError(
                 f"{source}: key 'target_retain_weight' > 0 needs 'targets_optimizer: adam', got {self.targets_optimizer!r}"
+            )
+        if self.target_objective != "neutral" and self.targets_optimizer != "adam":
+            raise HParamsError(
+                f"{source}: key 'target_objective: {self.target_objective}' needs 'targets_optimizer: adam', "
+                f"got {self.targets_optimizer!r}"
             )
         for key in ("kl_factor", "v_weight_decay", "v_early_stop_loss"):
             if getattr(self, key) < 0:

@@ -168,6 +168,24 @@ class _Timer:
         return False
 
 
+def request_target_ids(tok, forget: Sequence[ForgetRequest], hparams: _EditHyperParams) -> List[List[int]]:
+    """The token ids each request's residual is optimised on.
+
+    ``target_objective: neutral`` (the paper): the request's ``target`` or the YAML's ``neutral_target``
+    (EOS by default). ``suppress_answer``: the request's own answer (``ground_truth``), which the
+    residual pushes down; a request without one is refused (ValueError naming its index).
+    """
+    if hparams.target_objective == "suppress_answer":
+        missing = [r.index for r in forget if r.answer is None]
+        if missing:
+            raise ValueError(
+                f"target_objective 'suppress_answer' needs each request's 'ground_truth' (the answer to push "
+                f"down); request(s) {missing} have none"
+            )
+        return [target_token_ids(tok, r.answer) for r in forget]
+    return [target_token_ids(tok, r.target or hparams.neutral_target) for r in forget]
+
+
 def _target_config(model: nn.Module, hparams: _EditHyperParams) -> TargetConfig:
     return TargetConfig(
         layer_module=hparams.layer_module_tmp.format(hparams.layers[-1]),
@@ -186,6 +204,7 @@ def _target_config(model: nn.Module, hparams: _EditHyperParams) -> TargetConfig:
         retain_weight=hparams.target_retain_weight,
         retain_neighbours=hparams.target_retain_neighbours,
         retain_scale=hparams.target_retain_scale,
+        objective=hparams.target_objective,
     )
 
 
@@ -235,7 +254,7 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
         forget = normalize_requests(requests)
         keep = _retain_requests(retain, hparams)
         _check_modules(model, hparams)
-        target_ids = [target_token_ids(tok, r.target or hparams.neutral_target) for r in forget]
+        target_ids = request_target_ids(tok, forget, hparams)
         _check_lengths(model, tok, forget, keep, target_ids, hparams)
     report.retain_count = len(keep)
     LOG.info("%s: unlearning %d fact(s) at layers %s%s", hparams.alg_name, len(forget), list(hparams.layers),
@@ -321,7 +340,7 @@ def neutral_targets(
     forget = normalize_requests(requests)
     keep = resolve_retain(retain, hparams.retain_file) if hparams.target_retain_weight > 0 else []
     _check_modules(model, hparams)
-    target_ids = [target_token_ids(tok, r.target or hparams.neutral_target) for r in forget]
+    target_ids = request_target_ids(tok, forget, hparams)
     prefixes = context_prefixes(
         model, tok, hparams.context_template_count, hparams.context_template_length, hparams.context_seed
     )
@@ -337,6 +356,8 @@ def target_settings(model: nn.Module, hparams: _EditHyperParams) -> Dict[str, An
     """
     config = dataclasses.asdict(_target_config(model, hparams))
     config.pop("chunk_size")  # chunking does not change the result
+    if config["objective"] == "neutral":  # the paper's objective: cache keys as before the key existed
+        config.pop("objective")
     if config["retain_weight"] == 0:  # the paper's targets: the retain-aware keys play no part
         for key in ("retain_weight", "retain_neighbours", "retain_scale"):
             config.pop(key)

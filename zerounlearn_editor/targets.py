@@ -25,7 +25,7 @@ from .progress import progress_bar
 from .model_access import StopForward, capture_outputs, get_module, hidden_of, model_device, num_hidden_layers
 from .requests import ForgetRequest
 
-__all__ = ["TargetConfig", "NeutralTargets", "optimise_neutral_targets", "nearest_retain", "retain_neighbours"]
+__all__ = ["TargetConfig", "NeutralTargets", "optimise_neutral_targets", "token_loss", "TARGET_OBJECTIVES", "nearest_retain", "retain_neighbours"]
 
 LOG = logging.getLogger(__name__)
 
@@ -48,6 +48,9 @@ class TargetConfig:
     chunk_size: int
     reuse_prefix: bool = True  # run only the layers after the edited one per step, where supported
     optimizer: str = "adam"  # "adam": the paper's loop below; "adam_kv"/"lbfgs": see targets_fast
+    # "neutral": per target token the NLL -log p (the paper); "suppress_answer": the target tokens are the
+    # request's answer and the per-token loss is -log(1 - p) (opt-in; adam only)
+    objective: str = "neutral"
     # Retain-aware targets (opt-in; 0 = the paper): each request's loss gains retain_weight * the mean
     # KL on its retain_neighbours nearest retain prompts when retain_scale * its delta is added there
     retain_weight: float = 0.0
@@ -63,6 +66,23 @@ class NeutralTargets:
     h0: torch.Tensor
     nll: torch.Tensor
     steps_run: List[int]
+
+
+TARGET_OBJECTIVES = ("neutral", "suppress_answer")
+
+
+def token_loss(logp: torch.Tensor, objective: str) -> torch.Tensor:
+    """Per-target-token loss ``[m]`` from the log-probabilities ``logp`` ``[m]`` of the target tokens.
+
+    ``"neutral"`` (the paper): ``-log p``, pulls the neutral target up. ``"suppress_answer"``:
+    ``-log(1 - p)``, pushes the answer token down and is ~``p`` once ``p`` is small, so the early
+    stop ``loss < v_early_stop_loss`` means ``p < 1 - exp(-v_early_stop_loss)`` (0.05 -> p < 0.049).
+    """
+    if objective == "neutral":
+        return -logp
+    if objective == "suppress_answer":
+        return -torch.log(-torch.expm1(logp.clamp(max=-1e-7)))
+    raise ValueError(f"unknown target objective {objective!r}; expected one of {TARGET_OBJECTIVES}")
 
 
 _SUFFIX_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
@@ -206,7 +226,11 @@ def _optimise_chunk(
     transfer: Optional[Sequence[Sequence[ForgetRequest]]] = None,
 ):
     """One chunk; ``transfer[i]``: request ``i``'s retain neighbours (retain-aware targets), else ``None``."""
+    if cfg.objective not in TARGET_OBJECTIVES:
+        raise ValueError(f"unknown target objective {cfg.objective!r}; expected one of {TARGET_OBJECTIVES}")
     if cfg.optimizer != "adam":
+        if cfg.objective != "neutral":
+            raise ValueError(f"target objective {cfg.objective!r} needs targets_optimizer 'adam', got {cfg.optimizer!r}")
         if transfer:
             raise ValueError(f"retain-aware targets need targets_optimizer 'adam', got {cfg.optimizer!r}")
         from .targets_fast import optimise_chunk_fast
@@ -303,7 +327,7 @@ def _optimise_chunk(
     for step in range(cfg.steps + 1):
         logits = step_logits()
         logp_t = torch.log_softmax(logits[: len(t_rows)], dim=-1)
-        nll_tok = -logp_t.gather(1, t_tok_t[:, None]).squeeze(1)
+        nll_tok = token_loss(logp_t.gather(1, t_tok_t[:, None]).squeeze(1), cfg.objective)
         nll_req = torch.zeros(n, device=head_device).index_add(0, t_req_t, nll_tok * t_weight_t)
         kl_logp = torch.log_softmax(logits[len(t_rows) : len(t_rows) + n], dim=-1)
         if kl_init is None:
