@@ -94,3 +94,31 @@ def test_plot_points_and_cli(tmp_path, capsys):
     assert cli_main(["plot", str(a), str(b), "--out", str(out)]) == 0
     assert out.read_bytes()[:4] == b"\x89PNG"
     assert "| b | GA | 10.0 ± 3.0" in capsys.readouterr().out
+
+
+def test_plot_reads_surgical_results_per_variant_and_seed(tmp_path, capsys):
+    results = {"run": {"n": 50}, "seeds": {
+        "1": {"base": {"metrics": {"eff": 100.0, "spe": 20.0, "ppl": 30.0}},
+              "GD": {"metrics": {"eff": 6.0, "spe": 10.0, "ppl": 32.0}}},
+        "2": {"base": {"metrics": {"eff": 100.0, "spe": 24.0, "ppl": 30.0}},
+              "GD": {"metrics": {"eff": 8.0, "spe": 14.0, "ppl": 33.0}}},
+        "3": {"GD": {"metrics": {"eff": 100.0, "spe": 0.0, "ppl": None}}}}}
+    path = tmp_path / "sweep" / "results.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(results))
+    points = {p["method"]: p for p in collect_points([path], seeds=[1, 2])}
+    assert set(points) == {"base", "GD"}
+    gd = points["GD"]
+    assert gd["run"] == "sweep" and gd["seeds"] == 2
+    assert gd["eff"] == pytest.approx(7.0) and gd["eff_std"] == pytest.approx(2 ** 0.5)
+    assert gd["spe"] == pytest.approx(12.0) and gd["ppl"] == pytest.approx(32.5)
+    every = {p["method"]: p for p in collect_points([path])}  # all seeds; a missing PPL is skipped, not zero
+    assert every["GD"]["seeds"] == 3 and every["GD"]["ppl"] == pytest.approx(32.5)
+    assert [p["method"] for p in collect_points([path], ["GD"], [1])] == ["GD"]
+    with pytest.raises(ValueError, match="no variant has a result for seeds"):
+        collect_points([path], seeds=[9])
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "knobs.png"
+    assert cli_main(["plot", str(path), "--seeds", "1-2", "--out", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert "| sweep | GD | 7.0 ± 1.4 | 12.0 ± 2.8 | 32.50 ± 0.71 | 2 |" in capsys.readouterr().out

@@ -354,7 +354,12 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     from .summary_plot import collect_points, format_points, plot_summaries
 
     methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
-    points = collect_points(args.summaries, methods)
+    seeds = None
+    if args.seeds:
+        from .bench.config import parse_seeds
+
+        seeds = parse_seeds(args.seeds)
+    points = collect_points(args.summaries, methods, seeds)
     plot_summaries(points, args.out)
     print(format_points(points))
     return 0
@@ -598,8 +603,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_pca)
 
     p = sub.add_parser("plot", help="Eff vs Spe and Eff vs PPL scatter (mean ± std over seeds) from bench summary.json files")
-    p.add_argument("summaries", nargs="+", help="summary.json files of zerounlearn bench (one point per method and file)")
-    p.add_argument("--methods", default=None, help="only these methods (comma list)")
+    p.add_argument("summaries", nargs="+", help="summary.json files of zerounlearn bench (one point per method and file), "
+                   "or results.json files of benchmarks/surgical.py (one point per variant)")
+    p.add_argument("--methods", default=None, help="only these methods / variants (comma list; names with commas cannot be picked)")
+    p.add_argument("--seeds", default=None, help="surgical results.json only: average over these seeds (e.g. 1-3)")
     p.add_argument("--out", required=True, help="PNG file")
     p.set_defaults(func=_cmd_plot)
 

@@ -5,11 +5,16 @@ sample std as error bars (``summary["methods"][name]["metrics"][key]`` = ``{"mea
 as :func:`zerounlearn_editor.bench.report.summarize` writes it). Points of one method share a
 colour and are joined in order of Eff, so a sweep (one summary per setting) draws that method's
 trade-off front. Points are labelled with the run's name (the summary's ``name``, else its folder).
+
+The ``results.json`` of ``benchmarks/surgical.py`` (``{"run": {...}, "seeds": {seed: {variant: {"metrics":
+{...}}}}}``) is read too: one point per variant (``base`` included), mean and sample std over its seeds, or
+over the seeds asked for, so a knob sweep of that harness lands on the same axes as the bench's methods.
 """
 from __future__ import annotations
 
 import json
 import logging
+import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -23,11 +28,45 @@ def _run_label(path: Path, summary: Dict[str, Any]) -> str:
     return str(summary.get("name") or path.parent.name or path.stem)
 
 
-def collect_points(paths: Sequence[Union[str, Path]], methods: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
+def _surgical_points(path: Path, results: Dict[str, Any], methods: Optional[Sequence[str]],
+                     seeds: Optional[Sequence[int]]) -> List[Dict[str, Any]]:
+    """Points of a ``benchmarks/surgical.py`` results.json: one per variant, over its (selected) seeds."""
+    if not isinstance(results.get("seeds"), dict):
+        raise ValueError(f"{path}: not a surgical results.json (no 'seeds' mapping)")
+    chosen = {str(s) for s in seeds} if seeds is not None else None
+    rows: Dict[str, List[Dict[str, Any]]] = {}
+    for seed, record in results["seeds"].items():
+        if chosen is not None and seed not in chosen:
+            continue
+        for name, item in record.items():
+            metrics = item.get("metrics") if isinstance(item, dict) else None
+            if not isinstance(metrics, dict):
+                raise ValueError(f"{path}: seeds.{seed}.{name} has no 'metrics' mapping")
+            rows.setdefault(name, []).append(metrics)
+    points = []
+    for name, found in rows.items():
+        if methods and name not in methods:
+            continue
+        point: Dict[str, Any] = {"run": path.parent.name or path.stem, "method": name, "file": str(path), "seeds": len(found)}
+        for key in ("eff", "spe", "ppl"):
+            values = [float(m[key]) for m in found if m.get(key) is not None]
+            point[key] = statistics.fmean(values) if values else None
+            point[f"{key}_std"] = (statistics.stdev(values) if len(values) > 1 else 0.0) if values else None
+        if point["eff"] is not None:
+            points.append(point)
+    return points
+
+
+def collect_points(paths: Sequence[Union[str, Path]], methods: Optional[Sequence[str]] = None,
+                   seeds: Optional[Sequence[int]] = None) -> List[Dict[str, Any]]:
     """One dict per (summary, method): ``{"run", "method", "eff", "eff_std", "spe", "spe_std", "ppl", "ppl_std", "seeds"}``.
 
+    ``seeds``: for surgical results.json files, use only these seeds (bench summaries hold their
+    aggregates already and are taken as they are).
+
     Raises:
-        ValueError: a file that is not a bench summary (names the file and the missing key).
+        ValueError: a file that is neither a bench summary nor a surgical results.json (names the
+            file and the missing key), or a ``seeds`` selection that leaves a surgical file empty.
     """
     points: List[Dict[str, Any]] = []
     for raw in paths:
@@ -38,6 +77,12 @@ def collect_points(paths: Sequence[Union[str, Path]], methods: Optional[Sequence
             raise FileNotFoundError(f"summary file not found: {path}") from None
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: not valid JSON: {exc}") from exc
+        if isinstance(summary, dict) and "methods" not in summary and isinstance(summary.get("seeds"), dict):
+            found = _surgical_points(path, summary, methods, seeds)
+            if not found and seeds is not None:
+                raise ValueError(f"{path}: no variant has a result for seeds {list(seeds)}")
+            points.extend(found)
+            continue
         if not isinstance(summary, dict) or not isinstance(summary.get("methods"), dict):
             raise ValueError(f"{path}: not a bench summary.json (no 'methods' mapping)")
         for name, item in summary["methods"].items():
