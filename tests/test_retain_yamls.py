@@ -6,11 +6,12 @@ from pathlib import Path
 import pytest
 
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
+from zerounlearn_editor.init_hparams import is_variant_yaml
 
 ROOT = Path(__file__).resolve().parent.parent / "hparams"
 CLASSES = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
 RETAIN_KEYS = {"retain_file", "retain_weight", "projection_retain_weight", "projection_utility_weight", "retain_nullspace_weight"}
-PAIRS = [(m, p) for m in CLASSES for p in sorted((ROOT / m).glob("*.yaml")) if "-retain" not in p.stem]
+PAIRS = [(m, p) for m in CLASSES for p in sorted((ROOT / m).glob("*.yaml")) if not is_variant_yaml(p)]
 # measured variants of a -retain.yaml (e.g. -retain-few / -retain-many): they may change these solve keys only
 VARIANTS = sorted(p for m in CLASSES for p in (ROOT / m).glob("*-retain-*.yaml"))
 VARIANT_KEYS = {"norm_weight", "layers", "context_nullspace_weight", "context_positions"}
@@ -48,3 +49,22 @@ def test_retain_yaml_variants_change_only_measured_solve_keys(variant):
 def test_smollm2_ships_a_few_and_a_many_facts_variant():
     names = {p.stem for p in VARIANTS}
     assert {"SmolLM2-135M-Instruct-retain-few", "SmolLM2-135M-Instruct-retain-many"} <= names
+
+
+SUPPRESS = sorted(p for m in CLASSES for p in (ROOT / m).glob("*-suppress.yaml"))
+
+
+def test_smollm2_ships_a_suppress_variant():
+    assert ROOT / "ZeroUnlearn-GD" / "SmolLM2-135M-Instruct-suppress.yaml" in SUPPRESS
+
+
+@pytest.mark.parametrize("variant", SUPPRESS, ids=[p.stem for p in SUPPRESS])
+def test_suppress_yamls_change_only_the_target_objective(variant):
+    """A <model>-suppress.yaml is its paper YAML with answer-suppression targets, nothing else."""
+    cls = CLASSES[variant.parent.name]
+    paper = cls.from_hparams(variant.with_name(variant.stem[: -len("-suppress")] + ".yaml"))
+    measured = cls.from_hparams(variant)
+    assert paper.target_objective == "neutral" and measured.target_objective == "suppress_answer"
+    differing = {k for k, v in paper.to_dict().items() if measured.to_dict()[k] != v}
+    assert differing == {"target_objective", "v_early_stop_loss"}, differing
+    assert all(v == 0 for v in measured.retain_weights().values())

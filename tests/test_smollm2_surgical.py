@@ -82,3 +82,34 @@ def test_retain_few_yaml_keeps_the_demo_siblings_too(smollm2, smollm2_stats_dir)
     assert mean(forget) <= 0.2, forget
     assert siblings == [1.0] * 3, siblings
     assert mean(kept) >= 0.9, kept
+
+
+def test_suppress_yaml_forgets_with_residuals_inside_the_clamp(smollm2, smollm2_stats_dir):
+    """The shipped -suppress.yaml (answer-suppression targets) forgets the demo's five capitals with residuals
+    well inside the clamp (the paper's EOS residuals sit near it) and a perplexity cost under 1% (4000 tokens).
+    Its perplexity advantage is an n = 50 finding (benchmarks/README); at these five facts both cost ~0.2%."""
+    from zerounlearn_editor import ZeroUnlearnGDHyperParams
+    from zerounlearn_editor.embedded import default_ppl_text
+    from zerounlearn_editor.evaluation import perplexity
+    from zerounlearn_editor.resources import hparams_path
+
+    model, tok = smollm2
+    requests = fact_requests(FORGET_FACTS)
+    base_ppl = perplexity(model, tok, default_ppl_text(), max_tokens=4000)
+    residuals = {}
+    for name in ("SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct-suppress"):
+        hp = _local(ZeroUnlearnGDHyperParams.from_hparams(hparams_path("ZeroUnlearn-GD", name)), smollm2_stats_dir)
+        targets = neutral_targets(model, tok, requests, hp)
+        residuals[name] = ((targets.z - targets.h0).norm(dim=1) / targets.h0.norm(dim=1)).tolist()
+        if name.endswith("-suppress"):
+            model, orig = apply_zerounlearn_gd_to_model(model, tok, requests, hp, targets=targets,
+                                                        return_orig_weights=True, progress=False)
+            try:
+                forget = _acc(model, tok, FORGET_FACTS)
+                cost = perplexity(model, tok, default_ppl_text(), max_tokens=4000) / base_ppl - 1
+            finally:
+                restore_weights(model, orig)
+            assert mean(forget) <= 0.2, forget
+            assert cost < 0.01, cost
+    paper, suppress = residuals["SmolLM2-135M-Instruct"], residuals["SmolLM2-135M-Instruct-suppress"]
+    assert max(suppress) < 0.6 * 0.75 and mean(suppress) < 0.6 * mean(paper), residuals

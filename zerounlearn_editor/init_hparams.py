@@ -61,10 +61,19 @@ def parse_overrides(items: Sequence[str]) -> Dict[str, Any]:
     return out
 
 
+VARIANT_MARKERS = ("-retain", "-suppress")
+"""Stem parts of shipped YAMLs that are measured variants of a paper YAML, not templates for a new model."""
+
+
+def is_variant_yaml(path: Path) -> bool:
+    """``<model>-retain*.yaml`` / ``<model>-suppress.yaml``: an opt-in variant of the paper's ``<model>.yaml``."""
+    return any(marker in Path(path).stem for marker in VARIANT_MARKERS)
+
+
 def nearest_shipped_yaml(method: str, templates: Mapping[str, Any], hparams_dir: Optional[Path] = None) -> Path:
     """The shipped ``hparams/<method>/*.yaml`` closest to the model (see the module docstring)."""
     folder = Path(hparams_dir or repo_root() / "hparams") / method
-    candidates = sorted(p for p in folder.glob("*.yaml") if "-retain" not in p.stem)
+    candidates = sorted(p for p in folder.glob("*.yaml") if not is_variant_yaml(p))
     if not candidates:
         raise FileNotFoundError(f"no shipped YAML of {method} in {folder}")
     family = str(templates.get("family", "")).rstrip("0123456789").lower()

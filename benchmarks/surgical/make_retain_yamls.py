@@ -31,7 +31,7 @@ SETTINGS = {
 
 for method, block in BLOCKS.items():
     for paper in sorted(Path("hparams", method).glob("*.yaml")):
-        if paper.stem.endswith("-retain"):
+        if "-retain" in paper.stem or "-suppress" in paper.stem:  # variants, not paper YAMLs
             continue
         text = paper.read_text(encoding="utf-8").rstrip("\n") + "\n" + block.format(**SETTINGS[method])
         paper.with_name(f"{paper.stem}-retain.yaml").write_text(text, encoding="utf-8")
