@@ -15,7 +15,7 @@ from tiny_models import forget_requests, tiny_hparams_dict, tiny_llama, tiny_tok
 from zerounlearn_editor import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.hparams import HParamsError
 from zerounlearn_editor.pipeline import batched_statistics, neutral_targets, target_settings
-from zerounlearn_editor.targets import token_loss
+from zerounlearn_editor.targets import answer_logprobs, suppression_loss, suppression_per_request
 from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model
 
 
@@ -59,18 +59,45 @@ def _answer_prob(model, tok, request) -> float:
         return float(torch.softmax(model(ids).logits[0, -1].float(), -1)[answer])
 
 
-def test_token_loss_is_the_nll_or_the_unlikelihood():
-    p = torch.tensor([1e-6, 0.049, 0.5, 0.99, 1.0], dtype=torch.float64)
-    logp = p.log()
-    assert torch.allclose(token_loss(logp, "neutral"), -logp)
-    expected = -torch.log1p(-p[:-1])
-    assert torch.allclose(token_loss(logp, "suppress_answer")[:-1], expected, rtol=1e-6)
-    assert math.isfinite(float(token_loss(logp, "suppress_answer")[-1]))  # p = 1: large, not inf
-    # the early stop at 0.05 means p < 1 - exp(-0.05) = 0.0488
-    assert float(token_loss(torch.tensor([math.log(0.048)]), "suppress_answer")) < 0.05
-    assert float(token_loss(torch.tensor([math.log(0.050)]), "suppress_answer")) > 0.05
-    with pytest.raises(ValueError, match="unknown target objective"):
-        token_loss(logp, "eos")
+def test_answer_logprobs_match_log_softmax_and_keep_a_gradient_near_one():
+    torch.manual_seed(0)
+    logits = torch.randn(4, 7, dtype=torch.float64)
+    tokens = torch.tensor([0, 3, 6, 2])
+    expected = torch.log_softmax(logits, -1).gather(1, tokens[:, None]).squeeze(1)
+    assert torch.allclose(answer_logprobs(logits, tokens), expected, atol=1e-12)
+    # margin 30 nats in float32: log_softmax rounds to exactly 0, answer_logprobs keeps 1 - p and its gradient
+    sharp = torch.zeros(1, 5)
+    sharp[0, 2] = 30.0
+    sharp.requires_grad_(True)
+    assert float(torch.log_softmax(sharp, -1)[0, 2]) == 0.0
+    logp = answer_logprobs(sharp, torch.tensor([2]))
+    assert float(logp) < 0 and math.isclose(-float(logp), 4 * math.exp(-30), rel_tol=1e-3)
+    suppression_loss(logp).sum().backward()
+    assert float(sharp.grad[0, 2]) > 0  # descending the loss lowers the answer's logit
+
+
+def test_suppression_loss_is_the_unlikelihood_with_the_stated_stop():
+    p = torch.tensor([1e-6, 0.049, 0.5, 0.99], dtype=torch.float64)
+    assert torch.allclose(suppression_loss(p.log()), -torch.log1p(-p), rtol=1e-9)
+    assert math.isfinite(float(suppression_loss(torch.tensor([0.0]))))  # p = 1: large, not inf
+    assert float(suppression_loss(torch.tensor([math.log(0.0099)]))) < 0.01 < float(suppression_loss(torch.tensor([math.log(0.0101)])))
+
+
+def test_a_multi_token_answer_is_suppressed_as_a_sequence():
+    """Two requests: 0 has a two-token answer in two rows (contexts), 1 a one-token answer in two rows."""
+    logp_table = torch.tensor([[0.5, 0.9], [0.2, 0.8], [0.6, 0.0], [0.1, 0.0]]).log()  # per row: p of token 1, 2
+    entries = [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (3, 0)]  # (row, answer position)
+    vocab = 3
+    logits = torch.full((len(entries), vocab), -50.0, dtype=torch.float64)
+    tokens = torch.zeros(len(entries), dtype=torch.long)
+    for e, (row, k) in enumerate(entries):  # token 0 has probability p, token 1 the rest, token 2 ~0
+        p = float(logp_table[row, k].exp())
+        logits[e, 0], logits[e, 1] = math.log(p), math.log(1 - p)
+    rows = torch.tensor([r for r, _ in entries])
+    loss = suppression_per_request(logits, tokens, rows, torch.tensor([0, 0, 1, 1]), 2)
+    seq = torch.tensor([0.5 * 0.9, 0.2 * 0.8, 0.6, 0.1], dtype=torch.float64)  # the answer's probability per row
+    per_row = -torch.log1p(-seq)
+    assert torch.allclose(loss, torch.stack([per_row[:2].mean(), per_row[2:].mean()]), atol=1e-9)
 
 
 def test_hparams_refuse_what_the_objective_cannot_do(tmp_path):
@@ -132,3 +159,12 @@ def test_a_request_without_an_answer_is_refused_and_the_model_unchanged(tok, tmp
     with pytest.raises(ValueError, match=r"ground_truth.*\[1\]"):
         apply_zerounlearn_gd_to_model(model, tok, requests, hp, progress=False)
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in original.items())
+
+
+def test_an_eos_answer_is_refused(tok, tmp_path):
+    """EasyEdit fills in '<|endoftext|>' (here the tokenizer's EOS) when a request has no answer: not an answer."""
+    model = _model(tok)
+    requests = forget_requests()
+    requests[2]["ground_truth"] = tok.eos_token
+    with pytest.raises(ValueError, match=r"request\(s\) \[2\].*special"):
+        neutral_targets(model, tok, requests, _hp(tmp_path, target_objective="suppress_answer"))

@@ -182,7 +182,15 @@ def request_target_ids(tok, forget: Sequence[ForgetRequest], hparams: _EditHyper
                 f"target_objective 'suppress_answer' needs each request's 'ground_truth' (the answer to push "
                 f"down); request(s) {missing} have none"
             )
-        return [target_token_ids(tok, r.answer) for r in forget]
+        ids = [target_token_ids(tok, r.answer) for r in forget]
+        special = set(getattr(tok, "all_special_ids", []) or [])
+        bad = [r.index for r, row in zip(forget, ids) if any(t in special for t in row)]
+        if bad:
+            raise ValueError(
+                f"target_objective 'suppress_answer': the 'ground_truth' of request(s) {bad} is or contains a special "
+                f"token (EasyEdit fills in '<|endoftext|>' when no answer is given); give each request its real answer"
+            )
+        return ids
     return [target_token_ids(tok, r.target or hparams.neutral_target) for r in forget]
 
 

@@ -85,6 +85,8 @@ def collect_points(paths: Sequence[Union[str, Path]], methods: Optional[Sequence
             continue
         if not isinstance(summary, dict) or not isinstance(summary.get("methods"), dict):
             raise ValueError(f"{path}: not a bench summary.json (no 'methods' mapping)")
+        if seeds is not None:
+            LOG.warning("%s: a bench summary holds its seeds' aggregate; --seeds applies to surgical results only", path)
         for name, item in summary["methods"].items():
             if methods and name not in methods:
                 continue

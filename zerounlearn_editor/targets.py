@@ -25,7 +25,7 @@ from .progress import progress_bar
 from .model_access import StopForward, capture_outputs, get_module, hidden_of, model_device, num_hidden_layers
 from .requests import ForgetRequest
 
-__all__ = ["TargetConfig", "NeutralTargets", "optimise_neutral_targets", "token_loss", "TARGET_OBJECTIVES", "nearest_retain", "retain_neighbours"]
+__all__ = ["TargetConfig", "NeutralTargets", "optimise_neutral_targets", "answer_logprobs", "suppression_loss", "suppression_per_request", "TARGET_OBJECTIVES", "nearest_retain", "retain_neighbours"]
 
 LOG = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class TargetConfig:
     reuse_prefix: bool = True  # run only the layers after the edited one per step, where supported
     optimizer: str = "adam"  # "adam": the paper's loop below; "adam_kv"/"lbfgs": see targets_fast
     # "neutral": per target token the NLL -log p (the paper); "suppress_answer": the target tokens are the
-    # request's answer and the per-token loss is -log(1 - p) (opt-in; adam only)
+    # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in; adam only)
     objective: str = "neutral"
     # Retain-aware targets (opt-in; 0 = the paper): each request's loss gains retain_weight * the mean
     # KL on its retain_neighbours nearest retain prompts when retain_scale * its delta is added there
@@ -71,18 +71,44 @@ class NeutralTargets:
 TARGET_OBJECTIVES = ("neutral", "suppress_answer")
 
 
-def token_loss(logp: torch.Tensor, objective: str) -> torch.Tensor:
-    """Per-target-token loss ``[m]`` from the log-probabilities ``logp`` ``[m]`` of the target tokens.
+def answer_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``log p(token)`` ``[m]`` from ``logits`` ``[m, vocab]``, accurate when ``p`` is near 1.
 
-    ``"neutral"`` (the paper): ``-log p``, pulls the neutral target up. ``"suppress_answer"``:
-    ``-log(1 - p)``, pushes the answer token down and is ~``p`` once ``p`` is small, so the early
-    stop ``loss < v_early_stop_loss`` means ``p < 1 - exp(-v_early_stop_loss)`` (0.05 -> p < 0.049).
+    ``log p_y = -softplus(logsumexp_{j != y} z_j - z_y)``: unlike ``log_softmax``, which rounds to
+    exactly 0 (no gradient) once the margin passes ~17 nats in float32, this keeps ``1 - p`` and its
+    gradient down to ``exp(-88)``.
     """
-    if objective == "neutral":
-        return -logp
-    if objective == "suppress_answer":
-        return -torch.log(-torch.expm1(logp.clamp(max=-1e-7)))
-    raise ValueError(f"unknown target objective {objective!r}; expected one of {TARGET_OBJECTIVES}")
+    z_y = logits.gather(1, tokens[:, None]).squeeze(1)
+    others = logits.scatter(1, tokens[:, None], float("-inf")).logsumexp(-1)
+    return -torch.nn.functional.softplus(others - z_y)
+
+
+def suppression_loss(seq_logp: torch.Tensor) -> torch.Tensor:
+    """``-log(1 - p)`` ``[k]`` of sequences with log-probability ``seq_logp`` ``[k]`` (each ``< 0``).
+
+    The answer-suppression objective (``target_objective: suppress_answer``): ~``p`` once ``p`` is small,
+    so the early stop ``loss < v_early_stop_loss`` means ``p < 1 - exp(-v_early_stop_loss)``
+    (0.01 -> p < 0.00995).
+    """
+    return -torch.log(-torch.expm1(seq_logp.clamp(max=-1e-30)))
+
+
+def suppression_per_request(logits: torch.Tensor, tokens: torch.Tensor, entry_rows: torch.Tensor,
+                            row_requests: torch.Tensor, n: int) -> torch.Tensor:
+    """Per-request suppression loss ``[n]``: the mean over a request's rewriting rows of ``-log(1 - p(answer))``.
+
+    ``logits`` ``[m, vocab]`` and ``tokens`` ``[m]``: one entry per teacher-forced answer token, entry ``e``
+    in rewriting row ``entry_rows[e]``; ``row_requests`` ``[rows]``: each rewriting row's request. ``p(answer)``
+    is the whole answer's probability (the product over its tokens), so a multi-token answer is suppressed
+    as a sequence: its later tokens, near-certain once the first is given, do not dominate the loss.
+    """
+    rows = len(row_requests)
+    seq_logp = torch.zeros(rows, device=logits.device, dtype=logits.dtype).index_add(
+        0, entry_rows, answer_logprobs(logits, tokens)
+    )
+    per_row = suppression_loss(seq_logp)
+    counts = torch.bincount(row_requests, minlength=n).clamp_min(1).to(per_row.dtype)
+    return torch.zeros(n, device=logits.device, dtype=per_row.dtype).index_add(0, row_requests, per_row) / counts
 
 
 _SUFFIX_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
@@ -254,6 +280,7 @@ def _optimise_chunk(
     t_tok_t = torch.tensor(t_tok, device=head_device)
     t_weight_t = torch.tensor(t_weight, device=head_device)
     t_req_t = torch.tensor(t_req, device=head_device)
+    rw_req_h = torch.tensor(rw_req, dtype=torch.long, device=head_device)  # each rewriting row's request
     kl_rows = torch.arange(n_rw, n_rw + n, device=head_device)
     kl_pos = batch.lookup[n_rw : n_rw + n].to(head_device)
     n_x = len(x_req)
@@ -327,8 +354,11 @@ def _optimise_chunk(
     for step in range(cfg.steps + 1):
         logits = step_logits()
         logp_t = torch.log_softmax(logits[: len(t_rows)], dim=-1)
-        nll_tok = token_loss(logp_t.gather(1, t_tok_t[:, None]).squeeze(1), cfg.objective)
-        nll_req = torch.zeros(n, device=head_device).index_add(0, t_req_t, nll_tok * t_weight_t)
+        if cfg.objective == "suppress_answer":
+            nll_req = suppression_per_request(logits[: len(t_rows)].float(), t_tok_t, t_rows_t, rw_req_h, n)
+        else:
+            nll_tok = -logp_t.gather(1, t_tok_t[:, None]).squeeze(1)
+            nll_req = torch.zeros(n, device=head_device).index_add(0, t_req_t, nll_tok * t_weight_t)
         kl_logp = torch.log_softmax(logits[len(t_rows) : len(t_rows) + n], dim=-1)
         if kl_init is None:
             kl_init = kl_logp.detach()

@@ -9,7 +9,9 @@ tokens):
 * the EOS probability before / after, and PPL with the EOS mass taken out (``nll + log(1 - p_eos)``): is the
   cost the neutral target (EOS) leaking into general text?
 * PPL with only one edited layer's new weight (the others unedited);
-* per edited layer: the null space's rank at ``nullspace_threshold`` and the mean key energy in it,
+* per edited layer: the rank of ``C0``'s own null space at ``nullspace_threshold`` (the edit's is that of the
+  protected covariance, which with a retain set or context protection is a little smaller) and the mean key
+  energy in it,
   ``|U0^T k|^2`` (absolute and as a share of ``|k|^2``), on 200 corpus passages *not* used for ``C0``
   (passages 400-599 of the statistics corpus) and on the perplexity text;
 * the targets: the residual's norm relative to the hidden state's (how many sit on the clamp).
@@ -70,7 +72,8 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=50)
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--retain", default="same-answer:10", help="retain draw as in surgical.py, or 'none'")
-    parser.add_argument("--targets-dir", required=True, help="a surgical.py run's targets folder (reused or filled)")
+    parser.add_argument("--targets-dir", required=True, help="a surgical.py run's targets folder (reused or filled; "
+                        "--data, --n and --retain must be that run's, as its target file names do not hold the cases)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -122,7 +125,7 @@ def main(argv=None) -> int:
             e = (K @ U0).square().sum(1)
             return {"mean": float(e.mean()), "share": float((e / K.square().sum(1)).mean()), "p99": float(e.quantile(0.99))}
 
-        null[str(l)] = {"rank": int(U0.shape[1]), "d_in": int(U0.shape[0]), "held_out_passages": energy(held[l]),
+        null[str(l)] = {"of": "C0 alone", "rank": int(U0.shape[1]), "d_in": int(U0.shape[0]), "held_out_passages": energy(held[l]),
                         "ppl_text": energy(ppl_keys[l])}
 
     _, original = apply_zerounlearn_gd_to_model(model, tok, requests, hp, return_orig_weights=True, second_moments=moments,
