@@ -14,7 +14,7 @@ RETAIN_KEYS = {"retain_file", "retain_weight", "projection_retain_weight", "proj
 PAIRS = [(m, p) for m in CLASSES for p in sorted((ROOT / m).glob("*.yaml")) if not is_variant_yaml(p)]
 # measured variants of a -retain.yaml (e.g. -retain-few / -retain-many): they may change these solve keys only
 VARIANTS = sorted(p for m in CLASSES for p in (ROOT / m).glob("*-retain-*.yaml"))
-VARIANT_KEYS = {"norm_weight", "layers", "context_nullspace_weight", "context_positions"}
+VARIANT_KEYS = {"norm_weight", "layers", "context_nullspace_weight", "context_positions", "target_objective", "v_early_stop_loss"}
 
 
 def test_every_model_has_a_retain_yaml():

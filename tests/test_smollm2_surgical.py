@@ -62,14 +62,16 @@ def test_retain_set_keeps_the_sibling_capitals_the_paper_erases(smollm2, smollm2
     assert mean(kept) >= 0.9, kept
 
 
-def test_retain_few_yaml_keeps_the_demo_siblings_too(smollm2, smollm2_stats_dir):
-    """The shipped few-facts variant (norm_weight 300, context protection 0.1) forgets the demo's five and keeps
-    the printed siblings and the other untouched facts, like the -retain.yaml."""
+@pytest.mark.parametrize("variant", ["SmolLM2-135M-Instruct-retain-few", "SmolLM2-135M-Instruct-retain-many"])
+def test_retain_variant_yamls_keep_the_demo_siblings_too(variant, smollm2, smollm2_stats_dir):
+    """The shipped few- and many-facts variants (norm_weight 300, context protection 0.1; -many with layers 12-18
+    and answer-suppression targets) forget the demo's five and keep the printed siblings and the other untouched
+    facts, like the -retain.yaml."""
     from zerounlearn_editor import ZeroUnlearnGDHyperParams
     from zerounlearn_editor.resources import hparams_path
 
     model, tok = smollm2
-    hp = _local(ZeroUnlearnGDHyperParams.from_hparams(hparams_path("ZeroUnlearn-GD", "SmolLM2-135M-Instruct-retain-few")),
+    hp = _local(ZeroUnlearnGDHyperParams.from_hparams(hparams_path("ZeroUnlearn-GD", variant)),
                 smollm2_stats_dir)
     assert hp.context_nullspace_weight > 0 and hp.norm_weight == 300.0
     retain = [{"prompt": p, "subject": s} for p, s, _ in RETAIN_FACTS]
