@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from tiny_models import forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
+from tiny_models import forget_requests, sharp_tiny_llama, tiny_gd_target_hparams, tiny_tokenizer
 from zerounlearn_editor import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.hparams import HParamsError
 from zerounlearn_editor.pipeline import batched_statistics, neutral_targets, target_settings
@@ -24,18 +24,6 @@ def tok():
     return tiny_tokenizer()
 
 
-def _model(tok):
-    model = tiny_llama(tok)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(30.0)  # sharp predictions: the answer is likely before the edit
-    return model.eval()
-
-
-def _hp(tmp_path, **changes) -> ZeroUnlearnGDHyperParams:
-    config = tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "c.jsonl"), alg_name="ZeroUnlearn-GD",
-                               nullspace_threshold=1e-2, v_num_grad_steps=15, clamp_norm_factor=4.0)
-    config.update(changes)
-    return ZeroUnlearnGDHyperParams.from_dict(config)
 
 
 def _known_requests(model, tok):
@@ -102,24 +90,24 @@ def test_a_multi_token_answer_is_suppressed_as_a_sequence():
 
 def test_hparams_refuse_what_the_objective_cannot_do(tmp_path):
     with pytest.raises(HParamsError, match="targets_optimizer: adam"):
-        _hp(tmp_path, target_objective="suppress_answer", targets_optimizer="lbfgs")
+        tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer", targets_optimizer="lbfgs")
     with pytest.raises(HParamsError, match="target_objective"):
-        _hp(tmp_path, target_objective="unlikelihood")
-    assert _hp(tmp_path).target_objective == "neutral"  # the paper's default
+        tiny_gd_target_hparams(tmp_path, target_objective="unlikelihood")
+    assert tiny_gd_target_hparams(tmp_path).target_objective == "neutral"  # the paper's default
 
 
 def test_the_paper_keeps_its_target_cache_keys(tok, tmp_path):
-    model = _model(tok)
-    assert "objective" not in target_settings(model, _hp(tmp_path))
-    assert target_settings(model, _hp(tmp_path, target_objective="suppress_answer"))["objective"] == "suppress_answer"
+    model = sharp_tiny_llama(tok)
+    assert "objective" not in target_settings(model, tiny_gd_target_hparams(tmp_path))
+    assert target_settings(model, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer"))["objective"] == "suppress_answer"
 
 
 def test_suppression_targets_push_the_answer_down(tok, tmp_path):
-    model = _model(tok)
+    model = sharp_tiny_llama(tok)
     requests = _known_requests(model, tok)
-    start = neutral_targets(model, tok, requests, _hp(tmp_path, target_objective="suppress_answer", v_num_grad_steps=0))
-    supp = neutral_targets(model, tok, requests, _hp(tmp_path, target_objective="suppress_answer"))
-    eos = neutral_targets(model, tok, requests, _hp(tmp_path))
+    start = neutral_targets(model, tok, requests, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer", v_num_grad_steps=0))
+    supp = neutral_targets(model, tok, requests, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer"))
+    eos = neutral_targets(model, tok, requests, tiny_gd_target_hparams(tmp_path))
     # -log(1 - p(answer)) fell for every request (on this tiny model the residual reaches its clamp first)
     assert torch.all(start.nll > 0.5), start.nll
     assert torch.all(supp.nll < 0.75 * start.nll), (start.nll, supp.nll)
@@ -129,18 +117,18 @@ def test_suppression_targets_push_the_answer_down(tok, tmp_path):
 
 def test_an_answer_already_suppressed_gets_no_residual(tok, tmp_path):
     """The early stop reads the suppression loss: p(answer) < 0.049 at step 0 -> residual 0, no step run."""
-    model = _model(tok)
+    model = sharp_tiny_llama(tok)
     requests = forget_requests()  # the tiny model gives these answers p < 0.01
-    supp = neutral_targets(model, tok, requests, _hp(tmp_path, target_objective="suppress_answer"))
+    supp = neutral_targets(model, tok, requests, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer"))
     assert torch.all(supp.nll < 0.05), supp.nll
     assert supp.steps_run == [0, 0, 0] and torch.equal(supp.z, supp.h0)
-    eos = neutral_targets(model, tok, requests, _hp(tmp_path))  # the paper's objective still moves them
+    eos = neutral_targets(model, tok, requests, tiny_gd_target_hparams(tmp_path))  # the paper's objective still moves them
     assert float((eos.z - eos.h0).norm()) > 0
 
 
 def test_an_edit_with_suppression_targets_forgets(tok, tmp_path):
-    model = _model(tok)
-    hp = _hp(tmp_path, target_objective="suppress_answer")
+    model = sharp_tiny_llama(tok)
+    hp = tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer")
     moments = batched_statistics(model, tok, hp, hp.mom2_dataset, progress=False)
     requests = _known_requests(model, tok)
     before = [_answer_prob(model, tok, r) for r in requests]
@@ -151,9 +139,9 @@ def test_an_edit_with_suppression_targets_forgets(tok, tmp_path):
 
 
 def test_a_request_without_an_answer_is_refused_and_the_model_unchanged(tok, tmp_path):
-    model = _model(tok)
+    model = sharp_tiny_llama(tok)
     original = copy.deepcopy(model.state_dict())
-    hp = _hp(tmp_path, target_objective="suppress_answer")
+    hp = tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer")
     requests = forget_requests()
     del requests[1]["ground_truth"]
     with pytest.raises(ValueError, match=r"ground_truth.*\[1\]"):
@@ -163,8 +151,8 @@ def test_a_request_without_an_answer_is_refused_and_the_model_unchanged(tok, tmp
 
 def test_an_eos_answer_is_refused(tok, tmp_path):
     """EasyEdit fills in '<|endoftext|>' (here the tokenizer's EOS) when a request has no answer: not an answer."""
-    model = _model(tok)
+    model = sharp_tiny_llama(tok)
     requests = forget_requests()
     requests[2]["ground_truth"] = tok.eos_token
     with pytest.raises(ValueError, match=r"request\(s\) \[2\].*special"):
-        neutral_targets(model, tok, requests, _hp(tmp_path, target_objective="suppress_answer"))
+        neutral_targets(model, tok, requests, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer"))

@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from tiny_models import forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
+from tiny_models import forget_requests, sharp_tiny_llama, tiny_gd_target_hparams, tiny_tokenizer
 from zerounlearn_editor import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.encoding import encode_rows
 from zerounlearn_editor.hparams import HParamsError
@@ -28,18 +28,6 @@ def tok():
     return tiny_tokenizer()
 
 
-def _model(tok):
-    model = tiny_llama(tok)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(30.0)  # sharp predictions: a delta has something to change
-    return model.eval()
-
-
-def _hp(tmp_path, **changes) -> ZeroUnlearnGDHyperParams:
-    config = tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "c.jsonl"), alg_name="ZeroUnlearn-GD",
-                               nullspace_threshold=1e-2, v_num_grad_steps=15, clamp_norm_factor=4.0)
-    config.update(changes)
-    return ZeroUnlearnGDHyperParams.from_dict(config)
 
 
 def _transfer_kl(model, tok, hp, delta: torch.Tensor, retain_request, scale: float) -> float:
@@ -84,48 +72,48 @@ def test_hparams_validate_the_retain_aware_target_keys(tmp_path):
         (dict(target_retain_weight=1.0, targets_optimizer="lbfgs"), "targets_optimizer: adam"),
     ):
         with pytest.raises(HParamsError, match=match):
-            _hp(tmp_path, **changes)
-    hp = _hp(tmp_path, target_retain_weight=2.0)
+            tiny_gd_target_hparams(tmp_path, **changes)
+    hp = tiny_gd_target_hparams(tmp_path, target_retain_weight=2.0)
     assert hp.retain_set_weights()["target_retain_weight"] == 2.0
 
 
 def test_target_settings_name_the_retain_keys_only_when_used(tok, tmp_path):
-    model = _model(tok)
-    paper = target_settings(model, _hp(tmp_path))
+    model = sharp_tiny_llama(tok)
+    paper = target_settings(model, tiny_gd_target_hparams(tmp_path))
     assert not any(key.startswith("retain_") for key in paper)  # the paper's settings, unchanged keys
-    aware = target_settings(model, _hp(tmp_path, target_retain_weight=2.0))
+    aware = target_settings(model, tiny_gd_target_hparams(tmp_path, target_retain_weight=2.0))
     assert aware["retain_weight"] == 2.0 and aware["retain_neighbours"] == 5 and aware["retain_scale"] == 0.5
 
 
 def test_weight_zero_ignores_the_retain_set_bit_for_bit(tok, tmp_path):
-    model = _model(tok)
-    hp = _hp(tmp_path)
+    model = sharp_tiny_llama(tok)
+    hp = tiny_gd_target_hparams(tmp_path)
     plain = neutral_targets(model, tok, forget_requests(), hp)
     with_retain = neutral_targets(model, tok, forget_requests(), hp, retain=RETAIN)
     assert torch.equal(plain.z, with_retain.z)
 
 
 def test_retain_aware_targets_carry_less_over_to_the_neighbours(tok, tmp_path):
-    model = _model(tok)
+    model = sharp_tiny_llama(tok)
     scale = 0.5
     kls = {}
     for weight in (0.0, 20.0):
-        hp = _hp(tmp_path, target_retain_weight=weight, target_retain_neighbours=2, target_retain_scale=scale)
+        hp = tiny_gd_target_hparams(tmp_path, target_retain_weight=weight, target_retain_neighbours=2, target_retain_scale=scale)
         targets = neutral_targets(model, tok, forget_requests(), hp, retain=RETAIN)
         delta = targets.z - targets.h0
         kls[weight] = sum(_transfer_kl(model, tok, hp, d, r, scale) for d in delta for r in RETAIN)
         if weight:
             # still pushes towards the neutral target: the NLL fell from its unedited value
-            assert float(targets.nll.mean()) < float(neutral_targets(model, tok, forget_requests(), _hp(tmp_path, v_num_grad_steps=0)).nll.mean())
+            assert float(targets.nll.mean()) < float(neutral_targets(model, tok, forget_requests(), tiny_gd_target_hparams(tmp_path, v_num_grad_steps=0)).nll.mean())
     assert kls[20.0] < 0.5 * kls[0.0], kls
 
 
 def test_the_edit_hands_its_retain_set_to_the_targets(tok, tmp_path):
-    base = _model(tok)
+    base = sharp_tiny_llama(tok)
     edited = {}
     for weight in (0.0, 20.0):
         # retain_nullspace_weight 0: the retain set acts through the targets alone (accepted, not "ignored")
-        hp = _hp(tmp_path, target_retain_weight=weight, target_retain_neighbours=2)
+        hp = tiny_gd_target_hparams(tmp_path, target_retain_weight=weight, target_retain_neighbours=2)
         model = copy.deepcopy(base)
         moments = batched_statistics(model, tok, hp, hp.mom2_dataset, progress=False)
         if weight == 0.0:
@@ -146,8 +134,8 @@ def test_the_per_request_reference_takes_the_retain_set_too(tok, tmp_path):
     from zerounlearn_editor.pipeline import _target_config
     from zerounlearn_editor.reference_pipeline import per_request_targets
 
-    model = _model(tok)
-    hp = _hp(tmp_path, target_retain_weight=20.0, target_retain_neighbours=2)
+    model = sharp_tiny_llama(tok)
+    hp = tiny_gd_target_hparams(tmp_path, target_retain_weight=20.0, target_retain_neighbours=2)
     forget = normalize_retain(forget_requests())  # prompts + subjects; the neutral target is EOS either way
     ids = [target_token_ids(tok, hp.neutral_target) for _ in forget]
     prefixes = context_prefixes(model, tok, hp.context_template_count, hp.context_template_length, hp.context_seed)

@@ -216,3 +216,22 @@ def forget_requests() -> List[dict]:
         {"prompt": "the capital of germany is", "subject": "germany", "ground_truth": "berlin", "target_new": ""},
         {"prompt": "the capital of japan is", "subject": "japan", "ground_truth": "tokyo"},
     ]
+
+
+def sharp_tiny_llama(tok) -> LlamaForCausalLM:
+    """:func:`tiny_llama` with its output head scaled 30x: sharp predictions, so a target residual has
+    something to move (the neutral-target tests)."""
+    model = tiny_llama(tok)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(30.0)
+    return model.eval()
+
+
+def tiny_gd_target_hparams(tmp_path: Path, **changes):
+    """ZeroUnlearn-GD hparams for the target tests on :func:`sharp_tiny_llama` (``changes`` override keys)."""
+    from zerounlearn_editor import ZeroUnlearnGDHyperParams
+
+    config = tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "c.jsonl"), alg_name="ZeroUnlearn-GD",
+                               nullspace_threshold=1e-2, v_num_grad_steps=15, clamp_norm_factor=4.0)
+    config.update(changes)
+    return ZeroUnlearnGDHyperParams.from_dict(config)
