@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from tiny_models import forget_requests, sharp_tiny_llama, tiny_gd_target_hparams, tiny_tokenizer
-from zerounlearn_editor import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.hparams import HParamsError
 from zerounlearn_editor.pipeline import batched_statistics, neutral_targets, target_settings
 from zerounlearn_editor.targets import answer_logprobs, suppression_loss, suppression_per_request

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from tiny_models import forget_requests, sharp_tiny_llama, tiny_gd_target_hparams, tiny_tokenizer
-from zerounlearn_editor import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.encoding import encode_rows
 from zerounlearn_editor.hparams import HParamsError
 from zerounlearn_editor.pipeline import batched_statistics, neutral_targets, target_settings
