@@ -27,8 +27,6 @@ def tok():
     return tiny_tokenizer()
 
 
-
-
 def _transfer_kl(model, tok, hp, delta: torch.Tensor, retain_request, scale: float) -> float:
     """KL(p(. | r, scale * delta) || p(. | r)) at the retain prompt's last token, delta at its subject token."""
     (r,) = normalize_retain([retain_request])

@@ -287,9 +287,9 @@ class _EditHyperParams(BaseHyperParams):
     # "lbfgs": per-request projected L-BFGS with line search (see zerounlearn_editor.targets_fast)
     targets_optimizer: Literal["adam", "adam_kv", "lbfgs"] = "adam"
     # What the residual optimises (opt-in; "neutral" = the paper): "neutral" maximises the likelihood
-    # of the neutral target (EOS); "suppress_answer" minimises -log(1 - p(answer token)) for each of the
-    # request's own answer tokens (needs 'ground_truth' in every request and targets_optimizer adam):
-    # the answer is removed without asking for EOS, so the residual can be smaller.
+    # of the neutral target (EOS); "suppress_answer" minimises -log(1 - p(answer)), p the probability of the
+    # request's whole answer (needs 'ground_truth' in every request and targets_optimizer adam): the
+    # answer is removed without asking for EOS, so the residual can be smaller.
     target_objective: Literal["neutral", "suppress_answer"] = "neutral"
     # Retain-aware neutral targets (opt-in, 0 = the paper; needs a retain set and targets_optimizer
     # adam): each request's target loss gains target_retain_weight * the mean KL on its

@@ -30,9 +30,8 @@ def _run_label(path: Path, summary: Dict[str, Any]) -> str:
 
 def _surgical_points(path: Path, results: Dict[str, Any], methods: Optional[Sequence[str]],
                      seeds: Optional[Sequence[int]]) -> List[Dict[str, Any]]:
-    """Points of a ``benchmarks/surgical.py`` results.json: one per variant, over its (selected) seeds."""
-    if not isinstance(results.get("seeds"), dict):
-        raise ValueError(f"{path}: not a surgical results.json (no 'seeds' mapping)")
+    """Points of a ``benchmarks/surgical.py`` results.json (its ``seeds`` a mapping): one per variant, over its
+    (selected) seeds."""
     chosen = {str(s) for s in seeds} if seeds is not None else None
     rows: Dict[str, List[Dict[str, Any]]] = {}
     for seed, record in results["seeds"].items():

@@ -353,10 +353,10 @@ def _optimise_chunk(
     bar = progress_bar(total=cfg.steps, desc=f"neutral targets ({n} facts)", unit="step")
     for step in range(cfg.steps + 1):
         logits = step_logits()
-        logp_t = torch.log_softmax(logits[: len(t_rows)], dim=-1)
         if cfg.objective == "suppress_answer":
             nll_req = suppression_per_request(logits[: len(t_rows)].float(), t_tok_t, t_rows_t, rw_req_h, n)
         else:
+            logp_t = torch.log_softmax(logits[: len(t_rows)], dim=-1)
             nll_tok = -logp_t.gather(1, t_tok_t[:, None]).squeeze(1)
             nll_req = torch.zeros(n, device=head_device).index_add(0, t_req_t, nll_tok * t_weight_t)
         kl_logp = torch.log_softmax(logits[len(t_rows) : len(t_rows) + n], dim=-1)

@@ -7,6 +7,8 @@ Run from the repository root: python benchmarks/surgical/make_retain_yamls.py
 """
 from pathlib import Path
 
+from zerounlearn_editor.init_hparams import is_variant_yaml
+
 BLOCKS = {
     "ZeroUnlearn": (
         "\n# Retain-aware ZeroUnlearn (opt-in; the paper's method sets these to 0). Measured on SmolLM2:\n"
@@ -31,7 +33,7 @@ SETTINGS = {
 
 for method, block in BLOCKS.items():
     for paper in sorted(Path("hparams", method).glob("*.yaml")):
-        if "-retain" in paper.stem or "-suppress" in paper.stem:  # variants, not paper YAMLs
+        if is_variant_yaml(paper):  # -retain*/-suppress variants, not paper YAMLs
             continue
         text = paper.read_text(encoding="utf-8").rstrip("\n") + "\n" + block.format(**SETTINGS[method])
         paper.with_name(f"{paper.stem}-retain.yaml").write_text(text, encoding="utf-8")
