@@ -13,6 +13,7 @@ import torch
 
 from tiny_models import forget_requests, sharp_tiny_llama, tiny_gd_target_hparams, tiny_tokenizer
 from zerounlearn_editor.hparams import HParamsError
+from zerounlearn_editor.requests import RequestError
 from zerounlearn_editor.pipeline import batched_statistics, neutral_targets, target_settings
 from zerounlearn_editor.targets import answer_logprobs, suppression_loss, suppression_per_request
 from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model
@@ -148,6 +149,36 @@ def test_a_request_without_an_answer_is_refused_and_the_model_unchanged(tok, tmp
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in original.items())
 
 
+def test_a_missing_answer_is_refused_before_the_model_is_copied(tok, tmp_path, monkeypatch):
+    import zerounlearn_editor.pipeline as pipeline
+
+    model = sharp_tiny_llama(tok)  # (built before deepcopy is patched: the builder copies too)
+
+    def no_copy(_model):
+        raise AssertionError("the model was copied before the requests were checked")
+
+    monkeypatch.setattr(pipeline.copy_module, "deepcopy", no_copy)
+    requests = forget_requests()
+    del requests[0]["ground_truth"]
+    hp = tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer")
+    with pytest.raises(ValueError, match=r"ground_truth.*\[0\]"):
+        apply_zerounlearn_gd_to_model(model, tok, requests, hp, copy=True, progress=False)
+
+
+def test_one_prompt_with_two_answers_is_refused_not_dropped(tok, tmp_path):
+    """Suppression pushes down a request's own answer: a repeat with another answer would be lost silently."""
+    model = sharp_tiny_llama(tok)
+    requests = forget_requests()
+    requests.append(dict(requests[0], ground_truth="rome"))
+    with pytest.raises(RequestError, match=r"request 3: same prompt and subject as request 0 but another ground_truth"):
+        neutral_targets(model, tok, requests, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer"))
+    same = forget_requests() + [dict(forget_requests()[0])]  # an exact repeat is still dropped
+    assert neutral_targets(model, tok, same, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer",
+                                                                    v_num_grad_steps=0)).z.shape[0] == 3
+    # the paper's objective does not read the answer: the repeat is dropped as before
+    assert neutral_targets(model, tok, requests, tiny_gd_target_hparams(tmp_path, v_num_grad_steps=0)).z.shape[0] == 3
+
+
 def test_an_eos_answer_is_refused(tok, tmp_path):
     """EasyEdit fills in '<|endoftext|>' (here the tokenizer's EOS) when a request has no answer: not an answer."""
     model = sharp_tiny_llama(tok)
@@ -155,3 +186,4 @@ def test_an_eos_answer_is_refused(tok, tmp_path):
     requests[2]["ground_truth"] = tok.eos_token
     with pytest.raises(ValueError, match=r"request\(s\) \[2\].*special"):
         neutral_targets(model, tok, requests, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer"))
+

@@ -168,6 +168,12 @@ class _Timer:
         return False
 
 
+def forget_requests_of(requests: Sequence[Mapping[str, Any]], hparams: _EditHyperParams) -> List[ForgetRequest]:
+    """The checked forget requests (:func:`normalize_requests`); with answer-suppression targets two requests
+    with the same prompt and different answers are an error (each residual pushes down one answer)."""
+    return normalize_requests(requests, distinct_answers=hparams.target_objective == "suppress_answer")
+
+
 def request_target_ids(tok, forget: Sequence[ForgetRequest], hparams: _EditHyperParams) -> List[List[int]]:
     """The token ids each request's residual is optimised on.
 
@@ -259,7 +265,7 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
     stages = stages or EditStages()
     report = EditReport()
     with _Timer(report, "validate"):
-        forget = normalize_requests(requests)
+        forget = forget_requests_of(requests, hparams)
         keep = _retain_requests(retain, hparams)
         _check_modules(model, hparams)
         target_ids = request_target_ids(tok, forget, hparams)
@@ -345,7 +351,7 @@ def neutral_targets(
     ``retain`` matters only with retain-aware targets (``target_retain_weight > 0``): pass the
     retain set the edit will get (else the YAML's ``retain_file`` is used, as in the edit).
     """
-    forget = normalize_requests(requests)
+    forget = forget_requests_of(requests, hparams)
     keep = resolve_retain(retain, hparams.retain_file) if hparams.target_retain_weight > 0 else []
     _check_modules(model, hparams)
     target_ids = request_target_ids(tok, forget, hparams)
@@ -486,7 +492,7 @@ def apply_edit_method(
     """
     if not isinstance(hparams, _EditHyperParams):
         raise TypeError(f"hparams must be a ZeroUnlearn hparams object, got {type(hparams).__name__}")
-    normalize_requests(requests)  # fail before any copy is made
+    request_target_ids(tok, forget_requests_of(requests, hparams), hparams)  # fail before any copy is made
     _retain_requests(kwargs.get("retain"), hparams)
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)

@@ -76,7 +76,7 @@ def _subject_start(prompt: str, subject: str, index: int) -> int:
     return start
 
 
-def normalize_requests(requests: Sequence[Mapping[str, Any]]) -> List[ForgetRequest]:
+def normalize_requests(requests: Sequence[Mapping[str, Any]], distinct_answers: bool = False) -> List[ForgetRequest]:
     """Check every request and split its prompt around the subject.
 
     Raises :class:`RequestError` for an empty list, a missing prompt, an empty field, or a
@@ -85,8 +85,9 @@ def normalize_requests(requests: Sequence[Mapping[str, Any]]) -> List[ForgetRequ
     The subject is located at its first whole-word occurrence in the prompt (not inside a longer
     word: ``"Rome"`` in ``"Romeo"`` only if there is no other). A request repeating an earlier one
     (same prompt, subject and target) is dropped with a warning naming both indices; the same
-    prompt and subject with different targets is an error. ``ForgetRequest.index`` keeps the
-    caller's index.
+    prompt and subject with different targets is an error. ``distinct_answers`` (answer-suppression
+    targets, where the answer is what a request's residual pushes down): a repeat with another
+    ``ground_truth`` is an error too, not dropped. ``ForgetRequest.index`` keeps the caller's index.
 
     Requests built by EasyEdit's ``normal_edit`` carry no ``subject`` and ``ground_truth=None``:
     a missing subject makes the whole prompt the subject (the key is read at the prompt's last
@@ -133,6 +134,12 @@ def normalize_requests(requests: Sequence[Mapping[str, Any]]) -> List[ForgetRequ
                 raise RequestError(
                     f"request {index}: same prompt and subject as request {first.index} but another target_new "
                     f"({target!r} vs {first.target!r}); one key cannot be sent to two targets"
+                )
+            if distinct_answers and first.answer != answer:
+                raise RequestError(
+                    f"request {index}: same prompt and subject as request {first.index} but another ground_truth "
+                    f"({answer!r} vs {first.answer!r}); answer-suppression targets push one answer down per prompt: "
+                    f"give one request per prompt"
                 )
             LOG.warning("request %d repeats request %d (same prompt, subject and target): dropped", index, first.index)
             continue
