@@ -187,3 +187,21 @@ def test_an_eos_answer_is_refused(tok, tmp_path):
     with pytest.raises(ValueError, match=r"request\(s\) \[2\].*special"):
         neutral_targets(model, tok, requests, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer"))
 
+
+@pytest.mark.parametrize("answers", ["known", "two_words"])
+def test_cached_adam_gives_the_papers_adam_suppression_targets(tok, tmp_path, answers):
+    """``targets_optimizer: adam_kv`` runs the same suppression loss and Adam updates as ``adam`` (float rounding),
+    also when requests stop at different steps and an answer has two tokens (rows grouped per request)."""
+    model = sharp_tiny_llama(tok)
+    requests = _known_requests(model, tok)
+    if answers == "two_words":
+        requests[1]["ground_truth"] = requests[1]["ground_truth"] + " " + requests[0]["ground_truth"]
+        requests[2]["ground_truth"] = "paris"  # an answer the tiny model already gives p < 0.01: stops at step 0
+    hp = tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer", v_early_stop_loss=0.02, targets_optimizer="adam")
+    paper = neutral_targets(model, tok, requests, hp)
+    cached = neutral_targets(model, tok, requests, hp.replace(targets_optimizer="adam_kv"))
+    assert len(set(paper.steps_run)) > 1 or answers == "known", paper.steps_run  # the stop is per request
+    assert cached.steps_run == paper.steps_run
+    torch.testing.assert_close(cached.nll, paper.nll, rtol=1e-3, atol=1e-5)
+    torch.testing.assert_close(cached.z, paper.z, rtol=1e-3, atol=1e-4)
+    assert float((paper.z - paper.h0).norm()) > 0

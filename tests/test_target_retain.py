@@ -140,3 +140,14 @@ def test_the_per_request_reference_takes_the_retain_set_too(tok, tmp_path):
     plain = per_request_targets(model, tok, forget, ids, prefixes, cfg)
     aware = per_request_targets(model, tok, forget, ids, prefixes, cfg, normalize_retain(RETAIN))
     assert aware.z.shape == plain.z.shape and not torch.equal(aware.z, plain.z)
+
+
+def test_cached_adam_runs_the_adam_loop_for_retain_aware_targets(tok, tmp_path):
+    """``adam_kv`` (the default) has no transfer rows: retain-aware targets run the Adam loop, bit for bit."""
+    model = sharp_tiny_llama(tok)
+    hp = tiny_gd_target_hparams(tmp_path, target_retain_weight=20.0, target_retain_neighbours=2, targets_optimizer="adam")
+    paper = neutral_targets(model, tok, forget_requests(), hp, retain=RETAIN)
+    cached = neutral_targets(model, tok, forget_requests(), hp.replace(targets_optimizer="adam_kv"), retain=RETAIN)
+    assert torch.equal(cached.z, paper.z) and cached.steps_run == paper.steps_run
+    without = neutral_targets(model, tok, forget_requests(), hp.replace(target_retain_weight=0.0), retain=RETAIN)
+    assert not torch.equal(without.z, paper.z)  # the retain term was used

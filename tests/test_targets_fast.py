@@ -166,7 +166,8 @@ def test_full_forward_fallback_equals_the_cached_step(tok):
 
 def test_targets_optimizer_key_is_validated():
     shipped = ZeroUnlearnHyperParams.from_hparams("hparams/ZeroUnlearn/SmolLM2-135M-Instruct.yaml")
-    assert shipped.targets_optimizer == "adam"  # the paper's loop unless a YAML opts in
+    assert shipped.targets_optimizer == "adam_kv"  # the paper's Adam loop on cached prefixes (issue 12's default)
+    assert shipped.replace(targets_optimizer="adam").targets_optimizer == "adam"  # the reference loop, one key away
     assert shipped.replace(targets_optimizer="lbfgs").targets_optimizer == "lbfgs"
     with pytest.raises(HParamsError, match="targets_optimizer"):
         shipped.replace(targets_optimizer="sgd")

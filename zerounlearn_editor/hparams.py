@@ -283,18 +283,20 @@ class _EditHyperParams(BaseHyperParams):
     kl_factor: float = 0.0625
     v_early_stop_loss: float = 0.05
     chunk_size: int = 64
-    # "adam": the paper's loop (default); "adam_kv": the same Adam updates on cached prefix keys/values;
-    # "lbfgs": per-request projected L-BFGS with line search (see zerounlearn_editor.targets_fast)
-    targets_optimizer: Literal["adam", "adam_kv", "lbfgs"] = "adam"
+    # "adam_kv" (default): the paper's Adam loop (same updates, clamp and early stop, equal up to float
+    # rounding) on cached prefix keys/values, ~2.6x faster; "adam": the paper's loop on full suffix
+    # forwards (the reference); "lbfgs": per-request projected L-BFGS with line search (faster, lower NLL,
+    # but edits forget less at n = 50: benchmarks/README). See zerounlearn_editor.targets_fast.
+    targets_optimizer: Literal["adam", "adam_kv", "lbfgs"] = "adam_kv"
     # What the residual optimises (opt-in; "neutral" = the paper): "neutral" maximises the likelihood
     # of the neutral target (EOS); "suppress_answer" minimises -log(1 - p(answer)), p the probability of the
-    # request's whole answer (needs 'ground_truth' in every request and targets_optimizer adam): the
+    # request's whole answer (needs 'ground_truth' in every request and targets_optimizer adam or adam_kv): the
     # answer is removed without asking for EOS, so the residual can be smaller.
     target_objective: Literal["neutral", "suppress_answer"] = "neutral"
     # Retain-aware neutral targets (opt-in, 0 = the paper; needs a retain set and targets_optimizer
-    # adam): each request's target loss gains target_retain_weight * the mean KL on its
-    # target_retain_neighbours nearest retain prompts when target_retain_scale * its residual is
-    # added there (zerounlearn_editor.targets.optimise_neutral_targets)
+    # adam or adam_kv, both run the full Adam loop for them): each request's target loss gains
+    # target_retain_weight * the mean KL on its target_retain_neighbours nearest retain prompts when
+    # target_retain_scale * its residual is added there (zerounlearn_editor.targets.optimise_neutral_targets)
     target_retain_weight: float = 0.0
     target_retain_neighbours: int = 5
     target_retain_scale: float = 0.5
@@ -346,14 +348,15 @@ class _EditHyperParams(BaseHyperParams):
             raise HParamsError(f"{source}: key 'target_retain_neighbours' must be >= 1, got {self.target_retain_neighbours!r}")
         if not 0 < self.target_retain_scale <= 1:
             raise HParamsError(f"{source}: key 'target_retain_scale' must be in (0, 1], got {self.target_retain_scale!r}")
-        if self.target_retain_weight > 0 and self.targets_optimizer != "adam":
+        if self.target_retain_weight > 0 and self.targets_optimizer not in ("adam", "adam_kv"):
             raise HParamsError(
-                f"{source}: key 'target_retain_weight' > 0 needs 'targets_optimizer: adam', got {self.targets_optimizer!r}"
+                f"{source}: key 'target_retain_weight' > 0 needs 'targets_optimizer: adam' or 'adam_kv' (both run "
+                f"the Adam loop for them), got {self.targets_optimizer!r}"
             )
-        if self.target_objective != "neutral" and self.targets_optimizer != "adam":
+        if self.target_objective != "neutral" and self.targets_optimizer not in ("adam", "adam_kv"):
             raise HParamsError(
-                f"{source}: key 'target_objective: {self.target_objective}' needs 'targets_optimizer: adam', "
-                f"got {self.targets_optimizer!r}"
+                f"{source}: key 'target_objective: {self.target_objective}' needs 'targets_optimizer: adam' or "
+                f"'adam_kv', got {self.targets_optimizer!r}"
             )
         for key in ("kl_factor", "v_weight_decay", "v_early_stop_loss"):
             if getattr(self, key) < 0:

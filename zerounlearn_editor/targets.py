@@ -49,7 +49,7 @@ class TargetConfig:
     reuse_prefix: bool = True  # run only the layers after the edited one per step, where supported
     optimizer: str = "adam"  # "adam": the paper's loop below; "adam_kv"/"lbfgs": see targets_fast
     # "neutral": per target token the NLL -log p (the paper); "suppress_answer": the target tokens are the
-    # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in; adam only)
+    # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in; adam or adam_kv)
     objective: str = "neutral"
     # Retain-aware targets (opt-in; 0 = the paper): each request's loss gains retain_weight * the mean
     # KL on its retain_neighbours nearest retain prompts when retain_scale * its delta is added there
@@ -254,11 +254,13 @@ def _optimise_chunk(
     """One chunk; ``transfer[i]``: request ``i``'s retain neighbours (retain-aware targets), else ``None``."""
     if cfg.objective not in TARGET_OBJECTIVES:
         raise ValueError(f"unknown target objective {cfg.objective!r}; expected one of {TARGET_OBJECTIVES}")
-    if cfg.optimizer != "adam":
-        if cfg.objective != "neutral":
-            raise ValueError(f"target objective {cfg.objective!r} needs targets_optimizer 'adam', got {cfg.optimizer!r}")
-        if transfer:
-            raise ValueError(f"retain-aware targets need targets_optimizer 'adam', got {cfg.optimizer!r}")
+    if cfg.optimizer == "lbfgs" and (cfg.objective != "neutral" or transfer):
+        raise ValueError(
+            f"target objective {cfg.objective!r} and retain-aware targets need targets_optimizer 'adam' or "
+            f"'adam_kv', got {cfg.optimizer!r}"
+        )
+    # adam_kv: the same Adam loop on cached prefixes; the retain-aware transfer rows run in the loop below
+    if cfg.optimizer != "adam" and not transfer:
         from .targets_fast import optimise_chunk_fast
 
         return optimise_chunk_fast(model, tok, requests, target_ids, prefixes, cfg)
@@ -443,10 +445,11 @@ def optimise_neutral_targets(
     at the last token of its ``retain_neighbours`` nearest retain prompts ``r_j``, the delta added at
     their lookup token. The edit carries part of each delta over to prompts whose keys resemble the
     forget key; this term asks for a delta that silences the forget prompt but not its neighbours.
-    Without it (the default) the loop is the paper's, unchanged.
+    Without it (the default) the loop is the paper's, unchanged. With it, ``adam_kv`` runs the Adam loop
+    below (its cached evaluation has no transfer rows): the same updates.
     """
-    if cfg.retain_weight > 0 and retain and cfg.optimizer != "adam":
-        raise ValueError(f"retain-aware targets need targets_optimizer 'adam', got {cfg.optimizer!r}")
+    if cfg.retain_weight > 0 and retain and cfg.optimizer == "lbfgs":
+        raise ValueError(f"retain-aware targets need targets_optimizer 'adam' or 'adam_kv', got {cfg.optimizer!r}")
     was_training = model.training
     flags = [(p, p.requires_grad) for p in model.parameters()]
     model.eval()

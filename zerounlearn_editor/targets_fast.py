@@ -19,7 +19,8 @@ Two optimisers run on these evaluations (``cfg.optimizer``):
   ``steps + 1`` evaluations (Adam's budget).
 
 Loss per request (as :mod:`zerounlearn_editor.targets`): weighted target NLL over the rewriting
-rows + ``kl_factor`` KL(initial || now) at the KL row + ``weight_decay |delta|^2 / |h0|^2``.
+rows (``objective: suppress_answer``: the mean of ``-log(1 - p(answer))`` over them instead) + ``kl_factor``
+KL(initial || now) at the KL row + ``weight_decay |delta|^2 / |h0|^2``. The early stop reads the first term.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .targets import encode_target_rows
+from .targets import encode_target_rows, suppression_per_request
 from .model_access import StopForward, capture_outputs, get_module, hidden_of, model_device
 from .requests import ForgetRequest
 
@@ -353,11 +354,20 @@ class _Problem:
         logits = self.head(selected.to(device=weight.device, dtype=weight.dtype)).float()
         hdev = self.head_device
         n_t = int(keep_t.sum())
-        logp_t = torch.log_softmax(logits[:n_t], dim=-1)
-        nll_tok = -logp_t.gather(1, self.t_tok[keep_t].to(hdev)[:, None]).squeeze(1)
-        nll = torch.zeros(len(req_list), device=hdev).index_add(
-            0, local[self.t_req[keep_t]].to(hdev), nll_tok * self.t_weight[keep_t].to(hdev)
-        )
+        if cfg.objective == "suppress_answer":
+            # -log(1 - p(answer)) per rewriting row, averaged over the request's rows (targets.py's loss)
+            entry_rows = self.t_rows[keep_t]
+            used_rows, entry_row_local = torch.unique(entry_rows, return_inverse=True)
+            nll = suppression_per_request(
+                logits[:n_t], self.t_tok[keep_t].to(hdev), entry_row_local.to(hdev),
+                local[self.row_req[used_rows]].to(hdev), len(req_list),
+            )
+        else:
+            logp_t = torch.log_softmax(logits[:n_t], dim=-1)
+            nll_tok = -logp_t.gather(1, self.t_tok[keep_t].to(hdev)[:, None]).squeeze(1)
+            nll = torch.zeros(len(req_list), device=hdev).index_add(
+                0, local[self.t_req[keep_t]].to(hdev), nll_tok * self.t_weight[keep_t].to(hdev)
+            )
         kl_logp = torch.log_softmax(logits[n_t:], dim=-1)
         if self.kl_init is None:
             if len(req_list) != self.n:
