@@ -84,17 +84,20 @@ def test_gd_solver_matches_exact_solver_on_the_model(tok, paths):
 
 
 @pytest.mark.parametrize("method", ["ZeroUnlearn", "ZeroUnlearn-GD"])
-def test_chunked_keys_and_targets_do_not_change_the_result(method, tok, paths):
-    """chunk_size=1 (one request per pass, as the reference pipeline) equals one batched pass."""
+@pytest.mark.parametrize("optimizer, atol", [("adam", 1e-6), ("adam_kv", 1e-5)])
+def test_chunked_keys_and_targets_do_not_change_the_result(method, optimizer, atol, tok, paths):
+    """chunk_size=1 (one request per pass, as the reference pipeline) equals one batched pass; the paper's
+    loop to 1e-6, the default cached loop to 1e-5 (its rows are grouped by width, so rounding differs)."""
     apply = apply_zerounlearn_to_model if method == "ZeroUnlearn" else apply_zerounlearn_gd_to_model
     cls = ZeroUnlearnHyperParams if method == "ZeroUnlearn" else ZeroUnlearnGDHyperParams
     model = tiny_llama(tok)
     results = []
     for chunk in (1, 64):
-        hp = cls.from_dict(tiny_hparams_dict(*paths, alg_name=method, chunk_size=chunk))
+        hp = cls.from_dict(tiny_hparams_dict(*paths, alg_name=method, chunk_size=chunk, targets_optimizer=optimizer))
         edited, _ = apply(model, tok, forget_requests(), hp, copy=True, progress=False)
         results.append(edited.model.layers[2].mlp.down_proj.weight.detach())
-    torch.testing.assert_close(results[0], results[1], rtol=1e-4, atol=1e-6)
+    assert float((results[0] - model.model.layers[2].mlp.down_proj.weight).abs().max()) > 100 * atol  # an edit
+    torch.testing.assert_close(results[0], results[1], rtol=1e-4, atol=atol)
 
 
 # the keys every ZeroUnlearn(-GD) file must name although they have dataclass defaults (README table)
