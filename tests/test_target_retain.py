@@ -151,3 +151,7 @@ def test_cached_adam_runs_the_adam_loop_for_retain_aware_targets(tok, tmp_path):
     assert torch.equal(cached.z, paper.z) and cached.steps_run == paper.steps_run
     without = neutral_targets(model, tok, forget_requests(), hp.replace(target_retain_weight=0.0), retain=RETAIN)
     assert not torch.equal(without.z, paper.z)  # the retain term was used
+    # one loop, one cache key (the paper's targets keep their optimiser in the key: adam and adam_kv differ in rounding)
+    assert target_settings(model, hp) == target_settings(model, hp.replace(targets_optimizer="adam_kv"))
+    plain = hp.replace(target_retain_weight=0.0)
+    assert target_settings(model, plain) != target_settings(model, plain.replace(targets_optimizer="adam_kv"))

@@ -56,6 +56,7 @@ __all__ = [
     "apply_edit_method",
     "neutral_targets",
     "target_settings",
+    "forget_requests_of",
     "restore_weights",
 ]
 
@@ -375,6 +376,8 @@ def target_settings(model: nn.Module, hparams: _EditHyperParams) -> Dict[str, An
     if config["retain_weight"] == 0:  # the paper's targets: the retain-aware keys play no part
         for key in ("retain_weight", "retain_neighbours", "retain_scale"):
             config.pop(key)
+    elif config["optimizer"] == "adam_kv":  # retain-aware targets run the Adam loop under either name
+        config["optimizer"] = "adam"
     return dict(
         config,
         context_template_count=hparams.context_template_count,

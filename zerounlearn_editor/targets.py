@@ -47,7 +47,9 @@ class TargetConfig:
     early_stop_loss: float
     chunk_size: int
     reuse_prefix: bool = True  # run only the layers after the edited one per step, where supported
-    optimizer: str = "adam"  # "adam": the paper's loop below; "adam_kv"/"lbfgs": see targets_fast
+    # "adam": the paper's loop below (this low-level default; the hparams key defaults to "adam_kv");
+    # "adam_kv"/"lbfgs": see targets_fast
+    optimizer: str = "adam"
     # "neutral": per target token the NLL -log p (the paper); "suppress_answer": the target tokens are the
     # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in; adam or adam_kv)
     objective: str = "neutral"
@@ -254,11 +256,10 @@ def _optimise_chunk(
     """One chunk; ``transfer[i]``: request ``i``'s retain neighbours (retain-aware targets), else ``None``."""
     if cfg.objective not in TARGET_OBJECTIVES:
         raise ValueError(f"unknown target objective {cfg.objective!r}; expected one of {TARGET_OBJECTIVES}")
-    if cfg.optimizer == "lbfgs" and (cfg.objective != "neutral" or transfer):
-        raise ValueError(
-            f"target objective {cfg.objective!r} and retain-aware targets need targets_optimizer 'adam' or "
-            f"'adam_kv', got {cfg.optimizer!r}"
-        )
+    if cfg.optimizer == "lbfgs" and cfg.objective != "neutral":
+        raise ValueError(f"target objective {cfg.objective!r} needs targets_optimizer 'adam' or 'adam_kv', got 'lbfgs'")
+    if cfg.optimizer == "lbfgs" and transfer:
+        raise ValueError("retain-aware targets need targets_optimizer 'adam' or 'adam_kv', got 'lbfgs'")
     # adam_kv: the same Adam loop on cached prefixes; the retain-aware transfer rows run in the loop below
     if cfg.optimizer != "adam" and not transfer:
         from .targets_fast import optimise_chunk_fast

@@ -1,4 +1,4 @@
-"""Cheaper neutral-target optimisation (opt-in ``targets_optimizer``: ``adam_kv`` or ``lbfgs``).
+"""Cheaper neutral-target optimisation (``targets_optimizer``: ``adam_kv``, the default, or the opt-in ``lbfgs``).
 
 The residual ``delta_i`` is added at one position (the lookup token) of one layer. In every
 later layer the positions before the lookup token do not see it (causal attention), so their
@@ -133,6 +133,11 @@ class KVSuffix:
             if getattr(module, "apply_rotary_pos_emb", None) is None:
                 return False
         else:
+            return False
+        # the cached step reads each attention's own softmax scale (transformers >= 4.48 name it ``scaling``);
+        # without it the optimiser runs on full forwards of the active rows (the same result)
+        attention = [l.attn if model_type == "gpt2" else l.self_attn for l in layers]
+        if not all(isinstance(getattr(a, "scaling", None), (int, float)) for a in attention):
             return False
         return any(edited is l for l in layers)
 

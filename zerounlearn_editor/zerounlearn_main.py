@@ -18,8 +18,7 @@ from torch import nn
 from .hparams import ZeroUnlearnHyperParams
 from .linalg.zerounlearn import apply_multiplier, forget_value_basis, zerounlearn_multiplier
 from .model_access import get_weight_matrix
-from .pipeline import LayerProblem, apply_edit_method
-from .requests import normalize_requests
+from .pipeline import LayerProblem, apply_edit_method, forget_requests_of
 
 __all__ = ["zerounlearn_solver", "apply_zerounlearn_to_model", "CapacityError", "RANK_WARN_FRACTION",
            "RANK_REFUSE_FRACTION", "check_capacity"]
@@ -111,7 +110,7 @@ def apply_zerounlearn_to_model(
     if not isinstance(hparams, ZeroUnlearnHyperParams):
         raise TypeError(f"expected ZeroUnlearnHyperParams, got {type(hparams).__name__}")
     allow_large_batch = bool(kwargs.pop("allow_large_batch", False))
-    n = len(normalize_requests(requests))
+    n = len(forget_requests_of(requests, hparams))
     modules = dict(model.named_modules())
     for layer in hparams.layers if not allow_large_batch else []:  # before any statistics, targets or copy: rank(M_f) <= n
         module = modules.get(hparams.rewrite_module_tmp.format(layer))
