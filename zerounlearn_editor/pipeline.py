@@ -44,7 +44,7 @@ from .representations import LayerReadout, read_keys_and_hidden
 from .requests import ForgetRequest, RequestError, normalize_requests
 from .retain import RetainSpec, resolve_retain
 from .stats import SecondMoment, layer_second_moments
-from .targets import NeutralTargets, TargetConfig, loss_layer_module, optimise_neutral_targets
+from .targets import NeutralTargets, TargetConfig, loss_layer_module, optimise_neutral_targets, target_loop
 
 __all__ = [
     "EditReport",
@@ -369,15 +369,14 @@ def target_settings(model: nn.Module, hparams: _EditHyperParams) -> Dict[str, An
     same requests on the same unedited model, e.g. ZeroUnlearn and ZeroUnlearn-GD YAMLs that
     differ only in their solve weights; the bench uses this to optimise the targets once.
     """
-    config = dataclasses.asdict(_target_config(model, hparams))
+    cfg = _target_config(model, hparams)
+    config = dict(dataclasses.asdict(cfg), optimizer=target_loop(cfg))  # retain-aware adam_kv runs (and keys as) adam
     config.pop("chunk_size")  # chunking does not change the result
     if config["objective"] == "neutral":  # the paper's objective: cache keys as before the key existed
         config.pop("objective")
     if config["retain_weight"] == 0:  # the paper's targets: the retain-aware keys play no part
         for key in ("retain_weight", "retain_neighbours", "retain_scale"):
             config.pop(key)
-    elif config["optimizer"] == "adam_kv":  # retain-aware targets run the Adam loop under either name
-        config["optimizer"] = "adam"
     return dict(
         config,
         context_template_count=hparams.context_template_count,

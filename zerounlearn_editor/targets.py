@@ -25,7 +25,7 @@ from .progress import progress_bar
 from .model_access import StopForward, capture_outputs, get_module, hidden_of, model_device, num_hidden_layers
 from .requests import ForgetRequest
 
-__all__ = ["TargetConfig", "NeutralTargets", "optimise_neutral_targets", "answer_logprobs", "suppression_loss", "suppression_per_request", "TARGET_OBJECTIVES", "nearest_retain", "retain_neighbours"]
+__all__ = ["TargetConfig", "NeutralTargets", "optimise_neutral_targets", "target_loop", "answer_logprobs", "suppression_loss", "suppression_per_request", "TARGET_OBJECTIVES", "nearest_retain", "retain_neighbours"]
 
 LOG = logging.getLogger(__name__)
 
@@ -71,6 +71,15 @@ class NeutralTargets:
 
 
 TARGET_OBJECTIVES = ("neutral", "suppress_answer")
+
+
+def target_loop(cfg: TargetConfig) -> str:
+    """The optimiser that actually runs for ``cfg``: ``cfg.optimizer``, except that retain-aware targets
+    (``retain_weight > 0``) under ``adam_kv`` run the Adam loop of :func:`_optimise_chunk` (the cached
+    evaluation has no transfer rows; the updates are the same). Cache keys name this loop."""
+    if cfg.optimizer == "adam_kv" and cfg.retain_weight > 0:
+        return "adam"
+    return cfg.optimizer
 
 
 def answer_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -260,8 +269,7 @@ def _optimise_chunk(
         raise ValueError(f"target objective {cfg.objective!r} needs targets_optimizer 'adam' or 'adam_kv', got 'lbfgs'")
     if cfg.optimizer == "lbfgs" and transfer:
         raise ValueError("retain-aware targets need targets_optimizer 'adam' or 'adam_kv', got 'lbfgs'")
-    # adam_kv: the same Adam loop on cached prefixes; the retain-aware transfer rows run in the loop below
-    if cfg.optimizer != "adam" and not transfer:
+    if target_loop(cfg) != "adam":
         from .targets_fast import optimise_chunk_fast
 
         return optimise_chunk_fast(model, tok, requests, target_ids, prefixes, cfg)
