@@ -220,3 +220,69 @@ def test_bench_utility_columns_match_the_utility_command(ws, tok, tmp_path, monk
                          model=model, tok=tok)
     for task in ("sst2", "rte"):
         assert summary["methods"]["base"]["metrics"][f"util_{task}"]["mean"] == 100 * direct["tasks"][task]["accuracy"]
+
+
+def _with_retain_yaml(ws) -> None:
+    """``tiny-retain.yaml`` for ZeroUnlearn-GD+R (the paper GD YAML plus a strong retain null-space weight)."""
+    gd = ws["root"] / "hparams" / "ZeroUnlearn-GD"
+    config = yaml.safe_load((gd / "tiny.yaml").read_text())
+    (gd / "tiny-retain.yaml").write_text(yaml.safe_dump(dict(config, retain_nullspace_weight=1e4)))
+
+
+def test_retain_aware_rows_need_a_retain_draw(ws, tok, tmp_path):
+    _with_retain_yaml(ws)
+    config = UtilityConfig(hparams=str(ws["main"]), tasks=["sst2"], out=str(tmp_path / "u.json"), n=2, shots=0,
+                           methods=["base", "ZeroUnlearn-GD+R"], data=str(ws["cf"]), n_forget=2,
+                           data_dir=str(ws["utility"]), progress=False)
+    model = tiny_llama(tok, seed=0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match="--retain"):
+        run_utility(config, model=model, tok=tok)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_retain_set_reaches_the_retain_aware_edit(ws, tok, tmp_path, monkeypatch):
+    from zerounlearn_editor.bench import methods as bench_methods
+
+    _with_retain_yaml(ws)
+    seen: List[List[Dict[str, str]]] = []
+    real = bench_methods.default_registry
+
+    def spying_registry():
+        registry = real()
+        original = registry["ZeroUnlearn-GD+R"]
+
+        class Spy:
+            def __getattr__(self, name):
+                return getattr(original, name)
+
+            def prepare(self, context):
+                prepared = original.prepare(context)
+                edit = prepared.edit
+
+                def edit_with_spy(model, tok, requests, bank, retain=None):
+                    seen.append(list(retain or []))
+                    return edit(model, tok, requests, bank, retain=retain)
+
+                prepared.edit = edit_with_spy
+                return prepared
+
+        registry["ZeroUnlearn-GD+R"] = Spy()
+        return registry
+
+    monkeypatch.setattr(bench_methods, "default_registry", spying_registry)
+    config = UtilityConfig(hparams=str(ws["main"]), tasks=["sst2"], out=str(tmp_path / "u.json"), n=2, shots=0,
+                           methods=["base", "ZeroUnlearn-GD+R"], data=str(ws["cf"]), n_forget=2, retain="siblings:2",
+                           data_dir=str(ws["utility"]), progress=False)
+    model = tiny_llama(tok, seed=0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    payload = run_utility(config, model=model, tok=tok)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    stored = payload["results"]["ZeroUnlearn-GD+R"]
+    assert payload["settings"]["retain"] == "siblings:2"
+    assert len(seen) == 1 and seen[0] and seen[0] == stored["retain"]
+    from zerounlearn_editor.data.registry import load_cases, sample_cases
+
+    forgotten = {c.request["subject"] for c in sample_cases(load_cases(str(ws["cf"])), 2, 0)}
+    assert [c.case_id for c in sample_cases(load_cases(str(ws["cf"])), 2, 0)] == stored["case_ids"]
+    assert all(set(r) >= {"prompt", "subject"} and r["subject"] not in forgotten for r in seen[0])

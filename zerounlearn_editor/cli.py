@@ -243,7 +243,7 @@ def _cmd_utility(args: argparse.Namespace) -> int:
         methods = ["base", *methods]
     payload = run_utility(UtilityConfig(
         hparams=args.hparams, tasks=parse_tasks(args.tasks), out=args.out, n=args.n, shots=args.shots, seed=args.seed,
-        methods=methods, data=args.data, data_path=args.data_path, n_forget=args.n_forget,
+        methods=methods, data=args.data, data_path=args.data_path, n_forget=args.n_forget, retain=args.retain,
         method_hparams=parse_method_hparams(args.method_hparams), model=args.model, device=args.device,
         batch_size=args.batch_size, data_dir=args.data_dir,
         plot=args.plot if args.plot is not None else str(Path(args.out).with_suffix(".png")),
@@ -531,6 +531,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=None, help="forget dataset name or file (needed by an editing method)")
     p.add_argument("--data-path", default=None)
     p.add_argument("--n-forget", type=int, default=10, help="forget cases edited as one batch (default 10)")
+    p.add_argument("--retain", default=None, metavar="POLICY:K",
+                   help="retain set of the +R methods, drawn as the bench draws it (siblings:K or same-answer:K)")
     p.add_argument("--method-hparams", action="append", default=[], metavar="NAME=PATH")
     p.add_argument("--data-dir", default=None, help="utility data folder (default ../shared/data/utility)")
     p.add_argument("--out", required=True, help="output JSON")

@@ -8,11 +8,15 @@ are restored bit-identically (checked with the bench's fingerprint). Methods are
 Output JSON (``out``)::
 
     {"model": ..., "hparams": ..., "methods": [...], "method": <first edited method or "base">,
-     "settings": {"n", "shots", "seed", "data", "n_forget", "batch_size"},
+     "settings": {"n", "shots", "seed", "data", "n_forget", "retain", "batch_size"},
      "tasks": {task: {"accuracy", "n", "chance", "pred_fraction", "gold_fraction", "correct"}},  # first method
      "results": {method: {"tasks": {...}, "edit_seconds", "case_ids"}}}
 
 ``tasks`` repeats the first listed method's scores (the single-method form the issue asks for).
+
+Retain-aware rows (``ZeroUnlearn+R``, ``ZeroUnlearn-GD+R``) need ``retain`` (``POLICY:K``, the bench's
+:func:`~zerounlearn_editor.bench.retain_sets.draw_retain` over the whole dataset, checked disjoint from the
+forget cases); the drawn requests are stored under ``results[<method>]["retain"]``.
 """
 from __future__ import annotations
 
@@ -48,6 +52,7 @@ class UtilityConfig:
     data: Optional[str] = None
     data_path: Optional[str] = None
     n_forget: int = 10
+    retain: Optional[str] = None
     method_hparams: Dict[str, str] = field(default_factory=dict)
     model: Optional[str] = None
     device: str = "cpu"
@@ -100,6 +105,7 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
     """Score every method on every task, write ``config.out`` (and the chart); returns the JSON."""
     from ..bench.fingerprint import ModelFingerprint
     from ..bench.methods import HParamsLookup, MethodContext, default_registry, load_main_hparams
+    from ..bench.retain_sets import check_retain_disjoint, draw_retain, parse_retain_spec
     from ..bench.runner import _compute_statistics
     from ..data.registry import load_cases, sample_cases
     from ..pipeline import restore_weights
@@ -112,6 +118,7 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
         raise ValueError(f"unknown method(s) {unknown}; choose from base, {', '.join(registry)}")
     if edited and not config.data:
         raise ValueError(f"methods {edited} edit the model: pass --data (and --n-forget)")
+    draw = parse_retain_spec(config.retain)
     data_dir = _data_dir(config)
     task_items = {name: load_task_items(name, data_dir, config.n, config.shots, config.seed) for name in tasks}
     lookup = HParamsLookup(Path(config.hparams), load_main_hparams(config.hparams), dict(config.method_hparams))
@@ -120,10 +127,14 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
         from ..model_zoo import load_model_and_tokenizer
 
         model, tok = load_model_and_tokenizer(model_name, device=config.device)
-    cases, requests = [], []
+    cases, requests, retain = [], [], []
     if edited:
-        cases = sample_cases(load_cases(config.data, path=config.data_path), config.n_forget, config.seed)
+        pool = list(load_cases(config.data, path=config.data_path))
+        cases = sample_cases(pool, config.n_forget, config.seed)
         requests = [dict(c.request) for c in cases]
+        if draw is not None:
+            retain = draw_retain(draw, cases, pool, config.seed)
+            check_retain_disjoint(retain, cases)
     results: Dict[str, Dict[str, Any]] = {}
     fingerprint = ModelFingerprint.of(model)
     prepared = {}
@@ -132,6 +143,9 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
         neutral = lookup.main.neutral_target or tok.eos_token or ""
         context = MethodContext(lookup, model, tok, Path(config.out).parent, neutral)
         prepared = {m: registry[m].prepare(context) for m in edited}
+        needing = [m for m, p in prepared.items() if p.uses_retain and p.skip_reason is None]
+        if needing and draw is None:
+            raise ValueError(f"methods {needing} are retain-aware: pass --retain POLICY:K (e.g. same-answer:10)")
         bank = _compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
     for name in config.methods:
         fingerprint.verify(model, f"utility: before {name}")
@@ -144,13 +158,15 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
             results[name] = {"tasks": {}, "skipped": method.skip_reason}
             continue
         start = time.perf_counter()
-        outcome = method.edit(model, tok, [dict(r) for r in requests], bank)
+        extra = {"retain": [dict(r) for r in retain]} if method.uses_retain else {}
+        outcome = method.edit(model, tok, [dict(r) for r in requests], bank, **extra)
         seconds = time.perf_counter() - start
         try:
             scores = score_tasks(model, tok, task_items, config.batch_size, config.progress)
         finally:
             restore_weights(model, outcome.weights_copy)
-        results[name] = {"tasks": scores, "edit_seconds": seconds, "case_ids": [c.case_id for c in cases]}
+        results[name] = {"tasks": scores, "edit_seconds": seconds, "case_ids": [c.case_id for c in cases],
+                         **({"retain": extra["retain"]} if extra else {})}
     fingerprint.verify(model, "utility: after the last method")
     first = config.methods[0]
     payload = {
@@ -159,7 +175,8 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
         "method": edited[0] if edited else "base",
         "methods": list(config.methods),
         "settings": {"n": config.n, "shots": config.shots, "seed": config.seed, "data": config.data,
-                     "n_forget": config.n_forget if edited else None, "batch_size": config.batch_size,
+                     "n_forget": config.n_forget if edited else None,
+                     "retain": draw.spec if draw is not None and edited else None, "batch_size": config.batch_size,
                      "data_dir": str(data_dir)},
         "tasks": results[first]["tasks"],
         "results": results,
