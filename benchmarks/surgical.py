@@ -37,8 +37,8 @@ import yaml
 from zerounlearn_editor.bench.config import parse_seeds
 from zerounlearn_editor.bench.files import write_json_atomic
 from zerounlearn_editor.bench.methods import load_main_hparams
-from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
+from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours, neighbours_naming_forgotten_subjects
 from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 from zerounlearn_editor.data.registry import load_cases, sample_cases
 from zerounlearn_editor.evaluation.selection import select_known_cases
@@ -50,7 +50,7 @@ from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model
 from zerounlearn_editor.zerounlearn_main import apply_zerounlearn_to_model
 
 LOG = logging.getLogger("surgical")
-METRICS = ("eff", "gen", "spe", "eff_first", "spe_prob", "spe_agree", "ppl")
+METRICS = ("eff", "gen", "spe", "spe_distinct", "neighbours_named", "eff_first", "spe_prob", "spe_agree", "ppl")
 
 
 def _targets(path: Path, model, tok, requests, hp, retain=None) -> NeutralTargets:
@@ -158,8 +158,9 @@ def main(argv=None) -> int:
         retain = draw_retain(draw, cases, pool, seed) if draw else []
         record = results["seeds"].setdefault(str(seed), {})
         pre = score_cases(model, tok, cases)
+        named = neighbours_naming_forgotten_subjects(cases)
         if "base" not in record:
-            record["base"] = {"metrics": dict(probe_metrics(pre), ppl=model_metrics(model, tok, cases, settings)["ppl"])}
+            record["base"] = {"metrics": dict(probe_metrics(pre, named=named), ppl=model_metrics(model, tok, cases, settings)["ppl"])}
         for variant in variants:
             name = variant["name"]
             if name in record:
@@ -178,7 +179,7 @@ def main(argv=None) -> int:
             seconds = time.perf_counter() - start
             try:
                 post = score_cases(model, tok, cases)
-                metrics = dict(probe_metrics(post, pre), ppl=model_metrics(model, tok, cases, settings)["ppl"])
+                metrics = dict(probe_metrics(post, pre, named), ppl=model_metrics(model, tok, cases, settings)["ppl"])
             finally:
                 restore_weights(model, weights)
             record[name] = {"metrics": metrics, "seconds": seconds, "retain_count": report.retain_count,

@@ -8,16 +8,24 @@ case of its own); RWKU has a few (0-12 per seed at n = 50-100), while the Counte
 ZsRE files have none at n <= 100 (seeds 1-5), so their tables are unchanged. Such probes are dropped
 from A's neighbours (and from A's probe groups, unless A itself asks to forget them) for that
 batch only; the count is logged, stored in the seed file and stated in the summary.
+
+:func:`neighbours_naming_forgotten_subjects` marks a second, softer kind, for a diagnostic column
+only (``spe_distinct``; ``spe`` keeps scoring them): a neighbour prompt that names a subject the
+batch forgets, e.g. "Nintendo DS Lite, created by" when "Nintendo DS" is forgotten. An edit at the
+subject's tokens changes exactly the states such a prompt reads (the same tokens after the same
+text), so keeping its answer and forgetting the named subject's fact conflict for every
+subject-position editor. The retain draw already treats such prompts as naming a forgotten subject.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from typing import Dict, List, Sequence, Set, Tuple
 
 from ..data.types import Probe, UnlearnCase
 
-__all__ = ["drop_batch_forget_neighbours"]
+__all__ = ["drop_batch_forget_neighbours", "neighbours_naming_forgotten_subjects", "names_subject"]
 
 LOG = logging.getLogger(__name__)
 
@@ -54,3 +62,25 @@ def drop_batch_forget_neighbours(cases: Sequence[UnlearnCase]) -> Tuple[List[Unl
         LOG.info("%d neighbour probe(s) are forgotten by another case of the same batch; not scored as neighbours",
                  dropped)
     return out, dropped
+
+
+def names_subject(prompt: str, subject: str) -> bool:
+    """Whether ``prompt`` contains ``subject`` as whole words (case-insensitive; "Nintendo DS" is
+    named by "Nintendo DS Lite, created by" but "Ra" is not by "Rabat is")."""
+    folded = subject.casefold().strip()
+    if not folded:
+        return False
+    return re.search(r"(?<!\w)" + re.escape(folded) + r"(?!\w)", prompt.casefold()) is not None
+
+
+def neighbours_naming_forgotten_subjects(cases: Sequence[UnlearnCase]) -> List[List[bool]]:
+    """Per case, per neighbour probe (in order): whether its prompt names a subject the batch forgets.
+
+    Args:
+        cases: one batch (edited together); every case's ``request["subject"]`` is forgotten.
+
+    Returns:
+        ``[len(cases)][len(case.neighbour)]`` booleans.
+    """
+    subjects = list(dict.fromkeys(c.request["subject"] for c in cases if c.request.get("subject", "").strip()))
+    return [[any(names_subject(p.prompt, s) for s in subjects) for p in case.neighbour] for case in cases]

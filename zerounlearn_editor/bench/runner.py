@@ -47,7 +47,7 @@ from .methods import (
     known_method_names,
     load_main_hparams,
 )
-from .neighbours import drop_batch_forget_neighbours
+from .neighbours import drop_batch_forget_neighbours, neighbours_naming_forgotten_subjects
 from .report import write_summary
 from .retain_sets import check_retain_disjoint, draw_retain, parse_retain_spec
 from .scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
@@ -207,7 +207,7 @@ class _SeedRun:
             self.bar.set_description(f"seed {seed} base")
             with _Stage(f"seed {seed}: base perplexity/fluency") as extra:
                 more = model_metrics(self.model, self.tok, cases, self.settings)
-            metrics = dict(probe_metrics(pre), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=None, **more.get("utility", {}), **more.get("contains", {}))
+            metrics = dict(probe_metrics(pre, named=neighbours_naming_forgotten_subjects(cases)), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=None, **more.get("utility", {}), **more.get("contains", {}))
             record["methods"]["base"] = {
                 "status": "ok",
                 "config_sha256": _BASE_SIGNATURE,
@@ -255,7 +255,7 @@ class _SeedRun:
         edit_seconds = edit_stage.seconds
         if "targets_reused_from" in outcome.details:
             edit_seconds += float(outcome.details["timings"]["targets"])
-        metrics = dict(probe_metrics(post, pre), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=edit_seconds,
+        metrics = dict(probe_metrics(post, pre, neighbours_naming_forgotten_subjects(cases)), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=edit_seconds,
                        **more.get("utility", {}), **more.get("contains", {}))
         LOG.info(
             "seed %d: %s Eff %.1f Gen %.1f Spe %.1f PPL %s", seed, name, metrics["eff"], metrics["gen"], metrics["spe"],

@@ -4,6 +4,9 @@
   forget prompts / paraphrases (lower = more forgotten), and the mean answer probability.
 * Specificity: token accuracy x100 of the neighbourhood prompts' own answers (higher = better
   kept), its probability, and (after an edit) the pre/post agreement of the argmax tokens.
+  Given the batch's ``named`` marks (:func:`.neighbours.neighbours_naming_forgotten_subjects`),
+  also ``spe_distinct``: the same over the neighbour prompts that name no forgotten subject, and
+  ``neighbours_named``: how many do (a diagnostic; ``spe`` scores every neighbour).
 * Per case the probe values are averaged first, then cases are averaged (EasyEdit's summary).
 * Probe groups (cases with ``probe_groups``, e.g. RWKU's ``forget_level1`` ... ``neighbor_level2``):
   the same token accuracy x100 per group, as metrics ``group_<name>`` (cases without probes in
@@ -33,7 +36,7 @@ from ..evaluation.perplexity import perplexity
 __all__ = ["METRIC_KEYS", "GROUP_PREFIX", "CONTAINS_PREFIX", "GROUP_GENERATION_TOKENS", "answer_contained",
            "ScoringSettings", "score_cases", "probe_metrics", "model_metrics"]
 
-METRIC_KEYS = ("eff", "gen", "spe", "eff_first", "gen_first", "eff_prob", "gen_prob", "spe_prob", "spe_agree", "ppl", "fluency", "edit_seconds")
+METRIC_KEYS = ("eff", "gen", "spe", "spe_distinct", "neighbours_named", "eff_first", "gen_first", "eff_prob", "gen_prob", "spe_prob", "spe_agree", "ppl", "fluency", "edit_seconds")
 GROUP_PREFIX = "group_"
 """Metric key of a probe group: ``GROUP_PREFIX + name`` (e.g. ``group_forget_level1``)."""
 CONTAINS_PREFIX = "contains_"
@@ -111,8 +114,10 @@ def _agreement(pre: Sequence[int], post: Sequence[int]) -> List[float]:
     return [float(a == b) for a, b in zip(pre, post)]
 
 
-def probe_metrics(post: Sequence[CaseScores], pre: Optional[Sequence[CaseScores]] = None) -> Dict[str, float]:
-    """Efficacy/generalization/specificity (x100) and probabilities; ``spe_agree`` needs ``pre``.
+def probe_metrics(post: Sequence[CaseScores], pre: Optional[Sequence[CaseScores]] = None,
+                  named: Optional[Sequence[Sequence[bool]]] = None) -> Dict[str, float]:
+    """Efficacy/generalization/specificity (x100) and probabilities; ``spe_agree`` needs ``pre``;
+    ``spe_distinct`` / ``neighbours_named`` need ``named`` (``[cases][neighbour probes]`` booleans).
 
     Cases with probe groups add ``group_<name>`` (token accuracy x100 per group, see module doc).
     """
@@ -133,6 +138,12 @@ def probe_metrics(post: Sequence[CaseScores], pre: Optional[Sequence[CaseScores]
                 [fmean(_agreement(a, b)) for a, b in zip(before.neighbour["pred_ids"], after.neighbour["pred_ids"]) if a]
             )
         out["spe_agree"] = 100.0 * _case_mean(per_case)
+    if named is not None:
+        if [len(m) for m in named] != [len(s.neighbour["acc"]) for s in post]:
+            raise ValueError("named: one mark per neighbour probe of every case expected")
+        out["spe_distinct"] = 100.0 * _case_mean(
+            [[a for a, m in zip(s.neighbour["acc"], marks) if not m] for s, marks in zip(post, named)])
+        out["neighbours_named"] = float(sum(sum(marks) for marks in named))
     names = list(dict.fromkeys(name for s in post for name in s.groups))
     for name in names:
         out[GROUP_PREFIX + name] = 100.0 * _case_mean([s.groups[name]["acc"] for s in post if name in s.groups])
