@@ -119,6 +119,9 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
     if edited and not config.data:
         raise ValueError(f"methods {edited} edit the model: pass --data (and --n-forget)")
     draw = parse_retain_spec(config.retain)
+    needing = [m for m in edited if m.endswith("+R")]  # the bench's retain-aware rows
+    if needing and draw is None:
+        raise ValueError(f"methods {needing} are retain-aware: pass --retain POLICY:K (e.g. same-answer:10)")
     data_dir = _data_dir(config)
     task_items = {name: load_task_items(name, data_dir, config.n, config.shots, config.seed) for name in tasks}
     lookup = HParamsLookup(Path(config.hparams), load_main_hparams(config.hparams), dict(config.method_hparams))
@@ -143,9 +146,6 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
         neutral = lookup.main.neutral_target or tok.eos_token or ""
         context = MethodContext(lookup, model, tok, Path(config.out).parent, neutral)
         prepared = {m: registry[m].prepare(context) for m in edited}
-        needing = [m for m, p in prepared.items() if p.uses_retain and p.skip_reason is None]
-        if needing and draw is None:
-            raise ValueError(f"methods {needing} are retain-aware: pass --retain POLICY:K (e.g. same-answer:10)")
         bank = _compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
     for name in config.methods:
         fingerprint.verify(model, f"utility: before {name}")
