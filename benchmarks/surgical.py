@@ -159,7 +159,7 @@ def main(argv=None) -> int:
         record = results["seeds"].setdefault(str(seed), {})
         pre = score_cases(model, tok, cases)
         named = neighbours_naming_forgotten_subjects(cases)
-        if "base" not in record:
+        if "base" not in record or "spe_distinct" not in record["base"]["metrics"]:  # older files: re-score base
             record["base"] = {"metrics": dict(probe_metrics(pre, named=named), ppl=model_metrics(model, tok, cases, settings)["ppl"])}
         for variant in variants:
             name = variant["name"]

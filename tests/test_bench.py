@@ -106,7 +106,9 @@ def test_bench_end_to_end_then_resume(tok, workspace, tmp_path, monkeypatch):
         for name in methods:
             entry = record["methods"][name]
             assert entry["status"] == "ok", (name, entry)
-            assert {"eff", "gen", "spe", "eff_prob", "ppl"} <= set(entry["metrics"])
+            assert {"eff", "gen", "spe", "eff_prob", "ppl", "spe_distinct", "neighbours_named"} <= set(entry["metrics"])
+            # the same batch marks for every row of the seed
+            assert entry["metrics"]["neighbours_named"] == record["methods"]["base"]["metrics"]["neighbours_named"]
             assert len(entry["requests"]) == 3
             assert "pre" in entry["requests"][0]
         zu = record["methods"]["ZeroUnlearn"]
@@ -128,6 +130,8 @@ def test_bench_end_to_end_then_resume(tok, workspace, tmp_path, monkeypatch):
     assert "Eff ↓" in markdown and "PPL ↓" in markdown and " ± " in markdown and "Eff 1st ↓" in markdown
     assert summary["methods"]["ZeroUnlearn"]["metrics"]["eff_first"]["n"] == 2
     assert summary["methods"]["ZeroUnlearn"]["metrics"]["eff"]["n"] == 2
+    assert summary["methods"]["ZeroUnlearn"]["metrics"]["spe_distinct"]["n"] == 2
+    assert "spe_distinct" not in markdown  # a summary.json diagnostic, not a table column
     assert json.loads((out / "summary.json").read_text())["methods"]["base"]["status"] == "ok"
 
     # Resume: every seed is finished, so nothing is scored, prepared or loaded.

@@ -21,6 +21,11 @@ def test_names_subject_whole_words_case_insensitive():
     assert not names_subject("Rabat is the capital of", "Ra")
     assert not names_subject("Nintendo DSi, created by", "Nintendo DS")
     assert not names_subject("anything", "  ")
+    assert names_subject("C++ was designed by", "C++") and names_subject("Mr.X is", "Mr.")
+    assert not names_subject("Cfoo is", "C++")
+    assert names_subject("Nintendo  DS Lite", "Nintendo DS") and names_subject("Nintendo\u00a0DS Lite", "Nintendo DS")
+    assert names_subject("Cafe\u0301 Society is", "Caf\u00e9 Society")  # decomposed vs composed accent (NFKC composes)
+    assert names_subject("the ﬁle is", "file")  # NFKC folds the ligature
 
 
 def test_marks_cover_every_forgotten_subject_of_the_batch():

@@ -272,8 +272,8 @@ def test_retain_set_reaches_the_retain_aware_edit(ws, tok, tmp_path, monkeypatch
 
     monkeypatch.setattr(bench_methods, "default_registry", spying_registry)
     config = UtilityConfig(hparams=str(ws["main"]), tasks=["sst2"], out=str(tmp_path / "u.json"), n=2, shots=0,
-                           methods=["base", "ZeroUnlearn-GD+R"], data=str(ws["cf"]), n_forget=2, retain="siblings:2",
-                           data_dir=str(ws["utility"]), progress=False)
+                           methods=["base", "ZeroUnlearn-GD", "ZeroUnlearn-GD+R"], data=str(ws["cf"]), n_forget=2,
+                           retain="siblings:2", data_dir=str(ws["utility"]), progress=False)
     model = tiny_llama(tok, seed=0)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     payload = run_utility(config, model=model, tok=tok)
@@ -281,8 +281,22 @@ def test_retain_set_reaches_the_retain_aware_edit(ws, tok, tmp_path, monkeypatch
     stored = payload["results"]["ZeroUnlearn-GD+R"]
     assert payload["settings"]["retain"] == "siblings:2"
     assert len(seen) == 1 and seen[0] and seen[0] == stored["retain"]
+    assert "retain" not in payload["results"]["ZeroUnlearn-GD"]
+    from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
     from zerounlearn_editor.data.registry import load_cases, sample_cases
 
-    forgotten = {c.request["subject"] for c in sample_cases(load_cases(str(ws["cf"])), 2, 0)}
-    assert [c.case_id for c in sample_cases(load_cases(str(ws["cf"])), 2, 0)] == stored["case_ids"]
+    pool = list(load_cases(str(ws["cf"])))
+    cases = sample_cases(pool, 2, 0)
+    assert [c.case_id for c in cases] == stored["case_ids"]
+    assert seen[0] == draw_retain(parse_retain_spec("siblings:2"), cases, pool, 0)  # the bench's draw
+    forgotten = {c.request["subject"] for c in cases}
     assert all(set(r) >= {"prompt", "subject"} and r["subject"] not in forgotten for r in seen[0])
+
+
+def test_retain_without_a_retain_aware_row_is_refused(ws, tok, tmp_path):
+    config = UtilityConfig(hparams=str(ws["main"]), tasks=["sst2"], out=str(tmp_path / "u.json"), n=2, shots=0,
+                           methods=["base", "ZeroUnlearn"], data=str(ws["cf"]), n_forget=2, retain="siblings:2",
+                           data_dir=str(ws["utility"]), progress=False)
+    with pytest.raises(ValueError, match="retain-aware rows"):
+        run_utility(config, model=tiny_llama(tok, seed=0), tok=tok)
+    assert not (tmp_path / "u.json").exists()

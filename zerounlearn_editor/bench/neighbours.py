@@ -11,17 +11,20 @@ batch only; the count is logged, stored in the seed file and stated in the summa
 
 :func:`neighbours_naming_forgotten_subjects` marks a second, softer kind, for a diagnostic column
 only (``spe_distinct``; ``spe`` keeps scoring them): a neighbour prompt that names a subject the
-batch forgets, e.g. "Nintendo DS Lite, created by" when "Nintendo DS" is forgotten. An edit at the
-subject's tokens changes exactly the states such a prompt reads (the same tokens after the same
-text), so keeping its answer and forgetting the named subject's fact conflict for every
-subject-position editor. The retain draw already treats such prompts as naming a forgotten subject.
+batch forgets, e.g. "Nintendo DS Lite, created by" when "Nintendo DS" is forgotten. When the prompt
+begins with the subject (the CounterFact cases), an edit at the subject's tokens changes exactly the
+states such a prompt reads there (the same tokens after the same text), so keeping its answer and
+forgetting the named subject's fact conflict for every subject-position editor; elsewhere in a prompt
+the states are mostly, not exactly, the same. (The retain draw excludes even more: any record whose
+prompt contains a forgotten subject as a plain substring.)
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
 import re
-from typing import Dict, List, Sequence, Set, Tuple
+import unicodedata
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ..data.types import Probe, UnlearnCase
 
@@ -64,13 +67,31 @@ def drop_batch_forget_neighbours(cases: Sequence[UnlearnCase]) -> Tuple[List[Unl
     return out, dropped
 
 
+def _fold(text: str) -> str:
+    """NFKC, runs of whitespace collapsed to one space, casefolded: what subject matching compares."""
+    return " ".join(unicodedata.normalize("NFKC", text).split()).casefold()
+
+
+def _subject_pattern(subjects: Sequence[str]) -> Optional["re.Pattern[str]"]:
+    """One pattern matching any of ``subjects`` as whole words in :func:`_fold`-ed text (``None``: no subject).
+
+    The word-boundary checks apply only at a subject edge that is a word character, so "C++" and
+    "Mr." are found in "C++ is" / "Mr.X"."""
+    parts = []
+    for subject in dict.fromkeys(_fold(s) for s in subjects):
+        if not subject:
+            continue
+        left = r"(?<!\w)" if re.match(r"\w", subject[0]) else ""
+        right = r"(?!\w)" if re.match(r"\w", subject[-1]) else ""
+        parts.append(left + re.escape(subject) + right)
+    return re.compile("|".join(parts)) if parts else None
+
+
 def names_subject(prompt: str, subject: str) -> bool:
-    """Whether ``prompt`` contains ``subject`` as whole words (case-insensitive; "Nintendo DS" is
-    named by "Nintendo DS Lite, created by" but "Ra" is not by "Rabat is")."""
-    folded = subject.casefold().strip()
-    if not folded:
-        return False
-    return re.search(r"(?<!\w)" + re.escape(folded) + r"(?!\w)", prompt.casefold()) is not None
+    """Whether ``prompt`` contains ``subject`` as whole words (case-insensitive, NFKC, whitespace
+    collapsed; "Nintendo DS" is named by "Nintendo DS Lite, created by" but "Ra" is not by "Rabat is")."""
+    pattern = _subject_pattern([subject])
+    return pattern is not None and pattern.search(_fold(prompt)) is not None
 
 
 def neighbours_naming_forgotten_subjects(cases: Sequence[UnlearnCase]) -> List[List[bool]]:
@@ -80,7 +101,9 @@ def neighbours_naming_forgotten_subjects(cases: Sequence[UnlearnCase]) -> List[L
         cases: one batch (edited together); every case's ``request["subject"]`` is forgotten.
 
     Returns:
-        ``[len(cases)][len(case.neighbour)]`` booleans.
+        ``[len(cases)][len(case.neighbour)]`` booleans (one compiled pattern for the batch).
     """
-    subjects = list(dict.fromkeys(c.request["subject"] for c in cases if c.request.get("subject", "").strip()))
-    return [[any(names_subject(p.prompt, s) for s in subjects) for p in case.neighbour] for case in cases]
+    pattern = _subject_pattern([str(c.request.get("subject") or "") for c in cases])
+    if pattern is None:
+        return [[False] * len(case.neighbour) for case in cases]
+    return [[pattern.search(_fold(p.prompt)) is not None for p in case.neighbour] for case in cases]

@@ -194,6 +194,7 @@ class _SeedRun:
                  settings: ScoringSettings, signatures: Mapping[str, str], descriptions: Mapping[str, Any], bar: tqdm):
         self.model, self.tok = model, tok
         self.retain: List[Dict[str, Any]] = []
+        self.named: List[List[bool]] = []  # the seed's neighbour prompts that name a forgotten subject
         self.prepared, self.bank, self.fingerprint = prepared, bank, fingerprint
         self.settings, self.signatures, self.descriptions, self.bar = settings, signatures, descriptions, bar
 
@@ -201,13 +202,14 @@ class _SeedRun:
         requests = [dict(case.request) for case in cases]
         self.retain = list(record.get("retain") or [])
         check_retain_disjoint(self.retain, cases)
+        self.named = neighbours_naming_forgotten_subjects(cases)
         with _Stage(f"seed {seed}: scoring the unedited model on {len(cases)} cases") as stage:
             pre = score_cases(self.model, self.tok, cases, self.settings.batch_size)
         if "base" in todo:
             self.bar.set_description(f"seed {seed} base")
             with _Stage(f"seed {seed}: base perplexity/fluency") as extra:
                 more = model_metrics(self.model, self.tok, cases, self.settings)
-            metrics = dict(probe_metrics(pre, named=neighbours_naming_forgotten_subjects(cases)), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=None, **more.get("utility", {}), **more.get("contains", {}))
+            metrics = dict(probe_metrics(pre, named=self.named), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=None, **more.get("utility", {}), **more.get("contains", {}))
             record["methods"]["base"] = {
                 "status": "ok",
                 "config_sha256": _BASE_SIGNATURE,
@@ -255,7 +257,7 @@ class _SeedRun:
         edit_seconds = edit_stage.seconds
         if "targets_reused_from" in outcome.details:
             edit_seconds += float(outcome.details["timings"]["targets"])
-        metrics = dict(probe_metrics(post, pre, neighbours_naming_forgotten_subjects(cases)), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=edit_seconds,
+        metrics = dict(probe_metrics(post, pre, self.named), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=edit_seconds,
                        **more.get("utility", {}), **more.get("contains", {}))
         LOG.info(
             "seed %d: %s Eff %.1f Gen %.1f Spe %.1f PPL %s", seed, name, metrics["eff"], metrics["gen"], metrics["spe"],

@@ -119,9 +119,12 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
     if edited and not config.data:
         raise ValueError(f"methods {edited} edit the model: pass --data (and --n-forget)")
     draw = parse_retain_spec(config.retain)
-    needing = [m for m in edited if m.endswith("+R")]  # the bench's retain-aware rows
+    # the bench's retain-aware rows are named "<Method>+R" (bench.methods gives exactly those uses_retain)
+    needing = [m for m in edited if m.endswith("+R")]
     if needing and draw is None:
         raise ValueError(f"methods {needing} are retain-aware: pass --retain POLICY:K (e.g. same-answer:10)")
+    if draw is not None and not needing:
+        raise ValueError("--retain is used only by the retain-aware rows (ZeroUnlearn+R, ZeroUnlearn-GD+R); none was asked for")
     data_dir = _data_dir(config)
     task_items = {name: load_task_items(name, data_dir, config.n, config.shots, config.seed) for name in tasks}
     lookup = HParamsLookup(Path(config.hparams), load_main_hparams(config.hparams), dict(config.method_hparams))
