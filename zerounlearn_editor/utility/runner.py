@@ -105,7 +105,7 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
     """Score every method on every task, write ``config.out`` (and the chart); returns the JSON."""
     from ..bench.fingerprint import ModelFingerprint
     from ..bench.methods import HParamsLookup, MethodContext, default_registry, load_main_hparams
-    from ..bench.retain_sets import check_retain_disjoint, draw_retain, parse_retain_spec
+    from ..bench.retain_sets import draw_retain, parse_retain_spec
     from ..bench.runner import _compute_statistics
     from ..data.registry import load_cases, sample_cases
     from ..pipeline import restore_weights
@@ -139,8 +139,7 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
         cases = sample_cases(pool, config.n_forget, config.seed)
         requests = [dict(c.request) for c in cases]
         if draw is not None:
-            retain = draw_retain(draw, cases, pool, config.seed)
-            check_retain_disjoint(retain, cases)
+            retain = draw_retain(draw, cases, pool, config.seed)  # checked disjoint from the cases by the draw
     results: Dict[str, Dict[str, Any]] = {}
     fingerprint = ModelFingerprint.of(model)
     prepared = {}
@@ -179,7 +178,7 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
         "methods": list(config.methods),
         "settings": {"n": config.n, "shots": config.shots, "seed": config.seed, "data": config.data,
                      "n_forget": config.n_forget if edited else None,
-                     "retain": draw.spec if draw is not None and edited else None, "batch_size": config.batch_size,
+                     "retain": draw.spec if draw is not None else None, "batch_size": config.batch_size,
                      "data_dir": str(data_dir)},
         "tasks": results[first]["tasks"],
         "results": results,
