@@ -10,7 +10,10 @@ and restore. Results go to ``<out>/results.json`` after every variant (resumable
 
 Variants come from a YAML file, a list of ``{name, hparams, overrides, retain}``: ``hparams`` a
 ZeroUnlearn / ZeroUnlearn-GD YAML, ``overrides`` a mapping of keys to change (``hp.replace``),
-``retain`` whether the seed's retain set is passed. Example::
+``retain`` whether the seed's retain set is passed; optional ``retain_k`` draws that variant's retain set with
+another K (same policy), ``retain_known: true`` keeps only the retain records the unedited model answers (its
+top-1 next token is the first token of the record's true answer; the answers come from the dataset, the edit
+still gets prompts and subjects only). Example::
 
     OMP_NUM_THREADS=1 python benchmarks/surgical.py --variants benchmarks/surgical/ablation.yaml \\
         --data counterfact --n 10 --seeds 1-3 --retain siblings:5 --out results/surgical/rome_n10
@@ -21,6 +24,7 @@ variant with the same target settings (all shipped SmolLM2 YAMLs) reuses one opt
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import logging
@@ -28,7 +32,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 import torch
@@ -71,6 +75,21 @@ def _targets(path: Path, model, tok, requests, hp, retain=None) -> NeutralTarget
              steps=np.array(targets.steps_run), settings=np.array(settings))
     tmp.replace(path)
     return targets
+
+
+def known_retain(model, tok, retain: Sequence[Dict[str, str]], pool) -> List[Dict[str, str]]:
+    """The retain requests whose true answer (looked up in ``pool`` by subject and prompt) the unedited model
+    gives: the answer's first token is its top-1 next token after the prompt. Order kept."""
+    answers = {(c.request["subject"], c.request["prompt"]): c.request["ground_truth"] for c in pool}
+    kept = []
+    with torch.no_grad():
+        for request in retain:
+            answer = answers[(request["subject"], request["prompt"])]
+            ids = tok(request["prompt"], return_tensors="pt").input_ids
+            first = tok(" " + answer.strip()).input_ids[0]
+            if int(model(ids).logits[0, -1].argmax()) == first:
+                kept.append(request)
+    return kept
 
 
 def _known(out: Path, model, tok, pool, data: str, min_accuracy: float):
@@ -156,6 +175,7 @@ def main(argv=None) -> int:
             LOG.info("seed %d: %d neighbour probe(s) dropped (another sampled case forgets them)", seed, dropped)
         requests = [dict(c.request) for c in cases]
         retain = draw_retain(draw, cases, pool, seed) if draw else []
+        retain_by_setting: Dict[Any, List[Dict[str, str]]] = {(None, False): retain}
         record = results["seeds"].setdefault(str(seed), {})
         pre = score_cases(model, tok, cases)
         named = neighbours_naming_forgotten_subjects(cases)
@@ -166,7 +186,13 @@ def main(argv=None) -> int:
             if name in record:
                 continue
             hp = hps[name]
-            variant_retain = retain if variant.get("retain") else None
+            setting = (variant.get("retain_k"), bool(variant.get("retain_known")))
+            if variant.get("retain") and setting not in retain_by_setting:
+                if not draw:
+                    raise SystemExit(f"variant {name!r}: retain_k / retain_known need a --retain policy")
+                drawn = draw_retain(dataclasses.replace(draw, k=setting[0]), cases, pool, seed) if setting[0] else retain
+                retain_by_setting[setting] = known_retain(model, tok, drawn, pool) if setting[1] else drawn
+            variant_retain = retain_by_setting[setting] if variant.get("retain") else None
             key = hashlib.sha256(json.dumps(target_dependencies(model, hp, variant_retain), sort_keys=True).encode()).hexdigest()[:12]
             targets = _targets(out / "targets" / f"seed_{seed}_n{args.n}_{key}.npz", model, tok, requests, hp,
                                variant_retain)
