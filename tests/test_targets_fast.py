@@ -113,6 +113,14 @@ def test_kv_cached_step_equals_the_full_forward(arch, padding, loss_layer, tok):
         for k, r in enumerate(subset.tolist()):
             n_pos = int(end[r] - lookup[r])
             torch.testing.assert_close(fast[k, :n_pos], full[r, lookup[r] : end[r]], rtol=1e-4, atol=1e-5)
+        # only some positions (the loss positions): the last layer runs there only, the states are the same
+        i = torch.tensor([k for k, r in enumerate(subset.tolist()) for _ in range(2)])
+        t = torch.tensor([p for r in subset.tolist() for p in (int(end[r] - lookup[r]) - 1, 0)])
+        with torch.no_grad():
+            picked = kv.step(subset, delta[subset], select=(i, t))
+        assert picked.shape == (len(i), model.config.hidden_size)
+        expected = torch.stack([full[int(subset[k]), int(lookup[subset[k]]) + int(p)] for k, p in zip(i, t)])
+        torch.testing.assert_close(picked, expected, rtol=1e-4, atol=1e-5)
 
 
 def _targets(arch, tok, optimizer, loss_layer=-1, **changes):

@@ -176,36 +176,56 @@ class KVSuffix:
 
     @staticmethod
     def _attend(q, k, v, mask, scale):
-        gqa = q.shape[1] != k.shape[1]
-        if gqa:
-            rep = q.shape[1] // k.shape[1]
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        """Attention of ``q`` ``[b, heads, T, hd]`` over ``k``/``v`` ``[b, kv_heads, S, hd]``, ``mask`` ``[b, 1, T, S]``.
+
+        Grouped-query attention (``heads = rep * kv_heads``, query head ``h`` reads key/value head ``h // rep``)
+        without copying the keys and values ``rep`` times: each key/value head attends for its ``rep`` query
+        heads stacked along the query axis (``[b, kv_heads, rep * T, hd]``), with the mask repeated to match.
+        """
+        heads, kv_heads = q.shape[1], k.shape[1]
+        if heads == kv_heads:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        b, _, t, hd = q.shape
+        rep = heads // kv_heads
+        out = F.scaled_dot_product_attention(
+            q.reshape(b, kv_heads, rep * t, hd), k, v, attn_mask=mask.repeat(1, 1, rep, 1), scale=scale
+        )
+        return out.reshape(b, heads, t, hd)
 
     def _build_cache(self) -> None:
-        rows, seq, _ = self.hidden.shape
+        """Keys/values of the positions ``< prefix`` in every layer. Attention is causal, so those positions
+        depend on nothing after them: only the first ``prefix`` positions are run (at least one, for the
+        shapes), and the last layer only to its keys and values."""
+        rows = self.hidden.shape[0]
+        seq = max(self.prefix, 1)
         pos = torch.arange(seq, device=self.hidden.device)
         causal = pos[None, :] <= pos[:, None]
         # a query always sees itself (a left-padded position would otherwise see nothing: NaN)
-        mask = ((causal[None] & self.mask[:, None, :]) | torch.eye(seq, dtype=torch.bool, device=pos.device)[None])[:, None]
+        mask = ((causal[None] & self.mask[:, None, :seq]) | torch.eye(seq, dtype=torch.bool, device=pos.device)[None])[:, None]
         positions = pos[None].expand(rows, seq)
-        x = self.hidden
+        x = self.hidden[:, :seq]
         with torch.no_grad():
-            for layer in self.layers:
+            for index, layer in enumerate(self.layers):
                 dev = _device_of(layer, x.device)
                 x, m, p = x.to(dev), mask.to(dev), positions.to(dev)
                 q, k, v = self._qkv(layer, x, p)
                 self.cache.append((k[:, :, : self.prefix].contiguous(), v[:, :, : self.prefix].contiguous()))
-                x = self._finish(layer, x, self._attend(q, k, v, m, self._scale(layer)))
-        self.full_output = x  # unedited output of the last run layer (before the final norm), for checks
+                if index < len(self.layers) - 1:
+                    x = self._finish(layer, x, self._attend(q, k, v, m, self._scale(layer)))
 
     # ------------------------------------------------------------------ a step
 
-    def step(self, rows: torch.Tensor, delta_rows: torch.Tensor) -> torch.Tensor:
+    def step(
+        self, rows: torch.Tensor, delta_rows: torch.Tensor, select: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+    ) -> torch.Tensor:
         """Final-norm hidden states ``[len(rows), T, d]`` at positions ``start[r] + t`` (``t < T``).
 
         ``delta_rows`` ``[len(rows), d]`` is added at ``start[r]`` (t = 0) of each row. ``T`` is
         ``max(end - start)`` over ``rows``; outputs at ``t >= end[r] - start[r]`` are padding.
+
+        ``select = (i, t)`` (two ``[m]`` index tensors: a row of ``rows`` and a position ``t``) returns only
+        those ``m`` states, ``[m, d]``: the last layer then runs its attention output, MLP and the final norm
+        at those positions only (the other positions' keys and values are all it needs from them).
         """
         dev = self.hidden.device
         rows = rows.to(dev)
@@ -225,15 +245,26 @@ class KVSuffix:
         j = torch.arange(self.prefix, device=dev)
         pre_mask = ((j[None, :] < start[:, None]) & self.mask[rows, : self.prefix])[:, None, :].expand(-1, width, -1)
         mask = torch.cat([pre_mask, new_mask], dim=2)[:, None]  # [k, 1, T, prefix + T]
-        for layer, (k_cache, v_cache) in zip(self.layers, self.cache):
+        last = len(self.layers) - 1
+        for index, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, self.cache)):
             ldev = _device_of(layer, x.device)
             x = x.to(ldev)
             q, k, v = self._qkv(layer, x, abs_pos.to(ldev))
             r = rows.to(k_cache.device)
             k = torch.cat([k_cache[r].to(ldev), k], dim=2)
             v = torch.cat([v_cache[r].to(ldev), v], dim=2)
+            if select is not None and index == last:
+                # only the selected queries: [m, heads, 1, hd] against their own row's keys and values
+                i, t_sel = select[0].to(ldev), select[1].to(ldev)
+                q_sel = q[i, :, t_sel][:, :, None]
+                attn = self._attend(q_sel, k[i], v[i], mask.to(ldev)[i, :, t_sel][:, :, None], self._scale(layer))
+                x = self._finish(layer, x[i, t_sel][:, None], attn)[:, 0]
+                return self.norm(x.to(_device_of(self.norm, x.device)))
             x = self._finish(layer, x, self._attend(q, k, v, mask.to(ldev), self._scale(layer)))
-        return self.norm(x.to(_device_of(self.norm, x.device)))
+        out = self.norm(x.to(_device_of(self.norm, x.device)))
+        if select is not None:  # no layer after the edited one: select from its (normed) output
+            return out[select[0].to(out.device), select[1].to(out.device)]
+        return out
 
 
 # ---------------------------------------------------------------------- the chunk's rows and losses
@@ -343,13 +374,12 @@ class _Problem:
             parts, order = [], []
             for w in torch.unique(width).tolist():
                 group = rows[width == w]
-                hidden = self.kv.step(group, delta_rows[width == w])
                 in_group = torch.full((len(self.row_req),), -1, dtype=torch.long)
                 in_group[group] = torch.arange(len(group))
                 entries = torch.nonzero(in_group[sel_global] >= 0).flatten()
-                g_rows = in_group[sel_global[entries]].to(hidden.device)
-                g_pos = (sel_abs[entries] - self.start[sel_global[entries]]).to(hidden.device)
-                parts.append(hidden[g_rows, g_pos])
+                g_rows = in_group[sel_global[entries]]
+                g_pos = sel_abs[entries] - self.start[sel_global[entries]]
+                parts.append(self.kv.step(group, delta_rows[width == w], select=(g_rows, g_pos)))
                 order.append(entries)
             selected = torch.cat(parts)[torch.argsort(torch.cat(order)).to(parts[0].device)]
         else:
