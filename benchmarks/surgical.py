@@ -46,6 +46,7 @@ from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
 from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 from zerounlearn_editor.data.registry import load_cases, sample_cases
 from zerounlearn_editor.evaluation.selection import select_known_cases
+from zerounlearn_editor.model_access import model_device
 from zerounlearn_editor.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.pipeline import EditReport, batched_statistics, neutral_targets, restore_weights, target_dependencies
 from zerounlearn_editor.embedded import default_ppl_text
@@ -85,8 +86,8 @@ def known_retain(model, tok, retain: Sequence[Dict[str, str]], pool) -> List[Dic
     with torch.no_grad():
         for request in retain:
             answer = answers[(request["subject"], request["prompt"])]
-            ids = tok(request["prompt"], return_tensors="pt").input_ids
-            first = tok(" " + answer.strip()).input_ids[0]
+            ids = tok(request["prompt"], return_tensors="pt").input_ids.to(model_device(model))
+            first = tok(" " + answer.strip(), add_special_tokens=False).input_ids[0]
             if int(model(ids).logits[0, -1].argmax()) == first:
                 kept.append(request)
     return kept
@@ -152,6 +153,9 @@ def main(argv=None) -> int:
         raise SystemExit(f"{results_path} holds another run ({results['run']}); use another --out")
     hps = {v["name"]: load_main_hparams(v["hparams"]).replace(**v.get("overrides", {})) for v in variants}
     draw = parse_retain_spec(args.retain)
+    for v in variants:  # before any edit: a bad variant fails now, not hours into the run
+        if ("retain_k" in v or "retain_known" in v) and not (v.get("retain") and draw):
+            raise SystemExit(f"variant {v['name']!r}: retain_k / retain_known need 'retain: true' and a --retain policy")
 
     main_hp = next(iter(hps.values()))
     model, tok = load_model_and_tokenizer(str(main_hp.model_name))
@@ -188,9 +192,8 @@ def main(argv=None) -> int:
             hp = hps[name]
             setting = (variant.get("retain_k"), bool(variant.get("retain_known")))
             if variant.get("retain") and setting not in retain_by_setting:
-                if not draw:
-                    raise SystemExit(f"variant {name!r}: retain_k / retain_known need a --retain policy")
-                drawn = draw_retain(dataclasses.replace(draw, k=setting[0]), cases, pool, seed) if setting[0] else retain
+                drawn = draw_retain(dataclasses.replace(draw, k=setting[0]), cases, pool, seed) \
+                    if setting[0] is not None else retain
                 retain_by_setting[setting] = known_retain(model, tok, drawn, pool) if setting[1] else drawn
             variant_retain = retain_by_setting[setting] if variant.get("retain") else None
             key = hashlib.sha256(json.dumps(target_dependencies(model, hp, variant_retain), sort_keys=True).encode()).hexdigest()[:12]

@@ -29,8 +29,8 @@ class _Tok:
     def _ids(self, text):
         return [self.vocab.setdefault(w, len(self.vocab)) for w in text.split()]
 
-    def __call__(self, text, return_tensors=None):
-        ids = self._ids(text)
+    def __call__(self, text, return_tensors=None, add_special_tokens=True):
+        ids = ([self.vocab.setdefault("<bos>", len(self.vocab))] if add_special_tokens else []) + self._ids(text)
         return SimpleNamespace(input_ids=torch.tensor([ids]) if return_tensors == "pt" else ids)
 
 
@@ -40,9 +40,12 @@ class _Model:
     def __init__(self, tok, table):
         self.tok, self.table = tok, table
 
+    def parameters(self):
+        return iter([torch.zeros(1)])
+
     def __call__(self, ids):
         inverse = {v: k for k, v in self.tok.vocab.items()}
-        answer = self.tok(self.table[inverse[int(ids[0, -1])]]).input_ids[0]
+        answer = self.tok(self.table[inverse[int(ids[0, -1])]], add_special_tokens=False).input_ids[0]
         logits = torch.zeros(1, ids.shape[1], 64)
         logits[0, -1, answer] = 1.0
         return SimpleNamespace(logits=logits)
@@ -66,3 +69,14 @@ def test_known_retain_keeps_only_answered_records_in_order():
     assert surgical.known_retain(model, tok, list(reversed(retain)), pool) == [retain[1]]
     model.table["in"] = "Berlin"
     assert surgical.known_retain(model, tok, retain, pool) == []
+
+
+def test_known_retain_keeps_several_in_the_given_order():
+    surgical = _surgical()
+    tok = _Tok()
+    pool = [_case("A", "A lies in", "Paris"), _case("B", "B is near", "Rome"), _case("C", "C sits by", "Oslo"),
+            _case("D", "D lies at", "Bern")]
+    model = _Model(tok, {"in": "Paris", "near": "Rome", "by": "Lima", "at": "Bern"})  # C answered wrongly
+    retain = [{"prompt": c.request["prompt"], "subject": c.request["subject"]} for c in pool]
+    assert surgical.known_retain(model, tok, retain, pool) == [retain[0], retain[1], retain[3]]
+    assert surgical.known_retain(model, tok, retain[::-1], pool) == [retain[3], retain[1], retain[0]]

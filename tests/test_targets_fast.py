@@ -121,6 +121,41 @@ def test_kv_cached_step_equals_the_full_forward(arch, padding, loss_layer, tok):
         assert picked.shape == (len(i), model.config.hidden_size)
         expected = torch.stack([full[int(subset[k]), int(lookup[subset[k]]) + int(p)] for k, p in zip(i, t)])
         torch.testing.assert_close(picked, expected, rtol=1e-4, atol=1e-5)
+        none = torch.zeros(0, dtype=torch.long)
+        with torch.no_grad():
+            assert kv.step(subset, delta[subset], select=(none, none)).shape == (0, model.config.hidden_size)
+
+
+@pytest.mark.parametrize("arch", sorted(BUILDERS))
+def test_kv_step_selects_states_when_no_layer_follows_the_edited_one(arch, tok):
+    """Edited layer = the last one: no layer runs, ``select`` picks the normed states; an empty pick is [0, d]."""
+    model = _model(arch, tok)
+    layer_tmp, ln_f_name = _names(arch)
+    n_layers = model.config.num_hidden_layers if arch != "gpt2" else model.config.n_layer
+    edited = layer_tmp.format(n_layers - 1)
+    texts = ["the capital of france is paris", "tokyo is in asia"]
+    rows = [tok(t)["input_ids"] for t in texts]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), tok.pad_token_id)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
+    lookup, end = torch.tensor([2, 1]), mask.sum(1)
+    assert KVSuffix.supported(model, edited, "", ln_f_name, width)
+    with torch.no_grad(), capture_outputs(model, [edited], stop_after=edited) as out, contextlib.suppress(StopForward):
+        model(input_ids=ids, attention_mask=mask)
+    hidden = out[edited]
+    kv = KVSuffix(model, edited, "", ln_f_name, hidden, mask, lookup, end)
+    delta = torch.randn(len(rows), model.config.hidden_size)
+    i, t = torch.tensor([0, 1, 0]), torch.tensor([0, 1, 3])
+    with torch.no_grad():
+        picked = kv.step(torch.arange(len(rows)), delta, select=(i, t))
+        empty = kv.step(torch.arange(len(rows)), delta, select=(torch.zeros(0, dtype=torch.long),) * 2)
+    shifted = hidden.clone()
+    shifted[torch.arange(len(rows)), lookup] += delta
+    expected = get_module(model, ln_f_name)(shifted)[i, lookup[i] + t]
+    torch.testing.assert_close(picked, expected, rtol=1e-5, atol=1e-6)
+    assert empty.shape == (0, model.config.hidden_size)
 
 
 def _targets(arch, tok, optimizer, loss_layer=-1, **changes):

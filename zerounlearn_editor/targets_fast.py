@@ -256,6 +256,8 @@ class KVSuffix:
             if select is not None and index == last:
                 # only the selected queries: [m, heads, 1, hd] against their own row's keys and values
                 i, t_sel = select[0].to(ldev), select[1].to(ldev)
+                if not len(i):
+                    return x.new_zeros((0, x.shape[-1]))
                 q_sel = q[i, :, t_sel][:, :, None]
                 attn = self._attend(q_sel, k[i], v[i], mask.to(ldev)[i, :, t_sel][:, :, None], self._scale(layer))
                 x = self._finish(layer, x[i, t_sel][:, None], attn)[:, 0]
