@@ -45,8 +45,9 @@ from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours, ne
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
 from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 from zerounlearn_editor.data.registry import load_cases, sample_cases
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.selection import select_known_cases
-from zerounlearn_editor.model_access import model_device
 from zerounlearn_editor.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.pipeline import EditReport, batched_statistics, neutral_targets, restore_weights, target_dependencies
 from zerounlearn_editor.embedded import default_ppl_text
@@ -80,17 +81,12 @@ def _targets(path: Path, model, tok, requests, hp, retain=None) -> NeutralTarget
 
 def known_retain(model, tok, retain: Sequence[Dict[str, str]], pool) -> List[Dict[str, str]]:
     """The retain requests whose true answer (looked up in ``pool`` by subject and prompt) the unedited model
-    gives: the answer's first token is its top-1 next token after the prompt. Order kept."""
+    gives: the answer's first token is its top-1 next token after the prompt (``first_acc`` of the bench's
+    batched probe scoring). Order kept."""
     answers = {(c.request["subject"], c.request["prompt"]): c.request["ground_truth"] for c in pool}
-    kept = []
-    with torch.no_grad():
-        for request in retain:
-            answer = answers[(request["subject"], request["prompt"])]
-            ids = tok(request["prompt"], return_tensors="pt").input_ids.to(model_device(model))
-            first = tok(" " + answer.strip(), add_special_tokens=False).input_ids[0]
-            if int(model(ids).logits[0, -1].argmax()) == first:
-                kept.append(request)
-    return kept
+    probes = [Probe(r["prompt"], answers[(r["subject"], r["prompt"])]) for r in retain]
+    first = evaluate_probes(model, tok, probes)["first_acc"]
+    return [request for request, hit in zip(retain, first) if hit == 1.0]
 
 
 def _known(out: Path, model, tok, pool, data: str, min_accuracy: float):

@@ -1,12 +1,10 @@
 """benchmarks/surgical.py's ``retain_known`` filter: it keeps exactly the retain requests whose true answer's
-first token is the unedited model's top-1 next token (answers looked up in the pool by subject and prompt)."""
+first token is the unedited model's top-1 next token (answers looked up in the pool by subject and prompt; the
+batched probe scoring it calls is replaced by a table of what the model answers)."""
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from types import SimpleNamespace
-
-import torch
 
 from zerounlearn_editor.data.types import UnlearnCase
 
@@ -20,35 +18,20 @@ def _surgical():
     return module
 
 
-class _Tok:
-    """Word-level tokenizer: one id per distinct word (leading spaces ignored)."""
-
-    def __init__(self):
-        self.vocab = {}
-
-    def _ids(self, text):
-        return [self.vocab.setdefault(w, len(self.vocab)) for w in text.split()]
-
-    def __call__(self, text, return_tensors=None, add_special_tokens=True):
-        ids = ([self.vocab.setdefault("<bos>", len(self.vocab))] if add_special_tokens else []) + self._ids(text)
-        return SimpleNamespace(input_ids=torch.tensor([ids]) if return_tensors == "pt" else ids)
-
-
 class _Model:
-    """Next token after a prompt: the id of the word the table names for the prompt's last word."""
+    """What the unedited model answers after a prompt: the word the table names for the prompt's last word."""
 
-    def __init__(self, tok, table):
-        self.tok, self.table = tok, table
+    def __init__(self, table):
+        self.table = table
 
-    def parameters(self):
-        return iter([torch.zeros(1)])
+    def score(self, probes):
+        """``evaluate_probes``' ``first_acc``: 1.0 where the answer's first word is the model's answer."""
+        return {"first_acc": [float(self.table[p.prompt.split()[-1]] == p.answer.split()[0]) for p in probes]}
 
-    def __call__(self, ids):
-        inverse = {v: k for k, v in self.tok.vocab.items()}
-        answer = self.tok(self.table[inverse[int(ids[0, -1])]], add_special_tokens=False).input_ids[0]
-        logits = torch.zeros(1, ids.shape[1], 64)
-        logits[0, -1, answer] = 1.0
-        return SimpleNamespace(logits=logits)
+
+def _known_retain(surgical, model, retain, pool, monkeypatch):
+    monkeypatch.setattr(surgical, "evaluate_probes", lambda m, tok, probes: m.score(probes))
+    return surgical.known_retain(model, None, retain, pool)
 
 
 def _case(subject, prompt, answer):
@@ -56,27 +39,24 @@ def _case(subject, prompt, answer):
     return UnlearnCase(case_id=subject, request=request, forget=[], paraphrase=[], neighbour=[], source="test")
 
 
-def test_known_retain_keeps_only_answered_records_in_order():
+def test_known_retain_keeps_only_answered_records_in_order(monkeypatch):
     surgical = _surgical()
-    tok = _Tok()
     pool = [_case("A", "A lies in", "Paris"), _case("B", "B lies in", "Rome Italy"), _case("C", "C lies in", "Oslo")]
     # the model answers A with Paris (right), B with Rome (right first token), C with Paris (wrong)
-    tok("Paris Rome Oslo in")
-    model = _Model(tok, {"in": "Paris"})
+    model = _Model({"in": "Paris"})
     retain = [{"prompt": c.request["prompt"], "subject": c.request["subject"]} for c in pool]
-    assert surgical.known_retain(model, tok, retain, pool) == [retain[0]]
+    assert _known_retain(surgical, model, retain, pool, monkeypatch) == [retain[0]]
     model.table["in"] = "Rome"
-    assert surgical.known_retain(model, tok, list(reversed(retain)), pool) == [retain[1]]
+    assert _known_retain(surgical, model, list(reversed(retain)), pool, monkeypatch) == [retain[1]]
     model.table["in"] = "Berlin"
-    assert surgical.known_retain(model, tok, retain, pool) == []
+    assert _known_retain(surgical, model, retain, pool, monkeypatch) == []
 
 
-def test_known_retain_keeps_several_in_the_given_order():
+def test_known_retain_keeps_several_in_the_given_order(monkeypatch):
     surgical = _surgical()
-    tok = _Tok()
     pool = [_case("A", "A lies in", "Paris"), _case("B", "B is near", "Rome"), _case("C", "C sits by", "Oslo"),
             _case("D", "D lies at", "Bern")]
-    model = _Model(tok, {"in": "Paris", "near": "Rome", "by": "Lima", "at": "Bern"})  # C answered wrongly
+    model = _Model({"in": "Paris", "near": "Rome", "by": "Lima", "at": "Bern"})  # C answered wrongly
     retain = [{"prompt": c.request["prompt"], "subject": c.request["subject"]} for c in pool]
-    assert surgical.known_retain(model, tok, retain, pool) == [retain[0], retain[1], retain[3]]
-    assert surgical.known_retain(model, tok, retain[::-1], pool) == [retain[3], retain[1], retain[0]]
+    assert _known_retain(surgical, model, retain, pool, monkeypatch) == [retain[0], retain[1], retain[3]]
+    assert _known_retain(surgical, model, retain[::-1], pool, monkeypatch) == [retain[3], retain[1], retain[0]]
