@@ -20,7 +20,7 @@ from tiny_models import (
     write_tiny_counterfact,
 )
 from zerounlearn_editor.architectures import UnsupportedArchitecture, detect_templates
-from zerounlearn_editor.causal_trace import TraceFact, TraceSettings, _encode, suggest_window, trace_facts
+from zerounlearn_editor.causal_trace import TraceFact, TraceSettings, encode_fact, suggest_window, trace_facts
 from zerounlearn_editor.cli import main as cli_main
 from zerounlearn_editor.hparams import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
 from zerounlearn_editor.init_hparams import nearest_shipped_yaml, parse_layers
@@ -39,12 +39,12 @@ def tok():
 
 
 def test_subject_token_range(tok):
-    enc = _encode(tok, FACTS[1])
+    enc = encode_fact(tok, FACTS[1])
     ids = tok(FACTS[1].prompt)["input_ids"]
     assert tok.convert_ids_to_tokens(ids[enc.subject[0]:enc.subject[1]]) == ["capital", "city", "of", "germany"]
     assert enc.answer_id == tok.convert_tokens_to_ids("berlin")
     with pytest.raises(ValueError, match="does not occur"):
-        _encode(tok, TraceFact("the capital of france is", "spain", "madrid"))
+        encode_fact(tok, TraceFact("the capital of france is", "spain", "madrid"))
 
 
 @pytest.mark.parametrize("arch", sorted(BUILDERS))

@@ -242,11 +242,11 @@ def test_retain_aware_rows_need_a_retain_draw(ws, tok, tmp_path):
 
 
 def test_retain_set_reaches_the_retain_aware_edit(ws, tok, tmp_path, monkeypatch):
-    from zerounlearn_editor.bench import methods as bench_methods
+    from zerounlearn_editor.bench import registry as bench_registry
 
     _with_retain_yaml(ws)
     seen: List[List[Dict[str, str]]] = []
-    real = bench_methods.default_registry
+    real = bench_registry.default_registry
 
     def spying_registry():
         registry = real()
@@ -270,7 +270,7 @@ def test_retain_set_reaches_the_retain_aware_edit(ws, tok, tmp_path, monkeypatch
         registry["ZeroUnlearn-GD+R"] = Spy()
         return registry
 
-    monkeypatch.setattr(bench_methods, "default_registry", spying_registry)
+    monkeypatch.setattr(bench_registry, "default_registry", spying_registry)
     config = UtilityConfig(hparams=str(ws["main"]), tasks=["sst2"], out=str(tmp_path / "u.json"), n=2, shots=0,
                            methods=["base", "ZeroUnlearn-GD", "ZeroUnlearn-GD+R"], data=str(ws["cf"]), n_forget=2,
                            retain="siblings:2", data_dir=str(ws["utility"]), progress=False)

@@ -35,7 +35,7 @@ from .evaluation.batching import encode_probe, model_device
 from .data.types import Probe
 from .model_access import get_module, hidden_of, num_hidden_layers
 
-__all__ = ["TraceSettings", "TraceFact", "trace_facts", "suggest_window", "plot_trace", "KINDS"]
+__all__ = ["TraceSettings", "TraceFact", "EncodedFact", "encode_fact", "trace_facts", "suggest_window", "plot_trace", "KINDS"]
 
 LOG = logging.getLogger(__name__)
 KINDS = ("residual", "mlp", "attention")
@@ -63,13 +63,17 @@ class TraceFact:
 
 
 @dataclass
-class _Encoded:
+class EncodedFact:
+    """A fact's prompt ids, its subject's token range and the answer's first token id."""
+
     ids: List[int]
     subject: Tuple[int, int]  # token range [start, stop) of the subject
     answer_id: int
 
 
-def _encode(tok: Any, fact: TraceFact) -> _Encoded:
+def encode_fact(tok: Any, fact: TraceFact) -> EncodedFact:
+    """Tokenise ``fact``: its prompt ids, the subject's token span and the answer's first token (ValueError naming
+    the prompt when the subject is not in it)."""
     at = fact.prompt.find(fact.subject)
     if at < 0:
         raise ValueError(f"subject {fact.subject!r} does not occur in prompt {fact.prompt!r}")
@@ -86,7 +90,7 @@ def _encode(tok: Any, fact: TraceFact) -> _Encoded:
         stop = len(tok(fact.prompt[:end])["input_ids"])
         start = min(len(tok(fact.prompt[:at])["input_ids"]) if at else len(tok("")["input_ids"]), stop - 1)
     encoded = encode_probe(tok, Probe(fact.prompt, fact.answer))
-    return _Encoded(ids, (start, stop), encoded.input_ids[encoded.answer_start])
+    return EncodedFact(ids, (start, stop), encoded.input_ids[encoded.answer_start])
 
 
 def _module_names(model: nn.Module, templates: Mapping[str, str], kind: str, layer: int) -> str:
@@ -111,7 +115,7 @@ def _with_hidden(output: Any, hidden: torch.Tensor) -> Any:
 
 
 @torch.no_grad()
-def _trace_one(model: nn.Module, templates: Mapping[str, str], enc: _Encoded, sigma: float, settings: TraceSettings,
+def _trace_one(model: nn.Module, templates: Mapping[str, str], enc: EncodedFact, sigma: float, settings: TraceSettings,
                generator: torch.Generator, kinds: Sequence[str]) -> Dict[str, Any]:
     device = model_device(model)
     n_layers = num_hidden_layers(model)
@@ -179,7 +183,7 @@ def subject_embedding_std(model: nn.Module, tok: Any, facts: Sequence[TraceFact]
     embed = model.get_input_embeddings().weight
     rows = []
     for fact in facts:
-        enc = _encode(tok, fact)
+        enc = encode_fact(tok, fact)
         rows.extend(enc.ids[enc.subject[0]:enc.subject[1]])
     return float(embed[torch.tensor(rows, device=embed.device)].detach().float().std())
 
@@ -206,7 +210,7 @@ def trace_facts(model: nn.Module, tok: Any, facts: Sequence[TraceFact], settings
     generator = torch.Generator().manual_seed(settings.seed)
     cases = []
     for fact in tqdm(facts, desc="trace", unit="fact", disable=not progress):
-        enc = _encode(tok, fact)
+        enc = encode_fact(tok, fact)
         result = _trace_one(model, templates, enc, sigma, settings, generator, KINDS)
         cases.append(dict(asdict(fact), subject_tokens=list(enc.subject), answer_token=enc.answer_id, **result))
     mean = lambda key: sum(c[key] for c in cases) / len(cases)  # noqa: E731

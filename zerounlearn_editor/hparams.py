@@ -21,6 +21,7 @@ import yaml
 __all__ = [
     "HParamsError",
     "BaseHyperParams",
+    "EditHyperParams",
     "ZeroUnlearnHyperParams",
     "ZeroUnlearnGDHyperParams",
     "load_config_file",
@@ -251,7 +252,7 @@ def _check_device(device: Union[int, str], source: str) -> None:
 
 
 @dataclass
-class _EditHyperParams(BaseHyperParams):
+class EditHyperParams(BaseHyperParams):
     """Fields shared by ZeroUnlearn and ZeroUnlearn-GD (keys, targets, statistics)."""
 
     REQUIRED_KEYS: ClassVar[tuple] = (
@@ -389,7 +390,7 @@ class _EditHyperParams(BaseHyperParams):
 
 
 @dataclass
-class ZeroUnlearnHyperParams(_EditHyperParams):
+class ZeroUnlearnHyperParams(EditHyperParams):
     """ZeroUnlearn (multiplicative, few-shot): ``W' = D W``.
 
     Solve weights: ``forget_weight`` (f), ``utility_weight`` (u), ``regularization`` (r) in
@@ -432,7 +433,7 @@ class ZeroUnlearnHyperParams(_EditHyperParams):
 
 
 @dataclass
-class ZeroUnlearnGDHyperParams(_EditHyperParams):
+class ZeroUnlearnGDHyperParams(EditHyperParams):
     """ZeroUnlearn-GD (additive, many samples): ``W' = W + E P_m``.
 
     Objective per layer: ``a ||M_f^T W' K_f||^2 + b ||W' K_f - M_n||^2 + c ||E P_m||^2`` with

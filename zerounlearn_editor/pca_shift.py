@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import torch
 from torch import nn
 
-from .causal_trace import TraceFact, _encode
+from .causal_trace import TraceFact, encode_fact
 from .evaluation.batching import model_device, pad_sequences, pad_token_id
 from .model_access import get_module, hidden_of
 
@@ -36,7 +36,7 @@ LOG = logging.getLogger(__name__)
 @torch.no_grad()
 def subject_mlp_states(model: nn.Module, tok: Any, facts: Sequence[TraceFact], module: str, batch_size: int = 16) -> torch.Tensor:
     """Output of ``module`` at each fact's subject-last token, ``[n, d]`` float64 on the CPU."""
-    encoded = [_encode(tok, f) for f in facts]
+    encoded = [encode_fact(tok, f) for f in facts]
     device = model_device(model)
     target = get_module(model, module)
     rows: List[torch.Tensor] = []
@@ -103,8 +103,9 @@ def run_pca(config: PcaConfig, model: Optional[nn.Module] = None, tok: Any = Non
     """Edit with every method, read the states, write ``out`` (PNG) and its ``.json``; returns the JSON."""
     from .bench.files import write_json_atomic
     from .bench.fingerprint import ModelFingerprint
-    from .bench.methods import HParamsLookup, MethodContext, default_registry, load_main_hparams
-    from .bench.runner import _compute_statistics
+    from .bench.methods import HParamsLookup, MethodContext, load_main_hparams
+    from .bench.registry import default_registry
+    from .bench.stages import compute_statistics
     from .data.registry import load_cases, sample_cases
     from .pipeline import restore_weights
 
@@ -127,7 +128,7 @@ def run_pca(config: PcaConfig, model: Optional[nn.Module] = None, tok: Any = Non
     fingerprint = ModelFingerprint.of(model)
     context = MethodContext(lookup, model, tok, Path(config.out).parent, main.neutral_target or tok.eos_token or "")
     prepared = {m: registry[m].prepare(context) for m in config.methods}
-    bank = _compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
+    bank = compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
     after: Dict[str, torch.Tensor] = {}
     skipped: Dict[str, str] = {}
     for name, method in prepared.items():

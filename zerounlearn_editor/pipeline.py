@@ -28,7 +28,7 @@ from torch import nn
 
 from .contexts import context_prefixes
 from .encoding import target_token_ids
-from .hparams import _EditHyperParams
+from .hparams import EditHyperParams
 from .model_access import (
     check_edited_modules,
     check_layers,
@@ -97,7 +97,7 @@ LayerSolver = Callable[[LayerProblem], torch.Tensor]
 """Maps a :class:`LayerProblem` to the new weight ``W'`` ``[d_out, d_in]`` (float64)."""
 
 
-StatisticsStage = Callable[[nn.Module, Any, _EditHyperParams, str, bool], Dict[int, SecondMoment]]
+StatisticsStage = Callable[[nn.Module, Any, EditHyperParams, str, bool], Dict[int, SecondMoment]]
 """``(model, tok, hparams, corpus, progress) -> {layer: SecondMoment}`` for every edited layer."""
 TargetsStage = Callable[..., NeutralTargets]
 """Same signature as :func:`~zerounlearn_editor.targets.optimise_neutral_targets`."""
@@ -108,7 +108,7 @@ KeysStage = Callable[..., LayerReadout]
 def batched_statistics(
     model: nn.Module,
     tok,
-    hparams: _EditHyperParams,
+    hparams: EditHyperParams,
     corpus: str,
     progress: bool = True,
     layers: Optional[Sequence[int]] = None,
@@ -169,13 +169,13 @@ class _Timer:
         return False
 
 
-def forget_requests_of(requests: Sequence[Mapping[str, Any]], hparams: _EditHyperParams) -> List[ForgetRequest]:
+def forget_requests_of(requests: Sequence[Mapping[str, Any]], hparams: EditHyperParams) -> List[ForgetRequest]:
     """The checked forget requests (:func:`normalize_requests`); with answer-suppression targets two requests
     with the same prompt and different answers are an error (each residual pushes down one answer)."""
     return normalize_requests(requests, distinct_answers=hparams.target_objective == "suppress_answer")
 
 
-def request_target_ids(tok, forget: Sequence[ForgetRequest], hparams: _EditHyperParams) -> List[List[int]]:
+def request_target_ids(tok, forget: Sequence[ForgetRequest], hparams: EditHyperParams) -> List[List[int]]:
     """The token ids each request's residual is optimised on.
 
     ``target_objective: neutral`` (the paper): the request's ``target`` or the YAML's ``neutral_target``
@@ -201,7 +201,7 @@ def request_target_ids(tok, forget: Sequence[ForgetRequest], hparams: _EditHyper
     return [target_token_ids(tok, r.target or hparams.neutral_target) for r in forget]
 
 
-def _target_config(model: nn.Module, hparams: _EditHyperParams) -> TargetConfig:
+def _target_config(model: nn.Module, hparams: EditHyperParams) -> TargetConfig:
     return TargetConfig(
         layer_module=hparams.layer_module_tmp.format(hparams.layers[-1]),
         ln_f_module=hparams.ln_f_module,
@@ -223,7 +223,7 @@ def _target_config(model: nn.Module, hparams: _EditHyperParams) -> TargetConfig:
     )
 
 
-def _check_modules(model: nn.Module, hparams: _EditHyperParams) -> None:
+def _check_modules(model: nn.Module, hparams: EditHyperParams) -> None:
     check_edited_modules(model, hparams.layers, hparams.rewrite_module_tmp)
     check_layers(model, hparams.layers, hparams.layer_module_tmp)
     get_module(model, hparams.ln_f_module)
@@ -235,7 +235,7 @@ def run_layerwise_edit(
     model: nn.Module,
     tok,
     requests: Sequence[Mapping[str, Any]],
-    hparams: _EditHyperParams,
+    hparams: EditHyperParams,
     solver: LayerSolver,
     corpus: Optional[str] = None,
     second_moments: Optional[Dict[int, SecondMoment]] = None,
@@ -307,7 +307,7 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
 
 
 def _check_lengths(
-    model: nn.Module, tok, forget: List[ForgetRequest], keep: List[ForgetRequest], target_ids, hparams: _EditHyperParams
+    model: nn.Module, tok, forget: List[ForgetRequest], keep: List[ForgetRequest], target_ids, hparams: EditHyperParams
 ) -> None:
     """Prompts (with a context prefix and the target) fit the model's position embeddings (GPT-2: ``n_positions``)."""
     limit = max_positions(model)
@@ -324,7 +324,7 @@ def _check_lengths(
                 )
 
 
-def _retain_requests(retain: RetainSpec, hparams: _EditHyperParams) -> List[ForgetRequest]:
+def _retain_requests(retain: RetainSpec, hparams: EditHyperParams) -> List[ForgetRequest]:
     """The edit's retain requests, checked against the hparams' retain weights."""
     keep = resolve_retain(retain, hparams.retain_file)
     weights = hparams.retain_set_weights()
@@ -344,7 +344,7 @@ def _retain_requests(retain: RetainSpec, hparams: _EditHyperParams) -> List[Forg
 
 
 def neutral_targets(
-    model: nn.Module, tok, requests: Sequence[Mapping[str, Any]], hparams: _EditHyperParams,
+    model: nn.Module, tok, requests: Sequence[Mapping[str, Any]], hparams: EditHyperParams,
     retain: RetainSpec = None,
 ) -> NeutralTargets:
     """The target states ``z`` a :func:`run_layerwise_edit` call would optimise (model unchanged).
@@ -362,7 +362,7 @@ def neutral_targets(
     return optimise_neutral_targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams), keep)
 
 
-def target_settings(model: nn.Module, hparams: _EditHyperParams) -> Dict[str, Any]:
+def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any]:
     """Every setting the neutral targets depend on (besides the model and the requests).
 
     Two hparams objects with equal ``target_settings`` give equal :func:`neutral_targets` for the
@@ -386,7 +386,7 @@ def target_settings(model: nn.Module, hparams: _EditHyperParams) -> Dict[str, An
     )
 
 
-def target_dependencies(model: nn.Module, hparams: _EditHyperParams, retain: RetainSpec = None) -> Dict[str, Any]:
+def target_dependencies(model: nn.Module, hparams: EditHyperParams, retain: RetainSpec = None) -> Dict[str, Any]:
     """What :func:`neutral_targets` depends on besides the model and the requests: :func:`target_settings`,
     plus the retain set (and the YAML's ``retain_file``) with retain-aware targets. For cache keys."""
     settings = target_settings(model, hparams)
@@ -404,7 +404,7 @@ def _edit_layers(
     prefixes: List[str],
     targets: NeutralTargets,
     second_moments: Dict[int, SecondMoment],
-    hparams: _EditHyperParams,
+    hparams: EditHyperParams,
     solver: LayerSolver,
     report: EditReport,
     read_keys: KeysStage = read_keys_and_hidden,
@@ -475,7 +475,7 @@ def apply_edit_method(
     model: nn.Module,
     tok,
     requests: Sequence[Mapping[str, Any]],
-    hparams: _EditHyperParams,
+    hparams: EditHyperParams,
     solver: LayerSolver,
     copy: bool = False,
     return_orig_weights: bool = False,
@@ -492,7 +492,7 @@ def apply_edit_method(
     ``{"prompt", "subject"}`` or a file; see :mod:`zerounlearn_editor.retain`);
     others that EasyEdit passes (``train_ds``, ...) are ignored.
     """
-    if not isinstance(hparams, _EditHyperParams):
+    if not isinstance(hparams, EditHyperParams):
         raise TypeError(f"hparams must be a ZeroUnlearn hparams object, got {type(hparams).__name__}")
     request_target_ids(tok, forget_requests_of(requests, hparams), hparams)  # fail before any copy is made
     _retain_requests(kwargs.get("retain"), hparams)

@@ -26,7 +26,7 @@ from torch import nn
 
 from .corpus import load_corpus
 from .encoding import encode_rows
-from .hparams import _EditHyperParams, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
+from .hparams import EditHyperParams, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
 from .model_access import StopForward, capture_inputs, capture_outputs, get_module, get_weight_matrix, model_device
 from .pipeline import EditStages, batched_statistics
 from .representations import LayerReadout
@@ -153,7 +153,7 @@ def value_key_product(
 
 
 def per_layer_statistics(
-    model: nn.Module, tok, hparams: _EditHyperParams, corpus: str, progress: bool = True
+    model: nn.Module, tok, hparams: EditHyperParams, corpus: str, progress: bool = True
 ) -> Dict[int, SecondMoment]:
     """``C0`` one layer at a time (a corpus pass per layer, same cache files as ours), then a
     ``V K^T`` pass per layer, compared with ``W C0`` (relative difference logged)."""

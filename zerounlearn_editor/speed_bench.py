@@ -35,7 +35,7 @@ from torch import nn
 
 from .contexts import clear_context_prefixes
 from .corpus import load_corpus
-from .hparams import HParamsError, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams, _EditHyperParams, load_config_file
+from .hparams import HParamsError, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams, EditHyperParams, load_config_file
 from .model_access import get_module, get_weight_matrix
 from .pipeline import EditReport, batched_statistics, restore_weights
 from .reference_pipeline import (
@@ -246,7 +246,7 @@ def build_random_model(name: str, device: str, vocab_size: Optional[int] = None)
     return model.eval()
 
 
-def _load_model(cfg: SpeedConfig, hp: _EditHyperParams, device: str):
+def _load_model(cfg: SpeedConfig, hp: EditHyperParams, device: str):
     from transformers import AutoTokenizer
 
     from .model_zoo import load_model_and_tokenizer, resolve_model_path
@@ -260,7 +260,7 @@ def _load_model(cfg: SpeedConfig, hp: _EditHyperParams, device: str):
     return build_random_model(cfg.random_config, device, vocab), tok
 
 
-def _method_hparams(path: str, overrides: Dict[str, Any], methods: Sequence[str] = METHODS) -> Dict[str, _EditHyperParams]:
+def _method_hparams(path: str, overrides: Dict[str, Any], methods: Sequence[str] = METHODS) -> Dict[str, EditHyperParams]:
     """The ``methods``' hparams (``path``'s method first): ``path`` and the file of the same name in the
     other method's folder (only read when that method is benchmarked)."""
     main = Path(path)
@@ -278,7 +278,7 @@ def _method_hparams(path: str, overrides: Dict[str, Any], methods: Sequence[str]
 # --------------------------------------------------------------------------- stages
 
 
-def _statistics_row(model, tok, hp: _EditHyperParams, corpus: str, pipeline: str, device, progress: bool):
+def _statistics_row(model, tok, hp: EditHyperParams, corpus: str, pipeline: str, device, progress: bool):
     """Time the pipeline's statistics stage on an empty cache; returns (row, moments)."""
     with tempfile.TemporaryDirectory(prefix="zerounlearn_speed_stats_") as tmp:
         stats_hp = hp.replace(stats_dir=tmp)
@@ -303,7 +303,7 @@ def _statistics_row(model, tok, hp: _EditHyperParams, corpus: str, pipeline: str
     return row, moments
 
 
-def _micro_statistics(model, tok, hp: _EditHyperParams, corpus: str, passages: int, device, progress: bool):
+def _micro_statistics(model, tok, hp: EditHyperParams, corpus: str, passages: int, device, progress: bool):
     """All edited layers in one pass vs one layer in one pass vs one pass per layer."""
     texts = load_corpus(corpus, limit=passages).texts
     modules = [hp.rewrite_module_tmp.format(l) for l in hp.layers]
@@ -330,7 +330,7 @@ def _micro_statistics(model, tok, hp: _EditHyperParams, corpus: str, passages: i
     return {"passages": len(texts), "rows": rows}
 
 
-def _edited_weights(model: nn.Module, hp: _EditHyperParams) -> Dict[int, torch.Tensor]:
+def _edited_weights(model: nn.Module, hp: EditHyperParams) -> Dict[int, torch.Tensor]:
     return {l: get_weight_matrix(get_module(model, hp.rewrite_module_tmp.format(l))).detach().float().cpu().clone() for l in hp.layers}
 
 

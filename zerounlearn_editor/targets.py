@@ -20,10 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .encoding import encode_rows
 from .progress import progress_bar
 from .model_access import StopForward, capture_outputs, get_module, hidden_of, model_device, num_hidden_layers
 from .requests import ForgetRequest
+from .target_rows import answer_logprobs, encode_target_rows, suppression_loss, suppression_per_request
+from .targets_fast import optimise_chunk_fast
 
 __all__ = ["TargetConfig", "NeutralTargets", "optimise_neutral_targets", "target_loop", "answer_logprobs", "suppression_loss", "suppression_per_request", "TARGET_OBJECTIVES", "nearest_retain", "retain_neighbours"]
 
@@ -82,46 +83,6 @@ def target_loop(cfg: TargetConfig) -> str:
     return cfg.optimizer
 
 
-def answer_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """``log p(token)`` ``[m]`` from ``logits`` ``[m, vocab]``, accurate when ``p`` is near 1.
-
-    ``log p_y = -softplus(logsumexp_{j != y} z_j - z_y)``: unlike ``log_softmax``, which rounds to
-    exactly 0 (no gradient) once the margin passes ~17 nats in float32, this keeps ``1 - p`` and its
-    gradient down to ``exp(-88)``.
-    """
-    z_y = logits.gather(1, tokens[:, None]).squeeze(1)
-    others = logits.scatter(1, tokens[:, None], float("-inf")).logsumexp(-1)
-    return -torch.nn.functional.softplus(others - z_y)
-
-
-def suppression_loss(seq_logp: torch.Tensor) -> torch.Tensor:
-    """``-log(1 - p)`` ``[k]`` of sequences with log-probability ``seq_logp`` ``[k]`` (each ``< 0``).
-
-    The answer-suppression objective (``target_objective: suppress_answer``): ~``p`` once ``p`` is small,
-    so the early stop ``loss < v_early_stop_loss`` means ``p < 1 - exp(-v_early_stop_loss)``
-    (0.01 -> p < 0.00995).
-    """
-    return -torch.log(-torch.expm1(seq_logp.clamp(max=-1e-30)))
-
-
-def suppression_per_request(logits: torch.Tensor, tokens: torch.Tensor, entry_rows: torch.Tensor,
-                            row_requests: torch.Tensor, n: int) -> torch.Tensor:
-    """Per-request suppression loss ``[n]``: the mean over a request's rewriting rows of ``-log(1 - p(answer))``.
-
-    ``logits`` ``[m, vocab]`` and ``tokens`` ``[m]``: one entry per teacher-forced answer token, entry ``e``
-    in rewriting row ``entry_rows[e]``; ``row_requests`` ``[rows]``: each rewriting row's request. ``p(answer)``
-    is the whole answer's probability (the product over its tokens), so a multi-token answer is suppressed
-    as a sequence: its later tokens, near-certain once the first is given, do not dominate the loss.
-    """
-    rows = len(row_requests)
-    seq_logp = torch.zeros(rows, device=logits.device, dtype=logits.dtype).index_add(
-        0, entry_rows, answer_logprobs(logits, tokens)
-    )
-    per_row = suppression_loss(seq_logp)
-    counts = torch.bincount(row_requests, minlength=n).clamp_min(1).to(per_row.dtype)
-    return torch.zeros(n, device=logits.device, dtype=per_row.dtype).index_add(0, row_requests, per_row) / counts
-
-
 _SUFFIX_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 
 
@@ -158,54 +119,6 @@ class _SuffixStack:
             return self.base(inputs_embeds=hidden, attention_mask=attention_mask, use_cache=False).last_hidden_state
         finally:
             self.base.layers = self.full
-
-@dataclass
-class TargetRows:
-    """The encoded rows of one chunk of the neutral-target optimisation and its loss entries.
-
-    Rows are request-major / context-minor rewriting rows (``n * n_ctx``, prefix + prompt + the
-    target tokens but the last), then one KL row per request (``subject + " is a"``).
-    ``rw_req`` ``[n * n_ctx]``: the request of each rewriting row. The ``t_*`` lists hold one entry
-    per target-token prediction: row, absolute position, token id, weight ``1 / (m * n_ctx)``, request.
-    """
-
-    batch: object
-    rw_req: List[int]
-    t_rows: List[int]
-    t_pos: List[int]
-    t_tok: List[int]
-    t_weight: List[float]
-    t_req: List[int]
-
-
-def encode_target_rows(tok, requests: Sequence[ForgetRequest], target_ids, prefixes: Sequence[str],
-                       fact_token: str, device, transfer: Sequence[ForgetRequest] = ()) -> TargetRows:
-    """Encode a chunk's rewriting and KL rows (on ``device``) and list its target-token loss entries.
-
-    ``transfer`` (retain-aware targets only): bare retain prompts appended after the KL rows, in
-    the order given (the caller knows which request each belongs to).
-    """
-    n, n_ctx = len(requests), len(prefixes)
-    rw_req = [i for i in range(n) for _ in range(n_ctx)]
-    contexts = [p for _ in range(n) for p in prefixes] + [""] * n + [""] * len(transfer)
-    prefixes_rows = [requests[i].prefix for i in rw_req] + [""] * n + [r.prefix for r in transfer]
-    subjects = [requests[i].subject for i in rw_req] + [r.subject for r in requests] + [r.subject for r in transfer]
-    suffixes = [requests[i].suffix for i in rw_req] + [" is a"] * n + [r.suffix for r in transfer]
-    appended = [list(target_ids[i][:-1]) for i in rw_req] + [[] for _ in range(n + len(transfer))]
-    batch = encode_rows(tok, contexts, prefixes_rows, subjects, suffixes, fact_token, appended).to(device)
-    t_rows, t_pos, t_tok, t_weight, t_req = [], [], [], [], []
-    for row, i in enumerate(rw_req):
-        m = len(target_ids[i])
-        prompt_len = int(batch.lengths[row]) - (m - 1)
-        for j, token in enumerate(target_ids[i]):
-            t_rows.append(row)
-            t_pos.append(prompt_len - 1 + j)
-            t_tok.append(token)
-            t_weight.append(1.0 / (m * n_ctx))
-            t_req.append(i)
-    return TargetRows(batch, rw_req, t_rows, t_pos, t_tok, t_weight, t_req)
-
-
 
 def _module_device(module: nn.Module, fallback: torch.device) -> torch.device:
     """Device of a module's first parameter (where its inputs must be), else ``fallback``."""
@@ -270,8 +183,6 @@ def _optimise_chunk(
     if cfg.optimizer == "lbfgs" and transfer:
         raise ValueError("retain-aware targets need targets_optimizer 'adam' or 'adam_kv', got 'lbfgs'")
     if target_loop(cfg) != "adam":
-        from .targets_fast import optimise_chunk_fast
-
         return optimise_chunk_fast(model, tok, requests, target_ids, prefixes, cfg)
     device = model_device(model)  # input ids
     head_device = get_module(model, cfg.lm_head_module).weight.device  # logits and the loss

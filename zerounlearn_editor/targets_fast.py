@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .targets import encode_target_rows, suppression_per_request
+from .target_rows import encode_target_rows, suppression_per_request
 from .model_access import StopForward, capture_outputs, get_module, hidden_of, model_device
 from .requests import ForgetRequest
 
@@ -321,8 +321,6 @@ class _Problem:
 
     def _hidden_full(self, rows: torch.Tensor, delta_rows: torch.Tensor) -> torch.Tensor:
         """Fallback: the full model on the sub-batch with a hook adding the delta; ``[k, seq, d]`` normed."""
-        from .targets import _module_device
-
         cfg, model = self.cfg, self.model
         ids = self.batch.input_ids[rows.to(self.batch.input_ids.device)]
         mask = self.batch.attention_mask[rows.to(ids.device)]
@@ -340,7 +338,7 @@ class _Problem:
 
         def grab(_m, _a, out):
             hidden = hidden_of(out)
-            captured["h"] = ln_f(hidden.to(_module_device(ln_f, hidden.device))) if cfg.loss_layer_module else hidden
+            captured["h"] = ln_f(hidden.to(_device_of(ln_f, hidden.device))) if cfg.loss_layer_module else hidden
             raise StopForward
 
         handles = [layer.register_forward_hook(add_delta)]

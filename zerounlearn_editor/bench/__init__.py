@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from .config import BenchConfig, BenchConfigError, DEFAULT_METHODS, parse_method_hparams, parse_methods, parse_seeds
 from .fingerprint import ModelFingerprint, ModelStateError
-from .methods import EditOutcome, HParamsLookup, MethodContext, MethodSpec, PreparedMethod, SharedTargets, default_registry
+from .methods import EditOutcome, HParamsLookup, MethodContext, MethodSpec, PreparedMethod, SharedTargets
+from .registry import default_registry
 from .report import format_table
 from .runfile import load_runfile, run_runfile
 from .runner import run_bench

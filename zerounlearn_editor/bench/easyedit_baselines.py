@@ -41,10 +41,11 @@ import torch
 from torch import nn
 
 from ..easyedit import easyedit_available
-from ..hparams import HParamsError, _EditHyperParams, load_config_file
+from ..hparams import HParamsError, EditHyperParams, load_config_file
 from ..model_access import get_module, model_device, module_is_transposed, num_hidden_layers
 from ..stats import corpus_cache_name, model_basename
-from .methods import EditOutcome, HParamsLookup, MethodContext, MethodSpec, PreparedMethod, StatsBank, _file_identity
+from .files import file_identity
+from .methods import EditOutcome, HParamsLookup, MethodContext, MethodSpec, PreparedMethod, StatsBank
 
 __all__ = [
     "EASYEDIT_METHODS",
@@ -147,7 +148,7 @@ def _lm_head_owner(model: nn.Module, lm_head_module: str) -> str:
     return lm_head_module
 
 
-def easyedit_config(name: str, main: _EditHyperParams, model: nn.Module, work_dir: Path) -> Dict[str, Any]:
+def easyedit_config(name: str, main: EditHyperParams, model: nn.Module, work_dir: Path) -> Dict[str, Any]:
     """EasyEdit hyperparameters of ``name`` mapped from the main hparams (before overrides)."""
     layers = list(main.layers)
     loss_layer = main.v_loss_layer if main.v_loss_layer >= 0 else num_hidden_layers(model) + main.v_loss_layer
@@ -300,8 +301,8 @@ def easyedit_spec(name: str) -> MethodSpec:
         if override is not None and not override.is_file():
             raise HParamsError(f"method hparams for {name}: file not found: {override}")
         return {
-            "mapped_from": _file_identity(lookup.main_path),
-            "override": _file_identity(override) if override is not None else None,
+            "mapped_from": file_identity(lookup.main_path),
+            "override": file_identity(override) if override is not None else None,
         }
 
     def prepare(ctx: MethodContext) -> PreparedMethod:

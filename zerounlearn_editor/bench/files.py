@@ -8,9 +8,9 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Dict, Union
 
-__all__ = ["write_json_atomic", "write_text_atomic", "read_json", "sha256_of_file", "sha256_of_json", "json_safe"]
+__all__ = ["write_json_atomic", "write_text_atomic", "read_json", "sha256_of_file", "sha256_of_json", "json_safe", "file_identity"]
 
 
 def json_safe(value: Any) -> Any:
@@ -59,6 +59,11 @@ def read_json(path: Union[str, Path]) -> Any:
 def sha256_of_file(path: Union[str, Path]) -> str:
     """Hex SHA-256 of a file's bytes."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def file_identity(path: Union[str, Path]) -> Dict[str, str]:
+    """``{"file": path, "sha256": its hash}``: how a result names the configuration file it used."""
+    return {"file": str(path), "sha256": sha256_of_file(path)}
 
 
 def sha256_of_json(data: Any) -> str:

@@ -29,13 +29,13 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from ..hparams import HParamsError, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams, _EditHyperParams, load_config_file
+from ..hparams import HParamsError, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams, EditHyperParams, load_config_file
 from ..pipeline import EditReport, neutral_targets, target_dependencies
 from ..targets import NeutralTargets
 from ..resources import hparams_path
 from ..stats import SecondMoment, corpus_cache_name
 from .config import BenchConfigError
-from .files import sha256_of_file, sha256_of_json
+from .files import file_identity, sha256_of_json
 
 __all__ = [
     "StatsBank",
@@ -48,7 +48,6 @@ __all__ = [
     "load_main_hparams",
     "zerounlearn_spec",
     "baseline_spec",
-    "default_registry",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -85,7 +84,7 @@ class PreparedMethod:
     uses_retain: bool = False
 
 
-def load_main_hparams(path: str) -> _EditHyperParams:
+def load_main_hparams(path: str) -> EditHyperParams:
     """The main hparams file (a ZeroUnlearn or ZeroUnlearn-GD YAML), strictly loaded."""
     alg = load_config_file(path).get("alg_name")
     cls = _EDIT_CLASSES.get(alg)
@@ -99,7 +98,7 @@ class HParamsLookup:
     """Where each method's hyperparameters come from (see the module docstring)."""
 
     main_path: Path
-    main: _EditHyperParams
+    main: EditHyperParams
     overrides: Mapping[str, str] = field(default_factory=dict)
 
     def path_for(self, method: str, folder: Optional[str] = None, variant: str = "") -> Path:
@@ -159,7 +158,7 @@ class SharedTargets:
         self._owner = ""
 
     def get_or_compute(
-        self, method: str, model: nn.Module, tok: Any, requests: List[Dict[str, Any]], hp: _EditHyperParams,
+        self, method: str, model: nn.Module, tok: Any, requests: List[Dict[str, Any]], hp: EditHyperParams,
         retain: Optional[List[Dict[str, Any]]] = None,
     ) -> Tuple[NeutralTargets, Dict[str, Any]]:
         """The targets and ``{"target_seconds": s}`` (+ ``"targets_reused_from": method`` if reused).
@@ -196,10 +195,6 @@ class MethodSpec:
     prepare: Callable[[MethodContext], PreparedMethod]
 
 
-def _file_identity(path: Path) -> Dict[str, str]:
-    return {"file": str(path), "sha256": sha256_of_file(path)}
-
-
 def zerounlearn_spec(name: str) -> MethodSpec:
     """ZeroUnlearn or ZeroUnlearn-GD, fed the shared statistics; ``<name>+R`` is the retain-aware
     variant (``hparams/<Method>/<stem>-retain.yaml``, edited with the seed's retain set)."""
@@ -208,7 +203,7 @@ def zerounlearn_spec(name: str) -> MethodSpec:
     variant = "-retain" if name.endswith("+R") else ""
 
     def describe(lookup: HParamsLookup) -> Dict[str, Any]:
-        return {"hparams": _file_identity(lookup.path_for(name, family, variant)), "statistics": lookup.statistics_settings()}
+        return {"hparams": file_identity(lookup.path_for(name, family, variant)), "statistics": lookup.statistics_settings()}
 
     def prepare(ctx: MethodContext) -> PreparedMethod:
         from ..zerounlearn_gd_main import apply_zerounlearn_gd_to_model
@@ -261,7 +256,7 @@ def baseline_spec(name: str, family: Optional[str] = None, variant: str = "") ->
     family = family or name
 
     def describe(lookup: HParamsLookup) -> Dict[str, Any]:
-        return {"hparams": _file_identity(lookup.path_for(name, family, variant))}
+        return {"hparams": file_identity(lookup.path_for(name, family, variant))}
 
     def prepare(ctx: MethodContext) -> PreparedMethod:
         path = ctx.lookup.path_for(name, family, variant)
@@ -288,21 +283,6 @@ def baseline_spec(name: str, family: Optional[str] = None, variant: str = "") ->
         return PreparedMethod(name, edit, hp.to_dict())
 
     return MethodSpec(name, describe, prepare)
-
-
-def default_registry() -> Dict[str, MethodSpec]:
-    """A fresh registry of every method the bench knows (``base`` is handled by the runner)."""
-    from .easyedit_baselines import easyedit_spec, EASYEDIT_METHODS
-
-    registry: Dict[str, MethodSpec] = {}
-    for name in ("GA", "NPO"):
-        registry[name] = baseline_spec(name)
-        registry[f"{name}-full"] = baseline_spec(f"{name}-full", name, "-full")
-    for name in ("ZeroUnlearn", "ZeroUnlearn-GD", "ZeroUnlearn+R", "ZeroUnlearn-GD+R"):
-        registry[name] = zerounlearn_spec(name)
-    for name in EASYEDIT_METHODS:
-        registry[name] = easyedit_spec(name)
-    return registry
 
 
 def known_method_names(registry: Mapping[str, MethodSpec]) -> Sequence[str]:

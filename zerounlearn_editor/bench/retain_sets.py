@@ -28,12 +28,11 @@ re-checks a finished retain set against the scored cases (every draw calls it).
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Sequence
 
 from ..data.types import UnlearnCase
-from .config import BenchConfigError
+from .config import RETAIN_POLICIES, BenchConfigError, RetainDraw, parse_retain_spec  # the spec is parsed with the config; re-exported here
 
 __all__ = [
     "RETAIN_POLICIES",
@@ -48,61 +47,6 @@ __all__ = [
 ]
 
 #: Draw policies ``parse_retain_spec`` accepts, as written in a spec (``policy:K``).
-RETAIN_POLICIES = ("siblings", "same-answer")
-_SPEC = re.compile(r"^(" + "|".join(re.escape(p) for p in RETAIN_POLICIES) + r"):(\d+)$")
-_SPEC_HELP = "'siblings:K' or 'same-answer:K' with K >= 1 (e.g. siblings:5, same-answer:5)"
-_EXCLUSIONS = (
-    "excluding the seed's sampled cases, every record whose subject occurs in a scored "
-    "(forget, paraphrase or neighbourhood) prompt and every record whose prompt names a forgotten subject; "
-    "prompts only, no answers"
-)
-
-
-@dataclass(frozen=True)
-class RetainDraw:
-    """How a bench draws its retain sets: up to ``k`` records per forget case under ``policy``.
-
-    Attributes:
-        k: records per forget case (>= 1).
-        policy: one of :data:`RETAIN_POLICIES` (``"siblings"`` or ``"same-answer"``).
-    """
-
-    k: int
-    policy: str = "siblings"
-
-    def __post_init__(self) -> None:
-        if self.policy not in RETAIN_POLICIES:
-            raise BenchConfigError(f"retain: unknown policy {self.policy!r}; expected one of {list(RETAIN_POLICIES)}")
-        if self.k < 1:
-            raise BenchConfigError(f"retain: K must be >= 1, got {self.k}")
-
-    @property
-    def spec(self) -> str:
-        """The spec string this draw parses from (``parse_retain_spec(d.spec) == d``)."""
-        return f"{self.policy}:{self.k}"
-
-    def describe(self) -> str:
-        """One line for the report: how the retain set was drawn."""
-        if self.policy == "same-answer":
-            return (
-                f"retain set: per forget case up to {self.k} other records from the whole dataset whose true "
-                "answer equals the forget case's (case-insensitive), same relation first, then any relation, "
-                f"filled up to {self.k} with same-relation records of other answers; {_EXCLUSIONS}"
-            )
-        return (
-            f"retain set: per forget case {self.k} other records of the same relation from the whole dataset, "
-            + _EXCLUSIONS
-        )
-
-
-def parse_retain_spec(spec: Optional[str]) -> Optional[RetainDraw]:
-    """``"siblings:K"`` / ``"same-answer:K"`` (K >= 1) -> :class:`RetainDraw`; ``None``/``""``/``"none"`` -> ``None``."""
-    if spec is None or str(spec).strip().lower() in ("", "none"):
-        return None
-    match = _SPEC.match(str(spec).strip())
-    if not match or int(match.group(2)) < 1:
-        raise BenchConfigError(f"retain: expected {_SPEC_HELP}, got {spec!r}")
-    return RetainDraw(int(match.group(2)), match.group(1))
 
 
 def evaluated_prompts(cases: Sequence[UnlearnCase]) -> List[str]:

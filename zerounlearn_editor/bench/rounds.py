@@ -37,11 +37,13 @@ from ..resources import shared_file
 from .config import BenchConfig, BenchConfigError, parse_methods
 from .files import read_json, sha256_of_json, write_json_atomic, write_text_atomic
 from .fingerprint import ModelFingerprint
-from .methods import HParamsLookup, MethodContext, MethodSpec, default_registry, known_method_names, load_main_hparams
+from .methods import HParamsLookup, MethodContext, MethodSpec, known_method_names, load_main_hparams
+from .registry import default_registry
 from .neighbours import drop_batch_forget_neighbours
 from .report import aggregate
 from .retain_sets import draw_retain, parse_retain_spec
-from .runner import PPL_TEXT, ModelLoader, _check_stored_neighbours, _compute_statistics, _Stage
+from .runner import PPL_TEXT, ModelLoader, check_stored_neighbours
+from .stages import Stage, compute_statistics
 from .scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 
 __all__ = ["DEFAULT_ROUND_METHODS", "ROUND_METRICS", "run_rounds", "rounds_path", "format_rounds"]
@@ -148,7 +150,7 @@ def _run_rounds(
     signatures = {name: sha256_of_json(registry[name].describe(lookup)) for name in methods}
     total = rounds * config.n
 
-    with _Stage(f"loading {config.data} cases"):
+    with Stage(f"loading {config.data} cases"):
         all_cases = load_cases(config.data, path=config.data_path)
     pool = list(all_cases)
     draw = parse_retain_spec(config.retain)
@@ -158,7 +160,7 @@ def _run_rounds(
         if model is None:
             if loader is None:
                 from ..model_zoo import load_model_and_tokenizer as loader
-            with _Stage(f"loading model {lookup.main.model_name}"):
+            with Stage(f"loading model {lookup.main.model_name}"):
                 model, tok = loader(str(lookup.main.model_name), config.device)
 
     if config.known_only:
@@ -184,7 +186,7 @@ def _run_rounds(
             raise BenchConfigError(f"{path} holds results of another configuration; use another --out or remove it")
         todo = [m for m in methods if not (record["methods"].get(m, {}).get("status") == "ok"
                                            and record["methods"][m].get("config_sha256") == signatures[m])]
-        _check_stored_neighbours(path, record, dropped, adding=bool(todo))
+        check_stored_neighbours(path, record, dropped, adding=bool(todo))
         record["neighbours_dropped"] = dropped
         if todo:
             plan.append((seed, path, record, cases, retain, todo))
@@ -197,11 +199,11 @@ def _run_rounds(
         needed = list(dict.fromkeys(m for *_, todo in plan for m in todo))
         # one context per method: shared neutral targets are only valid on the unedited model
         prepared = {m: registry[m].prepare(MethodContext(lookup, model, tok, out, neutral)) for m in needed}
-        bank = _compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
+        bank = compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
         with tqdm(total=sum(len(p[-1]) for p in plan), desc="rounds", unit="method", disable=not config.progress) as bar:
             for seed, path, record, cases, retain, todo in plan:
                 chunks = [cases[i: i + config.n] for i in range(0, total, config.n)]
-                with _Stage(f"seed {seed}: scoring the unedited model on {total} cases"):
+                with Stage(f"seed {seed}: scoring the unedited model on {total} cases"):
                     pre = score_cases(model, tok, cases, config.eval_batch_size)
                     base = dict(probe_metrics(pre, pre), ppl=model_metrics(model, tok, cases, settings)["ppl"])
                 record["base"] = {"forgotten": 0, "metrics": base}
@@ -211,7 +213,7 @@ def _run_rounds(
                     if method.skip_reason is not None:
                         record["methods"][name] = {"status": "skipped", "reason": method.skip_reason}
                     else:
-                        with _Stage(f"seed {seed}: {name}, {rounds} rounds of {config.n} + one batch of {total}"):
+                        with Stage(f"seed {seed}: {name}, {rounds} rounds of {config.n} + one batch of {total}"):
                             entry = _run_method(model, tok, method, bank, cases, chunks, pre, settings, retain, fingerprint, seed)
                         record["methods"][name] = dict(entry, config_sha256=signatures[name])
                     write_json_atomic(path, record)

@@ -33,7 +33,7 @@ from ..evaluation.easyedit_format import easyedit_metrics
 from ..pipeline import restore_weights
 from ..progress import progress_scope
 from ..embedded import default_ppl_text
-from ..stats import layer_second_moments, model_basename
+from ..stats import model_basename
 from .config import BenchConfig, BenchConfigError, parse_methods
 from .files import read_json, sha256_of_json, write_json_atomic
 from .fingerprint import ModelFingerprint
@@ -43,16 +43,17 @@ from .methods import (
     MethodSpec,
     PreparedMethod,
     StatsBank,
-    default_registry,
     known_method_names,
     load_main_hparams,
 )
+from .registry import default_registry
+from .stages import Stage, compute_statistics
 from .neighbours import drop_batch_forget_neighbours, neighbours_naming_forgotten_subjects
 from .report import write_summary
 from .retain_sets import check_retain_disjoint, draw_retain, parse_retain_spec
 from .scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 
-__all__ = ["run_bench", "seed_path", "ModelLoader", "PPL_TEXT"]
+__all__ = ["run_bench", "seed_path", "check_stored_neighbours", "ModelLoader", "PPL_TEXT"]
 
 LOG = logging.getLogger(__name__)
 
@@ -66,24 +67,6 @@ ModelLoader = Callable[[str, str], Tuple[nn.Module, Any]]
 def seed_path(out: Path, seed: int) -> Path:
     """``<out>/seed_<seed>.json``."""
     return Path(out) / f"seed_{seed}.json"
-
-
-class _Stage:
-    """Logs a stage's duration at INFO level and keeps it in ``seconds``."""
-
-    def __init__(self, label: str):
-        self.label = label
-        self.seconds = 0.0
-
-    def __enter__(self) -> "_Stage":
-        self.start = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: Any) -> bool:
-        self.seconds = time.perf_counter() - self.start
-        if exc[0] is None:
-            LOG.info("%s: %.1fs", self.label, self.seconds)
-        return False
 
 
 def _run_info(config: BenchConfig, model_name: str, ppl_text: Optional[str]) -> Dict[str, Any]:
@@ -124,7 +107,7 @@ def _check_stored(path: Path, record: Mapping[str, Any], run_info: Mapping[str, 
         )
 
 
-def _check_stored_neighbours(path: Path, record: Mapping[str, Any], dropped: int, adding: bool) -> None:
+def check_stored_neighbours(path: Path, record: Mapping[str, Any], dropped: int, adding: bool) -> None:
     """Refuse to add results to a seed file whose neighbours were filtered differently.
 
     Seed files written before :mod:`.neighbours` existed keep every neighbour probe (no
@@ -158,23 +141,6 @@ def _pending(record: Mapping[str, Any], methods: Sequence[str], signatures: Mapp
     return todo
 
 
-def _compute_statistics(model: nn.Module, tok: Any, lookup: HParamsLookup, prepared: Sequence[PreparedMethod], progress: bool) -> StatsBank:
-    """``C0`` for every layer any prepared method needs, one pass per module template."""
-    wanted: Dict[str, set] = {}
-    for method in prepared:
-        if method.stats_layers and method.stats_module_tmp:
-            wanted.setdefault(method.stats_module_tmp, set()).update(method.stats_layers)
-    main = lookup.main
-    bank: StatsBank = {}
-    for template, layers in wanted.items():
-        with _Stage(f"C0 statistics for layers {sorted(layers)} ({template})"):
-            bank[template] = layer_second_moments(
-                model, tok, sorted(layers), template, main.stats_dir, main.mom2_dataset, main.mom2_n_samples,
-                main.mom2_dtype, main.mom2_max_length, main.mom2_batch_size, progress=progress,
-            )
-    return bank
-
-
 def _request_dicts(cases: Sequence[UnlearnCase], requests: Sequence[Mapping[str, Any]], pre, post=None, seconds=None):
     return [
         easyedit_metrics(case.case_id, request, pre[i], post[i] if post is not None else None, time=seconds)
@@ -203,11 +169,11 @@ class _SeedRun:
         self.retain = list(record.get("retain") or [])
         check_retain_disjoint(self.retain, cases)
         self.named = neighbours_naming_forgotten_subjects(cases)
-        with _Stage(f"seed {seed}: scoring the unedited model on {len(cases)} cases") as stage:
+        with Stage(f"seed {seed}: scoring the unedited model on {len(cases)} cases") as stage:
             pre = score_cases(self.model, self.tok, cases, self.settings.batch_size)
         if "base" in todo:
             self.bar.set_description(f"seed {seed} base")
-            with _Stage(f"seed {seed}: base perplexity/fluency") as extra:
+            with Stage(f"seed {seed}: base perplexity/fluency") as extra:
                 more = model_metrics(self.model, self.tok, cases, self.settings)
             metrics = dict(probe_metrics(pre, named=self.named), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=None, **more.get("utility", {}), **more.get("contains", {}))
             record["methods"]["base"] = {
@@ -244,11 +210,11 @@ class _SeedRun:
 
     def _edit_and_score(self, seed: int, name: str, method: PreparedMethod, entry: Dict[str, Any], cases, requests, pre) -> Dict[str, Any]:
         """Edit, score, restore. A failing edit must leave the model as it was (checked next)."""
-        with _Stage(f"seed {seed}: {name} edit of {len(requests)} requests") as edit_stage:
+        with Stage(f"seed {seed}: {name} edit of {len(requests)} requests") as edit_stage:
             extra = {"retain": [dict(r) for r in self.retain]} if method.uses_retain else {}
             outcome = method.edit(self.model, self.tok, [dict(r) for r in requests], self.bank, **extra)
         try:
-            with _Stage(f"seed {seed}: {name} evaluation") as eval_stage:
+            with Stage(f"seed {seed}: {name} evaluation") as eval_stage:
                 post = score_cases(self.model, self.tok, cases, self.settings.batch_size)
                 more = model_metrics(self.model, self.tok, cases, self.settings)
         finally:
@@ -315,7 +281,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
     signatures["base"] = _BASE_SIGNATURE
     descriptions["base"] = {}
 
-    with _Stage(f"loading {config.data} cases"):
+    with Stage(f"loading {config.data} cases"):
         all_cases = load_cases(config.data, path=config.data_path)
     pool = list(all_cases)  # retain siblings come from the whole dataset, known or not
     draw = parse_retain_spec(config.retain)
@@ -324,9 +290,9 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
         if model is None:
             if loader is None:
                 from ..model_zoo import load_model_and_tokenizer as loader
-            with _Stage(f"loading model {lookup.main.model_name}"):
+            with Stage(f"loading model {lookup.main.model_name}"):
                 model, tok = _load_model(loader, str(lookup.main.model_name), config)
-        with _Stage("selecting cases the unedited model knows"):
+        with Stage("selecting cases the unedited model knows"):
             all_cases = select_known_cases(model, tok, all_cases, None, min_accuracy=config.known_min_accuracy)
         known = {"qualified": len(all_cases), "candidates": len(pool), "min_accuracy": config.known_min_accuracy}
         LOG.info(
@@ -356,7 +322,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
         if path.exists():
             record = read_json(path)
             _check_stored(path, record, run_info, case_ids)
-            _check_stored_neighbours(path, record, dropped, bool(_pending(record, methods, signatures)))
+            check_stored_neighbours(path, record, dropped, bool(_pending(record, methods, signatures)))
             if record.get("retain", []) != retain:
                 raise BenchConfigError(f"{path} holds another retain set; use another --out or remove it")
         else:
@@ -373,7 +339,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
         if model is None:
             if loader is None:
                 from ..model_zoo import load_model_and_tokenizer as loader
-            with _Stage(f"loading model {lookup.main.model_name}"):
+            with Stage(f"loading model {lookup.main.model_name}"):
                 model, tok = _load_model(loader, str(lookup.main.model_name), config)
         for _, _, record, _, _ in plan:
             record["model_loaded"] = model_basename(model)
@@ -388,18 +354,18 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
 
 def _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptions, ppl_text) -> None:
     needed = [name for name in dict.fromkeys(n for *_, todo in plan for n in todo) if name != "base"]
-    with _Stage("fingerprinting the unedited model"):
+    with Stage("fingerprinting the unedited model"):
         fingerprint = ModelFingerprint.of(model)
     neutral = lookup.main.neutral_target or tok.eos_token or ""
     context = MethodContext(lookup, model, tok, Path(config.out), neutral)
-    with _Stage(f"preparing {len(needed)} method(s)"):
+    with Stage(f"preparing {len(needed)} method(s)"):
         prepared = {name: registry[name].prepare(context) for name in needed}
-    bank = _compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
+    bank = compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
     settings = ScoringSettings(config.eval_batch_size, ppl_text, config.ppl_tokens, config.fluency, config.fluency_tokens,
                                config.utility, config.utility_n, config.group_generation)
     total = sum(len(todo) for *_, todo in plan)
     with tqdm(total=total, desc="bench", unit="method", disable=not config.progress) as bar:
         runner = _SeedRun(model, tok, prepared, bank, fingerprint, settings, signatures, descriptions, bar)
         for seed, path, record, cases, todo in plan:
-            with _Stage(f"seed {seed}: {len(todo)} method(s)"):
+            with Stage(f"seed {seed}: {len(todo)} method(s)"):
                 runner.run(seed, path, record, cases, todo)

@@ -3,7 +3,7 @@
 For every method (``base`` = no edit) the model is edited with the forget requests (``n_forget``
 cases of ``data`` drawn with ``seed``, the bench's draw), every task is scored, and the weights
 are restored bit-identically (checked with the bench's fingerprint). Methods are the bench's
-(:func:`~zerounlearn_editor.bench.methods.default_registry`), with the same hyperparameter lookup.
+(:func:`~zerounlearn_editor.bench.registry.default_registry`), with the same hyperparameter lookup.
 
 Output JSON (``out``)::
 
@@ -104,9 +104,10 @@ def _data_dir(config: UtilityConfig) -> Path:
 def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: Any = None) -> Dict[str, Any]:
     """Score every method on every task, write ``config.out`` (and the chart); returns the JSON."""
     from ..bench.fingerprint import ModelFingerprint
-    from ..bench.methods import HParamsLookup, MethodContext, default_registry, load_main_hparams
+    from ..bench.methods import HParamsLookup, MethodContext, load_main_hparams
+    from ..bench.registry import default_registry
     from ..bench.retain_sets import draw_retain, parse_retain_spec
-    from ..bench.runner import _compute_statistics
+    from ..bench.stages import compute_statistics
     from ..data.registry import load_cases, sample_cases
     from ..pipeline import restore_weights
 
@@ -148,7 +149,7 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
         neutral = lookup.main.neutral_target or tok.eos_token or ""
         context = MethodContext(lookup, model, tok, Path(config.out).parent, neutral)
         prepared = {m: registry[m].prepare(context) for m in edited}
-        bank = _compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
+        bank = compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
     for name in config.methods:
         fingerprint.verify(model, f"utility: before {name}")
         if name == "base":

@@ -1,0 +1,153 @@
+"""The package's import graph has no cycles and no module imports another module's private name.
+
+Every ``.py`` file under ``zerounlearn_editor/`` is parsed with :mod:`ast` (nothing is imported).
+Edges, for cycles: every ``import`` / ``from ... import`` statement anywhere in a module (at module
+level AND inside functions, methods, ``if``/``try`` blocks: a lazy import still couples the two
+modules) that names a module of the package:
+
+* ``import zerounlearn_editor.a.b`` and ``from zerounlearn_editor.a import b`` / ``from .a import b``
+  give an edge to ``a.b`` when ``a/b.py`` (or ``a/b/__init__.py``) exists, else to ``a`` (its
+  ``__init__``), the module the imported name is read from;
+* relative imports are resolved against the importing module's package;
+* the parent packages whose ``__init__`` Python runs implicitly before a submodule are NOT edges
+  (otherwise every ``__init__`` that re-exports a submodule would close a cycle with it).
+
+Private names: ``from x import _name`` where ``x`` is another module of the package and ``_name``
+is not a submodule (dunder names such as ``__version__`` are allowed) fails; share such a helper
+by making it public or moving it to the module that owns it.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, List, Optional, Set, Tuple
+
+PACKAGE = "zerounlearn_editor"
+ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+
+Edges = Dict[str, Set[str]]
+PrivateImport = Tuple[str, int, str, str]  # (importing module, line, imported-from module, name)
+
+
+def package_modules(root: Path, package: str) -> Dict[str, Path]:
+    """``{dotted module name: file}`` of every ``.py`` file under ``root`` (``a/__init__.py`` -> ``a``)."""
+    modules = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = [package, *path.relative_to(root).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _resolve(module: str, path: Path, node: ast.ImportFrom) -> Optional[str]:
+    """The absolute module a ``from ... import`` statement reads from (``None``: outside relative imports)."""
+    if not node.level:
+        return node.module
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    if node.level - 1 > len(package):
+        return None
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def import_graph(root: Path, package: str) -> Tuple[Edges, List[PrivateImport]]:
+    """The package's import edges (module-level and function-level) and its cross-module private imports."""
+    modules = package_modules(root, package)
+    edges: Edges = {name: set() for name in modules}
+    private: List[PrivateImport] = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            targets: List[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                source = _resolve(name, path, node)
+                if source is None or source not in modules:
+                    continue
+                for alias in node.names:
+                    submodule = f"{source}.{alias.name}"
+                    if submodule in modules:
+                        targets.append(submodule)
+                        continue
+                    targets.append(source)
+                    dunder = alias.name.startswith("__") and alias.name.endswith("__")
+                    if alias.name.startswith("_") and not dunder and source != name:
+                        private.append((name, node.lineno, source, alias.name))
+            edges[name].update(t for t in targets if t in modules and t != name)
+    return edges, private
+
+
+def find_cycle(edges: Edges) -> Optional[List[str]]:
+    """One cycle ``[a, b, ..., a]`` of the directed graph ``edges``, or ``None`` when it is acyclic."""
+    state: Dict[str, int] = {}  # 1: on the current path, 2: done
+    stack: List[str] = []
+
+    def visit(node: str) -> Optional[List[str]]:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(edges):
+        if start not in state:
+            found = visit(start)
+            if found:
+                return found
+    return None
+
+
+def _write(root: Path, files: Dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return root
+
+
+def test_checker_finds_a_lazy_cycle_and_a_private_import(tmp_path):
+    root = _write(tmp_path / "pkg", {
+        "__init__.py": "from .a import f\n",
+        "a.py": "from .sub import b\n\ndef f():\n    return b.g()\n",
+        "sub/__init__.py": "",
+        "sub/b.py": "def g():\n    from ..a import _helper\n    return _helper\n",
+        "c.py": "import pkg.sub.b\nfrom . import a\n",
+    })
+    edges, private = import_graph(root, "pkg")
+    assert edges["pkg.a"] == {"pkg.sub.b"} and edges["pkg.sub.b"] == {"pkg.a"}
+    assert edges["pkg.c"] == {"pkg.sub.b", "pkg.a"} and edges["pkg"] == {"pkg.a"}
+    assert find_cycle(edges) in (["pkg.a", "pkg.sub.b", "pkg.a"], ["pkg.sub.b", "pkg.a", "pkg.sub.b"])
+    assert private == [("pkg.sub.b", 2, "pkg.a", "_helper")]
+
+
+def test_checker_accepts_an_acyclic_package(tmp_path):
+    root = _write(tmp_path / "pkg", {
+        "__init__.py": "from .a import f\n__all__ = ['f']\n",
+        "a.py": "from ._impl import g\nfrom .b import __doc__ as doc\n\ndef f():\n    return g()\n",
+        "_impl.py": "def g():\n    return 1\n",
+        "b.py": "def _own():\n    return 2\n",
+    })
+    edges, private = import_graph(root, "pkg")
+    assert find_cycle(edges) is None and private == []
+    assert edges["pkg.a"] == {"pkg._impl", "pkg.b"}
+
+
+def test_the_package_has_no_import_cycle():
+    edges, _ = import_graph(ROOT, PACKAGE)
+    assert len(edges) > 40, "the walk found too few modules"
+    cycle = find_cycle(edges)
+    assert cycle is None, "import cycle (module- or function-level imports): " + " -> ".join(cycle)
+
+
+def test_no_module_imports_another_modules_private_name():
+    _, private = import_graph(ROOT, PACKAGE)
+    assert not private, "private names imported across modules: " + "; ".join(
+        f"{m}:{line} imports {name} from {source}" for m, line, source, name in private)
