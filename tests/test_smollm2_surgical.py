@@ -89,7 +89,7 @@ def test_retain_variant_yamls_keep_the_demo_siblings_too(variant, smollm2, smoll
 def test_suppress_yaml_forgets_with_residuals_inside_the_clamp(smollm2, smollm2_stats_dir):
     """The shipped -suppress.yaml (answer-suppression targets) forgets the demo's five capitals with residuals
     well inside the clamp (the paper's EOS residuals sit near it) and a perplexity cost under 1% (4000 tokens).
-    Its perplexity advantage is an n = 50 finding (benchmarks/README); at these five facts both cost ~0.2%."""
+    Its perplexity advantage is an n = 50 finding (benchmarks/RESULTS.md); at these five facts both cost ~0.2%."""
     from zerounlearn_editor import ZeroUnlearnGDHyperParams
     from zerounlearn_editor.embedded import default_ppl_text
     from zerounlearn_editor.evaluation import perplexity

@@ -287,7 +287,7 @@ class EditHyperParams(BaseHyperParams):
     # "adam_kv" (default): the paper's Adam loop (same updates, clamp and early stop, equal up to float
     # rounding) on cached prefix keys/values, ~2.6x faster; "adam": the paper's loop on full suffix
     # forwards (the reference); "lbfgs": per-request projected L-BFGS with line search (faster, lower NLL,
-    # but edits forget less at n = 50: benchmarks/README). See zerounlearn_editor.targets_fast.
+    # but edits forget less at n = 50: benchmarks/RESULTS.md). See zerounlearn_editor.targets_fast.
     targets_optimizer: Literal["adam", "adam_kv", "lbfgs"] = "adam_kv"
     # What the residual optimises (opt-in; "neutral" = the paper): "neutral" maximises the likelihood
     # of the neutral target (EOS); "suppress_answer" minimises -log(1 - p(answer)), p the probability of the

@@ -1,6 +1,6 @@
 """Write hparams/<Method>/<model>-retain.yaml = the paper YAML of the same model + the retain block.
 
-The retain-aware settings are the ones measured best on SmolLM2 (benchmarks/README, "Surgical
+The retain-aware settings are the ones measured best on SmolLM2 (benchmarks/RESULTS.md, "Surgical
 forgetting"); every model gets the same keys so `--retain` benches and `retain=` work everywhere.
 tests/test_retain_yamls.py checks that each -retain file differs from its paper file only there.
 Run from the repository root: python benchmarks/surgical/make_retain_yamls.py
@@ -12,7 +12,7 @@ from zerounlearn_editor.init_hparams import is_variant_yaml
 BLOCKS = {
     "ZeroUnlearn": (
         "\n# Retain-aware ZeroUnlearn (opt-in; the paper's method sets these to 0). Measured on SmolLM2:\n"
-        "# benchmarks/README.md, \"Surgical forgetting\". Give the retain set as retain=[...] or retain_file.\n"
+        "# benchmarks/RESULTS.md, \"Surgical forgetting\". Give the retain set as retain=[...] or retain_file.\n"
         "retain_file: null\n"
         "retain_weight: {retain_weight}\n"
         "projection_retain_weight: {projection_retain_weight}\n"
@@ -20,7 +20,7 @@ BLOCKS = {
     ),
     "ZeroUnlearn-GD": (
         "\n# Retain-aware ZeroUnlearn-GD (opt-in; the paper's method sets it to 0): the null space avoids\n"
-        "# C0 + retain_nullspace_weight * K_r K_r^T / n_r. Measured on SmolLM2: benchmarks/README.md,\n"
+        "# C0 + retain_nullspace_weight * K_r K_r^T / n_r. Measured on SmolLM2: benchmarks/RESULTS.md,\n"
         "# \"Surgical forgetting\". Give the retain set as retain=[...] or retain_file.\n"
         "retain_file: null\n"
         "retain_nullspace_weight: {retain_nullspace_weight}\n"
