@@ -612,6 +612,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="PNG file")
     p.set_defaults(func=_cmd_plot)
 
+    from .audit.cli import add_audit_parser
+
+    add_audit_parser(sub)
     return parser
 
 
