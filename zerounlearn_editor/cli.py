@@ -80,10 +80,16 @@ def _cmd_unlearn(args: argparse.Namespace) -> int:
     result = run_unlearn(
         args.hparams, args.facts, args.out, retain_file=args.retain, save=args.save, model_name=args.model,
         device=args.device, dtype=args.dtype, corpus=args.corpus, ppl_tokens=args.ppl_tokens, ppl_text=args.ppl_text,
-        progress=not args.no_progress,
+        progress=not args.no_progress, audit=_audit_settings(args) if args.audit else None,
     )
     print(format_unlearn(result))
     return 0
+
+
+def _audit_settings(args: argparse.Namespace):
+    from .audit.cli import settings_from_args
+
+    return settings_from_args(args, prefix="audit_")
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -424,6 +430,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ppl-text", default=None, help="perplexity text (default: the embedded WikiText-2 test split)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    from .audit.cli import add_probe_options
+
+    p.add_argument("--audit", action="store_true", help="also the robustness audit of the facts (zerounlearn audit's "
+                   "probes) before and after, in the table and unlearn_report.json")
+    add_probe_options(p, prefix="audit-")
     p.set_defaults(func=_cmd_unlearn)
 
     p = sub.add_parser(
