@@ -263,3 +263,26 @@ def test_cli_audit_refuses_bad_options_before_loading(tmp_path, capsys):
                  "--methods", "base,ZeroUnlearn+R"])
     assert code == 2
     assert not (tmp_path / "o").exists()
+
+
+def test_bench_audit_columns(tok, tmp_path):
+    from zerounlearn_editor.bench import BenchConfig, run_bench
+
+    ws = _workspace(tmp_path)
+    calls: List[str] = []
+    registry = default_registry()
+    registry["Silencer"] = _silencer(calls)
+    model = biased_model(tok, "paris", 0.0)
+    config = BenchConfig(hparams=str(ws["main"]), data=str(ws["data"]), seeds=[1], methods=["base", "Silencer"],
+                         out=str(tmp_path / "bench"), n=3, ppl_tokens=0, progress=False,
+                         audit=AuditSettings(families=("formats", "choice")))
+    summary = run_bench(config, model=model, tok=tok, registry=registry)
+    silenced = summary["methods"]["Silencer"]["metrics"]
+    assert silenced["audit:prompt"]["mean"] == 0.0 and silenced["audit:mc"]["mean"] == 0.0
+    base = summary["methods"]["base"]["metrics"]
+    assert set(base) >= {"audit:prompt", "audit:paraphrase", "audit:question", "audit:mc"}
+    assert "prompt ↓" in summary["table_markdown"] and "mc ↓" in summary["table_markdown"]
+    assert summary["run"]["audit"]["families"] == ["formats", "choice"]
+    with pytest.raises(BenchConfigError, match="unknown probe family"):
+        run_bench(BenchConfig(**{**config.__dict__, "audit": AuditSettings(families=("telepathy",))}), model=model, tok=tok,
+                  registry=registry)

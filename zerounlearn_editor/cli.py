@@ -98,6 +98,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     if args.rounds is not None and args.runfile:
         raise SystemExit("zerounlearn bench: --rounds cannot be combined with --runfile")
+    if args.audit and (args.runfile or args.rounds is not None):
+        raise SystemExit("zerounlearn bench: --audit scores one run; it cannot be combined with --runfile or --rounds")
     if args.runfile:
         given = [f"--{k.replace('_', '-')}" for k in ("hparams", "data", "out", "seeds", "methods", "n", "ppl_tokens")
                  if getattr(args, k) is not None]
@@ -134,6 +136,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         utility=args.utility,
         utility_n=args.utility_n,
         group_generation=args.group_generation,
+        audit=_audit_settings(args) if args.audit else None,
     )
     if args.rounds is not None:
         from .bench.rounds import run_rounds
@@ -478,6 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data with probe groups (RWKU): also %% of each group's probes whose 16-token greedy "
                         "continuation contains the answer (columns FL1 gen ...)")
     p.add_argument("--batch-size", type=int, default=32, help="probes per forward pass")
+    p.add_argument("--audit", action="store_true", help="also the robustness audit's probes (zerounlearn audit) as "
+                   "columns: %% of the forgotten facts each probe recovers")
+    add_probe_options(p, prefix="audit-")
     p.add_argument("--device", default="cpu")
     p.add_argument("--runfile", default=None, help="YAML with runs: [{name, hparams, data, n, seeds, methods, out, ppl_tokens}]")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
