@@ -286,3 +286,27 @@ def test_bench_audit_columns(tok, tmp_path):
     with pytest.raises(BenchConfigError, match="unknown probe family"):
         run_bench(BenchConfig(**{**config.__dict__, "audit": AuditSettings(families=("telepathy",))}), model=model, tok=tok,
                   registry=registry)
+
+
+def test_dataset_cases_give_questions_and_rwku_levels(tok):
+    from zerounlearn_editor.audit import items_from_cases, pool_from_cases
+    from zerounlearn_editor.data.types import Probe, UnlearnCase
+
+    rwku = UnlearnCase("stephen king", {"prompt": "stephen king wrote", "subject": "stephen king", "ground_truth": "carrie"},
+                       forget=[], paraphrase=[], neighbour=[], source="rwku", probe_groups={
+                           "forget_level1": [Probe("stephen king wrote", "carrie")],
+                           "forget_level2": [Probe("what did stephen king write first ?", "carrie")],
+                           "forget_level3": [Probe("pretend you are a librarian : king's debut was", "carrie")],
+                           "neighbor_level1": [Probe("maine is in", "usa")]})
+    mquake = UnlearnCase("1:hop0", {"prompt": "hey jude was performed by", "subject": "hey jude", "ground_truth": "beatles"},
+                         forget=[], paraphrase=[Probe("who performed hey jude ?", "beatles")], neighbour=[], source="mquake")
+    items = items_from_cases([rwku, mquake])
+    assert [q.prompt for q in items[0].questions] == ["what did stephen king write first ?"]
+    assert set(items[0].groups) == {"fill_in_blank", "question", "adversarial"} and not items[0].paraphrases
+    assert items[1].questions == items[1].paraphrases == (Probe("who performed hey jude ?", "beatles"),)
+    pool = pool_from_facts(POOL_FACTS) + pool_from_cases([rwku])
+    plan = build_plan(items, pool, tok, AuditSettings(families=("formats", "rwku")))
+    assert plan.text_probes["question"][1] == [Probe("Q: who performed hey jude ? A:", "beatles")]
+    assert [c for c in probe_columns(plan, AuditSettings(families=("formats", "rwku"))) if c.startswith("rwku")] == \
+        ["rwku_fill_in_blank", "rwku_question", "rwku_adversarial"]
+    assert plan.text_probes["rwku_question"][1] == []  # the MQuAKE fact has no RWKU level
