@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any, List
+from typing import Any
 
 __all__ = ["add_audit_parser", "add_probe_options", "settings_from_args"]
 

@@ -8,7 +8,7 @@ by the model.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 from ..data.types import Probe
 from .items import AuditItem, PoolFact, borrow, distractors, forbidden_of, relearn_facts

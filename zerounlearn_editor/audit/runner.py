@@ -20,7 +20,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 from ..bench.config import BenchConfigError, parse_methods
 from ..bench.files import read_json, sha256_of_json, write_json_atomic
