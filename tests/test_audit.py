@@ -310,3 +310,26 @@ def test_dataset_cases_give_questions_and_rwku_levels(tok):
     assert [c for c in probe_columns(plan, AuditSettings(families=("formats", "rwku"))) if c.startswith("rwku")] == \
         ["rwku_fill_in_blank", "rwku_question", "rwku_adversarial"]
     assert plan.text_probes["rwku_question"][1] == []  # the MQuAKE fact has no RWKU level
+
+
+def test_audit_runs_the_bench_methods(tok, tmp_path):
+    """ZeroUnlearn-GD and GA through the bench's registry, hparams lookup and C0 statistics."""
+    ws = _workspace(tmp_path)
+    root = ws["main"].parent.parent
+    gd = tiny_hparams_dict(tmp_path / "stats", tmp_path / "corpus.jsonl", alg_name="ZeroUnlearn-GD")
+    (root / "ZeroUnlearn-GD").mkdir()
+    (root / "ZeroUnlearn-GD" / "tiny.yaml").write_text(yaml.safe_dump(gd), encoding="utf-8")
+    (root / "GA").mkdir()
+    (root / "GA" / "tiny.yaml").write_text(yaml.safe_dump(dict(alg_name="GA", model_name="tiny", device="cpu", layers=[1, 2],
+                                                               num_steps=2, lr=1e-2)), encoding="utf-8")
+    model = tiny_llama(tok)
+    before = ModelFingerprint.of(model)
+    config = AuditConfig(hparams=str(ws["main"]), data=str(ws["data"]), out=str(tmp_path / "out"), seeds=[3], n=2,
+                         methods=["base", "ZeroUnlearn-GD", "GA"], settings=AuditSettings(families=("formats", "lens")),
+                         progress=False)
+    summary = run_audit(config, model=model, tok=tok)
+    assert before.differences(model) == []
+    record = json.loads(audit_seed_path(tmp_path / "out", 3).read_text())
+    assert record["methods"]["ZeroUnlearn-GD"]["status"] == "ok" and record["methods"]["GA"]["status"] == "ok"
+    assert any("down_proj" in p for p in record["methods"]["ZeroUnlearn-GD"]["edited_parameters"])
+    assert set(summary["methods"]["GA"]["recovered"]) == set(summary["methods"]["base"]["recovered"])
