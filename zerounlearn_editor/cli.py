@@ -80,10 +80,16 @@ def _cmd_unlearn(args: argparse.Namespace) -> int:
     result = run_unlearn(
         args.hparams, args.facts, args.out, retain_file=args.retain, save=args.save, model_name=args.model,
         device=args.device, dtype=args.dtype, corpus=args.corpus, ppl_tokens=args.ppl_tokens, ppl_text=args.ppl_text,
-        progress=not args.no_progress,
+        progress=not args.no_progress, audit=_audit_settings(args) if args.audit else None,
     )
     print(format_unlearn(result))
     return 0
+
+
+def _audit_settings(args: argparse.Namespace):
+    from .audit.cli import settings_from_args
+
+    return settings_from_args(args, prefix="audit_")
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -92,6 +98,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     if args.rounds is not None and args.runfile:
         raise SystemExit("zerounlearn bench: --rounds cannot be combined with --runfile")
+    if args.audit and (args.runfile or args.rounds is not None):
+        raise SystemExit("zerounlearn bench: --audit scores one run; it cannot be combined with --runfile or --rounds")
     if args.runfile:
         given = [f"--{k.replace('_', '-')}" for k in ("hparams", "data", "out", "seeds", "methods", "n", "ppl_tokens")
                  if getattr(args, k) is not None]
@@ -128,6 +136,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         utility=args.utility,
         utility_n=args.utility_n,
         group_generation=args.group_generation,
+        audit=_audit_settings(args) if args.audit else None,
     )
     if args.rounds is not None:
         from .bench.rounds import run_rounds
@@ -424,6 +433,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ppl-text", default=None, help="perplexity text (default: the embedded WikiText-2 test split)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    from .audit.cli import add_probe_options
+
+    p.add_argument("--audit", action="store_true", help="also the robustness audit of the facts (zerounlearn audit's "
+                   "probes) before and after, in the table and unlearn_report.json")
+    add_probe_options(p, prefix="audit-")
     p.set_defaults(func=_cmd_unlearn)
 
     p = sub.add_parser(
@@ -467,6 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data with probe groups (RWKU): also %% of each group's probes whose 16-token greedy "
                         "continuation contains the answer (columns FL1 gen ...)")
     p.add_argument("--batch-size", type=int, default=32, help="probes per forward pass")
+    p.add_argument("--audit", action="store_true", help="also the robustness audit's probes (zerounlearn audit) as "
+                   "columns: %% of the forgotten facts each probe recovers")
+    add_probe_options(p, prefix="audit-")
     p.add_argument("--device", default="cpu")
     p.add_argument("--runfile", default=None, help="YAML with runs: [{name, hparams, data, n, seeds, methods, out, ppl_tokens}]")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -612,6 +629,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="PNG file")
     p.set_defaults(func=_cmd_plot)
 
+    from .audit.cli import add_audit_parser
+
+    add_audit_parser(sub)
     return parser
 
 

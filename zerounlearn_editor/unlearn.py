@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from .adapters import AdapterReport, export_lora_adapter
+from .audit.facts_audit import check_probe_fields
 from .data.types import Probe
 from .evaluation.generation import generate_greedy
 from .evaluation.metrics import evaluate_probes
@@ -47,7 +48,7 @@ __all__ = [
 LOG = logging.getLogger(__name__)
 
 SAVE_MODES = ("model", "adapter", "none")
-_FACT_FIELDS = ("prompt", "subject", "answer", "ground_truth", "target_new")
+_FACT_FIELDS = ("prompt", "subject", "answer", "ground_truth", "target_new", "paraphrases", "questions")
 REPORT_NAME = "unlearn_report.json"
 
 
@@ -75,7 +76,9 @@ def load_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
     for index, record in enumerate(records):
         unknown = sorted(set(record) - set(_FACT_FIELDS))
         if unknown:
-            raise RecordFileError(f"{path}: record {index}: unknown field(s) {unknown} (allowed: prompt, subject, answer, target_new)")
+            raise RecordFileError(f"{path}: record {index}: unknown field(s) {unknown} "
+                                  "(allowed: prompt, subject, answer, target_new, paraphrases, questions)")
+        check_probe_fields(record, index, path)
         if "answer" in record and "ground_truth" in record:
             raise RecordFileError(f"{path}: record {index}: give 'answer' or 'ground_truth', not both")
         answer = record.get("answer", record.get("ground_truth"))
@@ -129,6 +132,7 @@ class UnlearnResult:
     ppl_tokens: int
     seconds: Dict[str, float] = field(default_factory=dict)
     saved: Dict[str, Any] = field(default_factory=dict)
+    audit: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -179,12 +183,15 @@ def run_unlearn(
     new_tokens: int = 8,
     batch_size: int = 16,
     progress: bool = True,
+    audit: Optional[Any] = None,
 ) -> UnlearnResult:
     """Unlearn the facts of ``facts_file`` and save the result (see module docstring).
 
     All inputs (hparams, facts, retain file, save mode) are checked before the model is loaded.
     ``ppl_tokens`` tokens of ``ppl_text`` (default: the WikiText-2 test split shipped with
-    the package) give the perplexity before/after; 0 turns it off.
+    the package) give the perplexity before/after; 0 turns it off. ``audit`` (an
+    :class:`~zerounlearn_editor.audit.AuditSettings`) adds the robustness audit of the facts with
+    answers, before and after (:mod:`zerounlearn_editor.audit.facts_audit`), to the report.
     """
     from .model_zoo import load_model_and_tokenizer, resolve_model_path
 
@@ -210,6 +217,14 @@ def run_unlearn(
         retain_facts = [r for r in retain_facts if isinstance(r["ground_truth"], str) and r["ground_truth"].strip()]
     if save == "adapter":
         check_adapter_possible(hparams)
+    audit_items: List[Any] = []
+    if audit is not None:
+        from .audit.facts_audit import facts_items
+
+        audit.validate()
+        audit_items = facts_items(facts_file)
+        if not audit_items:
+            raise RecordFileError(f"{facts_file}: --audit needs facts with an 'answer'; none has one")
     seconds: Dict[str, float] = {}
 
     start = time.perf_counter()
@@ -226,6 +241,15 @@ def run_unlearn(
     kept_before = _measure(model, tok, retain_facts, new_tokens, batch_size) if retain_facts else None
     ppl_before = perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None
     seconds["evaluate_before"] = time.perf_counter() - start
+    facts_audit, audit_before = None, None
+    if audit is not None:
+        from .audit.facts_audit import FactsAudit, facts_pool
+
+        start = time.perf_counter()
+        retain_records = read_record_list(retain_file, what="retain facts") if retain_file else []
+        facts_audit = FactsAudit(model, tok, audit_items, facts_pool(retain_records), audit, hparams, corpus)
+        audit_before = facts_audit.score()
+        seconds["audit_before"] = time.perf_counter() - start
 
     report = EditReport()
     start = time.perf_counter()
@@ -244,6 +268,12 @@ def run_unlearn(
     kept_after = _measure(model, tok, retain_facts, new_tokens, batch_size) if retain_facts else None
     ppl_after = perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None
     seconds["evaluate_after"] = time.perf_counter() - start
+    audit_report = None
+    if facts_audit is not None:
+        start = time.perf_counter()
+        audit_report = {"settings": audit.to_dict(), "plan": facts_audit.plan.describe(), "before": audit_before,
+                        "after": facts_audit.score()}
+        seconds["audit_after"] = time.perf_counter() - start
 
     result = UnlearnResult(
         method=hparams.alg_name,
@@ -253,6 +283,7 @@ def run_unlearn(
         ppl_after=ppl_after,
         ppl_tokens=ppl_tokens if text else 0,
         seconds=seconds,
+        audit=audit_report,
     )
     if out_dir is not None:
         out = Path(out_dir)
@@ -324,5 +355,9 @@ def format_unlearn(result: UnlearnResult) -> str:
         lines.append(f"LoRA adapter (r={saved['r']}, {saved['size_bytes'] / 1024:.1f} KiB) -> {saved['dir']}: {ranks}")
     elif saved.get("mode") == "model":
         lines.append(f"Edited model and tokenizer -> {saved['dir']}")
+    if result.audit:
+        from .audit.facts_audit import format_facts_audit
+
+        lines += ["", format_facts_audit(result.audit), ""]
     lines.append("Stage times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
     return "\n".join(lines)

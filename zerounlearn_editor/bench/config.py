@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 __all__ = [
     "BenchConfigError",
@@ -188,6 +188,8 @@ class BenchConfig:
         group_generation: for data with probe groups (RWKU), also score greedy generation per
             group: % of probes whose 16-token continuation contains the answer (``contains_<group>``
             columns, e.g. ``FL1 gen``); costs a generation pass over every group probe per method.
+        audit: an :class:`~zerounlearn_editor.audit.AuditSettings`: the robustness audit's probes as
+            columns ``audit:<probe>`` (recovered %, :mod:`zerounlearn_editor.audit.bench_columns`); ``None`` = none.
     """
 
     hparams: str
@@ -213,6 +215,7 @@ class BenchConfig:
     utility: Optional[str] = None
     utility_n: int = 50
     group_generation: bool = False
+    audit: Optional[Any] = None
 
     def validate(self) -> None:
         """Check value ranges (names of methods are checked against the registry by the runner)."""
@@ -228,6 +231,11 @@ class BenchConfig:
             raise BenchConfigError(f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
         if not self.seeds:
             raise BenchConfigError("seeds: no seed given")
+        if self.audit is not None:
+            try:
+                self.audit.validate()
+            except ValueError as exc:
+                raise BenchConfigError(str(exc)) from None
         if not self.methods:
             raise BenchConfigError("methods: no method given")
         draw = parse_retain_spec(self.retain)

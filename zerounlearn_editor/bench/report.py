@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from .config import BenchConfig
 from .retain_sets import parse_retain_spec
 from .files import write_json_atomic, write_text_atomic
-from .scoring import CONTAINS_PREFIX, GROUP_PREFIX, METRIC_KEYS
+from .scoring import AUDIT_PREFIX, CONTAINS_PREFIX, GROUP_PREFIX, METRIC_KEYS
 
 __all__ = ["aggregate", "summarize", "format_table", "group_header", "write_summary", "COLUMNS"]
 
@@ -70,7 +70,7 @@ def summarize(methods: Sequence[str], records: Mapping[int, Mapping[str, Any]]) 
         metrics = {}
         utility_keys = sorted({k for _, e in ok for k in e["metrics"] if k.startswith("util_")})
         group_keys = list(dict.fromkeys(k for _, e in ok for k in e["metrics"]
-                                        if k.startswith(GROUP_PREFIX) or k.startswith(CONTAINS_PREFIX)))
+                                        if k.startswith((GROUP_PREFIX, CONTAINS_PREFIX, AUDIT_PREFIX))))
         for key in (*METRIC_KEYS, *group_keys, *utility_keys):
             stats = aggregate([e["metrics"].get(key) for _, e in ok])
             if stats is not None:
@@ -104,6 +104,8 @@ def format_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
     group_columns += [(k, group_header(k[len(CONTAINS_PREFIX):]).replace(" ", " gen ", 1), "{:.1f}") for k in contains]
     columns = list(COLUMNS[:3]) + group_columns + list(COLUMNS[3:])
     columns += [(k, f"{k[len('util_'):]} ↑", "{:.1f}") for k in utility]  # zerounlearn utility tasks
+    audit = list(dict.fromkeys(k for m in summary.values() for k in m["metrics"] if k.startswith(AUDIT_PREFIX)))
+    columns += [(k, f"{k[len(AUDIT_PREFIX):]} ↓", "{:.0f}") for k in audit]  # zerounlearn bench --audit: recovered %
     used = [c for c in columns if any(c[0] in m["metrics"] for m in summary.values())]
     if not used:
         used = list(COLUMNS[:3])

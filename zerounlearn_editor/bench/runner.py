@@ -18,6 +18,7 @@ even loaded. ``summary.json`` and ``summary.md`` are rebuilt from the seed files
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from pathlib import Path
@@ -86,6 +87,7 @@ def _run_info(config: BenchConfig, model_name: str, ppl_text: Optional[str]) -> 
         "dtype": config.dtype,
         **({"utility": config.utility, "utility_n": config.utility_n} if config.utility else {}),
         **({"group_generation": True} if config.group_generation else {}),
+        **({"audit": json.loads(json.dumps(config.audit.to_dict()))} if config.audit is not None else {}),
     }
 
 
@@ -163,19 +165,23 @@ class _SeedRun:
         self.named: List[List[bool]] = []  # the seed's neighbour prompts that name a forgotten subject
         self.prepared, self.bank, self.fingerprint = prepared, bank, fingerprint
         self.settings, self.signatures, self.descriptions, self.bar = settings, signatures, descriptions, bar
+        self.audit: Any = None  # a BenchAudit with --audit (zerounlearn_editor.audit.bench_columns)
+        self.audit_plan: Any = None
 
     def run(self, seed: int, path: Path, record: Dict[str, Any], cases: List[UnlearnCase], todo: Sequence[str]) -> None:
         requests = [dict(case.request) for case in cases]
         self.retain = list(record.get("retain") or [])
         check_retain_disjoint(self.retain, cases)
         self.named = neighbours_naming_forgotten_subjects(cases)
+        self.audit_plan = self.audit.plan(seed, cases, self.tok) if self.audit is not None else None
         with Stage(f"seed {seed}: scoring the unedited model on {len(cases)} cases") as stage:
             pre = score_cases(self.model, self.tok, cases, self.settings.batch_size)
         if "base" in todo:
             self.bar.set_description(f"seed {seed} base")
             with Stage(f"seed {seed}: base perplexity/fluency") as extra:
                 more = model_metrics(self.model, self.tok, cases, self.settings)
-            metrics = dict(probe_metrics(pre, named=self.named), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=None, **more.get("utility", {}), **more.get("contains", {}))
+                audit = self.audit.metrics(self.model, self.tok, self.audit_plan) if self.audit_plan else {}
+            metrics = dict(probe_metrics(pre, named=self.named), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=None, **more.get("utility", {}), **more.get("contains", {}), **audit)
             record["methods"]["base"] = {
                 "status": "ok",
                 "config_sha256": _BASE_SIGNATURE,
@@ -217,6 +223,7 @@ class _SeedRun:
             with Stage(f"seed {seed}: {name} evaluation") as eval_stage:
                 post = score_cases(self.model, self.tok, cases, self.settings.batch_size)
                 more = model_metrics(self.model, self.tok, cases, self.settings)
+                audit = self.audit.metrics(self.model, self.tok, self.audit_plan) if self.audit_plan else {}
         finally:
             restore_weights(self.model, outcome.weights_copy)
         # a method that reused another's neutral targets is charged their cost: Edit s stays comparable
@@ -224,7 +231,7 @@ class _SeedRun:
         if "targets_reused_from" in outcome.details:
             edit_seconds += float(outcome.details["timings"]["targets"])
         metrics = dict(probe_metrics(post, pre, self.named), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=edit_seconds,
-                       **more.get("utility", {}), **more.get("contains", {}))
+                       **more.get("utility", {}), **more.get("contains", {}), **audit)
         LOG.info(
             "seed %d: %s Eff %.1f Gen %.1f Spe %.1f PPL %s", seed, name, metrics["eff"], metrics["gen"], metrics["spe"],
             "-" if metrics["ppl"] is None else f"{metrics['ppl']:.2f}",
@@ -343,7 +350,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
                 model, tok = _load_model(loader, str(lookup.main.model_name), config)
         for _, _, record, _, _ in plan:
             record["model_loaded"] = model_basename(model)
-        _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptions, ppl_text)
+        _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptions, ppl_text, pool)
 
     records = {seed: read_json(seed_path(out, seed)) for seed in config.seeds}
     summary = write_summary(out, config, run_info, methods, records, known=known)
@@ -352,7 +359,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
     return summary
 
 
-def _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptions, ppl_text) -> None:
+def _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptions, ppl_text, pool=()) -> None:
     needed = [name for name in dict.fromkeys(n for *_, todo in plan for n in todo) if name != "base"]
     with Stage("fingerprinting the unedited model"):
         fingerprint = ModelFingerprint.of(model)
@@ -366,6 +373,10 @@ def _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptio
     total = sum(len(todo) for *_, todo in plan)
     with tqdm(total=total, desc="bench", unit="method", disable=not config.progress) as bar:
         runner = _SeedRun(model, tok, prepared, bank, fingerprint, settings, signatures, descriptions, bar)
+        if config.audit is not None:
+            from ..audit.bench_columns import BenchAudit
+
+            runner.audit = BenchAudit(config.audit, lookup.main, pool)
         for seed, path, record, cases, todo in plan:
             with Stage(f"seed {seed}: {len(todo)} method(s)"):
                 runner.run(seed, path, record, cases, todo)

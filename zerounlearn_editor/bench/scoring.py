@@ -33,13 +33,15 @@ from ..evaluation.generation import generate_greedy
 from ..evaluation.metrics import ProbeScores, evaluate_probes
 from ..evaluation.perplexity import perplexity
 
-__all__ = ["METRIC_KEYS", "GROUP_PREFIX", "CONTAINS_PREFIX", "GROUP_GENERATION_TOKENS", "answer_contained",
+__all__ = ["METRIC_KEYS", "GROUP_PREFIX", "CONTAINS_PREFIX", "AUDIT_PREFIX", "GROUP_GENERATION_TOKENS", "answer_contained",
            "ScoringSettings", "score_cases", "probe_metrics", "model_metrics"]
 
 METRIC_KEYS = ("eff", "gen", "spe", "spe_distinct", "neighbours_named", "eff_first", "gen_first", "eff_prob", "gen_prob", "spe_prob", "spe_agree", "ppl", "fluency", "edit_seconds")
 GROUP_PREFIX = "group_"
 """Metric key of a probe group: ``GROUP_PREFIX + name`` (e.g. ``group_forget_level1``)."""
 CONTAINS_PREFIX = "contains_"
+AUDIT_PREFIX = "audit:"
+"""Metric key of a robustness-audit probe (``zerounlearn bench --audit``): ``AUDIT_PREFIX + probe``, recovered %."""
 """Metric key of a probe group's generation score: ``CONTAINS_PREFIX + name``."""
 GROUP_GENERATION_TOKENS = 16
 """New tokens of the greedy continuation of a group probe (answers are short: names, years)."""

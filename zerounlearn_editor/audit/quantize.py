@@ -1,0 +1,82 @@
+"""Round-to-nearest weight quantization of every linear layer, on a deep copy of the model.
+
+Symmetric RTN: a row of ``W`` ``[d_out, d_in]`` (per channel) or each group of ``group_size``
+consecutive inputs of a row (grouped) gets the scale ``s = max|w| / (2^(bits-1) - 1)``; weights
+become ``s * clamp(round(w / s), -2^(bits-1), 2^(bits-1) - 1)`` (stored dequantized, in the
+weight's dtype). The output head (``get_output_embeddings()``, often tied to the input
+embeddings) is left in full precision, as weight-only quantization schemes usually do.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+import torch
+from torch import nn
+
+__all__ = ["QuantScheme", "QUANT_SCHEMES", "quantize_rtn", "quantized_copy"]
+
+
+@dataclass(frozen=True)
+class QuantScheme:
+    """``bits`` per weight; ``group_size`` None = one scale per output channel."""
+
+    name: str
+    bits: int
+    group_size: Optional[int] = None
+
+
+QUANT_SCHEMES: Dict[str, QuantScheme] = {
+    "int8": QuantScheme("int8", 8),
+    "int4": QuantScheme("int4", 4),
+    "int4g16": QuantScheme("int4g16", 4, 16),
+}
+"""The audit's schemes: int8 and int4 per channel, int4 in groups of 16 inputs."""
+
+
+def quantize_rtn(weight: torch.Tensor, bits: int, group_size: Optional[int] = None) -> torch.Tensor:
+    """Dequantized RTN copy of ``weight`` ``[d_out, d_in]`` (same shape and dtype; see module docstring).
+
+    Raises:
+        ValueError: ``bits < 2``, a 1-D weight, or ``d_in`` not a multiple of ``group_size``.
+    """
+    if bits < 2:
+        raise ValueError(f"bits must be >= 2, got {bits}")
+    if weight.dim() != 2:
+        raise ValueError(f"expected a 2-D weight [d_out, d_in], got shape {tuple(weight.shape)}")
+    d_out, d_in = weight.shape
+    group = group_size or d_in
+    if d_in % group:
+        raise ValueError(f"d_in {d_in} is not a multiple of group_size {group}")
+    w = weight.detach().float().reshape(d_out, d_in // group, group)  # [d_out, groups, group]
+    top = 2 ** (bits - 1) - 1
+    scale = w.abs().amax(dim=-1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny) / top
+    q = torch.clamp(torch.round(w / scale), -top - 1, top)
+    return (q * scale).reshape(d_out, d_in).to(weight.dtype)
+
+
+def quantized_copy(model: nn.Module, scheme: QuantScheme) -> nn.Module:
+    """A deep copy of ``model`` with every ``nn.Linear`` (and GPT-2 ``Conv1D``) weight but the head's RTN-quantized.
+
+    The caller's model is not changed. A layer whose input width is not a multiple of the
+    group size is quantized per channel.
+    """
+    twin = copy.deepcopy(model)
+    head = twin.get_output_embeddings() if hasattr(twin, "get_output_embeddings") else None
+    head_weight = getattr(head, "weight", None)
+    with torch.no_grad():
+        for module in twin.modules():
+            weight = getattr(module, "weight", None)
+            if weight is None or weight is head_weight:
+                continue
+            if isinstance(module, nn.Linear):
+                matrix = weight  # [d_out, d_in]
+            elif type(module).__name__ == "Conv1D":
+                matrix = weight.t()  # stored [d_in, d_out]
+            else:
+                continue
+            group = scheme.group_size if scheme.group_size and matrix.shape[1] % scheme.group_size == 0 else None
+            new = quantize_rtn(matrix, scheme.bits, group)
+            weight.copy_(new if isinstance(module, nn.Linear) else new.t())
+    return twin
