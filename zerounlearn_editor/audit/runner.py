@@ -5,7 +5,7 @@ the known cases with ``known_only``), one :class:`~.plan.AuditPlan` (in-context 
 distractors and relearning facts from the whole dataset, seeded with ``k``), the ``base`` row
 on the unedited model, then per method: check the model is the unedited one (fingerprint), edit
 all cases as one batch, score every probe, restore the weights. Methods are the bench's
-(:func:`~zerounlearn_editor.bench.methods.default_registry`: ours, ``+R``, GA/NPO and EasyEdit's
+(:func:`~zerounlearn_editor.bench.registry.default_registry`: ours, ``+R``, GA/NPO and EasyEdit's
 where importable), with the bench's hyperparameter lookup, shared ``C0`` and retain draws.
 
 Resumable like the bench: ``<out>/audit_seed_<k>.json`` is rewritten atomically after every
@@ -25,7 +25,8 @@ from typing import Any, Dict, List, Optional
 from ..bench.config import BenchConfigError, parse_methods
 from ..bench.files import read_json, sha256_of_json, write_json_atomic
 from ..bench.fingerprint import ModelFingerprint
-from ..bench.methods import HParamsLookup, MethodContext, default_registry, known_method_names, load_main_hparams
+from ..bench.methods import HParamsLookup, MethodContext, known_method_names, load_main_hparams
+from ..bench.registry import default_registry
 from ..bench.retain_sets import check_retain_disjoint, draw_retain, parse_retain_spec
 from ..data.registry import load_cases, sample_cases
 from ..pipeline import restore_weights
@@ -170,7 +171,7 @@ def _run_audit(config: AuditConfig, model, tok, registry, loader) -> Dict[str, A
 
 
 def _run_plan(config, model, tok, registry, lookup, plan_list, signatures, descriptions, pool_cases, passages) -> None:
-    from ..bench.runner import _compute_statistics
+    from ..bench.stages import compute_statistics
 
     main = lookup.main
     lens = LensConfig(main.layers[0], main.layer_module_tmp, main.ln_f_module)
@@ -178,7 +179,7 @@ def _run_plan(config, model, tok, registry, lookup, plan_list, signatures, descr
     needed = [m for m in dict.fromkeys(m for *_, todo in plan_list for m in todo) if m != "base"]
     context = MethodContext(lookup, model, tok, Path(config.out), main.neutral_target or tok.eos_token or "")
     prepared = {m: registry[m].prepare(context) for m in needed}
-    bank = _compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
+    bank = compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
     pool = pool_from_cases(pool_cases)
     for seed, path, record, cases, todo in plan_list:
         settings = dataclasses.replace(config.settings, seed=seed)
