@@ -160,16 +160,11 @@ class BaseHyperParams:
         unknown = sorted(set(config) - set(fields))
         if unknown:
             raise HParamsError(f"{source}: unknown key(s) {unknown} for {cls.__name__}")
+        cls._check_values(config, source)
         hints = get_type_hints(cls)
         for name, value in config.items():
-            if not _check_type(value, hints[name]):
-                raise HParamsError(
-                    f"{source}: key {name!r} has value {value!r}, expected {hints[name]}"
-                )
             if hints[name] is float and isinstance(value, int):
                 config[name] = float(value)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise HParamsError(f"{source}: key {name!r} must be a finite number, got {value!r}")
         required = {key for klass in cls.__mro__ for key in getattr(klass, "REQUIRED_KEYS", ())}
         missing = [
             name
@@ -185,6 +180,27 @@ class BaseHyperParams:
         obj = cls(**config)
         obj.validate(source)
         return obj
+
+    @classmethod
+    def _check_values(cls, config: Dict[str, Any], source: str) -> None:
+        """Each value of ``config`` has its field's type and, if a number, is finite."""
+        hints = get_type_hints(cls)
+        for name, value in config.items():
+            if not _check_type(value, hints[name]):
+                raise HParamsError(
+                    f"{source}: key {name!r} has value {value!r}, expected {hints[name]}"
+                )
+            if isinstance(value, float) and not math.isfinite(value):
+                raise HParamsError(f"{source}: key {name!r} must be a finite number, got {value!r}")
+
+    def check(self, source: str = "hparams at edit time") -> None:
+        """The loader's checks (types, then :meth:`validate`) on the current field values.
+
+        Fields can be changed after loading (``hparams.layers = [2, 1]``); the edit calls this before
+        any work, so such a change meets the same error, naming the key, as a file holding it.
+        """
+        type(self)._check_values({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, source)
+        self.validate(source)
 
     @classmethod
     def from_hparams(cls, hparams_name_or_path: Union[str, Path]):
