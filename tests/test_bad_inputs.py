@@ -872,6 +872,17 @@ def test_killed_run_temporaries_are_removed_and_a_failed_save_leaves_the_folder_
     assert _files(out) == before  # the earlier run's folder, whole
     assert not stale.exists()  # the killed run's temporary is gone
     assert not [p for p in root.iterdir() if ".zerounlearn-tmp-" in p.name]
+    from safetensors import SafetensorError
+
+    def safetensors_disk_full(*_a, **_k):  # what save_pretrained raised: config.json was left without weights
+        raise SafetensorError("Error while serializing: IoError(No space left on device (os error 28))")
+
+    monkeypatch.setattr(type(tiny_llama(tiny_tokenizer())), "save_pretrained", safetensors_disk_full)
+    caplog.clear()
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "model") == 2
+    assert f"cannot write the output folder {out}" in caplog.text and "os error 28" in caplog.text
+    assert _files(out) == before
+    assert not [p for p in root.iterdir() if ".zerounlearn-tmp-" in p.name]
 
 
 def test_statistics_on_a_full_disk_fail_before_the_corpus_pass(tok, tmp_path, corpus, monkeypatch):
@@ -1080,3 +1091,34 @@ def test_adapter_refuses_another_base_model_of_the_same_shape(tok, tmp_path, cor
     batch = tok(["the capital of france is"], return_tensors="pt")
     with torch.no_grad():
         assert torch.allclose(adapted(**batch).logits, edited(**batch).logits, atol=1e-4)
+
+
+def test_kill_9_during_save_leaves_no_half_folder_and_the_next_run_cleans_up(saved_tiny):
+    """Issue 29.4: kill -9 during --save left a half-written --out and a hidden temp file no run removed."""
+    import signal
+    import subprocess
+    import sys
+
+    root, _, hparams = saved_tiny
+    out = root / "out-kill9"
+    script = (
+        "import os, signal, sys\n"
+        "from zerounlearn_editor import unlearn\n"
+        "def killed_while_writing(weights, model, out, **kwargs):\n"
+        "    (out / 'adapter_model.safetensors').write_bytes(b'0' * 4096)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "unlearn.export_lora_adapter = killed_while_writing\n"
+        "from zerounlearn_editor.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    argv = ["unlearn", "--facts", str(root / "facts.json"), "--ppl-tokens", "0", "--no-progress",
+            "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", script, *argv], env=env, capture_output=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    assert not out.exists()  # no half-written folder
+    temps = [p for p in root.iterdir() if p.name.startswith(".out-kill9.zerounlearn-tmp-")]
+    assert len(temps) == 1 and (temps[0] / "adapter_model.safetensors").is_file()
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out)) == 0
+    assert not temps[0].exists()
+    assert (out / "unlearn_report.json").is_file() and (out / "adapter_config.json").is_file()
