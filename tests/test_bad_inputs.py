@@ -733,3 +733,392 @@ def test_model_fingerprint_of_a_large_parameter():
     with torch.no_grad():
         module.weight[-1] = 1.0  # the last element is sampled
     assert stats_module.model_fingerprint(module) != first
+
+
+# --------------------------------------------------------------------------- issue 29: unlearn, save and edit
+
+
+@pytest.fixture(scope="module")
+def saved_tiny(tmp_path_factory):
+    """A tiny Llama and its tokenizer on disk, a corpus, a perplexity text, a facts file and both YAMLs."""
+    root = tmp_path_factory.mktemp("round2")
+    tok = tiny_tokenizer()
+    model_dir = root / "tiny-model"
+    tiny_llama(tok).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    corpus = write_corpus(root / "corpus.jsonl")
+    facts = [{"prompt": r["prompt"], "subject": r["subject"], "answer": r["ground_truth"]} for r in forget_requests()]
+    (root / "facts.json").write_text(json.dumps(facts), encoding="utf-8")
+    hparams = {}
+    for alg in ("ZeroUnlearn", "ZeroUnlearn-GD"):
+        config = tiny_hparams_dict(root / "stats", corpus, alg_name=alg, model_name=str(model_dir), v_num_grad_steps=3)
+        hparams[alg] = root / f"{alg}.yaml"
+        hparams[alg].write_text(yaml.safe_dump(config), encoding="utf-8")
+    return root, model_dir, hparams
+
+
+def _unlearn(saved, *extra, facts=None):
+    from zerounlearn_editor.cli import main
+
+    root, _, _ = saved
+    return main(["unlearn", "--facts", str(facts or root / "facts.json"), "--ppl-tokens", "0", "--no-progress", *extra])
+
+
+def _no_model_load(monkeypatch):
+    from zerounlearn_editor import model_zoo
+
+    def refuse(*_a, **_k):
+        raise AssertionError("the model was loaded before the bad input was found")
+
+    monkeypatch.setattr(model_zoo, "load_model_and_tokenizer", refuse)
+
+
+def test_save_model_over_an_earlier_adapter_leaves_no_adapter_files(saved_tiny):
+    """Issue 29.1: adapter files beside new weights made from_pretrained apply the edit twice."""
+    from transformers import AutoModelForCausalLM
+
+    root, model_dir, hparams = saved_tiny
+    out = root / "out-switch"
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "adapter") == 0
+    assert (out / "adapter_config.json").is_file()
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "model") == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert not any(n.startswith("adapter") or n == "zerounlearn_adapter.json" for n in names), names
+    assert "model.safetensors" in names and "unlearn_report.json" in names
+    edited = AutoModelForCausalLM.from_pretrained(out)
+    assert not hasattr(edited, "peft_config")  # a plain model: the edit once
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "adapter") == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert "model.safetensors" not in names and "config.json" not in names and "adapter_config.json" in names
+    assert not [p for p in out.parent.iterdir() if ".zerounlearn-tmp-" in p.name]
+
+
+def test_train_mode_model_gets_the_eval_mode_edit_and_keeps_its_modes(tok, tmp_path, corpus):
+    """Issue 29.2: GPT-2 in .train() (dropout 0.1) read keys and targets with dropout: another edit."""
+    from zerounlearn_editor import apply_zerounlearn_to_model
+    from zerounlearn_editor.pipeline import neutral_targets
+
+    def with_dropout(model):
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.1  # GPT-2's default (the tiny config has none)
+        return model
+
+    hp = _hp(tmp_path, corpus, gpt2=True, v_num_grad_steps=5)
+    reference = with_dropout(tiny_gpt2(tok)).eval()
+    apply_zerounlearn_to_model(reference, tok, forget_requests(), hp, progress=False)
+    model = with_dropout(tiny_gpt2(tok)).train()
+    model.transformer.h[0].eval()  # a caller's mixed modes come back as they were
+    modes = {name: m.training for name, m in model.named_modules()}
+    targets = neutral_targets(model, tok, forget_requests(), hp)
+    assert torch.isfinite(targets.z).all()
+    apply_zerounlearn_to_model(model, tok, forget_requests(), hp, progress=False)
+    assert {name: m.training for name, m in model.named_modules()} == modes
+    for layer in hp.layers:
+        edited = model.transformer.h[layer].mlp.c_proj.weight
+        assert torch.equal(edited, reference.transformer.h[layer].mlp.c_proj.weight), layer
+
+
+def test_out_that_is_a_file_or_unwritable_fails_before_loading(saved_tiny, tmp_path, monkeypatch, caplog):
+    """Issue 29.3: the model was loaded, scored and edited, then a raw FileExistsError / EROFS."""
+    import errno
+    import tempfile
+
+    root, _, hparams = saved_tiny
+    _no_model_load(monkeypatch)
+    a_file = tmp_path / "taken"
+    a_file.write_text("x", encoding="utf-8")
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn"]), "--out", str(a_file), "--save", "model") == 2
+    assert f"--out {a_file} exists and is not a folder" in caplog.text
+    foreign = tmp_path / "someone-elses"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me", encoding="utf-8")
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn"]), "--out", str(foreign)) == 2
+    assert "non-empty folder that this tool did not write" in caplog.text
+    assert (foreign / "notes.txt").read_text(encoding="utf-8") == "keep me"
+
+    def read_only(*_a, **_k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only)
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn"]), "--out", str(tmp_path / "new")) == 2
+    assert f"--out {tmp_path / 'new'}: cannot write in {tmp_path}" in caplog.text and "Read-only" in caplog.text
+
+
+def test_killed_run_temporaries_are_removed_and_a_failed_save_leaves_the_folder_as_it_was(saved_tiny, monkeypatch, caplog):
+    """Issue 29.4: kill -9 left a half-written folder and a hidden temp file; a full disk a config without weights."""
+    import errno
+    import subprocess
+    import sys
+
+    from zerounlearn_editor import output_dir, unlearn
+
+    root, _, hparams = saved_tiny
+    out = root / "out-kill"
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "adapter") == 0
+    before = _files(out)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = root / f".out-kill{output_dir.TEMP_TAG}{output_dir._host()}-{dead.pid}-abcd"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"\0" * 1024)
+
+    def disk_full(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(unlearn, "export_lora_adapter", disk_full)
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "adapter") == 2
+    assert f"cannot write the output folder {out}" in caplog.text and "No space left" in caplog.text
+    assert _files(out) == before  # the earlier run's folder, whole
+    assert not stale.exists()  # the killed run's temporary is gone
+    assert not [p for p in root.iterdir() if ".zerounlearn-tmp-" in p.name]
+    from safetensors import SafetensorError
+
+    def safetensors_disk_full(*_a, **_k):  # what save_pretrained raised: config.json was left without weights
+        raise SafetensorError("Error while serializing: IoError(No space left on device (os error 28))")
+
+    monkeypatch.setattr(type(tiny_llama(tiny_tokenizer())), "save_pretrained", safetensors_disk_full)
+    caplog.clear()
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "model") == 2
+    assert f"cannot write the output folder {out}" in caplog.text and "os error 28" in caplog.text
+    assert _files(out) == before
+    assert not [p for p in root.iterdir() if ".zerounlearn-tmp-" in p.name]
+
+
+def test_statistics_on_a_full_disk_fail_before_the_corpus_pass(tok, tmp_path, corpus, monkeypatch):
+    """Issue 29.4: `zerounlearn stats` on a full disk: raw OSError after the whole corpus pass."""
+    import errno
+    import shutil
+    from collections import namedtuple
+
+    Usage = namedtuple("Usage", "total used free")
+    monkeypatch.setattr(stats_module.shutil, "disk_usage", lambda _p: Usage(10**9, 10**9 - 100, 100))
+    monkeypatch.setattr(stats_module, "collect_second_moments", _no_pass)
+    with pytest.raises(StatsCacheError, match=r"has 100 bytes free, the statistics need about 16,384"):
+        layer_second_moments(tiny_llama(tok), tok, [1], MODULE, **_stats_args(tmp_path, corpus))
+    monkeypatch.undo()
+    path = tmp_path / "full" / "x.npz"
+
+    def disk_full(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(stats_module.np, "savez", disk_full)
+    with pytest.raises(StatsCacheError, match=rf"cannot write the statistics file {path} .*No space left"):
+        save_second_moment(path, SecondMoment(torch.eye(4), 3), 3, "float32", {})
+    assert list(path.parent.iterdir()) == []
+    assert shutil.disk_usage  # the real function is back
+
+
+def _many_facts(path: Path, n: int) -> Path:
+    facts = [{"prompt": f"fact {i} the capital of france is", "subject": "france"} for i in range(n)]
+    path.write_text(json.dumps(facts), encoding="utf-8")
+    return path
+
+
+def test_too_many_facts_for_zerounlearn_refused_before_scoring(saved_tiny, tmp_path, monkeypatch, caplog):
+    """Issue 29.5: 10,000 facts on d_out = 32 were refused after the scoring, with 'rank 10000 ... 31250%'."""
+    from zerounlearn_editor import unlearn
+
+    root, _, hparams = saved_tiny
+
+    def no_scoring(*_a, **_k):
+        raise AssertionError("scored before the capacity check")
+
+    monkeypatch.setattr(unlearn, "_measure", no_scoring)
+    facts = _many_facts(tmp_path / "many.json", 10_000)
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn"]), "--save", "none", facts=facts) == 2
+    assert "10000 requests at layer 1 (rank(M_f) <= min(n, d_out) = 32)" in caplog.text
+    assert "rank(M_f) = 32 of the layer's d_out = 32" in caplog.text and "100%" in caplog.text
+    assert "31250%" not in caplog.text
+
+
+def test_no_progress_hides_the_scoring_bars(saved_tiny, monkeypatch):
+    """Issue 29.5: --no-progress still printed the scoring bar."""
+    from zerounlearn_editor import unlearn
+    from zerounlearn_editor.progress import progress_enabled
+
+    root, _, hparams = saved_tiny
+    seen = []
+    original = unlearn._measure
+    monkeypatch.setattr(unlearn, "_measure", lambda *a, **k: seen.append(progress_enabled()) or original(*a, **k))
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--save", "none") == 0
+    assert seen and not any(seen)
+
+
+@pytest.mark.parametrize("content,match", [
+    ('[{"prompt": "the capital of france is", "subject": "france", "target_new": ["rome", "berlin"]}]',
+     r"facts.json: record 0: field 'target_new' must be a string .* got list"),
+    ('[{"prompt": "the capital of france is", "subject": "france", "target_new": {"str": "rome"}}]',
+     r"facts.json: record 0: field 'target_new' must be a string .* got dict"),
+    ('[{"prompt": "the capital of france is", "subject": "france", "target_new": 5}]',
+     r"facts.json: record 0: field 'target_new' must be a string .* got int 5"),
+    ('[{"prompt": "the capital of france is", "subject": "france", "subject": "paris"}]',
+     r"facts.json: cannot parse facts to forget: duplicate key\(s\) \['subject'\]"),
+    ('[{"prompt": "the capital of france is", "subject": {"str": "france"}}]', r"record 0: field 'subject': must be a non-empty string"),
+])
+def test_facts_file_values_that_would_be_read_in_part(content, match, tmp_path):
+    """Issue 29.6: a list / {"str"} target was cut to its first value, a repeated key was last-wins, 5 failed late."""
+    from zerounlearn_editor.record_files import RecordFileError
+    from zerounlearn_editor.unlearn import load_facts
+
+    path = tmp_path / "facts.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(RecordFileError, match=match):
+        load_facts(path)
+
+
+@pytest.mark.parametrize("suffix,content", [
+    ("yaml", "- prompt: the capital of france is\n  subject: france\n  subject: paris\n"),
+    ("jsonl", '{"prompt": "the capital of france is", "subject": "france", "subject": "paris"}\n'),
+])
+def test_facts_file_repeated_key_refused_in_every_format(suffix, content, tmp_path):
+    from zerounlearn_editor.record_files import RecordFileError
+    from zerounlearn_editor.unlearn import load_facts
+
+    path = tmp_path / f"facts.{suffix}"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(RecordFileError, match=rf"{path.name}: .*duplicate key.*subject"):
+        load_facts(path)
+
+
+def test_request_list_field_with_several_values_is_refused(tok, tmp_path, corpus):
+    """Issue 29.6: an EasyEdit request's list-valued field was cut to its first value."""
+    from zerounlearn_editor.requests import RequestError
+
+    requests = [dict(forget_requests()[0], target_new=["rome", "berlin"])]
+    _edit_must_fail(tiny_llama(tok), tok, requests, _hp(tmp_path, corpus), RequestError,
+                    r"request 0: field 'target_new' is a list of 2 values", tmp_path / "stats")
+
+
+def test_negative_ppl_tokens_refused(saved_tiny, capsys):
+    """Issue 29.7: --ppl-tokens -5 was taken as 0."""
+    from zerounlearn_editor.unlearn import run_unlearn
+
+    root, _, hparams = saved_tiny
+    with pytest.raises(SystemExit):
+        _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn"]), "--save", "none", "--ppl-tokens", "-5")
+    assert "must be >= 0, got -5" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"--ppl-tokens must be an integer >= 0 .* got -5"):
+        run_unlearn(hparams["ZeroUnlearn"], root / "facts.json", None, save="none", ppl_tokens=-5)
+
+
+CHANGED_AFTER_LOADING = [
+    ("layers", [], r"key 'layers' must list at least one layer"),
+    ("layers", "12", r"key 'layers' has value '12', expected"),
+    ("layers", None, r"key 'layers' has value None, expected"),
+    ("layers", [2, 1], r"key 'layers' must be strictly increasing, got \[2, 1\]"),
+    ("layers", [1, 1], r"key 'layers' must be strictly increasing, got \[1, 1\]"),
+    ("v_num_grad_steps", "5", r"key 'v_num_grad_steps' has value '5', expected"),
+    ("rewrite_module_tmp", "model.layers.1.mlp.down_proj", r"key 'rewrite_module_tmp' must contain '\{\}'"),
+    ("fact_token", "first", r"key 'fact_token' has value 'first', expected"),
+    ("v_lr", float("nan"), r"key 'v_lr' must be a finite number"),
+]
+
+
+@pytest.mark.parametrize("key,value,match", CHANGED_AFTER_LOADING, ids=[f"{k}={v!r}" for k, v, _ in CHANGED_AFTER_LOADING])
+def test_hparams_changed_after_loading_are_checked_at_edit_time(key, value, match, tok, tmp_path, corpus):
+    """Issue 29.8: IndexError / TypeError / KeyError deep inside, or a silently wrong edit; the loader's checks now."""
+    hp = _hp(tmp_path, corpus)
+    setattr(hp, key, value)
+    _edit_must_fail(tiny_llama(tok), tok, forget_requests(), hp, HParamsError, match, tmp_path / "stats")
+    from zerounlearn_editor import apply_zerounlearn_gd_to_model
+
+    gd = ZeroUnlearnGDHyperParams.from_dict(tiny_hparams_dict(tmp_path / "stats", corpus, alg_name="ZeroUnlearn-GD"))
+    setattr(gd, key, value)
+    with pytest.raises(HParamsError, match=match):
+        apply_zerounlearn_gd_to_model(tiny_llama(tok), tok, forget_requests(), gd, progress=False)
+
+
+def test_retain_set_holding_a_forgotten_prompt_is_refused(tok, tmp_path, corpus):
+    """Issue 29.9: a retain set with a forget prompt ran a contradictory edit without a word."""
+    from zerounlearn_editor.requests import RequestError
+
+    hp = _hp(tmp_path, corpus, retain_weight=1.0)
+    retain = [{"prompt": "the capital of italy is", "subject": "italy"},
+              {"prompt": "the capital of  germany is", "subject": "germany"}]
+    from zerounlearn_editor import apply_zerounlearn_to_model
+
+    model = tiny_llama(tok)
+    digest = ModelFingerprint.of(model)
+    with pytest.raises(RequestError, match=r"retain request 1: prompt .* is also forget request 1"):
+        apply_zerounlearn_to_model(model, tok, forget_requests(), hp, retain=retain, progress=False)
+    assert digest.differences(model) == []
+
+
+def test_model_on_the_meta_device_is_refused(tok, tmp_path, corpus):
+    """Issue 29.10: NotImplementedError: Cannot copy out of meta tensor."""
+    from zerounlearn_editor import apply_zerounlearn_to_model
+
+    with torch.device("meta"):
+        model = tiny_llama(tok)
+    with pytest.raises(ValueError, match=r"tensor\(s\) on the meta device .*weights were never loaded"):
+        apply_zerounlearn_to_model(model, tok, forget_requests(), _hp(tmp_path, corpus), progress=False)
+    assert not (tmp_path / "stats").exists()  # before the statistics
+
+
+def test_bench_lookup_from_a_variant_yaml_finds_the_plain_baseline_files():
+    """Issue 29.11: --hparams ...-retain.yaml looked for hparams/GA/SmolLM2-135M-Instruct-retain.yaml."""
+    from zerounlearn_editor.bench.methods import HParamsLookup
+    from zerounlearn_editor.resources import hparams_path
+
+    main = hparams_path("ZeroUnlearn", "SmolLM2-135M-Instruct-retain")
+    lookup = HParamsLookup(main, ZeroUnlearnHyperParams.from_hparams(main))
+    assert lookup.path_for("GA").resolve() == hparams_path("GA", "SmolLM2-135M-Instruct").resolve()
+    assert lookup.path_for("GA-full", folder="GA", variant="-full").name == "SmolLM2-135M-Instruct-full.yaml"
+    assert lookup.path_for("ZeroUnlearn-GD").name == "SmolLM2-135M-Instruct-retain.yaml"
+    assert lookup.path_for("ZeroUnlearn") == main
+
+
+def test_adapter_refuses_another_base_model_of_the_same_shape(tok, tmp_path, corpus):
+    """Issue 29.13: PEFT applies an adapter to any model of the same shape."""
+    pytest.importorskip("peft")
+    from zerounlearn_editor import apply_zerounlearn_gd_to_model
+    from zerounlearn_editor.adapters import AdapterBaseError, export_lora_adapter, load_lora_adapter
+
+    hp = ZeroUnlearnGDHyperParams.from_dict(tiny_hparams_dict(tmp_path / "stats", corpus, alg_name="ZeroUnlearn-GD",
+                                                              v_num_grad_steps=3))
+    model = tiny_llama(tok)
+    edited, weights_copy = apply_zerounlearn_gd_to_model(model, tok, forget_requests(), hp, copy=True,
+                                                         return_orig_weights=True, progress=False)
+    report = export_lora_adapter(weights_copy, edited, tmp_path / "adapter")
+    recorded = json.loads((tmp_path / "adapter" / "zerounlearn_adapter.json").read_text())["base_model_fingerprint"]
+    assert recorded == report.base_model_fingerprint
+    with pytest.raises(AdapterBaseError, match=r"adapter.*made for the model with fingerprint"):
+        load_lora_adapter(tiny_llama(tok, seed=1), tmp_path / "adapter")
+    with pytest.raises(AdapterBaseError):  # the edited model is not the adapter's base either
+        load_lora_adapter(edited, tmp_path / "adapter")
+    adapted = load_lora_adapter(model, tmp_path / "adapter")
+    batch = tok(["the capital of france is"], return_tensors="pt")
+    with torch.no_grad():
+        assert torch.allclose(adapted(**batch).logits, edited(**batch).logits, atol=1e-4)
+
+
+def test_kill_9_during_save_leaves_no_half_folder_and_the_next_run_cleans_up(saved_tiny):
+    """Issue 29.4: kill -9 during --save left a half-written --out and a hidden temp file no run removed."""
+    import signal
+    import subprocess
+    import sys
+
+    root, _, hparams = saved_tiny
+    out = root / "out-kill9"
+    script = (
+        "import os, signal, sys\n"
+        "from zerounlearn_editor import unlearn\n"
+        "def killed_while_writing(weights, model, out, **kwargs):\n"
+        "    (out / 'adapter_model.safetensors').write_bytes(b'0' * 4096)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "unlearn.export_lora_adapter = killed_while_writing\n"
+        "from zerounlearn_editor.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    argv = ["unlearn", "--facts", str(root / "facts.json"), "--ppl-tokens", "0", "--no-progress",
+            "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", script, *argv], env=env, capture_output=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    assert not out.exists()  # no half-written folder
+    temps = [p for p in root.iterdir() if p.name.startswith(".out-kill9.zerounlearn-tmp-")]
+    assert len(temps) == 1 and (temps[0] / "adapter_model.safetensors").is_file()
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out)) == 0
+    assert not temps[0].exists()
+    assert (out / "unlearn_report.json").is_file() and (out / "adapter_config.json").is_file()

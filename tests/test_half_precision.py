@@ -2,18 +2,28 @@
 
 The tiny Llama is trained in-process (float32, 200 Adam steps) until it answers all 8 prompts;
 then the same weights are cast to each dtype and 3 capitals are unlearned with both methods.
-Stated tolerances (measured: bf16 ~3e-2, fp16 ~3e-3 for both methods):
+Stated tolerances:
 
 - the same forgotten / kept decisions (top-1 answer changed / unchanged) as in float32;
 - every edited weight keeps the model's dtype, nothing else changes;
-- the weight change ``dW`` within ``||dW_half - dW_32|| / ||dW_32|| < 0.1`` (bf16, 8-bit mantissa)
-  and ``< 0.02`` (fp16, 11-bit mantissa);
+- the weight change ``dW`` within ``||dW_half - dW_32|| / ||dW_32|| < 0.02`` (fp16, 11-bit mantissa)
+  and ``< 0.02 * 2^(11 - 8) = 0.16`` (bf16, 8-bit mantissa): the difference comes from the half
+  model's forward passes (keys, targets), whose rounding scales with the unit roundoff; measured on an
+  AVX2 CPU without native bf16 (issue 29.12): fp16 0.9-1.4%, bf16 7-13%, a ratio of 7-10 for every
+  layer of both methods; writing the float32 edit into bf16 alone costs 0.2%;
 - targets and keys come back in float32, whatever the model's dtype.
 
-The half-precision edits reuse the float32 model's cached ``C0`` (what the statistics cache does:
-a half model reuses float32 statistics, never the reverse). With ``C0`` computed from the bf16
-model itself, ZeroUnlearn-GD's null space moves more (relative ``dW`` difference up to 0.49 seen on
-this tiny model, same decisions): its projector depends on the small eigenvalues of ``C0``.
+The half models get the float32 model's context prefixes (cached on the model before the cast).
+The prefixes are a seeded random draw from the model (top-5 sampling); a half model's logits can draw
+other tokens (on that CPU the bf16 model did), which gives another, equally valid edit: the float32
+edit itself moves by 9-115% of its norm from ``context_seed`` 0 to 1, 2 or 3, and the bf16 edit with
+its own prefixes moved by 49-97% (same decisions). The comparison below is of precision, so the draw
+is shared.
+
+The half-precision edits get the float32 model's ``C0`` (passed as ``second_moments``). With ``C0``
+computed from the bf16 model itself, ZeroUnlearn-GD's null space moves more (relative ``dW``
+difference 0.41 / 0.18 on that CPU, same decisions): its projector depends on the small eigenvalues
+of ``C0``.
 """
 from __future__ import annotations
 
@@ -31,7 +41,7 @@ from zerounlearn_editor import (
     apply_zerounlearn_to_model,
 )
 from zerounlearn_editor.contexts import context_prefixes
-from zerounlearn_editor.pipeline import neutral_targets
+from zerounlearn_editor.pipeline import batched_statistics, neutral_targets
 from zerounlearn_editor.representations import read_keys_and_hidden
 from zerounlearn_editor.requests import normalize_requests
 from zerounlearn_editor.stats import layer_second_moments
@@ -43,7 +53,7 @@ FACTS = [
     ("the capital of egypt is", "egypt", "cairo"), ("the capital of russia is", "russia", "moscow"),
 ]
 FORGET, KEEP = FACTS[:3], FACTS[3:]
-TOLERANCE = {torch.bfloat16: 0.1, torch.float16: 0.02}
+TOLERANCE = {torch.float16: 0.02, torch.bfloat16: 0.02 * 2 ** (11 - 8)}  # scaled by the unit roundoff (docstring)
 METHODS = {
     "ZeroUnlearn": (ZeroUnlearnHyperParams, apply_zerounlearn_to_model),
     "ZeroUnlearn-GD": (ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model),
@@ -86,12 +96,19 @@ def _requests():
 
 def _edit(base, tok, method: str, dtype: torch.dtype, tmp_path: Path):
     cls, apply = METHODS[method]
-    # one statistics cache: float32 runs first, the half models reuse its C0 (as the product does)
     config = tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "corpus.jsonl"), alg_name=method,
                                mom2_dtype="float32", v_num_grad_steps=25)
-    model = copy.deepcopy(base).to(dtype)
+    hparams = cls.from_dict(config)
+    # every dtype gets the float32 model's C0, passed explicitly: through the cache a float16 model does not
+    # find it (model_fingerprint rounds float16 values to bfloat16 differently from float32 ones) and
+    # recomputes it, which then also changes the C0 a later bfloat16 edit reads
+    second_moments = batched_statistics(base, tok, hparams, hparams.mom2_dataset, progress=False)
+    model = copy.deepcopy(base)
+    context_prefixes(model, tok, config["context_template_count"], config["context_template_length"], 0)  # float32 draw
+    model = model.to(dtype)  # the prefixes cached on the model stay
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    model, weights_copy = apply(model, tok, _requests(), cls.from_dict(config), return_orig_weights=True, progress=False)
+    model, weights_copy = apply(model, tok, _requests(), hparams, return_orig_weights=True, progress=False,
+                                second_moments=second_moments)
     decisions = ([a != t for a, (_, _, t) in zip(_top1(model, tok, FORGET), FORGET)],
                  [a == t for a, (_, _, t) in zip(_top1(model, tok, KEEP), KEEP)])
     params = dict(model.named_parameters())

@@ -64,7 +64,13 @@ def test_per_request_pipeline_gives_our_edited_weights(method, gpt2, tok, tmp_pa
     original = {l: get_weight_matrix(get_module(model, hp.rewrite_module_tmp.format(l))) for l in hp.layers}
     for layer in hp.layers:
         assert not torch.equal(ours_w[layer], original[layer])
-        torch.testing.assert_close(ref_w[layer], ours_w[layer], rtol=1e-4, atol=1e-6)
+        # the same maths on the same inputs up to float32 summation order (batched vs per-request forwards;
+        # keys agree to ~1e-6 relative, test_per_request_keys_match_batched_keys), amplified by the solve:
+        # measured 1e-7 .. 5e-6 of the change's norm; an absolute 1e-6 per element is 8 float32 ulps at
+        # |w| = 1, which the tiny Llama's ZeroUnlearn-GD weights reach (max |W'| 0.8-1.2)
+        change = (ours_w[layer] - original[layer]).double()
+        difference = float((ref_w[layer].double() - ours_w[layer].double()).norm() / change.norm())
+        assert difference < 1e-4, f"layer {layer}: the pipelines' edits differ by {difference:.2e} of the change"
     assert ref_report.target_steps == ours_report.target_steps
     torch.testing.assert_close(torch.tensor(ref_report.target_nll), torch.tensor(ours_report.target_nll), rtol=1e-4, atol=1e-6)
 

@@ -19,7 +19,10 @@ factorises each ``Delta`` by an SVD ``Delta = U S V^T`` truncated at its numeric
 * ``adapter_model.safetensors``: ``base_model.model.<module>.lora_A.weight`` / ``lora_B.weight``
   (layers of smaller rank are padded with zero rows/columns to the common ``r``);
 * ``zerounlearn_adapter.json``: per layer the numerical rank, the stored rank and the relative
-  residuals ``||Delta - B A||_F / ||Delta||_F`` and ``/ ||W'||_F``, plus caller metadata.
+  residuals ``||Delta - B A||_F / ||Delta||_F`` and ``/ ||W'||_F``, caller metadata, and
+  ``base_model_fingerprint``: :func:`~zerounlearn_editor.stats.model_fingerprint` of the model
+  before the edit. PEFT applies an adapter to any model of the same shape; :func:`load_lora_adapter`
+  (how this package loads one) refuses a base model with another fingerprint.
 
 ``PeftModel.from_pretrained(base, out_dir)`` then computes ``W x + B A x`` = the edited model up
 to rounding; ``with peft_model.disable_adapter():`` is the original model, and
@@ -48,12 +51,20 @@ __all__ = [
     "low_rank_factors",
     "edit_deltas",
     "export_lora_adapter",
+    "AdapterBaseError",
+    "adapter_base_fingerprint",
+    "check_adapter_base",
+    "load_lora_adapter",
 ]
 
 LOG = logging.getLogger(__name__)
 
 ADAPTER_REPORT_NAME = "zerounlearn_adapter.json"
 """The file in the adapter folder with the rank and residual of every layer."""
+
+
+class AdapterBaseError(ValueError):
+    """An adapter is being loaded onto another model than the one it was made from."""
 
 
 class NotLowRankError(ValueError):
@@ -84,6 +95,7 @@ class AdapterReport:
     layers: List[AdapterLayer]
     files: Dict[str, int]  # file name -> bytes
     metadata: Dict[str, Any] = field(default_factory=dict)
+    base_model_fingerprint: Optional[str] = None
 
     @property
     def size_bytes(self) -> int:
@@ -91,7 +103,7 @@ class AdapterReport:
 
     def to_dict(self) -> Dict[str, Any]:
         return dict(out_dir=self.out_dir, r=self.r, layers=[asdict(l) for l in self.layers], files=self.files,
-                    size_bytes=self.size_bytes, metadata=self.metadata)
+                    size_bytes=self.size_bytes, metadata=self.metadata, base_model_fingerprint=self.base_model_fingerprint)
 
 
 def _rounding_noise(W_new: torch.Tensor, dtype: torch.dtype) -> float:
@@ -314,7 +326,8 @@ def export_lora_adapter(
     _atomic_write_bytes(out / "adapter_config.json", json.dumps(config_dict, indent=2, sort_keys=True).encode())
     files = {"adapter_model.safetensors": weights_path.stat().st_size,
              "adapter_config.json": (out / "adapter_config.json").stat().st_size}
-    report = AdapterReport(str(out), r, layers, files, dict(metadata or {}))
+    report = AdapterReport(str(out), r, layers, files, dict(metadata or {}),
+                           adapter_base_fingerprint(edited_model, weights_before))
     _atomic_write_bytes(out / ADAPTER_REPORT_NAME, json.dumps(report.to_dict(), indent=2).encode())
     for layer in layers:
         LOG.info(
@@ -323,3 +336,49 @@ def export_lora_adapter(
         )
     LOG.info("LoRA adapter (r=%d, %d modules, %d bytes) -> %s", r, len(layers), report.size_bytes, out)
     return report
+
+
+def adapter_base_fingerprint(
+    edited_model: nn.Module, weights_before: Union[Mapping[str, torch.Tensor], nn.Module]
+) -> str:
+    """The fingerprint of the model an adapter applies to: ``edited_model`` with its weights before the edit."""
+    from .stats import model_fingerprint
+
+    if isinstance(weights_before, nn.Module):
+        return model_fingerprint(weights_before)
+    return model_fingerprint(edited_model, replace=dict(weights_before))
+
+
+def check_adapter_base(base_model: nn.Module, adapter_dir: Union[str, Path]) -> None:
+    """Raise :class:`AdapterBaseError` when ``adapter_dir`` records another base model than ``base_model``.
+
+    An adapter without ``zerounlearn_adapter.json`` (not written here) or without a recorded
+    fingerprint (written before it was recorded) is accepted with a warning.
+    """
+    from .stats import model_fingerprint
+
+    path = Path(adapter_dir) / ADAPTER_REPORT_NAME
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8")).get("base_model_fingerprint")
+    except FileNotFoundError:
+        LOG.warning("%s: no %s; the adapter's base model cannot be checked", adapter_dir, ADAPTER_REPORT_NAME)
+        return
+    except (OSError, ValueError, AttributeError) as exc:
+        raise AdapterBaseError(f"{path}: unreadable ({exc})") from exc
+    if recorded is None:
+        LOG.warning("%s records no base_model_fingerprint; the adapter's base model cannot be checked", path)
+        return
+    actual = model_fingerprint(base_model)
+    if actual != recorded:
+        raise AdapterBaseError(
+            f"{adapter_dir}: the adapter was made for the model with fingerprint {recorded} ({path}); this model's "
+            f"is {actual}: another model (or the same one already edited). Load it onto the model it was made from"
+        )
+
+
+def load_lora_adapter(base_model: nn.Module, adapter_dir: Union[str, Path], **kwargs: Any):
+    """``PeftModel.from_pretrained(base_model, adapter_dir)`` after :func:`check_adapter_base`."""
+    from peft import PeftModel
+
+    check_adapter_base(base_model, adapter_dir)
+    return PeftModel.from_pretrained(base_model, str(adapter_dir), **kwargs)

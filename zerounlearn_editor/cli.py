@@ -429,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="model folder/name (default: the YAML's model_name)")
     p.add_argument("--dtype", default=None, help="torch dtype to load the model in (default: the checkpoint's)")
     p.add_argument("--corpus", default=None, help="statistics corpus (default: the YAML's mom2_dataset)")
-    p.add_argument("--ppl-tokens", type=int, default=2000, help="perplexity tokens (default 2000; 0 = off)")
+    p.add_argument("--ppl-tokens", type=_nonnegative_int, default=2000, help="perplexity tokens (default 2000; 0 = off)")
     p.add_argument("--ppl-text", default=None, help="perplexity text (default: the embedded WikiText-2 test split)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -44,7 +44,7 @@ def _convert_scientific_strings(config: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class UniqueKeySafeLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that rejects a key given twice in one mapping (YAML keeps the last silently)."""
 
     def construct_mapping(self, node, deep=False):
@@ -60,7 +60,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _json_pairs(pairs):
+def unique_json_pairs(pairs):
+    """``object_pairs_hook`` for :func:`json.loads` that rejects a key given twice in one object."""
     keys = [key for key, _ in pairs]
     repeated = sorted({key for key in keys if keys.count(key) > 1})
     if repeated:
@@ -85,9 +86,9 @@ def load_config_file(path: Union[str, Path]) -> Dict[str, Any]:
         raise HParamsError(f"{path}: not UTF-8 text ({exc})") from exc
     try:
         if path.suffix.lower() == ".json":
-            config = json.loads(text, object_pairs_hook=_json_pairs)
+            config = json.loads(text, object_pairs_hook=unique_json_pairs)
         else:
-            config = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no python tags
+            config = yaml.load(text, Loader=UniqueKeySafeLoader)  # a SafeLoader: no python tags
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise HParamsError(f"{path}: cannot parse: {exc}") from exc
     if not isinstance(config, dict):
@@ -161,16 +162,11 @@ class BaseHyperParams:
         unknown = sorted(set(config) - set(fields))
         if unknown:
             raise HParamsError(f"{source}: unknown key(s) {unknown} for {cls.__name__}")
+        cls._check_values(config, source)
         hints = get_type_hints(cls)
         for name, value in config.items():
-            if not _check_type(value, hints[name]):
-                raise HParamsError(
-                    f"{source}: key {name!r} has value {value!r}, expected {hints[name]}"
-                )
             if hints[name] is float and isinstance(value, int):
                 config[name] = float(value)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise HParamsError(f"{source}: key {name!r} must be a finite number, got {value!r}")
         required = {key for klass in cls.__mro__ for key in getattr(klass, "REQUIRED_KEYS", ())}
         missing = [
             name
@@ -186,6 +182,27 @@ class BaseHyperParams:
         obj = cls(**config)
         obj.validate(source)
         return obj
+
+    @classmethod
+    def _check_values(cls, config: Dict[str, Any], source: str) -> None:
+        """Each value of ``config`` has its field's type and, if a number, is finite."""
+        hints = get_type_hints(cls)
+        for name, value in config.items():
+            if not _check_type(value, hints[name]):
+                raise HParamsError(
+                    f"{source}: key {name!r} has value {value!r}, expected {hints[name]}"
+                )
+            if isinstance(value, float) and not math.isfinite(value):
+                raise HParamsError(f"{source}: key {name!r} must be a finite number, got {value!r}")
+
+    def check(self, source: str = "hparams at edit time") -> None:
+        """The loader's checks (types, then :meth:`validate`) on the current field values.
+
+        Fields can be changed after loading (``hparams.layers = [2, 1]``); the edit calls this before
+        any work, so such a change meets the same error, naming the key, as a file holding it.
+        """
+        type(self)._check_values({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, source)
+        self.validate(source)
 
     @classmethod
     def from_hparams(cls, hparams_name_or_path: Union[str, Path]):

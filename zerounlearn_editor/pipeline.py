@@ -28,6 +28,7 @@ from torch import nn
 
 from .contexts import context_prefixes
 from .encoding import target_token_ids
+from .eval_mode import eval_mode
 from .hparams import EditHyperParams
 from .model_access import (
     check_edited_modules,
@@ -42,7 +43,7 @@ from .prefix_replay import LayerPrefixReplay
 from .progress import progress_bar, progress_scope
 from .representations import LayerReadout, read_keys_and_hidden
 from .requests import ForgetRequest, RequestError, normalize_requests
-from .retain import RetainSpec, resolve_retain
+from .retain import RetainSpec, check_retain_disjoint, resolve_retain
 from .stats import SecondMoment, layer_second_moments
 from .targets import NeutralTargets, TargetConfig, loss_layer_module, optimise_neutral_targets, target_loop
 
@@ -52,6 +53,7 @@ __all__ = [
     "LayerProblem",
     "LayerSolver",
     "batched_statistics",
+    "check_edit_inputs",
     "run_layerwise_edit",
     "apply_edit_method",
     "neutral_targets",
@@ -223,6 +225,38 @@ def _target_config(model: nn.Module, hparams: EditHyperParams) -> TargetConfig:
     )
 
 
+def check_materialised(model: nn.Module) -> None:
+    """Refuse a model whose weights are not loaded (parameters or buffers on the ``meta`` device)."""
+    meta = [name for name, tensor in list(model.named_parameters()) + list(model.named_buffers()) if tensor.is_meta]
+    if meta:
+        shown = ", ".join(meta[:3]) + (f" (+{len(meta) - 3} more)" if len(meta) > 3 else "")
+        raise ValueError(
+            f"the model has {len(meta)} tensor(s) on the meta device ({shown}): its weights were never loaded "
+            f"(e.g. built under init_empty_weights / device='meta'); load the real weights before editing"
+        )
+
+
+def check_edit_inputs(
+    model: nn.Module, tok, requests: Sequence[Mapping[str, Any]], hparams: EditHyperParams, retain: RetainSpec = None
+) -> Tuple[List[ForgetRequest], List[ForgetRequest], List[List[int]]]:
+    """Every check an edit makes before any work: ``(forget requests, retain requests, target ids)``.
+
+    The hparams' current values (:meth:`~zerounlearn_editor.hparams.BaseHyperParams.check`, the
+    loader's own checks), a loaded model, the requests, the retain set (disjoint from the forget
+    prompts), the edited modules and the prompt lengths. Nothing is changed; the edit runs it first,
+    and a caller can run it before its own heavy work (``zerounlearn unlearn`` before scoring).
+    """
+    hparams.check()
+    check_materialised(model)
+    forget = forget_requests_of(requests, hparams)
+    keep = _retain_requests(retain, hparams)
+    check_retain_disjoint(forget, keep)
+    _check_modules(model, hparams)
+    target_ids = request_target_ids(tok, forget, hparams)
+    _check_lengths(model, tok, forget, keep, target_ids, hparams)
+    return forget, keep, target_ids
+
+
 def _check_modules(model: nn.Module, hparams: EditHyperParams) -> None:
     check_edited_modules(model, hparams.layers, hparams.rewrite_module_tmp)
     check_layers(model, hparams.layers, hparams.layer_module_tmp)
@@ -257,7 +291,7 @@ def run_layerwise_edit(
     and target settings -- e.g. to compare solvers on identical inputs); ``stages`` replaces
     the statistics / target / key computations (default :class:`EditStages`).
     """
-    with progress_scope(progress):
+    with progress_scope(progress), eval_mode(model):  # keys and targets without dropout; caller's mode restored
         return _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets,
                                    stages, retain)
 
@@ -266,11 +300,7 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
     stages = stages or EditStages()
     report = EditReport()
     with _Timer(report, "validate"):
-        forget = forget_requests_of(requests, hparams)
-        keep = _retain_requests(retain, hparams)
-        _check_modules(model, hparams)
-        target_ids = request_target_ids(tok, forget, hparams)
-        _check_lengths(model, tok, forget, keep, target_ids, hparams)
+        forget, keep, target_ids = check_edit_inputs(model, tok, requests, hparams, retain)
     report.retain_count = len(keep)
     LOG.info("%s: unlearning %d fact(s) at layers %s%s", hparams.alg_name, len(forget), list(hparams.layers),
              f" with {len(keep)} retain fact(s)" if keep else "")
@@ -352,14 +382,17 @@ def neutral_targets(
     ``retain`` matters only with retain-aware targets (``target_retain_weight > 0``): pass the
     retain set the edit will get (else the YAML's ``retain_file`` is used, as in the edit).
     """
+    hparams.check()
+    check_materialised(model)
     forget = forget_requests_of(requests, hparams)
     keep = resolve_retain(retain, hparams.retain_file) if hparams.target_retain_weight > 0 else []
     _check_modules(model, hparams)
     target_ids = request_target_ids(tok, forget, hparams)
-    prefixes = context_prefixes(
-        model, tok, hparams.context_template_count, hparams.context_template_length, hparams.context_seed
-    )
-    return optimise_neutral_targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams), keep)
+    with eval_mode(model):
+        prefixes = context_prefixes(
+            model, tok, hparams.context_template_count, hparams.context_template_length, hparams.context_seed
+        )
+        return optimise_neutral_targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams), keep)
 
 
 def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any]:
@@ -494,8 +527,7 @@ def apply_edit_method(
     """
     if not isinstance(hparams, EditHyperParams):
         raise TypeError(f"hparams must be a ZeroUnlearn hparams object, got {type(hparams).__name__}")
-    request_target_ids(tok, forget_requests_of(requests, hparams), hparams)  # fail before any copy is made
-    _retain_requests(kwargs.get("retain"), hparams)
+    check_edit_inputs(model, tok, requests, hparams, kwargs.get("retain"))  # fail before any copy is made
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)
     weights_copy, report = run_layerwise_edit(

@@ -4,7 +4,10 @@ A file holds a list of mappings, e.g. ``[{"prompt": "The capital of France is", 
 
 * ``.json``: one JSON list;
 * ``.jsonl``: one JSON object per non-empty line;
-* ``.yaml`` / ``.yml``: one YAML list, read with ``yaml.safe_load`` (no Python tags).
+* ``.yaml`` / ``.yml``: one YAML list, read with a ``yaml.SafeLoader`` (no Python tags).
+
+A key given twice in one record is an error in every format (the hyperparameter loader's rule;
+JSON and YAML parsers would keep the last value silently).
 
 Every error is a :class:`RecordFileError` naming the file and, where known, the record index
 (0-based) and the field.
@@ -16,6 +19,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import yaml
+
+from .hparams import unique_json_pairs, UniqueKeySafeLoader
 
 __all__ = ["RecordFileError", "read_record_list", "require_fields"]
 
@@ -58,12 +63,15 @@ def read_record_list(path: Union[str, Path], what: str = "records") -> List[Dict
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
+                records.append(json.loads(line, object_pairs_hook=unique_json_pairs))
             except json.JSONDecodeError as exc:
                 raise RecordFileError(f"{path}: line {line_no}: invalid JSON: {exc}") from exc
     else:
         try:
-            records = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
+            if suffix == ".json":
+                records = json.loads(text, object_pairs_hook=unique_json_pairs)
+            else:
+                records = yaml.load(text, Loader=UniqueKeySafeLoader)  # a SafeLoader that refuses repeated keys
         except (json.JSONDecodeError, yaml.YAMLError) as exc:
             raise RecordFileError(f"{path}: cannot parse {what}: {exc}") from exc
     if not isinstance(records, list):

@@ -18,7 +18,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Union
 from .record_files import read_record_list, require_fields
 from .requests import ForgetRequest, RequestError, normalize_requests
 
-__all__ = ["RetainSpec", "normalize_retain", "load_retain_file", "resolve_retain"]
+__all__ = ["RetainSpec", "normalize_retain", "load_retain_file", "resolve_retain", "check_retain_disjoint"]
 
 LOG = logging.getLogger(__name__)
 
@@ -73,3 +73,19 @@ def resolve_retain(retain: RetainSpec, retain_file: Optional[str]) -> List[Forge
     if retain_file:
         return load_retain_file(retain_file)
     return []
+
+
+def check_retain_disjoint(forget: Sequence[ForgetRequest], keep: Sequence[ForgetRequest]) -> None:
+    """Refuse a retain request whose prompt is also a forget prompt (whitespace-normalised).
+
+    Such an edit is asked to send one key to the neutral target and to keep it: a contradiction
+    that no weight satisfies. The error names both indices.
+    """
+    forgotten = {" ".join(r.prompt.split()): r.index for r in forget}
+    for request in keep:
+        index = forgotten.get(" ".join(request.prompt.split()))
+        if index is not None:
+            raise RequestError(
+                f"retain request {request.index}: prompt {request.prompt!r} is also forget request {index}; a fact "
+                f"cannot be forgotten and kept by one edit: drop it from the retain set"
+            )

@@ -31,6 +31,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -45,6 +46,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .corpus import Corpus, load_corpus
+from .eval_mode import eval_mode
 from .model_access import StopForward, capture_inputs, check_edited_modules, check_layers, model_device
 
 __all__ = [
@@ -83,7 +85,10 @@ _CONFIG_IGNORED = {"_name_or_path", "name_or_path", "transformers_version", "tor
                    "use_cache", "output_attentions", "output_hidden_states", "return_dict"}
 
 
-def model_fingerprint(model: nn.Module, skip_template: Optional[str] = None, elements: int = 64) -> str:
+def model_fingerprint(
+    model: nn.Module, skip_template: Optional[str] = None, elements: int = 64,
+    replace: Optional[Dict[str, torch.Tensor]] = None,
+) -> str:
     """A short digest of what the model's statistics depend on (not its name).
 
     Hashes the model's config (without its path, versions or load dtype) and, of every
@@ -91,7 +96,8 @@ def model_fingerprint(model: nn.Module, skip_template: Optional[str] = None, ele
     the same checkpoint loaded in float32 or bfloat16 has the same fingerprint). The weights of
     the edited modules (``skip_template`` formatted with every layer index) are left out: a
     statistic is of the unedited model, and the edits of a sequence must not invalidate it.
-    Costs a few small reads per parameter.
+    Costs a few small reads per parameter. ``replace`` (parameter name -> tensor) hashes those
+    tensors instead of the model's, e.g. the weights before an edit (an adapter's base model).
     """
     config = getattr(model, "config", None)
     config_dict = config.to_dict() if hasattr(config, "to_dict") else {}
@@ -110,6 +116,8 @@ def model_fingerprint(model: nn.Module, skip_template: Optional[str] = None, ele
         for name, param in model.named_parameters():
             if name in skipped:
                 continue
+            if replace and name in replace:
+                param = replace[name]
             flat = param.detach().reshape(-1)
             count = min(elements, flat.numel())
             # integer spacing (a float32 linspace rounds past the end of a 28M-element tensor)
@@ -220,9 +228,11 @@ def save_second_moment(path: Path, stat: SecondMoment, sample_size: int, dtype: 
             np.savez(handle, **arrays)
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; a cache file is readable like any other
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):  # e.g. a full disk: no partial file is left, the cache is as it was
+            raise StatsCacheError(f"cannot write the statistics file {path} ({exc}); nothing was written there") from exc
         raise
 
 
@@ -422,15 +432,18 @@ def layer_second_moments(
     if missing:
         folder = stats_path(stats_dir, name, ds_name, modules[missing[0]], dtype, n_samples).parent
         _check_writable(folder)  # before the corpus pass, not after it
+        itemsize = np.dtype(_NP_DTYPES.get(dtype, np.float64)).itemsize
+        _check_free_space(folder, sum(_module_input_dim(model, modules[l]) ** 2 * itemsize for l in missing))
         data = get_corpus()
         if len(data.texts) < n_samples:
             LOG.warning("corpus %r has %d passages, fewer than mom2_n_samples=%d", corpus, len(data.texts), n_samples)
         product_dtype = torch.float64 if dtype == "float64" else torch.float32
         LOG.info("computing C0 statistics of layers %s from %d passages of corpus %r (cache: %s)", missing,
                  len(data.texts), corpus, stats_path(stats_dir, name, ds_name, "<module>", dtype, n_samples).parent)
-        stats = collect_second_moments(
-            model, tok, data.texts, [modules[l] for l in missing], max_length, batch_size, progress, product_dtype
-        )
+        with eval_mode(model):  # no dropout in the keys; the caller's train/eval flags come back
+            stats = collect_second_moments(
+                model, tok, data.texts, [modules[l] for l in missing], max_length, batch_size, progress, product_dtype
+            )
         for layer in missing:
             path = stats_path(stats_dir, name, ds_name, modules[layer], dtype, n_samples)
             meta = {"corpus_fingerprint": data.fingerprint, "max_length": str(max_length), "n_passages": str(len(data.texts)),
@@ -440,6 +453,20 @@ def layer_second_moments(
             LOG.info("wrote C0 statistics to %s", path)
             result[layer] = stats[modules[layer]]
     return result
+
+
+def _check_free_space(folder: Path, needed: int) -> None:
+    """Raise :class:`StatsCacheError` when the disk of ``folder`` has less room than ``needed`` bytes
+    (the statistics files about to be computed), before the corpus pass rather than after it."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    if free < needed + (1 << 20):
+        raise StatsCacheError(
+            f"the statistics folder {folder} has {free:,} bytes free, the statistics need about {needed:,}; "
+            "free some space or set stats_dir to another disk"
+        )
 
 
 def _check_writable(folder: Path) -> None:

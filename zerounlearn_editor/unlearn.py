@@ -10,12 +10,17 @@ perplexity change, and in ``--out``:
 * ``--save model``: ``save_pretrained`` of the edited model (safetensors) and tokenizer;
 * ``--save adapter``: a PEFT LoRA adapter of the edit (:func:`~zerounlearn_editor.adapters.export_lora_adapter`);
 * always ``unlearn_report.json`` (the table's numbers, settings, stage times).
+
+Every input, ``--out`` included (absent, empty or a folder of an earlier run; its parent writable),
+is checked before the model is loaded, and the edit's own checks (:func:`~zerounlearn_editor.pipeline.check_edit_inputs`,
+ZeroUnlearn's capacity) run before the facts are scored. ``--out`` is written into a temporary
+folder beside it and renamed into place (:mod:`zerounlearn_editor.output_dir`): it holds one run's
+files, whole, or is as it was.
 """
 from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,7 +35,9 @@ from .evaluation.generation import generate_greedy
 from .evaluation.metrics import evaluate_probes
 from .evaluation.perplexity import perplexity
 from .hparams import HParamsError, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams, load_config_file
-from .pipeline import EditReport
+from .output_dir import check_free_space, check_output_dir, staged_output_dir
+from .pipeline import EditReport, check_edit_inputs
+from .progress import progress_scope
 from .record_files import RecordFileError, read_record_list, require_fields
 from .retain import load_retain_file
 
@@ -84,6 +91,12 @@ def load_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
         answer = record.get("answer", record.get("ground_truth"))
         if answer is not None and (not isinstance(answer, str) or not answer.strip()):
             raise RecordFileError(f"{path}: record {index}: field 'answer' must be a non-empty string, got {answer!r}")
+        target = record.get("target_new")
+        if target is not None and not isinstance(target, str):  # a list or {"str": ...} would be read in part
+            raise RecordFileError(
+                f"{path}: record {index}: field 'target_new' must be a string (\"\" = the YAML's neutral target), "
+                f"got {type(target).__name__} {target!r}"
+            )
         if record["subject"] not in record["prompt"]:
             raise RecordFileError(
                 f"{path}: record {index}: field 'subject' {record['subject']!r} does not occur in the prompt {record['prompt']!r}"
@@ -187,18 +200,30 @@ def run_unlearn(
 ) -> UnlearnResult:
     """Unlearn the facts of ``facts_file`` and save the result (see module docstring).
 
-    All inputs (hparams, facts, retain file, save mode) are checked before the model is loaded.
-    ``ppl_tokens`` tokens of ``ppl_text`` (default: the WikiText-2 test split shipped with
-    the package) give the perplexity before/after; 0 turns it off. ``audit`` (an
+    All inputs (hparams, facts, retain file, save mode, ``out_dir``) are checked before the model is
+    loaded, the edit's own checks before the facts are scored. ``ppl_tokens`` tokens of ``ppl_text``
+    (default: the WikiText-2 test split shipped with the package) give the perplexity before/after;
+    0 turns it off. ``progress=False`` hides every bar (scoring included). ``audit`` (an
     :class:`~zerounlearn_editor.audit.AuditSettings`) adds the robustness audit of the facts with
     answers, before and after (:mod:`zerounlearn_editor.audit.facts_audit`), to the report.
     """
-    from .model_zoo import load_model_and_tokenizer, resolve_model_path
+    with progress_scope(progress):
+        return _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_name, device, dtype, corpus,
+                            ppl_tokens, ppl_text, new_tokens, batch_size, progress, audit)
+
+
+def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_name, device, dtype, corpus, ppl_tokens,
+                 ppl_text, new_tokens, batch_size, progress, audit) -> UnlearnResult:
+    from .model_zoo import load_model_and_tokenizer
 
     if save not in SAVE_MODES:
         raise ValueError(f"--save must be one of {SAVE_MODES}, got {save!r}")
     if save != "none" and out_dir is None:
         raise ValueError(f"--save {save} needs --out")
+    if isinstance(ppl_tokens, bool) or not isinstance(ppl_tokens, int) or ppl_tokens < 0:
+        raise ValueError(f"--ppl-tokens must be an integer >= 0 (0 = no perplexity), got {ppl_tokens!r}")
+    if out_dir is not None:
+        check_output_dir(out_dir, (REPORT_NAME,))
     hparams, apply = load_method(hparams_file)
     facts = load_facts(facts_file)
     if retain_file:
@@ -231,6 +256,14 @@ def run_unlearn(
     name = model_name or hparams.model_name
     model, tok = load_model_and_tokenizer(name, device=device, dtype=dtype)
     seconds["load"] = time.perf_counter() - start
+    # the edit's checks (hparams, requests, retain set, modules, lengths, capacity) before any scoring
+    forget, _, _ = check_edit_inputs(model, tok, facts, hparams, str(retain_file) if retain_file else None)
+    if isinstance(hparams, ZeroUnlearnHyperParams):
+        from .zerounlearn_main import check_request_capacity
+
+        check_request_capacity(model, hparams, len(forget))
+    if out_dir is not None and save == "model":
+        check_free_space(out_dir, sum(p.numel() * p.element_size() for p in model.parameters()))
     text = None
     if ppl_tokens > 0:
         text = Path(ppl_text) if ppl_text else _default_ppl_text()
@@ -286,35 +319,41 @@ def run_unlearn(
         audit=audit_report,
     )
     if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        start = time.perf_counter()
-        if save == "model":
-            model.save_pretrained(out, safe_serialization=True)
-            tok.save_pretrained(out)
-            result.saved = {"mode": "model", "dir": str(out)}
-            LOG.info("edited model and tokenizer saved to %s", out)
-        elif save == "adapter":
-            adapter: AdapterReport = export_lora_adapter(
-                weights_copy,
-                model,
-                out,
-                max_rank=edit_rank_bound(hparams, len(facts)),
-                base_model_name_or_path=resolve_model_path(name),
-                metadata=dict(method=hparams.alg_name, hparams_file=str(hparams_file), facts_file=str(facts_file),
-                              n_facts=len(facts), rank_bound=edit_rank_bound(hparams, len(facts))),
-            )
-            result.saved = {"mode": "adapter", "dir": str(out), "r": adapter.r, "size_bytes": adapter.size_bytes,
-                            "layers": [asdict(l) for l in adapter.layers]}
-        else:
-            result.saved = {"mode": "none"}
-        seconds["save"] = time.perf_counter() - start
-        path = out / REPORT_NAME
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(dict(result.to_dict(), hparams_file=str(hparams_file), facts_file=str(facts_file),
-                                       retain_file=str(retain_file) if retain_file else None), indent=2), encoding="utf-8")
-        os.replace(tmp, path)
+        with staged_output_dir(out_dir) as staging:
+            _save(result, staging, Path(out_dir), save, model, tok, weights_copy, hparams, hparams_file, facts_file,
+                  retain_file, facts, name, seconds)
+        LOG.info("%s written to %s", "edited model and tokenizer" if save == "model" else save, out_dir)
     return result
+
+
+def _save(result: UnlearnResult, out: Path, final: Path, save: str, model, tok, weights_copy, hparams, hparams_file,
+          facts_file, retain_file, facts, name: str, seconds: Dict[str, float]) -> None:
+    """Write the ``--save`` output and the report into ``out`` (the staging folder of ``final``)."""
+    from .model_zoo import resolve_model_path
+
+    start = time.perf_counter()
+    if save == "model":
+        model.save_pretrained(out, safe_serialization=True)
+        tok.save_pretrained(out)
+        result.saved = {"mode": "model", "dir": str(final)}
+    elif save == "adapter":
+        adapter: AdapterReport = export_lora_adapter(
+            weights_copy,
+            model,
+            out,
+            max_rank=edit_rank_bound(hparams, len(facts)),
+            base_model_name_or_path=resolve_model_path(name),
+            metadata=dict(method=hparams.alg_name, hparams_file=str(hparams_file), facts_file=str(facts_file),
+                          n_facts=len(facts), rank_bound=edit_rank_bound(hparams, len(facts))),
+        )
+        result.saved = {"mode": "adapter", "dir": str(final), "r": adapter.r, "size_bytes": adapter.size_bytes,
+                        "layers": [asdict(l) for l in adapter.layers]}
+    else:
+        result.saved = {"mode": "none"}
+    seconds["save"] = time.perf_counter() - start
+    (out / REPORT_NAME).write_text(
+        json.dumps(dict(result.to_dict(), hparams_file=str(hparams_file), facts_file=str(facts_file),
+                        retain_file=str(retain_file) if retain_file else None), indent=2), encoding="utf-8")
 
 
 def _num(value: Optional[float], digits: int) -> str:

@@ -21,7 +21,7 @@ from .model_access import get_weight_matrix
 from .pipeline import LayerProblem, apply_edit_method, forget_requests_of
 
 __all__ = ["zerounlearn_solver", "apply_zerounlearn_to_model", "CapacityError", "RANK_WARN_FRACTION",
-           "RANK_REFUSE_FRACTION", "check_capacity"]
+           "RANK_REFUSE_FRACTION", "check_capacity", "check_request_capacity"]
 
 LOG = logging.getLogger(__name__)
 
@@ -52,6 +52,21 @@ def check_capacity(rank: int, d_out: int, where: str, refuse: bool = True) -> No
         )
     if fraction > RANK_WARN_FRACTION:
         LOG.warning("%s; the edit degrades the layer accordingly (ZeroUnlearn-GD suits large batches)", message)
+
+
+def check_request_capacity(model: nn.Module, hparams: ZeroUnlearnHyperParams, n: int) -> None:
+    """Refuse ``n`` requests whose forget values could span half of an edited layer's ``d_out`` (before any work).
+
+    ``rank(M_f) <= min(n, d_out)``; the message gives that bound, never more than ``d_out``.
+    """
+    modules = dict(model.named_modules())
+    for layer in hparams.layers:
+        module = modules.get(hparams.rewrite_module_tmp.format(layer))
+        if module is not None and isinstance(getattr(module, "weight", None), torch.Tensor) and module.weight.dim() == 2:
+            d_out = get_weight_matrix(module).shape[0]
+            bound = min(n, d_out)
+            if bound / d_out >= RANK_REFUSE_FRACTION:
+                check_capacity(bound, d_out, f"{n} requests at layer {layer} (rank(M_f) <= min(n, d_out) = {bound})")
 
 
 def zerounlearn_solver(hparams: ZeroUnlearnHyperParams, allow_large_batch: bool = False):
@@ -110,14 +125,9 @@ def apply_zerounlearn_to_model(
     if not isinstance(hparams, ZeroUnlearnHyperParams):
         raise TypeError(f"expected ZeroUnlearnHyperParams, got {type(hparams).__name__}")
     allow_large_batch = bool(kwargs.pop("allow_large_batch", False))
-    n = len(forget_requests_of(requests, hparams))
-    modules = dict(model.named_modules())
-    for layer in hparams.layers if not allow_large_batch else []:  # before any statistics, targets or copy: rank(M_f) <= n
-        module = modules.get(hparams.rewrite_module_tmp.format(layer))
-        if module is not None and isinstance(getattr(module, "weight", None), torch.Tensor) and module.weight.dim() == 2:
-            d_out = get_weight_matrix(module).shape[0]
-            if n / d_out >= RANK_REFUSE_FRACTION:
-                check_capacity(n, d_out, f"{n} requests at layer {layer} (at most rank {n})")
+    hparams.check()
+    if not allow_large_batch:  # before any statistics, targets or copy: rank(M_f) <= n
+        check_request_capacity(model, hparams, len(forget_requests_of(requests, hparams)))
     return apply_edit_method(
         model, tok, requests, hparams, zerounlearn_solver(hparams, allow_large_batch), copy, return_orig_weights,
         keep_original_weight, **kwargs

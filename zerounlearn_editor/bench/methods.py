@@ -93,6 +93,13 @@ def load_main_hparams(path: str) -> EditHyperParams:
     return cls.from_hparams(path)
 
 
+def _stem_candidates(stem: str) -> List[str]:
+    """``stem`` and its shorter forms at ``-`` boundaries, longest first: a main file of a variant
+    (``SmolLM2-135M-Instruct-retain``) finds another method's plain file (``SmolLM2-135M-Instruct``)."""
+    parts = stem.split("-")
+    return ["-".join(parts[:k]) for k in range(len(parts), 0, -1)]
+
+
 @dataclass
 class HParamsLookup:
     """Where each method's hyperparameters come from (see the module docstring)."""
@@ -115,17 +122,24 @@ class HParamsLookup:
             return path
         if self.main.alg_name == method and not variant:
             return self.main_path
-        name = f"{self.main_path.stem}{variant}{self.main_path.suffix}"
-        sibling = self.main_path.parent.parent / folder / name
-        if sibling.is_file():
-            return sibling
-        try:
-            return hparams_path(folder, f"{self.main_path.stem}{variant}")
-        except FileNotFoundError:
-            raise BenchConfigError(
-                f"no hparams for {method}: looked for {sibling} and hparams/{folder}/{name}; "
-                f"pass --method-hparams {method}=PATH"
-            ) from None
+        looked = []
+        for stem in _stem_candidates(self.main_path.stem):
+            name = f"{stem}{variant}{self.main_path.suffix}"
+            sibling = self.main_path.parent.parent / folder / name
+            looked.append(str(sibling))
+            found: Optional[Path] = sibling if sibling.is_file() else None
+            if found is None:
+                try:
+                    found = Path(hparams_path(folder, f"{stem}{variant}"))
+                except FileNotFoundError:
+                    looked.append(f"hparams/{folder}/{name}")
+            if found is not None:
+                if stem != self.main_path.stem:
+                    LOG.info("%s: no %s file for %s; using %s", method, self.main_path.stem, method, found)
+                return found
+        raise BenchConfigError(
+            f"no hparams for {method}: looked for {', '.join(looked)}; pass --method-hparams {method}=PATH"
+        )
 
     def override_for(self, method: str) -> Optional[Path]:
         """The override file of ``method``, if one was given."""
