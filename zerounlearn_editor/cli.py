@@ -438,7 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=_positive_int, default=None, help="cases per seed, edited as one batch (default 50)")
     p.add_argument("--seeds", default=None, help="e.g. 1-10 or 1,2,5 (default 1-10)")
     p.add_argument("--methods", default=None,
-                   help="comma list of base,GA,NPO,GA-full,NPO-full,ZeroUnlearn,ZeroUnlearn-GD,ZeroUnlearn+R,"
+                   help="comma list of base,GA,NPO,GA-full,NPO-full,ZeroUnlearn,ZeroUnlearn-GD,"
                         "ZeroUnlearn-GD+R,FT,ROME,MEMIT,AlphaEdit "
                         "(default base,GA,NPO,ZeroUnlearn,ZeroUnlearn-GD)")
     p.add_argument("--method-hparams", action="append", default=[], metavar="NAME=PATH",
@@ -509,7 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/speed/speed.json")
     p.add_argument("--no-progress", action="store_true")
     _add_data_dir(p)
-    p.add_argument("--targets-optimizers", default=None, help="comma list of adam, adam_kv, lbfgs: one ours edit each "
+    p.add_argument("--targets-optimizers", default=None, help="comma list of adam, adam_kv: one ours edit each "
                    "(the first is compared with per-request; default: the YAML's targets_optimizer)")
     p.set_defaults(func=_cmd_bench_speed)
 

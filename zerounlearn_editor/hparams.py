@@ -4,7 +4,8 @@ Every method config is a dataclass whose fields are exactly the keys its YAML ma
 Loading is strict: a missing required key (no default, or listed in ``REQUIRED_KEYS``), an
 unknown key, a key given twice in one file, a wrong type, a non-finite number or a value out of
 range raises :class:`HParamsError` naming the file, the key and the value, so a typo never
-silently falls back to a default. The keys with defaults are documented in the README.
+silently falls back to a default. The keys with defaults are documented in the README; a retired key
+fails with its :data:`RETIRED_KEYS` message.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ __all__ = [
     "ZeroUnlearnHyperParams",
     "ZeroUnlearnGDHyperParams",
     "load_config_file",
+    "RETIRED_KEYS",
+    "retired_key_errors",
 ]
 
 _SCI_NOTATION = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
@@ -32,6 +35,44 @@ _SCI_NOTATION = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
 
 class HParamsError(ValueError):
     """A hyperparameter file or value is invalid (message names the file and key)."""
+
+
+_GD_RETAIN = "ZeroUnlearn-GD with retain_nullspace_weight (hparams/ZeroUnlearn-GD/<model>-retain.yaml)"
+RETIRED_KEYS: Dict[str, str] = {
+    # key (or "key: value" for a retired value) -> why it was retired and what to use instead;
+    # the numbers stay in benchmarks/notebook/
+    "targets_optimizer: lbfgs": "its edits forget less at n = 50 (benchmarks/notebook/2026-11-23-targets-optimizer-speed.md); "
+    "use targets_optimizer: adam_kv (the default)",
+    "target_retain_weight": "retain-aware neutral targets did not change Eff/Spe after the solve "
+    f"(benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); delete the key; to keep facts use {_GD_RETAIN}",
+    "target_retain_neighbours": "retired with target_retain_weight (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); "
+    f"delete the key; to keep facts use {_GD_RETAIN}",
+    "target_retain_scale": "retired with target_retain_weight (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); "
+    f"delete the key; to keep facts use {_GD_RETAIN}",
+    "utility_penalty_weight": "the soft C0 penalty only traded forgetting for fluency along the null space's own front "
+    "(benchmarks/notebook/2026-11-23-surgical-diagnosis-ablation.md); delete the key; use nullspace_threshold / norm_weight",
+    "retain_penalty_weight": "a soft retain penalty added nothing over the hard null space "
+    f"(benchmarks/notebook/2026-11-23-surgical-diagnosis-ablation.md); delete the key; use {_GD_RETAIN}",
+    "projection_utility_weight": "the C0-aware projector forgot less (benchmarks/notebook/2026-11-23-surgical-diagnosis-ablation.md); "
+    "delete the key (ZeroUnlearn uses the paper's projector)",
+    "context_positions": "'subject' did not win on report data (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md) and "
+    "'all' is what context_nullspace_weight protects; delete the key",
+    "retain_weight": "retired with ZeroUnlearn+R, which ZeroUnlearn-GD+R beats at every n measured and which breaks fluency "
+    f"beyond ~50 facts (benchmarks/RESULTS.md, 'Surgical forgetting'); use {_GD_RETAIN}",
+    "projection_retain_weight": "retired with ZeroUnlearn+R, which ZeroUnlearn-GD+R beats at every n measured "
+    f"(benchmarks/RESULTS.md, 'Surgical forgetting'); use {_GD_RETAIN}",
+}
+"""Retired hyperparameters: a file that still sets one fails with this message (see :func:`retired_key_errors`)."""
+
+
+def retired_key_errors(config: Dict[str, Any], known: Any) -> List[str]:
+    """One message per retired key (not in ``known``, the class's fields) or retired value in ``config``."""
+    errors = []
+    for key, value in config.items():
+        for entry in (key, f"{key}: {value}" if isinstance(value, str) else None):
+            if entry in RETIRED_KEYS and (entry != key or key not in known):
+                errors.append(f"{entry!r} was retired: {RETIRED_KEYS[entry]}")
+    return errors
 
 
 def _convert_scientific_strings(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -104,6 +145,8 @@ def _check_type(value: Any, annotation: Any) -> bool:
         return any(_check_type(value, arg) for arg in get_args(annotation))
     if origin is Literal:
         return value in get_args(annotation)
+    if origin in (dict, Dict):
+        return isinstance(value, dict)
     if origin in (list, List):
         (item_type,) = get_args(annotation) or (Any,)
         return isinstance(value, (list, tuple)) and all(_check_type(v, item_type) for v in value)
@@ -158,6 +201,9 @@ class BaseHyperParams:
                 f"got {config.get('alg_name')!r}"
             )
         fields = {f.name: f for f in dataclasses.fields(cls)}
+        retired = retired_key_errors(config, fields)
+        if retired:
+            raise HParamsError(f"{source}: " + "; ".join(retired))
         unknown = sorted(set(config) - set(fields))
         if unknown:
             raise HParamsError(f"{source}: unknown key(s) {unknown} for {cls.__name__}")
@@ -286,21 +332,13 @@ class EditHyperParams(BaseHyperParams):
     chunk_size: int = 64
     # "adam_kv" (default): the paper's Adam loop (same updates, clamp and early stop, equal up to float
     # rounding) on cached prefix keys/values, ~2.6x faster; "adam": the paper's loop on full suffix
-    # forwards (the reference); "lbfgs": per-request projected L-BFGS with line search (faster, lower NLL,
-    # but edits forget less at n = 50: benchmarks/RESULTS.md). See zerounlearn_editor.targets_fast.
-    targets_optimizer: Literal["adam", "adam_kv", "lbfgs"] = "adam_kv"
+    # forwards (the reference). See zerounlearn_editor.targets_fast.
+    targets_optimizer: Literal["adam", "adam_kv"] = "adam_kv"
     # What the residual optimises (opt-in; "neutral" = the paper): "neutral" maximises the likelihood
     # of the neutral target (EOS); "suppress_answer" minimises -log(1 - p(answer)), p the probability of the
-    # request's whole answer (needs 'ground_truth' in every request and targets_optimizer adam or adam_kv): the
-    # answer is removed without asking for EOS, so the residual can be smaller.
+    # request's whole answer (needs 'ground_truth' in every request): the answer is removed without asking
+    # for EOS, so the residual can be smaller.
     target_objective: Literal["neutral", "suppress_answer"] = "neutral"
-    # Retain-aware neutral targets (opt-in, 0 = the paper; needs a retain set and targets_optimizer
-    # adam or adam_kv, both run the full Adam loop for them): each request's target loss gains
-    # target_retain_weight * the mean KL on its target_retain_neighbours nearest retain prompts when
-    # target_retain_scale * its residual is added there (zerounlearn_editor.targets.optimise_neutral_targets)
-    target_retain_weight: float = 0.0
-    target_retain_neighbours: int = 5
-    target_retain_scale: float = 0.5
 
     # Statistics of general text
     stats_dir: str = "./data/stats"
@@ -314,21 +352,28 @@ class EditHyperParams(BaseHyperParams):
     # ``retain=`` argument of the apply functions takes precedence (see zerounlearn_editor.retain)
     retain_file: Optional[str] = None
 
+    # Experiments (opt-in): a mapping whose keys must be declared in EXPERIMENTAL_KEYS (key -> help);
+    # an experiment that does not win on report data leaves in the same piece of work
+    EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {}
+    experimental: Dict[str, Any] = field(default_factory=dict)
+
     def retain_weights(self) -> Dict[str, float]:
         """The method's retain-aware weights; all 0 means the paper's method (retain set unused)."""
         return {}
 
     def retain_set_weights(self) -> Dict[str, float]:
-        """The weights that act through a retain set: the solve's (:meth:`retain_weights`; a subclass
-        leaves out a retain-free one such as ZeroUnlearn's ``projection_utility_weight``) and
-        ``target_retain_weight``; all 0: a retain set is unused."""
-        return dict(self.retain_weights(), target_retain_weight=self.target_retain_weight)
+        """The weights that act through a retain set (:meth:`retain_weights`); all 0: a retain set is unused."""
+        return dict(self.retain_weights())
 
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)
         for key, value in self.retain_weights().items():
             if not value >= 0 or value == float("inf"):
                 raise HParamsError(f"{source}: key {key!r} must be finite and >= 0, got {value!r}")
+        unknown = sorted(set(self.experimental) - set(self.EXPERIMENTAL_KEYS))
+        if unknown:
+            declared = sorted(self.EXPERIMENTAL_KEYS) or "none"
+            raise HParamsError(f"{source}: unknown key(s) {unknown} under 'experimental' (declared: {declared})")
         if not self.layers:
             raise HParamsError(f"{source}: key 'layers' must list at least one layer")
         if sorted(set(self.layers)) != list(self.layers):
@@ -343,22 +388,6 @@ class EditHyperParams(BaseHyperParams):
         for key in ("clamp_norm_factor", "v_lr"):
             if not getattr(self, key) > 0:
                 raise HParamsError(f"{source}: key {key!r} must be > 0, got {getattr(self, key)!r}")
-        if not 0 <= self.target_retain_weight < float("inf"):
-            raise HParamsError(f"{source}: key 'target_retain_weight' must be finite and >= 0, got {self.target_retain_weight!r}")
-        if self.target_retain_neighbours < 1:
-            raise HParamsError(f"{source}: key 'target_retain_neighbours' must be >= 1, got {self.target_retain_neighbours!r}")
-        if not 0 < self.target_retain_scale <= 1:
-            raise HParamsError(f"{source}: key 'target_retain_scale' must be in (0, 1], got {self.target_retain_scale!r}")
-        if self.target_retain_weight > 0 and self.targets_optimizer not in ("adam", "adam_kv"):
-            raise HParamsError(
-                f"{source}: key 'target_retain_weight' > 0 needs 'targets_optimizer: adam' or 'adam_kv' (both run "
-                f"the Adam loop for them), got {self.targets_optimizer!r}"
-            )
-        if self.target_objective != "neutral" and self.targets_optimizer not in ("adam", "adam_kv"):
-            raise HParamsError(
-                f"{source}: key 'target_objective: {self.target_objective}' needs 'targets_optimizer: adam' or "
-                f"'adam_kv', got {self.targets_optimizer!r}"
-            )
         for key in ("kl_factor", "v_weight_decay", "v_early_stop_loss"):
             if getattr(self, key) < 0:
                 raise HParamsError(f"{source}: key {key!r} must be >= 0, got {getattr(self, key)!r}")
@@ -406,22 +435,6 @@ class ZeroUnlearnHyperParams(EditHyperParams):
     regularization: float = 1.0
     projection_eps: float = 0.0
     projection_rank_tol: float = 1e-6
-    # Retain-aware ZeroUnlearn (opt-in, 0 = the paper): rho of the retain term in D0, and
-    # lam_r / lam_0 of the retain-aware projector (linalg.zerounlearn.retain_aware_projector)
-    retain_weight: float = 0.0
-    projection_retain_weight: float = 0.0
-    projection_utility_weight: float = 0.0
-
-    def retain_weights(self) -> Dict[str, float]:
-        return {
-            "retain_weight": self.retain_weight,
-            "projection_retain_weight": self.projection_retain_weight,
-            "projection_utility_weight": self.projection_utility_weight,
-        }
-
-    def retain_set_weights(self) -> Dict[str, float]:
-        return {"retain_weight": self.retain_weight, "projection_retain_weight": self.projection_retain_weight,
-                "target_retain_weight": self.target_retain_weight}
 
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)
@@ -458,18 +471,9 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
     # avoids context_nullspace_weight * the mean k k^T of the forget (and retain) prompts' tokens
     # other than the subject's last one
     context_nullspace_weight: float = 0.0
-    # which tokens that context is: "all" (every token but the first and the subject's last) or "subject"
-    # (the subject's tokens before its last one, e.g. "Toyota" in "Toyota Corolla"; issue 10's position probe)
-    context_positions: str = "all"
-    # Soft protection (opt-in, 0 = the paper; solver: exact): the objective gains
-    # tr(D_m (utility_penalty_weight C0 + retain_penalty_weight K_r K_r^T) D_m^T), i.e. the mean squared
-    # change of a general-text value and the summed squared change of the retain values
-    # (linalg.zerounlearn_gd.penalty_matrix)
-    utility_penalty_weight: float = 0.0
-    retain_penalty_weight: float = 0.0
 
     def retain_weights(self) -> Dict[str, float]:
-        return {"retain_nullspace_weight": self.retain_nullspace_weight, "retain_penalty_weight": self.retain_penalty_weight}
+        return {"retain_nullspace_weight": self.retain_nullspace_weight}
 
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)
@@ -481,22 +485,10 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
                 f"{source}: keys 'gd_steps' (>= 1), 'gd_lr' (> 0) and 'gd_tolerance' (>= 0) got "
                 f"{self.gd_steps!r}, {self.gd_lr!r}, {self.gd_tolerance!r}"
             )
-        if self.context_positions not in ("all", "subject"):
+        if not 0 <= self.context_nullspace_weight < float("inf"):
             raise HParamsError(
-                f"{source}: key 'context_positions' must be 'all' or 'subject', got {self.context_positions!r}"
-            )
-        if self.context_positions != "all" and self.context_nullspace_weight == 0:
-            raise HParamsError(
-                f"{source}: key 'context_positions: {self.context_positions}' has no effect with "
-                "'context_nullspace_weight: 0'; set a weight > 0 (e.g. 1.0) or drop the key"
-            )
-        for key in ("context_nullspace_weight", "utility_penalty_weight"):
-            if not 0 <= getattr(self, key) < float("inf"):
-                raise HParamsError(f"{source}: key {key!r} must be finite and >= 0, got {getattr(self, key)!r}")
-        if self.solver != "exact" and (self.utility_penalty_weight > 0 or self.retain_penalty_weight > 0):
-            raise HParamsError(
-                f"{source}: keys 'utility_penalty_weight' / 'retain_penalty_weight' need 'solver: exact' "
-                f"(the iterative solver minimises the paper's objective only), got solver {self.solver!r}"
+                f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got {self.context_nullspace_weight!r}"
             )
         if self.norm_weight == 0 and self.target_weight == 0:
             raise HParamsError(f"{source}: 'norm_weight' and 'target_weight' cannot both be 0")
+
