@@ -4,8 +4,8 @@ Every method config is a dataclass whose fields are exactly the keys its YAML ma
 Loading is strict: a missing required key (no default, or listed in ``REQUIRED_KEYS``), an
 unknown key, a key given twice in one file, a wrong type, a non-finite number or a value out of
 range raises :class:`HParamsError` naming the file, the key and the value, so a typo never
-silently falls back to a default. The keys with defaults are documented in the README; a retired key
-fails with its :data:`RETIRED_KEYS` message.
+silently falls back to a default. Every key has help text in :data:`FIELD_HELP` (the README key table is
+generated from it by :mod:`zerounlearn_editor.hparams_doc`); a retired key fails with its :data:`RETIRED_KEYS` message.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ __all__ = [
     "load_config_file",
     "RETIRED_KEYS",
     "retired_key_errors",
+    "FIELD_HELP",
 ]
 
 _SCI_NOTATION = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
@@ -492,3 +493,75 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
         if self.norm_weight == 0 and self.target_weight == 0:
             raise HParamsError(f"{source}: 'norm_weight' and 'target_weight' cannot both be 0")
 
+
+FIELD_HELP: Dict[str, str] = {
+    # EasyEdit's host fields
+    "alg_name": "`ZeroUnlearn` or `ZeroUnlearn-GD` (must match the class)",
+    "model_name": "hub name or local folder of the model; `smollm2` is the prepared SmolLM2",
+    "device": "CUDA index or a device name (`cpu`, `cuda:0`) the edit runs on",
+    "model_parallel": "EasyEdit host field: load with `device_map=\"auto\"`",
+    "fp16": "EasyEdit host field: load the model in float16",
+    "max_length": "EasyEdit host field: maximum prompt length in tokens for evaluation",
+    "batch_size": "EasyEdit host field: requests per `batch_edit` (`edit()` needs 1)",
+    # where to edit
+    "layers": "edited layers, strictly increasing; processed in order, keys recomputed after each",
+    "rewrite_module_tmp": "the edited weight, e.g. `model.layers.{}.mlp.down_proj` (GPT-2 `Conv1D` is handled)",
+    "layer_module_tmp": "the transformer block of a layer (`{}` = layer index)",
+    "mlp_module_tmp": "the MLP of a layer (`{}` = layer index)",
+    "ln_f_module": "final norm (used by the target optimisation)",
+    "lm_head_module": "output head (used by the target optimisation)",
+    "fact_token": "`subject_last` (key at the subject's last token) or `last` (the prompt's last token)",
+    # keys
+    "context_template_count": "keys are averaged over the bare prompt and this many sampled prefixes",
+    "context_template_length": "tokens per sampled prefix",
+    "context_seed": "seed of the sampled prefixes (cached on the model)",
+    # neutral targets
+    "neutral_target": "text the model should say instead; `null` = the tokenizer's EOS",
+    "v_num_grad_steps": "Adam steps of the neutral-state residual (one per request, added at the last edited layer; loss: "
+    "NLL of the neutral target + KL on `\"{subject} is a\"` + weight decay)",
+    "v_lr": "Adam learning rate of the residual",
+    "v_loss_layer": "layer whose output feeds the target loss; -1 or the model's last layer = its own head",
+    "v_weight_decay": "weight decay of the residual, relative to the hidden state's squared norm",
+    "clamp_norm_factor": "the residual's norm is clamped to this times the hidden state's",
+    "kl_factor": "weight of the KL term on `\"{subject} is a\"`",
+    "v_early_stop_loss": "a request stops when its target loss falls below this",
+    "chunk_size": "requests per batched key/target pass (memory bound; results do not depend on it)",
+    "targets_optimizer": "`adam_kv` (default): the paper's Adam loop (same updates, clamp and early stop) on cached prefix "
+    "keys/values, equal to `adam` up to float rounding and 2.4-2.75x faster on SmolLM2 at n = 50 (benchmarks/RESULTS.md, "
+    "\"Speed\"); `adam`: the same loop on full forwards (the reference; set it to reproduce earlier runs bit for bit)",
+    "target_objective": "`neutral` (the paper): maximise the neutral target's likelihood; `suppress_answer` (opt-in, every "
+    "request needs `ground_truth`): minimise `-log(1 - p)`, p the whole answer's probability, stopping at "
+    "`v_early_stop_loss` (0.01: p < 0.01), so the residual only removes the answer instead of making EOS likely",
+    # statistics
+    "stats_dir": "folder of the cached utility statistics `C0`",
+    "mom2_dataset": "corpus of `C0`: built-in `wiki_passages_3643`, a `.jsonl`/`.txt` file, a saved dataset or `hub:NAME`",
+    "mom2_n_samples": "passages of the corpus used for `C0`",
+    "mom2_dtype": "dtype of `C0` (`float16`, `float32`, `float64`)",
+    "mom2_max_length": "tokens per passage",
+    "mom2_batch_size": "passages per forward pass",
+    # retain set and experiments
+    "retain_file": "retain set (ZeroUnlearn-GD+R): facts to keep, a JSON/JSONL/YAML list of `{prompt, subject}`, path "
+    "relative to the YAML; `null` = none (or `retain=` of the apply functions)",
+    "experimental": "opt-in experiments, a mapping of keys declared by the class (none at present); an experiment that "
+    "does not win on report data leaves again",
+    # ZeroUnlearn's solve
+    "forget_weight": "f, weight of the forget term in `A`, `B`",
+    "utility_weight": "u, weight of `C0` in `A`, `B` (15000 in the paper)",
+    "regularization": "r, the ridge `r ||D W - W||^2`",
+    "projection_eps": "eps in `P = (1 + eps) I - V V^T` (0 = exact projector; the reference used 0.01)",
+    "projection_rank_tol": "relative singular-value cut-off of the forget values' span `V`",
+    # ZeroUnlearn-GD's solve
+    "orthogonality_weight": "a, weight of `||M_f^T W' K_f||^2`",
+    "target_weight": "b, weight of `||W' K_f - M_n||^2`",
+    "norm_weight": "c, weight of `||E P_m||^2`",
+    "nullspace_threshold": "eigenvalues of `C0` below this span the null space `P_m`",
+    "solver": "`exact` (closed form) or `gd` (Adam, then conjugate gradient)",
+    "gd_steps": "`solver: gd`: at most this many Adam steps",
+    "gd_lr": "`solver: gd`: learning rate, relative to the size of the solution",
+    "gd_tolerance": "`solver: gd`: relative change of the objective that stops the solve",
+    "retain_nullspace_weight": "retain-aware (ZeroUnlearn-GD+R; opt-in, 0 = the paper): the null space is taken of "
+    "`C0 + lam K_r K_r^T / n_r` over the retain set's keys",
+    "context_nullspace_weight": "opt-in, 0 = the paper (no retain set needed): the null space also "
+    "avoids this times the mean `k k^T` of the prompts' other tokens (their relation context)",
+}
+"""One line of help per hyperparameter key (the README's key table is generated from it: ``hparams_doc``)."""
