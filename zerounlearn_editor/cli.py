@@ -453,7 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--known-min-accuracy", type=float, default=1.0,
                    help="with --known-only: the forget-prompt token accuracy a case needs (default 1.0)")
     p.add_argument("--retain", default=None, metavar="POLICY:K",
-                   help="retain set of the +R methods, K records per forget case drawn from the dataset but never "
+                   help="retain set of ZeroUnlearn-GD+R, K records per forget case drawn from the dataset but never "
                         "a scored case or a subject of a scored prompt: siblings:K = same-relation records; "
                         "same-answer:K = records with the case's true answer (same relation first, then any "
                         "relation), filled up with same-relation records")
@@ -532,7 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-path", default=None)
     p.add_argument("--n-forget", type=int, default=10, help="forget cases edited as one batch (default 10)")
     p.add_argument("--retain", default=None, metavar="POLICY:K",
-                   help="retain set of the +R methods, drawn as the bench draws it (siblings:K or same-answer:K)")
+                   help="retain set of ZeroUnlearn-GD+R, drawn as the bench draws it (siblings:K or same-answer:K)")
     p.add_argument("--method-hparams", action="append", default=[], metavar="NAME=PATH")
     p.add_argument("--data-dir", default=None, help="utility data folder (default ../shared/data/utility)")
     p.add_argument("--out", required=True, help="output JSON")
