@@ -46,9 +46,9 @@ RETIRED_KEYS: Dict[str, str] = {
     "use targets_optimizer: adam_kv (the default)",
     "target_retain_weight": "retain-aware neutral targets did not change Eff/Spe after the solve "
     f"(benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); delete the key; to keep facts use {_GD_RETAIN}",
-    "target_retain_neighbours": "retired with target_retain_weight (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); "
+    "target_retain_neighbours": "part of the retain-aware targets of target_retain_weight (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); "
     f"delete the key; to keep facts use {_GD_RETAIN}",
-    "target_retain_scale": "retired with target_retain_weight (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); "
+    "target_retain_scale": "part of the retain-aware targets of target_retain_weight (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); "
     f"delete the key; to keep facts use {_GD_RETAIN}",
     "utility_penalty_weight": "the soft C0 penalty only traded forgetting for fluency along the null space's own front "
     "(benchmarks/notebook/2026-11-23-surgical-diagnosis-ablation.md); delete the key; use nullspace_threshold / norm_weight",
@@ -58,9 +58,9 @@ RETIRED_KEYS: Dict[str, str] = {
     "delete the key (ZeroUnlearn uses the paper's projector)",
     "context_positions": "'subject' did not win on report data (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md) and "
     "'all' is what context_nullspace_weight protects; delete the key",
-    "retain_weight": "retired with ZeroUnlearn+R, which ZeroUnlearn-GD+R beats at every n measured and which breaks fluency "
+    "retain_weight": "part of ZeroUnlearn+R, which ZeroUnlearn-GD+R beats at every n measured and which breaks fluency "
     f"beyond ~50 facts (benchmarks/RESULTS.md, 'Surgical forgetting'); use {_GD_RETAIN}",
-    "projection_retain_weight": "retired with ZeroUnlearn+R, which ZeroUnlearn-GD+R beats at every n measured "
+    "projection_retain_weight": "part of ZeroUnlearn+R, which ZeroUnlearn-GD+R beats at every n measured "
     f"(benchmarks/RESULTS.md, 'Surgical forgetting'); use {_GD_RETAIN}",
 }
 """Retired hyperparameters: a file that still sets one fails with this message (see :func:`retired_key_errors`)."""
