@@ -10,10 +10,8 @@ and restore. Results go to ``<out>/results.json`` after every variant (resumable
 
 Variants come from a YAML file, a list of ``{name, hparams, overrides, retain}``: ``hparams`` a
 ZeroUnlearn / ZeroUnlearn-GD YAML, ``overrides`` a mapping of keys to change (``hp.replace``),
-``retain`` whether the seed's retain set is passed; optional ``retain_k`` draws that variant's retain set with
-another K (same policy), ``retain_known: true`` keeps only the retain records the unedited model answers (its
-top-1 next token is the first token of the record's true answer; the answers come from the dataset, the edit
-still gets prompts and subjects only). Example::
+``retain`` whether the seed's retain set is passed (the variant keys ``retain_k`` / ``retain_known`` were
+retired: they kept fewer neighbours, see benchmarks/notebook/2026-11-23-surgical-tuning-waves.md). Example::
 
     OMP_NUM_THREADS=1 python benchmarks/surgical.py --variants benchmarks/surgical/ablation.yaml \\
         --data counterfact --n 10 --seeds 1-3 --retain siblings:5 --out results/surgical/rome_n10
@@ -24,7 +22,6 @@ variant with the same target settings (all shipped SmolLM2 YAMLs) reuses one opt
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import json
 import logging
@@ -32,7 +29,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List
 
 import numpy as np
 import torch
@@ -45,8 +42,6 @@ from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours, ne
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
 from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 from zerounlearn_editor.data.registry import load_cases, sample_cases
-from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.selection import select_known_cases
 from zerounlearn_editor.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.pipeline import EditReport, batched_statistics, neutral_targets, restore_weights, target_dependencies
@@ -79,14 +74,13 @@ def _targets(path: Path, model, tok, requests, hp, retain=None) -> NeutralTarget
     return targets
 
 
-def known_retain(model, tok, retain: Sequence[Dict[str, str]], pool) -> List[Dict[str, str]]:
-    """The retain requests whose true answer (looked up in ``pool`` by subject and prompt) the unedited model
-    gives: the answer's first token is its top-1 next token after the prompt (``first_acc`` of the bench's
-    batched probe scoring). Order kept."""
-    answers = {(c.request["subject"], c.request["prompt"]): c.request["ground_truth"] for c in pool}
-    probes = [Probe(r["prompt"], answers[(r["subject"], r["prompt"])]) for r in retain]
-    first = evaluate_probes(model, tok, probes)["first_acc"]
-    return [request for request, hit in zip(retain, first) if hit == 1.0]
+VARIANT_KEYS = {"name", "hparams", "overrides", "retain"}
+RETIRED_VARIANT_KEYS = {
+    "retain_k": "another K per variant did not win on report data (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); "
+    "run the variant with --retain POLICY:K instead",
+    "retain_known": "retain sets of known facts only kept fewer neighbours (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); "
+    "drop the key",
+}
 
 
 def _known(out: Path, model, tok, pool, data: str, min_accuracy: float):
@@ -150,8 +144,14 @@ def main(argv=None) -> int:
     hps = {v["name"]: load_main_hparams(v["hparams"]).replace(**v.get("overrides", {})) for v in variants}
     draw = parse_retain_spec(args.retain)
     for v in variants:  # before any edit: a bad variant fails now, not hours into the run
-        if ("retain_k" in v or "retain_known" in v) and not (v.get("retain") and draw):
-            raise SystemExit(f"variant {v['name']!r}: retain_k / retain_known need 'retain: true' and a --retain policy")
+        retired = sorted(set(v) & set(RETIRED_VARIANT_KEYS))
+        if retired:
+            raise SystemExit(f"variant {v['name']!r}: key(s) {retired} were retired: {RETIRED_VARIANT_KEYS[retired[0]]}")
+        unknown = sorted(set(v) - VARIANT_KEYS)
+        if unknown:
+            raise SystemExit(f"variant {v['name']!r}: unknown key(s) {unknown}; a variant has {sorted(VARIANT_KEYS)}")
+        if v.get("retain") and not draw:
+            raise SystemExit(f"variant {v['name']!r}: 'retain: true' needs a --retain policy")
 
     main_hp = next(iter(hps.values()))
     model, tok = load_model_and_tokenizer(str(main_hp.model_name))
@@ -175,7 +175,6 @@ def main(argv=None) -> int:
             LOG.info("seed %d: %d neighbour probe(s) dropped (another sampled case forgets them)", seed, dropped)
         requests = [dict(c.request) for c in cases]
         retain = draw_retain(draw, cases, pool, seed) if draw else []
-        retain_by_setting: Dict[Any, List[Dict[str, str]]] = {(None, False): retain}
         record = results["seeds"].setdefault(str(seed), {})
         pre = score_cases(model, tok, cases)
         named = neighbours_naming_forgotten_subjects(cases)
@@ -186,12 +185,7 @@ def main(argv=None) -> int:
             if name in record:
                 continue
             hp = hps[name]
-            setting = (variant.get("retain_k"), bool(variant.get("retain_known")))
-            if variant.get("retain") and setting not in retain_by_setting:
-                drawn = draw_retain(dataclasses.replace(draw, k=setting[0]), cases, pool, seed) \
-                    if setting[0] is not None else retain
-                retain_by_setting[setting] = known_retain(model, tok, drawn, pool) if setting[1] else drawn
-            variant_retain = retain_by_setting[setting] if variant.get("retain") else None
+            variant_retain = retain if variant.get("retain") else None
             key = hashlib.sha256(json.dumps(target_dependencies(model, hp, variant_retain), sort_keys=True).encode()).hexdigest()[:12]
             targets = _targets(out / "targets" / f"seed_{seed}_n{args.n}_{key}.npz", model, tok, requests, hp,
                                variant_retain)

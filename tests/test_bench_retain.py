@@ -213,7 +213,7 @@ def test_retain_spec_round_trips_and_describe_differs_per_policy():
     assert parse_retain_spec("none") is None and parse_retain_spec(None) is None
     with pytest.raises(BenchConfigError, match="unknown policy"):
         RetainDraw(3, "cousins")
-    BenchConfig(hparams="h.yaml", data="d.json", seeds=[1], methods=["ZeroUnlearn+R"], out="o", retain="same-answer:3").validate()
+    BenchConfig(hparams="h.yaml", data="d.json", seeds=[1], methods=["ZeroUnlearn-GD+R"], out="o", retain="same-answer:3").validate()
 
 
 def test_bench_runs_with_a_same_answer_retain_set(tmp_path):

@@ -16,7 +16,6 @@ from zerounlearn_editor import (
 )
 from zerounlearn_editor.contexts import context_prefixes
 from zerounlearn_editor.hparams import HParamsError
-from zerounlearn_editor.linalg.zerounlearn import forget_projector, retain_aware_projector, zerounlearn_multiplier
 from zerounlearn_editor.linalg.zerounlearn_gd import nullspace_basis, protected_covariance
 from zerounlearn_editor.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.pipeline import batched_statistics, neutral_targets
@@ -87,15 +86,6 @@ def test_gd_retain_keyword_protects_the_retain_values(setup, tok):
     assert kept < 1e-2 and kept < plain / 10
 
 
-def test_zerounlearn_retain_term_protects_the_retain_values(setup, tok):
-    model, paths, _, _ = setup
-    K_r = _retain_keys(model, tok, _hp(paths))
-    plain = _retain_change(model, _edit(setup, tok, _hp(paths, "ZeroUnlearn"), apply_zerounlearn_to_model), K_r)
-    hp = _hp(paths, "ZeroUnlearn", retain_weight=1e4, projection_retain_weight=1e4)
-    kept = _retain_change(model, _edit(setup, tok, hp, apply_zerounlearn_to_model, retain=RETAIN), K_r)
-    assert kept < plain / 10
-
-
 def test_retain_file_in_the_yaml_equals_the_keyword(setup, tok, tmp_path):
     """``retain_file`` (relative to the YAML's folder) reaches the solve like ``retain=``."""
     _, paths, _, _ = setup
@@ -125,21 +115,21 @@ def test_a_retain_set_with_paper_weights_is_refused_and_nothing_changes(setup, t
 
 
 def test_a_retain_free_weight_alone_does_not_take_a_retain_set(setup, tok, caplog):
-    """projection_utility_weight (the C0-aware projector) uses no retain set: a retain set is refused, not
+    """context_nullspace_weight (relation-context protection) uses no retain set: a retain set is refused, not
     silently ignored, and without one no 'retain terms have no effect' warning is logged."""
     model, paths, _, _ = setup
     before = get_weight_matrix(get_module(model, MODULE)).clone()
-    hp = _hp(paths, "ZeroUnlearn", projection_utility_weight=1.0)
+    hp = _hp(paths, context_nullspace_weight=1.0)
     with pytest.raises(ValueError, match="retain weights .* are all 0"):
-        apply_zerounlearn_to_model(model, tok, forget_requests(), hp, retain=RETAIN, progress=False)
+        apply_zerounlearn_gd_to_model(model, tok, forget_requests(), hp, retain=RETAIN, progress=False)
     assert torch.equal(get_weight_matrix(get_module(model, MODULE)), before)
     with caplog.at_level("WARNING"):
-        apply_zerounlearn_to_model(model, tok, forget_requests(), hp, copy=True, progress=False)
+        apply_zerounlearn_gd_to_model(model, tok, forget_requests(), hp, copy=True, progress=False)
     assert "no retain set was given" not in caplog.text
     with caplog.at_level("WARNING"):
-        apply_zerounlearn_to_model(model, tok, forget_requests(), _hp(paths, "ZeroUnlearn", retain_weight=1.0),
-                                   copy=True, progress=False)
-    assert "retain_weight set but no retain set was given" in caplog.text
+        apply_zerounlearn_gd_to_model(model, tok, forget_requests(), _hp(paths, retain_nullspace_weight=1.0),
+                                      copy=True, progress=False)
+    assert "retain_nullspace_weight set but no retain set was given" in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -177,43 +167,6 @@ def test_retain_weights_are_validated(tmp_path, key):
 # ---- the maths, without a model -------------------------------------------------------------
 
 
-def test_retain_aware_projector_limits_and_protection():
-    torch.manual_seed(0)
-    d = 12
-    M_f, M_r = torch.randn(d, 3, dtype=torch.float64), torch.randn(d, 4, dtype=torch.float64)
-    A = torch.randn(d, d, dtype=torch.float64)
-    WC0W = A @ A.T
-    zero = retain_aware_projector(M_f, M_r, WC0W, 0.0, 0.0)
-    assert torch.equal(zero, forget_projector(M_f))
-    # no protection worth the name: P removes span(M_f) (up to the tiny ridge)
-    tiny = retain_aware_projector(M_f, M_r, WC0W, 1e-12, 0.0)
-    assert (tiny @ M_f).norm() < 1e-4 * M_f.norm()
-    # strong retain protection: retain values pass unchanged, forget values still shrink
-    strong = retain_aware_projector(M_f, M_r, WC0W, 1e6, 0.0)
-    assert (strong @ M_r - M_r).norm() < 1e-4 * M_r.norm()
-    assert (strong @ M_f).norm() < M_f.norm()
-    # least squares: X = I - P minimises ||M_f - X M_f||^2 + lam ||X M_r||^2: the gradient
-    # vanishes up to the ridge (relative 1e-6), measured against its size at X = 0 (2 M_f M_f^T)
-    lam = 0.7
-    X = (torch.eye(d, dtype=torch.float64) - retain_aware_projector(M_f, M_r, WC0W, lam, 0.0)).requires_grad_(True)
-    loss = (M_f - X @ M_f).square().sum() + lam * (X @ M_r).square().sum()
-    loss.backward()
-    assert X.grad.norm() < 1e-5 * (2 * M_f @ M_f.T).norm()
-
-
-def test_zerounlearn_multiplier_without_retain_weights_is_the_paper():
-    torch.manual_seed(1)
-    d_out, d_in, n = 6, 10, 2
-    W = torch.randn(d_out, d_in, dtype=torch.float64)
-    K_f, K_r = torch.randn(d_in, n, dtype=torch.float64), torch.randn(d_in, 3, dtype=torch.float64)
-    M_n = W @ K_f + 0.1 * torch.randn(d_out, n, dtype=torch.float64)
-    B = torch.randn(d_in, d_in, dtype=torch.float64)
-    C0 = B @ B.T / d_in
-    paper = zerounlearn_multiplier(W, K_f, M_n, C0)
-    assert torch.equal(zerounlearn_multiplier(W, K_f, M_n, C0, K_r=K_r), paper)
-    assert not torch.equal(zerounlearn_multiplier(W, K_f, M_n, C0, K_r=K_r, retain_weight=1.0), paper)
-
-
 def test_protected_covariance_moves_the_null_space_off_the_retain_keys():
     torch.manual_seed(2)
     d_in = 16
@@ -229,28 +182,3 @@ def test_protected_covariance_moves_the_null_space_off_the_retain_keys():
         protected_covariance(C0, torch.ones(3, 2, dtype=torch.float64), 1.0)
 
 
-def test_gd_retain_penalty_protects_the_retain_values_softly(setup, tok):
-    """``retain_penalty_weight`` (soft, in the objective) instead of the null space: retain outputs
-    move far less than without it, more so for a larger weight; a utility penalty alone changes the edit."""
-    model, paths, _, _ = setup
-    K_r = _retain_keys(model, tok, _hp(paths))
-    plain = _retain_change(model, _edit(setup, tok, _hp(paths, nullspace_threshold=1e-2)), K_r)
-    soft = [_retain_change(model, _edit(setup, tok, _hp(paths, nullspace_threshold=1e-2, retain_penalty_weight=lam), retain=RETAIN), K_r)
-            for lam in (1e2, 1e5)]
-    assert soft[1] < soft[0] < plain and soft[1] < plain / 10
-    w = lambda m: get_weight_matrix(get_module(m, MODULE))  # noqa: E731
-    util = _edit(setup, tok, _hp(paths, nullspace_threshold=1e-2, utility_penalty_weight=1e3))
-    assert not torch.equal(w(util), w(_edit(setup, tok, _hp(paths, nullspace_threshold=1e-2))))
-
-
-@pytest.mark.parametrize("key", ["utility_penalty_weight", "retain_penalty_weight"])
-def test_penalty_weights_are_validated_and_need_the_exact_solver(tmp_path, key):
-    for bad in (-1.0, float("nan"), float("inf")):
-        with pytest.raises(HParamsError, match=key):
-            ZeroUnlearnGDHyperParams.from_dict(
-                tiny_hparams_dict(tmp_path, tmp_path / "c.jsonl", alg_name="ZeroUnlearn-GD", **{key: bad})
-            )
-    with pytest.raises(HParamsError, match="need 'solver: exact'"):
-        ZeroUnlearnGDHyperParams.from_dict(
-            tiny_hparams_dict(tmp_path, tmp_path / "c.jsonl", alg_name="ZeroUnlearn-GD", solver="gd", **{key: 1.0})
-        )

@@ -452,7 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=_positive_int, default=None, help="cases per seed, edited as one batch (default 50)")
     p.add_argument("--seeds", default=None, help="e.g. 1-10 or 1,2,5 (default 1-10)")
     p.add_argument("--methods", default=None,
-                   help="comma list of base,GA,NPO,GA-full,NPO-full,ZeroUnlearn,ZeroUnlearn-GD,ZeroUnlearn+R,"
+                   help="comma list of base,GA,NPO,GA-full,NPO-full,ZeroUnlearn,ZeroUnlearn-GD,"
                         "ZeroUnlearn-GD+R,FT,ROME,MEMIT,AlphaEdit "
                         "(default base,GA,NPO,ZeroUnlearn,ZeroUnlearn-GD)")
     p.add_argument("--method-hparams", action="append", default=[], metavar="NAME=PATH",
@@ -467,7 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--known-min-accuracy", type=float, default=1.0,
                    help="with --known-only: the forget-prompt token accuracy a case needs (default 1.0)")
     p.add_argument("--retain", default=None, metavar="POLICY:K",
-                   help="retain set of the +R methods, K records per forget case drawn from the dataset but never "
+                   help="retain set of ZeroUnlearn-GD+R, K records per forget case drawn from the dataset but never "
                         "a scored case or a subject of a scored prompt: siblings:K = same-relation records; "
                         "same-answer:K = records with the case's true answer (same relation first, then any "
                         "relation), filled up with same-relation records")
@@ -526,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/speed/speed.json")
     p.add_argument("--no-progress", action="store_true")
     _add_data_dir(p)
-    p.add_argument("--targets-optimizers", default=None, help="comma list of adam, adam_kv, lbfgs: one ours edit each "
+    p.add_argument("--targets-optimizers", default=None, help="comma list of adam, adam_kv: one ours edit each "
                    "(the first is compared with per-request; default: the YAML's targets_optimizer)")
     p.set_defaults(func=_cmd_bench_speed)
 
@@ -549,7 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-path", default=None)
     p.add_argument("--n-forget", type=int, default=10, help="forget cases edited as one batch (default 10)")
     p.add_argument("--retain", default=None, metavar="POLICY:K",
-                   help="retain set of the +R methods, drawn as the bench draws it (siblings:K or same-answer:K)")
+                   help="retain set of ZeroUnlearn-GD+R, drawn as the bench draws it (siblings:K or same-answer:K)")
     p.add_argument("--method-hparams", action="append", default=[], metavar="NAME=PATH")
     p.add_argument("--data-dir", default=None, help="utility data folder (default ../shared/data/utility)")
     p.add_argument("--out", required=True, help="output JSON")

@@ -4,7 +4,8 @@ Every method config is a dataclass whose fields are exactly the keys its YAML ma
 Loading is strict: a missing required key (no default, or listed in ``REQUIRED_KEYS``), an
 unknown key, a key given twice in one file, a wrong type, a non-finite number or a value out of
 range raises :class:`HParamsError` naming the file, the key and the value, so a typo never
-silently falls back to a default. The keys with defaults are documented in the README.
+silently falls back to a default. Every key has help text in :data:`FIELD_HELP` (the README key table is
+generated from it by :mod:`zerounlearn_editor.hparams_doc`); a retired key fails with its :data:`RETIRED_KEYS` message.
 """
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ __all__ = [
     "ZeroUnlearnHyperParams",
     "ZeroUnlearnGDHyperParams",
     "load_config_file",
+    "RETIRED_KEYS",
+    "retired_key_errors",
+    "FIELD_HELP",
 ]
 
 _SCI_NOTATION = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
@@ -32,6 +36,44 @@ _SCI_NOTATION = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
 
 class HParamsError(ValueError):
     """A hyperparameter file or value is invalid (message names the file and key)."""
+
+
+_GD_RETAIN = "ZeroUnlearn-GD with retain_nullspace_weight (hparams/ZeroUnlearn-GD/<model>-retain.yaml)"
+RETIRED_KEYS: Dict[str, str] = {
+    # key (or "key: value" for a retired value) -> why it was retired and what to use instead;
+    # the numbers stay in benchmarks/notebook/
+    "targets_optimizer: lbfgs": "its edits forget less at n = 50 (benchmarks/notebook/2026-11-23-targets-optimizer-speed.md); "
+    "use targets_optimizer: adam_kv (the default)",
+    "target_retain_weight": "retain-aware neutral targets did not change Eff/Spe after the solve "
+    f"(benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); delete the key; to keep facts use {_GD_RETAIN}",
+    "target_retain_neighbours": "part of the retain-aware targets of target_retain_weight (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); "
+    f"delete the key; to keep facts use {_GD_RETAIN}",
+    "target_retain_scale": "part of the retain-aware targets of target_retain_weight (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); "
+    f"delete the key; to keep facts use {_GD_RETAIN}",
+    "utility_penalty_weight": "the soft C0 penalty only traded forgetting for fluency along the null space's own front "
+    "(benchmarks/notebook/2026-11-23-surgical-diagnosis-ablation.md); delete the key; use nullspace_threshold / norm_weight",
+    "retain_penalty_weight": "a soft retain penalty added nothing over the hard null space "
+    f"(benchmarks/notebook/2026-11-23-surgical-diagnosis-ablation.md); delete the key; use {_GD_RETAIN}",
+    "projection_utility_weight": "the C0-aware projector forgot less (benchmarks/notebook/2026-11-23-surgical-diagnosis-ablation.md); "
+    "delete the key (ZeroUnlearn uses the paper's projector)",
+    "context_positions": "'subject' did not win on report data (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md) and "
+    "'all' is what context_nullspace_weight protects; delete the key",
+    "retain_weight": "part of ZeroUnlearn+R, which ZeroUnlearn-GD+R beats at every n measured and which breaks fluency "
+    f"beyond ~50 facts (benchmarks/RESULTS.md, 'Surgical forgetting'); use {_GD_RETAIN}",
+    "projection_retain_weight": "part of ZeroUnlearn+R, which ZeroUnlearn-GD+R beats at every n measured "
+    f"(benchmarks/RESULTS.md, 'Surgical forgetting'); use {_GD_RETAIN}",
+}
+"""Retired hyperparameters: a file that still sets one fails with this message (see :func:`retired_key_errors`)."""
+
+
+def retired_key_errors(config: Dict[str, Any], known: Any) -> List[str]:
+    """One message per retired key (not in ``known``, the class's fields) or retired value in ``config``."""
+    errors = []
+    for key, value in config.items():
+        for entry in (key, f"{key}: {value}" if isinstance(value, str) else None):
+            if entry in RETIRED_KEYS and (entry != key or key not in known):
+                errors.append(f"{entry!r} was retired: {RETIRED_KEYS[entry]}")
+    return errors
 
 
 def _convert_scientific_strings(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -105,6 +147,8 @@ def _check_type(value: Any, annotation: Any) -> bool:
         return any(_check_type(value, arg) for arg in get_args(annotation))
     if origin is Literal:
         return value in get_args(annotation)
+    if origin in (dict, Dict):
+        return isinstance(value, dict)
     if origin in (list, List):
         (item_type,) = get_args(annotation) or (Any,)
         return isinstance(value, (list, tuple)) and all(_check_type(v, item_type) for v in value)
@@ -159,6 +203,9 @@ class BaseHyperParams:
                 f"got {config.get('alg_name')!r}"
             )
         fields = {f.name: f for f in dataclasses.fields(cls)}
+        retired = retired_key_errors(config, fields)
+        if retired:
+            raise HParamsError(f"{source}: " + "; ".join(retired))
         unknown = sorted(set(config) - set(fields))
         if unknown:
             raise HParamsError(f"{source}: unknown key(s) {unknown} for {cls.__name__}")
@@ -303,21 +350,13 @@ class EditHyperParams(BaseHyperParams):
     chunk_size: int = 64
     # "adam_kv" (default): the paper's Adam loop (same updates, clamp and early stop, equal up to float
     # rounding) on cached prefix keys/values, ~2.6x faster; "adam": the paper's loop on full suffix
-    # forwards (the reference); "lbfgs": per-request projected L-BFGS with line search (faster, lower NLL,
-    # but edits forget less at n = 50: benchmarks/RESULTS.md). See zerounlearn_editor.targets_fast.
-    targets_optimizer: Literal["adam", "adam_kv", "lbfgs"] = "adam_kv"
+    # forwards (the reference). See zerounlearn_editor.targets_fast.
+    targets_optimizer: Literal["adam", "adam_kv"] = "adam_kv"
     # What the residual optimises (opt-in; "neutral" = the paper): "neutral" maximises the likelihood
     # of the neutral target (EOS); "suppress_answer" minimises -log(1 - p(answer)), p the probability of the
-    # request's whole answer (needs 'ground_truth' in every request and targets_optimizer adam or adam_kv): the
-    # answer is removed without asking for EOS, so the residual can be smaller.
+    # request's whole answer (needs 'ground_truth' in every request): the answer is removed without asking
+    # for EOS, so the residual can be smaller.
     target_objective: Literal["neutral", "suppress_answer"] = "neutral"
-    # Retain-aware neutral targets (opt-in, 0 = the paper; needs a retain set and targets_optimizer
-    # adam or adam_kv, both run the full Adam loop for them): each request's target loss gains
-    # target_retain_weight * the mean KL on its target_retain_neighbours nearest retain prompts when
-    # target_retain_scale * its residual is added there (zerounlearn_editor.targets.optimise_neutral_targets)
-    target_retain_weight: float = 0.0
-    target_retain_neighbours: int = 5
-    target_retain_scale: float = 0.5
 
     # Statistics of general text
     stats_dir: str = "./data/stats"
@@ -331,21 +370,28 @@ class EditHyperParams(BaseHyperParams):
     # ``retain=`` argument of the apply functions takes precedence (see zerounlearn_editor.retain)
     retain_file: Optional[str] = None
 
+    # Experiments (opt-in): a mapping whose keys must be declared in EXPERIMENTAL_KEYS (key -> help);
+    # an experiment that does not win on report data leaves in the same piece of work
+    EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {}
+    experimental: Dict[str, Any] = field(default_factory=dict)
+
     def retain_weights(self) -> Dict[str, float]:
         """The method's retain-aware weights; all 0 means the paper's method (retain set unused)."""
         return {}
 
     def retain_set_weights(self) -> Dict[str, float]:
-        """The weights that act through a retain set: the solve's (:meth:`retain_weights`; a subclass
-        leaves out a retain-free one such as ZeroUnlearn's ``projection_utility_weight``) and
-        ``target_retain_weight``; all 0: a retain set is unused."""
-        return dict(self.retain_weights(), target_retain_weight=self.target_retain_weight)
+        """The weights that act through a retain set (:meth:`retain_weights`); all 0: a retain set is unused."""
+        return dict(self.retain_weights())
 
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)
         for key, value in self.retain_weights().items():
             if not value >= 0 or value == float("inf"):
                 raise HParamsError(f"{source}: key {key!r} must be finite and >= 0, got {value!r}")
+        unknown = sorted(set(self.experimental) - set(self.EXPERIMENTAL_KEYS))
+        if unknown:
+            declared = sorted(self.EXPERIMENTAL_KEYS) or "none"
+            raise HParamsError(f"{source}: unknown key(s) {unknown} under 'experimental' (declared: {declared})")
         if not self.layers:
             raise HParamsError(f"{source}: key 'layers' must list at least one layer")
         if sorted(set(self.layers)) != list(self.layers):
@@ -360,22 +406,6 @@ class EditHyperParams(BaseHyperParams):
         for key in ("clamp_norm_factor", "v_lr"):
             if not getattr(self, key) > 0:
                 raise HParamsError(f"{source}: key {key!r} must be > 0, got {getattr(self, key)!r}")
-        if not 0 <= self.target_retain_weight < float("inf"):
-            raise HParamsError(f"{source}: key 'target_retain_weight' must be finite and >= 0, got {self.target_retain_weight!r}")
-        if self.target_retain_neighbours < 1:
-            raise HParamsError(f"{source}: key 'target_retain_neighbours' must be >= 1, got {self.target_retain_neighbours!r}")
-        if not 0 < self.target_retain_scale <= 1:
-            raise HParamsError(f"{source}: key 'target_retain_scale' must be in (0, 1], got {self.target_retain_scale!r}")
-        if self.target_retain_weight > 0 and self.targets_optimizer not in ("adam", "adam_kv"):
-            raise HParamsError(
-                f"{source}: key 'target_retain_weight' > 0 needs 'targets_optimizer: adam' or 'adam_kv' (both run "
-                f"the Adam loop for them), got {self.targets_optimizer!r}"
-            )
-        if self.target_objective != "neutral" and self.targets_optimizer not in ("adam", "adam_kv"):
-            raise HParamsError(
-                f"{source}: key 'target_objective: {self.target_objective}' needs 'targets_optimizer: adam' or "
-                f"'adam_kv', got {self.targets_optimizer!r}"
-            )
         for key in ("kl_factor", "v_weight_decay", "v_early_stop_loss"):
             if getattr(self, key) < 0:
                 raise HParamsError(f"{source}: key {key!r} must be >= 0, got {getattr(self, key)!r}")
@@ -423,22 +453,6 @@ class ZeroUnlearnHyperParams(EditHyperParams):
     regularization: float = 1.0
     projection_eps: float = 0.0
     projection_rank_tol: float = 1e-6
-    # Retain-aware ZeroUnlearn (opt-in, 0 = the paper): rho of the retain term in D0, and
-    # lam_r / lam_0 of the retain-aware projector (linalg.zerounlearn.retain_aware_projector)
-    retain_weight: float = 0.0
-    projection_retain_weight: float = 0.0
-    projection_utility_weight: float = 0.0
-
-    def retain_weights(self) -> Dict[str, float]:
-        return {
-            "retain_weight": self.retain_weight,
-            "projection_retain_weight": self.projection_retain_weight,
-            "projection_utility_weight": self.projection_utility_weight,
-        }
-
-    def retain_set_weights(self) -> Dict[str, float]:
-        return {"retain_weight": self.retain_weight, "projection_retain_weight": self.projection_retain_weight,
-                "target_retain_weight": self.target_retain_weight}
 
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)
@@ -475,18 +489,9 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
     # avoids context_nullspace_weight * the mean k k^T of the forget (and retain) prompts' tokens
     # other than the subject's last one
     context_nullspace_weight: float = 0.0
-    # which tokens that context is: "all" (every token but the first and the subject's last) or "subject"
-    # (the subject's tokens before its last one, e.g. "Toyota" in "Toyota Corolla"; issue 10's position probe)
-    context_positions: str = "all"
-    # Soft protection (opt-in, 0 = the paper; solver: exact): the objective gains
-    # tr(D_m (utility_penalty_weight C0 + retain_penalty_weight K_r K_r^T) D_m^T), i.e. the mean squared
-    # change of a general-text value and the summed squared change of the retain values
-    # (linalg.zerounlearn_gd.penalty_matrix)
-    utility_penalty_weight: float = 0.0
-    retain_penalty_weight: float = 0.0
 
     def retain_weights(self) -> Dict[str, float]:
-        return {"retain_nullspace_weight": self.retain_nullspace_weight, "retain_penalty_weight": self.retain_penalty_weight}
+        return {"retain_nullspace_weight": self.retain_nullspace_weight}
 
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)
@@ -498,22 +503,82 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
                 f"{source}: keys 'gd_steps' (>= 1), 'gd_lr' (> 0) and 'gd_tolerance' (>= 0) got "
                 f"{self.gd_steps!r}, {self.gd_lr!r}, {self.gd_tolerance!r}"
             )
-        if self.context_positions not in ("all", "subject"):
+        if not 0 <= self.context_nullspace_weight < float("inf"):
             raise HParamsError(
-                f"{source}: key 'context_positions' must be 'all' or 'subject', got {self.context_positions!r}"
-            )
-        if self.context_positions != "all" and self.context_nullspace_weight == 0:
-            raise HParamsError(
-                f"{source}: key 'context_positions: {self.context_positions}' has no effect with "
-                "'context_nullspace_weight: 0'; set a weight > 0 (e.g. 1.0) or drop the key"
-            )
-        for key in ("context_nullspace_weight", "utility_penalty_weight"):
-            if not 0 <= getattr(self, key) < float("inf"):
-                raise HParamsError(f"{source}: key {key!r} must be finite and >= 0, got {getattr(self, key)!r}")
-        if self.solver != "exact" and (self.utility_penalty_weight > 0 or self.retain_penalty_weight > 0):
-            raise HParamsError(
-                f"{source}: keys 'utility_penalty_weight' / 'retain_penalty_weight' need 'solver: exact' "
-                f"(the iterative solver minimises the paper's objective only), got solver {self.solver!r}"
+                f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got {self.context_nullspace_weight!r}"
             )
         if self.norm_weight == 0 and self.target_weight == 0:
             raise HParamsError(f"{source}: 'norm_weight' and 'target_weight' cannot both be 0")
+
+
+FIELD_HELP: Dict[str, str] = {
+    # EasyEdit's host fields
+    "alg_name": "`ZeroUnlearn` or `ZeroUnlearn-GD` (must match the class)",
+    "model_name": "hub name or local folder of the model; `smollm2` is the prepared SmolLM2",
+    "device": "CUDA index or a device name (`cpu`, `cuda:0`) the edit runs on",
+    "model_parallel": "EasyEdit host field: load with `device_map=\"auto\"`",
+    "fp16": "EasyEdit host field: load the model in float16",
+    "max_length": "EasyEdit host field: maximum prompt length in tokens for evaluation",
+    "batch_size": "EasyEdit host field: requests per `batch_edit` (`edit()` needs 1)",
+    # where to edit
+    "layers": "edited layers, strictly increasing; processed in order, keys recomputed after each",
+    "rewrite_module_tmp": "the edited weight, e.g. `model.layers.{}.mlp.down_proj` (GPT-2 `Conv1D` is handled)",
+    "layer_module_tmp": "the transformer block of a layer (`{}` = layer index)",
+    "mlp_module_tmp": "the MLP of a layer (`{}` = layer index)",
+    "ln_f_module": "final norm (used by the target optimisation)",
+    "lm_head_module": "output head (used by the target optimisation)",
+    "fact_token": "`subject_last` (key at the subject's last token) or `last` (the prompt's last token)",
+    # keys
+    "context_template_count": "keys are averaged over the bare prompt and this many sampled prefixes",
+    "context_template_length": "tokens per sampled prefix",
+    "context_seed": "seed of the sampled prefixes (cached on the model)",
+    # neutral targets
+    "neutral_target": "text the model should say instead; `null` = the tokenizer's EOS",
+    "v_num_grad_steps": "Adam steps of the neutral-state residual (one per request, added at the last edited layer; loss: "
+    "NLL of the neutral target + KL on `\"{subject} is a\"` + weight decay)",
+    "v_lr": "Adam learning rate of the residual",
+    "v_loss_layer": "layer whose output feeds the target loss; -1 or the model's last layer = its own head",
+    "v_weight_decay": "weight decay of the residual, relative to the hidden state's squared norm",
+    "clamp_norm_factor": "the residual's norm is clamped to this times the hidden state's",
+    "kl_factor": "weight of the KL term on `\"{subject} is a\"`",
+    "v_early_stop_loss": "a request stops when its target loss falls below this",
+    "chunk_size": "requests per batched key/target pass (memory bound; results do not depend on it)",
+    "targets_optimizer": "`adam_kv` (default): the paper's Adam loop (same updates, clamp and early stop) on cached prefix "
+    "keys/values, equal to `adam` up to float rounding and 2.4-2.75x faster on SmolLM2 at n = 50 (benchmarks/RESULTS.md, "
+    "\"Speed\"); `adam`: the same loop on full forwards (the reference; set it to reproduce earlier runs bit for bit)",
+    "target_objective": "`neutral` (the paper): maximise the neutral target's likelihood; `suppress_answer` (opt-in, every "
+    "request needs `ground_truth`): minimise `-log(1 - p)`, p the whole answer's probability, stopping at "
+    "`v_early_stop_loss` (0.01: p < 0.01), so the residual only removes the answer instead of making EOS likely",
+    # statistics
+    "stats_dir": "folder of the cached utility statistics `C0`",
+    "mom2_dataset": "corpus of `C0`: built-in `wiki_passages_3643`, a `.jsonl`/`.txt` file, a saved dataset or `hub:NAME`",
+    "mom2_n_samples": "passages of the corpus used for `C0`",
+    "mom2_dtype": "dtype of `C0` (`float16`, `float32`, `float64`)",
+    "mom2_max_length": "tokens per passage",
+    "mom2_batch_size": "passages per forward pass",
+    # retain set and experiments
+    "retain_file": "retain set (ZeroUnlearn-GD+R): facts to keep, a JSON/JSONL/YAML list of `{prompt, subject}`, path "
+    "relative to the YAML; `null` = none (or `retain=` of the apply functions)",
+    "experimental": "opt-in experiments, a mapping of keys declared by the class (none at present); an experiment that "
+    "does not win on report data leaves again",
+    # ZeroUnlearn's solve
+    "forget_weight": "f, weight of the forget term in `A`, `B`",
+    "utility_weight": "u, weight of `C0` in `A`, `B` (15000 in the paper)",
+    "regularization": "r, the ridge `r ||D W - W||^2`",
+    "projection_eps": "eps in `P = (1 + eps) I - V V^T` (0 = exact projector; the reference used 0.01)",
+    "projection_rank_tol": "relative singular-value cut-off of the forget values' span `V`",
+    # ZeroUnlearn-GD's solve
+    "orthogonality_weight": "a, weight of `||M_f^T W' K_f||^2`",
+    "target_weight": "b, weight of `||W' K_f - M_n||^2`",
+    "norm_weight": "c, weight of `||E P_m||^2`",
+    "nullspace_threshold": "eigenvalues of `C0` below this span the null space `P_m`",
+    "solver": "`exact` (closed form) or `gd` (Adam, then conjugate gradient)",
+    "gd_steps": "`solver: gd`: at most this many Adam steps",
+    "gd_lr": "`solver: gd`: learning rate, relative to the size of the solution",
+    "gd_tolerance": "`solver: gd`: relative change of the objective that stops the solve",
+    "retain_nullspace_weight": "retain-aware (ZeroUnlearn-GD+R; opt-in, 0 = the paper): the null space is taken of "
+    "`C0 + lam K_r K_r^T / n_r` over the retain set's keys",
+    "context_nullspace_weight": "opt-in, 0 = the paper (no retain set needed): the null space also "
+    "avoids this times the mean `k k^T` of the prompts' other tokens (their relation context)",
+}
+"""One line of help per hyperparameter key (the README's key table is generated from it: ``hparams_doc``)."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy as copy_module
 import logging
-import os
 import time
 import dataclasses
 from dataclasses import dataclass, field
@@ -218,9 +217,6 @@ def _target_config(model: nn.Module, hparams: EditHyperParams) -> TargetConfig:
         early_stop_loss=hparams.v_early_stop_loss,
         chunk_size=hparams.chunk_size,
         optimizer=hparams.targets_optimizer,
-        retain_weight=hparams.target_retain_weight,
-        retain_neighbours=hparams.target_retain_neighbours,
-        retain_scale=hparams.target_retain_scale,
         objective=hparams.target_objective,
     )
 
@@ -316,9 +312,7 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
         )
     with _Timer(report, "targets"):
         if targets is None:
-            cfg = _target_config(model, hparams)
-            extra = {"retain": keep} if cfg.retain_weight > 0 and keep else {}  # retain-aware targets (opt-in)
-            targets = stages.targets(model, tok, forget, target_ids, prefixes, cfg, **extra)
+            targets = stages.targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
         elif targets.z.shape[0] != len(forget):
             raise ValueError(f"precomputed targets are for {targets.z.shape[0]} requests, got {len(forget)} requests")
     report.target_nll = targets.nll.tolist()
@@ -363,7 +357,7 @@ def _retain_requests(retain: RetainSpec, hparams: EditHyperParams) -> List[Forge
         raise ValueError(
             f"a retain set of {len(keep)} facts was given, but the {hparams.alg_name} hparams' retain weights "
             f"{sorted(weights)} (the terms that use a retain set) are all 0, so it would be ignored; set one of them > 0 "
-            f"(e.g. hparams/{hparams.alg_name}/<model>-retain.yaml)"
+            f"(e.g. hparams/ZeroUnlearn-GD/<model>-retain.yaml)"
         )
     if active and not keep:
         LOG.warning(
@@ -379,20 +373,19 @@ def neutral_targets(
 ) -> NeutralTargets:
     """The target states ``z`` a :func:`run_layerwise_edit` call would optimise (model unchanged).
 
-    ``retain`` matters only with retain-aware targets (``target_retain_weight > 0``): pass the
-    retain set the edit will get (else the YAML's ``retain_file`` is used, as in the edit).
+    ``retain`` plays no part (the targets do not depend on a retain set); it is accepted so that
+    callers can pass the edit's arguments unchanged.
     """
     hparams.check()
     check_materialised(model)
     forget = forget_requests_of(requests, hparams)
-    keep = resolve_retain(retain, hparams.retain_file) if hparams.target_retain_weight > 0 else []
     _check_modules(model, hparams)
     target_ids = request_target_ids(tok, forget, hparams)
     with eval_mode(model):
         prefixes = context_prefixes(
             model, tok, hparams.context_template_count, hparams.context_template_length, hparams.context_seed
         )
-        return optimise_neutral_targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams), keep)
+        return optimise_neutral_targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
 
 
 def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any]:
@@ -403,13 +396,10 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
     differ only in their solve weights; the bench uses this to optimise the targets once.
     """
     cfg = _target_config(model, hparams)
-    config = dict(dataclasses.asdict(cfg), optimizer=target_loop(cfg))  # retain-aware adam_kv runs (and keys as) adam
+    config = dict(dataclasses.asdict(cfg), optimizer=target_loop(cfg))
     config.pop("chunk_size")  # chunking does not change the result
     if config["objective"] == "neutral":  # the paper's objective: cache keys as before the key existed
         config.pop("objective")
-    if config["retain_weight"] == 0:  # the paper's targets: the retain-aware keys play no part
-        for key in ("retain_weight", "retain_neighbours", "retain_scale"):
-            config.pop(key)
     return dict(
         config,
         context_template_count=hparams.context_template_count,
@@ -420,13 +410,9 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
 
 
 def target_dependencies(model: nn.Module, hparams: EditHyperParams, retain: RetainSpec = None) -> Dict[str, Any]:
-    """What :func:`neutral_targets` depends on besides the model and the requests: :func:`target_settings`,
-    plus the retain set (and the YAML's ``retain_file``) with retain-aware targets. For cache keys."""
-    settings = target_settings(model, hparams)
-    if hparams.target_retain_weight > 0:
-        named = None if retain is None else str(retain) if isinstance(retain, (str, os.PathLike)) else [dict(r) for r in retain]
-        settings.update(retain=named, retain_file=hparams.retain_file)
-    return settings
+    """What :func:`neutral_targets` depends on besides the model and the requests (for cache keys):
+    :func:`target_settings`; ``retain`` is accepted with the edit's arguments but plays no part."""
+    return target_settings(model, hparams)
 
 
 def _edit_layers(
@@ -446,10 +432,6 @@ def _edit_layers(
     n = len(forget)
     context_protection = getattr(hparams, "context_nullspace_weight", 0) > 0
     context: Dict[str, Any] = {"context_moment": True} if context_protection else {}
-    if context_protection and getattr(hparams, "context_positions", "all") != "all":
-        context["context_positions"] = hparams.context_positions
-    if not (context_protection or any(v > 0 for v in hparams.retain_weights().values())):
-        keep = []  # only the targets used the retain set (target_retain_weight): no retain keys to read
     replay: Optional[LayerPrefixReplay] = None
     if read_keys is read_keys_and_hidden and len(hparams.layers) > 1:
         # layers before the first edited one never change here: computed on the first read only

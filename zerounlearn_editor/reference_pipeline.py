@@ -60,15 +60,11 @@ def per_request_targets(
     target_ids: Sequence[Sequence[int]],
     prefixes: Sequence[str],
     cfg: TargetConfig,
-    retain: Sequence[ForgetRequest] = (),
 ) -> NeutralTargets:
-    """One target optimisation per request, full forward every step; ``z`` ``[n, d_model]``.
-
-    ``retain``: the retain set of retain-aware targets (each request finds its own nearest retain prompts).
-    """
+    """One target optimisation per request, full forward every step; ``z`` ``[n, d_model]``."""
     single = dataclasses.replace(cfg, reuse_prefix=False, chunk_size=1, optimizer="adam")  # the yardstick
     parts = [
-        optimise_neutral_targets(model, tok, requests[i : i + 1], target_ids[i : i + 1], prefixes, single, retain)
+        optimise_neutral_targets(model, tok, requests[i : i + 1], target_ids[i : i + 1], prefixes, single)
         for i in range(len(requests))
     ]
     return NeutralTargets(

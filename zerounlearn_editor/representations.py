@@ -18,7 +18,7 @@ from .model_access import StopForward, capture_inputs, capture_outputs, model_de
 from .prefix_replay import LayerPrefixReplay
 from .requests import ForgetRequest
 
-__all__ = ["CONTEXT_POSITIONS", "LayerReadout", "context_position_mask", "read_keys_and_hidden"]
+__all__ = ["LayerReadout", "context_position_mask", "read_keys_and_hidden"]
 
 
 @dataclass
@@ -26,9 +26,9 @@ class LayerReadout:
     """``keys`` ``[d_in, n]`` (mean over contexts) and ``hidden`` ``[n, d_model]`` (bare prompt).
 
     ``context_mom2`` ``[d_in, d_in]`` (float64) and ``context_count``: when asked for, the sum of
-    ``k k^T`` over the rows' other positions and their number; ``None`` otherwise. Which positions
-    (:data:`CONTEXT_POSITIONS`): ``"all"`` = every real token but the lookup token and the first one
-    (the prompts' relation context); ``"subject"`` = the subject's tokens before its last one.
+    ``k k^T`` over the rows' other positions (every real token but the lookup token and the first
+    one: the prompts' relation context, :func:`context_position_mask`) and their number; ``None``
+    otherwise.
     """
 
     keys: torch.Tensor
@@ -41,27 +41,10 @@ def _chunks(items: Sequence, size: int) -> List[Sequence]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-CONTEXT_POSITIONS = ("all", "subject")
-"""Positions a context second moment sums over (see :class:`LayerReadout`)."""
-
-
-def context_position_mask(batch: EncodedBatch, positions: str = "all") -> torch.Tensor:
-    """``[rows, seq]`` bool: the positions whose keys form the context second moment.
-
-    ``"all"``: every real token but the first one and the lookup token; ``"subject"``: the tokens
-    from ``batch.subject_start`` up to (not including) the lookup token, i.e. the subject's tokens
-    before its last one (where a sibling sharing a name prefix, "Toyota Vitz" / "Toyota Corolla",
-    has the very same key as the forgotten fact).
-    """
-    if positions not in CONTEXT_POSITIONS:
-        raise ValueError(f"context positions must be one of {list(CONTEXT_POSITIONS)}, got {positions!r}")
+def context_position_mask(batch: EncodedBatch) -> torch.Tensor:
+    """``[rows, seq]`` bool: the positions whose keys form the context second moment, every real
+    token but the first one and the lookup token."""
     lookup = batch.lookup
-    if positions == "subject":
-        if batch.subject_start is None:
-            raise ValueError("context positions 'subject' need rows encoded around a subject (fact_token: subject_last)")
-        index = torch.arange(batch.input_ids.shape[1], device=lookup.device)[None, :]
-        start = batch.subject_start.to(lookup.device)[:, None]
-        return (index >= start) & (index < lookup[:, None]) & batch.attention_mask.to(lookup.device).bool()
     mask = batch.attention_mask.to(lookup.device).bool().clone()
     mask[:, 0] = False
     mask[torch.arange(len(mask), device=mask.device), lookup] = False
@@ -86,7 +69,6 @@ def read_keys_and_hidden(
     chunk_size: int,
     context_moment: bool = False,
     prefix_replay: Optional[LayerPrefixReplay] = None,
-    context_positions: str = "all",
 ) -> LayerReadout:
     """Keys at ``key_module``'s input and hidden states at ``hidden_module``'s output.
 
@@ -123,7 +105,7 @@ def read_keys_and_hidden(
             model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
         if context_moment:
             states = inputs[key_module]
-            mask = context_position_mask(batch, context_positions).to(states.device)
+            mask = context_position_mask(batch).to(states.device)
             other = states[mask].double()
             mom2 = other.t() @ other if mom2 is None else mom2 + other.t() @ other
             count += other.shape[0]

@@ -429,6 +429,11 @@ def run_speed(cfg: SpeedConfig) -> Dict[str, Any]:
         overrides["layers"] = list(cfg.layers)
     hps = _method_hparams(cfg.hparams, overrides, cfg.methods)
     main = hps[cfg.methods[0]]
+    for optimizer in cfg.targets_optimizers or []:  # a retired or unknown optimiser fails here, before the model
+        try:
+            main.replace(targets_optimizer=optimizer)
+        except HParamsError as exc:
+            raise HParamsError(f"--targets-optimizers {optimizer!r}: {exc}") from exc
     corpus = cfg.corpus or main.mom2_dataset
     stats_hp = main.replace(mom2_n_samples=cfg.stats_passages or main.mom2_n_samples)
     # bad data / corpus arguments fail here, before the model and the statistics

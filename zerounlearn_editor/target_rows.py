@@ -77,19 +77,15 @@ class TargetRows:
 
 
 def encode_target_rows(tok, requests: Sequence[ForgetRequest], target_ids, prefixes: Sequence[str],
-                       fact_token: str, device, transfer: Sequence[ForgetRequest] = ()) -> TargetRows:
-    """Encode a chunk's rewriting and KL rows (on ``device``) and list its target-token loss entries.
-
-    ``transfer`` (retain-aware targets only): bare retain prompts appended after the KL rows, in
-    the order given (the caller knows which request each belongs to).
-    """
+                       fact_token: str, device) -> TargetRows:
+    """Encode a chunk's rewriting and KL rows (on ``device``) and list its target-token loss entries."""
     n, n_ctx = len(requests), len(prefixes)
     rw_req = [i for i in range(n) for _ in range(n_ctx)]
-    contexts = [p for _ in range(n) for p in prefixes] + [""] * n + [""] * len(transfer)
-    prefixes_rows = [requests[i].prefix for i in rw_req] + [""] * n + [r.prefix for r in transfer]
-    subjects = [requests[i].subject for i in rw_req] + [r.subject for r in requests] + [r.subject for r in transfer]
-    suffixes = [requests[i].suffix for i in rw_req] + [" is a"] * n + [r.suffix for r in transfer]
-    appended = [list(target_ids[i][:-1]) for i in rw_req] + [[] for _ in range(n + len(transfer))]
+    contexts = [p for _ in range(n) for p in prefixes] + [""] * n
+    prefixes_rows = [requests[i].prefix for i in rw_req] + [""] * n
+    subjects = [requests[i].subject for i in rw_req] + [r.subject for r in requests]
+    suffixes = [requests[i].suffix for i in rw_req] + [" is a"] * n
+    appended = [list(target_ids[i][:-1]) for i in rw_req] + [[] for _ in range(n)]
     batch = encode_rows(tok, contexts, prefixes_rows, subjects, suffixes, fact_token, appended).to(device)
     t_rows, t_pos, t_tok, t_weight, t_req = [], [], [], [], []
     for row, i in enumerate(rw_req):

@@ -6,8 +6,7 @@ rows are (request x context) rewriting prompts followed by the neutral target to
 one ``"{subject} is a"`` row per request for the KL term. Requests are independent: Adam is
 elementwise and each loss term only touches its own delta, so the batched loop gives the same
 deltas as one loop per request (a converged request is frozen, exactly as if its own loop had
-stopped). Opt-in retain-aware targets add one bare retain-prompt row per (request, nearest retain
-prompt), carrying a share of that request's delta (see :func:`optimise_neutral_targets`).
+stopped).
 """
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .progress import progress_bar
@@ -26,7 +24,7 @@ from .requests import ForgetRequest
 from .target_rows import answer_logprobs, encode_target_rows, suppression_loss, suppression_per_request
 from .targets_fast import optimise_chunk_fast
 
-__all__ = ["TargetConfig", "NeutralTargets", "optimise_neutral_targets", "target_loop", "answer_logprobs", "suppression_loss", "suppression_per_request", "TARGET_OBJECTIVES", "nearest_retain", "retain_neighbours"]
+__all__ = ["TargetConfig", "NeutralTargets", "optimise_neutral_targets", "target_loop", "answer_logprobs", "suppression_loss", "suppression_per_request", "TARGET_OBJECTIVES"]
 
 LOG = logging.getLogger(__name__)
 
@@ -49,16 +47,11 @@ class TargetConfig:
     chunk_size: int
     reuse_prefix: bool = True  # run only the layers after the edited one per step, where supported
     # "adam": the paper's loop below (this low-level default; the hparams key defaults to "adam_kv");
-    # "adam_kv"/"lbfgs": see targets_fast
+    # "adam_kv": see targets_fast
     optimizer: str = "adam"
     # "neutral": per target token the NLL -log p (the paper); "suppress_answer": the target tokens are the
-    # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in; adam or adam_kv)
+    # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in)
     objective: str = "neutral"
-    # Retain-aware targets (opt-in; 0 = the paper): each request's loss gains retain_weight * the mean
-    # KL on its retain_neighbours nearest retain prompts when retain_scale * its delta is added there
-    retain_weight: float = 0.0
-    retain_neighbours: int = 5
-    retain_scale: float = 0.5
 
 
 @dataclass
@@ -75,11 +68,7 @@ TARGET_OBJECTIVES = ("neutral", "suppress_answer")
 
 
 def target_loop(cfg: TargetConfig) -> str:
-    """The optimiser that actually runs for ``cfg``: ``cfg.optimizer``, except that retain-aware targets
-    (``retain_weight > 0``) under ``adam_kv`` run the Adam loop of :func:`_optimise_chunk` (the cached
-    evaluation has no transfer rows; the updates are the same). Cache keys name this loop."""
-    if cfg.optimizer == "adam_kv" and cfg.retain_weight > 0:
-        return "adam"
+    """The optimiser that runs for ``cfg`` (``cfg.optimizer``). Cache keys name this loop."""
     return cfg.optimizer
 
 
@@ -173,29 +162,21 @@ def _optimise_chunk(
     target_ids: Sequence[Sequence[int]],
     prefixes: Sequence[str],
     cfg: TargetConfig,
-    transfer: Optional[Sequence[Sequence[ForgetRequest]]] = None,
 ):
-    """One chunk; ``transfer[i]``: request ``i``'s retain neighbours (retain-aware targets), else ``None``."""
+    """One chunk: ``(z, h0, nll, steps_run)`` (``z``, ``h0`` ``[n, d_model]``, ``nll`` ``[n]``) on the CPU."""
     if cfg.objective not in TARGET_OBJECTIVES:
         raise ValueError(f"unknown target objective {cfg.objective!r}; expected one of {TARGET_OBJECTIVES}")
-    if cfg.optimizer == "lbfgs" and cfg.objective != "neutral":
-        raise ValueError(f"target objective {cfg.objective!r} needs targets_optimizer 'adam' or 'adam_kv', got 'lbfgs'")
-    if cfg.optimizer == "lbfgs" and transfer:
-        raise ValueError("retain-aware targets need targets_optimizer 'adam' or 'adam_kv', got 'lbfgs'")
     if target_loop(cfg) != "adam":
         return optimise_chunk_fast(model, tok, requests, target_ids, prefixes, cfg)
     device = model_device(model)  # input ids
     head_device = get_module(model, cfg.lm_head_module).weight.device  # logits and the loss
     n, n_ctx = len(requests), len(prefixes)
     # Rewriting rows (request-major, context-minor), then one KL row per request.
-    # Retain-aware targets: then one bare row per (request, retain neighbour), after the KL rows.
-    flat = [(i, r) for i, group in enumerate(transfer or ()) for r in group]
-    x_req = [i for i, _ in flat]
-    rows_ = encode_target_rows(tok, requests, target_ids, prefixes, cfg.fact_token, device, [r for _, r in flat])
+    rows_ = encode_target_rows(tok, requests, target_ids, prefixes, cfg.fact_token, device)
     batch, rw_req = rows_.batch, rows_.rw_req
     t_rows, t_pos, t_tok, t_weight, t_req = rows_.t_rows, rows_.t_pos, rows_.t_tok, rows_.t_weight, rows_.t_req
     n_rw = len(rw_req)
-    row_req = torch.tensor(rw_req + list(range(n)) + x_req, device=device)
+    row_req = torch.tensor(rw_req + list(range(n)), device=device)
 
     t_rows_t = torch.tensor(t_rows, device=head_device)
     t_pos_t = torch.tensor(t_pos, device=head_device)
@@ -205,11 +186,8 @@ def _optimise_chunk(
     rw_req_h = torch.tensor(rw_req, dtype=torch.long, device=head_device)  # each rewriting row's request
     kl_rows = torch.arange(n_rw, n_rw + n, device=head_device)
     kl_pos = batch.lookup[n_rw : n_rw + n].to(head_device)
-    n_x = len(x_req)
-    x_rows = torch.arange(n_rw + n, n_rw + n + n_x, device=head_device)
-    x_pos = (batch.lengths[n_rw + n :] - 1).to(head_device)  # each retain prompt's last token
-    rows = torch.cat([t_rows_t, kl_rows, x_rows])
-    positions = torch.cat([t_pos_t, kl_pos, x_pos])
+    rows = torch.cat([t_rows_t, kl_rows])
+    positions = torch.cat([t_pos_t, kl_pos])
     bare_rows = torch.arange(0, n_rw, n_ctx, device=device)
 
     d_model = model.config.hidden_size if hasattr(model.config, "hidden_size") else model.config.n_embd
@@ -220,18 +198,10 @@ def _optimise_chunk(
     # index tensors on the edited layer's device (where its hidden states and ``delta`` live)
     layer_device = layer_param.device
     row_req_l, lookup_l, bare_rows_l = row_req.to(layer_device), batch.lookup.to(layer_device), bare_rows.to(layer_device)
-    row_scale = None
-    if n_x:
-        row_scale = torch.ones(len(row_req), device=layer_device)
-        row_scale[n_rw + n :] = cfg.retain_scale
-        x_req_t = torch.tensor(x_req, device=head_device)
-        x_count = torch.bincount(x_req_t, minlength=n).clamp_min(1).float()
 
     def row_delta() -> torch.Tensor:
-        """``[rows, d]``: each row's request delta (scaled by ``retain_scale`` on retain rows)."""
-        if row_scale is None:
-            return delta[row_req_l]
-        return delta[row_req_l] * row_scale[:, None]
+        """``[rows, d]``: each row's request delta."""
+        return delta[row_req_l]
 
     def add_delta(_module, _args, output):
         hidden = hidden_of(output)
@@ -271,7 +241,6 @@ def _optimise_chunk(
     steps_run = [0] * n
     nll_req = torch.zeros(n, device=head_device)
     kl_init = None
-    x_init = None
     bar = progress_bar(total=cfg.steps, desc=f"neutral targets ({n} facts)", unit="step")
     for step in range(cfg.steps + 1):
         logits = step_logits()
@@ -288,13 +257,6 @@ def _optimise_chunk(
         h0 = state["h0"]
         wd_req = cfg.weight_decay * (delta.norm(dim=1) ** 2) / (h0.norm(dim=1) ** 2)
         loss_req = nll_req + cfg.kl_factor * kl_req + wd_req.to(head_device)
-        if n_x:
-            x_logp = torch.log_softmax(logits[len(t_rows) + n :], dim=-1)
-            if x_init is None:
-                x_init = x_logp.detach()  # step 0: delta = 0, the unedited distributions
-            x_kl = (x_logp.exp() * (x_logp - x_init)).sum(-1)
-            x_req_kl = torch.zeros(n, device=head_device).index_add(0, x_req_t, x_kl) / x_count
-            loss_req = loss_req + cfg.retain_weight * x_req_kl
         converged = (nll_req.detach() < cfg.early_stop_loss).to(active.device)
         active &= ~converged
         if step == cfg.steps or not bool(active.any()):
@@ -320,32 +282,6 @@ def _optimise_chunk(
     return (h0 + delta.detach()).cpu(), h0.cpu(), nll_req.detach().cpu(), steps_run
 
 
-def nearest_retain(h_forget: torch.Tensor, h_retain: torch.Tensor, m: int) -> torch.Tensor:
-    """Indices ``[n, min(m, r)]`` of the ``m`` rows of ``h_retain`` ``[r, d]`` most cosine-similar to
-    each row of ``h_forget`` ``[n, d]``, most similar first (ties: the lower index first)."""
-    if h_forget.ndim != 2 or h_retain.ndim != 2 or h_forget.shape[1] != h_retain.shape[1]:
-        raise ValueError(f"expected [n, d] and [r, d], got {tuple(h_forget.shape)} and {tuple(h_retain.shape)}")
-    if m < 1:
-        raise ValueError(f"m must be >= 1, got {m}")
-    sim = F.normalize(h_forget.double(), dim=1) @ F.normalize(h_retain.double(), dim=1).T
-    return torch.argsort(-sim, dim=1, stable=True)[:, : min(m, h_retain.shape[0])]
-
-
-def retain_neighbours(
-    model: nn.Module, tok, requests: Sequence[ForgetRequest], retain: Sequence[ForgetRequest], cfg: TargetConfig
-) -> List[List[ForgetRequest]]:
-    """For each request, its ``cfg.retain_neighbours`` retain requests nearest in the edited layer's
-    hidden state (cosine, bare prompts, unedited model): the prompts its delta must not carry over to."""
-    from .representations import read_keys_and_hidden
-
-    def bare_hidden(reqs: Sequence[ForgetRequest]) -> torch.Tensor:  # [n, d] at the lookup token
-        return read_keys_and_hidden(model, tok, reqs, [""], cfg.layer_module, cfg.layer_module, cfg.fact_token,
-                                    cfg.chunk_size).hidden
-
-    index = nearest_retain(bare_hidden(requests), bare_hidden(retain), cfg.retain_neighbours)
-    return [[retain[j] for j in row.tolist()] for row in index]
-
-
 def optimise_neutral_targets(
     model: nn.Module,
     tok,
@@ -353,23 +289,12 @@ def optimise_neutral_targets(
     target_ids: Sequence[Sequence[int]],
     prefixes: Sequence[str],
     cfg: TargetConfig,
-    retain: Sequence[ForgetRequest] = (),
 ) -> NeutralTargets:
     """Optimise one residual per request (in chunks of ``cfg.chunk_size`` requests).
 
     ``target_ids[i]`` are the neutral target's token ids for request ``i``. The model's
     parameters are frozen during the loop and its train/eval mode is restored afterwards.
-
-    Retain-aware targets (``cfg.retain_weight > 0`` and a non-empty ``retain``; opt-in): request
-    ``i``'s loss gains ``retain_weight * mean_j KL(p(. | r_j, retain_scale * delta_i) || p(. | r_j))``
-    at the last token of its ``retain_neighbours`` nearest retain prompts ``r_j``, the delta added at
-    their lookup token. The edit carries part of each delta over to prompts whose keys resemble the
-    forget key; this term asks for a delta that silences the forget prompt but not its neighbours.
-    Without it (the default) the loop is the paper's, unchanged. With it, ``adam_kv`` runs the Adam loop
-    below (its cached evaluation has no transfer rows): the same updates.
     """
-    if cfg.retain_weight > 0 and retain and cfg.optimizer == "lbfgs":
-        raise ValueError(f"retain-aware targets need targets_optimizer 'adam' or 'adam_kv', got {cfg.optimizer!r}")
     was_training = model.training
     flags = [(p, p.requires_grad) for p in model.parameters()]
     model.eval()
@@ -377,9 +302,6 @@ def optimise_neutral_targets(
         p.requires_grad_(False)
     zs, h0s, nlls, steps = [], [], [], []
     try:
-        transfer: Optional[List[List[ForgetRequest]]] = None
-        if cfg.retain_weight > 0 and retain:
-            transfer = retain_neighbours(model, tok, requests, retain, cfg)
         with torch.enable_grad():
             for start in range(0, len(requests), cfg.chunk_size):
                 z, h0, nll, run = _optimise_chunk(
@@ -389,7 +311,6 @@ def optimise_neutral_targets(
                     target_ids[start : start + cfg.chunk_size],
                     prefixes,
                     cfg,
-                    None if transfer is None else transfer[start : start + cfg.chunk_size],
                 )
                 zs.append(z)
                 h0s.append(h0)

@@ -1,4 +1,4 @@
-"""Cheaper neutral-target optimisation (``targets_optimizer``: ``adam_kv``, the default, or the opt-in ``lbfgs``).
+"""Cheaper neutral-target optimisation (``targets_optimizer: adam_kv``, the default).
 
 The residual ``delta_i`` is added at one position (the lookup token) of one layer. In every
 later layer the positions before the lookup token do not see it (causal attention), so their
@@ -8,15 +8,8 @@ lookup token to the last position a loss reads (the NLL of the target tokens, wh
 prompt, and the KL at the lookup token of the ``"{subject} is a"`` row). Rows of requests that
 stopped are left out of the batch, so frozen requests cost nothing.
 
-Two optimisers run on these evaluations (``cfg.optimizer``):
-
-* ``adam_kv``: the paper's Adam loop (same updates, clamp and early stop as ``adam``), equal to
-  it up to float rounding;
-* ``lbfgs``: per-request projected L-BFGS on the ``d_model`` residual with an Armijo backtracking
-  line search. The clamp ``|delta_i| <= c |h0_i|`` is a ball: iterates are projected on it and, on
-  its surface, the gradient's outward part is dropped (a step along the sphere). A request stops
-  when its NLL is below ``early_stop_loss`` (as Adam), when its loss stops decreasing, or after
-  ``steps + 1`` evaluations (Adam's budget).
+On these evaluations ``adam_kv`` runs the paper's Adam loop (same updates, clamp and early stop
+as ``adam``), equal to it up to float rounding.
 
 Loss per request (as :mod:`zerounlearn_editor.targets`): weighted target NLL over the rewriting
 rows (``objective: suppress_answer``: the mean of ``-log(1 - p(answer))`` over them instead) + ``kl_factor``
@@ -41,7 +34,7 @@ __all__ = ["KVSuffix", "optimise_chunk_fast", "OPTIMIZERS"]
 
 LOG = logging.getLogger(__name__)
 
-OPTIMIZERS = ("adam", "adam_kv", "lbfgs")
+OPTIMIZERS = ("adam", "adam_kv")
 """Values of the ``targets_optimizer`` hparams key (``adam``: the paper's loop, in targets.py)."""
 
 _ROPE_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
@@ -457,128 +450,11 @@ def _adam(problem: _Problem, cfg) -> Tuple[torch.Tensor, torch.Tensor, List[int]
     return delta.detach(), nll_all, steps_run
 
 
-def _project(x: torch.Tensor, radius: torch.Tensor) -> torch.Tensor:
-    norms = x.norm(dim=1)
-    scale = torch.where(norms > radius, radius / norms.clamp_min(1e-12), torch.ones_like(norms))
-    return x * scale[:, None]
-
-
-def _tangent(g: torch.Tensor, x: torch.Tensor, radius: torch.Tensor) -> torch.Tensor:
-    """``g`` without its outward radial part where ``x`` lies on the ball's surface."""
-    norms = x.norm(dim=1)
-    unit = x / norms.clamp_min(1e-12)[:, None]
-    radial = (g * unit).sum(1)
-    on_surface = (norms >= radius * (1 - 1e-5)) & (radial < 0)  # -g points outward
-    return torch.where(on_surface[:, None], g - radial[:, None] * unit, g)
-
-
-def _lbfgs(problem: _Problem, cfg, history: int = 8, max_backtracks: int = 4) -> Tuple[torch.Tensor, torch.Tensor, List[int]]:
-    """Per-request projected L-BFGS with Armijo backtracking; every request's state is its own."""
-    n, d, device = problem.n, problem.d, problem.h0.device
-    radius = cfg.clamp_norm_factor * problem.h0.norm(dim=1)
-    x = torch.zeros((n, d), device=device)
-    all_reqs = torch.arange(n, device=device)
-    f, nll, g = problem.loss_and_grad(all_reqs, x)
-    evals = [0] * n  # evaluations after the first (Adam's "steps")
-    S = torch.zeros((n, history, d), device=device)
-    Y = torch.zeros((n, history, d), device=device)
-    count = torch.zeros(n, dtype=torch.long, device=device)
-    pg = _tangent(g, x, radius)
-    active = nll >= cfg.early_stop_loss
-    alpha = torch.ones(n, device=device)
-    # first trial step: steepest descent to the ball's surface (the clamp binds at Adam's solutions)
-    first = torch.ones(n, dtype=torch.bool, device=device)
-    direction = torch.zeros_like(x)
-    pending = torch.zeros(n, dtype=torch.bool, device=device)  # a direction is chosen, the line search runs
-    tries = [0] * n  # backtracks along the current direction
-
-    def two_loop(i: int) -> torch.Tensor:
-        q = pg[i].clone()
-        c = int(count[i])
-        alphas = []
-        for k in range(history - 1, history - 1 - c, -1):
-            rho = 1.0 / float(S[i, k] @ Y[i, k])
-            a = rho * float(S[i, k] @ q)
-            alphas.append((k, rho, a))
-            q = q - a * Y[i, k]
-        gamma = float(S[i, -1] @ Y[i, -1]) / float(Y[i, -1] @ Y[i, -1])
-        r = gamma * q
-        for k, rho, a in reversed(alphas):
-            b = rho * float(Y[i, k] @ r)
-            r = r + (a - b) * S[i, k]
-        return -r
-
-    while bool(active.any()):
-        reqs = torch.nonzero(active).flatten()
-        budget_ok = torch.tensor([evals[i] < cfg.steps for i in reqs.tolist()], dtype=torch.bool, device=device)
-        active[reqs[~budget_ok]] = False
-        reqs = reqs[budget_ok]
-        if len(reqs) == 0:
-            break
-        for i in reqs.tolist():
-            if pending[i]:
-                continue
-            if first[i] or count[i] == 0:
-                gn = float(pg[i].norm())
-                p = -pg[i] * (float(radius[i]) / max(gn, 1e-12))
-            else:
-                p = two_loop(i)
-                unit = x[i] / x[i].norm().clamp_min(1e-12)
-                if float(x[i].norm()) >= float(radius[i]) * (1 - 1e-5) and float(p @ unit) > 0:
-                    p = p - float(p @ unit) * unit
-                if float(p @ g[i]) >= 0:  # not a descent direction: restart from the gradient
-                    count[i] = 0
-                    p = -pg[i] * (float(radius[i]) / max(float(pg[i].norm()), 1e-12))
-            direction[i] = p
-            alpha[i] = 1.0
-            tries[i] = 0
-            pending[i] = True
-        trial = _project(x[reqs] + alpha[reqs, None] * direction[reqs], radius[reqs])
-        ft, nllt, gt = problem.loss_and_grad(reqs, trial)
-        for i in reqs.tolist():
-            evals[i] += 1
-        step = trial - x[reqs]
-        decrease = (g[reqs] * step).sum(1)
-        ok = ft <= f[reqs] + 1e-4 * decrease
-        for k, i in enumerate(reqs.tolist()):
-            if not bool(ok[k]):
-                if tries[i] < max_backtracks:
-                    tries[i] += 1
-                    alpha[i] = alpha[i] * 0.5
-                    continue
-                if not bool(ft[k] < f[i]):  # no progress along this direction
-                    if count[i] > 0:
-                        count[i] = 0  # drop the curvature pairs and retry from the gradient
-                        S[i].zero_()
-                        Y[i].zero_()
-                        pending[i] = False
-                        continue
-                    active[i] = False
-                    continue
-            pending[i] = False
-            first[i] = False
-            pg_new = _tangent(gt[k : k + 1], trial[k : k + 1], radius[i : i + 1])[0]
-            s, y = step[k], pg_new - pg[i]
-            sy = float(s @ y)
-            if sy > 1e-10 * float(s.norm()) * float(y.norm()) and sy > 0:
-                S[i] = torch.roll(S[i], -1, 0)
-                Y[i] = torch.roll(Y[i], -1, 0)
-                S[i, -1], Y[i, -1] = s, y
-                count[i] = min(int(count[i]) + 1, history)
-            rel = float(f[i] - ft[k]) / max(1.0, abs(float(f[i])))
-            x[i], f[i], nll[i], g[i], pg[i] = trial[k], ft[k], nllt[k], gt[k], pg_new
-            if float(nll[i]) < cfg.early_stop_loss or (0 <= rel < 1e-6):
-                active[i] = False
-    return x, nll, evals
-
-
 def optimise_chunk_fast(model, tok, requests, target_ids, prefixes, cfg):
-    """One chunk with ``cfg.optimizer`` in (``adam_kv``, ``lbfgs``): ``(z, h0, nll, steps_run)`` on the CPU."""
+    """One chunk with ``cfg.optimizer == "adam_kv"``: ``(z, h0, nll, steps_run)`` on the CPU."""
     problem = _Problem(model, tok, requests, target_ids, prefixes, cfg)
     if cfg.optimizer == "adam_kv":
         delta, nll, steps = _adam(problem, cfg)
-    elif cfg.optimizer == "lbfgs":
-        delta, nll, steps = _lbfgs(problem, cfg)
     else:
         raise ValueError(f"unknown targets optimizer {cfg.optimizer!r}; choose from {OPTIMIZERS}")
     h0 = problem.h0

@@ -231,7 +231,7 @@ def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_nam
         if not any(v > 0 for v in hparams.retain_set_weights().values()):
             raise HParamsError(
                 f"--retain given, but the retain weights {sorted(hparams.retain_set_weights())} of {hparams_file} are all 0 "
-                f"(the paper's method ignores a retain set); use a retain-aware YAML, e.g. hparams/{hparams.alg_name}/<model>-retain.yaml"
+                f"(the paper's method ignores a retain set); use a retain-aware YAML, e.g. hparams/ZeroUnlearn-GD/<model>-retain.yaml"
             )
     retain_facts: List[Dict[str, Any]] = []
     if retain_file:

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from .hparams import ZeroUnlearnGDHyperParams
-from .linalg.zerounlearn_gd import nullspace_basis, penalty_matrix, protected_covariance, solve_exact, solve_gd
+from .linalg.zerounlearn_gd import nullspace_basis, protected_covariance, solve_exact, solve_gd
 from .pipeline import LayerProblem, apply_edit_method
 
 __all__ = ["zerounlearn_gd_solver", "apply_zerounlearn_gd_to_model"]
@@ -18,9 +18,7 @@ def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
 
     With ``retain_nullspace_weight > 0`` the null space is taken of ``C0`` plus the retain keys'
     second moment, with ``context_nullspace_weight > 0`` also plus the prompts' context keys'
-    (:func:`~zerounlearn_editor.linalg.zerounlearn_gd.protected_covariance`). With
-    ``utility_penalty_weight`` / ``retain_penalty_weight > 0`` the exact solve also penalises
-    ``tr(D_m (mu C0 + lam_r K_r K_r^T) D_m^T)`` (:func:`~zerounlearn_editor.linalg.zerounlearn_gd.penalty_matrix`).
+    (:func:`~zerounlearn_editor.linalg.zerounlearn_gd.protected_covariance`).
     """
 
     def solve(problem: LayerProblem) -> torch.Tensor:
@@ -31,8 +29,7 @@ def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
         weights = dict(a=hparams.orthogonality_weight, b=hparams.target_weight, c=hparams.norm_weight)
         args = (problem.W, problem.K_f, problem.M_f, problem.M_n, U0)
         if hparams.solver == "exact":
-            penalty = penalty_matrix(problem.C0, hparams.utility_penalty_weight, problem.K_r, hparams.retain_penalty_weight)
-            D_m = solve_exact(*args, **weights, penalty=penalty)
+            D_m = solve_exact(*args, **weights)
         else:
             D_m = solve_gd(*args, **weights, steps=hparams.gd_steps, lr=hparams.gd_lr, tolerance=hparams.gd_tolerance)
         return problem.W + D_m.to(problem.W.dtype)

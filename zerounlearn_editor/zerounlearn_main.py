@@ -70,25 +70,11 @@ def check_request_capacity(model: nn.Module, hparams: ZeroUnlearnHyperParams, n:
 
 
 def zerounlearn_solver(hparams: ZeroUnlearnHyperParams, allow_large_batch: bool = False):
-    """The per-layer solve ``LayerProblem -> D W`` with the hparams' weights.
-
-    With retain weights set (``retain_weight``, ``projection_retain_weight``,
-    ``projection_utility_weight``) the retain keys ``problem.K_r`` enter ``D0`` and the projector
-    (see :mod:`zerounlearn_editor.linalg.zerounlearn`); all 0 gives the paper's ``D``.
-    """
-    retain_aware = any(value > 0 for value in hparams.retain_weights().values())
+    """The per-layer solve ``LayerProblem -> D W`` with the hparams' weights (the paper's ``D``)."""
 
     def solve(problem: LayerProblem) -> torch.Tensor:
         rank = forget_value_basis(problem.M_f, hparams.projection_rank_tol).shape[1]
         check_capacity(rank, problem.W.shape[0], f"layer {problem.layer}", refuse=not allow_large_batch)
-        retain = {}
-        if retain_aware:
-            retain = dict(
-                K_r=problem.retain_keys(),
-                retain_weight=hparams.retain_weight,
-                projection_retain_weight=hparams.projection_retain_weight,
-                projection_utility_weight=hparams.projection_utility_weight,
-            )
         D = zerounlearn_multiplier(
             problem.W,
             problem.K_f,
@@ -99,7 +85,6 @@ def zerounlearn_solver(hparams: ZeroUnlearnHyperParams, allow_large_batch: bool 
             regularization=hparams.regularization,
             projection_eps=hparams.projection_eps,
             rank_tol=hparams.projection_rank_tol,
-            **retain,
         )
         return apply_multiplier(D, problem.W)
 

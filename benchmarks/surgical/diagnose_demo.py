@@ -4,10 +4,11 @@ For each variant: forget accuracy of the 5 capitals, accuracy on the 5 sibling c
 never edits (``OTHER_CAPITALS``), on unrelated facts, and per edited layer the value change a
 sibling key sees relative to a forget key, ``mean_s ||dW k_s|| / mean_f ||dW k_f||`` (keys read on
 the unedited model; 1.0 = a sibling is moved as much as a forgotten fact). Variants: the paper's
-ZeroUnlearn and its two halves (projector only: ``forget_weight 0``; ``D0`` only: the projector
-neutralised by ``projection_utility_weight 1e9``), the paper's edit on one layer at a time,
+ZeroUnlearn and its projector alone (``forget_weight 0``), the paper's edit on one layer at a time,
 ZeroUnlearn-GD at three null-space thresholds, and the retain-aware rows (retain set: the demo's
-``RETAIN_FACTS``, disjoint from every scored fact)::
+``RETAIN_FACTS``, disjoint from every scored fact). The rows of knobs retired in issue 27
+(``D0`` only via ``projection_utility_weight``, ZeroUnlearn+R) are in the JSON of commit fb1a558
+and in benchmarks/notebook/2026-11-23-surgical-diagnosis-ablation.md::
 
     OMP_NUM_THREADS=1 python benchmarks/surgical/diagnose_demo.py --out benchmarks/results/surgical/diagnose_demo
 
@@ -82,11 +83,9 @@ def main(argv=None) -> int:
         dict(name="base"),
         dict(name="ZU (paper)", hp=zu),
         dict(name="ZU projector only (f=0)", hp=zu.replace(forget_weight=0.0)),
-        dict(name="ZU D0 only (lam0=1e9)", hp=zu.replace(projection_utility_weight=1e9)),
     ] + [dict(name=f"ZU (paper), layer {l} only", hp=zu.replace(layers=[l])) for l in zu.layers] + [
         dict(name=f"GD thr={t:g}", hp=gd.replace(nullspace_threshold=t)) for t in (1e-2, 3e-2, 1e-1)
     ] + [
-        dict(name="ZU+R (rho=1, lam_r=1)", hp=zu.replace(retain_weight=1.0, projection_retain_weight=1.0), retain=True),
         dict(name="GD+R (lam=0.1)", hp=gd.replace(retain_nullspace_weight=0.1), retain=True),
         dict(name="GD+R (lam=0.1, ctx=1)", hp=gd.replace(retain_nullspace_weight=0.1, context_nullspace_weight=1.0),
              retain=True),

@@ -1,7 +1,8 @@
-"""Write hparams/<Method>/<model>-retain.yaml = the paper YAML of the same model + the retain block.
+"""Write hparams/ZeroUnlearn-GD/<model>-retain.yaml = the paper YAML of the same model + the retain block.
 
 The retain-aware settings are the ones measured best on SmolLM2 (benchmarks/RESULTS.md, "Surgical
 forgetting"); every model gets the same keys so `--retain` benches and `retain=` work everywhere.
+(ZeroUnlearn+R and its -retain files were retired: ZeroUnlearn-GD+R beats it at every n measured.)
 tests/test_retain_yamls.py checks that each -retain file differs from its paper file only there.
 Run from the repository root: python benchmarks/surgical/make_retain_yamls.py
 """
@@ -10,14 +11,6 @@ from pathlib import Path
 from zerounlearn_editor.init_hparams import is_variant_yaml
 
 BLOCKS = {
-    "ZeroUnlearn": (
-        "\n# Retain-aware ZeroUnlearn (opt-in; the paper's method sets these to 0). Measured on SmolLM2:\n"
-        "# benchmarks/RESULTS.md, \"Surgical forgetting\". Give the retain set as retain=[...] or retain_file.\n"
-        "retain_file: null\n"
-        "retain_weight: {retain_weight}\n"
-        "projection_retain_weight: {projection_retain_weight}\n"
-        "projection_utility_weight: {projection_utility_weight}\n"
-    ),
     "ZeroUnlearn-GD": (
         "\n# Retain-aware ZeroUnlearn-GD (opt-in; the paper's method sets it to 0): the null space avoids\n"
         "# C0 + retain_nullspace_weight * K_r K_r^T / n_r. Measured on SmolLM2: benchmarks/RESULTS.md,\n"
@@ -27,7 +20,6 @@ BLOCKS = {
     ),
 }
 SETTINGS = {
-    "ZeroUnlearn": dict(retain_weight=1.0, projection_retain_weight=1.0, projection_utility_weight=0.0),
     "ZeroUnlearn-GD": dict(retain_nullspace_weight=0.1),
 }
 

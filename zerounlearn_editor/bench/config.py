@@ -12,6 +12,8 @@ __all__ = [
     "DEFAULT_PPL_TOKENS",
     "parse_seeds",
     "parse_methods",
+    "RETIRED_METHODS",
+    "retired_method_error",
     "parse_method_hparams",
     "RETAIN_POLICIES",
     "RetainDraw",
@@ -117,6 +119,21 @@ def parse_seeds(spec: Union[str, int, Iterable[int]]) -> List[int]:
     return seeds
 
 
+RETIRED_METHODS: Dict[str, str] = {
+    "ZeroUnlearn+R": "ZeroUnlearn-GD+R beats it at every n measured and it breaks fluency beyond ~50 facts "
+    "(benchmarks/RESULTS.md, 'Surgical forgetting'; its rows stay in benchmarks/notebook/); use ZeroUnlearn-GD+R",
+}
+"""Bench methods that were retired: naming one is an error with this message."""
+
+
+def retired_method_error(name: str) -> Optional[str]:
+    """The error message for a retired method name (case-insensitive), else ``None``."""
+    for retired, why in RETIRED_METHODS.items():
+        if name.strip().lower() == retired.lower():
+            return f"method {retired!r} was retired: {why}"
+    return None
+
+
 def parse_methods(spec: Union[str, Sequence[str]], known: Iterable[str]) -> List[str]:
     """Method names from ``"base,ZeroUnlearn"`` or a list, matched case-insensitively to ``known``."""
     names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else [str(s).strip() for s in spec]
@@ -124,6 +141,9 @@ def parse_methods(spec: Union[str, Sequence[str]], known: Iterable[str]) -> List
     canonical = {k.lower(): k for k in known}
     out: List[str] = []
     for name in names:
+        retired = retired_method_error(name)
+        if retired and name.lower() not in canonical:
+            raise BenchConfigError(f"methods: {retired}")
         if name.lower() not in canonical:
             raise BenchConfigError(f"methods: unknown method {name!r}; known: {', '.join(canonical.values())}")
         if canonical[name.lower()] not in out:
@@ -175,7 +195,7 @@ class BenchConfig:
             at 100, 0.5 keeps cases the model gets at least half right (small models know few
             facts fully: SmolLM2-135M-Instruct 47 of the 1129 ROME-format CounterFact records;
             on RWKU, whose forget probes pool a target's level 1+2 probes, 0.3 keeps 67 of 200).
-        retain: how retain-aware methods (``ZeroUnlearn+R``, ``ZeroUnlearn-GD+R``) get their
+        retain: how the retain-aware method (``ZeroUnlearn-GD+R``) gets its
             retain set: ``"siblings:K"`` = K same-relation records per forget case from the
             whole dataset; ``"same-answer:K"`` = up to K records sharing the forget case's true
             answer (same relation first, then any relation), filled up with same-relation

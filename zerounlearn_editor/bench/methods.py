@@ -9,7 +9,7 @@ A :class:`MethodSpec` has two steps:
   values of every parameter it changed (EasyEdit's ``weights_copy``), or which carries a
   ``skip_reason`` when the method cannot run here (e.g. EasyEdit is not importable).
 
-Retain-aware rows ``ZeroUnlearn+R`` / ``ZeroUnlearn-GD+R`` read ``hparams/<Method>/<stem>-retain.yaml``
+The retain-aware row ``ZeroUnlearn-GD+R`` reads ``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``
 and receive the seed's retain set (``PreparedMethod.uses_retain``; see :mod:`.retain_sets`).
 
 Hyperparameters: ZeroUnlearn, ZeroUnlearn-GD, GA and NPO read ``hparams/<Method>/<file>``,
@@ -177,7 +177,7 @@ class SharedTargets:
     ) -> Tuple[NeutralTargets, Dict[str, Any]]:
         """The targets and ``{"target_seconds": s}`` (+ ``"targets_reused_from": method`` if reused).
 
-        ``retain`` enters the targets (and the key) only with retain-aware targets (``target_retain_weight``).
+        ``retain`` (the edit's retain set) plays no part in the targets.
         """
         key = sha256_of_json({"requests": requests, "settings": target_dependencies(model, hp, retain)})
         if key == self._key and self._targets is not None:
@@ -210,8 +210,8 @@ class MethodSpec:
 
 
 def zerounlearn_spec(name: str) -> MethodSpec:
-    """ZeroUnlearn or ZeroUnlearn-GD, fed the shared statistics; ``<name>+R`` is the retain-aware
-    variant (``hparams/<Method>/<stem>-retain.yaml``, edited with the seed's retain set)."""
+    """ZeroUnlearn or ZeroUnlearn-GD, fed the shared statistics; ``ZeroUnlearn-GD+R`` is the retain-aware
+    variant (``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``, edited with the seed's retain set)."""
     family = name[:-2] if name.endswith("+R") else name
     cls = _EDIT_CLASSES[family]
     variant = "-retain" if name.endswith("+R") else ""

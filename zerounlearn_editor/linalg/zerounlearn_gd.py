@@ -46,7 +46,6 @@ from torch import Tensor
 
 __all__ = [
     "protected_covariance",
-    "penalty_matrix",
     "nullspace_basis",
     "nullspace_projector",
     "solve_exact",
@@ -61,8 +60,6 @@ logger = logging.getLogger(__name__)
 Route = Literal["auto", "dense", "lowrank"]
 
 _F64 = torch.float64
-# relative size of a negative eigenvalue of U0^T H U0 still taken for rounding of a PSD penalty H
-_PSD_TOL = 1e-6
 
 # Conjugate gradient: every this many iterations the residual is recomputed from the gradient.
 _CG_REFRESH = 50
@@ -165,34 +162,6 @@ def protected_covariance(
     return out
 
 
-def penalty_matrix(
-    C0: Tensor, utility_weight: float, K_r: Optional[Tensor] = None, retain_weight: float = 0.0
-) -> Optional[Tensor]:
-    """``H = mu C0 + lam_r K_r K_r^T`` ``[d_in, d_in]``: the soft-protection term ``tr(D_m H D_m^T)``.
-
-    Opt-in extension of the ZeroUnlearn-GD objective (``None`` when both weights are 0, which is
-    the paper's objective): ``tr(D_m C0 D_m^T) = E ||D_m k||^2`` is the mean squared change of a
-    general-text value, ``tr(D_m K_r K_r^T D_m^T) = sum_j ||D_m k_rj||^2`` the summed squared change
-    of the retain values (``K_r`` ``[d_in, n_r]``; summed like the target term, so
-    ``retain_weight = target_weight`` weighs keeping a retain value as much as hitting a target).
-    Unlike the null-space projection (a hard cut at an eigenvalue threshold) this penalises every
-    null-space direction by how much general text / the retain facts use it.
-    """
-    _check_matrix("C0", C0)
-    mu = _check_weight("utility penalty weight", utility_weight)
-    lam = _check_weight("retain penalty weight", retain_weight)
-    H: Optional[Tensor] = None
-    if mu:
-        H = mu * C0.to(_F64)
-    if lam and K_r is not None and K_r.shape[1]:
-        _check_matrix("K_r", K_r)
-        if K_r.shape[0] != C0.shape[0]:
-            raise ValueError(f"K_r must have shape [d_in={C0.shape[0]}, n_r], got {tuple(K_r.shape)}")
-        K = K_r.to(device=C0.device, dtype=_F64)
-        H = lam * (K @ K.T) if H is None else H + lam * (K @ K.T)
-    return None if H is None else 0.5 * (H + H.T)
-
-
 def nullspace_basis(C0: Tensor, threshold: float, *, symmetry_tol: float = 1e-6) -> Tuple[Tensor, Tensor]:
     """Orthonormal bases of the numerical null space of ``C0`` and of its complement.
 
@@ -257,13 +226,6 @@ def nullspace_projector(
 # ----------------------------------------------------------------------------------------------
 
 
-def _check_penalty(penalty: Tensor, d_in: int) -> None:
-    """A soft-protection matrix ``H`` must be finite and ``[d_in, d_in]``."""
-    _check_matrix("penalty", penalty)
-    if tuple(penalty.shape) != (d_in, d_in):
-        raise ValueError(f"penalty must have shape [d_in={d_in}, d_in={d_in}], got {tuple(penalty.shape)}")
-
-
 def objective(
     W: Tensor,
     K_f: Tensor,
@@ -273,13 +235,11 @@ def objective(
     a: float = 1.0,
     b: float = 100.0,
     c: float = 0.1,
-    penalty: Optional[Tensor] = None,
 ) -> float:
     """``J = a ||M_f^T (W + D_m) K_f||^2 + b ||(W + D_m) K_f - M_n||^2 + c ||D_m||^2`` in float64.
 
     ``D_m`` ``[d_out, d_in]`` is the additive update ``E P_m`` (so ``||E P_m|| = ||D_m||``);
-    the other shapes are as in the module docstring. ``penalty`` ``H`` ``[d_in, d_in]`` (optional)
-    adds ``tr(D_m H D_m^T)`` (:func:`penalty_matrix`).
+    the other shapes are as in the module docstring.
     """
     d_out, d_in, _, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
     _check_matrix("D_m", D_m)
@@ -292,10 +252,6 @@ def objective(
         + b * (X - M_n64).square().sum()
         + c * D_m.to(_F64).square().sum()
     )
-    if penalty is not None:
-        _check_penalty(penalty, d_in)
-        D = D_m.to(_F64)
-        value = value + ((D @ penalty.to(_F64)) * D).sum()
     return float(value)
 
 
@@ -411,8 +367,8 @@ def _value_solve(
 ) -> Tensor:
     """Solve ``Q F_B diag(g) + F_B diag(c) = ZB`` for ``F_B`` ``[d_out, k]`` (pseudo-inverse semantics).
 
-    ``c`` is a float (the same for every column, the paper's solve) or a ``[k]`` tensor
-    (:func:`_solve_penalized`); then the cut-off scale below is per column.
+    ``c`` is a float (the same for every column, the paper's solve) or a ``[k]`` tensor; then the
+    cut-off scale below is per column.
 
     ``Q = a M_f M_f^T + b I``. Dense: ``eigh(Q)``. Thin: the SVD ``M_f = Um diag(s) V^T``
     (``Um`` ``[d_out, min(d_out, n)]``) gives ``Q``'s eigenpairs ``(b + a s^2, Um)`` plus
@@ -459,7 +415,6 @@ def solve_exact(
     *,
     route: Route = "auto",
     rcond: Optional[float] = None,
-    penalty: Optional[Tensor] = None,
 ) -> Tensor:
     """Closed-form minimiser ``D_m = F U0^T`` ``[d_out, d_in]`` of the ZeroUnlearn-GD objective.
 
@@ -496,12 +451,6 @@ def solve_exact(
         a, b, c: objective weights, finite and ``>= 0``.
         route: ``"auto"``, ``"dense"`` or ``"lowrank"``.
         rcond: relative cut-off for the pseudo-inverse (see above).
-        penalty: optional PSD ``H`` ``[d_in, d_in]`` (:func:`penalty_matrix`): the objective gains
-            ``tr(D_m H D_m^T)`` and the equation becomes ``Q F G + F R = Z`` with
-            ``R = c I + U0^T H U0`` ``[r, r]``, solved after whitening with ``T = R + G``
-            (:func:`_solve_penalized`; exact also for a singular ``R``, e.g. ``c == 0`` with a
-            low-rank ``H``, where unpenalised key directions are solved as in the ``c == 0``
-            paper solve). ``None`` (default) is the paper's objective, computed exactly as before.
 
     Returns:
         ``D_m`` ``[d_out, d_in]`` float64 on ``W``'s device.
@@ -513,8 +462,6 @@ def solve_exact(
     U0 = _check_basis(U0, d_in)
     if route not in ("auto", "dense", "lowrank"):
         raise ValueError(f"route must be 'auto', 'dense' or 'lowrank', got {route!r}")
-    if penalty is not None:
-        _check_penalty(penalty, d_in)
     r = U0.shape[1]
     if r == 0 or n == 0:
         logger.debug("solve_exact: r=%d, n=%d: update is zero", r, n)
@@ -534,8 +481,6 @@ def solve_exact(
     )
 
     Y = b * (pieces.M_n - pieces.WK) - a * _apply_S(pieces, pieces.WK)  # [d_out, n], Z = Y Kt^T
-    if penalty is not None:
-        return _solve_penalized(Y, Kt, M_f64, U0, a, b, c, penalty, thin_values, rcond)
     B, g = _key_basis(Kt, thin_keys)                     # [r, k], [k]
     ZB = Y @ (Kt.T @ B)                                  # [d_out, k] = Z B
     F_B = _value_solve(ZB, g, M_f64, a, b, c, thin_values, rcond)  # F = F_B B^T
@@ -548,56 +493,6 @@ def solve_exact(
     if cost_left <= cost_right:
         return F_B @ (U0_64 @ B).T
     return (F_B @ B.T) @ U0_64.T
-
-
-def _solve_penalized(
-    Y: Tensor, Kt: Tensor, M_f: Tensor, U0: Tensor, a: float, b: float, c: float,
-    penalty: Tensor, thin_values: bool, rcond: float,
-) -> Tensor:
-    """``D_m`` ``[d_out, d_in]`` solving ``Q F G + F R = Y Kt^T``, ``R = c I + U0^T H U0`` (see :func:`solve_exact`).
-
-    ``Y`` ``[d_out, n]``, ``Kt = U0^T K_f`` ``[r, n]`` (``G = Kt Kt^T``), ``M_f`` ``[d_out, n]``,
-    ``U0`` ``[d_in, r]``, ``penalty`` = ``H`` ``[d_in, d_in]`` PSD (only its symmetric part counts).
-
-    An invertible ``R`` (always with ``c > 0``) is whitened away: ``Kh = R^{-1/2} Kt`` gives the
-    ``c = 1`` problem ``Q Y (Kh Kh^T) + Y = Y_res Kh^T`` in ``Y = F R^{1/2}``. ``R`` may also be
-    singular (``c == 0``, low-rank ``H``); then the solve whitens with ``T = R + G`` ``[r, r]``
-    instead: on ``range(T)``, ``Kh = T^{-1/2} Kt`` has ``Kh Kh^T = B diag(gam) B^T`` with
-    ``0 <= gam <= 1`` and ``T^{-1/2} R T^{-1/2} = I - Kh Kh^T``, so with ``F = X B^T T^{-1/2}`` the
-    equation decouples into ``gam_j Q x_j + (1 - gam_j) x_j = (Y Kh^T B)_j`` (pseudo-inverse
-    semantics as in :func:`_value_solve`; ``gam_j = 1`` is an unpenalised key direction, solved
-    as with ``c = 0``). ``ker(T) = ker(R) & ker(G)`` gets no update (``Z`` has no component there).
-    """
-    d_in, r = U0.shape
-    U0_64 = U0.to(device=Y.device, dtype=_F64)
-    H = penalty.to(device=Y.device, dtype=_F64)
-    R = U0_64.T @ (0.5 * (H + H.T)) @ U0_64                # [r, r]
-    R = 0.5 * (R + R.T)
-    R.diagonal().add_(c)
-    rho, V = torch.linalg.eigh(R)
-    # rounding of a PSD H (e.g. a float32 C0) may leave tiny negative eigenvalues: tolerate those
-    if float(rho.min()) - c < -_PSD_TOL * max(float((rho - c).abs().max()), float(H.abs().max())):
-        raise ValueError(
-            f"penalty must be positive semi-definite on the null space: U0^T H U0 has eigenvalue "
-            f"{float(rho.min()) - c:.3g} (largest {float(rho.max()) - c:.3g})"
-        )
-    singular = not bool((rho > rcond * float(rho.max())).all())
-    if singular:
-        T = R + Kt @ Kt.T
-        rho, V = torch.linalg.eigh(0.5 * (T + T.T))
-        keep = rho > rcond * (float(rho.max()) if rho.numel() else 0.0)
-        if not bool(keep.any()):
-            return torch.zeros(Y.shape[0], d_in, dtype=_F64, device=Y.device)
-        rho, V = rho[keep], V[:, keep]
-    # whitening S^{-1/2} = inv_sqrt V^T with S = R (invertible) or T = R + G (on its range)
-    inv_sqrt = V * rho.rsqrt()[None, :]                   # [r, r']
-    Kh = inv_sqrt.T @ Kt                                  # [r', n] coordinates of S^{-1/2} Kt in V
-    B, g = _key_basis(Kh, Kh.shape[1] < Kh.shape[0])      # [r', k], [k]
-    if singular:
-        g = g.clamp(0.0, 1.0)                             # gam: Q X diag(gam) + X diag(1 - gam) = ZB
-    X = _value_solve(Y @ (Kh.T @ B), g, M_f, a, b, 1.0 - g if singular else 1.0, thin_values, rcond)
-    # F = X B^T inv_sqrt^T ; D_m = F U0^T = X (U0 inv_sqrt B)^T
-    return X @ (U0_64 @ (inv_sqrt @ B)).T
 
 
 # ----------------------------------------------------------------------------------------------

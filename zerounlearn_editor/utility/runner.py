@@ -14,7 +14,7 @@ Output JSON (``out``)::
 
 ``tasks`` repeats the first listed method's scores (the single-method form the issue asks for).
 
-Retain-aware rows (``ZeroUnlearn+R``, ``ZeroUnlearn-GD+R``) need ``retain`` (``POLICY:K``, the bench's
+Retain-aware rows (``ZeroUnlearn-GD+R``) need ``retain`` (``POLICY:K``, the bench's
 :func:`~zerounlearn_editor.bench.retain_sets.draw_retain` over the whole dataset, checked disjoint from the
 forget cases); the drawn requests are stored under ``results[<method>]["retain"]``.
 """
@@ -103,6 +103,7 @@ def _data_dir(config: UtilityConfig) -> Path:
 
 def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: Any = None) -> Dict[str, Any]:
     """Score every method on every task, write ``config.out`` (and the chart); returns the JSON."""
+    from ..bench.config import retired_method_error
     from ..bench.fingerprint import ModelFingerprint
     from ..bench.methods import HParamsLookup, MethodContext, load_main_hparams
     from ..bench.registry import default_registry
@@ -114,6 +115,9 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
     tasks = parse_tasks(config.tasks)
     edited = [m for m in config.methods if m != "base"]
     registry = default_registry()
+    retired = [retired_method_error(m) for m in edited if m not in registry and retired_method_error(m)]
+    if retired:
+        raise ValueError("; ".join(retired))
     unknown = [m for m in edited if m not in registry]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from base, {', '.join(registry)}")
@@ -125,7 +129,7 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
     if needing and draw is None:
         raise ValueError(f"methods {needing} are retain-aware: pass --retain POLICY:K (e.g. same-answer:10)")
     if draw is not None and not needing:
-        raise ValueError("--retain is used only by the retain-aware rows (ZeroUnlearn+R, ZeroUnlearn-GD+R); none was asked for")
+        raise ValueError("--retain is used only by the retain-aware rows (ZeroUnlearn-GD+R); none was asked for")
     data_dir = _data_dir(config)
     task_items = {name: load_task_items(name, data_dir, config.n, config.shots, config.seed) for name in tasks}
     lookup = HParamsLookup(Path(config.hparams), load_main_hparams(config.hparams), dict(config.method_hparams))
