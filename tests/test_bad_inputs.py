@@ -1033,10 +1033,11 @@ def test_retain_set_holding_a_forgotten_prompt_is_refused(tok, tmp_path, corpus)
     """Issue 29.9: a retain set with a forget prompt ran a contradictory edit without a word."""
     from zerounlearn_editor.requests import RequestError
 
-    hp = _hp(tmp_path, corpus, retain_weight=1.0)
+    hp = ZeroUnlearnGDHyperParams.from_dict(
+        tiny_hparams_dict(tmp_path / "stats", corpus, alg_name="ZeroUnlearn-GD", retain_nullspace_weight=1.0), source="tiny.yaml")
     retain = [{"prompt": "the capital of italy is", "subject": "italy"},
               {"prompt": "the capital of  germany is", "subject": "germany"}]
-    from zerounlearn_editor import apply_zerounlearn_to_model
+    from zerounlearn_editor import apply_zerounlearn_gd_to_model as apply_zerounlearn_to_model
 
     model = tiny_llama(tok)
     digest = ModelFingerprint.of(model)
@@ -1061,12 +1062,13 @@ def test_bench_lookup_from_a_variant_yaml_finds_the_plain_baseline_files():
     from zerounlearn_editor.bench.methods import HParamsLookup
     from zerounlearn_editor.resources import hparams_path
 
-    main = hparams_path("ZeroUnlearn", "SmolLM2-135M-Instruct-retain")
-    lookup = HParamsLookup(main, ZeroUnlearnHyperParams.from_hparams(main))
+    main = hparams_path("ZeroUnlearn-GD", "SmolLM2-135M-Instruct-retain")
+    lookup = HParamsLookup(main, ZeroUnlearnGDHyperParams.from_hparams(main))
     assert lookup.path_for("GA").resolve() == hparams_path("GA", "SmolLM2-135M-Instruct").resolve()
     assert lookup.path_for("GA-full", folder="GA", variant="-full").name == "SmolLM2-135M-Instruct-full.yaml"
-    assert lookup.path_for("ZeroUnlearn-GD").name == "SmolLM2-135M-Instruct-retain.yaml"
-    assert lookup.path_for("ZeroUnlearn") == main
+    # a method without the variant file falls back to the plain stem
+    assert lookup.path_for("ZeroUnlearn").resolve() == hparams_path("ZeroUnlearn", "SmolLM2-135M-Instruct").resolve()
+    assert lookup.path_for("ZeroUnlearn-GD") == main
 
 
 def test_adapter_refuses_another_base_model_of_the_same_shape(tok, tmp_path, corpus):
