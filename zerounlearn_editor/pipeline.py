@@ -28,6 +28,7 @@ from torch import nn
 
 from .contexts import context_prefixes
 from .encoding import target_token_ids
+from .fluency_guard import FluencyError, guard_perplexity, guard_text as builtin_guard_text, guard_tokens, judge_fluency, resolve_mode
 from .hparams import _EditHyperParams
 from .model_access import (
     check_edited_modules,
@@ -38,6 +39,7 @@ from .model_access import (
     parameter_name_of_weight,
     set_weight_matrix,
 )
+from .post_mlp import IDENTITY, PostMlpMap, detect_post_mlp_maps, value_targets
 from .prefix_replay import LayerPrefixReplay
 from .progress import progress_bar, progress_scope
 from .representations import LayerReadout, read_keys_and_hidden
@@ -151,6 +153,8 @@ class EditReport:
     target_steps: List[int] = field(default_factory=list)
     layer_change_norm: Dict[int, float] = field(default_factory=dict)
     retain_count: int = 0
+    # the fluency guard's figures (FluencyCheck.as_dict: ppl_before, ppl_after, increase, ...); empty when off
+    fluency: Dict[str, Any] = field(default_factory=dict)
 
     def add_time(self, stage: str, seconds: float) -> None:
         self.timings[stage] = self.timings.get(stage, 0.0) + seconds
@@ -243,6 +247,8 @@ def run_layerwise_edit(
     targets: Optional[NeutralTargets] = None,
     stages: Optional[EditStages] = None,
     retain: RetainSpec = None,
+    fluency_guard: Optional[str] = None,
+    fluency_text: Optional[str] = None,
 ) -> Tuple[Dict[str, torch.Tensor], EditReport]:
     """Edit ``model`` in place; returns (original weights by parameter name, report).
 
@@ -256,13 +262,19 @@ def run_layerwise_edit(
     target optimisation (from :func:`neutral_targets` on the same unedited model, requests
     and target settings -- e.g. to compare solvers on identical inputs); ``stages`` replaces
     the statistics / target / key computations (default :class:`EditStages`).
+
+    Fluency guard (:mod:`zerounlearn_editor.fluency_guard`): ``fluency_guard`` (``"refuse"``, ``"warn"``,
+    ``"off"``) overrides the YAML's mode for this edit; ``fluency_text`` replaces the built-in text.
+    A refused edit raises :class:`~zerounlearn_editor.fluency_guard.FluencyError` with the weights restored.
     """
+    mode = resolve_mode(hparams.fluency_guard, fluency_guard)
     with progress_scope(progress):
         return _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets,
-                                   stages, retain)
+                                   stages, retain, (mode, fluency_text))
 
 
-def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets, stages, retain):
+def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets, stages, retain,
+                        guard=("off", None)):
     stages = stages or EditStages()
     report = EditReport()
     with _Timer(report, "validate"):
@@ -271,6 +283,7 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
         _check_modules(model, hparams)
         target_ids = request_target_ids(tok, forget, hparams)
         _check_lengths(model, tok, forget, keep, target_ids, hparams)
+        post_maps = detect_post_mlp_maps(model, hparams.layer_module_tmp, hparams.rewrite_module_tmp, hparams.layers)
     report.retain_count = len(keep)
     LOG.info("%s: unlearning %d fact(s) at layers %s%s", hparams.alg_name, len(forget), list(hparams.layers),
              f" with {len(keep)} retain fact(s)" if keep else "")
@@ -298,8 +311,28 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
     for layer in hparams.layers:
         name = hparams.rewrite_module_tmp.format(layer)
         weights_copy[parameter_name_of_weight(model, name)] = get_module(model, name).weight.detach().clone()
+    mode, guard_source = guard
+    if mode != "off":
+        with _Timer(report, "fluency"):
+            guard_text_ = guard_source if guard_source is not None else builtin_guard_text()
+            n_tokens = guard_tokens(model, hparams.fluency_tokens)
+            ppl_before = guard_perplexity(model, tok, guard_text_, n_tokens)
     try:
-        _edit_layers(model, tok, forget, keep, prefixes, targets, second_moments, hparams, solver, report, stages.keys)
+        _edit_layers(model, tok, forget, keep, prefixes, targets, second_moments, hparams, solver, report, stages.keys,
+                     post_maps)
+        if mode != "off":
+            with _Timer(report, "fluency"):
+                ppl_after = guard_perplexity(model, tok, guard_text_, n_tokens)
+            check = judge_fluency(ppl_before, ppl_after, n_tokens, hparams.fluency_max_increase, mode)
+            report.fluency = check.as_dict()
+            if not check.passed and mode == "refuse":
+                raise FluencyError(f"{hparams.alg_name}: edit refused and the weights restored: {check.message()}; "
+                                   "fluency_guard='warn' (or the YAML key) keeps such an edit", check)
+            if not check.passed:
+                LOG.warning("%s: %s; kept because fluency_guard is 'warn'", hparams.alg_name, check.message())
+            else:
+                LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens", ppl_before, ppl_after,
+                         100 * check.increase, n_tokens)
     except BaseException:
         restore_weights(model, weights_copy)
         raise
@@ -408,6 +441,7 @@ def _edit_layers(
     solver: LayerSolver,
     report: EditReport,
     read_keys: KeysStage = read_keys_and_hidden,
+    post_maps: Optional[Dict[int, PostMlpMap]] = None,
 ) -> None:
     hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
     n = len(forget)
@@ -446,7 +480,10 @@ def _edit_layers(
             K_f = readout.keys[:, :n].to(device).double()
             K_r = readout.keys[:, n:].to(device).double() if keep else None
             residual = (targets.z - readout.hidden[:n]).to(device).double() / (len(hparams.layers) - position)
-            M_n = W @ K_f + residual.t()
+            # the value change that moves the residual by ``residual`` (through a post-MLP norm where there is one)
+            bias = getattr(module, "bias", None)
+            M_n = value_targets(W, K_f, residual.t(), (post_maps or {}).get(layer, IDENTITY),
+                                None if bias is None else bias.detach().to(device).double())
             C_ctx = None
             if readout.context_mom2 is not None and readout.context_count:
                 C_ctx = readout.context_mom2.to(device) / readout.context_count
@@ -489,12 +526,14 @@ def apply_edit_method(
     when ``return_orig_weights`` is set (else it is empty). Extra keyword arguments accepted:
     ``corpus``, ``second_moments``, ``targets``, ``stages`` (an :class:`EditStages`), ``progress``,
     ``report`` (an :class:`EditReport` to fill), ``retain`` (the retain set: request dicts
-    ``{"prompt", "subject"}`` or a file; see :mod:`zerounlearn_editor.retain`);
+    ``{"prompt", "subject"}`` or a file; see :mod:`zerounlearn_editor.retain`), ``fluency_guard``
+    (``"refuse"`` / ``"warn"`` / ``"off"``: this edit's guard mode over the YAML's) and ``fluency_text``;
     others that EasyEdit passes (``train_ds``, ...) are ignored.
     """
     if not isinstance(hparams, _EditHyperParams):
         raise TypeError(f"hparams must be a ZeroUnlearn hparams object, got {type(hparams).__name__}")
     request_target_ids(tok, forget_requests_of(requests, hparams), hparams)  # fail before any copy is made
+    resolve_mode(hparams.fluency_guard, kwargs.get("fluency_guard"))
     _retain_requests(kwargs.get("retain"), hparams)
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)
@@ -510,6 +549,8 @@ def apply_edit_method(
         targets=kwargs.get("targets"),
         stages=kwargs.get("stages"),
         retain=kwargs.get("retain"),
+        fluency_guard=kwargs.get("fluency_guard"),
+        fluency_text=kwargs.get("fluency_text"),
     )
     target_report = kwargs.get("report")
     if isinstance(target_report, EditReport):
@@ -518,4 +559,5 @@ def apply_edit_method(
         target_report.target_steps = report.target_steps
         target_report.layer_change_norm = report.layer_change_norm
         target_report.retain_count = report.retain_count
+        target_report.fluency = report.fluency
     return model, (weights_copy if return_orig_weights else {})
