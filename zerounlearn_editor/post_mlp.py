@@ -268,6 +268,10 @@ def _fit_scale(change: torch.Tensor, image: torch.Tensor, tol: float) -> Optiona
 def _match(model, block: str, rewrite: str, m_raw: torch.Tensor, e_raw: torch.Tensor, m: torch.Tensor,
            e: torch.Tensor, change: torch.Tensor) -> PostMlpMap:
     tol = _REL_TOL if m_raw.dtype in (torch.float32, torch.float64) else _REL_TOL_HALF
+    if m.shape != change.shape:
+        raise UnsupportedResidualPath(
+            f"{block}: the output of {rewrite} has {m.shape[-1]} features per token, the residual stream "
+            f"{change.shape[-1]}: it is not what the MLP adds to the residual (name the MLP's output projection)")
     scale = _fit_scale(change, e, tol)
     if scale is not None:
         return PostMlpMap(scale=1.0 if abs(scale - 1.0) <= _REL_TOL else scale)
