@@ -32,6 +32,7 @@ KEEP = FACTS[2:]
 PPL_TEXT = " . ".join(dict.fromkeys(CORPUS))
 
 _D, _FF, _HEADS, _KV = 48, 96, 4, 2
+LOSS_STOP = 1.0  # mean training NLL at which training stops once every fact is known
 
 
 def _ids(tok) -> Dict[str, int]:
@@ -148,7 +149,7 @@ def _trained_state(arch: str, layers: int, steps: int) -> Tuple[Dict[str, torch.
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()
-        if step % 10 == 9 and float(loss.detach()) < 1.0:
+        if step % 10 == 9 and float(loss.detach()) < LOSS_STOP:
             model.eval()
             if all(knows(model, tok, FACTS)):
                 done = step + 1
@@ -165,3 +166,30 @@ def trained_model(arch: str, layers: int = 4, steps: int = 400):
     model = tiny_config_model(arch, tok, layers)
     model.load_state_dict(state)
     return model.eval(), tok
+
+
+def write_facts_counterfact(path) -> "Path":
+    """:data:`FACTS` as ROME-format CounterFact records (for ``zerounlearn trace`` / ``init-hparams --trace-data``)."""
+    import json
+    from pathlib import Path
+
+    records = []
+    for i, (prompt, subject, answer) in enumerate(FACTS):
+        records.append({
+            "case_id": i,
+            "requested_rewrite": {"relation_id": f"R{i}", "prompt": prompt.replace(subject, "{}"), "subject": subject,
+                                  "target_true": {"str": answer}, "target_new": {"str": "paris"}},
+            "paraphrase_prompts": [prompt], "neighborhood_prompts": [KEEP[i % len(KEEP)][0]],
+        })
+    Path(path).write_text(json.dumps(records), encoding="utf-8")
+    return Path(path)
+
+
+TINY_EDIT_SETTINGS = [
+    "mom2_n_samples=100", "mom2_dtype=float64", "v_lr=0.5", "v_weight_decay=1e-3", "clamp_norm_factor=4.0",
+    "v_num_grad_steps=50", "context_template_count=2", "context_template_length=3", "target_weight=1e4",
+    "nullspace_threshold=1e-3",
+]
+"""``init-hparams --set`` overrides for the tiny models: the shipped YAMLs' target settings are tuned for
+models with thousands of hidden units (a residual clamped to 0.75 |h| cannot reach EOS in a 48-wide model),
+and a 300-token statistics corpus leaves a small null space (hence the lower threshold)."""

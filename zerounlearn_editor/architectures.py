@@ -168,7 +168,10 @@ def detect_templates(model: nn.Module) -> Dict[str, Any]:
     hidden = hidden_size_of(model)
     if hidden is None:
         raise UnsupportedArchitecture(f"{where}: the config gives no hidden size (hidden_size / n_embd / d_model)")
-    layers_name = decoder_layers_name(model, n_layers)
+    try:
+        layers_name = decoder_layers_name(model, n_layers)
+    except UnsupportedArchitecture as exc:
+        raise UnsupportedArchitecture(f"{model_type}: {exc}") from None
     layers = dict(model.named_modules())[layers_name]
     layer0 = layers[0]
     _check_not_moe(layer0, where)

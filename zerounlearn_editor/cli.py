@@ -303,7 +303,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
 
 def _cmd_init_hparams(args: argparse.Namespace) -> int:
     from .bench.files import read_json
-    from .causal_trace import TraceSettings, trace_facts
+    from .causal_trace import TraceSettings, suggest_window, trace_facts
     from .hparams import load_config_file
     from .init_hparams import build_hparams, nearest_shipped_yaml, parse_layers, parse_overrides, write_hparams
     from .architectures import detect_templates
@@ -321,7 +321,8 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
             width = args.width or len(load_config_file(nearest_shipped_yaml(args.method, detect_templates(model)))["layers"])
             facts = _trace_facts_for(model, tok, args.trace_data, None, args.trace_n, 0, args.include_unknown)
             result = trace_facts(model, tok, facts, TraceSettings(width=width), progress=not args.no_progress)
-            layers = result["suggested_layers"]
+            # the loss reads the model's last layer, which must come after the edited ones
+            layers = suggest_window(result["indirect_effect"]["mlp"][:-1], min(width, result["num_layers"] - 1))
             note = f"layers from a causal trace of {len(facts)} {args.trace_data} facts"
     config, base = build_hparams(model, args.model, args.method, layers, parse_overrides(args.set))
     path = write_hparams(config, base, args.out, note)
