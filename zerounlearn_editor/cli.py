@@ -80,9 +80,13 @@ def _cmd_unlearn(args: argparse.Namespace) -> int:
     result = run_unlearn(
         args.hparams, args.facts, args.out, retain_file=args.retain, save=args.save, model_name=args.model,
         device=args.device, dtype=args.dtype, corpus=args.corpus, ppl_tokens=args.ppl_tokens, ppl_text=args.ppl_text,
-        progress=not args.no_progress,
+        progress=not args.no_progress, fluency_guard="warn" if args.allow_fluency_loss else None,
     )
     print(format_unlearn(result))
+    if result.fluency:
+        f = result.fluency
+        print(f"fluency guard ({f['tokens']} tokens of the built-in text): perplexity {f['ppl_before']:.3f} -> "
+              f"{f['ppl_after']:.3f} ({100 * f['increase']:+.1f}%, allowed {100 * f['max_increase']:+.0f}%)")
     return 0
 
 
@@ -425,6 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ppl-text", default=None, help="perplexity text (default: the embedded WikiText-2 test split)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--allow-fluency-loss", action="store_true",
+                   help="keep an edit beyond the YAML's fluency_max_increase (with a warning) instead of refusing it")
     p.set_defaults(func=_cmd_unlearn)
 
     p = sub.add_parser(
@@ -617,6 +623,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from .fluency_guard import FluencyError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -633,7 +641,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             LOG.info("benchmark data folder: %s", set_data_dir(args.data_dir))
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, FluencyError) as exc:
         LOG.error("%s", exc)
         return 2
 

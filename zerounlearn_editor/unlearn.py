@@ -129,6 +129,7 @@ class UnlearnResult:
     ppl_tokens: int
     seconds: Dict[str, float] = field(default_factory=dict)
     saved: Dict[str, Any] = field(default_factory=dict)
+    fluency: Dict[str, Any] = field(default_factory=dict)  # the edit's fluency guard (EditReport.fluency)
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -179,12 +180,14 @@ def run_unlearn(
     new_tokens: int = 8,
     batch_size: int = 16,
     progress: bool = True,
+    fluency_guard: Optional[str] = None,
 ) -> UnlearnResult:
     """Unlearn the facts of ``facts_file`` and save the result (see module docstring).
 
     All inputs (hparams, facts, retain file, save mode) are checked before the model is loaded.
     ``ppl_tokens`` tokens of ``ppl_text`` (default: the WikiText-2 test split shipped with
-    the package) give the perplexity before/after; 0 turns it off.
+    the package) give the perplexity before/after; 0 turns it off. ``fluency_guard`` (``"warn"`` for
+    ``--allow-fluency-loss``) overrides the YAML's fluency guard; its figures go into ``unlearn_report.json``.
     """
     from .model_zoo import load_model_and_tokenizer, resolve_model_path
 
@@ -235,7 +238,13 @@ def run_unlearn(
         kwargs["corpus"] = corpus
     if retain_file:
         kwargs["retain"] = str(retain_file)
+    if fluency_guard is not None:
+        kwargs["fluency_guard"] = fluency_guard
     model, weights_copy = apply(model, tok, facts, hparams, **kwargs)
+    if report.fluency:
+        LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens of the built-in text",
+                 report.fluency["ppl_before"], report.fluency["ppl_after"], 100 * report.fluency["increase"],
+                 report.fluency["tokens"])
     seconds["unlearn"] = time.perf_counter() - start
     seconds.update({f"unlearn.{k}": v for k, v in report.timings.items()})
 
@@ -253,6 +262,7 @@ def run_unlearn(
         ppl_after=ppl_after,
         ppl_tokens=ppl_tokens if text else 0,
         seconds=seconds,
+        fluency=dict(report.fluency),
     )
     if out_dir is not None:
         out = Path(out_dir)
