@@ -2,15 +2,20 @@
 
 Stages (each timed in :class:`EditReport`):
 
-1. validate requests and layers (nothing is changed if this fails);
+1. validate requests and layers, and find how each edited module's output reaches the residual
+   (:mod:`zerounlearn_editor.post_mlp`; nothing is changed if this fails);
 2. utility statistics ``C0`` for every edited layer, from the unedited model (cached);
 3. context prefixes (cached on the model) and neutral target states ``z`` (batched loop);
-4. for each edited layer in order: keys ``K_f`` and the current hidden state at the last
-   edited layer (one forward pass), ``M_n = W K_f + (z - h) / (layers left)``, the method's
-   float64 solve, and the write-back of ``W'`` in the weight's own dtype and device.
+4. the fluency guard's perplexity of the unedited model (:mod:`zerounlearn_editor.fluency_guard`);
+5. for each edited layer in order: keys ``K_f`` and the current hidden state at the last
+   edited layer (one forward pass), the wanted residual change ``(z - h) / (layers left)`` mapped to
+   values ``M_n`` (``W K_f`` plus that change where the MLP output is added as it is; through the
+   block's post-MLP norm or scale otherwise), the method's float64 solve, and the write-back of ``W'``
+   in the weight's own dtype and device;
+6. the guard's perplexity of the edited model: beyond ``fluency_max_increase`` the edit is refused.
 
-If anything fails after the first write-back, every edited weight is restored before the
-error propagates. How the statistics, targets and keys are computed is replaceable
+If anything fails after the first write-back (a refused edit included), every edited weight is
+restored before the error propagates. How the statistics, targets and keys are computed is replaceable
 (:class:`EditStages`; :mod:`zerounlearn_editor.reference_pipeline` uses it); the solves are not.
 """
 from __future__ import annotations
