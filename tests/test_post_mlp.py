@@ -116,3 +116,14 @@ def test_unknown_residual_path_is_refused():
     model = tiny_config_model("llama", tok, layers=2)
     with pytest.raises(UnsupportedResidualPath, match=r"model\.layers\.1.*up_proj"):
         detect_post_mlp_maps(model, "model.layers.{}", "model.layers.{}.mlp.up_proj", [1])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_llama_is_added_as_is(dtype):
+    """The residual's rounding must not turn Llama's plain addition into a scale near 1 (the paper's formula)."""
+    tok = tiny_tokenizer()
+    model = tiny_config_model("llama", tok, layers=3, seed=2).to(dtype)
+    maps = detect_post_mlp_maps(model, "model.layers.{}", "model.layers.{}.mlp.down_proj", [0, 1, 2])
+    assert all(spec.is_identity for spec in maps.values())
+    gemma = tiny_config_model("gemma3", tok, layers=2, seed=2).to(dtype)
+    assert detect_post_mlp_maps(gemma, "model.layers.{}", "model.layers.{}.mlp.down_proj", [1])[1].kind == "rms"

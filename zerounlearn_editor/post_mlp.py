@@ -273,8 +273,8 @@ def _match(model, block: str, rewrite: str, m_raw: torch.Tensor, e_raw: torch.Te
             f"{block}: the output of {rewrite} has {m.shape[-1]} features per token, the residual stream "
             f"{change.shape[-1]}: it is not what the MLP adds to the residual (name the MLP's output projection)")
     scale = _fit_scale(change, e, tol)
-    if scale is not None:
-        return PostMlpMap(scale=1.0 if abs(scale - 1.0) <= _REL_TOL else scale)
+    if scale is not None:  # within the residual's rounding of 1: added as is (half precision rounds the fit)
+        return PostMlpMap(scale=1.0 if abs(scale - 1.0) <= tol else scale)
     tried: List[str] = []
     for name, norm in _norm_candidates(model, block, rewrite, m_raw.shape[-1]).items():
         tried.append(name)
@@ -287,7 +287,7 @@ def _match(model, block: str, rewrite: str, m_raw: torch.Tensor, e_raw: torch.Te
             raise UnsupportedResidualPath(
                 f"{block}: the output of {rewrite} reaches the residual through {name} ({type(norm).__name__}), "
                 "which is neither an RMSNorm nor a LayerNorm; editing it is not supported")
-        return PostMlpMap(kind=fitted.kind, scale=1.0 if abs(scale - 1.0) <= _REL_TOL else scale, gain=fitted.gain,
+        return PostMlpMap(kind=fitted.kind, scale=1.0 if abs(scale - 1.0) <= tol else scale, gain=fitted.gain,
                           bias=fitted.bias, eps=fitted.eps, module=name)
     raise UnsupportedResidualPath(
         f"{block}: the output of {rewrite} does not reach the residual stream as is, scaled, or through one of the "
