@@ -174,3 +174,22 @@ def test_auto_layers_on_a_gemma3_class_model_forget_within_5_percent(tmp_path, a
     assert len(hp.layers) == 2 and hp.layers[-1] < 3
     forgot, kept, increase = _forget_and_measure(model, tok, hp)
     assert not any(forgot) and all(kept) and increase < 0.05, (hp.layers, forgot, kept, increase)
+
+
+def test_targets_fall_back_from_the_kv_cache_with_a_note(tmp_path, caplog):
+    """Gemma-3 blocks are not covered by the KV-cached evaluation: ``adam_kv`` runs the same Adam loop on full
+    forward passes (the same targets as ``adam``), and says so once."""
+    from tiny_models import forget_requests, tiny_hparams_dict
+    from zerounlearn_editor.pipeline import neutral_targets
+
+    model, tok = trained_model("gemma3")
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    z = {}
+    for optimizer in ("adam_kv", "adam"):
+        hp = ZeroUnlearnGDHyperParams.from_dict(tiny_hparams_dict(tmp_path / "s", corpus, alg_name="ZeroUnlearn-GD",
+                                                                  targets_optimizer=optimizer))
+        with caplog.at_level("INFO", logger="zerounlearn_editor.targets_fast"):
+            z[optimizer] = neutral_targets(model, tok, forget_requests()[:2], hp).z
+    notes = [r for r in caplog.records if "KV-cached evaluation covers" in r.getMessage()]
+    assert len(notes) == 1 and "gemma3_text" in notes[0].getMessage()
+    assert torch.allclose(z["adam_kv"], z["adam"], rtol=1e-4, atol=1e-4)
