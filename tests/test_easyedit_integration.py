@@ -652,3 +652,22 @@ def test_bench_runs_easyedit_baselines_through_their_alg_dict(easyedit, in_tmp: 
         assert len(gains[name]) == 3 and min(gains[name]) > 0, (name, gains[name])
     markdown = (in_tmp / "out" / "summary.md").read_text()
     assert "skipped" not in markdown and all(f"| {name} |" in markdown for name in methods)
+
+
+@pytest.mark.easyedit
+def test_fluency_guard_refuses_through_easyedit(easyedit, in_tmp: Path, tok, monkeypatch) -> None:
+    """EasyEdit's ``edit()`` reaches the same pipeline, so the fluency guard acts there too: an edit that
+    (here, by a stubbed measurement) raises the perplexity tenfold is refused and the weights are restored."""
+    import zerounlearn_editor.pipeline as pipeline
+    from zerounlearn_editor.fluency_guard import FluencyError
+
+    readings = iter([10.0, 100.0])
+    monkeypatch.setattr(pipeline, "guard_perplexity", lambda model, tok, text, tokens: next(readings))
+    requests = forget_requests()[:1]
+    model, hparams = _tiny_setup(in_tmp, tok)
+    original = _weights(model, _weight_names(hparams))
+    editor, _ = _make_editor(easyedit, hparams, model)
+    with pytest.raises(FluencyError, match=r"from 10\.000 to 100\.000 \(\+900\.0%\)"):
+        editor.edit(**_edit_args(requests))
+    for name, value in _weights(model, list(original)).items():
+        assert torch.equal(value, original[name])

@@ -9,6 +9,7 @@ import logging
 
 from .adapters import NotLowRankError, export_lora_adapter
 from .easyedit import register_with_easyedit
+from .fluency_guard import FluencyError
 from .hparams import HParamsError, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
 from .pipeline import EditReport, restore_weights
 from .requests import RequestError
@@ -29,6 +30,7 @@ __all__ = [
     "EditReport",
     "HParamsError",
     "RequestError",
+    "FluencyError",
 ]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

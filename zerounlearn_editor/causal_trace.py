@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 from .architectures import detect_templates
 from .evaluation.batching import encode_probe, model_device
 from .data.types import Probe
-from .model_access import get_module, hidden_of, num_hidden_layers
+from .model_access import get_module, hidden_of, num_hidden_layers, unflatten_tokens
 
 __all__ = ["TraceSettings", "TraceFact", "EncodedFact", "encode_fact", "trace_facts", "suggest_window", "plot_trace", "KINDS"]
 
@@ -128,7 +128,7 @@ def _trace_one(model: nn.Module, templates: Mapping[str, str], enc: EncodedFact,
     try:
         for key, name in names.items():
             handles.append(get_module(model, name).register_forward_hook(
-                lambda _m, _a, out, key=key: clean.__setitem__(key, hidden_of(out)[0, t].clone())))
+                lambda _m, _a, out, key=key: clean.__setitem__(key, unflatten_tokens(hidden_of(out), tuple(ids.shape))[0, t].clone())))
         logits = model(input_ids=ids).logits[0, -1].float()
     finally:
         for h in handles:
@@ -160,10 +160,11 @@ def _trace_one(model: nn.Module, templates: Mapping[str, str], enc: EncodedFact,
                     continue
                 index = torch.tensor(row_idx, device=device)
 
-                def restore(_m, _a, output, key=(kind, l), index=index):
-                    hidden = hidden_of(output).clone()
+                def restore(_m, _a, output, key=(kind, l), index=index, shape=tuple(batch.shape)):
+                    flat = hidden_of(output)
+                    hidden = unflatten_tokens(flat, shape).clone()  # OPT's MLP sees [rows * seq, d]
                     hidden[index, t] = clean[key].to(hidden.dtype)
-                    return _with_hidden(output, hidden)
+                    return _with_hidden(output, hidden.view(flat.shape))
 
                 handles.append(get_module(model, names[(kind, l)]).register_forward_hook(restore))
             try:

@@ -81,8 +81,13 @@ def _cmd_unlearn(args: argparse.Namespace) -> int:
         args.hparams, args.facts, args.out, retain_file=args.retain, save=args.save, model_name=args.model,
         device=args.device, dtype=args.dtype, corpus=args.corpus, ppl_tokens=args.ppl_tokens, ppl_text=args.ppl_text,
         progress=not args.no_progress, audit=_audit_settings(args) if args.audit else None,
+        fluency_guard="warn" if args.allow_fluency_loss else None,
     )
     print(format_unlearn(result))
+    if result.fluency:
+        f = result.fluency
+        print(f"fluency guard ({f['tokens']} tokens of the built-in text): perplexity {f['ppl_before']:.3f} -> "
+              f"{f['ppl_after']:.3f} ({100 * f['increase']:+.1f}%, allowed {100 * f['max_increase']:+.0f}%)")
     return 0
 
 
@@ -312,7 +317,7 @@ def _cmd_trace(args: argparse.Namespace) -> int:
 
 def _cmd_init_hparams(args: argparse.Namespace) -> int:
     from .bench.files import read_json
-    from .causal_trace import TraceSettings, trace_facts
+    from .causal_trace import TraceSettings, suggest_window, trace_facts
     from .hparams import load_config_file
     from .init_hparams import build_hparams, nearest_shipped_yaml, parse_layers, parse_overrides, write_hparams
     from .architectures import detect_templates
@@ -330,7 +335,8 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
             width = args.width or len(load_config_file(nearest_shipped_yaml(args.method, detect_templates(model)))["layers"])
             facts = _trace_facts_for(model, tok, args.trace_data, None, args.trace_n, 0, args.include_unknown)
             result = trace_facts(model, tok, facts, TraceSettings(width=width), progress=not args.no_progress)
-            layers = result["suggested_layers"]
+            # the loss reads the model's last layer, which must come after the edited ones
+            layers = suggest_window(result["indirect_effect"]["mlp"][:-1], min(width, result["num_layers"] - 1))
             note = f"layers from a causal trace of {len(facts)} {args.trace_data} facts"
     config, base = build_hparams(model, args.model, args.method, layers, parse_overrides(args.set))
     path = write_hparams(config, base, args.out, note)
@@ -438,6 +444,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--audit", action="store_true", help="also the robustness audit of the facts (zerounlearn audit's "
                    "probes) before and after, in the table and unlearn_report.json")
     add_probe_options(p, prefix="audit-")
+    p.add_argument("--allow-fluency-loss", action="store_true",
+                   help="keep an edit beyond the YAML's fluency_max_increase (with a warning) instead of refusing it")
     p.set_defaults(func=_cmd_unlearn)
 
     p = sub.add_parser(
@@ -636,6 +644,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from .fluency_guard import FluencyError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -652,7 +662,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             LOG.info("benchmark data folder: %s", set_data_dir(args.data_dir))
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, FluencyError) as exc:
         LOG.error("%s", exc)
         return 2
 

@@ -366,6 +366,14 @@ class EditHyperParams(BaseHyperParams):
     mom2_max_length: int = 256
     mom2_batch_size: int = 16
 
+    # Fluency guard (every edit; zerounlearn_editor.fluency_guard): perplexity on the first fluency_tokens tokens of
+    # the built-in WikiText-2 text before and after the edit; an increase beyond fluency_max_increase (relative:
+    # 1.0 = +100%) is refused with the weights restored ("refuse"), let through with a warning ("warn"), or not
+    # measured ("off"). It only reads: an edit that passes is unchanged.
+    fluency_guard: Literal["refuse", "warn", "off"] = "refuse"
+    fluency_max_increase: float = 1.0
+    fluency_tokens: int = 256
+
     # Retain set (opt-in): facts to keep, a JSON/JSONL/YAML list of {prompt, subject}; the
     # ``retain=`` argument of the apply functions takes precedence (see zerounlearn_editor.retain)
     retain_file: Optional[str] = None
@@ -425,6 +433,10 @@ class EditHyperParams(BaseHyperParams):
         for key in ("mom2_n_samples", "chunk_size", "mom2_max_length", "mom2_batch_size"):
             if getattr(self, key) < 1:
                 raise HParamsError(f"{source}: key {key!r} must be >= 1")
+        if not 0 < self.fluency_max_increase < float("inf"):
+            raise HParamsError(f"{source}: key 'fluency_max_increase' must be finite and > 0, got {self.fluency_max_increase!r}")
+        if self.fluency_tokens < 2:
+            raise HParamsError(f"{source}: key 'fluency_tokens' must be >= 2, got {self.fluency_tokens!r}")
         if self.v_num_grad_steps < 0:
             raise HParamsError(f"{source}: key 'v_num_grad_steps' must be >= 0")
         if 0 <= self.v_loss_layer <= self.layers[-1]:

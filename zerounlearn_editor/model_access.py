@@ -7,7 +7,7 @@ transpose ``[d_in, d_out]`` and is converted here, so no caller has to care.
 from __future__ import annotations
 
 import contextlib
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -21,10 +21,13 @@ __all__ = [
     "get_weight_matrix",
     "set_weight_matrix",
     "num_hidden_layers",
+    "hidden_size_of",
+    "logits_transform",
     "check_layers",
     "check_edited_modules",
     "max_positions",
     "capture_inputs",
+    "unflatten_tokens",
     "capture_outputs",
     "hidden_of",
     "model_device",
@@ -100,7 +103,8 @@ def check_layers(model: nn.Module, layers: Sequence[int], module_tmp: str) -> No
         get_module(model, module_tmp.format(layer))
 
 
-def _hidden_size(model: nn.Module) -> Optional[int]:
+def hidden_size_of(model: nn.Module) -> Optional[int]:
+    """The residual stream's width ``d_model`` from the config (``hidden_size`` / ``n_embd`` / ``d_model``), or None."""
     config = getattr(model, "config", None)
     for attr in ("hidden_size", "n_embd", "d_model"):
         value = getattr(config, attr, None)
@@ -118,7 +122,7 @@ def check_edited_modules(model: nn.Module, layers: Sequence[int], module_tmp: st
     rejected here, naming the key, the module and the shapes, instead of failing deep in the solve.
     """
     check_layers(model, layers, module_tmp)
-    hidden = _hidden_size(model)
+    hidden = hidden_size_of(model)
     for layer in layers:
         name = module_tmp.format(layer)
         module = get_module(model, name)
@@ -134,6 +138,35 @@ def check_edited_modules(model: nn.Module, layers: Sequence[int], module_tmp: st
                 f"key {key!r}: module {name!r} maps to {d_out} features, but the hidden size is {hidden}: the edited "
                 "weight must write into the residual stream (the MLP's output projection, e.g. down_proj / c_proj)"
             )
+
+
+def logits_transform(model: nn.Module) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
+    """What the model does to ``lm_head``'s output before returning logits, or None (nothing).
+
+    Gemma-2/3 cap the logits (``final_logit_softcapping``: ``cap * tanh(z / cap)``), Granite divides
+    them by ``logits_scaling``, Cohere multiplies them by ``logit_scale``. The neutral-target loss
+    reads ``lm_head`` directly, so it applies the same map to optimise the model's own probabilities.
+    """
+    config = getattr(model, "config", None)
+    cap = getattr(config, "final_logit_softcapping", None)
+    divide = getattr(config, "logits_scaling", None)
+    multiply = getattr(config, "logit_scale", None)
+    steps: List[Callable[[torch.Tensor], torch.Tensor]] = []
+    if isinstance(divide, (int, float)) and not isinstance(divide, bool) and divide != 1:
+        steps.append(lambda z, s=float(divide): z / s)
+    if isinstance(multiply, (int, float)) and not isinstance(multiply, bool) and multiply != 1:
+        steps.append(lambda z, s=float(multiply): z * s)
+    if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
+        steps.append(lambda z, c=float(cap): torch.tanh(z / c) * c)
+    if not steps:
+        return None
+
+    def transform(logits: torch.Tensor) -> torch.Tensor:
+        for step in steps:
+            logits = step(logits)
+        return logits
+
+    return transform
 
 
 def max_positions(model: nn.Module) -> Optional[int]:
@@ -161,6 +194,14 @@ def hidden_of(output) -> torch.Tensor:
     return output[0] if isinstance(output, (tuple, list)) else output
 
 
+def unflatten_tokens(value: torch.Tensor, rows_seq: Optional[tuple]) -> torch.Tensor:
+    """``value`` as ``[rows, seq, d]``: blocks that flatten the tokens before their MLP (OPT: ``[rows * seq, d]``)
+    are viewed back to the batch's shape; any other tensor is returned as is."""
+    if rows_seq is not None and value.dim() == 2 and value.shape[0] == rows_seq[0] * rows_seq[1]:
+        return value.view(rows_seq[0], rows_seq[1], value.shape[1])
+    return value
+
+
 @contextlib.contextmanager
 def _capture(
     model: nn.Module,
@@ -171,13 +212,22 @@ def _capture(
 ) -> Iterator[Dict[str, torch.Tensor]]:
     captured: Dict[str, torch.Tensor] = {}
     handles: List[torch.utils.hooks.RemovableHandle] = []
+    batch_shape: Dict[str, tuple] = {}
+
+    def note_shape(_m, args, kwargs) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None:
+            ids = kwargs.get("inputs_embeds")
+        if isinstance(ids, torch.Tensor) and ids.dim() >= 2:
+            batch_shape["rows_seq"] = tuple(ids.shape[:2])
 
     def record(name: str, value: torch.Tensor) -> None:
-        captured[name] = value.detach() if detach else value
+        captured[name] = unflatten_tokens(value.detach() if detach else value, batch_shape.get("rows_seq"))
         if name == stop_after:
             raise StopForward
 
     try:
+        handles.append(model.register_forward_pre_hook(note_shape, with_kwargs=True))
         for name in module_names:
             module = get_module(model, name)
             if inputs:

@@ -2,15 +2,20 @@
 
 Stages (each timed in :class:`EditReport`):
 
-1. validate requests and layers (nothing is changed if this fails);
+1. validate requests and layers, and find how each edited module's output reaches the residual
+   (:mod:`zerounlearn_editor.post_mlp`; nothing is changed if this fails);
 2. utility statistics ``C0`` for every edited layer, from the unedited model (cached);
 3. context prefixes (cached on the model) and neutral target states ``z`` (batched loop);
-4. for each edited layer in order: keys ``K_f`` and the current hidden state at the last
-   edited layer (one forward pass), ``M_n = W K_f + (z - h) / (layers left)``, the method's
-   float64 solve, and the write-back of ``W'`` in the weight's own dtype and device.
+4. the fluency guard's perplexity of the unedited model (:mod:`zerounlearn_editor.fluency_guard`);
+5. for each edited layer in order: keys ``K_f`` and the current hidden state at the last
+   edited layer (one forward pass), the wanted residual change ``(z - h) / (layers left)`` mapped to
+   values ``M_n`` (``W K_f`` plus that change where the MLP output is added as it is; through the
+   block's post-MLP norm or scale otherwise), the method's float64 solve, and the write-back of ``W'``
+   in the weight's own dtype and device;
+6. the guard's perplexity of the edited model: beyond ``fluency_max_increase`` the edit is refused.
 
-If anything fails after the first write-back, every edited weight is restored before the
-error propagates. How the statistics, targets and keys are computed is replaceable
+If anything fails after the first write-back (a refused edit included), every edited weight is
+restored before the error propagates. How the statistics, targets and keys are computed is replaceable
 (:class:`EditStages`; :mod:`zerounlearn_editor.reference_pipeline` uses it); the solves are not.
 """
 from __future__ import annotations
@@ -28,6 +33,7 @@ from torch import nn
 from .contexts import context_prefixes
 from .encoding import target_token_ids
 from .eval_mode import eval_mode
+from .fluency_guard import FluencyError, guard_perplexity, guard_text as builtin_guard_text, guard_tokens, judge_fluency, resolve_mode
 from .hparams import EditHyperParams
 from .model_access import (
     check_edited_modules,
@@ -38,6 +44,7 @@ from .model_access import (
     parameter_name_of_weight,
     set_weight_matrix,
 )
+from .post_mlp import IDENTITY, PostMlpMap, detect_post_mlp_maps, value_targets
 from .prefix_replay import LayerPrefixReplay
 from .progress import progress_bar, progress_scope
 from .representations import LayerReadout, read_keys_and_hidden
@@ -152,6 +159,8 @@ class EditReport:
     target_steps: List[int] = field(default_factory=list)
     layer_change_norm: Dict[int, float] = field(default_factory=dict)
     retain_count: int = 0
+    # the fluency guard's figures (FluencyCheck.as_dict: ppl_before, ppl_after, increase, ...); empty when off
+    fluency: Dict[str, Any] = field(default_factory=dict)
 
     def add_time(self, stage: str, seconds: float) -> None:
         self.timings[stage] = self.timings.get(stage, 0.0) + seconds
@@ -273,6 +282,8 @@ def run_layerwise_edit(
     targets: Optional[NeutralTargets] = None,
     stages: Optional[EditStages] = None,
     retain: RetainSpec = None,
+    fluency_guard: Optional[str] = None,
+    fluency_text: Optional[str] = None,
 ) -> Tuple[Dict[str, torch.Tensor], EditReport]:
     """Edit ``model`` in place; returns (original weights by parameter name, report).
 
@@ -286,17 +297,24 @@ def run_layerwise_edit(
     target optimisation (from :func:`neutral_targets` on the same unedited model, requests
     and target settings -- e.g. to compare solvers on identical inputs); ``stages`` replaces
     the statistics / target / key computations (default :class:`EditStages`).
+
+    Fluency guard (:mod:`zerounlearn_editor.fluency_guard`): ``fluency_guard`` (``"refuse"``, ``"warn"``,
+    ``"off"``) overrides the YAML's mode for this edit; ``fluency_text`` replaces the built-in text.
+    A refused edit raises :class:`~zerounlearn_editor.fluency_guard.FluencyError` with the weights restored.
     """
+    mode = resolve_mode(hparams.fluency_guard, fluency_guard)
     with progress_scope(progress), eval_mode(model):  # keys and targets without dropout; caller's mode restored
         return _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets,
-                                   stages, retain)
+                                   stages, retain, (mode, fluency_text))
 
 
-def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets, stages, retain):
+def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets, stages, retain,
+                        guard=("off", None)):
     stages = stages or EditStages()
     report = EditReport()
     with _Timer(report, "validate"):
         forget, keep, target_ids = check_edit_inputs(model, tok, requests, hparams, retain)
+        post_maps = detect_post_mlp_maps(model, hparams.layer_module_tmp, hparams.rewrite_module_tmp, hparams.layers)
     report.retain_count = len(keep)
     LOG.info("%s: unlearning %d fact(s) at layers %s%s", hparams.alg_name, len(forget), list(hparams.layers),
              f" with {len(keep)} retain fact(s)" if keep else "")
@@ -322,8 +340,28 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
     for layer in hparams.layers:
         name = hparams.rewrite_module_tmp.format(layer)
         weights_copy[parameter_name_of_weight(model, name)] = get_module(model, name).weight.detach().clone()
+    mode, guard_source = guard
+    if mode != "off":
+        with _Timer(report, "fluency"):
+            guard_text_ = guard_source if guard_source is not None else builtin_guard_text()
+            n_tokens = guard_tokens(model, hparams.fluency_tokens)
+            ppl_before = guard_perplexity(model, tok, guard_text_, n_tokens)
     try:
-        _edit_layers(model, tok, forget, keep, prefixes, targets, second_moments, hparams, solver, report, stages.keys)
+        _edit_layers(model, tok, forget, keep, prefixes, targets, second_moments, hparams, solver, report, stages.keys,
+                     post_maps)
+        if mode != "off":
+            with _Timer(report, "fluency"):
+                ppl_after = guard_perplexity(model, tok, guard_text_, n_tokens)
+            check = judge_fluency(ppl_before, ppl_after, n_tokens, hparams.fluency_max_increase, mode)
+            report.fluency = check.as_dict()
+            if not check.passed and mode == "refuse":
+                raise FluencyError(f"{hparams.alg_name}: edit refused and the weights restored: {check.message()}; "
+                                   "fluency_guard='warn' (or the YAML key) keeps such an edit", check)
+            if not check.passed:
+                LOG.warning("%s: %s; kept because fluency_guard is 'warn'", hparams.alg_name, check.message())
+            else:
+                LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens", ppl_before, ppl_after,
+                         100 * check.increase, n_tokens)
     except BaseException:
         restore_weights(model, weights_copy)
         raise
@@ -427,6 +465,7 @@ def _edit_layers(
     solver: LayerSolver,
     report: EditReport,
     read_keys: KeysStage = read_keys_and_hidden,
+    post_maps: Optional[Dict[int, PostMlpMap]] = None,
 ) -> None:
     hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
     n = len(forget)
@@ -461,7 +500,10 @@ def _edit_layers(
             K_f = readout.keys[:, :n].to(device).double()
             K_r = readout.keys[:, n:].to(device).double() if keep else None
             residual = (targets.z - readout.hidden[:n]).to(device).double() / (len(hparams.layers) - position)
-            M_n = W @ K_f + residual.t()
+            # the value change that moves the residual by ``residual`` (through a post-MLP norm where there is one)
+            bias = getattr(module, "bias", None)
+            M_n = value_targets(W, K_f, residual.t(), (post_maps or {}).get(layer, IDENTITY),
+                                None if bias is None else bias.detach().to(device).double())
             C_ctx = None
             if readout.context_mom2 is not None and readout.context_count:
                 C_ctx = readout.context_mom2.to(device) / readout.context_count
@@ -504,12 +546,14 @@ def apply_edit_method(
     when ``return_orig_weights`` is set (else it is empty). Extra keyword arguments accepted:
     ``corpus``, ``second_moments``, ``targets``, ``stages`` (an :class:`EditStages`), ``progress``,
     ``report`` (an :class:`EditReport` to fill), ``retain`` (the retain set: request dicts
-    ``{"prompt", "subject"}`` or a file; see :mod:`zerounlearn_editor.retain`);
+    ``{"prompt", "subject"}`` or a file; see :mod:`zerounlearn_editor.retain`), ``fluency_guard``
+    (``"refuse"`` / ``"warn"`` / ``"off"``: this edit's guard mode over the YAML's) and ``fluency_text``;
     others that EasyEdit passes (``train_ds``, ...) are ignored.
     """
     if not isinstance(hparams, EditHyperParams):
         raise TypeError(f"hparams must be a ZeroUnlearn hparams object, got {type(hparams).__name__}")
     check_edit_inputs(model, tok, requests, hparams, kwargs.get("retain"))  # fail before any copy is made
+    resolve_mode(hparams.fluency_guard, kwargs.get("fluency_guard"))
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)
     weights_copy, report = run_layerwise_edit(
@@ -524,6 +568,8 @@ def apply_edit_method(
         targets=kwargs.get("targets"),
         stages=kwargs.get("stages"),
         retain=kwargs.get("retain"),
+        fluency_guard=kwargs.get("fluency_guard"),
+        fluency_text=kwargs.get("fluency_text"),
     )
     target_report = kwargs.get("report")
     if isinstance(target_report, EditReport):
@@ -532,4 +578,5 @@ def apply_edit_method(
         target_report.target_steps = report.target_steps
         target_report.layer_change_norm = report.layer_change_norm
         target_report.retain_count = report.retain_count
+        target_report.fluency = report.fluency
     return model, (weights_copy if return_orig_weights else {})

@@ -19,7 +19,9 @@ import torch
 from torch import nn
 
 from .progress import progress_bar
-from .model_access import StopForward, capture_outputs, get_module, hidden_of, model_device, num_hidden_layers
+from .model_access import (
+    StopForward, capture_outputs, get_module, hidden_of, hidden_size_of, logits_transform, model_device, num_hidden_layers,
+)
 from .requests import ForgetRequest
 from .target_rows import answer_logprobs, encode_target_rows, suppression_loss, suppression_per_request
 from .targets_fast import optimise_chunk_fast
@@ -115,15 +117,18 @@ def _module_device(module: nn.Module, fallback: torch.device) -> torch.device:
     return param.device if param is not None else fallback
 
 
-def _head_logits(lm_head: nn.Module, hidden: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+def _head_logits(lm_head: nn.Module, hidden: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
+                 transform=None) -> torch.Tensor:
     """``lm_head`` at ``hidden[rows, positions]``: float32 logits ``[len(rows), vocab]`` on the head's device.
 
     ``hidden`` may live on another device than the index tensors and the head (layers split
     across devices); each tensor is moved to the device of the tensor or module consuming it.
+    ``transform``: the model's own map of the head's output (:func:`~zerounlearn_editor.model_access.logits_transform`).
     """
     selected = hidden[rows.to(hidden.device), positions.to(hidden.device)]
     weight = lm_head.weight
-    return lm_head(selected.to(device=weight.device, dtype=weight.dtype)).float()
+    logits = lm_head(selected.to(device=weight.device, dtype=weight.dtype)).float()
+    return logits if transform is None else transform(logits)
 
 
 def _forward_logits_rows(model, cfg: TargetConfig, batch, delta_rows_hook, rows, positions) -> torch.Tensor:
@@ -152,7 +157,7 @@ def _forward_logits_rows(model, cfg: TargetConfig, batch, delta_rows_hook, rows,
     finally:
         for handle in handles:
             handle.remove()
-    return _head_logits(lm_head, captured["h"], rows, positions)
+    return _head_logits(lm_head, captured["h"], rows, positions, logits_transform(model))
 
 
 def _optimise_chunk(
@@ -190,7 +195,7 @@ def _optimise_chunk(
     positions = torch.cat([t_pos_t, kl_pos])
     bare_rows = torch.arange(0, n_rw, n_ctx, device=device)
 
-    d_model = model.config.hidden_size if hasattr(model.config, "hidden_size") else model.config.n_embd
+    d_model = hidden_size_of(model)
     layer_param = next(get_module(model, cfg.layer_module).parameters())
     delta = torch.zeros((n, d_model), device=layer_param.device, dtype=torch.float32, requires_grad=True)
     optimiser = torch.optim.Adam([delta], lr=cfg.lr)
@@ -235,7 +240,7 @@ def _optimise_chunk(
         add = torch.zeros_like(h_layer)
         add[all_rows, lookup_l] = row_delta().to(h_layer.dtype)
         normed = suffix(h_layer + add, batch.attention_mask)
-        return _head_logits(lm_head, normed, rows, positions)
+        return _head_logits(lm_head, normed, rows, positions, logits_transform(model))
 
     active = torch.ones(n, dtype=torch.bool, device=delta.device)
     steps_run = [0] * n

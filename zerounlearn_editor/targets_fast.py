@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .target_rows import encode_target_rows, suppression_per_request
-from .model_access import StopForward, capture_outputs, get_module, hidden_of, model_device
+from .model_access import StopForward, capture_outputs, get_module, hidden_of, logits_transform, model_device
 from .requests import ForgetRequest
 
 __all__ = ["KVSuffix", "optimise_chunk_fast", "OPTIMIZERS"]
@@ -262,6 +262,18 @@ class KVSuffix:
         return out
 
 
+def _note_fallback(model: nn.Module) -> None:
+    """Log once per model that the cached evaluation does not cover its architecture (full forwards instead)."""
+    if getattr(model, "_zerounlearn_kv_fallback_noted", False):
+        return
+    model.__dict__["_zerounlearn_kv_fallback_noted"] = True
+    LOG.info(
+        "targets: the KV-cached evaluation covers Llama/Mistral/Qwen2/Qwen3 and GPT-2 blocks, not %s (%s); the same "
+        "optimiser runs on full forward passes of the active rows (same result, slower)",
+        getattr(model.config, "model_type", "?"), type(model).__name__,
+    )
+
+
 # ---------------------------------------------------------------------- the chunk's rows and losses
 
 
@@ -273,6 +285,7 @@ class _Problem:
         device = model_device(model)
         self.head = get_module(model, cfg.lm_head_module)
         self.head_device = self.head.weight.device
+        self.logits_transform = logits_transform(model)
         n, n_ctx = len(requests), len(prefixes)
         self.n, self.n_ctx = n, n_ctx
         rows_ = encode_target_rows(tok, requests, target_ids, prefixes, cfg.fact_token, device)
@@ -310,6 +323,8 @@ class _Problem:
                                                    batch.input_ids.shape[1]):
             self.kv = KVSuffix(model, cfg.layer_module, cfg.loss_layer_module, cfg.ln_f_module, h_layer,
                                batch.attention_mask, self.start, self.end)
+        elif cfg.reuse_prefix:
+            _note_fallback(model)
         self.kl_init: Optional[torch.Tensor] = None  # [n, vocab] log-probs at delta = 0
 
     def _hidden_full(self, rows: torch.Tensor, delta_rows: torch.Tensor) -> torch.Tensor:
@@ -380,6 +395,8 @@ class _Problem:
             selected = hidden[row_local[sel_global].to(hidden.device), sel_abs.to(hidden.device)]
         weight = self.head.weight
         logits = self.head(selected.to(device=weight.device, dtype=weight.dtype)).float()
+        if self.logits_transform is not None:
+            logits = self.logits_transform(logits)
         hdev = self.head_device
         n_t = int(keep_t.sum())
         if cfg.objective == "suppress_answer":

@@ -146,6 +146,7 @@ class UnlearnResult:
     seconds: Dict[str, float] = field(default_factory=dict)
     saved: Dict[str, Any] = field(default_factory=dict)
     audit: Optional[Dict[str, Any]] = None
+    fluency: Dict[str, Any] = field(default_factory=dict)  # the edit's fluency guard (EditReport.fluency)
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -197,6 +198,7 @@ def run_unlearn(
     batch_size: int = 16,
     progress: bool = True,
     audit: Optional[Any] = None,
+    fluency_guard: Optional[str] = None,
 ) -> UnlearnResult:
     """Unlearn the facts of ``facts_file`` and save the result (see module docstring).
 
@@ -206,14 +208,16 @@ def run_unlearn(
     0 turns it off. ``progress=False`` hides every bar (scoring included). ``audit`` (an
     :class:`~zerounlearn_editor.audit.AuditSettings`) adds the robustness audit of the facts with
     answers, before and after (:mod:`zerounlearn_editor.audit.facts_audit`), to the report.
+    ``fluency_guard`` (``"warn"`` for ``--allow-fluency-loss``) overrides the YAML's fluency guard; its
+    figures go into ``unlearn_report.json``.
     """
     with progress_scope(progress):
         return _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_name, device, dtype, corpus,
-                            ppl_tokens, ppl_text, new_tokens, batch_size, progress, audit)
+                            ppl_tokens, ppl_text, new_tokens, batch_size, progress, audit, fluency_guard)
 
 
 def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_name, device, dtype, corpus, ppl_tokens,
-                 ppl_text, new_tokens, batch_size, progress, audit) -> UnlearnResult:
+                 ppl_text, new_tokens, batch_size, progress, audit, fluency_guard) -> UnlearnResult:
     from .model_zoo import load_model_and_tokenizer
 
     if save not in SAVE_MODES:
@@ -292,7 +296,13 @@ def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_nam
         kwargs["corpus"] = corpus
     if retain_file:
         kwargs["retain"] = str(retain_file)
+    if fluency_guard is not None:
+        kwargs["fluency_guard"] = fluency_guard
     model, weights_copy = apply(model, tok, facts, hparams, **kwargs)
+    if report.fluency:
+        LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens of the built-in text",
+                 report.fluency["ppl_before"], report.fluency["ppl_after"], 100 * report.fluency["increase"],
+                 report.fluency["tokens"])
     seconds["unlearn"] = time.perf_counter() - start
     seconds.update({f"unlearn.{k}": v for k, v in report.timings.items()})
 
@@ -317,6 +327,7 @@ def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_nam
         ppl_tokens=ppl_tokens if text else 0,
         seconds=seconds,
         audit=audit_report,
+        fluency=dict(report.fluency),
     )
     if out_dir is not None:
         with staged_output_dir(out_dir) as staging:

@@ -1,0 +1,195 @@
+"""Any causal LM: module templates from the loaded structure, trace / init-hparams, and the edit itself,
+on tiny models of 15 transformers architectures (random for the structure, trained on a few facts for the edit)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import transformers as T
+import yaml
+from torch import nn
+
+from arch_zoo import (
+    ARCHS,
+    FORGET,
+    KEEP,
+    TINY_EDIT_SETTINGS,
+    corpus_perplexity,
+    knows,
+    tiny_config_model,
+    trained_model,
+    write_facts_counterfact,
+)
+from tiny_models import CORPUS, tiny_tokenizer, write_corpus
+from zerounlearn_editor.architectures import UnsupportedArchitecture, detect_templates
+from zerounlearn_editor.causal_trace import TraceFact, TraceSettings, trace_facts
+from zerounlearn_editor.cli import main as cli_main
+from zerounlearn_editor.hparams import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
+from zerounlearn_editor.model_access import get_module, get_weight_matrix
+from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model
+
+REWRITE = {
+    "gpt2": "transformer.h.{}.mlp.c_proj", "gpt_neox": "gpt_neox.layers.{}.mlp.dense_4h_to_h",
+    "opt": "model.decoder.layers.{}.fc2", "falcon": "transformer.h.{}.mlp.dense_4h_to_h",
+}
+GUARD_TEXT = " ".join(dict.fromkeys(CORPUS))
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_templates_from_the_structure(tok, arch):
+    model = tiny_config_model(arch, tok, layers=3)
+    t = detect_templates(model)
+    assert t["num_layers"] == 3 and t["family"] == model.config.model_type
+    assert t["rewrite_module_tmp"] == REWRITE.get(arch, "model.layers.{}.mlp.down_proj")
+    W = get_weight_matrix(get_module(model, t["rewrite_module_tmp"].format(2)))
+    assert W.shape[0] == 48 and W.shape[1] in (96, 192)  # d_ff -> d_model (Falcon: 4 d_model)
+    assert get_module(model, t["lm_head_module"]) is model.get_output_embeddings()
+    assert get_module(model, t["embed_module"]) is model.get_input_embeddings()
+    for key in ("layer_module_tmp", "mlp_module_tmp", "attn_module_tmp"):
+        get_module(model, t[key].format(1))
+    # the final norm reads the last block's output
+    seen = {}
+
+    def last_block(_m, _a, out) -> None:
+        seen["h"] = out[0] if isinstance(out, tuple) else out
+
+    def final_norm(_m, args) -> None:
+        seen["n"] = args[0]
+
+    h1 = get_module(model, t["layer_module_tmp"].format(2)).register_forward_hook(last_block)
+    h2 = get_module(model, t["ln_f_module"]).register_forward_pre_hook(final_norm)
+    try:
+        model(input_ids=torch.tensor([[4, 5, 6]]))
+    finally:
+        h1.remove(), h2.remove()
+    assert torch.equal(seen["h"], seen["n"])
+
+
+def test_gemma3_is_no_longer_refused(tok):
+    t = detect_templates(tiny_config_model("gemma3", tok, layers=3))
+    assert t["family"] == "gemma3_text" and t["ln_f_module"] == "model.norm"
+
+
+def test_mixture_of_experts_is_not_supported(tok):
+    config = T.MixtralConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, num_local_experts=2, num_experts_per_tok=1)
+    with pytest.raises(UnsupportedArchitecture, match="mixture-of-experts MLPs are not supported"):
+        detect_templates(T.MixtralForCausalLM(config))
+
+
+def test_what_is_missing_is_named(tok):
+    model = tiny_config_model("llama", tok, layers=2)
+    model.model.norm = nn.Identity()
+    with pytest.raises(UnsupportedArchitecture, match="no final norm"):
+        detect_templates(model)
+
+    class NoLayers(nn.Module):
+        class config:  # noqa: N801 - mimics a HF config
+            model_type = "mamba"
+            num_hidden_layers = 4
+            hidden_size = 8
+
+    with pytest.raises(UnsupportedArchitecture, match="mamba.*no list of 4 decoder blocks"):
+        detect_templates(NoLayers())
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_trace_and_init_hparams(tok, tmp_path, arch, capsys):
+    model = tiny_config_model(arch, tok, layers=4)
+    folder = tmp_path / arch
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    # the trace on the model in memory (a reloaded word-level tokenizer may take another class per model type)
+    facts = [TraceFact(p, s, a) for p, s, a in FORGET]
+    trace = trace_facts(model, tok, facts, TraceSettings(samples=2, window=2, width=2), progress=False)
+    assert len(trace["mlp"]) == 4 and all(0 <= p <= 1 for p in trace["mlp"] + trace["attention"])
+    assert trace["templates"]["mlp_module_tmp"] == detect_templates(model)["mlp_module_tmp"]
+    # restoring the last layer's residual at the subject (the prompt's last token) restores the clean output
+    assert trace["cases"][0]["residual"][-1] == pytest.approx(trace["cases"][0]["p_clean"], rel=1e-4)
+    for method, cls in (("ZeroUnlearn", ZeroUnlearnHyperParams), ("ZeroUnlearn-GD", ZeroUnlearnGDHyperParams)):
+        out = tmp_path / f"{method}.yaml"
+        assert cli_main(["init-hparams", "--model", str(folder), "--method", method, "--layers", "1,2", "--out", str(out)]) == 0
+        hp = cls.from_hparams(out)  # strict
+        assert hp.rewrite_module_tmp == REWRITE.get(arch, "model.layers.{}.mlp.down_proj") and hp.v_loss_layer == 3
+        assert yaml.safe_load(out.read_text())["layers"] == [1, 2]
+
+
+def _init(folder: Path, tmp_path: Path, layers: str, extra=()) -> ZeroUnlearnGDHyperParams:
+    out = tmp_path / "hp.yaml"
+    args = ["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn-GD", "--layers", layers, "--out", str(out),
+            "--trace-data", str(write_facts_counterfact(tmp_path / "facts.json")), "--trace-n", "5", "--width", "2"]
+    for item in [f"mom2_dataset={write_corpus(tmp_path / 'corpus.jsonl')}", f"stats_dir={tmp_path / 'stats'}",
+                 *TINY_EDIT_SETTINGS, *extra]:
+        args += ["--set", item]
+    assert cli_main(args) == 0
+    return ZeroUnlearnGDHyperParams.from_hparams(out)
+
+
+def _forget_and_measure(model, tok, hp):
+    before = corpus_perplexity(model, tok)
+    requests = [{"prompt": p, "subject": s, "ground_truth": a} for p, s, a in FORGET]
+    apply_zerounlearn_gd_to_model(model, tok, requests, hp, progress=False, fluency_text=GUARD_TEXT)
+    return knows(model, tok, FORGET), knows(model, tok, KEEP), corpus_perplexity(model, tok) / before - 1
+
+
+# measured with TINY_EDIT_SETTINGS at layers 1-2; tiny 48-wide models carry some of a forgotten fact's
+# residual over to other facts' keys (the paper's collateral, larger here than in real models)
+KNOWN_MISSES = {
+    "qwen2": "keeps 1-2 of 3 facts", "gemma2": "the post-norm caps the MLP's output: forgets neither fact",
+    "olmo2": "forgets 1 of 2 facts", "gpt2": "keeps 2 of 3 facts", "opt": "keeps 1 of 3 facts",
+    "falcon": "keeps 2 of 3 facts", "stablelm": "keeps 2 of 3 facts",
+}
+
+
+@pytest.mark.parametrize("arch", [pytest.param(a, marks=pytest.mark.xfail(a in KNOWN_MISSES, reason=KNOWN_MISSES.get(a, ""),
+                                                                           strict=True)) for a in sorted(ARCHS)])
+def test_edit_forgets_a_trained_fact_and_keeps_the_rest(tmp_path, arch):
+    model, tok = trained_model(arch)
+    assert all(knows(model, tok, FORGET)) and all(knows(model, tok, KEEP))
+    folder = tmp_path / arch
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    hp = _init(folder, tmp_path, "1,2")
+    forgot, kept, increase = _forget_and_measure(model, tok, hp)
+    assert not any(forgot), forgot
+    assert all(kept), kept
+    assert increase < 0.10
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "llama"])
+def test_auto_layers_on_a_gemma3_class_model_forget_within_5_percent(tmp_path, arch):
+    """``init-hparams --layers auto`` (a causal trace of the facts the model knows) writes a YAML whose edit
+    forgets the facts, keeps the others and costs under +5% perplexity; Llama beside it."""
+    model, tok = trained_model(arch)
+    folder = tmp_path / arch
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    hp = _init(folder, tmp_path, "auto")
+    assert len(hp.layers) == 2 and hp.layers[-1] < 3
+    forgot, kept, increase = _forget_and_measure(model, tok, hp)
+    assert not any(forgot) and all(kept) and increase < 0.05, (hp.layers, forgot, kept, increase)
+
+
+def test_targets_fall_back_from_the_kv_cache_with_a_note(tmp_path, caplog):
+    """Gemma-3 blocks are not covered by the KV-cached evaluation: ``adam_kv`` runs the same Adam loop on full
+    forward passes (the same targets as ``adam``), and says so once."""
+    from tiny_models import forget_requests, tiny_hparams_dict
+    from zerounlearn_editor.pipeline import neutral_targets
+
+    model, tok = trained_model("gemma3")
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    z = {}
+    for optimizer in ("adam_kv", "adam"):
+        hp = ZeroUnlearnGDHyperParams.from_dict(tiny_hparams_dict(tmp_path / "s", corpus, alg_name="ZeroUnlearn-GD",
+                                                                  targets_optimizer=optimizer))
+        with caplog.at_level("INFO", logger="zerounlearn_editor.targets_fast"):
+            z[optimizer] = neutral_targets(model, tok, forget_requests()[:2], hp).z
+    notes = [r for r in caplog.records if "KV-cached evaluation covers" in r.getMessage()]
+    assert len(notes) == 1 and "gemma3_text" in notes[0].getMessage()
+    assert torch.allclose(z["adam_kv"], z["adam"], rtol=1e-4, atol=1e-4)

@@ -1,0 +1,102 @@
+"""The fluency guard: every edit's perplexity cost on a short text, a refused destructive edit, the override."""
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from arch_zoo import FORGET, corpus_perplexity, trained_model
+from tiny_models import CORPUS, tiny_hparams_dict, write_corpus
+from zerounlearn_editor import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.fluency_guard import DEFAULT_MAX_INCREASE, FluencyError, judge_fluency
+from zerounlearn_editor.hparams import HParamsError, ZeroUnlearnHyperParams
+from zerounlearn_editor.pipeline import EditReport
+from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model
+
+TEXT = " ".join(dict.fromkeys(CORPUS))
+REQUESTS = [{"prompt": p, "subject": s, "ground_truth": a} for p, s, a in FORGET]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _hparams(tmp_path: Path, **changes) -> ZeroUnlearnGDHyperParams:
+    config = tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "c.jsonl"), alg_name="ZeroUnlearn-GD", gpt2=True,
+                               v_lr=0.5, v_weight_decay=1e-3, clamp_norm_factor=4.0, v_num_grad_steps=50,
+                               target_weight=1e4, nullspace_threshold=1e-3)
+    config.update(changes)
+    return ZeroUnlearnGDHyperParams.from_dict(config)
+
+
+# a destructive edit: every direction is "null space" (nothing protects general text), no norm penalty, a residual
+# up to 20x the hidden state: the tiny GPT-2's perplexity on its own corpus several-fold
+DESTRUCTIVE = dict(nullspace_threshold=1e9, norm_weight=1e-6, clamp_norm_factor=20.0)
+
+
+def test_judge():
+    ok = judge_fluency(30.0, 39.9, 256, 0.33, "refuse")
+    assert ok.passed and ok.increase == pytest.approx(0.33)
+    bad = judge_fluency(30.4, 2357.0, 256, DEFAULT_MAX_INCREASE, "refuse")  # issue 28's wrecked Gemma-3
+    assert not bad.passed and "30.400 to 2357.000 (+7653.3%)" in bad.message() and "+100%" in bad.message()
+    assert not judge_fluency(30.0, math.nan, 256, 1.0, "warn").passed
+    assert not judge_fluency(30.0, math.inf, 256, 1.0, "warn").passed
+    with pytest.raises(ValueError, match="mode"):
+        judge_fluency(1.0, 1.0, 2, 1.0, "ignore")
+
+
+def test_a_destructive_edit_is_refused_and_the_weights_restored(tmp_path):
+    model, tok = trained_model("gpt2")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    hp = _hparams(tmp_path, **DESTRUCTIVE)
+    with pytest.raises(FluencyError, match=r"edit refused and the weights restored: fluency guard: perplexity on \d+ "
+                                           r"tokens of the built-in text went from [\d.]+ to [\d.]+ \(\+\d+\.\d%\)") as info:
+        apply_zerounlearn_gd_to_model(model, tok, REQUESTS, hp, progress=False, fluency_text=TEXT)
+    assert info.value.check.increase > DEFAULT_MAX_INCREASE
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+    # the explicit override keeps it, with a warning, and the figure goes into the report
+    report = EditReport()
+    apply_zerounlearn_gd_to_model(model, tok, REQUESTS, hp, progress=False, fluency_text=TEXT, fluency_guard="warn",
+                                  report=report)
+    assert report.fluency["passed"] is False and report.fluency["mode"] == "warn"
+    assert report.fluency["increase"] == pytest.approx(info.value.check.increase, rel=1e-4)
+    assert corpus_perplexity(model, tok) > 1.5 * corpus_perplexity(trained_model("gpt2")[0], tok)
+
+
+def test_the_override_warns(tmp_path, caplog):
+    model, tok = trained_model("gpt2")
+    hp = _hparams(tmp_path, fluency_guard="warn", **DESTRUCTIVE)  # the YAML key
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.pipeline"):
+        apply_zerounlearn_gd_to_model(model, tok, REQUESTS, hp, progress=False, fluency_text=TEXT)
+    assert any("kept because fluency_guard is 'warn'" in r.getMessage() for r in caplog.records)
+
+
+def test_the_guard_only_reads(tmp_path):
+    """An edit that passes is bit-identical with the guard on or off; the report carries the figure."""
+    results = []
+    for mode in ("refuse", "off"):
+        model, tok = trained_model("llama")
+        hp = ZeroUnlearnGDHyperParams.from_dict(dict(_hparams(tmp_path).__dict__, **dict(
+            rewrite_module_tmp="model.layers.{}.mlp.down_proj", layer_module_tmp="model.layers.{}",
+            mlp_module_tmp="model.layers.{}.mlp", ln_f_module="model.norm")))
+        report = EditReport()
+        apply_zerounlearn_gd_to_model(model, tok, REQUESTS, hp, progress=False, fluency_text=TEXT, fluency_guard=mode,
+                                      report=report)
+        results.append((model.state_dict(), report))
+    (edited, guarded), (plain, off) = results
+    assert all(torch.equal(edited[k], plain[k]) for k in edited)
+    assert guarded.fluency["passed"] and guarded.fluency["tokens"] > 10 and "fluency" in guarded.timings
+    assert abs(guarded.fluency["increase"]) < 0.5 and off.fluency == {}
+
+
+def test_keys_and_defaults(tmp_path):
+    hp = ZeroUnlearnHyperParams.from_hparams(ROOT / "hparams/ZeroUnlearn/SmolLM2-135M-Instruct.yaml")
+    assert (hp.fluency_guard, hp.fluency_max_increase, hp.fluency_tokens) == ("refuse", DEFAULT_MAX_INCREASE, 256)
+    for key, value, match in (("fluency_max_increase", 0.0, "must be finite and > 0"), ("fluency_tokens", 1, ">= 2"),
+                              ("fluency_guard", "ignore", "fluency_guard")):
+        with pytest.raises(HParamsError, match=match):
+            _hparams(tmp_path, **{key: value})
+    model, tok = trained_model("gpt2")
+    with pytest.raises(ValueError, match="fluency_guard must be one of"):
+        apply_zerounlearn_gd_to_model(model, tok, REQUESTS, _hparams(tmp_path), progress=False, fluency_guard="maybe")
