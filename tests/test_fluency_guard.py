@@ -66,9 +66,9 @@ def test_a_destructive_edit_is_refused_and_the_weights_restored(tmp_path):
 
 def test_the_override_warns(tmp_path, caplog):
     model, tok = trained_model("gpt2")
-    hp = _hparams(tmp_path, fluency_guard="warn", **DESTRUCTIVE)  # the YAML key
+    hp = _hparams(tmp_path, **DESTRUCTIVE)
     with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.pipeline"):
-        apply_zerounlearn_gd_to_model(model, tok, REQUESTS, hp, progress=False, fluency_text=TEXT)
+        apply_zerounlearn_gd_to_model(model, tok, REQUESTS, hp, progress=False, fluency_text=TEXT, fluency_guard="warn")
     assert any("kept because fluency_guard is 'warn'" in r.getMessage() for r in caplog.records)
 
 
@@ -92,11 +92,23 @@ def test_the_guard_only_reads(tmp_path):
 
 def test_keys_and_defaults(tmp_path):
     hp = ZeroUnlearnHyperParams.from_hparams(ROOT / "hparams/ZeroUnlearn/SmolLM2-135M-Instruct.yaml")
-    assert (hp.fluency_guard, hp.fluency_max_increase, hp.fluency_tokens) == ("refuse", DEFAULT_MAX_INCREASE, 256)
-    for key, value, match in (("fluency_max_increase", 0.0, "must be finite and > 0"), ("fluency_tokens", 1, ">= 2"),
-                              ("fluency_guard", "ignore", "fluency_guard")):
-        with pytest.raises(HParamsError, match=match):
-            _hparams(tmp_path, **{key: value})
+    assert hp.fluency_max_increase == DEFAULT_MAX_INCREASE
+    for value in (0.0, -1.0, float("inf")):
+        with pytest.raises(HParamsError, match="'fluency_max_increase' must be (a )?finite"):
+            _hparams(tmp_path, fluency_max_increase=value)
+    for key in ("fluency_guard", "fluency_tokens"):  # the mode is an argument of the edit, the text length fixed
+        with pytest.raises(HParamsError, match=key):
+            _hparams(tmp_path, **{key: "warn" if key == "fluency_guard" else 256})
     model, tok = trained_model("gpt2")
     with pytest.raises(ValueError, match="fluency_guard must be one of"):
         apply_zerounlearn_gd_to_model(model, tok, REQUESTS, _hparams(tmp_path), progress=False, fluency_guard="maybe")
+
+
+def test_null_threshold_turns_the_guard_off(tmp_path):
+    """``fluency_max_increase: null`` = no guard: the destructive edit runs and nothing is measured."""
+    model, tok = trained_model("gpt2")
+    hp = _hparams(tmp_path, fluency_max_increase=None, **DESTRUCTIVE)
+    report = EditReport()
+    apply_zerounlearn_gd_to_model(model, tok, REQUESTS, hp, progress=False, fluency_text=TEXT, report=report)
+    assert report.fluency == {} and "fluency" not in report.timings
+    assert corpus_perplexity(model, tok) > 1.5 * corpus_perplexity(trained_model("gpt2")[0], tok)

@@ -23,7 +23,7 @@ from zerounlearn_editor.hparams_doc import END, METHOD_CLASSES, START, key_table
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(p for cls in METHOD_CLASSES for p in (ROOT / "hparams" / cls.ALG_NAME).glob("*.yaml"))
-MAX_KEYS = 51  # 59 before issue 27 step 2; the goal is 48 (see the issue)
+MAX_KEYS = 52  # 59 before issue 27 step 2 (50 after it), + fluency_max_increase (issue 28); the goal is 48 (see the issue)
 
 
 def _all_keys():

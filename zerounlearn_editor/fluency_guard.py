@@ -1,19 +1,22 @@
 """Fluency guard: the edit's perplexity cost on a short built-in text, checked after every edit.
 
 Before the first weight is written and again after the last, the model's perplexity is measured on
-the first ``fluency_tokens`` tokens (256 by default) of the package's WikiText-2 text (one window).
-The relative increase ``after / before - 1`` is compared with ``fluency_max_increase``:
+the first ``DEFAULT_TOKENS`` (256) tokens of the package's WikiText-2 text (one window; ``fluency_text``
+of the apply functions replaces the text). The relative increase ``after / before - 1`` is compared
+with the YAML's ``fluency_max_increase`` (``null``: no guard). The mode of one edit is the apply
+functions' ``fluency_guard`` argument:
 
-* ``fluency_guard: refuse`` (default): beyond the threshold the edit is refused, every edited
-  weight restored, and :class:`FluencyError` names both perplexities, the increase and the threshold;
-* ``warn`` (the explicit override): the edit is kept and a warning says the same;
-* ``off``: nothing is measured.
+* ``"refuse"`` (default): beyond the threshold the edit is refused, every edited weight restored,
+  and :class:`FluencyError` names both perplexities, the increase and the threshold;
+* ``"warn"`` (the explicit override; ``zerounlearn unlearn --allow-fluency-loss``): the edit is kept
+  and a warning says the same;
+* ``"off"``: nothing is measured.
 
 The guard only reads: an edit that passes is exactly the edit without it. The figures go into
 ``EditReport.fluency``.
 
 Default threshold (+100%: the perplexity may not double): on SmolLM2-135M the shipped paper YAMLs
-cost at most +58% (ZeroUnlearn, 100 facts in one batch; +33% at 50, benchmarks/README "scaling"),
+cost at most +58% (ZeroUnlearn, 100 facts in one batch; +33% at 50, benchmarks/RESULTS.md),
 while the wrecked Gemma-3 edit of issue 28 cost +7,658%.
 """
 from __future__ import annotations
@@ -33,7 +36,7 @@ GUARD_MODES = ("refuse", "warn", "off")
 DEFAULT_MAX_INCREASE = 1.0
 """Refuse an edit whose guard perplexity more than doubles (``after > 2 * before``)."""
 DEFAULT_TOKENS = 256
-_TEXT_CHARS = 64 * 1024  # enough characters for any sensible ``fluency_tokens`` of WikiText-2
+_TEXT_CHARS = 64 * 1024  # enough characters of WikiText-2 for far more than DEFAULT_TOKENS tokens
 
 
 class FluencyError(RuntimeError):
@@ -108,9 +111,10 @@ def judge_fluency(ppl_before: float, ppl_after: float, tokens: int, max_increase
     return FluencyCheck(float(ppl_before), float(ppl_after), int(tokens), float(max_increase), mode)
 
 
-def resolve_mode(hparams_mode: str, override: Optional[str]) -> str:
-    """The mode of one edit: ``override`` (the ``fluency_guard`` argument of an apply function) else the YAML's."""
-    mode = hparams_mode if override is None else override
+def resolve_mode(max_increase: Optional[float], override: Optional[str]) -> str:
+    """The mode of one edit: ``override`` (the ``fluency_guard`` argument of an apply function), else
+    ``"refuse"``, or ``"off"`` where the YAML's ``fluency_max_increase`` is null."""
+    mode = override if override is not None else ("off" if max_increase is None else "refuse")
     if mode not in GUARD_MODES:
         raise ValueError(f"fluency_guard must be one of {GUARD_MODES}, got {mode!r}")
     return mode

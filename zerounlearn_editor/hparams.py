@@ -366,13 +366,11 @@ class EditHyperParams(BaseHyperParams):
     mom2_max_length: int = 256
     mom2_batch_size: int = 16
 
-    # Fluency guard (every edit; zerounlearn_editor.fluency_guard): perplexity on the first fluency_tokens tokens of
-    # the built-in WikiText-2 text before and after the edit; an increase beyond fluency_max_increase (relative:
-    # 1.0 = +100%) is refused with the weights restored ("refuse"), let through with a warning ("warn"), or not
-    # measured ("off"). It only reads: an edit that passes is unchanged.
-    fluency_guard: Literal["refuse", "warn", "off"] = "refuse"
-    fluency_max_increase: float = 1.0
-    fluency_tokens: int = 256
+    # Fluency guard (every edit; zerounlearn_editor.fluency_guard): perplexity on the first 256 tokens of the built-in
+    # WikiText-2 text before and after the edit; an increase beyond fluency_max_increase (relative: 1.0 = +100%) is
+    # refused with the weights restored (the apply functions' fluency_guard="warn" keeps it with a warning);
+    # null = no guard. It only reads: an edit that passes is unchanged.
+    fluency_max_increase: Optional[float] = 1.0
 
     # Retain set (opt-in): facts to keep, a JSON/JSONL/YAML list of {prompt, subject}; the
     # ``retain=`` argument of the apply functions takes precedence (see zerounlearn_editor.retain)
@@ -433,10 +431,9 @@ class EditHyperParams(BaseHyperParams):
         for key in ("mom2_n_samples", "chunk_size", "mom2_max_length", "mom2_batch_size"):
             if getattr(self, key) < 1:
                 raise HParamsError(f"{source}: key {key!r} must be >= 1")
-        if not 0 < self.fluency_max_increase < float("inf"):
-            raise HParamsError(f"{source}: key 'fluency_max_increase' must be finite and > 0, got {self.fluency_max_increase!r}")
-        if self.fluency_tokens < 2:
-            raise HParamsError(f"{source}: key 'fluency_tokens' must be >= 2, got {self.fluency_tokens!r}")
+        if self.fluency_max_increase is not None and not 0 < self.fluency_max_increase < float("inf"):
+            raise HParamsError(f"{source}: key 'fluency_max_increase' must be finite and > 0 (or null: no guard), "
+                               f"got {self.fluency_max_increase!r}")
         if self.v_num_grad_steps < 0:
             raise HParamsError(f"{source}: key 'v_num_grad_steps' must be >= 0")
         if 0 <= self.v_loss_layer <= self.layers[-1]:
@@ -568,6 +565,10 @@ FIELD_HELP: Dict[str, str] = {
     "mom2_dtype": "dtype of `C0` (`float16`, `float32`, `float64`)",
     "mom2_max_length": "tokens per passage",
     "mom2_batch_size": "passages per forward pass",
+    "fluency_max_increase": "fluency guard on every edit: the allowed relative perplexity increase on 256 tokens of the "
+                            "built-in WikiText-2 text (1.0 = +100%); beyond it the edit is refused and the weights "
+                            "restored (the apply functions' `fluency_guard=\"warn\"`, `unlearn --allow-fluency-loss`, "
+                            "keep it with a warning); `null` = no guard. It only reads (see \"Fluency guard\")",
     # retain set and experiments
     "retain_file": "retain set (ZeroUnlearn-GD+R): facts to keep, a JSON/JSONL/YAML list of `{prompt, subject}`, path "
     "relative to the YAML; `null` = none (or `retain=` of the apply functions)",

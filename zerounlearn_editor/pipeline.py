@@ -33,7 +33,7 @@ from torch import nn
 from .contexts import context_prefixes
 from .encoding import target_token_ids
 from .eval_mode import eval_mode
-from .fluency_guard import FluencyError, guard_perplexity, guard_text as builtin_guard_text, guard_tokens, judge_fluency, resolve_mode
+from .fluency_guard import DEFAULT_MAX_INCREASE, DEFAULT_TOKENS, FluencyError, guard_perplexity, guard_text as builtin_guard_text, guard_tokens, judge_fluency, resolve_mode
 from .hparams import EditHyperParams
 from .model_access import (
     check_edited_modules,
@@ -302,7 +302,7 @@ def run_layerwise_edit(
     ``"off"``) overrides the YAML's mode for this edit; ``fluency_text`` replaces the built-in text.
     A refused edit raises :class:`~zerounlearn_editor.fluency_guard.FluencyError` with the weights restored.
     """
-    mode = resolve_mode(hparams.fluency_guard, fluency_guard)
+    mode = resolve_mode(hparams.fluency_max_increase, fluency_guard)
     with progress_scope(progress), eval_mode(model):  # keys and targets without dropout; caller's mode restored
         return _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets,
                                    stages, retain, (mode, fluency_text))
@@ -344,7 +344,7 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
     if mode != "off":
         with _Timer(report, "fluency"):
             guard_text_ = guard_source if guard_source is not None else builtin_guard_text()
-            n_tokens = guard_tokens(model, hparams.fluency_tokens)
+            n_tokens = guard_tokens(model, DEFAULT_TOKENS)
             ppl_before = guard_perplexity(model, tok, guard_text_, n_tokens)
     try:
         _edit_layers(model, tok, forget, keep, prefixes, targets, second_moments, hparams, solver, report, stages.keys,
@@ -352,11 +352,13 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
         if mode != "off":
             with _Timer(report, "fluency"):
                 ppl_after = guard_perplexity(model, tok, guard_text_, n_tokens)
-            check = judge_fluency(ppl_before, ppl_after, n_tokens, hparams.fluency_max_increase, mode)
+            check = judge_fluency(ppl_before, ppl_after, n_tokens,
+                                  DEFAULT_MAX_INCREASE if hparams.fluency_max_increase is None else hparams.fluency_max_increase,
+                                  mode)
             report.fluency = check.as_dict()
             if not check.passed and mode == "refuse":
                 raise FluencyError(f"{hparams.alg_name}: edit refused and the weights restored: {check.message()}; "
-                                   "fluency_guard='warn' (or the YAML key) keeps such an edit", check)
+                                   "fluency_guard='warn' keeps such an edit (a larger fluency_max_increase, or null, in the YAML changes the limit)", check)
             if not check.passed:
                 LOG.warning("%s: %s; kept because fluency_guard is 'warn'", hparams.alg_name, check.message())
             else:
@@ -553,7 +555,7 @@ def apply_edit_method(
     if not isinstance(hparams, EditHyperParams):
         raise TypeError(f"hparams must be a ZeroUnlearn hparams object, got {type(hparams).__name__}")
     check_edit_inputs(model, tok, requests, hparams, kwargs.get("retain"))  # fail before any copy is made
-    resolve_mode(hparams.fluency_guard, kwargs.get("fluency_guard"))
+    resolve_mode(hparams.fluency_max_increase, kwargs.get("fluency_guard"))
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)
     weights_copy, report = run_layerwise_edit(
