@@ -317,9 +317,11 @@ def _make_editor(easyedit: Dict[str, Any], hparams, model) -> Tuple[Any, Recorde
 def _tiny_setup(tmp_path: Path, tok, hparams_cls=ZeroUnlearnHyperParams, alg_name="ZeroUnlearn", **overrides):
     model = tiny_llama(tok)
     corpus = write_corpus(tmp_path / "corpus.jsonl")
-    config = tiny_hparams_dict(tmp_path / "stats", corpus, alg_name=alg_name, **overrides)
-    config["model_name"] = (model, tok)
-    return model, hparams_cls.from_dict(config)
+    hparams = hparams_cls.from_dict(tiny_hparams_dict(tmp_path / "stats", corpus, alg_name=alg_name, **overrides))
+    # EasyEdit's in-memory model: BaseEditor takes model_name = (model, tok); a YAML/dict holds a name
+    # only (validated as a string), so the tuple is set on the loaded hparams
+    hparams.model_name = (model, tok)
+    return model, hparams
 
 
 def _edit_args(requests: List[dict]) -> Dict[str, Any]:
@@ -546,13 +548,14 @@ def _smollm2_hparams(hparams_cls, alg_name: str, model, tok, stats_dir: Path, **
         pytest.skip(str(exc))
     config = load_config_file(hparams_path(alg_name, "SmolLM2-135M-Instruct"))
     config.update(
-        model_name=(model, tok),
-        device="cpu",  # the shipped YAML says 0, which EasyEdit turns into cuda:0
+        device="cpu",  # EasyEdit turns an integer device into cuda:N
         stats_dir=str(stats_dir),
         mom2_dataset=str(corpus),
         **overrides,
     )
-    return hparams_cls.from_dict(config, source=f"{alg_name} SmolLM2 (test overrides)")
+    hparams = hparams_cls.from_dict(config, source=f"{alg_name} SmolLM2 (test overrides)")
+    hparams.model_name = (model, tok)  # the in-memory model EasyEdit is given (see _tiny_setup)
+    return hparams
 
 
 @pytest.mark.slow
