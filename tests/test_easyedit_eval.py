@@ -356,3 +356,51 @@ def test_real_easyedit_unlearns_a_knowedit_file(tmp_path, monkeypatch):
                     "--no-test-generation"])
     assert summary["mode"] == "unlearn" and summary["target_new"] == "the" and summary["cases"] == 2
     assert summary["forget_ground_truth_acc"]["pre"] is not None and summary["forget_ground_truth_acc"]["post"] is not None
+
+
+@pytest.mark.slow
+@pytest.mark.easyedit
+def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch, request):
+    """``run_easyedit_eval`` on 10 real records of EasyEdit's flat CounterFact, SmolLM2 by name (``smollm2``).
+
+    ZeroUnlearn and EasyEdit's own MEMIT (hparams mapped from the ZeroUnlearn YAML as the bench
+    does; it reads the same statistics file, never a dataset) both unlearn towards EOS. Every
+    metric has a pre and a post value; both methods lower the true answers' accuracy.
+    """
+    if not _real_easyedit_importable():
+        pytest.skip("EasyEdit is not importable: set EASYEDIT_PATH to an EasyEdit source tree in an environment "
+                    "with EasyEdit's requirements")
+    try:
+        data = shared_file("counterfact/counterfact_easyedit_val_1919.json")
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    from zerounlearn_editor.bench import easyedit_baselines
+    from zerounlearn_editor.hparams import load_config_file
+    from zerounlearn_editor.resources import hparams_path
+
+    model, _ = request.getfixturevalue("smollm2")
+    stats_dir = request.getfixturevalue("smollm2_stats_dir")
+    monkeypatch.chdir(tmp_path)  # EasyEdit writes ./logs
+    ours = load_config_file(hparams_path("ZeroUnlearn", "SmolLM2-135M-Instruct"))
+    ours.update(stats_dir=str(stats_dir), v_num_grad_steps=10)
+    (tmp_path / "zu.yaml").write_text(yaml.safe_dump(ours), encoding="utf-8")
+    memit_cls = importlib.import_module("easyeditor.models.memit.memit_hparams").MEMITHyperParams
+    mapped = easyedit_baselines.easyedit_config("MEMIT", ZeroUnlearnHyperParams.from_dict(ours), model, tmp_path)
+    fields = {f.name for f in __import__("dataclasses").fields(memit_cls)}
+    memit = {k: v for k, v in mapped.items() if k in fields}
+    memit.update(model_name="smollm2", device="cpu")
+    (tmp_path / "memit.yaml").write_text(yaml.safe_dump(memit), encoding="utf-8")
+
+    summaries = {}
+    for method, path in (("ZeroUnlearn", "zu.yaml"), ("MEMIT", "memit.yaml")):
+        summaries[method] = main(["--editing_method", method, "--hparams_dir", str(tmp_path / path), "--data_dir", str(data),
+                                  "--ds_size", "10", "--metrics_save_dir", str(tmp_path / "out"), "--no-test-generation"])
+    for method, summary in summaries.items():
+        assert summary["cases"] == 10 and summary["data_format"] == "counterfact" and summary["mode"] == "unlearn", method
+        rows = [summary["forget_ground_truth_acc"], summary["rewrite_acc"], summary["rephrase_acc"],
+                summary["locality"]["neighborhood_acc"], summary["portability"]["neighborhood_Ground_Truth_acc"]]
+        for values in rows:
+            assert values["pre"] is not None and values["post"] is not None, (method, summary)
+        truth = summary["forget_ground_truth_acc"]
+        assert truth["post"] < truth["pre"], (method, truth)
+    assert summaries["ZeroUnlearn"]["pre_edit_file"] != summaries["MEMIT"]["pre_edit_file"]
