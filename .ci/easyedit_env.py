@@ -62,8 +62,9 @@ def env_key() -> str:
 
 
 def _run(cmd: list, **kwargs) -> None:
+    """Run ``cmd``; its output goes to stderr (stdout carries only the venv's python path)."""
     LOG.info("+ %s", " ".join(str(c) for c in cmd))
-    subprocess.run([str(c) for c in cmd], check=True, **kwargs)
+    subprocess.run([str(c) for c in cmd], check=True, stdout=sys.stderr, **kwargs)
 
 
 def _site_packages(python: Path) -> Path:
