@@ -363,9 +363,13 @@ def test_real_easyedit_unlearns_a_knowedit_file(tmp_path, monkeypatch):
 def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch, request):
     """``run_easyedit_eval`` on 10 real records of EasyEdit's flat CounterFact, SmolLM2 by name (``smollm2``).
 
-    ZeroUnlearn and EasyEdit's own MEMIT (hparams mapped from the ZeroUnlearn YAML as the bench
-    does; it reads the same statistics file, never a dataset) both unlearn towards EOS. Every
-    metric has a pre and a post value; both methods lower the true answers' accuracy.
+    The records are the first 10 of the file whose answer SmolLM2 gives (teacher-forced token
+    accuracy 1; most CounterFact facts it does not know), written unchanged to a file of the same
+    format. ZeroUnlearn and EasyEdit's own MEMIT (hparams mapped from the ZeroUnlearn YAML as the
+    bench does; it reads the same statistics file, never a dataset) both unlearn towards EOS.
+    Every metric has a pre and a post value; ZeroUnlearn lowers the true answers' accuracy.
+    (EasyEdit's ``rewrite_acc`` of the EOS text scores " <|im_end|>" after the prompt, a space
+    token first, so it is 0 before and after and is not asserted on.)
     """
     if not _real_easyedit_importable():
         pytest.skip("EasyEdit is not importable: set EASYEDIT_PATH to an EasyEdit source tree in an environment "
@@ -378,11 +382,19 @@ def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch,
     from zerounlearn_editor.hparams import load_config_file
     from zerounlearn_editor.resources import hparams_path
 
-    model, _ = request.getfixturevalue("smollm2")
+    from zerounlearn_editor.data.types import Probe
+    from zerounlearn_editor.evaluation.metrics import evaluate_probes
+
+    model, tok = request.getfixturevalue("smollm2")
     stats_dir = request.getfixturevalue("smollm2_stats_dir")
     monkeypatch.chdir(tmp_path)  # EasyEdit writes ./logs
+    records = json.loads(Path(data).read_text(encoding="utf-8"))[:300]
+    acc = evaluate_probes(model, tok, [Probe(r["prompt"], r["ground_truth"]) for r in records])["acc"]
+    known = [r for r, a in zip(records, acc) if a == 1.0][:10]
+    assert len(known) == 10, f"SmolLM2 answers only {len(known)} of the first 300 records"
+    data = _write(tmp_path / "counterfact_known.json", known)
     ours = load_config_file(hparams_path("ZeroUnlearn", "SmolLM2-135M-Instruct"))
-    ours.update(stats_dir=str(stats_dir), v_num_grad_steps=10)
+    ours.update(stats_dir=str(stats_dir))
     (tmp_path / "zu.yaml").write_text(yaml.safe_dump(ours), encoding="utf-8")
     memit_cls = importlib.import_module("easyeditor.models.memit.memit_hparams").MEMITHyperParams
     mapped = easyedit_baselines.easyedit_config("MEMIT", ZeroUnlearnHyperParams.from_dict(ours), model, tmp_path)
@@ -401,6 +413,7 @@ def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch,
                 summary["locality"]["neighborhood_acc"], summary["portability"]["neighborhood_Ground_Truth_acc"]]
         for values in rows:
             assert values["pre"] is not None and values["post"] is not None, (method, summary)
-        truth = summary["forget_ground_truth_acc"]
-        assert truth["post"] < truth["pre"], (method, truth)
+        assert summary["forget_ground_truth_acc"]["pre"] >= 0.8, (method, summary["forget_ground_truth_acc"])
+    truth = summaries["ZeroUnlearn"]["forget_ground_truth_acc"]
+    assert truth["post"] < truth["pre"], truth  # one fact per edit with the paper's settings: 1.0 -> 0.8 measured
     assert summaries["ZeroUnlearn"]["pre_edit_file"] != summaries["MEMIT"]["pre_edit_file"]
