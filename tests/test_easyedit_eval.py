@@ -368,8 +368,8 @@ def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch,
     format. ZeroUnlearn and EasyEdit's own MEMIT (hparams mapped from the ZeroUnlearn YAML as the
     bench does; it reads the same statistics file, never a dataset) both unlearn towards EOS.
     Every metric has a pre and a post value; ZeroUnlearn lowers the true answers' accuracy.
-    (EasyEdit's ``rewrite_acc`` of the EOS text scores " <|im_end|>" after the prompt, a space
-    token first, so it is 0 before and after and is not asserted on.)
+    (EasyEdit's ``rewrite_acc`` scores ``prompt + " " + target`` and counts pad tokens as padding;
+    SmolLM2's pad token is its EOS, so for the EOS target it stays 0 and is not asserted on.)
     """
     if not _real_easyedit_importable():
         pytest.skip("EasyEdit is not importable: set EASYEDIT_PATH to an EasyEdit source tree in an environment "
