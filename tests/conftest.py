@@ -8,6 +8,24 @@ import pytest
 
 from zerounlearn_editor.model_zoo import WHEEL_ENV, prepare_smollm2
 
+REQUIRE_EASYEDIT_ENV = "ZEROUNLEARN_REQUIRE_EASYEDIT"
+"""Set to ``1`` (``.ci/run`` does) and an ``easyedit``-marked test that skips is reported as failed."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Under ``$ZEROUNLEARN_REQUIRE_EASYEDIT=1`` a skipped ``easyedit`` test is a failure.
+
+    Locally the EasyEdit tests skip when ``easyeditor`` cannot be imported; in CI a missing or
+    broken EasyEdit must not pass silently.
+    """
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get(REQUIRE_EASYEDIT_ENV) == "1" and item.get_closest_marker("easyedit"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"{REQUIRE_EASYEDIT_ENV}=1 and this EasyEdit test skipped: {reason}"
+
 
 @pytest.fixture(scope="session")
 def smollm2_path() -> Path:

@@ -23,7 +23,16 @@ from zerounlearn_editor import (
     apply_zerounlearn_to_model,
 )
 from zerounlearn_editor.easyedit import easyedit_available
-from zerounlearn_editor.easyedit_eval import FORGET_KEY, find_hparams_class, knowedit_inputs, main, unlearning_summary
+from zerounlearn_editor.easyedit_eval import (
+    FORGET_KEY,
+    find_hparams_class,
+    flat_inputs,
+    knowedit_inputs,
+    main,
+    read_edit_data,
+    unlearning_summary,
+)
+from zerounlearn_editor.resources import shared_file
 
 
 def _module(monkeypatch, name: str, **attrs) -> types.ModuleType:
@@ -166,19 +175,28 @@ def yaml_file(tmp_path):
     return path
 
 
+def _knowedit_file(path: Path, n: int) -> Path:
+    """A KnowEdit-format file (the fake KnowEditDataset hands out ``_record``s, this file is format-checked)."""
+    rows = [{"subject": f"s{i}", "prompt": f"the capital of s{i} is", "target_new": "rome", "ground_truth": "paris",
+             "locality": {}, "portability": {}} for i in range(n)]
+    path.write_text(json.dumps(rows), encoding="utf-8")
+    return path
+
+
 def test_main_unlearns_by_default_and_edits_with_keep(tmp_path, yaml_file, capsys):
     records = [_record(0), _record(1), _record(2, truth=None)]
     _FakeEditor.calls.clear()
-    argv = ["--editing_method", "ZeroUnlearn", "--hparams_dir", str(yaml_file), "--data_dir", "unused.json",
+    data = _knowedit_file(tmp_path / "knowedit.json", 3)
+    argv = ["--editing_method", "ZeroUnlearn", "--hparams_dir", str(yaml_file), "--data_dir", str(data),
             "--datatype", "counterfact", "--ds_size", "3", "--metrics_save_dir", str(tmp_path / "out")]
     summary = main(argv, easyedit=_fake_easyedit(records))
     call = _FakeEditor.calls[-1]
     assert call["target_new"] == ["<eos>"] * 3 and call["keep_original_weight"] is True
     assert summary["mode"] == "unlearn" and summary["target_new"] == "<eos>"
     assert summary["forget_ground_truth_acc"] == {"pre": pytest.approx(0.75), "post": 0.0}
-    assert summary["locality"]["Relation_Specificity_acc"]["post"] == pytest.approx(0.5)
+    assert summary["locality"]["Relation_Specificity_acc"] == {"pre": 1.0, "post": pytest.approx(0.5)}  # pre: by definition
     assert summary["portability"]["reasoning_acc"]["pre"] == 1.0 and FORGET_KEY + "_acc" not in summary["portability"]
-    assert summary["fluency_ngram_entropy_post"] == 5.0
+    assert summary["fluency_ngram_entropy"] == {"pre": None, "post": 5.0}
     assert (tmp_path / "out" / "ZeroUnlearn_counterfact_llama-like-model_results.json").is_file()
     stored = json.loads((tmp_path / "out" / "ZeroUnlearn_counterfact_llama-like-model_unlearning_summary.json").read_text())
     assert stored["mode"] == "unlearn"
@@ -198,6 +216,108 @@ def test_main_rejects_a_yaml_of_another_method(tmp_path, yaml_file):
 def test_unlearning_summary_without_values():
     summary = unlearning_summary([{"pre": {}, "post": {}}], {"mode": "unlearn"})
     assert summary["forget_ground_truth_acc"] == {"pre": None, "post": None} and summary["cases"] == 1
+    assert summary["locality"] == {} and summary["rephrase_acc"] == {"pre": None, "post": None}
+
+
+CF_FIELDS = ("prompt", "subject", "target_new", "ground_truth", "rephrase_prompt", "locality_prompt", "locality_ground_truth")
+
+
+def _cf(i: int, truth: str = "paris") -> Dict[str, Any]:
+    return {"case_id": i, "prompt": f"the capital of s{i} is", "subject": f"s{i}", "target_new": "rome",
+            "ground_truth": truth, "rephrase_prompt": f"s{i} has its capital in", "locality_prompt": "the capital of egypt is",
+            "locality_ground_truth": "cairo"}
+
+
+def _zsre(i: int) -> Dict[str, Any]:
+    return {"subject": f"s{i}", "src": f"What is the capital of s{i}?", "pred": "x", "rephrase": f"Capital city of s{i}?",
+            "alt": "rome", "answers": ["paris"], "loc": "nq question: who wrote hamlet", "loc_ans": "shakespeare",
+            "cond": "", "portability": {"New Question": f"Which river flows through the capital of s{i}?", "New Answer": "seine"}}
+
+
+def _write(path: Path, rows: Any) -> Path:
+    path.write_text(json.dumps(rows), encoding="utf-8")
+    return path
+
+
+def test_read_edit_data_tells_the_three_formats_apart(tmp_path):
+    cf = read_edit_data(str(_write(tmp_path / "cf.json", [_cf(0), _cf(1), _cf(2)])), size=2)
+    assert cf.format == "counterfact" and len(cf.records) == 2 and len(cf.digest) == 64
+    assert read_edit_data(str(_write(tmp_path / "zsre.json", [_zsre(0)]))).format == "zsre"
+    knowedit = read_edit_data(str(_knowedit_file(tmp_path / "ke.json", 2)))
+    assert knowedit.format == "knowedit" and knowedit.records is None
+
+
+def test_read_edit_data_names_what_it_cannot_read(tmp_path):
+    broken = _cf(1)
+    del broken["locality_ground_truth"], broken["rephrase_prompt"]
+    with pytest.raises(SystemExit, match=r"record 1 \(counterfact format\) lacks field\(s\) \['rephrase_prompt', 'locality_ground_truth'\]"):
+        read_edit_data(str(_write(tmp_path / "cf.json", [_cf(0), broken])))
+    with pytest.raises(SystemExit, match=r"cannot tell the format of record 0 \(fields \['answer', 'question'\]\)"):
+        read_edit_data(str(_write(tmp_path / "other.json", [{"question": "q", "answer": "a"}])))
+    with pytest.raises(SystemExit, match="expected a non-empty JSON list"):
+        read_edit_data(str(_write(tmp_path / "empty.json", [])))
+    with pytest.raises(SystemExit, match="no such file"):
+        read_edit_data(str(tmp_path / "missing.json"))
+    with pytest.raises(SystemExit, match="record 0 field ground_truth is empty"):
+        flat_inputs(read_edit_data(str(_write(tmp_path / "cf2.json", [_cf(0, truth=" ")]))))
+
+
+def test_flat_inputs_of_counterfact_and_zsre(tmp_path):
+    args = flat_inputs(read_edit_data(str(_write(tmp_path / "cf.json", [_cf(0), _cf(1)]))))
+    assert args["prompts"] == ["the capital of s0 is", "the capital of s1 is"] and args["target_new"] == ["rome", "rome"]
+    assert args["ground_truth"] == ["paris", "paris"] and args["rephrase_prompts"][1] == "s1 has its capital in"
+    assert args["locality_inputs"] == {"neighborhood": {"prompt": ["the capital of egypt is"] * 2, "ground_truth": ["cairo"] * 2}}
+    assert args["portability_inputs"][FORGET_KEY] == {"prompt": args["prompts"], "ground_truth": ["paris", "paris"]}
+    assert args["portability_inputs"]["neighborhood_Ground_Truth"]["ground_truth"] == ["cairo", "cairo"]
+    assert "New_Question" not in args["portability_inputs"]
+
+    zsre = flat_inputs(read_edit_data(str(_write(tmp_path / "zsre.json", [_zsre(0)]))))
+    assert zsre["prompts"] == ["What is the capital of s0?"] and zsre["ground_truth"] == ["paris"]
+    assert zsre["target_new"] == ["rome"] and zsre["rephrase_prompts"] == ["Capital city of s0?"]
+    assert zsre["locality_inputs"]["neighborhood"] == {"prompt": ["nq question: who wrote hamlet"], "ground_truth": ["shakespeare"]}
+    assert zsre["portability_inputs"]["New_Question"]["ground_truth"] == ["seine"]
+
+
+@pytest.mark.parametrize("name,fmt", [("counterfact/counterfact_easyedit_val_1919.json", "counterfact"),
+                                      ("zsre/zsre_mend_eval_1037.json", "zsre"),
+                                      ("zsre/knowedit_zsre_test_1301.json", "knowedit")])
+def test_the_shared_benchmark_files_are_read(name, fmt):
+    try:
+        path = shared_file(name)
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    data = read_edit_data(str(path), size=5)
+    assert data.format == fmt
+    if fmt != "knowedit":
+        args = flat_inputs(data)
+        assert len(args["prompts"]) == 5 and all(s in p for s, p in zip(args["subject"], args["prompts"]))
+
+
+def test_pre_edit_cache_is_keyed_by_the_data_content(tmp_path, yaml_file):
+    """Two data files of the same length get their own pre-edit metrics; the same file reuses its own."""
+    out = tmp_path / "out"
+    first = _write(tmp_path / "a.json", [_cf(0), _cf(1)])
+    second = _write(tmp_path / "b.json", [_cf(2), _cf(3)])
+
+    def run(path):
+        _FakeEditor.calls.clear()
+        summary = main(["--editing_method", "ZeroUnlearn", "--hparams_dir", str(yaml_file), "--data_dir", str(path),
+                        "--metrics_save_dir", str(out)], easyedit=_fake_easyedit([]))
+        return summary, _FakeEditor.calls[-1]
+
+    summary_a, call = run(first)
+    assert call["pre_edit"] is None and summary_a["datatype"] == "counterfact" and summary_a["data_format"] == "counterfact"
+    assert call["rephrase_prompts"] == ["s0 has its capital in", "s1 has its capital in"]
+    stored = json.loads(Path(summary_a["pre_edit_file"]).read_text())
+    assert len(stored) == 2 and stored[0]["pre"]["rewrite_acc"] == [0.0]
+    summary_b, call = run(second)
+    assert call["pre_edit"] is None, "another file of the same length must not reuse the first one's pre-edit metrics"
+    assert summary_b["pre_edit_file"] != summary_a["pre_edit_file"]
+    summary_again, call = run(first)
+    assert call["pre_edit"] == stored and summary_again["pre_edit_file"] == summary_a["pre_edit_file"]
+    with pytest.raises(SystemExit, match="is in EasyEdit's counterfact format, but --datatype is 'zsre'"):
+        main(["--editing_method", "ZeroUnlearn", "--hparams_dir", str(yaml_file), "--data_dir", str(first),
+              "--datatype", "zsre", "--metrics_save_dir", str(out)], easyedit=_fake_easyedit([]))
 
 
 def _real_easyedit_importable() -> bool:
@@ -236,3 +356,64 @@ def test_real_easyedit_unlearns_a_knowedit_file(tmp_path, monkeypatch):
                     "--no-test-generation"])
     assert summary["mode"] == "unlearn" and summary["target_new"] == "the" and summary["cases"] == 2
     assert summary["forget_ground_truth_acc"]["pre"] is not None and summary["forget_ground_truth_acc"]["post"] is not None
+
+
+@pytest.mark.slow
+@pytest.mark.easyedit
+def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch, request):
+    """``run_easyedit_eval`` on 10 real records of EasyEdit's flat CounterFact, SmolLM2 by name (``smollm2``).
+
+    The records are the first 10 of the file whose answer SmolLM2 gives (teacher-forced token
+    accuracy 1; most CounterFact facts it does not know), written unchanged to a file of the same
+    format. ZeroUnlearn and EasyEdit's own MEMIT (hparams mapped from the ZeroUnlearn YAML as the
+    bench does; it reads the same statistics file, never a dataset) both unlearn towards EOS.
+    Every metric has a pre and a post value; ZeroUnlearn lowers the true answers' accuracy.
+    (EasyEdit's ``rewrite_acc`` scores ``prompt + " " + target`` and counts pad tokens as padding;
+    SmolLM2's pad token is its EOS, so for the EOS target it stays 0 and is not asserted on.)
+    """
+    if not _real_easyedit_importable():
+        pytest.skip("EasyEdit is not importable: set EASYEDIT_PATH to an EasyEdit source tree in an environment "
+                    "with EasyEdit's requirements")
+    try:
+        data = shared_file("counterfact/counterfact_easyedit_val_1919.json")
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    from zerounlearn_editor.bench import easyedit_baselines
+    from zerounlearn_editor.hparams import load_config_file
+    from zerounlearn_editor.resources import hparams_path
+
+    from zerounlearn_editor.data.types import Probe
+    from zerounlearn_editor.evaluation.metrics import evaluate_probes
+
+    model, tok = request.getfixturevalue("smollm2")
+    stats_dir = request.getfixturevalue("smollm2_stats_dir")
+    monkeypatch.chdir(tmp_path)  # EasyEdit writes ./logs
+    records = json.loads(Path(data).read_text(encoding="utf-8"))[:300]
+    acc = evaluate_probes(model, tok, [Probe(r["prompt"], r["ground_truth"]) for r in records])["acc"]
+    known = [r for r, a in zip(records, acc) if a == 1.0][:10]
+    assert len(known) == 10, f"SmolLM2 answers only {len(known)} of the first 300 records"
+    data = _write(tmp_path / "counterfact_known.json", known)
+    ours = load_config_file(hparams_path("ZeroUnlearn", "SmolLM2-135M-Instruct"))
+    ours.update(stats_dir=str(stats_dir))
+    (tmp_path / "zu.yaml").write_text(yaml.safe_dump(ours), encoding="utf-8")
+    memit_cls = importlib.import_module("easyeditor.models.memit.memit_hparams").MEMITHyperParams
+    mapped = easyedit_baselines.easyedit_config("MEMIT", ZeroUnlearnHyperParams.from_dict(ours), model, tmp_path)
+    fields = {f.name for f in __import__("dataclasses").fields(memit_cls)}
+    memit = {k: v for k, v in mapped.items() if k in fields}
+    memit.update(model_name="smollm2", device="cpu", v_num_grad_steps=10)  # MEMIT's target loop is its slow part on CPU
+    (tmp_path / "memit.yaml").write_text(yaml.safe_dump(memit), encoding="utf-8")
+
+    summaries = {}
+    for method, path in (("ZeroUnlearn", "zu.yaml"), ("MEMIT", "memit.yaml")):
+        summaries[method] = main(["--editing_method", method, "--hparams_dir", str(tmp_path / path), "--data_dir", str(data),
+                                  "--ds_size", "10", "--metrics_save_dir", str(tmp_path / "out"), "--no-test-generation"])
+    for method, summary in summaries.items():
+        assert summary["cases"] == 10 and summary["data_format"] == "counterfact" and summary["mode"] == "unlearn", method
+        rows = [summary["forget_ground_truth_acc"], summary["rewrite_acc"], summary["rephrase_acc"],
+                summary["locality"]["neighborhood_acc"], summary["portability"]["neighborhood_Ground_Truth_acc"]]
+        for values in rows:
+            assert values["pre"] is not None and values["post"] is not None, (method, summary)
+        assert summary["forget_ground_truth_acc"]["pre"] >= 0.8, (method, summary["forget_ground_truth_acc"])
+    truth = summaries["ZeroUnlearn"]["forget_ground_truth_acc"]
+    assert truth["post"] < truth["pre"], truth  # one fact per edit with the paper's settings: 1.0 -> 0.8 measured
+    assert summaries["ZeroUnlearn"]["pre_edit_file"] != summaries["MEMIT"]["pre_edit_file"]

@@ -317,9 +317,11 @@ def _make_editor(easyedit: Dict[str, Any], hparams, model) -> Tuple[Any, Recorde
 def _tiny_setup(tmp_path: Path, tok, hparams_cls=ZeroUnlearnHyperParams, alg_name="ZeroUnlearn", **overrides):
     model = tiny_llama(tok)
     corpus = write_corpus(tmp_path / "corpus.jsonl")
-    config = tiny_hparams_dict(tmp_path / "stats", corpus, alg_name=alg_name, **overrides)
-    config["model_name"] = (model, tok)
-    return model, hparams_cls.from_dict(config)
+    hparams = hparams_cls.from_dict(tiny_hparams_dict(tmp_path / "stats", corpus, alg_name=alg_name, **overrides))
+    # EasyEdit's in-memory model: BaseEditor takes model_name = (model, tok); a YAML/dict holds a name
+    # only (validated as a string), so the tuple is set on the loaded hparams
+    hparams.model_name = (model, tok)
+    return model, hparams
 
 
 def _edit_args(requests: List[dict]) -> Dict[str, Any]:
@@ -546,13 +548,14 @@ def _smollm2_hparams(hparams_cls, alg_name: str, model, tok, stats_dir: Path, **
         pytest.skip(str(exc))
     config = load_config_file(hparams_path(alg_name, "SmolLM2-135M-Instruct"))
     config.update(
-        model_name=(model, tok),
-        device="cpu",  # the shipped YAML says 0, which EasyEdit turns into cuda:0
+        device="cpu",  # EasyEdit turns an integer device into cuda:N
         stats_dir=str(stats_dir),
         mom2_dataset=str(corpus),
         **overrides,
     )
-    return hparams_cls.from_dict(config, source=f"{alg_name} SmolLM2 (test overrides)")
+    hparams = hparams_cls.from_dict(config, source=f"{alg_name} SmolLM2 (test overrides)")
+    hparams.model_name = (model, tok)  # the in-memory model EasyEdit is given (see _tiny_setup)
+    return hparams
 
 
 @pytest.mark.slow
@@ -671,3 +674,120 @@ def test_fluency_guard_refuses_through_easyedit(easyedit, in_tmp: Path, tok, mon
         editor.edit(**_edit_args(requests))
     for name, value in _weights(model, list(original)).items():
         assert torch.equal(value, original[name])
+
+
+@pytest.mark.slow
+@pytest.mark.easyedit
+def test_smollm2_by_name_through_base_editor(easyedit, in_tmp: Path, request: pytest.FixtureRequest) -> None:
+    """The shipped SmolLM2 YAML (``model_name: smollm2``) through ``BaseEditor.from_hparams``, nothing loaded by hand.
+
+    EasyEdit alone raises ``NotImplementedError`` for this name; the registration loads the
+    prepared model offline. ``edit(sequential_edit=True)`` keeps the edit, ``batch_edit`` and
+    ``normal_edit`` forget and restore; the answers are scored by EasyEdit (portability probes).
+    """
+    smollm2_path = request.getfixturevalue("smollm2_path")  # prepares the model folder when missing
+    stats_dir = request.getfixturevalue("smollm2_stats_dir")
+    shipped = ZeroUnlearnGDHyperParams.from_hparams(str(hparams_path("ZeroUnlearn-GD", "SmolLM2-135M-Instruct")))
+    assert shipped.model_name == "smollm2" and shipped.batch_size == 1
+    hparams = shipped.replace(stats_dir=str(stats_dir), v_num_grad_steps=10)  # the shared statistics cache
+    editor = easyedit["editor"].BaseEditor.from_hparams(hparams)
+    assert editor.model_name == "smollm2" and hparams.model_name == "smollm2", "EasyEdit's evaluation needs a name string"
+    assert Path(editor.model.config._name_or_path).name == Path(smollm2_path).name
+    assert editor.tok.padding_side == "left"  # what EasyEdit gives a method outside the ROME/MEMIT family
+    names = _weight_names(hparams)
+    original = _weights(editor.model, names)
+    requests = fact_requests(CAPITALS_TO_FORGET[:3])
+    prompts, answers = [r["prompt"] for r in requests], [r["ground_truth"] for r in requests]
+
+    def forget_probe(sl: slice) -> Dict[str, Any]:
+        return {"forget": {"prompt": prompts[sl], "ground_truth": answers[sl]}}
+
+    # edit(): batch_size 1 as shipped; sequential_edit=True keeps the edit in the model
+    metrics, _, _ = editor.edit(prompts=prompts[:1], target_new=[""], ground_truth=answers[:1],
+                                subject=[requests[0]["subject"]], portability_inputs=forget_probe(slice(0, 1)),
+                                sequential_edit=True)
+    assert metrics[0]["pre"]["portability"]["forget_acc"] == [1.0]
+    assert metrics[0]["post"]["portability"]["forget_acc"] == [0.0]
+    kept = _weights(editor.model, names)
+    assert all(not torch.equal(kept[n], original[n]) for n in names), "sequential_edit=True keeps the edit"
+    with torch.no_grad():
+        for name, param in editor.model.named_parameters():
+            if name in original:
+                param.copy_(original[name])
+
+    # batch_edit(): both facts in one call, EasyEdit restores the weights afterwards
+    hparams.batch_size = 2
+    recorder = Recorder(editor.apply_algo, names)
+    editor.apply_algo = recorder
+    metrics, _, _ = editor.batch_edit(prompts=prompts[1:], target_new=[""] * 2, ground_truth=answers[1:],
+                                      subject=[r["subject"] for r in requests[1:]], portability_inputs=forget_probe(slice(1, 3)))
+    assert [len(call) for call in recorder.requests] == [2]
+    for metric in metrics:
+        assert np.mean(metric["pre"]["portability"]["forget_acc"]) == 1.0
+        assert np.mean(metric["post"]["portability"]["forget_acc"]) == 0.0, metric["requested_rewrite"]["prompt"]
+    _assert_changed_then_restored(editor.model, original, recorder)
+
+    # normal_edit(): requests without subject; the edit reaches our method and is undone
+    editor.normal_edit(prompts=prompts[1:], target_new=[""] * 2)
+    assert [len(call) for call in recorder.requests] == [2, 2]
+    assert recorder.requests[1][0]["ground_truth"] is None
+    _assert_changed_then_restored(editor.model, original, recorder)
+
+
+@pytest.mark.easyedit
+def test_base_editor_tuple_gets_a_name_string(easyedit, in_tmp: Path, tok) -> None:
+    """``model_name = (model, tok)``: EasyEdit keeps the tuple; the registration sets the model's folder name."""
+    model, hparams = _tiny_setup(in_tmp, tok)
+    model.config._name_or_path = "/somewhere/tiny-model"
+    editor = easyedit["editor"].BaseEditor.from_hparams(hparams)
+    assert editor.model is model and editor.tok is tok
+    assert editor.model_name == "tiny-model"
+
+
+@pytest.mark.easyedit
+def test_base_editor_unknown_name_fails_naming_it(easyedit, in_tmp: Path, tok) -> None:
+    """A name neither EasyEdit nor the model zoo knows: an error naming it, not a bare NotImplementedError."""
+    _, hparams = _tiny_setup(in_tmp, tok)
+    hparams.model_name = str(in_tmp / "no-such-model")
+    with pytest.raises(Exception, match="no-such-model") as info:
+        easyedit["editor"].BaseEditor.from_hparams(hparams)
+    assert not isinstance(info.value, NotImplementedError)
+    assert hparams.model_name == str(in_tmp / "no-such-model")
+
+
+def test_import_order_with_easyedit_on_the_path(tmp_path: Path) -> None:
+    """``from easyeditor import ...`` before ``import zerounlearn_editor``: registration still reaches BaseEditor."""
+    import subprocess
+
+    root = _write_fake_easyedit(tmp_path / "tree")
+    code = (
+        "import easyeditor.util.alg_dict as a, easyeditor.editors.batch_editor as b\n"
+        "import zerounlearn_editor\n"
+        "assert 'ZeroUnlearn-GD' in a.ALG_DICT and b.BatchEditor.is_batchable_method('ZeroUnlearn')\n"
+        "print('registered')\n"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in __import__("os").environ.items() if k != "EASYEDIT_PATH"}
+    env["PYTHONPATH"] = f"{root}{__import__('os').pathsep}{repo}"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "registered" in out.stdout, out.stderr[-2000:]
+
+
+def test_ci_turns_a_skipped_easyedit_test_into_a_failure(tmp_path: Path) -> None:
+    """``ZEROUNLEARN_REQUIRE_EASYEDIT=1`` (``.ci/run``): an easyedit test that skips fails the run."""
+    import os
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "EASYEDIT_PATH"}
+    env.update(PYTHONPATH=str(repo), OMP_NUM_THREADS="1")
+    test_id = f"{Path(__file__).resolve()}::test_real_easyedit_sees_both_methods"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(repo), test_id]
+    lenient = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert lenient.returncode == 0 and "1 skipped" in lenient.stdout, lenient.stdout[-2000:]
+    strict = subprocess.run(cmd, env=dict(env, ZEROUNLEARN_REQUIRE_EASYEDIT="1"), cwd=tmp_path, capture_output=True,
+                            text=True, timeout=600)
+    # the skip happens in the fixture: pytest reports a failed setup as an error
+    assert strict.returncode == 1 and ("1 error" in strict.stdout or "1 failed" in strict.stdout), strict.stdout[-2000:]
+    assert "ZEROUNLEARN_REQUIRE_EASYEDIT=1 and this EasyEdit test skipped" in strict.stdout
+    assert "EasyEdit is not importable" in strict.stdout

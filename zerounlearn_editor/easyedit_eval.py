@@ -17,22 +17,44 @@ EasyEdit's ``examples/run_knowedit_llama2.py`` (``--editing_method --hparams_dir
   EasyEdit's own metrics measure forgetting; ``<...>_unlearning_summary.json`` has its mean
   token accuracy pre/post next to EasyEdit's rewrite/locality/portability/fluency means.
 
-Data are read with EasyEdit's ``KnowEditDataset`` and edited through ``BaseEditor.edit`` (one
-request at a time, restored after each, ``keep_original_weight=True``), as in the script.
-A model name EasyEdit's loader does not recognise (e.g. our ``smollm2`` alias or a local
-folder without ``llama``/``gpt``/``qwen``... in its name) is loaded by
-:func:`~zerounlearn_editor.model_zoo.load_model_and_tokenizer` and handed over as
-``(model, tokenizer)``.
+Three data formats are read (:func:`read_edit_data` tells them apart by their fields and
+refuses a file it cannot read, naming the record and the missing fields, before any model is
+loaded):
+
+* **KnowEdit** (``prompt, subject, target_new, ground_truth, locality{}, portability{}``), read
+  with EasyEdit's ``KnowEditDataset``; ``--datatype`` picks the inputs as EasyEdit's script does;
+* **EasyEdit's flat CounterFact** (``counterfact-edit.json``: ``prompt, subject, target_new,
+  ground_truth, rephrase_prompt, locality_prompt, locality_ground_truth``);
+* **EasyEdit's ZsRE** (``zsre_mend_eval.json``: ``src, subject, alt, answers, rephrase, loc,
+  loc_ans``, optional ``portability{New Question, New Answer}``).
+
+For the flat formats, ``rephrase_prompt`` is EasyEdit's rephrase input and the locality pair its
+``neighborhood`` locality input. Every locality prompt is also scored as a portability input
+``<name>_Ground_Truth`` (teacher-forced accuracy of its true answer), so locality has a pre-edit
+value too; EasyEdit's own locality accuracy (agreement of the post-edit with the pre-edit
+outputs) is 1 before the edit by definition and is reported so.
+
+Requests are edited through ``BaseEditor.edit`` (one at a time, restored after each,
+``keep_original_weight=True``), as in the script. Model names EasyEdit's loader does not
+recognise (``smollm2``) are loaded by the registration's ``BaseEditor`` wrapper
+(:mod:`zerounlearn_editor.easyedit`).
+
+The pre-edit metrics are cached in ``--metrics_save_dir`` under a name holding a hash of what
+they depend on: the data file's bytes, ``--ds_size``, the hparams file's bytes, the target mode
+and generation flag; the file is written atomically.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import inspect
 import json
 import logging
 import os
 import re
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -40,6 +62,11 @@ from numbers import Number
 
 __all__ = [
     "FORGET_KEY",
+    "DATA_FORMATS",
+    "EditData",
+    "read_edit_data",
+    "flat_inputs",
+    "pre_edit_cache_name",
     "find_hparams_class",
     "knowedit_inputs",
     "unlearning_summary",
@@ -52,10 +79,149 @@ LOG = logging.getLogger(__name__)
 FORGET_KEY = "Forget_Ground_Truth"
 """The portability input that scores the true answer of each edited fact."""
 
-# model names EasyEdit's BaseEditor can load itself (it dispatches on these substrings)
-_EASYEDIT_LOADABLE = ("t5", "gpt", "llama", "baichuan", "chatglm", "internlm", "qwen", "mistral")
-# methods EasyEdit gives a right-padding tokenizer (the others get left padding)
-_RIGHT_PADDING = ("ROME", "MEMIT", "EMMET", "EAMET", "R-ROME", "AlphaEdit", "CORE", "SPHERE")
+DATA_FORMATS: Dict[str, Tuple[str, ...]] = {
+    "knowedit": ("prompt", "subject", "target_new"),
+    "counterfact": ("prompt", "subject", "target_new", "ground_truth", "rephrase_prompt", "locality_prompt",
+                    "locality_ground_truth"),
+    "zsre": ("src", "subject", "alt", "answers", "rephrase", "loc", "loc_ans"),
+}
+"""The fields every record of a format must have (KnowEdit: plus ``locality`` or ``portability``)."""
+
+_LOCALITY_NAME = "neighborhood"
+
+
+@dataclass
+class EditData:
+    """A data file read for the evaluation.
+
+    Attributes:
+        path: the file.
+        format: ``knowedit``, ``counterfact`` or ``zsre`` (keys of :data:`DATA_FORMATS`).
+        records: the raw records of the flat formats (first ``--ds_size``); None for KnowEdit,
+            which EasyEdit's ``KnowEditDataset`` reads.
+        digest: SHA-256 of the file's bytes.
+    """
+
+    path: str
+    format: str
+    records: Optional[List[Dict[str, Any]]]
+    digest: str
+
+
+def _detect_format(record: Mapping[str, Any]) -> Optional[str]:
+    if "src" in record and "alt" in record:
+        return "zsre"
+    if "locality" in record or "portability" in record:
+        return "knowedit"
+    if "locality_prompt" in record or "rephrase_prompt" in record:
+        return "counterfact"
+    return None
+
+
+def read_edit_data(path: str, size: Optional[int] = None) -> EditData:
+    """Read and check ``path`` (a JSON list; see module docstring); errors name the file, record and fields."""
+    raw = Path(path).read_bytes() if Path(path).is_file() else None
+    if raw is None:
+        raise SystemExit(f"--data_dir {path}: no such file")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SystemExit(f"--data_dir {path}: not a JSON file ({exc})") from exc
+    if not isinstance(data, list) or not data:
+        raise SystemExit(f"--data_dir {path}: expected a non-empty JSON list of records")
+    if size is not None and size < 1:
+        raise SystemExit(f"--ds_size must be >= 1, got {size}")
+    data = data[:size] if size else data
+    first = data[0]
+    fmt = _detect_format(first) if isinstance(first, Mapping) else None
+    if fmt is None:
+        keys = sorted(first) if isinstance(first, Mapping) else type(first).__name__
+        raise SystemExit(
+            f"--data_dir {path}: cannot tell the format of record 0 (fields {keys}); expected KnowEdit "
+            f"({', '.join(DATA_FORMATS['knowedit'])}, locality/portability), EasyEdit's CounterFact "
+            f"({', '.join(DATA_FORMATS['counterfact'])}) or ZsRE ({', '.join(DATA_FORMATS['zsre'])})"
+        )
+    for index, record in enumerate(data):
+        if not isinstance(record, Mapping):
+            raise SystemExit(f"--data_dir {path}: record {index} is a {type(record).__name__}, not an object")
+        missing = [field for field in DATA_FORMATS[fmt] if field not in record]
+        if fmt == "knowedit" and "locality" not in record and "portability" not in record:
+            missing.append("locality or portability")
+        if missing:
+            raise SystemExit(f"--data_dir {path}: record {index} ({fmt} format) lacks field(s) {missing}")
+    return EditData(str(path), fmt, None if fmt == "knowedit" else [dict(r) for r in data],
+                    hashlib.sha256(raw).hexdigest())
+
+
+def _text(value: Any, where: str) -> str:
+    """A record's answer/prompt as text: lists reduced to their first element; empty is an error."""
+    text = _first_text(value)
+    if not text:
+        raise SystemExit(f"{where} is empty")
+    return text
+
+
+def flat_inputs(data: EditData) -> Dict[str, Any]:
+    """``BaseEditor.edit`` arguments from EasyEdit's flat CounterFact or ZsRE records.
+
+    ``rephrase_prompts``; locality input ``neighborhood``; the :data:`FORGET_KEY` portability
+    input (the prompt with its true answer) and ``neighborhood_Ground_Truth`` (the locality
+    prompt with its answer, scored before and after); ZsRE's ``portability`` question when present.
+    """
+    if data.format not in ("counterfact", "zsre"):
+        raise ValueError(f"flat_inputs reads counterfact or zsre records, got {data.format!r}")
+    zsre = data.format == "zsre"
+    prompts, subjects, targets, truths, rephrases, loc_prompts, loc_answers = [], [], [], [], [], [], []
+    port_prompts, port_answers = [], []
+    for i, r in enumerate(data.records or []):
+        where = f"{data.path}: record {i}"
+        prompts.append(_text(r["src"] if zsre else r["prompt"], f"{where} field {'src' if zsre else 'prompt'}"))
+        subjects.append(_text(r["subject"], f"{where} field subject"))
+        targets.append(_text(r["alt"] if zsre else r["target_new"], f"{where} field {'alt' if zsre else 'target_new'}"))
+        truths.append(_text(r["answers"] if zsre else r["ground_truth"], f"{where} field {'answers' if zsre else 'ground_truth'}"))
+        rephrases.append(_text(r["rephrase"] if zsre else r["rephrase_prompt"], f"{where} field rephrase"))
+        loc_prompts.append(_text(r["loc"] if zsre else r["locality_prompt"], f"{where} field locality prompt"))
+        loc_answers.append(_text(r["loc_ans"] if zsre else r["locality_ground_truth"], f"{where} field locality answer"))
+        portability = r.get("portability") if zsre else None
+        if isinstance(portability, Mapping) and portability.get("New Question") and _first_text(portability.get("New Answer")):
+            port_prompts.append(str(portability["New Question"]))
+            port_answers.append(_first_text(portability["New Answer"]))
+        else:
+            port_prompts.append(None)
+            port_answers.append(None)
+    portability_inputs: Dict[str, Dict[str, list]] = {
+        FORGET_KEY: {"prompt": list(prompts), "ground_truth": list(truths)},
+        f"{_LOCALITY_NAME}_Ground_Truth": {"prompt": list(loc_prompts), "ground_truth": list(loc_answers)},
+    }
+    if any(p is not None for p in port_prompts):
+        portability_inputs["New_Question"] = {"prompt": port_prompts, "ground_truth": port_answers}
+    return {
+        "prompts": prompts,
+        "subject": subjects,
+        "target_new": targets,
+        "ground_truth": truths,
+        "rephrase_prompts": rephrases,
+        "locality_inputs": {_LOCALITY_NAME: {"prompt": loc_prompts, "ground_truth": loc_answers}},
+        "portability_inputs": portability_inputs,
+    }
+
+
+def pre_edit_cache_name(label: str, datatype: str, mode: str, parts: Sequence[str]) -> str:
+    """File name of the pre-edit metrics cache: what they depend on, hashed (``parts``)."""
+    digest = hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:16]
+    return f"{label}_{datatype}_{mode}_{digest}_pre_edit.json"
+
+
+def _write_json_atomic(path: Path, value: Any) -> None:
+    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(value, handle, indent=2, default=str)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def _norm(name: str) -> str:
@@ -206,14 +372,20 @@ def unlearning_summary(metrics: Sequence[Mapping[str, Any]], mode: Mapping[str, 
     truth = f"{FORGET_KEY}_acc"
     summary["forget_ground_truth_acc"] = {p: _phase_mean(metrics, p, "portability", truth) for p in ("pre", "post")}
     summary["rewrite_acc"] = {p: _phase_mean(metrics, p, None, "rewrite_acc") for p in ("pre", "post")}
+    summary["rephrase_acc"] = {p: _phase_mean(metrics, p, None, "rephrase_acc") for p in ("pre", "post")}
     for section, names in keys.items():
         summary[section] = {
             name: {p: _phase_mean(metrics, p, section, name) for p in ("pre", "post")} for name in sorted(names) if name != truth
         }
-    summary["fluency_ngram_entropy_post"] = _mean(
-        [c["post"]["fluency"]["ngram_entropy"] for c in metrics if isinstance(c.get("post", {}).get("fluency"), Mapping)
-         and "ngram_entropy" in c["post"]["fluency"]]
-    )
+    for values in summary["locality"].values():
+        # EasyEdit's locality accuracy compares post-edit with pre-edit outputs: 1 before the edit
+        if values["pre"] is None and values["post"] is not None:
+            values["pre"] = 1.0
+    summary["fluency_ngram_entropy"] = {
+        p: _mean([c[p]["fluency"]["ngram_entropy"] for c in metrics if isinstance(c.get(p, {}).get("fluency"), Mapping)
+                  and "ngram_entropy" in c[p]["fluency"]])
+        for p in ("pre", "post")
+    }
     return summary
 
 
@@ -238,7 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load_easyedit(path: Optional[str]) -> Dict[str, Any]:
+def _load_easyedit(path: Optional[str]) -> Dict[str, Any]:  # noqa: D401 - EasyEdit objects
     from .easyedit import easyedit_available, register_with_easyedit
 
     if not easyedit_available(path):
@@ -256,18 +428,8 @@ def _model_label(hparams: Any) -> str:
     return name.rstrip("/").split("/")[-1] if isinstance(name, str) else "model"
 
 
-def _prepare_model(hparams: Any) -> Optional[str]:
-    """Load the model ourselves when EasyEdit cannot; returns the name to give the editor afterwards."""
-    name = hparams.model_name
-    if not isinstance(name, str) or any(key in name.lower() for key in _EASYEDIT_LOADABLE):
-        return None
-    from .model_zoo import load_model_and_tokenizer
-
-    model, tok = load_model_and_tokenizer(name)
-    tok.padding_side = "right" if hparams.alg_name in _RIGHT_PADDING else "left"
-    hparams.model_name = (model, tok)
-    LOG.info("model %r loaded by zerounlearn_editor (EasyEdit's loader does not know the name)", name)
-    return name
+def _fmt(value: Optional[float]) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -285,10 +447,17 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
     if alg_name != args.editing_method:  # BaseEditor picks the method by the YAML's alg_name
         raise SystemExit(f"{args.hparams_dir}: alg_name is {alg_name!r}, but --editing_method is {args.editing_method!r}")
     hparams = hparams_cls.from_hparams(args.hparams_dir)
-    records = easyedit["KnowEditDataset"](args.data_dir, size=args.ds_size)
-    inputs = knowedit_inputs([records[i] for i in range(len(records))], args.datatype)
+    data = read_edit_data(args.data_dir, args.ds_size)  # checked before any model is loaded
+    if data.format == "knowedit":
+        records = easyedit["KnowEditDataset"](args.data_dir, size=args.ds_size)
+        inputs = knowedit_inputs([records[i] for i in range(len(records))], args.datatype)
+        datatype = args.datatype
+    else:
+        if args.datatype not in (None, data.format):
+            raise SystemExit(f"--data_dir {args.data_dir} is in EasyEdit's {data.format} format, but --datatype is {args.datatype!r}")
+        inputs = flat_inputs(data)
+        datatype = data.format
     label = _model_label(hparams)
-    display_name = _prepare_model(hparams)
 
     train_ds = None
     if args.editing_method in ("IKE", "ICE"):
@@ -305,8 +474,6 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
             hparams.use_icl_examples = False
 
     editor = easyedit["BaseEditor"].from_hparams(hparams)
-    if display_name is not None:
-        editor.model_name = display_name  # EasyEdit's evaluation calls model_name.lower()
     if args.target_new == "neutral":
         neutral = getattr(hparams, "neutral_target", None) or editor.tok.eos_token
         if not neutral:
@@ -320,33 +487,40 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
 
     out = Path(args.metrics_save_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"{args.editing_method}_{args.datatype}_{label}"
-    pre_file = args.pre_file or str(out / f"{label}_{args.datatype}_{mode['mode']}_pre_edit.json")
+    stem = f"{args.editing_method}_{datatype}_{label}"
+    key_parts = [data.digest, str(args.ds_size), hashlib.sha256(Path(args.hparams_dir).read_bytes()).hexdigest(),
+                 json.dumps(mode, sort_keys=True), str(args.test_generation), str(datatype)]
+    pre_path = Path(args.pre_file) if args.pre_file else out / pre_edit_cache_name(label, str(datatype), mode["mode"], key_parts)
     pre_edit = None
-    if os.path.exists(pre_file):
-        pre_edit = json.loads(Path(pre_file).read_text(encoding="utf-8"))
+    if pre_path.exists():
+        pre_edit = json.loads(pre_path.read_text(encoding="utf-8"))
         if len(pre_edit) != len(inputs["prompts"]):
-            raise SystemExit(f"{pre_file} holds {len(pre_edit)} pre-edit results for {len(inputs['prompts'])} requests; remove it")
+            raise SystemExit(f"{pre_path} holds {len(pre_edit)} pre-edit results for {len(inputs['prompts'])} requests; remove it")
+        LOG.info("pre-edit metrics read from %s", pre_path)
     metrics, _, _ = editor.edit(
         **inputs,
         train_ds=train_ds,
         keep_original_weight=True,
-        pre_file=pre_file,
         pre_edit=pre_edit,
         test_generation=args.test_generation,
     )
+    if pre_edit is None:
+        _write_json_atomic(pre_path, [{"pre": case["pre"]} for case in metrics])
     result_path = out / f"{stem}_results.json"
     result_path.write_text(json.dumps(metrics, indent=4, default=str), encoding="utf-8")
-    summary = dict(unlearning_summary(metrics, mode), editing_method=args.editing_method, datatype=args.datatype,
-                   hparams=args.hparams_dir, data=args.data_dir, metrics_file=str(result_path))
+    summary = dict(unlearning_summary(metrics, mode), editing_method=args.editing_method, datatype=datatype,
+                   data_format=data.format, hparams=args.hparams_dir, data=args.data_dir, data_sha256=data.digest,
+                   pre_edit_file=str(pre_path), metrics_file=str(result_path))
     (out / f"{stem}_unlearning_summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     truth = summary["forget_ground_truth_acc"]
     print(f"{mode['mode'].upper()} ({args.editing_method}, {summary['cases']} cases, target_new: {mode['target_new']!r})")
     if truth["pre"] is not None:
         print(f"ground-truth accuracy: {truth['pre']:.3f} -> {truth['post']:.3f}")
-    for section in ("locality", "portability"):
-        for name, values in summary[section].items():
-            if values["post"] is not None:
-                print(f"{section} {name}: " + (f"{values['pre']:.3f} -> " if values["pre"] is not None else "") + f"{values['post']:.3f}")
+    rows = [("rewrite_acc", summary["rewrite_acc"]), ("rephrase_acc", summary["rephrase_acc"])]
+    rows += [(f"{section} {name}", values) for section in ("locality", "portability") for name, values in summary[section].items()]
+    rows.append(("fluency ngram_entropy", summary["fluency_ngram_entropy"]))
+    for name, values in rows:
+        if values["pre"] is not None or values["post"] is not None:
+            print(f"{name}: {_fmt(values['pre'])} -> {_fmt(values['post'])}")
     print(f"metrics: {result_path}")
     return summary
