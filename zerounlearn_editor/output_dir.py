@@ -42,7 +42,8 @@ def _host() -> str:
     return socket.gethostname().replace(".", "_").replace("-", "_")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (a temporary file's writer; ours counts as alive)."""
     if pid == os.getpid():
         return True
     try:
@@ -70,7 +71,7 @@ def clean_stale_output_temps(parent: Path, name: str) -> List[Path]:
             if not entry.name.startswith(prefix):
                 continue
             pid_text = entry.name[len(prefix):].split("-", 1)[0]
-            if pid_text.isdigit() and not _pid_alive(int(pid_text)):
+            if pid_text.isdigit() and not pid_alive(int(pid_text)):
                 shutil.rmtree(entry, ignore_errors=True)
                 LOG.warning("removed %s, left by an interrupted run", entry)
                 removed.append(entry)

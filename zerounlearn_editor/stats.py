@@ -48,6 +48,7 @@ from tqdm.auto import tqdm
 from .corpus import Corpus, load_corpus
 from .eval_mode import eval_mode
 from .model_access import StopForward, capture_inputs, check_edited_modules, check_layers, model_device
+from .output_dir import pid_alive
 
 __all__ = [
     "SecondMoment",
@@ -149,25 +150,13 @@ def clean_stale_temp_files(folder: Path, max_age: float = STALE_TEMP_SECONDS) ->
         if "_mom2_" not in tmp.name:
             continue  # not a statistics temp file
         if not stale and len(parts) >= 4 and parts[-4] == host.replace(".", "_") and parts[-3].isdigit():
-            stale = not _pid_alive(int(parts[-3]))
+            stale = not pid_alive(int(parts[-3]))
         if stale:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
                 LOG.warning("removed stale temporary statistics file %s (left by an interrupted writer)", tmp)
                 removed.append(tmp)
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass
