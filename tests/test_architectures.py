@@ -162,6 +162,34 @@ def test_edit_forgets_a_trained_fact_and_keeps_the_rest(tmp_path, arch):
     assert increase < 0.10
 
 
+# The retain-aware mode (README "Surgical forgetting", opt-in) with the kept facts as its retain set and the
+# shipped -retain YAMLs' retain_nullspace_weight: the null space also avoids the retain keys at each edited
+# layer. Measured misses: the first edited layer still moves the second layer's retain keys (Qwen2, OLMo-2:
+# perplexity +11% / +13%, a kept fact lost), and three blocks do not forget at all at layers 1-2.
+RETAIN_MISSES = {
+    "qwen2": "loses 1 kept fact, perplexity +11%", "gemma2": "the post-norm caps the MLP's output: forgets neither fact",
+    "olmo2": "forgets 1 of 2 facts, perplexity +13%", "stablelm": "forgets neither fact",
+}
+
+
+@pytest.mark.parametrize("arch", [pytest.param(a, marks=pytest.mark.xfail(a in RETAIN_MISSES, reason=RETAIN_MISSES.get(a, ""),
+                                                                           strict=True)) for a in sorted(ARCHS)])
+def test_retain_aware_edit_forgets_and_keeps(tmp_path, arch):
+    model, tok = trained_model(arch)
+    folder = tmp_path / arch
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    hp = _init(folder, tmp_path, "1,2", ["retain_nullspace_weight=0.1"])
+    before = corpus_perplexity(model, tok)
+    requests = [{"prompt": p, "subject": s, "ground_truth": a} for p, s, a in FORGET]
+    retain = [{"prompt": p, "subject": s} for p, s, _ in KEEP]
+    apply_zerounlearn_gd_to_model(model, tok, requests, hp, progress=False, fluency_text=GUARD_TEXT, retain=retain)
+    forgot, kept = knows(model, tok, FORGET), knows(model, tok, KEEP)
+    assert not any(forgot), forgot
+    assert all(kept), kept
+    assert corpus_perplexity(model, tok) / before - 1 < 0.10
+
+
 @pytest.mark.parametrize("arch", ["gemma3", "llama"])
 def test_auto_layers_on_a_gemma3_class_model_forget_within_5_percent(tmp_path, arch):
     """``init-hparams --layers auto`` (a causal trace of the facts the model knows) writes a YAML whose edit
