@@ -164,11 +164,13 @@ def test_edit_forgets_a_trained_fact_and_keeps_the_rest(tmp_path, arch):
 
 # The retain-aware mode (README "Surgical forgetting", opt-in) with the kept facts as its retain set and the
 # shipped -retain YAMLs' retain_nullspace_weight: the null space also avoids the retain keys at each edited
-# layer. Measured misses: the first edited layer still moves the second layer's retain keys (Qwen2, OLMo-2:
-# perplexity +11% / +13%, a kept fact lost), and three blocks do not forget at all at layers 1-2.
+# layer. 200 target steps: StableLM's and OPT's targets are still far from EOS after 50 (early stop ends the
+# others sooner). Measured misses: the layer-1 edit still moves layer 2's retain keys (Qwen2, OLMo-2), and
+# Gemma-2's post-norm caps the move of two layers.
+RETAIN_SETTINGS = ["retain_nullspace_weight=0.1", "v_num_grad_steps=200"]
 RETAIN_MISSES = {
-    "qwen2": "loses 1 kept fact, perplexity +11%", "gemma2": "the post-norm caps the MLP's output: forgets neither fact",
-    "olmo2": "forgets 1 of 2 facts, perplexity +13%", "stablelm": "forgets neither fact",
+    "qwen2": "loses 1 kept fact, perplexity +16%", "gemma2": "the post-norm caps the MLP's output: forgets neither fact",
+    "olmo2": "forgets 1 of 2 facts, perplexity +13%", "stablelm": "forgets 1 of 2 facts",
 }
 
 
@@ -179,7 +181,7 @@ def test_retain_aware_edit_forgets_and_keeps(tmp_path, arch):
     folder = tmp_path / arch
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
-    hp = _init(folder, tmp_path, "1,2", ["retain_nullspace_weight=0.1"])
+    hp = _init(folder, tmp_path, "1,2", RETAIN_SETTINGS)
     before = corpus_perplexity(model, tok)
     requests = [{"prompt": p, "subject": s, "ground_truth": a} for p, s, a in FORGET]
     retain = [{"prompt": p, "subject": s} for p, s, _ in KEEP]
