@@ -313,6 +313,10 @@ class _EditHyperParams(BaseHyperParams):
     # ``retain=`` argument of the apply functions takes precedence (see zerounlearn_editor.retain)
     retain_file: Optional[str] = None
 
+    # Research levers (opt-in; empty = the paper): a mapping with its own strict schema,
+    # zerounlearn_editor.deep_contexts.ExperimentalSettings (an unknown key is an error)
+    experimental: Dict[str, Any] = field(default_factory=dict)
+
     def retain_weights(self) -> Dict[str, float]:
         """The method's retain-aware weights; all 0 means the paper's method (retain set unused)."""
         return {}
@@ -325,6 +329,12 @@ class _EditHyperParams(BaseHyperParams):
 
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)
+        from .deep_contexts import ExperimentalSettings
+
+        try:
+            ExperimentalSettings.from_mapping(self.experimental)
+        except ValueError as exc:
+            raise HParamsError(f"{source}: key 'experimental': {exc}") from None
         for key, value in self.retain_weights().items():
             if not value >= 0 or value == float("inf"):
                 raise HParamsError(f"{source}: key {key!r} must be finite and >= 0, got {value!r}")

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from .contexts import context_prefixes
+from .deep_contexts import ExperimentalSettings, expand_requests
 from .encoding import target_token_ids
 from .hparams import _EditHyperParams
 from .model_access import (
@@ -175,6 +176,13 @@ def forget_requests_of(requests: Sequence[Mapping[str, Any]], hparams: _EditHype
     return normalize_requests(requests, distinct_answers=hparams.target_objective == "suppress_answer")
 
 
+def edit_requests_of(requests: Sequence[Mapping[str, Any]], hparams: _EditHyperParams, tok) -> List[ForgetRequest]:
+    """The requests an edit optimises and solves for: :func:`forget_requests_of`, followed by each one in the
+    contexts of ``experimental: forget_contexts`` (opt-in; none = the paper; :mod:`.deep_contexts`)."""
+    forget = forget_requests_of(requests, hparams)
+    return expand_requests(forget, ExperimentalSettings.from_mapping(hparams.experimental), tok)
+
+
 def request_target_ids(tok, forget: Sequence[ForgetRequest], hparams: _EditHyperParams) -> List[List[int]]:
     """The token ids each request's residual is optimised on.
 
@@ -266,7 +274,7 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
     stages = stages or EditStages()
     report = EditReport()
     with _Timer(report, "validate"):
-        forget = forget_requests_of(requests, hparams)
+        forget = edit_requests_of(requests, hparams, tok)
         keep = _retain_requests(retain, hparams)
         _check_modules(model, hparams)
         target_ids = request_target_ids(tok, forget, hparams)
@@ -352,7 +360,7 @@ def neutral_targets(
     ``retain`` matters only with retain-aware targets (``target_retain_weight > 0``): pass the
     retain set the edit will get (else the YAML's ``retain_file`` is used, as in the edit).
     """
-    forget = forget_requests_of(requests, hparams)
+    forget = edit_requests_of(requests, hparams, tok)
     keep = resolve_retain(retain, hparams.retain_file) if hparams.target_retain_weight > 0 else []
     _check_modules(model, hparams)
     target_ids = request_target_ids(tok, forget, hparams)
@@ -377,6 +385,8 @@ def target_settings(model: nn.Module, hparams: _EditHyperParams) -> Dict[str, An
     if config["retain_weight"] == 0:  # the paper's targets: the retain-aware keys play no part
         for key in ("retain_weight", "retain_neighbours", "retain_scale"):
             config.pop(key)
+    if hparams.experimental:  # research levers (opt-in): the paper's cache keys stay as they were
+        config["experimental"] = dataclasses.asdict(ExperimentalSettings.from_mapping(hparams.experimental))
     return dict(
         config,
         context_template_count=hparams.context_template_count,
