@@ -1,0 +1,114 @@
+"""``zerounlearn audit`` with extra rows: ZeroUnlearn(-GD) YAMLs under names of their own.
+
+The audit's registry has one row per method name (``ZeroUnlearn-GD`` reads one YAML); the
+deep-forgetting study compares several YAMLs of one method on the same cases and plan, so this
+script adds ``--variant NAME=YAML`` rows (each the bench's ZeroUnlearn(-GD) method reading that
+YAML) and runs :func:`zerounlearn_editor.audit.runner.run_audit` with them. The known-case
+selection (a pass over the whole dataset) is cached in ``--known-cache`` as case ids.
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/deep/audit_variants.py --out OUT --seeds 11 --n 10 \\
+        --methods base,ZeroUnlearn-GD,deep --variant deep=hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct-deep.yaml \\
+        --probes formats,in_context,lens --shots 3
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+from zerounlearn_editor.audit.plan import AuditSettings, parse_families
+from zerounlearn_editor.audit.runner import AuditConfig, run_audit
+from zerounlearn_editor.bench import runner as bench_runner
+from zerounlearn_editor.bench.config import BenchConfig
+from zerounlearn_editor.bench.methods import MethodSpec, default_registry, zerounlearn_spec
+from zerounlearn_editor.evaluation import selection
+from zerounlearn_editor.hparams import load_config_file
+
+DEFAULT_HPARAMS = "hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct.yaml"
+
+
+def variant_spec(name: str, path: str) -> MethodSpec:
+    """The bench's ZeroUnlearn(-GD) method reading ``path``, as row ``name``."""
+    family = load_config_file(path)["alg_name"]
+    inner = zerounlearn_spec(family)
+
+    def with_path(lookup):
+        return dataclasses.replace(lookup, overrides={**lookup.overrides, family: path})
+
+    def describe(lookup):
+        return inner.describe(with_path(lookup))
+
+    def prepare(ctx):
+        prepared = inner.prepare(dataclasses.replace(ctx, lookup=with_path(ctx.lookup)))
+        return dataclasses.replace(prepared, name=name)
+
+    return MethodSpec(name, describe, prepare)
+
+
+def cached_known_selection(cache: Path):
+    """:func:`select_known_cases` with its answer stored as case ids in ``cache`` (same model and data only)."""
+    original = selection.select_known_cases
+
+    def select(model, tok, cases, n, min_accuracy=1.0, batch_size=64):
+        ids = [c.case_id for c in cases]
+        key = {"n_cases": len(ids), "first": ids[:3], "min_accuracy": min_accuracy, "n": n}
+        if cache.is_file():
+            stored = json.loads(cache.read_text())
+            if stored["key"] == key:
+                by_id = {c.case_id: c for c in cases}
+                return [by_id[i] for i in stored["known"]]
+        known = original(model, tok, cases, n, min_accuracy=min_accuracy, batch_size=batch_size)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps({"key": key, "known": [c.case_id for c in known]}))
+        return known
+
+    return select
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hparams", default=DEFAULT_HPARAMS)
+    ap.add_argument("--data", default="counterfact-easyedit")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seeds", default="11")
+    ap.add_argument("--n", type=int, default=10)
+    ap.add_argument("--methods", default="base,ZeroUnlearn-GD")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=YAML")
+    ap.add_argument("--probes", default="formats,in_context,lens")
+    ap.add_argument("--shots", default="3")
+    ap.add_argument("--known-cache", default="benchmarks/results/deep/known_counterfact_easyedit.json")
+    ap.add_argument("--retain", default=None)
+    ap.add_argument("--bench", action="store_true", help="run the bench (Eff/Gen/Spe/PPL) instead of the audit")
+    ap.add_argument("--ppl-tokens", type=int, default=None, help="bench: perplexity tokens (default the bench's)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    registry = default_registry()
+    for item in args.variant:
+        name, path = item.split("=", 1)
+        registry[name] = variant_spec(name, path)
+    selection.select_known_cases = cached_known_selection(Path(args.known_cache))
+    bench_runner.select_known_cases = selection.select_known_cases
+    seeds = []
+    for part in args.seeds.split(","):
+        a, _, b = part.partition("-")
+        seeds += list(range(int(a), int(b or a) + 1))
+    methods = [m for m in args.methods.split(",") if m]
+    if args.bench:
+        extra = {} if args.ppl_tokens is None else {"ppl_tokens": args.ppl_tokens}
+        summary = bench_runner.run_bench(BenchConfig(hparams=args.hparams, data=args.data, seeds=seeds, methods=methods,
+                                                     out=args.out, n=args.n, known_only=True, retain=args.retain,
+                                                     progress=False, **extra), registry=registry)
+        print(summary.get("table_markdown", ""))
+        return
+    settings = AuditSettings(families=parse_families(args.probes), shots=tuple(int(s) for s in args.shots.split(",")))
+    config = AuditConfig(hparams=args.hparams, data=args.data, out=args.out, seeds=seeds, n=args.n,
+                         methods=methods, settings=settings, known_only=True,
+                         retain=args.retain, progress=False)
+    summary = run_audit(config, registry=registry)
+    print(summary["table_markdown"])
+
+
+if __name__ == "__main__":
+    main()
