@@ -1029,6 +1029,22 @@ def test_hparams_changed_after_loading_are_checked_at_edit_time(key, value, matc
         apply_zerounlearn_gd_to_model(tiny_llama(tok), tok, forget_requests(), gd, progress=False)
 
 
+def test_model_name_may_hold_easyedits_in_memory_pair(tok, tmp_path, corpus):
+    """The edit-time check accepts EasyEdit's ``hparams.model_name = (model, tok)``; other non-strings stay errors."""
+    from zerounlearn_editor import apply_zerounlearn_gd_to_model
+
+    model = tiny_llama(tok)
+    gd = ZeroUnlearnGDHyperParams.from_dict(tiny_hparams_dict(tmp_path / "stats", corpus, alg_name="ZeroUnlearn-GD",
+                                                              v_num_grad_steps=2))
+    gd.model_name = (model, tok)
+    before = model.model.layers[gd.layers[0]].mlp.down_proj.weight.detach().clone()
+    apply_zerounlearn_gd_to_model(model, tok, forget_requests(), gd, progress=False)
+    assert not torch.equal(before, model.model.layers[gd.layers[0]].mlp.down_proj.weight)
+    gd.model_name = (model, tok, "extra")
+    with pytest.raises(HParamsError, match="'model_name'"):
+        apply_zerounlearn_gd_to_model(tiny_llama(tok), tok, forget_requests(), gd, progress=False)
+
+
 def test_retain_set_holding_a_forgotten_prompt_is_refused(tok, tmp_path, corpus):
     """Issue 29.9: a retain set with a forget prompt ran a contradictory edit without a word."""
     from zerounlearn_editor.requests import RequestError

@@ -246,9 +246,14 @@ class BaseHyperParams:
         """The loader's checks (types, then :meth:`validate`) on the current field values.
 
         Fields can be changed after loading (``hparams.layers = [2, 1]``); the edit calls this before
-        any work, so such a change meets the same error, naming the key, as a file holding it.
+        any work, so such a change meets the same error, naming the key, as a file holding it. The one
+        exception to the file's types: ``model_name`` may hold EasyEdit's in-memory form, a
+        ``(model, tokenizer)`` pair (``hparams.model_name = (model, tok)`` before ``BaseEditor.from_hparams``).
         """
-        type(self)._check_values({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, source)
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if is_in_memory_model(values.get("model_name")):
+            values["model_name"] = "<in-memory model>"
+        type(self)._check_values(values, source)
         self.validate(source)
 
     @classmethod
@@ -271,7 +276,7 @@ class BaseHyperParams:
         """Check value ranges; subclasses extend this."""
         if self.batch_size < 1:
             raise HParamsError(f"{source}: key 'batch_size' must be >= 1, got {self.batch_size}")
-        if not self.model_name.strip():
+        if isinstance(self.model_name, str) and not self.model_name.strip():
             raise HParamsError(f"{source}: key 'model_name' must name a model folder or hub model, got {self.model_name!r}")
         if self.max_length < 1:
             raise HParamsError(f"{source}: key 'max_length' must be >= 1, got {self.max_length}")
@@ -285,6 +290,11 @@ class BaseHyperParams:
         config = self.to_dict()
         config.update(changes)
         return type(self).from_dict(config, source=f"{type(self).__name__}.replace")
+
+
+def is_in_memory_model(model_name: Any) -> bool:
+    """Whether ``model_name`` is EasyEdit's in-memory form, a ``(model, tokenizer)`` pair."""
+    return isinstance(model_name, (tuple, list)) and len(model_name) == 2 and not isinstance(model_name[0], str)
 
 
 def _check_device(device: Union[int, str], source: str) -> None:
