@@ -358,6 +358,7 @@ def test_real_easyedit_unlearns_a_knowedit_file(tmp_path, monkeypatch):
     assert summary["forget_ground_truth_acc"]["pre"] is not None and summary["forget_ground_truth_acc"]["post"] is not None
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.easyedit
 def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch, request):
