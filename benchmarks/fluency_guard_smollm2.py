@@ -18,10 +18,10 @@ from zerounlearn_editor import (
     apply_zerounlearn_to_model,
     restore_weights,
 )
-from zerounlearn_editor.facts import CAPITALS_TO_FORGET, fact_requests
-from zerounlearn_editor.model_zoo import default_cache_dir, load_model_and_tokenizer
-from zerounlearn_editor.pipeline import EditReport
-from zerounlearn_editor.resources import hparams_path
+from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, fact_requests
+from zerounlearn_editor.support.model_zoo import default_cache_dir, load_model_and_tokenizer
+from zerounlearn_editor.engine.pipeline import EditReport
+from zerounlearn_editor.support.resources import hparams_path
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Choose SmolLM2-135M-Instruct's edited layers by measurement.
 
 For each candidate window of consecutive layers, forget the 10 capitals of
-``zerounlearn_editor.facts`` with ZeroUnlearn and measure: token accuracy of the forgotten
+``zerounlearn_editor.data.facts`` with ZeroUnlearn and measure: token accuracy of the forgotten
 answers, of 20 unrelated facts and of 5 other capitals, and WikiText-2 perplexity. The
 statistics of every candidate layer come from ONE pass over the corpus.
 
@@ -19,11 +19,11 @@ from zerounlearn_editor import EditReport, ZeroUnlearnHyperParams, apply_zerounl
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
-from zerounlearn_editor.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
-from zerounlearn_editor.model_zoo import load_model_and_tokenizer
-from zerounlearn_editor.pipeline import batched_statistics
-from zerounlearn_editor.embedded import default_ppl_text
-from zerounlearn_editor.resources import hparams_path
+from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
+from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+from zerounlearn_editor.engine.pipeline import batched_statistics
+from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.support.resources import hparams_path
 
 
 def _acc(model, tok, facts):

@@ -36,19 +36,25 @@ import torch
 import yaml
 
 from zerounlearn_editor.bench.config import parse_seeds
-from zerounlearn_editor.bench.files import write_json_atomic
+from zerounlearn_editor.support.files import write_json_atomic
 from zerounlearn_editor.bench.methods import load_main_hparams
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours, neighbours_naming_forgotten_subjects
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
 from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 from zerounlearn_editor.data.registry import load_cases, sample_cases
 from zerounlearn_editor.evaluation.selection import select_known_cases
-from zerounlearn_editor.model_zoo import load_model_and_tokenizer
-from zerounlearn_editor.pipeline import EditReport, batched_statistics, neutral_targets, restore_weights, target_dependencies
-from zerounlearn_editor.embedded import default_ppl_text
-from zerounlearn_editor.targets import NeutralTargets
-from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model
-from zerounlearn_editor.zerounlearn_main import apply_zerounlearn_to_model
+from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+from zerounlearn_editor.engine.pipeline import (
+    EditReport,
+    batched_statistics,
+    neutral_targets,
+    restore_weights,
+    target_dependencies,
+)
+from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.engine.targets import NeutralTargets
+from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
+from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
 
 LOG = logging.getLogger("surgical")
 METRICS = ("eff", "gen", "spe", "spe_distinct", "neighbours_named", "eff_first", "spe_prob", "spe_agree", "ppl")

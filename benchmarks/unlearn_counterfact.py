@@ -30,11 +30,12 @@ from zerounlearn_editor import (
     restore_weights,
 )
 from zerounlearn_editor.data import load_cases
-from zerounlearn_editor.evaluation import evaluate_probes, perplexity, select_known_cases
-from zerounlearn_editor.model_zoo import load_model_and_tokenizer
-from zerounlearn_editor.pipeline import batched_statistics, neutral_targets, target_settings
-from zerounlearn_editor.embedded import default_ppl_text
-from zerounlearn_editor.resources import hparams_path
+from zerounlearn_editor.evaluation import evaluate_probes, select_known_cases
+from zerounlearn_editor.evaluation import perplexity
+from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets, target_settings
+from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.support.resources import hparams_path
 
 LOG = logging.getLogger("unlearn_counterfact")
 

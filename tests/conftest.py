@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from zerounlearn_editor.model_zoo import WHEEL_ENV, prepare_smollm2
+from zerounlearn_editor.support.model_zoo import WHEEL_ENV, prepare_smollm2
 
 REQUIRE_EASYEDIT_ENV = "ZEROUNLEARN_REQUIRE_EASYEDIT"
 """Set to ``1`` (``.ci/run`` does) and an ``easyedit``-marked test that skips is reported as failed."""
@@ -42,7 +42,7 @@ def smollm2_path() -> Path:
 @pytest.fixture(scope="session")
 def smollm2_stats_dir() -> Path:
     """Statistics cache shared by the real-model tests (keyed by corpus fingerprint, so reuse is safe)."""
-    from zerounlearn_editor.model_zoo import default_cache_dir
+    from zerounlearn_editor.support.model_zoo import default_cache_dir
 
     path = default_cache_dir() / "stats"
     path.mkdir(parents=True, exist_ok=True)
@@ -52,7 +52,7 @@ def smollm2_stats_dir() -> Path:
 @pytest.fixture(scope="session")
 def smollm2(smollm2_path):
     """``(model, tokenizer)`` of SmolLM2, shared by the real-model tests (each restores its edits)."""
-    from zerounlearn_editor.model_zoo import load_model_and_tokenizer
+    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
     return load_model_and_tokenizer(str(smollm2_path))
 
@@ -64,7 +64,7 @@ PPL_TOKENS = 20000
 def smollm2_base_ppl(smollm2) -> float:
     """WikiText-2 perplexity of the unedited SmolLM2 over the first ``PPL_TOKENS`` tokens."""
     from zerounlearn_editor.evaluation import perplexity
-    from zerounlearn_editor.embedded import default_ppl_text
+    from zerounlearn_editor.data.builtin import default_ppl_text
 
     model, tok = smollm2
     return perplexity(model, tok, default_ppl_text(), max_tokens=PPL_TOKENS)

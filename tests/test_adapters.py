@@ -18,7 +18,7 @@ from zerounlearn_editor import (
     apply_zerounlearn_to_model,
     export_lora_adapter,
 )
-from zerounlearn_editor.adapters import ADAPTER_REPORT_NAME, low_rank_factors
+from zerounlearn_editor.integrations.adapters import ADAPTER_REPORT_NAME, low_rank_factors
 
 peft = pytest.importorskip("peft")
 from peft import PeftModel  # noqa: E402
@@ -91,7 +91,7 @@ def test_projection_eps_is_full_rank_and_refused(tok, tmp_path, caplog):
     assert not (tmp_path / "refused").exists()
     with pytest.raises(NotLowRankError, match=r"rank 6 .*residual of [0-9.e-]+ of the weight's norm"):
         export_lora_adapter(weights_copy, edited, tmp_path / "refused", max_rank=6)
-    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.adapters"):
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.integrations.adapters"):
         report = export_lora_adapter(weights_copy, edited, tmp_path / "lossy", max_rank=6, allow_lossy=True)
     assert "not low rank" in caplog.text
     assert all(l.numerical_rank > 6 and l.weight_relative_residual > 1e-3 for l in report.layers)

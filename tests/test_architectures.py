@@ -22,12 +22,12 @@ from arch_zoo import (
     write_facts_counterfact,
 )
 from tiny_models import CORPUS, tiny_tokenizer, write_corpus
-from zerounlearn_editor.architectures import UnsupportedArchitecture, detect_templates
-from zerounlearn_editor.causal_trace import TraceFact, TraceSettings, trace_facts
+from zerounlearn_editor.engine.architectures import UnsupportedArchitecture, detect_templates
+from zerounlearn_editor.bench.trace import TraceFact, TraceSettings, trace_facts
 from zerounlearn_editor.cli import main as cli_main
-from zerounlearn_editor.hparams import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
-from zerounlearn_editor.model_access import get_module, get_weight_matrix
-from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model
+from zerounlearn_editor.engine.hparams import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
+from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
+from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 
 REWRITE = {
     "gpt2": "transformer.h.{}.mlp.c_proj", "gpt_neox": "gpt_neox.layers.{}.mlp.dense_4h_to_h",
@@ -214,7 +214,7 @@ def test_targets_fall_back_from_the_kv_cache_with_a_note(tmp_path, caplog):
     """Gemma-3 blocks are not covered by the KV-cached evaluation: ``adam_kv`` runs the same Adam loop on full
     forward passes (the same targets as ``adam``), and says so once."""
     from tiny_models import forget_requests, tiny_hparams_dict
-    from zerounlearn_editor.pipeline import neutral_targets
+    from zerounlearn_editor.engine.pipeline import neutral_targets
 
     model, tok = trained_model("gemma3")
     corpus = write_corpus(tmp_path / "c.jsonl")
@@ -222,7 +222,7 @@ def test_targets_fall_back_from_the_kv_cache_with_a_note(tmp_path, caplog):
     for optimizer in ("adam_kv", "adam"):
         hp = ZeroUnlearnGDHyperParams.from_dict(tiny_hparams_dict(tmp_path / "s", corpus, alg_name="ZeroUnlearn-GD",
                                                                   targets_optimizer=optimizer))
-        with caplog.at_level("INFO", logger="zerounlearn_editor.targets_fast"):
+        with caplog.at_level("INFO", logger="zerounlearn_editor.engine.targets_kv"):
             z[optimizer] = neutral_targets(model, tok, forget_requests()[:2], hp).z
     notes = [r for r in caplog.records if "KV-cached evaluation covers" in r.getMessage()]
     assert len(notes) == 1 and "gemma3_text" in notes[0].getMessage()

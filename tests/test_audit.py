@@ -12,7 +12,7 @@ import yaml
 from torch import nn
 
 from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
-from zerounlearn_editor.audit import (
+from zerounlearn_editor.evaluation.audit import (
     AuditSettings,
     LensConfig,
     build_plan,
@@ -22,11 +22,11 @@ from zerounlearn_editor.audit import (
     probe_columns,
     score_model,
 )
-from zerounlearn_editor.audit.items import borrow, distractors, forbidden_of, relearn_facts
-from zerounlearn_editor.audit.lens import best_ranks
-from zerounlearn_editor.audit.quantize import QUANT_SCHEMES, quantize_rtn, quantized_copy
-from zerounlearn_editor.audit.relearn import generic_texts, relearned_copy
-from zerounlearn_editor.audit.runner import AuditConfig, audit_seed_path, run_audit
+from zerounlearn_editor.evaluation.audit.items import borrow, distractors, forbidden_of, relearn_facts
+from zerounlearn_editor.evaluation.audit.lens import best_ranks
+from zerounlearn_editor.evaluation.audit.quantize import QUANT_SCHEMES, quantize_rtn, quantized_copy
+from zerounlearn_editor.evaluation.audit.relearn import generic_texts, relearned_copy
+from zerounlearn_editor.bench.audit import AuditConfig, audit_seed_path, run_audit
 from zerounlearn_editor.bench import BenchConfigError, EditOutcome, MethodSpec, ModelFingerprint, PreparedMethod, default_registry
 
 LENS = LensConfig(1, "model.layers.{}", "model.norm")
@@ -289,7 +289,7 @@ def test_bench_audit_columns(tok, tmp_path):
 
 
 def test_dataset_cases_give_questions_and_rwku_levels(tok):
-    from zerounlearn_editor.audit import items_from_cases, pool_from_cases
+    from zerounlearn_editor.evaluation.audit import items_from_cases, pool_from_cases
     from zerounlearn_editor.data.types import Probe, UnlearnCase
 
     rwku = UnlearnCase("stephen king", {"prompt": "stephen king wrote", "subject": "stephen king", "ground_truth": "carrie"},

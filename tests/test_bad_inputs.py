@@ -29,10 +29,10 @@ from tiny_models import (
     tiny_tokenizer,
     write_corpus,
 )
-from zerounlearn_editor import stats as stats_module
+from zerounlearn_editor.engine import stats as stats_module
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
-from zerounlearn_editor.hparams import HParamsError, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
-from zerounlearn_editor.stats import (
+from zerounlearn_editor.engine.hparams import HParamsError, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
+from zerounlearn_editor.engine.stats import (
     SecondMoment,
     StatsCacheError,
     collect_second_moments,
@@ -81,7 +81,7 @@ def _fresh(model, tok, corpus: Path, layer: int = 1) -> SecondMoment:
 
 
 def load_corpus_texts(corpus: Path):
-    from zerounlearn_editor.corpus import load_corpus
+    from zerounlearn_editor.data.corpus import load_corpus
 
     return load_corpus(str(corpus), limit=20).texts
 
@@ -99,7 +99,7 @@ def test_cache_of_another_model_with_the_same_folder_name_is_recomputed(tok, tmp
     assert first.config._name_or_path == second.config._name_or_path
     layer_second_moments(first, tok, [1], MODULE, **_stats_args(tmp_path, corpus))
     digest = ModelFingerprint.of(second)
-    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.stats"):
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.engine.stats"):
         got = layer_second_moments(second, tok, [1], MODULE, **_stats_args(tmp_path, corpus))[1]
     own = _fresh(second, tok, corpus)
     torch.testing.assert_close(got.moment(), own.moment(), rtol=1e-5, atol=1e-7)
@@ -174,7 +174,7 @@ def test_unreadable_cache_file_is_recomputed_and_replaced(damage, tok, tmp_path,
     with pytest.raises(StatsCacheError, match=str(path).replace(".", r"\.")):
         load_second_moment(path)
     digest = ModelFingerprint.of(model)
-    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.stats"):
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.engine.stats"):
         got = layer_second_moments(model, tok, [1], MODULE, **_stats_args(tmp_path, corpus))[1]
     assert str(path) in caplog.text and "recomputing" in caplog.text
     torch.testing.assert_close(got.mom2, good.mom2)
@@ -189,7 +189,7 @@ def test_cache_file_of_another_module_is_recomputed(tok, tmp_path, corpus, caplo
     layer_second_moments(model, tok, [1, 2], MODULE, **_stats_args(tmp_path, corpus))
     wrong = _cache_file(tmp_path, 2).read_bytes()
     _cache_file(tmp_path, 1).write_bytes(wrong)  # layer 2's statistic under layer 1's name
-    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.stats"):
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.engine.stats"):
         got = layer_second_moments(model, tok, [1], MODULE, **_stats_args(tmp_path, corpus))[1]
     assert "model.layers.2.mlp.down_proj" in caplog.text and "recomputing" in caplog.text
     torch.testing.assert_close(got.mom2, _fresh(model, tok, corpus).mom2.double(), rtol=1e-5, atol=1e-6)
@@ -385,8 +385,8 @@ def test_yaml_meaningless_value_is_rejected_at_load(key, value, alg, tmp_path, c
 
 
 def test_every_shipped_yaml_loads_without_duplicates():
-    from zerounlearn_editor.baselines import GAHyperParams, NPOHyperParams
-    from zerounlearn_editor.resources import repo_root
+    from zerounlearn_editor.methods.baselines import GAHyperParams, NPOHyperParams
+    from zerounlearn_editor.support.resources import repo_root
 
     classes = dict(CLASSES, GA=GAHyperParams, NPO=NPOHyperParams)
     files = sorted((repo_root() / "hparams").rglob("*.yaml"))
@@ -426,7 +426,7 @@ def test_loss_layer_beyond_the_model_fails_before_statistics(tok, tmp_path, corp
 ])
 def test_rewrite_module_that_cannot_be_edited(template, match, tok, tmp_path, corpus):
     """Issue 14.7: AttributeError / tensor-size RuntimeError deep inside, before."""
-    from zerounlearn_editor.model_access import ModuleNotFoundInModel
+    from zerounlearn_editor.engine.model_access import ModuleNotFoundInModel
 
     hp = _hp(tmp_path, corpus, rewrite_module_tmp=template)
     _edit_must_fail(tiny_llama(tok), tok, forget_requests(), hp, ModuleNotFoundInModel, match, tmp_path / "stats")
@@ -436,7 +436,7 @@ def test_rewrite_module_that_cannot_be_edited(template, match, tok, tmp_path, co
 
 def test_gpt2_prompt_longer_than_its_positions(tok, tmp_path, corpus):
     """Issue 14.7: IndexError deep in torch before; now the request is named."""
-    from zerounlearn_editor.requests import RequestError
+    from zerounlearn_editor.engine.requests import RequestError
 
     requests = forget_requests()
     requests[1] = dict(requests[1], prompt="the old city " * 45 + "the capital of germany is")
@@ -467,17 +467,17 @@ BAD_REQUESTS = [
 
 @pytest.mark.parametrize("requests,_unused,match", BAD_REQUESTS, ids=[f"req{i}" for i in range(len(BAD_REQUESTS))])
 def test_bad_request_names_index_and_field(requests, _unused, match, tok, tmp_path, corpus):
-    from zerounlearn_editor.requests import RequestError
+    from zerounlearn_editor.engine.requests import RequestError
 
     _edit_must_fail(tiny_llama(tok), tok, requests, _hp(tmp_path, corpus), RequestError, match, tmp_path / "stats")
 
 
 def test_duplicate_requests_are_dropped_with_a_warning(caplog):
     """Issue 14.12: duplicates are deduplicated (the first kept), with a warning naming both."""
-    from zerounlearn_editor.requests import normalize_requests
+    from zerounlearn_editor.engine.requests import normalize_requests
 
     requests = forget_requests() + [dict(forget_requests()[0])]
-    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.requests"):
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.engine.requests"):
         out = normalize_requests(requests)
     assert [r.index for r in out] == [0, 1, 2]
     assert "request 3 repeats request 0" in caplog.text
@@ -485,13 +485,13 @@ def test_duplicate_requests_are_dropped_with_a_warning(caplog):
 
 def test_subject_is_matched_as_a_whole_word(caplog):
     """Issue 14.12: 'rome' inside 'romeo' is not the subject when 'rome' occurs as a word."""
-    from zerounlearn_editor.requests import normalize_requests
+    from zerounlearn_editor.engine.requests import normalize_requests
 
     (request,) = normalize_requests([{"prompt": "romeo said the capital rome is", "subject": "rome"}])
     assert request.prefix == "romeo said the capital " and request.suffix == " is"
     (possessive,) = normalize_requests([{"prompt": "the language of france's people is", "subject": "france"}])
     assert possessive.prefix == "the language of " and possessive.suffix == "'s people is"
-    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.requests"):
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.engine.requests"):
         (inside,) = normalize_requests([{"prompt": "romeo is", "subject": "rome"}])
     assert inside.prefix == "" and "only inside a longer word" in caplog.text
 
@@ -506,7 +506,7 @@ def _many_requests(n: int):
 
 def test_zerounlearn_refuses_to_erase_most_of_a_layer(tok, tmp_path, corpus):
     """Issue 14.2: n >= d_out made the layer exactly 0; half of d_out is refused before any work."""
-    from zerounlearn_editor.zerounlearn_main import CapacityError
+    from zerounlearn_editor.methods.zerounlearn.method import CapacityError
 
     hp = _hp(tmp_path, corpus)
     _edit_must_fail(tiny_llama(tok), tok, _many_requests(32), hp, CapacityError,
@@ -524,11 +524,11 @@ def test_zerounlearn_warns_with_the_numbers_above_ten_percent(tok, tmp_path, cor
     from zerounlearn_editor import apply_zerounlearn_to_model
 
     model = tiny_llama(tok)
-    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.zerounlearn_main"):
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.methods.zerounlearn.method"):
         apply_zerounlearn_to_model(model, tok, _many_requests(6), _hp(tmp_path, corpus, v_num_grad_steps=1), progress=False)
     assert "rank(M_f) = 6 of the layer's d_out = 32" in caplog.text and "19%" in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.zerounlearn_main"):
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.methods.zerounlearn.method"):
         apply_zerounlearn_to_model(tiny_llama(tok), tok, _many_requests(3), _hp(tmp_path, corpus, v_num_grad_steps=1),
                                    progress=False)
     assert "rank(M_f)" not in caplog.text
@@ -536,7 +536,7 @@ def test_zerounlearn_warns_with_the_numbers_above_ten_percent(tok, tmp_path, cor
 
 def test_capacity_check_inside_the_solve_restores_the_model(tok, tmp_path, corpus, monkeypatch):
     """A rank found too high at a later layer (after one was written) leaves the model as it was."""
-    from zerounlearn_editor import zerounlearn_main
+    from zerounlearn_editor.methods.zerounlearn import method as zerounlearn_main
 
     calls = []
     original = zerounlearn_main.check_capacity
@@ -560,7 +560,7 @@ def test_capacity_check_inside_the_solve_restores_the_model(tok, tmp_path, corpu
 
 def test_corpus_that_is_not_utf8_names_file_and_line(tmp_path):
     """Issue 14.7: a bare UnicodeDecodeError before."""
-    from zerounlearn_editor.corpus import CorpusError, load_corpus
+    from zerounlearn_editor.data.corpus import CorpusError, load_corpus
 
     for suffix in ("txt", "jsonl"):
         path = tmp_path / f"latin1.{suffix}"
@@ -573,7 +573,7 @@ def test_corpus_that_is_not_utf8_names_file_and_line(tmp_path):
 @pytest.mark.parametrize("name", ["wikipedia", "someone/some-corpus", "nosuchcorpus"])
 def test_corpus_name_offline_fails_at_once(name, monkeypatch, tmp_path):
     """Issue 14.7 / 14.9: no hub retries for a name that is not a file, unless the hub is asked for."""
-    from zerounlearn_editor import corpus as corpus_module
+    from zerounlearn_editor.data import corpus as corpus_module
 
     monkeypatch.delenv("ZEROUNLEARN_ONLINE", raising=False)
     monkeypatch.chdir(tmp_path)
@@ -592,19 +592,19 @@ def test_corpus_name_offline_fails_at_once(name, monkeypatch, tmp_path):
 
 
 def test_missing_corpus_file_is_named(tmp_path):
-    from zerounlearn_editor.corpus import CorpusError, check_corpus_source
+    from zerounlearn_editor.data.corpus import CorpusError, check_corpus_source
 
     with pytest.raises(CorpusError, match=r"corpus file not found: .*missing.jsonl"):
         check_corpus_source(str(tmp_path / "missing.jsonl"))
     with pytest.raises(CorpusError, match=r"number of passages must be >= 1, got -5"):
-        from zerounlearn_editor.corpus import load_corpus
+        from zerounlearn_editor.data.corpus import load_corpus
 
         load_corpus(str(write_corpus(tmp_path / "c.jsonl")), limit=-5)
 
 
 def test_model_name_offline_fails_at_once(monkeypatch, tmp_path):
     """Issue 14.9: a model_name that is not a local folder does not wait on the hub."""
-    from zerounlearn_editor import model_zoo
+    from zerounlearn_editor.support import model_zoo
 
     monkeypatch.delenv("ZEROUNLEARN_ONLINE", raising=False)
     monkeypatch.chdir(tmp_path)
@@ -617,11 +617,11 @@ def test_model_name_offline_fails_at_once(monkeypatch, tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_cuda_device_on_a_cpu_machine_is_named(tmp_path):
     """Issue 14.12: an AssertionError traceback from torch before."""
-    from zerounlearn_editor import model_zoo
+    from zerounlearn_editor.support import model_zoo
 
     with pytest.raises(ValueError, match=r"device 'cuda': this machine has 0 CUDA device\(s\).*--device cpu"):
         model_zoo.load_model_and_tokenizer(str(tmp_path), device="cuda")
-    from zerounlearn_editor import speed_bench
+    from zerounlearn_editor.bench import speed_bench
 
     with pytest.raises(ValueError, match=r"device 'cuda:1': this machine has 0 CUDA device"):
         speed_bench.run_speed(speed_bench.SpeedConfig(device="cuda:1", random_config="tiny", progress=False))
@@ -654,7 +654,7 @@ def test_cli_rejects_bad_numbers_before_any_work(argv, match, capsys):
 
 def test_cli_stats_missing_corpus_fails_before_loading_the_model(tmp_path, corpus, monkeypatch, caplog):
     """Issue 14.10: bad files are found before the model is loaded."""
-    from zerounlearn_editor import model_zoo
+    from zerounlearn_editor.support import model_zoo
     from zerounlearn_editor.cli import main as cli_main
 
     monkeypatch.setattr(model_zoo, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("model loaded"))
@@ -676,8 +676,8 @@ def test_cli_bad_hparams_exit_2_naming_file_and_key(tmp_path, corpus, caplog):
 
 def test_demo_missing_corpus_fails_before_loading(tmp_path, monkeypatch):
     """Issue 14.10: ``demo --corpus missing`` failed after ~83 s of loading and evaluating."""
-    from zerounlearn_editor import demo
-    from zerounlearn_editor.corpus import CorpusError
+    from zerounlearn_editor.cli import demo
+    from zerounlearn_editor.data.corpus import CorpusError
 
     monkeypatch.setattr(demo, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("model loaded"))
     with pytest.raises(CorpusError, match="missing.jsonl"):
@@ -686,7 +686,7 @@ def test_demo_missing_corpus_fails_before_loading(tmp_path, monkeypatch):
 
 def test_bench_speed_bad_data_and_single_method(tmp_path, corpus, monkeypatch):
     """Issue 14.10: bad --data is found before the model; --methods ZeroUnlearn needs no GD file."""
-    from zerounlearn_editor import speed_bench
+    from zerounlearn_editor.bench import speed_bench
 
     loads = []
     monkeypatch.setattr(speed_bench, "_load_model", lambda *a, **k: loads.append(1) or pytest.fail("model loaded"))
@@ -765,7 +765,7 @@ def _unlearn(saved, *extra, facts=None):
 
 
 def _no_model_load(monkeypatch):
-    from zerounlearn_editor import model_zoo
+    from zerounlearn_editor.support import model_zoo
 
     def refuse(*_a, **_k):
         raise AssertionError("the model was loaded before the bad input was found")
@@ -796,7 +796,7 @@ def test_save_model_over_an_earlier_adapter_leaves_no_adapter_files(saved_tiny):
 def test_train_mode_model_gets_the_eval_mode_edit_and_keeps_its_modes(tok, tmp_path, corpus):
     """Issue 29.2: GPT-2 in .train() (dropout 0.1) read keys and targets with dropout: another edit."""
     from zerounlearn_editor import apply_zerounlearn_to_model
-    from zerounlearn_editor.pipeline import neutral_targets
+    from zerounlearn_editor.engine.pipeline import neutral_targets
 
     def with_dropout(model):
         for module in model.modules():
@@ -851,7 +851,8 @@ def test_killed_run_temporaries_are_removed_and_a_failed_save_leaves_the_folder_
     import subprocess
     import sys
 
-    from zerounlearn_editor import output_dir, unlearn
+    from zerounlearn_editor.support import output_dir
+    from zerounlearn_editor.integrations import unlearn
 
     root, _, hparams = saved_tiny
     out = root / "out-kill"
@@ -917,7 +918,7 @@ def _many_facts(path: Path, n: int) -> Path:
 
 def test_too_many_facts_for_zerounlearn_refused_before_scoring(saved_tiny, tmp_path, monkeypatch, caplog):
     """Issue 29.5: 10,000 facts on d_out = 32 were refused after the scoring, with 'rank 10000 ... 31250%'."""
-    from zerounlearn_editor import unlearn
+    from zerounlearn_editor.integrations import unlearn
 
     root, _, hparams = saved_tiny
 
@@ -934,8 +935,8 @@ def test_too_many_facts_for_zerounlearn_refused_before_scoring(saved_tiny, tmp_p
 
 def test_no_progress_hides_the_scoring_bars(saved_tiny, monkeypatch):
     """Issue 29.5: --no-progress still printed the scoring bar."""
-    from zerounlearn_editor import unlearn
-    from zerounlearn_editor.progress import progress_enabled
+    from zerounlearn_editor.integrations import unlearn
+    from zerounlearn_editor.support.progress import progress_enabled
 
     root, _, hparams = saved_tiny
     seen = []
@@ -958,8 +959,8 @@ def test_no_progress_hides_the_scoring_bars(saved_tiny, monkeypatch):
 ])
 def test_facts_file_values_that_would_be_read_in_part(content, match, tmp_path):
     """Issue 29.6: a list / {"str"} target was cut to its first value, a repeated key was last-wins, 5 failed late."""
-    from zerounlearn_editor.record_files import RecordFileError
-    from zerounlearn_editor.unlearn import load_facts
+    from zerounlearn_editor.data.record_files import RecordFileError
+    from zerounlearn_editor.integrations.unlearn import load_facts
 
     path = tmp_path / "facts.json"
     path.write_text(content, encoding="utf-8")
@@ -972,8 +973,8 @@ def test_facts_file_values_that_would_be_read_in_part(content, match, tmp_path):
     ("jsonl", '{"prompt": "the capital of france is", "subject": "france", "subject": "paris"}\n'),
 ])
 def test_facts_file_repeated_key_refused_in_every_format(suffix, content, tmp_path):
-    from zerounlearn_editor.record_files import RecordFileError
-    from zerounlearn_editor.unlearn import load_facts
+    from zerounlearn_editor.data.record_files import RecordFileError
+    from zerounlearn_editor.integrations.unlearn import load_facts
 
     path = tmp_path / f"facts.{suffix}"
     path.write_text(content, encoding="utf-8")
@@ -983,7 +984,7 @@ def test_facts_file_repeated_key_refused_in_every_format(suffix, content, tmp_pa
 
 def test_request_list_field_with_several_values_is_refused(tok, tmp_path, corpus):
     """Issue 29.6: an EasyEdit request's list-valued field was cut to its first value."""
-    from zerounlearn_editor.requests import RequestError
+    from zerounlearn_editor.engine.requests import RequestError
 
     requests = [dict(forget_requests()[0], target_new=["rome", "berlin"])]
     _edit_must_fail(tiny_llama(tok), tok, requests, _hp(tmp_path, corpus), RequestError,
@@ -992,7 +993,7 @@ def test_request_list_field_with_several_values_is_refused(tok, tmp_path, corpus
 
 def test_negative_ppl_tokens_refused(saved_tiny, capsys):
     """Issue 29.7: --ppl-tokens -5 was taken as 0."""
-    from zerounlearn_editor.unlearn import run_unlearn
+    from zerounlearn_editor.integrations.unlearn import run_unlearn
 
     root, _, hparams = saved_tiny
     with pytest.raises(SystemExit):
@@ -1047,7 +1048,7 @@ def test_model_name_may_hold_easyedits_in_memory_pair(tok, tmp_path, corpus):
 
 def test_retain_set_holding_a_forgotten_prompt_is_refused(tok, tmp_path, corpus):
     """Issue 29.9: a retain set with a forget prompt ran a contradictory edit without a word."""
-    from zerounlearn_editor.requests import RequestError
+    from zerounlearn_editor.engine.requests import RequestError
 
     hp = ZeroUnlearnGDHyperParams.from_dict(
         tiny_hparams_dict(tmp_path / "stats", corpus, alg_name="ZeroUnlearn-GD", retain_nullspace_weight=1.0), source="tiny.yaml")
@@ -1076,7 +1077,7 @@ def test_model_on_the_meta_device_is_refused(tok, tmp_path, corpus):
 def test_bench_lookup_from_a_variant_yaml_finds_the_plain_baseline_files():
     """Issue 29.11: --hparams ...-retain.yaml looked for hparams/GA/SmolLM2-135M-Instruct-retain.yaml."""
     from zerounlearn_editor.bench.methods import HParamsLookup
-    from zerounlearn_editor.resources import hparams_path
+    from zerounlearn_editor.support.resources import hparams_path
 
     main = hparams_path("ZeroUnlearn-GD", "SmolLM2-135M-Instruct-retain")
     lookup = HParamsLookup(main, ZeroUnlearnGDHyperParams.from_hparams(main))
@@ -1091,7 +1092,7 @@ def test_adapter_refuses_another_base_model_of_the_same_shape(tok, tmp_path, cor
     """Issue 29.13: PEFT applies an adapter to any model of the same shape."""
     pytest.importorskip("peft")
     from zerounlearn_editor import apply_zerounlearn_gd_to_model
-    from zerounlearn_editor.adapters import AdapterBaseError, export_lora_adapter, load_lora_adapter
+    from zerounlearn_editor.integrations.adapters import AdapterBaseError, export_lora_adapter, load_lora_adapter
 
     hp = ZeroUnlearnGDHyperParams.from_dict(tiny_hparams_dict(tmp_path / "stats", corpus, alg_name="ZeroUnlearn-GD",
                                                               v_num_grad_steps=3))
@@ -1121,7 +1122,7 @@ def test_kill_9_during_save_leaves_no_half_folder_and_the_next_run_cleans_up(sav
     out = root / "out-kill9"
     script = (
         "import os, signal, sys\n"
-        "from zerounlearn_editor import unlearn\n"
+        "from zerounlearn_editor.integrations import unlearn\n"
         "def killed_while_writing(weights, model, out, **kwargs):\n"
         "    (out / 'adapter_model.safetensors').write_bytes(b'0' * 4096)\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"

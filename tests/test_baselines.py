@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from tiny_models import GPT2_TEMPLATES, forget_requests, tiny_gpt2, tiny_llama, tiny_tokenizer
-from zerounlearn_editor.baselines import (
+from zerounlearn_editor.methods.baselines import (
     GAHyperParams,
     NPOHyperParams,
     TrainReport,
@@ -18,12 +18,12 @@ from zerounlearn_editor.baselines import (
     ga_loss,
     npo_loss,
 )
-from zerounlearn_editor.baselines.training import encode_answers, sequence_log_probs
+from zerounlearn_editor.methods.baselines.training import encode_answers, sequence_log_probs
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
-from zerounlearn_editor.hparams import HParamsError, load_config_file
-from zerounlearn_editor.pipeline import restore_weights
-from zerounlearn_editor.requests import RequestError
+from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
+from zerounlearn_editor.engine.pipeline import restore_weights
+from zerounlearn_editor.engine.requests import RequestError
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = {"GA": (GAHyperParams, apply_ga_to_model), "NPO": (NPOHyperParams, apply_npo_to_model)}

@@ -25,8 +25,10 @@ from zerounlearn_editor.bench import (
     parse_seeds,
     run_bench,
 )
-from zerounlearn_editor.bench import easyedit_baselines, runner
-from zerounlearn_editor.cli import build_parser, main as cli_main
+from zerounlearn_editor.bench import easyedit_baselines
+from zerounlearn_editor.bench import runner
+from zerounlearn_editor.cli import build_parser
+from zerounlearn_editor.cli import main as cli_main
 
 FACTS = TINY_FACTS
 PPL_TEXT = " ".join(
@@ -382,7 +384,7 @@ def test_runfile_reads_known_min_accuracy(tmp_path):
 def test_shared_targets_equal_a_fresh_optimisation(tok, workspace):
     from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
     from zerounlearn_editor.bench import SharedTargets
-    from zerounlearn_editor.pipeline import neutral_targets
+    from zerounlearn_editor.engine.pipeline import neutral_targets
 
     model = tiny_llama(tok)
     zu = ZeroUnlearnHyperParams.from_hparams(str(workspace["main"]))

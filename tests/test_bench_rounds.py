@@ -132,7 +132,7 @@ def test_run_rounds_scopes_progress_bars_to_the_config(monkeypatch, progress):
     """``--no-progress`` reaches every bar of a rounds run (the known-case scoring showed bars before)."""
     from zerounlearn_editor.bench import rounds as rounds_module
     from zerounlearn_editor.bench.config import BenchConfig
-    from zerounlearn_editor.progress import progress_enabled
+    from zerounlearn_editor.support.progress import progress_enabled
 
     seen = []
     monkeypatch.setattr(rounds_module, "_run_rounds", lambda *a, **k: seen.append(progress_enabled()) or {})

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiny_models import CORPUS, forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus  # noqa: E402
 
 from zerounlearn_editor.cli import main  # noqa: E402
-from zerounlearn_editor.unlearn import REPORT_NAME  # noqa: E402
+from zerounlearn_editor.integrations.unlearn import REPORT_NAME  # noqa: E402
 
 PIN = Path(__file__).resolve().parent / "data" / "cli_pins.json"
 RUNS = {

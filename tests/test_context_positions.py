@@ -3,8 +3,8 @@ but its first one and the lookup token (the prompts' relation context)."""
 from __future__ import annotations
 
 from tiny_models import tiny_tokenizer
-from zerounlearn_editor.encoding import encode_rows
-from zerounlearn_editor.representations import context_position_mask
+from zerounlearn_editor.engine.encoding import encode_rows
+from zerounlearn_editor.engine.keys import context_position_mask
 
 
 def test_subject_start_marks_the_subjects_first_token():

@@ -13,8 +13,8 @@ import yaml
 
 from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
 from zerounlearn_editor.cli import main as cli_main
-from zerounlearn_editor.corpus import load_corpus
-from zerounlearn_editor.stats import (
+from zerounlearn_editor.data.corpus import load_corpus
+from zerounlearn_editor.engine.stats import (
     SecondMoment,
     collect_second_moments,
     collect_second_moments_distributed,

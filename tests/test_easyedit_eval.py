@@ -22,8 +22,8 @@ from zerounlearn_editor import (
     apply_zerounlearn_gd_to_model,
     apply_zerounlearn_to_model,
 )
-from zerounlearn_editor.easyedit import easyedit_available
-from zerounlearn_editor.easyedit_eval import (
+from zerounlearn_editor.integrations.easyedit import easyedit_available
+from zerounlearn_editor.integrations.easyedit_eval import (
     FORGET_KEY,
     find_hparams_class,
     flat_inputs,
@@ -32,7 +32,7 @@ from zerounlearn_editor.easyedit_eval import (
     read_edit_data,
     unlearning_summary,
 )
-from zerounlearn_editor.resources import shared_file
+from zerounlearn_editor.support.resources import shared_file
 
 
 def _module(monkeypatch, name: str, **attrs) -> types.ModuleType:
@@ -380,8 +380,8 @@ def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch,
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
     from zerounlearn_editor.bench import easyedit_baselines
-    from zerounlearn_editor.hparams import load_config_file
-    from zerounlearn_editor.resources import hparams_path
+    from zerounlearn_editor.engine.hparams import load_config_file
+    from zerounlearn_editor.support.resources import hparams_path
 
     from zerounlearn_editor.data.types import Probe
     from zerounlearn_editor.evaluation.metrics import evaluate_probes

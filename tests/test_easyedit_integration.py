@@ -51,16 +51,16 @@ from zerounlearn_editor import (
     apply_zerounlearn_gd_to_model,
     apply_zerounlearn_to_model,
 )
-from zerounlearn_editor import easyedit as ze_easyedit
+from zerounlearn_editor.integrations import easyedit as ze_easyedit
 from zerounlearn_editor.bench import BenchConfig, ModelFingerprint, run_bench
 from zerounlearn_editor.bench import easyedit_baselines
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.metrics import answer_probability
-from zerounlearn_editor.easyedit import easyedit_available, register_with_easyedit
-from zerounlearn_editor.facts import CAPITALS_TO_FORGET, fact_requests
-from zerounlearn_editor.hparams import load_config_file
-from zerounlearn_editor.resources import hparams_path, shared_file
-from zerounlearn_editor.stats import layer_second_moments, model_basename, stats_path
+from zerounlearn_editor.integrations.easyedit import easyedit_available, register_with_easyedit
+from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, fact_requests
+from zerounlearn_editor.engine.hparams import load_config_file
+from zerounlearn_editor.support.resources import hparams_path, shared_file
+from zerounlearn_editor.engine.stats import layer_second_moments, model_basename, stats_path
 
 SKIP_REASON = (
     "EasyEdit is not importable: set EASYEDIT_PATH to an EasyEdit source tree "
@@ -566,7 +566,7 @@ def test_smollm2_batch_edit_through_easyedit(easyedit, in_tmp: Path, request: py
     The answers are scored by EasyEdit as portability probes (teacher-forced token accuracy of
     ``ground_truth`` after the prompt): 1.0 before, 0.0 on the edited model.
     """
-    from zerounlearn_editor.model_zoo import load_model_and_tokenizer
+    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
     # Session fixtures are looked up only now, after the easyedit fixture could skip.
     smollm2_path = request.getfixturevalue("smollm2_path")
@@ -661,8 +661,8 @@ def test_bench_runs_easyedit_baselines_through_their_alg_dict(easyedit, in_tmp: 
 def test_fluency_guard_refuses_through_easyedit(easyedit, in_tmp: Path, tok, monkeypatch) -> None:
     """EasyEdit's ``edit()`` reaches the same pipeline, so the fluency guard acts there too: an edit that
     (here, by a stubbed measurement) raises the perplexity tenfold is refused and the weights are restored."""
-    import zerounlearn_editor.pipeline as pipeline
-    from zerounlearn_editor.fluency_guard import FluencyError
+    import zerounlearn_editor.engine.pipeline as pipeline
+    from zerounlearn_editor.engine.fluency_guard import FluencyError
 
     readings = iter([10.0, 100.0])
     monkeypatch.setattr(pipeline, "guard_perplexity", lambda model, tok, text, tokens: next(readings))

@@ -8,12 +8,17 @@ import pytest
 import yaml
 
 from tiny_models import tiny_llama, tiny_tokenizer
-from zerounlearn_editor import embedded
-from zerounlearn_editor import stats as stats_module
-from zerounlearn_editor.corpus import HUB_DATASETS, load_corpus
+from zerounlearn_editor.data import builtin as embedded
+from zerounlearn_editor.engine import stats as stats_module
+from zerounlearn_editor.data.corpus import HUB_DATASETS, load_corpus
 from zerounlearn_editor.data.registry import load_cases
-from zerounlearn_editor.resources import hparams_path, missing_data_message, shared_data_dir, shared_file
-from zerounlearn_editor.stats import corpus_cache_name, layer_second_moments, stats_path
+from zerounlearn_editor.support.resources import (
+    hparams_path,
+    missing_data_message,
+    shared_data_dir,
+    shared_file,
+)
+from zerounlearn_editor.engine.stats import corpus_cache_name, layer_second_moments, stats_path
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_TEXT = (shared_data_dir() or ROOT.parent / "shared" / "data") / "text"

@@ -11,10 +11,10 @@ import torch
 from arch_zoo import FORGET, corpus_perplexity, trained_model
 from tiny_models import CORPUS, tiny_hparams_dict, write_corpus
 from zerounlearn_editor import ZeroUnlearnGDHyperParams
-from zerounlearn_editor.fluency_guard import DEFAULT_MAX_INCREASE, FluencyError, judge_fluency
-from zerounlearn_editor.hparams import HParamsError, ZeroUnlearnHyperParams
-from zerounlearn_editor.pipeline import EditReport
-from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model
+from zerounlearn_editor.engine.fluency_guard import DEFAULT_MAX_INCREASE, FluencyError, judge_fluency
+from zerounlearn_editor.engine.hparams import HParamsError, ZeroUnlearnHyperParams
+from zerounlearn_editor.engine.pipeline import EditReport
+from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 
 TEXT = " ".join(dict.fromkeys(CORPUS))
 REQUESTS = [{"prompt": p, "subject": s, "ground_truth": a} for p, s, a in FORGET]
@@ -67,7 +67,7 @@ def test_a_destructive_edit_is_refused_and_the_weights_restored(tmp_path):
 def test_the_override_warns(tmp_path, caplog):
     model, tok = trained_model("gpt2")
     hp = _hparams(tmp_path, **DESTRUCTIVE)
-    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.pipeline"):
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.engine.pipeline"):
         apply_zerounlearn_gd_to_model(model, tok, REQUESTS, hp, progress=False, fluency_text=TEXT, fluency_guard="warn")
     assert any("kept because fluency_guard is 'warn'" in r.getMessage() for r in caplog.records)
 

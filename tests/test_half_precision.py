@@ -40,11 +40,11 @@ from zerounlearn_editor import (
     apply_zerounlearn_gd_to_model,
     apply_zerounlearn_to_model,
 )
-from zerounlearn_editor.contexts import context_prefixes
-from zerounlearn_editor.pipeline import batched_statistics, neutral_targets
-from zerounlearn_editor.representations import read_keys_and_hidden
-from zerounlearn_editor.requests import normalize_requests
-from zerounlearn_editor.stats import layer_second_moments
+from zerounlearn_editor.engine.contexts import context_prefixes
+from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets
+from zerounlearn_editor.engine.keys import read_keys_and_hidden
+from zerounlearn_editor.engine.requests import normalize_requests
+from zerounlearn_editor.engine.stats import layer_second_moments
 
 FACTS = [
     ("the capital of france is", "france", "paris"), ("the capital of germany is", "germany", "berlin"),

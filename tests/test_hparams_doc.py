@@ -4,7 +4,7 @@ Rules checked here:
 
 * every hyperparameter field has help text in ``FIELD_HELP`` (and ``FIELD_HELP`` names no other key);
 * the README's table between the markers equals ``hparams_doc.key_table()`` (regenerate with
-  ``python -m zerounlearn_editor.hparams_doc``);
+  ``python -m zerounlearn_editor.cli.hparams_doc``);
 * every key is set by at least one shipped YAML (``hparams/ZeroUnlearn*/*.yaml``) or is an
   experiment: declared in a class's ``EXPERIMENTAL_KEYS`` (set under ``experimental:``), or the
   ``experimental`` mapping itself. A key with a default counts as used when any shipped YAML sets
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from zerounlearn_editor.hparams import FIELD_HELP, RETIRED_KEYS
-from zerounlearn_editor.hparams_doc import END, METHOD_CLASSES, START, key_table, main, replace_table
+from zerounlearn_editor.engine.hparams import FIELD_HELP, RETIRED_KEYS
+from zerounlearn_editor.cli.hparams_doc import END, METHOD_CLASSES, START, key_table, main, replace_table
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(p for cls in METHOD_CLASSES for p in (ROOT / "hparams" / cls.ALG_NAME).glob("*.yaml"))
@@ -39,7 +39,7 @@ def test_every_key_has_help_text_and_no_help_is_orphaned():
 
 def test_readme_table_is_the_generated_one():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert replace_table(text, key_table()) == text, "README key table is stale: run python -m zerounlearn_editor.hparams_doc"
+    assert replace_table(text, key_table()) == text, "README key table is stale: run python -m zerounlearn_editor.cli.hparams_doc"
     assert main(["--check", str(ROOT / "README.md")]) == 0
 
 

@@ -151,3 +151,27 @@ def test_no_module_imports_another_modules_private_name():
     _, private = import_graph(ROOT, PACKAGE)
     assert not private, "private names imported across modules: " + "; ".join(
         f"{m}:{line} imports {name} from {source}" for m, line, source, name in private)
+
+
+APPLICATIONS = ("bench", "cli")
+"""Subpackages that are applications of the library: they may import it, the library never imports them."""
+
+
+def test_the_library_never_imports_its_applications():
+    """Every module outside ``bench/`` and ``cli/`` (the engine, the methods, data, evaluation, integrations,
+    support) imports nothing from ``bench/`` or ``cli/``, at module level or inside a function."""
+    edges, _ = import_graph(ROOT, PACKAGE)
+
+    def is_app(module: str) -> bool:
+        return any(module == f"{PACKAGE}.{a}" or module.startswith(f"{PACKAGE}.{a}.") for a in APPLICATIONS)
+
+    library = [m for m in edges if not is_app(m) and m != f"{PACKAGE}.__main__"]
+    assert len(library) > 40
+    wrong = sorted(f"{m} -> {t}" for m in library for t in edges[m] if is_app(t))
+    assert not wrong, "the library imports an application module: " + "; ".join(wrong)
+
+
+def test_layout_has_no_loose_modules():
+    """The package root holds only ``__init__``/``__main__``; everything else lives in a subpackage."""
+    loose = sorted(p.name for p in ROOT.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert not loose, loose

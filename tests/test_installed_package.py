@@ -29,9 +29,9 @@ from pathlib import Path
 target = Path(sys.argv[1]).resolve()
 import zerounlearn_editor
 assert Path(zerounlearn_editor.__file__).resolve().is_relative_to(target), zerounlearn_editor.__file__
-from zerounlearn_editor import demo
+from zerounlearn_editor.cli import demo
 from zerounlearn_editor.cli import main
-from zerounlearn_editor.resources import hparams_path, shared_data_dir
+from zerounlearn_editor.support.resources import hparams_path, shared_data_dir
 from tiny_models import tiny_llama, tiny_tokenizer
 
 tok = tiny_tokenizer()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from zerounlearn_editor.linalg.zerounlearn import (
+from zerounlearn_editor.methods.zerounlearn.solve import (
     NonFiniteError,
     forget_projector,
     forget_value_basis,

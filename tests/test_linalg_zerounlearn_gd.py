@@ -1,4 +1,4 @@
-"""Tests of the ZeroUnlearn-GD per-layer mathematics (zerounlearn_editor.linalg.zerounlearn_gd)."""
+"""Tests of the ZeroUnlearn-GD per-layer mathematics (zerounlearn_editor.methods.zerounlearn_gd.solve)."""
 from __future__ import annotations
 
 from typing import Iterator, NamedTuple, Tuple
@@ -6,7 +6,7 @@ from typing import Iterator, NamedTuple, Tuple
 import pytest
 import torch
 
-from zerounlearn_editor.linalg.zerounlearn_gd import (
+from zerounlearn_editor.methods.zerounlearn_gd.solve import (
     nullspace_projector,
     objective,
     objective_gradient_wrt_F,

@@ -16,12 +16,12 @@ from zerounlearn_editor.evaluation import (
     evaluate_probes,
     generate_greedy,
     ngram_entropy,
-    perplexity,
     score_case,
     summarize_metrics,
     text_ngram_entropy,
     token_accuracy,
 )
+from zerounlearn_editor.evaluation import perplexity
 from zerounlearn_editor.evaluation.perplexity import plan_windows
 
 try:  # tests/ on sys.path (pytest's default for a directory without __init__.py)

@@ -1,4 +1,4 @@
-"""Tests for zerounlearn_editor.model_zoo.
+"""Tests for zerounlearn_editor.support.model_zoo.
 
 Fast tests fabricate wheels and prepared folders and replace the GGUF converter, so they
 need neither the network nor the real model; the ``slow`` tests use the real SmolLM2.
@@ -14,8 +14,8 @@ from typing import Any, Dict, List
 
 import pytest
 
-from zerounlearn_editor import model_zoo
-from zerounlearn_editor.model_zoo import (
+from zerounlearn_editor.support import model_zoo
+from zerounlearn_editor.support.model_zoo import (
     MARKER_FILE,
     SMOLLM2_GGUF,
     SMOLLM2_NAME,

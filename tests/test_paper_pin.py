@@ -21,11 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiny_models import forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus  # noqa: E402
 
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams  # noqa: E402
-from zerounlearn_editor.pipeline import batched_statistics, neutral_targets  # noqa: E402
-from zerounlearn_editor.stats import SecondMoment  # noqa: E402
-from zerounlearn_editor.targets import NeutralTargets  # noqa: E402
-from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model  # noqa: E402
-from zerounlearn_editor.zerounlearn_main import apply_zerounlearn_to_model  # noqa: E402
+from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets  # noqa: E402
+from zerounlearn_editor.engine.stats import SecondMoment  # noqa: E402
+from zerounlearn_editor.engine.targets import NeutralTargets  # noqa: E402
+from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model  # noqa: E402
+from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model  # noqa: E402
 
 PIN = Path(__file__).resolve().parent / "data" / "paper_pin.npz"
 LAYERS = (1, 2)

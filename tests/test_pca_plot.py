@@ -10,8 +10,8 @@ import yaml
 
 from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
 from zerounlearn_editor.cli import main as cli_main
-from zerounlearn_editor.pca_shift import PcaConfig, pca_numbers, run_pca
-from zerounlearn_editor.summary_plot import collect_points, format_points, plot_summaries
+from zerounlearn_editor.bench.pca_shift import PcaConfig, pca_numbers, run_pca
+from zerounlearn_editor.bench.summary_plot import collect_points, format_points, plot_summaries
 
 
 def test_pca_numbers_by_hand():

@@ -6,8 +6,8 @@ import torch
 
 from arch_zoo import tiny_config_model
 from tiny_models import tiny_tokenizer
-from zerounlearn_editor.architectures import detect_templates
-from zerounlearn_editor.post_mlp import (
+from zerounlearn_editor.engine.architectures import detect_templates
+from zerounlearn_editor.engine.post_mlp import (
     IDENTITY,
     PostMlpMap,
     UnsupportedResidualPath,

@@ -8,13 +8,13 @@ import torch
 
 from tiny_models import forget_requests, tiny_gpt2, tiny_hparams_dict, tiny_llama, tiny_qwen3, tiny_tokenizer, write_corpus
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
-from zerounlearn_editor.model_access import get_module
-from zerounlearn_editor.pipeline import batched_statistics, neutral_targets
-from zerounlearn_editor.prefix_replay import LayerPrefixReplay
-from zerounlearn_editor.representations import read_keys_and_hidden
-from zerounlearn_editor.requests import normalize_requests
-from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model
-from zerounlearn_editor.zerounlearn_main import apply_zerounlearn_to_model
+from zerounlearn_editor.engine.model_access import get_module
+from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets
+from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
+from zerounlearn_editor.engine.keys import read_keys_and_hidden
+from zerounlearn_editor.engine.requests import normalize_requests
+from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
+from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
 
 BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "qwen3": tiny_qwen3}
 PREFIXES = ["", "one two. ", "a b c d e. "]  # rows of different lengths: padding in every chunk

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from zerounlearn_editor.record_files import RecordFileError, read_record_list, require_fields
+from zerounlearn_editor.data.record_files import RecordFileError, read_record_list, require_fields
 
 RECORDS = [{"prompt": "The capital of France is", "subject": "France"}, {"prompt": "Hamlet was written by", "subject": "Hamlet"}]
 

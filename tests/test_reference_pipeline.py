@@ -14,19 +14,19 @@ from zerounlearn_editor import (
     apply_zerounlearn_gd_to_model,
     apply_zerounlearn_to_model,
 )
-from zerounlearn_editor.contexts import context_prefixes
-from zerounlearn_editor.corpus import load_corpus
-from zerounlearn_editor.model_access import get_module, get_weight_matrix
-from zerounlearn_editor.pipeline import batched_statistics
-from zerounlearn_editor.reference_pipeline import (
+from zerounlearn_editor.engine.contexts import context_prefixes
+from zerounlearn_editor.data.corpus import load_corpus
+from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
+from zerounlearn_editor.engine.pipeline import batched_statistics
+from zerounlearn_editor.bench.reference_pipeline import (
     apply_zerounlearn_gd_per_request,
     apply_zerounlearn_per_request,
     per_layer_statistics,
     per_request_keys_and_hidden,
     value_key_product,
 )
-from zerounlearn_editor.representations import read_keys_and_hidden
-from zerounlearn_editor.requests import normalize_requests
+from zerounlearn_editor.engine.keys import read_keys_and_hidden
+from zerounlearn_editor.engine.requests import normalize_requests
 
 METHODS = {
     "ZeroUnlearn": (ZeroUnlearnHyperParams, apply_zerounlearn_to_model, apply_zerounlearn_per_request),

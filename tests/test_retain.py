@@ -14,14 +14,14 @@ from zerounlearn_editor import (
     apply_zerounlearn_gd_to_model,
     apply_zerounlearn_to_model,
 )
-from zerounlearn_editor.contexts import context_prefixes
-from zerounlearn_editor.hparams import HParamsError
-from zerounlearn_editor.linalg.zerounlearn_gd import nullspace_basis, protected_covariance
-from zerounlearn_editor.model_access import get_module, get_weight_matrix
-from zerounlearn_editor.pipeline import batched_statistics, neutral_targets
-from zerounlearn_editor.representations import read_keys_and_hidden
-from zerounlearn_editor.requests import RequestError
-from zerounlearn_editor.retain import load_retain_file, normalize_retain
+from zerounlearn_editor.engine.contexts import context_prefixes
+from zerounlearn_editor.engine.hparams import HParamsError
+from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis, protected_covariance
+from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
+from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets
+from zerounlearn_editor.engine.keys import read_keys_and_hidden
+from zerounlearn_editor.engine.requests import RequestError
+from zerounlearn_editor.engine.retain import load_retain_file, normalize_retain
 
 RETAIN = [
     {"prompt": "the capital of england is", "subject": "england"},

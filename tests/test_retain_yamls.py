@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
-from zerounlearn_editor.init_hparams import is_variant_yaml
+from zerounlearn_editor.cli.init_hparams import is_variant_yaml
 
 ROOT = Path(__file__).resolve().parent.parent / "hparams"
 CLASSES = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}

@@ -15,7 +15,7 @@ from tiny_models import tiny_hparams_dict
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
 from zerounlearn_editor.bench.config import BenchConfigError, RETIRED_METHODS, parse_methods
 from zerounlearn_editor.bench.registry import default_registry
-from zerounlearn_editor.hparams import RETIRED_KEYS, HParamsError
+from zerounlearn_editor.engine.hparams import RETIRED_KEYS, HParamsError
 
 ROOT = Path(__file__).resolve().parent.parent
 # what each retired entry's message must point to (the replacement)
@@ -68,7 +68,7 @@ def test_a_retired_key_is_named_even_with_a_paper_value():
 
 def test_a_baseline_keeps_its_own_field_of_a_retired_name():
     """GA / NPO have their own ``retain_weight`` (a loss weight): only a class without the field rejects it."""
-    from zerounlearn_editor.baselines import GAHyperParams
+    from zerounlearn_editor.methods.baselines import GAHyperParams
 
     hp = GAHyperParams.from_hparams(ROOT / "hparams" / "GA" / "SmolLM2-135M-Instruct.yaml")
     assert hp.replace(retain_weight=0.5).retain_weight == 0.5
@@ -102,7 +102,7 @@ def test_zerounlearn_plus_r_is_refused_by_the_bench_and_utility_naming_gd_plus_r
 
 
 def test_utility_refuses_zerounlearn_plus_r_before_loading_anything(tmp_path):
-    from zerounlearn_editor.utility.runner import UtilityConfig, run_utility
+    from zerounlearn_editor.bench.utility import UtilityConfig, run_utility
 
     config = UtilityConfig(hparams=str(tmp_path / "missing.yaml"), tasks=["sst2"], methods=["ZeroUnlearn+R"],
                            out=str(tmp_path / "u.json"))
@@ -112,7 +112,7 @@ def test_utility_refuses_zerounlearn_plus_r_before_loading_anything(tmp_path):
 
 
 def test_speed_bench_refuses_lbfgs_before_loading_the_model(tmp_path, monkeypatch):
-    from zerounlearn_editor import speed_bench
+    from zerounlearn_editor.bench import speed_bench
 
     monkeypatch.setattr(speed_bench, "_load_model", lambda *a, **k: pytest.fail("model loaded before the check"))
     cfg = speed_bench.SpeedConfig(hparams=str(ROOT / "hparams" / "ZeroUnlearn" / "SmolLM2-135M-Instruct.yaml"),

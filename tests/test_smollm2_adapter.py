@@ -14,9 +14,9 @@ from zerounlearn_editor import (
     export_lora_adapter,
     restore_weights,
 )
-from zerounlearn_editor.facts import CAPITALS_TO_FORGET, fact_requests
-from zerounlearn_editor.pipeline import neutral_targets
-from zerounlearn_editor.resources import hparams_path, shared_file
+from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, fact_requests
+from zerounlearn_editor.engine.pipeline import neutral_targets
+from zerounlearn_editor.support.resources import hparams_path, shared_file
 
 pytestmark = pytest.mark.slow
 peft = pytest.importorskip("peft")

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from zerounlearn_editor.audit import AuditSettings
-from zerounlearn_editor.audit.runner import AuditConfig, run_audit
-from zerounlearn_editor.hparams import load_config_file
-from zerounlearn_editor.resources import hparams_path
+from zerounlearn_editor.evaluation.audit import AuditSettings
+from zerounlearn_editor.bench.audit import AuditConfig, run_audit
+from zerounlearn_editor.engine.hparams import load_config_file
+from zerounlearn_editor.support.resources import hparams_path
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 
 The paper's ZeroUnlearn erases the sibling capitals the demo prints as untouched (London, Seoul,
 Mexico City); the retain-aware ZeroUnlearn-GD YAML with a retain set of *other* capitals
-(:data:`~zerounlearn_editor.demo.RETAIN_FACTS`, disjoint from the scored ones) forgets the five
+(:data:`~zerounlearn_editor.cli.demo.RETAIN_FACTS`, disjoint from the scored ones) forgets the five
 and keeps them. Both edits share one set of neutral targets (same target settings).
 """
 from __future__ import annotations
@@ -12,11 +12,11 @@ from statistics import mean
 import pytest
 
 from zerounlearn_editor import apply_zerounlearn_gd_to_model, apply_zerounlearn_to_model, restore_weights
-from zerounlearn_editor.demo import FORGET_FACTS, KEEP_FACTS, RETAIN_FACTS, demo_hparams
+from zerounlearn_editor.cli.demo import FORGET_FACTS, KEEP_FACTS, RETAIN_FACTS, demo_hparams
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation import evaluate_probes
-from zerounlearn_editor.facts import OTHER_CAPITALS, fact_requests
-from zerounlearn_editor.pipeline import neutral_targets
+from zerounlearn_editor.data.facts import OTHER_CAPITALS, fact_requests
+from zerounlearn_editor.engine.pipeline import neutral_targets
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,7 @@ def test_retain_variant_yamls_keep_the_demo_siblings_too(variant, smollm2, smoll
     and answer-suppression targets) forget the demo's five and keep the printed siblings and the other untouched
     facts, like the -retain.yaml."""
     from zerounlearn_editor import ZeroUnlearnGDHyperParams
-    from zerounlearn_editor.resources import hparams_path
+    from zerounlearn_editor.support.resources import hparams_path
 
     model, tok = smollm2
     hp = _local(ZeroUnlearnGDHyperParams.from_hparams(hparams_path("ZeroUnlearn-GD", variant)),
@@ -91,9 +91,9 @@ def test_suppress_yaml_forgets_with_residuals_inside_the_clamp(smollm2, smollm2_
     well inside the clamp (the paper's EOS residuals sit near it) and a perplexity cost under 1% (4000 tokens).
     Its perplexity advantage is an n = 50 finding (benchmarks/RESULTS.md); at these five facts both cost ~0.2%."""
     from zerounlearn_editor import ZeroUnlearnGDHyperParams
-    from zerounlearn_editor.embedded import default_ppl_text
+    from zerounlearn_editor.data.builtin import default_ppl_text
     from zerounlearn_editor.evaluation import perplexity
-    from zerounlearn_editor.resources import hparams_path
+    from zerounlearn_editor.support.resources import hparams_path
 
     model, tok = smollm2
     requests = fact_requests(FORGET_FACTS)

@@ -8,9 +8,9 @@ from zerounlearn_editor import ZeroUnlearnHyperParams, apply_zerounlearn_to_mode
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
-from zerounlearn_editor.facts import CAPITALS_TO_FORGET, UNRELATED_FACTS, fact_requests
-from zerounlearn_editor.embedded import default_ppl_text
-from zerounlearn_editor.resources import hparams_path
+from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, UNRELATED_FACTS, fact_requests
+from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.support.resources import hparams_path
 
 from conftest import PPL_TOKENS
 

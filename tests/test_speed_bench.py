@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
-from zerounlearn_editor import speed_bench
-from zerounlearn_editor.speed_bench import SpeedConfig, build_random_model, parse_int_list, run_speed
+from zerounlearn_editor.bench import speed_bench
+from zerounlearn_editor.bench.speed_bench import SpeedConfig, build_random_model, parse_int_list, run_speed
 
 
 def _write_hparams(tmp_path: Path) -> Path:

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from tiny_models import forget_requests, sharp_tiny_llama, tiny_gd_target_hparams, tiny_tokenizer
-from zerounlearn_editor.hparams import HParamsError
-from zerounlearn_editor.requests import RequestError
-from zerounlearn_editor.pipeline import batched_statistics, neutral_targets, target_settings
-from zerounlearn_editor.targets import answer_logprobs, suppression_loss, suppression_per_request
-from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model
+from zerounlearn_editor.engine.hparams import HParamsError
+from zerounlearn_editor.engine.requests import RequestError
+from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets, target_settings
+from zerounlearn_editor.engine.targets import answer_logprobs, suppression_loss, suppression_per_request
+from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +148,7 @@ def test_a_request_without_an_answer_is_refused_and_the_model_unchanged(tok, tmp
 
 
 def test_a_missing_answer_is_refused_before_the_model_is_copied(tok, tmp_path, monkeypatch):
-    import zerounlearn_editor.pipeline as pipeline
+    import zerounlearn_editor.engine.pipeline as pipeline
 
     model = sharp_tiny_llama(tok)  # (built before deepcopy is patched: the builder copies too)
 

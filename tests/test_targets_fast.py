@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from tiny_models import forget_requests, tiny_gpt2, tiny_llama, tiny_qwen3, tiny_tokenizer
-from zerounlearn_editor.contexts import context_prefixes
-from zerounlearn_editor.encoding import target_token_ids
-from zerounlearn_editor.hparams import HParamsError, ZeroUnlearnHyperParams
-from zerounlearn_editor.model_access import StopForward, capture_outputs, get_module, hidden_of
-from zerounlearn_editor.requests import normalize_requests
-from zerounlearn_editor.targets import TargetConfig, loss_layer_module, optimise_neutral_targets
-from zerounlearn_editor.targets_fast import KVSuffix
+from zerounlearn_editor.engine.contexts import context_prefixes
+from zerounlearn_editor.engine.encoding import target_token_ids
+from zerounlearn_editor.engine.hparams import HParamsError, ZeroUnlearnHyperParams
+from zerounlearn_editor.engine.model_access import StopForward, capture_outputs, get_module, hidden_of
+from zerounlearn_editor.engine.requests import normalize_requests
+from zerounlearn_editor.engine.targets import TargetConfig, loss_layer_module, optimise_neutral_targets
+from zerounlearn_editor.engine.targets_kv import KVSuffix
 
 BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "qwen3": tiny_qwen3}
 
@@ -226,7 +226,7 @@ def test_targets_optimizer_key_is_validated():
 
 
 def test_speed_markdown_lists_every_targets_optimizer():
-    from zerounlearn_editor.speed_bench import format_speed_markdown
+    from zerounlearn_editor.bench.speed_bench import format_speed_markdown
 
     env = dict(device="cpu", model="m", parameters=1e6, dtype="float32", torch="x", threads=1)
     rows = [dict(method="ZeroUnlearn", n=10, targets_optimizer=o, edit_s=e, edit_cpu_s=e, targets_s=e - 1,

@@ -19,11 +19,11 @@ from tiny_models import (
     write_corpus,
     write_tiny_counterfact,
 )
-from zerounlearn_editor.architectures import UnsupportedArchitecture, detect_templates
-from zerounlearn_editor.causal_trace import TraceFact, TraceSettings, encode_fact, suggest_window, trace_facts
+from zerounlearn_editor.engine.architectures import UnsupportedArchitecture, detect_templates
+from zerounlearn_editor.bench.trace import TraceFact, TraceSettings, encode_fact, suggest_window, trace_facts
 from zerounlearn_editor.cli import main as cli_main
-from zerounlearn_editor.hparams import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
-from zerounlearn_editor.init_hparams import nearest_shipped_yaml, parse_layers
+from zerounlearn_editor.engine.hparams import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
+from zerounlearn_editor.cli.init_hparams import nearest_shipped_yaml, parse_layers
 
 BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "qwen3": tiny_qwen3}
 FACTS = [
@@ -127,9 +127,9 @@ def test_init_hparams_writes_a_yaml_that_edits(tok, tmp_path, arch, method, caps
     cls = ZeroUnlearnHyperParams if method == "ZeroUnlearn" else ZeroUnlearnGDHyperParams
     hp = cls.from_hparams(out)  # strict loader
     assert hp.layers == [1, 2] and hp.model_name == str(folder)
-    from zerounlearn_editor.model_zoo import load_model_and_tokenizer
-    from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model
-    from zerounlearn_editor.zerounlearn_main import apply_zerounlearn_to_model
+    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+    from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
+    from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
 
     loaded, loaded_tok = load_model_and_tokenizer(hp.model_name)
     apply = apply_zerounlearn_to_model if method == "ZeroUnlearn" else apply_zerounlearn_gd_to_model

@@ -10,7 +10,7 @@ import yaml
 
 from tiny_models import CORPUS, forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
 from zerounlearn_editor.cli import main
-from zerounlearn_editor.unlearn import REPORT_NAME, load_facts
+from zerounlearn_editor.integrations.unlearn import REPORT_NAME, load_facts
 
 peft = pytest.importorskip("peft")
 
@@ -51,7 +51,7 @@ def _logits(model, tok):
 def test_unlearn_adapter_and_model_agree(setup, alg, capsys):
     from transformers import AutoModelForCausalLM
 
-    from zerounlearn_editor.adapters import load_lora_adapter
+    from zerounlearn_editor.integrations.adapters import load_lora_adapter
 
     root, model_dir, hparams, tok = setup
     out_a, out_m = root / f"{alg}-adapter", root / f"{alg}-model"

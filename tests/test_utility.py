@@ -13,17 +13,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
 from tiny_models import CORPUS, WORDS, tiny_gpt2, tiny_hparams_dict, tiny_llama, write_corpus, write_tiny_counterfact
-from zerounlearn_editor.utility import (
-    TASKS,
-    UtilityConfig,
-    UtilityItem,
-    choice_logprobs,
-    load_task_items,
-    parse_tasks,
-    run_utility,
-    task_scores,
-)
-from zerounlearn_editor.utility.tasks import UtilityDataError
+from zerounlearn_editor.bench.utility import UtilityConfig, run_utility
+from zerounlearn_editor.evaluation.utility import TASKS, UtilityItem, choice_logprobs, load_task_items, parse_tasks, task_scores
+from zerounlearn_editor.evaluation.utility.tasks import UtilityDataError
 
 SENTENCE_WORDS = "the city of paris is a large city in france many people live in london".split()
 
@@ -188,7 +180,7 @@ def test_edit_method_needs_data(ws, tok, tmp_path):
 def test_plot_without_matplotlib_is_a_clear_message(monkeypatch, caplog, tmp_path):
     import builtins
 
-    from zerounlearn_editor.utility import plot_utility
+    from zerounlearn_editor.bench.utility import plot_utility
 
     real_import = builtins.__import__
 

@@ -23,10 +23,10 @@ from zerounlearn_editor import (
     apply_zerounlearn_to_model,
     restore_weights,
 )
-from zerounlearn_editor.contexts import context_prefixes
-from zerounlearn_editor.model_access import ModuleNotFoundInModel, get_module, get_weight_matrix
-from zerounlearn_editor.representations import read_keys_and_hidden
-from zerounlearn_editor.requests import normalize_requests
+from zerounlearn_editor.engine.contexts import context_prefixes
+from zerounlearn_editor.engine.model_access import ModuleNotFoundInModel, get_module, get_weight_matrix
+from zerounlearn_editor.engine.keys import read_keys_and_hidden
+from zerounlearn_editor.engine.requests import normalize_requests
 
 BUILDERS = {"llama": (tiny_llama, False), "gpt2": (tiny_gpt2, True), "qwen3": (tiny_qwen3, False)}
 
@@ -183,7 +183,7 @@ def test_empty_corpus_raises(tok, workdir):
 
 def test_non_finite_solve_restores_every_layer(tok, workdir, monkeypatch):
     """A failure at the second layer's solve undoes the first layer's write-back."""
-    import zerounlearn_editor.zerounlearn_main as main
+    import zerounlearn_editor.methods.zerounlearn.method as main
 
     model = tiny_llama(tok)
     before = _state(model)
@@ -217,8 +217,13 @@ def test_prefix_reuse_gives_the_same_targets_as_full_forwards(arch, loss_layer, 
     """Running only the layers after the edited one (cached prefix) equals hooking the full model."""
     from dataclasses import replace
 
-    from zerounlearn_editor.encoding import target_token_ids
-    from zerounlearn_editor.targets import TargetConfig, _SuffixStack, loss_layer_module, optimise_neutral_targets
+    from zerounlearn_editor.engine.encoding import target_token_ids
+    from zerounlearn_editor.engine.targets import (
+        TargetConfig,
+        _SuffixStack,
+        loss_layer_module,
+        optimise_neutral_targets,
+    )
 
     model = BUILDERS[arch][0](tok)
     with torch.no_grad():

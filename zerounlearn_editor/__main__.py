@@ -1,6 +1,6 @@
 """``python -m zerounlearn_editor`` runs the ``zerounlearn`` command."""
 import sys
 
-from .cli import main
+from zerounlearn_editor.cli import main
 
 sys.exit(main())

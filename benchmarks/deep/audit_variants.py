@@ -3,7 +3,7 @@
 The audit's registry has one row per method name (``ZeroUnlearn-GD`` reads one YAML); the
 deep-forgetting study compares several YAMLs of one method on the same cases and plan, so this
 script adds ``--variant NAME=YAML`` rows (each the bench's ZeroUnlearn(-GD) method reading that
-YAML) and runs :func:`zerounlearn_editor.audit.runner.run_audit` with them. The known-case
+YAML) and runs :func:`zerounlearn_editor.bench.audit.run_audit` with them. The known-case
 selection (a pass over the whole dataset) is cached in ``--known-cache`` as case ids.
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/deep/audit_variants.py --out OUT --seeds 11 --n 10 \\
@@ -18,13 +18,13 @@ import json
 import logging
 from pathlib import Path
 
-from zerounlearn_editor.audit.plan import AuditSettings, parse_families
-from zerounlearn_editor.audit.runner import AuditConfig, run_audit
+from zerounlearn_editor.evaluation.audit.plan import AuditSettings, parse_families
+from zerounlearn_editor.bench.audit import AuditConfig, run_audit
 from zerounlearn_editor.bench import runner as bench_runner
 from zerounlearn_editor.bench.config import BenchConfig
 from zerounlearn_editor.bench.methods import MethodSpec, default_registry, zerounlearn_spec
 from zerounlearn_editor.evaluation import selection
-from zerounlearn_editor.hparams import load_config_file
+from zerounlearn_editor.engine.hparams import load_config_file
 
 DEFAULT_HPARAMS = "hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct.yaml"
 

@@ -25,11 +25,15 @@ from typing import Dict, List
 import torch
 
 from zerounlearn_editor.data.registry import load_cases
-from zerounlearn_editor.model_zoo import load_model_and_tokenizer
-from zerounlearn_editor.requests import normalize_requests
-from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model
-from zerounlearn_editor.zerounlearn_main import apply_zerounlearn_to_model
-from zerounlearn_editor.hparams import load_config_file, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
+from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+from zerounlearn_editor.engine.requests import normalize_requests
+from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
+from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
+from zerounlearn_editor.engine.hparams import (
+    load_config_file,
+    ZeroUnlearnGDHyperParams,
+    ZeroUnlearnHyperParams,
+)
 
 
 def subject_last_index(tok, prompt: str, subject: str) -> int:

@@ -8,7 +8,7 @@ Run from the repository root: python benchmarks/surgical/make_retain_yamls.py
 """
 from pathlib import Path
 
-from zerounlearn_editor.init_hparams import is_variant_yaml
+from zerounlearn_editor.cli.init_hparams import is_variant_yaml
 
 BLOCKS = {
     "ZeroUnlearn-GD": (

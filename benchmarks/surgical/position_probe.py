@@ -37,16 +37,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import surgical  # noqa: E402  (benchmarks/surgical.py: the same sampling, retain draw and target cache)
 
 from zerounlearn_editor.bench.config import parse_seeds  # noqa: E402
-from zerounlearn_editor.bench.files import write_json_atomic  # noqa: E402
+from zerounlearn_editor.support.files import write_json_atomic  # noqa: E402
 from zerounlearn_editor.bench.methods import load_main_hparams  # noqa: E402
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours  # noqa: E402
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec  # noqa: E402
 from zerounlearn_editor.bench.scoring import score_cases  # noqa: E402
 from zerounlearn_editor.data.registry import load_cases, sample_cases  # noqa: E402
-from zerounlearn_editor.model_access import get_module  # noqa: E402
-from zerounlearn_editor.model_zoo import load_model_and_tokenizer  # noqa: E402
-from zerounlearn_editor.pipeline import EditReport, batched_statistics, restore_weights, target_dependencies  # noqa: E402
-from zerounlearn_editor.zerounlearn_gd_main import apply_zerounlearn_gd_to_model  # noqa: E402
+from zerounlearn_editor.engine.model_access import get_module  # noqa: E402
+from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer  # noqa: E402
+from zerounlearn_editor.engine.pipeline import (
+    EditReport,
+    batched_statistics,
+    restore_weights,
+    target_dependencies,
+)  # noqa: E402
+from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model  # noqa: E402
 
 LOG = logging.getLogger("position_probe")
 

@@ -23,11 +23,11 @@ from typing import Dict, List
 
 import torch
 
-from zerounlearn_editor.bench.files import write_json_atomic
-from zerounlearn_editor.encoding import encode_rows
-from zerounlearn_editor.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS
-from zerounlearn_editor.model_zoo import load_model_and_tokenizer
-from zerounlearn_editor.requests import normalize_requests
+from zerounlearn_editor.support.files import write_json_atomic
+from zerounlearn_editor.engine.encoding import encode_rows
+from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS
+from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+from zerounlearn_editor.engine.requests import normalize_requests
 
 LOG = logging.getLogger("target_transfer_probe")
 LAYER, CLAMP, STEPS, LR, DECAY, PROXY_SCALE = 18, 0.75, 60, 0.5, 0.5, 0.5

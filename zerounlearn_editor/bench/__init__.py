@@ -8,13 +8,27 @@ for the method interface and :mod:`.runfile` for several runs in one YAML file.
 """
 from __future__ import annotations
 
-from .config import BenchConfig, BenchConfigError, DEFAULT_METHODS, parse_method_hparams, parse_methods, parse_seeds
-from .fingerprint import ModelFingerprint, ModelStateError
-from .methods import EditOutcome, HParamsLookup, MethodContext, MethodSpec, PreparedMethod, SharedTargets
-from .registry import default_registry
-from .report import format_table
-from .runfile import load_runfile, run_runfile
-from .runner import run_bench
+from zerounlearn_editor.bench.config import (
+    BenchConfig,
+    BenchConfigError,
+    DEFAULT_METHODS,
+    parse_method_hparams,
+    parse_methods,
+    parse_seeds,
+)
+from zerounlearn_editor.bench.fingerprint import ModelFingerprint, ModelStateError
+from zerounlearn_editor.bench.methods import (
+    EditOutcome,
+    HParamsLookup,
+    MethodContext,
+    MethodSpec,
+    PreparedMethod,
+    SharedTargets,
+)
+from zerounlearn_editor.bench.registry import default_registry
+from zerounlearn_editor.bench.report import format_table
+from zerounlearn_editor.bench.runfile import load_runfile, run_runfile
+from zerounlearn_editor.bench.runner import run_bench
 
 __all__ = [
     "BenchConfig",

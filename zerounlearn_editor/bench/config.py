@@ -180,7 +180,7 @@ class BenchConfig:
         out: output folder (``seed_<k>.json``, ``summary.json``, ``summary.md``).
         n: cases per seed, all edited as one batch (``None`` = the whole dataset).
         ppl_tokens: WikiText-2 tokens for perplexity (0 = no perplexity).
-        ppl_text: perplexity text file (default: the embedded WikiText-2 test split, :func:`~zerounlearn_editor.embedded.default_ppl_text`).
+        ppl_text: perplexity text file (default: the embedded WikiText-2 test split, :func:`~zerounlearn_editor.data.builtin.default_ppl_text`).
         fluency: also measure n-gram entropy of greedy generations of the forget prompts.
         fluency_tokens: new tokens per fluency generation.
         method_hparams: ``{method: YAML path}`` overriding the default lookup.
@@ -202,14 +202,14 @@ class BenchConfig:
             records; never a scored case or subject (:mod:`.retain_sets`); ``None`` = none.
         dtype: precision the CLI loads the model in (``float32``, ``bfloat16``, ``float16``;
             ``None`` = as stored); part of the run settings every stored seed result must share.
-        utility: comma list of downstream tasks (``sst2,mmlu``, see :mod:`zerounlearn_editor.utility`)
+        utility: comma list of downstream tasks (``sst2,mmlu``, see :mod:`zerounlearn_editor.evaluation.utility`)
             scored for every method as extra columns ``util_<task>`` (accuracy x100); ``None`` = none.
         utility_n: items per utility task (3-shot prompts, drawn with seed 0 for every seed).
         group_generation: for data with probe groups (RWKU), also score greedy generation per
             group: % of probes whose 16-token continuation contains the answer (``contains_<group>``
             columns, e.g. ``FL1 gen``); costs a generation pass over every group probe per method.
-        audit: an :class:`~zerounlearn_editor.audit.AuditSettings`: the robustness audit's probes as
-            columns ``audit:<probe>`` (recovered %, :mod:`zerounlearn_editor.audit.bench_columns`); ``None`` = none.
+        audit: an :class:`~zerounlearn_editor.evaluation.audit.AuditSettings`: the robustness audit's probes as
+            columns ``audit:<probe>`` (recovered %, :mod:`zerounlearn_editor.bench.audit_columns`); ``None`` = none.
     """
 
     hparams: str

@@ -40,12 +40,24 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 import torch
 from torch import nn
 
-from ..easyedit import easyedit_available
-from ..hparams import HParamsError, EditHyperParams, load_config_file
-from ..model_access import get_module, model_device, module_is_transposed, num_hidden_layers
-from ..stats import corpus_cache_name, model_basename
-from .files import file_identity
-from .methods import EditOutcome, HParamsLookup, MethodContext, MethodSpec, PreparedMethod, StatsBank
+from zerounlearn_editor.integrations.easyedit import easyedit_available
+from zerounlearn_editor.engine.hparams import HParamsError, EditHyperParams, load_config_file
+from zerounlearn_editor.engine.model_access import (
+    get_module,
+    model_device,
+    module_is_transposed,
+    num_hidden_layers,
+)
+from zerounlearn_editor.engine.stats import corpus_cache_name, model_basename
+from zerounlearn_editor.support.files import file_identity
+from zerounlearn_editor.bench.methods import (
+    EditOutcome,
+    HParamsLookup,
+    MethodContext,
+    MethodSpec,
+    PreparedMethod,
+    StatsBank,
+)
 
 __all__ = [
     "EASYEDIT_METHODS",
@@ -288,7 +300,7 @@ def _merge_first(into: Dict[str, torch.Tensor], new: Mapping[str, torch.Tensor])
 
 
 def _restore(model: nn.Module, weights_copy: Mapping[str, torch.Tensor]) -> None:
-    from ..pipeline import restore_weights
+    from zerounlearn_editor.engine.pipeline import restore_weights
 
     restore_weights(model, weights_copy)
 

@@ -29,13 +29,19 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from ..hparams import HParamsError, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams, EditHyperParams, load_config_file
-from ..pipeline import EditReport, neutral_targets, target_dependencies
-from ..targets import NeutralTargets
-from ..resources import hparams_path
-from ..stats import SecondMoment, corpus_cache_name
-from .config import BenchConfigError
-from .files import file_identity, sha256_of_json
+from zerounlearn_editor.engine.hparams import (
+    HParamsError,
+    ZeroUnlearnGDHyperParams,
+    ZeroUnlearnHyperParams,
+    EditHyperParams,
+    load_config_file,
+)
+from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, target_dependencies
+from zerounlearn_editor.engine.targets import NeutralTargets
+from zerounlearn_editor.support.resources import hparams_path
+from zerounlearn_editor.engine.stats import SecondMoment, corpus_cache_name
+from zerounlearn_editor.bench.config import BenchConfigError
+from zerounlearn_editor.support.files import file_identity, sha256_of_json
 
 __all__ = [
     "StatsBank",
@@ -159,7 +165,7 @@ class HParamsLookup:
 class SharedTargets:
     """Neutral targets of the current requests, shared by the methods that need the same ones.
 
-    Keyed by the requests and :func:`~zerounlearn_editor.pipeline.target_dependencies`; only the
+    Keyed by the requests and :func:`~zerounlearn_editor.engine.pipeline.target_dependencies`; only the
     newest key is kept (a seed's methods run one after another on the same cases), so memory
     does not grow with the number of seeds. Valid because every method starts from the unedited
     model (the runner checks its fingerprint before each method).
@@ -220,8 +226,8 @@ def zerounlearn_spec(name: str) -> MethodSpec:
         return {"hparams": file_identity(lookup.path_for(name, family, variant)), "statistics": lookup.statistics_settings()}
 
     def prepare(ctx: MethodContext) -> PreparedMethod:
-        from ..zerounlearn_gd_main import apply_zerounlearn_gd_to_model
-        from ..zerounlearn_main import apply_zerounlearn_to_model
+        from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
+        from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
 
         path = ctx.lookup.path_for(name, family, variant)
         hp = cls.from_hparams(path)
@@ -264,7 +270,7 @@ def zerounlearn_spec(name: str) -> MethodSpec:
 
 
 def baseline_spec(name: str, family: Optional[str] = None, variant: str = "") -> MethodSpec:
-    """GA or NPO from :mod:`zerounlearn_editor.baselines` (no statistics).
+    """GA or NPO from :mod:`zerounlearn_editor.methods.baselines` (no statistics).
 
     ``family`` is ``GA``/``NPO`` when ``name`` is a variant such as ``GA-full``, whose YAML is
     ``hparams/GA/<stem>{variant}.yaml`` (``target_modules: all`` in the shipped files).
@@ -277,7 +283,7 @@ def baseline_spec(name: str, family: Optional[str] = None, variant: str = "") ->
     def prepare(ctx: MethodContext) -> PreparedMethod:
         path = ctx.lookup.path_for(name, family, variant)
         try:
-            from .. import baselines
+            from zerounlearn_editor.methods import baselines
         except ImportError as exc:
             return PreparedMethod(name, skip_reason=f"skipped: baselines not importable ({type(exc).__name__}: {exc})")
         cls = getattr(baselines, f"{family}HyperParams")

@@ -26,7 +26,7 @@ import re
 import unicodedata
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from ..data.types import Probe, UnlearnCase
+from zerounlearn_editor.data.types import Probe, UnlearnCase
 
 __all__ = ["drop_batch_forget_neighbours", "neighbours_naming_forgotten_subjects", "names_subject"]
 

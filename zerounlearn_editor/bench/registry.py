@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Dict
 
-from .easyedit_baselines import EASYEDIT_METHODS, easyedit_spec
-from .methods import MethodSpec, baseline_spec, zerounlearn_spec
+from zerounlearn_editor.bench.easyedit_baselines import EASYEDIT_METHODS, easyedit_spec
+from zerounlearn_editor.bench.methods import MethodSpec, baseline_spec, zerounlearn_spec
 
 __all__ = ["default_registry"]
 

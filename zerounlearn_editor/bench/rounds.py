@@ -28,23 +28,29 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..data.registry import load_cases, sample_cases
-from ..data.types import UnlearnCase
-from ..evaluation.selection import select_known_cases
-from ..pipeline import restore_weights
-from ..progress import progress_scope
-from ..resources import shared_file
-from .config import BenchConfig, BenchConfigError, parse_methods
-from .files import read_json, sha256_of_json, write_json_atomic, write_text_atomic
-from .fingerprint import ModelFingerprint
-from .methods import HParamsLookup, MethodContext, MethodSpec, known_method_names, load_main_hparams
-from .registry import default_registry
-from .neighbours import drop_batch_forget_neighbours
-from .report import aggregate
-from .retain_sets import draw_retain, parse_retain_spec
-from .runner import PPL_TEXT, ModelLoader, check_stored_neighbours
-from .stages import Stage, compute_statistics
-from .scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
+from zerounlearn_editor.data.registry import load_cases, sample_cases
+from zerounlearn_editor.data.types import UnlearnCase
+from zerounlearn_editor.evaluation.selection import select_known_cases
+from zerounlearn_editor.engine.pipeline import restore_weights
+from zerounlearn_editor.support.progress import progress_scope
+from zerounlearn_editor.support.resources import shared_file
+from zerounlearn_editor.bench.config import BenchConfig, BenchConfigError, parse_methods
+from zerounlearn_editor.support.files import read_json, sha256_of_json, write_json_atomic, write_text_atomic
+from zerounlearn_editor.bench.fingerprint import ModelFingerprint
+from zerounlearn_editor.bench.methods import (
+    HParamsLookup,
+    MethodContext,
+    MethodSpec,
+    known_method_names,
+    load_main_hparams,
+)
+from zerounlearn_editor.bench.registry import default_registry
+from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours
+from zerounlearn_editor.bench.report import aggregate
+from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
+from zerounlearn_editor.bench.runner import PPL_TEXT, ModelLoader, check_stored_neighbours
+from zerounlearn_editor.bench.stages import Stage, compute_statistics
+from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 
 __all__ = ["DEFAULT_ROUND_METHODS", "ROUND_METRICS", "run_rounds", "rounds_path", "format_rounds"]
 
@@ -159,7 +165,7 @@ def _run_rounds(
         nonlocal model, tok, loader
         if model is None:
             if loader is None:
-                from ..model_zoo import load_model_and_tokenizer as loader
+                from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer as loader
             with Stage(f"loading model {lookup.main.model_name}"):
                 model, tok = loader(str(lookup.main.model_name), config.device)
 

@@ -26,7 +26,13 @@ from typing import Any, Dict, List, Tuple, Union
 
 import yaml
 
-from .config import DEFAULT_PPL_TOKENS, BenchConfig, BenchConfigError, parse_method_hparams, parse_seeds
+from zerounlearn_editor.bench.config import (
+    DEFAULT_PPL_TOKENS,
+    BenchConfig,
+    BenchConfigError,
+    parse_method_hparams,
+    parse_seeds,
+)
 
 __all__ = ["RUN_REQUIRED_KEYS", "RUN_OPTIONAL_KEYS", "load_runfile", "run_runfile"]
 
@@ -132,8 +138,8 @@ def run_runfile(path: Union[str, Path], progress: bool = True) -> List[Dict[str,
 
     Runs naming the same model and device reuse the loaded model (at most one is kept).
     """
-    from ..model_zoo import load_model_and_tokenizer
-    from .runner import run_bench
+    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+    from zerounlearn_editor.bench.runner import run_bench
 
     configs = load_runfile(path)
     loaded: Dict[Tuple[str, str], Tuple[Any, Any]] = {}

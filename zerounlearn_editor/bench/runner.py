@@ -27,18 +27,18 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..data.registry import load_cases, sample_cases
-from ..evaluation.selection import select_known_cases
-from ..data.types import UnlearnCase
-from ..evaluation.easyedit_format import easyedit_metrics
-from ..pipeline import restore_weights
-from ..progress import progress_scope
-from ..embedded import default_ppl_text
-from ..stats import model_basename
-from .config import BenchConfig, BenchConfigError, parse_methods
-from .files import read_json, sha256_of_json, write_json_atomic
-from .fingerprint import ModelFingerprint
-from .methods import (
+from zerounlearn_editor.data.registry import load_cases, sample_cases
+from zerounlearn_editor.evaluation.selection import select_known_cases
+from zerounlearn_editor.data.types import UnlearnCase
+from zerounlearn_editor.evaluation.easyedit_format import easyedit_metrics
+from zerounlearn_editor.engine.pipeline import restore_weights
+from zerounlearn_editor.support.progress import progress_scope
+from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.engine.stats import model_basename
+from zerounlearn_editor.bench.config import BenchConfig, BenchConfigError, parse_methods
+from zerounlearn_editor.support.files import read_json, sha256_of_json, write_json_atomic
+from zerounlearn_editor.bench.fingerprint import ModelFingerprint
+from zerounlearn_editor.bench.methods import (
     HParamsLookup,
     MethodContext,
     MethodSpec,
@@ -47,12 +47,15 @@ from .methods import (
     known_method_names,
     load_main_hparams,
 )
-from .registry import default_registry
-from .stages import Stage, compute_statistics
-from .neighbours import drop_batch_forget_neighbours, neighbours_naming_forgotten_subjects
-from .report import write_summary
-from .retain_sets import check_retain_disjoint, draw_retain, parse_retain_spec
-from .scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
+from zerounlearn_editor.bench.registry import default_registry
+from zerounlearn_editor.bench.stages import Stage, compute_statistics
+from zerounlearn_editor.bench.neighbours import (
+    drop_batch_forget_neighbours,
+    neighbours_naming_forgotten_subjects,
+)
+from zerounlearn_editor.bench.report import write_summary
+from zerounlearn_editor.bench.retain_sets import check_retain_disjoint, draw_retain, parse_retain_spec
+from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 
 __all__ = ["run_bench", "seed_path", "check_stored_neighbours", "ModelLoader", "PPL_TEXT"]
 
@@ -165,7 +168,7 @@ class _SeedRun:
         self.named: List[List[bool]] = []  # the seed's neighbour prompts that name a forgotten subject
         self.prepared, self.bank, self.fingerprint = prepared, bank, fingerprint
         self.settings, self.signatures, self.descriptions, self.bar = settings, signatures, descriptions, bar
-        self.audit: Any = None  # a BenchAudit with --audit (zerounlearn_editor.audit.bench_columns)
+        self.audit: Any = None  # a BenchAudit with --audit (zerounlearn_editor.bench.audit_columns)
         self.audit_plan: Any = None
 
     def run(self, seed: int, path: Path, record: Dict[str, Any], cases: List[UnlearnCase], todo: Sequence[str]) -> None:
@@ -263,7 +266,7 @@ def run_bench(
         config: what to run (see :class:`BenchConfig`).
         model, tok: an already loaded model and tokenizer. Without them the main hparams'
             ``model_name`` is loaded on ``config.device`` by ``loader`` (default
-            :func:`~zerounlearn_editor.model_zoo.load_model_and_tokenizer`), and only when
+            :func:`~zerounlearn_editor.support.model_zoo.load_model_and_tokenizer`), and only when
             there is work to do.
         registry: methods by name (default :func:`default_registry`).
         loader: ``(model_name, device) -> (model, tok)``.
@@ -296,7 +299,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
     if config.known_only:
         if model is None:
             if loader is None:
-                from ..model_zoo import load_model_and_tokenizer as loader
+                from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer as loader
             with Stage(f"loading model {lookup.main.model_name}"):
                 model, tok = _load_model(loader, str(lookup.main.model_name), config)
         with Stage("selecting cases the unedited model knows"):
@@ -345,7 +348,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
     if plan:
         if model is None:
             if loader is None:
-                from ..model_zoo import load_model_and_tokenizer as loader
+                from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer as loader
             with Stage(f"loading model {lookup.main.model_name}"):
                 model, tok = _load_model(loader, str(lookup.main.model_name), config)
         for _, _, record, _, _ in plan:
@@ -374,7 +377,7 @@ def _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptio
     with tqdm(total=total, desc="bench", unit="method", disable=not config.progress) as bar:
         runner = _SeedRun(model, tok, prepared, bank, fingerprint, settings, signatures, descriptions, bar)
         if config.audit is not None:
-            from ..audit.bench_columns import BenchAudit
+            from zerounlearn_editor.bench.audit_columns import BenchAudit
 
             runner.audit = BenchAudit(config.audit, lookup.main, pool)
         for seed, path, record, cases, todo in plan:

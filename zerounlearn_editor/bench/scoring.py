@@ -26,12 +26,12 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from torch import nn
 
-from ..data.types import Probe, UnlearnCase
-from ..evaluation.easyedit_format import CaseScores
-from ..evaluation.fluency import ngram_entropy
-from ..evaluation.generation import generate_greedy
-from ..evaluation.metrics import ProbeScores, evaluate_probes
-from ..evaluation.perplexity import perplexity
+from zerounlearn_editor.data.types import Probe, UnlearnCase
+from zerounlearn_editor.evaluation.easyedit_format import CaseScores
+from zerounlearn_editor.evaluation.fluency import ngram_entropy
+from zerounlearn_editor.evaluation.generation import generate_greedy
+from zerounlearn_editor.evaluation.metrics import ProbeScores, evaluate_probes
+from zerounlearn_editor.evaluation.perplexity import perplexity
 
 __all__ = ["METRIC_KEYS", "GROUP_PREFIX", "CONTAINS_PREFIX", "AUDIT_PREFIX", "GROUP_GENERATION_TOKENS", "answer_contained",
            "ScoringSettings", "score_cases", "probe_metrics", "model_metrics"]
@@ -192,8 +192,8 @@ def model_metrics(model: nn.Module, tok: Any, cases: Sequence[UnlearnCase], sett
         out["fluency"] = ngram_entropy(texts)
         out["generations"] = texts
     if settings.utility:
-        from ..resources import shared_file
-        from ..utility import load_task_items, parse_tasks, score_tasks
+        from zerounlearn_editor.support.resources import shared_file
+        from zerounlearn_editor.evaluation.utility import load_task_items, parse_tasks, score_tasks
 
         data_dir = shared_file("utility/mmlu.json").parent
         items = {t: load_task_items(t, data_dir, settings.utility_n, 3) for t in parse_tasks(settings.utility)}

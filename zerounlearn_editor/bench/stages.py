@@ -1,7 +1,7 @@
 """Timed bench stages and the one stage every bench shares: the ``C0`` statistics of all methods.
 
 Used by the bench runner (:mod:`.runner`), sequential rounds (:mod:`.rounds`), the utility bench
-(:mod:`zerounlearn_editor.utility.runner`) and the PCA plot (:mod:`zerounlearn_editor.pca_shift`).
+(:mod:`zerounlearn_editor.bench.utility`) and the PCA plot (:mod:`zerounlearn_editor.bench.pca_shift`).
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any, Dict, Sequence
 
 from torch import nn
 
-from ..stats import layer_second_moments
-from .methods import HParamsLookup, PreparedMethod, StatsBank
+from zerounlearn_editor.engine.stats import layer_second_moments
+from zerounlearn_editor.bench.methods import HParamsLookup, PreparedMethod, StatsBank
 
 __all__ = ["Stage", "compute_statistics"]
 

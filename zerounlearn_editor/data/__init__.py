@@ -6,12 +6,19 @@ no leading space; scorers join ``prompt + " " + answer``.
 """
 from __future__ import annotations
 
-from .counterfact import load_counterfact_easyedit, load_counterfact_rome
-from .mquake import load_mquake
-from .registry import DATASETS, dataset_names, default_data_dir, detect_format, load_cases, sample_cases
-from .rwku import cloze_to_prompt, load_rwku
-from .types import DataFormatError, Probe, UnlearnCase
-from .zsre import load_zsre_knowedit, load_zsre_mend
+from zerounlearn_editor.data.counterfact import load_counterfact_easyedit, load_counterfact_rome
+from zerounlearn_editor.data.mquake import load_mquake
+from zerounlearn_editor.data.registry import (
+    DATASETS,
+    dataset_names,
+    default_data_dir,
+    detect_format,
+    load_cases,
+    sample_cases,
+)
+from zerounlearn_editor.data.rwku import cloze_to_prompt, load_rwku
+from zerounlearn_editor.data.types import DataFormatError, Probe, UnlearnCase
+from zerounlearn_editor.data.zsre import load_zsre_knowedit, load_zsre_mend
 
 __all__ = [
     "DATASETS",

@@ -22,8 +22,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Union
 
-from .records import RecordReader, log_skipped, make_probe, make_request, read_json_records
-from .types import UnlearnCase
+from zerounlearn_editor.data.records import (
+    RecordReader,
+    log_skipped,
+    make_probe,
+    make_request,
+    read_json_records,
+)
+from zerounlearn_editor.data.types import UnlearnCase
 
 __all__ = ["load_counterfact_rome", "load_counterfact_easyedit"]
 

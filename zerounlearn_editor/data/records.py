@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Union
 
-from .types import DataFormatError, Probe
+from zerounlearn_editor.data.types import DataFormatError, Probe
 
 __all__ = [
     "read_json_records",

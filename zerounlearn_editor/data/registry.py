@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Union
 
-from .counterfact import load_counterfact_easyedit, load_counterfact_rome
-from .mquake import load_mquake
-from .records import read_json_records
-from .rwku import RWKU_FILES, load_rwku
-from .types import UnlearnCase
-from .zsre import load_zsre_knowedit, load_zsre_mend
+from zerounlearn_editor.data.counterfact import load_counterfact_easyedit, load_counterfact_rome
+from zerounlearn_editor.data.mquake import load_mquake
+from zerounlearn_editor.data.records import read_json_records
+from zerounlearn_editor.data.rwku import RWKU_FILES, load_rwku
+from zerounlearn_editor.data.types import UnlearnCase
+from zerounlearn_editor.data.zsre import load_zsre_knowedit, load_zsre_mend
 
 __all__ = [
     "DATASETS",
@@ -180,7 +180,7 @@ def load_cases(
             if not file_path.exists():
                 if data_dir is not None:
                     raise FileNotFoundError(f"dataset {key!r}: {file_path} not found (data_dir={data_dir})")
-                from ..resources import missing_data_message
+                from zerounlearn_editor.support.resources import missing_data_message
 
                 raise FileNotFoundError(f"dataset {key!r}: " + missing_data_message(DATASETS[key].default_path))
     else:

@@ -31,8 +31,14 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
-from .records import RecordReader, log_skipped, make_probe, make_request, read_json_records
-from .types import Probe, UnlearnCase
+from zerounlearn_editor.data.records import (
+    RecordReader,
+    log_skipped,
+    make_probe,
+    make_request,
+    read_json_records,
+)
+from zerounlearn_editor.data.types import Probe, UnlearnCase
 
 __all__ = ["load_rwku", "cloze_to_prompt", "RWKU_FILES"]
 

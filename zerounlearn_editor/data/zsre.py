@@ -21,8 +21,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Union
 
-from .records import RecordReader, log_skipped, make_probe, make_request, read_json_records
-from .types import Probe, UnlearnCase
+from zerounlearn_editor.data.records import (
+    RecordReader,
+    log_skipped,
+    make_probe,
+    make_request,
+    read_json_records,
+)
+from zerounlearn_editor.data.types import Probe, UnlearnCase
 
 __all__ = ["load_zsre_mend", "load_zsre_knowedit"]
 

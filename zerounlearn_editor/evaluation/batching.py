@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence
 
 import torch
 
-from ..data.types import Probe
+from zerounlearn_editor.data.types import Probe
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
-from ..data.types import UnlearnCase
-from .metrics import ProbeScores, evaluate_probes
+from zerounlearn_editor.data.types import UnlearnCase
+from zerounlearn_editor.evaluation.metrics import ProbeScores, evaluate_probes
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

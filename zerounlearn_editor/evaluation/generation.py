@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, List, Sequence
 import torch
 from transformers import GenerationConfig
 
-from .batching import batched_indices, model_device, pad_sequences, pad_token_id
+from zerounlearn_editor.evaluation.batching import batched_indices, model_device, pad_sequences, pad_token_id
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, TypedDict
 
 import torch
 
-from ..data.types import Probe
-from ..progress import progress_bar
-from .batching import (
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.support.progress import progress_bar
+from zerounlearn_editor.evaluation.batching import (
     batched_indices,
     encode_probes,
     forward_logits,

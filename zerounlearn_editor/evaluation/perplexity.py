@@ -23,8 +23,14 @@ from typing import TYPE_CHECKING, List, Union
 
 import torch
 
-from ..progress import progress_bar
-from .batching import forward_logits, model_device, pad_sequences, pad_token_id, resolve_padding_side
+from zerounlearn_editor.support.progress import progress_bar
+from zerounlearn_editor.evaluation.batching import (
+    forward_logits,
+    model_device,
+    pad_sequences,
+    pad_token_id,
+    resolve_padding_side,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

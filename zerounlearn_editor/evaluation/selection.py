@@ -5,8 +5,8 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from ..data.types import UnlearnCase
-from .metrics import evaluate_probes
+from zerounlearn_editor.data.types import UnlearnCase
+from zerounlearn_editor.evaluation.metrics import evaluate_probes
 
 __all__ = ["select_known_cases"]
 

@@ -1,0 +1,218 @@
+"""``zerounlearn audit``: the probes of :mod:`.suite` for the unedited model and every method.
+
+Per seed ``k``: ``n`` cases drawn as the bench draws them (``sample_cases(cases, n, k)``, from
+the known cases with ``known_only``), one :class:`~.plan.AuditPlan` (in-context examples,
+distractors and relearning facts from the whole dataset, seeded with ``k``), the ``base`` row
+on the unedited model, then per method: check the model is the unedited one (fingerprint), edit
+all cases as one batch, score every probe, restore the weights. Methods are the bench's
+(:func:`~zerounlearn_editor.bench.registry.default_registry`: ours, ``+R``, GA/NPO and EasyEdit's
+where importable), with the bench's hyperparameter lookup, shared ``C0`` and retain draws.
+
+Resumable like the bench: ``<out>/audit_seed_<k>.json`` is rewritten atomically after every
+method; on a new call a finished method with the same configuration hash is kept, a file of
+another data / n / audit setting is an error. ``audit.json`` / ``audit.md`` / ``audit.png``
+are rebuilt from the seed files at the end.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from zerounlearn_editor.bench.config import BenchConfigError, parse_methods
+from zerounlearn_editor.support.files import read_json, sha256_of_json, write_json_atomic
+from zerounlearn_editor.bench.fingerprint import ModelFingerprint
+from zerounlearn_editor.bench.methods import (
+    HParamsLookup,
+    MethodContext,
+    known_method_names,
+    load_main_hparams,
+)
+from zerounlearn_editor.bench.registry import default_registry
+from zerounlearn_editor.bench.retain_sets import check_retain_disjoint, draw_retain, parse_retain_spec
+from zerounlearn_editor.data.registry import load_cases, sample_cases
+from zerounlearn_editor.engine.pipeline import restore_weights
+from zerounlearn_editor.support.progress import progress_scope
+from zerounlearn_editor.evaluation.audit.items import items_from_cases, pool_from_cases
+from zerounlearn_editor.evaluation.audit.plan import AuditSettings, build_plan
+from zerounlearn_editor.bench.audit_report import write_audit_summary
+from zerounlearn_editor.evaluation.audit.suite import LensConfig, score_model
+from zerounlearn_editor.evaluation.audit.facts_audit import generic_passages
+
+__all__ = ["AuditConfig", "run_audit", "audit_seed_path"]
+
+LOG = logging.getLogger(__name__)
+
+_BASE_SIGNATURE = sha256_of_json({"method": "base"})
+
+
+@dataclass
+class AuditConfig:
+    """One audit run (fields as :class:`~zerounlearn_editor.bench.config.BenchConfig`; ``settings`` = the probes)."""
+
+    hparams: str
+    data: str
+    out: str
+    seeds: List[int] = field(default_factory=lambda: [1])
+    methods: List[str] = field(default_factory=lambda: ["base", "ZeroUnlearn", "ZeroUnlearn-GD"])
+    n: int = 10
+    settings: AuditSettings = field(default_factory=AuditSettings)
+    method_hparams: Dict[str, str] = field(default_factory=dict)
+    data_path: Optional[str] = None
+    device: str = "cpu"
+    dtype: Optional[str] = None
+    known_only: bool = False
+    known_min_accuracy: float = 1.0
+    retain: Optional[str] = None
+    progress: bool = True
+
+    def validate(self) -> None:
+        """Raise :class:`BenchConfigError` naming the first bad field (before any heavy work)."""
+        if self.n < 1:
+            raise BenchConfigError(f"audit: n must be >= 1, got {self.n}")
+        if not self.seeds:
+            raise BenchConfigError("audit: no seed given")
+        if not self.methods:
+            raise BenchConfigError("audit: no method given")
+        if not 0.0 < self.known_min_accuracy <= 1.0:
+            raise BenchConfigError(f"audit: known_min_accuracy must be in (0, 1], got {self.known_min_accuracy}")
+        needing = [m for m in self.methods if str(m).endswith("+R")]
+        if needing and parse_retain_spec(self.retain) is None:
+            raise BenchConfigError(f"audit: methods {needing} need a retain set (--retain siblings:K or same-answer:K)")
+        try:
+            self.settings.validate()
+        except ValueError as exc:
+            raise BenchConfigError(str(exc)) from None
+
+
+def audit_seed_path(out: Path, seed: int) -> Path:
+    """``<out>/audit_seed_<seed>.json``."""
+    return Path(out) / f"audit_seed_{seed}.json"
+
+
+def _run_info(config: AuditConfig, model_name: str) -> Dict[str, Any]:
+    """The settings every stored seed result must share with this run (as JSON reads them back)."""
+    return json.loads(json.dumps({"data": config.data, "data_path": config.data_path, "n": config.n, "model": model_name,
+            "known_only": config.known_only, "known_min_accuracy": config.known_min_accuracy if config.known_only else None,
+            "retain": config.retain, "dtype": config.dtype, "settings": config.settings.to_dict()}))
+
+
+def run_audit(config: AuditConfig, model=None, tok=None, registry=None, loader=None) -> Dict[str, Any]:
+    """Run (or resume) an audit; returns the summary (see module docstring).
+
+    ``model``/``tok``: an already loaded model (else the main hparams' ``model_name`` is loaded,
+    only when there is work to do); ``registry``: methods by name; ``loader``: ``(name, device) -> (model, tok)``.
+    """
+    with progress_scope(config.progress):
+        return _run_audit(config, model, tok, registry, loader)
+
+
+def _load(loader, name: str, config: AuditConfig):
+    if loader is None:
+        from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer as loader
+    return loader(name, config.device) if config.dtype is None else loader(name, config.device, config.dtype)
+
+
+def _run_audit(config: AuditConfig, model, tok, registry, loader) -> Dict[str, Any]:
+    config.validate()
+    registry = dict(registry) if registry is not None else default_registry()
+    methods = parse_methods(config.methods, known_method_names(registry))
+    unknown = sorted(set(config.method_hparams) - set(registry))
+    if unknown:
+        raise BenchConfigError(f"audit: method hparams given for unknown method(s) {unknown}")
+    lookup = HParamsLookup(Path(config.hparams), load_main_hparams(config.hparams), dict(config.method_hparams))
+    descriptions = {m: registry[m].describe(lookup) for m in methods if m != "base"}
+    signatures = {m: sha256_of_json(d) for m, d in descriptions.items()}
+    signatures["base"] = _BASE_SIGNATURE
+    all_cases = load_cases(config.data, path=config.data_path)
+    pool_cases = list(all_cases)
+    draw = parse_retain_spec(config.retain)
+    passages = generic_passages(lookup.main.mom2_dataset) if "relearning" in config.settings.families else []
+    if config.known_only:
+        if model is None:
+            model, tok = _load(loader, str(lookup.main.model_name), config)
+        from zerounlearn_editor.evaluation.selection import select_known_cases
+
+        all_cases = select_known_cases(model, tok, all_cases, None, min_accuracy=config.known_min_accuracy)
+        if len(all_cases) < config.n:
+            raise BenchConfigError(f"audit known_only: only {len(all_cases)} {config.data} cases are known, n={config.n} needed")
+    run_info = _run_info(config, str(lookup.main.model_name))
+    out = Path(config.out)
+    plan_list = []
+    for seed in config.seeds:
+        cases = sample_cases(all_cases, config.n, seed)
+        path = audit_seed_path(out, seed)
+        retain = draw_retain(draw, cases, pool_cases, seed) if draw else []
+        if path.exists():
+            record = read_json(path)
+            stored = record.get("run", {})
+            diff = [k for k, v in run_info.items() if stored.get(k) != v]
+            if diff or record.get("case_ids") != [c.case_id for c in cases] or record.get("retain", []) != retain:
+                raise BenchConfigError(f"{path} holds an audit of another configuration ({', '.join(diff) or 'cases/retain'}); "
+                                       "use another --out or remove it")
+        else:
+            record = {"seed": seed, "run": run_info, "case_ids": [c.case_id for c in cases], "retain": retain, "methods": {}}
+        entries = record["methods"]
+        todo = [m for m in methods if not (entries.get(m, {}).get("status") == "ok"
+                                           and entries[m].get("config_sha256") == signatures[m])]
+        if todo:
+            plan_list.append((seed, path, record, cases, todo))
+    if plan_list:
+        if model is None:
+            model, tok = _load(loader, str(lookup.main.model_name), config)
+        _run_plan(config, model, tok, registry, lookup, plan_list, signatures, descriptions, pool_cases, passages)
+    records = {seed: read_json(audit_seed_path(out, seed)) for seed in config.seeds}
+    header = {"hparams": config.hparams, **{k: v for k, v in run_info.items()}}
+    return write_audit_summary(out, header, methods, records)
+
+
+def _run_plan(config, model, tok, registry, lookup, plan_list, signatures, descriptions, pool_cases, passages) -> None:
+    from zerounlearn_editor.bench.stages import compute_statistics
+
+    main = lookup.main
+    lens = LensConfig(main.layers[0], main.layer_module_tmp, main.ln_f_module)
+    fingerprint = ModelFingerprint.of(model)
+    needed = [m for m in dict.fromkeys(m for *_, todo in plan_list for m in todo) if m != "base"]
+    context = MethodContext(lookup, model, tok, Path(config.out), main.neutral_target or tok.eos_token or "")
+    prepared = {m: registry[m].prepare(context) for m in needed}
+    bank = compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
+    pool = pool_from_cases(pool_cases)
+    for seed, path, record, cases, todo in plan_list:
+        settings = dataclasses.replace(config.settings, seed=seed)
+        plan = build_plan(items_from_cases(cases), pool, tok, settings, passages)
+        record["plan"] = plan.describe()
+        retain = list(record.get("retain") or [])
+        check_retain_disjoint(retain, cases)
+        requests = [dict(c.request) for c in cases]
+        for name in todo:
+            entry: Dict[str, Any] = {"config_sha256": signatures[name], "config": descriptions.get(name, {})}
+            fingerprint.verify(model, f"audit seed {seed}: before {name}")
+            if name == "base":
+                LOG.info("audit seed %d: unedited model", seed)
+                entry.update(status="ok", probes=score_model(model, tok, plan, settings, lens))
+            else:
+                entry.update(_edit_and_score(prepared[name], model, tok, requests, bank, retain, plan, settings, lens, seed))
+            record["methods"][name] = entry
+            write_json_atomic(path, record)
+        fingerprint.verify(model, f"audit seed {seed}: after the last method")
+
+
+def _edit_and_score(method, model, tok, requests, bank, retain, plan, settings, lens, seed) -> Dict[str, Any]:
+    if method.skip_reason is not None:
+        LOG.warning("audit seed %d: %s %s", seed, method.name, method.skip_reason)
+        return {"status": "skipped", "reason": method.skip_reason}
+    LOG.info("audit seed %d: %s edit of %d requests", seed, method.name, len(requests))
+    try:
+        extra = {"retain": [dict(r) for r in retain]} if method.uses_retain else {}
+        outcome = method.edit(model, tok, [dict(r) for r in requests], bank, **extra)
+    except Exception as exc:  # noqa: BLE001 - one failing method must not sink the audit
+        LOG.exception("audit seed %d: %s failed", seed, method.name)
+        return {"status": "error", "reason": f"error: {type(exc).__name__}: {exc}"}
+    try:
+        probes = score_model(model, tok, plan, settings, lens)
+    finally:
+        restore_weights(model, outcome.weights_copy)
+    return {"status": "ok", "probes": probes, "edited_parameters": sorted(outcome.weights_copy)}

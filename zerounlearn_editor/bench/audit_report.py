@@ -1,0 +1,127 @@
+"""The audit's summary: ``audit.json`` (per method and probe, recovered % mean/std over seeds),
+``audit.md`` (rows = methods, columns = probes) and ``audit.png`` (method x probe heatmap)."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from zerounlearn_editor.support.files import write_json_atomic, write_text_atomic
+from zerounlearn_editor.bench.report import aggregate
+
+__all__ = ["summarize_audit", "format_audit_table", "plot_heatmap", "write_audit_summary", "PROBE_NOTE"]
+
+LOG = logging.getLogger(__name__)
+
+PROBE_NOTE = (
+    "Recovered % = forgotten facts (all of them are the denominator) for which the probe makes the answer's first "
+    "token the greedy next token (the project's first-token accuracy; any of a fact's prompts counts). prompt / "
+    "paraphrase / question / chat: the fact's prompt, its paraphrases, `Q: ... A:`, the model's chat template "
+    "(assistant turn opened with the prompt); icK: K borrowed facts (same relation first, never a forgotten subject "
+    "or answer) before the prompt; mc: the true answer's log-probability above 3 distractors' (chance 25); "
+    "lens:X: the answer's first token in the top 10 of the logit lens at some layer from the first edited one on; "
+    "int8 / int4 / int4g16:X: X on a round-to-nearest copy (per channel; int4g16: groups of 16); relearn-S / "
+    "generic-S: the prompt after fine-tuning a copy (scope S: mlp or full) on related facts whose answers are not "
+    "forgotten / on generic text (the control); rwku_*: RWKU's own forget levels. Values: mean ± std over seeds."
+)
+
+
+def summarize_audit(methods: Sequence[str], records: Mapping[int, Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """Per method: status, seeds with results, reasons, and per probe the aggregated recovered %."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for name in methods:
+        entries = [(seed, r.get("methods", {}).get(name)) for seed, r in records.items()]
+        ok = [(seed, e) for seed, e in entries if e and e.get("status") == "ok"]
+        probes = list(dict.fromkeys(p for _, e in ok for p in e["probes"]))
+        stats = {p: aggregate([e["probes"].get(p, {}).get("recovered") for _, e in ok]) for p in probes}
+        item: Dict[str, Any] = {
+            "status": ("ok" if len(ok) == len(entries) else "partial") if ok else "missing",
+            "seeds": [seed for seed, _ in ok],
+            "recovered": {p: s for p, s in stats.items() if s is not None},
+        }
+        reasons = sorted({e.get("reason", "") for _, e in entries if e and e.get("status") in ("skipped", "error")})
+        if reasons:
+            item["reason"] = "; ".join(reasons)
+            if not ok:
+                item["status"] = "skipped"
+        out[name] = item
+    return out
+
+
+def _columns(summary: Mapping[str, Mapping[str, Any]]) -> List[str]:
+    return list(dict.fromkeys(p for m in summary.values() for p in m["recovered"]))
+
+
+def format_audit_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
+    """Markdown: one row per method, one column per probe, "mean ± std" recovered %."""
+    columns = _columns(summary)
+    lines = ["| Method | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for name, item in summary.items():
+        if not item["recovered"]:
+            lines.append(f"| {name} | {item.get('reason') or 'no result'} |" + " |" * (len(columns) - 1))
+            continue
+        cells = []
+        for probe in columns:
+            s = item["recovered"].get(probe)
+            cells.append("-" if s is None else (f"{s['mean']:.0f}" if s["n"] == 1 else f"{s['mean']:.0f} ± {s['std']:.0f}"))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_heatmap(summary: Mapping[str, Mapping[str, Any]], path: Path, title: str = "") -> Optional[Path]:
+    """Method x probe heatmap of the mean recovered % (``None`` when matplotlib is missing)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        LOG.warning("matplotlib is not installed: no heatmap")
+        return None
+    import numpy as np
+
+    columns = _columns(summary)
+    rows = [name for name, item in summary.items() if item["recovered"]]
+    if not rows or not columns:
+        return None
+    values = np.full((len(rows), len(columns)), np.nan)
+    for i, name in enumerate(rows):
+        for j, probe in enumerate(columns):
+            s = summary[name]["recovered"].get(probe)
+            if s is not None:
+                values[i, j] = s["mean"]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(columns) + 2.5), 0.5 * len(rows) + 2.2))
+    image = ax.imshow(np.ma.masked_invalid(values), cmap="Reds", vmin=0, vmax=100, aspect="auto")
+    ax.set_xticks(range(len(columns)), columns, rotation=60, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), rows, fontsize=9)
+    for i in range(len(rows)):
+        for j in range(len(columns)):
+            if not np.isnan(values[i, j]):
+                ax.text(j, i, f"{values[i, j]:.0f}", ha="center", va="center", fontsize=7,
+                        color="white" if values[i, j] > 60 else "black")
+    fig.colorbar(image, ax=ax, label="recovered %")
+    ax.set_title(title or "facts recovered by each probe (%)", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def write_audit_summary(out: Path, header: Mapping[str, Any], methods: Sequence[str],
+                        records: Mapping[int, Mapping[str, Any]]) -> Dict[str, Any]:
+    """Write ``audit.json``, ``audit.md`` and ``audit.png`` into ``out``; returns the JSON content."""
+    per_method = summarize_audit(methods, records)
+    table = format_audit_table(per_method)
+    summary = {**header, "seeds": sorted(records), "methods": per_method, "table_markdown": table}
+    out = Path(out)
+    png = plot_heatmap(per_method, out / "audit.png", f"{header.get('data')}, n={header.get('n')}: recovered %")
+    summary["plot"] = str(png) if png else None
+    write_json_atomic(out / "audit.json", summary)
+    lines = [f"# Robustness audit: {header.get('data')}, n = {header.get('n')}", "",
+             f"- model: `{header.get('model')}`, hparams: `{header.get('hparams')}`, seeds {sorted(records)}",
+             f"- settings: `{header.get('settings')}`", "", table, "", PROBE_NOTE, ""]
+    write_text_atomic(out / "audit.md", "\n".join(lines))
+    return summary

@@ -1,0 +1,98 @@
+"""The ``zerounlearn audit`` subcommand (parser and command), and the shared ``--audit-*`` options."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["add_audit_parser", "add_probe_options", "settings_from_args"]
+
+
+def _int_list(text: str) -> tuple:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma list of integers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def _names(text: str) -> tuple:
+    return tuple(v.strip() for v in text.split(",") if v.strip())
+
+
+def add_probe_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    """The probe settings (``--probes``, ``--shots``, ...), optionally prefixed (``--audit-probes``)."""
+    from zerounlearn_editor.evaluation.audit.plan import FAMILIES
+
+    p.add_argument(f"--{prefix}probes", default="all", help=f"probe families, comma list of {','.join(FAMILIES)} or all")
+    p.add_argument(f"--{prefix}shots", type=_int_list, default=(1, 3, 5), help="in-context example counts (default 1,3,5)")
+    p.add_argument(f"--{prefix}quant", type=_names, default=("int8", "int4", "int4g16"),
+                   help="quantization schemes: int8, int4 (per channel), int4g16 (groups of 16)")
+    p.add_argument(f"--{prefix}relearn-steps", type=int, default=10, help="fine-tuning steps of the relearning probe (default 10)")
+    p.add_argument(f"--{prefix}relearn-lr", type=float, default=1e-4, help="its Adam learning rate (default 1e-4)")
+    p.add_argument(f"--{prefix}relearn-scopes", type=_names, default=("mlp", "full"), help="mlp, full (default both)")
+    p.add_argument(f"--{prefix}relearn-n", type=int, default=32, help="related facts fine-tuned on (default 32)")
+
+
+def settings_from_args(args: argparse.Namespace, prefix: str = "") -> Any:
+    """:class:`~.plan.AuditSettings` from the options of :func:`add_probe_options` (validated)."""
+    from zerounlearn_editor.evaluation.audit.plan import AuditSettings, parse_families
+
+    get = lambda name: getattr(args, (prefix + name).replace("-", "_"))  # noqa: E731
+    settings = AuditSettings(
+        families=parse_families(get("probes")), shots=tuple(get("shots")), quant_schemes=tuple(get("quant")),
+        relearn_steps=get("relearn-steps"), relearn_lr=get("relearn-lr"), relearn_scopes=tuple(get("relearn-scopes")),
+        relearn_n=get("relearn-n"), batch_size=getattr(args, "batch_size", 16) or 16,
+    )
+    settings.validate()
+    return settings
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from zerounlearn_editor.bench.config import parse_method_hparams, parse_seeds
+    from zerounlearn_editor.bench.audit import AuditConfig, run_audit
+
+    config = AuditConfig(
+        hparams=args.hparams, data=args.data, out=args.out, seeds=parse_seeds(args.seeds), n=args.n,
+        methods=[m.strip() for m in args.methods.split(",") if m.strip()], settings=settings_from_args(args),
+        method_hparams=parse_method_hparams(args.method_hparams), data_path=args.data_path, device=args.device,
+        dtype=args.dtype, known_only=args.known_only, known_min_accuracy=args.known_min_accuracy, retain=args.retain,
+        progress=not args.no_progress,
+    )
+    summary = run_audit(config)
+    print(summary["table_markdown"])
+    if summary.get("plot"):
+        print(f"heatmap: {summary['plot']}")
+    return 0
+
+
+def add_audit_parser(sub: Any) -> None:
+    """Register ``audit`` on the ``zerounlearn`` subparsers."""
+    p = sub.add_parser(
+        "audit",
+        help="robustness audit: %% of forgotten facts recovered by paraphrases, questions, chat, in-context examples, "
+             "multiple choice, logit lens, quantization and relearning, per method",
+        description="For n cases per seed (edited as one batch by each method): the recovered % of every probe "
+        "before (base) and after each edit. Writes OUT/audit_seed_K.json (resumable), audit.json, audit.md, audit.png.",
+    )
+    p.add_argument("--hparams", required=True, help="main ZeroUnlearn(-GD) YAML (model, statistics, first edited layer)")
+    p.add_argument("--data", required=True, help="dataset name (counterfact, counterfact-easyedit, mquake, rwku, ...) or file")
+    p.add_argument("--data-path", default=None)
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--n", type=int, default=10, help="cases per seed (default 10)")
+    p.add_argument("--seeds", default="1", help="e.g. 1 or 1-3 (default 1)")
+    p.add_argument("--methods", default="base,ZeroUnlearn,ZeroUnlearn-GD",
+                   help="bench methods (base, ZeroUnlearn, ZeroUnlearn-GD, +R rows, GA, NPO, GA-full, NPO-full, FT, ROME, "
+                        "MEMIT, AlphaEdit; EasyEdit's are skipped where it is not importable)")
+    p.add_argument("--method-hparams", action="append", default=[], metavar="NAME=PATH")
+    p.add_argument("--known-only", action="store_true", help="sample only cases the unedited model knows")
+    p.add_argument("--known-min-accuracy", type=float, default=1.0)
+    p.add_argument("--retain", default=None, metavar="POLICY:K", help="retain draw of the +R rows (as for bench)")
+    add_probe_options(p)
+    p.add_argument("--batch-size", type=int, default=16, help="probes per forward pass")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--data-dir", default=None, metavar="DIR", help="benchmark data folder (as for bench)")
+    p.set_defaults(func=_cmd_audit)

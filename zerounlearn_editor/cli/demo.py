@@ -1,0 +1,202 @@
+"""``zerounlearn demo``: forget a handful of facts from SmolLM2-135M-Instruct and show the effect.
+
+Prints a before/after table of the forgotten facts (teacher-forced token accuracy and
+probability of the true answer, and the greedy continuation), of untouched facts, and
+WikiText-2 perplexity.
+
+By default the demo runs the retain-aware mode: ZeroUnlearn-GD with
+``hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct-retain.yaml`` and a retain set of other capitals
+(:data:`RETAIN_FACTS`, never one of the printed untouched facts), so the sibling capitals it prints
+stay known. ``paper=True`` (``zerounlearn demo --paper``) runs the paper's ZeroUnlearn with its
+shipped YAML and no retain set, which also erases the untouched capitals.
+
+Runs from a bare clone or a wheel: the hparams YAML, the statistics corpus and the perplexity
+text are found in the package (:mod:`zerounlearn_editor.data.builtin`).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.evaluation.metrics import evaluate_probes
+from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
+from zerounlearn_editor.evaluation.perplexity import perplexity
+from zerounlearn_editor.engine.hparams import (
+    ZeroUnlearnGDHyperParams,
+    ZeroUnlearnHyperParams,
+    load_config_file,
+)
+from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+from zerounlearn_editor.engine.pipeline import EditReport
+from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.support.progress import progress_bar
+from zerounlearn_editor.support.resources import hparams_path
+from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
+from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
+
+__all__ = ["FORGET_FACTS", "KEEP_FACTS", "RETAIN_FACTS", "DemoRow", "demo_hparams", "run_demo", "format_demo"]
+
+LOG = logging.getLogger(__name__)
+
+FORGET_FACTS = CAPITALS_TO_FORGET[:5]
+KEEP_FACTS = OTHER_CAPITALS[:3] + UNRELATED_FACTS[:5]
+# The retain set of the default (retain-aware) demo: other capitals, none of them printed or scored.
+RETAIN_FACTS = CAPITALS_TO_FORGET[5:]
+
+
+@dataclass
+class DemoRow:
+    prompt: str
+    answer: str
+    acc_before: float
+    acc_after: float
+    prob_before: float
+    prob_after: float
+    greedy_before: str
+    greedy_after: str
+
+
+@dataclass
+class DemoResult:
+    forgotten: List[DemoRow]
+    kept: List[DemoRow]
+    ppl_before: float
+    ppl_after: float
+    seconds: Dict[str, float] = field(default_factory=dict)
+    mode: str = ""
+    dtype: str = ""  # the model's parameter dtype, e.g. "torch.bfloat16"
+
+
+def _greedy(model, tok, prompts: List[str], new_tokens: int = 4) -> List[str]:
+    outs = []
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        for prompt in progress_bar(prompts, desc="greedy continuations", unit="prompt"):
+            ids = tok(prompt, return_tensors="pt").input_ids.to(device)
+            gen = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
+            outs.append(tok.decode(gen[0, ids.shape[1] :], skip_special_tokens=False).replace("\n", "\\n"))
+    return outs
+
+
+def _scores(model, tok, facts):
+    probes = [Probe(prompt, answer) for prompt, _, answer in facts]
+    scores = evaluate_probes(model, tok, probes)
+    return scores["acc"], scores["prob"], _greedy(model, tok, [p for p, _, _ in facts])
+
+
+def demo_hparams(hparams_file: Optional[str] = None, paper: bool = False):
+    """The demo's hyperparameters: a given YAML (either method), else the retain-aware
+    ZeroUnlearn-GD YAML, else (``paper``) the paper's ZeroUnlearn YAML."""
+    if hparams_file is None:
+        if paper:
+            hparams_file = hparams_path("ZeroUnlearn", "SmolLM2-135M-Instruct")
+        else:
+            hparams_file = hparams_path("ZeroUnlearn-GD", "SmolLM2-135M-Instruct-retain")
+    alg = load_config_file(hparams_file).get("alg_name")
+    cls = ZeroUnlearnGDHyperParams if alg == "ZeroUnlearn-GD" else ZeroUnlearnHyperParams
+    return cls.from_hparams(hparams_file)
+
+
+def run_demo(
+    hparams_file: Optional[str] = None,
+    corpus: Optional[str] = None,
+    ppl_tokens: int = 20000,
+    device: str = "cpu",
+    paper: bool = False,
+    dtype: Optional[str] = None,
+    ppl_text: Optional[str] = None,
+    stats_dir: Optional[str] = None,
+) -> DemoResult:
+    """Unlearn :data:`FORGET_FACTS` from SmolLM2 and measure before/after.
+
+    Default: the retain-aware mode with :data:`RETAIN_FACTS` as retain set (prompts and subjects
+    only). ``paper``: the paper's ZeroUnlearn, no retain set. A given ``hparams_file`` of either
+    method is used as is, with the retain set unless ``paper``. ``dtype`` (``float32``,
+    ``bfloat16``, ``float16``; default: the model folder's) is the precision the model is loaded
+    and edited in; ``ppl_text`` defaults to the embedded WikiText-2 test split; ``stats_dir``
+    overrides the YAML's statistics cache folder.
+    """
+    hparams = demo_hparams(hparams_file, paper)
+    if stats_dir is not None:
+        hparams = hparams.replace(stats_dir=str(stats_dir))
+    corpus = corpus or hparams.mom2_dataset
+    retain = None if paper else [{"prompt": p, "subject": s} for p, s, _ in RETAIN_FACTS]
+    if retain is not None and not any(v > 0 for v in hparams.retain_set_weights().values()):
+        retain = None  # a YAML with the paper's (zero) retain weights: nothing to protect with
+    mode = f"{hparams.alg_name}" + (f" + retain set of {len(retain)} other capitals" if retain else " (paper)")
+    LOG.info("demo: %s; model %s (%s) on %s", mode, hparams.model_name, dtype or "stored dtype", device)
+    from zerounlearn_editor.data.corpus import check_corpus_source
+
+    check_corpus_source(corpus)  # a missing corpus fails now, not after loading and evaluating
+    model, tok = load_model_and_tokenizer(hparams.model_name, device=device, dtype=dtype)
+    wikitext = ppl_text or default_ppl_text()
+    seconds: Dict[str, float] = {}
+
+    def evaluate(when: str):
+        LOG.info("scoring %d facts to forget, %d to keep, and perplexity on %d tokens of %s (%s the edit)",
+                 len(FORGET_FACTS), len(KEEP_FACTS), ppl_tokens, Path(wikitext).name, when)
+        start = time.perf_counter()
+        out = (_scores(model, tok, FORGET_FACTS), _scores(model, tok, KEEP_FACTS),
+               perplexity(model, tok, wikitext, max_tokens=ppl_tokens))
+        seconds[f"evaluate_{when}"] = time.perf_counter() - start
+        return out
+
+    (f_acc0, f_prob0, f_gen0), (k_acc0, k_prob0, k_gen0), ppl0 = evaluate("before")
+
+    requests = fact_requests(FORGET_FACTS)
+    report = EditReport()
+    LOG.info("unlearning %d facts with %s; C0 statistics from corpus %r, cached under %s",
+             len(requests), mode, corpus, hparams.stats_dir)
+    start = time.perf_counter()
+    apply = apply_zerounlearn_gd_to_model if hparams.alg_name == "ZeroUnlearn-GD" else apply_zerounlearn_to_model
+    extra = {"retain": retain} if retain else {}
+    model, _ = apply(model, tok, requests, hparams, corpus=corpus, report=report, **extra)
+    seconds["unlearn"] = time.perf_counter() - start
+    seconds.update({f"unlearn.{k}": v for k, v in report.timings.items()})
+
+    (f_acc1, f_prob1, f_gen1), (k_acc1, k_prob1, k_gen1), ppl1 = evaluate("after")
+
+    def rows(facts, acc0, acc1, prob0, prob1, gen0, gen1):
+        return [
+            DemoRow(f[0], f[2], acc0[i], acc1[i], prob0[i], prob1[i], gen0[i], gen1[i]) for i, f in enumerate(facts)
+        ]
+
+    return DemoResult(
+        forgotten=rows(FORGET_FACTS, f_acc0, f_acc1, f_prob0, f_prob1, f_gen0, f_gen1),
+        kept=rows(KEEP_FACTS, k_acc0, k_acc1, k_prob0, k_prob1, k_gen0, k_gen1),
+        ppl_before=ppl0,
+        ppl_after=ppl1,
+        seconds=seconds,
+        mode=mode,
+        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+    )
+
+
+def format_demo(result: DemoResult) -> str:
+    """A markdown report of :func:`run_demo`'s result."""
+    lines = [f"Method: {result.mode}", ""] if result.mode else []
+    for title, rows in (("Forgotten facts", result.forgotten), ("Untouched facts", result.kept)):
+        lines += [
+            f"### {title}",
+            "",
+            "| prompt | answer | acc before | acc after | p before | p after | greedy before | greedy after |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            lines.append(
+                f"| {r.prompt} | {r.answer} | {r.acc_before:.2f} | {r.acc_after:.2f} | {r.prob_before:.3f} | "
+                f"{r.prob_after:.3f} | `{r.greedy_before}` | `{r.greedy_after}` |"
+            )
+        lines.append("")
+    change = 100.0 * (result.ppl_after / result.ppl_before - 1.0)
+    if result.dtype:
+        lines.append(f"Model dtype: {result.dtype}")
+    lines.append(f"WikiText-2 perplexity: {result.ppl_before:.2f} -> {result.ppl_after:.2f} ({change:+.2f}%)")
+    lines.append("Stage times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
+    return "\n".join(lines)

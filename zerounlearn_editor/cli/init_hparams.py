@@ -1,0 +1,143 @@
+"""``zerounlearn init-hparams``: a working ZeroUnlearn(-GD) YAML for a model no shipped file covers.
+
+* module templates: from the loaded architecture (:func:`~zerounlearn_editor.engine.architectures.detect_templates`);
+* ``layers``: given (``"a,b,c"``), or ``"auto"``: the causal trace's suggested window (a stored
+  ``trace.json``, or a fresh trace of ``trace_n`` facts of ``trace_data`` the model knows);
+* ``v_loss_layer``: the model's last layer;
+* everything else: the nearest shipped YAML of the method (same module templates first, then
+  the model family's name in the file name, then the closest number of layers), minus its
+  ``-retain`` variants; ``overrides`` (``--set key=value``) last.
+
+The result is checked with the method's strict loader before it is written (atomically).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import yaml
+from torch import nn
+
+from zerounlearn_editor.engine.architectures import detect_templates
+from zerounlearn_editor.engine.hparams import (
+    HParamsError,
+    ZeroUnlearnGDHyperParams,
+    ZeroUnlearnHyperParams,
+    load_config_file,
+)
+from zerounlearn_editor.support.resources import repo_root
+
+__all__ = ["METHODS", "nearest_shipped_yaml", "build_hparams", "write_hparams", "parse_layers", "parse_overrides"]
+
+LOG = logging.getLogger(__name__)
+METHODS = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
+_TEMPLATE_KEYS = ("rewrite_module_tmp", "layer_module_tmp", "mlp_module_tmp", "ln_f_module", "lm_head_module")
+
+
+def parse_layers(spec: str, num_layers: int) -> Optional[List[int]]:
+    """``"auto"`` -> None; ``"3,4,5"`` or ``"3-5"`` -> the layers, each checked to be in range."""
+    spec = spec.strip()
+    if spec == "auto":
+        return None
+    try:
+        if "-" in spec and "," not in spec:
+            lo, hi = (int(x) for x in spec.split("-"))
+            layers = list(range(lo, hi + 1))
+        else:
+            layers = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--layers must be auto, a,b,c or a-b; got {spec!r}") from None
+    bad = [l for l in layers if not 0 <= l < num_layers]
+    if not layers or bad:
+        raise ValueError(f"--layers {spec!r}: layers {bad or '(none)'} are not in 0..{num_layers - 1}")
+    return sorted(set(layers))
+
+
+def parse_overrides(items: Sequence[str]) -> Dict[str, Any]:
+    """``["key=value", ...]`` -> ``{key: yaml.safe_load(value)}``."""
+    out: Dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+VARIANT_MARKERS = ("-retain", "-suppress")
+"""Stem parts of shipped YAMLs that are measured variants of a paper YAML, not templates for a new model."""
+
+
+def is_variant_yaml(path: Path) -> bool:
+    """``<model>-retain*.yaml`` / ``<model>-suppress.yaml``: an opt-in variant of the paper's ``<model>.yaml``."""
+    return any(marker in Path(path).stem for marker in VARIANT_MARKERS)
+
+
+def nearest_shipped_yaml(method: str, templates: Mapping[str, Any], hparams_dir: Optional[Path] = None) -> Path:
+    """The shipped ``hparams/<method>/*.yaml`` closest to the model (see the module docstring)."""
+    folder = Path(hparams_dir or repo_root() / "hparams") / method
+    candidates = sorted(p for p in folder.glob("*.yaml") if not is_variant_yaml(p))
+    if not candidates:
+        raise FileNotFoundError(f"no shipped YAML of {method} in {folder}")
+    family = str(templates.get("family", "")).rstrip("0123456789").lower()
+    layers = int(templates["num_layers"])
+
+    def distance(path: Path) -> Tuple[int, int, float, str]:
+        config = load_config_file(path)
+        same_templates = all(config.get(k) == templates.get(k) for k in _TEMPLATE_KEYS)
+        named = bool(family) and family in path.stem.lower()
+        ref_layers = int(config.get("v_loss_layer", 0)) + 1
+        return (0 if same_templates else 1, 0 if named else 1, abs(math.log(max(ref_layers, 1) / layers)), path.name)
+
+    return min(candidates, key=distance)
+
+
+def build_hparams(
+    model: nn.Module,
+    model_name: str,
+    method: str,
+    layers: Sequence[int],
+    overrides: Optional[Mapping[str, Any]] = None,
+    hparams_dir: Optional[Path] = None,
+) -> Tuple[Dict[str, Any], Path]:
+    """The YAML mapping for ``model`` and the shipped file it was based on (validated strictly)."""
+    if method not in METHODS:
+        raise ValueError(f"--method must be one of {', '.join(METHODS)}, got {method!r}")
+    templates = detect_templates(model)
+    base_path = nearest_shipped_yaml(method, templates, hparams_dir)
+    config = load_config_file(base_path)
+    config.update({k: templates[k] for k in _TEMPLATE_KEYS})
+    n_layers = int(templates["num_layers"])
+    config.update(
+        alg_name=method,
+        model_name=model_name,
+        layers=[int(l) for l in layers],
+        v_loss_layer=n_layers - 1,
+    )
+    if isinstance(config.get("device"), int):
+        import torch
+
+        config["device"] = config["device"] if torch.cuda.is_available() else "cpu"
+    config.update(dict(overrides or {}))
+    bad = [l for l in config["layers"] if not 0 <= int(l) < n_layers]
+    if bad:
+        raise ValueError(f"layers {bad} are out of range for a {n_layers}-layer model")
+    METHODS[method].from_dict(config, source=f"init-hparams from {base_path.name}")
+    return config, base_path
+
+
+def write_hparams(config: Mapping[str, Any], base: Path, out: Union[str, Path], note: str = "") -> Path:
+    """Write ``config`` as YAML (atomically) with a header saying where it came from; re-load it strictly."""
+    from zerounlearn_editor.support.files import write_text_atomic
+
+    header = (f"# Written by `zerounlearn init-hparams` from the shipped {base.parent.name}/{base.name}"
+              f"{'; ' + note if note else ''}.\n"
+              "# Module templates come from the loaded architecture; v_loss_layer is the last layer.\n")
+    path = write_text_atomic(out, header + yaml.safe_dump(dict(config), sort_keys=False))
+    try:
+        METHODS[config["alg_name"]].from_hparams(path)
+    except HParamsError as exc:  # pragma: no cover - build_hparams validated the same mapping
+        raise HParamsError(f"{path}: the written YAML does not load: {exc}") from exc
+    return path

@@ -1,0 +1,146 @@
+"""Data shipped inside the package, so the main job runs from a bare clone or a wheel.
+
+Two files live, xz-compressed, in ``zerounlearn_editor/data/embedded/`` (licence notes in
+``NOTICE.md`` there):
+
+- the statistics corpus ``wiki_passages_3643`` (3,643 Wikipedia passages, one JSON object
+  ``{"text": ...}`` per line; CC BY-SA), the default ``mom2_dataset`` of every shipped YAML;
+- the perplexity text ``wikitext2_raw_test.txt`` (the complete WikiText-2 raw test split;
+  CC BY-SA 3.0), the default text of the demo's and the bench's perplexity.
+
+Both decompress to exactly the bytes of the files in the project's shared data folder
+(``text/wiki_passages_3643.jsonl`` and ``text/wikitext2_raw_test.txt``). The corpus is read by
+name (:func:`builtin_corpus_bytes`); its fingerprint is the SHA-256 of those bytes, the same as
+the fingerprint of the ``.jsonl`` file, so statistics cached from that file stay valid and its
+cache name (``wiki_passages_3643``) is the one EasyEdit reads. The perplexity text is unpacked
+once into the cache folder (:func:`embedded_text_file`), keeping its file name.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import lzma
+import os
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Dict, Optional
+
+__all__ = [
+    "EMBEDDED_DIR",
+    "BUILTIN_CORPORA",
+    "CORPUS_ALIASES",
+    "PPL_TEXT_NAME",
+    "builtin_corpus_name",
+    "builtin_corpus_bytes",
+    "embedded_text_file",
+    "default_ppl_text",
+]
+
+EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded"
+
+BUILTIN_CORPORA: Dict[str, str] = {"wiki_passages_3643": "wiki_passages_3643.jsonl.xz"}
+"""Built-in corpus name (also its statistics cache name) -> compressed file in :data:`EMBEDDED_DIR`."""
+
+CORPUS_ALIASES: Dict[str, str] = {"wiki_passages": "wiki_passages_3643"}
+"""Other spellings of a built-in corpus name."""
+
+PPL_TEXT_NAME = "wikitext2_raw_test.txt"
+"""The embedded perplexity text (WikiText-2 raw test split)."""
+
+_SHA256 = {
+    "wiki_passages_3643.jsonl.xz": "b5ef925659848b3f503b2302199d116a1e887d80d4e262c479c014c36cfb6f81",
+    "wikitext2_raw_test.txt.xz": "bbf94c53a05abe9ee670d3b6343608095822c85e26de37c70b24fc571964574a",
+}
+"""SHA-256 of each file's decompressed bytes (= the shared data files')."""
+
+
+def builtin_corpus_name(source: str) -> Optional[str]:
+    """The canonical built-in corpus name for ``source``, or ``None`` if it names none."""
+    name = str(source).strip()
+    name = CORPUS_ALIASES.get(name, name)
+    return name if name in BUILTIN_CORPORA else None
+
+
+def _read_embedded(file_name: str) -> bytes:
+    """Decompressed bytes of an embedded file, checked against its recorded SHA-256."""
+    path = EMBEDDED_DIR / file_name
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"embedded data file {path} is missing: the package was installed without its data "
+            "(reinstall zerounlearn-editor; package_data in setup.cfg lists data/embedded/*)"
+        )
+    with lzma.open(path, "rb") as handle:
+        data = handle.read()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != _SHA256[file_name]:
+        raise ValueError(f"embedded data file {path} is damaged: SHA-256 {digest}, expected {_SHA256[file_name]}")
+    return data
+
+
+@lru_cache(maxsize=4)
+def builtin_corpus_bytes(name: str) -> bytes:
+    """The decompressed JSONL bytes of a built-in corpus (``name`` or an alias)."""
+    canonical = builtin_corpus_name(name)
+    if canonical is None:
+        raise KeyError(f"no built-in corpus {name!r}; built-in: {', '.join(BUILTIN_CORPORA)}")
+    return _read_embedded(BUILTIN_CORPORA[canonical])
+
+
+def _data_cache_dir() -> Path:
+    from zerounlearn_editor.support.model_zoo import default_cache_dir  # no torch import on this path
+
+    return default_cache_dir() / "data"
+
+
+def embedded_text_file(name: str = PPL_TEXT_NAME, cache_dir: Optional[Path] = None) -> Path:
+    """Path of an embedded text file, unpacked once (atomically) into ``cache_dir``.
+
+    ``cache_dir`` defaults to ``<cache>/data`` (``$ZEROUNLEARN_CACHE`` or
+    ``~/.cache/zerounlearn_editor``); an existing copy with the wrong content is replaced.
+    When the default folder cannot be written, a per-user temporary folder is used instead.
+    """
+    compressed = f"{name}.xz"
+    last_error: Optional[OSError] = None
+    if compressed not in _SHA256:
+        raise KeyError(f"no embedded text {name!r}; embedded: {PPL_TEXT_NAME}")
+    for folder in ([Path(cache_dir)] if cache_dir is not None else [_data_cache_dir(),
+                   Path(tempfile.gettempdir()) / f"zerounlearn_editor-{os.getuid() if hasattr(os, 'getuid') else 'user'}"]):
+        target = folder / name
+        try:
+            if target.is_file() and _file_sha256(target) == _SHA256[compressed]:
+                return target
+            folder.mkdir(parents=True, exist_ok=True)
+            _write_atomic(target, _read_embedded(compressed))
+            return target
+        except OSError as exc:  # read-only or not permitted: try the next folder
+            if cache_dir is not None:
+                raise
+            last_error = exc
+    raise OSError(f"cannot unpack the embedded {name}: no writable cache folder ({last_error})")
+
+
+def default_ppl_text() -> Path:
+    """The perplexity text used when none is given: the embedded WikiText-2 test split."""
+    return embedded_text_file(PPL_TEXT_NAME)
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,202 @@
+"""General-text corpora for the utility statistic ``C0``.
+
+Accepted sources:
+- a built-in corpus name: ``wiki_passages_3643`` (alias ``wiki_passages``), 3,643 Wikipedia
+  passages shipped with the package (:mod:`zerounlearn_editor.data.builtin`); the default of every
+  shipped YAML. Its fingerprint equals that of the same ``.jsonl`` file on disk;
+- a ``.txt`` file: passages separated by blank lines, or one passage per line when the file
+  has no blank lines;
+- a ``.jsonl`` file with a ``text`` field on every line;
+- a folder written by ``datasets``' ``save_to_disk`` (column ``text``; split ``train`` if a
+  ``DatasetDict``);
+- a hub dataset name (``wikipedia``, ``wikitext``, ``wikitext2`` or ``owner/name``), loaded
+  with ``datasets.load_dataset`` -- only when asked for (``hub:NAME`` or ``ZEROUNLEARN_ONLINE=1``,
+  see :mod:`zerounlearn_editor.support.offline`); otherwise a name that is not a file fails at once.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, List, Optional
+
+__all__ = ["CorpusError", "Corpus", "load_corpus", "check_corpus_source", "HUB_DATASETS"]
+
+HUB_DATASETS = {
+    "wikitext": ("Salesforce/wikitext", "wikitext-103-raw-v1"),
+    "wikitext2": ("Salesforce/wikitext", "wikitext-2-raw-v1"),
+    "wikipedia": ("wikimedia/wikipedia", "20231101.en"),
+}
+
+
+class CorpusError(ValueError):
+    """The corpus is missing, empty or malformed (message names the file and line)."""
+
+
+@dataclass
+class Corpus:
+    """Passages of text; ``name`` is used in cache paths, ``fingerprint`` keys the cache."""
+
+    name: str
+    texts: List[str]
+    fingerprint: str
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise CorpusError(f"{path}: line {line}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from exc
+
+
+def _read_txt(path: Path) -> List[str]:
+    text = _read_text(path)
+    lines = text.splitlines()
+    if any(not line.strip() for line in lines):
+        chunks, current = [], []
+        for line in lines:
+            if line.strip():
+                current.append(line.strip())
+            elif current:
+                chunks.append(" ".join(current))
+                current = []
+        if current:
+            chunks.append(" ".join(current))
+        return chunks
+    return [line.strip() for line in lines if line.strip()]
+
+
+def _read_jsonl(path: Path) -> List[str]:
+    return _parse_jsonl_lines(_read_text(path).split("\n"), str(path))
+
+
+def _parse_jsonl_lines(lines: Iterable[str], where: str) -> List[str]:
+    """The non-blank ``text`` fields of JSONL lines, in order; errors name ``where`` and the line."""
+    texts = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CorpusError(f"{where}: line {number}: invalid JSON ({exc.msg})") from exc
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+            raise CorpusError(f"{where}: line {number}: missing string field 'text'")
+        if record["text"].strip():
+            texts.append(record["text"])
+    return texts
+
+
+def _read_saved_dataset(path: Path) -> List[str]:
+    import datasets  # optional dependency, only for this format
+
+    ds = datasets.load_from_disk(str(path))
+    if isinstance(ds, datasets.DatasetDict):
+        if "train" not in ds:
+            raise CorpusError(f"{path}: saved DatasetDict has no 'train' split (splits: {list(ds)})")
+        ds = ds["train"]
+    if "text" not in ds.column_names:
+        raise CorpusError(f"{path}: saved dataset has no 'text' column (columns: {ds.column_names})")
+    return [t for t in ds["text"] if isinstance(t, str) and t.strip()]
+
+
+def _read_hub(name: str, limit: Optional[int]) -> List[str]:
+    import datasets
+
+    hub_name, config = HUB_DATASETS.get(name, (name, None))
+    split = "train" if limit is None else f"train[:{limit}]"
+    ds = datasets.load_dataset(hub_name, config, split=split)
+    return [t for t in ds["text"] if isinstance(t, str) and t.strip()]
+
+
+def check_corpus_source(source: str) -> None:
+    """Fail fast (before a model is loaded) when ``source`` cannot be a corpus; reads nothing.
+
+    Accepts a built-in corpus name, an existing ``.txt``/``.jsonl`` file or folder, or a hub name
+    when the hub is asked for (``hub:NAME`` / ``ZEROUNLEARN_ONLINE=1``); raises
+    :class:`CorpusError` naming the path otherwise.
+    """
+    from zerounlearn_editor.data.builtin import builtin_corpus_name
+    from zerounlearn_editor.support.offline import offline_hint, split_hub_name
+
+    if builtin_corpus_name(source) is not None:
+        return
+
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return
+    if path.is_file():
+        if path.suffix.lower() not in (".txt", ".jsonl"):
+            raise CorpusError(f"{path}: unsupported corpus format (use .txt, .jsonl or a saved dataset folder)")
+        return
+    if source.startswith("hub:"):
+        return  # asked for explicitly
+    if path.suffix.lower() in (".txt", ".jsonl", ".json"):
+        raise CorpusError(f"corpus file not found: {path}")
+    if not split_hub_name(source)[1]:
+        raise CorpusError(f"corpus {source!r}: no such file or folder ({path.resolve()}), and the hub is off; {offline_hint(source)}")
+
+
+def load_corpus(source: str, limit: Optional[int] = None) -> Corpus:
+    """Load passages from ``source`` (a built-in name, a path or a hub dataset name), at most ``limit``.
+
+    A built-in corpus name wins over a file or folder of the same name in the working directory
+    (write ``./name`` to mean the file).
+    """
+    from zerounlearn_editor.data.builtin import builtin_corpus_bytes, builtin_corpus_name
+
+    if limit is not None and limit < 1:
+        raise CorpusError(f"corpus {source!r}: the number of passages must be >= 1, got {limit}")
+
+    builtin = builtin_corpus_name(source)
+    if builtin is not None:
+        data = builtin_corpus_bytes(builtin)
+        # read exactly as a .jsonl file of the same bytes is read (same newline handling)
+        with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8") as handle:
+            texts = _parse_jsonl_lines(handle, f"built-in corpus {builtin}")
+        texts = texts[:limit] if limit is not None else texts
+        return Corpus(name=builtin, texts=texts, fingerprint=hashlib.sha256(data).hexdigest())
+    path = Path(source).expanduser()
+    looks_like_path = path.suffix.lower() in (".txt", ".jsonl", ".json") or "/" in source and path.exists()
+    if path.is_dir():
+        texts = _read_saved_dataset(path)
+        name, fingerprint = path.name, f"dir:{path.resolve()}"
+    elif path.is_file():
+        if path.suffix.lower() == ".jsonl":
+            texts = _read_jsonl(path)
+        elif path.suffix.lower() == ".txt":
+            texts = _read_txt(path)
+        else:
+            raise CorpusError(f"{path}: unsupported corpus format (use .txt, .jsonl or a saved dataset folder)")
+        name, fingerprint = path.stem, _file_digest(path)
+    elif looks_like_path:
+        raise CorpusError(f"corpus file not found: {path}")
+    else:
+        from zerounlearn_editor.support.offline import offline_hint, split_hub_name
+
+        hub_name, online = split_hub_name(source)
+        if not online:
+            raise CorpusError(
+                f"corpus {source!r}: no such file or folder ({path.resolve()}), and the hub is off; {offline_hint(source)}"
+            )
+        try:
+            texts = _read_hub(hub_name, limit)
+        except (OSError, ConnectionError, ValueError) as exc:
+            raise CorpusError(f"corpus {source!r}: not a local file, and the hub could not provide it: {exc}") from exc
+        name, fingerprint = hub_name.replace("/", "_"), f"hub:{hub_name}"
+    if not texts:
+        raise CorpusError(f"corpus {source!r} is empty: no passages of text found")
+    if limit is not None:
+        texts = texts[:limit]
+    return Corpus(name=name, texts=texts, fingerprint=fingerprint)

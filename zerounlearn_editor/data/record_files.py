@@ -1,0 +1,96 @@
+"""Lists of small records (facts to forget, facts to keep) read from JSON, JSONL or YAML files.
+
+A file holds a list of mappings, e.g. ``[{"prompt": "The capital of France is", "subject": "France"}]``:
+
+* ``.json``: one JSON list;
+* ``.jsonl``: one JSON object per non-empty line;
+* ``.yaml`` / ``.yml``: one YAML list, read with a ``yaml.SafeLoader`` (no Python tags).
+
+A key given twice in one record is an error in every format (the hyperparameter loader's rule;
+JSON and YAML parsers would keep the last value silently).
+
+Every error is a :class:`RecordFileError` naming the file and, where known, the record index
+(0-based) and the field.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import yaml
+
+from zerounlearn_editor.engine.hparams import unique_json_pairs, UniqueKeySafeLoader
+
+__all__ = ["RecordFileError", "read_record_list", "require_fields"]
+
+_SUFFIXES = (".json", ".jsonl", ".yaml", ".yml")
+
+
+class RecordFileError(ValueError):
+    """A record file is missing, unreadable or malformed (message names file, record and field)."""
+
+
+def _where(path: Path, index: Optional[int] = None, field: Optional[str] = None) -> str:
+    where = str(path)
+    if index is not None:
+        where += f": record {index}"
+    if field is not None:
+        where += f": field {field!r}"
+    return where
+
+
+def read_record_list(path: Union[str, Path], what: str = "records") -> List[Dict[str, Any]]:
+    """The list of mappings stored in ``path`` (see module docstring for the formats).
+
+    ``what`` names the content in error messages (e.g. ``"retain facts"``). Raises
+    :class:`RecordFileError` for a missing file, an unknown suffix, a parse error, a top level
+    that is not a list, an element that is not a mapping, or an empty list.
+    """
+    path = Path(path)
+    if path.suffix.lower() not in _SUFFIXES:
+        raise RecordFileError(f"{path}: {what} file must end in {', '.join(_SUFFIXES)}")
+    if not path.is_file():
+        raise RecordFileError(f"{what} file not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordFileError(f"{path}: not UTF-8 text ({exc})") from exc
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        records: Any = []
+        for line_no, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line, object_pairs_hook=unique_json_pairs))
+            except json.JSONDecodeError as exc:
+                raise RecordFileError(f"{path}: line {line_no}: invalid JSON: {exc}") from exc
+    else:
+        try:
+            if suffix == ".json":
+                records = json.loads(text, object_pairs_hook=unique_json_pairs)
+            else:
+                records = yaml.load(text, Loader=UniqueKeySafeLoader)  # a SafeLoader that refuses repeated keys
+        except (json.JSONDecodeError, yaml.YAMLError) as exc:
+            raise RecordFileError(f"{path}: cannot parse {what}: {exc}") from exc
+    if not isinstance(records, list):
+        raise RecordFileError(f"{path}: expected a list of {what}, got {type(records).__name__}")
+    if not records:
+        raise RecordFileError(f"{path}: the list of {what} is empty")
+    for index, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise RecordFileError(f"{_where(path, index)}: expected a mapping, got {type(record).__name__}")
+    return records
+
+
+def require_fields(
+    records: Sequence[Dict[str, Any]], fields: Sequence[str], source: Union[str, Path] = "<records>"
+) -> None:
+    """Check every record has a non-empty string in each of ``fields``; name the first offender."""
+    for index, record in enumerate(records):
+        for name in fields:
+            value = record.get(name)
+            if not isinstance(value, str) or not value.strip():
+                problem = "missing" if name not in record else f"must be a non-empty string, got {value!r}"
+                raise RecordFileError(f"{_where(Path(str(source)), index, name)}: {problem}")

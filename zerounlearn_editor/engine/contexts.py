@@ -1,0 +1,67 @@
+"""Random-prefix context templates, generated once per model and cached on the model.
+
+Keys are averaged over the bare prompt and ``count`` short prefixes sampled from the model
+itself (seeded, so the same model and settings always give the same prefixes). The cache
+lives on the model object (attribute ``_zerounlearn_context_cache``), not in module state.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Dict, List, Tuple
+
+import torch
+from torch import nn
+
+from zerounlearn_editor.engine.model_access import model_device
+
+__all__ = ["context_prefixes", "clear_context_prefixes"]
+
+LOG = logging.getLogger(__name__)
+
+_STARTERS = ("The", "Therefore", "Because", "I", "You", "In", "When", "It", "However", "This")
+_CACHE_ATTR = "_zerounlearn_context_cache"
+
+
+@torch.no_grad()
+def _sample_continuation(model: nn.Module, tok, starter: str, length: int, generator: torch.Generator) -> str:
+    ids = list(tok(starter)["input_ids"])
+    device = model_device(model)
+    special = {t for t in (tok.eos_token_id, tok.pad_token_id, tok.bos_token_id) if t is not None}
+    for _ in range(length):
+        logits = model(input_ids=torch.tensor([ids], device=device)).logits[0, -1].float().cpu()
+        for token in special:
+            logits[token] = -float("inf")
+        top = torch.topk(logits, k=5)
+        probs = torch.softmax(top.values, dim=-1)
+        choice = torch.multinomial(probs, 1, generator=generator).item()
+        ids.append(int(top.indices[choice]))
+    return tok.decode(ids, skip_special_tokens=True)
+
+
+def context_prefixes(model: nn.Module, tok, count: int, length: int, seed: int = 0) -> List[str]:
+    """``[""]`` plus ``count`` prefixes like ``"The city was built in. "`` (top-5 sampling).
+
+    Returns ``count + 1`` strings; the first is empty (the bare prompt).
+    """
+    cache: Dict[Tuple[int, int, int], List[str]] = model.__dict__.setdefault(_CACHE_ATTR, {})
+    key = (count, length, seed)
+    if key not in cache:
+        generator = torch.Generator().manual_seed(seed)
+        was_training = model.training
+        model.eval()
+        try:
+            prefixes = [""]
+            for i in range(count):
+                text = _sample_continuation(model, tok, _STARTERS[i % len(_STARTERS)], length, generator)
+                text = " ".join(text.replace("{", " ").replace("}", " ").split())
+                prefixes.append(text + ". ")
+        finally:
+            model.train(was_training)
+        LOG.debug("context prefixes: %s", prefixes)
+        cache[key] = prefixes
+    return list(cache[key])
+
+
+def clear_context_prefixes(model: nn.Module) -> None:
+    """Forget the prefixes cached on ``model`` (the next :func:`context_prefixes` samples again)."""
+    model.__dict__.pop(_CACHE_ATTR, None)

@@ -1,0 +1,120 @@
+"""Fluency guard: the edit's perplexity cost on a short built-in text, checked after every edit.
+
+Before the first weight is written and again after the last, the model's perplexity is measured on
+the first ``DEFAULT_TOKENS`` (256) tokens of the package's WikiText-2 text (one window; ``fluency_text``
+of the apply functions replaces the text). The relative increase ``after / before - 1`` is compared
+with the YAML's ``fluency_max_increase`` (``null``: no guard). The mode of one edit is the apply
+functions' ``fluency_guard`` argument:
+
+* ``"refuse"`` (default): beyond the threshold the edit is refused, every edited weight restored,
+  and :class:`FluencyError` names both perplexities, the increase and the threshold;
+* ``"warn"`` (the explicit override; ``zerounlearn unlearn --allow-fluency-loss``): the edit is kept
+  and a warning says the same;
+* ``"off"``: nothing is measured.
+
+The guard only reads: an edit that passes is exactly the edit without it. The figures go into
+``EditReport.fluency``.
+
+Default threshold (+100%: the perplexity may not double): on SmolLM2-135M the shipped paper YAMLs
+cost at most +58% (ZeroUnlearn, 100 facts in one batch; +33% at 50, benchmarks/RESULTS.md),
+while the wrecked Gemma-3 edit of issue 28 cost +7,658%.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, Optional
+
+from torch import nn
+
+__all__ = ["FluencyCheck", "FluencyError", "GUARD_MODES", "DEFAULT_MAX_INCREASE", "DEFAULT_TOKENS", "guard_text",
+           "guard_perplexity", "guard_tokens", "judge_fluency", "resolve_mode"]
+
+LOG = logging.getLogger(__name__)
+
+GUARD_MODES = ("refuse", "warn", "off")
+DEFAULT_MAX_INCREASE = 1.0
+"""Refuse an edit whose guard perplexity more than doubles (``after > 2 * before``)."""
+DEFAULT_TOKENS = 256
+_TEXT_CHARS = 64 * 1024  # enough characters of WikiText-2 for far more than DEFAULT_TOKENS tokens
+
+
+class FluencyError(RuntimeError):
+    """The edit raised the guard perplexity beyond the threshold; the weights were restored."""
+
+    def __init__(self, message: str, check: "FluencyCheck"):
+        super().__init__(message)
+        self.check = check
+
+
+@dataclass(frozen=True)
+class FluencyCheck:
+    """One guard measurement: perplexities before / after on ``tokens`` tokens, the threshold and the verdict."""
+
+    ppl_before: float
+    ppl_after: float
+    tokens: int
+    max_increase: float
+    mode: str
+
+    @property
+    def increase(self) -> float:
+        """``ppl_after / ppl_before - 1`` (0.33 = +33%)."""
+        return self.ppl_after / self.ppl_before - 1.0
+
+    @property
+    def passed(self) -> bool:
+        """Whether the increase is within the threshold (a non-finite perplexity never is)."""
+        increase = self.increase
+        return increase == increase and increase <= self.max_increase
+
+    def message(self) -> str:
+        return (f"fluency guard: perplexity on {self.tokens} tokens of the built-in text went from {self.ppl_before:.3f} "
+                f"to {self.ppl_after:.3f} ({self.increase:+.1%}), beyond the allowed {self.max_increase:+.0%} "
+                f"(key 'fluency_max_increase')")
+
+    def as_dict(self) -> Dict[str, Any]:
+        return dict(asdict(self), increase=self.increase, passed=self.passed)
+
+
+def guard_text() -> str:
+    """The start of the package's WikiText-2 test text (unpacked once to the cache)."""
+    from zerounlearn_editor.data.builtin import default_ppl_text
+
+    with open(default_ppl_text(), encoding="utf-8") as handle:
+        return handle.read(_TEXT_CHARS)
+
+
+def guard_tokens(model: nn.Module, tokens: int) -> int:
+    """``tokens``, capped at the model's position limit (GPT-2's ``n_positions``; rotary models have none)."""
+    from zerounlearn_editor.engine.model_access import max_positions
+
+    limit = max_positions(model)
+    return tokens if limit is None else min(tokens, limit)
+
+
+def guard_perplexity(model: nn.Module, tok: Any, text: str, tokens: int) -> float:
+    """Perplexity of ``model`` on the first ``tokens`` tokens of ``text``, one window (restores train/eval mode)."""
+    from zerounlearn_editor.evaluation.perplexity import perplexity
+
+    was_training = model.training
+    try:
+        return perplexity(model, tok, text, max_tokens=tokens, window=tokens, stride=tokens, batch_size=1)
+    finally:
+        model.train(was_training)
+
+
+def judge_fluency(ppl_before: float, ppl_after: float, tokens: int, max_increase: float, mode: str) -> FluencyCheck:
+    """The :class:`FluencyCheck` of two perplexities (pure; raises nothing)."""
+    if mode not in GUARD_MODES:
+        raise ValueError(f"fluency guard mode must be one of {GUARD_MODES}, got {mode!r}")
+    return FluencyCheck(float(ppl_before), float(ppl_after), int(tokens), float(max_increase), mode)
+
+
+def resolve_mode(max_increase: Optional[float], override: Optional[str]) -> str:
+    """The mode of one edit: ``override`` (the ``fluency_guard`` argument of an apply function), else
+    ``"refuse"``, or ``"off"`` where the YAML's ``fluency_max_increase`` is null."""
+    mode = override if override is not None else ("off" if max_increase is None else "refuse")
+    if mode not in GUARD_MODES:
+        raise ValueError(f"fluency_guard must be one of {GUARD_MODES}, got {mode!r}")
+    return mode

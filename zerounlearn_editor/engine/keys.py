@@ -1,0 +1,119 @@
+"""Keys ``K_f`` (down_proj inputs at the lookup token) and hidden states at the target layer.
+
+One batched forward pass per chunk of requests covers every context of every request and
+captures both the key at the edited layer and the hidden state at the last edited layer;
+the pass stops right after the last module it needs.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from zerounlearn_editor.engine.encoding import EncodedBatch, encode_rows
+from zerounlearn_editor.engine.model_access import StopForward, capture_inputs, capture_outputs, model_device
+from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
+from zerounlearn_editor.engine.requests import ForgetRequest
+
+__all__ = ["LayerReadout", "context_position_mask", "read_keys_and_hidden"]
+
+
+@dataclass
+class LayerReadout:
+    """``keys`` ``[d_in, n]`` (mean over contexts) and ``hidden`` ``[n, d_model]`` (bare prompt).
+
+    ``context_mom2`` ``[d_in, d_in]`` (float64) and ``context_count``: when asked for, the sum of
+    ``k k^T`` over the rows' other positions (every real token but the lookup token and the first
+    one: the prompts' relation context, :func:`context_position_mask`) and their number; ``None``
+    otherwise.
+    """
+
+    keys: torch.Tensor
+    hidden: torch.Tensor
+    context_mom2: Optional[torch.Tensor] = None
+    context_count: int = 0
+
+
+def _chunks(items: Sequence, size: int) -> List[Sequence]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def context_position_mask(batch: EncodedBatch) -> torch.Tensor:
+    """``[rows, seq]`` bool: the positions whose keys form the context second moment, every real
+    token but the first one and the lookup token."""
+    lookup = batch.lookup
+    mask = batch.attention_mask.to(lookup.device).bool().clone()
+    mask[:, 0] = False
+    mask[torch.arange(len(mask), device=mask.device), lookup] = False
+    return mask
+
+
+def _at_lookup(states: torch.Tensor, lookup: torch.Tensor) -> torch.Tensor:
+    """``states[i, lookup[i]]`` ``[rows, d]`` in float32, indexed on ``states``' own device."""
+    lookup = lookup.to(states.device)
+    return states[torch.arange(len(lookup), device=states.device), lookup].float()
+
+
+@torch.no_grad()
+def read_keys_and_hidden(
+    model: nn.Module,
+    tok,
+    requests: Sequence[ForgetRequest],
+    prefixes: Sequence[str],
+    key_module: str,
+    hidden_module: str,
+    fact_token: str,
+    chunk_size: int,
+    context_moment: bool = False,
+    prefix_replay: Optional[LayerPrefixReplay] = None,
+) -> LayerReadout:
+    """Keys at ``key_module``'s input and hidden states at ``hidden_module``'s output.
+
+    Rows are ``prefix + prompt`` for every prefix (the first prefix is the bare prompt);
+    keys are averaged over prefixes, hidden states come from the bare prompt. Returns
+    float32 tensors on the CPU. ``context_moment`` also sums ``k k^T`` over the rows' other
+    positions (see :class:`LayerReadout`), from the same forward passes. ``prefix_replay``
+    (one per edit) skips the layers before the first edited one on every read of a chunk after
+    its first; the results are bit-identical to full forward passes.
+    """
+    device = model_device(model)
+    n_ctx = len(prefixes)
+    keys: List[torch.Tensor] = []
+    hidden: List[torch.Tensor] = []
+    mom2: Optional[torch.Tensor] = None
+    count = 0
+    replay = prefix_replay.around_forward if prefix_replay is not None else None
+    for index, chunk in enumerate(_chunks(list(requests), chunk_size)):
+        contexts = [p for _ in chunk for p in prefixes]
+        rows = [r for r in chunk for _ in prefixes]
+        batch = encode_rows(
+            tok,
+            contexts,
+            [r.prefix for r in rows],
+            [r.subject for r in rows],
+            [r.suffix for r in rows],
+            fact_token=fact_token,
+        ).to(device)
+        with capture_inputs(model, [key_module]) as inputs, capture_outputs(
+            model, [hidden_module], stop_after=hidden_module
+        ) as outputs, contextlib.suppress(StopForward), (
+            replay(index, batch.input_ids) if replay is not None else contextlib.nullcontext()
+        ):
+            model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        if context_moment:
+            states = inputs[key_module]
+            mask = context_position_mask(batch).to(states.device)
+            other = states[mask].double()
+            mom2 = other.t() @ other if mom2 is None else mom2 + other.t() @ other
+            count += other.shape[0]
+        k = _at_lookup(inputs[key_module], batch.lookup)
+        h = _at_lookup(outputs[hidden_module], batch.lookup)
+        keys.append(k.view(len(chunk), n_ctx, -1).mean(1).cpu())
+        hidden.append(h.view(len(chunk), n_ctx, -1)[:, 0].cpu())
+    return LayerReadout(
+        keys=torch.cat(keys).t().contiguous(), hidden=torch.cat(hidden),
+        context_mom2=None if mom2 is None else mom2.cpu(), context_count=count,
+    )

@@ -1,0 +1,599 @@
+"""The layer-by-layer edit shared by ZeroUnlearn and ZeroUnlearn-GD.
+
+Stages (each timed in :class:`EditReport`):
+
+1. validate requests and layers, and find how each edited module's output reaches the residual
+   (:mod:`zerounlearn_editor.engine.post_mlp`; nothing is changed if this fails);
+2. utility statistics ``C0`` for every edited layer, from the unedited model (cached);
+3. context prefixes (cached on the model) and neutral target states ``z`` (batched loop);
+4. the fluency guard's perplexity of the unedited model (:mod:`zerounlearn_editor.engine.fluency_guard`);
+5. for each edited layer in order: keys ``K_f`` and the current hidden state at the last
+   edited layer (one forward pass), the wanted residual change ``(z - h) / (layers left)`` mapped to
+   values ``M_n`` (``W K_f`` plus that change where the MLP output is added as it is; through the
+   block's post-MLP norm or scale otherwise), the method's float64 solve, and the write-back of ``W'``
+   in the weight's own dtype and device;
+6. the guard's perplexity of the edited model: beyond ``fluency_max_increase`` the edit is refused.
+
+If anything fails after the first write-back (a refused edit included), every edited weight is
+restored before the error propagates. How the statistics, targets and keys are computed is replaceable
+(:class:`EditStages`; :mod:`zerounlearn_editor.bench.reference_pipeline` uses it); the solves are not.
+"""
+from __future__ import annotations
+
+import copy as copy_module
+import logging
+import time
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from zerounlearn_editor.engine.contexts import context_prefixes
+from zerounlearn_editor.engine.encoding import target_token_ids
+from zerounlearn_editor.engine.eval_mode import eval_mode
+from zerounlearn_editor.engine.fluency_guard import (
+    DEFAULT_MAX_INCREASE,
+    DEFAULT_TOKENS,
+    FluencyError,
+    guard_perplexity,
+    guard_text as builtin_guard_text,
+    guard_tokens,
+    judge_fluency,
+    resolve_mode,
+)
+from zerounlearn_editor.engine.hparams import EditHyperParams
+from zerounlearn_editor.engine.model_access import (
+    check_edited_modules,
+    check_layers,
+    max_positions,
+    get_module,
+    get_weight_matrix,
+    parameter_name_of_weight,
+    set_weight_matrix,
+)
+from zerounlearn_editor.engine.post_mlp import IDENTITY, PostMlpMap, detect_post_mlp_maps, value_targets
+from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
+from zerounlearn_editor.support.progress import progress_bar, progress_scope
+from zerounlearn_editor.engine.keys import LayerReadout, read_keys_and_hidden
+from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, normalize_requests
+from zerounlearn_editor.engine.retain import RetainSpec, check_retain_disjoint, resolve_retain
+from zerounlearn_editor.engine.stats import SecondMoment, layer_second_moments
+from zerounlearn_editor.engine.targets import (
+    NeutralTargets,
+    TargetConfig,
+    loss_layer_module,
+    optimise_neutral_targets,
+    target_loop,
+)
+
+__all__ = [
+    "EditReport",
+    "EditStages",
+    "LayerProblem",
+    "LayerSolver",
+    "batched_statistics",
+    "check_edit_inputs",
+    "run_layerwise_edit",
+    "apply_edit_method",
+    "neutral_targets",
+    "target_settings",
+    "forget_requests_of",
+    "restore_weights",
+]
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass
+class LayerProblem:
+    """Everything one layer's solve needs (float64, on the weight's device).
+
+    ``W`` ``[d_out, d_in]``, ``K_f`` ``[d_in, n]``, ``M_n`` ``[d_out, n]``, ``C0`` ``[d_in, d_in]``,
+    ``K_r`` ``[d_in, n_r]`` the retain keys (``n_r = 0`` without a retain set), ``C_ctx``
+    ``[d_in, d_in]`` the mean ``k k^T`` of the forget and retain prompts' other positions (their
+    relation context; only read when the method's hparams ask for it, else ``None``).
+    """
+
+    layer: int
+    W: torch.Tensor
+    K_f: torch.Tensor
+    M_n: torch.Tensor
+    C0: torch.Tensor
+    K_r: Optional[torch.Tensor] = None
+    C_ctx: Optional[torch.Tensor] = None
+
+    def retain_keys(self) -> torch.Tensor:
+        """``K_r`` ``[d_in, n_r]`` (float64, an empty ``[d_in, 0]`` without a retain set)."""
+        if self.K_r is None:
+            return self.K_f.new_zeros((self.K_f.shape[0], 0))
+        return self.K_r
+
+    @property
+    def M_f(self) -> torch.Tensor:
+        """``W K_f`` ``[d_out, n]``."""
+        return self.W @ self.K_f
+
+
+LayerSolver = Callable[[LayerProblem], torch.Tensor]
+"""Maps a :class:`LayerProblem` to the new weight ``W'`` ``[d_out, d_in]`` (float64)."""
+
+
+StatisticsStage = Callable[[nn.Module, Any, EditHyperParams, str, bool], Dict[int, SecondMoment]]
+"""``(model, tok, hparams, corpus, progress) -> {layer: SecondMoment}`` for every edited layer."""
+TargetsStage = Callable[..., NeutralTargets]
+"""Same signature as :func:`~zerounlearn_editor.engine.targets.optimise_neutral_targets`."""
+KeysStage = Callable[..., LayerReadout]
+"""Same signature as :func:`~zerounlearn_editor.engine.keys.read_keys_and_hidden`."""
+
+
+def batched_statistics(
+    model: nn.Module,
+    tok,
+    hparams: EditHyperParams,
+    corpus: str,
+    progress: bool = True,
+    layers: Optional[Sequence[int]] = None,
+) -> Dict[int, SecondMoment]:
+    """``C0`` of every edited layer (or of ``layers``): cached files, the missing ones in one pass per batch."""
+    return layer_second_moments(
+        model,
+        tok,
+        hparams.layers if layers is None else layers,
+        hparams.rewrite_module_tmp,
+        hparams.stats_dir,
+        corpus,
+        hparams.mom2_n_samples,
+        hparams.mom2_dtype,
+        hparams.mom2_max_length,
+        hparams.mom2_batch_size,
+        progress=progress,
+    )
+
+
+@dataclass(frozen=True)
+class EditStages:
+    """The data-gathering stages of an edit; the defaults are this package's batched ones.
+
+    Replacing a stage changes how its data is computed (and what it costs), never the solve:
+    :mod:`zerounlearn_editor.bench.reference_pipeline` swaps in the reference's per-request structure.
+    """
+
+    statistics: StatisticsStage = batched_statistics
+    targets: TargetsStage = optimise_neutral_targets
+    keys: KeysStage = read_keys_and_hidden
+
+
+@dataclass
+class EditReport:
+    """What an edit did and what each stage cost (seconds)."""
+
+    timings: Dict[str, float] = field(default_factory=dict)
+    target_nll: List[float] = field(default_factory=list)
+    target_steps: List[int] = field(default_factory=list)
+    layer_change_norm: Dict[int, float] = field(default_factory=dict)
+    retain_count: int = 0
+    # the fluency guard's figures (FluencyCheck.as_dict: ppl_before, ppl_after, increase, ...); empty when off
+    fluency: Dict[str, Any] = field(default_factory=dict)
+
+    def add_time(self, stage: str, seconds: float) -> None:
+        self.timings[stage] = self.timings.get(stage, 0.0) + seconds
+
+
+class _Timer:
+    def __init__(self, report: EditReport, stage: str):
+        self.report, self.stage = report, stage
+
+    def __enter__(self):
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.report.add_time(self.stage, time.perf_counter() - self.start)
+        return False
+
+
+def forget_requests_of(requests: Sequence[Mapping[str, Any]], hparams: EditHyperParams) -> List[ForgetRequest]:
+    """The checked forget requests (:func:`normalize_requests`); with answer-suppression targets two requests
+    with the same prompt and different answers are an error (each residual pushes down one answer)."""
+    return normalize_requests(requests, distinct_answers=hparams.target_objective == "suppress_answer")
+
+
+def request_target_ids(tok, forget: Sequence[ForgetRequest], hparams: EditHyperParams) -> List[List[int]]:
+    """The token ids each request's residual is optimised on.
+
+    ``target_objective: neutral`` (the paper): the request's ``target`` or the YAML's ``neutral_target``
+    (EOS by default). ``suppress_answer``: the request's own answer (``ground_truth``), which the
+    residual pushes down; a request without one is refused (ValueError naming its index).
+    """
+    if hparams.target_objective == "suppress_answer":
+        missing = [r.index for r in forget if r.answer is None]
+        if missing:
+            raise ValueError(
+                f"target_objective 'suppress_answer' needs each request's 'ground_truth' (the answer to push "
+                f"down); request(s) {missing} have none"
+            )
+        ids = [target_token_ids(tok, r.answer) for r in forget]
+        special = set(getattr(tok, "all_special_ids", []) or [])
+        bad = [r.index for r, row in zip(forget, ids) if any(t in special for t in row)]
+        if bad:
+            raise ValueError(
+                f"target_objective 'suppress_answer': the 'ground_truth' of request(s) {bad} is or contains a special "
+                f"token (EasyEdit fills in '<|endoftext|>' when no answer is given); give each request its real answer"
+            )
+        return ids
+    return [target_token_ids(tok, r.target or hparams.neutral_target) for r in forget]
+
+
+def _target_config(model: nn.Module, hparams: EditHyperParams) -> TargetConfig:
+    return TargetConfig(
+        layer_module=hparams.layer_module_tmp.format(hparams.layers[-1]),
+        ln_f_module=hparams.ln_f_module,
+        lm_head_module=hparams.lm_head_module,
+        loss_layer_module=loss_layer_module(model, hparams.v_loss_layer, hparams.layer_module_tmp),
+        fact_token=hparams.fact_token,
+        steps=hparams.v_num_grad_steps,
+        lr=hparams.v_lr,
+        weight_decay=hparams.v_weight_decay,
+        clamp_norm_factor=hparams.clamp_norm_factor,
+        kl_factor=hparams.kl_factor,
+        early_stop_loss=hparams.v_early_stop_loss,
+        chunk_size=hparams.chunk_size,
+        optimizer=hparams.targets_optimizer,
+        objective=hparams.target_objective,
+    )
+
+
+def check_materialised(model: nn.Module) -> None:
+    """Refuse a model whose weights are not loaded (parameters or buffers on the ``meta`` device)."""
+    meta = [name for name, tensor in list(model.named_parameters()) + list(model.named_buffers()) if tensor.is_meta]
+    if meta:
+        shown = ", ".join(meta[:3]) + (f" (+{len(meta) - 3} more)" if len(meta) > 3 else "")
+        raise ValueError(
+            f"the model has {len(meta)} tensor(s) on the meta device ({shown}): its weights were never loaded "
+            f"(e.g. built under init_empty_weights / device='meta'); load the real weights before editing"
+        )
+
+
+def check_edit_inputs(
+    model: nn.Module, tok, requests: Sequence[Mapping[str, Any]], hparams: EditHyperParams, retain: RetainSpec = None
+) -> Tuple[List[ForgetRequest], List[ForgetRequest], List[List[int]]]:
+    """Every check an edit makes before any work: ``(forget requests, retain requests, target ids)``.
+
+    The hparams' current values (:meth:`~zerounlearn_editor.engine.hparams.BaseHyperParams.check`, the
+    loader's own checks), a loaded model, the requests, the retain set (disjoint from the forget
+    prompts), the edited modules and the prompt lengths. Nothing is changed; the edit runs it first,
+    and a caller can run it before its own heavy work (``zerounlearn unlearn`` before scoring).
+    """
+    hparams.check()
+    check_materialised(model)
+    forget = forget_requests_of(requests, hparams)
+    keep = _retain_requests(retain, hparams)
+    check_retain_disjoint(forget, keep)
+    _check_modules(model, hparams)
+    target_ids = request_target_ids(tok, forget, hparams)
+    _check_lengths(model, tok, forget, keep, target_ids, hparams)
+    return forget, keep, target_ids
+
+
+def _check_modules(model: nn.Module, hparams: EditHyperParams) -> None:
+    check_edited_modules(model, hparams.layers, hparams.rewrite_module_tmp)
+    check_layers(model, hparams.layers, hparams.layer_module_tmp)
+    get_module(model, hparams.ln_f_module)
+    get_module(model, hparams.lm_head_module)
+    loss_layer_module(model, hparams.v_loss_layer, hparams.layer_module_tmp)  # in range, before any heavy work
+
+
+def run_layerwise_edit(
+    model: nn.Module,
+    tok,
+    requests: Sequence[Mapping[str, Any]],
+    hparams: EditHyperParams,
+    solver: LayerSolver,
+    corpus: Optional[str] = None,
+    second_moments: Optional[Dict[int, SecondMoment]] = None,
+    progress: bool = True,
+    targets: Optional[NeutralTargets] = None,
+    stages: Optional[EditStages] = None,
+    retain: RetainSpec = None,
+    fluency_guard: Optional[str] = None,
+    fluency_text: Optional[str] = None,
+) -> Tuple[Dict[str, torch.Tensor], EditReport]:
+    """Edit ``model`` in place; returns (original weights by parameter name, report).
+
+    ``retain`` (request dicts without answers, or a file) is the retain set, else the YAML's
+    ``retain_file``; its keys are read next to the forget keys at every layer and reach the
+    solve as ``LayerProblem.K_r``. A retain set with all retain weights at 0 is an error (it
+    would be ignored); retain weights without a retain set only warn.
+
+    ``corpus`` overrides ``hparams.mom2_dataset``; ``second_moments`` skips the statistics
+    stage (``{layer: SecondMoment}``, e.g. precomputed by the caller); ``targets`` skips the
+    target optimisation (from :func:`neutral_targets` on the same unedited model, requests
+    and target settings -- e.g. to compare solvers on identical inputs); ``stages`` replaces
+    the statistics / target / key computations (default :class:`EditStages`).
+
+    Fluency guard (:mod:`zerounlearn_editor.engine.fluency_guard`): ``fluency_guard`` (``"refuse"``, ``"warn"``,
+    ``"off"``) overrides the YAML's mode for this edit; ``fluency_text`` replaces the built-in text.
+    A refused edit raises :class:`~zerounlearn_editor.engine.fluency_guard.FluencyError` with the weights restored.
+    """
+    mode = resolve_mode(hparams.fluency_max_increase, fluency_guard)
+    with progress_scope(progress), eval_mode(model):  # keys and targets without dropout; caller's mode restored
+        return _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets,
+                                   stages, retain, (mode, fluency_text))
+
+
+def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets, stages, retain,
+                        guard=("off", None)):
+    stages = stages or EditStages()
+    report = EditReport()
+    with _Timer(report, "validate"):
+        forget, keep, target_ids = check_edit_inputs(model, tok, requests, hparams, retain)
+        post_maps = detect_post_mlp_maps(model, hparams.layer_module_tmp, hparams.rewrite_module_tmp, hparams.layers)
+    report.retain_count = len(keep)
+    LOG.info("%s: unlearning %d fact(s) at layers %s%s", hparams.alg_name, len(forget), list(hparams.layers),
+             f" with {len(keep)} retain fact(s)" if keep else "")
+    with _Timer(report, "statistics"):
+        if second_moments is None:
+            second_moments = stages.statistics(model, tok, hparams, corpus or hparams.mom2_dataset, progress)
+        missing = [l for l in hparams.layers if l not in second_moments]
+        if missing:
+            raise ValueError(f"second moments missing for layer(s) {missing}")
+    with _Timer(report, "contexts"):
+        prefixes = context_prefixes(
+            model, tok, hparams.context_template_count, hparams.context_template_length, hparams.context_seed
+        )
+    with _Timer(report, "targets"):
+        if targets is None:
+            targets = stages.targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
+        elif targets.z.shape[0] != len(forget):
+            raise ValueError(f"precomputed targets are for {targets.z.shape[0]} requests, got {len(forget)} requests")
+    report.target_nll = targets.nll.tolist()
+    report.target_steps = list(targets.steps_run)
+
+    weights_copy: Dict[str, torch.Tensor] = {}
+    for layer in hparams.layers:
+        name = hparams.rewrite_module_tmp.format(layer)
+        weights_copy[parameter_name_of_weight(model, name)] = get_module(model, name).weight.detach().clone()
+    mode, guard_source = guard
+    if mode != "off":
+        with _Timer(report, "fluency"):
+            guard_text_ = guard_source if guard_source is not None else builtin_guard_text()
+            n_tokens = guard_tokens(model, DEFAULT_TOKENS)
+            ppl_before = guard_perplexity(model, tok, guard_text_, n_tokens)
+    try:
+        _edit_layers(model, tok, forget, keep, prefixes, targets, second_moments, hparams, solver, report, stages.keys,
+                     post_maps)
+        if mode != "off":
+            with _Timer(report, "fluency"):
+                ppl_after = guard_perplexity(model, tok, guard_text_, n_tokens)
+            check = judge_fluency(ppl_before, ppl_after, n_tokens,
+                                  DEFAULT_MAX_INCREASE if hparams.fluency_max_increase is None else hparams.fluency_max_increase,
+                                  mode)
+            report.fluency = check.as_dict()
+            if not check.passed and mode == "refuse":
+                raise FluencyError(f"{hparams.alg_name}: edit refused and the weights restored: {check.message()}; "
+                                   "fluency_guard='warn' keeps such an edit (a larger fluency_max_increase, or null, in the YAML changes the limit)", check)
+            if not check.passed:
+                LOG.warning("%s: %s; kept because fluency_guard is 'warn'", hparams.alg_name, check.message())
+            else:
+                LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens", ppl_before, ppl_after,
+                         100 * check.increase, n_tokens)
+    except BaseException:
+        restore_weights(model, weights_copy)
+        raise
+    return weights_copy, report
+
+
+def _check_lengths(
+    model: nn.Module, tok, forget: List[ForgetRequest], keep: List[ForgetRequest], target_ids, hparams: EditHyperParams
+) -> None:
+    """Prompts (with a context prefix and the target) fit the model's position embeddings (GPT-2: ``n_positions``)."""
+    limit = max_positions(model)
+    if limit is None:
+        return
+    extra = hparams.context_template_length + 1 if hparams.context_template_count else 0
+    for kind, requests in (("request", forget), ("retain request", keep)):
+        for i, request in enumerate(requests):
+            length = len(tok(request.prompt)["input_ids"]) + extra + (len(target_ids[i]) if kind == "request" else 0)
+            if length > limit:
+                raise RequestError(
+                    f"{kind} {request.index}: prompt {request.prompt[:60]!r}... needs {length} positions (with a context "
+                    f"prefix of {extra} and the target), more than the model's {limit}"
+                )
+
+
+def _retain_requests(retain: RetainSpec, hparams: EditHyperParams) -> List[ForgetRequest]:
+    """The edit's retain requests, checked against the hparams' retain weights."""
+    keep = resolve_retain(retain, hparams.retain_file)
+    weights = hparams.retain_set_weights()
+    active = sorted(key for key, value in weights.items() if value > 0)
+    if keep and not active:
+        raise ValueError(
+            f"a retain set of {len(keep)} facts was given, but the {hparams.alg_name} hparams' retain weights "
+            f"{sorted(weights)} (the terms that use a retain set) are all 0, so it would be ignored; set one of them > 0 "
+            f"(e.g. hparams/ZeroUnlearn-GD/<model>-retain.yaml)"
+        )
+    if active and not keep:
+        LOG.warning(
+            "%s: %s set but no retain set was given; those terms have no effect on this edit", hparams.alg_name,
+            ", ".join(active),
+        )
+    return keep
+
+
+def neutral_targets(
+    model: nn.Module, tok, requests: Sequence[Mapping[str, Any]], hparams: EditHyperParams,
+    retain: RetainSpec = None,
+) -> NeutralTargets:
+    """The target states ``z`` a :func:`run_layerwise_edit` call would optimise (model unchanged).
+
+    ``retain`` plays no part (the targets do not depend on a retain set); it is accepted so that
+    callers can pass the edit's arguments unchanged.
+    """
+    hparams.check()
+    check_materialised(model)
+    forget = forget_requests_of(requests, hparams)
+    _check_modules(model, hparams)
+    target_ids = request_target_ids(tok, forget, hparams)
+    with eval_mode(model):
+        prefixes = context_prefixes(
+            model, tok, hparams.context_template_count, hparams.context_template_length, hparams.context_seed
+        )
+        return optimise_neutral_targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
+
+
+def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any]:
+    """Every setting the neutral targets depend on (besides the model and the requests).
+
+    Two hparams objects with equal ``target_settings`` give equal :func:`neutral_targets` for the
+    same requests on the same unedited model, e.g. ZeroUnlearn and ZeroUnlearn-GD YAMLs that
+    differ only in their solve weights; the bench uses this to optimise the targets once.
+    """
+    cfg = _target_config(model, hparams)
+    config = dict(dataclasses.asdict(cfg), optimizer=target_loop(cfg))
+    config.pop("chunk_size")  # chunking does not change the result
+    if config["objective"] == "neutral":  # the paper's objective: cache keys as before the key existed
+        config.pop("objective")
+    return dict(
+        config,
+        context_template_count=hparams.context_template_count,
+        context_template_length=hparams.context_template_length,
+        context_seed=hparams.context_seed,
+        neutral_target=hparams.neutral_target,
+    )
+
+
+def target_dependencies(model: nn.Module, hparams: EditHyperParams, retain: RetainSpec = None) -> Dict[str, Any]:
+    """What :func:`neutral_targets` depends on besides the model and the requests (for cache keys):
+    :func:`target_settings`; ``retain`` is accepted with the edit's arguments but plays no part."""
+    return target_settings(model, hparams)
+
+
+def _edit_layers(
+    model: nn.Module,
+    tok,
+    forget: List[ForgetRequest],
+    keep: List[ForgetRequest],
+    prefixes: List[str],
+    targets: NeutralTargets,
+    second_moments: Dict[int, SecondMoment],
+    hparams: EditHyperParams,
+    solver: LayerSolver,
+    report: EditReport,
+    read_keys: KeysStage = read_keys_and_hidden,
+    post_maps: Optional[Dict[int, PostMlpMap]] = None,
+) -> None:
+    hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
+    n = len(forget)
+    context_protection = getattr(hparams, "context_nullspace_weight", 0) > 0
+    context: Dict[str, Any] = {"context_moment": True} if context_protection else {}
+    replay: Optional[LayerPrefixReplay] = None
+    if read_keys is read_keys_and_hidden and len(hparams.layers) > 1:
+        # layers before the first edited one never change here: computed on the first read only
+        replay = context["prefix_replay"] = LayerPrefixReplay(model, hparams.layer_module_tmp, min(hparams.layers))
+    bar = progress_bar(total=len(hparams.layers), desc=f"keys and solve, {n} facts", unit="layer")
+    for position, layer in enumerate(hparams.layers):
+        bar.set_postfix(layer=layer, refresh=False)
+        module = get_module(model, hparams.rewrite_module_tmp.format(layer))
+        with _Timer(report, "keys"):
+            # forget and retain keys in the same batched passes; retain columns come last
+            readout = read_keys(
+                model,
+                tok,
+                forget + keep,
+                prefixes,
+                hparams.rewrite_module_tmp.format(layer),
+                hidden_module,
+                hparams.fact_token,
+                hparams.chunk_size,
+                **context,
+            )
+        if replay is not None and position == len(hparams.layers) - 1:
+            replay.clear()  # the last read: free the stored outputs before the solve
+        with _Timer(report, "solve"):
+            W = get_weight_matrix(module).detach().double()
+            device = W.device
+            K_f = readout.keys[:, :n].to(device).double()
+            K_r = readout.keys[:, n:].to(device).double() if keep else None
+            residual = (targets.z - readout.hidden[:n]).to(device).double() / (len(hparams.layers) - position)
+            # the value change that moves the residual by ``residual`` (through a post-MLP norm where there is one)
+            bias = getattr(module, "bias", None)
+            M_n = value_targets(W, K_f, residual.t(), (post_maps or {}).get(layer, IDENTITY),
+                                None if bias is None else bias.detach().to(device).double())
+            C_ctx = None
+            if readout.context_mom2 is not None and readout.context_count:
+                C_ctx = readout.context_mom2.to(device) / readout.context_count
+            problem = LayerProblem(layer, W, K_f, M_n, second_moments[layer].moment().to(device), K_r, C_ctx)
+            new_W = solver(problem)
+            if not torch.isfinite(new_W).all():
+                raise ValueError(f"layer {layer}: the solve produced non-finite weights")
+        # before the write-back: for a float64 weight, ``W`` is the parameter itself
+        report.layer_change_norm[layer] = float((new_W - W).norm() / W.norm())
+        with _Timer(report, "write_back"):
+            set_weight_matrix(module, new_W)
+        LOG.info("layer %d edited: relative change %.3e", layer, report.layer_change_norm[layer])
+        bar.update(1)
+    bar.close()
+
+
+def restore_weights(model: nn.Module, weights_copy: Mapping[str, torch.Tensor]) -> None:
+    """Copy saved tensors back into the parameters of the same names (bit-identical)."""
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in weights_copy.items():
+            params[name].copy_(value)
+
+
+def apply_edit_method(
+    model: nn.Module,
+    tok,
+    requests: Sequence[Mapping[str, Any]],
+    hparams: EditHyperParams,
+    solver: LayerSolver,
+    copy: bool = False,
+    return_orig_weights: bool = False,
+    keep_original_weight: bool = False,
+    **kwargs: Any,
+) -> Tuple[nn.Module, Dict[str, torch.Tensor]]:
+    """EasyEdit's calling convention around :func:`run_layerwise_edit`.
+
+    ``copy=True`` (or ``keep_original_weight=True``) edits a deep copy and leaves the
+    caller's model untouched. ``weights_copy`` maps parameter names to the original tensors
+    when ``return_orig_weights`` is set (else it is empty). Extra keyword arguments accepted:
+    ``corpus``, ``second_moments``, ``targets``, ``stages`` (an :class:`EditStages`), ``progress``,
+    ``report`` (an :class:`EditReport` to fill), ``retain`` (the retain set: request dicts
+    ``{"prompt", "subject"}`` or a file; see :mod:`zerounlearn_editor.engine.retain`), ``fluency_guard``
+    (``"refuse"`` / ``"warn"`` / ``"off"``: this edit's guard mode over the YAML's) and ``fluency_text``;
+    others that EasyEdit passes (``train_ds``, ...) are ignored.
+    """
+    if not isinstance(hparams, EditHyperParams):
+        raise TypeError(f"hparams must be a ZeroUnlearn hparams object, got {type(hparams).__name__}")
+    check_edit_inputs(model, tok, requests, hparams, kwargs.get("retain"))  # fail before any copy is made
+    resolve_mode(hparams.fluency_max_increase, kwargs.get("fluency_guard"))
+    if copy or keep_original_weight:
+        model = copy_module.deepcopy(model)
+    weights_copy, report = run_layerwise_edit(
+        model,
+        tok,
+        requests,
+        hparams,
+        solver,
+        corpus=kwargs.get("corpus"),
+        second_moments=kwargs.get("second_moments"),
+        progress=kwargs.get("progress", True),
+        targets=kwargs.get("targets"),
+        stages=kwargs.get("stages"),
+        retain=kwargs.get("retain"),
+        fluency_guard=kwargs.get("fluency_guard"),
+        fluency_text=kwargs.get("fluency_text"),
+    )
+    target_report = kwargs.get("report")
+    if isinstance(target_report, EditReport):
+        target_report.timings.update(report.timings)
+        target_report.target_nll = report.target_nll
+        target_report.target_steps = report.target_steps
+        target_report.layer_change_norm = report.layer_change_norm
+        target_report.retain_count = report.retain_count
+        target_report.fluency = report.fluency
+    return model, (weights_copy if return_orig_weights else {})

@@ -1,0 +1,300 @@
+"""How the edited MLP output reaches the residual stream, and the value change a residual change needs.
+
+The edit writes ``W' k = M_n``, where the target ``M_n`` is derived from a wanted change ``delta`` of
+the residual stream at the lookup token. In most blocks (Llama, Qwen, GPT-2, GPT-NeoX, OPT,
+Falcon, Phi-3, StableLM) the MLP output ``v = W k (+ b)`` is added to the residual as it is, so the
+value must change by ``delta``. Others transform it first:
+
+* Gemma-2/3 and OLMo-2: ``h_out = h + N(v)`` with ``N`` an RMSNorm (``post_feedforward_layernorm``;
+  Gemma's gain is ``1 + weight``);
+* Granite: ``h_out = h + s v`` (``residual_multiplier``).
+
+:class:`PostMlpMap` describes that map ``f`` (``scale * norm(v)``); :func:`value_change` gives the
+change ``dv`` with ``f(v + dv) - f(v) = delta`` where that is possible. An RMSNorm's output has a fixed
+size (``v`` and ``c v`` give the same output), so a wanted output ``t = f(v) + delta`` is reached up
+to its radius: ``dv`` is taken with the current value's norm (the preimage direction of ``t``, scaled
+to ``|v|``), exact when ``t`` lies on the norm's image. LayerNorm likewise, with the mean kept.
+
+:func:`detect_post_mlp_maps` finds the map of each edited layer on the loaded model: one short forward
+pass perturbs the edited module's output and compares the layer's output change with each candidate
+(a scalar, or one of the block's norms followed by a scalar); the norm's form (RMS or LayerNorm, its
+gain and bias) is fitted from the module's own outputs. A block whose MLP output reaches the residual
+some other way is refused, naming the layer.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+import torch
+from torch import nn
+
+from zerounlearn_editor.engine.model_access import (
+    StopForward,
+    get_module,
+    hidden_of,
+    model_device,
+    unflatten_tokens,
+)
+
+__all__ = ["PostMlpMap", "IDENTITY", "apply_post_mlp", "value_change", "value_targets", "detect_post_mlp_maps",
+           "UnsupportedResidualPath"]
+
+LOG = logging.getLogger(__name__)
+
+_REL_TOL = 1e-3  # a candidate map must reproduce the layer's output change to this relative error (float32/64)
+_REL_TOL_HALF = 0.1  # 16-bit residual streams round the output change; the candidates still differ by O(1)
+
+
+class UnsupportedResidualPath(ValueError):
+    """The edited module's output reaches the residual stream through a map this package cannot invert."""
+
+
+@dataclass(frozen=True)
+class PostMlpMap:
+    """``f(v) = scale * norm(v)``: how a value ``v`` ``[d]`` (the edited module's output) enters the residual.
+
+    ``kind``: ``"identity"`` (``norm(v) = v``), ``"rms"`` (``gain * v / sqrt(mean(v^2) + eps)``) or
+    ``"layer_norm"`` (``gain * (v - mean) / sqrt(var + eps) + bias``). ``gain`` / ``bias`` ``[d]``
+    (float64, CPU) are the norm's effective elementwise weights; ``module`` names it.
+    """
+
+    kind: str = "identity"
+    scale: float = 1.0
+    gain: Optional[torch.Tensor] = None
+    bias: Optional[torch.Tensor] = None
+    eps: float = 0.0
+    module: str = ""
+
+    @property
+    def is_identity(self) -> bool:
+        """True when the value is added to the residual unchanged (the paper's assumption)."""
+        return self.kind == "identity" and self.scale == 1.0
+
+    def describe(self) -> str:
+        if self.is_identity:
+            return "added as is"
+        norm = f"{self.kind} norm {self.module}" if self.kind != "identity" else ""
+        scale = f"x {self.scale:.4g}" if self.scale != 1.0 else ""
+        return " then ".join(p for p in (norm, scale) if p)
+
+
+IDENTITY = PostMlpMap()
+
+
+def _normalise(kind: str, v: torch.Tensor, eps: float) -> torch.Tensor:
+    """``v`` ``[d, n]`` normalised per column (RMS, or centred then divided by the std)."""
+    if kind == "layer_norm":
+        v = v - v.mean(0, keepdim=True)
+    return v / torch.sqrt(v.pow(2).mean(0, keepdim=True) + eps)
+
+
+def apply_post_mlp(spec: PostMlpMap, v: torch.Tensor) -> torch.Tensor:
+    """``f(v)`` ``[d, n]`` for values ``v`` ``[d, n]`` (one per column), in ``v``'s dtype."""
+    if spec.kind == "identity":
+        return spec.scale * v
+    gain = spec.gain.to(v)[:, None]
+    out = gain * _normalise(spec.kind, v, spec.eps)
+    if spec.bias is not None:
+        out = out + spec.bias.to(v)[:, None]
+    return spec.scale * out
+
+
+def value_change(spec: PostMlpMap, v: torch.Tensor, delta: torch.Tensor, gain_tol: float = 1e-6) -> torch.Tensor:
+    """The change ``dv`` ``[d, n]`` of values ``v`` ``[d, n]`` that moves ``f(v)`` by ``delta`` ``[d, n]``.
+
+    Identity / scale: ``dv = delta / scale`` (exact). Norms: the wanted output ``t = f(v) + delta`` is
+    mapped back through the norm's elementwise gain (and bias) to a normalised vector ``u``; ``v + dv``
+    is ``u`` scaled to the norm of ``v`` (RMS) or of ``v``'s centred part, keeping ``v``'s mean
+    (LayerNorm). ``f(v + dv) = t`` whenever ``t`` lies on the norm's image; otherwise ``f(v + dv)``
+    is ``t``'s radial projection onto it. Coordinates whose gain is below ``gain_tol`` times the largest
+    carry nothing through the norm and keep their value. ``delta = 0`` gives ``dv = 0``.
+    """
+    if v.shape != delta.shape or v.dim() != 2:
+        raise ValueError(f"v and delta must both be [d, n], got {tuple(v.shape)} and {tuple(delta.shape)}")
+    if spec.scale == 0:
+        raise ValueError("a post-MLP scale of 0 passes nothing to the residual")
+    if spec.kind == "identity":
+        return delta / spec.scale
+    gain = spec.gain.to(v)[:, None]
+    live = gain.abs() > gain_tol * gain.abs().max()
+    current = _normalise(spec.kind, v, spec.eps)
+    wanted = apply_post_mlp(spec, v) + delta
+    unscaled = wanted / spec.scale
+    if spec.bias is not None:
+        unscaled = unscaled - spec.bias.to(v)[:, None]
+    u = torch.where(live, unscaled / torch.where(live, gain, torch.ones_like(gain)), current)
+    if spec.kind == "layer_norm":
+        mean = v.mean(0, keepdim=True)
+        centred, u = v - mean, u - u.mean(0, keepdim=True)
+        new = mean + u * (centred.norm(dim=0, keepdim=True) / u.norm(dim=0, keepdim=True).clamp_min(1e-30))
+    else:
+        new = u * (v.norm(dim=0, keepdim=True) / u.norm(dim=0, keepdim=True).clamp_min(1e-30))
+    dv = new - v
+    return torch.where(delta.abs().amax(0, keepdim=True) == 0, torch.zeros_like(dv), dv)
+
+
+def value_targets(W: torch.Tensor, K_f: torch.Tensor, delta: torch.Tensor, spec: PostMlpMap = IDENTITY,
+                  bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``M_n`` ``[d_out, n]``: the values whose residual contribution differs from the current one by ``delta``.
+
+    ``W`` ``[d_out, d_in]``, ``K_f`` ``[d_in, n]``, ``delta`` ``[d_out, n]`` the wanted residual change per
+    request at this layer, ``bias`` ``[d_out]`` the edited module's bias (the norm sees ``W k + b``).
+    With the identity map this is the paper's ``W K_f + delta``, computed exactly so.
+    """
+    if spec.is_identity:
+        return W @ K_f + delta
+    current = W @ K_f
+    v = current if bias is None else current + bias.to(current)[:, None]
+    return current + value_change(spec, v, delta)
+
+
+def _norm_eps(module: nn.Module) -> float:
+    for attr in ("eps", "variance_epsilon", "epsilon", "layer_norm_eps"):
+        value = getattr(module, attr, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return 1e-6
+
+
+def _fit_norm(module: nn.Module, name: str, x: torch.Tensor, tol: float = _REL_TOL) -> Optional[PostMlpMap]:
+    """RMS or LayerNorm form of ``module`` fitted on inputs ``x`` ``[m, d]`` (rows), or None if neither fits."""
+    eps = _norm_eps(module)
+    with torch.no_grad():
+        y = module(x).double()
+    xd = x.double().t()  # [d, m]
+    for kind in ("rms", "layer_norm"):
+        r = _normalise(kind, xd, eps)  # [d, m]
+        if kind == "rms":
+            gain = (y.t() * r).sum(1) / r.pow(2).sum(1).clamp_min(1e-30)
+            bias = None
+            fitted = gain[:, None] * r
+        else:  # least squares per coordinate: y = gain * r + bias
+            r_mean, y_mean = r.mean(1, keepdim=True), y.t().mean(1, keepdim=True)
+            gain = ((r - r_mean) * (y.t() - y_mean)).sum(1) / (r - r_mean).pow(2).sum(1).clamp_min(1e-30)
+            bias = (y_mean[:, 0] - gain * r_mean[:, 0])
+            fitted = gain[:, None] * r + bias[:, None]
+        if (fitted - y.t()).norm() <= tol * y.norm():
+            return PostMlpMap(kind=kind, gain=gain.cpu(), bias=None if bias is None else bias.cpu(), eps=eps, module=name)
+    return None
+
+
+def _norm_candidates(model: nn.Module, layer_name: str, rewrite_name: str, width: int) -> Dict[str, nn.Module]:
+    """The block's norm modules of width ``width`` (``d_model``; not inside the edited module)."""
+    layer = get_module(model, layer_name)
+    out = {}
+    for name, module in layer.named_modules():
+        full = f"{layer_name}.{name}"
+        weight = getattr(module, "weight", None)
+        if name and "norm" in type(module).__name__.lower() and isinstance(weight, torch.Tensor) and weight.dim() == 1 \
+                and weight.shape[0] == width and not full.startswith(rewrite_name):
+            out[full] = module
+    return out
+
+
+@torch.no_grad()
+def detect_post_mlp_maps(model: nn.Module, layer_module_tmp: str, rewrite_module_tmp: str,
+                         layers: Sequence[int]) -> Dict[int, PostMlpMap]:
+    """The :class:`PostMlpMap` of each layer in ``layers`` (one forward pass of ``1 + len(layers)`` rows).
+
+    Row 0 is clean; row ``1 + i`` adds a seeded random perturbation ``e`` to the output of layer
+    ``layers[i]``'s edited module. The layer's output change on that row is exactly ``f(m + e) - f(m)``
+    (``m`` the clean output), which each candidate map must reproduce to :data:`_REL_TOL`.
+
+    Raises:
+        UnsupportedResidualPath: naming the layer, when no candidate reproduces it.
+    """
+    layers = list(layers)
+    vocab = model.get_input_embeddings().weight.shape[0]
+    ids = (torch.arange(3, 11) % vocab)[None].expand(1 + len(layers), -1).to(model_device(model))
+    rewrites = {l: rewrite_module_tmp.format(l) for l in layers}
+    blocks = {l: layer_module_tmp.format(l) for l in layers}
+    generator = torch.Generator().manual_seed(0)
+    clean: Dict[int, torch.Tensor] = {}
+    noise: Dict[int, torch.Tensor] = {}
+    outputs: Dict[int, torch.Tensor] = {}
+    handles = []
+
+    def perturb(row: int, layer: int):
+        def hook(_m, _a, output):
+            flat = hidden_of(output)
+            value = unflatten_tokens(flat, tuple(ids.shape))  # OPT flattens the tokens before its MLP
+            clean[layer] = value[0].detach().clone()
+            if layer not in noise:
+                scale = float(value[0].float().std()) or 1.0
+                noise[layer] = (torch.randn(value.shape[1:], generator=generator, dtype=torch.float32) * scale).to(value)
+            value = value.clone()
+            value[row] = value[row] + noise[layer]
+            value = value.view(flat.shape)
+            return value if not isinstance(output, tuple) else (value, *output[1:])
+        return hook
+
+    def grab(layer: int):
+        def hook(_m, _a, output):
+            outputs[layer] = hidden_of(output).detach()
+            if layer == layers[-1]:
+                raise StopForward
+        return hook
+
+    for i, layer in enumerate(layers):
+        handles.append(get_module(model, rewrites[layer]).register_forward_hook(perturb(1 + i, layer)))
+        handles.append(get_module(model, blocks[layer]).register_forward_hook(grab(layer)))
+    was_training = model.training
+    model.eval()
+    try:
+        with contextlib.suppress(StopForward):
+            model(input_ids=ids)
+    finally:
+        model.train(was_training)
+        for handle in handles:
+            handle.remove()
+    result: Dict[int, PostMlpMap] = {}
+    for i, layer in enumerate(layers):
+        m, e = clean[layer].double(), noise[layer].double()
+        change = (outputs[layer][1 + i] - outputs[layer][0]).double()  # [seq, d]
+        result[layer] = _match(model, blocks[layer], rewrites[layer], clean[layer], noise[layer], m, e, change)
+        if not result[layer].is_identity:
+            LOG.info("layer %d: the output of %s reaches the residual %s; targets map through it",
+                     layer, rewrites[layer], result[layer].describe())
+    return result
+
+
+def _fit_scale(change: torch.Tensor, image: torch.Tensor, tol: float) -> Optional[float]:
+    denominator = float((image * image).sum())
+    if denominator == 0:
+        return None
+    scale = float((change * image).sum()) / denominator
+    if scale != 0 and float((change - scale * image).norm()) <= tol * float(change.norm()):
+        return scale
+    return None
+
+
+def _match(model, block: str, rewrite: str, m_raw: torch.Tensor, e_raw: torch.Tensor, m: torch.Tensor,
+           e: torch.Tensor, change: torch.Tensor) -> PostMlpMap:
+    tol = _REL_TOL if m_raw.dtype in (torch.float32, torch.float64) else _REL_TOL_HALF
+    if m.shape != change.shape:
+        raise UnsupportedResidualPath(
+            f"{block}: the output of {rewrite} has {m.shape[-1]} features per token, the residual stream "
+            f"{change.shape[-1]}: it is not what the MLP adds to the residual (name the MLP's output projection)")
+    scale = _fit_scale(change, e, tol)
+    if scale is not None:  # within the residual's rounding of 1: added as is (half precision rounds the fit)
+        return PostMlpMap(scale=1.0 if abs(scale - 1.0) <= tol else scale)
+    tried: List[str] = []
+    for name, norm in _norm_candidates(model, block, rewrite, m_raw.shape[-1]).items():
+        tried.append(name)
+        image = (norm(m_raw + e_raw).double() - norm(m_raw).double())
+        scale = _fit_scale(change, image, tol)
+        if scale is None:
+            continue
+        fitted = _fit_norm(norm, name, torch.cat([m_raw, m_raw + e_raw]), tol)
+        if fitted is None:
+            raise UnsupportedResidualPath(
+                f"{block}: the output of {rewrite} reaches the residual through {name} ({type(norm).__name__}), "
+                "which is neither an RMSNorm nor a LayerNorm; editing it is not supported")
+        return PostMlpMap(kind=fitted.kind, scale=1.0 if abs(scale - 1.0) <= tol else scale, gain=fitted.gain,
+                          bias=fitted.bias, eps=fitted.eps, module=name)
+    raise UnsupportedResidualPath(
+        f"{block}: the output of {rewrite} does not reach the residual stream as is, scaled, or through one of the "
+        f"block's norms ({tried or 'none'}); editing it is not supported (is rewrite_module_tmp the MLP's output projection?)")

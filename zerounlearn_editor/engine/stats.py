@@ -1,0 +1,683 @@
+"""Utility statistic ``C0 = E[k k^T]`` of down_proj inputs over general text.
+
+All edited layers are collected in ONE forward pass per batch (a pre-hook on every edited
+module; the pass stops after the last one). Results are cached in EasyEdit's layout so that
+EasyEdit's ROME/MEMIT/AlphaEdit read the same file offline::
+
+    {stats_dir}/{model basename}/{ds_name}_stats/{module}_{dtype}_mom2_{n}.npz
+
+with keys ``mom2.mom2`` (sum of ``k k^T``, ``[d_in, d_in]``), ``mom2.count`` (tokens),
+``mom2.constructor`` and ``sample_size`` (passages asked for), plus our own ``zerounlearn.*``
+metadata (corpus fingerprint, max length, module, model fingerprint). Files are written
+atomically (temp + rename); stale temp files of killed writers are removed on the next write.
+
+The file name holds only the model's basename (EasyEdit's layout), so a file is checked before it
+is used: a file recording another model (:func:`model_fingerprint`: the config and slices of the
+weights the statistic depends on), another corpus version, max length, module or shape is
+recomputed with a warning; a file that cannot be read (truncated, empty, garbage, no
+``mom2.count``) is treated as missing, with a warning naming it. EasyEdit's own files (no metadata)
+are read as they are.
+
+Across processes: ``collect_second_moments(..., shard=(rank, world_size))`` collects the
+passages ``texts[rank::world_size]``; :func:`collect_second_moments_distributed` does that on
+every rank of an initialised ``torch.distributed`` group and all-reduces the sums and counts;
+:func:`layer_second_moment_shards` writes one shard's files and :func:`merge_second_moment_files`
+sums shard files into one file of the same layout (``zerounlearn stats --shard`` / ``stats-merge``).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from zerounlearn_editor.data.corpus import Corpus, load_corpus
+from zerounlearn_editor.engine.eval_mode import eval_mode
+from zerounlearn_editor.engine.model_access import (
+    StopForward,
+    capture_inputs,
+    check_edited_modules,
+    check_layers,
+    model_device,
+)
+from zerounlearn_editor.support.output_dir import pid_alive
+
+__all__ = [
+    "SecondMoment",
+    "model_basename",
+    "corpus_cache_name",
+    "stats_path",
+    "save_second_moment",
+    "load_second_moment",
+    "collect_second_moments",
+    "layer_second_moments",
+    "padded_batches",
+    "shard_texts",
+    "all_reduce_second_moments",
+    "collect_second_moments_distributed",
+    "shard_path",
+    "layer_second_moment_shards",
+    "merge_second_moment_files",
+    "StatsCacheError",
+    "model_fingerprint",
+    "clean_stale_temp_files",
+]
+
+LOG = logging.getLogger(__name__)
+_NP_DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
+STALE_TEMP_SECONDS = 3600.0
+"""A temp file older than this (or of a dead writer on this host) is removed by the next write."""
+
+
+class StatsCacheError(ValueError):
+    """A statistics cache file or folder cannot be used (the message names it)."""
+
+
+# Config keys that do not change what a layer computes (names, versions, load dtype, runtime flags).
+_CONFIG_IGNORED = {"_name_or_path", "name_or_path", "transformers_version", "torch_dtype", "dtype", "architectures",
+                   "use_cache", "output_attentions", "output_hidden_states", "return_dict"}
+
+
+def model_fingerprint(
+    model: nn.Module, skip_template: Optional[str] = None, elements: int = 64,
+    replace: Optional[Dict[str, torch.Tensor]] = None,
+) -> str:
+    """A short digest of what the model's statistics depend on (not its name).
+
+    Hashes the model's config (without its path, versions or load dtype) and, of every
+    parameter, its name, shape and ``elements`` evenly spaced values (rounded to bfloat16, so
+    the same checkpoint loaded in float32 or bfloat16 has the same fingerprint). The weights of
+    the edited modules (``skip_template`` formatted with every layer index) are left out: a
+    statistic is of the unedited model, and the edits of a sequence must not invalidate it.
+    Costs a few small reads per parameter. ``replace`` (parameter name -> tensor) hashes those
+    tensors instead of the model's, e.g. the weights before an edit (an adapter's base model).
+    """
+    config = getattr(model, "config", None)
+    config_dict = config.to_dict() if hasattr(config, "to_dict") else {}
+    config_dict = {k: v for k, v in config_dict.items() if k not in _CONFIG_IGNORED and not k.startswith("_")}
+    digest = hashlib.blake2b(digest_size=12)
+    digest.update(json.dumps(config_dict, sort_keys=True, default=str).encode())
+    skipped = set()
+    if skip_template:
+        try:
+            from zerounlearn_editor.engine.model_access import num_hidden_layers
+
+            skipped = {f"{skip_template.format(i)}.weight" for i in range(num_hidden_layers(model))}
+        except ValueError:
+            skipped = set()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name in skipped:
+                continue
+            if replace and name in replace:
+                param = replace[name]
+            flat = param.detach().reshape(-1)
+            count = min(elements, flat.numel())
+            # integer spacing (a float32 linspace rounds past the end of a 28M-element tensor)
+            index = torch.arange(count, dtype=torch.int64, device=flat.device) * (flat.numel() - 1) // max(count - 1, 1)
+            sample = flat[index].to(torch.bfloat16).float().cpu().numpy()
+            digest.update(f"{name}|{tuple(param.shape)}|".encode())
+            digest.update(sample.tobytes())
+    return digest.hexdigest()
+
+
+def clean_stale_temp_files(folder: Path, max_age: float = STALE_TEMP_SECONDS) -> List[Path]:
+    """Remove ``*.tmp`` files our writers left in ``folder`` when killed; returns the removed paths.
+
+    A temp file is named ``{file}.{host}.{pid}.XXXX.tmp``: it is stale when its writer was on this
+    host and is no longer running, or when it is older than ``max_age`` seconds (any host).
+    """
+    removed: List[Path] = []
+    if not folder.is_dir():
+        return removed
+    host = socket.gethostname()
+    now = time.time()
+    for tmp in folder.glob("*.tmp"):
+        parts = tmp.name.split(".")
+        try:
+            age = now - tmp.stat().st_mtime
+        except FileNotFoundError:
+            continue
+        stale = age > max_age
+        if "_mom2_" not in tmp.name:
+            continue  # not a statistics temp file
+        if not stale and len(parts) >= 4 and parts[-4] == host.replace(".", "_") and parts[-3].isdigit():
+            stale = not pid_alive(int(parts[-3]))
+        if stale:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+                LOG.warning("removed stale temporary statistics file %s (left by an interrupted writer)", tmp)
+                removed.append(tmp)
+    return removed
+
+
+@dataclass
+class SecondMoment:
+    """Running ``sum k k^T`` ``[d_in, d_in]`` (float64) over ``count`` tokens."""
+
+    mom2: torch.Tensor
+    count: int
+
+    def moment(self) -> torch.Tensor:
+        """``C0 = E[k k^T]`` ``[d_in, d_in]`` in float64."""
+        if self.count <= 0:
+            raise ValueError("second moment over zero tokens")
+        return self.mom2.double() / self.count
+
+    def merge(self, other: "SecondMoment") -> "SecondMoment":
+        return SecondMoment(self.mom2.double() + other.mom2.double(), self.count + other.count)
+
+
+def model_basename(model: nn.Module, fallback: Optional[str] = None) -> str:
+    """The model's name as EasyEdit caches it: the last path part of ``_name_or_path``."""
+    name = getattr(model.config, "_name_or_path", "") or fallback or ""
+    name = str(name).rstrip("/").rsplit("/", 1)[-1]
+    return name or type(model).__name__
+
+
+def stats_path(stats_dir: str, model_name: str, ds_name: str, module: str, dtype: str, n_samples: int) -> Path:
+    """EasyEdit's cache file for a module's second moment."""
+    return Path(stats_dir) / model_name / f"{ds_name}_stats" / f"{module}_{dtype}_mom2_{n_samples}.npz"
+
+
+def save_second_moment(path: Path, stat: SecondMoment, sample_size: int, dtype: str, meta: Dict[str, str]) -> None:
+    """Write ``stat`` atomically in EasyEdit's npz layout (``meta`` as ``zerounlearn.*`` strings).
+
+    Raises :class:`StatsCacheError` naming the folder when it cannot be created or written.
+    """
+    if dtype not in _NP_DTYPES:
+        raise StatsCacheError(f"{path}: cannot store statistics as {dtype!r}; use one of {sorted(_NP_DTYPES)}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StatsCacheError(f"cannot create the statistics folder {path.parent}: {exc}") from exc
+    clean_stale_temp_files(path.parent)
+    arrays = {
+        "mom2.constructor": np.array("zerounlearn_editor.engine.stats.SecondMoment()"),
+        "mom2.count": np.array(stat.count),
+        "mom2.mom2": stat.mom2.double().numpy().astype(_NP_DTYPES[dtype]),
+        "sample_size": np.array(sample_size),
+    }
+    arrays.update({f"zerounlearn.{k}": np.array(v) for k, v in meta.items()})
+    prefix = f"{path.name}.{socket.gethostname().replace('.', '_')}.{os.getpid()}."
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
+    except OSError as exc:
+        raise StatsCacheError(f"cannot write statistics into {path.parent} ({exc}); set stats_dir to a writable folder") from exc
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, **arrays)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a cache file is readable like any other
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):  # e.g. a full disk: no partial file is left, the cache is as it was
+            raise StatsCacheError(f"cannot write the statistics file {path} ({exc}); nothing was written there") from exc
+        raise
+
+
+def load_second_moment(path: Path) -> tuple[SecondMoment, Dict[str, str]]:
+    """Read a cached second moment (EasyEdit's or ours) without pickle.
+
+    Raises :class:`StatsCacheError` naming the file when it is not a readable statistics file
+    (truncated, empty, garbage, an object array, ``mom2.mom2`` / ``mom2.count`` missing or malformed).
+    """
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                raise StatsCacheError(f"{path}: not an npz archive of statistics")
+            absent = [k for k in ("mom2.mom2", "mom2.count") if k not in data.files]
+            if absent:
+                raise StatsCacheError(f"{path}: not a statistics file: key(s) {absent} missing")
+            mom2 = data["mom2.mom2"]
+            if mom2.ndim != 2 or mom2.shape[0] != mom2.shape[1] or not np.issubdtype(mom2.dtype, np.floating):
+                raise StatsCacheError(f"{path}: 'mom2.mom2' is not a square float matrix (shape {mom2.shape}, {mom2.dtype})")
+            count = int(data["mom2.count"])
+            stat = SecondMoment(torch.from_numpy(mom2.astype(np.float64)), count)
+            meta = {k.split(".", 1)[1]: str(data[k]) for k in data.files if k.startswith("zerounlearn.")}
+            if "sample_size" in data.files:
+                meta["sample_size"] = str(data["sample_size"])
+    except StatsCacheError:
+        raise
+    except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as exc:
+        raise StatsCacheError(f"{path}: unreadable statistics file ({type(exc).__name__}: {exc})") from exc
+    if count < 0 or not torch.isfinite(stat.mom2).all():
+        raise StatsCacheError(f"{path}: corrupt statistics (count {count}, finite={bool(torch.isfinite(stat.mom2).all())})")
+    return stat, meta
+
+
+def _batches(tok, texts: Sequence[str], max_length: int, batch_size: int) -> List[List[List[int]]]:
+    """Token id lists, truncated to ``max_length``, sorted by length and grouped."""
+    ids = [list(tok(t, truncation=True, max_length=max_length)["input_ids"]) for t in texts]
+    ids = [row for row in ids if row]
+    ids.sort(key=len, reverse=True)
+    return [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
+
+
+def padded_batches(
+    tok, texts: Sequence[str], max_length: int, batch_size: int, progress: bool = False, desc: str = "batches"
+) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+    """Right-padded CPU batches ``(input_ids [b, L] long, mask [b, L] bool)`` of ``texts``.
+
+    Passages are truncated to ``max_length`` tokens, sorted by length (longest first) and
+    grouped ``batch_size`` at a time; empty passages are dropped.
+    """
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    from zerounlearn_editor.support.progress import progress_enabled
+
+    batches = _batches(tok, texts, max_length, batch_size)
+    for rows in tqdm(batches, desc=desc, disable=not (progress and progress_enabled()), unit="batch"):
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.bool)
+        for i, row in enumerate(rows):
+            input_ids[i, : len(row)] = torch.tensor(row)
+            mask[i, : len(row)] = True
+        yield input_ids, mask
+
+
+def shard_texts(texts: Sequence[str], shard: Optional[Tuple[int, int]]) -> List[str]:
+    """``texts[rank::world_size]`` for ``shard = (rank, world_size)``; all texts for ``None``."""
+    if shard is None:
+        return list(texts)
+    rank, world_size = shard
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"invalid shard {shard!r}: need 0 <= rank < world_size")
+    return list(texts[rank::world_size])
+
+
+@torch.no_grad()
+def collect_second_moments(
+    model: nn.Module,
+    tok,
+    texts: Sequence[str],
+    module_names: Sequence[str],
+    max_length: int = 256,
+    batch_size: int = 16,
+    progress: bool = True,
+    product_dtype: torch.dtype = torch.float64,
+    shard: Optional[Tuple[int, int]] = None,
+) -> Dict[str, SecondMoment]:
+    """``sum k k^T`` and token counts of every module's input, in one pass per batch.
+
+    Padding tokens are excluded. Each batch's ``K^T K`` is formed in ``product_dtype`` and
+    added to a float64 running sum on the module's device. ``shard = (rank, world_size)``
+    collects only ``texts[rank::world_size]``: summing the shards' ``mom2`` and counts gives
+    the full statistic (an empty shard gives zeros over 0 tokens).
+    """
+    if not texts:
+        raise ValueError("no texts to collect statistics from")
+    if not module_names:
+        raise ValueError("no modules to collect statistics for")
+    texts = shard_texts(texts, shard)
+    if not texts:
+        return {name: SecondMoment(torch.zeros(_module_input_dim(model, name), _module_input_dim(model, name),
+                                               dtype=torch.float64), 0) for name in module_names}
+    order = {name: i for i, (name, _) in enumerate(model.named_modules())}
+    last = max(module_names, key=lambda n: order.get(n, -1))
+    device = model_device(model)
+    sums: Dict[str, Optional[torch.Tensor]] = {name: None for name in module_names}
+    count = 0
+    was_training = model.training
+    model.eval()
+    try:
+        for input_ids, mask in padded_batches(tok, texts, max_length, batch_size, progress, desc="C0 statistics"):
+            with capture_inputs(model, module_names, stop_after=last) as inputs, contextlib.suppress(StopForward):
+                model(input_ids=input_ids.to(device), attention_mask=mask.long().to(device))
+            for name in module_names:
+                feats = inputs[name][mask.to(inputs[name].device)].to(product_dtype)
+                update = (feats.t() @ feats).double()
+                sums[name] = update if sums[name] is None else sums[name] + update
+            count += int(mask.sum())
+    finally:
+        model.train(was_training)
+    return {name: SecondMoment(value.cpu(), count) for name, value in sums.items()}
+
+
+def layer_second_moments(
+    model: nn.Module,
+    tok,
+    layers: Sequence[int],
+    module_tmp: str,
+    stats_dir: str,
+    corpus: str,
+    n_samples: int,
+    dtype: str = "float32",
+    max_length: int = 256,
+    batch_size: int = 16,
+    model_name: Optional[str] = None,
+    force: bool = False,
+    progress: bool = True,
+) -> Dict[int, SecondMoment]:
+    """Load cached second moments of the edited modules, computing the missing ones together.
+
+    A cache file whose shape, corpus fingerprint or recorded ``max_length`` does not match is
+    recomputed (and overwritten: the file name follows EasyEdit's, which encodes neither). Returns
+    ``{layer: SecondMoment}``.
+    """
+    if n_samples < 1:
+        raise ValueError(f"mom2_n_samples / --n must be >= 1, got {n_samples}")
+    check_edited_modules(model, layers, module_tmp)
+    name = model_name or model_basename(model)
+    modules = {layer: module_tmp.format(layer) for layer in layers}
+    corpus_obj: Optional[Corpus] = None
+
+    def get_corpus() -> Corpus:
+        nonlocal corpus_obj
+        if corpus_obj is None:
+            corpus_obj = load_corpus(corpus, limit=n_samples)
+        return corpus_obj
+
+    ds_name = corpus_cache_name(corpus)
+    fingerprint_of_model = model_fingerprint(model, module_tmp)
+    result: Dict[int, SecondMoment] = {}
+    missing: List[int] = []
+    for layer, module in modules.items():
+        path = stats_path(stats_dir, name, ds_name, module, dtype, n_samples)
+        if path.exists() and not force:
+            try:
+                stat, meta = load_second_moment(path)
+            except StatsCacheError as exc:
+                LOG.warning("%s; treating it as missing and recomputing", exc)
+                missing.append(layer)
+                continue
+            d_in = _module_input_dim(model, module)
+            fingerprint = meta.get("corpus_fingerprint")
+            if stat.mom2.shape != (d_in, d_in):
+                LOG.warning("%s: shape %s does not match d_in=%d; recomputing", path, tuple(stat.mom2.shape), d_in)
+            elif meta.get("model_fingerprint") not in (None, fingerprint_of_model):
+                LOG.warning(
+                    "%s: made from another model with the same folder name %r (model fingerprint %s, this model %s); "
+                    "recomputing", path, name, meta["model_fingerprint"], fingerprint_of_model,
+                )
+            elif meta.get("module") not in (None, module):
+                LOG.warning("%s: holds the statistic of module %r, not %r; recomputing", path, meta["module"], module)
+            elif fingerprint is not None and fingerprint != get_corpus().fingerprint:
+                LOG.warning("%s: built from another version of corpus %r; recomputing", path, corpus)
+            elif _half_cache_for_full_model(meta.get("model_dtype"), _module_dtype(model, module)):
+                LOG.warning("%s: computed from a %s model, this one is %s; recomputing", path, meta["model_dtype"],
+                            _module_dtype(model, module))
+            elif meta.get("max_length") not in (None, str(max_length)):
+                LOG.warning(
+                    "%s: built with passages cut at %s tokens, not mom2_max_length=%d; recomputing",
+                    path, meta["max_length"], max_length,
+                )
+            else:
+                if "model_fingerprint" not in meta:
+                    LOG.info("%s carries no model fingerprint (EasyEdit's file?); used as it is", path)
+                LOG.info("loaded C0 statistics from %s", path)
+                result[layer] = stat
+                continue
+        missing.append(layer)
+    if missing:
+        folder = stats_path(stats_dir, name, ds_name, modules[missing[0]], dtype, n_samples).parent
+        _check_writable(folder)  # before the corpus pass, not after it
+        itemsize = np.dtype(_NP_DTYPES.get(dtype, np.float64)).itemsize
+        _check_free_space(folder, sum(_module_input_dim(model, modules[l]) ** 2 * itemsize for l in missing))
+        data = get_corpus()
+        if len(data.texts) < n_samples:
+            LOG.warning("corpus %r has %d passages, fewer than mom2_n_samples=%d", corpus, len(data.texts), n_samples)
+        product_dtype = torch.float64 if dtype == "float64" else torch.float32
+        LOG.info("computing C0 statistics of layers %s from %d passages of corpus %r (cache: %s)", missing,
+                 len(data.texts), corpus, stats_path(stats_dir, name, ds_name, "<module>", dtype, n_samples).parent)
+        with eval_mode(model):  # no dropout in the keys; the caller's train/eval flags come back
+            stats = collect_second_moments(
+                model, tok, data.texts, [modules[l] for l in missing], max_length, batch_size, progress, product_dtype
+            )
+        for layer in missing:
+            path = stats_path(stats_dir, name, ds_name, modules[layer], dtype, n_samples)
+            meta = {"corpus_fingerprint": data.fingerprint, "max_length": str(max_length), "n_passages": str(len(data.texts)),
+                    "module": modules[layer], "model_fingerprint": fingerprint_of_model,
+                    "model_dtype": _module_dtype(model, modules[layer])}
+            save_second_moment(path, stats[modules[layer]], n_samples, dtype, meta)
+            LOG.info("wrote C0 statistics to %s", path)
+            result[layer] = stats[modules[layer]]
+    return result
+
+
+def _check_free_space(folder: Path, needed: int) -> None:
+    """Raise :class:`StatsCacheError` when the disk of ``folder`` has less room than ``needed`` bytes
+    (the statistics files about to be computed), before the corpus pass rather than after it."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    if free < needed + (1 << 20):
+        raise StatsCacheError(
+            f"the statistics folder {folder} has {free:,} bytes free, the statistics need about {needed:,}; "
+            "free some space or set stats_dir to another disk"
+        )
+
+
+def _check_writable(folder: Path) -> None:
+    """Raise :class:`StatsCacheError` naming ``folder`` unless statistics can be written there."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise StatsCacheError(
+            f"the statistics folder {folder} cannot be written ({existing} is not a writable folder); "
+            "set stats_dir to a writable folder"
+        )
+
+
+def corpus_cache_name(corpus: str) -> str:
+    """The ``ds_name`` part of the cache path: a built-in corpus's name, a file's stem, a folder's name
+    or the hub name (``wiki_passages_3643`` for both the built-in corpus and its ``.jsonl`` file)."""
+    from zerounlearn_editor.data.builtin import builtin_corpus_name
+
+    builtin = builtin_corpus_name(corpus)
+    if builtin is not None:
+        return builtin
+    path = Path(corpus).expanduser()
+    if path.suffix.lower() in (".txt", ".jsonl", ".json"):
+        return path.stem
+    if path.is_dir():
+        return path.name
+    return corpus.removeprefix("hub:").replace("/", "_")
+
+
+_HALF = ("float16", "bfloat16")
+
+
+def _module_dtype(model: nn.Module, module_name: str) -> str:
+    """The edited module's weight dtype, e.g. ``"bfloat16"``."""
+    from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
+
+    return str(get_weight_matrix(get_module(model, module_name)).dtype).removeprefix("torch.")
+
+
+def _half_cache_for_full_model(cached: Optional[str], current: str) -> bool:
+    """A cache made from a half-precision model is not reused by a float32/float64 model (the reverse is fine)."""
+    return cached in _HALF and current not in _HALF
+
+
+def _module_input_dim(model: nn.Module, module_name: str) -> int:
+    from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
+
+    return get_weight_matrix(get_module(model, module_name)).shape[1]
+
+
+def all_reduce_second_moments(stats: Dict[str, SecondMoment], group=None) -> Dict[str, SecondMoment]:
+    """Sum every module's ``mom2`` and count over the ranks of ``group`` (float64 / int64).
+
+    Every rank must call this with the same module names. Tensors travel on the CPU for gloo,
+    else on the current accelerator (CUDA for NCCL); results are on the CPU.
+    """
+    import torch.distributed as dist
+
+    device = torch.device("cpu")
+    if dist.get_backend(group) != "gloo" and torch.accelerator.is_available():  # NCCL and co. reduce accelerator tensors
+        device = torch.device(torch.accelerator.current_accelerator().type, torch.accelerator.current_device_index())
+    names = sorted(stats)
+    counts = torch.tensor([stats[name].count for name in names], dtype=torch.int64, device=device)
+    dist.all_reduce(counts, group=group)
+    result: Dict[str, SecondMoment] = {}
+    for name, count in zip(names, counts.tolist()):
+        mom2 = stats[name].mom2.to(device=device, dtype=torch.float64).contiguous()
+        dist.all_reduce(mom2, group=group)
+        result[name] = SecondMoment(mom2.cpu(), int(count))
+    return result
+
+
+def collect_second_moments_distributed(
+    model: nn.Module,
+    tok,
+    texts: Sequence[str],
+    module_names: Sequence[str],
+    max_length: int = 256,
+    batch_size: int = 16,
+    progress: bool = True,
+    product_dtype: torch.dtype = torch.float64,
+    group=None,
+) -> Dict[str, SecondMoment]:
+    """:func:`collect_second_moments` split over the ranks of an initialised process group.
+
+    Rank ``r`` of ``w`` collects ``texts[r::w]``; the sums and counts are all-reduced, so every
+    rank returns the statistic of all ``texts``. Each rank passes the same ``texts``.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("torch.distributed is not initialised; call init_process_group first or use collect_second_moments")
+    shard = (dist.get_rank(group), dist.get_world_size(group))
+    local = collect_second_moments(model, tok, texts, module_names, max_length, batch_size, progress, product_dtype, shard)
+    return all_reduce_second_moments(local, group)
+
+
+def shard_path(path: Path, rank: int, world_size: int) -> Path:
+    """``..._mom2_{n}.npz`` -> ``..._mom2_{n}.shard-{rank}-of-{world_size}.npz`` (same folder)."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.shard-{rank}-of-{world_size}{path.suffix}")
+
+
+def layer_second_moment_shards(
+    model: nn.Module,
+    tok,
+    layers: Sequence[int],
+    module_tmp: str,
+    stats_dir: str,
+    corpus: str,
+    n_samples: int,
+    shard: Tuple[int, int],
+    dtype: str = "float32",
+    max_length: int = 256,
+    batch_size: int = 16,
+    model_name: Optional[str] = None,
+    progress: bool = True,
+) -> Dict[int, Path]:
+    """Collect one shard of every edited layer's statistic and write its shard files.
+
+    The files sit next to the cache file :func:`layer_second_moments` reads (see
+    :func:`shard_path`); :func:`merge_second_moment_files` turns the shards into that file.
+    Returns ``{layer: shard file}``.
+    """
+    check_layers(model, layers, module_tmp)
+    rank, world_size = shard
+    name = model_name or model_basename(model)
+    data = load_corpus(corpus, limit=n_samples)
+    modules = {layer: module_tmp.format(layer) for layer in layers}
+    fingerprint_of_model = model_fingerprint(model, module_tmp)
+    _check_writable(shard_path(stats_path(stats_dir, name, corpus_cache_name(corpus), modules[layers[0]], dtype, n_samples),
+                               rank, world_size).parent)
+    product_dtype = torch.float64 if dtype == "float64" else torch.float32
+    stats = collect_second_moments(
+        model, tok, data.texts, list(modules.values()), max_length, batch_size, progress, product_dtype, shard
+    )
+    written: Dict[int, Path] = {}
+    for layer, module in modules.items():
+        path = shard_path(stats_path(stats_dir, name, corpus_cache_name(corpus), module, dtype, n_samples), rank, world_size)
+        meta = {
+            "corpus_fingerprint": data.fingerprint,
+            "max_length": str(max_length),
+            "n_passages": str(len(shard_texts(data.texts, shard))),
+            "shard": f"{rank}/{world_size}",
+            "module": module,
+            "model_fingerprint": fingerprint_of_model,
+        }
+        save_second_moment(path, stats[module], n_samples, dtype, meta)
+        LOG.info("wrote C0 shard %d/%d of layer %d to %s", rank, world_size, layer, path)
+        written[layer] = path
+    return written
+
+
+def _npz_dtype_name(path: Path) -> str:
+    with np.load(path, allow_pickle=False) as data:
+        return str(data["mom2.mom2"].dtype)
+
+
+def merge_second_moment_files(out: Path, shards: Sequence[Path]) -> SecondMoment:
+    """Sum shard files (``mom2`` and counts) into ``out``, in the same EasyEdit layout.
+
+    Checks that all shards have the same shape, dtype, ``sample_size``, corpus fingerprint,
+    max length and module (where recorded), and -- when they carry shard metadata -- that they are distinct shards
+    of one split, all present. Written atomically; returns the merged statistic.
+    """
+    if not shards:
+        raise ValueError("no shard files to merge")
+    resolved = [Path(p).resolve() for p in shards]
+    repeated = sorted({str(p) for p in resolved if resolved.count(p) > 1})
+    if repeated:
+        raise ValueError(f"file(s) {repeated} given more than once: merging would count their tokens twice")
+    loaded = []
+    for path in shards:
+        stat, meta = load_second_moment(Path(path))
+        loaded.append((Path(path), stat, meta, _npz_dtype_name(Path(path))))
+    first_path, first, first_meta, dtype = loaded[0]
+    for path, stat, meta, file_dtype in loaded[1:]:
+        if stat.mom2.shape != first.mom2.shape:
+            raise ValueError(f"{path}: shape {tuple(stat.mom2.shape)} differs from {first_path}'s {tuple(first.mom2.shape)}")
+        if file_dtype != dtype:
+            raise ValueError(f"{path}: dtype {file_dtype} differs from {first_path}'s {dtype}")
+        for key in ("sample_size", "corpus_fingerprint", "max_length", "module", "model_fingerprint"):
+            if meta.get(key) != first_meta.get(key):
+                raise ValueError(f"{path}: {key} {meta.get(key)!r} differs from {first_path}'s {first_meta.get(key)!r}")
+    modules = [meta.get("module") for _, _, meta, _ in loaded]
+    if len(loaded) > 1 and not all(modules):
+        unknown = [str(p) for (p, _, m, _) in loaded if not m.get("module")]
+        raise ValueError(
+            f"cannot tell which module {unknown} hold (no zerounlearn.module metadata, e.g. EasyEdit's files): "
+            "refusing to merge statistics that may be of different layers"
+        )
+    digests = [hashlib.blake2b(p.read_bytes(), digest_size=16).hexdigest() for p in resolved]
+    same = sorted({str(p) for p, d in zip(resolved, digests) if digests.count(d) > 1})
+    if same:
+        raise ValueError(f"files {same} have identical contents: the same statistic twice, not shards of one")
+    shard_ids = [meta.get("shard") for _, _, meta, _ in loaded]
+    if all(shard_ids):
+        worlds = {s.split("/")[1] for s in shard_ids}
+        if len(worlds) != 1:
+            raise ValueError(f"shards of different splits: {sorted(set(shard_ids))}")
+        world_size = int(worlds.pop())
+        duplicates = sorted({s for s in shard_ids if shard_ids.count(s) > 1})
+        if duplicates:
+            raise ValueError(f"shard(s) {duplicates} given more than once")
+        absent = sorted(set(range(world_size)) - {int(s.split("/")[0]) for s in shard_ids})
+        if absent:
+            raise ValueError(f"shard(s) {absent} of {world_size} missing")
+    merged = first
+    for _, stat, _, _ in loaded[1:]:
+        merged = merged.merge(stat)
+    meta = {k: v for k, v in first_meta.items() if k not in ("shard", "sample_size", "n_passages")}
+    passages = [m.get("n_passages") for _, _, m, _ in loaded]
+    if all(p is not None for p in passages):
+        meta["n_passages"] = str(sum(int(p) for p in passages))
+    sample_size = int(first_meta.get("sample_size", 0))
+    save_second_moment(Path(out), merged, sample_size, dtype, meta)
+    LOG.info("merged %d shard(s) (%d tokens) into %s", len(loaded), merged.count, out)
+    return merged

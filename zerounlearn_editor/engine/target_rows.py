@@ -1,0 +1,100 @@
+"""What both target loops share: a chunk's encoded rows and the answer-suppression loss.
+
+The paper's Adam loop (:mod:`.targets`) and the cached / L-BFGS loops (:mod:`.targets_fast`) encode
+the same rewriting and KL rows (:func:`encode_target_rows`) and, for ``target_objective:
+suppress_answer``, score them with the same loss (:func:`suppression_per_request`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Sequence
+
+import torch
+
+from zerounlearn_editor.engine.encoding import encode_rows
+from zerounlearn_editor.engine.requests import ForgetRequest
+
+__all__ = ["TargetRows", "encode_target_rows", "answer_logprobs", "suppression_loss", "suppression_per_request"]
+
+
+def answer_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``log p(token)`` ``[m]`` from ``logits`` ``[m, vocab]``, accurate when ``p`` is near 1.
+
+    ``log p_y = -softplus(logsumexp_{j != y} z_j - z_y)``: unlike ``log_softmax``, which rounds to
+    exactly 0 (no gradient) once the margin passes ~17 nats in float32, this keeps ``1 - p`` and its
+    gradient down to ``exp(-88)``.
+    """
+    z_y = logits.gather(1, tokens[:, None]).squeeze(1)
+    others = logits.scatter(1, tokens[:, None], float("-inf")).logsumexp(-1)
+    return -torch.nn.functional.softplus(others - z_y)
+
+
+def suppression_loss(seq_logp: torch.Tensor) -> torch.Tensor:
+    """``-log(1 - p)`` ``[k]`` of sequences with log-probability ``seq_logp`` ``[k]`` (each ``< 0``).
+
+    The answer-suppression objective (``target_objective: suppress_answer``): ~``p`` once ``p`` is small,
+    so the early stop ``loss < v_early_stop_loss`` means ``p < 1 - exp(-v_early_stop_loss)``
+    (0.01 -> p < 0.00995).
+    """
+    return -torch.log(-torch.expm1(seq_logp.clamp(max=-1e-30)))
+
+
+def suppression_per_request(logits: torch.Tensor, tokens: torch.Tensor, entry_rows: torch.Tensor,
+                            row_requests: torch.Tensor, n: int) -> torch.Tensor:
+    """Per-request suppression loss ``[n]``: the mean over a request's rewriting rows of ``-log(1 - p(answer))``.
+
+    ``logits`` ``[m, vocab]`` and ``tokens`` ``[m]``: one entry per teacher-forced answer token, entry ``e``
+    in rewriting row ``entry_rows[e]``; ``row_requests`` ``[rows]``: each rewriting row's request. ``p(answer)``
+    is the whole answer's probability (the product over its tokens), so a multi-token answer is suppressed
+    as a sequence: its later tokens, near-certain once the first is given, do not dominate the loss.
+    """
+    rows = len(row_requests)
+    seq_logp = torch.zeros(rows, device=logits.device, dtype=logits.dtype).index_add(
+        0, entry_rows, answer_logprobs(logits, tokens)
+    )
+    per_row = suppression_loss(seq_logp)
+    counts = torch.bincount(row_requests, minlength=n).clamp_min(1).to(per_row.dtype)
+    return torch.zeros(n, device=logits.device, dtype=per_row.dtype).index_add(0, row_requests, per_row) / counts
+
+
+@dataclass
+class TargetRows:
+    """The encoded rows of one chunk of the neutral-target optimisation and its loss entries.
+
+    Rows are request-major / context-minor rewriting rows (``n * n_ctx``, prefix + prompt + the
+    target tokens but the last), then one KL row per request (``subject + " is a"``).
+    ``rw_req`` ``[n * n_ctx]``: the request of each rewriting row. The ``t_*`` lists hold one entry
+    per target-token prediction: row, absolute position, token id, weight ``1 / (m * n_ctx)``, request.
+    """
+
+    batch: object
+    rw_req: List[int]
+    t_rows: List[int]
+    t_pos: List[int]
+    t_tok: List[int]
+    t_weight: List[float]
+    t_req: List[int]
+
+
+def encode_target_rows(tok, requests: Sequence[ForgetRequest], target_ids, prefixes: Sequence[str],
+                       fact_token: str, device) -> TargetRows:
+    """Encode a chunk's rewriting and KL rows (on ``device``) and list its target-token loss entries."""
+    n, n_ctx = len(requests), len(prefixes)
+    rw_req = [i for i in range(n) for _ in range(n_ctx)]
+    contexts = [p for _ in range(n) for p in prefixes] + [""] * n
+    prefixes_rows = [requests[i].prefix for i in rw_req] + [""] * n
+    subjects = [requests[i].subject for i in rw_req] + [r.subject for r in requests]
+    suffixes = [requests[i].suffix for i in rw_req] + [" is a"] * n
+    appended = [list(target_ids[i][:-1]) for i in rw_req] + [[] for _ in range(n)]
+    batch = encode_rows(tok, contexts, prefixes_rows, subjects, suffixes, fact_token, appended).to(device)
+    t_rows, t_pos, t_tok, t_weight, t_req = [], [], [], [], []
+    for row, i in enumerate(rw_req):
+        m = len(target_ids[i])
+        prompt_len = int(batch.lengths[row]) - (m - 1)
+        for j, token in enumerate(target_ids[i]):
+            t_rows.append(row)
+            t_pos.append(prompt_len - 1 + j)
+            t_tok.append(token)
+            t_weight.append(1.0 / (m * n_ctx))
+            t_req.append(i)
+    return TargetRows(batch, rw_req, t_rows, t_pos, t_tok, t_weight, t_req)

@@ -1,0 +1,85 @@
+"""The audit of ``zerounlearn unlearn --audit``: the facts file's facts, before and after the edit.
+
+Facts-file records may carry optional ``paraphrases`` and ``questions`` (lists of strings,
+checked by :func:`check_probe_fields`); records without an answer are not audited. Borrowed
+facts (in-context examples, distractors, relearning) come from the package's hand-written facts
+(:mod:`zerounlearn_editor.data.facts`) and the retain file's facts with answers; the relation of a
+fact is its prompt with the subject replaced by ``{}``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from zerounlearn_editor.data.record_files import RecordFileError, read_record_list
+from zerounlearn_editor.evaluation.audit.items import AuditItem, PoolFact, items_from_facts, pool_from_facts
+from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings, build_plan
+from zerounlearn_editor.evaluation.audit.suite import LensConfig, score_model
+
+__all__ = ["PROBE_FIELDS", "check_probe_fields", "facts_items", "facts_pool", "FactsAudit", "format_facts_audit"]
+
+PROBE_FIELDS = ("paraphrases", "questions")
+
+
+def check_probe_fields(record: Mapping[str, Any], index: int, path: Union[str, Path]) -> None:
+    """``paraphrases`` / ``questions``, when present, must be lists of non-empty strings (error names the field)."""
+    for name in PROBE_FIELDS:
+        if name not in record:
+            continue
+        value = record[name]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+            raise RecordFileError(f"{path}: record {index}: field {name!r} must be a list of non-empty strings, got {value!r}")
+
+
+def facts_items(path: Union[str, Path]) -> List[AuditItem]:
+    """Audit items of the facts file's records that have an answer (``answer`` or ``ground_truth``)."""
+    records = read_record_list(path, what="facts to forget")
+    kept = [dict(r, answer=r.get("answer", r.get("ground_truth"))) for r in records]
+    kept = [r for r in kept if isinstance(r["answer"], str) and r["answer"].strip()]
+    return items_from_facts(kept)
+
+
+def facts_pool(retain: Sequence[Mapping[str, Any]] = ()) -> List[PoolFact]:
+    """The built-in hand-written facts plus the retain facts ``{prompt, subject, answer}`` that have answers."""
+    from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS
+
+    triples: List[Tuple[str, str, str]] = list(CAPITALS_TO_FORGET + OTHER_CAPITALS + UNRELATED_FACTS)
+    for r in retain:
+        answer = r.get("answer", r.get("ground_truth"))
+        if isinstance(answer, str) and answer.strip() and r.get("subject") and r["subject"] in r.get("prompt", ""):
+            triples.append((r["prompt"], r["subject"], answer.strip()))
+    return pool_from_facts(triples)
+
+
+class FactsAudit:
+    """Build the plan once (before the edit) and score the model before and after."""
+
+    def __init__(self, model, tok, items: Sequence[AuditItem], pool: Sequence[PoolFact], settings: AuditSettings,
+                 hparams: Any, corpus: Optional[str] = None):
+
+        passages = generic_passages(corpus or hparams.mom2_dataset) if "relearning" in settings.families else []
+        self.settings = settings
+        self.plan: AuditPlan = build_plan(items, pool, tok, settings, passages)
+        self.lens = LensConfig(hparams.layers[0], hparams.layer_module_tmp, hparams.ln_f_module)
+        self.model, self.tok = model, tok
+
+    def score(self) -> Dict[str, Dict[str, Any]]:
+        """Every probe on the model as it is now."""
+        return score_model(self.model, self.tok, self.plan, self.settings, self.lens)
+
+
+def format_facts_audit(audit: Mapping[str, Any]) -> str:
+    """Markdown: probe | recovered % before | after."""
+    lines = ["### Robustness audit (% of the forgotten facts recovered)", "", "| probe | before | after |", "|---|---|---|"]
+    for probe, before in audit["before"].items():
+        after = audit["after"].get(probe, {})
+        cell = lambda r: "-" if r.get("recovered") is None else f"{r['recovered']:.0f}"  # noqa: E731
+        lines.append(f"| {probe} | {cell(before)} | {cell(after)} |")
+    return "\n".join(lines)
+
+
+def generic_passages(corpus: str, limit: int = 400) -> List[str]:
+    """Generic text for the relearning control: the first passages of the statistics corpus."""
+    from zerounlearn_editor.data.corpus import load_corpus
+
+    return load_corpus(corpus, limit=limit).texts

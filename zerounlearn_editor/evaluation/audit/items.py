@@ -1,0 +1,171 @@
+"""What the audit probes: the forgotten facts (:class:`AuditItem`) and the facts it may borrow
+(:class:`PoolFact`: in-context examples, multiple-choice distractors, relearning data).
+
+Borrowed facts never name a forgotten subject or a forgotten answer (case-insensitive substring
+test on the borrowed prompt and answer): an in-context example "The capital of France is Paris."
+would hand the model the answer it should have forgotten. Same-relation facts come first (the
+dataset's ``relation``; for a facts file the prompt with the subject replaced by ``{}``), filled up
+with facts of other relations when a relation has too few. Every draw is seeded.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from zerounlearn_editor.data.types import Probe, UnlearnCase
+
+__all__ = ["AuditItem", "PoolFact", "items_from_cases", "pool_from_cases", "items_from_facts", "pool_from_facts",
+           "Forbidden", "forbidden_of", "borrow", "distractors", "relearn_facts"]
+
+
+@dataclass(frozen=True)
+class PoolFact:
+    """A fact the audit may show the model: ``prompt + " " + answer``; ``relation`` may be None."""
+
+    prompt: str
+    subject: str
+    answer: str
+    relation: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class AuditItem:
+    """One forgotten fact and its probe prompts (answers without leading space).
+
+    ``paraphrases`` / ``questions`` are other phrasings with their answers (usually the fact's own
+    answer; RWKU questions carry theirs); ``groups`` are a dataset's own probe levels
+    (RWKU: ``fill_in_blank``, ``question``, ``adversarial``).
+    """
+
+    case_id: str
+    prompt: str
+    subject: str
+    answer: str
+    relation: Optional[str] = None
+    paraphrases: Tuple[Probe, ...] = ()
+    questions: Tuple[Probe, ...] = ()
+    groups: Mapping[str, Tuple[Probe, ...]] = field(default_factory=dict)
+
+
+RWKU_LEVELS = {"forget_level1": "fill_in_blank", "forget_level2": "question", "forget_level3": "adversarial"}
+
+
+def items_from_cases(cases: Sequence[UnlearnCase]) -> List[AuditItem]:
+    """Audit items of dataset cases: the request's prompt and answer, paraphrases, questions.
+
+    MQuAKE's paraphrase is a question (``"Who performed Hey Jude?"``): it serves both probes.
+    RWKU: questions are the target's level-2 probes, its levels are the ``groups``; the request's
+    probe (a level-1 or level-2 probe naming the target) is the prompt.
+    """
+    items = []
+    for case in cases:
+        request = case.request
+        paraphrases: Tuple[Probe, ...] = tuple(case.paraphrase)
+        questions: Tuple[Probe, ...] = ()
+        groups: Dict[str, Tuple[Probe, ...]] = {}
+        if case.source == "mquake":
+            questions = tuple(case.paraphrase)
+        if case.source == "rwku":
+            paraphrases = ()
+            questions = tuple(case.probe_groups.get("forget_level2", ()))
+            groups = {name: tuple(case.probe_groups[key]) for key, name in RWKU_LEVELS.items() if case.probe_groups.get(key)}
+        items.append(AuditItem(case.case_id, request["prompt"], request["subject"], request["ground_truth"],
+                               case.relation, paraphrases, questions, groups))
+    return items
+
+
+def pool_from_cases(cases: Sequence[UnlearnCase]) -> List[PoolFact]:
+    """One pool fact per case (its request), with the case's relation."""
+    return [PoolFact(c.request["prompt"], c.request["subject"], c.request["ground_truth"], c.relation) for c in cases]
+
+
+def _relation_of(prompt: str, subject: str) -> str:
+    return prompt.replace(subject, "{}", 1)
+
+
+def items_from_facts(records: Sequence[Mapping[str, Any]]) -> List[AuditItem]:
+    """Items of facts-file records ``{prompt, subject, answer[, paraphrases][, questions]}`` (checked already).
+
+    Records without an answer cannot be audited and are left out by the caller.
+    """
+    items = []
+    for index, record in enumerate(records):
+        answer = str(record["answer"]).strip()
+        items.append(AuditItem(
+            str(index), record["prompt"], record["subject"], answer, _relation_of(record["prompt"], record["subject"]),
+            tuple(Probe(p.strip(), answer) for p in record.get("paraphrases") or ()),
+            tuple(Probe(q.strip(), answer) for q in record.get("questions") or ()),
+        ))
+    return items
+
+
+def pool_from_facts(facts: Sequence[Tuple[str, str, str]]) -> List[PoolFact]:
+    """Pool facts from ``(prompt, subject, answer)`` triples; relation = the prompt's template."""
+    return [PoolFact(p, s, a, _relation_of(p, s)) for p, s, a in facts]
+
+
+@dataclass(frozen=True)
+class Forbidden:
+    """Lower-cased forgotten subjects and answers: a borrowed fact may contain none of them."""
+
+    words: Tuple[str, ...]
+
+    def allows(self, fact: PoolFact) -> bool:
+        text = f"{fact.prompt} {fact.answer}".lower()
+        return not any(word in text for word in self.words)
+
+
+def forbidden_of(items: Sequence[AuditItem]) -> Forbidden:
+    """Everything a borrowed fact must not name: every item's subject and answer."""
+    words = {w.strip().lower() for item in items for w in (item.subject, item.answer) if w.strip()}
+    return Forbidden(tuple(sorted(words)))
+
+
+def _rng(seed: int, *parts: object) -> random.Random:
+    return random.Random(":".join(str(p) for p in (seed, *parts)))
+
+
+def borrow(pool: Sequence[PoolFact], relation: Optional[str], k: int, forbidden: Forbidden, seed: int,
+           tag: str) -> List[PoolFact]:
+    """``k`` allowed pool facts, same relation first (shuffled with ``seed`` and ``tag``), then others."""
+    allowed = [f for f in pool if forbidden.allows(f)]
+    same = [f for f in allowed if relation is not None and f.relation == relation]
+    other = [f for f in allowed if not (relation is not None and f.relation == relation)]
+    rng = _rng(seed, tag)
+    rng.shuffle(same)
+    rng.shuffle(other)
+    return (same + other)[:k]
+
+
+def distractors(item: AuditItem, pool: Sequence[PoolFact], k: int, forbidden: Forbidden, seed: int) -> List[str]:
+    """``k`` distinct wrong answers, same relation first; never a forgotten answer or the item's own."""
+    answers: List[str] = []
+    seen = {item.answer.strip().lower()}
+    for fact in borrow(pool, item.relation, len(pool), forbidden, seed, f"mc:{item.case_id}"):
+        key = fact.answer.strip().lower()
+        if key not in seen:
+            seen.add(key)
+            answers.append(fact.answer.strip())
+        if len(answers) == k:
+            break
+    return answers
+
+
+def relearn_facts(items: Sequence[AuditItem], pool: Sequence[PoolFact], n: int, forbidden: Forbidden,
+                  seed: int) -> List[PoolFact]:
+    """Up to ``n`` allowed facts for relearning, taken round-robin over the items' relations, then any."""
+    relations = list(dict.fromkeys(item.relation for item in items if item.relation is not None))
+    rng = _rng(seed, "relearn")
+    allowed = [f for f in pool if forbidden.allows(f)]
+    by_relation = {r: [f for f in allowed if f.relation == r] for r in relations}
+    for facts in by_relation.values():
+        rng.shuffle(facts)
+    chosen: List[PoolFact] = []
+    while len(chosen) < n and any(by_relation.values()):
+        for relation in relations:
+            if by_relation[relation] and len(chosen) < n:
+                chosen.append(by_relation[relation].pop())
+    rest = [f for f in allowed if f not in chosen]
+    rng.shuffle(rest)
+    return chosen + rest[: n - len(chosen)]

@@ -1,0 +1,66 @@
+"""Logit lens: where in the network the answer is still readable.
+
+For a probe, the residual stream ``h_l`` ``[d]`` at the last prompt position after each decoder
+layer ``l >= first_layer`` goes through the final norm and the output head; the answer's first
+token's rank among the ``vocab`` logits (0 = top) is taken per layer, and the probe's *best rank*
+is the minimum over those layers. A fact counts as readable when its best rank is < ``top_k``
+(in the top 10 by default).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import List, Sequence
+
+import torch
+from torch import nn
+
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.evaluation.batching import (
+    batched_indices,
+    encode_probes,
+    model_device,
+    pad_sequences,
+    pad_token_id,
+)
+from zerounlearn_editor.engine.model_access import StopForward, capture_outputs, get_module, num_hidden_layers
+
+__all__ = ["answer_ranks", "best_ranks"]
+
+
+def answer_ranks(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """Rank (0 = argmax) of ``token_ids`` ``[n]`` in ``logits`` ``[n, vocab]`` (ties count in the token's favour)."""
+    chosen = logits.gather(1, token_ids[:, None])  # [n, 1]
+    return (logits > chosen).sum(dim=1)
+
+
+def best_ranks(model: nn.Module, tok, probes: Sequence[Probe], first_layer: int, layer_module_tmp: str,
+               ln_f_module: str, batch_size: int = 16) -> List[int]:
+    """Per probe: the answer's first token's best rank over layers ``first_layer..L-1`` (see module docstring)."""
+    if not probes:
+        return []
+    last = num_hidden_layers(model)
+    if not 0 <= first_layer < last:
+        raise ValueError(f"logit lens: first layer {first_layer} outside 0..{last - 1}")
+    names = [layer_module_tmp.format(l) for l in range(first_layer, last)]
+    norm = get_module(model, ln_f_module)
+    head = model.get_output_embeddings()
+    encoded = encode_probes(tok, probes)
+    device = model_device(model)
+    result: List[int] = [0] * len(probes)
+    model.eval()
+    with torch.no_grad():
+        for indices in batched_indices([e.answer_start for e in encoded], batch_size):
+            prompts = [encoded[i].input_ids[: encoded[i].answer_start] for i in indices]
+            batch = pad_sequences(prompts, pad_token_id(tok), "left", device)
+            with capture_outputs(model, names, stop_after=names[-1]) as captured, contextlib.suppress(StopForward):
+                model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                      position_ids=batch.position_ids, use_cache=False)
+            answer = torch.tensor([encoded[i].answer_ids[0] for i in indices], device=device)
+            best = None
+            for name in names:
+                hidden = captured[name][:, -1]  # [b, d], left padding: the last position is the prompt's last token
+                ranks = answer_ranks(head(norm(hidden)).float(), answer)
+                best = ranks if best is None else torch.minimum(best, ranks)
+            for row, index in enumerate(indices):
+                result[index] = int(best[row])
+    return result

@@ -1,0 +1,124 @@
+"""Batched choice scoring: the log-probability of each answer word after a prompt.
+
+An answer word's tokens are found exactly as for every other metric of the package
+(:func:`~zerounlearn_editor.evaluation.batching.encode_probe`: the tokens of
+``prompt + " " + word`` after those of ``prompt``). When every choice of an item is one token
+following the same prompt tokens (the usual case: ``" positive"``, ``" A"``), one forward pass of
+the prompt scores all choices; otherwise each (item, choice) sequence is scored on its own and
+its answer tokens' log-probabilities are summed.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.evaluation.batching import (
+    batched_indices,
+    encode_probe,
+    forward_logits,
+    model_device,
+    pad_sequences,
+    pad_token_id,
+    resolve_padding_side,
+)
+from zerounlearn_editor.evaluation.utility.tasks import UtilityItem
+
+__all__ = ["choice_logprobs", "score_tasks", "task_scores"]
+
+LOG = logging.getLogger(__name__)
+
+
+def _plan(tok: Any, items: Sequence[UtilityItem]) -> Tuple[List[List[int]], List[List[Tuple[int, int, List[int]]]]]:
+    """Sequences to run and, per item and choice, ``(sequence index, answer start, answer ids)``."""
+    sequences: List[List[int]] = []
+    plans: List[List[Tuple[int, int, List[int]]]] = []
+    for item in items:
+        encoded = [encode_probe(tok, Probe(item.prompt, word)) for word in item.choices]
+        prefix = encoded[0].input_ids[: encoded[0].answer_start]
+        shared = all(
+            len(e.answer_ids) == 1 and e.input_ids[: e.answer_start] == prefix for e in encoded
+        )
+        if shared:
+            sequences.append(prefix)
+            plans.append([(len(sequences) - 1, len(prefix), e.answer_ids) for e in encoded])
+        else:
+            row = []
+            for e in encoded:
+                sequences.append(list(e.input_ids))
+                row.append((len(sequences) - 1, e.answer_start, e.answer_ids))
+            plans.append(row)
+    return sequences, plans
+
+
+@torch.no_grad()
+def choice_logprobs(
+    model: nn.Module, tok: Any, items: Sequence[UtilityItem], batch_size: int = 8, progress: bool = False
+) -> List[List[float]]:
+    """Per item, the summed log-probability of each choice's answer tokens (``[n_items][n_choices]``)."""
+    if not items:
+        return []
+    model.eval()
+    sequences, plans = _plan(tok, items)
+    device = model_device(model)
+    pad_id = pad_token_id(tok)
+    side = resolve_padding_side(tok, None)
+    # what each sequence must report: (answer start, answer ids) pairs, keyed by sequence
+    wanted: List[List[Tuple[int, List[int]]]] = [[] for _ in sequences]
+    for row in plans:
+        for seq, start, ids in row:
+            wanted[seq].append((start, ids))
+    scores: List[List[float]] = [[] for _ in sequences]
+    batches = list(batched_indices([len(s) for s in sequences], batch_size))
+    for indices in tqdm(batches, desc="utility", unit="batch", disable=not progress, leave=False):
+        batch = pad_sequences([sequences[i] for i in indices], pad_id, side, device)
+        logits = forward_logits(model, batch)  # [B, L, V]
+        for row, index in enumerate(indices):
+            offset = batch.offsets[row]
+            for start, ids in wanted[index]:
+                positions = torch.arange(offset + start - 1, offset + start - 1 + len(ids), device=device)
+                logp = torch.log_softmax(logits[row, positions].float(), dim=-1)  # [len(ids), V]
+                target = torch.tensor(ids, device=device)
+                scores[index].append(float(logp.gather(1, target[:, None]).sum()))
+    out: List[List[float]] = []
+    cursor = [0] * len(sequences)
+    for row in plans:
+        values = []
+        for seq, _, _ in row:
+            values.append(scores[seq][cursor[seq]])
+            cursor[seq] += 1
+        out.append(values)
+    return out
+
+
+def task_scores(items: Sequence[UtilityItem], logprobs: Sequence[Sequence[float]]) -> Dict[str, Any]:
+    """Accuracy of the argmax choice, with how often each choice was predicted and was gold."""
+    k = len(items[0].choices) if items else 0
+    preds = [max(range(len(lp)), key=lambda j: (lp[j], -j)) for lp in logprobs]
+    correct = [int(p == item.gold) for p, item in zip(preds, items)]
+    n = len(items)
+    return {
+        "accuracy": sum(correct) / n if n else float("nan"),
+        "n": n,
+        "chance": 1.0 / k if k else float("nan"),
+        "pred_fraction": {items[0].choices[j]: sum(p == j for p in preds) / n for j in range(k)} if n else {},
+        "gold_fraction": {items[0].choices[j]: sum(i.gold == j for i in items) / n for j in range(k)} if n else {},
+        "correct": correct,
+    }
+
+
+def score_tasks(model: nn.Module, tok: Any, task_items: Mapping[str, Sequence[UtilityItem]], batch_size: int = 8,
+                progress: bool = False) -> Dict[str, Dict[str, Any]]:
+    """:func:`task_scores` of every task for the model's current state."""
+    out = {}
+    for name, items in task_items.items():
+        start = time.perf_counter()
+        out[name] = task_scores(items, choice_logprobs(model, tok, items, batch_size, progress))
+        LOG.info("%s: accuracy %.3f (n=%d, chance %.2f) in %.1fs", name, out[name]["accuracy"], out[name]["n"],
+                 out[name]["chance"], time.perf_counter() - start)
+    return out

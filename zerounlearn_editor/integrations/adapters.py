@@ -1,0 +1,384 @@
+"""Export an edit as a PEFT LoRA adapter: unlearning as a small file that can be switched off.
+
+Both methods change each edited weight by a low-rank matrix ``Delta = W' - W`` ``[d_out, d_in]``:
+
+* ZeroUnlearn-GD: ``Delta = E P_m`` is built from the ``n`` forget keys, ``rank <= n``;
+* ZeroUnlearn with ``projection_eps: 0``: ``W' = D W`` with ``D - I = (D0 - I) - V V^T D0`` where
+  ``D0 - I = f (M_n - M_f) M_f^T (...)^-1`` has rank ``<= n`` and ``V`` spans the ``n`` forget
+  values, so ``rank(Delta) <= 2n`` (also with the retain-aware projector, ``I - F (...)^-1``);
+  ``projection_eps > 0`` adds ``eps W``, which is full rank: no adapter.
+
+:func:`export_lora_adapter` takes the weights before the edit (the ``weights_copy`` of
+``apply_*(..., return_orig_weights=True)``, or the unedited model) and the edited model,
+factorises each ``Delta`` by an SVD ``Delta = U S V^T`` truncated at its numerical rank ``r``
+(singular values above the rounding noise of the stored weight), ``B = U_r S_r^(1/2)``
+``[d_out, r]``, ``A = S_r^(1/2) V_r^T`` ``[r, d_in]``, and writes PEFT's files:
+
+* ``adapter_config.json``: ``LoraConfig`` with ``target_modules`` = the edited modules' full
+  names, ``r = lora_alpha`` (scaling 1), no dropout;
+* ``adapter_model.safetensors``: ``base_model.model.<module>.lora_A.weight`` / ``lora_B.weight``
+  (layers of smaller rank are padded with zero rows/columns to the common ``r``);
+* ``zerounlearn_adapter.json``: per layer the numerical rank, the stored rank and the relative
+  residuals ``||Delta - B A||_F / ||Delta||_F`` and ``/ ||W'||_F``, caller metadata, and
+  ``base_model_fingerprint``: :func:`~zerounlearn_editor.engine.stats.model_fingerprint` of the model
+  before the edit. PEFT applies an adapter to any model of the same shape; :func:`load_lora_adapter`
+  (how this package loads one) refuses a base model with another fingerprint.
+
+``PeftModel.from_pretrained(base, out_dir)`` then computes ``W x + B A x`` = the edited model up
+to rounding; ``with peft_model.disable_adapter():`` is the original model, and
+``merge_and_unload()`` writes ``W + B A`` into the weights.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Union
+
+import torch
+from torch import nn
+
+from zerounlearn_editor.engine.model_access import get_module, module_is_transposed
+
+__all__ = [
+    "ADAPTER_REPORT_NAME",
+    "AdapterLayer",
+    "AdapterReport",
+    "NotLowRankError",
+    "low_rank_factors",
+    "edit_deltas",
+    "export_lora_adapter",
+    "AdapterBaseError",
+    "adapter_base_fingerprint",
+    "check_adapter_base",
+    "load_lora_adapter",
+]
+
+LOG = logging.getLogger(__name__)
+
+ADAPTER_REPORT_NAME = "zerounlearn_adapter.json"
+"""The file in the adapter folder with the rank and residual of every layer."""
+
+
+class AdapterBaseError(ValueError):
+    """An adapter is being loaded onto another model than the one it was made from."""
+
+
+class NotLowRankError(ValueError):
+    """An edited weight's change is not low rank (or not reproduced closely enough at the allowed rank)."""
+
+
+@dataclass
+class AdapterLayer:
+    """The factorisation of one edited weight (all norms Frobenius)."""
+
+    module: str
+    shape: List[int]  # [d_out, d_in]
+    numerical_rank: int  # singular values of Delta above the weight's rounding noise
+    rank: int  # rank stored in the adapter (before zero padding)
+    delta_norm: float
+    relative_residual: float  # ||Delta - B A|| / ||Delta||
+    weight_relative_residual: float  # ||Delta - B A|| / ||W'||
+    noise_floor: float
+    singular_values: List[float] = field(default_factory=list)  # the leading ones (rank + 4 at most)
+
+
+@dataclass
+class AdapterReport:
+    """What :func:`export_lora_adapter` wrote."""
+
+    out_dir: str
+    r: int
+    layers: List[AdapterLayer]
+    files: Dict[str, int]  # file name -> bytes
+    metadata: Dict[str, Any] = field(default_factory=dict)
+    base_model_fingerprint: Optional[str] = None
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(self.files.values())
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dict(out_dir=self.out_dir, r=self.r, layers=[asdict(l) for l in self.layers], files=self.files,
+                    size_bytes=self.size_bytes, metadata=self.metadata, base_model_fingerprint=self.base_model_fingerprint)
+
+
+def _rounding_noise(W_new: torch.Tensor, dtype: torch.dtype) -> float:
+    """An upper estimate of the spectral norm of the rounding error of a stored ``[m, k]`` weight.
+
+    Rounding to ``dtype`` perturbs each entry by at most ``eps/2 |w|`` (std ``~0.29 eps rms(w)``);
+    an i.i.d. ``[m, k]`` matrix of std ``s`` has spectral norm ``~ s (sqrt m + sqrt k)``. This
+    returns ``eps rms(W') (sqrt m + sqrt k)`` (about 3x the expected value). 0 for float64.
+    """
+    if dtype == torch.float64:
+        return 0.0
+    m, k = W_new.shape
+    rms = float(W_new.norm()) / math.sqrt(m * k)
+    return torch.finfo(dtype).eps * rms * (math.sqrt(m) + math.sqrt(k))
+
+
+def low_rank_factors(
+    delta: torch.Tensor, noise_floor: float = 0.0, max_rank: Optional[int] = None, rtol: float = 1e-12
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """SVD factors of ``delta`` ``[d_out, d_in]`` (float64) at its numerical rank.
+
+    Keeps singular values ``> max(noise_floor, rtol * s_max)``, at most ``max_rank`` of them.
+    Returns ``(B [d_out, r], A [r, d_in], S [min(d_out, d_in)] all singular values, numerical
+    rank)``; ``B @ A`` is the best rank-``r`` approximation of ``delta``.
+    """
+    delta = delta.double()
+    U, S, Vh = torch.linalg.svd(delta, full_matrices=False)
+    if S.numel() == 0 or float(S[0]) == 0.0:
+        numerical = 0
+    else:
+        numerical = int((S > max(noise_floor, rtol * float(S[0]))).sum())
+    r = numerical if max_rank is None else min(numerical, max_rank)
+    root = S[:r].sqrt()
+    B = U[:, :r] * root  # [d_out, r]
+    A = root[:, None] * Vh[:r]  # [r, d_in]
+    return B, A, S, numerical
+
+
+def _module_of(param_name: str) -> str:
+    if not param_name.endswith(".weight"):
+        raise ValueError(f"weights_before key {param_name!r} is not a module weight (must end in '.weight')")
+    return param_name[: -len(".weight")]
+
+
+def edit_deltas(
+    weights_before: Union[Mapping[str, torch.Tensor], nn.Module], edited_model: nn.Module
+) -> Dict[str, tuple[torch.Tensor, torch.Tensor, bool]]:
+    """``{module name: (W' [d_out, d_in] float64, Delta = W' - W float64, transposed)}``.
+
+    ``weights_before``: parameter name -> weight before the edit (the ``weights_copy`` of the
+    apply functions), or the unedited model (then every 2-D weight that differs is taken).
+    """
+    params = dict(edited_model.named_parameters())
+    if isinstance(weights_before, nn.Module):
+        before_params = dict(weights_before.named_parameters())
+        weights_before = {
+            name: value for name, value in before_params.items()
+            if name in params and value.shape == params[name].shape and not torch.equal(value, params[name].detach())
+        }
+        if any(name not in before_params for name in params):
+            raise ValueError("the model before the edit and the edited model have different parameters")
+    if not weights_before:
+        raise ValueError("no edited weights: weights_before is empty (or the models are identical)")
+    out = {}
+    for name, before in weights_before.items():
+        module_name = _module_of(name)
+        if name not in params:
+            raise ValueError(f"weights_before names {name!r}, which the edited model does not have")
+        module = get_module(edited_model, module_name)
+        if not isinstance(module, nn.Linear) and not module_is_transposed(module):
+            raise ValueError(f"{module_name}: LoRA export supports Linear and Conv1D weights, not {type(module).__name__}")
+        after = params[name].detach()
+        if before.shape != after.shape:
+            raise ValueError(f"{name}: weight before {tuple(before.shape)} vs after {tuple(after.shape)}")
+        transposed = module_is_transposed(module)
+        W_new = after.double().cpu()
+        delta = W_new - before.detach().double().cpu()
+        if transposed:
+            W_new, delta = W_new.t(), delta.t()
+        out[module_name] = (W_new, delta, transposed)
+    return out
+
+
+def _readable(path: Path) -> None:
+    """Give a written file the usual ``0666 & ~umask`` mode (some writers create files 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    _readable(tmp)
+    os.replace(tmp, path)
+
+
+def export_lora_adapter(
+    weights_before: Union[Mapping[str, torch.Tensor], nn.Module],
+    edited_model: nn.Module,
+    out_dir: Union[str, Path],
+    *,
+    max_rank: Optional[int] = None,
+    max_weight_residual: Optional[float] = None,
+    allow_lossy: bool = False,
+    base_model_name_or_path: Optional[str] = None,
+    metadata: Optional[Mapping[str, Any]] = None,
+) -> AdapterReport:
+    """Write the edit ``edited_model - weights_before`` as a PEFT LoRA adapter in ``out_dir``.
+
+    Args:
+        weights_before: parameter name -> weight before the edit (``weights_copy`` of
+            ``apply_zerounlearn_to_model(..., return_orig_weights=True)``), or the unedited model.
+        edited_model: the model after the edit (not modified).
+        out_dir: the adapter folder (created; existing adapter files are replaced).
+        max_rank: cap on each layer's rank (e.g. the theoretical ``n`` / ``2n``); default: the
+            numerical rank.
+        max_weight_residual: largest allowed ``||Delta - B A||_F / ||W'||_F`` per layer;
+            default ``max(1e-5, 2 eps)`` of the weight's dtype (the weight's own rounding).
+        allow_lossy: export anyway (with a warning giving the numbers) when a layer exceeds
+            ``max_weight_residual`` or its adapter would not be smaller than the weight;
+            otherwise :class:`NotLowRankError` is raised and nothing is written.
+        base_model_name_or_path: written into ``adapter_config.json`` (default: the edited
+            model's ``config._name_or_path``).
+        metadata: extra JSON-serialisable facts stored in ``zerounlearn_adapter.json``.
+
+    Returns:
+        :class:`AdapterReport` (ranks, residuals, file sizes).
+    """
+    from peft import LoraConfig
+    from safetensors.torch import save_file
+
+    deltas = edit_deltas(weights_before, edited_model)
+    params = dict(edited_model.named_parameters())
+    tensors: Dict[str, torch.Tensor] = {}
+    layers: List[AdapterLayer] = []
+    problems: List[str] = []
+    factors = {}
+    transposed_flags = set()
+    for module_name, (W_new, delta, transposed) in deltas.items():
+        dtype = params[f"{module_name}.weight"].dtype
+        floor = _rounding_noise(W_new, dtype)
+        B, A, S, numerical = low_rank_factors(delta, floor, max_rank)
+        r = A.shape[0]
+        residual = float(S[r:].pow(2).sum().sqrt())
+        delta_norm = float(S.pow(2).sum().sqrt())
+        layer = AdapterLayer(
+            module=module_name,
+            shape=list(delta.shape),
+            numerical_rank=numerical,
+            rank=r,
+            delta_norm=delta_norm,
+            relative_residual=residual / delta_norm if delta_norm else 0.0,
+            weight_relative_residual=residual / float(W_new.norm()),
+            noise_floor=floor,
+            singular_values=[float(s) for s in S[: r + 4]],
+        )
+        layers.append(layer)
+        factors[module_name] = (B, A)
+        transposed_flags.add(transposed)
+        limit = max_weight_residual if max_weight_residual is not None else max(1e-5, 2 * torch.finfo(dtype).eps)
+        d_out, d_in = delta.shape
+        if layer.weight_relative_residual > limit:
+            problems.append(
+                f"{module_name}: rank {r} (numerical rank {numerical} of {min(d_out, d_in)}) leaves a residual of "
+                f"{layer.weight_relative_residual:.2e} of the weight's norm ({layer.relative_residual:.2e} of the "
+                f"change's), above {limit:.1e}"
+            )
+        elif r * (d_out + d_in) >= d_out * d_in:
+            problems.append(
+                f"{module_name}: the change has numerical rank {numerical} of {min(d_out, d_in)} (full rank); "
+                f"a rank-{r} adapter ({r * (d_out + d_in)} numbers) is not smaller than the weight ({d_out * d_in})"
+            )
+    if len(transposed_flags) > 1:
+        raise ValueError("the edited modules mix Linear and Conv1D weights; export them as separate adapters")
+    if problems:
+        message = (
+            "the edit is not low rank: " + "; ".join(problems) + ". ZeroUnlearn with projection_eps > 0 scales the "
+            "whole weight ((1 + eps) I - V V^T) and cannot be an adapter: use projection_eps: 0 or save the model."
+        )
+        if not allow_lossy:
+            raise NotLowRankError(message)
+        LOG.warning("%s Exporting anyway (allow_lossy).", message)
+
+    r = max(max(layer.rank for layer in layers), 1)
+    for module_name, (B, A) in factors.items():
+        pad = r - A.shape[0]
+        if pad:
+            A = torch.cat([A, A.new_zeros((pad, A.shape[1]))])
+            B = torch.cat([B, B.new_zeros((B.shape[0], pad))], dim=1)
+        tensors[f"base_model.model.{module_name}.lora_A.weight"] = A.float().contiguous()
+        tensors[f"base_model.model.{module_name}.lora_B.weight"] = B.float().contiguous()
+
+    base_name = base_model_name_or_path
+    if base_name is None:
+        base_name = getattr(getattr(edited_model, "config", None), "_name_or_path", None) or None
+    config = LoraConfig(
+        r=r,
+        lora_alpha=r,  # scaling = lora_alpha / r = 1: the adapter adds exactly B A
+        lora_dropout=0.0,
+        bias="none",
+        target_modules=sorted(deltas),
+        fan_in_fan_out=transposed_flags == {True},
+        task_type="CAUSAL_LM",
+        base_model_name_or_path=base_name,
+        inference_mode=True,
+    )
+    config_dict = config.to_dict()
+    for key, value in config_dict.items():
+        if isinstance(value, set):
+            config_dict[key] = sorted(value)
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    weights_path = out / "adapter_model.safetensors"
+    tmp = weights_path.with_name(f".{weights_path.name}.tmp-{os.getpid()}")
+    save_file(tensors, str(tmp), metadata={"format": "pt"})
+    _readable(tmp)
+    os.replace(tmp, weights_path)
+    _atomic_write_bytes(out / "adapter_config.json", json.dumps(config_dict, indent=2, sort_keys=True).encode())
+    files = {"adapter_model.safetensors": weights_path.stat().st_size,
+             "adapter_config.json": (out / "adapter_config.json").stat().st_size}
+    report = AdapterReport(str(out), r, layers, files, dict(metadata or {}),
+                           adapter_base_fingerprint(edited_model, weights_before))
+    _atomic_write_bytes(out / ADAPTER_REPORT_NAME, json.dumps(report.to_dict(), indent=2).encode())
+    for layer in layers:
+        LOG.info(
+            "%s: rank %d (numerical %d), residual %.2e of the change, %.2e of the weight",
+            layer.module, layer.rank, layer.numerical_rank, layer.relative_residual, layer.weight_relative_residual,
+        )
+    LOG.info("LoRA adapter (r=%d, %d modules, %d bytes) -> %s", r, len(layers), report.size_bytes, out)
+    return report
+
+
+def adapter_base_fingerprint(
+    edited_model: nn.Module, weights_before: Union[Mapping[str, torch.Tensor], nn.Module]
+) -> str:
+    """The fingerprint of the model an adapter applies to: ``edited_model`` with its weights before the edit."""
+    from zerounlearn_editor.engine.stats import model_fingerprint
+
+    if isinstance(weights_before, nn.Module):
+        return model_fingerprint(weights_before)
+    return model_fingerprint(edited_model, replace=dict(weights_before))
+
+
+def check_adapter_base(base_model: nn.Module, adapter_dir: Union[str, Path]) -> None:
+    """Raise :class:`AdapterBaseError` when ``adapter_dir`` records another base model than ``base_model``.
+
+    An adapter without ``zerounlearn_adapter.json`` (not written here) or without a recorded
+    fingerprint (written before it was recorded) is accepted with a warning.
+    """
+    from zerounlearn_editor.engine.stats import model_fingerprint
+
+    path = Path(adapter_dir) / ADAPTER_REPORT_NAME
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8")).get("base_model_fingerprint")
+    except FileNotFoundError:
+        LOG.warning("%s: no %s; the adapter's base model cannot be checked", adapter_dir, ADAPTER_REPORT_NAME)
+        return
+    except (OSError, ValueError, AttributeError) as exc:
+        raise AdapterBaseError(f"{path}: unreadable ({exc})") from exc
+    if recorded is None:
+        LOG.warning("%s records no base_model_fingerprint; the adapter's base model cannot be checked", path)
+        return
+    actual = model_fingerprint(base_model)
+    if actual != recorded:
+        raise AdapterBaseError(
+            f"{adapter_dir}: the adapter was made for the model with fingerprint {recorded} ({path}); this model's "
+            f"is {actual}: another model (or the same one already edited). Load it onto the model it was made from"
+        )
+
+
+def load_lora_adapter(base_model: nn.Module, adapter_dir: Union[str, Path], **kwargs: Any):
+    """``PeftModel.from_pretrained(base_model, adapter_dir)`` after :func:`check_adapter_base`."""
+    from peft import PeftModel
+
+    check_adapter_base(base_model, adapter_dir)
+    return PeftModel.from_pretrained(base_model, str(adapter_dir), **kwargs)

@@ -1,0 +1,171 @@
+"""Registration of our methods with EasyEdit (``zjunlp/EasyEdit``, run from its source tree).
+
+EasyEdit's ``editors/editor.py`` imports ``ALG_DICT`` with ``import *``, so adding entries to
+the dict object in ``easyeditor.util.alg_dict`` makes ``BaseEditor`` see them. Batch editing
+is gated by the static method ``BatchEditor.is_batchable_method`` (a hard-coded list on an
+Enum); we wrap it once so it also accepts our method names.
+
+``BaseEditor.__init__`` loads a model only when its name contains one of the substrings it
+dispatches on (``llama``, ``gpt``, ``qwen``, ...) and raises a bare ``NotImplementedError``
+otherwise (our ``smollm2`` alias, a local folder named ``SmolLM2-135M-Instruct``). It is
+wrapped once so that such a name is loaded by :func:`~zerounlearn_editor.support.model_zoo.load_model_and_tokenizer`
+(offline, aliases resolved) and handed to EasyEdit as ``(model, tokenizer)``, with the padding
+side EasyEdit gives the method. With a ``(model, tokenizer)`` tuple, EasyEdit keeps the tuple as
+``editor.model_name`` and its evaluation then fails on ``model_name.lower()``; the wrapper sets a
+name string there (the YAML's name, or the model's folder name for a tuple). Names EasyEdit
+loads itself go through its own code unchanged. The wrappers apply to every method, ours and
+EasyEdit's, and only change what EasyEdit would have refused.
+
+Registration happens when ``zerounlearn_editor`` is imported, whichever of the two packages is
+imported first, as long as ``easyeditor`` can be found then. ``$EASYEDIT_PATH`` is read by this
+package only: with the tree named only there, ``import zerounlearn_editor`` must come before
+``from easyeditor import ...`` (or put the tree on ``PYTHONPATH``, then any order works).
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+from typing import Any, Callable, Dict, Optional, Tuple
+
+__all__ = [
+    "METHODS",
+    "EASYEDIT_LOADABLE",
+    "RIGHT_PADDING_METHODS",
+    "easyedit_available",
+    "easyedit_loads_by_name",
+    "load_for_easyedit",
+    "register_with_easyedit",
+]
+
+LOG = logging.getLogger(__name__)
+
+_WRAPPED_FLAG = "_zerounlearn_batchable_names"
+_INIT_FLAG = "_zerounlearn_wrapped_init"
+
+EASYEDIT_LOADABLE = ("t5", "gpt", "llama", "baichuan", "chatglm", "internlm", "qwen", "mistral")
+"""Substrings of ``model_name`` on which ``BaseEditor.__init__`` dispatches its own loading."""
+
+RIGHT_PADDING_METHODS = ("ROME", "MEMIT", "EMMET", "EAMET", "R-ROME", "AlphaEdit", "CORE", "SPHERE")
+"""Methods EasyEdit gives a right-padding tokenizer; the others get left padding."""
+
+
+def _methods() -> Dict[str, Callable]:
+    from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
+    from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
+
+    return {"ZeroUnlearn": apply_zerounlearn_to_model, "ZeroUnlearn-GD": apply_zerounlearn_gd_to_model}
+
+
+METHODS = ("ZeroUnlearn", "ZeroUnlearn-GD")
+
+
+def _add_easyedit_path(path: Optional[str]) -> None:
+    path = path or os.environ.get("EASYEDIT_PATH")
+    if path and os.path.isdir(path) and path not in sys.path:
+        sys.path.insert(0, path)
+
+
+def easyedit_available(path: Optional[str] = None) -> bool:
+    """Whether ``easyeditor`` can be found (on ``sys.path``, or in ``path``/``$EASYEDIT_PATH``)."""
+    _add_easyedit_path(path)
+    return importlib.util.find_spec("easyeditor") is not None
+
+
+def easyedit_loads_by_name(name: str) -> bool:
+    """Whether ``BaseEditor`` loads a model of this name itself (see :data:`EASYEDIT_LOADABLE`)."""
+    lower = name.lower()
+    return any(key in lower for key in EASYEDIT_LOADABLE)
+
+
+def load_for_easyedit(name: str, alg_name: str, fp16: bool = False) -> Tuple[Any, Any]:
+    """``(model, tokenizer)`` of ``name`` (zoo alias, local folder, cached hub name) for ``BaseEditor``.
+
+    Loaded on the CPU (EasyEdit then moves the model to ``hparams.device``), float16 when
+    ``fp16``, else float32 (EasyEdit's choice); the tokenizer's padding side is the one EasyEdit
+    sets for ``alg_name`` (right for the ROME/MEMIT family, left otherwise). A name that is not
+    found fails with :mod:`~zerounlearn_editor.support.model_zoo`'s error naming what was looked for.
+    """
+    import torch
+
+    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(name, device="cpu", dtype=torch.float16 if fp16 else torch.float32)
+    tok.padding_side = "right" if alg_name in RIGHT_PADDING_METHODS else "left"
+    return model, tok
+
+
+def _display_name(model: Any, fallback: str = "model") -> str:
+    """The last part of the model's ``_name_or_path`` (its folder name), for EasyEdit's ``model_name``."""
+    path = str(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
+    return path.rstrip("/").rsplit("/", 1)[-1] or fallback
+
+
+def _wrap_base_editor(editor_cls: type) -> None:
+    """Wrap ``BaseEditor.__init__`` once (see module docstring)."""
+    if editor_cls.__dict__.get(_INIT_FLAG):
+        return
+    original = editor_cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self, hparams, *args, **kwargs):
+        name = getattr(hparams, "model_name", None)
+        if isinstance(name, str) and not easyedit_loads_by_name(name):
+            LOG.info("model %r: EasyEdit's loader does not know the name; loaded by zerounlearn_editor", name)
+            hparams.model_name = load_for_easyedit(name, str(getattr(hparams, "alg_name", "")), bool(getattr(hparams, "fp16", False)))
+            try:
+                original(self, hparams, *args, **kwargs)
+            finally:
+                hparams.model_name = name
+            self.model_name = name
+            return
+        original(self, hparams, *args, **kwargs)
+        if isinstance(self.model_name, tuple) and len(self.model_name) == 2:
+            self.model_name = _display_name(self.model_name[0])
+
+    editor_cls.__init__ = __init__
+    setattr(editor_cls, _INIT_FLAG, True)
+
+
+def _editor_module() -> Optional[Any]:
+    """``easyeditor.editors.editor`` when the package has one (a real EasyEdit), else None."""
+    if importlib.util.find_spec("easyeditor.editors.editor") is None:
+        return None
+    return importlib.import_module("easyeditor.editors.editor")
+
+
+def register_with_easyedit(path: Optional[str] = None) -> bool:
+    """Add ZeroUnlearn and ZeroUnlearn-GD to EasyEdit's ``ALG_DICT`` and batch gate.
+
+    Idempotent. ``path`` (or ``$EASYEDIT_PATH``) is an EasyEdit source tree to import from.
+    Returns False (and logs why) when EasyEdit cannot be imported.
+    """
+    if not easyedit_available(path):
+        LOG.debug("EasyEdit not importable; set EASYEDIT_PATH to its source tree to register")
+        return False
+    try:
+        alg_dict = importlib.import_module("easyeditor.util.alg_dict")
+        batch_module = importlib.import_module("easyeditor.editors.batch_editor")
+        editor_module = _editor_module()
+    except Exception as exc:  # a broken EasyEdit install must not break our import
+        LOG.warning("EasyEdit found but failed to import (%s: %s); not registering", type(exc).__name__, exc)
+        return False
+    alg_dict.ALG_DICT.update(_methods())
+    batch_editor = batch_module.BatchEditor
+    names = getattr(batch_editor, _WRAPPED_FLAG, None)
+    if names is None:
+        original = batch_editor.is_batchable_method
+        ours = frozenset(METHODS)
+
+        def is_batchable_method(alg_name: str) -> bool:
+            return alg_name in ours or original(alg_name)
+
+        batch_editor.is_batchable_method = staticmethod(is_batchable_method)
+        setattr(batch_editor, _WRAPPED_FLAG, ours)
+    if editor_module is not None:
+        _wrap_base_editor(editor_module.BaseEditor)
+    LOG.debug("registered %s with EasyEdit", ", ".join(METHODS))
+    return True

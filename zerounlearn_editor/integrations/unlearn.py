@@ -1,0 +1,418 @@
+"""``zerounlearn unlearn``: forget the facts of a file, show the effect, save the model or an adapter.
+
+The facts file is a JSON / JSONL / YAML list of ``{"prompt", "subject", "answer"}`` mappings
+(``answer`` optional: it is only scored, never used by the edit; ``target_new`` optional: a
+neutral target other than the YAML's). The method is the hparams file's ``alg_name``.
+Results: a before/after table (teacher-forced answer accuracy and probability, greedy
+continuation) of the forgotten facts and of the retain facts that have answers, the
+perplexity change, and in ``--out``:
+
+* ``--save model``: ``save_pretrained`` of the edited model (safetensors) and tokenizer;
+* ``--save adapter``: a PEFT LoRA adapter of the edit (:func:`~zerounlearn_editor.integrations.adapters.export_lora_adapter`);
+* always ``unlearn_report.json`` (the table's numbers, settings, stage times).
+
+Every input, ``--out`` included (absent, empty or a folder of an earlier run; its parent writable),
+is checked before the model is loaded, and the edit's own checks (:func:`~zerounlearn_editor.engine.pipeline.check_edit_inputs`,
+ZeroUnlearn's capacity) run before the facts are scored. ``--out`` is written into a temporary
+folder beside it and renamed into place (:mod:`zerounlearn_editor.support.output_dir`): it holds one run's
+files, whole, or is as it was.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
+from zerounlearn_editor.evaluation.audit.facts_audit import check_probe_fields
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.evaluation.generation import generate_greedy
+from zerounlearn_editor.evaluation.metrics import evaluate_probes
+from zerounlearn_editor.evaluation.perplexity import perplexity
+from zerounlearn_editor.engine.hparams import (
+    HParamsError,
+    ZeroUnlearnGDHyperParams,
+    ZeroUnlearnHyperParams,
+    load_config_file,
+)
+from zerounlearn_editor.support.output_dir import check_free_space, check_output_dir, staged_output_dir
+from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
+from zerounlearn_editor.support.progress import progress_scope
+from zerounlearn_editor.data.record_files import RecordFileError, read_record_list, require_fields
+from zerounlearn_editor.engine.retain import load_retain_file
+
+__all__ = [
+    "SAVE_MODES",
+    "UnlearnRow",
+    "UnlearnResult",
+    "load_method",
+    "load_facts",
+    "edit_rank_bound",
+    "run_unlearn",
+    "format_unlearn",
+]
+
+LOG = logging.getLogger(__name__)
+
+SAVE_MODES = ("model", "adapter", "none")
+_FACT_FIELDS = ("prompt", "subject", "answer", "ground_truth", "target_new", "paraphrases", "questions")
+REPORT_NAME = "unlearn_report.json"
+
+
+def load_method(hparams_file: Union[str, Path]) -> Tuple[Any, Callable[..., Any]]:
+    """``(hparams, apply function)`` chosen by the file's ``alg_name`` (ZeroUnlearn / ZeroUnlearn-GD)."""
+    from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
+    from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
+
+    methods = {
+        "ZeroUnlearn": (ZeroUnlearnHyperParams, apply_zerounlearn_to_model),
+        "ZeroUnlearn-GD": (ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model),
+    }
+    alg = load_config_file(hparams_file).get("alg_name")
+    if alg not in methods:
+        raise HParamsError(f"{hparams_file}: key 'alg_name' must be ZeroUnlearn or ZeroUnlearn-GD, got {alg!r}")
+    cls, apply = methods[alg]
+    return cls.from_hparams(hparams_file), apply
+
+
+def load_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
+    """Edit requests from a facts file; errors name the file, record index and field."""
+    records = read_record_list(path, what="facts to forget")
+    require_fields(records, ("prompt", "subject"), path)
+    requests = []
+    for index, record in enumerate(records):
+        unknown = sorted(set(record) - set(_FACT_FIELDS))
+        if unknown:
+            raise RecordFileError(f"{path}: record {index}: unknown field(s) {unknown} "
+                                  "(allowed: prompt, subject, answer, target_new, paraphrases, questions)")
+        check_probe_fields(record, index, path)
+        if "answer" in record and "ground_truth" in record:
+            raise RecordFileError(f"{path}: record {index}: give 'answer' or 'ground_truth', not both")
+        answer = record.get("answer", record.get("ground_truth"))
+        if answer is not None and (not isinstance(answer, str) or not answer.strip()):
+            raise RecordFileError(f"{path}: record {index}: field 'answer' must be a non-empty string, got {answer!r}")
+        target = record.get("target_new")
+        if target is not None and not isinstance(target, str):  # a list or {"str": ...} would be read in part
+            raise RecordFileError(
+                f"{path}: record {index}: field 'target_new' must be a string (\"\" = the YAML's neutral target), "
+                f"got {type(target).__name__} {target!r}"
+            )
+        if record["subject"] not in record["prompt"]:
+            raise RecordFileError(
+                f"{path}: record {index}: field 'subject' {record['subject']!r} does not occur in the prompt {record['prompt']!r}"
+            )
+        request = {"prompt": record["prompt"], "subject": record["subject"], "ground_truth": answer}
+        if "target_new" in record:
+            request["target_new"] = record["target_new"]
+        requests.append(request)
+    return requests
+
+
+def edit_rank_bound(hparams: Any, n: int) -> int:
+    """The largest rank the edit's change of one weight can have: ``n`` (GD) or ``2n`` (ZeroUnlearn, eps 0)."""
+    return n if isinstance(hparams, ZeroUnlearnGDHyperParams) else 2 * n
+
+
+def check_adapter_possible(hparams: Any) -> None:
+    """Refuse ``--save adapter`` before editing when the edit cannot be low rank."""
+    if isinstance(hparams, ZeroUnlearnHyperParams) and hparams.projection_eps > 0:
+        raise HParamsError(
+            f"--save adapter: projection_eps is {hparams.projection_eps} > 0, so ZeroUnlearn's P = (1 + eps) I - V V^T "
+            f"scales the whole weight and the change W' - W is full rank (no small adapter); set projection_eps: 0 "
+            f"or use --save model"
+        )
+
+
+@dataclass
+class UnlearnRow:
+    prompt: str
+    answer: Optional[str]
+    acc_before: Optional[float]
+    acc_after: Optional[float]
+    prob_before: Optional[float]
+    prob_after: Optional[float]
+    greedy_before: str
+    greedy_after: str
+
+
+@dataclass
+class UnlearnResult:
+    method: str
+    forgotten: List[UnlearnRow]
+    kept: List[UnlearnRow]
+    ppl_before: Optional[float]
+    ppl_after: Optional[float]
+    ppl_tokens: int
+    seconds: Dict[str, float] = field(default_factory=dict)
+    saved: Dict[str, Any] = field(default_factory=dict)
+    audit: Optional[Dict[str, Any]] = None
+    fluency: Dict[str, Any] = field(default_factory=dict)  # the edit's fluency guard (EditReport.fluency)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def _measure(model, tok, facts: Sequence[Dict[str, Any]], new_tokens: int, batch_size: int) -> Dict[str, List[Any]]:
+    with_answer = [i for i, f in enumerate(facts) if f.get("ground_truth")]
+    scores = evaluate_probes(model, tok, [Probe(facts[i]["prompt"], facts[i]["ground_truth"]) for i in with_answer], batch_size)
+    acc: List[Optional[float]] = [None] * len(facts)
+    prob: List[Optional[float]] = [None] * len(facts)
+    for j, i in enumerate(with_answer):
+        acc[i], prob[i] = scores["acc"][j], scores["prob"][j]
+    greedy = generate_greedy(model, tok, [f["prompt"] for f in facts], new_tokens, batch_size)
+    return {"acc": acc, "prob": prob, "greedy": greedy}
+
+
+def _rows(facts, before, after) -> List[UnlearnRow]:
+    return [
+        UnlearnRow(f["prompt"], f.get("ground_truth"), before["acc"][i], after["acc"][i], before["prob"][i],
+                   after["prob"][i], before["greedy"][i], after["greedy"][i])
+        for i, f in enumerate(facts)
+    ]
+
+
+def _default_ppl_text() -> Optional[Path]:
+    """The WikiText-2 test split shipped with the package (unpacked once into the user cache)."""
+    from zerounlearn_editor.data.builtin import default_ppl_text
+
+    try:
+        return Path(default_ppl_text())
+    except OSError as exc:
+        LOG.warning("no perplexity text: %s; perplexity skipped (give --ppl-text)", exc)
+        return None
+
+
+def run_unlearn(
+    hparams_file: Union[str, Path],
+    facts_file: Union[str, Path],
+    out_dir: Optional[Union[str, Path]],
+    retain_file: Optional[Union[str, Path]] = None,
+    save: str = "adapter",
+    model_name: Optional[str] = None,
+    device: str = "cpu",
+    dtype: Optional[str] = None,
+    corpus: Optional[str] = None,
+    ppl_tokens: int = 2000,
+    ppl_text: Optional[Union[str, Path]] = None,
+    new_tokens: int = 8,
+    batch_size: int = 16,
+    progress: bool = True,
+    audit: Optional[Any] = None,
+    fluency_guard: Optional[str] = None,
+) -> UnlearnResult:
+    """Unlearn the facts of ``facts_file`` and save the result (see module docstring).
+
+    All inputs (hparams, facts, retain file, save mode, ``out_dir``) are checked before the model is
+    loaded, the edit's own checks before the facts are scored. ``ppl_tokens`` tokens of ``ppl_text``
+    (default: the WikiText-2 test split shipped with the package) give the perplexity before/after;
+    0 turns it off. ``progress=False`` hides every bar (scoring included). ``audit`` (an
+    :class:`~zerounlearn_editor.evaluation.audit.AuditSettings`) adds the robustness audit of the facts with
+    answers, before and after (:mod:`zerounlearn_editor.evaluation.audit.facts_audit`), to the report.
+    ``fluency_guard`` (``"warn"`` for ``--allow-fluency-loss``) overrides the YAML's fluency guard; its
+    figures go into ``unlearn_report.json``.
+    """
+    with progress_scope(progress):
+        return _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_name, device, dtype, corpus,
+                            ppl_tokens, ppl_text, new_tokens, batch_size, progress, audit, fluency_guard)
+
+
+def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_name, device, dtype, corpus, ppl_tokens,
+                 ppl_text, new_tokens, batch_size, progress, audit, fluency_guard) -> UnlearnResult:
+    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+
+    if save not in SAVE_MODES:
+        raise ValueError(f"--save must be one of {SAVE_MODES}, got {save!r}")
+    if save != "none" and out_dir is None:
+        raise ValueError(f"--save {save} needs --out")
+    if isinstance(ppl_tokens, bool) or not isinstance(ppl_tokens, int) or ppl_tokens < 0:
+        raise ValueError(f"--ppl-tokens must be an integer >= 0 (0 = no perplexity), got {ppl_tokens!r}")
+    if out_dir is not None:
+        check_output_dir(out_dir, (REPORT_NAME,))
+    hparams, apply = load_method(hparams_file)
+    facts = load_facts(facts_file)
+    if retain_file:
+        load_retain_file(retain_file)  # errors name the file, record and field
+        if not any(v > 0 for v in hparams.retain_set_weights().values()):
+            raise HParamsError(
+                f"--retain given, but the retain weights {sorted(hparams.retain_set_weights())} of {hparams_file} are all 0 "
+                f"(the paper's method ignores a retain set); use a retain-aware YAML, e.g. hparams/ZeroUnlearn-GD/<model>-retain.yaml"
+            )
+    retain_facts: List[Dict[str, Any]] = []
+    if retain_file:
+        retain_facts = [
+            {"prompt": r["prompt"], "ground_truth": r.get("answer", r.get("ground_truth"))}
+            for r in read_record_list(retain_file, what="retain facts")
+        ]
+        retain_facts = [r for r in retain_facts if isinstance(r["ground_truth"], str) and r["ground_truth"].strip()]
+    if save == "adapter":
+        check_adapter_possible(hparams)
+    audit_items: List[Any] = []
+    if audit is not None:
+        from zerounlearn_editor.evaluation.audit.facts_audit import facts_items
+
+        audit.validate()
+        audit_items = facts_items(facts_file)
+        if not audit_items:
+            raise RecordFileError(f"{facts_file}: --audit needs facts with an 'answer'; none has one")
+    seconds: Dict[str, float] = {}
+
+    start = time.perf_counter()
+    name = model_name or hparams.model_name
+    model, tok = load_model_and_tokenizer(name, device=device, dtype=dtype)
+    seconds["load"] = time.perf_counter() - start
+    # the edit's checks (hparams, requests, retain set, modules, lengths, capacity) before any scoring
+    forget, _, _ = check_edit_inputs(model, tok, facts, hparams, str(retain_file) if retain_file else None)
+    if isinstance(hparams, ZeroUnlearnHyperParams):
+        from zerounlearn_editor.methods.zerounlearn.method import check_request_capacity
+
+        check_request_capacity(model, hparams, len(forget))
+    if out_dir is not None and save == "model":
+        check_free_space(out_dir, sum(p.numel() * p.element_size() for p in model.parameters()))
+    text = None
+    if ppl_tokens > 0:
+        text = Path(ppl_text) if ppl_text else _default_ppl_text()
+
+    start = time.perf_counter()
+    LOG.info("scoring %d facts (and %d retain facts) before the edit", len(facts), len(retain_facts))
+    forget_before = _measure(model, tok, facts, new_tokens, batch_size)
+    kept_before = _measure(model, tok, retain_facts, new_tokens, batch_size) if retain_facts else None
+    ppl_before = perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None
+    seconds["evaluate_before"] = time.perf_counter() - start
+    facts_audit, audit_before = None, None
+    if audit is not None:
+        from zerounlearn_editor.evaluation.audit.facts_audit import FactsAudit, facts_pool
+
+        start = time.perf_counter()
+        retain_records = read_record_list(retain_file, what="retain facts") if retain_file else []
+        facts_audit = FactsAudit(model, tok, audit_items, facts_pool(retain_records), audit, hparams, corpus)
+        audit_before = facts_audit.score()
+        seconds["audit_before"] = time.perf_counter() - start
+
+    report = EditReport()
+    start = time.perf_counter()
+    LOG.info("unlearning %d facts with %s (layers %s)", len(facts), hparams.alg_name, hparams.layers)
+    kwargs: Dict[str, Any] = dict(return_orig_weights=True, report=report, progress=progress)
+    if corpus:
+        kwargs["corpus"] = corpus
+    if retain_file:
+        kwargs["retain"] = str(retain_file)
+    if fluency_guard is not None:
+        kwargs["fluency_guard"] = fluency_guard
+    model, weights_copy = apply(model, tok, facts, hparams, **kwargs)
+    if report.fluency:
+        LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens of the built-in text",
+                 report.fluency["ppl_before"], report.fluency["ppl_after"], 100 * report.fluency["increase"],
+                 report.fluency["tokens"])
+    seconds["unlearn"] = time.perf_counter() - start
+    seconds.update({f"unlearn.{k}": v for k, v in report.timings.items()})
+
+    start = time.perf_counter()
+    forget_after = _measure(model, tok, facts, new_tokens, batch_size)
+    kept_after = _measure(model, tok, retain_facts, new_tokens, batch_size) if retain_facts else None
+    ppl_after = perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None
+    seconds["evaluate_after"] = time.perf_counter() - start
+    audit_report = None
+    if facts_audit is not None:
+        start = time.perf_counter()
+        audit_report = {"settings": audit.to_dict(), "plan": facts_audit.plan.describe(), "before": audit_before,
+                        "after": facts_audit.score()}
+        seconds["audit_after"] = time.perf_counter() - start
+
+    result = UnlearnResult(
+        method=hparams.alg_name,
+        forgotten=_rows(facts, forget_before, forget_after),
+        kept=_rows(retain_facts, kept_before, kept_after) if retain_facts else [],
+        ppl_before=ppl_before,
+        ppl_after=ppl_after,
+        ppl_tokens=ppl_tokens if text else 0,
+        seconds=seconds,
+        audit=audit_report,
+        fluency=dict(report.fluency),
+    )
+    if out_dir is not None:
+        with staged_output_dir(out_dir) as staging:
+            _save(result, staging, Path(out_dir), save, model, tok, weights_copy, hparams, hparams_file, facts_file,
+                  retain_file, facts, name, seconds)
+        LOG.info("%s written to %s", "edited model and tokenizer" if save == "model" else save, out_dir)
+    return result
+
+
+def _save(result: UnlearnResult, out: Path, final: Path, save: str, model, tok, weights_copy, hparams, hparams_file,
+          facts_file, retain_file, facts, name: str, seconds: Dict[str, float]) -> None:
+    """Write the ``--save`` output and the report into ``out`` (the staging folder of ``final``)."""
+    from zerounlearn_editor.support.model_zoo import resolve_model_path
+
+    start = time.perf_counter()
+    if save == "model":
+        model.save_pretrained(out, safe_serialization=True)
+        tok.save_pretrained(out)
+        result.saved = {"mode": "model", "dir": str(final)}
+    elif save == "adapter":
+        adapter: AdapterReport = export_lora_adapter(
+            weights_copy,
+            model,
+            out,
+            max_rank=edit_rank_bound(hparams, len(facts)),
+            base_model_name_or_path=resolve_model_path(name),
+            metadata=dict(method=hparams.alg_name, hparams_file=str(hparams_file), facts_file=str(facts_file),
+                          n_facts=len(facts), rank_bound=edit_rank_bound(hparams, len(facts))),
+        )
+        result.saved = {"mode": "adapter", "dir": str(final), "r": adapter.r, "size_bytes": adapter.size_bytes,
+                        "layers": [asdict(l) for l in adapter.layers]}
+    else:
+        result.saved = {"mode": "none"}
+    seconds["save"] = time.perf_counter() - start
+    (out / REPORT_NAME).write_text(
+        json.dumps(dict(result.to_dict(), hparams_file=str(hparams_file), facts_file=str(facts_file),
+                        retain_file=str(retain_file) if retain_file else None), indent=2), encoding="utf-8")
+
+
+def _num(value: Optional[float], digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _greedy_cell(text: str) -> str:
+    """A continuation as a table cell; an empty one (e.g. EOS first: special tokens are dropped) says so."""
+    if not text.strip():
+        return "(empty)"
+    return "`" + text.replace("\n", "\\n").replace("|", "\\|") + "`"
+
+
+def format_unlearn(result: UnlearnResult) -> str:
+    """A markdown report of :func:`run_unlearn`'s result."""
+    lines = [f"## {result.method}", ""]
+    sections = [("Forgotten facts", result.forgotten)] + ([("Retain facts", result.kept)] if result.kept else [])
+    for title, rows in sections:
+        lines += [
+            f"### {title}",
+            "",
+            "| prompt | answer | acc before | acc after | p before | p after | greedy before | greedy after |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            lines.append(
+                f"| {r.prompt} | {r.answer or '-'} | {_num(r.acc_before, 2)} | {_num(r.acc_after, 2)} | "
+                f"{_num(r.prob_before, 3)} | {_num(r.prob_after, 3)} | {_greedy_cell(r.greedy_before)} | "
+                f"{_greedy_cell(r.greedy_after)} |"
+            )
+        lines.append("")
+    if result.ppl_before is not None and result.ppl_after is not None:
+        change = 100.0 * (result.ppl_after / result.ppl_before - 1.0)
+        lines.append(f"Perplexity ({result.ppl_tokens} tokens): {result.ppl_before:.2f} -> {result.ppl_after:.2f} ({change:+.2f}%)")
+    saved = result.saved
+    if saved.get("mode") == "adapter":
+        ranks = ", ".join(f"{l['module']} r={l['rank']} residual {l['relative_residual']:.1e}" for l in saved["layers"])
+        lines.append(f"LoRA adapter (r={saved['r']}, {saved['size_bytes'] / 1024:.1f} KiB) -> {saved['dir']}: {ranks}")
+    elif saved.get("mode") == "model":
+        lines.append(f"Edited model and tokenizer -> {saved['dir']}")
+    if result.audit:
+        from zerounlearn_editor.evaluation.audit.facts_audit import format_facts_audit
+
+        lines += ["", format_facts_audit(result.audit), ""]
+    lines.append("Stage times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
+    return "\n".join(lines)

@@ -1,0 +1,430 @@
+"""The fine-tuning loop shared by the GA and NPO baselines.
+
+Each step runs one forward/backward pass over *all* forget requests together: the texts
+``prompt + " " + answer`` are right-padded into one batch (attention mask on the real
+tokens) and teacher-forced; only the answer tokens are scored. The answer tokens are found
+exactly as the evaluation metrics find them (:func:`zerounlearn_editor.evaluation.batching.encode_probe`),
+so training lowers the very log-probabilities the metrics read.
+
+Before the first step the summed answer log-probabilities of the unedited model are computed
+once (no gradient): NPO's reference ``log pi_ref(y|x)``, and the report's starting point.
+
+The method-specific part is a :data:`ForgetObjective`: a pure function of the per-request
+summed answer log-probabilities under the current weights, under the reference weights and
+the answer token counts, returning the scalar loss to minimise.
+
+Precision: float32 models train in float32. float16/bfloat16 models run forward/backward in
+their dtype (log-softmax in float32) and update through float32 master copies of the
+trained parameters (a warning is logged).
+"""
+from __future__ import annotations
+
+import contextlib
+import copy as copy_module
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.evaluation.batching import encode_probe, pad_token_id
+from zerounlearn_editor.engine.model_access import check_layers, model_device, parameter_name_of_weight
+from zerounlearn_editor.engine.pipeline import restore_weights
+from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, normalize_requests
+from zerounlearn_editor.methods.baselines.hparams import BaselineHyperParams
+
+__all__ = [
+    "ForgetObjective",
+    "AnswerBatch",
+    "TrainReport",
+    "encode_answers",
+    "encode_texts",
+    "sequence_log_probs",
+    "nll_loss",
+    "trainable_parameters",
+    "train_unlearning",
+    "apply_baseline",
+]
+
+LOG = logging.getLogger(__name__)
+
+ForgetObjective = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""``(logp [n], ref_logp [n], n_tokens [n]) -> scalar loss`` (summed answer log-probs per request)."""
+
+
+@dataclass
+class AnswerBatch:
+    """A right-padded teacher-forcing batch.
+
+    ``input_ids``/``attention_mask`` ``[n, L]``; ``target_mask`` ``[n, L - 1]`` is True at
+    position ``t`` when token ``t + 1`` is scored (it is predicted from the logits at ``t``).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    target_mask: torch.Tensor
+
+    @property
+    def n_tokens(self) -> torch.Tensor:
+        """Scored tokens per row ``[n]`` (long)."""
+        return self.target_mask.sum(dim=1)
+
+    def to(self, device: torch.device) -> "AnswerBatch":
+        return AnswerBatch(self.input_ids.to(device), self.attention_mask.to(device), self.target_mask.to(device))
+
+
+def _pad_rows(tok, rows: Sequence[Sequence[int]], starts: Sequence[int]) -> AnswerBatch:
+    """Right-pad ``rows``; tokens ``row[start:]`` of each row are the scored ones."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_token_id(tok), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    target = torch.zeros((len(rows), max(width - 1, 0)), dtype=torch.bool)
+    for i, (row, start) in enumerate(zip(rows, starts)):
+        ids[i, : len(row)] = torch.tensor(list(row), dtype=torch.long)
+        mask[i, : len(row)] = 1
+        target[i, start - 1 : len(row) - 1] = True
+    return AnswerBatch(ids, mask, target)
+
+
+def encode_answers(tok, pairs: Sequence[Tuple[str, str]]) -> AnswerBatch:
+    """Batch of ``prompt + " " + answer`` texts scoring the answer tokens (answers without leading space)."""
+    if not pairs:
+        raise ValueError("no (prompt, answer) pairs to encode")
+    encoded = [encode_probe(tok, Probe(prompt, answer)) for prompt, answer in pairs]
+    return _pad_rows(tok, [e.input_ids for e in encoded], [e.answer_start for e in encoded])
+
+
+def encode_texts(tok, texts: Sequence[str]) -> AnswerBatch:
+    """Batch of plain texts scoring every token after the first (language-modelling NLL)."""
+    if not texts:
+        raise ValueError("no texts to encode")
+    rows = []
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(f"retain text {index}: expected a string, got {type(text).__name__}")
+        ids = list(tok(text)["input_ids"])
+        if len(ids) < 2:
+            raise ValueError(f"retain text {index} ({text!r}) has fewer than 2 tokens: nothing to score")
+        rows.append(ids)
+    return _pad_rows(tok, rows, [1] * len(rows))
+
+
+def _concat(a: AnswerBatch, b: AnswerBatch, pad_id: int) -> AnswerBatch:
+    """Stack two batches (re-padding the narrower one on the right)."""
+    width = max(a.input_ids.shape[1], b.input_ids.shape[1])
+
+    def widen(x: AnswerBatch) -> AnswerBatch:
+        extra = width - x.input_ids.shape[1]
+        if extra == 0:
+            return x
+        n = x.input_ids.shape[0]
+        return AnswerBatch(
+            torch.cat([x.input_ids, torch.full((n, extra), pad_id, dtype=torch.long)], 1),
+            torch.cat([x.attention_mask, torch.zeros((n, extra), dtype=torch.long)], 1),
+            torch.cat([x.target_mask, torch.zeros((n, extra), dtype=torch.bool)], 1),
+        )
+
+    a, b = widen(a), widen(b)
+    return AnswerBatch(
+        torch.cat([a.input_ids, b.input_ids]),
+        torch.cat([a.attention_mask, b.attention_mask]),
+        torch.cat([a.target_mask, b.target_mask]),
+    )
+
+
+def sequence_log_probs(model: nn.Module, batch: AnswerBatch) -> torch.Tensor:
+    """Summed log-probability of the scored tokens of each row, ``[n]`` float32.
+
+    One forward pass; the log-softmax is taken (in float32) only at the scored positions.
+    """
+    output = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    logits = output if isinstance(output, torch.Tensor) else output.logits  # [n, L, V]
+    mask = batch.target_mask
+    scored = logits[:, :-1][mask].float()  # [N, V]
+    targets = batch.input_ids[:, 1:][mask]  # [N]
+    token_logp = torch.log_softmax(scored, dim=-1).gather(1, targets[:, None]).squeeze(1)  # [N]
+    rows = mask.nonzero()[:, 0]
+    return torch.zeros(mask.shape[0], dtype=token_logp.dtype, device=token_logp.device).index_add(0, rows, token_logp)
+
+
+def nll_loss(logp: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
+    """Token-mean negative log-likelihood from summed log-probs ``logp`` ``[n]`` and counts ``[n]``."""
+    return -logp.sum() / n_tokens.sum().clamp(min=1)
+
+
+def trainable_parameters(model: nn.Module, hparams: BaselineHyperParams) -> Dict[str, nn.Parameter]:
+    """The parameters to train, by exact ``named_parameters()`` name.
+
+    ``target_modules: layers``: the weight of ``rewrite_module_tmp`` at each of ``layers``;
+    ``all``: every parameter (tied weights appear once, under their first name).
+    """
+    params = dict(model.named_parameters())
+    if hparams.target_modules == "all":
+        return params
+    check_layers(model, hparams.layers, hparams.rewrite_module_tmp)
+    out: Dict[str, nn.Parameter] = {}
+    for layer in hparams.layers:
+        name = parameter_name_of_weight(model, hparams.rewrite_module_tmp.format(layer))
+        if name not in params:
+            raise ValueError(f"parameter {name!r} is not among the model's named_parameters() (tied?)")
+        out[name] = params[name]
+    return out
+
+
+@contextlib.contextmanager
+def _training_state(model: nn.Module, trained: Mapping[str, nn.Parameter]) -> Iterator[None]:
+    """Only ``trained`` requires grad and the model is in eval mode (no dropout) inside; restored on exit.
+
+    The ``requires_grad`` flag of every parameter, the ``training`` flag of every module and
+    the ``.grad`` of the trained parameters are put back as they were.
+    """
+    flags = {name: p.requires_grad for name, p in model.named_parameters()}
+    modes = {name: m.training for name, m in model.named_modules()}
+    grads = {name: p.grad for name, p in trained.items()}
+    try:
+        for _, p in model.named_parameters():
+            p.requires_grad_(False)
+        for name, p in trained.items():
+            p.requires_grad_(True)
+            p.grad = None
+        model.eval()
+        yield
+    finally:
+        for name, p in model.named_parameters():
+            p.requires_grad_(flags[name])
+        for name, m in model.named_modules():
+            m.training = modes[name]
+        for name, p in trained.items():
+            p.grad = grads[name]
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+class _Updater:
+    """Optimiser over the trained parameters, with float32 master copies of half-precision ones.
+
+    float16/bfloat16 parameters are trained through a float32 copy (gradients cast up, the
+    optimiser state and update in float32, the result rounded back into the parameter after
+    each step): a pure-half AdamW overflows (float16) or drops updates smaller than the
+    weights' rounding step (bfloat16). float32/float64 parameters are updated directly.
+    """
+
+    def __init__(self, params: Sequence[nn.Parameter], hparams: BaselineHyperParams):
+        self.params = list(params)
+        self.masters: List[Optional[torch.Tensor]] = [
+            p.detach().float().clone().requires_grad_(True) if p.dtype in _HALF else None for p in self.params
+        ]
+        self.leaves = [m if m is not None else p for p, m in zip(self.params, self.masters)]
+        self.max_grad_norm = hparams.max_grad_norm
+        if hparams.optimizer == "adam":
+            self.optimizer: torch.optim.Optimizer = torch.optim.AdamW(
+                self.leaves, lr=hparams.lr, weight_decay=hparams.weight_decay
+            )
+        else:
+            self.optimizer = torch.optim.SGD(self.leaves, lr=hparams.lr, weight_decay=hparams.weight_decay)
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def step(self) -> None:
+        """Clip (if configured) and apply one update from the parameters' current ``.grad``."""
+        for p, m in zip(self.params, self.masters):
+            if m is not None:
+                m.grad = None if p.grad is None else p.grad.float()
+                p.grad = None
+        if self.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.leaves, self.max_grad_norm)
+        self.optimizer.step()
+        with torch.no_grad():
+            for p, m in zip(self.params, self.masters):
+                if m is not None:
+                    p.copy_(m)
+
+
+@dataclass
+class TrainReport:
+    """What a baseline run did.
+
+    ``loss``/``forget_logp``/``retain_nll``: per step, measured on the forward pass of that
+    step (before its update); ``forget_logp`` is the mean over requests of the summed answer
+    log-probability. ``final_forget_logp`` is measured after the last update.
+    """
+
+    steps: int = 0
+    seconds: float = 0.0
+    dtype: str = ""
+    trained_parameters: List[str] = field(default_factory=list)
+    n_trained_elements: int = 0
+    reference_logp: List[float] = field(default_factory=list)
+    loss: List[float] = field(default_factory=list)
+    forget_logp: List[float] = field(default_factory=list)
+    retain_nll: List[float] = field(default_factory=list)
+    final_forget_logp: float = float("nan")
+
+
+def _rng_devices(model: nn.Module) -> List[int]:
+    """CUDA devices whose RNG state ``torch.manual_seed`` touches (all of them, if the model uses CUDA)."""
+    if any(p.device.type == "cuda" for p in model.parameters()):
+        return list(range(torch.cuda.device_count()))
+    return []
+
+
+def train_unlearning(
+    model: nn.Module,
+    tok,
+    forget: Sequence[ForgetRequest],
+    hparams: BaselineHyperParams,
+    objective: ForgetObjective,
+    retain: Optional[AnswerBatch] = None,
+    progress: bool = True,
+) -> Tuple[Dict[str, torch.Tensor], TrainReport]:
+    """Train ``model`` in place; returns (original values of the trained parameters, report).
+
+    Loss per step: ``objective(logp, ref_logp, n_tokens) + retain_weight * NLL(retain)``
+    (the retain term only when ``retain`` is given and ``retain_weight > 0``). On any error
+    the trained parameters are restored before it propagates.
+    """
+    report = TrainReport()
+    trained = trainable_parameters(model, hparams)
+    report.trained_parameters = list(trained)
+    report.n_trained_elements = sum(p.numel() for p in trained.values())
+    dtype = next(iter(trained.values())).dtype
+    report.dtype = str(dtype).replace("torch.", "")
+    if dtype != torch.float32:
+        LOG.warning(
+            "model dtype is %s: forward/backward run in it, updates go through float32 master copies",
+            report.dtype,
+        )
+    device = model_device(model)
+    batch = encode_answers(tok, [(r.prompt, r.answer) for r in forget]).to(device)
+    n_tokens = batch.n_tokens
+    use_retain = retain is not None and hparams.retain_weight > 0
+    if use_retain:
+        retain = retain.to(device)
+    weights_copy = {name: p.detach().clone() for name, p in trained.items()}
+    start = time.perf_counter()
+    try:
+        with torch.random.fork_rng(devices=_rng_devices(model)), _training_state(model, trained):
+            torch.manual_seed(hparams.seed)
+            with torch.no_grad():
+                ref_logp = sequence_log_probs(model, batch).detach()
+            report.reference_logp = ref_logp.tolist()
+            updater = _Updater(list(trained.values()), hparams)
+            bar = tqdm(range(hparams.num_steps), desc=f"{hparams.alg_name}", disable=not progress, leave=False)
+            for _ in bar:
+                updater.zero_grad()
+                logp = sequence_log_probs(model, batch)
+                loss = objective(logp, ref_logp, n_tokens)
+                if use_retain:
+                    retain_nll = nll_loss(sequence_log_probs(model, retain), retain.n_tokens)
+                    loss = loss + hparams.retain_weight * retain_nll
+                    report.retain_nll.append(retain_nll.item())
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"{hparams.alg_name}: non-finite loss at step {report.steps}")
+                loss.backward()
+                updater.step()
+                report.steps += 1
+                report.loss.append(loss.item())
+                report.forget_logp.append(float(logp.detach().mean()))
+                bar.set_postfix(loss=f"{report.loss[-1]:.3f}", logp=f"{report.forget_logp[-1]:.2f}")
+                LOG.debug("step %d: loss %.4f, forget logp %.3f", report.steps, report.loss[-1], report.forget_logp[-1])
+            updater.zero_grad()
+            del updater
+            with torch.no_grad():
+                report.final_forget_logp = float(sequence_log_probs(model, batch).mean())
+    except BaseException:
+        restore_weights(model, weights_copy)
+        raise
+    report.seconds = time.perf_counter() - start
+    LOG.info(
+        "%s: %d steps in %.1fs on %d parameter tensor(s); mean answer log-prob %.3f -> %.3f",
+        hparams.alg_name,
+        report.steps,
+        report.seconds,
+        len(trained),
+        float(ref_logp.mean()),
+        report.final_forget_logp,
+    )
+    return weights_copy, report
+
+
+def _retain_batch(tok, kwargs: Mapping[str, Any]) -> Optional[AnswerBatch]:
+    """Retain data from the ``retain_requests``/``retain_texts`` keyword arguments, or None.
+
+    ``retain_requests``: :class:`Probe` objects or dicts with ``prompt`` and ``ground_truth``
+    (answer without leading space; loss on the answer tokens). ``retain_texts``: strings
+    (loss on every token after the first).
+    """
+    batches: List[AnswerBatch] = []
+    requests = kwargs.get("retain_requests")
+    if requests:
+        pairs = []
+        for index, request in enumerate(requests):
+            if isinstance(request, Probe):
+                pairs.append((request.prompt, request.answer))
+                continue
+            if not isinstance(request, Mapping) or "prompt" not in request or "ground_truth" not in request:
+                raise ValueError(f"retain request {index}: expected a Probe or a dict with 'prompt' and 'ground_truth'")
+            answer = request["ground_truth"]
+            answer = answer[0] if isinstance(answer, (list, tuple)) and answer else answer
+            if not isinstance(request["prompt"], str) or not isinstance(answer, str) or not answer.strip():
+                raise ValueError(f"retain request {index}: 'prompt' and 'ground_truth' must be non-empty strings")
+            pairs.append((request["prompt"], answer))
+        batches.append(encode_answers(tok, pairs))
+    texts = kwargs.get("retain_texts")
+    if texts:
+        if isinstance(texts, str):
+            texts = [texts]
+        batches.append(encode_texts(tok, texts))
+    if not batches:
+        return None
+    return batches[0] if len(batches) == 1 else _concat(batches[0], batches[1], pad_token_id(tok))
+
+
+def apply_baseline(
+    model: nn.Module,
+    tok,
+    requests: Sequence[Mapping[str, Any]],
+    hparams: BaselineHyperParams,
+    objective: ForgetObjective,
+    copy: bool = False,
+    return_orig_weights: bool = False,
+    keep_original_weight: bool = False,
+    **kwargs: Any,
+) -> Tuple[nn.Module, Dict[str, torch.Tensor]]:
+    """EasyEdit's calling convention around :func:`train_unlearning`.
+
+    ``copy=True`` (or ``keep_original_weight=True``) trains a deep copy and leaves the
+    caller's model untouched. ``weights_copy`` maps the exact ``named_parameters()`` names of
+    the trained parameters to their original values when ``return_orig_weights`` is set
+    (else it is empty; a copy is still held during training to roll back on errors, so the
+    ``all`` variant needs one extra copy of the model, plus optimiser state). Keyword
+    arguments used: ``retain_requests``, ``retain_texts``, ``progress`` and ``report`` (a
+    :class:`TrainReport` to fill); others are ignored.
+    """
+    forget = normalize_requests(requests)  # fail before any copy is made
+    for request in forget:
+        if request.answer is None:
+            raise RequestError(f"request {request.index}: missing field 'ground_truth' (the answer to train away)")
+    retain = _retain_batch(tok, kwargs)
+    if retain is not None and hparams.retain_weight == 0:
+        LOG.warning("retain data given but retain_weight is 0: no retain loss is used")
+    if retain is None and hparams.retain_weight > 0:
+        LOG.warning("retain_weight is %g but no retain_requests/retain_texts given: no retain loss", hparams.retain_weight)
+    trainable_parameters(model, hparams)  # module errors before any copy is made
+    if copy or keep_original_weight:
+        model = copy_module.deepcopy(model)
+    weights_copy, report = train_unlearning(
+        model, tok, forget, hparams, objective, retain=retain, progress=kwargs.get("progress", True)
+    )
+    target_report = kwargs.get("report")
+    if isinstance(target_report, TrainReport):
+        target_report.__dict__.update(report.__dict__)
+    return model, (weights_copy if return_orig_weights else {})

@@ -1,0 +1,1 @@
+"""ZeroUnlearn (few-shot, multiplicative): ``W' = D W``."""

@@ -1,0 +1,1 @@
+"""ZeroUnlearn-GD (many facts, additive): ``W' = W + E P_m``."""
