@@ -358,15 +358,29 @@ def test_real_easyedit_unlearns_a_knowedit_file(tmp_path, monkeypatch):
     assert summary["forget_ground_truth_acc"]["pre"] is not None and summary["forget_ground_truth_acc"]["post"] is not None
 
 
-@pytest.mark.heavy
+KNOWN_CF = Path(__file__).resolve().parent / "data" / "smollm2_known_counterfact.json"
+"""``case_ids`` of the first 10 CounterFact records SmolLM2 answers (written by this file's ``__main__``)."""
+
+
+def _known_case_ids(model, tok, records: List[Dict[str, Any]], n: int = 10) -> List[int]:
+    """``case_id`` of the first ``n`` records whose ``ground_truth`` the model gives (teacher-forced token accuracy 1)."""
+    from zerounlearn_editor.data.types import Probe
+    from zerounlearn_editor.evaluation.metrics import evaluate_probes
+
+    acc = evaluate_probes(model, tok, [Probe(r["prompt"], r["ground_truth"]) for r in records])["acc"]
+    return [r["case_id"] for r, a in zip(records, acc) if a == 1.0][:n]
+
+
 @pytest.mark.slow
 @pytest.mark.easyedit
 def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch, request):
     """``run_easyedit_eval`` on 10 real records of EasyEdit's flat CounterFact, SmolLM2 by name (``smollm2``).
 
-    The records are the first 10 of the file whose answer SmolLM2 gives (teacher-forced token
-    accuracy 1; most CounterFact facts it does not know), written unchanged to a file of the same
-    format. ZeroUnlearn and EasyEdit's own MEMIT (hparams mapped from the ZeroUnlearn YAML as the
+    The records are the first 10 of the file's first 300 whose answer SmolLM2 gives (teacher-forced
+    token accuracy 1; most CounterFact facts it does not know). Their ``case_id``s are stored in
+    ``tests/data/smollm2_known_counterfact.json`` (scoring 300 records is not repeated here); the
+    test checks that SmolLM2 still answers each of them and writes them unchanged to a file of the
+    same format. ZeroUnlearn and EasyEdit's own MEMIT (hparams mapped from the ZeroUnlearn YAML as the
     bench does; it reads the same statistics file, never a dataset) both unlearn towards EOS.
     Every metric has a pre and a post value; ZeroUnlearn lowers the true answers' accuracy.
     (EasyEdit's ``rewrite_acc`` scores ``prompt + " " + target`` and counts pad tokens as padding;
@@ -375,24 +389,22 @@ def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch,
     if not _real_easyedit_importable():
         pytest.skip("EasyEdit is not importable: set EASYEDIT_PATH to an EasyEdit source tree in an environment "
                     "with EasyEdit's requirements")
+    stored = json.loads(KNOWN_CF.read_text(encoding="utf-8"))
     try:
-        data = shared_file("counterfact/counterfact_easyedit_val_1919.json")
+        data = shared_file(stored["data"])
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
     from zerounlearn_editor.bench import easyedit_baselines
     from zerounlearn_editor.engine.hparams import load_config_file
     from zerounlearn_editor.support.resources import hparams_path
 
-    from zerounlearn_editor.data.types import Probe
-    from zerounlearn_editor.evaluation.metrics import evaluate_probes
-
     model, tok = request.getfixturevalue("smollm2")
     stats_dir = request.getfixturevalue("smollm2_stats_dir")
     monkeypatch.chdir(tmp_path)  # EasyEdit writes ./logs
-    records = json.loads(Path(data).read_text(encoding="utf-8"))[:300]
-    acc = evaluate_probes(model, tok, [Probe(r["prompt"], r["ground_truth"]) for r in records])["acc"]
-    known = [r for r, a in zip(records, acc) if a == 1.0][:10]
-    assert len(known) == 10, f"SmolLM2 answers only {len(known)} of the first 300 records"
+    records = {r["case_id"]: r for r in json.loads(Path(data).read_text(encoding="utf-8"))[: stored["scanned"]]}
+    known = [records[i] for i in stored["case_ids"]]
+    answered = _known_case_ids(model, tok, known)
+    assert len(known) == 10 and answered == stored["case_ids"], f"SmolLM2 answers only {answered} of {KNOWN_CF}"
     data = _write(tmp_path / "counterfact_known.json", known)
     ours = load_config_file(hparams_path("ZeroUnlearn", "SmolLM2-135M-Instruct"))
     ours.update(stats_dir=str(stats_dir))
@@ -418,3 +430,15 @@ def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch,
     truth = summaries["ZeroUnlearn"]["forget_ground_truth_acc"]
     assert truth["post"] < truth["pre"], truth  # one fact per edit with the paper's settings: 1.0 -> 0.8 measured
     assert summaries["ZeroUnlearn"]["pre_edit_file"] != summaries["MEMIT"]["pre_edit_file"]
+
+
+if __name__ == "__main__":  # rewrite KNOWN_CF: python tests/test_easyedit_eval.py (in the EasyEdit venv, as the test runs)
+    from zerounlearn_editor.model_zoo import load_model_and_tokenizer, prepare_smollm2
+
+    _name, _scanned = "counterfact/counterfact_easyedit_val_1919.json", 300
+    _model, _tok = load_model_and_tokenizer(str(prepare_smollm2()))
+    _records = json.loads(Path(shared_file(_name)).read_text(encoding="utf-8"))[:_scanned]
+    _ids = _known_case_ids(_model, _tok, _records)
+    KNOWN_CF.write_text(json.dumps({"data": _name, "scanned": _scanned, "model": "SmolLM2-135M-Instruct", "case_ids": _ids},
+                                   indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {KNOWN_CF}: case_ids {_ids}")
