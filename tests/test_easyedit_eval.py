@@ -433,7 +433,7 @@ def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch,
 
 
 if __name__ == "__main__":  # rewrite KNOWN_CF: python tests/test_easyedit_eval.py (in the EasyEdit venv, as the test runs)
-    from zerounlearn_editor.model_zoo import load_model_and_tokenizer, prepare_smollm2
+    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer, prepare_smollm2
 
     _name, _scanned = "counterfact/counterfact_easyedit_val_1919.json", 300
     _model, _tok = load_model_and_tokenizer(str(prepare_smollm2()))
