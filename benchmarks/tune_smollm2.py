@@ -32,7 +32,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", default="15-17")
     parser.add_argument("--utility", default="15000")
-    parser.add_argument("--eps", default="0")
     parser.add_argument("--ppl-tokens", type=int, default=2000)
     parser.add_argument("--out", default="results/tune_smollm2.json")
     args = parser.parse_args()
@@ -51,19 +50,18 @@ def main() -> None:
         targets = neutral_targets(model, tok, requests, hp)
         target_seconds = time.perf_counter() - t0
         for u in (float(x) for x in args.utility.split(",")):
-            for eps in (float(x) for x in args.eps.split(",")):
-                hpu = hp.replace(utility_weight=u, projection_eps=eps)
-                model, weights = apply_zerounlearn_to_model(model, tok, requests, hpu, return_orig_weights=True,
-                                                            second_moments=stats, targets=targets, progress=False)
-                row = {"layers": hp.layers, "utility_weight": u, "projection_eps": eps,
-                       "forget_acc": _acc(model, tok, CAPITALS_TO_FORGET),
-                       "unrelated_acc": _acc(model, tok, UNRELATED_FACTS),
-                       "other_capitals_acc": _acc(model, tok, OTHER_CAPITALS),
-                       "ppl": perplexity(model, tok, wikitext, max_tokens=args.ppl_tokens), "ppl_base": ppl0,
-                       "target_seconds": target_seconds}
-                restore_weights(model, weights)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+            hpu = hp.replace(utility_weight=u)
+            model, weights = apply_zerounlearn_to_model(model, tok, requests, hpu, return_orig_weights=True,
+                                                        second_moments=stats, targets=targets, progress=False)
+            row = {"layers": hp.layers, "utility_weight": u,
+                   "forget_acc": _acc(model, tok, CAPITALS_TO_FORGET),
+                   "unrelated_acc": _acc(model, tok, UNRELATED_FACTS),
+                   "other_capitals_acc": _acc(model, tok, OTHER_CAPITALS),
+                   "ppl": perplexity(model, tok, wikitext, max_tokens=args.ppl_tokens), "ppl_base": ppl0,
+                   "target_seconds": target_seconds}
+            restore_weights(model, weights)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(rows, indent=2))
 

@@ -84,9 +84,14 @@ def test_adapter_reproduces_edit_switches_off_and_merges(alg, tok, tmp_path):
         assert torch.allclose(merged[name], edited_params[name], rtol=0, atol=1e-6), name
 
 
-def test_projection_eps_is_full_rank_and_refused(tok, tmp_path, caplog):
-    base, edited, weights_copy = _edit(tmp_path, tok, "ZeroUnlearn", projection_eps=0.05)
-    with pytest.raises(NotLowRankError, match=r"model.layers.1.mlp.down_proj.*numerical rank \d+ of 32.*projection_eps"):
+def test_a_full_rank_change_is_refused(tok, tmp_path, caplog):
+    """A change of full rank (here the edit plus 5% of every edited weight, what ZeroUnlearn's retired
+    ``projection_eps: 0.05`` did) cannot be a small adapter: refused, or truncated with a warning."""
+    base, edited, weights_copy = _edit(tmp_path, tok, "ZeroUnlearn")
+    with torch.no_grad():
+        for name, original in weights_copy.items():
+            dict(edited.named_parameters())[name].add_(0.05 * original)
+    with pytest.raises(NotLowRankError, match=r"model.layers.1.mlp.down_proj.*numerical rank \d+ of 32.*save the model"):
         export_lora_adapter(weights_copy, edited, tmp_path / "refused")
     assert not (tmp_path / "refused").exists()
     with pytest.raises(NotLowRankError, match=r"rank 6 .*residual of [0-9.e-]+ of the weight's norm"):

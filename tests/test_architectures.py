@@ -25,7 +25,8 @@ from tiny_models import CORPUS, tiny_tokenizer, write_corpus
 from zerounlearn_editor.engine.architectures import UnsupportedArchitecture, detect_templates
 from zerounlearn_editor.bench.trace import TraceFact, TraceSettings, trace_facts
 from zerounlearn_editor.cli import main as cli_main
-from zerounlearn_editor.engine.hparams import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 

@@ -31,7 +31,9 @@ from tiny_models import (
 )
 from zerounlearn_editor.engine import stats as stats_module
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
-from zerounlearn_editor.engine.hparams import HParamsError, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
+from zerounlearn_editor.engine.hparams import HParamsError
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.engine.stats import (
     SecondMoment,
     StatsCacheError,
@@ -321,9 +323,9 @@ def test_yaml_missing_required_key(key, alg, tmp_path, corpus):
 
 
 def test_yaml_documented_defaults_still_apply(tmp_path, corpus):
-    path = _yaml(tmp_path, corpus, drop=["device", "v_lr", "mom2_batch_size"])
+    path = _yaml(tmp_path, corpus, drop=["device", "v_lr", "mom2_max_length"])
     hp = ZeroUnlearnHyperParams.from_hparams(path)
-    assert (hp.device, hp.v_lr, hp.mom2_batch_size, hp.chunk_size) == (0, 0.5, 16, 64)
+    assert (hp.device, hp.v_lr, hp.mom2_max_length, hp.chunk_size) == (0, 0.5, 256, 64)
 
 
 @pytest.mark.parametrize("suffix", ["yaml", "json"])

@@ -12,7 +12,8 @@ from arch_zoo import FORGET, corpus_perplexity, trained_model
 from tiny_models import CORPUS, tiny_hparams_dict, write_corpus
 from zerounlearn_editor import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.engine.fluency_guard import DEFAULT_MAX_INCREASE, FluencyError, judge_fluency
-from zerounlearn_editor.engine.hparams import HParamsError, ZeroUnlearnHyperParams
+from zerounlearn_editor.engine.hparams import HParamsError
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.engine.pipeline import EditReport
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 

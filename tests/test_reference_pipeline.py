@@ -14,10 +14,11 @@ from zerounlearn_editor import (
     apply_zerounlearn_gd_to_model,
     apply_zerounlearn_to_model,
 )
-from zerounlearn_editor.engine.contexts import context_prefixes
+from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes
 from zerounlearn_editor.data.corpus import load_corpus
 from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.engine.pipeline import batched_statistics
+from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE
 from zerounlearn_editor.bench.reference_pipeline import (
     apply_zerounlearn_gd_per_request,
     apply_zerounlearn_per_request,
@@ -79,7 +80,7 @@ def test_per_request_keys_match_batched_keys(tok, tmp_path):
     model = tiny_llama(tok)
     hp = _hparams(tmp_path, "ZeroUnlearn")
     requests = normalize_requests(forget_requests())
-    prefixes = context_prefixes(model, tok, hp.context_template_count, hp.context_template_length, hp.context_seed)
+    prefixes = context_prefixes(model, tok, hp.context_template_count, hp.context_template_length, CONTEXT_SEED)
     args = (model, tok, requests, prefixes, hp.rewrite_module_tmp.format(1), hp.layer_module_tmp.format(2), hp.fact_token, 8)
     batched, single = read_keys_and_hidden(*args), per_request_keys_and_hidden(*args)
     assert single.keys.shape == batched.keys.shape == (64, len(requests))
@@ -98,7 +99,7 @@ def test_per_layer_statistics_and_value_key_product(tok, tmp_path):
         torch.testing.assert_close(per_layer[layer].mom2, ours[layer].mom2, rtol=1e-10, atol=1e-10)
     name = hp.rewrite_module_tmp.format(1)
     texts = load_corpus(hp.mom2_dataset, limit=hp.mom2_n_samples).texts
-    vkt = value_key_product(model, tok, texts, name, hp.mom2_max_length, hp.mom2_batch_size)
+    vkt = value_key_product(model, tok, texts, name, hp.mom2_max_length, STATS_BATCH_SIZE)
     W = get_weight_matrix(get_module(model, name)).detach().double()
     assert vkt.mom2.shape == (32, 64) and vkt.count == ours[1].count
     torch.testing.assert_close(vkt.moment(), W @ ours[1].moment(), rtol=1e-5, atol=1e-7)

@@ -14,7 +14,7 @@ from zerounlearn_editor import (
     apply_zerounlearn_gd_to_model,
     apply_zerounlearn_to_model,
 )
-from zerounlearn_editor.engine.contexts import context_prefixes
+from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes
 from zerounlearn_editor.engine.hparams import HParamsError
 from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis, protected_covariance
 from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
@@ -56,7 +56,7 @@ def _hp(paths, alg="ZeroUnlearn-GD", **overrides):
 
 
 def _retain_keys(model, tok, hp) -> torch.Tensor:
-    prefixes = context_prefixes(model, tok, hp.context_template_count, hp.context_template_length, hp.context_seed)
+    prefixes = context_prefixes(model, tok, hp.context_template_count, hp.context_template_length, CONTEXT_SEED)
     readout = read_keys_and_hidden(model, tok, normalize_retain(RETAIN), prefixes, MODULE, MODULE.rsplit(".", 2)[0], "subject_last", 8)
     return readout.keys.double()
 

@@ -22,7 +22,8 @@ from tiny_models import (
 from zerounlearn_editor.engine.architectures import UnsupportedArchitecture, detect_templates
 from zerounlearn_editor.bench.trace import TraceFact, TraceSettings, encode_fact, suggest_window, trace_facts
 from zerounlearn_editor.cli import main as cli_main
-from zerounlearn_editor.engine.hparams import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.cli.init_hparams import nearest_shipped_yaml, parse_layers
 
 BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "qwen3": tiny_qwen3}

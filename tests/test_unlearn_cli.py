@@ -76,16 +76,6 @@ def test_unlearn_adapter_and_model_agree(setup, alg, capsys):
     assert float((_logits(adapted, tok) - logits_edit).norm() / logits_edit.norm()) < 1e-4
 
 
-def test_adapter_refused_before_loading_for_projection_eps(setup, tmp_path, caplog):
-    root, model_dir, _, _ = setup
-    config = tiny_hparams_dict(root / "stats", root / "corpus.jsonl", model_name=str(tmp_path / "no-such-model"),
-                               projection_eps=0.1)
-    path = tmp_path / "eps.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    assert _run(setup, "--hparams", str(path), "--out", str(tmp_path / "o"), "--save", "adapter") == 2
-    assert "projection_eps is 0.1 > 0" in caplog.text and "--save model" in caplog.text
-
-
 def test_retain_needs_retain_weights(setup, tmp_path, caplog):
     root, _, hparams, _ = setup
     retain = tmp_path / "keep.yaml"

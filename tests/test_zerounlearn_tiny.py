@@ -23,7 +23,7 @@ from zerounlearn_editor import (
     apply_zerounlearn_to_model,
     restore_weights,
 )
-from zerounlearn_editor.engine.contexts import context_prefixes
+from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes
 from zerounlearn_editor.engine.model_access import ModuleNotFoundInModel, get_module, get_weight_matrix
 from zerounlearn_editor.engine.keys import read_keys_and_hidden
 from zerounlearn_editor.engine.requests import normalize_requests
@@ -63,7 +63,7 @@ def test_forget_values_are_annihilated_at_every_layer(arch, tok, workdir):
     hp = _hparams(workdir, gpt2=gpt2)
     model, weights_copy = apply_zerounlearn_to_model(model, tok, forget_requests(), hp, return_orig_weights=True, progress=False)
     requests = normalize_requests(forget_requests())
-    prefixes = context_prefixes(model, tok, hp.context_template_count, hp.context_template_length, hp.context_seed)
+    prefixes = context_prefixes(model, tok, hp.context_template_count, hp.context_template_length, CONTEXT_SEED)
     for layer in hp.layers:
         name = hp.rewrite_module_tmp.format(layer)
         # Keys at layer l depend only on layers < l, which were edited before layer l was solved.

@@ -201,7 +201,6 @@ def tiny_hparams_dict(stats_dir: Path, corpus: Path, alg_name: str = "ZeroUnlear
         mom2_n_samples=100,
         mom2_dtype="float64",
         mom2_max_length=32,
-        mom2_batch_size=8,
         **(GPT2_TEMPLATES if gpt2 else LLAMA_TEMPLATES),
     )
     if alg_name == "ZeroUnlearn":

@@ -10,7 +10,9 @@ import logging
 from zerounlearn_editor.integrations.adapters import NotLowRankError, export_lora_adapter
 from zerounlearn_editor.integrations.easyedit import register_with_easyedit
 from zerounlearn_editor.engine.fluency_guard import FluencyError
-from zerounlearn_editor.engine.hparams import HParamsError, ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
+from zerounlearn_editor.engine.hparams import HParamsError
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.engine.pipeline import EditReport, restore_weights
 from zerounlearn_editor.engine.requests import RequestError
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model

@@ -29,11 +29,9 @@ from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.engine.requests import normalize_requests
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
-from zerounlearn_editor.engine.hparams import (
-    load_config_file,
-    ZeroUnlearnGDHyperParams,
-    ZeroUnlearnHyperParams,
-)
+from zerounlearn_editor.engine.hparams import load_config_file
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 
 
 def subject_last_index(tok, prompt: str, subject: str) -> int:

@@ -27,12 +27,13 @@ import torch
 
 from zerounlearn_editor import apply_zerounlearn_gd_to_model, apply_zerounlearn_to_model, restore_weights
 from zerounlearn_editor.support.files import write_json_atomic
-from zerounlearn_editor.engine.contexts import context_prefixes
+from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.cli.demo import FORGET_FACTS, RETAIN_FACTS
 from zerounlearn_editor.evaluation import evaluate_probes
 from zerounlearn_editor.data.facts import OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
-from zerounlearn_editor.engine.hparams import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets
@@ -51,7 +52,7 @@ def _acc(model, tok, facts) -> float:
 
 def _keys(model, tok, hp, facts, layer: int) -> torch.Tensor:
     """Keys ``[d_in, n]`` of ``facts`` at ``layer``'s down_proj (unedited model, the edit's contexts)."""
-    prefixes = context_prefixes(model, tok, hp.context_template_count, hp.context_template_length, hp.context_seed)
+    prefixes = context_prefixes(model, tok, hp.context_template_count, hp.context_template_length, CONTEXT_SEED)
     module = hp.rewrite_module_tmp.format(layer)
     readout = read_keys_and_hidden(model, tok, normalize_requests(fact_requests(facts)), prefixes, module,
                                    hp.layer_module_tmp.format(layer), hp.fact_token, 16)

@@ -29,13 +29,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from zerounlearn_editor.engine.hparams import (
-    HParamsError,
-    ZeroUnlearnGDHyperParams,
-    ZeroUnlearnHyperParams,
-    EditHyperParams,
-    load_config_file,
-)
+from zerounlearn_editor.engine.hparams import HParamsError, EditHyperParams, load_config_file
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, target_dependencies
 from zerounlearn_editor.engine.targets import NeutralTargets
 from zerounlearn_editor.support.resources import hparams_path

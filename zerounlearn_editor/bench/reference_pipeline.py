@@ -26,11 +26,9 @@ from torch import nn
 
 from zerounlearn_editor.data.corpus import load_corpus
 from zerounlearn_editor.engine.encoding import encode_rows
-from zerounlearn_editor.engine.hparams import (
-    EditHyperParams,
-    ZeroUnlearnGDHyperParams,
-    ZeroUnlearnHyperParams,
-)
+from zerounlearn_editor.engine.hparams import EditHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.engine.model_access import (
     StopForward,
     capture_inputs,
@@ -42,7 +40,7 @@ from zerounlearn_editor.engine.model_access import (
 from zerounlearn_editor.engine.pipeline import EditStages, batched_statistics
 from zerounlearn_editor.engine.keys import LayerReadout
 from zerounlearn_editor.engine.requests import ForgetRequest
-from zerounlearn_editor.engine.stats import SecondMoment, padded_batches
+from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, SecondMoment, padded_batches
 from zerounlearn_editor.engine.targets import NeutralTargets, TargetConfig, optimise_neutral_targets
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
@@ -170,7 +168,7 @@ def per_layer_statistics(
     texts = load_corpus(corpus, limit=hparams.mom2_n_samples).texts
     for layer in hparams.layers:
         name = hparams.rewrite_module_tmp.format(layer)
-        vkt = value_key_product(model, tok, texts, name, hparams.mom2_max_length, hparams.mom2_batch_size, progress)
+        vkt = value_key_product(model, tok, texts, name, hparams.mom2_max_length, STATS_BATCH_SIZE, progress)
         W = get_weight_matrix(get_module(model, name)).detach().double().cpu()
         expected = W @ moments[layer].moment()
         gap = float((vkt.moment() - expected).norm() / expected.norm().clamp_min(1e-300))

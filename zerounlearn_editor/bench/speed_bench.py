@@ -35,13 +35,9 @@ from torch import nn
 
 from zerounlearn_editor.engine.contexts import clear_context_prefixes
 from zerounlearn_editor.data.corpus import load_corpus
-from zerounlearn_editor.engine.hparams import (
-    HParamsError,
-    ZeroUnlearnGDHyperParams,
-    ZeroUnlearnHyperParams,
-    EditHyperParams,
-    load_config_file,
-)
+from zerounlearn_editor.engine.hparams import HParamsError, EditHyperParams, load_config_file
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.engine.pipeline import EditReport, batched_statistics, restore_weights
 from zerounlearn_editor.bench.reference_pipeline import (
@@ -50,7 +46,7 @@ from zerounlearn_editor.bench.reference_pipeline import (
     apply_zerounlearn_per_request,
     per_layer_statistics,
 )
-from zerounlearn_editor.engine.stats import SecondMoment, collect_second_moments
+from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, SecondMoment, collect_second_moments
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
 
@@ -314,7 +310,7 @@ def _micro_statistics(model, tok, hp: EditHyperParams, corpus: str, passages: in
     texts = load_corpus(corpus, limit=passages).texts
     modules = [hp.rewrite_module_tmp.format(l) for l in hp.layers]
     product = torch.float64 if hp.mom2_dtype == "float64" else torch.float32
-    args = (hp.mom2_max_length, hp.mom2_batch_size, progress, product)
+    args = (hp.mom2_max_length, STATS_BATCH_SIZE, progress, product)
     rows = []
 
     def measure(mode: str, groups: Sequence[Sequence[str]]) -> None:

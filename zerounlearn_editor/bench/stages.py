@@ -11,7 +11,7 @@ from typing import Any, Dict, Sequence
 
 from torch import nn
 
-from zerounlearn_editor.engine.stats import layer_second_moments
+from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, layer_second_moments
 from zerounlearn_editor.bench.methods import HParamsLookup, PreparedMethod, StatsBank
 
 __all__ = ["Stage", "compute_statistics"]
@@ -49,6 +49,6 @@ def compute_statistics(model: nn.Module, tok: Any, lookup: HParamsLookup, prepar
         with Stage(f"C0 statistics for layers {sorted(layers)} ({template})"):
             bank[template] = layer_second_moments(
                 model, tok, sorted(layers), template, main.stats_dir, main.mom2_dataset, main.mom2_n_samples,
-                main.mom2_dtype, main.mom2_max_length, main.mom2_batch_size, progress=progress,
+                main.mom2_dtype, main.mom2_max_length, STATS_BATCH_SIZE, progress=progress,
             )
     return bank

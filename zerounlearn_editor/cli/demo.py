@@ -27,11 +27,9 @@ from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
 from zerounlearn_editor.evaluation.perplexity import perplexity
-from zerounlearn_editor.engine.hparams import (
-    ZeroUnlearnGDHyperParams,
-    ZeroUnlearnHyperParams,
-    load_config_file,
-)
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
+from zerounlearn_editor.engine.hparams import load_config_file
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.engine.pipeline import EditReport
 from zerounlearn_editor.data.builtin import default_ppl_text

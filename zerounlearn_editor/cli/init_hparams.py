@@ -21,12 +21,9 @@ import yaml
 from torch import nn
 
 from zerounlearn_editor.engine.architectures import detect_templates
-from zerounlearn_editor.engine.hparams import (
-    HParamsError,
-    ZeroUnlearnGDHyperParams,
-    ZeroUnlearnHyperParams,
-    load_config_file,
-)
+from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.support.resources import repo_root
 
 __all__ = ["METHODS", "nearest_shipped_yaml", "build_hparams", "write_hparams", "parse_layers", "parse_overrides"]

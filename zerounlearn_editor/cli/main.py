@@ -22,11 +22,9 @@ def _cmd_prepare_model(args: argparse.Namespace) -> int:
 
 
 def _load_hparams(path: str):
-    from zerounlearn_editor.engine.hparams import (
-        ZeroUnlearnGDHyperParams,
-        ZeroUnlearnHyperParams,
-        load_config_file,
-    )
+    from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+    from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
+    from zerounlearn_editor.engine.hparams import load_config_file
 
     alg = load_config_file(path).get("alg_name")
     cls = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}.get(alg)
@@ -38,6 +36,7 @@ def _load_hparams(path: str):
 def _cmd_stats(args: argparse.Namespace) -> int:
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
     from zerounlearn_editor.engine.stats import (
+        STATS_BATCH_SIZE,
         corpus_cache_name,
         layer_second_moments,
         model_basename,
@@ -58,14 +57,14 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
         written = layer_second_moment_shards(
             model, tok, hparams.layers, hparams.rewrite_module_tmp, stats_dir, corpus, n, shard,
-            hparams.mom2_dtype, hparams.mom2_max_length, hparams.mom2_batch_size,
+            hparams.mom2_dtype, hparams.mom2_max_length, STATS_BATCH_SIZE,
         )
         for layer, path in written.items():
             print(f"layer {layer}: shard {args.shard} -> {path}")
         return 0
     stats = layer_second_moments(
         model, tok, hparams.layers, hparams.rewrite_module_tmp, stats_dir, corpus, n,
-        hparams.mom2_dtype, hparams.mom2_max_length, hparams.mom2_batch_size, force=args.force,
+        hparams.mom2_dtype, hparams.mom2_max_length, STATS_BATCH_SIZE, force=args.force,
     )
     for layer, stat in stats.items():
         path = stats_path(stats_dir, model_basename(model), corpus_cache_name(corpus), hparams.rewrite_module_tmp.format(layer),

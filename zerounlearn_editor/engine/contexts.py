@@ -38,6 +38,9 @@ def _sample_continuation(model: nn.Module, tok, starter: str, length: int, gener
     return tok.decode(ids, skip_special_tokens=True)
 
 
+CONTEXT_SEED = 0
+"""Seed of the sampled context prefixes (every edit; fixed since issue 27)."""
+
 def context_prefixes(model: nn.Module, tok, count: int, length: int, seed: int = 0) -> List[str]:
     """``[""]`` plus ``count`` prefixes like ``"The city was built in. "`` (top-5 sampling).
 

@@ -4,8 +4,11 @@ Every method config is a dataclass whose fields are exactly the keys its YAML ma
 Loading is strict: a missing required key (no default, or listed in ``REQUIRED_KEYS``), an
 unknown key, a key given twice in one file, a wrong type, a non-finite number or a value out of
 range raises :class:`HParamsError` naming the file, the key and the value, so a typo never
-silently falls back to a default. Every key has help text in :data:`FIELD_HELP` (the README key table is
-generated from it by :mod:`zerounlearn_editor.cli.hparams_doc`); a retired key fails with its :data:`RETIRED_KEYS` message.
+silently falls back to a default. Every key has help text (:data:`SHARED_KEY_HELP` and each method config's
+``KEY_HELP``, merged by :meth:`EditHyperParams.key_help`; the README key table is generated from it by
+:mod:`zerounlearn_editor.cli.hparams_doc`); a retired key fails with its :data:`RETIRED_KEYS` message.
+The method configs live with their methods (:mod:`zerounlearn_editor.methods.zerounlearn.config`,
+:mod:`zerounlearn_editor.methods.zerounlearn_gd.config`); this module reads none of their keys.
 """
 from __future__ import annotations
 
@@ -23,12 +26,10 @@ __all__ = [
     "HParamsError",
     "BaseHyperParams",
     "EditHyperParams",
-    "ZeroUnlearnHyperParams",
-    "ZeroUnlearnGDHyperParams",
     "load_config_file",
     "RETIRED_KEYS",
     "retired_key_errors",
-    "FIELD_HELP",
+    "SHARED_KEY_HELP",
 ]
 
 _SCI_NOTATION = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
@@ -62,6 +63,15 @@ RETIRED_KEYS: Dict[str, str] = {
     f"beyond ~50 facts (benchmarks/RESULTS.md, 'Surgical forgetting'); use {_GD_RETAIN}",
     "projection_retain_weight": "part of ZeroUnlearn+R, which ZeroUnlearn-GD+R beats at every n measured "
     f"(benchmarks/RESULTS.md, 'Surgical forgetting'); use {_GD_RETAIN}",
+    # settings every shipped YAML held at one value (issue 27: at most 48 keys); the value is now fixed
+    "context_seed": "the context prefixes are always sampled with seed 0 (zerounlearn_editor.engine.contexts.CONTEXT_SEED, "
+    "the value of every shipped YAML); delete the key",
+    "mom2_batch_size": "the statistics pass always reads 16 passages per forward pass "
+    "(zerounlearn_editor.engine.stats.STATS_BATCH_SIZE, the value of every shipped YAML; C0 does not depend on it); delete the key",
+    "projection_eps": "ZeroUnlearn always uses the paper's exact projector P = I - V V^T (eps 0, the value of every shipped "
+    "YAML; eps > 0 made the edit full rank, so no adapter); delete the key",
+    "gd_tolerance": "solver: gd always stops at a relative change of 1e-10 "
+    "(zerounlearn_editor.methods.zerounlearn_gd.method.GD_TOLERANCE, the value of every shipped YAML); delete the key",
 }
 """Retired hyperparameters: a file that still sets one fails with this message (see :func:`retired_key_errors`)."""
 
@@ -346,7 +356,6 @@ class EditHyperParams(BaseHyperParams):
     # Keys: averaged over the bare prompt and N random-prefix contexts
     context_template_count: int = 5
     context_template_length: int = 10
-    context_seed: int = 0
 
     # Neutral target optimisation (MEMIT-style residual at the last edited layer)
     neutral_target: Optional[str] = None
@@ -374,7 +383,6 @@ class EditHyperParams(BaseHyperParams):
     mom2_n_samples: int = 10000
     mom2_dtype: str = "float32"
     mom2_max_length: int = 256
-    mom2_batch_size: int = 16
 
     # Fluency guard (every edit; zerounlearn_editor.engine.fluency_guard): perplexity on the first 256 tokens of the built-in
     # WikiText-2 text before and after the edit; an increase beyond fluency_max_increase (relative: 1.0 = +100%) is
@@ -394,6 +402,19 @@ class EditHyperParams(BaseHyperParams):
     def retain_weights(self) -> Dict[str, float]:
         """The method's retain-aware weights; all 0 means the paper's method (retain set unused)."""
         return {}
+
+    def needs_context_moment(self) -> bool:
+        """Whether the solve needs the mean ``k k^T`` of the prompts' context tokens (read with the keys)."""
+        return False
+
+    @classmethod
+    def key_help(cls) -> Dict[str, str]:
+        """Help text of every key of this class: :data:`SHARED_KEY_HELP` plus the ``KEY_HELP`` of each
+        subclass on the way down (the method's own keys)."""
+        merged = dict(SHARED_KEY_HELP)
+        for klass in reversed(cls.__mro__):
+            merged.update(klass.__dict__.get("KEY_HELP", {}))
+        return merged
 
     def retain_set_weights(self) -> Dict[str, float]:
         """The weights that act through a retain set (:meth:`retain_weights`); all 0: a retain set is unused."""
@@ -438,7 +459,7 @@ class EditHyperParams(BaseHyperParams):
             raise HParamsError(
                 f"{source}: key 'mom2_dtype' must be float16, float32 or float64, got {self.mom2_dtype!r}{hint}"
             )
-        for key in ("mom2_n_samples", "chunk_size", "mom2_max_length", "mom2_batch_size"):
+        for key in ("mom2_n_samples", "chunk_size", "mom2_max_length"):
             if getattr(self, key) < 1:
                 raise HParamsError(f"{source}: key {key!r} must be >= 1")
         if self.fluency_max_increase is not None and not 0 < self.fluency_max_increase < float("inf"):
@@ -455,82 +476,7 @@ class EditHyperParams(BaseHyperParams):
             )
 
 
-@dataclass
-class ZeroUnlearnHyperParams(EditHyperParams):
-    """ZeroUnlearn (multiplicative, few-shot): ``W' = D W``.
-
-    Solve weights: ``forget_weight`` (f), ``utility_weight`` (u), ``regularization`` (r) in
-    ``A = f M_n K_f^T + u W C0``, ``B = f K_f K_f^T + u C0``, ``D = P (A + r W) W^T (W (B + r I) W^T)^-1``.
-    ``projection_eps`` is eps in ``P = (1 + eps) I - V V^T`` (0 = exact projector).
-    """
-
-    ALG_NAME: ClassVar[str] = "ZeroUnlearn"
-    REQUIRED_KEYS: ClassVar[tuple] = ("utility_weight",)
-
-    forget_weight: float = 1.0
-    utility_weight: float = 15000.0
-    regularization: float = 1.0
-    projection_eps: float = 0.0
-    projection_rank_tol: float = 1e-6
-
-    def validate(self, source: str = "<hparams>") -> None:
-        super().validate(source)
-        for key in ("forget_weight", "utility_weight", "regularization", "projection_eps"):
-            if getattr(self, key) < 0:
-                raise HParamsError(f"{source}: key {key!r} must be >= 0, got {getattr(self, key)!r}")
-        if not 0 <= self.projection_rank_tol < 1:
-            raise HParamsError(f"{source}: key 'projection_rank_tol' must be in [0, 1), got {self.projection_rank_tol!r}")
-
-
-@dataclass
-class ZeroUnlearnGDHyperParams(EditHyperParams):
-    """ZeroUnlearn-GD (additive, many samples): ``W' = W + E P_m``.
-
-    Objective per layer: ``a ||M_f^T W' K_f||^2 + b ||W' K_f - M_n||^2 + c ||E P_m||^2`` with
-    ``P_m`` the projector onto the null space of ``C0`` (eigenvalues below ``nullspace_threshold``).
-    ``solver: exact`` solves the stationarity equation in closed form; ``solver: gd`` runs Adam.
-    """
-
-    ALG_NAME: ClassVar[str] = "ZeroUnlearn-GD"
-
-    orthogonality_weight: float = 1.0
-    target_weight: float = 100.0
-    norm_weight: float = 0.1
-    nullspace_threshold: float = 1e-2
-    solver: Literal["exact", "gd"] = "exact"
-    gd_steps: int = 2000
-    gd_lr: float = 1e-2  # relative: scaled by the size of the solution (see linalg.zerounlearn_gd.solve_gd)
-    gd_tolerance: float = 1e-10
-    # Retain-aware ZeroUnlearn-GD (opt-in, 0 = the paper): the null space is taken of
-    # C0 + retain_nullspace_weight * K_r K_r^T / n_r (linalg.zerounlearn_gd.protected_covariance)
-    retain_nullspace_weight: float = 0.0
-    # Relation-context protection (opt-in, 0 = the paper; needs no retain set): the null space also
-    # avoids context_nullspace_weight * the mean k k^T of the forget (and retain) prompts' tokens
-    # other than the subject's last one
-    context_nullspace_weight: float = 0.0
-
-    def retain_weights(self) -> Dict[str, float]:
-        return {"retain_nullspace_weight": self.retain_nullspace_weight}
-
-    def validate(self, source: str = "<hparams>") -> None:
-        super().validate(source)
-        for key in ("orthogonality_weight", "target_weight", "norm_weight", "nullspace_threshold"):
-            if getattr(self, key) < 0:
-                raise HParamsError(f"{source}: key {key!r} must be >= 0, got {getattr(self, key)!r}")
-        if self.gd_steps < 1 or not self.gd_lr > 0 or self.gd_tolerance < 0:
-            raise HParamsError(
-                f"{source}: keys 'gd_steps' (>= 1), 'gd_lr' (> 0) and 'gd_tolerance' (>= 0) got "
-                f"{self.gd_steps!r}, {self.gd_lr!r}, {self.gd_tolerance!r}"
-            )
-        if not 0 <= self.context_nullspace_weight < float("inf"):
-            raise HParamsError(
-                f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got {self.context_nullspace_weight!r}"
-            )
-        if self.norm_weight == 0 and self.target_weight == 0:
-            raise HParamsError(f"{source}: 'norm_weight' and 'target_weight' cannot both be 0")
-
-
-FIELD_HELP: Dict[str, str] = {
+SHARED_KEY_HELP: Dict[str, str] = {
     # EasyEdit's host fields
     "alg_name": "`ZeroUnlearn` or `ZeroUnlearn-GD` (must match the class)",
     "model_name": "hub name or local folder of the model; `smollm2` is the prepared SmolLM2",
@@ -550,7 +496,6 @@ FIELD_HELP: Dict[str, str] = {
     # keys
     "context_template_count": "keys are averaged over the bare prompt and this many sampled prefixes",
     "context_template_length": "tokens per sampled prefix",
-    "context_seed": "seed of the sampled prefixes (cached on the model)",
     # neutral targets
     "neutral_target": "text the model should say instead; `null` = the tokenizer's EOS",
     "v_num_grad_steps": "Adam steps of the neutral-state residual (one per request, added at the last edited layer; loss: "
@@ -574,7 +519,6 @@ FIELD_HELP: Dict[str, str] = {
     "mom2_n_samples": "passages of the corpus used for `C0`",
     "mom2_dtype": "dtype of `C0` (`float16`, `float32`, `float64`)",
     "mom2_max_length": "tokens per passage",
-    "mom2_batch_size": "passages per forward pass",
     "fluency_max_increase": "fluency guard on every edit: the allowed relative perplexity increase on 256 tokens of the "
                             "built-in WikiText-2 text (1.0 = +100%); beyond it the edit is refused and the weights "
                             "restored (the apply functions' `fluency_guard=\"warn\"`, `unlearn --allow-fluency-loss`, "
@@ -584,24 +528,5 @@ FIELD_HELP: Dict[str, str] = {
     "relative to the YAML; `null` = none (or `retain=` of the apply functions)",
     "experimental": "opt-in experiments, a mapping of keys declared by the class (none at present); an experiment that "
     "does not win on report data leaves again",
-    # ZeroUnlearn's solve
-    "forget_weight": "f, weight of the forget term in `A`, `B`",
-    "utility_weight": "u, weight of `C0` in `A`, `B` (15000 in the paper)",
-    "regularization": "r, the ridge `r ||D W - W||^2`",
-    "projection_eps": "eps in `P = (1 + eps) I - V V^T` (0 = exact projector; the reference used 0.01)",
-    "projection_rank_tol": "relative singular-value cut-off of the forget values' span `V`",
-    # ZeroUnlearn-GD's solve
-    "orthogonality_weight": "a, weight of `||M_f^T W' K_f||^2`",
-    "target_weight": "b, weight of `||W' K_f - M_n||^2`",
-    "norm_weight": "c, weight of `||E P_m||^2`",
-    "nullspace_threshold": "eigenvalues of `C0` below this span the null space `P_m`",
-    "solver": "`exact` (closed form) or `gd` (Adam, then conjugate gradient)",
-    "gd_steps": "`solver: gd`: at most this many Adam steps",
-    "gd_lr": "`solver: gd`: learning rate, relative to the size of the solution",
-    "gd_tolerance": "`solver: gd`: relative change of the objective that stops the solve",
-    "retain_nullspace_weight": "retain-aware (ZeroUnlearn-GD+R; opt-in, 0 = the paper): the null space is taken of "
-    "`C0 + lam K_r K_r^T / n_r` over the retain set's keys",
-    "context_nullspace_weight": "opt-in, 0 = the paper (no retain set needed): the null space also "
-    "avoids this times the mean `k k^T` of the prompts' other tokens (their relation context)",
 }
-"""One line of help per hyperparameter key (the README's key table is generated from it: ``hparams_doc``)."""
+"""One line of help per key every method shares; each method's config adds its own (``KEY_HELP``)."""

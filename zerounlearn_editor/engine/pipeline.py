@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from zerounlearn_editor.engine.contexts import context_prefixes
+from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes
 from zerounlearn_editor.engine.encoding import target_token_ids
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.fluency_guard import (
@@ -59,7 +59,7 @@ from zerounlearn_editor.support.progress import progress_bar, progress_scope
 from zerounlearn_editor.engine.keys import LayerReadout, read_keys_and_hidden
 from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, normalize_requests
 from zerounlearn_editor.engine.retain import RetainSpec, check_retain_disjoint, resolve_retain
-from zerounlearn_editor.engine.stats import SecondMoment, layer_second_moments
+from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, SecondMoment, layer_second_moments
 from zerounlearn_editor.engine.targets import (
     NeutralTargets,
     TargetConfig,
@@ -147,7 +147,7 @@ def batched_statistics(
         hparams.mom2_n_samples,
         hparams.mom2_dtype,
         hparams.mom2_max_length,
-        hparams.mom2_batch_size,
+        STATS_BATCH_SIZE,
         progress=progress,
     )
 
@@ -341,7 +341,7 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
             raise ValueError(f"second moments missing for layer(s) {missing}")
     with _Timer(report, "contexts"):
         prefixes = context_prefixes(
-            model, tok, hparams.context_template_count, hparams.context_template_length, hparams.context_seed
+            model, tok, hparams.context_template_count, hparams.context_template_length, CONTEXT_SEED
         )
     with _Timer(report, "targets"):
         if targets is None:
@@ -438,7 +438,7 @@ def neutral_targets(
     target_ids = request_target_ids(tok, forget, hparams)
     with eval_mode(model):
         prefixes = context_prefixes(
-            model, tok, hparams.context_template_count, hparams.context_template_length, hparams.context_seed
+            model, tok, hparams.context_template_count, hparams.context_template_length, CONTEXT_SEED
         )
         return optimise_neutral_targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
 
@@ -459,7 +459,7 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
         config,
         context_template_count=hparams.context_template_count,
         context_template_length=hparams.context_template_length,
-        context_seed=hparams.context_seed,
+        context_seed=CONTEXT_SEED,
         neutral_target=hparams.neutral_target,
     )
 
@@ -486,7 +486,7 @@ def _edit_layers(
 ) -> None:
     hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
     n = len(forget)
-    context_protection = getattr(hparams, "context_nullspace_weight", 0) > 0
+    context_protection = hparams.needs_context_moment()
     context: Dict[str, Any] = {"context_moment": True} if context_protection else {}
     replay: Optional[LayerPrefixReplay] = None
     if read_keys is read_keys_and_hidden and len(hparams.layers) > 1:

@@ -77,6 +77,9 @@ __all__ = [
     "clean_stale_temp_files",
 ]
 
+STATS_BATCH_SIZE = 16
+"""Passages per forward pass of the statistics pass (``C0`` does not depend on it beyond float rounding)."""
+
 LOG = logging.getLogger(__name__)
 _NP_DTYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
 STALE_TEMP_SECONDS = 3600.0

@@ -3,10 +3,10 @@
 Both methods change each edited weight by a low-rank matrix ``Delta = W' - W`` ``[d_out, d_in]``:
 
 * ZeroUnlearn-GD: ``Delta = E P_m`` is built from the ``n`` forget keys, ``rank <= n``;
-* ZeroUnlearn with ``projection_eps: 0``: ``W' = D W`` with ``D - I = (D0 - I) - V V^T D0`` where
+* ZeroUnlearn: ``W' = D W`` with ``D - I = (D0 - I) - V V^T D0`` where
   ``D0 - I = f (M_n - M_f) M_f^T (...)^-1`` has rank ``<= n`` and ``V`` spans the ``n`` forget
-  values, so ``rank(Delta) <= 2n`` (also with the retain-aware projector, ``I - F (...)^-1``);
-  ``projection_eps > 0`` adds ``eps W``, which is full rank: no adapter.
+  values, so ``rank(Delta) <= 2n``. A change that is not low rank (e.g. a weight scaled as a whole)
+  is refused.
 
 :func:`export_lora_adapter` takes the weights before the edit (the ``weights_copy`` of
 ``apply_*(..., return_orig_weights=True)``, or the unedited model) and the edited model,
@@ -281,8 +281,8 @@ def export_lora_adapter(
         raise ValueError("the edited modules mix Linear and Conv1D weights; export them as separate adapters")
     if problems:
         message = (
-            "the edit is not low rank: " + "; ".join(problems) + ". ZeroUnlearn with projection_eps > 0 scales the "
-            "whole weight ((1 + eps) I - V V^T) and cannot be an adapter: use projection_eps: 0 or save the model."
+            "the edit is not low rank: " + "; ".join(problems) + ". A change of (nearly) full rank cannot be a "
+            "small adapter: save the model instead."
         )
         if not allow_lossy:
             raise NotLowRankError(message)

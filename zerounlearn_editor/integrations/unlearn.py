@@ -34,12 +34,9 @@ from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.generation import generate_greedy
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
-from zerounlearn_editor.engine.hparams import (
-    HParamsError,
-    ZeroUnlearnGDHyperParams,
-    ZeroUnlearnHyperParams,
-    load_config_file,
-)
+from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.support.output_dir import check_free_space, check_output_dir, staged_output_dir
 from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
 from zerounlearn_editor.support.progress import progress_scope
@@ -116,16 +113,6 @@ def load_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
 def edit_rank_bound(hparams: Any, n: int) -> int:
     """The largest rank the edit's change of one weight can have: ``n`` (GD) or ``2n`` (ZeroUnlearn, eps 0)."""
     return n if isinstance(hparams, ZeroUnlearnGDHyperParams) else 2 * n
-
-
-def check_adapter_possible(hparams: Any) -> None:
-    """Refuse ``--save adapter`` before editing when the edit cannot be low rank."""
-    if isinstance(hparams, ZeroUnlearnHyperParams) and hparams.projection_eps > 0:
-        raise HParamsError(
-            f"--save adapter: projection_eps is {hparams.projection_eps} > 0, so ZeroUnlearn's P = (1 + eps) I - V V^T "
-            f"scales the whole weight and the change W' - W is full rank (no small adapter); set projection_eps: 0 "
-            f"or use --save model"
-        )
 
 
 @dataclass
@@ -249,8 +236,6 @@ def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_nam
             for r in read_record_list(retain_file, what="retain facts")
         ]
         retain_facts = [r for r in retain_facts if isinstance(r["ground_truth"], str) and r["ground_truth"].strip()]
-    if save == "adapter":
-        check_adapter_possible(hparams)
     audit_items: List[Any] = []
     if audit is not None:
         from zerounlearn_editor.evaluation.audit.facts_audit import facts_items

@@ -15,7 +15,7 @@ from typing import Any, Dict, Mapping, Sequence, Tuple
 import torch
 from torch import nn
 
-from zerounlearn_editor.engine.hparams import ZeroUnlearnHyperParams
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.methods.zerounlearn.solve import (
     apply_multiplier,
     forget_value_basis,
@@ -87,7 +87,6 @@ def zerounlearn_solver(hparams: ZeroUnlearnHyperParams, allow_large_batch: bool 
             forget_weight=hparams.forget_weight,
             utility_weight=hparams.utility_weight,
             regularization=hparams.regularization,
-            projection_eps=hparams.projection_eps,
             rank_tol=hparams.projection_rank_tol,
         )
         return apply_multiplier(D, problem.W)

@@ -6,7 +6,7 @@ from typing import Any, Dict, Mapping, Sequence, Tuple
 import torch
 from torch import nn
 
-from zerounlearn_editor.engine.hparams import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.solve import (
     nullspace_basis,
     protected_covariance,
@@ -17,6 +17,9 @@ from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method
 
 __all__ = ["zerounlearn_gd_solver", "apply_zerounlearn_gd_to_model"]
 
+
+GD_TOLERANCE = 1e-10
+"""``solver: gd`` stops when the objective's relative change falls below this."""
 
 def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
     """The per-layer solve ``LayerProblem -> W + D_m`` (exact closed form or Adam).
@@ -36,7 +39,7 @@ def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
         if hparams.solver == "exact":
             D_m = solve_exact(*args, **weights)
         else:
-            D_m = solve_gd(*args, **weights, steps=hparams.gd_steps, lr=hparams.gd_lr, tolerance=hparams.gd_tolerance)
+            D_m = solve_gd(*args, **weights, steps=hparams.gd_steps, lr=hparams.gd_lr, tolerance=GD_TOLERANCE)
         return problem.W + D_m.to(problem.W.dtype)
 
     return solve

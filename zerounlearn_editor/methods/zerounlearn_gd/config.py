@@ -1,0 +1,69 @@
+"""ZeroUnlearn-GD's hyperparameters: the shared keys (:class:`~zerounlearn_editor.engine.hparams.EditHyperParams`) plus its solve and null-space keys."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Dict, Literal
+
+from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError
+
+__all__ = ["ZeroUnlearnGDHyperParams"]
+
+
+@dataclass
+class ZeroUnlearnGDHyperParams(EditHyperParams):
+    """ZeroUnlearn-GD (additive, many samples): ``W' = W + E P_m``.
+
+    Objective per layer: ``a ||M_f^T W' K_f||^2 + b ||W' K_f - M_n||^2 + c ||E P_m||^2`` with
+    ``P_m`` the projector onto the null space of ``C0`` (eigenvalues below ``nullspace_threshold``).
+    ``solver: exact`` solves the stationarity equation in closed form; ``solver: gd`` runs Adam.
+    """
+
+    ALG_NAME: ClassVar[str] = "ZeroUnlearn-GD"
+    KEY_HELP: ClassVar[Dict[str, str]] = {
+        "orthogonality_weight": "a, weight of `||M_f^T W' K_f||^2`",
+        "target_weight": "b, weight of `||W' K_f - M_n||^2`",
+        "norm_weight": "c, weight of `||E P_m||^2`",
+        "nullspace_threshold": "eigenvalues of `C0` below this span the null space `P_m`",
+        "solver": "`exact` (closed form) or `gd` (Adam, then conjugate gradient)",
+        "gd_steps": "`solver: gd`: at most this many Adam steps",
+        "gd_lr": "`solver: gd`: learning rate, relative to the size of the solution",
+        "retain_nullspace_weight": "retain-aware (ZeroUnlearn-GD+R; opt-in, 0 = the paper): the null space is taken of "
+        "`C0 + lam K_r K_r^T / n_r` over the retain set's keys",
+        "context_nullspace_weight": "opt-in, 0 = the paper (no retain set needed): the null space also "
+        "avoids this times the mean `k k^T` of the prompts' other tokens (their relation context)",
+    }
+
+    orthogonality_weight: float = 1.0
+    target_weight: float = 100.0
+    norm_weight: float = 0.1
+    nullspace_threshold: float = 1e-2
+    solver: Literal["exact", "gd"] = "exact"
+    gd_steps: int = 2000
+    gd_lr: float = 1e-2  # relative: scaled by the size of the solution (see zerounlearn_editor.methods.zerounlearn_gd.solve.solve_gd)
+    # Retain-aware ZeroUnlearn-GD (opt-in, 0 = the paper): the null space is taken of
+    # C0 + retain_nullspace_weight * K_r K_r^T / n_r (methods.zerounlearn_gd.solve.protected_covariance)
+    retain_nullspace_weight: float = 0.0
+    # Relation-context protection (opt-in, 0 = the paper; needs no retain set): the null space also
+    # avoids context_nullspace_weight * the mean k k^T of the forget (and retain) prompts' tokens
+    # other than the subject's last one
+    context_nullspace_weight: float = 0.0
+
+    def retain_weights(self) -> Dict[str, float]:
+        return {"retain_nullspace_weight": self.retain_nullspace_weight}
+
+    def needs_context_moment(self) -> bool:
+        return self.context_nullspace_weight > 0
+
+    def validate(self, source: str = "<hparams>") -> None:
+        super().validate(source)
+        for key in ("orthogonality_weight", "target_weight", "norm_weight", "nullspace_threshold"):
+            if getattr(self, key) < 0:
+                raise HParamsError(f"{source}: key {key!r} must be >= 0, got {getattr(self, key)!r}")
+        if self.gd_steps < 1 or not self.gd_lr > 0:
+            raise HParamsError(f"{source}: keys 'gd_steps' (>= 1) and 'gd_lr' (> 0) got {self.gd_steps!r}, {self.gd_lr!r}")
+        if not 0 <= self.context_nullspace_weight < float("inf"):
+            raise HParamsError(
+                f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got {self.context_nullspace_weight!r}"
+            )
+        if self.norm_weight == 0 and self.target_weight == 0:
+            raise HParamsError(f"{source}: 'norm_weight' and 'target_weight' cannot both be 0")
