@@ -33,7 +33,7 @@ from zerounlearn_editor.engine.stats import collect_second_moments
 
 PACKAGE = Path(__file__).resolve().parents[1] / "zerounlearn_editor"
 EDIT_PATH_MODULES = [
-    "engine/stats.py", "engine/pipeline.py", "engine/targets.py", "engine/keys.py", "engine/contexts.py",
+    "engine/stats.py", "engine/pipeline.py", "engine/targets.py", "engine/adam.py", "engine/keys.py", "engine/contexts.py",
     "engine/encoding.py", "engine/model_access.py", "bench/reference_pipeline.py", "methods/zerounlearn/method.py",
     "methods/zerounlearn_gd/method.py", "methods/zerounlearn/solve.py", "methods/zerounlearn_gd/solve.py",
 ]

@@ -31,6 +31,7 @@ __all__ = [
     "capture_outputs",
     "hidden_of",
     "model_device",
+    "module_device",
 ]
 
 
@@ -179,6 +180,12 @@ def max_positions(model: nn.Module) -> Optional[int]:
                 return value
     value = getattr(config, "n_positions", None)
     return value if isinstance(value, int) else None
+
+
+def module_device(module: nn.Module, fallback: torch.device) -> torch.device:
+    """Device of a module's first parameter (where its inputs must be), else ``fallback``."""
+    param = next(module.parameters(), None)
+    return param.device if param is not None else fallback
 
 
 def model_device(model: nn.Module) -> torch.device:

@@ -27,6 +27,7 @@ from zerounlearn_editor.engine.model_access import (
     hidden_size_of,
     logits_transform,
     model_device,
+    module_device,
     num_hidden_layers,
 )
 from zerounlearn_editor.engine.requests import ForgetRequest
@@ -36,6 +37,7 @@ from zerounlearn_editor.engine.target_rows import (
     suppression_loss,
     suppression_per_request,
 )
+from zerounlearn_editor.engine.adam import adam_targets
 from zerounlearn_editor.engine.targets_kv import optimise_chunk_fast
 
 __all__ = ["TargetConfig", "NeutralTargets", "optimise_neutral_targets", "target_loop", "answer_logprobs", "suppression_loss", "suppression_per_request", "TARGET_OBJECTIVES"]
@@ -123,12 +125,6 @@ class _SuffixStack:
         finally:
             self.base.layers = self.full
 
-def _module_device(module: nn.Module, fallback: torch.device) -> torch.device:
-    """Device of a module's first parameter (where its inputs must be), else ``fallback``."""
-    param = next(module.parameters(), None)
-    return param.device if param is not None else fallback
-
-
 def _head_logits(lm_head: nn.Module, hidden: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
                  transform=None) -> torch.Tensor:
     """``lm_head`` at ``hidden[rows, positions]``: float32 logits ``[len(rows), vocab]`` on the head's device.
@@ -153,7 +149,7 @@ def _forward_logits_rows(model, cfg: TargetConfig, batch, delta_rows_hook, rows,
     if cfg.loss_layer_module:
         def grab_layer(_m, _a, out):
             hidden = hidden_of(out)
-            captured["h"] = ln_f(hidden.to(_module_device(ln_f, hidden.device)))
+            captured["h"] = ln_f(hidden.to(module_device(ln_f, hidden.device)))
             raise StopForward
 
         handles.append(get_module(model, cfg.loss_layer_module).register_forward_hook(grab_layer))
@@ -172,6 +168,106 @@ def _forward_logits_rows(model, cfg: TargetConfig, batch, delta_rows_hook, rows,
     return _head_logits(lm_head, captured["h"], rows, positions, logits_transform(model))
 
 
+class _FullForwardProblem:
+    """The loss of one chunk by full forward passes (``targets_optimizer: adam``, the reference evaluation).
+
+    Every evaluation runs all rows of the chunk (request-major rewriting rows, then one KL row per request), the
+    residuals added at the edited layer's lookup tokens by a hook, or, for Llama-family stacks, by
+    :class:`_SuffixStack` on the cached input of the layers after it. Rows of stopped requests run too (with
+    their frozen residuals), so the batch is the same at every step.
+    """
+
+    def __init__(self, model: nn.Module, tok, requests: Sequence[ForgetRequest], target_ids: Sequence[Sequence[int]],
+                 prefixes: Sequence[str], cfg: TargetConfig):
+        self.model, self.cfg = model, cfg
+        device = model_device(model)  # input ids
+        head_device = get_module(model, cfg.lm_head_module).weight.device  # logits and the loss
+        self.head_device = head_device
+        n, n_ctx = len(requests), len(prefixes)
+        self.n = n
+        rows_ = encode_target_rows(tok, requests, target_ids, prefixes, cfg.fact_token, device)
+        self.batch, rw_req = rows_.batch, rows_.rw_req
+        n_rw = len(rw_req)
+        self.n_t = len(rows_.t_rows)
+        self.t_rows_t = torch.tensor(rows_.t_rows, device=head_device)
+        t_pos_t = torch.tensor(rows_.t_pos, device=head_device)
+        self.t_tok_t = torch.tensor(rows_.t_tok, device=head_device)
+        self.t_weight_t = torch.tensor(rows_.t_weight, device=head_device)
+        self.t_req_t = torch.tensor(rows_.t_req, device=head_device)
+        self.rw_req_h = torch.tensor(rw_req, dtype=torch.long, device=head_device)  # each rewriting row's request
+        kl_rows = torch.arange(n_rw, n_rw + n, device=head_device)
+        kl_pos = self.batch.lookup[n_rw : n_rw + n].to(head_device)
+        self.rows = torch.cat([self.t_rows_t, kl_rows])
+        self.positions = torch.cat([t_pos_t, kl_pos])
+        bare_rows = torch.arange(0, n_rw, n_ctx, device=device)
+        self.d = hidden_size_of(model)
+        layer_device = next(get_module(model, cfg.layer_module).parameters()).device
+        row_req = torch.tensor(rw_req + list(range(n)), device=device)
+        # index tensors on the edited layer's device (where its hidden states and the residuals live)
+        self.row_req_l, self.lookup_l = row_req.to(layer_device), self.batch.lookup.to(layer_device)
+        bare_rows_l = bare_rows.to(layer_device)
+        self.suffix: Optional[_SuffixStack] = None
+        self.kl_init: Optional[torch.Tensor] = None
+        with torch.no_grad(), capture_outputs(model, [cfg.layer_module], stop_after=cfg.layer_module) as out, \
+                contextlib.suppress(StopForward):
+            model(input_ids=self.batch.input_ids, attention_mask=self.batch.attention_mask)
+        h_layer = out[cfg.layer_module]
+        self.h0 = h_layer[bare_rows_l, self.lookup_l[bare_rows_l]].float().clone()  # [n, d]
+        if cfg.reuse_prefix and _SuffixStack.supported(model, cfg):
+            stop = None
+            if cfg.loss_layer_module:
+                loss_layer = get_module(model, cfg.loss_layer_module)
+                stop = next(i for i, l in enumerate(model.model.layers) if l is loss_layer) + 1
+            self.suffix = _SuffixStack(model, get_module(model, cfg.layer_module), stop)
+            self.h_layer = h_layer
+            self.all_rows = torch.arange(len(row_req), device=h_layer.device)
+            self.lm_head = get_module(model, cfg.lm_head_module)
+
+    def _logits(self, row_delta: torch.Tensor) -> torch.Tensor:
+        """``[rows, vocab]`` logits of the loss rows with each row's residual ``row_delta`` ``[all rows, d]``."""
+        cfg = self.cfg
+        if self.suffix is None:
+            def add_delta(_module, _args, output):
+                hidden = hidden_of(output)
+                add = torch.zeros_like(hidden)
+                add[torch.arange(len(self.row_req_l), device=hidden.device), self.lookup_l] = row_delta.to(hidden.dtype)
+                hidden = hidden + add
+                if isinstance(output, tuple):
+                    return (hidden,) + tuple(output[1:])
+                return hidden
+
+            return _forward_logits_rows(self.model, cfg, self.batch, add_delta, self.rows, self.positions)
+        add = torch.zeros_like(self.h_layer)
+        add[self.all_rows, self.lookup_l] = row_delta.to(self.h_layer.dtype)
+        normed = self.suffix(self.h_layer + add, self.batch.attention_mask)
+        return _head_logits(self.lm_head, normed, self.rows, self.positions, logits_transform(self.model))
+
+    def loss_and_grad(self, reqs: torch.Tensor, delta: torch.Tensor):
+        """``(loss [k], nll [k], grad [k, d])`` of requests ``reqs`` ``[k]``; every request's rows run with its
+        residual in ``delta`` ``[n, d]``."""
+        cfg, n, hdev = self.cfg, self.n, self.head_device
+        x = delta.detach().clone().requires_grad_(True)
+        logits = self._logits(x[self.row_req_l])
+        if cfg.objective == "suppress_answer":
+            nll_req = suppression_per_request(logits[: self.n_t].float(), self.t_tok_t, self.t_rows_t, self.rw_req_h, n)
+        else:
+            logp_t = torch.log_softmax(logits[: self.n_t], dim=-1)
+            nll_tok = -logp_t.gather(1, self.t_tok_t[:, None]).squeeze(1)
+            nll_req = torch.zeros(n, device=hdev).index_add(0, self.t_req_t, nll_tok * self.t_weight_t)
+        kl_logp = torch.log_softmax(logits[self.n_t : self.n_t + n], dim=-1)
+        if self.kl_init is None:
+            if len(reqs) != n:
+                raise RuntimeError("the first loss evaluation must cover every request (KL reference)")
+            self.kl_init = kl_logp.detach()
+        kl_req = (kl_logp.exp() * (kl_logp - self.kl_init)).sum(-1)
+        wd_req = cfg.weight_decay * (x.norm(dim=1) ** 2) / (self.h0.norm(dim=1) ** 2)
+        loss_req = nll_req + cfg.kl_factor * kl_req + wd_req.to(hdev)
+        picked = reqs.to(hdev)
+        (grad,) = torch.autograd.grad(loss_req[picked].sum(), x)
+        return (loss_req.detach()[picked].to(delta.device), nll_req.detach()[picked].to(delta.device),
+                grad[reqs.to(grad.device)])
+
+
 def _optimise_chunk(
     model: nn.Module,
     tok,
@@ -185,118 +281,10 @@ def _optimise_chunk(
         raise ValueError(f"unknown target objective {cfg.objective!r}; expected one of {TARGET_OBJECTIVES}")
     if target_loop(cfg) != "adam":
         return optimise_chunk_fast(model, tok, requests, target_ids, prefixes, cfg)
-    device = model_device(model)  # input ids
-    head_device = get_module(model, cfg.lm_head_module).weight.device  # logits and the loss
-    n, n_ctx = len(requests), len(prefixes)
-    # Rewriting rows (request-major, context-minor), then one KL row per request.
-    rows_ = encode_target_rows(tok, requests, target_ids, prefixes, cfg.fact_token, device)
-    batch, rw_req = rows_.batch, rows_.rw_req
-    t_rows, t_pos, t_tok, t_weight, t_req = rows_.t_rows, rows_.t_pos, rows_.t_tok, rows_.t_weight, rows_.t_req
-    n_rw = len(rw_req)
-    row_req = torch.tensor(rw_req + list(range(n)), device=device)
-
-    t_rows_t = torch.tensor(t_rows, device=head_device)
-    t_pos_t = torch.tensor(t_pos, device=head_device)
-    t_tok_t = torch.tensor(t_tok, device=head_device)
-    t_weight_t = torch.tensor(t_weight, device=head_device)
-    t_req_t = torch.tensor(t_req, device=head_device)
-    rw_req_h = torch.tensor(rw_req, dtype=torch.long, device=head_device)  # each rewriting row's request
-    kl_rows = torch.arange(n_rw, n_rw + n, device=head_device)
-    kl_pos = batch.lookup[n_rw : n_rw + n].to(head_device)
-    rows = torch.cat([t_rows_t, kl_rows])
-    positions = torch.cat([t_pos_t, kl_pos])
-    bare_rows = torch.arange(0, n_rw, n_ctx, device=device)
-
-    d_model = hidden_size_of(model)
-    layer_param = next(get_module(model, cfg.layer_module).parameters())
-    delta = torch.zeros((n, d_model), device=layer_param.device, dtype=torch.float32, requires_grad=True)
-    optimiser = torch.optim.Adam([delta], lr=cfg.lr)
-    state = {}
-    # index tensors on the edited layer's device (where its hidden states and ``delta`` live)
-    layer_device = layer_param.device
-    row_req_l, lookup_l, bare_rows_l = row_req.to(layer_device), batch.lookup.to(layer_device), bare_rows.to(layer_device)
-
-    def row_delta() -> torch.Tensor:
-        """``[rows, d]``: each row's request delta."""
-        return delta[row_req_l]
-
-    def add_delta(_module, _args, output):
-        hidden = hidden_of(output)
-        if "h0" not in state:
-            state["h0"] = hidden[bare_rows_l, lookup_l[bare_rows_l]].detach().float().clone()
-        add = torch.zeros_like(hidden)
-        add[torch.arange(len(row_req), device=hidden.device), lookup_l] = row_delta().to(hidden.dtype)
-        hidden = hidden + add
-        if isinstance(output, tuple):
-            return (hidden,) + tuple(output[1:])
-        return hidden
-
-    use_suffix = cfg.reuse_prefix and _SuffixStack.supported(model, cfg)
-    if use_suffix:
-        stop = None
-        if cfg.loss_layer_module:
-            loss_layer = get_module(model, cfg.loss_layer_module)
-            stop = next(i for i, l in enumerate(model.model.layers) if l is loss_layer) + 1
-        suffix = _SuffixStack(model, get_module(model, cfg.layer_module), stop)
-        with torch.no_grad(), capture_outputs(model, [cfg.layer_module], stop_after=cfg.layer_module) as out, \
-                contextlib.suppress(StopForward):
-            model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
-        h_layer = out[cfg.layer_module]
-        all_rows = torch.arange(len(row_req), device=h_layer.device)
-        state["h0"] = h_layer[bare_rows_l, lookup_l[bare_rows_l]].float().clone()
-        lm_head = get_module(model, cfg.lm_head_module)
-
-    def step_logits() -> torch.Tensor:
-        if not use_suffix:
-            return _forward_logits_rows(model, cfg, batch, add_delta, rows, positions)
-        add = torch.zeros_like(h_layer)
-        add[all_rows, lookup_l] = row_delta().to(h_layer.dtype)
-        normed = suffix(h_layer + add, batch.attention_mask)
-        return _head_logits(lm_head, normed, rows, positions, logits_transform(model))
-
-    active = torch.ones(n, dtype=torch.bool, device=delta.device)
-    steps_run = [0] * n
-    nll_req = torch.zeros(n, device=head_device)
-    kl_init = None
-    bar = progress_bar(total=cfg.steps, desc=f"neutral targets ({n} facts)", unit="step")
-    for step in range(cfg.steps + 1):
-        logits = step_logits()
-        if cfg.objective == "suppress_answer":
-            nll_req = suppression_per_request(logits[: len(t_rows)].float(), t_tok_t, t_rows_t, rw_req_h, n)
-        else:
-            logp_t = torch.log_softmax(logits[: len(t_rows)], dim=-1)
-            nll_tok = -logp_t.gather(1, t_tok_t[:, None]).squeeze(1)
-            nll_req = torch.zeros(n, device=head_device).index_add(0, t_req_t, nll_tok * t_weight_t)
-        kl_logp = torch.log_softmax(logits[len(t_rows) : len(t_rows) + n], dim=-1)
-        if kl_init is None:
-            kl_init = kl_logp.detach()
-        kl_req = (kl_logp.exp() * (kl_logp - kl_init)).sum(-1)
-        h0 = state["h0"]
-        wd_req = cfg.weight_decay * (delta.norm(dim=1) ** 2) / (h0.norm(dim=1) ** 2)
-        loss_req = nll_req + cfg.kl_factor * kl_req + wd_req.to(head_device)
-        converged = (nll_req.detach() < cfg.early_stop_loss).to(active.device)
-        active &= ~converged
-        if step == cfg.steps or not bool(active.any()):
-            break
-        bar.update(1)
-        bar.set_postfix(active=int(active.sum()), max_nll=f"{float(nll_req.detach().max()):.3f}", refresh=False)
-        for i in torch.nonzero(active).flatten().tolist():
-            steps_run[i] += 1
-        optimiser.zero_grad()
-        loss_req[active.to(head_device)].sum().backward()
-        frozen = delta.detach()[~active].clone()
-        optimiser.step()
-        with torch.no_grad():
-            delta[~active] = frozen
-            max_norm = cfg.clamp_norm_factor * h0.norm(dim=1).to(delta.device)
-            norms = delta.norm(dim=1)
-            scale = torch.where(norms > max_norm, max_norm / norms.clamp_min(1e-12), torch.ones_like(norms))
-            delta.mul_(scale[:, None])
-        if step % 5 == 0:
-            LOG.debug("target step %d: nll %s", step, nll_req.detach().cpu().tolist())
-    bar.close()
-    h0 = state["h0"]
-    return (h0 + delta.detach()).cpu(), h0.cpu(), nll_req.detach().cpu(), steps_run
+    problem = _FullForwardProblem(model, tok, requests, target_ids, prefixes, cfg)
+    delta, nll, steps_run = adam_targets(problem, cfg)
+    h0 = problem.h0
+    return (h0 + delta.to(h0.device)).cpu(), h0.cpu(), nll.cpu(), steps_run
 
 
 def optimise_neutral_targets(

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zerounlearn_editor.engine.adam import adam_targets
 from zerounlearn_editor.engine.target_rows import encode_target_rows, suppression_per_request
 from zerounlearn_editor.engine.model_access import (
     StopForward,
@@ -34,6 +35,7 @@ from zerounlearn_editor.engine.model_access import (
     hidden_of,
     logits_transform,
     model_device,
+    module_device,
 )
 from zerounlearn_editor.engine.requests import ForgetRequest
 
@@ -45,11 +47,6 @@ OPTIMIZERS = ("adam", "adam_kv")
 """Values of the ``targets_optimizer`` hparams key (``adam``: the paper's loop, in targets.py)."""
 
 _ROPE_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
-
-
-def _device_of(module: nn.Module, fallback: torch.device) -> torch.device:
-    param = next(module.parameters(), None)
-    return param.device if param is not None else fallback
 
 
 class KVSuffix:
@@ -206,7 +203,7 @@ class KVSuffix:
         x = self.hidden[:, :seq]
         with torch.no_grad():
             for index, layer in enumerate(self.layers):
-                dev = _device_of(layer, x.device)
+                dev = module_device(layer, x.device)
                 x, m, p = x.to(dev), mask.to(dev), positions.to(dev)
                 q, k, v = self._qkv(layer, x, p)
                 self.cache.append((k[:, :, : self.prefix].contiguous(), v[:, :, : self.prefix].contiguous()))
@@ -247,7 +244,7 @@ class KVSuffix:
         mask = torch.cat([pre_mask, new_mask], dim=2)[:, None]  # [k, 1, T, prefix + T]
         last = len(self.layers) - 1
         for index, (layer, (k_cache, v_cache)) in enumerate(zip(self.layers, self.cache)):
-            ldev = _device_of(layer, x.device)
+            ldev = module_device(layer, x.device)
             x = x.to(ldev)
             q, k, v = self._qkv(layer, x, abs_pos.to(ldev))
             r = rows.to(k_cache.device)
@@ -261,9 +258,9 @@ class KVSuffix:
                 q_sel = q[i, :, t_sel][:, :, None]
                 attn = self._attend(q_sel, k[i], v[i], mask.to(ldev)[i, :, t_sel][:, :, None], self._scale(layer))
                 x = self._finish(layer, x[i, t_sel][:, None], attn)[:, 0]
-                return self.norm(x.to(_device_of(self.norm, x.device)))
+                return self.norm(x.to(module_device(self.norm, x.device)))
             x = self._finish(layer, x, self._attend(q, k, v, mask.to(ldev), self._scale(layer)))
-        out = self.norm(x.to(_device_of(self.norm, x.device)))
+        out = self.norm(x.to(module_device(self.norm, x.device)))
         if select is not None:  # no layer after the edited one: select from its (normed) output
             return out[select[0].to(out.device), select[1].to(out.device)]
         return out
@@ -316,7 +313,7 @@ class _Problem:
         self.req_rows = [list(range(i * n_ctx, (i + 1) * n_ctx)) + [n_rw + i] for i in range(n)]
 
         layer = get_module(model, cfg.layer_module)
-        self.layer_device = _device_of(layer, device)
+        self.layer_device = module_device(layer, device)
         with torch.no_grad(), capture_outputs(model, [cfg.layer_module], stop_after=cfg.layer_module) as out, \
                 contextlib.suppress(StopForward):
             model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
@@ -353,7 +350,7 @@ class _Problem:
 
         def grab(_m, _a, out):
             hidden = hidden_of(out)
-            captured["h"] = ln_f(hidden.to(_device_of(ln_f, hidden.device))) if cfg.loss_layer_module else hidden
+            captured["h"] = ln_f(hidden.to(module_device(ln_f, hidden.device))) if cfg.loss_layer_module else hidden
             raise StopForward
 
         handles = [layer.register_forward_hook(add_delta)]
@@ -431,54 +428,19 @@ class _Problem:
         return nll + cfg.kl_factor * kl + wd.to(hdev), nll
 
     def loss_and_grad(self, reqs: torch.Tensor, delta: torch.Tensor):
-        """``(loss [k], nll [k], grad [k, d])`` (float32, on the residual's device)."""
-        x = delta.detach().clone().requires_grad_(True)
+        """``(loss [k], nll [k], grad [k, d])`` of requests ``reqs`` with residuals ``delta`` ``[n, d]`` (float32, on
+        the residual's device); only the requests ``reqs`` are run."""
+        x = delta.detach()[reqs].clone().requires_grad_(True)
         loss, nll = self.losses(reqs, x)
         (grad,) = torch.autograd.grad(loss.sum(), x)
         return loss.detach().to(delta.device), nll.detach().to(delta.device), grad
-
-
-# ---------------------------------------------------------------------- optimisers
-
-
-def _adam(problem: _Problem, cfg) -> Tuple[torch.Tensor, torch.Tensor, List[int]]:
-    """The paper's Adam loop (targets.py) on the cached evaluations; frozen requests are not run."""
-    n, device = problem.n, problem.h0.device
-    delta = torch.zeros((n, problem.d), device=device, dtype=torch.float32, requires_grad=True)
-    optimiser = torch.optim.Adam([delta], lr=cfg.lr)
-    max_norm = cfg.clamp_norm_factor * problem.h0.norm(dim=1)
-    active = torch.ones(n, dtype=torch.bool, device=device)
-    steps_run = [0] * n
-    nll_all = torch.zeros(n, device=device)
-    for step in range(cfg.steps + 1):
-        reqs = torch.nonzero(active).flatten()
-        loss, nll, grad = problem.loss_and_grad(reqs, delta.detach()[reqs])
-        nll_all[reqs] = nll
-        converged = nll < cfg.early_stop_loss
-        active[reqs[converged]] = False
-        if step == cfg.steps or not bool(active.any()):
-            break
-        keep = ~converged
-        for i in reqs[keep].tolist():
-            steps_run[i] += 1
-        full_grad = torch.zeros_like(delta)
-        full_grad[reqs[keep]] = grad[keep]
-        delta.grad = full_grad
-        frozen = delta.detach()[~active].clone()
-        optimiser.step()
-        with torch.no_grad():
-            delta[~active] = frozen
-            norms = delta.norm(dim=1)
-            scale = torch.where(norms > max_norm, max_norm / norms.clamp_min(1e-12), torch.ones_like(norms))
-            delta.mul_(scale[:, None])
-    return delta.detach(), nll_all, steps_run
 
 
 def optimise_chunk_fast(model, tok, requests, target_ids, prefixes, cfg):
     """One chunk with ``cfg.optimizer == "adam_kv"``: ``(z, h0, nll, steps_run)`` on the CPU."""
     problem = _Problem(model, tok, requests, target_ids, prefixes, cfg)
     if cfg.optimizer == "adam_kv":
-        delta, nll, steps = _adam(problem, cfg)
+        delta, nll, steps = adam_targets(problem, cfg)
     else:
         raise ValueError(f"unknown targets optimizer {cfg.optimizer!r}; choose from {OPTIMIZERS}")
     h0 = problem.h0
