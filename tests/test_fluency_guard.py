@@ -30,9 +30,13 @@ def _hparams(tmp_path: Path, **changes) -> ZeroUnlearnGDHyperParams:
     return ZeroUnlearnGDHyperParams.from_dict(config)
 
 
-# a destructive edit: every direction is "null space" (nothing protects general text), no norm penalty, a residual
-# up to 20x the hidden state: the tiny GPT-2's perplexity on its own corpus several-fold
-DESTRUCTIVE = dict(nullspace_threshold=1e9, norm_weight=1e-6, clamp_norm_factor=20.0)
+# a destructive edit: every direction is "null space" (nothing protects general text), no norm penalty, and the
+# targets never stop early, with a residual allowed up to 100x the hidden state: the tiny GPT-2's perplexity on its
+# own corpus goes up several-fold. (The tiny model's training depends on the torch thread count and the CPU; the
+# earlier setting, early stop on and a 20x clamp, measured +1943% with one thread and +5% with two on one machine;
+# this one +8700% and +480%.)
+DESTRUCTIVE = dict(nullspace_threshold=1e9, norm_weight=1e-6, clamp_norm_factor=100.0, v_early_stop_loss=0.0, v_lr=2.0,
+                   v_weight_decay=0.0)
 
 
 def test_judge():
