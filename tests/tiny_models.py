@@ -17,6 +17,12 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+"""The checkout the tests run from (``tests/`` is laid out like the package: ``tests/<area>/test_*.py``)."""
+FIXTURES = TESTS_DIR / "fixtures"
+"""Stored test data: the pins (``paper_pin.npz``, ``yaml_pins.npz``, ``cli_pins.json``) and the known-fact ids."""
+
 WORDS = (
     "the capital of france is paris germany berlin italy rome spain madrid japan tokyo "
     "a city in and it was known for its river old new large small people live there many "

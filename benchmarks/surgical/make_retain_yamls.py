@@ -3,7 +3,7 @@
 The retain-aware settings are the ones measured best on SmolLM2 (benchmarks/RESULTS.md, "Surgical
 forgetting"); every model gets the same keys so `--retain` benches and `retain=` work everywhere.
 (ZeroUnlearn+R and its -retain files were retired: ZeroUnlearn-GD+R beats it at every n measured.)
-tests/test_retain_yamls.py checks that each -retain file differs from its paper file only there.
+tests/methods/test_retain_yamls.py checks that each -retain file differs from its paper file only there.
 Run from the repository root: python benchmarks/surgical/make_retain_yamls.py
 """
 from pathlib import Path

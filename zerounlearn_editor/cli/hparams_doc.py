@@ -2,7 +2,7 @@
 
 ``python -m zerounlearn_editor.cli.hparams_doc`` rewrites the table between :data:`START` and
 :data:`END` in ``README.md`` (or the file given); ``--check`` only reports whether it is current
-(exit status 1 when not). ``tests/test_hparams_doc.py`` fails when the README and the code disagree.
+(exit status 1 when not). ``tests/cli/test_hparams_doc.py`` fails when the README and the code disagree.
 """
 from __future__ import annotations
 

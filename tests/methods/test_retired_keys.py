@@ -11,13 +11,13 @@ from typing import ClassVar, Dict
 import pytest
 import yaml
 
-from tiny_models import tiny_hparams_dict
+from tiny_models import tiny_hparams_dict, REPO_ROOT
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
 from zerounlearn_editor.bench.config import BenchConfigError, RETIRED_METHODS, parse_methods
 from zerounlearn_editor.bench.registry import default_registry
 from zerounlearn_editor.engine.hparams import RETIRED_KEYS, HParamsError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 # what each retired entry's message must point to (the replacement)
 REPLACEMENT = {
     "targets_optimizer: lbfgs": "targets_optimizer: adam_kv",

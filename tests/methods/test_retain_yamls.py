@@ -8,8 +8,9 @@ import pytest
 
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
 from zerounlearn_editor.cli.init_hparams import is_variant_yaml
+from tiny_models import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parent.parent / "hparams"
+ROOT = REPO_ROOT / "hparams"
 CLASSES = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
 RETAIN_KEYS = {"retain_file", "retain_nullspace_weight"}
 PAIRS = [("ZeroUnlearn-GD", p) for p in sorted((ROOT / "ZeroUnlearn-GD").glob("*.yaml")) if not is_variant_yaml(p)]

@@ -1,10 +1,10 @@
 """The paper's method (shipped settings, no opt-in extras) keeps giving the same edited weights.
 
-``tests/data/paper_pin.npz`` was written by this file's ``__main__`` from the code before any
+``tests/fixtures/paper_pin.npz`` was written by this file's ``__main__`` from the code before any
 opt-in mode (retain sets, new projectors) existed: a tiny seeded Llama, its ``C0`` and neutral
 targets, and the weights ZeroUnlearn and ZeroUnlearn-GD wrote. The test feeds the stored ``C0``
 and targets back (so it pins keys + solve + write-back, not the target optimiser) and asks for
-bit-identical weights. Regenerate only on purpose: ``python tests/test_paper_pin.py``.
+bit-identical weights. Regenerate only on purpose: ``python tests/methods/test_paper_pin.py``.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tiny_models import FIXTURES  # noqa: E402
 from tiny_models import forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus  # noqa: E402
 
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams  # noqa: E402
@@ -27,7 +28,7 @@ from zerounlearn_editor.engine.targets import NeutralTargets  # noqa: E402
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model  # noqa: E402
 from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model  # noqa: E402
 
-PIN = Path(__file__).resolve().parent / "data" / "paper_pin.npz"
+PIN = FIXTURES / "paper_pin.npz"
 LAYERS = (1, 2)
 METHODS = {
     "ZeroUnlearn": (ZeroUnlearnHyperParams, apply_zerounlearn_to_model, dict(utility_weight=10.0)),

@@ -21,8 +21,9 @@ import yaml
 from zerounlearn_editor.cli.hparams_doc import FIELD_HELP
 from zerounlearn_editor.engine.hparams import RETIRED_KEYS
 from zerounlearn_editor.cli.hparams_doc import END, METHOD_CLASSES, START, key_table, main, replace_table
+from tiny_models import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 SHIPPED = sorted(p for cls in METHOD_CLASSES for p in (ROOT / "hparams" / cls.ALG_NAME).glob("*.yaml"))
 MAX_KEYS = 48  # 59 before issue 27 (50 after retiring what lost, +1 fluency_max_increase), then 4 single-valued settings fixed
 

@@ -79,6 +79,7 @@ ALG_DICT = {"MEMIT": apply_memit_to_model}
 
 FAKE_BATCH_EDITOR = """
 from enum import Enum
+from tiny_models import REPO_ROOT
 
 
 class BatchEditor(Enum):
@@ -766,7 +767,7 @@ def test_import_order_with_easyedit_on_the_path(tmp_path: Path) -> None:
         "assert 'ZeroUnlearn-GD' in a.ALG_DICT and b.BatchEditor.is_batchable_method('ZeroUnlearn')\n"
         "print('registered')\n"
     )
-    repo = Path(__file__).resolve().parents[1]
+    repo = REPO_ROOT
     env = {k: v for k, v in __import__("os").environ.items() if k != "EASYEDIT_PATH"}
     env["PYTHONPATH"] = f"{root}{__import__('os').pathsep}{repo}"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
@@ -778,7 +779,7 @@ def test_ci_turns_a_skipped_easyedit_test_into_a_failure(tmp_path: Path) -> None
     import os
     import subprocess
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = REPO_ROOT
     env = {k: v for k, v in os.environ.items() if k != "EASYEDIT_PATH"}
     env.update(PYTHONPATH=str(repo), OMP_NUM_THREADS="1")
     test_id = f"{Path(__file__).resolve()}::test_real_easyedit_sees_both_methods"

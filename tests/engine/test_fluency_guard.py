@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from arch_zoo import FORGET, corpus_perplexity, trained_model
-from tiny_models import CORPUS, tiny_hparams_dict, write_corpus
+from tiny_models import CORPUS, tiny_hparams_dict, write_corpus, REPO_ROOT
 from zerounlearn_editor import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.engine.fluency_guard import DEFAULT_MAX_INCREASE, FluencyError, judge_fluency
 from zerounlearn_editor.engine.hparams import HParamsError
@@ -19,7 +19,7 @@ from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_g
 
 TEXT = " ".join(dict.fromkeys(CORPUS))
 REQUESTS = [{"prompt": p, "subject": s, "ground_truth": a} for p, s, a in FORGET]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 
 
 def _hparams(tmp_path: Path, **changes) -> ZeroUnlearnGDHyperParams:

@@ -23,6 +23,7 @@ from zerounlearn_editor.evaluation import (
 )
 from zerounlearn_editor.evaluation import perplexity
 from zerounlearn_editor.evaluation.perplexity import plan_windows
+from tiny_models import REPO_ROOT
 
 try:  # tests/ on sys.path (pytest's default for a directory without __init__.py)
     import helpers_tiny as tiny
@@ -344,7 +345,7 @@ def test_easyedit_metrics_layout(successor, tok):
 
 
 def test_real_wikitext_file_runs(tok):
-    path = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "text" / "wikitext2_raw_test.txt"
+    path = REPO_ROOT / ".." / "shared" / "data" / "text" / "wikitext2_raw_test.txt"
     if not path.is_file():
         pytest.skip("shared wikitext file not available")
     model = random_causal_lm("llama", tok)
@@ -376,7 +377,7 @@ def test_real_smollm2_probe_metrics(smollm2_path):
     assert left["acc"] == right["acc"] and left["pred_ids"] == right["pred_ids"]
     assert left["prob"] == pytest.approx(right["prob"], rel=1e-3)
     assert left["acc"][0] == 1.0 and left["prob"][0] > 0.3
-    text = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "text" / "wikitext2_raw_test.txt"
+    text = REPO_ROOT / ".." / "shared" / "data" / "text" / "wikitext2_raw_test.txt"
     if text.is_file():
         value = perplexity(model, tok, text, max_tokens=128, window=64, stride=64, batch_size=2)
         assert 2.0 < value < 1000.0, value

@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 import pytest
 import yaml
 
-from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
+from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, FIXTURES
 from zerounlearn_editor import (
     ZeroUnlearnGDHyperParams,
     ZeroUnlearnHyperParams,
@@ -358,7 +358,7 @@ def test_real_easyedit_unlearns_a_knowedit_file(tmp_path, monkeypatch):
     assert summary["forget_ground_truth_acc"]["pre"] is not None and summary["forget_ground_truth_acc"]["post"] is not None
 
 
-KNOWN_CF = Path(__file__).resolve().parent / "data" / "smollm2_known_counterfact.json"
+KNOWN_CF = FIXTURES / "smollm2_known_counterfact.json"
 """``case_ids`` of the first 10 CounterFact records SmolLM2 answers (written by this file's ``__main__``)."""
 
 
@@ -378,7 +378,7 @@ def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch,
 
     The records are the first 10 of the file's first 300 whose answer SmolLM2 gives (teacher-forced
     token accuracy 1; most CounterFact facts it does not know). Their ``case_id``s are stored in
-    ``tests/data/smollm2_known_counterfact.json`` (scoring 300 records is not repeated here); the
+    ``tests/fixtures/smollm2_known_counterfact.json`` (scoring 300 records is not repeated here); the
     test checks that SmolLM2 still answers each of them and writes them unchanged to a file of the
     same format. ZeroUnlearn and EasyEdit's own MEMIT (hparams mapped from the ZeroUnlearn YAML as the
     bench does; it reads the same statistics file, never a dataset) both unlearn towards EOS.
@@ -432,7 +432,7 @@ def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch,
     assert summaries["ZeroUnlearn"]["pre_edit_file"] != summaries["MEMIT"]["pre_edit_file"]
 
 
-if __name__ == "__main__":  # rewrite KNOWN_CF: python tests/test_easyedit_eval.py (in the EasyEdit venv, as the test runs)
+if __name__ == "__main__":  # rewrite KNOWN_CF: python tests/integrations/test_easyedit_eval.py (in the EasyEdit venv, as the test runs)
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer, prepare_smollm2
 
     _name, _scanned = "counterfact/counterfact_easyedit_val_1919.json", 300

@@ -15,7 +15,7 @@ import torch
 import yaml
 from torch import nn
 
-from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
+from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, REPO_ROOT
 from zerounlearn_editor.bench import BenchConfig, run_bench
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours
 from zerounlearn_editor.bench.report import group_header
@@ -250,7 +250,7 @@ def test_batch_neighbours_forgotten_by_another_case_are_dropped():
 def test_rwku_mquake_runfile_loads():
     from zerounlearn_editor.bench import load_runfile
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "rwku_mquake_runs.yaml"
+    path = REPO_ROOT / "benchmarks" / "rwku_mquake_runs.yaml"
     configs = {c.name: c for c in load_runfile(path)}
     assert {c.data for c in configs.values()} == {"rwku", "mquake"}
     for config in configs.values():

@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch import nn
 
-from tiny_models import forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
+from tiny_models import forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, REPO_ROOT
 from zerounlearn_editor import (
     EditReport,
     ZeroUnlearnGDHyperParams,
@@ -31,7 +31,7 @@ from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.bench.reference_pipeline import apply_zerounlearn_per_request
 from zerounlearn_editor.engine.stats import collect_second_moments
 
-PACKAGE = Path(__file__).resolve().parents[1] / "zerounlearn_editor"
+PACKAGE = REPO_ROOT / "zerounlearn_editor"
 EDIT_PATH_MODULES = [
     "engine/stats.py", "engine/pipeline.py", "engine/targets.py", "engine/adam.py", "engine/keys.py", "engine/contexts.py",
     "engine/encoding.py", "engine/model_access.py", "bench/reference_pipeline.py", "methods/zerounlearn/method.py",

@@ -1,6 +1,6 @@
 """Every shipped ZeroUnlearn / ZeroUnlearn-GD YAML keeps giving the same edited weights.
 
-``tests/data/yaml_pins.npz`` holds, for each file under ``hparams/ZeroUnlearn/`` and
+``tests/fixtures/yaml_pins.npz`` holds, for each file under ``hparams/ZeroUnlearn/`` and
 ``hparams/ZeroUnlearn-GD/`` (paper, ``-retain*`` and ``-suppress`` files of every model), the
 ``down_proj`` weights ``[d_out, d_in]`` that the file's settings write into one tiny seeded Llama
 (:data:`TINY_LAYERS` layers, hidden size 32), with everything that is model-specific mapped onto
@@ -28,8 +28,8 @@ The check: ``||W' - W'_pin|| / ||W'_pin|| < 1e-6`` per edited layer, and the pin
 at least 10x that tolerance (so a lost edit fails). Pinned with 1 and with 2 torch threads (identical within the tolerance).
 
 A file without a pin fails. Regenerate on purpose only (a change of the maths or of a YAML):
-``OMP_NUM_THREADS=1 PYTHONPATH=. python tests/test_yaml_pins.py`` (all files) or
-``... python tests/test_yaml_pins.py ZeroUnlearn-GD/SmolLM2-135M-Instruct-suppress`` (some files,
+``OMP_NUM_THREADS=1 PYTHONPATH=. python tests/methods/test_yaml_pins.py`` (all files) or
+``... python tests/methods/test_yaml_pins.py ZeroUnlearn-GD/SmolLM2-135M-Instruct-suppress`` (some files,
 the others kept).
 """
 from __future__ import annotations
@@ -45,15 +45,16 @@ import pytest
 import torch
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tiny_models import REPO_ROOT, FIXTURES  # noqa: E402
 from tiny_models import LLAMA_TEMPLATES, forget_requests, tiny_llama, tiny_tokenizer, write_corpus  # noqa: E402
 
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams  # noqa: E402
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model  # noqa: E402
 from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent / "hparams"
-PIN = Path(__file__).resolve().parent / "data" / "yaml_pins.npz"
+ROOT = REPO_ROOT / "hparams"
+PIN = FIXTURES / "yaml_pins.npz"
 TINY_LAYERS = 9
 REL_TOL = 1e-6
 PIN_DTYPE = torch.float64  # the CPU's float32 kernels differ between machines (see the module docstring)
@@ -136,7 +137,7 @@ def test_shipped_yaml_gives_the_pinned_edit(name, tmp_path):
         stored = {k: pin[k] for k in pin.files}
     before, after = edited_weights(name, tmp_path)
     missing = [_key(name, l) for l in after if _key(name, l) not in stored]
-    assert not missing, f"no pin for {name} ({missing}); regenerate on purpose: python tests/test_yaml_pins.py {name}"
+    assert not missing, f"no pin for {name} ({missing}); regenerate on purpose: python tests/methods/test_yaml_pins.py {name}"
     assert not any(k.startswith(name.replace("/", "__") + "__L") and int(k.rsplit("L", 1)[1]) not in after
                    for k in stored), f"{name} edits other layers than pinned"
     for l, w in after.items():

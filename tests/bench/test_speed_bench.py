@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
+from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact, REPO_ROOT
 from zerounlearn_editor.bench import speed_bench
 from zerounlearn_editor.bench.speed_bench import SpeedConfig, build_random_model, parse_int_list, run_speed
 
@@ -72,7 +72,7 @@ def test_bench_speed_cli_with_a_random_tiny_config(smollm2_path, tmp_path, capsy
     from zerounlearn_editor.cli import main
 
     out = tmp_path / "speed.json"
-    hparams = Path(__file__).resolve().parents[1] / "hparams" / "ZeroUnlearn" / "SmolLM2-135M-Instruct.yaml"
+    hparams = REPO_ROOT / "hparams" / "ZeroUnlearn" / "SmolLM2-135M-Instruct.yaml"
     assert main(["bench-speed", "--hparams", str(hparams), "--random-config", "tiny", "--n", "2", "--device", "cpu", "--stats-passages", "8",
                  "--micro-passages", "4", "--out", str(out), "--no-progress",
                  "--data", str(write_tiny_counterfact(tmp_path / "counterfact.json"))]) == 0

@@ -1,13 +1,13 @@
 """``zerounlearn unlearn`` keeps printing the same numbers: its report on a tiny Llama is pinned.
 
-``tests/data/cli_pins.json`` holds, per run below, every field of ``unlearn_report.json`` that the
+``tests/fixtures/cli_pins.json`` holds, per run below, every field of ``unlearn_report.json`` that the
 edit decides (``method``, the forgotten / kept rows: accuracy and probability before and after, the
 8-token greedy continuations; the perplexities; the saved mode), not the stage times or file
-paths. The runs are the ones ``tests/test_unlearn_cli.py`` covers, on the same tiny model, facts
+paths. The runs are the ones ``tests/integrations/test_unlearn_cli.py`` covers, on the same tiny model, facts
 and perplexity text: ZeroUnlearn, ZeroUnlearn-GD, and ZeroUnlearn-GD with a retain file.
 Numbers must agree within 1e-6 relative (1e-9 absolute near 0), text exactly.
 
-Regenerate on purpose only: ``OMP_NUM_THREADS=1 PYTHONPATH=. python tests/test_cli_pins.py``.
+Regenerate on purpose only: ``OMP_NUM_THREADS=1 PYTHONPATH=. python tests/cli/test_cli_pins.py``.
 """
 from __future__ import annotations
 
@@ -21,13 +21,14 @@ from typing import Any, Dict, List
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tiny_models import FIXTURES  # noqa: E402
 from tiny_models import CORPUS, forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus  # noqa: E402
 
 from zerounlearn_editor.cli import main  # noqa: E402
 from zerounlearn_editor.integrations.unlearn import REPORT_NAME  # noqa: E402
 
-PIN = Path(__file__).resolve().parent / "data" / "cli_pins.json"
+PIN = FIXTURES / "cli_pins.json"
 RUNS = {
     "ZeroUnlearn": dict(alg_name="ZeroUnlearn"),
     "ZeroUnlearn-GD": dict(alg_name="ZeroUnlearn-GD"),
@@ -92,7 +93,7 @@ def test_mismatches_sees_a_changed_number_and_text():
 @pytest.mark.parametrize("name", list(RUNS))
 def test_unlearn_report_is_the_pinned_one(name, tmp_path):
     pins = json.loads(PIN.read_text(encoding="utf-8"))
-    assert name in pins, f"no pin for {name}; regenerate on purpose: python tests/test_cli_pins.py"
+    assert name in pins, f"no pin for {name}; regenerate on purpose: python tests/cli/test_cli_pins.py"
     report = run_report(name, tmp_path)
     assert report["forgotten"] and any(r["acc_before"] is not None for r in report["forgotten"])
     problems = mismatches(report, pins[name])

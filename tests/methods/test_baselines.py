@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from tiny_models import GPT2_TEMPLATES, forget_requests, tiny_gpt2, tiny_llama, tiny_tokenizer
+from tiny_models import GPT2_TEMPLATES, forget_requests, tiny_gpt2, tiny_llama, tiny_tokenizer, REPO_ROOT
 from zerounlearn_editor.methods.baselines import (
     GAHyperParams,
     NPOHyperParams,
@@ -25,7 +25,7 @@ from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
 from zerounlearn_editor.engine.pipeline import restore_weights
 from zerounlearn_editor.engine.requests import RequestError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 METHODS = {"GA": (GAHyperParams, apply_ga_to_model), "NPO": (NPOHyperParams, apply_npo_to_model)}
 TARGETS = {"model.layers.1.mlp.down_proj.weight", "model.layers.2.mlp.down_proj.weight"}
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tiny_models import tiny_llama, tiny_tokenizer
+from tiny_models import tiny_llama, tiny_tokenizer, REPO_ROOT
 from zerounlearn_editor.data import builtin as embedded
 from zerounlearn_editor.engine import stats as stats_module
 from zerounlearn_editor.data.corpus import HUB_DATASETS, load_corpus
@@ -20,7 +20,7 @@ from zerounlearn_editor.support.resources import (
 )
 from zerounlearn_editor.engine.stats import corpus_cache_name, layer_second_moments, stats_path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 SHARED_TEXT = (shared_data_dir() or ROOT.parent / "shared" / "data") / "text"
 MODULE = "model.layers.{}.mlp.down_proj"
 
