@@ -37,6 +37,7 @@ import torch
 import yaml
 
 from tiny_models import (
+    REPO_ROOT,
     forget_requests,
     tiny_hparams_dict,
     tiny_llama,
@@ -79,7 +80,6 @@ ALG_DICT = {"MEMIT": apply_memit_to_model}
 
 FAKE_BATCH_EDITOR = """
 from enum import Enum
-from tiny_models import REPO_ROOT
 
 
 class BatchEditor(Enum):
