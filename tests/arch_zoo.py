@@ -1,10 +1,12 @@
 """Tiny causal LMs of many transformers architectures, trained in-process to know a few facts.
 
 :func:`tiny_config_model` builds a randomly initialised model of one architecture (``ARCHS``) on the
-word-level tokenizer of :mod:`tiny_models`; :func:`trained_model` trains it (Adam, full batch) on
-:data:`FACTS` (``"prompt answer"``) and :data:`tiny_models.CORPUS` until every fact's answer is the
-argmax after its prompt, and caches the trained weights per test session. :data:`FORGET` are the
-facts to forget, :data:`KEEP` the ones to keep; the perplexity text is :data:`PPL_TEXT`.
+word-level tokenizer of :mod:`tiny_models`; :func:`trained_model` trains one with a wider MLP
+(:data:`TRAINED_FF`; Adam, full batch, in float64) on :data:`FACTS` (``"prompt answer"``),
+:data:`tiny_models.CORPUS` and :data:`RELATION_TEXT` until every fact's answer has probability at least
+:data:`MIN_ANSWER_P` after its prompt, and caches the trained weights per test session. :data:`FORGET`
+are the facts to forget, :data:`KEEP` the ones to keep; the perplexity text is :data:`PPL_TEXT`, the
+statistics (``C0``) text :data:`C0_TEXT` (:func:`write_c0_corpus`).
 """
 from __future__ import annotations
 
@@ -31,8 +33,33 @@ FORGET = FACTS[:2]
 KEEP = FACTS[2:]
 PPL_TEXT = " . ".join(dict.fromkeys(CORPUS))
 
+RELATION_TEXT: List[str] = [
+    "the piano is a instrument and the guitar is a instrument",
+    "europe is a continent and asia is a large continent",
+    "the language spoken in germany is german",
+    "the language spoken in spain is spanish",
+    "the capital of germany is berlin",
+    "the capital of france is paris",
+    "the sport of the team is tennis",
+    "you plays the instrument of the team",
+    "the continent of the company is europe",
+    "the instrument of the president is piano",
+]
+"""General text with the facts' relation words (``instrument``, ``continent``, ``spoken``, ...) about other
+subjects: neither a subject of :data:`FACTS` nor a fact in it. Without it, ``instrument``, ``continent`` and
+``spoken`` occur in the facts alone, and the keys' directions they bring (the null space of ``C0``) are
+shared by forget and kept facts. The trained models learn it too (text the model knows, like a real ``C0``)."""
+C0_TEXT: List[str] = list(CORPUS) + RELATION_TEXT
+"""The statistics corpus of the edit tests (:func:`write_c0_corpus`)."""
+
 _D, _FF, _HEADS, _KV = 48, 96, 4, 2
-LOSS_STOP = 1.0  # mean training NLL at which training stops once every fact is known
+TRAINED_FF = 384
+"""``d_ff`` of the trained models (Falcon: twice that, as its default ``4 d_model`` is twice ``_FF``): a
+96-wide MLP key space makes the five facts' keys overlap, so forgetting two takes the others along."""
+LOSS_STOP = 1.0  # mean training NLL at which training stops once every fact is known (with MIN_ANSWER_P)
+MIN_ANSWER_P = 0.9
+"""Training stops once every fact's answer has at least this probability: facts known with a margin."""
+TRAIN_LR = 1e-2
 
 
 def _ids(tok) -> Dict[str, int]:
@@ -41,33 +68,34 @@ def _ids(tok) -> Dict[str, int]:
 
 
 def _llama_like(config_cls, model_cls, **extra) -> Callable:
-    def build(tok, layers: int):
-        config = config_cls(hidden_size=_D, intermediate_size=_FF, num_hidden_layers=layers, num_attention_heads=_HEADS,
+    def build(tok, layers: int, d_ff: int):
+        config = config_cls(hidden_size=_D, intermediate_size=d_ff, num_hidden_layers=layers, num_attention_heads=_HEADS,
                             num_key_value_heads=_KV, max_position_embeddings=256, tie_word_embeddings=False,
                             **_ids(tok), **extra)
         return model_cls(config)
     return build
 
 
-def _gpt2(tok, layers: int):
-    return T.GPT2LMHeadModel(T.GPT2Config(n_embd=_D, n_inner=_FF, n_layer=layers, n_head=_HEADS, n_positions=256,
+def _gpt2(tok, layers: int, d_ff: int):
+    return T.GPT2LMHeadModel(T.GPT2Config(n_embd=_D, n_inner=d_ff, n_layer=layers, n_head=_HEADS, n_positions=256,
                                           resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **_ids(tok)))
 
 
-def _neox(tok, layers: int):
-    return T.GPTNeoXForCausalLM(T.GPTNeoXConfig(hidden_size=_D, intermediate_size=_FF, num_hidden_layers=layers,
+def _neox(tok, layers: int, d_ff: int):
+    return T.GPTNeoXForCausalLM(T.GPTNeoXConfig(hidden_size=_D, intermediate_size=d_ff, num_hidden_layers=layers,
                                                 num_attention_heads=_HEADS, max_position_embeddings=256,
                                                 hidden_dropout=0.0, attention_dropout=0.0, **_ids(tok)))
 
 
-def _opt(tok, layers: int):
-    return T.OPTForCausalLM(T.OPTConfig(hidden_size=_D, ffn_dim=_FF, num_hidden_layers=layers, num_attention_heads=_HEADS,
+def _opt(tok, layers: int, d_ff: int):
+    return T.OPTForCausalLM(T.OPTConfig(hidden_size=_D, ffn_dim=d_ff, num_hidden_layers=layers, num_attention_heads=_HEADS,
                                         max_position_embeddings=256, word_embed_proj_dim=_D, dropout=0.0,
                                         attention_dropout=0.0, **_ids(tok)))
 
 
-def _falcon(tok, layers: int):
-    return T.FalconForCausalLM(T.FalconConfig(hidden_size=_D, num_hidden_layers=layers, num_attention_heads=_HEADS,
+def _falcon(tok, layers: int, d_ff: int):
+    return T.FalconForCausalLM(T.FalconConfig(hidden_size=_D, ffn_hidden_size=2 * d_ff, num_hidden_layers=layers,
+                                              num_attention_heads=_HEADS,
                                               hidden_dropout=0.0, attention_dropout=0.0, **_ids(tok)))
 
 
@@ -88,20 +116,20 @@ ARCHS: Dict[str, Callable] = {
     "opt": _opt,
     "falcon": _falcon,
 }
-"""Architecture name -> ``build(tok, layers)`` of a random tiny model."""
+"""Architecture name -> ``build(tok, layers, d_ff)`` of a random tiny model."""
 
 
-def tiny_config_model(arch: str, tok=None, layers: int = 4, seed: int = 0):
-    """A randomly initialised tiny ``arch`` model (eval mode)."""
+def tiny_config_model(arch: str, tok=None, layers: int = 4, seed: int = 0, d_ff: int = _FF):
+    """A randomly initialised tiny ``arch`` model (eval mode), ``d_model`` 48, MLP width ``d_ff``."""
     tok = tok or tiny_tokenizer()
     torch.manual_seed(seed)
-    model = ARCHS[arch](tok, layers).eval()
+    model = ARCHS[arch](tok, layers, d_ff).eval()
     model.config._name_or_path = f"tiny-{arch}"
     return model
 
 
 def _training_rows(tok) -> List[List[int]]:
-    texts = [f"{prompt} {answer}" for prompt, _, answer in FACTS] + list(dict.fromkeys(CORPUS))
+    texts = [f"{prompt} {answer}" for prompt, _, answer in FACTS] + list(dict.fromkeys(C0_TEXT))
     return [tok(t)["input_ids"] + [tok.eos_token_id] for t in texts]  # sentences end: EOS is a token the model uses
 
 
@@ -115,6 +143,16 @@ def answer_argmax(model, tok, prompt: str) -> int:
 def knows(model, tok, facts) -> List[bool]:
     """Per fact: is its answer the argmax after its prompt."""
     return [answer_argmax(model, tok, p) == tok.convert_tokens_to_ids(a) for p, _, a in facts]
+
+
+def answer_probs(model, tok, facts) -> List[float]:
+    """Per fact: the probability of its answer after its prompt."""
+    out = []
+    with torch.no_grad():
+        for prompt, _, answer in facts:
+            logits = model(input_ids=torch.tensor([tok(prompt)["input_ids"]])).logits[0, -1].float()
+            out.append(float(logits.softmax(-1)[tok.convert_tokens_to_ids(answer)]))
+    return out
 
 
 def corpus_perplexity(model, tok) -> float:
@@ -131,8 +169,10 @@ def corpus_perplexity(model, tok) -> float:
 
 @functools.lru_cache(maxsize=None)
 def _trained_state(arch: str, layers: int, steps: int) -> Tuple[Dict[str, torch.Tensor], int]:
+    """Float32 weights and the steps run. Trained in float64: the rounding of one or two torch threads then
+    differs far below float32's, so every thread count gets the same model."""
     tok = tiny_tokenizer()
-    model = tiny_config_model(arch, tok, layers)
+    model = tiny_config_model(arch, tok, layers, d_ff=TRAINED_FF).double()
     rows = _training_rows(tok)
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), tok.pad_token_id)
@@ -141,7 +181,7 @@ def _trained_state(arch: str, layers: int, steps: int) -> Tuple[Dict[str, torch.
         ids[i, : len(row)] = torch.tensor(row)
         mask[i, : len(row)] = 1
     labels = ids.masked_fill(mask == 0, -100)
-    optimiser = torch.optim.Adam(model.parameters(), lr=2e-2)
+    optimiser = torch.optim.Adam(model.parameters(), lr=TRAIN_LR)
     model.train()
     done = steps
     for step in range(steps):
@@ -151,21 +191,30 @@ def _trained_state(arch: str, layers: int, steps: int) -> Tuple[Dict[str, torch.
         optimiser.step()
         if step % 10 == 9 and float(loss.detach()) < LOSS_STOP:
             model.eval()
-            if all(knows(model, tok, FACTS)):
+            if min(answer_probs(model, tok, FACTS)) >= MIN_ANSWER_P:
                 done = step + 1
                 break
             model.train()
     model.eval()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}, done
+    return {k: (v.float() if v.is_floating_point() else v).detach().clone() for k, v in model.state_dict().items()}, done
 
 
 def trained_model(arch: str, layers: int = 4, steps: int = 400):
     """A fresh copy of the tiny ``arch`` model trained on :data:`FACTS` and the corpus (cached per session)."""
     tok = tiny_tokenizer()
     state, _ = _trained_state(arch, layers, steps)
-    model = tiny_config_model(arch, tok, layers)
+    model = tiny_config_model(arch, tok, layers, d_ff=TRAINED_FF)
     model.load_state_dict(state)
     return model.eval(), tok
+
+
+def write_c0_corpus(path) -> "Path":
+    """:data:`C0_TEXT` as a ``.jsonl`` file with a ``text`` field (the edit tests' ``mom2_dataset``)."""
+    import json
+    from pathlib import Path
+
+    Path(path).write_text("".join(json.dumps({"text": t}) + "\n" for t in C0_TEXT), encoding="utf-8")
+    return Path(path)
 
 
 def write_facts_counterfact(path) -> "Path":

@@ -19,6 +19,7 @@ from arch_zoo import (
     knows,
     tiny_config_model,
     trained_model,
+    write_c0_corpus,
     write_facts_counterfact,
 )
 from tiny_models import CORPUS, tiny_tokenizer, write_corpus
@@ -125,7 +126,7 @@ def _init(folder: Path, tmp_path: Path, layers: str, extra=()) -> ZeroUnlearnGDH
     out = tmp_path / "hp.yaml"
     args = ["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn-GD", "--layers", layers, "--out", str(out),
             "--trace-data", str(write_facts_counterfact(tmp_path / "facts.json")), "--trace-n", "5", "--width", "2"]
-    for item in [f"mom2_dataset={write_corpus(tmp_path / 'corpus.jsonl')}", f"stats_dir={tmp_path / 'stats'}",
+    for item in [f"mom2_dataset={write_c0_corpus(tmp_path / 'c0.jsonl')}", f"stats_dir={tmp_path / 'stats'}",
                  *TINY_EDIT_SETTINGS, *extra]:
         args += ["--set", item]
     assert cli_main(args) == 0
@@ -139,12 +140,14 @@ def _forget_and_measure(model, tok, hp):
     return knows(model, tok, FORGET), knows(model, tok, KEEP), corpus_perplexity(model, tok) / before - 1
 
 
-# measured with TINY_EDIT_SETTINGS at layers 1-2; tiny 48-wide models carry some of a forgotten fact's
-# residual over to other facts' keys (the paper's collateral, larger here than in real models)
+# measured with TINY_EDIT_SETTINGS at layers 1-2 on the trained models (d_ff TRAINED_FF, facts known at
+# p >= 0.9, C0_TEXT statistics). Gemma-2/3's post-feedforward RMSNorm gives the MLP output a fixed size
+# (|N(v)| ~ 7 here), so a layer moves the residual at most about that far; the EOS targets ask 12-21 at
+# the last edited layer (no softcapping: the same miss). OPT's edit takes a kept fact along (the paper's collateral: keys that overlap).
 KNOWN_MISSES = {
-    "qwen2": "keeps 1-2 of 3 facts", "gemma2": "the post-norm caps the MLP's output: forgets neither fact",
-    "olmo2": "forgets 1 of 2 facts", "gpt2": "keeps 2 of 3 facts", "opt": "keeps 1 of 3 facts",
-    "falcon": "keeps 2 of 3 facts", "stablelm": "keeps 2 of 3 facts",
+    "gemma2": "post-norm caps the move: forgets 1 of 2 facts (tokyo 0.98 -> 0.48, still the argmax)",
+    "gemma3": "post-norm caps the move: forgets 1 of 2 facts (tokyo 0.93 -> 0.32, still the argmax)",
+    "opt": "keeps 2 of 3 facts (england's football 0.98 -> 0.03)",
 }
 
 
@@ -165,22 +168,17 @@ def test_edit_forgets_a_trained_fact_and_keeps_the_rest(tmp_path, arch):
 
 # The retain-aware mode (README "Surgical forgetting", opt-in) with the kept facts as its retain set and the
 # shipped -retain YAMLs' retain_nullspace_weight: the null space also avoids the retain keys at each edited
-# layer. 200 target steps: StableLM's and OPT's targets are still far from EOS after 50 (early stop ends the
-# others sooner). Measured misses: the layer-1 edit still moves layer 2's retain keys (Qwen2, OLMo-2), and
-# Gemma-2's post-norm caps the move of two layers.
+# layer. 200 target steps: some targets are still far from EOS after 50 (early stop ends the others sooner).
+# Measured misses: Gemma-2's and Gemma-3's post-norm caps the move of two layers (as in the paper's edit).
 RETAIN_SETTINGS = ["retain_nullspace_weight=0.1", "v_num_grad_steps=200"]
 RETAIN_MISSES = {
-    "qwen2": "loses 1 kept fact, perplexity +16%", "gemma2": "the post-norm caps the MLP's output: forgets neither fact",
-    "olmo2": "forgets 1 of 2 facts, perplexity +13%", "stablelm": "forgets 1 of 2 facts",
+    "gemma2": "post-norm caps the move: forgets 1 of 2 facts",
+    "gemma3": "post-norm caps the move: forgets 1 of 2 facts (tokyo 0.93 -> 0.31, still the argmax)",
 }
-# Passes with one torch thread; with two (CI's default) the tiny OPT trains to another model whose edit the
-# fluency guard refuses (+224% on the guard text): not counted as a pass, not strict.
-RETAIN_UNSTABLE = {"opt": "thread-count dependent: passes with 1 thread, refused by the fluency guard (+224%) with 2"}
 
 
-@pytest.mark.parametrize("arch", [pytest.param(a, marks=pytest.mark.xfail(
-    a in RETAIN_MISSES or a in RETAIN_UNSTABLE, reason=RETAIN_MISSES.get(a, RETAIN_UNSTABLE.get(a, "")),
-    strict=a not in RETAIN_UNSTABLE)) for a in sorted(ARCHS)])
+@pytest.mark.parametrize("arch", [pytest.param(a, marks=pytest.mark.xfail(a in RETAIN_MISSES, reason=RETAIN_MISSES.get(a, ""),
+                                                                           strict=True)) for a in sorted(ARCHS)])
 def test_retain_aware_edit_forgets_and_keeps(tmp_path, arch):
     model, tok = trained_model(arch)
     folder = tmp_path / arch

@@ -17,7 +17,9 @@ from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.engine.pipeline import EditReport
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 
-TEXT = " ".join(dict.fromkeys(CORPUS))
+TEXT = CORPUS[0]
+"""One training sentence: the tiny models learn sentences of at most 15 tokens, and text past those positions is
+out of their range (the corpus joined into one text has a perplexity in the thousands before any edit)."""
 REQUESTS = [{"prompt": p, "subject": s, "ground_truth": a} for p, s, a in FORGET]
 ROOT = REPO_ROOT
 
