@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import argparse
+from types import ModuleType
 from typing import Any
 
-__all__ = ["add_audit_parser", "add_probe_options", "settings_from_args"]
+__all__ = ["register", "add_probe_options", "settings_from_args"]
 
 
 def _int_list(text: str) -> tuple:
@@ -67,32 +68,24 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_audit_parser(sub: Any) -> None:
-    """Register ``audit`` on the ``zerounlearn`` subparsers."""
+def register(sub: Any, parents: ModuleType) -> None:
+    """Add ``audit`` to the ``zerounlearn`` subparsers (``parents``: :mod:`.common`)."""
     p = sub.add_parser(
         "audit",
         help="robustness audit: %% of forgotten facts recovered by paraphrases, questions, chat, in-context examples, "
              "multiple choice, logit lens, quantization and relearning, per method",
         description="For n cases per seed (edited as one batch by each method): the recovered % of every probe "
         "before (base) and after each edit. Writes OUT/audit_seed_K.json (resumable), audit.json, audit.md, audit.png.",
+        parents=[parents.hparams("main ZeroUnlearn(-GD) YAML (model, statistics, first edited layer)", required=True),
+                 parents.data("dataset name (counterfact, counterfact-easyedit, mquake, rwku, ...) or file",
+                              required=True),
+                 parents.out("output folder", required=True), parents.n("cases per seed (default 10)", default=10),
+                 parents.seeds("e.g. 1 or 1-3 (default 1)", default="1"),
+                 parents.methods("bench methods (base, ZeroUnlearn, ZeroUnlearn-GD, +R rows, GA, NPO, GA-full, "
+                                 "NPO-full, FT, ROME, MEMIT, AlphaEdit; EasyEdit's are skipped where it is not "
+                                 "importable)", default="base,ZeroUnlearn,ZeroUnlearn-GD"),
+                 parents.method_hparams(), parents.known(), parents.retain_policy(), parents.batch_size(16),
+                 parents.device(), parents.dtype(), parents.progress(), parents.data_dir()],
     )
-    p.add_argument("--hparams", required=True, help="main ZeroUnlearn(-GD) YAML (model, statistics, first edited layer)")
-    p.add_argument("--data", required=True, help="dataset name (counterfact, counterfact-easyedit, mquake, rwku, ...) or file")
-    p.add_argument("--data-path", default=None)
-    p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--n", type=int, default=10, help="cases per seed (default 10)")
-    p.add_argument("--seeds", default="1", help="e.g. 1 or 1-3 (default 1)")
-    p.add_argument("--methods", default="base,ZeroUnlearn,ZeroUnlearn-GD",
-                   help="bench methods (base, ZeroUnlearn, ZeroUnlearn-GD, +R rows, GA, NPO, GA-full, NPO-full, FT, ROME, "
-                        "MEMIT, AlphaEdit; EasyEdit's are skipped where it is not importable)")
-    p.add_argument("--method-hparams", action="append", default=[], metavar="NAME=PATH")
-    p.add_argument("--known-only", action="store_true", help="sample only cases the unedited model knows")
-    p.add_argument("--known-min-accuracy", type=float, default=1.0)
-    p.add_argument("--retain", default=None, metavar="POLICY:K", help="retain draw of the +R rows (as for bench)")
     add_probe_options(p)
-    p.add_argument("--batch-size", type=int, default=16, help="probes per forward pass")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--data-dir", default=None, metavar="DIR", help="benchmark data folder (as for bench)")
     p.set_defaults(func=_cmd_audit)

@@ -15,11 +15,13 @@ text are found in the package (:mod:`zerounlearn_editor.data.builtin`).
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from types import ModuleType
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -38,7 +40,7 @@ from zerounlearn_editor.support.resources import hparams_path
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
 
-__all__ = ["FORGET_FACTS", "KEEP_FACTS", "RETAIN_FACTS", "DemoRow", "demo_hparams", "run_demo", "format_demo"]
+__all__ = ["FORGET_FACTS", "KEEP_FACTS", "RETAIN_FACTS", "DemoRow", "demo_hparams", "run_demo", "format_demo", "register"]
 
 LOG = logging.getLogger(__name__)
 
@@ -198,3 +200,27 @@ def format_demo(result: DemoResult) -> str:
     lines.append(f"WikiText-2 perplexity: {result.ppl_before:.2f} -> {result.ppl_after:.2f} ({change:+.2f}%)")
     lines.append("Stage times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
     return "\n".join(lines)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    result = run_demo(hparams_file=args.hparams, corpus=args.corpus, ppl_tokens=args.ppl_tokens, device=args.device,
+                      paper=args.paper, dtype=args.dtype, ppl_text=args.ppl_text, stats_dir=args.stats_dir)
+    print(format_demo(result))
+    return 0
+
+
+def register(sub: Any, parents: ModuleType) -> None:
+    """Add ``demo`` to the ``zerounlearn`` subparsers (``parents``: :mod:`.common`)."""
+    p = sub.add_parser(
+        "demo", help="forget a few facts from SmolLM2 and print a before/after table",
+        parents=[parents.hparams("default: hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct-retain.yaml with a retain set "
+                                 "of other capitals (with --paper: hparams/ZeroUnlearn/SmolLM2-135M-Instruct.yaml, no "
+                                 "retain set)"),
+                 parents.corpus(),
+                 parents.ppl(20000, "perplexity tokens (default 20000; 0 = off)",
+                             "perplexity text file (default: the embedded WikiText-2 test split)"),
+                 parents.stats_dir(), parents.device(), parents.dtype(), parents.quiet()],
+    )
+    p.add_argument("--paper", action="store_true",
+                   help="the paper's ZeroUnlearn without a retain set (it also erases the untouched capitals)")
+    p.set_defaults(func=_cmd_demo)

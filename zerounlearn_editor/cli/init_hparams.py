@@ -12,9 +12,11 @@ The result is checked with the method's strict loader before it is written (atom
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import math
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import yaml
@@ -24,9 +26,10 @@ from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
+from zerounlearn_editor.cli.trace import trace_facts_for
 from zerounlearn_editor.support.resources import repo_root
 
-__all__ = ["METHODS", "nearest_shipped_yaml", "build_hparams", "write_hparams", "parse_layers", "parse_overrides"]
+__all__ = ["METHODS", "nearest_shipped_yaml", "build_hparams", "write_hparams", "parse_layers", "parse_overrides", "register"]
 
 LOG = logging.getLogger(__name__)
 METHODS = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
@@ -138,3 +141,49 @@ def write_hparams(config: Mapping[str, Any], base: Path, out: Union[str, Path], 
     except HParamsError as exc:  # pragma: no cover - build_hparams validated the same mapping
         raise HParamsError(f"{path}: the written YAML does not load: {exc}") from exc
     return path
+
+
+def _cmd_init_hparams(args: argparse.Namespace) -> int:
+    from zerounlearn_editor.bench.trace import TraceSettings, suggest_window, trace_facts
+    from zerounlearn_editor.engine.model_access import num_hidden_layers
+    from zerounlearn_editor.support.files import read_json
+    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(args.model, device=args.device)
+    layers = parse_layers(args.layers, num_hidden_layers(model))
+    note = f"layers given ({args.layers})"
+    if layers is None:
+        if args.trace:
+            layers = [int(l) for l in read_json(args.trace)["suggested_layers"]]
+            note = f"layers from the causal trace {args.trace}"
+        else:
+            width = args.width or len(load_config_file(nearest_shipped_yaml(args.method, detect_templates(model)))["layers"])
+            facts = trace_facts_for(model, tok, args.trace_data, None, args.trace_n, 0, args.include_unknown)
+            result = trace_facts(model, tok, facts, TraceSettings(width=width), progress=not args.no_progress)
+            # the loss reads the model's last layer, which must come after the edited ones
+            layers = suggest_window(result["indirect_effect"]["mlp"][:-1], min(width, result["num_layers"] - 1))
+            note = f"layers from a causal trace of {len(facts)} {args.trace_data} facts"
+    config, base = build_hparams(model, args.model, args.method, layers, parse_overrides(args.set))
+    path = write_hparams(config, base, args.out, note)
+    print(f"{args.method} hparams for {args.model} ({config['rewrite_module_tmp']}), base {base.name}, {note} -> {path}")
+    print(f"layers: {config['layers']}")
+    return 0
+
+
+def register(sub: Any, parents: ModuleType) -> None:
+    """Add ``init-hparams`` to the ``zerounlearn`` subparsers (``parents``: :mod:`.common`)."""
+    p = sub.add_parser(
+        "init-hparams",
+        help="write a working ZeroUnlearn(-GD) YAML for a Hugging Face model (Llama, Mistral, Qwen2/3, Gemma, GPT-2)",
+        parents=[parents.model("model folder/name", required=True),
+                 parents.include_unknown("auto trace: use facts the model does not know too"),
+                 parents.width("auto: number of layers (default: the nearest shipped YAML's)"),
+                 parents.out("YAML file to write", required=True), parents.device(), parents.progress()],
+    )
+    p.add_argument("--method", required=True, choices=["ZeroUnlearn", "ZeroUnlearn-GD"])
+    p.add_argument("--layers", default="auto", help="auto (causal trace), a,b,c or a-b")
+    p.add_argument("--trace", default=None, help="with --layers auto: a trace.json of `zerounlearn trace` to take them from")
+    p.add_argument("--trace-data", default="counterfact", help="facts for the auto trace (default counterfact)")
+    p.add_argument("--trace-n", type=int, default=10)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key (YAML value); repeatable")
+    p.set_defaults(func=_cmd_init_hparams)

@@ -1,0 +1,112 @@
+"""``zerounlearn bench``: the paper's table (Eff/Gen/Spe/PPL, mean ± std over seeds) for every method."""
+from __future__ import annotations
+
+import argparse
+from types import ModuleType
+from typing import Any
+
+from zerounlearn_editor.cli.audit import add_probe_options, settings_from_args
+
+__all__ = ["register"]
+
+
+def _round_methods() -> tuple:
+    from zerounlearn_editor.bench.rounds import DEFAULT_ROUND_METHODS
+
+    return DEFAULT_ROUND_METHODS
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from zerounlearn_editor.bench import BenchConfig, parse_method_hparams, parse_seeds, run_bench, run_runfile
+    from zerounlearn_editor.bench.config import DEFAULT_METHODS, DEFAULT_PPL_TOKENS
+
+    if args.rounds is not None and args.runfile:
+        raise SystemExit("zerounlearn bench: --rounds cannot be combined with --runfile")
+    if args.audit and (args.runfile or args.rounds is not None):
+        raise SystemExit("zerounlearn bench: --audit scores one run; it cannot be combined with --runfile or --rounds")
+    if args.runfile:
+        given = [f"--{k.replace('_', '-')}" for k in ("hparams", "data", "out", "seeds", "methods", "n", "ppl_tokens")
+                 if getattr(args, k) is not None]
+        if given or args.method_hparams:
+            raise SystemExit(f"zerounlearn bench: --runfile takes its settings from the file; drop {', '.join(given) or '--method-hparams'}")
+        summaries = run_runfile(args.runfile, progress=not (args.no_progress or args.quiet))
+        for summary in summaries:
+            print(f"## {summary['name']}\n\n{summary['table_markdown']}\n")
+        return 0
+    missing = [f"--{k}" for k in ("hparams", "data", "out") if getattr(args, k) is None]
+    if missing:
+        raise SystemExit(f"zerounlearn bench: {', '.join(missing)} required (or --runfile)")
+    config = BenchConfig(
+        hparams=args.hparams,
+        data=args.data,
+        seeds=parse_seeds(args.seeds or "1-10"),
+        methods=[m for m in (args.methods or ",".join(DEFAULT_METHODS if args.rounds is None else _round_methods())).split(",")
+                 if m.strip()],
+        out=args.out,
+        n=args.n if args.n is not None else 50,
+        ppl_tokens=args.ppl_tokens if args.ppl_tokens is not None else DEFAULT_PPL_TOKENS,
+        ppl_text=args.ppl_text,
+        fluency=args.fluency,
+        fluency_tokens=args.fluency_tokens,
+        method_hparams=parse_method_hparams(args.method_hparams),
+        data_path=args.data_path,
+        device=args.device,
+        eval_batch_size=args.batch_size,
+        progress=not (args.no_progress or args.quiet),
+        dtype=args.dtype,
+        known_only=args.known_only,
+        known_min_accuracy=args.known_min_accuracy,
+        retain=args.retain,
+        utility=args.utility,
+        utility_n=args.utility_n,
+        group_generation=args.group_generation,
+        audit=settings_from_args(args, prefix="audit_") if args.audit else None,
+    )
+    if args.rounds is not None:
+        from zerounlearn_editor.bench.rounds import run_rounds
+
+        summary = run_rounds(config, args.rounds)
+        print(summary["table_markdown"])
+        if summary.get("plot"):
+            print(f"plot: {summary['plot']}")
+        return 0
+    summary = run_bench(config)
+    print(summary["table_markdown"])
+    return 0
+
+
+def register(sub: Any, parents: ModuleType) -> None:
+    """Add ``bench`` to the ``zerounlearn`` subparsers (``parents``: :mod:`.common`)."""
+    p = sub.add_parser(
+        "bench",
+        help="the paper's table: Eff/Gen/Spe/PPL (mean ± std over seeds) for every method",
+        description="Per seed, sample n cases, edit them as one batch with every method, evaluate, restore. "
+        "Writes OUT/seed_<k>.json (resumable), OUT/summary.json and OUT/summary.md.",
+        parents=[parents.hparams("main ZeroUnlearn(-GD) YAML: model, statistics, layers"),
+                 parents.data("dataset name (counterfact, zsre, ...) or a data file"),
+                 parents.n("cases per seed, edited as one batch (default 50)", type=parents.positive_int),
+                 parents.seeds("e.g. 1-10 or 1,2,5 (default 1-10)"),
+                 parents.methods("comma list of base,GA,NPO,GA-full,NPO-full,ZeroUnlearn,ZeroUnlearn-GD,"
+                                 "ZeroUnlearn-GD+R,FT,ROME,MEMIT,AlphaEdit "
+                                 "(default base,GA,NPO,ZeroUnlearn,ZeroUnlearn-GD)"),
+                 parents.method_hparams(), parents.out("output folder"),
+                 parents.ppl(None, "WikiText-2 tokens for perplexity (default 20000; 0 = off)"),
+                 parents.known(), parents.retain_policy(), parents.batch_size(32), parents.device(),
+                 parents.progress(), parents.data_dir(), parents.dtype(), parents.quiet()],
+    )
+    p.add_argument("--fluency", action="store_true", help="also n-gram entropy of greedy generations of the forget prompts")
+    p.add_argument("--fluency-tokens", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=None, metavar="R",
+                   help="sequential unlearning: R rounds of --n facts each on the same model (default methods "
+                        "ZeroUnlearn,ZeroUnlearn-GD); writes rounds.md, rounds_summary.json, rounds.png")
+    p.add_argument("--utility", default=None, metavar="TASKS",
+                   help="also score downstream tasks (e.g. sst2,mmlu; see zerounlearn utility) as columns, accuracy x100")
+    p.add_argument("--utility-n", type=int, default=50, help="items per utility task (default 50)")
+    p.add_argument("--group-generation", action="store_true",
+                   help="data with probe groups (RWKU): also %% of each group's probes whose 16-token greedy "
+                        "continuation contains the answer (columns FL1 gen ...)")
+    p.add_argument("--audit", action="store_true", help="also the robustness audit's probes (zerounlearn audit) as "
+                   "columns: %% of the forgotten facts each probe recovers")
+    add_probe_options(p, prefix="audit-")
+    p.add_argument("--runfile", default=None, help="YAML with runs: [{name, hparams, data, n, seeds, methods, out, ppl_tokens}]")
+    p.set_defaults(func=_cmd_bench)

@@ -1,0 +1,48 @@
+"""``zerounlearn pca``: PCA of the forget samples' MLP outputs at an edited layer, before and after each method."""
+from __future__ import annotations
+
+import argparse
+from types import ModuleType
+from typing import Any
+
+__all__ = ["register"]
+
+
+def _cmd_pca(args: argparse.Namespace) -> int:
+    from zerounlearn_editor.bench.config import parse_method_hparams
+    from zerounlearn_editor.bench.pca_shift import PcaConfig, run_pca
+
+    result = run_pca(PcaConfig(
+        hparams=args.hparams, data=args.data, out=args.out, n=args.n, seed=args.seed, layer=args.layer,
+        methods=[m.strip() for m in args.methods.split(",") if m.strip()],
+        method_hparams=parse_method_hparams(args.method_hparams), data_path=args.data_path, model=args.model,
+        device=args.device, progress=not args.no_progress,
+    ))
+    print(f"{result['module']}, {result['n']} forget samples; base PC1/PC2 explain "
+          f"{100 * result['explained_variance_ratio'][0]:.1f}% / {100 * result['explained_variance_ratio'][1]:.1f}%")
+    print("| Method | mean displacement (base spreads) | moved variance fraction | in PC1-PC2 plane |\n|---|---|---|---|")
+    for name, m in result["methods"].items():
+        print(f"| {name} | {m['mean_displacement']:.3f} | {m['moved_variance_fraction']:.3f} | {m['displacement_in_pc_plane']:.3f} |")
+    for name, reason in result["skipped"].items():
+        print(f"| {name} | {reason} | | |")
+    return 0
+
+
+def register(sub: Any, parents: ModuleType) -> None:
+    """Add ``pca`` to the ``zerounlearn`` subparsers (``parents``: :mod:`.common`)."""
+    p = sub.add_parser(
+        "pca",
+        help="PCA of the forget samples' MLP outputs at an edited layer, before and after each method",
+        description="Writes OUT (PNG) and OUT with .json: 2-D coordinates on the base model's first two principal "
+        "components and, per method, the mean displacement in base spreads and the fraction of variance moved.",
+        parents=[parents.hparams("main ZeroUnlearn(-GD) YAML (model, statistics, layers)", required=True),
+                 parents.model(), parents.data("forget dataset name or file", required=True),
+                 parents.n("forget samples, edited as one batch (default 50)", default=50), parents.seed(),
+                 parents.methods("bench methods (MEMIT/AlphaEdit need EasyEdit; skipped otherwise)",
+                                 default="ZeroUnlearn,ZeroUnlearn-GD,GA,MEMIT,AlphaEdit"),
+                 parents.method_hparams(),
+                 parents.out("figure PNG (numbers go to the same name with .json)", required=True),
+                 parents.device(), parents.progress()],
+    )
+    p.add_argument("--layer", type=int, default=None, help="layer to read (default: the YAML's last edited layer)")
+    p.set_defaults(func=_cmd_pca)

@@ -1,0 +1,76 @@
+"""``zerounlearn stats``: compute and cache C0 = E[k k^T] of every edited layer (optionally one shard of it)."""
+from __future__ import annotations
+
+import argparse
+from types import ModuleType
+from typing import Any
+
+from zerounlearn_editor.cli.common import load_hparams
+
+__all__ = ["register", "parse_shard"]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"RANK/WORLD"`` -> ``(rank, world)``."""
+    try:
+        rank, world = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard must look like RANK/WORLD (e.g. 0/4), got {text!r}") from None
+    if not 0 <= rank < world:
+        raise SystemExit(f"--shard {text}: need 0 <= RANK < WORLD")
+    return rank, world
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    from zerounlearn_editor.data.corpus import check_corpus_source
+    from zerounlearn_editor.engine.stats import (
+        STATS_BATCH_SIZE,
+        corpus_cache_name,
+        layer_second_moments,
+        model_basename,
+        stats_path,
+    )
+    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+
+    hparams = load_hparams(args.hparams)
+    corpus = args.corpus or hparams.mom2_dataset
+    n = args.n if args.n is not None else hparams.mom2_n_samples  # --n 0 is refused by the parser
+    stats_dir = args.stats_dir or hparams.stats_dir
+    shard = parse_shard(args.shard) if args.shard else None
+    check_corpus_source(corpus)  # before the model is loaded
+    model, tok = load_model_and_tokenizer(args.model or hparams.model_name, device=args.device)
+    if args.shard:
+        from zerounlearn_editor.engine.stats import layer_second_moment_shards
+
+        written = layer_second_moment_shards(
+            model, tok, hparams.layers, hparams.rewrite_module_tmp, stats_dir, corpus, n, shard,
+            hparams.mom2_dtype, hparams.mom2_max_length, STATS_BATCH_SIZE,
+        )
+        for layer, path in written.items():
+            print(f"layer {layer}: shard {args.shard} -> {path}")
+        return 0
+    stats = layer_second_moments(
+        model, tok, hparams.layers, hparams.rewrite_module_tmp, stats_dir, corpus, n,
+        hparams.mom2_dtype, hparams.mom2_max_length, STATS_BATCH_SIZE, force=args.force,
+    )
+    for layer, stat in stats.items():
+        path = stats_path(stats_dir, model_basename(model), corpus_cache_name(corpus), hparams.rewrite_module_tmp.format(layer),
+                          hparams.mom2_dtype, n)
+        print(f"layer {layer}: {stat.count} tokens -> {path}")
+    return 0
+
+
+def register(sub: Any, parents: ModuleType) -> None:
+    """Add ``stats`` to the ``zerounlearn`` subparsers (``parents``: :mod:`.common`)."""
+    p = sub.add_parser(
+        "stats", help="compute and cache C0 = E[k k^T] for every edited layer (one pass)",
+        parents=[parents.hparams(None, required=True), parents.model(),
+                 parents.corpus(".txt/.jsonl file, saved dataset folder or hub name"),
+                 parents.n("passages (default: mom2_n_samples)", type=parents.positive_int),
+                 parents.stats_dir(), parents.device()],
+    )
+    p.add_argument("--force", action="store_true", help="recompute even if cached")
+    p.add_argument("--shard", default=None, metavar="RANK/WORLD",
+                   help="collect only passages RANK::WORLD and write shard files next to the cache file "
+                        "(merge them with stats-merge)")
+    p.set_defaults(func=_cmd_stats)

@@ -1,0 +1,55 @@
+"""``zerounlearn unlearn``: forget the facts of a file, print a before/after table, save the model or an adapter."""
+from __future__ import annotations
+
+import argparse
+from types import ModuleType
+from typing import Any
+
+from zerounlearn_editor.cli.audit import add_probe_options, settings_from_args
+
+__all__ = ["register"]
+
+
+def _cmd_unlearn(args: argparse.Namespace) -> int:
+    from zerounlearn_editor.integrations.unlearn import format_unlearn, run_unlearn
+
+    result = run_unlearn(
+        args.hparams, args.facts, args.out, retain_file=args.retain, save=args.save, model_name=args.model,
+        device=args.device, dtype=args.dtype, corpus=args.corpus, ppl_tokens=args.ppl_tokens, ppl_text=args.ppl_text,
+        progress=not args.no_progress, audit=settings_from_args(args, prefix="audit_") if args.audit else None,
+        fluency_guard="warn" if args.allow_fluency_loss else None,
+    )
+    print(format_unlearn(result))
+    if result.fluency:
+        f = result.fluency
+        print(f"fluency guard ({f['tokens']} tokens of the built-in text): perplexity {f['ppl_before']:.3f} -> "
+              f"{f['ppl_after']:.3f} ({100 * f['increase']:+.1f}%, allowed {100 * f['max_increase']:+.0f}%)")
+    return 0
+
+
+def register(sub: Any, parents: ModuleType) -> None:
+    """Add ``unlearn`` to the ``zerounlearn`` subparsers (``parents``: :mod:`.common`)."""
+    p = sub.add_parser(
+        "unlearn",
+        help="forget the facts of a file; print a before/after table; save the model or a PEFT LoRA adapter",
+        description="FILE: JSON, JSONL or YAML list of {prompt, subject, answer} (answer optional, only scored). "
+        "The method is the hparams file's alg_name. --save adapter writes a PEFT LoRA adapter of the edit "
+        "(PeftModel.from_pretrained(base, OUT)); --save model the edited model (safetensors) and tokenizer.",
+        parents=[parents.hparams("ZeroUnlearn or ZeroUnlearn-GD YAML", required=True),
+                 parents.out("output folder (model / adapter and unlearn_report.json)", metavar="DIR"),
+                 parents.model(),
+                 # no choices here (unlearn never checked them): a wrong name fails when the model loads
+                 parents.dtype(checked=False, help="torch dtype to load the model in (default: the checkpoint's)"),
+                 parents.corpus(), parents.ppl(2000, "perplexity tokens (default 2000; 0 = off)"),
+                 parents.device(), parents.progress()],
+    )
+    p.add_argument("--facts", required=True, metavar="FILE", help="facts to forget (.json, .jsonl, .yaml)")
+    # a file of facts, not bench's POLICY:K draw: not the shared --retain
+    p.add_argument("--retain", default=None, metavar="FILE", help="facts to keep (needs a retain-aware YAML)")
+    p.add_argument("--save", choices=["model", "adapter", "none"], default="adapter")
+    p.add_argument("--audit", action="store_true", help="also the robustness audit of the facts (zerounlearn audit's "
+                   "probes) before and after, in the table and unlearn_report.json")
+    add_probe_options(p, prefix="audit-")
+    p.add_argument("--allow-fluency-loss", action="store_true",
+                   help="keep an edit beyond the YAML's fluency_max_increase (with a warning) instead of refusing it")
+    p.set_defaults(func=_cmd_unlearn)

@@ -1,0 +1,57 @@
+"""``zerounlearn utility``: downstream few-shot accuracy of the unedited model and after each method."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+__all__ = ["register"]
+
+
+def _cmd_utility(args: argparse.Namespace) -> int:
+    from zerounlearn_editor.bench.config import parse_method_hparams
+    from zerounlearn_editor.bench.utility import UtilityConfig, format_utility_table, run_utility
+    from zerounlearn_editor.evaluation.utility import parse_tasks
+
+    methods = [m.strip() for m in args.method.split(",") if m.strip()]
+    if methods and methods[0] != "base" and not args.no_base:
+        methods = ["base", *methods]
+    payload = run_utility(UtilityConfig(
+        hparams=args.hparams, tasks=parse_tasks(args.tasks), out=args.out, n=args.n, shots=args.shots, seed=args.seed,
+        methods=methods, data=args.data, data_path=args.data_path, n_forget=args.n_forget, retain=args.retain,
+        method_hparams=parse_method_hparams(args.method_hparams), model=args.model, device=args.device,
+        batch_size=args.batch_size, data_dir=args.data_dir,
+        plot=args.plot if args.plot is not None else str(Path(args.out).with_suffix(".png")),
+        progress=not args.no_progress,
+    ))
+    print(format_utility_table(payload))
+    return 0
+
+
+def register(sub: Any, parents: ModuleType) -> None:
+    """Add ``utility`` to the ``zerounlearn`` subparsers (``parents``: :mod:`.common`)."""
+    p = sub.add_parser(
+        "utility",
+        help="downstream accuracy (sst2, mrpc, cola, rte, nli, mmlu) of the unedited model and after each method",
+        description="Few-shot prompts; the answer is the label word (or choice letter) with the highest "
+        "log-probability. Writes OUT (JSON) and a task x method bar chart beside it (needs matplotlib).",
+        parents=[parents.hparams("main ZeroUnlearn(-GD) YAML: model, statistics (as for bench)", required=True),
+                 parents.model(), parents.n("scored items per task (default 50)", default=50),
+                 parents.seed("draw of the scored items and of the forget cases"),
+                 parents.data("forget dataset name or file (needed by an editing method)"),
+                 parents.retain_policy("retain set of ZeroUnlearn-GD+R, drawn as the bench draws it "
+                                       "(siblings:K or same-answer:K)"),
+                 parents.method_hparams(),
+                 parents.data_dir("utility data folder (default ../shared/data/utility)", metavar=None),
+                 parents.out("output JSON", required=True), parents.batch_size(8, None), parents.device(),
+                 parents.progress()],
+    )
+    p.add_argument("--tasks", default="sst2,mrpc,cola,rte,nli,mmlu", help="comma list, or all")
+    p.add_argument("--shots", type=int, default=3, help="solved examples before each query (default 3)")
+    p.add_argument("--method", default="base",
+                   help="comma list of bench methods to edit with first (base = unedited; base is prepended unless --no-base)")
+    p.add_argument("--no-base", action="store_true", help="do not add the unedited model's row")
+    p.add_argument("--n-forget", type=int, default=10, help="forget cases edited as one batch (default 10)")
+    p.add_argument("--plot", default=None, help="chart PNG (default: OUT with .png)")
+    p.set_defaults(func=_cmd_utility)
