@@ -1,24 +1,28 @@
 """Every ``zerounlearn`` subcommand keeps accepting exactly the flags it accepted, with the same defaults.
 
-``tests/data/cli_options.json`` holds, per subcommand and argument, what parsing depends on: the option
+``tests/fixtures/cli_options.json`` holds, per subcommand and argument, what parsing depends on: the option
 strings, dest, default, ``required``, ``choices``, ``nargs``, ``const``, ``metavar``, the action kind and what
 its ``type`` makes of a few inputs (help text is not pinned). It was written from the parser as it was before
 ``cli/`` was split into one module per subcommand with shared parent parsers, so a shared parent that adds a flag
 to a subcommand that did not take it, or changes a default, fails here.
 
-Regenerate on purpose only: ``OMP_NUM_THREADS=1 PYTHONPATH=. python tests/test_cli_options.py``.
+Regenerate on purpose only: ``OMP_NUM_THREADS=1 PYTHONPATH=. python tests/cli/test_cli_options.py``.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any, Dict
 
-from zerounlearn_editor.cli import build_parser
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tiny_models import FIXTURES, REPO_ROOT  # noqa: E402
 
-PIN = Path(__file__).resolve().parent / "data" / "cli_options.json"
+from zerounlearn_editor.cli import build_parser  # noqa: E402
+
+PIN = FIXTURES / "cli_options.json"
 TYPE_PROBES = ("-1", "0", "1", "2.5", "1,3", "x")
 SHARED = ("--device", "--hparams", "--out", "--model", "--data", "--data-path", "--no-progress", "--dtype",
           "--method-hparams", "--seed", "--seeds", "--methods", "--ppl-tokens", "--ppl-text", "--corpus",
@@ -78,7 +82,7 @@ def test_every_subcommand_takes_the_pinned_flags_with_the_pinned_defaults():
 
 def test_shared_flags_are_declared_once_in_the_parent_parsers():
     """``--device`` etc. are declared in ``cli/common.py`` only (``bench-speed --n`` is a comma list, not a count)."""
-    cli = Path(__file__).resolve().parents[1] / "zerounlearn_editor" / "cli"
+    cli = REPO_ROOT / "zerounlearn_editor" / "cli"
     for flag in SHARED:
         where = [f"{p.name}:{i}" for p in sorted(cli.glob("*.py"))
                  for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(rf'add_argument\("{flag}"', line)]
