@@ -169,8 +169,18 @@ def corpus_perplexity(model, tok) -> float:
 
 @functools.lru_cache(maxsize=None)
 def _trained_state(arch: str, layers: int, steps: int) -> Tuple[Dict[str, torch.Tensor], int]:
-    """Float32 weights and the steps run. Trained in float64: the rounding of one or two torch threads then
-    differs far below float32's, so every thread count gets the same model."""
+    """Float32 weights and the steps run. Trained in float64 on one torch thread (a tiny model's matrices
+    gain nothing from a second one): every thread count and, as far as float64 rounding allows, every CPU
+    gets the same model."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train(arch, layers, steps)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(arch: str, layers: int, steps: int) -> Tuple[Dict[str, torch.Tensor], int]:
     tok = tiny_tokenizer()
     model = tiny_config_model(arch, tok, layers, d_ff=TRAINED_FF).double()
     rows = _training_rows(tok)
