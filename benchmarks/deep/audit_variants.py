@@ -22,7 +22,8 @@ from zerounlearn_editor.evaluation.audit.plan import AuditSettings, parse_famili
 from zerounlearn_editor.bench.audit import AuditConfig, run_audit
 from zerounlearn_editor.bench import runner as bench_runner
 from zerounlearn_editor.bench.config import BenchConfig
-from zerounlearn_editor.bench.methods import MethodSpec, default_registry, zerounlearn_spec
+from zerounlearn_editor.bench.methods import MethodSpec, zerounlearn_spec
+from zerounlearn_editor.bench.registry import default_registry
 from zerounlearn_editor.evaluation import selection
 from zerounlearn_editor.engine.hparams import load_config_file
 
