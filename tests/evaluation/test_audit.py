@@ -333,3 +333,60 @@ def test_audit_runs_the_bench_methods(tok, tmp_path):
     assert record["methods"]["ZeroUnlearn-GD"]["status"] == "ok" and record["methods"]["GA"]["status"] == "ok"
     assert any("down_proj" in p for p in record["methods"]["ZeroUnlearn-GD"]["edited_parameters"])
     assert set(summary["methods"]["GA"]["recovered"]) == set(summary["methods"]["base"]["recovered"])
+
+
+# ---- relearning measured against the unedited model (``<probe>/kept``) ----------------------------------------------
+
+def test_kept_by_base_counts_only_the_facts_the_fine_tuned_base_still_answers():
+    from zerounlearn_editor.bench.audit_report import kept_by_base
+
+    base = {"relearn-mlp": {"items": [1, 0, 1, 1]}, "generic-mlp": {"items": [0, 0, 0, 0]}, "prompt": {"items": [1] * 4}}
+    edited = {"relearn-mlp": {"items": [1, 1, 0, 0]}, "generic-mlp": {"items": [1, 1, 1, 1]}, "prompt": {"items": [0] * 4}}
+    kept = kept_by_base(edited, base)
+    assert set(kept) == {"relearn-mlp/kept", "generic-mlp/kept"}  # only the fine-tuning probes
+    # facts 0, 2, 3 survive the base fine-tune; the edited model answers fact 0 of them (fact 1 does not count)
+    assert kept["relearn-mlp/kept"]["recovered"] == pytest.approx(100.0 / 3) and kept["relearn-mlp/kept"]["n"] == 3
+    assert kept["generic-mlp/kept"]["recovered"] is None and kept["generic-mlp/kept"]["n"] == 0
+    assert kept_by_base(edited, None) == {}
+    with pytest.raises(ValueError, match="base row"):
+        kept_by_base({"relearn-mlp": {"items": [1, 0]}}, base)
+
+
+def _no_op() -> MethodSpec:
+    """A method that changes nothing (its rows must equal the base row's)."""
+
+    def prepare(ctx):
+        return PreparedMethod("NoOp", lambda model, tok, requests, stats: EditOutcome({}))
+
+    return MethodSpec("NoOp", lambda lookup: {"no-op": 1}, prepare)
+
+
+def test_run_audit_relearning_against_the_base_row(tok, tmp_path):
+    """On a tiny Llama: a method that edits nothing gets /kept = 100 whatever the fine-tune does to the base,
+    a method that removes the answer from the head (out of the MLP's reach) gets 0."""
+    from tiny_models import TINY_FACTS, tiny_counterfact_record
+
+    ws = _workspace(tmp_path)
+    # four subjects answer "paris" (the biased model knows exactly those), the others lend the relearning facts
+    records = [tiny_counterfact_record(i, s, "paris" if i < 4 else a) for i, (s, a) in enumerate(TINY_FACTS)]
+    data = tmp_path / "cf_paris.json"
+    data.write_text(json.dumps(records), encoding="utf-8")
+    registry = default_registry()
+    registry["Silencer"] = _silencer([])
+    registry["NoOp"] = _no_op()
+    model = biased_model(tok, "paris", 8.0)  # answers "paris" everywhere, so the base keeps it after fine-tuning
+    settings = AuditSettings(families=("formats", "relearning"), relearn_steps=2, relearn_n=3, relearn_scopes=("mlp",))
+    config = AuditConfig(hparams=str(ws["main"]), data=str(data), out=str(tmp_path / "out"), seeds=[1], n=2,
+                         methods=["base", "NoOp", "Silencer"], settings=settings, known_only=True, progress=False)
+    summary = run_audit(config, model=model, tok=tok, registry=registry)
+    rows = summary["methods"]
+    record = json.loads(audit_seed_path(tmp_path / "out", 1).read_text())
+    base_items = record["methods"]["base"]["probes"]["relearn-mlp"]["items"]
+    assert record["methods"]["NoOp"]["probes"]["relearn-mlp"]["items"] == base_items  # same plan, same fine-tune
+    kept_facts = sum(base_items)
+    assert kept_facts > 0, "the biased model must keep some answers for the test to mean anything"
+    assert rows["base"]["recovered"]["relearn-mlp/kept"]["mean"] == 100.0
+    assert rows["NoOp"]["recovered"]["relearn-mlp/kept"]["mean"] == 100.0
+    assert rows["Silencer"]["recovered"]["relearn-mlp/kept"]["mean"] == 0.0
+    assert rows["Silencer"]["kept_facts"]["relearn-mlp/kept"] == kept_facts
+    assert "| relearn-mlp | relearn-mlp/kept |" in (tmp_path / "out" / "audit.md").read_text()

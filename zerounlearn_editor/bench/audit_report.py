@@ -1,5 +1,8 @@
 """The audit's summary: ``audit.json`` (per method and probe, recovered % mean/std over seeds),
-``audit.md`` (rows = methods, columns = probes) and ``audit.png`` (method x probe heatmap)."""
+``audit.md`` (rows = methods, columns = probes) and ``audit.png`` (method x probe heatmap).
+
+The relearning probes get a derived column ``<probe>/kept`` each (:func:`kept_by_base`): the
+recovered % over only the facts the unedited model still answers after the same fine-tuning."""
 from __future__ import annotations
 
 import logging
@@ -9,7 +12,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from zerounlearn_editor.support.files import write_json_atomic, write_text_atomic
 from zerounlearn_editor.bench.report import aggregate
 
-__all__ = ["summarize_audit", "format_audit_table", "plot_heatmap", "write_audit_summary", "PROBE_NOTE"]
+__all__ = ["summarize_audit", "format_audit_table", "plot_heatmap", "write_audit_summary", "kept_by_base",
+           "KEPT_SUFFIX", "PROBE_NOTE"]
 
 LOG = logging.getLogger(__name__)
 
@@ -22,8 +26,60 @@ PROBE_NOTE = (
     "lens:X: the answer's first token in the top 10 of the logit lens at some layer from the first edited one on; "
     "int8 / int4 / int4g16:X: X on a round-to-nearest copy (per channel; int4g16: groups of 16); relearn-S / "
     "generic-S: the prompt after fine-tuning a copy (scope S: mlp or full) on related facts whose answers are not "
-    "forgotten / on generic text (the control); rwku_*: RWKU's own forget levels. Values: mean ± std over seeds."
+    "forgotten / on generic text (the control); X/kept: X over only the facts the unedited model still answers after "
+    "the same fine-tuning (the base row's X), so a fine-tune that overwrites facts by itself does not count as "
+    "forgetting; rwku_*: RWKU's own forget levels. Values: mean ± std over seeds."
 )
+
+
+KEPT_SUFFIX = "/kept"
+"""Suffix of the derived relearning columns (:func:`kept_by_base`)."""
+
+_KEPT_PREFIXES = ("relearn-", "generic-")
+
+
+def kept_by_base(probes: Mapping[str, Any], base: Optional[Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """The relearning columns measured against the unedited model under the same fine-tuning.
+
+    Fine-tuning a copy on related facts (or generic text) also changes facts that were never
+    edited: the unedited model's own recall after it (its ``relearn-S`` row) is well below 100 %.
+    So for each ``relearn-S`` / ``generic-S`` probe, ``<probe>/kept`` is the % of the facts the
+    unedited model still answers after that same fine-tuning (same seed, same data) that the
+    edited model answers after it: 100 = the edit is undone wherever the fine-tuning itself leaves
+    the fact, 0 = none of those comes back. ``None`` when the base row lacks the probe or keeps no fact.
+
+    Args:
+        probes: one method's probe results of one seed (``{"<probe>": {"items": [0/1 per fact], ...}}``).
+        base: the ``base`` row's probe results of the same seed (or ``None``).
+
+    Returns:
+        ``{"<probe>/kept": {"recovered": % or None, "n": kept facts, "items": [0/1 per kept fact]}}``.
+    """
+    out: Dict[str, Dict[str, Any]] = {}
+    for name, result in probes.items():
+        if not name.startswith(_KEPT_PREFIXES) or name.endswith(KEPT_SUFFIX):
+            continue
+        reference = (base or {}).get(name)
+        if not reference or "items" not in reference or "items" not in result:
+            continue
+        if len(reference["items"]) != len(result["items"]):
+            raise ValueError(f"audit {name}: {len(result['items'])} facts against the base row's {len(reference['items'])}")
+        flags = [int(f) for f, kept in zip(result["items"], reference["items"]) if kept]
+        out[name + KEPT_SUFFIX] = {"recovered": 100.0 * sum(flags) / len(flags) if flags else None,
+                                   "n": len(flags), "items": flags}
+    return out
+
+
+def _with_kept(entry: Mapping[str, Any], base: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    probes = dict(entry.get("probes", {}))
+    base_probes = base.get("probes") if base and base.get("status") == "ok" else None
+    derived = kept_by_base(probes, base_probes)
+    ordered: Dict[str, Any] = {}
+    for name, result in probes.items():
+        ordered[name] = result
+        if name + KEPT_SUFFIX in derived:
+            ordered[name + KEPT_SUFFIX] = derived[name + KEPT_SUFFIX]
+    return {**entry, "probes": ordered}
 
 
 def summarize_audit(methods: Sequence[str], records: Mapping[int, Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
@@ -31,7 +87,8 @@ def summarize_audit(methods: Sequence[str], records: Mapping[int, Mapping[str, A
     out: Dict[str, Dict[str, Any]] = {}
     for name in methods:
         entries = [(seed, r.get("methods", {}).get(name)) for seed, r in records.items()]
-        ok = [(seed, e) for seed, e in entries if e and e.get("status") == "ok"]
+        ok = [(seed, _with_kept(e, records[seed].get("methods", {}).get("base")))
+              for seed, e in entries if e and e.get("status") == "ok"]
         probes = list(dict.fromkeys(p for _, e in ok for p in e["probes"]))
         stats = {p: aggregate([e["probes"].get(p, {}).get("recovered") for _, e in ok]) for p in probes}
         item: Dict[str, Any] = {
@@ -39,6 +96,9 @@ def summarize_audit(methods: Sequence[str], records: Mapping[int, Mapping[str, A
             "seeds": [seed for seed, _ in ok],
             "recovered": {p: s for p, s in stats.items() if s is not None},
         }
+        kept = {p: sum(e["probes"][p]["n"] for _, e in ok if p in e["probes"]) for p in probes if p.endswith(KEPT_SUFFIX)}
+        if kept:
+            item["kept_facts"] = kept
         reasons = sorted({e.get("reason", "") for _, e in entries if e and e.get("status") in ("skipped", "error")})
         if reasons:
             item["reason"] = "; ".join(reasons)

@@ -1,0 +1,94 @@
+"""``zerounlearn audit`` for every method row, with the shipped retain-aware YAMLs as rows of their own.
+
+The audit's registry has one retain-aware row (``ZeroUnlearn-GD+R``, ``...-retain.yaml``); this
+script adds ``--retain-variant NAME=YAML`` rows (the bench's ``ZeroUnlearn-GD+R`` method reading
+that YAML, fed the seed's retain set) and runs :func:`zerounlearn_editor.bench.audit.run_audit`
+with the CLI's probe options. The known-case selection is read from (or written to)
+``--known-cache`` (case ids; the cache of ``benchmarks/deep/``). MEMIT / AlphaEdit rows
+need EasyEdit importable (run with EasyEdit's venv and ``EASYEDIT_PATH``); else they are skipped.
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. EASYEDIT_PATH=... $VENV_PY benchmarks/audit/all_methods.py \\
+        --out benchmarks/results/audit/all_methods_n10 --seeds 1 --retain same-answer:10 \\
+        --methods base,ZeroUnlearn,ZeroUnlearn-GD,ZeroUnlearn-GD+R,retain-many,GA,NPO,MEMIT,AlphaEdit \\
+        --retain-variant retain-many=hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct-retain-many.yaml
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+from zerounlearn_editor.cli.audit import add_probe_options, settings_from_args
+from zerounlearn_editor.bench.audit import AuditConfig, run_audit
+from zerounlearn_editor.bench.config import parse_seeds
+from zerounlearn_editor.bench.methods import MethodSpec, zerounlearn_spec
+from zerounlearn_editor.bench.registry import default_registry
+from zerounlearn_editor.evaluation import selection
+
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def cached_known_selection(cache: Path):
+    """``select_known_cases`` answered from ``cache`` (case ids) when it was stored for the same data and threshold."""
+    original = selection.select_known_cases
+
+    def select(model, tok, cases, n, min_accuracy=1.0, batch_size=64):
+        ids = [c.case_id for c in cases]
+        key = {"n_cases": len(ids), "first": ids[:3], "min_accuracy": min_accuracy, "n": n}
+        if cache.is_file():
+            stored = json.loads(cache.read_text())
+            if stored["key"] == key:
+                by_id = {c.case_id: c for c in cases}
+                return [by_id[i] for i in stored["known"]]
+        known = original(model, tok, cases, n, min_accuracy=min_accuracy, batch_size=batch_size)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps({"key": key, "known": [c.case_id for c in known]}))
+        return known
+
+    return select
+
+
+def retain_variant_spec(name: str, path: str) -> MethodSpec:
+    """The bench's ``ZeroUnlearn-GD+R`` (retain set from the seed's draw) reading ``path``, as row ``name``."""
+    inner = zerounlearn_spec("ZeroUnlearn-GD+R")
+
+    def with_path(lookup):
+        return dataclasses.replace(lookup, overrides={**lookup.overrides, "ZeroUnlearn-GD+R": path})
+
+    def prepare(ctx):
+        return dataclasses.replace(inner.prepare(dataclasses.replace(ctx, lookup=with_path(ctx.lookup))), name=name)
+
+    return MethodSpec(name, lambda lookup: inner.describe(with_path(lookup)), prepare)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hparams", default="hparams/ZeroUnlearn/SmolLM2-135M-Instruct.yaml")
+    ap.add_argument("--data", default="counterfact-easyedit")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seeds", default="1")
+    ap.add_argument("--n", type=int, default=10)
+    ap.add_argument("--methods", required=True)
+    ap.add_argument("--retain", default=None, metavar="POLICY:K")
+    ap.add_argument("--retain-variant", action="append", default=[], metavar="NAME=YAML")
+    ap.add_argument("--known-cache", default=str(_ROOT / "results" / "deep" / "known_counterfact_easyedit.json"))
+    add_probe_options(ap)
+    ap.add_argument("--batch-size", type=int, default=16)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    registry = default_registry()
+    for item in args.retain_variant:
+        name, path = item.split("=", 1)
+        registry[name] = retain_variant_spec(name, path)
+    selection.select_known_cases = cached_known_selection(Path(args.known_cache))
+    config = AuditConfig(hparams=args.hparams, data=args.data, out=args.out, seeds=parse_seeds(args.seeds), n=args.n,
+                         methods=[m for m in args.methods.split(",") if m], settings=settings_from_args(args),
+                         known_only=True, retain=args.retain, progress=False)
+    summary = run_audit(config, registry=registry)
+    print(summary["table_markdown"])
+
+
+if __name__ == "__main__":
+    main()
