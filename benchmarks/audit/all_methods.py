@@ -15,52 +15,20 @@ need EasyEdit importable (run with EasyEdit's venv and ``EASYEDIT_PATH``); else 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import logging
+import sys
 from pathlib import Path
 
 from zerounlearn_editor.cli.audit import add_probe_options, settings_from_args
 from zerounlearn_editor.bench.audit import AuditConfig, run_audit
 from zerounlearn_editor.bench.config import parse_seeds
-from zerounlearn_editor.bench.methods import MethodSpec, zerounlearn_spec
 from zerounlearn_editor.bench.registry import default_registry
 from zerounlearn_editor.evaluation import selection
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from known_cases import cached_known_selection, variant_spec  # noqa: E402  (shared with deep/audit_variants.py)
+
 _ROOT = Path(__file__).resolve().parents[1]
-
-
-def cached_known_selection(cache: Path):
-    """``select_known_cases`` answered from ``cache`` (case ids) when it was stored for the same data and threshold."""
-    original = selection.select_known_cases
-
-    def select(model, tok, cases, n, min_accuracy=1.0, batch_size=64):
-        ids = [c.case_id for c in cases]
-        key = {"n_cases": len(ids), "first": ids[:3], "min_accuracy": min_accuracy, "n": n}
-        if cache.is_file():
-            stored = json.loads(cache.read_text())
-            if stored["key"] == key:
-                by_id = {c.case_id: c for c in cases}
-                return [by_id[i] for i in stored["known"]]
-        known = original(model, tok, cases, n, min_accuracy=min_accuracy, batch_size=batch_size)
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps({"key": key, "known": [c.case_id for c in known]}))
-        return known
-
-    return select
-
-
-def retain_variant_spec(name: str, path: str) -> MethodSpec:
-    """The bench's ``ZeroUnlearn-GD+R`` (retain set from the seed's draw) reading ``path``, as row ``name``."""
-    inner = zerounlearn_spec("ZeroUnlearn-GD+R")
-
-    def with_path(lookup):
-        return dataclasses.replace(lookup, overrides={**lookup.overrides, "ZeroUnlearn-GD+R": path})
-
-    def prepare(ctx):
-        return dataclasses.replace(inner.prepare(dataclasses.replace(ctx, lookup=with_path(ctx.lookup))), name=name)
-
-    return MethodSpec(name, lambda lookup: inner.describe(with_path(lookup)), prepare)
 
 
 def main() -> None:
@@ -81,7 +49,7 @@ def main() -> None:
     registry = default_registry()
     for item in args.retain_variant:
         name, path = item.split("=", 1)
-        registry[name] = retain_variant_spec(name, path)
+        registry[name] = variant_spec(name, path, "ZeroUnlearn-GD+R")
     selection.select_known_cases = cached_known_selection(Path(args.known_cache))
     config = AuditConfig(hparams=args.hparams, data=args.data, out=args.out, seeds=parse_seeds(args.seeds), n=args.n,
                          methods=[m for m in args.methods.split(",") if m], settings=settings_from_args(args),

@@ -13,59 +13,21 @@ selection (a pass over the whole dataset) is cached in ``--known-cache`` as case
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import logging
+import sys
 from pathlib import Path
 
 from zerounlearn_editor.evaluation.audit.plan import AuditSettings, parse_families
 from zerounlearn_editor.bench.audit import AuditConfig, run_audit
 from zerounlearn_editor.bench import runner as bench_runner
-from zerounlearn_editor.bench.config import BenchConfig
-from zerounlearn_editor.bench.methods import MethodSpec, zerounlearn_spec
+from zerounlearn_editor.bench.config import BenchConfig, parse_seeds
 from zerounlearn_editor.bench.registry import default_registry
 from zerounlearn_editor.evaluation import selection
-from zerounlearn_editor.engine.hparams import load_config_file
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from known_cases import cached_known_selection, variant_spec  # noqa: E402  (shared with audit/all_methods.py)
 
 DEFAULT_HPARAMS = "hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct.yaml"
-
-
-def variant_spec(name: str, path: str) -> MethodSpec:
-    """The bench's ZeroUnlearn(-GD) method reading ``path``, as row ``name``."""
-    family = load_config_file(path)["alg_name"]
-    inner = zerounlearn_spec(family)
-
-    def with_path(lookup):
-        return dataclasses.replace(lookup, overrides={**lookup.overrides, family: path})
-
-    def describe(lookup):
-        return inner.describe(with_path(lookup))
-
-    def prepare(ctx):
-        prepared = inner.prepare(dataclasses.replace(ctx, lookup=with_path(ctx.lookup)))
-        return dataclasses.replace(prepared, name=name)
-
-    return MethodSpec(name, describe, prepare)
-
-
-def cached_known_selection(cache: Path):
-    """:func:`select_known_cases` with its answer stored as case ids in ``cache`` (same model and data only)."""
-    original = selection.select_known_cases
-
-    def select(model, tok, cases, n, min_accuracy=1.0, batch_size=64):
-        ids = [c.case_id for c in cases]
-        key = {"n_cases": len(ids), "first": ids[:3], "min_accuracy": min_accuracy, "n": n}
-        if cache.is_file():
-            stored = json.loads(cache.read_text())
-            if stored["key"] == key:
-                by_id = {c.case_id: c for c in cases}
-                return [by_id[i] for i in stored["known"]]
-        known = original(model, tok, cases, n, min_accuracy=min_accuracy, batch_size=batch_size)
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps({"key": key, "known": [c.case_id for c in known]}))
-        return known
-
-    return select
 
 
 def main() -> None:
@@ -91,10 +53,7 @@ def main() -> None:
         registry[name] = variant_spec(name, path)
     selection.select_known_cases = cached_known_selection(Path(args.known_cache))
     bench_runner.select_known_cases = selection.select_known_cases
-    seeds = []
-    for part in args.seeds.split(","):
-        a, _, b = part.partition("-")
-        seeds += list(range(int(a), int(b or a) + 1))
+    seeds = parse_seeds(args.seeds)
     methods = [m for m in args.methods.split(",") if m]
     if args.bench:
         extra = {} if args.ppl_tokens is None else {"ppl_tokens": args.ppl_tokens}

@@ -1,0 +1,51 @@
+"""Shared by the audit scripts (``benchmarks/deep/audit_variants.py``, ``benchmarks/audit/all_methods.py``):
+the known-case selection cached as case ids, and bench rows that read another YAML."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Optional
+
+from zerounlearn_editor.bench.methods import MethodSpec, zerounlearn_spec
+from zerounlearn_editor.engine.hparams import load_config_file
+from zerounlearn_editor.evaluation import selection
+
+
+def cached_known_selection(cache: Path):
+    """:func:`select_known_cases` with its answer stored as case ids in ``cache`` (same data, threshold and n)."""
+    original = selection.select_known_cases
+
+    def select(model, tok, cases, n, min_accuracy=1.0, batch_size=64):
+        ids = [c.case_id for c in cases]
+        key = {"n_cases": len(ids), "first": ids[:3], "min_accuracy": min_accuracy, "n": n}
+        if cache.is_file():
+            stored = json.loads(cache.read_text())
+            if stored["key"] == key:
+                by_id = {c.case_id: c for c in cases}
+                return [by_id[i] for i in stored["known"]]
+        known = original(model, tok, cases, n, min_accuracy=min_accuracy, batch_size=batch_size)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps({"key": key, "known": [c.case_id for c in known]}))
+        return known
+
+    return select
+
+
+def variant_spec(name: str, path: str, method: Optional[str] = None) -> MethodSpec:
+    """The bench's ``method`` (default: the YAML's ``alg_name``; ``ZeroUnlearn-GD+R`` for a retain-aware row fed
+    the seed's retain set) reading ``path``, as row ``name``."""
+    method = method or load_config_file(path)["alg_name"]
+    inner = zerounlearn_spec(method)
+
+    def with_path(lookup):
+        return dataclasses.replace(lookup, overrides={**lookup.overrides, method: path})
+
+    def describe(lookup):
+        return inner.describe(with_path(lookup))
+
+    def prepare(ctx):
+        prepared = inner.prepare(dataclasses.replace(ctx, lookup=with_path(ctx.lookup)))
+        return dataclasses.replace(prepared, name=name)
+
+    return MethodSpec(name, describe, prepare)
