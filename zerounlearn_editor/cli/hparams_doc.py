@@ -9,13 +9,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Type
 
 from zerounlearn_editor.engine.hparams import EditHyperParams
+from zerounlearn_editor.support.files import write_text_atomic
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 
@@ -89,17 +88,6 @@ def replace_table(text: str, table: str) -> str:
     return f"{head}{START}\n{table}\n{END}{tail}"
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m zerounlearn_editor.cli.hparams_doc", description=__doc__.splitlines()[0])
     parser.add_argument("readme", nargs="?", default=str(_README), help="the file holding the table (default: README.md)")
@@ -114,7 +102,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 1
         return 0
     if new != text:
-        _write_atomic(path, new)
+        write_text_atomic(path, new)
         LOG.info("wrote the hyperparameter table of %s", path)
     return 0
 

@@ -18,7 +18,6 @@ from typing import List, Optional, Sequence
 import torch
 from torch import nn
 
-from zerounlearn_editor.support.progress import progress_bar
 from zerounlearn_editor.engine.model_access import (
     StopForward,
     capture_outputs,

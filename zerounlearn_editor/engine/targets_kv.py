@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F

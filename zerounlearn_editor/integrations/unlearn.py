@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-import torch
 
 from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
 from zerounlearn_editor.evaluation.audit.facts_audit import check_probe_fields
