@@ -1,17 +1,11 @@
-"""``zerounlearn demo``: forget a handful of facts from SmolLM2-135M-Instruct and show the effect.
+"""``zerounlearn demo``: forget five capitals from SmolLM2-135M-Instruct and print a before/after table.
 
-Prints a before/after table of the forgotten facts (teacher-forced token accuracy and
-probability of the true answer, and the greedy continuation), of untouched facts, and
-WikiText-2 perplexity.
-
-By default the demo runs the retain-aware mode: ZeroUnlearn-GD with
+Per forgotten and untouched fact: teacher-forced token accuracy and probability of the true answer, and the
+greedy continuation; then WikiText-2 perplexity. Default: ZeroUnlearn-GD with
 ``hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct-retain.yaml`` and a retain set of other capitals
-(:data:`RETAIN_FACTS`, never one of the printed untouched facts), so the sibling capitals it prints
-stay known. ``paper=True`` (``zerounlearn demo --paper``) runs the paper's ZeroUnlearn with its
-shipped YAML and no retain set, which also erases the untouched capitals.
-
-Runs from a bare clone or a wheel: the hparams YAML, the statistics corpus and the perplexity
-text are found in the package (:mod:`zerounlearn_editor.data.builtin`).
+(:data:`RETAIN_FACTS`, none of them printed), so the untouched capitals stay known; ``paper=True``
+(``--paper``): the paper's ZeroUnlearn YAML without a retain set, which also erases them. The YAML, the
+statistics corpus and the perplexity text ship in the package (:mod:`zerounlearn_editor.data.builtin`).
 """
 from __future__ import annotations
 
@@ -21,33 +15,31 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.evaluation.metrics import evaluate_probes
-from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
-from zerounlearn_editor.evaluation.perplexity import perplexity
-from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
-from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
-from zerounlearn_editor.engine.hparams import load_config_file
-from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
-from zerounlearn_editor.engine.pipeline import EditReport
 from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.engine.pipeline import EditReport
+from zerounlearn_editor.evaluation.metrics import evaluate_probes
+from zerounlearn_editor.evaluation.perplexity import perplexity
+from zerounlearn_editor.integrations.unlearn import load_method
+from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.support.progress import progress_bar
 from zerounlearn_editor.support.resources import hparams_path
-from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
-from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
 
-__all__ = ["FORGET_FACTS", "KEEP_FACTS", "RETAIN_FACTS", "DemoRow", "demo_hparams", "run_demo", "format_demo", "register"]
+__all__ = ["FORGET_FACTS", "KEEP_FACTS", "RETAIN_FACTS", "DemoRow", "demo_hparams", "run_demo", "format_demo",
+           "register"]
 
 LOG = logging.getLogger(__name__)
+Fact = Tuple[str, str, str]  # (prompt, subject, answer)
 
 FORGET_FACTS = CAPITALS_TO_FORGET[:5]
 KEEP_FACTS = OTHER_CAPITALS[:3] + UNRELATED_FACTS[:5]
-# The retain set of the default (retain-aware) demo: other capitals, none of them printed or scored.
 RETAIN_FACTS = CAPITALS_TO_FORGET[5:]
+"""The retain set of the default (retain-aware) demo: other capitals, none of them printed or scored."""
 
 
 @dataclass
@@ -70,37 +62,34 @@ class DemoResult:
     ppl_after: float
     seconds: Dict[str, float] = field(default_factory=dict)
     mode: str = ""
-    dtype: str = ""  # the model's parameter dtype, e.g. "torch.bfloat16"
+    dtype: str = ""  # the model's parameter dtype, e.g. "bfloat16"
 
 
-def _greedy(model, tok, prompts: List[str], new_tokens: int = 4) -> List[str]:
-    outs = []
+def _scores(model: Any, tok: Any, facts: List[Fact]) -> Tuple[List[float], List[float], List[str]]:
+    """Per fact: teacher-forced token accuracy and probability of the answer, and the 4-token greedy text."""
+    scores = evaluate_probes(model, tok, [Probe(prompt, answer) for prompt, _, answer in facts])
     device = next(model.parameters()).device
+    greedy = []
     with torch.no_grad():
-        for prompt in progress_bar(prompts, desc="greedy continuations", unit="prompt"):
+        for prompt, _, _ in progress_bar(facts, desc="greedy continuations", unit="prompt"):
             ids = tok(prompt, return_tensors="pt").input_ids.to(device)
-            gen = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
-            outs.append(tok.decode(gen[0, ids.shape[1] :], skip_special_tokens=False).replace("\n", "\\n"))
-    return outs
+            gen = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=tok.pad_token_id)
+            greedy.append(tok.decode(gen[0, ids.shape[1] :], skip_special_tokens=False).replace("\n", "\\n"))
+    return scores["acc"], scores["prob"], greedy
 
 
-def _scores(model, tok, facts):
-    probes = [Probe(prompt, answer) for prompt, _, answer in facts]
-    scores = evaluate_probes(model, tok, probes)
-    return scores["acc"], scores["prob"], _greedy(model, tok, [p for p, _, _ in facts])
-
-
-def demo_hparams(hparams_file: Optional[str] = None, paper: bool = False):
-    """The demo's hyperparameters: a given YAML (either method), else the retain-aware
-    ZeroUnlearn-GD YAML, else (``paper``) the paper's ZeroUnlearn YAML."""
+def _demo_method(hparams_file: Optional[str], paper: bool) -> Tuple[Any, Callable[..., Any]]:
+    """``(hparams, apply function)`` of a given YAML (either method), else of the retain-aware ZeroUnlearn-GD
+    YAML, else (``paper``) of the paper's ZeroUnlearn YAML."""
     if hparams_file is None:
-        if paper:
-            hparams_file = hparams_path("ZeroUnlearn", "SmolLM2-135M-Instruct")
-        else:
-            hparams_file = hparams_path("ZeroUnlearn-GD", "SmolLM2-135M-Instruct-retain")
-    alg = load_config_file(hparams_file).get("alg_name")
-    cls = ZeroUnlearnGDHyperParams if alg == "ZeroUnlearn-GD" else ZeroUnlearnHyperParams
-    return cls.from_hparams(hparams_file)
+        method, name = ("ZeroUnlearn", "") if paper else ("ZeroUnlearn-GD", "-retain")
+        hparams_file = hparams_path(method, "SmolLM2-135M-Instruct" + name)
+    return load_method(hparams_file)
+
+
+def demo_hparams(hparams_file: Optional[str] = None, paper: bool = False) -> Any:
+    """The demo's hyperparameters (see :func:`_demo_method`)."""
+    return _demo_method(hparams_file, paper)[0]
 
 
 def run_demo(
@@ -115,14 +104,12 @@ def run_demo(
 ) -> DemoResult:
     """Unlearn :data:`FORGET_FACTS` from SmolLM2 and measure before/after.
 
-    Default: the retain-aware mode with :data:`RETAIN_FACTS` as retain set (prompts and subjects
-    only). ``paper``: the paper's ZeroUnlearn, no retain set. A given ``hparams_file`` of either
-    method is used as is, with the retain set unless ``paper``. ``dtype`` (``float32``,
-    ``bfloat16``, ``float16``; default: the model folder's) is the precision the model is loaded
-    and edited in; ``ppl_text`` defaults to the embedded WikiText-2 test split; ``stats_dir``
-    overrides the YAML's statistics cache folder.
+    A given ``hparams_file`` of either method is used as is, with :data:`RETAIN_FACTS` as retain set (prompts
+    and subjects) unless ``paper`` or its retain weights are zero. ``dtype`` (default: the folder's) is the
+    precision the model is loaded and edited in; ``ppl_text`` defaults to the embedded WikiText-2 test split;
+    ``stats_dir`` overrides the YAML's statistics cache folder.
     """
-    hparams = demo_hparams(hparams_file, paper)
+    hparams, apply = _demo_method(hparams_file, paper)
     if stats_dir is not None:
         hparams = hparams.replace(stats_dir=str(stats_dir))
     corpus = corpus or hparams.mom2_dataset
@@ -138,40 +125,35 @@ def run_demo(
     wikitext = ppl_text or default_ppl_text()
     seconds: Dict[str, float] = {}
 
-    def evaluate(when: str):
+    def evaluate(when: str) -> List[Any]:
         LOG.info("scoring %d facts to forget, %d to keep, and perplexity on %d tokens of %s (%s the edit)",
                  len(FORGET_FACTS), len(KEEP_FACTS), ppl_tokens, Path(wikitext).name, when)
         start = time.perf_counter()
-        out = (_scores(model, tok, FORGET_FACTS), _scores(model, tok, KEEP_FACTS),
-               perplexity(model, tok, wikitext, max_tokens=ppl_tokens))
+        out = [_scores(model, tok, FORGET_FACTS), _scores(model, tok, KEEP_FACTS),
+               perplexity(model, tok, wikitext, max_tokens=ppl_tokens)]
         seconds[f"evaluate_{when}"] = time.perf_counter() - start
         return out
 
-    (f_acc0, f_prob0, f_gen0), (k_acc0, k_prob0, k_gen0), ppl0 = evaluate("before")
-
+    before = evaluate("before")
     requests = fact_requests(FORGET_FACTS)
     report = EditReport()
     LOG.info("unlearning %d facts with %s; C0 statistics from corpus %r, cached under %s",
              len(requests), mode, corpus, hparams.stats_dir)
     start = time.perf_counter()
-    apply = apply_zerounlearn_gd_to_model if hparams.alg_name == "ZeroUnlearn-GD" else apply_zerounlearn_to_model
     extra = {"retain": retain} if retain else {}
     model, _ = apply(model, tok, requests, hparams, corpus=corpus, report=report, **extra)
     seconds["unlearn"] = time.perf_counter() - start
     seconds.update({f"unlearn.{k}": v for k, v in report.timings.items()})
+    after = evaluate("after")
 
-    (f_acc1, f_prob1, f_gen1), (k_acc1, k_prob1, k_gen1), ppl1 = evaluate("after")
-
-    def rows(facts, acc0, acc1, prob0, prob1, gen0, gen1):
-        return [
-            DemoRow(f[0], f[2], acc0[i], acc1[i], prob0[i], prob1[i], gen0[i], gen1[i]) for i, f in enumerate(facts)
-        ]
+    def rows(facts: List[Fact], b: Tuple[List[Any], ...], a: Tuple[List[Any], ...]) -> List[DemoRow]:
+        return [DemoRow(f[0], f[2], *row) for f, row in zip(facts, zip(b[0], a[0], b[1], a[1], b[2], a[2]))]
 
     return DemoResult(
-        forgotten=rows(FORGET_FACTS, f_acc0, f_acc1, f_prob0, f_prob1, f_gen0, f_gen1),
-        kept=rows(KEEP_FACTS, k_acc0, k_acc1, k_prob0, k_prob1, k_gen0, k_gen1),
-        ppl_before=ppl0,
-        ppl_after=ppl1,
+        forgotten=rows(FORGET_FACTS, before[0], after[0]),
+        kept=rows(KEEP_FACTS, before[1], after[1]),
+        ppl_before=before[2],
+        ppl_after=after[2],
         seconds=seconds,
         mode=mode,
         dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
