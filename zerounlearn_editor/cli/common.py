@@ -1,24 +1,15 @@
-"""Shared pieces of the ``zerounlearn`` subcommands: argparse parent parsers for the flags several of them take
-(each flag declared here once), argparse types, and the hparams loader.
+"""Shared pieces of the ``zerounlearn`` subcommands: a parent parser per flag that several of them take (each
+flag declared here once), argparse types, and the hparams loader.
 
-A parent parser is built per call (``add_help=False``) so that a subcommand can give the flag its own default,
-``required`` or help where the flag means the same but its default differs (``--n`` is 50 cases for ``bench``,
-10 for ``audit``); a flag whose meaning differs (``unlearn --retain FILE`` vs ``bench --retain POLICY:K``) is not
-shared.
+A parent parser is built per call so that a subcommand can give the flag its own default, ``required`` or help
+(``--n`` is 50 cases for ``bench``, 10 for ``audit``); a flag whose meaning differs (``unlearn --retain FILE``
+vs ``bench --retain POLICY:K``) is not shared.
 """
 from __future__ import annotations
 
 import argparse
 from typing import Any, Callable, Optional
 
-__all__ = [
-    "MODEL_HELP", "DATA_DIR_HELP", "RETAIN_POLICY_HELP", "int_at_least", "positive_int", "nonnegative_int",
-    "load_hparams", "device", "progress", "quiet", "dtype", "hparams", "model", "out", "data", "seed", "seeds", "n",
-    "methods", "method_hparams", "known", "retain_policy", "ppl", "corpus", "stats_dir", "data_dir", "batch_size",
-    "include_unknown", "width",
-]
-
-MODEL_HELP = "model folder/name (default: the YAML's model_name)"
 DATA_DIR_HELP = ("benchmark data folder (counterfact/, zsre/, ...); default $ZEROUNLEARN_DATA_DIR, "
                  "else ../shared/data beside the working directory or the checkout")
 RETAIN_POLICY_HELP = ("retain set of ZeroUnlearn-GD+R, K records per forget case drawn from the dataset but never "
@@ -28,7 +19,7 @@ RETAIN_POLICY_HELP = ("retain set of ZeroUnlearn-GD+R, K records per forget case
 
 
 def int_at_least(minimum: int) -> Callable[[str], int]:
-    """argparse type: an integer >= ``minimum`` (``--n -5`` used to slice ``texts[:-5]``, ``--n 0`` to mean the default)."""
+    """argparse type: an integer >= ``minimum``."""
 
     def parse(text: str) -> int:
         try:
@@ -48,123 +39,95 @@ nonnegative_int = int_at_least(0)
 
 def load_hparams(path: str) -> Any:
     """The ZeroUnlearn or ZeroUnlearn-GD hyperparameters of the YAML at ``path`` (by its ``alg_name``)."""
-    from zerounlearn_editor.engine.hparams import load_config_file
-    from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
-    from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+    from zerounlearn_editor.integrations.unlearn import load_method
 
-    alg = load_config_file(path).get("alg_name")
-    cls = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}.get(alg)
-    if cls is None:
-        raise SystemExit(f"{path}: alg_name must be ZeroUnlearn or ZeroUnlearn-GD, got {alg!r}")
-    return cls.from_hparams(path)
+    return load_method(path)[0]
 
 
-def _parent() -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(add_help=False)
+def _flag(*names: str, **settings: Any) -> argparse.ArgumentParser:
+    """A parent parser (``add_help=False``) of one flag; the arguments are those of ``add_argument``."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument(*names, **settings)
+    return p
 
 
 def device(default: Optional[str] = "cpu", help: Optional[str] = None) -> argparse.ArgumentParser:
     """``--device`` (torch device of the model)."""
-    p = _parent()
-    p.add_argument("--device", default=default, help=help)
-    return p
+    return _flag("--device", default=default, help=help)
 
 
 def progress() -> argparse.ArgumentParser:
     """``--no-progress``."""
-    p = _parent()
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return p
+    return _flag("--no-progress", action="store_true", help="no progress bars")
 
 
 def quiet() -> argparse.ArgumentParser:
     """The subcommand's ``-q/--quiet`` (same as the top-level one; suppressed default so it never resets it)."""
-    p = _parent()
-    p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars")
-    return p
+    return _flag("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars")
 
 
 def dtype(checked: bool = True, help: Optional[str] = None) -> argparse.ArgumentParser:
     """``--dtype``: the precision the model is loaded (and edited) in; ``checked``: only the known dtypes."""
     from zerounlearn_editor.support.model_zoo import DTYPE_CHOICES
 
-    p = _parent()
-    p.add_argument("--dtype", default=None, choices=DTYPE_CHOICES if checked else None,
-                   help=help or "load and edit the model in this precision (default: as stored); the solve runs in float64")
-    return p
+    help = help or "load and edit the model in this precision (default: as stored); the solve runs in float64"
+    return _flag("--dtype", default=None, choices=DTYPE_CHOICES if checked else None, help=help)
 
 
 def hparams(help: Optional[str], required: bool = False) -> argparse.ArgumentParser:
     """``--hparams`` (a ZeroUnlearn(-GD) YAML)."""
-    p = _parent()
-    p.add_argument("--hparams", required=required, default=None, help=help)
-    return p
+    return _flag("--hparams", required=required, default=None, help=help)
 
 
-def model(help: str = MODEL_HELP, required: bool = False) -> argparse.ArgumentParser:
+def model(help: str = "model folder/name (default: the YAML's model_name)",
+          required: bool = False) -> argparse.ArgumentParser:
     """``--model`` (model folder or hub name)."""
-    p = _parent()
-    p.add_argument("--model", required=required, default=None, help=help)
-    return p
+    return _flag("--model", required=required, default=None, help=help)
 
 
 def out(help: Optional[str], required: bool = False, default: Optional[str] = None,
         metavar: Optional[str] = None) -> argparse.ArgumentParser:
     """``--out`` (output file or folder)."""
-    p = _parent()
-    p.add_argument("--out", required=required, default=default, metavar=metavar, help=help)
-    return p
+    return _flag("--out", required=required, default=default, metavar=metavar, help=help)
 
 
 def data(help: str, required: bool = False, default: Optional[str] = None) -> argparse.ArgumentParser:
     """``--data`` (dataset name or file) and ``--data-path``."""
-    p = _parent()
-    p.add_argument("--data", required=required, default=default, help=help)
+    p = _flag("--data", required=required, default=default, help=help)
     p.add_argument("--data-path", default=None, help="with a dataset name: the file to read instead of the default")
     return p
 
 
 def seed(help: Optional[str] = None) -> argparse.ArgumentParser:
     """``--seed`` (integer, default 0)."""
-    p = _parent()
-    p.add_argument("--seed", type=int, default=0, help=help)
-    return p
+    return _flag("--seed", type=int, default=0, help=help)
 
 
 def seeds(help: str, default: Optional[str] = None) -> argparse.ArgumentParser:
     """``--seeds`` (e.g. ``1-10`` or ``1,2,5``)."""
-    p = _parent()
-    p.add_argument("--seeds", default=default, help=help)
-    return p
+    return _flag("--seeds", default=default, help=help)
 
 
 def n(help: str, default: Optional[int] = None, type: Callable[[str], int] = int) -> argparse.ArgumentParser:
     """``--n`` (how many cases / facts / passages)."""
-    p = _parent()
-    p.add_argument("--n", type=type, default=default, help=help)
-    return p
+    return _flag("--n", type=type, default=default, help=help)
 
 
 def methods(help: Optional[str], default: Optional[str] = None) -> argparse.ArgumentParser:
     """``--methods`` (comma list of bench methods)."""
-    p = _parent()
-    p.add_argument("--methods", default=default, help=help)
-    return p
+    return _flag("--methods", default=default, help=help)
 
 
 def method_hparams() -> argparse.ArgumentParser:
     """``--method-hparams NAME=PATH`` (repeatable)."""
-    p = _parent()
-    p.add_argument("--method-hparams", action="append", default=[], metavar="NAME=PATH",
-                   help="hparams YAML of one method (default hparams/<NAME>/<main file name>); repeatable")
-    return p
+    return _flag("--method-hparams", action="append", default=[], metavar="NAME=PATH",
+                 help="hparams YAML of one method (default hparams/<NAME>/<main file name>); repeatable")
 
 
 def known() -> argparse.ArgumentParser:
     """``--known-only`` and ``--known-min-accuracy``."""
-    p = _parent()
-    p.add_argument("--known-only", action="store_true",
-                   help="sample only cases whose true answers the unedited model predicts (efficacy starts at 100)")
+    p = _flag("--known-only", action="store_true", help="sample only cases whose true answers the unedited "
+              "model predicts (efficacy starts at 100)")
     p.add_argument("--known-min-accuracy", type=float, default=1.0,
                    help="with --known-only: the forget-prompt token accuracy a case needs (default 1.0)")
     return p
@@ -172,57 +135,42 @@ def known() -> argparse.ArgumentParser:
 
 def retain_policy(help: str = RETAIN_POLICY_HELP) -> argparse.ArgumentParser:
     """``--retain POLICY:K`` (the retain draw of ZeroUnlearn-GD+R)."""
-    p = _parent()
-    p.add_argument("--retain", default=None, metavar="POLICY:K", help=help)
-    return p
+    return _flag("--retain", default=None, metavar="POLICY:K", help=help)
 
 
 def ppl(tokens_default: Optional[int], tokens_help: str,
         text_help: str = "perplexity text (default: the embedded WikiText-2 test split)") -> argparse.ArgumentParser:
     """``--ppl-tokens`` (>= 0; 0 = off) and ``--ppl-text``."""
-    p = _parent()
-    p.add_argument("--ppl-tokens", type=nonnegative_int, default=tokens_default, help=tokens_help)
+    p = _flag("--ppl-tokens", type=nonnegative_int, default=tokens_default, help=tokens_help)
     p.add_argument("--ppl-text", default=None, help=text_help)
     return p
 
 
 def corpus(help: str = "statistics corpus (default: the YAML's mom2_dataset)") -> argparse.ArgumentParser:
     """``--corpus`` (the C0 statistics corpus)."""
-    p = _parent()
-    p.add_argument("--corpus", default=None, help=help)
-    return p
+    return _flag("--corpus", default=None, help=help)
 
 
 def stats_dir() -> argparse.ArgumentParser:
     """``--stats-dir`` (the statistics cache folder)."""
-    p = _parent()
-    p.add_argument("--stats-dir", default=None, help="statistics cache folder (default: the YAML's stats_dir)")
-    return p
+    return _flag("--stats-dir", default=None, help="statistics cache folder (default: the YAML's stats_dir)")
 
 
 def data_dir(help: str = DATA_DIR_HELP, metavar: Optional[str] = "DIR") -> argparse.ArgumentParser:
     """``--data-dir`` (``main`` makes it the package's data folder before the command runs)."""
-    p = _parent()
-    p.add_argument("--data-dir", default=None, metavar=metavar, help=help)
-    return p
+    return _flag("--data-dir", default=None, metavar=metavar, help=help)
 
 
 def batch_size(default: int, help: Optional[str] = "probes per forward pass") -> argparse.ArgumentParser:
     """``--batch-size`` (probes per forward pass)."""
-    p = _parent()
-    p.add_argument("--batch-size", type=int, default=default, help=help)
-    return p
+    return _flag("--batch-size", type=int, default=default, help=help)
 
 
 def include_unknown(help: str) -> argparse.ArgumentParser:
     """``--include-unknown`` (also facts the model does not predict)."""
-    p = _parent()
-    p.add_argument("--include-unknown", action="store_true", help=help)
-    return p
+    return _flag("--include-unknown", action="store_true", help=help)
 
 
 def width(help: str) -> argparse.ArgumentParser:
     """``--width`` (number of layers of the suggested window)."""
-    p = _parent()
-    p.add_argument("--width", type=int, default=None, help=help)
-    return p
+    return _flag("--width", type=int, default=None, help=help)
