@@ -5,8 +5,6 @@ import argparse
 from types import ModuleType
 from typing import Any
 
-__all__ = ["register", "add_probe_options", "settings_from_args"]
-
 
 def _int_list(text: str) -> tuple:
     try:

@@ -7,8 +7,6 @@ from typing import Any
 
 from zerounlearn_editor.cli.audit import add_probe_options, settings_from_args
 
-__all__ = ["register"]
-
 
 def _round_methods() -> tuple:
     from zerounlearn_editor.bench.rounds import DEFAULT_ROUND_METHODS

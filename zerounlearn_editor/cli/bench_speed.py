@@ -5,8 +5,6 @@ import argparse
 from types import ModuleType
 from typing import Any
 
-__all__ = ["register"]
-
 
 def _cmd_bench_speed(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench.speed_bench import SpeedConfig, parse_int_list, run_speed

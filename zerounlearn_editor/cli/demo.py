@@ -30,9 +30,6 @@ from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.support.progress import progress_bar
 from zerounlearn_editor.support.resources import hparams_path
 
-__all__ = ["FORGET_FACTS", "KEEP_FACTS", "RETAIN_FACTS", "DemoRow", "demo_hparams", "run_demo", "format_demo",
-           "register"]
-
 LOG = logging.getLogger(__name__)
 Fact = Tuple[str, str, str]  # (prompt, subject, answer)
 

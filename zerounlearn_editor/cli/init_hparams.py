@@ -29,8 +29,6 @@ from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.cli.trace import trace_facts_for
 from zerounlearn_editor.support.resources import repo_root
 
-__all__ = ["METHODS", "nearest_shipped_yaml", "build_hparams", "write_hparams", "parse_layers", "parse_overrides", "register"]
-
 LOG = logging.getLogger(__name__)
 METHODS = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
 _TEMPLATE_KEYS = ("rewrite_module_tmp", "layer_module_tmp", "mlp_module_tmp", "ln_f_module", "lm_head_module")

@@ -5,8 +5,6 @@ import argparse
 from types import ModuleType
 from typing import Any
 
-__all__ = ["register"]
-
 
 def _cmd_pca(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench.config import parse_method_hparams

@@ -5,8 +5,6 @@ import argparse
 from types import ModuleType
 from typing import Any
 
-__all__ = ["register"]
-
 
 def _cmd_plot(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench.summary_plot import collect_points, format_points, plot_summaries

@@ -6,8 +6,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["register"]
-
 
 def _cmd_prepare_model(args: argparse.Namespace) -> int:
     from zerounlearn_editor.support.model_zoo import SMOLLM2_ALIASES, prepare_smollm2

@@ -7,8 +7,6 @@ from typing import Any
 
 from zerounlearn_editor.cli.common import load_hparams
 
-__all__ = ["register", "parse_shard"]
-
 
 def parse_shard(text: str) -> tuple[int, int]:
     """``"RANK/WORLD"`` -> ``(rank, world)``."""

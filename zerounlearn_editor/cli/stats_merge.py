@@ -6,8 +6,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["register"]
-
 
 def _cmd_stats_merge(args: argparse.Namespace) -> int:
     from zerounlearn_editor.engine.stats import merge_second_moment_files

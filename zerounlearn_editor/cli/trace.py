@@ -9,8 +9,6 @@ from typing import Any, List, Optional
 
 from zerounlearn_editor.cli.common import load_hparams
 
-__all__ = ["register", "trace_facts_for"]
-
 LOG = logging.getLogger("zerounlearn_editor.cli")
 
 

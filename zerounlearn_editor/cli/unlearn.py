@@ -7,8 +7,6 @@ from typing import Any
 
 from zerounlearn_editor.cli.audit import add_probe_options, settings_from_args
 
-__all__ = ["register"]
-
 
 def _cmd_unlearn(args: argparse.Namespace) -> int:
     from zerounlearn_editor.integrations.unlearn import format_unlearn, run_unlearn

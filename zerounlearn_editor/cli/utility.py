@@ -6,8 +6,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["register"]
-
 
 def _cmd_utility(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench.config import parse_method_hparams
