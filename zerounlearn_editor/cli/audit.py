@@ -5,6 +5,8 @@ import argparse
 from types import ModuleType
 from typing import Any
 
+from zerounlearn_editor.cli.common import comma_list, config_from_args
+
 
 def _int_list(text: str) -> tuple:
     try:
@@ -17,7 +19,7 @@ def _int_list(text: str) -> tuple:
 
 
 def _names(text: str) -> tuple:
-    return tuple(v.strip() for v in text.split(",") if v.strip())
+    return tuple(comma_list(text))
 
 
 def add_probe_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
@@ -52,11 +54,9 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench.config import parse_method_hparams, parse_seeds
     from zerounlearn_editor.bench.audit import AuditConfig, run_audit
 
-    config = AuditConfig(
-        hparams=args.hparams, data=args.data, out=args.out, seeds=parse_seeds(args.seeds), n=args.n,
-        methods=[m.strip() for m in args.methods.split(",") if m.strip()], settings=settings_from_args(args),
-        method_hparams=parse_method_hparams(args.method_hparams), data_path=args.data_path, device=args.device,
-        dtype=args.dtype, known_only=args.known_only, known_min_accuracy=args.known_min_accuracy, retain=args.retain,
+    config = config_from_args(
+        AuditConfig, args, seeds=parse_seeds(args.seeds), methods=comma_list(args.methods),
+        settings=settings_from_args(args), method_hparams=parse_method_hparams(args.method_hparams),
         progress=not args.no_progress,
     )
     summary = run_audit(config)

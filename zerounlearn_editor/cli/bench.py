@@ -6,12 +6,7 @@ from types import ModuleType
 from typing import Any
 
 from zerounlearn_editor.cli.audit import add_probe_options, settings_from_args
-
-
-def _round_methods() -> tuple:
-    from zerounlearn_editor.bench.rounds import DEFAULT_ROUND_METHODS
-
-    return DEFAULT_ROUND_METHODS
+from zerounlearn_editor.cli.common import config_from_args
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -34,30 +29,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     missing = [f"--{k}" for k in ("hparams", "data", "out") if getattr(args, k) is None]
     if missing:
         raise SystemExit(f"zerounlearn bench: {', '.join(missing)} required (or --runfile)")
-    config = BenchConfig(
-        hparams=args.hparams,
-        data=args.data,
-        seeds=parse_seeds(args.seeds or "1-10"),
-        methods=[m for m in (args.methods or ",".join(DEFAULT_METHODS if args.rounds is None else _round_methods())).split(",")
-                 if m.strip()],
-        out=args.out,
+    default_methods = DEFAULT_METHODS
+    if args.rounds is not None:
+        from zerounlearn_editor.bench.rounds import DEFAULT_ROUND_METHODS as default_methods
+    config = config_from_args(
+        BenchConfig, args, seeds=parse_seeds(args.seeds or "1-10"),
+        methods=[m for m in (args.methods or ",".join(default_methods)).split(",") if m.strip()],
         n=args.n if args.n is not None else 50,
         ppl_tokens=args.ppl_tokens if args.ppl_tokens is not None else DEFAULT_PPL_TOKENS,
-        ppl_text=args.ppl_text,
-        fluency=args.fluency,
-        fluency_tokens=args.fluency_tokens,
-        method_hparams=parse_method_hparams(args.method_hparams),
-        data_path=args.data_path,
-        device=args.device,
-        eval_batch_size=args.batch_size,
+        method_hparams=parse_method_hparams(args.method_hparams), eval_batch_size=args.batch_size,
         progress=not (args.no_progress or args.quiet),
-        dtype=args.dtype,
-        known_only=args.known_only,
-        known_min_accuracy=args.known_min_accuracy,
-        retain=args.retain,
-        utility=args.utility,
-        utility_n=args.utility_n,
-        group_generation=args.group_generation,
         audit=settings_from_args(args, prefix="audit_") if args.audit else None,
     )
     if args.rounds is not None:

@@ -5,6 +5,8 @@ import argparse
 from types import ModuleType
 from typing import Any
 
+from zerounlearn_editor.cli.common import comma_list, config_from_args
+
 
 def _cmd_bench_speed(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench.speed_bench import SpeedConfig, parse_int_list, run_speed
@@ -13,26 +15,11 @@ def _cmd_bench_speed(args: argparse.Namespace) -> int:
         "hparams/ZeroUnlearn/Llama-3.2-3B-Instruct.yaml" if args.random_config == "llama-3.2-3b"
         else "hparams/ZeroUnlearn/SmolLM2-135M-Instruct.yaml"
     )
-    config = SpeedConfig(
-        hparams=hparams,
-        ns=parse_int_list(args.n),
-        methods=[m.strip() for m in args.methods.split(",") if m.strip()],
-        pipelines=[p.strip() for p in args.pipeline.split(",") if p.strip()],
-        data=args.data,
-        data_path=args.data_path,
-        seed=args.seed,
-        model=args.model,
-        random_config=args.random_config,
-        tokenizer=args.tokenizer,
-        device=args.device,
-        corpus=args.corpus,
-        stats_passages=args.stats_passages,
-        micro_passages=args.micro_passages,
-        layers=parse_int_list(args.layers) if args.layers else None,
-        eval_batch_size=args.batch_size,
-        out=args.out,
-        progress=not (args.no_progress or args.quiet),
-        targets_optimizers=[o.strip() for o in args.targets_optimizers.split(",") if o.strip()] if args.targets_optimizers else None,
+    config = config_from_args(
+        SpeedConfig, args, hparams=hparams, ns=parse_int_list(args.n), methods=comma_list(args.methods),
+        pipelines=comma_list(args.pipeline), layers=parse_int_list(args.layers) if args.layers else None,
+        eval_batch_size=args.batch_size, progress=not (args.no_progress or args.quiet),
+        targets_optimizers=comma_list(args.targets_optimizers) if args.targets_optimizers else None,
     )
     result = run_speed(config)
     print(result["markdown"])

@@ -8,7 +8,10 @@ vs ``bench --retain POLICY:K``) is not shared.
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable, Optional
+import dataclasses
+from typing import Any, Callable, List, Optional, Type, TypeVar
+
+T = TypeVar("T")
 
 DATA_DIR_HELP = ("benchmark data folder (counterfact/, zsre/, ...); default $ZEROUNLEARN_DATA_DIR, "
                  "else ../shared/data beside the working directory or the checkout")
@@ -42,6 +45,17 @@ def load_hparams(path: str) -> Any:
     from zerounlearn_editor.integrations.unlearn import load_method
 
     return load_method(path)[0]
+
+
+def comma_list(text: str) -> List[str]:
+    """``"a, b,,c"`` -> ``["a", "b", "c"]``."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def config_from_args(cls: Type[T], args: argparse.Namespace, **given: Any) -> T:
+    """``cls(**given)``, each other field of the dataclass ``cls`` from the same-named ``args`` attribute."""
+    names = {f.name for f in dataclasses.fields(cls)} - set(given)  # type: ignore[arg-type]
+    return cls(**given, **{name: getattr(args, name) for name in names if hasattr(args, name)})
 
 
 def _flag(*names: str, **settings: Any) -> argparse.ArgumentParser:

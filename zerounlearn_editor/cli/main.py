@@ -10,8 +10,8 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from zerounlearn_editor.cli import (audit, bench, bench_speed, common, demo, init_hparams, pca, plot, prepare_model,
-                                    stats, stats_merge, trace, unlearn, utility)
+from zerounlearn_editor.cli import (audit, bench, bench_speed, common, demo, init_hparams, pca, plot,
+                                    prepare_model, stats, stats_merge, trace, unlearn, utility)
 
 LOG = logging.getLogger("zerounlearn_editor.cli")
 

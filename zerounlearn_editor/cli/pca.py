@@ -5,16 +5,16 @@ import argparse
 from types import ModuleType
 from typing import Any
 
+from zerounlearn_editor.cli.common import comma_list, config_from_args
+
 
 def _cmd_pca(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench.config import parse_method_hparams
     from zerounlearn_editor.bench.pca_shift import PcaConfig, run_pca
 
-    result = run_pca(PcaConfig(
-        hparams=args.hparams, data=args.data, out=args.out, n=args.n, seed=args.seed, layer=args.layer,
-        methods=[m.strip() for m in args.methods.split(",") if m.strip()],
-        method_hparams=parse_method_hparams(args.method_hparams), data_path=args.data_path, model=args.model,
-        device=args.device, progress=not args.no_progress,
+    result = run_pca(config_from_args(
+        PcaConfig, args, methods=comma_list(args.methods),
+        method_hparams=parse_method_hparams(args.method_hparams), progress=not args.no_progress,
     ))
     print(f"{result['module']}, {result['n']} forget samples; base PC1/PC2 explain "
           f"{100 * result['explained_variance_ratio'][0]:.1f}% / {100 * result['explained_variance_ratio'][1]:.1f}%")

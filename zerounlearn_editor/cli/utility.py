@@ -6,20 +6,20 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from zerounlearn_editor.cli.common import comma_list, config_from_args
+
 
 def _cmd_utility(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench.config import parse_method_hparams
     from zerounlearn_editor.bench.utility import UtilityConfig, format_utility_table, run_utility
     from zerounlearn_editor.evaluation.utility import parse_tasks
 
-    methods = [m.strip() for m in args.method.split(",") if m.strip()]
+    methods = comma_list(args.method)
     if methods and methods[0] != "base" and not args.no_base:
         methods = ["base", *methods]
-    payload = run_utility(UtilityConfig(
-        hparams=args.hparams, tasks=parse_tasks(args.tasks), out=args.out, n=args.n, shots=args.shots, seed=args.seed,
-        methods=methods, data=args.data, data_path=args.data_path, n_forget=args.n_forget, retain=args.retain,
-        method_hparams=parse_method_hparams(args.method_hparams), model=args.model, device=args.device,
-        batch_size=args.batch_size, data_dir=args.data_dir,
+    payload = run_utility(config_from_args(
+        UtilityConfig, args, tasks=parse_tasks(args.tasks), methods=methods,
+        method_hparams=parse_method_hparams(args.method_hparams),
         plot=args.plot if args.plot is not None else str(Path(args.out).with_suffix(".png")),
         progress=not args.no_progress,
     ))
