@@ -20,20 +20,9 @@ from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_m
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ZeroUnlearnHyperParams",
-    "ZeroUnlearnGDHyperParams",
-    "apply_zerounlearn_to_model",
-    "apply_zerounlearn_gd_to_model",
-    "register_with_easyedit",
-    "export_lora_adapter",
-    "NotLowRankError",
-    "restore_weights",
-    "EditReport",
-    "HParamsError",
-    "RequestError",
-    "FluencyError",
-]
+__all__ = ["ZeroUnlearnHyperParams", "ZeroUnlearnGDHyperParams", "apply_zerounlearn_to_model",
+           "apply_zerounlearn_gd_to_model", "register_with_easyedit", "export_lora_adapter",
+           "NotLowRankError", "restore_weights", "EditReport", "HParamsError", "RequestError", "FluencyError"]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 register_with_easyedit()

@@ -10,7 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, Union
 
-__all__ = ["write_json_atomic", "write_text_atomic", "read_json", "sha256_of_file", "sha256_of_json", "json_safe", "file_identity"]
+__all__ = ["write_json_atomic", "write_text_atomic", "read_json", "sha256_of_file", "sha256_of_json",
+           "json_safe", "file_identity"]
 
 
 def json_safe(value: Any) -> Any:

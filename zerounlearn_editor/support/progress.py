@@ -1,10 +1,6 @@
-"""Progress bars that every stage shares, and one switch to silence them.
-
-Bars are ``tqdm`` bars with ``delay=2``: a stage shorter than about two seconds shows nothing.
-:func:`set_progress` switches them for the whole process (``zerounlearn --quiet`` turns them
-off); :func:`progress_scope` for one block (``progress=False`` of an edit, ``--no-progress``
-of a bench). Messages about what is computed go to ``logging``, not to the bars.
-"""
+"""Progress bars that every stage shares (``tqdm``, shown once a stage has run 2 s), and switches to hide
+them: :func:`set_progress` for the process (``zerounlearn --quiet``), :func:`progress_scope` for one block
+(``progress=False`` of an edit, ``--no-progress``). What is computed is logged, not shown in the bars."""
 from __future__ import annotations
 
 import contextlib
@@ -17,9 +13,6 @@ __all__ = ["progress_enabled", "set_progress", "progress_scope", "progress_bar"]
 
 _DEFAULT = {"enabled": True}
 _SCOPE: contextvars.ContextVar[Optional[bool]] = contextvars.ContextVar("zerounlearn_progress", default=None)
-
-DELAY_S = 2.0
-"""A bar appears only once its stage has run this long."""
 
 
 def progress_enabled() -> bool:
@@ -45,7 +38,7 @@ def progress_scope(enabled: bool) -> Iterator[None]:
 
 def progress_bar(iterable: Optional[Iterable[Any]] = None, **kwargs: Any) -> tqdm:
     """A ``tqdm`` bar (``delay=2`` s, hidden when :func:`progress_enabled` is false)."""
-    kwargs.setdefault("delay", DELAY_S)
+    kwargs.setdefault("delay", 2.0)
     kwargs.setdefault("leave", False)
     disable = kwargs.pop("disable", False) or not progress_enabled()
     return tqdm(iterable, disable=disable, **kwargs)

@@ -1,12 +1,9 @@
 """Locating the project's shipped files (``hparams/``) and the benchmark data folder.
 
-Hparams: ``hparams/<Method>/<model>.yaml`` from the working directory, the checkout (editable
-install), or the copy a wheel carries in ``zerounlearn_editor/_hparams`` (see ``setup.py``).
-
-Data folder (benchmark datasets; never shipped): ``--data-dir`` (which sets
-``$ZEROUNLEARN_DATA_DIR``, :func:`set_data_dir`), else ``$ZEROUNLEARN_DATA_DIR``, else
-``../shared/data`` beside the working directory or the checkout. The statistics corpus and the
-perplexity text are built in (:mod:`zerounlearn_editor.data.builtin`) and need no data folder.
+Hparams: ``hparams/<Method>/<model>.yaml`` from the working directory, the checkout (editable install), or the
+copy a wheel carries in ``zerounlearn_editor/_hparams`` (see ``setup.py``). Data folder (benchmark datasets,
+never shipped): ``--data-dir`` (:func:`set_data_dir`), else ``$ZEROUNLEARN_DATA_DIR``, else ``../shared/data``
+beside the working directory or the checkout.
 """
 from __future__ import annotations
 
@@ -14,17 +11,8 @@ import os
 from pathlib import Path
 from typing import List, Optional, Tuple, Union
 
-__all__ = [
-    "DATA_DIR_ENV",
-    "repo_root",
-    "packaged_hparams_dir",
-    "hparams_path",
-    "set_data_dir",
-    "data_dir_candidates",
-    "shared_data_dir",
-    "shared_file",
-    "missing_data_message",
-]
+__all__ = ["DATA_DIR_ENV", "repo_root", "hparams_path", "set_data_dir", "data_dir_candidates",
+           "shared_data_dir", "shared_file", "missing_data_message"]
 
 DATA_DIR_ENV = "ZEROUNLEARN_DATA_DIR"
 
@@ -34,18 +22,14 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def packaged_hparams_dir() -> Path:
-    """The copy of ``hparams/`` inside an installed wheel (absent in a checkout)."""
-    return Path(__file__).resolve().parents[1] / "_hparams"
-
-
 def hparams_path(method: str, model: str) -> Path:
     """``hparams/{method}/{model}.yaml``, from the working directory, the checkout or the installed copy."""
-    relative = Path("hparams") / method / f"{model}.yaml"
-    bases = [Path.cwd() / "hparams", repo_root() / "hparams", packaged_hparams_dir()]
+    installed = Path(__file__).resolve().parents[1] / "_hparams"  # the copy a wheel carries
+    bases = [Path.cwd() / "hparams", repo_root() / "hparams", installed]
     for base in bases:
         if (base / method / f"{model}.yaml").is_file():
             return base / method / f"{model}.yaml"
+    relative = Path("hparams") / method / f"{model}.yaml"
     raise FileNotFoundError(f"hparams file {relative} not found in {', '.join(str(b) for b in bases)}")
 
 
