@@ -1,7 +1,8 @@
 """The ``zerounlearn`` command (also ``python -m zerounlearn_editor``): the top-level parser and the dispatch.
 
-Every subcommand lives in its own module with a ``register(sub, parents)`` that adds its parser and handler;
-``parents`` is :mod:`zerounlearn_editor.cli.common`, whose parent parsers declare the shared flags once.
+Every subcommand has a ``register(sub, parents)`` (in a module of this package) that adds its parser
+and handler; ``parents`` is :mod:`zerounlearn_editor.cli.common`, whose parent parsers declare the shared
+flags once.
 """
 from __future__ import annotations
 
@@ -10,24 +11,25 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from zerounlearn_editor.cli import (audit, bench, bench_speed, common, demo, init_hparams, pca, plot,
-                                    prepare_model, stats, stats_merge, trace, unlearn, utility)
+from zerounlearn_editor.cli import (audit, bench, common, demo, init_hparams, pca, plot, prepare_model, stats,
+                                    trace, unlearn, utility)
 
 LOG = logging.getLogger("zerounlearn_editor.cli")
 
-SUBCOMMANDS = (prepare_model, stats, demo, unlearn, bench, stats_merge, bench_speed, utility, trace, init_hparams,
-               pca, plot, audit)
-"""The subcommand modules, in the order ``zerounlearn --help`` lists them."""
+SUBCOMMANDS = (prepare_model.register, stats.register, demo.register, unlearn.register, bench.register,
+               stats.register_merge, bench.register_speed, utility.register, trace.register,
+               init_hparams.register, pca.register, plot.register, audit.register)
+"""The ``register(sub, parents)`` of every subcommand, in the order ``zerounlearn --help`` lists them."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``zerounlearn`` parser: global ``-v``/``-q`` and one subparser per module of :data:`SUBCOMMANDS`."""
+    """The ``zerounlearn`` parser: global ``-v``/``-q`` and the subparsers that :data:`SUBCOMMANDS` add."""
     parser = argparse.ArgumentParser(prog="zerounlearn", description="ZeroUnlearn / ZeroUnlearn-GD fact unlearning")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars (logs still say what runs)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in SUBCOMMANDS:
-        module.register(sub, common)
+    for register in SUBCOMMANDS:
+        register(sub, common)
     return parser
 
 

@@ -1,7 +1,9 @@
-"""``zerounlearn stats``: compute and cache C0 = E[k k^T] of every edited layer (optionally one shard of it)."""
+"""``zerounlearn stats``: compute and cache C0 = E[k k^T] of every edited layer (optionally one shard of it);
+``zerounlearn stats-merge``: sum the shard files into one statistics file."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -72,3 +74,21 @@ def register(sub: Any, parents: ModuleType) -> None:
                    help="collect only passages RANK::WORLD and write shard files next to the cache file "
                         "(merge them with stats-merge)")
     p.set_defaults(func=_cmd_stats)
+
+
+def _cmd_stats_merge(args: argparse.Namespace) -> int:
+    from zerounlearn_editor.engine.stats import merge_second_moment_files
+
+    merged = merge_second_moment_files(Path(args.out), [Path(p) for p in args.shards])
+    print(f"{len(args.shards)} shard(s), {merged.count} tokens, shape {tuple(merged.mom2.shape)} -> {args.out}")
+    return 0
+
+
+def register_merge(sub: Any, parents: ModuleType) -> None:
+    """Add ``stats-merge`` to the ``zerounlearn`` subparsers (``parents``: :mod:`.common`; none used)."""
+    p = sub.add_parser("stats-merge", help="sum C0 shard files (mom2 and counts) into one statistics file",
+                       description="Merge the .shard-R-of-W.npz files of `zerounlearn stats --shard` (or any files "
+                       "of the same layout and corpus) into OUT, atomically, in EasyEdit's npz layout.")
+    p.add_argument("out", help="merged file, e.g. the cache path without the .shard-R-of-W part")
+    p.add_argument("shards", nargs="+", help="shard files")
+    p.set_defaults(func=_cmd_stats_merge)
