@@ -81,13 +81,13 @@ def test_every_subcommand_takes_the_pinned_flags_with_the_pinned_defaults():
 
 
 def test_shared_flags_are_declared_once_in_the_parent_parsers():
-    """``--device`` etc. are declared in ``cli/common.py`` only, with ``add_argument`` or its one-flag parent
-    ``_flag`` (``bench-speed --n`` is a comma list, not a count)."""
+    """``--device`` etc. are declared in ``cli/common.py`` only, with ``add_argument`` or its parent-parser
+    factory ``_shared`` (``bench-speed --n`` is a comma list, not a count)."""
     cli = REPO_ROOT / "zerounlearn_editor" / "cli"
     for flag in SHARED:
         where = [f"{p.name}:{i}" for p in sorted(cli.glob("*.py"))
                  for i, line in enumerate(p.read_text().splitlines(), 1)
-                 if re.search(rf'(add_argument|_flag)\("{flag}"', line)]
+                 if re.search(rf'(add_argument|_shared)\("{flag}"', line)]
         assert where and all(w.startswith("common.py:") for w in where) and len(where) == 1, (flag, where)
 
 

@@ -82,7 +82,8 @@ def register(sub: Any, parents: ModuleType) -> None:
                  parents.methods("bench methods (base, ZeroUnlearn, ZeroUnlearn-GD, +R rows, GA, NPO, GA-full, "
                                  "NPO-full, FT, ROME, MEMIT, AlphaEdit; EasyEdit's are skipped where it is not "
                                  "importable)", default="base,ZeroUnlearn,ZeroUnlearn-GD"),
-                 parents.method_hparams(), parents.known(), parents.retain_policy(), parents.batch_size(16),
+                 parents.method_hparams(), parents.known(), parents.retain_policy(),
+                 parents.batch_size(default=16),
                  parents.device(), parents.dtype(), parents.progress(), parents.data_dir()],
     )
     add_probe_options(p)

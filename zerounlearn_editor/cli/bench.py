@@ -71,7 +71,7 @@ def register(sub: Any, parents: ModuleType) -> None:
                                  "(default base,GA,NPO,ZeroUnlearn,ZeroUnlearn-GD)"),
                  parents.method_hparams(), parents.out("output folder"),
                  parents.ppl(None, "WikiText-2 tokens for perplexity (default 20000; 0 = off)"),
-                 parents.known(), parents.retain_policy(), parents.batch_size(32), parents.device(),
+                 parents.known(), parents.retain_policy(), parents.batch_size(default=32), parents.device(),
                  parents.progress(), parents.data_dir(), parents.dtype(), parents.quiet()],
     )
     p.add_argument("--fluency", action="store_true", help="also n-gram entropy of greedy generations of the forget prompts")
@@ -124,7 +124,7 @@ def register_speed(sub: Any, parents: ModuleType) -> None:
                  parents.data("dataset name or file (cases sampled with --seed)", default="counterfact"),
                  parents.seed(), parents.model(),
                  parents.device(default=None, help="default: cuda when available, else cpu"),
-                 parents.corpus(), parents.batch_size(32, "probes per evaluation forward pass"),
+                 parents.corpus(), parents.batch_size("probes per evaluation forward pass", default=32),
                  parents.out(None, default="results/speed/speed.json"), parents.progress(), parents.data_dir()],
     )
     # a comma list of request counts, not one count: not the shared --n

@@ -11,6 +11,8 @@ import argparse
 import dataclasses
 from typing import Any, Callable, List, Optional, Type, TypeVar
 
+from zerounlearn_editor.support.model_zoo import DTYPE_CHOICES
+
 T = TypeVar("T")
 
 DATA_DIR_HELP = ("benchmark data folder (counterfact/, zsre/, ...); default $ZEROUNLEARN_DATA_DIR, "
@@ -58,133 +60,67 @@ def config_from_args(cls: Type[T], args: argparse.Namespace, **given: Any) -> T:
     return cls(**given, **{name: getattr(args, name) for name in names if hasattr(args, name)})
 
 
-def _flag(*names: str, **settings: Any) -> argparse.ArgumentParser:
-    """A parent parser (``add_help=False``) of one flag; the arguments are those of ``add_argument``."""
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument(*names, **settings)
-    return p
+def _shared(*names: str, **table: Any) -> Callable[..., argparse.ArgumentParser]:
+    """A factory of parent parsers (``add_help=False``) of the flag ``names`` with the ``add_argument``
+    settings ``table``; a call's ``help`` (its first argument) and keyword settings replace the table's."""
+
+    def parent(help: Optional[str] = table.get("help"), **settings: Any) -> argparse.ArgumentParser:
+        p = argparse.ArgumentParser(add_help=False)
+        p.add_argument(*names, **{**table, "help": help, **settings})
+        return p
+
+    return parent
 
 
-def device(default: Optional[str] = "cpu", help: Optional[str] = None) -> argparse.ArgumentParser:
-    """``--device`` (torch device of the model)."""
-    return _flag("--device", default=default, help=help)
-
-
-def progress() -> argparse.ArgumentParser:
-    """``--no-progress``."""
-    return _flag("--no-progress", action="store_true", help="no progress bars")
-
-
-def quiet() -> argparse.ArgumentParser:
-    """The subcommand's ``-q/--quiet`` (same as the top-level one; suppressed default so it never resets it)."""
-    return _flag("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars")
-
-
-def dtype(checked: bool = True, help: Optional[str] = None) -> argparse.ArgumentParser:
-    """``--dtype``: the precision the model is loaded (and edited) in; ``checked``: only the known dtypes."""
-    from zerounlearn_editor.support.model_zoo import DTYPE_CHOICES
-
-    help = help or "load and edit the model in this precision (default: as stored); the solve runs in float64"
-    return _flag("--dtype", default=None, choices=DTYPE_CHOICES if checked else None, help=help)
-
-
-def hparams(help: Optional[str], required: bool = False) -> argparse.ArgumentParser:
-    """``--hparams`` (a ZeroUnlearn(-GD) YAML)."""
-    return _flag("--hparams", required=required, default=None, help=help)
-
-
-def model(help: str = "model folder/name (default: the YAML's model_name)",
-          required: bool = False) -> argparse.ArgumentParser:
-    """``--model`` (model folder or hub name)."""
-    return _flag("--model", required=required, default=None, help=help)
-
-
-def out(help: Optional[str], required: bool = False, default: Optional[str] = None,
-        metavar: Optional[str] = None) -> argparse.ArgumentParser:
-    """``--out`` (output file or folder)."""
-    return _flag("--out", required=required, default=default, metavar=metavar, help=help)
+device = _shared("--device", default="cpu")
+progress = _shared("--no-progress", action="store_true", help="no progress bars")
+quiet = _shared("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars")
+"""The subcommand's ``-q/--quiet`` (the top-level one's twin; its suppressed default never resets it)."""
+dtype = _shared("--dtype", default=None, choices=DTYPE_CHOICES, help="load and edit the model in this "
+                "precision (default: as stored); the solve runs in float64")
+hparams = _shared("--hparams", default=None)
+model = _shared("--model", default=None, help="model folder/name (default: the YAML's model_name)")
+out = _shared("--out", default=None)
+seed = _shared("--seed", type=int, default=0)
+seeds = _shared("--seeds", default=None)
+n = _shared("--n", type=int, default=None)
+methods = _shared("--methods", default=None)
+method_hparams = _shared("--method-hparams", action="append", default=[], metavar="NAME=PATH",
+                         help="hparams YAML of one method (default hparams/<NAME>/<main file name>); "
+                         "repeatable")
+retain_policy = _shared("--retain", default=None, metavar="POLICY:K", help=RETAIN_POLICY_HELP)
+corpus = _shared("--corpus", default=None, help="statistics corpus (default: the YAML's mom2_dataset)")
+stats_dir = _shared("--stats-dir", default=None,
+                    help="statistics cache folder (default: the YAML's stats_dir)")
+data_dir = _shared("--data-dir", default=None, metavar="DIR", help=DATA_DIR_HELP)
+"""``--data-dir``: ``main`` makes it the package's data folder before the command runs."""
+batch_size = _shared("--batch-size", type=int, help="probes per forward pass")
+include_unknown = _shared("--include-unknown", action="store_true")
+width = _shared("--width", type=int, default=None)
 
 
 def data(help: str, required: bool = False, default: Optional[str] = None) -> argparse.ArgumentParser:
     """``--data`` (dataset name or file) and ``--data-path``."""
-    p = _flag("--data", required=required, default=default, help=help)
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--data", required=required, default=default, help=help)
     p.add_argument("--data-path", default=None, help="with a dataset name: the file to read instead of the default")
     return p
 
 
-def seed(help: Optional[str] = None) -> argparse.ArgumentParser:
-    """``--seed`` (integer, default 0)."""
-    return _flag("--seed", type=int, default=0, help=help)
-
-
-def seeds(help: str, default: Optional[str] = None) -> argparse.ArgumentParser:
-    """``--seeds`` (e.g. ``1-10`` or ``1,2,5``)."""
-    return _flag("--seeds", default=default, help=help)
-
-
-def n(help: str, default: Optional[int] = None, type: Callable[[str], int] = int) -> argparse.ArgumentParser:
-    """``--n`` (how many cases / facts / passages)."""
-    return _flag("--n", type=type, default=default, help=help)
-
-
-def methods(help: Optional[str], default: Optional[str] = None) -> argparse.ArgumentParser:
-    """``--methods`` (comma list of bench methods)."""
-    return _flag("--methods", default=default, help=help)
-
-
-def method_hparams() -> argparse.ArgumentParser:
-    """``--method-hparams NAME=PATH`` (repeatable)."""
-    return _flag("--method-hparams", action="append", default=[], metavar="NAME=PATH",
-                 help="hparams YAML of one method (default hparams/<NAME>/<main file name>); repeatable")
-
-
 def known() -> argparse.ArgumentParser:
     """``--known-only`` and ``--known-min-accuracy``."""
-    p = _flag("--known-only", action="store_true", help="sample only cases whose true answers the unedited "
-              "model predicts (efficacy starts at 100)")
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--known-only", action="store_true",
+                   help="sample only cases whose true answers the unedited model predicts (efficacy starts at 100)")
     p.add_argument("--known-min-accuracy", type=float, default=1.0,
                    help="with --known-only: the forget-prompt token accuracy a case needs (default 1.0)")
     return p
 
 
-def retain_policy(help: str = RETAIN_POLICY_HELP) -> argparse.ArgumentParser:
-    """``--retain POLICY:K`` (the retain draw of ZeroUnlearn-GD+R)."""
-    return _flag("--retain", default=None, metavar="POLICY:K", help=help)
-
-
 def ppl(tokens_default: Optional[int], tokens_help: str,
         text_help: str = "perplexity text (default: the embedded WikiText-2 test split)") -> argparse.ArgumentParser:
     """``--ppl-tokens`` (>= 0; 0 = off) and ``--ppl-text``."""
-    p = _flag("--ppl-tokens", type=nonnegative_int, default=tokens_default, help=tokens_help)
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--ppl-tokens", type=nonnegative_int, default=tokens_default, help=tokens_help)
     p.add_argument("--ppl-text", default=None, help=text_help)
     return p
-
-
-def corpus(help: str = "statistics corpus (default: the YAML's mom2_dataset)") -> argparse.ArgumentParser:
-    """``--corpus`` (the C0 statistics corpus)."""
-    return _flag("--corpus", default=None, help=help)
-
-
-def stats_dir() -> argparse.ArgumentParser:
-    """``--stats-dir`` (the statistics cache folder)."""
-    return _flag("--stats-dir", default=None, help="statistics cache folder (default: the YAML's stats_dir)")
-
-
-def data_dir(help: str = DATA_DIR_HELP, metavar: Optional[str] = "DIR") -> argparse.ArgumentParser:
-    """``--data-dir`` (``main`` makes it the package's data folder before the command runs)."""
-    return _flag("--data-dir", default=None, metavar=metavar, help=help)
-
-
-def batch_size(default: int, help: Optional[str] = "probes per forward pass") -> argparse.ArgumentParser:
-    """``--batch-size`` (probes per forward pass)."""
-    return _flag("--batch-size", type=int, default=default, help=help)
-
-
-def include_unknown(help: str) -> argparse.ArgumentParser:
-    """``--include-unknown`` (also facts the model does not predict)."""
-    return _flag("--include-unknown", action="store_true", help=help)
-
-
-def width(help: str) -> argparse.ArgumentParser:
-    """``--width`` (number of layers of the suggested window)."""
-    return _flag("--width", type=int, default=None, help=help)

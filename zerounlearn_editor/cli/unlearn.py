@@ -37,7 +37,7 @@ def register(sub: Any, parents: ModuleType) -> None:
                  parents.out("output folder (model / adapter and unlearn_report.json)", metavar="DIR"),
                  parents.model(),
                  # no choices here (unlearn never checked them): a wrong name fails when the model loads
-                 parents.dtype(checked=False, help="torch dtype to load the model in (default: the checkpoint's)"),
+                 parents.dtype("torch dtype to load the model in (default: the checkpoint's)", choices=None),
                  parents.corpus(), parents.ppl(2000, "perplexity tokens (default 2000; 0 = off)"),
                  parents.device(), parents.progress()],
     )

@@ -42,7 +42,8 @@ def register(sub: Any, parents: ModuleType) -> None:
                                        "(siblings:K or same-answer:K)"),
                  parents.method_hparams(),
                  parents.data_dir("utility data folder (default ../shared/data/utility)", metavar=None),
-                 parents.out("output JSON", required=True), parents.batch_size(8, None), parents.device(),
+                 parents.out("output JSON", required=True), parents.batch_size(None, default=8),
+                 parents.device(),
                  parents.progress()],
     )
     p.add_argument("--tasks", default="sst2,mrpc,cola,rte,nli,mmlu", help="comma list, or all")
