@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -57,9 +57,9 @@ class DemoResult:
     kept: List[DemoRow]
     ppl_before: float
     ppl_after: float
-    seconds: Dict[str, float] = field(default_factory=dict)
-    mode: str = ""
-    dtype: str = ""  # the model's parameter dtype, e.g. "bfloat16"
+    seconds: Dict[str, float]  # stage name -> seconds
+    mode: str  # the method, e.g. "ZeroUnlearn (paper)"
+    dtype: str  # the model's parameter dtype, e.g. "bfloat16"
 
 
 def _scores(model: Any, tok: Any, facts: List[Fact]) -> Tuple[List[float], List[float], List[str]]:
@@ -159,14 +159,10 @@ def run_demo(
 
 def format_demo(result: DemoResult) -> str:
     """A markdown report of :func:`run_demo`'s result."""
-    lines = [f"Method: {result.mode}", ""] if result.mode else []
+    lines = [f"Method: {result.mode}", ""]
     for title, rows in (("Forgotten facts", result.forgotten), ("Untouched facts", result.kept)):
-        lines += [
-            f"### {title}",
-            "",
-            "| prompt | answer | acc before | acc after | p before | p after | greedy before | greedy after |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
+        lines += [f"### {title}", "", "| prompt | answer | acc before | acc after | p before | p after | "
+                  "greedy before | greedy after |", "|---|---|---|---|---|---|---|---|"]
         for r in rows:
             lines.append(
                 f"| {r.prompt} | {r.answer} | {r.acc_before:.2f} | {r.acc_after:.2f} | {r.prob_before:.3f} | "
@@ -174,8 +170,7 @@ def format_demo(result: DemoResult) -> str:
             )
         lines.append("")
     change = 100.0 * (result.ppl_after / result.ppl_before - 1.0)
-    if result.dtype:
-        lines.append(f"Model dtype: {result.dtype}")
+    lines.append(f"Model dtype: {result.dtype}")
     lines.append(f"WikiText-2 perplexity: {result.ppl_before:.2f} -> {result.ppl_after:.2f} ({change:+.2f}%)")
     lines.append("Stage times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
     return "\n".join(lines)
