@@ -23,13 +23,8 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def _cmd_stats(args: argparse.Namespace) -> int:
     from zerounlearn_editor.data.corpus import check_corpus_source
-    from zerounlearn_editor.engine.stats import (
-        STATS_BATCH_SIZE,
-        corpus_cache_name,
-        layer_second_moments,
-        model_basename,
-        stats_path,
-    )
+    from zerounlearn_editor.engine.stats import (STATS_BATCH_SIZE, corpus_cache_name, layer_second_moments,
+                                                 layer_second_moment_shards, model_basename, stats_path)
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
     hparams = load_hparams(args.hparams)
@@ -39,23 +34,15 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     shard = parse_shard(args.shard) if args.shard else None
     check_corpus_source(corpus)  # before the model is loaded
     model, tok = load_model_and_tokenizer(args.model or hparams.model_name, device=args.device)
-    if args.shard:
-        from zerounlearn_editor.engine.stats import layer_second_moment_shards
-
-        written = layer_second_moment_shards(
-            model, tok, hparams.layers, hparams.rewrite_module_tmp, stats_dir, corpus, n, shard,
-            hparams.mom2_dtype, hparams.mom2_max_length, STATS_BATCH_SIZE,
-        )
-        for layer, path in written.items():
+    where = (model, tok, hparams.layers, hparams.rewrite_module_tmp, stats_dir, corpus, n)
+    how = (hparams.mom2_dtype, hparams.mom2_max_length, STATS_BATCH_SIZE)
+    if shard:
+        for layer, path in layer_second_moment_shards(*where, shard, *how).items():
             print(f"layer {layer}: shard {args.shard} -> {path}")
         return 0
-    stats = layer_second_moments(
-        model, tok, hparams.layers, hparams.rewrite_module_tmp, stats_dir, corpus, n,
-        hparams.mom2_dtype, hparams.mom2_max_length, STATS_BATCH_SIZE, force=args.force,
-    )
-    for layer, stat in stats.items():
-        path = stats_path(stats_dir, model_basename(model), corpus_cache_name(corpus), hparams.rewrite_module_tmp.format(layer),
-                          hparams.mom2_dtype, n)
+    for layer, stat in layer_second_moments(*where, *how, force=args.force).items():
+        path = stats_path(stats_dir, model_basename(model), corpus_cache_name(corpus),
+                          hparams.rewrite_module_tmp.format(layer), hparams.mom2_dtype, n)
         print(f"layer {layer}: {stat.count} tokens -> {path}")
     return 0
 
