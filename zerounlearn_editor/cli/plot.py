@@ -7,15 +7,11 @@ from typing import Any
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
+    from zerounlearn_editor.bench.config import parse_seeds
     from zerounlearn_editor.bench.summary_plot import collect_points, format_points, plot_summaries
 
     methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
-    seeds = None
-    if args.seeds:
-        from zerounlearn_editor.bench.config import parse_seeds
-
-        seeds = parse_seeds(args.seeds)
-    points = collect_points(args.summaries, methods, seeds)
+    points = collect_points(args.summaries, methods, parse_seeds(args.seeds) if args.seeds else None)
     plot_summaries(points, args.out)
     print(format_points(points))
     return 0
