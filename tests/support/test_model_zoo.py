@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any, Dict, List
@@ -247,6 +248,9 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.
     assert "no .gguf" in caplog.text
     with pytest.raises(SystemExit, match="only 'smollm2' can be prepared"):
         main(["prepare-model", "gpt2"])
+    retired = subprocess.run([sys.executable, "-m", "zerounlearn_editor.support.model_zoo", "--force"],
+                             capture_output=True, text=True, check=False)
+    assert retired.returncode == 1 and "use: zerounlearn prepare-model smollm2" in retired.stderr
 
 
 # --------------------------------------------------------------------------- real model

