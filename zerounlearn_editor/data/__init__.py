@@ -10,7 +10,6 @@ from zerounlearn_editor.data.counterfact import load_counterfact_easyedit, load_
 from zerounlearn_editor.data.mquake import load_mquake
 from zerounlearn_editor.data.registry import (
     DATASETS,
-    dataset_names,
     default_data_dir,
     detect_format,
     load_cases,
@@ -26,7 +25,6 @@ __all__ = [
     "Probe",
     "UnlearnCase",
     "cloze_to_prompt",
-    "dataset_names",
     "default_data_dir",
     "detect_format",
     "load_cases",

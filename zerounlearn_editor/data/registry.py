@@ -33,17 +33,6 @@ from zerounlearn_editor.data.rwku import RWKU_FILES, load_rwku
 from zerounlearn_editor.data.types import UnlearnCase
 from zerounlearn_editor.data.zsre import load_zsre_knowedit, load_zsre_mend
 
-__all__ = [
-    "DATASETS",
-    "DATA_DIR_ENV",
-    "DatasetSpec",
-    "dataset_names",
-    "default_data_dir",
-    "detect_format",
-    "load_cases",
-    "sample_cases",
-]
-
 logger = logging.getLogger(__name__)
 
 DATA_DIR_ENV = "ZEROUNLEARN_DATA_DIR"
@@ -57,30 +46,16 @@ class DatasetSpec:
 
     loader: Callable[..., List[UnlearnCase]]
     default_path: str
-    description: str
 
 
 DATASETS: Dict[str, DatasetSpec] = {
-    "counterfact": DatasetSpec(
-        load_counterfact_rome, "counterfact/counterfact_rome_1129.json", "CounterFact, ROME/MEMIT format"
-    ),
-    "counterfact-easyedit": DatasetSpec(
-        load_counterfact_easyedit,
-        "counterfact/counterfact_easyedit_val_1919.json",
-        "CounterFact, EasyEdit/MEND format",
-    ),
-    "zsre": DatasetSpec(load_zsre_mend, "zsre/zsre_mend_eval_1037.json", "ZsRE, ROME/MEND eval format"),
-    "zsre-knowedit": DatasetSpec(
-        load_zsre_knowedit, "zsre/knowedit_zsre_test_1301.json", "ZsRE, KnowEdit format"
-    ),
-    "mquake": DatasetSpec(load_mquake, "mquake/MQuAKE-hard_429.json", "MQuAKE, one case per single hop"),
-    "rwku": DatasetSpec(load_rwku, "rwku", "RWKU, one case per target (directory of level files)"),
+    "counterfact": DatasetSpec(load_counterfact_rome, "counterfact/counterfact_rome_1129.json"),
+    "counterfact-easyedit": DatasetSpec(load_counterfact_easyedit, "counterfact/counterfact_easyedit_val_1919.json"),
+    "zsre": DatasetSpec(load_zsre_mend, "zsre/zsre_mend_eval_1037.json"),
+    "zsre-knowedit": DatasetSpec(load_zsre_knowedit, "zsre/knowedit_zsre_test_1301.json"),
+    "mquake": DatasetSpec(load_mquake, "mquake/MQuAKE-hard_429.json"),
+    "rwku": DatasetSpec(load_rwku, "rwku"),
 }
-
-
-def dataset_names() -> List[str]:
-    """The registered dataset names."""
-    return list(DATASETS)
 
 
 def default_data_dir() -> Path:

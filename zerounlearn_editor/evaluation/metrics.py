@@ -40,7 +40,7 @@ from zerounlearn_editor.evaluation.batching import (
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["ProbeScores", "evaluate_probes", "token_accuracy", "answer_probability"]
+__all__ = ["ProbeScores", "evaluate_probes", "answer_probability"]
 
 
 class ProbeScores(TypedDict):
@@ -119,17 +119,6 @@ def evaluate_probes(
         scores["pred_ids"].append(pred.tolist())
         scores["n_tokens"].append(int(tgt.numel()))
     return scores
-
-
-def token_accuracy(
-    model: torch.nn.Module,
-    tok: "PreTrainedTokenizerBase",
-    probes: Sequence[Probe],
-    batch_size: int = 32,
-    padding_side: Optional[str] = None,
-) -> List[float]:
-    """Per probe: fraction of answer tokens that are the argmax prediction (teacher-forced)."""
-    return evaluate_probes(model, tok, probes, batch_size, padding_side)["acc"]
 
 
 def answer_probability(

@@ -14,7 +14,7 @@ from typing import Any, List, Optional, Sequence
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.audit.items import AuditItem, PoolFact
 
-__all__ = ["question_probes", "chat_probes", "in_context_prompt", "in_context_probe", "has_chat_template"]
+__all__ = ["question_probes", "chat_probes", "in_context_probe"]
 
 
 def question_probes(item: AuditItem) -> List[Probe]:
@@ -24,14 +24,9 @@ def question_probes(item: AuditItem) -> List[Probe]:
     return [Probe(f"Q: {item.prompt} what? A:", item.answer)]
 
 
-def has_chat_template(tok: Any) -> bool:
-    """Whether the tokenizer carries a chat template."""
-    return bool(getattr(tok, "chat_template", None))
-
-
 def chat_probes(tok: Any, item: AuditItem) -> Optional[List[Probe]]:
     """Chat-template probes of ``item`` (``None`` without a template)."""
-    if not has_chat_template(tok):
+    if not getattr(tok, "chat_template", None):
         return None
     asks = [q.prompt for q in item.questions] or [f"Complete: {item.prompt}"]
     probes = []
@@ -41,11 +36,6 @@ def chat_probes(tok: Any, item: AuditItem) -> Optional[List[Probe]]:
     return probes
 
 
-def in_context_prompt(examples: Sequence[PoolFact], prompt: str) -> str:
-    """``"{p1} {a1}.\\n{p2} {a2}.\\n...{prompt}"``."""
-    return "".join(f"{e.prompt.strip()} {e.answer.strip()}.\n" for e in examples) + prompt
-
-
 def in_context_probe(item: AuditItem, examples: Sequence[PoolFact]) -> Probe:
-    """The item's prompt after its in-context examples."""
-    return Probe(in_context_prompt(examples, item.prompt), item.answer)
+    """The item's prompt after its examples: ``"{p1} {a1}.\\n{p2} {a2}.\\n...{prompt}"``."""
+    return Probe("".join(f"{e.prompt.strip()} {e.answer.strip()}.\n" for e in examples) + item.prompt, item.answer)
