@@ -27,16 +27,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
 from zerounlearn_editor.data.records import (
-    RecordReader,
-    log_skipped,
-    make_probe,
-    make_request,
-    read_json_records,
+    RecordReader, fact_case, log_skipped, make_probe, read_json_records,
 )
 from zerounlearn_editor.data.types import Probe, UnlearnCase
-
-__all__ = ["load_mquake"]
-
 
 @dataclass
 class _Hop:
@@ -78,17 +71,8 @@ def load_mquake(path: Union[str, Path], source: str = "mquake") -> List[UnlearnC
                 if other_key != key:
                     hops[key].neighbours[other] = None
     log_skipped(path, skipped, total_hops, "single hops without a subject in cloze and question")
-    return [
-        UnlearnCase(
-            case_id=hop.case_id,
-            request=make_request(hop.forget.prompt, hop.subject, hop.forget.answer),
-            forget=[hop.forget],
-            paraphrase=[hop.paraphrase],
-            neighbour=list(hop.neighbours),
-            source=source,
-        )
-        for hop in hops.values()
-    ]
+    return [fact_case(hop.case_id, hop.subject, hop.forget, [hop.paraphrase], list(hop.neighbours), source)
+            for hop in hops.values()]
 
 
 def _hop_subject(reader: RecordReader, position: int, cloze: str, question: str) -> Optional[str]:

@@ -1,26 +1,17 @@
-"""Helpers shared by the loaders: reading JSON record files, validated field access,
-probe/request construction.
+"""Helpers shared by the loaders: reading JSON record files, validated field access, building cases.
 
-Every loader reads its file through :func:`read_json_records` and accesses fields through
-:class:`RecordReader`, so a malformed record always raises :class:`DataFormatError` naming
-the file, the record index and the (dotted) field.
+Every loader reads its file through :func:`read_json_records` (or :func:`cases_from_records`) and
+accesses fields through :class:`RecordReader`, so a malformed record always raises
+:class:`DataFormatError` naming the file, the record index and the (dotted) field.
 """
 from __future__ import annotations
 
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
-from zerounlearn_editor.data.types import DataFormatError, Probe
-
-__all__ = [
-    "read_json_records",
-    "RecordReader",
-    "make_probe",
-    "make_request",
-    "log_skipped",
-]
+from zerounlearn_editor.data.types import DataFormatError, Probe, UnlearnCase
 
 logger = logging.getLogger(__name__)
 
@@ -149,23 +140,33 @@ def log_skipped(path: Union[str, Path], skipped: int, total: int, reason: str) -
         logger.info("%s: skipped %d of %d records (%s)", path, skipped, total, reason)
 
 
-def make_probe(prompt: str, answer: str) -> Probe:
-    """A probe with surrounding whitespace removed from prompt and answer (see :mod:`.types`).
+def cases_from_records(
+    path: Union[str, Path], build: Callable[[RecordReader], Optional[UnlearnCase]]
+) -> List[UnlearnCase]:
+    """``build(reader)`` of every record of a JSON file, in order; ``None`` (the record's subject is
+    not verbatim in its prompt, so it cannot form a request) skips the record, counted in the log."""
+    records = read_json_records(path)
+    built = [build(RecordReader(path, index, record)) for index, record in enumerate(records)]
+    cases = [case for case in built if case is not None]
+    log_skipped(path, len(records) - len(cases), len(records), "subject not verbatim in prompt")
+    return cases
 
-    Some records carry stray spaces (ZsRE answers such as ``" species"``, a few RWKU/MQuAKE
-    prompts ending in a space); scorers add exactly one space between prompt and answer.
-    """
+
+def make_probe(prompt: str, answer: str) -> Probe:
+    """A probe with surrounding whitespace removed from prompt and answer (some records carry
+    stray spaces, e.g. ZsRE answers such as ``" species"``; scorers add exactly one space)."""
     return Probe(prompt=prompt.strip(), answer=answer.strip())
 
 
 def make_request(prompt: str, subject: str, ground_truth: str) -> Dict[str, str]:
-    """EasyEdit request dict with an empty ``target_new`` (the method's YAML decides it).
+    """EasyEdit request dict with an empty ``target_new`` (the method's YAML decides it)."""
+    return {"prompt": prompt.strip(), "subject": subject, "ground_truth": ground_truth.strip(),
+            "target_new": ""}
 
-    The caller guarantees ``subject in prompt``.
-    """
-    return {
-        "prompt": prompt.strip(),
-        "subject": subject,
-        "ground_truth": ground_truth.strip(),
-        "target_new": "",
-    }
+
+def fact_case(case_id: str, subject: str, forget: Probe, paraphrase: Sequence[Probe],
+              neighbour: Sequence[Probe], source: str, relation: Optional[str] = None) -> UnlearnCase:
+    """A case forgetting one fact: the request is ``forget``'s prompt and answer (``subject`` in it)."""
+    request = make_request(forget.prompt, subject, forget.answer)
+    return UnlearnCase(case_id, request, [forget], list(paraphrase), list(neighbour), source,
+                       relation=relation)

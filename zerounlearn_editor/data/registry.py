@@ -50,7 +50,9 @@ class DatasetSpec:
 
 DATASETS: Dict[str, DatasetSpec] = {
     "counterfact": DatasetSpec(load_counterfact_rome, "counterfact/counterfact_rome_1129.json"),
-    "counterfact-easyedit": DatasetSpec(load_counterfact_easyedit, "counterfact/counterfact_easyedit_val_1919.json"),
+    "counterfact-easyedit": DatasetSpec(
+        load_counterfact_easyedit, "counterfact/counterfact_easyedit_val_1919.json"
+    ),
     "zsre": DatasetSpec(load_zsre_mend, "zsre/zsre_mend_eval_1037.json"),
     "zsre-knowedit": DatasetSpec(load_zsre_knowedit, "zsre/knowedit_zsre_test_1301.json"),
     "mquake": DatasetSpec(load_mquake, "mquake/MQuAKE-hard_429.json"),
