@@ -26,17 +26,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Optional
 
-__all__ = [
-    "EMBEDDED_DIR",
-    "BUILTIN_CORPORA",
-    "CORPUS_ALIASES",
-    "PPL_TEXT_NAME",
-    "builtin_corpus_name",
-    "builtin_corpus_bytes",
-    "embedded_text_file",
-    "default_ppl_text",
-]
-
 EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded"
 
 BUILTIN_CORPORA: Dict[str, str] = {"wiki_passages_3643": "wiki_passages_3643.jsonl.xz"}

@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, List, Optional
 
-__all__ = ["CorpusError", "Corpus", "load_corpus", "check_corpus_source", "HUB_DATASETS"]
-
 HUB_DATASETS = {
     "wikitext": ("Salesforce/wikitext", "wikitext-103-raw-v1"),
     "wikitext2": ("Salesforce/wikitext", "wikitext-2-raw-v1"),

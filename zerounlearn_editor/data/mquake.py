@@ -31,6 +31,7 @@ from zerounlearn_editor.data.records import (
 )
 from zerounlearn_editor.data.types import Probe, UnlearnCase
 
+
 @dataclass
 class _Hop:
     """One distinct single-hop fact and the neighbours gathered from its chains."""

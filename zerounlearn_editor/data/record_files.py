@@ -22,8 +22,6 @@ import yaml
 
 from zerounlearn_editor.engine.hparams import unique_json_pairs, UniqueKeySafeLoader
 
-__all__ = ["RecordFileError", "read_record_list", "require_fields"]
-
 _SUFFIXES = (".json", ".jsonl", ".yaml", ".yml")
 
 

@@ -40,8 +40,6 @@ from zerounlearn_editor.data.records import (
 )
 from zerounlearn_editor.data.types import Probe, UnlearnCase
 
-__all__ = ["load_rwku", "cloze_to_prompt", "RWKU_FILES"]
-
 logger = logging.getLogger(__name__)
 
 #: probe group name -> file name, in the order probes are gathered.

@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Union
 
-__all__ = ["Probe", "UnlearnCase", "DataFormatError"]
-
 
 @dataclass(frozen=True)
 class Probe:
@@ -78,4 +76,3 @@ class DataFormatError(ValueError):
         if field_name is not None:
             where += f": field '{field_name}'"
         super().__init__(f"{where}: {message}")
-

@@ -27,19 +27,6 @@ from zerounlearn_editor.data.types import Probe
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = [
-    "EncodedProbe",
-    "PaddedBatch",
-    "encode_probe",
-    "encode_probes",
-    "pad_sequences",
-    "pad_token_id",
-    "resolve_padding_side",
-    "batched_indices",
-    "model_device",
-    "forward_logits",
-]
-
 logger = logging.getLogger(__name__)
 
 

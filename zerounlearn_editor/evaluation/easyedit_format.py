@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from zerounlearn_editor.evaluation.metrics import ProbeScores
 
+
 @dataclass(frozen=True)
 class CaseScores:
     """Scores of one case's three probe sets at one phase (pre or post unlearning).

@@ -12,8 +12,6 @@ import re
 from collections import Counter
 from typing import Sequence
 
-__all__ = ["ngram_entropy", "text_ngram_entropy"]
-
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _WEIGHTS = {2: 2 / 3, 3: 4 / 3}  # n -> weight, as in ROME
 

@@ -11,8 +11,6 @@ from zerounlearn_editor.evaluation.batching import batched_indices, model_device
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["generate_greedy"]
-
 
 def generate_greedy(
     model: torch.nn.Module,

@@ -40,8 +40,6 @@ from zerounlearn_editor.evaluation.batching import (
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["ProbeScores", "evaluate_probes", "answer_probability"]
-
 
 class ProbeScores(TypedDict):
     """Per-probe results of :func:`evaluate_probes`; every list has one entry per probe."""

@@ -35,8 +35,6 @@ from zerounlearn_editor.evaluation.batching import (
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["perplexity", "read_text", "leading_token_ids", "plan_windows", "Window"]
-
 
 @dataclass(frozen=True)
 class Window:

@@ -8,8 +8,6 @@ import torch
 from zerounlearn_editor.data.types import UnlearnCase
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 
-__all__ = ["select_known_cases"]
-
 
 def select_known_cases(
     model: torch.nn.Module,

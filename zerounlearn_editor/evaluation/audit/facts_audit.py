@@ -16,8 +16,6 @@ from zerounlearn_editor.evaluation.audit.items import AuditItem, PoolFact, items
 from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings, build_plan
 from zerounlearn_editor.evaluation.audit.suite import LensConfig, score_model
 
-__all__ = ["PROBE_FIELDS", "check_probe_fields", "facts_items", "facts_pool", "FactsAudit", "format_facts_audit"]
-
 PROBE_FIELDS = ("paraphrases", "questions")
 
 

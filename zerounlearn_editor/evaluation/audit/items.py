@@ -15,9 +15,6 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from zerounlearn_editor.data.types import Probe, UnlearnCase
 
-__all__ = ["AuditItem", "PoolFact", "items_from_cases", "pool_from_cases", "items_from_facts", "pool_from_facts",
-           "Forbidden", "forbidden_of", "borrow", "distractors", "relearn_facts"]
-
 
 @dataclass(frozen=True)
 class PoolFact:

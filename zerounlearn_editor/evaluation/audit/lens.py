@@ -24,8 +24,6 @@ from zerounlearn_editor.evaluation.batching import (
 )
 from zerounlearn_editor.engine.model_access import StopForward, capture_outputs, get_module, num_hidden_layers
 
-__all__ = ["answer_ranks", "best_ranks"]
-
 
 def answer_ranks(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
     """Rank (0 = argmax) of ``token_ids`` ``[n]`` in ``logits`` ``[n, vocab]`` (ties count in the token's favour)."""

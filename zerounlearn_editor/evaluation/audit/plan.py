@@ -22,8 +22,6 @@ from zerounlearn_editor.evaluation.audit.items import (
 from zerounlearn_editor.evaluation.audit.prompts import chat_probes, in_context_probe, question_probes
 from zerounlearn_editor.evaluation.audit.relearn import SCOPES, generic_texts
 
-__all__ = ["FAMILIES", "AuditSettings", "AuditPlan", "build_plan", "parse_families"]
-
 FAMILIES = ("formats", "in_context", "choice", "lens", "quantization", "relearning", "rwku")
 """Probe families; ``AuditSettings.families`` picks some."""
 

@@ -14,8 +14,6 @@ from typing import Any, List, Optional, Sequence
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.audit.items import AuditItem, PoolFact
 
-__all__ = ["question_probes", "chat_probes", "in_context_probe"]
-
 
 def question_probes(item: AuditItem) -> List[Probe]:
     """The question-form probes of ``item`` (see module docstring)."""

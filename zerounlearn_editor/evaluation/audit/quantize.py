@@ -15,8 +15,6 @@ from typing import Dict, Optional
 import torch
 from torch import nn
 
-__all__ = ["QuantScheme", "QUANT_SCHEMES", "quantize_rtn", "quantized_copy"]
-
 
 @dataclass(frozen=True)
 class QuantScheme:

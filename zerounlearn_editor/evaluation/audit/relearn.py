@@ -27,8 +27,6 @@ from zerounlearn_editor.methods.baselines.training import (
 )
 from zerounlearn_editor.evaluation.batching import model_device
 
-__all__ = ["SCOPES", "trainable", "relearned_copy", "generic_texts"]
-
 SCOPES = ("mlp", "full")
 
 

@@ -33,8 +33,6 @@ from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings
 from zerounlearn_editor.evaluation.audit.quantize import QUANT_SCHEMES, quantized_copy
 from zerounlearn_editor.evaluation.audit.relearn import relearned_copy
 
-__all__ = ["LensConfig", "probe_columns", "score_model"]
-
 LOG = logging.getLogger(__name__)
 
 

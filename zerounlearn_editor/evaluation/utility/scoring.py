@@ -29,8 +29,6 @@ from zerounlearn_editor.evaluation.batching import (
 )
 from zerounlearn_editor.evaluation.utility.tasks import UtilityItem
 
-__all__ = ["choice_logprobs", "score_tasks", "task_scores"]
-
 LOG = logging.getLogger(__name__)
 
 

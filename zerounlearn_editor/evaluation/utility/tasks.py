@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-__all__ = ["TASKS", "TaskSpec", "UtilityItem", "parse_tasks", "load_task_items", "UtilityDataError"]
-
 
 class UtilityDataError(ValueError):
     """A utility data file is missing or malformed (message names the file, record and field)."""
