@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Sequence, Union
 
 import yaml
 
+from zerounlearn_editor.data.types import record_location
 from zerounlearn_editor.engine.hparams import unique_json_pairs, UniqueKeySafeLoader
 
 _SUFFIXES = (".json", ".jsonl", ".yaml", ".yml")
@@ -27,15 +28,6 @@ _SUFFIXES = (".json", ".jsonl", ".yaml", ".yml")
 
 class RecordFileError(ValueError):
     """A record file is missing, unreadable or malformed (message names file, record and field)."""
-
-
-def _where(path: Path, index: Optional[int] = None, field: Optional[str] = None) -> str:
-    where = str(path)
-    if index is not None:
-        where += f": record {index}"
-    if field is not None:
-        where += f": field {field!r}"
-    return where
 
 
 def read_record_list(path: Union[str, Path], what: str = "records") -> List[Dict[str, Any]]:
@@ -78,7 +70,7 @@ def read_record_list(path: Union[str, Path], what: str = "records") -> List[Dict
         raise RecordFileError(f"{path}: the list of {what} is empty")
     for index, record in enumerate(records):
         if not isinstance(record, dict):
-            raise RecordFileError(f"{_where(path, index)}: expected a mapping, got {type(record).__name__}")
+            raise RecordFileError(f"{record_location(path, index)}: expected a mapping, got {type(record).__name__}")
     return records
 
 
@@ -91,4 +83,4 @@ def require_fields(
             value = record.get(name)
             if not isinstance(value, str) or not value.strip():
                 problem = "missing" if name not in record else f"must be a non-empty string, got {value!r}"
-                raise RecordFileError(f"{_where(Path(str(source)), index, name)}: {problem}")
+                raise RecordFileError(f"{record_location(Path(str(source)), index, name)}: {problem}")

@@ -54,25 +54,21 @@ class UnlearnCase:
     relation: Optional[str] = None
 
 
-class DataFormatError(ValueError):
-    """A data file does not follow its expected format.
+def record_location(path: Union[str, Path], index: Optional[int] = None, field_name: Optional[str] = None) -> str:
+    """``"<path>: record <index>: field '<name>'"`` (the parts that are known): where a bad record is."""
+    where = str(path)
+    if index is not None:
+        where += f": record {index}"
+    if field_name is not None:
+        where += f": field '{field_name}'"
+    return where
 
-    The message names the file, the record index and the field (where known).
-    """
+
+class DataFormatError(ValueError):
+    """A data file does not follow its expected format (the message names file, record index and field)."""
 
     def __init__(
-        self,
-        path: Union[str, Path],
-        message: str,
-        index: Optional[int] = None,
-        field_name: Optional[str] = None,
+        self, path: Union[str, Path], message: str, index: Optional[int] = None, field_name: Optional[str] = None
     ) -> None:
-        self.path = str(path)
-        self.index = index
-        self.field_name = field_name
-        where = self.path
-        if index is not None:
-            where += f": record {index}"
-        if field_name is not None:
-            where += f": field '{field_name}'"
-        super().__init__(f"{where}: {message}")
+        self.path, self.index, self.field_name = str(path), index, field_name
+        super().__init__(f"{record_location(path, index, field_name)}: {message}")

@@ -20,15 +20,13 @@ the scored items, one per label in turn; MMLU shots are the dev exemplars of the
 """
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-
-class UtilityDataError(ValueError):
-    """A utility data file is missing or malformed (message names the file, record and field)."""
+from zerounlearn_editor.data.records import RecordReader, read_json_records
+from zerounlearn_editor.data.types import DataFormatError
 
 
 @dataclass(frozen=True)
@@ -99,25 +97,19 @@ def parse_tasks(spec: Union[str, Sequence[str]]) -> List[str]:
 
 
 def _read_records(path: Path, spec: TaskSpec) -> List[Dict[str, Any]]:
+    """The task file's records, checked (errors name the file, record and field)."""
     if not path.is_file():
-        raise UtilityDataError(f"{spec.name}: data file not found: {path}")
-    try:
-        records = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UtilityDataError(f"{path}: not valid JSON: {exc}") from exc
-    if not isinstance(records, list):
-        raise UtilityDataError(f"{path}: expected a JSON list of records, got {type(records).__name__}")
-    for i, record in enumerate(records):
-        if not isinstance(record, dict):
-            raise UtilityDataError(f"{path}: record {i} is not an object")
+        raise DataFormatError(path, f"{spec.name} data file not found")
+    records = read_json_records(path)
+    label = "answer" if spec.name == "mmlu" else "label"
+    for index, record in enumerate(records):
+        reader = RecordReader(path, index, record)
         for key in spec.fields:
-            if key not in record:
-                raise UtilityDataError(f"{path}: record {i} has no field {key!r}")
-        key = "answer" if spec.name == "mmlu" else "label"
-        if record.get(key) not in spec.labels:
-            raise UtilityDataError(f"{path}: record {i} field {key!r} = {record.get(key)!r}, expected one of {list(spec.labels)}")
+            reader.raw(key)
+        if record.get(label) not in spec.labels:
+            raise reader.error(label, f"value {record.get(label)!r}, expected one of {list(spec.labels)}")
         if spec.name == "mmlu" and (not isinstance(record["choices"], list) or len(record["choices"]) != 4):
-            raise UtilityDataError(f"{path}: record {i} field 'choices' must be a list of 4 strings")
+            raise reader.error("choices", "must be a list of 4 strings")
     return records
 
 
