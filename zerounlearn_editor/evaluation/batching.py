@@ -1,18 +1,11 @@
 """Tokenizing probes and padding token sequences into batches, without touching the tokenizer.
 
-Answer tokenization (used by every teacher-forced metric)
---------------------------------------------------------
-A probe is scored on the text ``prompt + " " + answer``. Its answer tokens are the tokens of
-that full string after the tokens of ``prompt`` alone (both encoded the same way, with the
-tokenizer's special tokens, e.g. a BOS). This scores exactly the token sequence the model
-reads when the text is written out, whatever the tokenizer does with the leading space
-(GPT-2/Qwen ``"Ġ"``-tokens, SentencePiece ``"▁"``). Should the prompt's tokens not be a
-prefix of the full string's tokens (a merge across the boundary), the answer starts at the
-first token where they differ.
-
-Padding is done here rather than by the tokenizer, on the side the tokenizer is configured
-for (or the side asked for), so the tokenizer's state is never changed. Position ids are
-computed from the attention mask, which makes left and right padding give the same values.
+A probe is scored on the text ``prompt + " " + answer``; its answer tokens are the tokens of that
+string after those of ``prompt`` alone (both with the tokenizer's special tokens), so exactly the
+tokens the model reads are scored, whatever the tokenizer does with the leading space. Should the
+prompt's tokens not be a prefix of the full string's (a merge across the boundary), the answer
+starts at the first token where they differ. Padding is done here, on the tokenizer's side (or the
+one asked for), with position ids from the attention mask, so left and right padding agree.
 """
 from __future__ import annotations
 
@@ -45,10 +38,7 @@ class EncodedProbe:
 
 @dataclass(frozen=True)
 class PaddedBatch:
-    """A padded batch; all tensors have shape ``[batch, max_len]``.
-
-    ``offsets[i]`` is where row ``i``'s first real token sits (non-zero only for left padding).
-    """
+    """Tensors ``[batch, max_len]``; ``offsets[i]``: where row ``i``'s first real token sits."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -57,12 +47,8 @@ class PaddedBatch:
 
 
 def encode_probe(tok: "PreTrainedTokenizerBase", probe: Probe) -> EncodedProbe:
-    """Tokenize one probe (see the module docstring for how answer tokens are found).
-
-    Raises:
-        ValueError: the answer adds no token, or no token precedes the answer (an empty
-            prompt with a tokenizer that adds no BOS), so its first token cannot be scored.
-    """
+    """Tokenize one probe (see the module docstring); ``ValueError`` when the answer adds no token or
+    no token precedes it (an empty prompt and no BOS), so its first token cannot be scored."""
     full = tok(probe.prompt + " " + probe.answer)["input_ids"]
     prompt = tok(probe.prompt)["input_ids"]
     start = 0
@@ -102,10 +88,7 @@ def resolve_padding_side(tok: "PreTrainedTokenizerBase", padding_side: Optional[
 def pad_sequences(
     sequences: Sequence[Sequence[int]], pad_id: int, side: str, device: torch.device
 ) -> PaddedBatch:
-    """Pad token id lists to one ``[batch, max_len]`` batch on ``side``.
-
-    Position ids count real tokens from 0 (``cumsum(mask) - 1``, clamped at 0 on padding).
-    """
+    """Pad token id lists into one ``[batch, max_len]`` batch on ``side``; positions ``cumsum(mask) - 1``."""
     if not sequences:
         raise ValueError("cannot pad an empty list of sequences")
     max_len = max(len(seq) for seq in sequences)

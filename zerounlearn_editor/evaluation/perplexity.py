@@ -1,17 +1,11 @@
 """Strided-window perplexity of a causal LM on held-out text.
 
-The text (a file, e.g. ``../shared/data/text/wikitext2_raw_test.txt``, or a string) is
-tokenized as one stream (``tok(text)``, so with the tokenizer's special tokens, e.g. a BOS at
-the very start) and cut to its first ``max_tokens`` tokens. Windows of ``window`` tokens start
-every ``stride`` tokens (the last one may be shorter). Each token is scored at most once, in
-the first window that reaches it, and only with some context in that window:
-
-    window [begin, end) scores positions max(prev_end, begin + 1) .. end - 1
-
-where ``prev_end`` is the previous window's end. With ``stride == window`` the windows are
-disjoint and each window's first token goes unscored; with ``stride < window`` every token but
-the first is scored with at least ``window - stride`` tokens of context. The result is
-``exp(total NLL / number of scored tokens)``.
+The text is tokenized as one stream (``tok(text)``, with the tokenizer's special tokens) and cut to
+its first ``max_tokens`` tokens. Windows of ``window`` tokens start every ``stride`` tokens (the last
+may be shorter); each token is scored once, in the first window that reaches it, with some context:
+window ``[begin, end)`` scores positions ``max(prev_end, begin + 1) .. end - 1``. With ``stride ==
+window`` each window's first token goes unscored; with ``stride < window`` every token but the first
+has at least ``window - stride`` tokens of context.
 """
 from __future__ import annotations
 
@@ -48,21 +42,17 @@ class Window:
 def read_text(text_path_or_text: Union[str, os.PathLike]) -> str:
     """The file's content if given a path (``Path`` or an existing file name), else the string.
 
-    Raises:
-        FileNotFoundError: a ``Path``, or a string without whitespace that contains a path
-            separator or ends in ``.txt``, names no existing file (a mistyped path is not
-            silently scored as text).
+    A string without whitespace that contains a path separator or ends in ``.txt`` but names no
+    file raises ``FileNotFoundError`` (a mistyped path is not silently scored as text).
     """
     if isinstance(text_path_or_text, os.PathLike):
         return Path(text_path_or_text).read_text(encoding="utf-8")
     text = text_path_or_text
-    if len(text) < 4096 and not any(ch.isspace() for ch in text):
-        if os.path.isfile(text):
-            return Path(text).read_text(encoding="utf-8")
-        if "/" in text or os.sep in text or text.endswith(".txt"):
-            raise FileNotFoundError(f"text file not found: {text}")
-    elif "\n" not in text and len(text) < 4096 and os.path.isfile(text):
+    if len(text) < 4096 and "\n" not in text and os.path.isfile(text):
         return Path(text).read_text(encoding="utf-8")
+    if len(text) < 4096 and not any(ch.isspace() for ch in text) and ("/" in text or os.sep in text
+                                                                       or text.endswith(".txt")):
+        raise FileNotFoundError(f"text file not found: {text}")
     return text
 
 
@@ -108,19 +98,8 @@ def perplexity(
     stride: int = 512,
     batch_size: int = 4,
 ) -> float:
-    """Perplexity over the first ``max_tokens`` tokens of a text, in batched strided windows.
-
-    Args:
-        model: causal LM (put in eval mode and left there).
-        tok: its tokenizer (not modified).
-        text_path_or_text: a path to a UTF-8 text file or the text itself.
-        max_tokens: tokens of the stream to use.
-        window: tokens per forward window.
-        stride: step between window starts (``1 <= stride <= window``).
-        batch_size: windows per forward pass.
-
-    Returns:
-        ``exp(mean NLL)`` over the scored tokens.
+    """``exp(mean NLL)`` of the first ``max_tokens`` tokens of a text (a UTF-8 file or the text itself) in
+    strided windows of ``window`` tokens, ``batch_size`` windows per forward pass (model put in eval mode).
 
     Raises:
         ValueError: fewer than two tokens, or invalid window/stride/batch size.
