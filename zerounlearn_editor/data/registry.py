@@ -1,26 +1,12 @@
-"""Dataset registry and the :func:`load_cases` entry point.
-
-Names and their default locations under the data directory:
-
-==================== ============================================== =====================
-name                 default path (under the data dir)              loader
-==================== ============================================== =====================
-counterfact          counterfact/counterfact_rome_1129.json         CounterFact, ROME
-counterfact-easyedit counterfact/counterfact_easyedit_val_1919.json CounterFact, EasyEdit
-zsre                 zsre/zsre_mend_eval_1037.json                  ZsRE, ROME/MEND
-zsre-knowedit        zsre/knowedit_zsre_test_1301.json              ZsRE, KnowEdit
-mquake               mquake/MQuAKE-hard_429.json                    MQuAKE single hops
-rwku                 rwku/ (a directory)                            RWKU targets
-==================== ============================================== =====================
+"""Dataset registry (:data:`DATASETS`: name -> loader and default path under the data directory) and
+the :func:`load_cases` entry point.
 
 Data directory: ``data_dir`` argument, else ``$ZEROUNLEARN_DATA_DIR``, else ``../shared/data``
-relative to the working directory, else ``../shared/data`` relative to the repository that
-holds this package.
+relative to the working directory, else ``../shared/data`` beside the repository holding this package.
 """
 from __future__ import annotations
 
 import logging
-import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,13 +18,9 @@ from zerounlearn_editor.data.records import read_json_records
 from zerounlearn_editor.data.rwku import RWKU_FILES, load_rwku
 from zerounlearn_editor.data.types import UnlearnCase
 from zerounlearn_editor.data.zsre import load_zsre_knowedit, load_zsre_mend
+from zerounlearn_editor.support.resources import data_dir_candidates, missing_data_message
 
 logger = logging.getLogger(__name__)
-
-DATA_DIR_ENV = "ZEROUNLEARN_DATA_DIR"
-_RELATIVE_DATA_DIR = Path("..") / "shared" / "data"
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-
 
 @dataclass(frozen=True)
 class DatasetSpec:
@@ -61,23 +43,13 @@ DATASETS: Dict[str, DatasetSpec] = {
 
 
 def default_data_dir() -> Path:
-    """The data directory: ``$ZEROUNLEARN_DATA_DIR``, ``./../shared/data`` or the repo's sibling."""
-    env = os.environ.get(DATA_DIR_ENV)
-    if env:
-        return Path(env)
-    for base in (Path.cwd(), _REPO_ROOT):
-        candidate = base / _RELATIVE_DATA_DIR
-        if candidate.is_dir():
-            return candidate.resolve()
-    return (_REPO_ROOT / _RELATIVE_DATA_DIR).resolve()
+    """The first existing folder of :func:`.resources.data_dir_candidates`, else the last one."""
+    candidates = [folder for folder, _ in data_dir_candidates()]
+    return next((folder for folder in candidates if folder.is_dir()), candidates[-1])
 
 
 def detect_format(path: Union[str, Path]) -> str:
-    """Guess the registered format of a user's file (or RWKU directory) from its fields.
-
-    Raises:
-        ValueError: the format cannot be recognised.
-    """
+    """The registered format of a user's file (or RWKU directory), from its fields; ``ValueError`` if none."""
     path = Path(path)
     if path.is_dir():
         if any((path / name).is_file() for name in RWKU_FILES.values()):
@@ -101,11 +73,7 @@ def detect_format(path: Union[str, Path]) -> str:
 
 
 def sample_cases(cases: List[UnlearnCase], n: Optional[int], seed: int = 0) -> List[UnlearnCase]:
-    """``n`` cases drawn by ``random.Random(seed).sample`` (all, in file order, when ``n`` is None).
-
-    Raises:
-        ValueError: ``n`` is negative.
-    """
+    """``n`` cases drawn by ``random.Random(seed).sample`` (all, in file order, when ``n`` is None)."""
     if n is None:
         return list(cases)
     if n < 0:
@@ -127,45 +95,29 @@ def load_cases(
 ) -> List[UnlearnCase]:
     """Load unlearning cases by dataset name or from a file in a registered format.
 
-    Args:
-        name_or_path: a registered name (see :data:`DATASETS`) or a path to a data file
-            (an RWKU directory for ``rwku``).
-        path: with a name: a file to read instead of the default one.
-        n: number of cases to sample (``None``: all, in file order).
-        seed: sampling seed (``random.Random(seed).sample``).
-        data_dir: base directory of the default paths (see :func:`default_data_dir`).
-        format: with a path: its registered format name (guessed from the fields if omitted).
-
-    Returns:
-        The (sampled) cases.
-
-    Raises:
-        ValueError: unknown name/format, or an unrecognisable file.
-        FileNotFoundError: the data file does not exist.
-        DataFormatError: a record is malformed (message names file, index and field).
+    ``name_or_path``: a name of :data:`DATASETS` (read from ``path`` if given, else from its default
+    path under ``data_dir``, see :func:`default_data_dir`) or a data file (an RWKU directory) whose
+    ``format`` is guessed from its fields when not given. ``n`` cases are drawn with ``seed`` (all, in
+    file order, when ``None``). Raises ``ValueError`` (unknown name or format), ``FileNotFoundError``
+    or :class:`DataFormatError` (a malformed record: file, index and field).
     """
     key = str(name_or_path)
     if key in DATASETS:
         fmt = key
         if format is not None and format != key:
             raise ValueError(f"format={format!r} contradicts dataset name {key!r}")
-        if path is not None:
-            file_path = Path(path)
-        else:
-            file_path = Path(data_dir) if data_dir is not None else default_data_dir()
-            file_path = file_path / DATASETS[key].default_path
-            if not file_path.exists():
-                if data_dir is not None:
-                    raise FileNotFoundError(f"dataset {key!r}: {file_path} not found (data_dir={data_dir})")
-                from zerounlearn_editor.support.resources import missing_data_message
-
-                raise FileNotFoundError(f"dataset {key!r}: " + missing_data_message(DATASETS[key].default_path))
+        relative = DATASETS[key].default_path
+        base = Path(data_dir) if data_dir is not None else default_data_dir()
+        file_path = Path(path) if path is not None else base / relative
+        if path is None and not file_path.exists():
+            if data_dir is not None:
+                raise FileNotFoundError(f"dataset {key!r}: {file_path} not found (data_dir={data_dir})")
+            raise FileNotFoundError(f"dataset {key!r}: {missing_data_message(relative)}")
     else:
         file_path = Path(name_or_path)
         if not file_path.exists():
-            raise ValueError(
-                f"{key!r} is neither a dataset name ({', '.join(DATASETS)}) nor an existing path"
-            )
+            names = ", ".join(DATASETS)
+            raise ValueError(f"{key!r} is neither a dataset name ({names}) nor an existing path")
         fmt = format if format is not None else detect_format(file_path)
         if fmt not in DATASETS:
             raise ValueError(f"unknown format {fmt!r}; known: {', '.join(DATASETS)}")
