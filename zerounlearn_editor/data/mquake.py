@@ -1,24 +1,18 @@
 """MQuAKE loader: multi-hop cases decomposed into single-hop facts to forget.
 
-Each MQuAKE case is a chain of (here 4) single-hop facts ``single_hops[i]`` =
-``{question, cloze, answer}``. Every hop becomes one :class:`UnlearnCase`:
+Each MQuAKE case is a chain of single-hop facts ``single_hops[i]`` = ``{question, cloze, answer}``.
+Every hop becomes one :class:`UnlearnCase`:
 
-    forget      ``cloze``    -> ``answer``   (cloze form, e.g. "Hey Jude was performed by";
-                                              the request uses it, as MQuAKE's edits do)
+    forget      ``cloze``    -> ``answer``   (e.g. "Hey Jude was performed by"; the request uses it)
     paraphrase  ``question`` -> ``answer``   (e.g. "Who performed Hey Jude?")
     neighbour   the cloze probes of the other hops of the same chain(s)
 
-Subject of hop ``i``: ``orig.triples_labeled[i][0]``, the head entity of the *original*
-(unedited) chain, which is what ``single_hops`` describe. ``requested_rewrite`` follows the
-*edited* chain from the second hop on, so it is only a fallback: the first rewrite whose
-subject occurs in the cloze. The subject must occur verbatim in both the cloze and the
-question; hops where no such subject is found are skipped (counted in the log; none in the
-shipped file).
-
-Chains share hops (MQuAKE-hard's 429 cases hold 1716 hops but only 612 distinct
-``(cloze, answer)`` facts). Duplicates are merged: the case keeps the id of the first
-occurrence (``"<case_id>:hop<i>"``) and its neighbours are the other hops of every chain the
-fact occurs in, without repeats.
+Subject of hop ``i``: ``orig.triples_labeled[i][0]``, the head entity of the *original* chain that
+``single_hops`` describe (``requested_rewrite`` follows the *edited* chain from the second hop on, so
+its first subject found in the cloze is only a fallback). The subject must occur verbatim in the cloze
+and the question; other hops are skipped (counted in the log). Hops shared by several chains are
+merged: the case keeps the first id (``"<case_id>:hop<i>"``) and the other hops of every chain it is
+in, without repeats, as neighbours.
 """
 from __future__ import annotations
 

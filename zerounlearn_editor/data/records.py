@@ -19,12 +19,7 @@ _MISSING = object()
 
 
 def read_json_records(path: Union[str, Path]) -> List[Dict[str, Any]]:
-    """Read a JSON file holding a list of objects (records).
-
-    Raises:
-        FileNotFoundError: the file does not exist.
-        DataFormatError: the file is not valid JSON, not a list, or holds a non-object.
-    """
+    """The list of objects (records) in a JSON file (``FileNotFoundError``, or :class:`DataFormatError`)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"data file not found: {path}")
@@ -41,16 +36,15 @@ def read_json_records(path: Union[str, Path]) -> List[Dict[str, Any]]:
 
 
 class RecordReader:
-    """Typed, validated access to the fields of one record.
+    """Typed, validated access to the fields of one record by dotted name (``"requested_rewrite.subject"``).
 
-    Field names may be dotted (``"requested_rewrite.target_true.str"``) to reach into nested
-    objects. Every accessor raises :class:`DataFormatError` naming file, index and field.
+    Every accessor raises :class:`DataFormatError` naming file, index and field; ``prefix`` is the
+    field path of ``record`` inside its top-level record (``""`` for that).
     """
 
     def __init__(
         self, path: Union[str, Path], index: int, record: Mapping[str, Any], prefix: str = ""
     ) -> None:
-        """``prefix`` is the field path of ``record`` inside its top-level record ("" for that)."""
         self.path = Path(path)
         self.index = index
         self.record = record

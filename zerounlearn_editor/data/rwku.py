@@ -9,20 +9,15 @@ Probes per target (``subject``):
     neighbour   neighbour levels 1 (cloze) + 2 (questions), knowledge to keep
     probe_groups  the same probes per file: ``forget_level1`` ... ``neighbor_level2``
 
-Cloze conversion (level 1): ``___`` (two or more underscores) marks the blank. Probes are
-scored teacher-forced as ``prompt + " " + answer``, so a cloze becomes the text *before* its
-blank: ``"Stephen King's debut novel, titled ___, established him ..."`` ->
-``("Stephen King's debut novel, titled", "Carrie")``. The left context is all a causal LM
-sees at that point, whether the blank ends the sentence or not. Opening quotes/brackets right
-before the blank (``"known as the '___'"``) are dropped with the trailing space, so the join
-adds exactly one space. Skipped (counted in the log): a cloze with several blanks (which one
-does the answer fill?), a blank with no text before it, and a blank glued to a preceding
-word or symbol (``"US$___"``, ``"mid-___"``), where an inserted space would change the text.
-Level-1 records without any blank are questions already and are used as they are.
+Cloze conversion (level 1): ``___`` (two or more underscores) marks the blank; a cloze becomes the
+text *before* its blank (all a causal LM sees there): ``"Stephen King's debut novel, titled ___,
+established him ..."`` -> ``("Stephen King's debut novel, titled", "Carrie")``. An opening quote or
+bracket right before the blank is dropped with the space. Skipped (counted in the log): several
+blanks, no text before the blank, and a blank glued to a preceding word or symbol (``"US$___"``),
+where an inserted space would change the text. Level-1 records without a blank are used as they are.
 
 Request: the first forget probe (level 1, then level 2, file order) whose prompt contains the
-subject verbatim; fallback ``f"{subject} is"`` with the first forget probe's answer (not
-needed for the shipped data: every target has such a probe).
+subject verbatim; fallback ``f"{subject} is"`` with the first forget probe's answer.
 """
 from __future__ import annotations
 
@@ -32,11 +27,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
 from zerounlearn_editor.data.records import (
-    RecordReader,
-    log_skipped,
-    make_probe,
-    make_request,
-    read_json_records,
+    RecordReader, log_skipped, make_probe, make_request, read_json_records,
 )
 from zerounlearn_editor.data.types import Probe, UnlearnCase
 
@@ -60,12 +51,8 @@ _OPENERS = "'\"‘“(["
 
 
 def cloze_to_prompt(query: str) -> Optional[str]:
-    """The prompt for a cloze query: its text before the blank (see module docstring).
-
-    Returns the query unchanged when it has no blank, and ``None`` when it cannot be turned
-    into a left-to-right prompt (several blanks, nothing before the blank, or a blank glued to
-    the preceding character).
-    """
+    """The prompt for a cloze query (see module docstring): the query itself without a blank, ``None``
+    when it cannot be turned into a left-to-right prompt."""
     blanks = _BLANK.findall(query)
     if not blanks:
         return query
