@@ -3,7 +3,7 @@
 For the forgotten facts, before and after the edit, each probe gives the % of facts **recovered**
 (the answer's first token is the greedy next token; see :mod:`.suite` for the exact rules):
 
-* formats: the prompt, its paraphrases, a question form, the model's chat template (:mod:`.prompts`);
+* formats: the prompt, its paraphrases, a question form, the model's chat template (:mod:`.plan`);
 * in-context: K = 1, 3, 5 borrowed facts before the prompt, never naming a forgotten subject or answer (:mod:`.items`);
 * multiple choice: the true answer against 3 distractors, by log-probability;
 * logit lens: the answer's best rank over the layers from the first edited one on (:mod:`.lens`);
