@@ -4,7 +4,7 @@
   CC BY-SA), the default ``mom2_dataset`` of every shipped YAML, read by name
   (:func:`builtin_corpus_bytes`);
 - the perplexity text ``wikitext2_raw_test.txt`` (WikiText-2 raw test split; CC BY-SA 3.0), unpacked
-  once into the cache folder (:func:`embedded_text_file`).
+  once into the cache folder (:func:`default_ppl_text`).
 
 Both decompress to exactly the bytes of the shared data files (``text/wiki_passages_3643.jsonl``,
 ``text/wikitext2_raw_test.txt``), so fingerprints and statistics caches of either source agree.
@@ -72,26 +72,22 @@ def builtin_corpus_bytes(name: str) -> bytes:
     return _read_embedded(BUILTIN_CORPORA[canonical])
 
 
-def _data_cache_dir() -> Path:
+def default_ppl_text(cache_dir: Optional[Path] = None) -> Path:
+    """The default perplexity text (the embedded WikiText-2 test split), unpacked once (atomically).
+
+    ``cache_dir`` defaults to ``<cache>/data`` (``$ZEROUNLEARN_CACHE`` or ``~/.cache/zerounlearn_editor``),
+    else, when that cannot be written, a per-user temporary folder; a copy with the wrong content is
+    replaced.
+    """
     from zerounlearn_editor.support.model_zoo import default_cache_dir  # no torch import on this path
 
-    return default_cache_dir() / "data"
-
-
-def embedded_text_file(name: str = PPL_TEXT_NAME, cache_dir: Optional[Path] = None) -> Path:
-    """Path of an embedded text file, unpacked once (atomically) into ``cache_dir``.
-
-    ``cache_dir`` defaults to ``<cache>/data`` (``$ZEROUNLEARN_CACHE`` or
-    ``~/.cache/zerounlearn_editor``); an existing copy with the wrong content is replaced.
-    When the default folder cannot be written, a per-user temporary folder is used instead.
-    """
-    compressed = f"{name}.xz"
+    compressed = f"{PPL_TEXT_NAME}.xz"
+    user = os.getuid() if hasattr(os, "getuid") else "user"
+    folders = [Path(cache_dir)] if cache_dir is not None else [
+        default_cache_dir() / "data", Path(tempfile.gettempdir()) / f"zerounlearn_editor-{user}"]
     last_error: Optional[OSError] = None
-    if compressed not in _SHA256:
-        raise KeyError(f"no embedded text {name!r}; embedded: {PPL_TEXT_NAME}")
-    for folder in ([Path(cache_dir)] if cache_dir is not None else [_data_cache_dir(),
-                   Path(tempfile.gettempdir()) / f"zerounlearn_editor-{os.getuid() if hasattr(os, 'getuid') else 'user'}"]):
-        target = folder / name
+    for folder in folders:
+        target = folder / PPL_TEXT_NAME
         try:
             if target.is_file() and sha256_of_file(target) == _SHA256[compressed]:
                 return target
@@ -102,12 +98,7 @@ def embedded_text_file(name: str = PPL_TEXT_NAME, cache_dir: Optional[Path] = No
             if cache_dir is not None:
                 raise
             last_error = exc
-    raise OSError(f"cannot unpack the embedded {name}: no writable cache folder ({last_error})")
-
-
-def default_ppl_text() -> Path:
-    """The perplexity text used when none is given: the embedded WikiText-2 test split."""
-    return embedded_text_file(PPL_TEXT_NAME)
+    raise OSError(f"cannot unpack the embedded {PPL_TEXT_NAME}: no writable cache folder ({last_error})")
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

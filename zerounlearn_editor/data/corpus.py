@@ -1,17 +1,12 @@
-"""General-text corpora for the utility statistic ``C0``.
+"""General-text corpora for the utility statistic ``C0``. Accepted sources:
 
-Accepted sources:
-- a built-in corpus name: ``wiki_passages_3643`` (alias ``wiki_passages``), 3,643 Wikipedia
-  passages shipped with the package (:mod:`zerounlearn_editor.data.builtin`); the default of every
-  shipped YAML. Its fingerprint equals that of the same ``.jsonl`` file on disk;
-- a ``.txt`` file: passages separated by blank lines, or one passage per line when the file
-  has no blank lines;
+- a built-in corpus name: ``wiki_passages_3643`` (alias ``wiki_passages``), shipped with the package
+  (:mod:`.builtin`), the default of every shipped YAML; fingerprint = that of the same ``.jsonl`` file;
+- a ``.txt`` file: passages separated by blank lines, or one passage per line without blank lines;
 - a ``.jsonl`` file with a ``text`` field on every line;
-- a folder written by ``datasets``' ``save_to_disk`` (column ``text``; split ``train`` if a
-  ``DatasetDict``);
-- a hub dataset name (``wikipedia``, ``wikitext``, ``wikitext2`` or ``owner/name``), loaded
-  with ``datasets.load_dataset`` -- only when asked for (``hub:NAME`` or ``ZEROUNLEARN_ONLINE=1``,
-  see :mod:`zerounlearn_editor.support.offline`); otherwise a name that is not a file fails at once.
+- a folder written by ``datasets``' ``save_to_disk`` (column ``text``; split ``train`` of a ``DatasetDict``);
+- a hub dataset name (``wikipedia``, ``wikitext``, ``wikitext2`` or ``owner/name``), only when asked for
+  (``hub:NAME`` or ``ZEROUNLEARN_ONLINE=1``); otherwise a name that is not a file fails at once.
 """
 from __future__ import annotations
 
@@ -19,6 +14,7 @@ import hashlib
 import io
 import json
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 from typing import Iterable, List, Optional, Tuple
 
@@ -55,24 +51,11 @@ def _read_text(path: Path) -> str:
 
 
 def _read_txt(path: Path) -> List[str]:
-    text = _read_text(path)
-    lines = text.splitlines()
-    if any(not line.strip() for line in lines):
-        chunks, current = [], []
-        for line in lines:
-            if line.strip():
-                current.append(line.strip())
-            elif current:
-                chunks.append(" ".join(current))
-                current = []
-        if current:
-            chunks.append(" ".join(current))
-        return chunks
-    return [line.strip() for line in lines if line.strip()]
-
-
-def _read_jsonl(path: Path) -> List[str]:
-    return _parse_jsonl_lines(_read_text(path).split("\n"), str(path))
+    """Passages separated by blank lines (lines of one passage joined by a space), else one per line."""
+    lines = [line.strip() for line in _read_text(path).splitlines()]
+    if all(lines):
+        return lines
+    return [" ".join(group) for non_blank, group in groupby(lines, key=bool) if non_blank]
 
 
 def _parse_jsonl_lines(lines: Iterable[str], where: str) -> List[str]:
@@ -158,11 +141,14 @@ def load_corpus(source: str, limit: Optional[int] = None) -> Corpus:
         with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8") as handle:
             texts = _parse_jsonl_lines(handle, f"built-in corpus {what}")
         return Corpus(name=what, texts=texts[:limit], fingerprint=hashlib.sha256(data).hexdigest())
+    path = Path(what)
     if kind == "dir":
-        texts, name, fingerprint = _read_saved_dataset(Path(what)), Path(what).name, f"dir:{Path(what).resolve()}"
+        texts, name, fingerprint = _read_saved_dataset(path), path.name, f"dir:{path.resolve()}"
     elif kind == "file":
-        path = Path(what)
-        texts = _read_jsonl(path) if path.suffix.lower() == ".jsonl" else _read_txt(path)
+        if path.suffix.lower() == ".jsonl":
+            texts = _parse_jsonl_lines(_read_text(path).split("\n"), str(path))
+        else:
+            texts = _read_txt(path)
         name, fingerprint = path.stem, sha256_of_file(path)
     else:
         try:
