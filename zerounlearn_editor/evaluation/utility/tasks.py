@@ -1,22 +1,10 @@
-"""The downstream tasks of the utility evaluation: loading, few-shot prompts, answer choices.
+"""The downstream tasks of the utility evaluation (:data:`TASKS`: sst2, cola, mrpc, rte, nli, mmlu from
+``../shared/data/utility/``, schemas in its MANIFEST.md): loading, few-shot prompts, answer words.
 
-Six tasks from ``../shared/data/utility/`` (schemas in that folder's MANIFEST.md):
-
-========  =====================================  ==================================
-task      query fields                           choices (label -> answer word)
-========  =====================================  ==================================
-sst2      ``sentence``                           0 -> ``negative``, 1 -> ``positive``
-cola      ``sentence``                           0 -> ``No``, 1 -> ``Yes``
-mrpc      ``sentence1``, ``sentence2``           0 -> ``No``, 1 -> ``Yes``
-rte       ``sentence1``, ``sentence2``           0 -> ``True`` (entailment), 1 -> ``False``
-nli       ``sentence1``, ``sentence2``           ``entailment`` -> ``True``, ``not_entailment`` -> ``False``
-mmlu      ``question``, ``choices[4]``, subject  0..3 -> ``A`` .. ``D``
-========  =====================================  ==================================
-
-Protocol (as in the MEMIT/AlphaEdit-style utility evaluation): a few solved examples (the
-"shots") precede each query; the predicted label is the choice whose answer word has the
-highest log-probability after the prompt. GLUE shots are drawn from the same file, never from
-the scored items, one per label in turn; MMLU shots are the dev exemplars of the same subject.
+Protocol (MEMIT/AlphaEdit-style): a few solved examples (the "shots") precede each query; the
+prediction is the choice whose answer word has the highest log-probability after the prompt. GLUE
+shots come from the same file, never from the scored items, one per label in turn; MMLU shots are
+the dev exemplars of the query's subject.
 """
 from __future__ import annotations
 
@@ -41,10 +29,7 @@ class UtilityItem:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """How one task's records become prompts.
-
-    ``labels`` maps a record's ``label`` value to the index of its answer word in ``words``.
-    """
+    """How one task's records become prompts; ``labels``: a record's label -> index of its answer word."""
 
     name: str
     file: str
@@ -52,11 +37,6 @@ class TaskSpec:
     words: Tuple[str, ...]
     labels: Mapping[Any, int]
     render: Callable[[Mapping[str, Any]], str]
-
-    @property
-    def chance(self) -> float:
-        """Accuracy of a uniform random guess (the data files are label-balanced)."""
-        return 1.0 / len(self.words)
 
 
 def _single(template: str) -> Callable[[Mapping[str, Any]], str]:
