@@ -16,12 +16,9 @@ from zerounlearn_editor.evaluation.audit.items import AuditItem, PoolFact, items
 from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings, build_plan
 from zerounlearn_editor.evaluation.audit.suite import LensConfig, score_model
 
-PROBE_FIELDS = ("paraphrases", "questions")
-
-
 def check_probe_fields(record: Mapping[str, Any], index: int, path: Union[str, Path]) -> None:
     """``paraphrases`` / ``questions``, when present, must be lists of non-empty strings (error names the field)."""
-    for name in PROBE_FIELDS:
+    for name in ("paraphrases", "questions"):
         if name not in record:
             continue
         value = record[name]
@@ -54,7 +51,6 @@ class FactsAudit:
 
     def __init__(self, model, tok, items: Sequence[AuditItem], pool: Sequence[PoolFact], settings: AuditSettings,
                  hparams: Any, corpus: Optional[str] = None):
-
         passages = generic_passages(corpus or hparams.mom2_dataset) if "relearning" in settings.families else []
         self.settings = settings
         self.plan: AuditPlan = build_plan(items, pool, tok, settings, passages)
