@@ -1,16 +1,10 @@
 """Lists of small records (facts to forget, facts to keep) read from JSON, JSONL or YAML files.
 
-A file holds a list of mappings, e.g. ``[{"prompt": "The capital of France is", "subject": "France"}]``:
-
-* ``.json``: one JSON list;
-* ``.jsonl``: one JSON object per non-empty line;
-* ``.yaml`` / ``.yml``: one YAML list, read with a ``yaml.SafeLoader`` (no Python tags).
-
-A key given twice in one record is an error in every format (the hyperparameter loader's rule;
-JSON and YAML parsers would keep the last value silently).
-
-Every error is a :class:`RecordFileError` naming the file and, where known, the record index
-(0-based) and the field.
+A file holds a list of mappings (``[{"prompt": "The capital of France is", "subject": "France"}]``):
+one JSON list (``.json``), one JSON object per non-empty line (``.jsonl``) or one YAML list read with
+a ``yaml.SafeLoader`` (``.yaml`` / ``.yml``). A key given twice in one record is an error in every
+format. Every error is a :class:`RecordFileError` naming the file and, where known, the record
+index (0-based) and the field.
 """
 from __future__ import annotations
 
@@ -31,12 +25,7 @@ class RecordFileError(ValueError):
 
 
 def read_record_list(path: Union[str, Path], what: str = "records") -> List[Dict[str, Any]]:
-    """The list of mappings stored in ``path`` (see module docstring for the formats).
-
-    ``what`` names the content in error messages (e.g. ``"retain facts"``). Raises
-    :class:`RecordFileError` for a missing file, an unknown suffix, a parse error, a top level
-    that is not a list, an element that is not a mapping, or an empty list.
-    """
+    """The non-empty list of mappings stored in ``path``; ``what`` names the content in error messages."""
     path = Path(path)
     if path.suffix.lower() not in _SUFFIXES:
         raise RecordFileError(f"{path}: {what} file must end in {', '.join(_SUFFIXES)}")

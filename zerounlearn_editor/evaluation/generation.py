@@ -19,14 +19,10 @@ def generate_greedy(
     max_new_tokens: int,
     batch_size: int = 16,
 ) -> List[str]:
-    """Greedy continuations of ``prompts`` (only the new text, special tokens removed).
+    """Greedy continuations of ``prompts``, in order (only the new text, special tokens removed).
 
-    Prompts are tokenized one by one (with the tokenizer's special tokens), left-padded into
-    batches of similar length, and decoded greedily (no sampling, one beam) for at most
-    ``max_new_tokens`` tokens or until EOS. The model is put in eval mode and left there.
-
-    Returns:
-        One string per prompt, in the order of ``prompts``.
+    Prompts are tokenized one by one (with special tokens), left-padded into batches of similar
+    length, and decoded greedily for at most ``max_new_tokens`` tokens or until EOS (model put in eval mode).
     """
     if not prompts:
         return []

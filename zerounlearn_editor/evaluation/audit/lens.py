@@ -25,12 +25,6 @@ from zerounlearn_editor.evaluation.batching import (
 from zerounlearn_editor.engine.model_access import StopForward, capture_outputs, get_module, num_hidden_layers
 
 
-def answer_ranks(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
-    """Rank (0 = argmax) of ``token_ids`` ``[n]`` in ``logits`` ``[n, vocab]`` (ties count in the token's favour)."""
-    chosen = logits.gather(1, token_ids[:, None])  # [n, 1]
-    return (logits > chosen).sum(dim=1)
-
-
 def best_ranks(model: nn.Module, tok, probes: Sequence[Probe], first_layer: int, layer_module_tmp: str,
                ln_f_module: str, batch_size: int = 16) -> List[int]:
     """Per probe: the answer's first token's best rank over layers ``first_layer..L-1`` (see module docstring)."""
@@ -57,7 +51,8 @@ def best_ranks(model: nn.Module, tok, probes: Sequence[Probe], first_layer: int,
             best = None
             for name in names:
                 hidden = captured[name][:, -1]  # [b, d], left padding: the last position is the prompt's last token
-                ranks = answer_ranks(head(norm(hidden)).float(), answer)
+                logits = head(norm(hidden)).float()  # [b, vocab]
+                ranks = (logits > logits.gather(1, answer[:, None])).sum(dim=1)  # 0 = top; ties count for it
                 best = ranks if best is None else torch.minimum(best, ranks)
             for row, index in enumerate(indices):
                 result[index] = int(best[row])

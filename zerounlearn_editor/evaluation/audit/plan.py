@@ -12,7 +12,7 @@ relearning data. Base and edited models are scored on the same plan. Prompts:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from zerounlearn_editor.data.types import Probe
@@ -82,8 +82,6 @@ class AuditSettings:
                              f"{self.relearn_lr}, {self.relearn_n}")
 
     def to_dict(self) -> Dict[str, Any]:
-        from dataclasses import asdict
-
         return asdict(self)
 
 

@@ -30,18 +30,6 @@ from zerounlearn_editor.evaluation.batching import model_device
 SCOPES = ("mlp", "full")
 
 
-def trainable(model: nn.Module, scope: str) -> List[Tuple[str, nn.Parameter]]:
-    """The parameters a scope trains (``mlp`` or ``full``)."""
-    if scope not in SCOPES:
-        raise ValueError(f"relearning scope must be one of {SCOPES}, got {scope!r}")
-    params = list(model.named_parameters())
-    if scope == "mlp":
-        params = [(n, p) for n, p in params if ".mlp." in n]
-    if not params:
-        raise ValueError(f"relearning scope {scope!r}: the model has no such parameters")
-    return params
-
-
 def generic_texts(passages: Sequence[str], n: int, words: int, forbidden_words: Sequence[str]) -> List[str]:
     """The first ``n`` passages naming no forbidden word (case-insensitive), cut to ``words`` words."""
     texts = []
@@ -63,13 +51,16 @@ def relearned_copy(model: nn.Module, tok, scope: str, steps: int, lr: float,
     """
     if bool(pairs) == bool(texts):
         raise ValueError("relearning needs either (prompt, answer) pairs or texts, not both or neither")
+    if scope not in SCOPES:
+        raise ValueError(f"relearning scope must be one of {SCOPES}, got {scope!r}")
     twin = copy.deepcopy(model).eval()
-    params = trainable(twin, scope)
-    names = {n for n, _ in params}
-    for name, param in twin.named_parameters():
-        param.requires_grad_(name in names)
+    params = [p for n, p in twin.named_parameters() if scope == "full" or ".mlp." in n]
+    if not params:
+        raise ValueError(f"relearning scope {scope!r}: the model has no such parameters")
+    for param in twin.parameters():
+        param.requires_grad_(any(param is p for p in params))
     batch = (encode_answers(tok, pairs) if pairs else encode_texts(tok, texts)).to(model_device(twin))
-    optimizer = torch.optim.Adam([p for _, p in params], lr=lr)
+    optimizer = torch.optim.Adam(params, lr=lr)
     with torch.enable_grad():
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)
