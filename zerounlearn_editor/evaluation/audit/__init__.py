@@ -11,7 +11,7 @@ For the forgotten facts, before and after the edit, each probe gives the % of fa
 * relearning: a few fine-tuning steps on related facts, and on generic text as the control (:mod:`.relearn`);
 * RWKU's own levels when the data is RWKU.
 
-:func:`~.runner.run_audit` runs it for the bench's methods (``zerounlearn audit``);
+``zerounlearn audit`` runs it for the bench's methods (:mod:`zerounlearn_editor.bench.audit`);
 :func:`~.plan.build_plan` + :func:`~.suite.score_model` score any model.
 """
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """Relearning attack: a few fine-tuning steps on a deep copy, then the forgotten prompts again.
 
-``steps`` full-batch Adam steps (lr ``lr``) on either
-
-* related facts (same relations, answers not forgotten; :func:`.items.relearn_facts`), loss the
-  token-mean NLL of their answers, or
-* generic text (the control: same number of passages of the statistics corpus, first
-  ``generic_words`` words each, no forgotten subject or answer), loss the NLL of every token,
-
-training the MLP weights only (``scope="mlp"``: parameters whose name contains ``.mlp.``) or every
-parameter (``scope="full"``). What comes back after the related facts but not after generic text
-is the association, not noise. The caller's model is never changed.
+``steps`` full-batch Adam steps on related facts (same relations, answers not forgotten;
+:func:`.items.relearn_facts`; loss: the token-mean NLL of their answers) or on generic text (the
+control: as many passages of the statistics corpus, naming no forgotten subject or answer; loss: the
+NLL of every token), training the MLP weights only (``scope="mlp"``: names containing ``.mlp.``) or
+every parameter (``scope="full"``). What comes back after the related facts but not after generic
+text is the association, not noise. The caller's model is never changed.
 """
 from __future__ import annotations
 
@@ -45,10 +41,8 @@ def generic_texts(passages: Sequence[str], n: int, words: int, forbidden_words: 
 
 def relearned_copy(model: nn.Module, tok, scope: str, steps: int, lr: float,
                    pairs: Sequence[Tuple[str, str]] = (), texts: Sequence[str] = ()) -> nn.Module:
-    """A deep copy of ``model`` after ``steps`` Adam steps on ``pairs`` (answer NLL) or ``texts`` (LM NLL).
-
-    Exactly one of ``pairs`` / ``texts`` is given. Dropout is off (eval mode) so the run is deterministic.
-    """
+    """A deep copy of ``model`` after ``steps`` Adam steps on ``pairs`` (answer NLL) or ``texts`` (LM NLL),
+    exactly one of them given; in eval mode (no dropout), so the run is deterministic."""
     if bool(pairs) == bool(texts):
         raise ValueError("relearning needs either (prompt, answer) pairs or texts, not both or neither")
     if scope not in SCOPES:
