@@ -73,12 +73,8 @@ def builtin_corpus_bytes(name: str) -> bytes:
 
 
 def default_ppl_text(cache_dir: Optional[Path] = None) -> Path:
-    """The default perplexity text (the embedded WikiText-2 test split), unpacked once (atomically).
-
-    ``cache_dir`` defaults to ``<cache>/data`` (``$ZEROUNLEARN_CACHE`` or ``~/.cache/zerounlearn_editor``),
-    else, when that cannot be written, a per-user temporary folder; a copy with the wrong content is
-    replaced.
-    """
+    """The default perplexity text (the embedded WikiText-2 test split), unpacked once (atomically) into
+    ``cache_dir`` (default ``<cache>/data``, else a per-user temporary folder); a wrong copy is replaced."""
     from zerounlearn_editor.support.model_zoo import default_cache_dir  # no torch import on this path
 
     compressed = f"{PPL_TEXT_NAME}.xz"

@@ -98,10 +98,7 @@ def _read_hub(name: str, limit: Optional[int]) -> List[str]:
 
 
 def _resolve(source: str) -> Tuple[str, str]:
-    """``(kind, what)``: ``("builtin", name)``, ``("dir" | "file", path)`` or ``("hub", hub name)``.
-
-    Reads nothing; raises :class:`CorpusError` naming the path when ``source`` cannot be a corpus.
-    """
+    """``("builtin", name)``, ``("dir" | "file", path)`` or ``("hub", hub name)``; :class:`CorpusError` if none."""
     builtin = builtin_corpus_name(source)
     if builtin is not None:
         return "builtin", builtin
@@ -127,11 +124,8 @@ def check_corpus_source(source: str) -> None:
 
 
 def load_corpus(source: str, limit: Optional[int] = None) -> Corpus:
-    """Load passages from ``source`` (a built-in name, a path or a hub dataset name), at most ``limit``.
-
-    A built-in corpus name wins over a file or folder of the same name in the working directory
-    (write ``./name`` to mean the file).
-    """
+    """At most ``limit`` passages of ``source`` (a built-in name, a path or a hub dataset name); a built-in
+    name wins over a file or folder of the same name in the working directory (``./name`` means the file)."""
     if limit is not None and limit < 1:
         raise CorpusError(f"corpus {source!r}: the number of passages must be >= 1, got {limit}")
     kind, what = _resolve(source)

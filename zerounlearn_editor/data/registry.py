@@ -22,6 +22,7 @@ from zerounlearn_editor.support.resources import data_dir_candidates, missing_da
 
 logger = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class DatasetSpec:
     """A registered dataset format: its loader and default path under the data directory."""
@@ -74,13 +75,11 @@ def detect_format(path: Union[str, Path]) -> str:
 
 def sample_cases(cases: List[UnlearnCase], n: Optional[int], seed: int = 0) -> List[UnlearnCase]:
     """``n`` cases drawn by ``random.Random(seed).sample`` (all, in file order, when ``n`` is None)."""
-    if n is None:
-        return list(cases)
-    if n < 0:
+    if n is not None and n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
-    if n >= len(cases):
-        if n > len(cases):
-            logger.warning("asked for %d cases, only %d available; using all", n, len(cases))
+    if n is not None and n > len(cases):
+        logger.warning("asked for %d cases, only %d available; using all", n, len(cases))
+    if n is None or n >= len(cases):
         return list(cases)
     return random.Random(seed).sample(cases, n)
 

@@ -8,11 +8,8 @@ from typing import Dict, List, Optional, Union
 
 @dataclass(frozen=True)
 class Probe:
-    """One teacher-forced probe: the model reads ``prompt`` and should (or should not) say ``answer``.
-
-    ``answer`` carries no leading space (``"Paris"``); scorers evaluate ``prompt + " " + answer``, as
-    EasyEdit and ROME do.
-    """
+    """One teacher-forced probe: the model reads ``prompt`` and should (or should not) say ``answer``
+    (no leading space, ``"Paris"``; scorers evaluate ``prompt + " " + answer``, as EasyEdit and ROME do)."""
 
     prompt: str
     answer: str

@@ -20,11 +20,7 @@ from zerounlearn_editor.evaluation.metrics import ProbeScores
 
 @dataclass(frozen=True)
 class CaseScores:
-    """Scores of one case's three probe sets at one phase (pre or post unlearning).
-
-    ``groups``: scores of the case's ``probe_groups`` (e.g. RWKU levels), by group name;
-    empty for datasets without groups.
-    """
+    """Scores of one case's probe sets at one phase (pre or post); ``groups``: of its ``probe_groups``."""
 
     forget: ProbeScores
     paraphrase: ProbeScores

@@ -19,11 +19,8 @@ def generate_greedy(
     max_new_tokens: int,
     batch_size: int = 16,
 ) -> List[str]:
-    """Greedy continuations of ``prompts``, in order (only the new text, special tokens removed).
-
-    Prompts are tokenized one by one (with special tokens), left-padded into batches of similar
-    length, and decoded greedily for at most ``max_new_tokens`` tokens or until EOS (model put in eval mode).
-    """
+    """Greedy continuations of ``prompts``, in order (the new text, special tokens removed), at most
+    ``max_new_tokens`` tokens or until EOS, left-padded batches of similar length (model put in eval mode)."""
     if not prompts:
         return []
     model.eval()

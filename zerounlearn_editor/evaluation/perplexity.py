@@ -57,11 +57,8 @@ def read_text(text_path_or_text: Union[str, os.PathLike]) -> str:
 
 
 def leading_token_ids(tok: "PreTrainedTokenizerBase", text: str, max_tokens: int) -> List[int]:
-    """The first ``max_tokens`` token ids of ``tok(text)``, tokenizing only a long-enough prefix.
-
-    A character prefix is tokenized and grown until it yields more than ``max_tokens`` tokens
-    (so the possibly cut last word lies beyond the kept tokens), or the whole text is used.
-    """
+    """The first ``max_tokens`` token ids of ``tok(text)``: a character prefix is tokenized and doubled until
+    it yields more than ``max_tokens`` tokens (so a cut last word lies beyond them) or is the whole text."""
     chars = max(1024, 8 * max_tokens)
     while True:
         ids = tok(text[:chars])["input_ids"]
@@ -99,11 +96,7 @@ def perplexity(
     batch_size: int = 4,
 ) -> float:
     """``exp(mean NLL)`` of the first ``max_tokens`` tokens of a text (a UTF-8 file or the text itself) in
-    strided windows of ``window`` tokens, ``batch_size`` windows per forward pass (model put in eval mode).
-
-    Raises:
-        ValueError: fewer than two tokens, or invalid window/stride/batch size.
-    """
+    strided windows of ``window`` tokens, ``batch_size`` windows per forward pass (model put in eval mode)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     ids = leading_token_ids(tok, read_text(text_path_or_text), max_tokens)

@@ -16,6 +16,7 @@ from zerounlearn_editor.evaluation.audit.items import AuditItem, PoolFact, items
 from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings, build_plan
 from zerounlearn_editor.evaluation.audit.suite import LensConfig, score_model
 
+
 def check_probe_fields(record: Mapping[str, Any], index: int, path: Union[str, Path]) -> None:
     """``paraphrases`` / ``questions``, when present, must be lists of non-empty strings (error names the field)."""
     for name in ("paraphrases", "questions"):

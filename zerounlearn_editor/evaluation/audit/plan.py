@@ -24,6 +24,7 @@ from zerounlearn_editor.evaluation.audit.items import (
     forbidden_of,
     relearn_facts,
 )
+from zerounlearn_editor.evaluation.audit.quantize import QUANT_SCHEMES
 from zerounlearn_editor.evaluation.audit.relearn import SCOPES, generic_texts
 
 FAMILIES = ("formats", "in_context", "choice", "lens", "quantization", "relearning", "rwku")
@@ -62,8 +63,6 @@ class AuditSettings:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad setting."""
-        from zerounlearn_editor.evaluation.audit.quantize import QUANT_SCHEMES
-
         for name in self.families:
             if name not in FAMILIES:
                 raise ValueError(f"audit: unknown probe family {name!r} (known: {', '.join(FAMILIES)})")
@@ -129,11 +128,8 @@ def _in_context_probe(item: AuditItem, examples: Sequence[PoolFact]) -> Probe:
 
 def build_plan(items: Sequence[AuditItem], pool: Sequence[PoolFact], tok: Any, settings: AuditSettings,
                generic_passages: Sequence[str] = ()) -> AuditPlan:
-    """Draw every probe of ``settings.families`` for ``items`` (seeded by ``settings.seed``).
-
-    Raises:
-        ValueError: no items, or relearning asked for without any allowed fact / generic text.
-    """
+    """Draw every probe of ``settings.families`` for ``items`` (seeded by ``settings.seed``); ``ValueError``
+    for no items, or relearning without any allowed fact or generic text."""
     if not items:
         raise ValueError("audit: no forgotten facts with an answer to probe")
     settings.validate()

@@ -106,10 +106,8 @@ def load_task_items(
 ) -> List[UtilityItem]:
     """The scored items of task ``name``: ``n`` records drawn with ``seed`` (all when ``None``).
 
-    GLUE tasks: the records are shuffled with ``seed``; the first ``n`` are scored and the
-    ``shots`` demonstrations come from the rest, cycling through the labels (label 0, 1, 0, ...)
-    so the prompt is balanced. MMLU: ``shots`` dev exemplars of the query's subject, in file
-    order, under the usual header line.
+    GLUE: the first ``n`` shuffled records are scored, the ``shots`` demonstrations come from the rest,
+    cycling through the labels (0, 1, 0, ...). MMLU: ``shots`` dev exemplars of the query's subject.
     """
     spec = TASKS[name]
     data_dir = Path(data_dir)
