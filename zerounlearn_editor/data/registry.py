@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Union
 from zerounlearn_editor.data.counterfact import load_counterfact_easyedit, load_counterfact_rome
 from zerounlearn_editor.data.mquake import load_mquake
 from zerounlearn_editor.data.records import read_json_records
-from zerounlearn_editor.data.rwku import RWKU_FILES, load_rwku
+from zerounlearn_editor.data.rwku import RWKU_GROUPS, load_rwku
 from zerounlearn_editor.data.types import UnlearnCase
 from zerounlearn_editor.data.zsre import load_zsre_knowedit, load_zsre_mend
 from zerounlearn_editor.support.resources import data_dir_candidates, missing_data_message
@@ -53,7 +53,7 @@ def detect_format(path: Union[str, Path]) -> str:
     """The registered format of a user's file (or RWKU directory), from its fields; ``ValueError`` if none."""
     path = Path(path)
     if path.is_dir():
-        if any((path / name).is_file() for name in RWKU_FILES.values()):
+        if any((path / f"{group}.json").is_file() for group in RWKU_GROUPS):
             return "rwku"
         raise ValueError(f"{path}: directory holds no RWKU level files")
     records = read_json_records(path)

@@ -33,14 +33,8 @@ from zerounlearn_editor.data.types import Probe, UnlearnCase
 
 logger = logging.getLogger(__name__)
 
-#: probe group name -> file name, in the order probes are gathered.
-RWKU_FILES: Dict[str, str] = {
-    "forget_level1": "forget_level1.json",
-    "forget_level2": "forget_level2.json",
-    "forget_level3": "forget_level3.json",
-    "neighbor_level1": "neighbor_level1.json",
-    "neighbor_level2": "neighbor_level2.json",
-}
+RWKU_GROUPS = ("forget_level1", "forget_level2", "forget_level3", "neighbor_level1", "neighbor_level2")
+"""Probe groups in the order probes are gathered; group ``g`` is read from ``g.json``."""
 _FORGET_GROUPS = ("forget_level1", "forget_level2")
 _PARAPHRASE_GROUPS = ("forget_level3",)
 _NEIGHBOUR_GROUPS = ("neighbor_level1", "neighbor_level2")
@@ -73,14 +67,14 @@ def load_rwku(path: Union[str, Path], source: str = "rwku") -> List[UnlearnCase]
     if not directory.is_dir():
         raise FileNotFoundError(f"RWKU data directory not found: {directory}")
     groups: Dict[str, Dict[str, List[Probe]]] = {}  # subject -> group -> probes
-    present = [group for group, name in RWKU_FILES.items() if (directory / name).is_file()]
+    present = [group for group in RWKU_GROUPS if (directory / f"{group}.json").is_file()]
     if not any(group.startswith("forget") for group in present):
         raise FileNotFoundError(f"{directory}: no forget_level*.json file")
-    for group in RWKU_FILES:
+    for group in RWKU_GROUPS:
         if group not in present:
-            logger.warning("%s: %s missing; its probes are left out", directory, RWKU_FILES[group])
+            logger.warning("%s: %s.json missing; its probes are left out", directory, group)
             continue
-        for subject, probe in _read_group(directory / RWKU_FILES[group], group):
+        for subject, probe in _read_group(directory / f"{group}.json", group):
             if group.startswith("forget"):
                 groups.setdefault(subject, {})
             if subject in groups:
