@@ -63,20 +63,22 @@ class RecordReader:
         """The field's value, whatever its type (must exist)."""
         return self._lookup(field_name, required=True)
 
+    def _typed(self, field_name: str, kind: type, what: str) -> Any:
+        value = self.raw(field_name)
+        if not isinstance(value, kind):
+            raise self.error(field_name, f"expected {what}, got {type(value).__name__}")
+        return value
+
     def text(self, field_name: str) -> str:
         """A non-empty string field (surrounding whitespace is kept)."""
-        value = self.raw(field_name)
-        if not isinstance(value, str):
-            raise self.error(field_name, f"expected a string, got {type(value).__name__}")
+        value = self._typed(field_name, str, "a string")
         if not value.strip():
             raise self.error(field_name, "expected a non-empty string")
         return value
 
     def text_list(self, field_name: str) -> List[str]:
         """A list of non-empty strings (may be empty)."""
-        value = self.raw(field_name)
-        if not isinstance(value, list):
-            raise self.error(field_name, f"expected a list of strings, got {type(value).__name__}")
+        value = self._typed(field_name, list, "a list of strings")
         for position, item in enumerate(value):
             if not isinstance(item, str) or not item.strip():
                 raise self.error(f"{field_name}[{position}]", "expected a non-empty string")
@@ -84,16 +86,11 @@ class RecordReader:
 
     def mapping(self, field_name: str) -> Mapping[str, Any]:
         """An object-valued field."""
-        value = self.raw(field_name)
-        if not isinstance(value, dict):
-            raise self.error(field_name, f"expected an object, got {type(value).__name__}")
-        return value
+        return self._typed(field_name, dict, "an object")
 
     def object_list(self, field_name: str) -> List["RecordReader"]:
         """A list of objects, each wrapped in a reader whose field names are prefixed."""
-        value = self.raw(field_name)
-        if not isinstance(value, list):
-            raise self.error(field_name, f"expected a list of objects, got {type(value).__name__}")
+        value = self._typed(field_name, list, "a list of objects")
         readers = []
         for position, item in enumerate(value):
             if not isinstance(item, dict):
