@@ -98,7 +98,7 @@ def _read_hub(name: str, limit: Optional[int]) -> List[str]:
 
 
 def _resolve(source: str) -> Tuple[str, str]:
-    """``("builtin", name)``, ``("dir" | "file", path)`` or ``("hub", hub name)``; :class:`CorpusError` if none."""
+    """``("builtin", name)``, ``("dir" | "file", path)`` or ``("hub", name)``; :class:`CorpusError` if none."""
     builtin = builtin_corpus_name(source)
     if builtin is not None:
         return "builtin", builtin

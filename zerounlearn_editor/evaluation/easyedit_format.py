@@ -1,14 +1,11 @@
-"""Per-request metric dicts in EasyEdit's layout (``BaseEditor.edit``'s ``pre``/``post`` dicts).
-
-Meanings for unlearning:
+"""Per-request metric dicts in EasyEdit's layout (``BaseEditor.edit``'s ``pre``/``post``), for unlearning:
 
 * ``rewrite_acc`` / ``rephrase_acc``: teacher-forced token accuracy of the **true answer** on the
-  forget / paraphrase probes (EasyEdit scores ``target_new``; here lower post values mean more
-  forgetting); ``rewrite_prob`` / ``rephrase_prob``: its geometric-mean token probability.
-* ``locality["<key>_output"]``: argmax token ids at the neighbour answers' positions;
-  ``locality["<key>_truth_acc"]``: token accuracy of the neighbours' true answers;
-  post-only ``locality["<key>_acc"]``: per neighbour, the fraction of positions whose argmax is
-  the same before and after, as EasyEdit's ``finalize_locality_metrics``.
+  forget / paraphrase probes (EasyEdit scores ``target_new``; lower post values: more forgetting);
+  ``rewrite_prob`` / ``rephrase_prob``: its geometric-mean token probability;
+* ``locality``: ``neighborhood_output`` (argmax ids at the neighbour answers' positions),
+  ``neighborhood_truth_acc`` (token accuracy of the neighbours' answers) and, post only,
+  ``neighborhood_acc`` (per neighbour, the fraction of argmax ids unchanged, as EasyEdit computes it).
 """
 from __future__ import annotations
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Union
+from typing import TYPE_CHECKING, List, NamedTuple, Union
 
 import torch
 
@@ -30,8 +29,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 
-@dataclass(frozen=True)
-class Window:
+class Window(NamedTuple):
     """Token range ``[begin, end)`` of the stream, scoring positions ``[score_from, end)``."""
 
     begin: int

@@ -1,10 +1,8 @@
 """The audit of ``zerounlearn unlearn --audit``: the facts file's facts, before and after the edit.
 
-Facts-file records may carry optional ``paraphrases`` and ``questions`` (lists of strings,
-checked by :func:`check_probe_fields`); records without an answer are not audited. Borrowed
-facts (in-context examples, distractors, relearning) come from the package's hand-written facts
-(:mod:`zerounlearn_editor.data.facts`) and the retain file's facts with answers; the relation of a
-fact is its prompt with the subject replaced by ``{}``.
+Records may carry ``paraphrases`` and ``questions`` (lists of strings); records without an answer are
+not audited. Borrowed facts come from :mod:`zerounlearn_editor.data.facts` and the retain file's facts
+with answers.
 """
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """Logit lens: where in the network the answer is still readable.
 
-For a probe, the residual stream ``h_l`` ``[d]`` at the last prompt position after each decoder
-layer ``l >= first_layer`` goes through the final norm and the output head; the answer's first
-token's rank among the ``vocab`` logits (0 = top) is taken per layer, and the probe's *best rank*
-is the minimum over those layers. A fact counts as readable when its best rank is < ``top_k``
-(in the top 10 by default).
+The residual stream ``h_l`` ``[d]`` at the last prompt position after each decoder layer
+``l >= first_layer`` goes through the final norm and the output head; the probe's *best rank* is the
+minimum over those layers of the answer's first token's rank among the ``vocab`` logits (0 = top).
 """
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Symmetric RTN: a row of ``W`` ``[d_out, d_in]`` (per channel) or each group of ``group_size``
 consecutive inputs of a row (grouped) gets the scale ``s = max|w| / (2^(bits-1) - 1)``; weights
 become ``s * clamp(round(w / s), -2^(bits-1), 2^(bits-1) - 1)`` (stored dequantized, in the
-weight's dtype). The output head (``get_output_embeddings()``, often tied to the input
-embeddings) is left in full precision, as weight-only quantization schemes usually do.
+weight's dtype). The output head (often tied to the input embeddings) stays in full precision.
 """
 from __future__ import annotations
 
