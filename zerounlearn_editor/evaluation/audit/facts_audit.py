@@ -18,9 +18,7 @@ from zerounlearn_editor.evaluation.audit.suite import LensConfig, score_model
 def check_probe_fields(record: Mapping[str, Any], index: int, path: Union[str, Path]) -> None:
     """``paraphrases`` / ``questions``, when present, must be lists of non-empty strings (error names the field)."""
     for name in ("paraphrases", "questions"):
-        if name not in record:
-            continue
-        value = record[name]
+        value = record.get(name, [])
         if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
             raise RecordFileError(f"{path}: record {index}: field {name!r} must be a list of non-empty strings, got {value!r}")
 

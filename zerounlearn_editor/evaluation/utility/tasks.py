@@ -32,7 +32,6 @@ class TaskSpec:
     """How one task's records become prompts; ``labels``: a record's label -> index of its answer word."""
 
     name: str
-    file: str
     fields: Tuple[str, ...]
     words: Tuple[str, ...]
     labels: Mapping[Any, int]
@@ -44,19 +43,19 @@ def _single(template: str) -> Callable[[Mapping[str, Any]], str]:
 
 
 TASKS: Dict[str, TaskSpec] = {
-    "sst2": TaskSpec("sst2", "sst2.json", ("sentence",), ("negative", "positive"), {0: 0, 1: 1},
+    "sst2": TaskSpec("sst2", ("sentence",), ("negative", "positive"), {0: 0, 1: 1},
                      _single("Review: {sentence}\nSentiment:")),
-    "cola": TaskSpec("cola", "cola.json", ("sentence",), ("No", "Yes"), {0: 0, 1: 1},
+    "cola": TaskSpec("cola", ("sentence",), ("No", "Yes"), {0: 0, 1: 1},
                      _single("Sentence: {sentence}\nQuestion: Is this sentence grammatically acceptable?\nAnswer:")),
-    "mrpc": TaskSpec("mrpc", "mrpc.json", ("sentence1", "sentence2"), ("No", "Yes"), {0: 0, 1: 1},
+    "mrpc": TaskSpec("mrpc", ("sentence1", "sentence2"), ("No", "Yes"), {0: 0, 1: 1},
                      _single("Sentence 1: {sentence1}\nSentence 2: {sentence2}\n"
                              "Question: Do both sentences mean the same thing?\nAnswer:")),
-    "rte": TaskSpec("rte", "rte.json", ("sentence1", "sentence2"), ("True", "False"), {0: 0, 1: 1},
+    "rte": TaskSpec("rte", ("sentence1", "sentence2"), ("True", "False"), {0: 0, 1: 1},
                     _single("{sentence1}\nQuestion: {sentence2} True or False?\nAnswer:")),
-    "nli": TaskSpec("nli", "nli.json", ("sentence1", "sentence2"), ("True", "False"),
+    "nli": TaskSpec("nli", ("sentence1", "sentence2"), ("True", "False"),
                     {"entailment": 0, "not_entailment": 1},
                     _single("{sentence1}\nQuestion: {sentence2} True or False?\nAnswer:")),
-    "mmlu": TaskSpec("mmlu", "mmlu.json", ("question", "choices", "subject"), ("A", "B", "C", "D"),
+    "mmlu": TaskSpec("mmlu", ("question", "choices", "subject"), ("A", "B", "C", "D"),
                      {0: 0, 1: 1, 2: 2, 3: 3},
                      lambda r: r["question"].strip() + "\n" + "".join(
                          f"{letter}. {str(choice).strip()}\n" for letter, choice in zip("ABCD", r["choices"])
@@ -111,20 +110,19 @@ def load_task_items(
     """
     spec = TASKS[name]
     data_dir = Path(data_dir)
-    records = _read_records(data_dir / spec.file, spec)
+    records = _read_records(data_dir / f"{name}.json", spec)
     if shots < 0:
         raise ValueError(f"shots must be >= 0, got {shots}")
     order = list(range(len(records)))
     random.Random(f"{name}:{seed}").shuffle(order)
     scored = order if n is None else order[:n]
     if n is not None and n > len(records):
-        raise ValueError(f"{name}: n={n} but {data_dir / spec.file} holds {len(records)} records")
-    items: List[UtilityItem] = []
+        raise ValueError(f"{name}: n={n} but {data_dir / f'{name}.json'} holds {len(records)} records")
     if name == "mmlu":
-        dev = _read_records(data_dir / MMLU_SHOTS_FILE, spec)
         by_subject: Dict[str, List[Dict[str, Any]]] = {}
-        for record in dev:
+        for record in _read_records(data_dir / MMLU_SHOTS_FILE, spec):
             by_subject.setdefault(str(record["subject"]), []).append(record)
+        items: List[UtilityItem] = []
         for i in scored:
             record = records[i]
             subject = str(record["subject"])
@@ -146,6 +144,5 @@ def load_task_items(
             raise ValueError(f"{name}: not enough unscored records for {shots} shots (n={n})")
         demos_idx.append(pick)
     demos = "".join(_shot_text(spec, records[i]) for i in demos_idx)
-    for i in scored:
-        items.append(UtilityItem(demos + spec.render(records[i]), spec.words, _gold(spec, records[i]), i))
-    return items
+    return [UtilityItem(demos + spec.render(records[i]), spec.words, _gold(spec, records[i]), i)
+            for i in scored]
