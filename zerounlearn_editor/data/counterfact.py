@@ -43,9 +43,8 @@ def load_counterfact_rome(path: Union[str, Path], source: str = "counterfact") -
     return cases_from_records(path, build)
 
 
-def load_counterfact_easyedit(
-    path: Union[str, Path], source: str = "counterfact-easyedit"
-) -> List[UnlearnCase]:
+def load_counterfact_easyedit(path: Union[str, Path],
+                              source: str = "counterfact-easyedit") -> List[UnlearnCase]:
     """Load CounterFact in EasyEdit/MEND format (see module docstring for the field mapping)."""
 
     def build(reader: RecordReader) -> Optional[UnlearnCase]:

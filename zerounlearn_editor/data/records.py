@@ -42,9 +42,8 @@ class RecordReader:
     field path of ``record`` inside its top-level record (``""`` for that).
     """
 
-    def __init__(
-        self, path: Union[str, Path], index: int, record: Mapping[str, Any], prefix: str = ""
-    ) -> None:
+    def __init__(self, path: Union[str, Path], index: int, record: Mapping[str, Any],
+                 prefix: str = "") -> None:
         self.path = Path(path)
         self.index = index
         self.record = record
@@ -131,9 +130,8 @@ def log_skipped(path: Union[str, Path], skipped: int, total: int, reason: str) -
         logger.info("%s: skipped %d of %d records (%s)", path, skipped, total, reason)
 
 
-def cases_from_records(
-    path: Union[str, Path], build: Callable[[RecordReader], Optional[UnlearnCase]]
-) -> List[UnlearnCase]:
+def cases_from_records(path: Union[str, Path],
+                       build: Callable[[RecordReader], Optional[UnlearnCase]]) -> List[UnlearnCase]:
     """``build(reader)`` of every record of a JSON file, in order; ``None`` (the record's subject is
     not verbatim in its prompt, so it cannot form a request) skips the record, counted in the log."""
     records = read_json_records(path)

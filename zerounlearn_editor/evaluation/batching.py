@@ -85,9 +85,8 @@ def resolve_padding_side(tok: "PreTrainedTokenizerBase", padding_side: Optional[
     return side
 
 
-def pad_sequences(
-    sequences: Sequence[Sequence[int]], pad_id: int, side: str, device: torch.device
-) -> PaddedBatch:
+def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int, side: str,
+                  device: torch.device) -> PaddedBatch:
     """Pad token id lists into one ``[batch, max_len]`` batch on ``side``; positions ``cumsum(mask) - 1``."""
     if not sequences:
         raise ValueError("cannot pad an empty list of sequences")

@@ -42,14 +42,9 @@ def _phase(scores: CaseScores) -> Dict[str, Any]:
 
 def _agreement(pre: Sequence[Sequence[int]], post: Sequence[Sequence[int]]) -> List[float]:
     """Per probe, the fraction of positions where pre and post argmax tokens agree."""
-    if len(pre) != len(post):
-        raise ValueError(f"locality output count mismatch: {len(pre)} pre, {len(post)} post")
-    out = []
-    for a, b in zip(pre, post):
-        if len(a) != len(b):
-            raise ValueError("pre and post locality outputs differ in length")
-        out.append(sum(x == y for x, y in zip(a, b)) / len(a))
-    return out
+    if [len(a) for a in pre] != [len(b) for b in post]:
+        raise ValueError(f"pre/post locality outputs differ in number or length ({len(pre)} / {len(post)})")
+    return [sum(x == y for x, y in zip(a, b)) / len(a) for a, b in zip(pre, post)]
 
 
 def easyedit_metrics(case_id: Any, request: Mapping[str, Any], pre: CaseScores,
