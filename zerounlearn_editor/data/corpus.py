@@ -98,7 +98,7 @@ def _read_hub(name: str, limit: Optional[int]) -> List[str]:
 
 
 def _resolve(source: str) -> Tuple[str, str]:
-    """``("builtin", name)``, ``("dir" | "file", path)`` or ``("hub", name)``; :class:`CorpusError` if none."""
+    """``("builtin", name)``, ``("dir" | "file", path)`` or ``("hub", name)``; else :class:`CorpusError`."""
     builtin = builtin_corpus_name(source)
     if builtin is not None:
         return "builtin", builtin
@@ -113,8 +113,8 @@ def _resolve(source: str) -> Tuple[str, str]:
         raise CorpusError(f"corpus file not found: {path}")
     hub_name, online = split_hub_name(source)
     if not online:
-        raise CorpusError(f"corpus {source!r}: no such file or folder ({path.resolve()}), and the hub is off; "
-                          f"{offline_hint(source)}")
+        raise CorpusError(f"corpus {source!r}: no such file or folder ({path.resolve()}), and the hub is "
+                          f"off; {offline_hint(source)}")
     return "hub", hub_name
 
 

@@ -59,7 +59,8 @@ def read_record_list(path: Union[str, Path], what: str = "records") -> List[Dict
         raise RecordFileError(f"{path}: the list of {what} is empty")
     for index, record in enumerate(records):
         if not isinstance(record, dict):
-            raise RecordFileError(f"{record_location(path, index)}: expected a mapping, got {type(record).__name__}")
+            where = record_location(path, index)
+            raise RecordFileError(f"{where}: expected a mapping, got {type(record).__name__}")
     return records
 
 

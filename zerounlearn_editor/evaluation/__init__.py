@@ -15,6 +15,6 @@ from zerounlearn_editor.evaluation.selection import select_known_cases
 
 __all__ = [
     "CaseScores", "EncodedProbe", "ProbeScores", "answer_probability", "easyedit_metrics", "encode_probe",
-    "encode_probes", "evaluate_probes", "generate_greedy", "ngram_entropy", "perplexity", "select_known_cases",
-    "text_ngram_entropy",
+    "encode_probes", "evaluate_probes", "generate_greedy", "ngram_entropy", "perplexity",
+    "select_known_cases", "text_ngram_entropy",
 ]

@@ -17,7 +17,7 @@ _WEIGHTS = {2: 2 / 3, 3: 4 / 3}  # n -> weight, as in ROME
 
 
 def text_ngram_entropy(text: str) -> float:
-    """Weighted n-gram entropy of one text: ``mean_n(weight_n * H_n(text))`` over bigrams and trigrams, in bits."""
+    """Weighted n-gram entropy of one text: ``mean_n(weight_n * H_n(text))``, n = 2, 3, ``H`` in bits."""
     tokens = _TOKEN.findall(text)
     weighted = []
     for n, weight in _WEIGHTS.items():

@@ -87,12 +87,8 @@ def evaluate_probes(
             targets = batch.input_ids[row_t, col_t]  # [N]
             log_probs = torch.log_softmax(step_logits, dim=-1).gather(1, targets[:, None]).squeeze(1)
             predicted = step_logits.argmax(dim=-1)  # [N]
-            for index, lp, pred, tgt in zip(
-                indices,
-                log_probs.split(counts),
-                predicted.split(counts),
-                targets.split(counts),
-            ):
+            splits = zip(log_probs.split(counts), predicted.split(counts), targets.split(counts))
+            for index, (lp, pred, tgt) in zip(indices, splits):
                 per_probe[index] = (lp.cpu(), pred.cpu(), tgt.cpu())
     for lp, pred, tgt in per_probe:  # type: ignore[misc]
         scores["acc"].append(float((pred == tgt).float().mean()))

@@ -116,8 +116,8 @@ def _chat_probes(tok: Any, item: AuditItem) -> Optional[List[Probe]]:
     if not getattr(tok, "chat_template", None):
         return None
     asks = [q.prompt for q in item.questions] or [f"Complete: {item.prompt}"]
-    chats = [tok.apply_chat_template([{"role": "user", "content": ask}], tokenize=False, add_generation_prompt=True)
-             for ask in asks]
+    chats = [tok.apply_chat_template([{"role": "user", "content": ask}], tokenize=False,
+                                     add_generation_prompt=True) for ask in asks]
     return [Probe(f"{chat}{item.prompt}", item.answer) for chat in chats]
 
 
