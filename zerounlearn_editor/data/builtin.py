@@ -1,10 +1,9 @@
 """Data shipped inside the package (xz-compressed in ``data/embedded/``, licences in its ``NOTICE.md``).
 
-- the statistics corpus ``wiki_passages_3643`` (3,643 Wikipedia passages, JSONL ``{"text": ...}``;
-  CC BY-SA), the default ``mom2_dataset`` of every shipped YAML, read by name
-  (:func:`builtin_corpus_bytes`);
-- the perplexity text ``wikitext2_raw_test.txt`` (WikiText-2 raw test split; CC BY-SA 3.0), unpacked
-  once into the cache folder (:func:`default_ppl_text`).
+- the statistics corpus ``wiki_passages_3643`` (3,643 Wikipedia passages, JSONL; CC BY-SA), the default
+  ``mom2_dataset`` of every shipped YAML, read by name (:func:`builtin_corpus_bytes`);
+- the perplexity text ``wikitext2_raw_test.txt`` (WikiText-2 raw test split; CC BY-SA 3.0), unpacked once
+  into the cache folder (:func:`default_ppl_text`).
 
 Both decompress to exactly the bytes of the shared data files (``text/wiki_passages_3643.jsonl``,
 ``text/wikitext2_raw_test.txt``), so fingerprints and statistics caches of either source agree.

@@ -7,12 +7,10 @@ Every hop becomes one :class:`UnlearnCase`:
     paraphrase  ``question`` -> ``answer``   (e.g. "Who performed Hey Jude?")
     neighbour   the cloze probes of the other hops of the same chain(s)
 
-Subject of hop ``i``: ``orig.triples_labeled[i][0]``, the head entity of the *original* chain that
-``single_hops`` describe (``requested_rewrite`` follows the *edited* chain from the second hop on, so
-its first subject found in the cloze is only a fallback). The subject must occur verbatim in the cloze
-and the question; other hops are skipped (counted in the log). Hops shared by several chains are
-merged: the case keeps the first id (``"<case_id>:hop<i>"``) and the other hops of every chain it is
-in, without repeats, as neighbours.
+Subject of hop ``i``: ``orig.triples_labeled[i][0]`` (the *original* chain, which ``single_hops``
+describe), else the first ``requested_rewrite`` subject in the cloze; it must occur verbatim in the cloze
+and the question, or the hop is skipped (counted in the log). A hop shared by several chains is one case
+(the first id, ``"<case_id>:hop<i>"``), its neighbours the other hops of all those chains, no repeats.
 """
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Helpers shared by the loaders: reading JSON record files, validated field access, building cases.
-
-Every loader reads its file through :func:`read_json_records` (or :func:`cases_from_records`) and
-accesses fields through :class:`RecordReader`, so a malformed record always raises
-:class:`DataFormatError` naming the file, the record index and the (dotted) field.
+"""Helpers shared by the loaders: reading JSON record files, validated field access (:class:`RecordReader`:
+a malformed record raises :class:`DataFormatError` naming file, record and dotted field), building cases.
 """
 from __future__ import annotations
 

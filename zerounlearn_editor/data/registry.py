@@ -1,7 +1,5 @@
 """Dataset registry (:data:`DATASETS`: name -> loader and default path under the data directory) and
-the :func:`load_cases` entry point.
-
-Data directory: ``data_dir`` argument, else ``$ZEROUNLEARN_DATA_DIR``, else ``../shared/data``
+:func:`load_cases`. Data directory: ``data_dir``, else ``$ZEROUNLEARN_DATA_DIR``, else ``../shared/data``
 relative to the working directory, else ``../shared/data`` beside the repository holding this package.
 """
 from __future__ import annotations
@@ -92,13 +90,9 @@ def load_cases(
     data_dir: Union[str, Path, None] = None,
     format: Optional[str] = None,  # noqa: A002 - the user-facing name
 ) -> List[UnlearnCase]:
-    """Load unlearning cases by dataset name or from a file in a registered format.
-
-    ``name_or_path``: a name of :data:`DATASETS` (read from ``path`` if given, else from its default
-    path under ``data_dir``, see :func:`default_data_dir`) or a data file (an RWKU directory) whose
-    ``format`` is guessed from its fields when not given. ``n`` cases are drawn with ``seed`` (all, in
-    file order, when ``None``). Raises ``ValueError`` (unknown name or format), ``FileNotFoundError``
-    or :class:`DataFormatError` (a malformed record: file, index and field).
+    """``n`` cases (all, in file order, when ``None``; drawn with ``seed``) of a dataset of :data:`DATASETS`
+    (read from ``path``, else from its default path under ``data_dir``) or of a data file (an RWKU
+    directory) whose ``format`` is guessed from its fields when not given.
     """
     key = str(name_or_path)
     if key in DATASETS:

@@ -9,12 +9,11 @@ Probes per target (``subject``):
     neighbour   neighbour levels 1 (cloze) + 2 (questions), knowledge to keep
     probe_groups  the same probes per file: ``forget_level1`` ... ``neighbor_level2``
 
-Cloze conversion (level 1): ``___`` (two or more underscores) marks the blank; a cloze becomes the
-text *before* its blank (all a causal LM sees there): ``"Stephen King's debut novel, titled ___,
-established him ..."`` -> ``("Stephen King's debut novel, titled", "Carrie")``. An opening quote or
-bracket right before the blank is dropped with the space. Skipped (counted in the log): several
-blanks, no text before the blank, and a blank glued to a preceding word or symbol (``"US$___"``),
-where an inserted space would change the text. Level-1 records without a blank are used as they are.
+Cloze conversion (level 1): a cloze becomes the text *before* its blank (``___``, two or more
+underscores), all a causal LM sees there: ``"Stephen King's debut novel, titled ___, established him"``
+-> ``("Stephen King's debut novel, titled", "Carrie")``; an opening quote or bracket right before the
+blank is dropped. Skipped (counted in the log): several blanks, no text before the blank, a blank glued
+to a preceding word or symbol (``"US$___"``: a space would change the text).
 
 Request: the first forget probe (level 1, then level 2, file order) whose prompt contains the
 subject verbatim; fallback ``f"{subject} is"`` with the first forget probe's answer.

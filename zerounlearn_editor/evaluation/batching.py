@@ -1,11 +1,9 @@
 """Tokenizing probes and padding token sequences into batches, without touching the tokenizer.
 
-A probe is scored on the text ``prompt + " " + answer``; its answer tokens are the tokens of that
-string after those of ``prompt`` alone (both with the tokenizer's special tokens), so exactly the
-tokens the model reads are scored, whatever the tokenizer does with the leading space. Should the
-prompt's tokens not be a prefix of the full string's (a merge across the boundary), the answer
-starts at the first token where they differ. Padding is done here, on the tokenizer's side (or the
-one asked for), with position ids from the attention mask, so left and right padding agree.
+A probe's answer tokens are the tokens of ``prompt + " " + answer`` after those of ``prompt`` alone (both
+with special tokens; from the first difference if a token merges across the boundary), exactly what the
+model reads, whatever the tokenizer does with the space. Padding is done here, on the tokenizer's side
+(or the one asked for), with position ids from the attention mask, so left and right padding agree.
 """
 from __future__ import annotations
 

@@ -44,12 +44,8 @@ RWKU_LEVELS = {"forget_level1": "fill_in_blank", "forget_level2": "question", "f
 
 
 def items_from_cases(cases: Sequence[UnlearnCase]) -> List[AuditItem]:
-    """Audit items of dataset cases: the request's prompt and answer, paraphrases, questions.
-
-    MQuAKE's paraphrase is a question (``"Who performed Hey Jude?"``): it serves both probes.
-    RWKU: questions are the target's level-2 probes, its levels are the ``groups``; the request's
-    probe (a level-1 or level-2 probe naming the target) is the prompt.
-    """
+    """Audit items of dataset cases: the request's prompt and answer, paraphrases, questions (MQuAKE's
+    paraphrase is a question, used for both; RWKU: the level-2 probes, with its levels as ``groups``)."""
     items = []
     for case in cases:
         request = case.request
