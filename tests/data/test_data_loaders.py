@@ -19,7 +19,7 @@ from zerounlearn_editor.data import (
     load_cases,
     sample_cases,
 )
-from zerounlearn_editor.data.registry import DATA_DIR_ENV
+from zerounlearn_editor.support.resources import DATA_DIR_ENV
 
 DATA_DIR = default_data_dir()
 EXPECTED_COUNTS = {

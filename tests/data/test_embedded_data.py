@@ -44,13 +44,13 @@ def test_builtin_data_equal_the_shared_files():
 
 
 def test_ppl_text_is_unpacked_once_and_repaired(tmp_path: Path):
-    path = embedded.embedded_text_file(cache_dir=tmp_path)
+    path = embedded.default_ppl_text(cache_dir=tmp_path)
     assert path == tmp_path / "wikitext2_raw_test.txt"
     data = path.read_bytes()
     assert hashlib.sha256(data).hexdigest() == embedded._SHA256["wikitext2_raw_test.txt.xz"]
     assert data.startswith(b" = Robert Boulter = \n") and len(data) == 1287656
     path.write_bytes(b"damaged")
-    assert embedded.embedded_text_file(cache_dir=tmp_path).read_bytes() == data
+    assert embedded.default_ppl_text(cache_dir=tmp_path).read_bytes() == data
 
 
 def test_a_jsonl_cache_is_reused_by_the_builtin_name(tmp_path: Path, monkeypatch):

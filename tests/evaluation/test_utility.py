@@ -15,7 +15,7 @@ from transformers import PreTrainedTokenizerFast
 from tiny_models import CORPUS, WORDS, tiny_gpt2, tiny_hparams_dict, tiny_llama, write_corpus, write_tiny_counterfact
 from zerounlearn_editor.bench.utility import UtilityConfig, run_utility
 from zerounlearn_editor.evaluation.utility import TASKS, UtilityItem, choice_logprobs, load_task_items, parse_tasks, task_scores
-from zerounlearn_editor.evaluation.utility.tasks import UtilityDataError
+from zerounlearn_editor.data.types import DataFormatError
 
 SENTENCE_WORDS = "the city of paris is a large city in france many people live in london".split()
 
@@ -116,12 +116,12 @@ def test_parse_tasks_and_prompts(ws):
 
 def test_bad_file_names_record_and_field(tmp_path):
     (tmp_path / "sst2.json").write_text(json.dumps([{"sentence": "a", "label": 0}, {"sentence": "b", "label": 7}]))
-    with pytest.raises(UtilityDataError, match=r"record 1 field 'label' = 7"):
+    with pytest.raises(DataFormatError, match=r"record 1: field 'label': value 7, expected one of \[0, 1\]"):
         load_task_items("sst2", tmp_path, 1, 0)
     (tmp_path / "rte.json").write_text(json.dumps([{"sentence1": "a", "label": 0}]))
-    with pytest.raises(UtilityDataError, match=r"record 0 has no field 'sentence2'"):
+    with pytest.raises(DataFormatError, match=r"rte.json: record 0: field 'sentence2': missing field"):
         load_task_items("rte", tmp_path, 1, 0)
-    with pytest.raises(UtilityDataError, match="not found"):
+    with pytest.raises(DataFormatError, match="cola.json: cola data file not found"):
         load_task_items("cola", tmp_path, 1, 0)
 
 

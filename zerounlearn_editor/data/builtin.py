@@ -1,19 +1,12 @@
-"""Data shipped inside the package, so the main job runs from a bare clone or a wheel.
+"""Data shipped inside the package (xz-compressed in ``data/embedded/``, licences in its ``NOTICE.md``).
 
-Two files live, xz-compressed, in ``zerounlearn_editor/data/embedded/`` (licence notes in
-``NOTICE.md`` there):
+- the statistics corpus ``wiki_passages_3643`` (3,643 Wikipedia passages, JSONL; CC BY-SA), the default
+  ``mom2_dataset`` of every shipped YAML, read by name (:func:`builtin_corpus_bytes`);
+- the perplexity text ``wikitext2_raw_test.txt`` (WikiText-2 raw test split; CC BY-SA 3.0), unpacked once
+  into the cache folder (:func:`default_ppl_text`).
 
-- the statistics corpus ``wiki_passages_3643`` (3,643 Wikipedia passages, one JSON object
-  ``{"text": ...}`` per line; CC BY-SA), the default ``mom2_dataset`` of every shipped YAML;
-- the perplexity text ``wikitext2_raw_test.txt`` (the complete WikiText-2 raw test split;
-  CC BY-SA 3.0), the default text of the demo's and the bench's perplexity.
-
-Both decompress to exactly the bytes of the files in the project's shared data folder
-(``text/wiki_passages_3643.jsonl`` and ``text/wikitext2_raw_test.txt``). The corpus is read by
-name (:func:`builtin_corpus_bytes`); its fingerprint is the SHA-256 of those bytes, the same as
-the fingerprint of the ``.jsonl`` file, so statistics cached from that file stay valid and its
-cache name (``wiki_passages_3643``) is the one EasyEdit reads. The perplexity text is unpacked
-once into the cache folder (:func:`embedded_text_file`), keeping its file name.
+Both decompress to exactly the bytes of the shared data files (``text/wiki_passages_3643.jsonl``,
+``text/wikitext2_raw_test.txt``), so fingerprints and statistics caches of either source agree.
 """
 from __future__ import annotations
 
@@ -26,16 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Optional
 
-__all__ = [
-    "EMBEDDED_DIR",
-    "BUILTIN_CORPORA",
-    "CORPUS_ALIASES",
-    "PPL_TEXT_NAME",
-    "builtin_corpus_name",
-    "builtin_corpus_bytes",
-    "embedded_text_file",
-    "default_ppl_text",
-]
+from zerounlearn_editor.support.files import sha256_of_file
 
 EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded"
 
@@ -87,28 +71,20 @@ def builtin_corpus_bytes(name: str) -> bytes:
     return _read_embedded(BUILTIN_CORPORA[canonical])
 
 
-def _data_cache_dir() -> Path:
+def default_ppl_text(cache_dir: Optional[Path] = None) -> Path:
+    """The default perplexity text (the embedded WikiText-2 test split), unpacked once (atomically) into
+    ``cache_dir`` (default ``<cache>/data``, else a per-user temporary folder); a wrong copy is replaced."""
     from zerounlearn_editor.support.model_zoo import default_cache_dir  # no torch import on this path
 
-    return default_cache_dir() / "data"
-
-
-def embedded_text_file(name: str = PPL_TEXT_NAME, cache_dir: Optional[Path] = None) -> Path:
-    """Path of an embedded text file, unpacked once (atomically) into ``cache_dir``.
-
-    ``cache_dir`` defaults to ``<cache>/data`` (``$ZEROUNLEARN_CACHE`` or
-    ``~/.cache/zerounlearn_editor``); an existing copy with the wrong content is replaced.
-    When the default folder cannot be written, a per-user temporary folder is used instead.
-    """
-    compressed = f"{name}.xz"
+    compressed = f"{PPL_TEXT_NAME}.xz"
+    user = os.getuid() if hasattr(os, "getuid") else "user"
+    folders = [Path(cache_dir)] if cache_dir is not None else [
+        default_cache_dir() / "data", Path(tempfile.gettempdir()) / f"zerounlearn_editor-{user}"]
     last_error: Optional[OSError] = None
-    if compressed not in _SHA256:
-        raise KeyError(f"no embedded text {name!r}; embedded: {PPL_TEXT_NAME}")
-    for folder in ([Path(cache_dir)] if cache_dir is not None else [_data_cache_dir(),
-                   Path(tempfile.gettempdir()) / f"zerounlearn_editor-{os.getuid() if hasattr(os, 'getuid') else 'user'}"]):
-        target = folder / name
+    for folder in folders:
+        target = folder / PPL_TEXT_NAME
         try:
-            if target.is_file() and _file_sha256(target) == _SHA256[compressed]:
+            if target.is_file() and sha256_of_file(target) == _SHA256[compressed]:
                 return target
             folder.mkdir(parents=True, exist_ok=True)
             _write_atomic(target, _read_embedded(compressed))
@@ -117,20 +93,7 @@ def embedded_text_file(name: str = PPL_TEXT_NAME, cache_dir: Optional[Path] = No
             if cache_dir is not None:
                 raise
             last_error = exc
-    raise OSError(f"cannot unpack the embedded {name}: no writable cache folder ({last_error})")
-
-
-def default_ppl_text() -> Path:
-    """The perplexity text used when none is given: the embedded WikiText-2 test split."""
-    return embedded_text_file(PPL_TEXT_NAME)
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    raise OSError(f"cannot unpack the embedded {PPL_TEXT_NAME}: no writable cache folder ({last_error})")
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -1,17 +1,12 @@
-"""General-text corpora for the utility statistic ``C0``.
+"""General-text corpora for the utility statistic ``C0``. Accepted sources:
 
-Accepted sources:
-- a built-in corpus name: ``wiki_passages_3643`` (alias ``wiki_passages``), 3,643 Wikipedia
-  passages shipped with the package (:mod:`zerounlearn_editor.data.builtin`); the default of every
-  shipped YAML. Its fingerprint equals that of the same ``.jsonl`` file on disk;
-- a ``.txt`` file: passages separated by blank lines, or one passage per line when the file
-  has no blank lines;
+- a built-in corpus name: ``wiki_passages_3643`` (alias ``wiki_passages``), shipped with the package
+  (:mod:`.builtin`), the default of every shipped YAML; fingerprint = that of the same ``.jsonl`` file;
+- a ``.txt`` file: passages separated by blank lines, or one passage per line without blank lines;
 - a ``.jsonl`` file with a ``text`` field on every line;
-- a folder written by ``datasets``' ``save_to_disk`` (column ``text``; split ``train`` if a
-  ``DatasetDict``);
-- a hub dataset name (``wikipedia``, ``wikitext``, ``wikitext2`` or ``owner/name``), loaded
-  with ``datasets.load_dataset`` -- only when asked for (``hub:NAME`` or ``ZEROUNLEARN_ONLINE=1``,
-  see :mod:`zerounlearn_editor.support.offline`); otherwise a name that is not a file fails at once.
+- a folder written by ``datasets``' ``save_to_disk`` (column ``text``; split ``train`` of a ``DatasetDict``);
+- a hub dataset name (``wikipedia``, ``wikitext``, ``wikitext2`` or ``owner/name``), only when asked for
+  (``hub:NAME`` or ``ZEROUNLEARN_ONLINE=1``); otherwise a name that is not a file fails at once.
 """
 from __future__ import annotations
 
@@ -19,10 +14,13 @@ import hashlib
 import io
 import json
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
-from typing import Iterable, List, Optional
+from typing import Iterable, List, Optional, Tuple
 
-__all__ = ["CorpusError", "Corpus", "load_corpus", "check_corpus_source", "HUB_DATASETS"]
+from zerounlearn_editor.data.builtin import builtin_corpus_bytes, builtin_corpus_name
+from zerounlearn_editor.support.files import sha256_of_file
+from zerounlearn_editor.support.offline import offline_hint, split_hub_name
 
 HUB_DATASETS = {
     "wikitext": ("Salesforce/wikitext", "wikitext-103-raw-v1"),
@@ -44,14 +42,6 @@ class Corpus:
     fingerprint: str
 
 
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
@@ -61,24 +51,11 @@ def _read_text(path: Path) -> str:
 
 
 def _read_txt(path: Path) -> List[str]:
-    text = _read_text(path)
-    lines = text.splitlines()
-    if any(not line.strip() for line in lines):
-        chunks, current = [], []
-        for line in lines:
-            if line.strip():
-                current.append(line.strip())
-            elif current:
-                chunks.append(" ".join(current))
-                current = []
-        if current:
-            chunks.append(" ".join(current))
-        return chunks
-    return [line.strip() for line in lines if line.strip()]
-
-
-def _read_jsonl(path: Path) -> List[str]:
-    return _parse_jsonl_lines(_read_text(path).split("\n"), str(path))
+    """Passages separated by blank lines (lines of one passage joined by a space), else one per line."""
+    lines = [line.strip() for line in _read_text(path).splitlines()]
+    if all(lines):
+        return lines
+    return [" ".join(group) for non_blank, group in groupby(lines, key=bool) if non_blank]
 
 
 def _parse_jsonl_lines(lines: Iterable[str], where: str) -> List[str]:
@@ -120,83 +97,59 @@ def _read_hub(name: str, limit: Optional[int]) -> List[str]:
     return [t for t in ds["text"] if isinstance(t, str) and t.strip()]
 
 
-def check_corpus_source(source: str) -> None:
-    """Fail fast (before a model is loaded) when ``source`` cannot be a corpus; reads nothing.
-
-    Accepts a built-in corpus name, an existing ``.txt``/``.jsonl`` file or folder, or a hub name
-    when the hub is asked for (``hub:NAME`` / ``ZEROUNLEARN_ONLINE=1``); raises
-    :class:`CorpusError` naming the path otherwise.
-    """
-    from zerounlearn_editor.data.builtin import builtin_corpus_name
-    from zerounlearn_editor.support.offline import offline_hint, split_hub_name
-
-    if builtin_corpus_name(source) is not None:
-        return
-
+def _resolve(source: str) -> Tuple[str, str]:
+    """``("builtin", name)``, ``("dir" | "file", path)`` or ``("hub", name)``; else :class:`CorpusError`."""
+    builtin = builtin_corpus_name(source)
+    if builtin is not None:
+        return "builtin", builtin
     path = Path(source).expanduser()
     if path.is_dir():
-        return
+        return "dir", str(path)
     if path.is_file():
         if path.suffix.lower() not in (".txt", ".jsonl"):
             raise CorpusError(f"{path}: unsupported corpus format (use .txt, .jsonl or a saved dataset folder)")
-        return
-    if source.startswith("hub:"):
-        return  # asked for explicitly
-    if path.suffix.lower() in (".txt", ".jsonl", ".json"):
+        return "file", str(path)
+    if path.suffix.lower() in (".txt", ".jsonl", ".json") or path.exists():
         raise CorpusError(f"corpus file not found: {path}")
-    if not split_hub_name(source)[1]:
-        raise CorpusError(f"corpus {source!r}: no such file or folder ({path.resolve()}), and the hub is off; {offline_hint(source)}")
+    hub_name, online = split_hub_name(source)
+    if not online:
+        raise CorpusError(f"corpus {source!r}: no such file or folder ({path.resolve()}), and the hub is "
+                          f"off; {offline_hint(source)}")
+    return "hub", hub_name
+
+
+def check_corpus_source(source: str) -> None:
+    """Fail fast (before a model is loaded) when ``source`` cannot be a corpus; reads nothing."""
+    _resolve(source)
 
 
 def load_corpus(source: str, limit: Optional[int] = None) -> Corpus:
-    """Load passages from ``source`` (a built-in name, a path or a hub dataset name), at most ``limit``.
-
-    A built-in corpus name wins over a file or folder of the same name in the working directory
-    (write ``./name`` to mean the file).
-    """
-    from zerounlearn_editor.data.builtin import builtin_corpus_bytes, builtin_corpus_name
-
+    """At most ``limit`` passages of ``source`` (a built-in name, a path or a hub dataset name); a built-in
+    name wins over a file or folder of the same name in the working directory (``./name`` means the file)."""
     if limit is not None and limit < 1:
         raise CorpusError(f"corpus {source!r}: the number of passages must be >= 1, got {limit}")
-
-    builtin = builtin_corpus_name(source)
-    if builtin is not None:
-        data = builtin_corpus_bytes(builtin)
+    kind, what = _resolve(source)
+    if kind == "builtin":
+        data = builtin_corpus_bytes(what)
         # read exactly as a .jsonl file of the same bytes is read (same newline handling)
         with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8") as handle:
-            texts = _parse_jsonl_lines(handle, f"built-in corpus {builtin}")
-        texts = texts[:limit] if limit is not None else texts
-        return Corpus(name=builtin, texts=texts, fingerprint=hashlib.sha256(data).hexdigest())
-    path = Path(source).expanduser()
-    looks_like_path = path.suffix.lower() in (".txt", ".jsonl", ".json") or "/" in source and path.exists()
-    if path.is_dir():
-        texts = _read_saved_dataset(path)
-        name, fingerprint = path.name, f"dir:{path.resolve()}"
-    elif path.is_file():
+            texts = _parse_jsonl_lines(handle, f"built-in corpus {what}")
+        return Corpus(name=what, texts=texts[:limit], fingerprint=hashlib.sha256(data).hexdigest())
+    path = Path(what)
+    if kind == "dir":
+        texts, name, fingerprint = _read_saved_dataset(path), path.name, f"dir:{path.resolve()}"
+    elif kind == "file":
         if path.suffix.lower() == ".jsonl":
-            texts = _read_jsonl(path)
-        elif path.suffix.lower() == ".txt":
-            texts = _read_txt(path)
+            texts = _parse_jsonl_lines(_read_text(path).split("\n"), str(path))
         else:
-            raise CorpusError(f"{path}: unsupported corpus format (use .txt, .jsonl or a saved dataset folder)")
-        name, fingerprint = path.stem, _file_digest(path)
-    elif looks_like_path:
-        raise CorpusError(f"corpus file not found: {path}")
+            texts = _read_txt(path)
+        name, fingerprint = path.stem, sha256_of_file(path)
     else:
-        from zerounlearn_editor.support.offline import offline_hint, split_hub_name
-
-        hub_name, online = split_hub_name(source)
-        if not online:
-            raise CorpusError(
-                f"corpus {source!r}: no such file or folder ({path.resolve()}), and the hub is off; {offline_hint(source)}"
-            )
         try:
-            texts = _read_hub(hub_name, limit)
+            texts = _read_hub(what, limit)
         except (OSError, ConnectionError, ValueError) as exc:
             raise CorpusError(f"corpus {source!r}: not a local file, and the hub could not provide it: {exc}") from exc
-        name, fingerprint = hub_name.replace("/", "_"), f"hub:{hub_name}"
+        name, fingerprint = what.replace("/", "_"), f"hub:{what}"
     if not texts:
         raise CorpusError(f"corpus {source!r} is empty: no passages of text found")
-    if limit is not None:
-        texts = texts[:limit]
-    return Corpus(name=name, texts=texts, fingerprint=fingerprint)
+    return Corpus(name=name, texts=texts[:limit], fingerprint=fingerprint)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import List, Tuple
 
-__all__ = ["Fact", "CAPITALS_TO_FORGET", "OTHER_CAPITALS", "UNRELATED_FACTS", "fact_requests"]
-
 Fact = Tuple[str, str, str]
 
 CAPITALS_TO_FORGET: List[Fact] = [

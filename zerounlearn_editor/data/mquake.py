@@ -1,24 +1,16 @@
 """MQuAKE loader: multi-hop cases decomposed into single-hop facts to forget.
 
-Each MQuAKE case is a chain of (here 4) single-hop facts ``single_hops[i]`` =
-``{question, cloze, answer}``. Every hop becomes one :class:`UnlearnCase`:
+Each MQuAKE case is a chain of single-hop facts ``single_hops[i]`` = ``{question, cloze, answer}``.
+Every hop becomes one :class:`UnlearnCase`:
 
-    forget      ``cloze``    -> ``answer``   (cloze form, e.g. "Hey Jude was performed by";
-                                              the request uses it, as MQuAKE's edits do)
+    forget      ``cloze``    -> ``answer``   (e.g. "Hey Jude was performed by"; the request uses it)
     paraphrase  ``question`` -> ``answer``   (e.g. "Who performed Hey Jude?")
     neighbour   the cloze probes of the other hops of the same chain(s)
 
-Subject of hop ``i``: ``orig.triples_labeled[i][0]``, the head entity of the *original*
-(unedited) chain, which is what ``single_hops`` describe. ``requested_rewrite`` follows the
-*edited* chain from the second hop on, so it is only a fallback: the first rewrite whose
-subject occurs in the cloze. The subject must occur verbatim in both the cloze and the
-question; hops where no such subject is found are skipped (counted in the log; none in the
-shipped file).
-
-Chains share hops (MQuAKE-hard's 429 cases hold 1716 hops but only 612 distinct
-``(cloze, answer)`` facts). Duplicates are merged: the case keeps the id of the first
-occurrence (``"<case_id>:hop<i>"``) and its neighbours are the other hops of every chain the
-fact occurs in, without repeats.
+Subject of hop ``i``: ``orig.triples_labeled[i][0]`` (the *original* chain, which ``single_hops``
+describe), else the first ``requested_rewrite`` subject in the cloze; it must occur verbatim in the cloze
+and the question, or the hop is skipped (counted in the log). A hop shared by several chains is one case
+(the first id, ``"<case_id>:hop<i>"``), its neighbours the other hops of all those chains, no repeats.
 """
 from __future__ import annotations
 
@@ -27,15 +19,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
 from zerounlearn_editor.data.records import (
-    RecordReader,
-    log_skipped,
-    make_probe,
-    make_request,
-    read_json_records,
+    RecordReader, fact_case, log_skipped, make_probe, read_json_records,
 )
 from zerounlearn_editor.data.types import Probe, UnlearnCase
-
-__all__ = ["load_mquake"]
 
 
 @dataclass
@@ -78,17 +64,8 @@ def load_mquake(path: Union[str, Path], source: str = "mquake") -> List[UnlearnC
                 if other_key != key:
                     hops[key].neighbours[other] = None
     log_skipped(path, skipped, total_hops, "single hops without a subject in cloze and question")
-    return [
-        UnlearnCase(
-            case_id=hop.case_id,
-            request=make_request(hop.forget.prompt, hop.subject, hop.forget.answer),
-            forget=[hop.forget],
-            paraphrase=[hop.paraphrase],
-            neighbour=list(hop.neighbours),
-            source=source,
-        )
-        for hop in hops.values()
-    ]
+    return [fact_case(hop.case_id, hop.subject, hop.forget, [hop.paraphrase], list(hop.neighbours), source)
+            for hop in hops.values()]
 
 
 def _hop_subject(reader: RecordReader, position: int, cloze: str, question: str) -> Optional[str]:

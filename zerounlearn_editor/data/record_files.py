@@ -1,28 +1,21 @@
 """Lists of small records (facts to forget, facts to keep) read from JSON, JSONL or YAML files.
 
-A file holds a list of mappings, e.g. ``[{"prompt": "The capital of France is", "subject": "France"}]``:
-
-* ``.json``: one JSON list;
-* ``.jsonl``: one JSON object per non-empty line;
-* ``.yaml`` / ``.yml``: one YAML list, read with a ``yaml.SafeLoader`` (no Python tags).
-
-A key given twice in one record is an error in every format (the hyperparameter loader's rule;
-JSON and YAML parsers would keep the last value silently).
-
-Every error is a :class:`RecordFileError` naming the file and, where known, the record index
-(0-based) and the field.
+A file holds a list of mappings (``[{"prompt": "The capital of France is", "subject": "France"}]``):
+one JSON list (``.json``), one JSON object per non-empty line (``.jsonl``) or one YAML list read with
+a ``yaml.SafeLoader`` (``.yaml`` / ``.yml``). A key given twice in one record is an error in every
+format. Every error is a :class:`RecordFileError` naming the file and, where known, the record
+index (0-based) and the field.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Sequence, Union
 
 import yaml
 
+from zerounlearn_editor.data.types import record_location
 from zerounlearn_editor.engine.hparams import unique_json_pairs, UniqueKeySafeLoader
-
-__all__ = ["RecordFileError", "read_record_list", "require_fields"]
 
 _SUFFIXES = (".json", ".jsonl", ".yaml", ".yml")
 
@@ -31,22 +24,8 @@ class RecordFileError(ValueError):
     """A record file is missing, unreadable or malformed (message names file, record and field)."""
 
 
-def _where(path: Path, index: Optional[int] = None, field: Optional[str] = None) -> str:
-    where = str(path)
-    if index is not None:
-        where += f": record {index}"
-    if field is not None:
-        where += f": field {field!r}"
-    return where
-
-
 def read_record_list(path: Union[str, Path], what: str = "records") -> List[Dict[str, Any]]:
-    """The list of mappings stored in ``path`` (see module docstring for the formats).
-
-    ``what`` names the content in error messages (e.g. ``"retain facts"``). Raises
-    :class:`RecordFileError` for a missing file, an unknown suffix, a parse error, a top level
-    that is not a list, an element that is not a mapping, or an empty list.
-    """
+    """The non-empty list of mappings stored in ``path``; ``what`` names the content in error messages."""
     path = Path(path)
     if path.suffix.lower() not in _SUFFIXES:
         raise RecordFileError(f"{path}: {what} file must end in {', '.join(_SUFFIXES)}")
@@ -80,7 +59,8 @@ def read_record_list(path: Union[str, Path], what: str = "records") -> List[Dict
         raise RecordFileError(f"{path}: the list of {what} is empty")
     for index, record in enumerate(records):
         if not isinstance(record, dict):
-            raise RecordFileError(f"{_where(path, index)}: expected a mapping, got {type(record).__name__}")
+            where = record_location(path, index)
+            raise RecordFileError(f"{where}: expected a mapping, got {type(record).__name__}")
     return records
 
 
@@ -93,4 +73,4 @@ def require_fields(
             value = record.get(name)
             if not isinstance(value, str) or not value.strip():
                 problem = "missing" if name not in record else f"must be a non-empty string, got {value!r}"
-                raise RecordFileError(f"{_where(Path(str(source)), index, name)}: {problem}")
+                raise RecordFileError(f"{record_location(Path(str(source)), index, name)}: {problem}")

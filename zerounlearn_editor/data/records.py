@@ -1,26 +1,14 @@
-"""Helpers shared by the loaders: reading JSON record files, validated field access,
-probe/request construction.
-
-Every loader reads its file through :func:`read_json_records` and accesses fields through
-:class:`RecordReader`, so a malformed record always raises :class:`DataFormatError` naming
-the file, the record index and the (dotted) field.
+"""Helpers shared by the loaders: reading JSON record files, validated field access (:class:`RecordReader`:
+a malformed record raises :class:`DataFormatError` naming file, record and dotted field), building cases.
 """
 from __future__ import annotations
 
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
-from zerounlearn_editor.data.types import DataFormatError, Probe
-
-__all__ = [
-    "read_json_records",
-    "RecordReader",
-    "make_probe",
-    "make_request",
-    "log_skipped",
-]
+from zerounlearn_editor.data.types import DataFormatError, Probe, UnlearnCase
 
 logger = logging.getLogger(__name__)
 
@@ -28,12 +16,7 @@ _MISSING = object()
 
 
 def read_json_records(path: Union[str, Path]) -> List[Dict[str, Any]]:
-    """Read a JSON file holding a list of objects (records).
-
-    Raises:
-        FileNotFoundError: the file does not exist.
-        DataFormatError: the file is not valid JSON, not a list, or holds a non-object.
-    """
+    """The list of objects (records) in a JSON file (``FileNotFoundError``, or :class:`DataFormatError`)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"data file not found: {path}")
@@ -50,16 +33,14 @@ def read_json_records(path: Union[str, Path]) -> List[Dict[str, Any]]:
 
 
 class RecordReader:
-    """Typed, validated access to the fields of one record.
+    """Typed, validated access to the fields of one record by dotted name (``"requested_rewrite.subject"``).
 
-    Field names may be dotted (``"requested_rewrite.target_true.str"``) to reach into nested
-    objects. Every accessor raises :class:`DataFormatError` naming file, index and field.
+    Every accessor raises :class:`DataFormatError` naming file, index and field; ``prefix`` is the
+    field path of ``record`` inside its top-level record (``""`` for that).
     """
 
-    def __init__(
-        self, path: Union[str, Path], index: int, record: Mapping[str, Any], prefix: str = ""
-    ) -> None:
-        """``prefix`` is the field path of ``record`` inside its top-level record ("" for that)."""
+    def __init__(self, path: Union[str, Path], index: int, record: Mapping[str, Any],
+                 prefix: str = "") -> None:
         self.path = Path(path)
         self.index = index
         self.record = record
@@ -78,20 +59,22 @@ class RecordReader:
         """The field's value, whatever its type (must exist)."""
         return self._lookup(field_name, required=True)
 
+    def _typed(self, field_name: str, kind: type, what: str) -> Any:
+        value = self.raw(field_name)
+        if not isinstance(value, kind):
+            raise self.error(field_name, f"expected {what}, got {type(value).__name__}")
+        return value
+
     def text(self, field_name: str) -> str:
         """A non-empty string field (surrounding whitespace is kept)."""
-        value = self.raw(field_name)
-        if not isinstance(value, str):
-            raise self.error(field_name, f"expected a string, got {type(value).__name__}")
+        value = self._typed(field_name, str, "a string")
         if not value.strip():
             raise self.error(field_name, "expected a non-empty string")
         return value
 
     def text_list(self, field_name: str) -> List[str]:
         """A list of non-empty strings (may be empty)."""
-        value = self.raw(field_name)
-        if not isinstance(value, list):
-            raise self.error(field_name, f"expected a list of strings, got {type(value).__name__}")
+        value = self._typed(field_name, list, "a list of strings")
         for position, item in enumerate(value):
             if not isinstance(item, str) or not item.strip():
                 raise self.error(f"{field_name}[{position}]", "expected a non-empty string")
@@ -99,16 +82,11 @@ class RecordReader:
 
     def mapping(self, field_name: str) -> Mapping[str, Any]:
         """An object-valued field."""
-        value = self.raw(field_name)
-        if not isinstance(value, dict):
-            raise self.error(field_name, f"expected an object, got {type(value).__name__}")
-        return value
+        return self._typed(field_name, dict, "an object")
 
     def object_list(self, field_name: str) -> List["RecordReader"]:
         """A list of objects, each wrapped in a reader whose field names are prefixed."""
-        value = self.raw(field_name)
-        if not isinstance(value, list):
-            raise self.error(field_name, f"expected a list of objects, got {type(value).__name__}")
+        value = self._typed(field_name, list, "a list of objects")
         readers = []
         for position, item in enumerate(value):
             if not isinstance(item, dict):
@@ -149,23 +127,32 @@ def log_skipped(path: Union[str, Path], skipped: int, total: int, reason: str) -
         logger.info("%s: skipped %d of %d records (%s)", path, skipped, total, reason)
 
 
-def make_probe(prompt: str, answer: str) -> Probe:
-    """A probe with surrounding whitespace removed from prompt and answer (see :mod:`.types`).
+def cases_from_records(path: Union[str, Path],
+                       build: Callable[[RecordReader], Optional[UnlearnCase]]) -> List[UnlearnCase]:
+    """``build(reader)`` of every record of a JSON file, in order; ``None`` (the record's subject is
+    not verbatim in its prompt, so it cannot form a request) skips the record, counted in the log."""
+    records = read_json_records(path)
+    built = [build(RecordReader(path, index, record)) for index, record in enumerate(records)]
+    cases = [case for case in built if case is not None]
+    log_skipped(path, len(records) - len(cases), len(records), "subject not verbatim in prompt")
+    return cases
 
-    Some records carry stray spaces (ZsRE answers such as ``" species"``, a few RWKU/MQuAKE
-    prompts ending in a space); scorers add exactly one space between prompt and answer.
-    """
+
+def make_probe(prompt: str, answer: str) -> Probe:
+    """A probe with surrounding whitespace removed from prompt and answer (some records carry
+    stray spaces, e.g. ZsRE answers such as ``" species"``; scorers add exactly one space)."""
     return Probe(prompt=prompt.strip(), answer=answer.strip())
 
 
 def make_request(prompt: str, subject: str, ground_truth: str) -> Dict[str, str]:
-    """EasyEdit request dict with an empty ``target_new`` (the method's YAML decides it).
+    """EasyEdit request dict with an empty ``target_new`` (the method's YAML decides it)."""
+    return {"prompt": prompt.strip(), "subject": subject, "ground_truth": ground_truth.strip(),
+            "target_new": ""}
 
-    The caller guarantees ``subject in prompt``.
-    """
-    return {
-        "prompt": prompt.strip(),
-        "subject": subject,
-        "ground_truth": ground_truth.strip(),
-        "target_new": "",
-    }
+
+def fact_case(case_id: str, subject: str, forget: Probe, paraphrase: Sequence[Probe],
+              neighbour: Sequence[Probe], source: str, relation: Optional[str] = None) -> UnlearnCase:
+    """A case forgetting one fact: the request is ``forget``'s prompt and answer (``subject`` in it)."""
+    request = make_request(forget.prompt, subject, forget.answer)
+    return UnlearnCase(case_id, request, [forget], list(paraphrase), list(neighbour), source,
+                       relation=relation)

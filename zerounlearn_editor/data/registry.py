@@ -1,26 +1,10 @@
-"""Dataset registry and the :func:`load_cases` entry point.
-
-Names and their default locations under the data directory:
-
-==================== ============================================== =====================
-name                 default path (under the data dir)              loader
-==================== ============================================== =====================
-counterfact          counterfact/counterfact_rome_1129.json         CounterFact, ROME
-counterfact-easyedit counterfact/counterfact_easyedit_val_1919.json CounterFact, EasyEdit
-zsre                 zsre/zsre_mend_eval_1037.json                  ZsRE, ROME/MEND
-zsre-knowedit        zsre/knowedit_zsre_test_1301.json              ZsRE, KnowEdit
-mquake               mquake/MQuAKE-hard_429.json                    MQuAKE single hops
-rwku                 rwku/ (a directory)                            RWKU targets
-==================== ============================================== =====================
-
-Data directory: ``data_dir`` argument, else ``$ZEROUNLEARN_DATA_DIR``, else ``../shared/data``
-relative to the working directory, else ``../shared/data`` relative to the repository that
-holds this package.
+"""Dataset registry (:data:`DATASETS`: name -> loader and default path under the data directory) and
+:func:`load_cases`. Data directory: ``data_dir``, else ``$ZEROUNLEARN_DATA_DIR``, else ``../shared/data``
+relative to the working directory, else ``../shared/data`` beside the repository holding this package.
 """
 from __future__ import annotations
 
 import logging
-import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,26 +13,12 @@ from typing import Callable, Dict, List, Optional, Union
 from zerounlearn_editor.data.counterfact import load_counterfact_easyedit, load_counterfact_rome
 from zerounlearn_editor.data.mquake import load_mquake
 from zerounlearn_editor.data.records import read_json_records
-from zerounlearn_editor.data.rwku import RWKU_FILES, load_rwku
+from zerounlearn_editor.data.rwku import RWKU_GROUPS, load_rwku
 from zerounlearn_editor.data.types import UnlearnCase
 from zerounlearn_editor.data.zsre import load_zsre_knowedit, load_zsre_mend
-
-__all__ = [
-    "DATASETS",
-    "DATA_DIR_ENV",
-    "DatasetSpec",
-    "dataset_names",
-    "default_data_dir",
-    "detect_format",
-    "load_cases",
-    "sample_cases",
-]
+from zerounlearn_editor.support.resources import data_dir_candidates, missing_data_message
 
 logger = logging.getLogger(__name__)
-
-DATA_DIR_ENV = "ZEROUNLEARN_DATA_DIR"
-_RELATIVE_DATA_DIR = Path("..") / "shared" / "data"
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -57,53 +27,31 @@ class DatasetSpec:
 
     loader: Callable[..., List[UnlearnCase]]
     default_path: str
-    description: str
 
 
 DATASETS: Dict[str, DatasetSpec] = {
-    "counterfact": DatasetSpec(
-        load_counterfact_rome, "counterfact/counterfact_rome_1129.json", "CounterFact, ROME/MEMIT format"
-    ),
+    "counterfact": DatasetSpec(load_counterfact_rome, "counterfact/counterfact_rome_1129.json"),
     "counterfact-easyedit": DatasetSpec(
-        load_counterfact_easyedit,
-        "counterfact/counterfact_easyedit_val_1919.json",
-        "CounterFact, EasyEdit/MEND format",
+        load_counterfact_easyedit, "counterfact/counterfact_easyedit_val_1919.json"
     ),
-    "zsre": DatasetSpec(load_zsre_mend, "zsre/zsre_mend_eval_1037.json", "ZsRE, ROME/MEND eval format"),
-    "zsre-knowedit": DatasetSpec(
-        load_zsre_knowedit, "zsre/knowedit_zsre_test_1301.json", "ZsRE, KnowEdit format"
-    ),
-    "mquake": DatasetSpec(load_mquake, "mquake/MQuAKE-hard_429.json", "MQuAKE, one case per single hop"),
-    "rwku": DatasetSpec(load_rwku, "rwku", "RWKU, one case per target (directory of level files)"),
+    "zsre": DatasetSpec(load_zsre_mend, "zsre/zsre_mend_eval_1037.json"),
+    "zsre-knowedit": DatasetSpec(load_zsre_knowedit, "zsre/knowedit_zsre_test_1301.json"),
+    "mquake": DatasetSpec(load_mquake, "mquake/MQuAKE-hard_429.json"),
+    "rwku": DatasetSpec(load_rwku, "rwku"),
 }
 
 
-def dataset_names() -> List[str]:
-    """The registered dataset names."""
-    return list(DATASETS)
-
-
 def default_data_dir() -> Path:
-    """The data directory: ``$ZEROUNLEARN_DATA_DIR``, ``./../shared/data`` or the repo's sibling."""
-    env = os.environ.get(DATA_DIR_ENV)
-    if env:
-        return Path(env)
-    for base in (Path.cwd(), _REPO_ROOT):
-        candidate = base / _RELATIVE_DATA_DIR
-        if candidate.is_dir():
-            return candidate.resolve()
-    return (_REPO_ROOT / _RELATIVE_DATA_DIR).resolve()
+    """The first existing folder of :func:`.resources.data_dir_candidates`, else the last one."""
+    candidates = [folder for folder, _ in data_dir_candidates()]
+    return next((folder for folder in candidates if folder.is_dir()), candidates[-1])
 
 
 def detect_format(path: Union[str, Path]) -> str:
-    """Guess the registered format of a user's file (or RWKU directory) from its fields.
-
-    Raises:
-        ValueError: the format cannot be recognised.
-    """
+    """The registered format of a user's file (or RWKU directory), from its fields; ``ValueError`` if none."""
     path = Path(path)
     if path.is_dir():
-        if any((path / name).is_file() for name in RWKU_FILES.values()):
+        if any((path / f"{group}.json").is_file() for group in RWKU_GROUPS):
             return "rwku"
         raise ValueError(f"{path}: directory holds no RWKU level files")
     records = read_json_records(path)
@@ -124,18 +72,12 @@ def detect_format(path: Union[str, Path]) -> str:
 
 
 def sample_cases(cases: List[UnlearnCase], n: Optional[int], seed: int = 0) -> List[UnlearnCase]:
-    """``n`` cases drawn by ``random.Random(seed).sample`` (all, in file order, when ``n`` is None).
-
-    Raises:
-        ValueError: ``n`` is negative.
-    """
-    if n is None:
-        return list(cases)
-    if n < 0:
+    """``n`` cases drawn by ``random.Random(seed).sample`` (all, in file order, when ``n`` is None)."""
+    if n is not None and n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
-    if n >= len(cases):
-        if n > len(cases):
-            logger.warning("asked for %d cases, only %d available; using all", n, len(cases))
+    if n is not None and n > len(cases):
+        logger.warning("asked for %d cases, only %d available; using all", n, len(cases))
+    if n is None or n >= len(cases):
         return list(cases)
     return random.Random(seed).sample(cases, n)
 
@@ -148,47 +90,27 @@ def load_cases(
     data_dir: Union[str, Path, None] = None,
     format: Optional[str] = None,  # noqa: A002 - the user-facing name
 ) -> List[UnlearnCase]:
-    """Load unlearning cases by dataset name or from a file in a registered format.
-
-    Args:
-        name_or_path: a registered name (see :data:`DATASETS`) or a path to a data file
-            (an RWKU directory for ``rwku``).
-        path: with a name: a file to read instead of the default one.
-        n: number of cases to sample (``None``: all, in file order).
-        seed: sampling seed (``random.Random(seed).sample``).
-        data_dir: base directory of the default paths (see :func:`default_data_dir`).
-        format: with a path: its registered format name (guessed from the fields if omitted).
-
-    Returns:
-        The (sampled) cases.
-
-    Raises:
-        ValueError: unknown name/format, or an unrecognisable file.
-        FileNotFoundError: the data file does not exist.
-        DataFormatError: a record is malformed (message names file, index and field).
+    """``n`` cases (all, in file order, when ``None``; drawn with ``seed``) of a dataset of :data:`DATASETS`
+    (read from ``path``, else from its default path under ``data_dir``) or of a data file (an RWKU
+    directory) whose ``format`` is guessed from its fields when not given.
     """
     key = str(name_or_path)
     if key in DATASETS:
         fmt = key
         if format is not None and format != key:
             raise ValueError(f"format={format!r} contradicts dataset name {key!r}")
-        if path is not None:
-            file_path = Path(path)
-        else:
-            file_path = Path(data_dir) if data_dir is not None else default_data_dir()
-            file_path = file_path / DATASETS[key].default_path
-            if not file_path.exists():
-                if data_dir is not None:
-                    raise FileNotFoundError(f"dataset {key!r}: {file_path} not found (data_dir={data_dir})")
-                from zerounlearn_editor.support.resources import missing_data_message
-
-                raise FileNotFoundError(f"dataset {key!r}: " + missing_data_message(DATASETS[key].default_path))
+        relative = DATASETS[key].default_path
+        base = Path(data_dir) if data_dir is not None else default_data_dir()
+        file_path = Path(path) if path is not None else base / relative
+        if path is None and not file_path.exists():
+            if data_dir is not None:
+                raise FileNotFoundError(f"dataset {key!r}: {file_path} not found (data_dir={data_dir})")
+            raise FileNotFoundError(f"dataset {key!r}: {missing_data_message(relative)}")
     else:
         file_path = Path(name_or_path)
         if not file_path.exists():
-            raise ValueError(
-                f"{key!r} is neither a dataset name ({', '.join(DATASETS)}) nor an existing path"
-            )
+            names = ", ".join(DATASETS)
+            raise ValueError(f"{key!r} is neither a dataset name ({names}) nor an existing path")
         fmt = format if format is not None else detect_format(file_path)
         if fmt not in DATASETS:
             raise ValueError(f"unknown format {fmt!r}; known: {', '.join(DATASETS)}")

@@ -9,20 +9,14 @@ Probes per target (``subject``):
     neighbour   neighbour levels 1 (cloze) + 2 (questions), knowledge to keep
     probe_groups  the same probes per file: ``forget_level1`` ... ``neighbor_level2``
 
-Cloze conversion (level 1): ``___`` (two or more underscores) marks the blank. Probes are
-scored teacher-forced as ``prompt + " " + answer``, so a cloze becomes the text *before* its
-blank: ``"Stephen King's debut novel, titled ___, established him ..."`` ->
-``("Stephen King's debut novel, titled", "Carrie")``. The left context is all a causal LM
-sees at that point, whether the blank ends the sentence or not. Opening quotes/brackets right
-before the blank (``"known as the '___'"``) are dropped with the trailing space, so the join
-adds exactly one space. Skipped (counted in the log): a cloze with several blanks (which one
-does the answer fill?), a blank with no text before it, and a blank glued to a preceding
-word or symbol (``"US$___"``, ``"mid-___"``), where an inserted space would change the text.
-Level-1 records without any blank are questions already and are used as they are.
+Cloze conversion (level 1): a cloze becomes the text *before* its blank (``___``, two or more
+underscores), all a causal LM sees there: ``"Stephen King's debut novel, titled ___, established him"``
+-> ``("Stephen King's debut novel, titled", "Carrie")``; an opening quote or bracket right before the
+blank is dropped. Skipped (counted in the log): several blanks, no text before the blank, a blank glued
+to a preceding word or symbol (``"US$___"``: a space would change the text).
 
 Request: the first forget probe (level 1, then level 2, file order) whose prompt contains the
-subject verbatim; fallback ``f"{subject} is"`` with the first forget probe's answer (not
-needed for the shipped data: every target has such a probe).
+subject verbatim; fallback ``f"{subject} is"`` with the first forget probe's answer.
 """
 from __future__ import annotations
 
@@ -32,26 +26,14 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
 from zerounlearn_editor.data.records import (
-    RecordReader,
-    log_skipped,
-    make_probe,
-    make_request,
-    read_json_records,
+    RecordReader, log_skipped, make_probe, make_request, read_json_records,
 )
 from zerounlearn_editor.data.types import Probe, UnlearnCase
 
-__all__ = ["load_rwku", "cloze_to_prompt", "RWKU_FILES"]
-
 logger = logging.getLogger(__name__)
 
-#: probe group name -> file name, in the order probes are gathered.
-RWKU_FILES: Dict[str, str] = {
-    "forget_level1": "forget_level1.json",
-    "forget_level2": "forget_level2.json",
-    "forget_level3": "forget_level3.json",
-    "neighbor_level1": "neighbor_level1.json",
-    "neighbor_level2": "neighbor_level2.json",
-}
+RWKU_GROUPS = ("forget_level1", "forget_level2", "forget_level3", "neighbor_level1", "neighbor_level2")
+"""Probe groups in the order probes are gathered; group ``g`` is read from ``g.json``."""
 _FORGET_GROUPS = ("forget_level1", "forget_level2")
 _PARAPHRASE_GROUPS = ("forget_level3",)
 _NEIGHBOUR_GROUPS = ("neighbor_level1", "neighbor_level2")
@@ -62,12 +44,8 @@ _OPENERS = "'\"‘“(["
 
 
 def cloze_to_prompt(query: str) -> Optional[str]:
-    """The prompt for a cloze query: its text before the blank (see module docstring).
-
-    Returns the query unchanged when it has no blank, and ``None`` when it cannot be turned
-    into a left-to-right prompt (several blanks, nothing before the blank, or a blank glued to
-    the preceding character).
-    """
+    """The prompt for a cloze query (see module docstring): the query itself without a blank, ``None``
+    when it cannot be turned into a left-to-right prompt."""
     blanks = _BLANK.findall(query)
     if not blanks:
         return query
@@ -88,14 +66,14 @@ def load_rwku(path: Union[str, Path], source: str = "rwku") -> List[UnlearnCase]
     if not directory.is_dir():
         raise FileNotFoundError(f"RWKU data directory not found: {directory}")
     groups: Dict[str, Dict[str, List[Probe]]] = {}  # subject -> group -> probes
-    present = [group for group, name in RWKU_FILES.items() if (directory / name).is_file()]
+    present = [group for group in RWKU_GROUPS if (directory / f"{group}.json").is_file()]
     if not any(group.startswith("forget") for group in present):
         raise FileNotFoundError(f"{directory}: no forget_level*.json file")
-    for group in RWKU_FILES:
+    for group in RWKU_GROUPS:
         if group not in present:
-            logger.warning("%s: %s missing; its probes are left out", directory, RWKU_FILES[group])
+            logger.warning("%s: %s.json missing; its probes are left out", directory, group)
             continue
-        for subject, probe in _read_group(directory / RWKU_FILES[group], group):
+        for subject, probe in _read_group(directory / f"{group}.json", group):
             if group.startswith("forget"):
                 groups.setdefault(subject, {})
             if subject in groups:

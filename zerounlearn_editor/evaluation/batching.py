@@ -1,18 +1,9 @@
 """Tokenizing probes and padding token sequences into batches, without touching the tokenizer.
 
-Answer tokenization (used by every teacher-forced metric)
---------------------------------------------------------
-A probe is scored on the text ``prompt + " " + answer``. Its answer tokens are the tokens of
-that full string after the tokens of ``prompt`` alone (both encoded the same way, with the
-tokenizer's special tokens, e.g. a BOS). This scores exactly the token sequence the model
-reads when the text is written out, whatever the tokenizer does with the leading space
-(GPT-2/Qwen ``"Ġ"``-tokens, SentencePiece ``"▁"``). Should the prompt's tokens not be a
-prefix of the full string's tokens (a merge across the boundary), the answer starts at the
-first token where they differ.
-
-Padding is done here rather than by the tokenizer, on the side the tokenizer is configured
-for (or the side asked for), so the tokenizer's state is never changed. Position ids are
-computed from the attention mask, which makes left and right padding give the same values.
+A probe's answer tokens are the tokens of ``prompt + " " + answer`` after those of ``prompt`` alone (both
+with special tokens; from the first difference if a token merges across the boundary), exactly what the
+model reads, whatever the tokenizer does with the space. Padding is done here, on the tokenizer's side
+(or the one asked for), with position ids from the attention mask, so left and right padding agree.
 """
 from __future__ import annotations
 
@@ -26,19 +17,6 @@ from zerounlearn_editor.data.types import Probe
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
-
-__all__ = [
-    "EncodedProbe",
-    "PaddedBatch",
-    "encode_probe",
-    "encode_probes",
-    "pad_sequences",
-    "pad_token_id",
-    "resolve_padding_side",
-    "batched_indices",
-    "model_device",
-    "forward_logits",
-]
 
 logger = logging.getLogger(__name__)
 
@@ -58,10 +36,7 @@ class EncodedProbe:
 
 @dataclass(frozen=True)
 class PaddedBatch:
-    """A padded batch; all tensors have shape ``[batch, max_len]``.
-
-    ``offsets[i]`` is where row ``i``'s first real token sits (non-zero only for left padding).
-    """
+    """Tensors ``[batch, max_len]``; ``offsets[i]``: where row ``i``'s first real token sits."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -70,12 +45,8 @@ class PaddedBatch:
 
 
 def encode_probe(tok: "PreTrainedTokenizerBase", probe: Probe) -> EncodedProbe:
-    """Tokenize one probe (see the module docstring for how answer tokens are found).
-
-    Raises:
-        ValueError: the answer adds no token, or no token precedes the answer (an empty
-            prompt with a tokenizer that adds no BOS), so its first token cannot be scored.
-    """
+    """Tokenize one probe (see the module docstring); ``ValueError`` when the answer adds no token or
+    no token precedes it (an empty prompt and no BOS), so its first token cannot be scored."""
     full = tok(probe.prompt + " " + probe.answer)["input_ids"]
     prompt = tok(probe.prompt)["input_ids"]
     start = 0
@@ -112,13 +83,9 @@ def resolve_padding_side(tok: "PreTrainedTokenizerBase", padding_side: Optional[
     return side
 
 
-def pad_sequences(
-    sequences: Sequence[Sequence[int]], pad_id: int, side: str, device: torch.device
-) -> PaddedBatch:
-    """Pad token id lists to one ``[batch, max_len]`` batch on ``side``.
-
-    Position ids count real tokens from 0 (``cumsum(mask) - 1``, clamped at 0 on padding).
-    """
+def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int, side: str,
+                  device: torch.device) -> PaddedBatch:
+    """Pad token id lists into one ``[batch, max_len]`` batch on ``side``; positions ``cumsum(mask) - 1``."""
     if not sequences:
         raise ValueError("cannot pad an empty list of sequences")
     max_len = max(len(seq) for seq in sequences)

@@ -11,8 +11,6 @@ from zerounlearn_editor.evaluation.batching import batched_indices, model_device
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["generate_greedy"]
-
 
 def generate_greedy(
     model: torch.nn.Module,
@@ -21,15 +19,8 @@ def generate_greedy(
     max_new_tokens: int,
     batch_size: int = 16,
 ) -> List[str]:
-    """Greedy continuations of ``prompts`` (only the new text, special tokens removed).
-
-    Prompts are tokenized one by one (with the tokenizer's special tokens), left-padded into
-    batches of similar length, and decoded greedily (no sampling, one beam) for at most
-    ``max_new_tokens`` tokens or until EOS. The model is put in eval mode and left there.
-
-    Returns:
-        One string per prompt, in the order of ``prompts``.
-    """
+    """Greedy continuations of ``prompts``, in order (the new text, special tokens removed), at most
+    ``max_new_tokens`` tokens or until EOS, left-padded batches of similar length (model put in eval mode)."""
     if not prompts:
         return []
     model.eval()

@@ -1,23 +1,16 @@
-"""Teacher-forced probe metrics: answer-token accuracy and answer probability.
+"""Teacher-forced probe metrics on ``prompt + " " + answer`` (answer tokens: see :mod:`.batching`).
 
-Every probe is scored on the text ``prompt + " " + answer`` (a :class:`Probe` answer has no
-leading space). The answer tokens are the tokens of that text after the prompt's own tokens;
-see :mod:`.batching` for the exact rule. For an answer of ``T`` tokens ``a_1..a_T`` and the
-model's next-token distribution ``p(. | prefix)`` at the position before each of them:
+For an answer of ``T`` tokens ``a_1..a_T`` and the model's next-token distribution ``p(. | prefix_t)``:
 
-* ``acc``      = (1/T) * #{t : argmax p(. | prefix_t) == a_t}   (EasyEdit's token accuracy)
-* ``first_acc`` = 1 if argmax p(. | prompt) == a_1 else 0       (does the model start the answer?)
-* ``prob``     = exp((1/T) * sum_t log p(a_t | prefix_t))      (geometric-mean token probability)
-* ``seq_prob`` = exp(sum_t log p(a_t | prefix_t))              (probability of the whole answer)
-* ``pred_ids`` = the argmax token ids at those T positions (EasyEdit's locality "outputs")
+* ``acc``       = (1/T) * #{t : argmax p(. | prefix_t) == a_t}   (EasyEdit's token accuracy)
+* ``first_acc`` = 1 if argmax p(. | prompt) == a_1 else 0        (does the model start the answer?)
+* ``prob``      = exp((1/T) * sum_t log p(a_t | prefix_t))       (geometric-mean token probability)
+* ``seq_prob``  = exp(sum_t log p(a_t | prefix_t))               (probability of the whole answer)
+* ``pred_ids``  = the argmax token ids at those T positions      (EasyEdit's locality "outputs")
 
-All probes are batched (``batch_size`` per forward pass, similar lengths together), padded on
-the tokenizer's ``padding_side`` (or the one passed), with position ids from the attention
-mask, so values do not depend on padding side or batch size (up to float rounding).
-
-Token accuracy has a floor for multi-token answers: given " Hon", "da" is predicted whether or
-not the model knows the fact, so "Honda" keeps ``acc`` 0.5 after its first token is forgotten.
-``first_acc`` has no such floor.
+Probes are batched by similar length; values do not depend on padding side or batch size (up to
+float rounding). ``acc`` has a floor for multi-token answers (given " Hon", "da" is predicted whether
+or not the model knows the fact); ``first_acc`` has none.
 """
 from __future__ import annotations
 
@@ -40,8 +33,6 @@ from zerounlearn_editor.evaluation.batching import (
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["ProbeScores", "evaluate_probes", "token_accuracy", "answer_probability"]
-
 
 class ProbeScores(TypedDict):
     """Per-probe results of :func:`evaluate_probes`; every list has one entry per probe."""
@@ -61,18 +52,10 @@ def evaluate_probes(
     batch_size: int = 32,
     padding_side: Optional[str] = None,
 ) -> ProbeScores:
-    """Accuracy, probabilities and predicted ids of the answer tokens of each probe, in one pass.
+    """:class:`ProbeScores` of ``probes``, in order, ``batch_size`` per forward pass.
 
-    Args:
-        model: a causal LM returning logits ``[batch, seq, vocab]`` (HF output or tensor);
-            put in eval mode and left there.
-        tok: its tokenizer (not modified).
-        probes: the probes to score.
-        batch_size: probes per forward pass.
-        padding_side: ``"left"``/``"right"``; default: the tokenizer's.
-
-    Returns:
-        :class:`ProbeScores` with one value per probe, in the order of ``probes``.
+    ``model``: a causal LM returning logits ``[batch, seq, vocab]`` (put in eval mode);
+    ``padding_side``: ``"left"``/``"right"``, default the tokenizer's.
     """
     scores: ProbeScores = {"acc": [], "first_acc": [], "prob": [], "seq_prob": [], "pred_ids": [], "n_tokens": []}
     if not probes:
@@ -104,12 +87,8 @@ def evaluate_probes(
             targets = batch.input_ids[row_t, col_t]  # [N]
             log_probs = torch.log_softmax(step_logits, dim=-1).gather(1, targets[:, None]).squeeze(1)
             predicted = step_logits.argmax(dim=-1)  # [N]
-            for index, lp, pred, tgt in zip(
-                indices,
-                log_probs.split(counts),
-                predicted.split(counts),
-                targets.split(counts),
-            ):
+            splits = zip(log_probs.split(counts), predicted.split(counts), targets.split(counts))
+            for index, (lp, pred, tgt) in zip(indices, splits):
                 per_probe[index] = (lp.cpu(), pred.cpu(), tgt.cpu())
     for lp, pred, tgt in per_probe:  # type: ignore[misc]
         scores["acc"].append(float((pred == tgt).float().mean()))
@@ -119,17 +98,6 @@ def evaluate_probes(
         scores["pred_ids"].append(pred.tolist())
         scores["n_tokens"].append(int(tgt.numel()))
     return scores
-
-
-def token_accuracy(
-    model: torch.nn.Module,
-    tok: "PreTrainedTokenizerBase",
-    probes: Sequence[Probe],
-    batch_size: int = 32,
-    padding_side: Optional[str] = None,
-) -> List[float]:
-    """Per probe: fraction of answer tokens that are the argmax prediction (teacher-forced)."""
-    return evaluate_probes(model, tok, probes, batch_size, padding_side)["acc"]
 
 
 def answer_probability(

@@ -1,25 +1,18 @@
 """Strided-window perplexity of a causal LM on held-out text.
 
-The text (a file, e.g. ``../shared/data/text/wikitext2_raw_test.txt``, or a string) is
-tokenized as one stream (``tok(text)``, so with the tokenizer's special tokens, e.g. a BOS at
-the very start) and cut to its first ``max_tokens`` tokens. Windows of ``window`` tokens start
-every ``stride`` tokens (the last one may be shorter). Each token is scored at most once, in
-the first window that reaches it, and only with some context in that window:
-
-    window [begin, end) scores positions max(prev_end, begin + 1) .. end - 1
-
-where ``prev_end`` is the previous window's end. With ``stride == window`` the windows are
-disjoint and each window's first token goes unscored; with ``stride < window`` every token but
-the first is scored with at least ``window - stride`` tokens of context. The result is
-``exp(total NLL / number of scored tokens)``.
+The text is tokenized as one stream (``tok(text)``, with the tokenizer's special tokens) and cut to
+its first ``max_tokens`` tokens. Windows of ``window`` tokens start every ``stride`` tokens (the last
+may be shorter); each token is scored once, in the first window that reaches it, with some context:
+window ``[begin, end)`` scores positions ``max(prev_end, begin + 1) .. end - 1``. With ``stride ==
+window`` each window's first token goes unscored; with ``stride < window`` every token but the first
+has at least ``window - stride`` tokens of context.
 """
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Union
+from typing import TYPE_CHECKING, List, NamedTuple, Union
 
 import torch
 
@@ -35,11 +28,8 @@ from zerounlearn_editor.evaluation.batching import (
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["perplexity", "read_text", "leading_token_ids", "plan_windows", "Window"]
 
-
-@dataclass(frozen=True)
-class Window:
+class Window(NamedTuple):
     """Token range ``[begin, end)`` of the stream, scoring positions ``[score_from, end)``."""
 
     begin: int
@@ -50,30 +40,23 @@ class Window:
 def read_text(text_path_or_text: Union[str, os.PathLike]) -> str:
     """The file's content if given a path (``Path`` or an existing file name), else the string.
 
-    Raises:
-        FileNotFoundError: a ``Path``, or a string without whitespace that contains a path
-            separator or ends in ``.txt``, names no existing file (a mistyped path is not
-            silently scored as text).
+    A string without whitespace that contains a path separator or ends in ``.txt`` but names no
+    file raises ``FileNotFoundError`` (a mistyped path is not silently scored as text).
     """
     if isinstance(text_path_or_text, os.PathLike):
         return Path(text_path_or_text).read_text(encoding="utf-8")
     text = text_path_or_text
-    if len(text) < 4096 and not any(ch.isspace() for ch in text):
-        if os.path.isfile(text):
-            return Path(text).read_text(encoding="utf-8")
-        if "/" in text or os.sep in text or text.endswith(".txt"):
-            raise FileNotFoundError(f"text file not found: {text}")
-    elif "\n" not in text and len(text) < 4096 and os.path.isfile(text):
+    if len(text) < 4096 and "\n" not in text and os.path.isfile(text):
         return Path(text).read_text(encoding="utf-8")
+    if len(text) < 4096 and not any(ch.isspace() for ch in text) and ("/" in text or os.sep in text
+                                                                       or text.endswith(".txt")):
+        raise FileNotFoundError(f"text file not found: {text}")
     return text
 
 
 def leading_token_ids(tok: "PreTrainedTokenizerBase", text: str, max_tokens: int) -> List[int]:
-    """The first ``max_tokens`` token ids of ``tok(text)``, tokenizing only a long-enough prefix.
-
-    A character prefix is tokenized and grown until it yields more than ``max_tokens`` tokens
-    (so the possibly cut last word lies beyond the kept tokens), or the whole text is used.
-    """
+    """The first ``max_tokens`` token ids of ``tok(text)``: a character prefix is tokenized and doubled until
+    it yields more than ``max_tokens`` tokens (so a cut last word lies beyond them) or is the whole text."""
     chars = max(1024, 8 * max_tokens)
     while True:
         ids = tok(text[:chars])["input_ids"]
@@ -110,23 +93,8 @@ def perplexity(
     stride: int = 512,
     batch_size: int = 4,
 ) -> float:
-    """Perplexity over the first ``max_tokens`` tokens of a text, in batched strided windows.
-
-    Args:
-        model: causal LM (put in eval mode and left there).
-        tok: its tokenizer (not modified).
-        text_path_or_text: a path to a UTF-8 text file or the text itself.
-        max_tokens: tokens of the stream to use.
-        window: tokens per forward window.
-        stride: step between window starts (``1 <= stride <= window``).
-        batch_size: windows per forward pass.
-
-    Returns:
-        ``exp(mean NLL)`` over the scored tokens.
-
-    Raises:
-        ValueError: fewer than two tokens, or invalid window/stride/batch size.
-    """
+    """``exp(mean NLL)`` of the first ``max_tokens`` tokens of a text (a UTF-8 file or the text itself) in
+    strided windows of ``window`` tokens, ``batch_size`` windows per forward pass (model put in eval mode)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     ids = leading_token_ids(tok, read_text(text_path_or_text), max_tokens)

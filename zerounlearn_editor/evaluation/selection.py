@@ -8,8 +8,6 @@ import torch
 from zerounlearn_editor.data.types import UnlearnCase
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 
-__all__ = ["select_known_cases"]
-
 
 def select_known_cases(
     model: torch.nn.Module,
@@ -19,13 +17,8 @@ def select_known_cases(
     min_accuracy: float = 1.0,
     batch_size: int = 64,
 ) -> List[UnlearnCase]:
-    """The first ``n`` cases (in the given order) whose forget probes the model answers.
-
-    A case qualifies when the mean teacher-forced token accuracy of its forget probes is at
-    least ``min_accuracy`` (all forget probes pooled: RWKU's level 1 clozes and level 2
-    questions of the target, MQuAKE's single-hop cloze, CounterFact's forget prompt). Cases are scored in batches until ``n`` are found; raises
-    ``ValueError`` when fewer than ``n`` qualify. ``n=None`` returns every qualifying case.
-    """
+    """The first ``n`` cases (in order; all with ``n=None``) whose forget probes, pooled, reach mean token
+    accuracy ``min_accuracy``; scored in batches until ``n`` are found, ``ValueError`` when fewer qualify."""
     chosen: List[UnlearnCase] = []
     for start in range(0, len(cases), batch_size):
         batch = list(cases[start : start + batch_size])

@@ -3,15 +3,15 @@
 For the forgotten facts, before and after the edit, each probe gives the % of facts **recovered**
 (the answer's first token is the greedy next token; see :mod:`.suite` for the exact rules):
 
-* formats: the prompt, its paraphrases, a question form, the model's chat template (:mod:`.prompts`);
-* in-context: K = 1, 3, 5 borrowed facts before the prompt, never naming a forgotten subject or answer (:mod:`.items`);
+* formats: the prompt, its paraphrases, a question form, the model's chat template (:mod:`.plan`);
+* in-context: K = 1, 3, 5 borrowed facts before the prompt, naming no forgotten subject or answer;
 * multiple choice: the true answer against 3 distractors, by log-probability;
 * logit lens: the answer's best rank over the layers from the first edited one on (:mod:`.lens`);
 * quantization: int8 / int4 round-to-nearest copies (:mod:`.quantize`);
 * relearning: a few fine-tuning steps on related facts, and on generic text as the control (:mod:`.relearn`);
 * RWKU's own levels when the data is RWKU.
 
-:func:`~.runner.run_audit` runs it for the bench's methods (``zerounlearn audit``);
+``zerounlearn audit`` runs it for the bench's methods (:mod:`zerounlearn_editor.bench.audit`);
 :func:`~.plan.build_plan` + :func:`~.suite.score_model` score any model.
 """
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The audit of ``zerounlearn unlearn --audit``: the facts file's facts, before and after the edit.
 
-Facts-file records may carry optional ``paraphrases`` and ``questions`` (lists of strings,
-checked by :func:`check_probe_fields`); records without an answer are not audited. Borrowed
-facts (in-context examples, distractors, relearning) come from the package's hand-written facts
-(:mod:`zerounlearn_editor.data.facts`) and the retain file's facts with answers; the relation of a
-fact is its prompt with the subject replaced by ``{}``.
+Records may carry ``paraphrases`` and ``questions`` (lists of strings); records without an answer are
+not audited. Borrowed facts come from :mod:`zerounlearn_editor.data.facts` and the retain file's facts
+with answers.
 """
 from __future__ import annotations
 
@@ -16,17 +14,11 @@ from zerounlearn_editor.evaluation.audit.items import AuditItem, PoolFact, items
 from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings, build_plan
 from zerounlearn_editor.evaluation.audit.suite import LensConfig, score_model
 
-__all__ = ["PROBE_FIELDS", "check_probe_fields", "facts_items", "facts_pool", "FactsAudit", "format_facts_audit"]
-
-PROBE_FIELDS = ("paraphrases", "questions")
-
 
 def check_probe_fields(record: Mapping[str, Any], index: int, path: Union[str, Path]) -> None:
     """``paraphrases`` / ``questions``, when present, must be lists of non-empty strings (error names the field)."""
-    for name in PROBE_FIELDS:
-        if name not in record:
-            continue
-        value = record[name]
+    for name in ("paraphrases", "questions"):
+        value = record.get(name, [])
         if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
             raise RecordFileError(f"{path}: record {index}: field {name!r} must be a list of non-empty strings, got {value!r}")
 
@@ -56,7 +48,6 @@ class FactsAudit:
 
     def __init__(self, model, tok, items: Sequence[AuditItem], pool: Sequence[PoolFact], settings: AuditSettings,
                  hparams: Any, corpus: Optional[str] = None):
-
         passages = generic_passages(corpus or hparams.mom2_dataset) if "relearning" in settings.families else []
         self.settings = settings
         self.plan: AuditPlan = build_plan(items, pool, tok, settings, passages)

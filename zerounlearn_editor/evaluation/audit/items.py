@@ -1,11 +1,10 @@
 """What the audit probes: the forgotten facts (:class:`AuditItem`) and the facts it may borrow
 (:class:`PoolFact`: in-context examples, multiple-choice distractors, relearning data).
 
-Borrowed facts never name a forgotten subject or a forgotten answer (case-insensitive substring
-test on the borrowed prompt and answer): an in-context example "The capital of France is Paris."
-would hand the model the answer it should have forgotten. Same-relation facts come first (the
-dataset's ``relation``; for a facts file the prompt with the subject replaced by ``{}``), filled up
-with facts of other relations when a relation has too few. Every draw is seeded.
+Borrowed facts never name a forgotten subject or answer (case-insensitive, in prompt or answer):
+"The capital of France is Paris." would hand the model the forgotten answer. Same-relation facts come
+first (the dataset's ``relation``; for a facts file the prompt with the subject replaced by ``{}``),
+then facts of other relations. Every draw is seeded.
 """
 from __future__ import annotations
 
@@ -14,9 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from zerounlearn_editor.data.types import Probe, UnlearnCase
-
-__all__ = ["AuditItem", "PoolFact", "items_from_cases", "pool_from_cases", "items_from_facts", "pool_from_facts",
-           "Forbidden", "forbidden_of", "borrow", "distractors", "relearn_facts"]
 
 
 @dataclass(frozen=True)
@@ -31,12 +27,8 @@ class PoolFact:
 
 @dataclass(frozen=True)
 class AuditItem:
-    """One forgotten fact and its probe prompts (answers without leading space).
-
-    ``paraphrases`` / ``questions`` are other phrasings with their answers (usually the fact's own
-    answer; RWKU questions carry theirs); ``groups`` are a dataset's own probe levels
-    (RWKU: ``fill_in_blank``, ``question``, ``adversarial``).
-    """
+    """One forgotten fact and its probe prompts: other phrasings with their answers (``paraphrases``,
+    ``questions``), a dataset's own probe levels (``groups``, RWKU: ``fill_in_blank``, ``question``, ...)."""
 
     case_id: str
     prompt: str
@@ -52,12 +44,8 @@ RWKU_LEVELS = {"forget_level1": "fill_in_blank", "forget_level2": "question", "f
 
 
 def items_from_cases(cases: Sequence[UnlearnCase]) -> List[AuditItem]:
-    """Audit items of dataset cases: the request's prompt and answer, paraphrases, questions.
-
-    MQuAKE's paraphrase is a question (``"Who performed Hey Jude?"``): it serves both probes.
-    RWKU: questions are the target's level-2 probes, its levels are the ``groups``; the request's
-    probe (a level-1 or level-2 probe naming the target) is the prompt.
-    """
+    """Audit items of dataset cases: the request's prompt and answer, paraphrases, questions (MQuAKE's
+    paraphrase is a question, used for both; RWKU: the level-2 probes, with its levels as ``groups``)."""
     items = []
     for case in cases:
         request = case.request
@@ -85,10 +73,7 @@ def _relation_of(prompt: str, subject: str) -> str:
 
 
 def items_from_facts(records: Sequence[Mapping[str, Any]]) -> List[AuditItem]:
-    """Items of facts-file records ``{prompt, subject, answer[, paraphrases][, questions]}`` (checked already).
-
-    Records without an answer cannot be audited and are left out by the caller.
-    """
+    """Items of facts-file records ``{prompt, subject, answer[, paraphrases][, questions]}``, checked."""
     items = []
     for index, record in enumerate(records):
         answer = str(record["answer"]).strip()

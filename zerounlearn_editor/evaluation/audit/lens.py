@@ -1,10 +1,8 @@
 """Logit lens: where in the network the answer is still readable.
 
-For a probe, the residual stream ``h_l`` ``[d]`` at the last prompt position after each decoder
-layer ``l >= first_layer`` goes through the final norm and the output head; the answer's first
-token's rank among the ``vocab`` logits (0 = top) is taken per layer, and the probe's *best rank*
-is the minimum over those layers. A fact counts as readable when its best rank is < ``top_k``
-(in the top 10 by default).
+The residual stream ``h_l`` ``[d]`` at the last prompt position after each decoder layer
+``l >= first_layer`` goes through the final norm and the output head; the probe's *best rank* is the
+minimum over those layers of the answer's first token's rank among the ``vocab`` logits (0 = top).
 """
 from __future__ import annotations
 
@@ -23,14 +21,6 @@ from zerounlearn_editor.evaluation.batching import (
     pad_token_id,
 )
 from zerounlearn_editor.engine.model_access import StopForward, capture_outputs, get_module, num_hidden_layers
-
-__all__ = ["answer_ranks", "best_ranks"]
-
-
-def answer_ranks(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
-    """Rank (0 = argmax) of ``token_ids`` ``[n]`` in ``logits`` ``[n, vocab]`` (ties count in the token's favour)."""
-    chosen = logits.gather(1, token_ids[:, None])  # [n, 1]
-    return (logits > chosen).sum(dim=1)
 
 
 def best_ranks(model: nn.Module, tok, probes: Sequence[Probe], first_layer: int, layer_module_tmp: str,
@@ -59,7 +49,8 @@ def best_ranks(model: nn.Module, tok, probes: Sequence[Probe], first_layer: int,
             best = None
             for name in names:
                 hidden = captured[name][:, -1]  # [b, d], left padding: the last position is the prompt's last token
-                ranks = answer_ranks(head(norm(hidden)).float(), answer)
+                logits = head(norm(hidden)).float()  # [b, vocab]
+                ranks = (logits > logits.gather(1, answer[:, None])).sum(dim=1)  # 0 = top; ties count for it
                 best = ranks if best is None else torch.minimum(best, ranks)
             for row, index in enumerate(indices):
                 result[index] = int(best[row])

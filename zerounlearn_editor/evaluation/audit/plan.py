@@ -2,13 +2,18 @@
 
 :func:`build_plan` turns :class:`~.items.AuditItem` s and a pool of borrowable facts into an
 :class:`AuditPlan`: per text probe the prompts of each item, the multiple-choice options, the
-relearning data. Base and edited models are scored on the same plan, so the rows differ only
-by the model.
+relearning data. Base and edited models are scored on the same plan. Prompts:
+
+* question form: ``"Q: {question} A:"`` with the fact's own questions where the data has them
+  (MQuAKE, RWKU, a facts file's ``questions``), else ``"Q: {prompt} what? A:"``;
+* chat template: the model's own (none: no chat probe), the user asking the question (or
+  ``"Complete: {prompt}"``), the assistant's turn opened with the fact's prompt;
+* in-context: ``K`` borrowed facts written ``"{prompt} {answer}.\\n"`` before the prompt.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Sequence, Tuple
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.audit.items import (
@@ -19,10 +24,8 @@ from zerounlearn_editor.evaluation.audit.items import (
     forbidden_of,
     relearn_facts,
 )
-from zerounlearn_editor.evaluation.audit.prompts import chat_probes, in_context_probe, question_probes
+from zerounlearn_editor.evaluation.audit.quantize import QUANT_SCHEMES
 from zerounlearn_editor.evaluation.audit.relearn import SCOPES, generic_texts
-
-__all__ = ["FAMILIES", "AuditSettings", "AuditPlan", "build_plan", "parse_families"]
 
 FAMILIES = ("formats", "in_context", "choice", "lens", "quantization", "relearning", "rwku")
 """Probe families; ``AuditSettings.families`` picks some."""
@@ -60,8 +63,6 @@ class AuditSettings:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad setting."""
-        from zerounlearn_editor.evaluation.audit.quantize import QUANT_SCHEMES
-
         for name in self.families:
             if name not in FAMILIES:
                 raise ValueError(f"audit: unknown probe family {name!r} (known: {', '.join(FAMILIES)})")
@@ -80,8 +81,6 @@ class AuditSettings:
                              f"{self.relearn_lr}, {self.relearn_n}")
 
     def to_dict(self) -> Dict[str, Any]:
-        from dataclasses import asdict
-
         return asdict(self)
 
 
@@ -107,13 +106,30 @@ class AuditPlan:
         }
 
 
+def _question_probes(item: AuditItem) -> List[Probe]:
+    if item.questions:
+        return [Probe(f"Q: {q.prompt} A:", q.answer) for q in item.questions]
+    return [Probe(f"Q: {item.prompt} what? A:", item.answer)]
+
+
+def _chat_probes(tok: Any, item: AuditItem) -> Optional[List[Probe]]:
+    if not getattr(tok, "chat_template", None):
+        return None
+    asks = [q.prompt for q in item.questions] or [f"Complete: {item.prompt}"]
+    chats = [tok.apply_chat_template([{"role": "user", "content": ask}], tokenize=False,
+                                     add_generation_prompt=True) for ask in asks]
+    return [Probe(f"{chat}{item.prompt}", item.answer) for chat in chats]
+
+
+def _in_context_probe(item: AuditItem, examples: Sequence[PoolFact]) -> Probe:
+    shots = "".join(f"{e.prompt.strip()} {e.answer.strip()}.\n" for e in examples)
+    return Probe(shots + item.prompt, item.answer)
+
+
 def build_plan(items: Sequence[AuditItem], pool: Sequence[PoolFact], tok: Any, settings: AuditSettings,
                generic_passages: Sequence[str] = ()) -> AuditPlan:
-    """Draw every probe of ``settings.families`` for ``items`` (seeded by ``settings.seed``).
-
-    Raises:
-        ValueError: no items, or relearning asked for without any allowed fact / generic text.
-    """
+    """Draw every probe of ``settings.families`` for ``items`` (seeded by ``settings.seed``); ``ValueError``
+    for no items, or relearning without any allowed fact or generic text."""
     if not items:
         raise ValueError("audit: no forgotten facts with an answer to probe")
     settings.validate()
@@ -126,8 +142,8 @@ def build_plan(items: Sequence[AuditItem], pool: Sequence[PoolFact], tok: Any, s
     if fam & {"formats", "lens", "quantization"}:
         text["paraphrase"] = [list(i.paraphrases) for i in items]
     if "formats" in fam:
-        text["question"] = [question_probes(i) for i in items]
-        chats = [chat_probes(tok, i) for i in items]
+        text["question"] = [_question_probes(i) for i in items]
+        chats = [_chat_probes(tok, i) for i in items]
         if all(c is not None for c in chats):
             text["chat"] = chats  # type: ignore[assignment]
     shots = set(settings.shots) if "in_context" in fam else set()
@@ -136,7 +152,7 @@ def build_plan(items: Sequence[AuditItem], pool: Sequence[PoolFact], tok: Any, s
     for k in sorted(shots):
         examples = [borrow(pool, i.relation, k, forbidden, settings.seed, f"ic:{i.case_id}") for i in items]
         plan.in_context_examples[k] = examples
-        text[f"ic{k}"] = [[in_context_probe(i, ex)] if ex else [] for i, ex in zip(items, examples)]
+        text[f"ic{k}"] = [[_in_context_probe(i, ex)] if ex else [] for i, ex in zip(items, examples)]
     if "choice" in fam:
         plan.choice_options = [[i.answer, *distractors(i, pool, settings.choices - 1, forbidden, settings.seed)]
                                for i in items]

@@ -3,44 +3,24 @@
 Symmetric RTN: a row of ``W`` ``[d_out, d_in]`` (per channel) or each group of ``group_size``
 consecutive inputs of a row (grouped) gets the scale ``s = max|w| / (2^(bits-1) - 1)``; weights
 become ``s * clamp(round(w / s), -2^(bits-1), 2^(bits-1) - 1)`` (stored dequantized, in the
-weight's dtype). The output head (``get_output_embeddings()``, often tied to the input
-embeddings) is left in full precision, as weight-only quantization schemes usually do.
+weight's dtype). The output head (often tied to the input embeddings) stays in full precision.
 """
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import nn
 
-__all__ = ["QuantScheme", "QUANT_SCHEMES", "quantize_rtn", "quantized_copy"]
 
-
-@dataclass(frozen=True)
-class QuantScheme:
-    """``bits`` per weight; ``group_size`` None = one scale per output channel."""
-
-    name: str
-    bits: int
-    group_size: Optional[int] = None
-
-
-QUANT_SCHEMES: Dict[str, QuantScheme] = {
-    "int8": QuantScheme("int8", 8),
-    "int4": QuantScheme("int4", 4),
-    "int4g16": QuantScheme("int4g16", 4, 16),
-}
-"""The audit's schemes: int8 and int4 per channel, int4 in groups of 16 inputs."""
+QUANT_SCHEMES: Dict[str, Tuple[int, Optional[int]]] = {"int8": (8, None), "int4": (4, None),
+                                                       "int4g16": (4, 16)}
+"""The audit's ``(bits, group_size)``: int8 and int4 per output channel, int4 in groups of 16 inputs."""
 
 
 def quantize_rtn(weight: torch.Tensor, bits: int, group_size: Optional[int] = None) -> torch.Tensor:
-    """Dequantized RTN copy of ``weight`` ``[d_out, d_in]`` (same shape and dtype; see module docstring).
-
-    Raises:
-        ValueError: ``bits < 2``, a 1-D weight, or ``d_in`` not a multiple of ``group_size``.
-    """
+    """Dequantized RTN copy of ``weight`` ``[d_out, d_in]`` (same shape and dtype; see module docstring)."""
     if bits < 2:
         raise ValueError(f"bits must be >= 2, got {bits}")
     if weight.dim() != 2:
@@ -56,12 +36,10 @@ def quantize_rtn(weight: torch.Tensor, bits: int, group_size: Optional[int] = No
     return (q * scale).reshape(d_out, d_in).to(weight.dtype)
 
 
-def quantized_copy(model: nn.Module, scheme: QuantScheme) -> nn.Module:
-    """A deep copy of ``model`` with every ``nn.Linear`` (and GPT-2 ``Conv1D``) weight but the head's RTN-quantized.
-
-    The caller's model is not changed. A layer whose input width is not a multiple of the
-    group size is quantized per channel.
-    """
+def quantized_copy(model: nn.Module, scheme: Tuple[int, Optional[int]]) -> nn.Module:
+    """A deep copy of ``model``, every ``nn.Linear`` / GPT-2 ``Conv1D`` weight but the head's RTN-quantized
+    (``scheme = (bits, group_size)``; per channel where the input width is not a multiple of the group)."""
+    bits, group_size = scheme
     twin = copy.deepcopy(model)
     head = twin.get_output_embeddings() if hasattr(twin, "get_output_embeddings") else None
     head_weight = getattr(head, "weight", None)
@@ -76,7 +54,7 @@ def quantized_copy(model: nn.Module, scheme: QuantScheme) -> nn.Module:
                 matrix = weight.t()  # stored [d_in, d_out]
             else:
                 continue
-            group = scheme.group_size if scheme.group_size and matrix.shape[1] % scheme.group_size == 0 else None
-            new = quantize_rtn(matrix, scheme.bits, group)
+            group = group_size if group_size and matrix.shape[1] % group_size == 0 else None
+            new = quantize_rtn(matrix, bits, group)
             weight.copy_(new if isinstance(module, nn.Linear) else new.t())
     return twin

@@ -1,15 +1,11 @@
 """Relearning attack: a few fine-tuning steps on a deep copy, then the forgotten prompts again.
 
-``steps`` full-batch Adam steps (lr ``lr``) on either
-
-* related facts (same relations, answers not forgotten; :func:`.items.relearn_facts`), loss the
-  token-mean NLL of their answers, or
-* generic text (the control: same number of passages of the statistics corpus, first
-  ``generic_words`` words each, no forgotten subject or answer), loss the NLL of every token,
-
-training the MLP weights only (``scope="mlp"``: parameters whose name contains ``.mlp.``) or every
-parameter (``scope="full"``). What comes back after the related facts but not after generic text
-is the association, not noise. The caller's model is never changed.
+``steps`` full-batch Adam steps on related facts (same relations, answers not forgotten;
+:func:`.items.relearn_facts`; loss: the token-mean NLL of their answers) or on generic text (the
+control: as many passages of the statistics corpus, naming no forgotten subject or answer; loss: the
+NLL of every token), training the MLP weights only (``scope="mlp"``: names containing ``.mlp.``) or
+every parameter (``scope="full"``). What comes back after the related facts but not after generic
+text is the association, not noise. The caller's model is never changed.
 """
 from __future__ import annotations
 
@@ -27,21 +23,7 @@ from zerounlearn_editor.methods.baselines.training import (
 )
 from zerounlearn_editor.evaluation.batching import model_device
 
-__all__ = ["SCOPES", "trainable", "relearned_copy", "generic_texts"]
-
 SCOPES = ("mlp", "full")
-
-
-def trainable(model: nn.Module, scope: str) -> List[Tuple[str, nn.Parameter]]:
-    """The parameters a scope trains (``mlp`` or ``full``)."""
-    if scope not in SCOPES:
-        raise ValueError(f"relearning scope must be one of {SCOPES}, got {scope!r}")
-    params = list(model.named_parameters())
-    if scope == "mlp":
-        params = [(n, p) for n, p in params if ".mlp." in n]
-    if not params:
-        raise ValueError(f"relearning scope {scope!r}: the model has no such parameters")
-    return params
 
 
 def generic_texts(passages: Sequence[str], n: int, words: int, forbidden_words: Sequence[str]) -> List[str]:
@@ -59,19 +41,20 @@ def generic_texts(passages: Sequence[str], n: int, words: int, forbidden_words: 
 
 def relearned_copy(model: nn.Module, tok, scope: str, steps: int, lr: float,
                    pairs: Sequence[Tuple[str, str]] = (), texts: Sequence[str] = ()) -> nn.Module:
-    """A deep copy of ``model`` after ``steps`` Adam steps on ``pairs`` (answer NLL) or ``texts`` (LM NLL).
-
-    Exactly one of ``pairs`` / ``texts`` is given. Dropout is off (eval mode) so the run is deterministic.
-    """
+    """A deep copy of ``model`` after ``steps`` Adam steps on ``pairs`` (answer NLL) or ``texts`` (LM NLL),
+    exactly one of them given; in eval mode (no dropout), so the run is deterministic."""
     if bool(pairs) == bool(texts):
         raise ValueError("relearning needs either (prompt, answer) pairs or texts, not both or neither")
+    if scope not in SCOPES:
+        raise ValueError(f"relearning scope must be one of {SCOPES}, got {scope!r}")
     twin = copy.deepcopy(model).eval()
-    params = trainable(twin, scope)
-    names = {n for n, _ in params}
-    for name, param in twin.named_parameters():
-        param.requires_grad_(name in names)
+    params = [p for n, p in twin.named_parameters() if scope == "full" or ".mlp." in n]
+    if not params:
+        raise ValueError(f"relearning scope {scope!r}: the model has no such parameters")
+    for param in twin.parameters():
+        param.requires_grad_(any(param is p for p in params))
     batch = (encode_answers(tok, pairs) if pairs else encode_texts(tok, texts)).to(model_device(twin))
-    optimizer = torch.optim.Adam([p for _, p in params], lr=lr)
+    optimizer = torch.optim.Adam(params, lr=lr)
     with torch.enable_grad():
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)

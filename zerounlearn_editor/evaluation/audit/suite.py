@@ -33,8 +33,6 @@ from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings
 from zerounlearn_editor.evaluation.audit.quantize import QUANT_SCHEMES, quantized_copy
 from zerounlearn_editor.evaluation.audit.relearn import relearned_copy
 
-__all__ = ["LensConfig", "probe_columns", "score_model"]
-
 LOG = logging.getLogger(__name__)
 
 
@@ -61,7 +59,7 @@ def probe_columns(plan: AuditPlan, settings: AuditSettings) -> List[str]:
     if "lens" in fam:
         cols += [f"lens:{s}" for s in _lens_sources(settings)]
     if "quantization" in fam:
-        cols += [f"{q}:{s}" for q in settings.quant_schemes for s in ("prompt", "paraphrase", f"ic{settings.lens_shots}")]
+        cols += [f"{q}:{s}" for q in settings.quant_schemes for s in _lens_sources(settings)]
     if "relearning" in fam:
         cols += [f"{kind}-{scope}" for kind in ("relearn", "generic") for scope in settings.relearn_scopes]
     if "rwku" in fam:
@@ -138,7 +136,7 @@ def score_model(model: nn.Module, tok: Any, plan: AuditPlan, settings: AuditSett
             raise ValueError("audit: the logit lens needs the first edited layer and the module templates")
         results.update(_lens_results(model, tok, plan, settings, lens))
     if "quantization" in fam:
-        sources = ["prompt", "paraphrase", f"ic{settings.lens_shots}"]
+        sources = _lens_sources(settings)
         for scheme in settings.quant_schemes:
             LOG.info("audit: %s round-to-nearest copy", scheme)
             twin = quantized_copy(model, QUANT_SCHEMES[scheme])

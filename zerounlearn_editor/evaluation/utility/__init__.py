@@ -1,6 +1,5 @@
-"""Downstream utility tasks: GLUE-style tasks and MMLU, few-shot, scored by the log-probability of each answer
-word (see :mod:`.tasks` for the prompts). The ``zerounlearn utility`` run over methods is
-:mod:`zerounlearn_editor.bench.utility`."""
+"""Downstream utility tasks (GLUE-style and MMLU, few-shot; :mod:`.tasks`), scored by the log-probability of
+each answer word; ``zerounlearn utility`` runs them over methods (:mod:`zerounlearn_editor.bench.utility`)."""
 from zerounlearn_editor.evaluation.utility.scoring import choice_logprobs, score_tasks, task_scores
 from zerounlearn_editor.evaluation.utility.tasks import TASKS, UtilityItem, load_task_items, parse_tasks
 

@@ -1,11 +1,9 @@
 """Batched choice scoring: the log-probability of each answer word after a prompt.
 
-An answer word's tokens are found exactly as for every other metric of the package
-(:func:`~zerounlearn_editor.evaluation.batching.encode_probe`: the tokens of
-``prompt + " " + word`` after those of ``prompt``). When every choice of an item is one token
-following the same prompt tokens (the usual case: ``" positive"``, ``" A"``), one forward pass of
-the prompt scores all choices; otherwise each (item, choice) sequence is scored on its own and
-its answer tokens' log-probabilities are summed.
+Answer tokens are found as for every other metric (:func:`.batching.encode_probe`). When every
+choice of an item is one token after the same prompt tokens (``" positive"``, ``" A"``), one forward
+pass of the prompt scores all choices; otherwise each (item, choice) sequence is scored on its own
+and its answer tokens' log-probabilities are summed.
 """
 from __future__ import annotations
 
@@ -28,8 +26,6 @@ from zerounlearn_editor.evaluation.batching import (
     resolve_padding_side,
 )
 from zerounlearn_editor.evaluation.utility.tasks import UtilityItem
-
-__all__ = ["choice_logprobs", "score_tasks", "task_scores"]
 
 LOG = logging.getLogger(__name__)
 
@@ -68,31 +64,22 @@ def choice_logprobs(
     device = model_device(model)
     pad_id = pad_token_id(tok)
     side = resolve_padding_side(tok, None)
-    # what each sequence must report: (answer start, answer ids) pairs, keyed by sequence
-    wanted: List[List[Tuple[int, List[int]]]] = [[] for _ in sequences]
-    for row in plans:
-        for seq, start, ids in row:
-            wanted[seq].append((start, ids))
-    scores: List[List[float]] = [[] for _ in sequences]
+    wanted: List[List[Tuple[int, int, int, List[int]]]] = [[] for _ in sequences]  # item, choice, start, ids
+    for item, row in enumerate(plans):
+        for choice, (seq, start, ids) in enumerate(row):
+            wanted[seq].append((item, choice, start, ids))
+    out: List[List[float]] = [[0.0] * len(row) for row in plans]
     batches = list(batched_indices([len(s) for s in sequences], batch_size))
     for indices in tqdm(batches, desc="utility", unit="batch", disable=not progress, leave=False):
         batch = pad_sequences([sequences[i] for i in indices], pad_id, side, device)
         logits = forward_logits(model, batch)  # [B, L, V]
         for row, index in enumerate(indices):
             offset = batch.offsets[row]
-            for start, ids in wanted[index]:
+            for item, choice, start, ids in wanted[index]:
                 positions = torch.arange(offset + start - 1, offset + start - 1 + len(ids), device=device)
                 logp = torch.log_softmax(logits[row, positions].float(), dim=-1)  # [len(ids), V]
                 target = torch.tensor(ids, device=device)
-                scores[index].append(float(logp.gather(1, target[:, None]).sum()))
-    out: List[List[float]] = []
-    cursor = [0] * len(sequences)
-    for row in plans:
-        values = []
-        for seq, _, _ in row:
-            values.append(scores[seq][cursor[seq]])
-            cursor[seq] += 1
-        out.append(values)
+                out[item][choice] = float(logp.gather(1, target[:, None]).sum())
     return out
 
 

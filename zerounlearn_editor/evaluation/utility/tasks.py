@@ -1,36 +1,20 @@
-"""The downstream tasks of the utility evaluation: loading, few-shot prompts, answer choices.
+"""The downstream tasks of the utility evaluation (:data:`TASKS`: sst2, cola, mrpc, rte, nli, mmlu from
+``../shared/data/utility/``, schemas in its MANIFEST.md): loading, few-shot prompts, answer words.
 
-Six tasks from ``../shared/data/utility/`` (schemas in that folder's MANIFEST.md):
-
-========  =====================================  ==================================
-task      query fields                           choices (label -> answer word)
-========  =====================================  ==================================
-sst2      ``sentence``                           0 -> ``negative``, 1 -> ``positive``
-cola      ``sentence``                           0 -> ``No``, 1 -> ``Yes``
-mrpc      ``sentence1``, ``sentence2``           0 -> ``No``, 1 -> ``Yes``
-rte       ``sentence1``, ``sentence2``           0 -> ``True`` (entailment), 1 -> ``False``
-nli       ``sentence1``, ``sentence2``           ``entailment`` -> ``True``, ``not_entailment`` -> ``False``
-mmlu      ``question``, ``choices[4]``, subject  0..3 -> ``A`` .. ``D``
-========  =====================================  ==================================
-
-Protocol (as in the MEMIT/AlphaEdit-style utility evaluation): a few solved examples (the
-"shots") precede each query; the predicted label is the choice whose answer word has the
-highest log-probability after the prompt. GLUE shots are drawn from the same file, never from
-the scored items, one per label in turn; MMLU shots are the dev exemplars of the same subject.
+Protocol (MEMIT/AlphaEdit-style): a few solved examples (the "shots") precede each query; the
+prediction is the choice whose answer word has the highest log-probability after the prompt. GLUE
+shots come from the same file, never from the scored items, one per label in turn; MMLU shots are
+the dev exemplars of the query's subject.
 """
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-__all__ = ["TASKS", "TaskSpec", "UtilityItem", "parse_tasks", "load_task_items", "UtilityDataError"]
-
-
-class UtilityDataError(ValueError):
-    """A utility data file is missing or malformed (message names the file, record and field)."""
+from zerounlearn_editor.data.records import RecordReader, read_json_records
+from zerounlearn_editor.data.types import DataFormatError
 
 
 @dataclass(frozen=True)
@@ -45,22 +29,13 @@ class UtilityItem:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """How one task's records become prompts.
-
-    ``labels`` maps a record's ``label`` value to the index of its answer word in ``words``.
-    """
+    """How one task's records become prompts; ``labels``: a record's label -> index of its answer word."""
 
     name: str
-    file: str
     fields: Tuple[str, ...]
     words: Tuple[str, ...]
     labels: Mapping[Any, int]
     render: Callable[[Mapping[str, Any]], str]
-
-    @property
-    def chance(self) -> float:
-        """Accuracy of a uniform random guess (the data files are label-balanced)."""
-        return 1.0 / len(self.words)
 
 
 def _single(template: str) -> Callable[[Mapping[str, Any]], str]:
@@ -68,19 +43,19 @@ def _single(template: str) -> Callable[[Mapping[str, Any]], str]:
 
 
 TASKS: Dict[str, TaskSpec] = {
-    "sst2": TaskSpec("sst2", "sst2.json", ("sentence",), ("negative", "positive"), {0: 0, 1: 1},
+    "sst2": TaskSpec("sst2", ("sentence",), ("negative", "positive"), {0: 0, 1: 1},
                      _single("Review: {sentence}\nSentiment:")),
-    "cola": TaskSpec("cola", "cola.json", ("sentence",), ("No", "Yes"), {0: 0, 1: 1},
+    "cola": TaskSpec("cola", ("sentence",), ("No", "Yes"), {0: 0, 1: 1},
                      _single("Sentence: {sentence}\nQuestion: Is this sentence grammatically acceptable?\nAnswer:")),
-    "mrpc": TaskSpec("mrpc", "mrpc.json", ("sentence1", "sentence2"), ("No", "Yes"), {0: 0, 1: 1},
+    "mrpc": TaskSpec("mrpc", ("sentence1", "sentence2"), ("No", "Yes"), {0: 0, 1: 1},
                      _single("Sentence 1: {sentence1}\nSentence 2: {sentence2}\n"
                              "Question: Do both sentences mean the same thing?\nAnswer:")),
-    "rte": TaskSpec("rte", "rte.json", ("sentence1", "sentence2"), ("True", "False"), {0: 0, 1: 1},
+    "rte": TaskSpec("rte", ("sentence1", "sentence2"), ("True", "False"), {0: 0, 1: 1},
                     _single("{sentence1}\nQuestion: {sentence2} True or False?\nAnswer:")),
-    "nli": TaskSpec("nli", "nli.json", ("sentence1", "sentence2"), ("True", "False"),
+    "nli": TaskSpec("nli", ("sentence1", "sentence2"), ("True", "False"),
                     {"entailment": 0, "not_entailment": 1},
                     _single("{sentence1}\nQuestion: {sentence2} True or False?\nAnswer:")),
-    "mmlu": TaskSpec("mmlu", "mmlu.json", ("question", "choices", "subject"), ("A", "B", "C", "D"),
+    "mmlu": TaskSpec("mmlu", ("question", "choices", "subject"), ("A", "B", "C", "D"),
                      {0: 0, 1: 1, 2: 2, 3: 3},
                      lambda r: r["question"].strip() + "\n" + "".join(
                          f"{letter}. {str(choice).strip()}\n" for letter, choice in zip("ABCD", r["choices"])
@@ -101,25 +76,19 @@ def parse_tasks(spec: Union[str, Sequence[str]]) -> List[str]:
 
 
 def _read_records(path: Path, spec: TaskSpec) -> List[Dict[str, Any]]:
+    """The task file's records, checked (errors name the file, record and field)."""
     if not path.is_file():
-        raise UtilityDataError(f"{spec.name}: data file not found: {path}")
-    try:
-        records = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UtilityDataError(f"{path}: not valid JSON: {exc}") from exc
-    if not isinstance(records, list):
-        raise UtilityDataError(f"{path}: expected a JSON list of records, got {type(records).__name__}")
-    for i, record in enumerate(records):
-        if not isinstance(record, dict):
-            raise UtilityDataError(f"{path}: record {i} is not an object")
+        raise DataFormatError(path, f"{spec.name} data file not found")
+    records = read_json_records(path)
+    label = "answer" if spec.name == "mmlu" else "label"
+    for index, record in enumerate(records):
+        reader = RecordReader(path, index, record)
         for key in spec.fields:
-            if key not in record:
-                raise UtilityDataError(f"{path}: record {i} has no field {key!r}")
-        key = "answer" if spec.name == "mmlu" else "label"
-        if record.get(key) not in spec.labels:
-            raise UtilityDataError(f"{path}: record {i} field {key!r} = {record.get(key)!r}, expected one of {list(spec.labels)}")
+            reader.raw(key)
+        if record.get(label) not in spec.labels:
+            raise reader.error(label, f"value {record.get(label)!r}, expected one of {list(spec.labels)}")
         if spec.name == "mmlu" and (not isinstance(record["choices"], list) or len(record["choices"]) != 4):
-            raise UtilityDataError(f"{path}: record {i} field 'choices' must be a list of 4 strings")
+            raise reader.error("choices", "must be a list of 4 strings")
     return records
 
 
@@ -136,27 +105,24 @@ def load_task_items(
 ) -> List[UtilityItem]:
     """The scored items of task ``name``: ``n`` records drawn with ``seed`` (all when ``None``).
 
-    GLUE tasks: the records are shuffled with ``seed``; the first ``n`` are scored and the
-    ``shots`` demonstrations come from the rest, cycling through the labels (label 0, 1, 0, ...)
-    so the prompt is balanced. MMLU: ``shots`` dev exemplars of the query's subject, in file
-    order, under the usual header line.
+    GLUE: the first ``n`` shuffled records are scored, the ``shots`` demonstrations come from the rest,
+    cycling through the labels (0, 1, 0, ...). MMLU: ``shots`` dev exemplars of the query's subject.
     """
     spec = TASKS[name]
     data_dir = Path(data_dir)
-    records = _read_records(data_dir / spec.file, spec)
+    records = _read_records(data_dir / f"{name}.json", spec)
     if shots < 0:
         raise ValueError(f"shots must be >= 0, got {shots}")
     order = list(range(len(records)))
     random.Random(f"{name}:{seed}").shuffle(order)
     scored = order if n is None else order[:n]
     if n is not None and n > len(records):
-        raise ValueError(f"{name}: n={n} but {data_dir / spec.file} holds {len(records)} records")
-    items: List[UtilityItem] = []
+        raise ValueError(f"{name}: n={n} but {data_dir / f'{name}.json'} holds {len(records)} records")
     if name == "mmlu":
-        dev = _read_records(data_dir / MMLU_SHOTS_FILE, spec)
         by_subject: Dict[str, List[Dict[str, Any]]] = {}
-        for record in dev:
+        for record in _read_records(data_dir / MMLU_SHOTS_FILE, spec):
             by_subject.setdefault(str(record["subject"]), []).append(record)
+        items: List[UtilityItem] = []
         for i in scored:
             record = records[i]
             subject = str(record["subject"])
@@ -178,6 +144,5 @@ def load_task_items(
             raise ValueError(f"{name}: not enough unscored records for {shots} shots (n={n})")
         demos_idx.append(pick)
     demos = "".join(_shot_text(spec, records[i]) for i in demos_idx)
-    for i in scored:
-        items.append(UtilityItem(demos + spec.render(records[i]), spec.words, _gold(spec, records[i]), i))
-    return items
+    return [UtilityItem(demos + spec.render(records[i]), spec.words, _gold(spec, records[i]), i)
+            for i in scored]
