@@ -7,10 +7,9 @@ import pytest
 import torch
 
 from zerounlearn_editor.methods.zerounlearn_gd.solve import (
-    nullspace_projector,
+    nullspace_basis,
     objective,
-    objective_gradient_wrt_F,
-    objective_wrt_F,
+    objective_and_gradient_wrt_F,
     solve_exact,
     solve_gd,
 )
@@ -51,7 +50,8 @@ def make_problem(d_out: int, d_in: int, n: int, rank: int, seed: int = 0, zero_r
     K_f = torch.randn(d_in, n, generator=g, dtype=F64)
     M_f = W @ K_f
     M_n = torch.randn(d_out, n, generator=g, dtype=F64)
-    P_m, U0 = nullspace_projector(C0, 1e-8)
+    U0, _ = nullspace_basis(C0, 1e-8)
+    P_m = U0 @ U0.T
     assert U0.shape == (d_in, d_in - rank)
     return Problem(W, K_f, M_f, M_n, A, P_m, U0)
 
@@ -74,8 +74,8 @@ WEIGHTS = [
 def rel_grad_at(p: Problem, D: torch.Tensor, a: float, b: float, c: float) -> float:
     """``||dJ/dF(D)|| / ||dJ/dF(0)||`` with ``F = D U0``."""
     F = D @ p.U0
-    g = objective_gradient_wrt_F(p.W, p.K_f, p.M_f, p.M_n, p.U0, F, a, b, c)
-    g0 = objective_gradient_wrt_F(p.W, p.K_f, p.M_f, p.M_n, p.U0, torch.zeros_like(F), a, b, c)
+    _, g = objective_and_gradient_wrt_F(p.W, p.K_f, p.M_f, p.M_n, p.U0, F, a, b, c)
+    _, g0 = objective_and_gradient_wrt_F(p.W, p.K_f, p.M_f, p.M_n, p.U0, torch.zeros_like(F), a, b, c)
     return float(g.norm() / g0.norm())
 
 
@@ -97,10 +97,13 @@ def test_projector_is_orthogonal_projector_onto_null_space() -> None:
     torch.testing.assert_close(p.P_m @ e0, e0, rtol=0, atol=1e-12)
 
 
-def test_projector_complement_route_matches() -> None:
-    """r > d_in / 2 builds P_m as I - U1 U1^T; it must equal U0 U0^T."""
+def test_basis_and_complement_split_the_space() -> None:
+    """``U0 U0^T + U1 U1^T = I``: the complement basis spans what the null space leaves."""
     p = make_problem(4, 20, 3, 3)      # r = 17
-    torch.testing.assert_close(p.P_m, p.U0 @ p.U0.T, rtol=0, atol=1e-12)
+    C0 = p.A @ p.A.T / 3
+    U0, U1 = nullspace_basis(C0, 1e-8)
+    assert U1.shape == (20, 3)
+    torch.testing.assert_close(U0 @ U0.T + U1 @ U1.T, torch.eye(20, dtype=F64), rtol=0, atol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,9 +236,8 @@ def test_gradient_helper_matches_autograd() -> None:
     J = (p.M_f.T @ X).square().sum() * 0.7 + 3.0 * (X - p.M_n).square().sum() + 0.2 * F.square().sum()
     (grad_auto,) = torch.autograd.grad(J, F)
     F = F.detach()
-    grad = objective_gradient_wrt_F(p.W, p.K_f, p.M_f, p.M_n, p.U0, F, 0.7, 3.0, 0.2)
+    J_F, grad = objective_and_gradient_wrt_F(p.W, p.K_f, p.M_f, p.M_n, p.U0, F, 0.7, 3.0, 0.2)
     torch.testing.assert_close(grad, grad_auto, rtol=1e-12, atol=1e-10)
-    J_F = objective_wrt_F(p.W, p.K_f, p.M_f, p.M_n, p.U0, F, 0.7, 3.0, 0.2)
     J_D = objective(p.W, p.K_f, p.M_f, p.M_n, F @ p.U0.T, 0.7, 3.0, 0.2)
     J_auto = float(J.detach())
     assert J_F == pytest.approx(J_auto, rel=1e-12)
@@ -245,9 +247,8 @@ def test_gradient_helper_matches_autograd() -> None:
 def test_empty_null_space_gives_zero_update() -> None:
     p = make_problem(5, 8, 4, 3)
     C0_full = torch.eye(8, dtype=F64) + p.A @ p.A.T
-    P_m, U0 = nullspace_projector(C0_full, 1e-3)
-    assert U0.shape == (8, 0)
-    assert float(P_m.abs().max()) == 0.0
+    U0, U1 = nullspace_basis(C0_full, 1e-3)
+    assert U0.shape == (8, 0) and U1.shape == (8, 8)
     for solver in (solve_exact, solve_gd):
         D = solver(p.W, p.K_f, p.M_f, p.M_n, U0)
         assert D.shape == (5, 8) and D.dtype == F64
@@ -308,17 +309,17 @@ def test_projector_rejects_bad_C0() -> None:
     nonsym = C0.clone()
     nonsym[0, 1] = 0.5
     with pytest.raises(ValueError, match="C0.*symmetric"):
-        nullspace_projector(nonsym, 1e-3)
+        nullspace_basis(nonsym, 1e-3)
     with pytest.raises(ValueError, match="C0.*square"):
-        nullspace_projector(torch.zeros(3, 4, dtype=F64), 1e-3)
+        nullspace_basis(torch.zeros(3, 4, dtype=F64), 1e-3)
     nan = C0.clone()
     nan[1, 1] = float("nan")
     with pytest.raises(ValueError, match="C0.*NaN"):
-        nullspace_projector(nan, 1e-3)
+        nullspace_basis(nan, 1e-3)
     with pytest.raises(ValueError, match="C0"):
-        nullspace_projector(torch.zeros(4, dtype=F64), 1e-3)
+        nullspace_basis(torch.zeros(4, dtype=F64), 1e-3)
     with pytest.raises(ValueError, match="threshold"):
-        nullspace_projector(C0, -1.0)
+        nullspace_basis(C0, -1.0)
 
 
 @pytest.mark.parametrize("solver", [solve_exact, solve_gd], ids=["exact", "gd"])
