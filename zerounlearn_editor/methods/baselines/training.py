@@ -1,21 +1,11 @@
 """The fine-tuning loop shared by the GA and NPO baselines.
 
-Each step runs one forward/backward pass over *all* forget requests together: the texts
-``prompt + " " + answer`` are right-padded into one batch (attention mask on the real
-tokens) and teacher-forced; only the answer tokens are scored. The answer tokens are found
-exactly as the evaluation metrics find them (:func:`zerounlearn_editor.evaluation.batching.encode_probe`),
-so training lowers the very log-probabilities the metrics read.
-
-Before the first step the summed answer log-probabilities of the unedited model are computed
-once (no gradient): NPO's reference ``log pi_ref(y|x)``, and the report's starting point.
-
-The method-specific part is a :data:`ForgetObjective`: a pure function of the per-request
-summed answer log-probabilities under the current weights, under the reference weights and
-the answer token counts, returning the scalar loss to minimise.
-
-Precision: float32 models train in float32. float16/bfloat16 models run forward/backward in
-their dtype (log-softmax in float32) and update through float32 master copies of the
-trained parameters (a warning is logged).
+Each step is one forward/backward pass over all forget requests together: ``prompt + " " +
+answer`` right-padded into one batch, teacher-forced, only the answer tokens scored (found as
+the metrics find them, :func:`zerounlearn_editor.evaluation.batching.encode_probe`). The method
+is a :data:`ForgetObjective` of the summed answer log-probabilities under the current and the
+unedited (reference) weights. float16/bfloat16 models run forward/backward in their dtype and
+update through float32 master copies of the trained parameters.
 """
 from __future__ import annotations
 
@@ -36,19 +26,6 @@ from zerounlearn_editor.engine.model_access import check_layers, model_device, p
 from zerounlearn_editor.engine.pipeline import restore_weights
 from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, normalize_requests
 from zerounlearn_editor.methods.baselines.hparams import BaselineHyperParams
-
-__all__ = [
-    "ForgetObjective",
-    "AnswerBatch",
-    "TrainReport",
-    "encode_answers",
-    "encode_texts",
-    "sequence_log_probs",
-    "nll_loss",
-    "trainable_parameters",
-    "train_unlearning",
-    "apply_baseline",
-]
 
 LOG = logging.getLogger(__name__)
 
@@ -90,18 +67,14 @@ def _pad_rows(tok, rows: Sequence[Sequence[int]], starts: Sequence[int]) -> Answ
     return AnswerBatch(ids, mask, target)
 
 
-def encode_answers(tok, pairs: Sequence[Tuple[str, str]]) -> AnswerBatch:
-    """Batch of ``prompt + " " + answer`` texts scoring the answer tokens (answers without leading space)."""
-    if not pairs:
-        raise ValueError("no (prompt, answer) pairs to encode")
+def _answer_rows(tok, pairs: Sequence[Tuple[str, str]]) -> Tuple[List[List[int]], List[int]]:
+    """Token rows of ``prompt + " " + answer`` and the index of each row's first answer token."""
     encoded = [encode_probe(tok, Probe(prompt, answer)) for prompt, answer in pairs]
-    return _pad_rows(tok, [e.input_ids for e in encoded], [e.answer_start for e in encoded])
+    return [list(e.input_ids) for e in encoded], [e.answer_start for e in encoded]
 
 
-def encode_texts(tok, texts: Sequence[str]) -> AnswerBatch:
-    """Batch of plain texts scoring every token after the first (language-modelling NLL)."""
-    if not texts:
-        raise ValueError("no texts to encode")
+def _text_rows(tok, texts: Sequence[str]) -> Tuple[List[List[int]], List[int]]:
+    """Token rows of plain texts, every token after the first scored."""
     rows = []
     for index, text in enumerate(texts):
         if not isinstance(text, str):
@@ -110,30 +83,21 @@ def encode_texts(tok, texts: Sequence[str]) -> AnswerBatch:
         if len(ids) < 2:
             raise ValueError(f"retain text {index} ({text!r}) has fewer than 2 tokens: nothing to score")
         rows.append(ids)
-    return _pad_rows(tok, rows, [1] * len(rows))
+    return rows, [1] * len(rows)
 
 
-def _concat(a: AnswerBatch, b: AnswerBatch, pad_id: int) -> AnswerBatch:
-    """Stack two batches (re-padding the narrower one on the right)."""
-    width = max(a.input_ids.shape[1], b.input_ids.shape[1])
+def encode_answers(tok, pairs: Sequence[Tuple[str, str]]) -> AnswerBatch:
+    """Batch of ``prompt + " " + answer`` texts scoring the answer tokens (answers without leading space)."""
+    if not pairs:
+        raise ValueError("no (prompt, answer) pairs to encode")
+    return _pad_rows(tok, *_answer_rows(tok, pairs))
 
-    def widen(x: AnswerBatch) -> AnswerBatch:
-        extra = width - x.input_ids.shape[1]
-        if extra == 0:
-            return x
-        n = x.input_ids.shape[0]
-        return AnswerBatch(
-            torch.cat([x.input_ids, torch.full((n, extra), pad_id, dtype=torch.long)], 1),
-            torch.cat([x.attention_mask, torch.zeros((n, extra), dtype=torch.long)], 1),
-            torch.cat([x.target_mask, torch.zeros((n, extra), dtype=torch.bool)], 1),
-        )
 
-    a, b = widen(a), widen(b)
-    return AnswerBatch(
-        torch.cat([a.input_ids, b.input_ids]),
-        torch.cat([a.attention_mask, b.attention_mask]),
-        torch.cat([a.target_mask, b.target_mask]),
-    )
+def encode_texts(tok, texts: Sequence[str]) -> AnswerBatch:
+    """Batch of plain texts scoring every token after the first (language-modelling NLL)."""
+    if not texts:
+        raise ValueError("no texts to encode")
+    return _pad_rows(tok, *_text_rows(tok, texts))
 
 
 def sequence_log_probs(model: nn.Module, batch: AnswerBatch) -> torch.Tensor:
@@ -359,10 +323,10 @@ def _retain_batch(tok, kwargs: Mapping[str, Any]) -> Optional[AnswerBatch]:
     """Retain data from the ``retain_requests``/``retain_texts`` keyword arguments, or None.
 
     ``retain_requests``: :class:`Probe` objects or dicts with ``prompt`` and ``ground_truth``
-    (answer without leading space; loss on the answer tokens). ``retain_texts``: strings
-    (loss on every token after the first).
+    (loss on the answer tokens). ``retain_texts``: strings (loss on every token after the first).
     """
-    batches: List[AnswerBatch] = []
+    rows: List[List[int]] = []
+    starts: List[int] = []
     requests = kwargs.get("retain_requests")
     if requests:
         pairs = []
@@ -377,15 +341,12 @@ def _retain_batch(tok, kwargs: Mapping[str, Any]) -> Optional[AnswerBatch]:
             if not isinstance(request["prompt"], str) or not isinstance(answer, str) or not answer.strip():
                 raise ValueError(f"retain request {index}: 'prompt' and 'ground_truth' must be non-empty strings")
             pairs.append((request["prompt"], answer))
-        batches.append(encode_answers(tok, pairs))
+        rows, starts = _answer_rows(tok, pairs)
     texts = kwargs.get("retain_texts")
     if texts:
-        if isinstance(texts, str):
-            texts = [texts]
-        batches.append(encode_texts(tok, texts))
-    if not batches:
-        return None
-    return batches[0] if len(batches) == 1 else _concat(batches[0], batches[1], pad_token_id(tok))
+        text_rows, text_starts = _text_rows(tok, [texts] if isinstance(texts, str) else texts)
+        rows, starts = rows + text_rows, starts + text_starts
+    return _pad_rows(tok, rows, starts) if rows else None
 
 
 def apply_baseline(
@@ -399,15 +360,12 @@ def apply_baseline(
     keep_original_weight: bool = False,
     **kwargs: Any,
 ) -> Tuple[nn.Module, Dict[str, torch.Tensor]]:
-    """EasyEdit's calling convention around :func:`train_unlearning`.
+    """EasyEdit's calling convention around :func:`train_unlearning`; returns ``(model, weights_copy)``.
 
-    ``copy=True`` (or ``keep_original_weight=True``) trains a deep copy and leaves the
-    caller's model untouched. ``weights_copy`` maps the exact ``named_parameters()`` names of
-    the trained parameters to their original values when ``return_orig_weights`` is set
-    (else it is empty; a copy is still held during training to roll back on errors, so the
-    ``all`` variant needs one extra copy of the model, plus optimiser state). Keyword
-    arguments used: ``retain_requests``, ``retain_texts``, ``progress`` and ``report`` (a
-    :class:`TrainReport` to fill); others are ignored.
+    ``copy=True`` (or ``keep_original_weight=True``) trains a deep copy. ``weights_copy`` maps the
+    trained parameters' ``named_parameters()`` names to their original values when
+    ``return_orig_weights`` is set, else it is empty. Keyword arguments used: ``retain_requests``,
+    ``retain_texts``, ``progress`` and ``report`` (a :class:`TrainReport` to fill).
     """
     forget = normalize_requests(requests)  # fail before any copy is made
     for request in forget:
