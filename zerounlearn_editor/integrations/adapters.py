@@ -27,7 +27,8 @@ from zerounlearn_editor.engine.model_access import get_module, module_is_transpo
 from zerounlearn_editor.support.files import write_text_atomic
 
 __all__ = ["ADAPTER_REPORT_NAME", "AdapterLayer", "AdapterReport", "NotLowRankError", "AdapterBaseError",
-           "low_rank_factors", "edit_deltas", "export_lora_adapter", "check_adapter_base", "load_lora_adapter"]
+           "low_rank_factors", "edit_deltas", "export_lora_adapter", "check_adapter_base",
+           "load_lora_adapter"]
 
 LOG = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ def export_lora_adapter(
     base_model_name_or_path: Optional[str] = None,
     metadata: Optional[Mapping[str, Any]] = None,
 ) -> AdapterReport:
-    """Write the edit ``edited_model - weights_before`` as a PEFT LoRA adapter in ``out_dir``; returns its report.
+    """Write ``edited_model - weights_before`` as a PEFT LoRA adapter in ``out_dir``; return its report.
 
     ``weights_before``: parameter name -> weight before the edit (the ``weights_copy`` of
     ``apply_*(..., return_orig_weights=True)``), or the unedited model. ``max_rank`` caps each

@@ -42,7 +42,7 @@ def _methods() -> Dict[str, Callable]:
 
 
 def easyedit_available(path: Optional[str] = None) -> bool:
-    """Whether ``easyeditor`` can be found (on ``sys.path``, or in ``path``/``$EASYEDIT_PATH``, then put on it)."""
+    """Whether ``easyeditor`` is importable (``path`` or ``$EASYEDIT_PATH`` is added to ``sys.path``)."""
     path = path or os.environ.get("EASYEDIT_PATH")
     if path and os.path.isdir(path) and path not in sys.path:
         sys.path.insert(0, path)

@@ -442,7 +442,8 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
         test_generation=args.test_generation,
     )
     if pre_edit is None:
-        write_text_atomic(pre_path, json.dumps([{"pre": case["pre"]} for case in metrics], indent=2, default=str))
+        pre = [{"pre": case["pre"]} for case in metrics]
+        write_text_atomic(pre_path, json.dumps(pre, indent=2, default=str))
     result_path = out / f"{stem}_results.json"
     result_path.write_text(json.dumps(metrics, indent=4, default=str), encoding="utf-8")
     summary = dict(unlearning_summary(metrics, mode), editing_method=args.editing_method, datatype=datatype,

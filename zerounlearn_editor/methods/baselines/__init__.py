@@ -4,7 +4,9 @@ edit sites only (``target_modules: layers``) or on all parameters (``target_modu
 from __future__ import annotations
 
 from zerounlearn_editor.methods.baselines.hparams import BaselineHyperParams, GAHyperParams, NPOHyperParams
-from zerounlearn_editor.methods.baselines.objectives import apply_ga_to_model, apply_npo_to_model, ga_loss, npo_loss
+from zerounlearn_editor.methods.baselines.objectives import (
+    apply_ga_to_model, apply_npo_to_model, ga_loss, npo_loss,
+)
 from zerounlearn_editor.methods.baselines.training import TrainReport
 
 __all__ = [

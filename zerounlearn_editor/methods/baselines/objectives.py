@@ -20,13 +20,13 @@ from zerounlearn_editor.methods.baselines.training import apply_baseline, nll_lo
 
 
 def ga_loss(logp: torch.Tensor, ref_logp: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
-    """Minus the token-mean NLL (scalar); ``logp``, ``ref_logp`` (unused), ``n_tokens`` ``[n]`` per request."""
+    """Minus the token-mean NLL (scalar); ``logp``, ``ref_logp`` (unused), ``n_tokens``: ``[n]``."""
     del ref_logp
     return -nll_loss(logp, n_tokens)
 
 
 def npo_loss(logp: torch.Tensor, ref_logp: torch.Tensor, beta: float) -> torch.Tensor:
-    """Mean over requests of ``-(2/beta) logsigmoid(-beta (logp - ref_logp))`` (scalar); ``logp``, ``ref_logp`` ``[n]``."""
+    """Mean over requests of ``-(2/beta) logsigmoid(-beta (logp - ref_logp))``; inputs ``[n]``."""
     if not beta > 0:
         raise ValueError(f"beta must be > 0, got {beta}")
     return (-(2.0 / beta) * F.logsigmoid(-beta * (logp - ref_logp))).mean()

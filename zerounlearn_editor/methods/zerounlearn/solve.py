@@ -63,7 +63,7 @@ def zerounlearn_normal_matrices(
     utility_weight: float,
     regularization: float,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``(lhs, rhs)`` of ``D0 lhs = rhs`` in float64, ``lhs = W (B + r I) W^T``, ``rhs = (A + r W) W^T``, both ``[d_out, d_out]``."""
+    """``(lhs, rhs) = (W (B + r I) W^T, (A + r W) W^T)`` of ``D0 lhs = rhs``, float64 ``[d_out, d_out]``."""
     for name, tensor in (("W", W), ("K_f", K_f), ("M_n", M_n), ("C0", C0)):
         _check_finite(name, tensor)
     d_out, d_in = W.shape
