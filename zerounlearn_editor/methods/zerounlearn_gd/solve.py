@@ -173,41 +173,12 @@ def nullspace_basis(C0: Tensor, threshold: float) -> Tuple[Tensor, Tensor]:
 
 
 # ----------------------------------------------------------------------------------------------
-# Objective and gradient
+# Objective and gradient in F
 # ----------------------------------------------------------------------------------------------
 
 
-def objective(
-    W: Tensor,
-    K_f: Tensor,
-    M_f: Tensor,
-    M_n: Tensor,
-    D_m: Tensor,
-    a: float = 1.0,
-    b: float = 100.0,
-    c: float = 0.1,
-) -> float:
-    """``J = a ||M_f^T (W + D_m) K_f||^2 + b ||(W + D_m) K_f - M_n||^2 + c ||D_m||^2`` in float64.
-
-    ``D_m`` ``[d_out, d_in]`` is the additive update ``E P_m`` (so ``||E P_m|| = ||D_m||``);
-    the other shapes are as in the module docstring.
-    """
-    d_out, d_in, _, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
-    _check_matrix("D_m", D_m)
-    if tuple(D_m.shape) != (d_out, d_in):
-        raise ValueError(f"D_m must have shape [d_out={d_out}, d_in={d_in}], got {tuple(D_m.shape)}")
-    X = (W.to(_F64) + D_m.to(_F64)) @ K_f.to(_F64)
-    M_f64, M_n64 = M_f.to(_F64), M_n.to(_F64)
-    value = (
-        a * (M_f64.T @ X).square().sum()
-        + b * (X - M_n64).square().sum()
-        + c * D_m.to(_F64).square().sum()
-    )
-    return float(value)
-
-
 class _Pieces(NamedTuple):
-    """Precomputed, dtype-cast quantities shared by objective, gradient and Hessian products."""
+    """Precomputed, dtype-cast quantities shared by the objective, its gradient and Hessian products."""
 
     WK: Tensor             # [d_out, n]  W K_f
     Kt: Tensor             # [r, n]      U0^T K_f
@@ -250,25 +221,6 @@ def _hessian_apply(p: _Pieces, P: Tensor, a: float, b: float, c: float) -> Tenso
     """Hessian of ``J(F)`` applied to a direction ``P`` ``[d_out, r]``: ``2 (Q P G + c P)``."""
     Y = P @ p.Kt
     return 2.0 * ((a * _apply_S(p, Y) + b * Y) @ p.Kt.T + c * P)
-
-
-def objective_and_gradient_wrt_F(
-    W: Tensor, K_f: Tensor, M_f: Tensor, M_n: Tensor, U0: Tensor, F: Tensor,
-    a: float = 1.0, b: float = 100.0, c: float = 0.1,
-) -> Tuple[float, Tensor]:
-    """``(J(F), dJ/dF [d_out, r])`` in float64 for the update ``D_m = F U0^T`` (``F = D_m @ U0``).
-
-    ``F`` ``[d_out, r]``, ``U0`` ``[d_in, r]``; ``dJ/dF = 2 [ (Q X - b M_n) Kt^T + c F ]`` with
-    ``X = W K_f + F Kt``, ``Kt = U0^T K_f``, ``Q = a M_f M_f^T + b I``.
-    """
-    d_out, d_in, _, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
-    U0 = _check_basis(U0, d_in)
-    _check_matrix("F", F)
-    if tuple(F.shape) != (d_out, U0.shape[1]):
-        raise ValueError(f"F must have shape [d_out={d_out}, r={U0.shape[1]}], got {tuple(F.shape)}")
-    pieces = _prepare(W, K_f, M_f, M_n, U0, _F64, repeated=False)
-    value, grad = _objective_and_gradient(pieces, F.to(_F64), a, b, c)
-    return float(value), grad
 
 
 # ----------------------------------------------------------------------------------------------
