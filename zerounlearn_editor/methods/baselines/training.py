@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.batching import encode_probe, pad_token_id
+from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.model_access import check_layers, model_device, parameter_name_of_weight
 from zerounlearn_editor.engine.pipeline import restore_weights
 from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, normalize_requests
@@ -140,14 +141,9 @@ def trainable_parameters(model: nn.Module, hparams: BaselineHyperParams) -> Dict
 
 
 @contextlib.contextmanager
-def _training_state(model: nn.Module, trained: Mapping[str, nn.Parameter]) -> Iterator[None]:
-    """Only ``trained`` requires grad and the model is in eval mode (no dropout) inside; restored on exit.
-
-    The ``requires_grad`` flag of every parameter, the ``training`` flag of every module and
-    the ``.grad`` of the trained parameters are put back as they were.
-    """
+def _only_trained_require_grad(model: nn.Module, trained: Mapping[str, nn.Parameter]) -> Iterator[None]:
+    """Only ``trained`` requires grad inside; the ``requires_grad`` flags and trained ``.grad`` restored."""
     flags = {name: p.requires_grad for name, p in model.named_parameters()}
-    modes = {name: m.training for name, m in model.named_modules()}
     grads = {name: p.grad for name, p in trained.items()}
     try:
         for _, p in model.named_parameters():
@@ -155,13 +151,10 @@ def _training_state(model: nn.Module, trained: Mapping[str, nn.Parameter]) -> It
         for name, p in trained.items():
             p.requires_grad_(True)
             p.grad = None
-        model.eval()
         yield
     finally:
         for name, p in model.named_parameters():
             p.requires_grad_(flags[name])
-        for name, m in model.named_modules():
-            m.training = modes[name]
         for name, p in trained.items():
             p.grad = grads[name]
 
@@ -172,10 +165,8 @@ _HALF = (torch.float16, torch.bfloat16)
 class _Updater:
     """Optimiser over the trained parameters, with float32 master copies of half-precision ones.
 
-    float16/bfloat16 parameters are trained through a float32 copy (gradients cast up, the
-    optimiser state and update in float32, the result rounded back into the parameter after
-    each step): a pure-half AdamW overflows (float16) or drops updates smaller than the
-    weights' rounding step (bfloat16). float32/float64 parameters are updated directly.
+    A pure-half AdamW overflows (float16) or drops updates below the weights' rounding step
+    (bfloat16): such parameters are updated in float32 and rounded back after each step.
     """
 
     def __init__(self, params: Sequence[nn.Parameter], hparams: BaselineHyperParams):
@@ -214,12 +205,8 @@ class _Updater:
 
 @dataclass
 class TrainReport:
-    """What a baseline run did.
-
-    ``loss``/``forget_logp``/``retain_nll``: per step, measured on the forward pass of that
-    step (before its update); ``forget_logp`` is the mean over requests of the summed answer
-    log-probability. ``final_forget_logp`` is measured after the last update.
-    """
+    """What a baseline run did. ``loss``/``forget_logp`` (mean summed answer log-prob)/``retain_nll``: per
+    step, before its update; ``final_forget_logp``: after the last update."""
 
     steps: int = 0
     seconds: float = 0.0
@@ -262,10 +249,8 @@ def train_unlearning(
     dtype = next(iter(trained.values())).dtype
     report.dtype = str(dtype).replace("torch.", "")
     if dtype != torch.float32:
-        LOG.warning(
-            "model dtype is %s: forward/backward run in it, updates go through float32 master copies",
-            report.dtype,
-        )
+        LOG.warning("model dtype is %s: forward/backward run in it, updates go through float32 master copies",
+                    report.dtype)
     device = model_device(model)
     batch = encode_answers(tok, [(r.prompt, r.answer) for r in forget]).to(device)
     n_tokens = batch.n_tokens
@@ -275,7 +260,9 @@ def train_unlearning(
     weights_copy = {name: p.detach().clone() for name, p in trained.items()}
     start = time.perf_counter()
     try:
-        with torch.random.fork_rng(devices=_rng_devices(model)), _training_state(model, trained):
+        # eval mode: no dropout; the caller's RNG state, modes and flags are given back
+        rng = torch.random.fork_rng(devices=_rng_devices(model))
+        with rng, eval_mode(model), _only_trained_require_grad(model, trained):
             torch.manual_seed(hparams.seed)
             with torch.no_grad():
                 ref_logp = sequence_log_probs(model, batch).detach()
@@ -307,15 +294,9 @@ def train_unlearning(
         restore_weights(model, weights_copy)
         raise
     report.seconds = time.perf_counter() - start
-    LOG.info(
-        "%s: %d steps in %.1fs on %d parameter tensor(s); mean answer log-prob %.3f -> %.3f",
-        hparams.alg_name,
-        report.steps,
-        report.seconds,
-        len(trained),
-        float(ref_logp.mean()),
-        report.final_forget_logp,
-    )
+    LOG.info("%s: %d steps in %.1fs on %d parameter tensor(s); mean answer log-prob %.3f -> %.3f",
+             hparams.alg_name, report.steps, report.seconds, len(trained), float(ref_logp.mean()),
+             report.final_forget_logp)
     return weights_copy, report
 
 
