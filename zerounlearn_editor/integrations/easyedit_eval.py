@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from numbers import Number
 
-from zerounlearn_editor.support.files import write_text_atomic
+from zerounlearn_editor.support.files import sha256_of_file, write_text_atomic
 
 LOG = logging.getLogger(__name__)
 
@@ -153,12 +153,6 @@ def flat_inputs(data: EditData) -> Dict[str, Any]:
         "locality_inputs": {_LOCALITY_NAME: {"prompt": loc_prompts, "ground_truth": loc_answers}},
         "portability_inputs": portability_inputs,
     }
-
-
-def pre_edit_cache_name(label: str, datatype: str, mode: str, parts: Sequence[str]) -> str:
-    """File name of the pre-edit metrics cache: what they depend on, hashed (``parts``)."""
-    digest = hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:16]
-    return f"{label}_{datatype}_{mode}_{digest}_pre_edit.json"
 
 
 def _norm(name: str) -> str:
@@ -360,11 +354,6 @@ def _load_easyedit(path: Optional[str]) -> Dict[str, Any]:  # noqa: D401 - EasyE
     }
 
 
-def _model_label(hparams: Any) -> str:
-    name = hparams.model_name
-    return name.rstrip("/").split("/")[-1] if isinstance(name, str) else "model"
-
-
 def _fmt(value: Optional[float]) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
@@ -394,7 +383,7 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
             raise SystemExit(f"--data_dir {args.data_dir} is in EasyEdit's {data.format} format, but --datatype is {args.datatype!r}")
         inputs = flat_inputs(data)
         datatype = data.format
-    label = _model_label(hparams)
+    label = hparams.model_name.rstrip("/").split("/")[-1] if isinstance(hparams.model_name, str) else "model"
 
     train_ds = None
     if args.editing_method in ("IKE", "ICE"):
@@ -425,9 +414,12 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
     out = Path(args.metrics_save_dir)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{args.editing_method}_{datatype}_{label}"
-    key_parts = [data.digest, str(args.ds_size), hashlib.sha256(Path(args.hparams_dir).read_bytes()).hexdigest(),
+    # the pre-edit metrics cache is named by a hash of what they depend on
+    key_parts = [data.digest, str(args.ds_size), sha256_of_file(args.hparams_dir),
                  json.dumps(mode, sort_keys=True), str(args.test_generation), str(datatype)]
-    pre_path = Path(args.pre_file) if args.pre_file else out / pre_edit_cache_name(label, str(datatype), mode["mode"], key_parts)
+    key = hashlib.sha256("\0".join(key_parts).encode("utf-8")).hexdigest()[:16]
+    pre_path = out / f"{label}_{datatype}_{mode['mode']}_{key}_pre_edit.json"
+    pre_path = Path(args.pre_file) if args.pre_file else pre_path
     pre_edit = None
     if pre_path.exists():
         pre_edit = json.loads(pre_path.read_text(encoding="utf-8"))

@@ -92,11 +92,6 @@ def load_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
     return requests
 
 
-def edit_rank_bound(hparams: Any, n: int) -> int:
-    """The largest rank the edit's change of one weight can have: ``n`` (GD) or ``2n`` (ZeroUnlearn, eps 0)."""
-    return n if isinstance(hparams, ZeroUnlearnGDHyperParams) else 2 * n
-
-
 @dataclass
 class UnlearnRow:
     prompt: str
@@ -315,14 +310,12 @@ def _save(result: UnlearnResult, out: Path, final: Path, save: str, model, tok, 
         tok.save_pretrained(out)
         result.saved = {"mode": "model", "dir": str(final)}
     elif save == "adapter":
+        # the largest rank of the change of one weight: n (GD) or 2n (ZeroUnlearn, eps 0)
+        bound = len(facts) if isinstance(hparams, ZeroUnlearnGDHyperParams) else 2 * len(facts)
         adapter: AdapterReport = export_lora_adapter(
-            weights_copy,
-            model,
-            out,
-            max_rank=edit_rank_bound(hparams, len(facts)),
-            base_model_name_or_path=resolve_model_path(name),
+            weights_copy, model, out, max_rank=bound, base_model_name_or_path=resolve_model_path(name),
             metadata=dict(method=hparams.alg_name, hparams_file=str(hparams_file), facts_file=str(facts_file),
-                          n_facts=len(facts), rank_bound=edit_rank_bound(hparams, len(facts))),
+                          n_facts=len(facts), rank_bound=bound),
         )
         result.saved = {"mode": "adapter", "dir": str(final), "r": adapter.r, "size_bytes": adapter.size_bytes,
                         "layers": [asdict(l) for l in adapter.layers]}

@@ -212,7 +212,6 @@ class TrainReport:
     seconds: float = 0.0
     dtype: str = ""
     trained_parameters: List[str] = field(default_factory=list)
-    n_trained_elements: int = 0
     reference_logp: List[float] = field(default_factory=list)
     loss: List[float] = field(default_factory=list)
     forget_logp: List[float] = field(default_factory=list)
@@ -245,7 +244,6 @@ def train_unlearning(
     report = TrainReport()
     trained = trainable_parameters(model, hparams)
     report.trained_parameters = list(trained)
-    report.n_trained_elements = sum(p.numel() for p in trained.values())
     dtype = next(iter(trained.values())).dtype
     report.dtype = str(dtype).replace("torch.", "")
     if dtype != torch.float32:
