@@ -170,14 +170,11 @@ def run_unlearn(
 ) -> UnlearnResult:
     """Unlearn the facts of ``facts_file`` and save the result (see module docstring).
 
-    All inputs (hparams, facts, retain file, save mode, ``out_dir``) are checked before the model is
-    loaded, the edit's own checks before the facts are scored. ``ppl_tokens`` tokens of ``ppl_text``
-    (default: the WikiText-2 test split shipped with the package) give the perplexity before/after;
-    0 turns it off. ``progress=False`` hides every bar (scoring included). ``audit`` (an
-    :class:`~zerounlearn_editor.evaluation.audit.AuditSettings`) adds the robustness audit of the facts with
-    answers, before and after (:mod:`zerounlearn_editor.evaluation.audit.facts_audit`), to the report.
-    ``fluency_guard`` (``"warn"`` for ``--allow-fluency-loss``) overrides the YAML's fluency guard; its
-    figures go into ``unlearn_report.json``.
+    ``ppl_tokens`` tokens of ``ppl_text`` (default: the WikiText-2 test split shipped with the package)
+    give the perplexity before/after (0: off). ``progress=False`` hides every bar. ``audit`` (an
+    :class:`~zerounlearn_editor.evaluation.audit.AuditSettings`) adds the robustness audit of the facts
+    (:mod:`zerounlearn_editor.evaluation.audit.facts_audit`) to the report. ``fluency_guard`` (``"warn"``
+    for ``--allow-fluency-loss``) overrides the YAML's fluency guard.
     """
     with progress_scope(progress):
         return _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_name, device, dtype, corpus,
