@@ -25,7 +25,6 @@ import importlib
 import inspect
 import json
 import logging
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
