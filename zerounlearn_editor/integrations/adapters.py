@@ -94,11 +94,11 @@ def _rounding_noise(W_new: torch.Tensor, dtype: torch.dtype) -> float:
 
 
 def low_rank_factors(
-    delta: torch.Tensor, noise_floor: float = 0.0, max_rank: Optional[int] = None, rtol: float = 1e-12
+    delta: torch.Tensor, noise_floor: float = 0.0, max_rank: Optional[int] = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """SVD factors of ``delta`` ``[d_out, d_in]`` (float64) at its numerical rank.
 
-    Keeps singular values ``> max(noise_floor, rtol * s_max)``, at most ``max_rank`` of them.
+    Keeps singular values ``> max(noise_floor, 1e-12 s_max)``, at most ``max_rank`` of them.
     Returns ``(B [d_out, r], A [r, d_in], S [min(d_out, d_in)] all singular values, numerical
     rank)``; ``B @ A`` is the best rank-``r`` approximation of ``delta``.
     """
@@ -107,7 +107,7 @@ def low_rank_factors(
     if S.numel() == 0 or float(S[0]) == 0.0:
         numerical = 0
     else:
-        numerical = int((S > max(noise_floor, rtol * float(S[0]))).sum())
+        numerical = int((S > max(noise_floor, 1e-12 * float(S[0]))).sum())
     r = numerical if max_rank is None else min(numerical, max_rank)
     root = S[:r].sqrt()
     B = U[:, :r] * root  # [d_out, r]
@@ -166,7 +166,6 @@ def export_lora_adapter(
     out_dir: Union[str, Path],
     *,
     max_rank: Optional[int] = None,
-    max_weight_residual: Optional[float] = None,
     allow_lossy: bool = False,
     base_model_name_or_path: Optional[str] = None,
     metadata: Optional[Mapping[str, Any]] = None,
@@ -176,7 +175,7 @@ def export_lora_adapter(
     ``weights_before``: parameter name -> weight before the edit (the ``weights_copy`` of
     ``apply_*(..., return_orig_weights=True)``), or the unedited model. ``max_rank`` caps each
     layer's rank (default: its numerical rank). A layer whose ``||Delta - B A||_F / ||W'||_F``
-    exceeds ``max_weight_residual`` (default ``max(1e-5, 2 eps)`` of the weight's dtype), or whose
+    exceeds ``max(1e-5, 2 eps)`` of the weight's dtype (its own rounding), or whose
     adapter would not be smaller than the weight, raises :class:`NotLowRankError` (nothing is
     written) unless ``allow_lossy`` (then a warning). ``base_model_name_or_path`` goes into
     ``adapter_config.json`` (default: the model's ``config._name_or_path``), ``metadata`` into
@@ -215,7 +214,7 @@ def export_lora_adapter(
         layers.append(layer)
         factors[module_name] = (B, A)
         transposed_flags.add(transposed)
-        limit = max_weight_residual if max_weight_residual is not None else max(1e-5, 2 * torch.finfo(dtype).eps)
+        limit = max(1e-5, 2 * torch.finfo(dtype).eps)
         d_out, d_in = delta.shape
         if layer.weight_relative_residual > limit:
             problems.append(
