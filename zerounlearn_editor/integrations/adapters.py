@@ -294,8 +294,7 @@ def export_lora_adapter(
 def check_adapter_base(base_model: nn.Module, adapter_dir: Union[str, Path]) -> None:
     """Raise :class:`AdapterBaseError` when ``adapter_dir`` records another base model than ``base_model``.
 
-    An adapter without ``zerounlearn_adapter.json`` (not written here) or without a recorded
-    fingerprint (written before it was recorded) is accepted with a warning.
+    An adapter without :data:`ADAPTER_REPORT_NAME` or a recorded fingerprint is accepted with a warning.
     """
     from zerounlearn_editor.engine.stats import model_fingerprint
 

@@ -52,10 +52,8 @@ def easyedit_available(path: Optional[str] = None) -> bool:
 def load_for_easyedit(name: str, alg_name: str, fp16: bool = False) -> Tuple[Any, Any]:
     """``(model, tokenizer)`` of ``name`` (zoo alias, local folder, cached hub name) for ``BaseEditor``.
 
-    Loaded on the CPU (EasyEdit then moves the model to ``hparams.device``), float16 when
-    ``fp16``, else float32 (EasyEdit's choice); the tokenizer's padding side is the one EasyEdit
-    sets for ``alg_name`` (right for the ROME/MEMIT family, left otherwise). A name that is not
-    found fails with :mod:`~zerounlearn_editor.support.model_zoo`'s error naming what was looked for.
+    On the CPU, float16 when ``fp16`` else float32 (as EasyEdit loads), with the padding side
+    EasyEdit sets for ``alg_name`` (:data:`RIGHT_PADDING_METHODS`, left otherwise).
     """
     import torch
 

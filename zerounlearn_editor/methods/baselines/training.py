@@ -36,11 +36,8 @@ ForgetObjective = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Ten
 
 @dataclass
 class AnswerBatch:
-    """A right-padded teacher-forcing batch.
-
-    ``input_ids``/``attention_mask`` ``[n, L]``; ``target_mask`` ``[n, L - 1]`` is True at
-    position ``t`` when token ``t + 1`` is scored (it is predicted from the logits at ``t``).
-    """
+    """A right-padded teacher-forcing batch: ``input_ids``/``attention_mask`` ``[n, L]``; ``target_mask``
+    ``[n, L - 1]`` is True at ``t`` when token ``t + 1`` (predicted from the logits at ``t``) is scored."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -122,11 +119,8 @@ def nll_loss(logp: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
 
 
 def trainable_parameters(model: nn.Module, hparams: BaselineHyperParams) -> Dict[str, nn.Parameter]:
-    """The parameters to train, by exact ``named_parameters()`` name.
-
-    ``target_modules: layers``: the weight of ``rewrite_module_tmp`` at each of ``layers``;
-    ``all``: every parameter (tied weights appear once, under their first name).
-    """
+    """The parameters to train by ``named_parameters()`` name: the weight of ``rewrite_module_tmp`` at each of
+    ``layers`` (``target_modules: layers``) or every parameter (``all``; tied weights once)."""
     params = dict(model.named_parameters())
     if hparams.target_modules == "all":
         return params
@@ -237,9 +231,8 @@ def train_unlearning(
 ) -> Tuple[Dict[str, torch.Tensor], TrainReport]:
     """Train ``model`` in place; returns (original values of the trained parameters, report).
 
-    Loss per step: ``objective(logp, ref_logp, n_tokens) + retain_weight * NLL(retain)``
-    (the retain term only when ``retain`` is given and ``retain_weight > 0``). On any error
-    the trained parameters are restored before it propagates.
+    Loss per step: ``objective(logp, ref_logp, n_tokens) + retain_weight * NLL(retain)`` (the retain
+    term when ``retain`` is given and ``retain_weight > 0``). On any error the weights are restored.
     """
     report = TrainReport()
     trained = trainable_parameters(model, hparams)
