@@ -48,9 +48,9 @@ def test_unprojected_multiplier_satisfies_normal_equations_of_the_spec():
     B = f * K_f @ K_f.t() + u * C0
     lhs = W @ (B + r * torch.eye(W.shape[1], dtype=torch.float64)) @ W.t()
     rhs = (A + r * W) @ W.t()
-    mats = zerounlearn_normal_matrices(W, K_f, M_n, C0, f, u, r)
-    torch.testing.assert_close(mats.lhs, lhs, rtol=1e-10, atol=1e-8)
-    torch.testing.assert_close(mats.rhs, rhs, rtol=1e-10, atol=1e-8)
+    got_lhs, got_rhs = zerounlearn_normal_matrices(W, K_f, M_n, C0, f, u, r)
+    torch.testing.assert_close(got_lhs, lhs, rtol=1e-10, atol=1e-8)
+    torch.testing.assert_close(got_rhs, rhs, rtol=1e-10, atol=1e-8)
     # With eps = 1e9 the projector is ~ (1+eps) I, so D / (1+eps) ~ D0.
     eps = 1e9
     D = zerounlearn_multiplier(W, K_f, M_n, C0, f, u, r, projection_eps=eps)
@@ -62,8 +62,8 @@ def test_unprojected_multiplier_satisfies_normal_equations_of_the_spec():
 def test_multiplier_minimises_the_weighted_objective():
     W, K_f, K_0, C0, M_n = _problem(n0=50)
     f, u, r = 1.0, 5.0, 1.0
-    mats = zerounlearn_normal_matrices(W, K_f, M_n, C0, f, u, r)
-    D0 = torch.linalg.solve(mats.lhs, mats.rhs.t()).t()
+    lhs, rhs = zerounlearn_normal_matrices(W, K_f, M_n, C0, f, u, r)
+    D0 = torch.linalg.solve(lhs, rhs.t()).t()
 
     def objective(D):
         return (

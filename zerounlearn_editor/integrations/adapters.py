@@ -1,32 +1,14 @@
 """Export an edit as a PEFT LoRA adapter: unlearning as a small file that can be switched off.
 
-Both methods change each edited weight by a low-rank matrix ``Delta = W' - W`` ``[d_out, d_in]``:
-
-* ZeroUnlearn-GD: ``Delta = E P_m`` is built from the ``n`` forget keys, ``rank <= n``;
-* ZeroUnlearn: ``W' = D W`` with ``D - I = (D0 - I) - V V^T D0`` where
-  ``D0 - I = f (M_n - M_f) M_f^T (...)^-1`` has rank ``<= n`` and ``V`` spans the ``n`` forget
-  values, so ``rank(Delta) <= 2n``. A change that is not low rank (e.g. a weight scaled as a whole)
-  is refused.
-
-:func:`export_lora_adapter` takes the weights before the edit (the ``weights_copy`` of
-``apply_*(..., return_orig_weights=True)``, or the unedited model) and the edited model,
-factorises each ``Delta`` by an SVD ``Delta = U S V^T`` truncated at its numerical rank ``r``
-(singular values above the rounding noise of the stored weight), ``B = U_r S_r^(1/2)``
-``[d_out, r]``, ``A = S_r^(1/2) V_r^T`` ``[r, d_in]``, and writes PEFT's files:
-
-* ``adapter_config.json``: ``LoraConfig`` with ``target_modules`` = the edited modules' full
-  names, ``r = lora_alpha`` (scaling 1), no dropout;
-* ``adapter_model.safetensors``: ``base_model.model.<module>.lora_A.weight`` / ``lora_B.weight``
-  (layers of smaller rank are padded with zero rows/columns to the common ``r``);
-* ``zerounlearn_adapter.json``: per layer the numerical rank, the stored rank and the relative
-  residuals ``||Delta - B A||_F / ||Delta||_F`` and ``/ ||W'||_F``, caller metadata, and
-  ``base_model_fingerprint``: :func:`~zerounlearn_editor.engine.stats.model_fingerprint` of the model
-  before the edit. PEFT applies an adapter to any model of the same shape; :func:`load_lora_adapter`
-  (how this package loads one) refuses a base model with another fingerprint.
-
-``PeftModel.from_pretrained(base, out_dir)`` then computes ``W x + B A x`` = the edited model up
-to rounding; ``with peft_model.disable_adapter():`` is the original model, and
-``merge_and_unload()`` writes ``W + B A`` into the weights.
+Both methods change each edited weight by a low-rank ``Delta = W' - W`` ``[d_out, d_in]``: rank
+``<= n`` for ZeroUnlearn-GD (``E P_m`` built from the ``n`` forget keys), ``<= 2n`` for ZeroUnlearn
+(``D - I = (D0 - I) - V V^T D0``, both terms of rank ``<= n``). :func:`export_lora_adapter` factorises
+each ``Delta`` by an SVD truncated at its numerical rank ``r`` (above the stored weight's rounding
+noise), ``B = U_r S_r^(1/2)`` ``[d_out, r]``, ``A = S_r^(1/2) V_r^T`` ``[r, d_in]``, and writes PEFT's
+``adapter_config.json`` (``r = lora_alpha``: scaling 1) and ``adapter_model.safetensors`` (layers of
+smaller rank zero-padded to the common ``r``), plus :data:`ADAPTER_REPORT_NAME` with per-layer ranks
+and residuals and the fingerprint of the base model, which :func:`load_lora_adapter` checks.
+A change that is not low rank is refused.
 """
 from __future__ import annotations
 
@@ -42,20 +24,11 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.engine.model_access import get_module, module_is_transposed
+from zerounlearn_editor.support.files import write_text_atomic
 
-__all__ = [
-    "ADAPTER_REPORT_NAME",
-    "AdapterLayer",
-    "AdapterReport",
-    "NotLowRankError",
-    "low_rank_factors",
-    "edit_deltas",
-    "export_lora_adapter",
-    "AdapterBaseError",
-    "adapter_base_fingerprint",
-    "check_adapter_base",
-    "load_lora_adapter",
-]
+__all__ = ["ADAPTER_REPORT_NAME", "AdapterLayer", "AdapterReport", "NotLowRankError", "AdapterBaseError",
+           "low_rank_factors", "edit_deltas", "export_lora_adapter", "check_adapter_base",
+           "load_lora_adapter"]
 
 LOG = logging.getLogger(__name__)
 
@@ -121,11 +94,11 @@ def _rounding_noise(W_new: torch.Tensor, dtype: torch.dtype) -> float:
 
 
 def low_rank_factors(
-    delta: torch.Tensor, noise_floor: float = 0.0, max_rank: Optional[int] = None, rtol: float = 1e-12
+    delta: torch.Tensor, noise_floor: float = 0.0, max_rank: Optional[int] = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """SVD factors of ``delta`` ``[d_out, d_in]`` (float64) at its numerical rank.
 
-    Keeps singular values ``> max(noise_floor, rtol * s_max)``, at most ``max_rank`` of them.
+    Keeps singular values ``> max(noise_floor, 1e-12 s_max)``, at most ``max_rank`` of them.
     Returns ``(B [d_out, r], A [r, d_in], S [min(d_out, d_in)] all singular values, numerical
     rank)``; ``B @ A`` is the best rank-``r`` approximation of ``delta``.
     """
@@ -134,7 +107,7 @@ def low_rank_factors(
     if S.numel() == 0 or float(S[0]) == 0.0:
         numerical = 0
     else:
-        numerical = int((S > max(noise_floor, rtol * float(S[0]))).sum())
+        numerical = int((S > max(noise_floor, 1e-12 * float(S[0]))).sum())
     r = numerical if max_rank is None else min(numerical, max_rank)
     root = S[:r].sqrt()
     B = U[:, :r] * root  # [d_out, r]
@@ -187,54 +160,31 @@ def edit_deltas(
     return out
 
 
-def _readable(path: Path) -> None:
-    """Give a written file the usual ``0666 & ~umask`` mode (some writers create files 0600)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    _readable(tmp)
-    os.replace(tmp, path)
-
-
 def export_lora_adapter(
     weights_before: Union[Mapping[str, torch.Tensor], nn.Module],
     edited_model: nn.Module,
     out_dir: Union[str, Path],
     *,
     max_rank: Optional[int] = None,
-    max_weight_residual: Optional[float] = None,
     allow_lossy: bool = False,
     base_model_name_or_path: Optional[str] = None,
     metadata: Optional[Mapping[str, Any]] = None,
 ) -> AdapterReport:
-    """Write the edit ``edited_model - weights_before`` as a PEFT LoRA adapter in ``out_dir``.
+    """Write ``edited_model - weights_before`` as a PEFT LoRA adapter in ``out_dir``; return its report.
 
-    Args:
-        weights_before: parameter name -> weight before the edit (``weights_copy`` of
-            ``apply_zerounlearn_to_model(..., return_orig_weights=True)``), or the unedited model.
-        edited_model: the model after the edit (not modified).
-        out_dir: the adapter folder (created; existing adapter files are replaced).
-        max_rank: cap on each layer's rank (e.g. the theoretical ``n`` / ``2n``); default: the
-            numerical rank.
-        max_weight_residual: largest allowed ``||Delta - B A||_F / ||W'||_F`` per layer;
-            default ``max(1e-5, 2 eps)`` of the weight's dtype (the weight's own rounding).
-        allow_lossy: export anyway (with a warning giving the numbers) when a layer exceeds
-            ``max_weight_residual`` or its adapter would not be smaller than the weight;
-            otherwise :class:`NotLowRankError` is raised and nothing is written.
-        base_model_name_or_path: written into ``adapter_config.json`` (default: the edited
-            model's ``config._name_or_path``).
-        metadata: extra JSON-serialisable facts stored in ``zerounlearn_adapter.json``.
-
-    Returns:
-        :class:`AdapterReport` (ranks, residuals, file sizes).
+    ``weights_before``: parameter name -> weight before the edit (the ``weights_copy`` of
+    ``apply_*(..., return_orig_weights=True)``), or the unedited model. ``max_rank`` caps each
+    layer's rank (default: its numerical rank). A layer whose ``||Delta - B A||_F / ||W'||_F``
+    exceeds ``max(1e-5, 2 eps)`` of the weight's dtype (its own rounding), or whose
+    adapter would not be smaller than the weight, raises :class:`NotLowRankError` (nothing is
+    written) unless ``allow_lossy`` (then a warning). ``base_model_name_or_path`` goes into
+    ``adapter_config.json`` (default: the model's ``config._name_or_path``), ``metadata`` into
+    :data:`ADAPTER_REPORT_NAME`.
     """
     from peft import LoraConfig
     from safetensors.torch import save_file
+
+    from zerounlearn_editor.engine.stats import model_fingerprint
 
     deltas = edit_deltas(weights_before, edited_model)
     params = dict(edited_model.named_parameters())
@@ -264,7 +214,7 @@ def export_lora_adapter(
         layers.append(layer)
         factors[module_name] = (B, A)
         transposed_flags.add(transposed)
-        limit = max_weight_residual if max_weight_residual is not None else max(1e-5, 2 * torch.finfo(dtype).eps)
+        limit = max(1e-5, 2 * torch.finfo(dtype).eps)
         d_out, d_in = delta.shape
         if layer.weight_relative_residual > limit:
             problems.append(
@@ -321,14 +271,17 @@ def export_lora_adapter(
     weights_path = out / "adapter_model.safetensors"
     tmp = weights_path.with_name(f".{weights_path.name}.tmp-{os.getpid()}")
     save_file(tensors, str(tmp), metadata={"format": "pt"})
-    _readable(tmp)
+    os.chmod(tmp, 0o644)  # as write_text_atomic's files
     os.replace(tmp, weights_path)
-    _atomic_write_bytes(out / "adapter_config.json", json.dumps(config_dict, indent=2, sort_keys=True).encode())
+    write_text_atomic(out / "adapter_config.json", json.dumps(config_dict, indent=2, sort_keys=True))
     files = {"adapter_model.safetensors": weights_path.stat().st_size,
              "adapter_config.json": (out / "adapter_config.json").stat().st_size}
-    report = AdapterReport(str(out), r, layers, files, dict(metadata or {}),
-                           adapter_base_fingerprint(edited_model, weights_before))
-    _atomic_write_bytes(out / ADAPTER_REPORT_NAME, json.dumps(report.to_dict(), indent=2).encode())
+    if isinstance(weights_before, nn.Module):  # the base model's fingerprint: the weights before the edit
+        fingerprint = model_fingerprint(weights_before)
+    else:
+        fingerprint = model_fingerprint(edited_model, replace=dict(weights_before))
+    report = AdapterReport(str(out), r, layers, files, dict(metadata or {}), fingerprint)
+    write_text_atomic(out / ADAPTER_REPORT_NAME, json.dumps(report.to_dict(), indent=2))
     for layer in layers:
         LOG.info(
             "%s: rank %d (numerical %d), residual %.2e of the change, %.2e of the weight",
@@ -338,22 +291,10 @@ def export_lora_adapter(
     return report
 
 
-def adapter_base_fingerprint(
-    edited_model: nn.Module, weights_before: Union[Mapping[str, torch.Tensor], nn.Module]
-) -> str:
-    """The fingerprint of the model an adapter applies to: ``edited_model`` with its weights before the edit."""
-    from zerounlearn_editor.engine.stats import model_fingerprint
-
-    if isinstance(weights_before, nn.Module):
-        return model_fingerprint(weights_before)
-    return model_fingerprint(edited_model, replace=dict(weights_before))
-
-
 def check_adapter_base(base_model: nn.Module, adapter_dir: Union[str, Path]) -> None:
     """Raise :class:`AdapterBaseError` when ``adapter_dir`` records another base model than ``base_model``.
 
-    An adapter without ``zerounlearn_adapter.json`` (not written here) or without a recorded
-    fingerprint (written before it was recorded) is accepted with a warning.
+    An adapter without :data:`ADAPTER_REPORT_NAME` or a recorded fingerprint is accepted with a warning.
     """
     from zerounlearn_editor.engine.stats import model_fingerprint
 

@@ -1,25 +1,16 @@
 """Registration of our methods with EasyEdit (``zjunlp/EasyEdit``, run from its source tree).
 
-EasyEdit's ``editors/editor.py`` imports ``ALG_DICT`` with ``import *``, so adding entries to
-the dict object in ``easyeditor.util.alg_dict`` makes ``BaseEditor`` see them. Batch editing
-is gated by the static method ``BatchEditor.is_batchable_method`` (a hard-coded list on an
-Enum); we wrap it once so it also accepts our method names.
+Entries added to the dict object ``easyeditor.util.alg_dict.ALG_DICT`` are seen by ``BaseEditor``
+(it imports the dict with ``import *``); ``BatchEditor.is_batchable_method`` is wrapped once to
+accept our names. ``BaseEditor.__init__`` is wrapped once too: a ``model_name`` its loader does not
+dispatch on (:data:`EASYEDIT_LOADABLE`; e.g. ``smollm2``, a local folder) is loaded by
+:func:`~zerounlearn_editor.support.model_zoo.load_model_and_tokenizer` and handed over as
+``(model, tokenizer)``, and ``editor.model_name`` is set to a name string (EasyEdit's evaluation
+calls ``model_name.lower()``). Names EasyEdit loads itself go through its own code unchanged.
 
-``BaseEditor.__init__`` loads a model only when its name contains one of the substrings it
-dispatches on (``llama``, ``gpt``, ``qwen``, ...) and raises a bare ``NotImplementedError``
-otherwise (our ``smollm2`` alias, a local folder named ``SmolLM2-135M-Instruct``). It is
-wrapped once so that such a name is loaded by :func:`~zerounlearn_editor.support.model_zoo.load_model_and_tokenizer`
-(offline, aliases resolved) and handed to EasyEdit as ``(model, tokenizer)``, with the padding
-side EasyEdit gives the method. With a ``(model, tokenizer)`` tuple, EasyEdit keeps the tuple as
-``editor.model_name`` and its evaluation then fails on ``model_name.lower()``; the wrapper sets a
-name string there (the YAML's name, or the model's folder name for a tuple). Names EasyEdit
-loads itself go through its own code unchanged. The wrappers apply to every method, ours and
-EasyEdit's, and only change what EasyEdit would have refused.
-
-Registration happens when ``zerounlearn_editor`` is imported, whichever of the two packages is
-imported first, as long as ``easyeditor`` can be found then. ``$EASYEDIT_PATH`` is read by this
-package only: with the tree named only there, ``import zerounlearn_editor`` must come before
-``from easyeditor import ...`` (or put the tree on ``PYTHONPATH``, then any order works).
+Registration happens when ``zerounlearn_editor`` is imported, as long as ``easyeditor`` can be found
+then. ``$EASYEDIT_PATH`` is read by this package only: with the tree named only there,
+``import zerounlearn_editor`` must come before ``from easyeditor import ...``.
 """
 from __future__ import annotations
 
@@ -30,16 +21,6 @@ import logging
 import os
 import sys
 from typing import Any, Callable, Dict, Optional, Tuple
-
-__all__ = [
-    "METHODS",
-    "EASYEDIT_LOADABLE",
-    "RIGHT_PADDING_METHODS",
-    "easyedit_available",
-    "easyedit_loads_by_name",
-    "load_for_easyedit",
-    "register_with_easyedit",
-]
 
 LOG = logging.getLogger(__name__)
 
@@ -60,34 +41,19 @@ def _methods() -> Dict[str, Callable]:
     return {"ZeroUnlearn": apply_zerounlearn_to_model, "ZeroUnlearn-GD": apply_zerounlearn_gd_to_model}
 
 
-METHODS = ("ZeroUnlearn", "ZeroUnlearn-GD")
-
-
-def _add_easyedit_path(path: Optional[str]) -> None:
+def easyedit_available(path: Optional[str] = None) -> bool:
+    """Whether ``easyeditor`` is importable (``path`` or ``$EASYEDIT_PATH`` is added to ``sys.path``)."""
     path = path or os.environ.get("EASYEDIT_PATH")
     if path and os.path.isdir(path) and path not in sys.path:
         sys.path.insert(0, path)
-
-
-def easyedit_available(path: Optional[str] = None) -> bool:
-    """Whether ``easyeditor`` can be found (on ``sys.path``, or in ``path``/``$EASYEDIT_PATH``)."""
-    _add_easyedit_path(path)
     return importlib.util.find_spec("easyeditor") is not None
-
-
-def easyedit_loads_by_name(name: str) -> bool:
-    """Whether ``BaseEditor`` loads a model of this name itself (see :data:`EASYEDIT_LOADABLE`)."""
-    lower = name.lower()
-    return any(key in lower for key in EASYEDIT_LOADABLE)
 
 
 def load_for_easyedit(name: str, alg_name: str, fp16: bool = False) -> Tuple[Any, Any]:
     """``(model, tokenizer)`` of ``name`` (zoo alias, local folder, cached hub name) for ``BaseEditor``.
 
-    Loaded on the CPU (EasyEdit then moves the model to ``hparams.device``), float16 when
-    ``fp16``, else float32 (EasyEdit's choice); the tokenizer's padding side is the one EasyEdit
-    sets for ``alg_name`` (right for the ROME/MEMIT family, left otherwise). A name that is not
-    found fails with :mod:`~zerounlearn_editor.support.model_zoo`'s error naming what was looked for.
+    On the CPU, float16 when ``fp16`` else float32 (as EasyEdit loads), with the padding side
+    EasyEdit sets for ``alg_name`` (:data:`RIGHT_PADDING_METHODS`, left otherwise).
     """
     import torch
 
@@ -96,12 +62,6 @@ def load_for_easyedit(name: str, alg_name: str, fp16: bool = False) -> Tuple[Any
     model, tok = load_model_and_tokenizer(name, device="cpu", dtype=torch.float16 if fp16 else torch.float32)
     tok.padding_side = "right" if alg_name in RIGHT_PADDING_METHODS else "left"
     return model, tok
-
-
-def _display_name(model: Any, fallback: str = "model") -> str:
-    """The last part of the model's ``_name_or_path`` (its folder name), for EasyEdit's ``model_name``."""
-    path = str(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
-    return path.rstrip("/").rsplit("/", 1)[-1] or fallback
 
 
 def _wrap_base_editor(editor_cls: type) -> None:
@@ -113,7 +73,7 @@ def _wrap_base_editor(editor_cls: type) -> None:
     @functools.wraps(original)
     def __init__(self, hparams, *args, **kwargs):
         name = getattr(hparams, "model_name", None)
-        if isinstance(name, str) and not easyedit_loads_by_name(name):
+        if isinstance(name, str) and not any(key in name.lower() for key in EASYEDIT_LOADABLE):
             LOG.info("model %r: EasyEdit's loader does not know the name; loaded by zerounlearn_editor", name)
             hparams.model_name = load_for_easyedit(name, str(getattr(hparams, "alg_name", "")), bool(getattr(hparams, "fp16", False)))
             try:
@@ -123,18 +83,12 @@ def _wrap_base_editor(editor_cls: type) -> None:
             self.model_name = name
             return
         original(self, hparams, *args, **kwargs)
-        if isinstance(self.model_name, tuple) and len(self.model_name) == 2:
-            self.model_name = _display_name(self.model_name[0])
+        if isinstance(self.model_name, tuple) and len(self.model_name) == 2:  # the model's folder name
+            path = str(getattr(getattr(self.model_name[0], "config", None), "_name_or_path", "") or "")
+            self.model_name = path.rstrip("/").rsplit("/", 1)[-1] or "model"
 
     editor_cls.__init__ = __init__
     setattr(editor_cls, _INIT_FLAG, True)
-
-
-def _editor_module() -> Optional[Any]:
-    """``easyeditor.editors.editor`` when the package has one (a real EasyEdit), else None."""
-    if importlib.util.find_spec("easyeditor.editors.editor") is None:
-        return None
-    return importlib.import_module("easyeditor.editors.editor")
 
 
 def register_with_easyedit(path: Optional[str] = None) -> bool:
@@ -149,16 +103,18 @@ def register_with_easyedit(path: Optional[str] = None) -> bool:
     try:
         alg_dict = importlib.import_module("easyeditor.util.alg_dict")
         batch_module = importlib.import_module("easyeditor.editors.batch_editor")
-        editor_module = _editor_module()
+        # a fake EasyEdit (tests) may have no editors.editor module
+        has_editor = importlib.util.find_spec("easyeditor.editors.editor") is not None
+        editor_module = importlib.import_module("easyeditor.editors.editor") if has_editor else None
     except Exception as exc:  # a broken EasyEdit install must not break our import
         LOG.warning("EasyEdit found but failed to import (%s: %s); not registering", type(exc).__name__, exc)
         return False
-    alg_dict.ALG_DICT.update(_methods())
+    methods = _methods()
+    alg_dict.ALG_DICT.update(methods)
     batch_editor = batch_module.BatchEditor
-    names = getattr(batch_editor, _WRAPPED_FLAG, None)
-    if names is None:
+    if getattr(batch_editor, _WRAPPED_FLAG, None) is None:
         original = batch_editor.is_batchable_method
-        ours = frozenset(METHODS)
+        ours = frozenset(methods)
 
         def is_batchable_method(alg_name: str) -> bool:
             return alg_name in ours or original(alg_name)
@@ -167,5 +123,5 @@ def register_with_easyedit(path: Optional[str] = None) -> bool:
         setattr(batch_editor, _WRAPPED_FLAG, ours)
     if editor_module is not None:
         _wrap_base_editor(editor_module.BaseEditor)
-    LOG.debug("registered %s with EasyEdit", ", ".join(METHODS))
+    LOG.debug("registered %s with EasyEdit", ", ".join(methods))
     return True

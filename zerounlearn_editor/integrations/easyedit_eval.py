@@ -1,47 +1,21 @@
 """EasyEdit's KnowEdit evaluation for any registered method, as unlearning or as editing.
 
-``benchmarks/run_easyedit_eval.py`` (a thin wrapper of :func:`main`) takes the flags of
-EasyEdit's ``examples/run_knowedit_llama2.py`` (``--editing_method --hparams_dir --data_dir
---ds_size --metrics_save_dir --datatype``, plus ``--train_data_path`` for IKE) and differs in:
+``benchmarks/run_easyedit_eval.py`` (a thin wrapper of :func:`main`) takes the flags of EasyEdit's
+``examples/run_knowedit_llama2.py`` and differs in:
 
-* the hparams class is **looked up** from ``ALG_DICT[method]`` (the classes named
-  ``*HyperParams`` / ``*Hparams`` beside the method's function, matched to the method name),
-  so ZeroUnlearn, ZeroUnlearn-GD (registered by importing this package) and every method in
-  EasyEdit's ``ALG_DICT`` run unchanged; the YAML's ``alg_name`` must name the same method;
-* ``--target-new neutral`` (default) **unlearns**: every request's ``target_new`` is the
-  neutral target (the YAML's ``neutral_target``, else the tokenizer's EOS text), which our
-  methods also aim at; ``--target-new keep`` uses the dataset's ``target_new`` (editing, as
-  EasyEdit's script does). The run says which it did, in the log and in the summary;
-* the true answer of each fact is scored before and after through one more portability
-  input, ``Forget_Ground_Truth`` (the edit prompt with the record's ``ground_truth``), so
-  EasyEdit's own metrics measure forgetting; ``<...>_unlearning_summary.json`` has its mean
-  token accuracy pre/post next to EasyEdit's rewrite/locality/portability/fluency means.
+* the hparams class is looked up from ``ALG_DICT[method]`` (:func:`find_hparams_class`), so our
+  methods and every method of EasyEdit's ``ALG_DICT`` run unchanged; the YAML's ``alg_name`` must
+  name the same method;
+* ``--target-new neutral`` (default) unlearns: every ``target_new`` is the neutral target (the YAML's
+  ``neutral_target``, else the tokenizer's EOS text); ``--target-new keep`` edits, as the script;
+* the true answer of each fact is scored before and after as one more portability input,
+  :data:`FORGET_KEY`, so EasyEdit's own metrics measure forgetting (``<...>_unlearning_summary.json``).
 
-Three data formats are read (:func:`read_edit_data` tells them apart by their fields and
-refuses a file it cannot read, naming the record and the missing fields, before any model is
-loaded):
-
-* **KnowEdit** (``prompt, subject, target_new, ground_truth, locality{}, portability{}``), read
-  with EasyEdit's ``KnowEditDataset``; ``--datatype`` picks the inputs as EasyEdit's script does;
-* **EasyEdit's flat CounterFact** (``counterfact-edit.json``: ``prompt, subject, target_new,
-  ground_truth, rephrase_prompt, locality_prompt, locality_ground_truth``);
-* **EasyEdit's ZsRE** (``zsre_mend_eval.json``: ``src, subject, alt, answers, rephrase, loc,
-  loc_ans``, optional ``portability{New Question, New Answer}``).
-
-For the flat formats, ``rephrase_prompt`` is EasyEdit's rephrase input and the locality pair its
-``neighborhood`` locality input. Every locality prompt is also scored as a portability input
-``<name>_Ground_Truth`` (teacher-forced accuracy of its true answer), so locality has a pre-edit
-value too; EasyEdit's own locality accuracy (agreement of the post-edit with the pre-edit
-outputs) is 1 before the edit by definition and is reported so.
-
-Requests are edited through ``BaseEditor.edit`` (one at a time, restored after each,
-``keep_original_weight=True``), as in the script. Model names EasyEdit's loader does not
-recognise (``smollm2``) are loaded by the registration's ``BaseEditor`` wrapper
-(:mod:`zerounlearn_editor.integrations.easyedit`).
-
-The pre-edit metrics are cached in ``--metrics_save_dir`` under a name holding a hash of what
-they depend on: the data file's bytes, ``--ds_size``, the hparams file's bytes, the target mode
-and generation flag; the file is written atomically.
+Data (:func:`read_edit_data`, checked before any model is loaded): KnowEdit (read with EasyEdit's
+``KnowEditDataset``), EasyEdit's flat CounterFact and its ZsRE (:func:`flat_inputs`; every locality
+prompt is also scored as a portability input ``<name>_Ground_Truth``, so locality has a pre-edit
+value). Requests are edited one at a time through ``BaseEditor.edit`` (``keep_original_weight=True``).
+The pre-edit metrics are cached in ``--metrics_save_dir`` under a hash of what they depend on.
 """
 from __future__ import annotations
 
@@ -51,28 +25,14 @@ import importlib
 import inspect
 import json
 import logging
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from numbers import Number
 
-__all__ = [
-    "FORGET_KEY",
-    "DATA_FORMATS",
-    "EditData",
-    "read_edit_data",
-    "flat_inputs",
-    "pre_edit_cache_name",
-    "find_hparams_class",
-    "knowedit_inputs",
-    "unlearning_summary",
-    "build_parser",
-    "main",
-]
+from zerounlearn_editor.support.files import sha256_of_file, write_text_atomic
 
 LOG = logging.getLogger(__name__)
 
@@ -92,15 +52,8 @@ _LOCALITY_NAME = "neighborhood"
 
 @dataclass
 class EditData:
-    """A data file read for the evaluation.
-
-    Attributes:
-        path: the file.
-        format: ``knowedit``, ``counterfact`` or ``zsre`` (keys of :data:`DATA_FORMATS`).
-        records: the raw records of the flat formats (first ``--ds_size``); None for KnowEdit,
-            which EasyEdit's ``KnowEditDataset`` reads.
-        digest: SHA-256 of the file's bytes.
-    """
+    """A data file read for the evaluation: its ``format`` (a key of :data:`DATA_FORMATS`), the raw
+    records of the flat formats (first ``--ds_size``; None for KnowEdit) and the SHA-256 of its bytes."""
 
     path: str
     format: str
@@ -170,25 +123,20 @@ def flat_inputs(data: EditData) -> Dict[str, Any]:
     """
     if data.format not in ("counterfact", "zsre"):
         raise ValueError(f"flat_inputs reads counterfact or zsre records, got {data.format!r}")
-    zsre = data.format == "zsre"
-    prompts, subjects, targets, truths, rephrases, loc_prompts, loc_answers = [], [], [], [], [], [], []
+    # prompt, subject, target_new, ground truth, rephrase, locality prompt, locality answer
+    columns: List[List[str]] = [[] for _ in DATA_FORMATS[data.format]]
     port_prompts, port_answers = [], []
     for i, r in enumerate(data.records or []):
-        where = f"{data.path}: record {i}"
-        prompts.append(_text(r["src"] if zsre else r["prompt"], f"{where} field {'src' if zsre else 'prompt'}"))
-        subjects.append(_text(r["subject"], f"{where} field subject"))
-        targets.append(_text(r["alt"] if zsre else r["target_new"], f"{where} field {'alt' if zsre else 'target_new'}"))
-        truths.append(_text(r["answers"] if zsre else r["ground_truth"], f"{where} field {'answers' if zsre else 'ground_truth'}"))
-        rephrases.append(_text(r["rephrase"] if zsre else r["rephrase_prompt"], f"{where} field rephrase"))
-        loc_prompts.append(_text(r["loc"] if zsre else r["locality_prompt"], f"{where} field locality prompt"))
-        loc_answers.append(_text(r["loc_ans"] if zsre else r["locality_ground_truth"], f"{where} field locality answer"))
-        portability = r.get("portability") if zsre else None
+        for column, name in zip(columns, DATA_FORMATS[data.format]):
+            column.append(_text(r[name], f"{data.path}: record {i} field {name}"))
+        portability = r.get("portability") if data.format == "zsre" else None
         if isinstance(portability, Mapping) and portability.get("New Question") and _first_text(portability.get("New Answer")):
             port_prompts.append(str(portability["New Question"]))
             port_answers.append(_first_text(portability["New Answer"]))
         else:
             port_prompts.append(None)
             port_answers.append(None)
+    prompts, subjects, targets, truths, rephrases, loc_prompts, loc_answers = columns
     portability_inputs: Dict[str, Dict[str, list]] = {
         FORGET_KEY: {"prompt": list(prompts), "ground_truth": list(truths)},
         f"{_LOCALITY_NAME}_Ground_Truth": {"prompt": list(loc_prompts), "ground_truth": list(loc_answers)},
@@ -204,24 +152,6 @@ def flat_inputs(data: EditData) -> Dict[str, Any]:
         "locality_inputs": {_LOCALITY_NAME: {"prompt": loc_prompts, "ground_truth": loc_answers}},
         "portability_inputs": portability_inputs,
     }
-
-
-def pre_edit_cache_name(label: str, datatype: str, mode: str, parts: Sequence[str]) -> str:
-    """File name of the pre-edit metrics cache: what they depend on, hashed (``parts``)."""
-    digest = hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:16]
-    return f"{label}_{datatype}_{mode}_{digest}_pre_edit.json"
-
-
-def _write_json_atomic(path: Path, value: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=str(path.parent), prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(value, handle, indent=2, default=str)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 def _norm(name: str) -> str:
@@ -423,11 +353,6 @@ def _load_easyedit(path: Optional[str]) -> Dict[str, Any]:  # noqa: D401 - EasyE
     }
 
 
-def _model_label(hparams: Any) -> str:
-    name = hparams.model_name
-    return name.rstrip("/").split("/")[-1] if isinstance(name, str) else "model"
-
-
 def _fmt(value: Optional[float]) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
@@ -457,7 +382,7 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
             raise SystemExit(f"--data_dir {args.data_dir} is in EasyEdit's {data.format} format, but --datatype is {args.datatype!r}")
         inputs = flat_inputs(data)
         datatype = data.format
-    label = _model_label(hparams)
+    label = hparams.model_name.rstrip("/").split("/")[-1] if isinstance(hparams.model_name, str) else "model"
 
     train_ds = None
     if args.editing_method in ("IKE", "ICE"):
@@ -488,9 +413,12 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
     out = Path(args.metrics_save_dir)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{args.editing_method}_{datatype}_{label}"
-    key_parts = [data.digest, str(args.ds_size), hashlib.sha256(Path(args.hparams_dir).read_bytes()).hexdigest(),
+    # the pre-edit metrics cache is named by a hash of what they depend on
+    key_parts = [data.digest, str(args.ds_size), sha256_of_file(args.hparams_dir),
                  json.dumps(mode, sort_keys=True), str(args.test_generation), str(datatype)]
-    pre_path = Path(args.pre_file) if args.pre_file else out / pre_edit_cache_name(label, str(datatype), mode["mode"], key_parts)
+    key = hashlib.sha256("\0".join(key_parts).encode("utf-8")).hexdigest()[:16]
+    pre_path = out / f"{label}_{datatype}_{mode['mode']}_{key}_pre_edit.json"
+    pre_path = Path(args.pre_file) if args.pre_file else pre_path
     pre_edit = None
     if pre_path.exists():
         pre_edit = json.loads(pre_path.read_text(encoding="utf-8"))
@@ -505,7 +433,8 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
         test_generation=args.test_generation,
     )
     if pre_edit is None:
-        _write_json_atomic(pre_path, [{"pre": case["pre"]} for case in metrics])
+        pre = [{"pre": case["pre"]} for case in metrics]
+        write_text_atomic(pre_path, json.dumps(pre, indent=2, default=str))
     result_path = out / f"{stem}_results.json"
     result_path.write_text(json.dumps(metrics, indent=4, default=str), encoding="utf-8")
     summary = dict(unlearning_summary(metrics, mode), editing_method=args.editing_method, datatype=datatype,

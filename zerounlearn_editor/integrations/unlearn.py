@@ -1,21 +1,14 @@
 """``zerounlearn unlearn``: forget the facts of a file, show the effect, save the model or an adapter.
 
-The facts file is a JSON / JSONL / YAML list of ``{"prompt", "subject", "answer"}`` mappings
-(``answer`` optional: it is only scored, never used by the edit; ``target_new`` optional: a
-neutral target other than the YAML's). The method is the hparams file's ``alg_name``.
-Results: a before/after table (teacher-forced answer accuracy and probability, greedy
-continuation) of the forgotten facts and of the retain facts that have answers, the
-perplexity change, and in ``--out``:
-
-* ``--save model``: ``save_pretrained`` of the edited model (safetensors) and tokenizer;
-* ``--save adapter``: a PEFT LoRA adapter of the edit (:func:`~zerounlearn_editor.integrations.adapters.export_lora_adapter`);
-* always ``unlearn_report.json`` (the table's numbers, settings, stage times).
-
-Every input, ``--out`` included (absent, empty or a folder of an earlier run; its parent writable),
-is checked before the model is loaded, and the edit's own checks (:func:`~zerounlearn_editor.engine.pipeline.check_edit_inputs`,
-ZeroUnlearn's capacity) run before the facts are scored. ``--out`` is written into a temporary
-folder beside it and renamed into place (:mod:`zerounlearn_editor.support.output_dir`): it holds one run's
-files, whole, or is as it was.
+The facts file is a JSON / JSONL / YAML list of ``{"prompt", "subject", "answer"}`` mappings (``answer``
+optional, only scored; ``target_new`` optional: a neutral target other than the YAML's); the method is
+the hparams file's ``alg_name``. Results: a before/after table (teacher-forced answer accuracy and
+probability, greedy continuation) of the forgotten facts and of the retain facts with answers, the
+perplexity change, and in ``--out`` the edited model (``--save model``) or a PEFT LoRA adapter of the
+edit (``--save adapter``, :func:`~zerounlearn_editor.integrations.adapters.export_lora_adapter`), and
+always :data:`REPORT_NAME`. Every input is checked before the model is loaded, the edit's own checks
+run before the facts are scored, and ``--out`` is written through a staging folder
+(:mod:`zerounlearn_editor.support.output_dir`): it holds one run's files, whole, or is as it was.
 """
 from __future__ import annotations
 
@@ -25,7 +18,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
-
 
 from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
 from zerounlearn_editor.evaluation.audit.facts_audit import check_probe_fields
@@ -42,22 +34,13 @@ from zerounlearn_editor.support.progress import progress_scope
 from zerounlearn_editor.data.record_files import RecordFileError, read_record_list, require_fields
 from zerounlearn_editor.engine.retain import load_retain_file
 
-__all__ = [
-    "SAVE_MODES",
-    "UnlearnRow",
-    "UnlearnResult",
-    "load_method",
-    "load_facts",
-    "edit_rank_bound",
-    "run_unlearn",
-    "format_unlearn",
-]
-
 LOG = logging.getLogger(__name__)
 
 SAVE_MODES = ("model", "adapter", "none")
 _FACT_FIELDS = ("prompt", "subject", "answer", "ground_truth", "target_new", "paraphrases", "questions")
 REPORT_NAME = "unlearn_report.json"
+_NEW_TOKENS = 8  # greedy continuation length in the table
+_BATCH_SIZE = 16
 
 
 def load_method(hparams_file: Union[str, Path]) -> Tuple[Any, Callable[..., Any]]:
@@ -109,11 +92,6 @@ def load_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
     return requests
 
 
-def edit_rank_bound(hparams: Any, n: int) -> int:
-    """The largest rank the edit's change of one weight can have: ``n`` (GD) or ``2n`` (ZeroUnlearn, eps 0)."""
-    return n if isinstance(hparams, ZeroUnlearnGDHyperParams) else 2 * n
-
-
 @dataclass
 class UnlearnRow:
     prompt: str
@@ -143,14 +121,15 @@ class UnlearnResult:
         return asdict(self)
 
 
-def _measure(model, tok, facts: Sequence[Dict[str, Any]], new_tokens: int, batch_size: int) -> Dict[str, List[Any]]:
+def _measure(model, tok, facts: Sequence[Dict[str, Any]]) -> Dict[str, List[Any]]:
     with_answer = [i for i, f in enumerate(facts) if f.get("ground_truth")]
-    scores = evaluate_probes(model, tok, [Probe(facts[i]["prompt"], facts[i]["ground_truth"]) for i in with_answer], batch_size)
+    probes = [Probe(facts[i]["prompt"], facts[i]["ground_truth"]) for i in with_answer]
+    scores = evaluate_probes(model, tok, probes, _BATCH_SIZE)
     acc: List[Optional[float]] = [None] * len(facts)
     prob: List[Optional[float]] = [None] * len(facts)
     for j, i in enumerate(with_answer):
         acc[i], prob[i] = scores["acc"][j], scores["prob"][j]
-    greedy = generate_greedy(model, tok, [f["prompt"] for f in facts], new_tokens, batch_size)
+    greedy = generate_greedy(model, tok, [f["prompt"] for f in facts], _NEW_TOKENS, _BATCH_SIZE)
     return {"acc": acc, "prob": prob, "greedy": greedy}
 
 
@@ -185,30 +164,25 @@ def run_unlearn(
     corpus: Optional[str] = None,
     ppl_tokens: int = 2000,
     ppl_text: Optional[Union[str, Path]] = None,
-    new_tokens: int = 8,
-    batch_size: int = 16,
     progress: bool = True,
     audit: Optional[Any] = None,
     fluency_guard: Optional[str] = None,
 ) -> UnlearnResult:
     """Unlearn the facts of ``facts_file`` and save the result (see module docstring).
 
-    All inputs (hparams, facts, retain file, save mode, ``out_dir``) are checked before the model is
-    loaded, the edit's own checks before the facts are scored. ``ppl_tokens`` tokens of ``ppl_text``
-    (default: the WikiText-2 test split shipped with the package) give the perplexity before/after;
-    0 turns it off. ``progress=False`` hides every bar (scoring included). ``audit`` (an
-    :class:`~zerounlearn_editor.evaluation.audit.AuditSettings`) adds the robustness audit of the facts with
-    answers, before and after (:mod:`zerounlearn_editor.evaluation.audit.facts_audit`), to the report.
-    ``fluency_guard`` (``"warn"`` for ``--allow-fluency-loss``) overrides the YAML's fluency guard; its
-    figures go into ``unlearn_report.json``.
+    ``ppl_tokens`` tokens of ``ppl_text`` (default: the WikiText-2 test split shipped with the package)
+    give the perplexity before/after (0: off). ``progress=False`` hides every bar. ``audit`` (an
+    :class:`~zerounlearn_editor.evaluation.audit.AuditSettings`) adds the robustness audit of the facts
+    (:mod:`zerounlearn_editor.evaluation.audit.facts_audit`) to the report. ``fluency_guard`` (``"warn"``
+    for ``--allow-fluency-loss``) overrides the YAML's fluency guard.
     """
     with progress_scope(progress):
         return _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_name, device, dtype, corpus,
-                            ppl_tokens, ppl_text, new_tokens, batch_size, progress, audit, fluency_guard)
+                            ppl_tokens, ppl_text, progress, audit, fluency_guard)
 
 
 def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_name, device, dtype, corpus, ppl_tokens,
-                 ppl_text, new_tokens, batch_size, progress, audit, fluency_guard) -> UnlearnResult:
+                 ppl_text, progress, audit, fluency_guard) -> UnlearnResult:
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
     if save not in SAVE_MODES:
@@ -228,13 +202,10 @@ def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_nam
                 f"--retain given, but the retain weights {sorted(hparams.retain_set_weights())} of {hparams_file} are all 0 "
                 f"(the paper's method ignores a retain set); use a retain-aware YAML, e.g. hparams/ZeroUnlearn-GD/<model>-retain.yaml"
             )
-    retain_facts: List[Dict[str, Any]] = []
-    if retain_file:
-        retain_facts = [
-            {"prompt": r["prompt"], "ground_truth": r.get("answer", r.get("ground_truth"))}
-            for r in read_record_list(retain_file, what="retain facts")
-        ]
-        retain_facts = [r for r in retain_facts if isinstance(r["ground_truth"], str) and r["ground_truth"].strip()]
+    retain_records = read_record_list(retain_file, what="retain facts") if retain_file else []
+    retain_facts = [{"prompt": r["prompt"], "ground_truth": r.get("answer", r.get("ground_truth"))}
+                    for r in retain_records]
+    retain_facts = [r for r in retain_facts if isinstance(r["ground_truth"], str) and r["ground_truth"].strip()]
     audit_items: List[Any] = []
     if audit is not None:
         from zerounlearn_editor.evaluation.audit.facts_audit import facts_items
@@ -263,8 +234,8 @@ def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_nam
 
     start = time.perf_counter()
     LOG.info("scoring %d facts (and %d retain facts) before the edit", len(facts), len(retain_facts))
-    forget_before = _measure(model, tok, facts, new_tokens, batch_size)
-    kept_before = _measure(model, tok, retain_facts, new_tokens, batch_size) if retain_facts else None
+    forget_before = _measure(model, tok, facts)
+    kept_before = _measure(model, tok, retain_facts) if retain_facts else None
     ppl_before = perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None
     seconds["evaluate_before"] = time.perf_counter() - start
     facts_audit, audit_before = None, None
@@ -272,7 +243,6 @@ def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_nam
         from zerounlearn_editor.evaluation.audit.facts_audit import FactsAudit, facts_pool
 
         start = time.perf_counter()
-        retain_records = read_record_list(retain_file, what="retain facts") if retain_file else []
         facts_audit = FactsAudit(model, tok, audit_items, facts_pool(retain_records), audit, hparams, corpus)
         audit_before = facts_audit.score()
         seconds["audit_before"] = time.perf_counter() - start
@@ -296,8 +266,8 @@ def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_nam
     seconds.update({f"unlearn.{k}": v for k, v in report.timings.items()})
 
     start = time.perf_counter()
-    forget_after = _measure(model, tok, facts, new_tokens, batch_size)
-    kept_after = _measure(model, tok, retain_facts, new_tokens, batch_size) if retain_facts else None
+    forget_after = _measure(model, tok, facts)
+    kept_after = _measure(model, tok, retain_facts) if retain_facts else None
     ppl_after = perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None
     seconds["evaluate_after"] = time.perf_counter() - start
     audit_report = None
@@ -337,14 +307,12 @@ def _save(result: UnlearnResult, out: Path, final: Path, save: str, model, tok, 
         tok.save_pretrained(out)
         result.saved = {"mode": "model", "dir": str(final)}
     elif save == "adapter":
+        # the largest rank of the change of one weight: n (GD) or 2n (ZeroUnlearn, eps 0)
+        bound = len(facts) if isinstance(hparams, ZeroUnlearnGDHyperParams) else 2 * len(facts)
         adapter: AdapterReport = export_lora_adapter(
-            weights_copy,
-            model,
-            out,
-            max_rank=edit_rank_bound(hparams, len(facts)),
-            base_model_name_or_path=resolve_model_path(name),
+            weights_copy, model, out, max_rank=bound, base_model_name_or_path=resolve_model_path(name),
             metadata=dict(method=hparams.alg_name, hparams_file=str(hparams_file), facts_file=str(facts_file),
-                          n_facts=len(facts), rank_bound=edit_rank_bound(hparams, len(facts))),
+                          n_facts=len(facts), rank_bound=bound),
         )
         result.saved = {"mode": "adapter", "dir": str(final), "r": adapter.r, "size_bytes": adapter.size_bytes,
                         "layers": [asdict(l) for l in adapter.layers]}

@@ -1,9 +1,4 @@
-"""Hyperparameters of the fine-tuning baselines GA (gradient ascent) and NPO.
-
-Both share :class:`BaselineHyperParams`; every key of their YAMLs is a field here and loading
-is as strict as for ZeroUnlearn (unknown/missing keys raise :class:`HParamsError` naming the
-key and the file).
-"""
+"""Hyperparameters of the fine-tuning baselines GA and NPO (loaded as strictly as ZeroUnlearn's)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,23 +13,12 @@ __all__ = ["BaselineHyperParams", "GAHyperParams", "NPOHyperParams"]
 class BaselineHyperParams(BaseHyperParams):
     """Fields shared by the GA and NPO baselines.
 
-    Attributes:
-        layers: layer indices whose ``rewrite_module_tmp`` weight is trained
-            (``target_modules: layers``); unused with ``target_modules: all``.
-        rewrite_module_tmp: module template, ``{}`` replaced by the layer index.
-        target_modules: ``"layers"`` trains only the weights of ``rewrite_module_tmp`` at
-            ``layers`` (the ZeroUnlearn edit sites); ``"all"`` trains every parameter
-            ("GA-full"/"NPO-full").
-        num_steps: optimiser steps; each step is one forward/backward over all requests.
-        lr: learning rate.
-        optimizer: ``"adam"`` (``torch.optim.AdamW``: decoupled weight decay, equal to Adam
-            when ``weight_decay`` is 0) or ``"sgd"`` (plain SGD, no momentum).
-        weight_decay: the optimiser's weight decay.
-        max_grad_norm: clip the total gradient norm of the trained parameters to this
-            value; ``null`` disables clipping.
-        retain_weight: weight of the retain NLL (on ``retain_requests``/``retain_texts``
-            passed by the caller); 0 disables it.
-        seed: seed of the torch RNG inside the call (the caller's RNG state is kept).
+    ``target_modules: layers`` trains the weight of ``rewrite_module_tmp`` at each of ``layers`` (the
+    ZeroUnlearn edit sites), ``all`` every parameter. Each of the ``num_steps`` steps is one
+    forward/backward over all requests; ``optimizer`` is ``adam`` (``torch.optim.AdamW``) or ``sgd``
+    (no momentum); ``max_grad_norm: null`` disables clipping; ``retain_weight`` weighs the NLL of the
+    caller's ``retain_requests``/``retain_texts`` (0: off); ``seed`` seeds the torch RNG inside the
+    call (the caller's RNG state is kept).
     """
 
     layers: List[int] = field(default_factory=list)

@@ -1,21 +1,11 @@
 """The fine-tuning loop shared by the GA and NPO baselines.
 
-Each step runs one forward/backward pass over *all* forget requests together: the texts
-``prompt + " " + answer`` are right-padded into one batch (attention mask on the real
-tokens) and teacher-forced; only the answer tokens are scored. The answer tokens are found
-exactly as the evaluation metrics find them (:func:`zerounlearn_editor.evaluation.batching.encode_probe`),
-so training lowers the very log-probabilities the metrics read.
-
-Before the first step the summed answer log-probabilities of the unedited model are computed
-once (no gradient): NPO's reference ``log pi_ref(y|x)``, and the report's starting point.
-
-The method-specific part is a :data:`ForgetObjective`: a pure function of the per-request
-summed answer log-probabilities under the current weights, under the reference weights and
-the answer token counts, returning the scalar loss to minimise.
-
-Precision: float32 models train in float32. float16/bfloat16 models run forward/backward in
-their dtype (log-softmax in float32) and update through float32 master copies of the
-trained parameters (a warning is logged).
+Each step is one forward/backward pass over all forget requests together: ``prompt + " " +
+answer`` right-padded into one batch, teacher-forced, only the answer tokens scored (found as
+the metrics find them, :func:`zerounlearn_editor.evaluation.batching.encode_probe`). The method
+is a :data:`ForgetObjective` of the summed answer log-probabilities under the current and the
+unedited (reference) weights. float16/bfloat16 models run forward/backward in their dtype and
+update through float32 master copies of the trained parameters.
 """
 from __future__ import annotations
 
@@ -32,23 +22,11 @@ from tqdm.auto import tqdm
 
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.batching import encode_probe, pad_token_id
+from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.model_access import check_layers, model_device, parameter_name_of_weight
 from zerounlearn_editor.engine.pipeline import restore_weights
 from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, normalize_requests
 from zerounlearn_editor.methods.baselines.hparams import BaselineHyperParams
-
-__all__ = [
-    "ForgetObjective",
-    "AnswerBatch",
-    "TrainReport",
-    "encode_answers",
-    "encode_texts",
-    "sequence_log_probs",
-    "nll_loss",
-    "trainable_parameters",
-    "train_unlearning",
-    "apply_baseline",
-]
 
 LOG = logging.getLogger(__name__)
 
@@ -58,11 +36,8 @@ ForgetObjective = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Ten
 
 @dataclass
 class AnswerBatch:
-    """A right-padded teacher-forcing batch.
-
-    ``input_ids``/``attention_mask`` ``[n, L]``; ``target_mask`` ``[n, L - 1]`` is True at
-    position ``t`` when token ``t + 1`` is scored (it is predicted from the logits at ``t``).
-    """
+    """A right-padded teacher-forcing batch: ``input_ids``/``attention_mask`` ``[n, L]``; ``target_mask``
+    ``[n, L - 1]`` is True at ``t`` when token ``t + 1`` (predicted from the logits at ``t``) is scored."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -90,18 +65,14 @@ def _pad_rows(tok, rows: Sequence[Sequence[int]], starts: Sequence[int]) -> Answ
     return AnswerBatch(ids, mask, target)
 
 
-def encode_answers(tok, pairs: Sequence[Tuple[str, str]]) -> AnswerBatch:
-    """Batch of ``prompt + " " + answer`` texts scoring the answer tokens (answers without leading space)."""
-    if not pairs:
-        raise ValueError("no (prompt, answer) pairs to encode")
+def _answer_rows(tok, pairs: Sequence[Tuple[str, str]]) -> Tuple[List[List[int]], List[int]]:
+    """Token rows of ``prompt + " " + answer`` and the index of each row's first answer token."""
     encoded = [encode_probe(tok, Probe(prompt, answer)) for prompt, answer in pairs]
-    return _pad_rows(tok, [e.input_ids for e in encoded], [e.answer_start for e in encoded])
+    return [list(e.input_ids) for e in encoded], [e.answer_start for e in encoded]
 
 
-def encode_texts(tok, texts: Sequence[str]) -> AnswerBatch:
-    """Batch of plain texts scoring every token after the first (language-modelling NLL)."""
-    if not texts:
-        raise ValueError("no texts to encode")
+def _text_rows(tok, texts: Sequence[str]) -> Tuple[List[List[int]], List[int]]:
+    """Token rows of plain texts, every token after the first scored."""
     rows = []
     for index, text in enumerate(texts):
         if not isinstance(text, str):
@@ -110,30 +81,21 @@ def encode_texts(tok, texts: Sequence[str]) -> AnswerBatch:
         if len(ids) < 2:
             raise ValueError(f"retain text {index} ({text!r}) has fewer than 2 tokens: nothing to score")
         rows.append(ids)
-    return _pad_rows(tok, rows, [1] * len(rows))
+    return rows, [1] * len(rows)
 
 
-def _concat(a: AnswerBatch, b: AnswerBatch, pad_id: int) -> AnswerBatch:
-    """Stack two batches (re-padding the narrower one on the right)."""
-    width = max(a.input_ids.shape[1], b.input_ids.shape[1])
+def encode_answers(tok, pairs: Sequence[Tuple[str, str]]) -> AnswerBatch:
+    """Batch of ``prompt + " " + answer`` texts scoring the answer tokens (answers without leading space)."""
+    if not pairs:
+        raise ValueError("no (prompt, answer) pairs to encode")
+    return _pad_rows(tok, *_answer_rows(tok, pairs))
 
-    def widen(x: AnswerBatch) -> AnswerBatch:
-        extra = width - x.input_ids.shape[1]
-        if extra == 0:
-            return x
-        n = x.input_ids.shape[0]
-        return AnswerBatch(
-            torch.cat([x.input_ids, torch.full((n, extra), pad_id, dtype=torch.long)], 1),
-            torch.cat([x.attention_mask, torch.zeros((n, extra), dtype=torch.long)], 1),
-            torch.cat([x.target_mask, torch.zeros((n, extra), dtype=torch.bool)], 1),
-        )
 
-    a, b = widen(a), widen(b)
-    return AnswerBatch(
-        torch.cat([a.input_ids, b.input_ids]),
-        torch.cat([a.attention_mask, b.attention_mask]),
-        torch.cat([a.target_mask, b.target_mask]),
-    )
+def encode_texts(tok, texts: Sequence[str]) -> AnswerBatch:
+    """Batch of plain texts scoring every token after the first (language-modelling NLL)."""
+    if not texts:
+        raise ValueError("no texts to encode")
+    return _pad_rows(tok, *_text_rows(tok, texts))
 
 
 def sequence_log_probs(model: nn.Module, batch: AnswerBatch) -> torch.Tensor:
@@ -157,11 +119,8 @@ def nll_loss(logp: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
 
 
 def trainable_parameters(model: nn.Module, hparams: BaselineHyperParams) -> Dict[str, nn.Parameter]:
-    """The parameters to train, by exact ``named_parameters()`` name.
-
-    ``target_modules: layers``: the weight of ``rewrite_module_tmp`` at each of ``layers``;
-    ``all``: every parameter (tied weights appear once, under their first name).
-    """
+    """The parameters to train by ``named_parameters()`` name: the weight of ``rewrite_module_tmp`` at each of
+    ``layers`` (``target_modules: layers``) or every parameter (``all``; tied weights once)."""
     params = dict(model.named_parameters())
     if hparams.target_modules == "all":
         return params
@@ -176,14 +135,9 @@ def trainable_parameters(model: nn.Module, hparams: BaselineHyperParams) -> Dict
 
 
 @contextlib.contextmanager
-def _training_state(model: nn.Module, trained: Mapping[str, nn.Parameter]) -> Iterator[None]:
-    """Only ``trained`` requires grad and the model is in eval mode (no dropout) inside; restored on exit.
-
-    The ``requires_grad`` flag of every parameter, the ``training`` flag of every module and
-    the ``.grad`` of the trained parameters are put back as they were.
-    """
+def _only_trained_require_grad(model: nn.Module, trained: Mapping[str, nn.Parameter]) -> Iterator[None]:
+    """Only ``trained`` requires grad inside; the ``requires_grad`` flags and trained ``.grad`` restored."""
     flags = {name: p.requires_grad for name, p in model.named_parameters()}
-    modes = {name: m.training for name, m in model.named_modules()}
     grads = {name: p.grad for name, p in trained.items()}
     try:
         for _, p in model.named_parameters():
@@ -191,13 +145,10 @@ def _training_state(model: nn.Module, trained: Mapping[str, nn.Parameter]) -> It
         for name, p in trained.items():
             p.requires_grad_(True)
             p.grad = None
-        model.eval()
         yield
     finally:
         for name, p in model.named_parameters():
             p.requires_grad_(flags[name])
-        for name, m in model.named_modules():
-            m.training = modes[name]
         for name, p in trained.items():
             p.grad = grads[name]
 
@@ -208,10 +159,8 @@ _HALF = (torch.float16, torch.bfloat16)
 class _Updater:
     """Optimiser over the trained parameters, with float32 master copies of half-precision ones.
 
-    float16/bfloat16 parameters are trained through a float32 copy (gradients cast up, the
-    optimiser state and update in float32, the result rounded back into the parameter after
-    each step): a pure-half AdamW overflows (float16) or drops updates smaller than the
-    weights' rounding step (bfloat16). float32/float64 parameters are updated directly.
+    A pure-half AdamW overflows (float16) or drops updates below the weights' rounding step
+    (bfloat16): such parameters are updated in float32 and rounded back after each step.
     """
 
     def __init__(self, params: Sequence[nn.Parameter], hparams: BaselineHyperParams):
@@ -250,18 +199,13 @@ class _Updater:
 
 @dataclass
 class TrainReport:
-    """What a baseline run did.
-
-    ``loss``/``forget_logp``/``retain_nll``: per step, measured on the forward pass of that
-    step (before its update); ``forget_logp`` is the mean over requests of the summed answer
-    log-probability. ``final_forget_logp`` is measured after the last update.
-    """
+    """What a baseline run did. ``loss``/``forget_logp`` (mean summed answer log-prob)/``retain_nll``: per
+    step, before its update; ``final_forget_logp``: after the last update."""
 
     steps: int = 0
     seconds: float = 0.0
     dtype: str = ""
     trained_parameters: List[str] = field(default_factory=list)
-    n_trained_elements: int = 0
     reference_logp: List[float] = field(default_factory=list)
     loss: List[float] = field(default_factory=list)
     forget_logp: List[float] = field(default_factory=list)
@@ -287,21 +231,17 @@ def train_unlearning(
 ) -> Tuple[Dict[str, torch.Tensor], TrainReport]:
     """Train ``model`` in place; returns (original values of the trained parameters, report).
 
-    Loss per step: ``objective(logp, ref_logp, n_tokens) + retain_weight * NLL(retain)``
-    (the retain term only when ``retain`` is given and ``retain_weight > 0``). On any error
-    the trained parameters are restored before it propagates.
+    Loss per step: ``objective(logp, ref_logp, n_tokens) + retain_weight * NLL(retain)`` (the retain
+    term when ``retain`` is given and ``retain_weight > 0``). On any error the weights are restored.
     """
     report = TrainReport()
     trained = trainable_parameters(model, hparams)
     report.trained_parameters = list(trained)
-    report.n_trained_elements = sum(p.numel() for p in trained.values())
     dtype = next(iter(trained.values())).dtype
     report.dtype = str(dtype).replace("torch.", "")
     if dtype != torch.float32:
-        LOG.warning(
-            "model dtype is %s: forward/backward run in it, updates go through float32 master copies",
-            report.dtype,
-        )
+        LOG.warning("model dtype is %s: forward/backward run in it, updates go through float32 master copies",
+                    report.dtype)
     device = model_device(model)
     batch = encode_answers(tok, [(r.prompt, r.answer) for r in forget]).to(device)
     n_tokens = batch.n_tokens
@@ -311,7 +251,9 @@ def train_unlearning(
     weights_copy = {name: p.detach().clone() for name, p in trained.items()}
     start = time.perf_counter()
     try:
-        with torch.random.fork_rng(devices=_rng_devices(model)), _training_state(model, trained):
+        # eval mode: no dropout; the caller's RNG state, modes and flags are given back
+        rng = torch.random.fork_rng(devices=_rng_devices(model))
+        with rng, eval_mode(model), _only_trained_require_grad(model, trained):
             torch.manual_seed(hparams.seed)
             with torch.no_grad():
                 ref_logp = sequence_log_probs(model, batch).detach()
@@ -343,15 +285,9 @@ def train_unlearning(
         restore_weights(model, weights_copy)
         raise
     report.seconds = time.perf_counter() - start
-    LOG.info(
-        "%s: %d steps in %.1fs on %d parameter tensor(s); mean answer log-prob %.3f -> %.3f",
-        hparams.alg_name,
-        report.steps,
-        report.seconds,
-        len(trained),
-        float(ref_logp.mean()),
-        report.final_forget_logp,
-    )
+    LOG.info("%s: %d steps in %.1fs on %d parameter tensor(s); mean answer log-prob %.3f -> %.3f",
+             hparams.alg_name, report.steps, report.seconds, len(trained), float(ref_logp.mean()),
+             report.final_forget_logp)
     return weights_copy, report
 
 
@@ -359,10 +295,10 @@ def _retain_batch(tok, kwargs: Mapping[str, Any]) -> Optional[AnswerBatch]:
     """Retain data from the ``retain_requests``/``retain_texts`` keyword arguments, or None.
 
     ``retain_requests``: :class:`Probe` objects or dicts with ``prompt`` and ``ground_truth``
-    (answer without leading space; loss on the answer tokens). ``retain_texts``: strings
-    (loss on every token after the first).
+    (loss on the answer tokens). ``retain_texts``: strings (loss on every token after the first).
     """
-    batches: List[AnswerBatch] = []
+    rows: List[List[int]] = []
+    starts: List[int] = []
     requests = kwargs.get("retain_requests")
     if requests:
         pairs = []
@@ -377,15 +313,12 @@ def _retain_batch(tok, kwargs: Mapping[str, Any]) -> Optional[AnswerBatch]:
             if not isinstance(request["prompt"], str) or not isinstance(answer, str) or not answer.strip():
                 raise ValueError(f"retain request {index}: 'prompt' and 'ground_truth' must be non-empty strings")
             pairs.append((request["prompt"], answer))
-        batches.append(encode_answers(tok, pairs))
+        rows, starts = _answer_rows(tok, pairs)
     texts = kwargs.get("retain_texts")
     if texts:
-        if isinstance(texts, str):
-            texts = [texts]
-        batches.append(encode_texts(tok, texts))
-    if not batches:
-        return None
-    return batches[0] if len(batches) == 1 else _concat(batches[0], batches[1], pad_token_id(tok))
+        text_rows, text_starts = _text_rows(tok, [texts] if isinstance(texts, str) else texts)
+        rows, starts = rows + text_rows, starts + text_starts
+    return _pad_rows(tok, rows, starts) if rows else None
 
 
 def apply_baseline(
@@ -399,15 +332,12 @@ def apply_baseline(
     keep_original_weight: bool = False,
     **kwargs: Any,
 ) -> Tuple[nn.Module, Dict[str, torch.Tensor]]:
-    """EasyEdit's calling convention around :func:`train_unlearning`.
+    """EasyEdit's calling convention around :func:`train_unlearning`; returns ``(model, weights_copy)``.
 
-    ``copy=True`` (or ``keep_original_weight=True``) trains a deep copy and leaves the
-    caller's model untouched. ``weights_copy`` maps the exact ``named_parameters()`` names of
-    the trained parameters to their original values when ``return_orig_weights`` is set
-    (else it is empty; a copy is still held during training to roll back on errors, so the
-    ``all`` variant needs one extra copy of the model, plus optimiser state). Keyword
-    arguments used: ``retain_requests``, ``retain_texts``, ``progress`` and ``report`` (a
-    :class:`TrainReport` to fill); others are ignored.
+    ``copy=True`` (or ``keep_original_weight=True``) trains a deep copy. ``weights_copy`` maps the
+    trained parameters' ``named_parameters()`` names to their original values when
+    ``return_orig_weights`` is set, else it is empty. Keyword arguments used: ``retain_requests``,
+    ``retain_texts``, ``progress`` and ``report`` (a :class:`TrainReport` to fill).
     """
     forget = normalize_requests(requests)  # fail before any copy is made
     for request in forget:

@@ -1,11 +1,9 @@
 """ZeroUnlearn (few-shot, multiplicative) as an EasyEdit method: ``W' = D W`` per layer.
 
-Capacity limit: the projector removes one output direction of the layer per independent forget
-value, ``rank(M_f)`` of the ``d_out`` directions. Past :data:`RANK_WARN_FRACTION` of ``d_out`` the
-edit warns with the numbers; at :data:`RANK_REFUSE_FRACTION` it refuses (a layer with the whole
-space removed is exactly 0) and points to ZeroUnlearn-GD, which has no such limit. The request
-count is checked before anything runs; the rank of ``M_f`` at every layer during the solve (an
-error there restores every edited weight).
+Capacity limit: the projector removes ``rank(M_f)`` of the layer's ``d_out`` output directions. Past
+:data:`RANK_WARN_FRACTION` of ``d_out`` the edit warns; at :data:`RANK_REFUSE_FRACTION` it refuses and
+points to ZeroUnlearn-GD, which has no such limit. The request count is checked before anything runs,
+``rank(M_f)`` at every layer during the solve (an error there restores every edited weight).
 """
 from __future__ import annotations
 
@@ -24,9 +22,6 @@ from zerounlearn_editor.methods.zerounlearn.solve import (
 from zerounlearn_editor.engine.model_access import get_weight_matrix
 from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method, forget_requests_of
 
-__all__ = ["zerounlearn_solver", "apply_zerounlearn_to_model", "CapacityError", "RANK_WARN_FRACTION",
-           "RANK_REFUSE_FRACTION", "check_capacity", "check_request_capacity"]
-
 LOG = logging.getLogger(__name__)
 
 RANK_WARN_FRACTION = 0.10
@@ -42,7 +37,7 @@ class CapacityError(ValueError):
 def check_capacity(rank: int, d_out: int, where: str, refuse: bool = True) -> None:
     """Warn or raise :class:`CapacityError` for a projector removing ``rank`` of ``d_out`` directions.
 
-    ``refuse=False`` (``allow_large_batch=True``, e.g. for timing runs) only warns.
+    ``refuse=False`` (``allow_large_batch=True``, timing runs) only warns.
     """
     fraction = rank / d_out
     message = (

@@ -19,18 +19,9 @@ that form (``[d_out, d_out]`` systems only) and never forms an inverse.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Tuple
 
 import torch
-
-__all__ = [
-    "NonFiniteError",
-    "forget_value_basis",
-    "forget_projector",
-    "zerounlearn_normal_matrices",
-    "zerounlearn_multiplier",
-    "apply_multiplier",
-]
 
 
 class NonFiniteError(ValueError):
@@ -63,14 +54,6 @@ def forget_projector(M_f: torch.Tensor, eps: float = 0.0, rank_tol: float = 1e-6
     return (1.0 + eps) * eye - V @ V.t()
 
 
-@dataclass
-class NormalMatrices:
-    """``rhs = (A + r W) W^T`` and ``lhs = W (B + r I) W^T``, both ``[d_out, d_out]``."""
-
-    lhs: torch.Tensor
-    rhs: torch.Tensor
-
-
 def zerounlearn_normal_matrices(
     W: torch.Tensor,
     K_f: torch.Tensor,
@@ -79,8 +62,8 @@ def zerounlearn_normal_matrices(
     forget_weight: float,
     utility_weight: float,
     regularization: float,
-) -> NormalMatrices:
-    """The two sides of ``D0 lhs = rhs`` in float64 (see module docstring)."""
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(lhs, rhs) = (W (B + r I) W^T, (A + r W) W^T)`` of ``D0 lhs = rhs``, float64 ``[d_out, d_out]``."""
     for name, tensor in (("W", W), ("K_f", K_f), ("M_n", M_n), ("C0", C0)):
         _check_finite(name, tensor)
     d_out, d_in = W.shape
@@ -93,8 +76,7 @@ def zerounlearn_normal_matrices(
     shared = utility_weight * (W @ C0.double().to(W.device) @ W.t()) + regularization * (W @ W.t())
     lhs = forget_weight * (M_f @ M_f.t()) + shared
     rhs = forget_weight * (M_n.double() @ M_f.t()) + shared
-    lhs = 0.5 * (lhs + lhs.t())
-    return NormalMatrices(lhs=lhs, rhs=rhs)
+    return 0.5 * (lhs + lhs.t()), rhs
 
 
 def zerounlearn_multiplier(
@@ -113,13 +95,13 @@ def zerounlearn_multiplier(
     Solves ``D0 lhs = rhs`` with a Cholesky factorisation (LU if ``lhs`` is not positive
     definite) and returns ``P D0``. Raises :class:`NonFiniteError` on NaN/Inf.
     """
-    mats = zerounlearn_normal_matrices(W, K_f, M_n, C0, forget_weight, utility_weight, regularization)
+    lhs, rhs = zerounlearn_normal_matrices(W, K_f, M_n, C0, forget_weight, utility_weight, regularization)
     # D0 lhs = rhs  <=>  lhs D0^T = rhs^T  (lhs symmetric)
-    factor, info = torch.linalg.cholesky_ex(mats.lhs)
+    factor, info = torch.linalg.cholesky_ex(lhs)
     if int(info) == 0:
-        D0 = torch.cholesky_solve(mats.rhs.t().contiguous(), factor).t()
+        D0 = torch.cholesky_solve(rhs.t().contiguous(), factor).t()
     else:
-        D0 = torch.linalg.solve(mats.lhs, mats.rhs.t()).t()
+        D0 = torch.linalg.solve(lhs, rhs.t()).t()
     _check_finite("D (solution of the normal equations)", D0)
     M_f = W.double() @ K_f.double()
     P = forget_projector(M_f, projection_eps, rank_tol)

@@ -39,14 +39,9 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
     nullspace_threshold: float = 1e-2
     solver: Literal["exact", "gd"] = "exact"
     gd_steps: int = 2000
-    gd_lr: float = 1e-2  # relative: scaled by the size of the solution (see zerounlearn_editor.methods.zerounlearn_gd.solve.solve_gd)
-    # Retain-aware ZeroUnlearn-GD (opt-in, 0 = the paper): the null space is taken of
-    # C0 + retain_nullspace_weight * K_r K_r^T / n_r (methods.zerounlearn_gd.solve.protected_covariance)
-    retain_nullspace_weight: float = 0.0
-    # Relation-context protection (opt-in, 0 = the paper; needs no retain set): the null space also
-    # avoids context_nullspace_weight * the mean k k^T of the forget (and retain) prompts' tokens
-    # other than the subject's last one
-    context_nullspace_weight: float = 0.0
+    gd_lr: float = 1e-2  # relative to the size of the solution (solve.solve_gd)
+    retain_nullspace_weight: float = 0.0  # opt-in, see solve.protected_covariance
+    context_nullspace_weight: float = 0.0  # opt-in, see solve.protected_covariance
 
     def retain_weights(self) -> Dict[str, float]:
         return {"retain_nullspace_weight": self.retain_nullspace_weight}

@@ -15,11 +15,9 @@ from zerounlearn_editor.methods.zerounlearn_gd.solve import (
 )
 from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method
 
-__all__ = ["zerounlearn_gd_solver", "apply_zerounlearn_gd_to_model"]
-
-
 GD_TOLERANCE = 1e-10
 """``solver: gd`` stops when the objective's relative change falls below this."""
+
 
 def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
     """The per-layer solve ``LayerProblem -> W + D_m`` (exact closed form or Adam).

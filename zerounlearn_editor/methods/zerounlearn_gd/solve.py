@@ -30,30 +30,18 @@ is a convex quadratic in ``F``; its minimisers solve the Sylvester-type equation
 ``Q F G + c F = Z``. With ``Q = Uq diag(q) Uq^T`` and ``G = Ug diag(g) Ug^T`` it decouples
 elementwise: ``F = Uq [ (Uq^T Z Ug) / (q g^T + c) ] Ug^T``.
 
-:func:`solve_exact` evaluates this closed form (dense or low-rank route); :func:`solve_gd`
-minimises the same objective iteratively (Adam, then linear conjugate gradient) without any
-closed form inside. Everything is a pure function of tensors.
+:func:`solve_exact` evaluates this closed form; :func:`solve_gd` minimises the same objective
+iteratively (Adam, then linear conjugate gradient). Everything is a pure function of tensors.
 """
 from __future__ import annotations
 
 import logging
 import math
 from collections import deque
-from typing import Deque, Literal, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Deque, Literal, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
-
-__all__ = [
-    "protected_covariance",
-    "nullspace_basis",
-    "nullspace_projector",
-    "solve_exact",
-    "solve_gd",
-    "objective",
-    "objective_wrt_F",
-    "objective_gradient_wrt_F",
-]
 
 logger = logging.getLogger(__name__)
 
@@ -63,11 +51,11 @@ _F64 = torch.float64
 
 # Conjugate gradient: every this many iterations the residual is recomputed from the gradient.
 _CG_REFRESH = 50
-
-
-# ----------------------------------------------------------------------------------------------
-# Input validation
-# ----------------------------------------------------------------------------------------------
+# solve_gd's stopping rule looks back this many steps; progress is logged every _LOG_EVERY steps.
+_WINDOW = 20
+_LOG_EVERY = 200
+# nullspace_basis refuses a C0 with max|C0 - C0^T| above this times max(1, max|C0|).
+_SYMMETRY_TOL = 1e-6
 
 
 def _check_matrix(name: str, x: object) -> Tensor:
@@ -76,7 +64,7 @@ def _check_matrix(name: str, x: object) -> Tensor:
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != 2:
         raise ValueError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
-    if not (x.is_floating_point()):
+    if not x.is_floating_point():
         raise ValueError(f"{name} must have a floating-point dtype, got {x.dtype}")
     if not bool(torch.isfinite(x).all()):
         raise ValueError(f"{name} contains NaN or infinite values")
@@ -121,11 +109,6 @@ def _check_basis(U0: Tensor, d_in: int) -> Tensor:
     return U0
 
 
-# ----------------------------------------------------------------------------------------------
-# Null-space projector
-# ----------------------------------------------------------------------------------------------
-
-
 def protected_covariance(
     C0: Tensor,
     K_r: Optional[Tensor],
@@ -135,14 +118,9 @@ def protected_covariance(
 ) -> Tensor:
     """``C0 + weight * K_r K_r^T / n_r + context_weight * C_ctx`` ``[d_in, d_in]``: keys the null space avoids.
 
-    Retain-aware ZeroUnlearn-GD (opt-in): the null space is taken of the utility second moment
-    plus the retain keys' own second moment ``K_r K_r^T / n_r`` (``K_r`` ``[d_in, n_r]``), scaled
-    by ``weight`` relative to ``C0`` (both are per-key averages). ``D_m = F U0^T`` then leaves
-    the outputs of general text *and* of the retain facts unchanged (``U0^T k_r ~ 0``).
-    ``C_ctx`` ``[d_in, d_in]`` is the mean ``k k^T`` of the prompts' context positions (every token
-    of the forget and retain prompts but the subject's last), which siblings share with the
-    forget facts; ``context_weight`` scales it relative to ``C0``.
-    Returns ``C0`` itself (same object) when nothing is added.
+    Retain-aware ZeroUnlearn-GD (opt-in): ``K_r`` ``[d_in, n_r]`` are the retain keys, ``C_ctx``
+    ``[d_in, d_in]`` the mean ``k k^T`` of the prompts' context positions (every token but the
+    subject's last). Returns ``C0`` itself (same object) when nothing is added.
     """
     _check_matrix("C0", C0)
     weight = _check_weight("retain null-space weight", weight)
@@ -162,12 +140,12 @@ def protected_covariance(
     return out
 
 
-def nullspace_basis(C0: Tensor, threshold: float, *, symmetry_tol: float = 1e-6) -> Tuple[Tensor, Tensor]:
+def nullspace_basis(C0: Tensor, threshold: float) -> Tuple[Tensor, Tensor]:
     """Orthonormal bases of the numerical null space of ``C0`` and of its complement.
 
-    ``C0`` ``[d_in, d_in]`` is symmetrised and eigendecomposed in float64 (``torch.linalg.eigh``);
-    eigenvectors with eigenvalue strictly below the *absolute* ``threshold`` form ``U0``
-    ``[d_in, r]``, the others ``U1`` ``[d_in, d_in - r]``. Returns ``(U0, U1)``. Raises
+    ``C0`` ``[d_in, d_in]`` is symmetrised and eigendecomposed in float64; eigenvectors with
+    eigenvalue strictly below the *absolute* ``threshold`` form ``U0`` ``[d_in, r]`` (``P_m = U0
+    U0^T``; ``r`` may be 0), the others ``U1`` ``[d_in, d_in - r]``. Returns ``(U0, U1)``. Raises
     ``ValueError`` for a non-finite, non-square or non-symmetric ``C0`` or a bad threshold.
     """
     _check_matrix("C0", C0)
@@ -177,9 +155,9 @@ def nullspace_basis(C0: Tensor, threshold: float, *, symmetry_tol: float = 1e-6)
     C = C0.to(_F64)
     asym = float((C - C.T).abs().max()) if C.numel() else 0.0
     scale = max(1.0, float(C.abs().max())) if C.numel() else 1.0
-    if asym > symmetry_tol * scale:
+    if asym > _SYMMETRY_TOL * scale:
         raise ValueError(
-            f"C0 must be symmetric: max|C0 - C0^T| = {asym:.3g} exceeds {symmetry_tol:g} * {scale:.3g}"
+            f"C0 must be symmetric: max|C0 - C0^T| = {asym:.3g} exceeds {_SYMMETRY_TOL:g} * {scale:.3g}"
         )
     d_in = C.shape[0]
     evals, evecs = torch.linalg.eigh(0.5 * (C + C.T))
@@ -194,69 +172,13 @@ def nullspace_basis(C0: Tensor, threshold: float, *, symmetry_tol: float = 1e-6)
     return evecs[:, below].contiguous(), evecs[:, ~below].contiguous()
 
 
-def nullspace_projector(
-    C0: Tensor, threshold: float, *, symmetry_tol: float = 1e-6
-) -> Tuple[Tensor, Tensor]:
-    """Projector onto the numerical null space of the utility second moment ``C0``.
-
-    See :func:`nullspace_basis` (which alone suffices for the solvers: they only need ``U0``).
-
-    Returns:
-        ``(P_m, U0)``: ``P_m = U0 U0^T`` ``[d_in, d_in]`` and ``U0`` ``[d_in, r]`` with orthonormal
-        columns, both float64 on ``C0``'s device. ``r`` may be 0 (``C0`` has no eigenvalue below
-        the threshold): then ``U0`` is ``[d_in, 0]``, ``P_m`` is all zeros and every
-        ZeroUnlearn-GD update built on it is zero.
-
-    Raises:
-        ValueError: ``C0`` is not a finite square symmetric floating tensor, or ``threshold`` is
-            negative or not finite (the message names the argument).
-    """
-    U0, U1 = nullspace_basis(C0, threshold, symmetry_tol=symmetry_tol)
-    d_in, r = U0.shape
-    # Build the projector from whichever side is thinner: U0 U0^T = I - U1 U1^T.
-    if r <= d_in - r:
-        P_m = U0 @ U0.T
-    else:
-        P_m = torch.eye(d_in, dtype=_F64, device=U0.device) - U1 @ U1.T
-    return 0.5 * (P_m + P_m.T), U0
-
-
 # ----------------------------------------------------------------------------------------------
-# Objective and gradient
+# Objective and gradient in F
 # ----------------------------------------------------------------------------------------------
-
-
-def objective(
-    W: Tensor,
-    K_f: Tensor,
-    M_f: Tensor,
-    M_n: Tensor,
-    D_m: Tensor,
-    a: float = 1.0,
-    b: float = 100.0,
-    c: float = 0.1,
-) -> float:
-    """``J = a ||M_f^T (W + D_m) K_f||^2 + b ||(W + D_m) K_f - M_n||^2 + c ||D_m||^2`` in float64.
-
-    ``D_m`` ``[d_out, d_in]`` is the additive update ``E P_m`` (so ``||E P_m|| = ||D_m||``);
-    the other shapes are as in the module docstring.
-    """
-    d_out, d_in, _, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
-    _check_matrix("D_m", D_m)
-    if tuple(D_m.shape) != (d_out, d_in):
-        raise ValueError(f"D_m must have shape [d_out={d_out}, d_in={d_in}], got {tuple(D_m.shape)}")
-    X = (W.to(_F64) + D_m.to(_F64)) @ K_f.to(_F64)
-    M_f64, M_n64 = M_f.to(_F64), M_n.to(_F64)
-    value = (
-        a * (M_f64.T @ X).square().sum()
-        + b * (X - M_n64).square().sum()
-        + c * D_m.to(_F64).square().sum()
-    )
-    return float(value)
 
 
 class _Pieces(NamedTuple):
-    """Precomputed, dtype-cast quantities shared by objective, gradient and Hessian products."""
+    """Precomputed, dtype-cast quantities shared by the objective, its gradient and Hessian products."""
 
     WK: Tensor             # [d_out, n]  W K_f
     Kt: Tensor             # [r, n]      U0^T K_f
@@ -284,16 +206,12 @@ def _apply_S(p: _Pieces, X: Tensor) -> Tensor:
     return p.S @ X if p.S is not None else p.M_f @ (p.M_f.T @ X)
 
 
-def _objective_and_gradient(
-    p: _Pieces, F: Tensor, a: float, b: float, c: float, need_value: bool = True
-) -> Tuple[Optional[Tensor], Tensor]:
-    """Objective ``J(F)`` (0-d tensor, or None) and gradient ``dJ/dF`` ``[d_out, r]``; ``F`` ``[d_out, r]``."""
+def _objective_and_gradient(p: _Pieces, F: Tensor, a: float, b: float, c: float) -> Tuple[Tensor, Tensor]:
+    """Objective ``J(F)`` (0-d tensor) and gradient ``dJ/dF`` ``[d_out, r]``; ``F`` ``[d_out, r]``."""
     X = p.WK + F @ p.Kt                   # [d_out, n]
     SX = _apply_S(p, X)                   # [d_out, n]
     resid = X - p.M_n                     # [d_out, n]
     grad = 2.0 * ((a * SX + b * resid) @ p.Kt.T + c * F)
-    if not need_value:
-        return None, grad
     # a ||M_f^T X||^2 = a <X, M_f M_f^T X>: no cancellation, both factors are exact products.
     value = a * (X * SX).sum() + b * resid.square().sum() + c * F.square().sum()
     return value, grad
@@ -303,40 +221,6 @@ def _hessian_apply(p: _Pieces, P: Tensor, a: float, b: float, c: float) -> Tenso
     """Hessian of ``J(F)`` applied to a direction ``P`` ``[d_out, r]``: ``2 (Q P G + c P)``."""
     Y = P @ p.Kt
     return 2.0 * ((a * _apply_S(p, Y) + b * Y) @ p.Kt.T + c * P)
-
-
-def objective_wrt_F(
-    W: Tensor, K_f: Tensor, M_f: Tensor, M_n: Tensor, U0: Tensor, F: Tensor,
-    a: float = 1.0, b: float = 100.0, c: float = 0.1,
-) -> float:
-    """``J(F)`` for the update ``D_m = F U0^T``; ``F`` ``[d_out, r]``, ``U0`` ``[d_in, r]``. Float64."""
-    d_out, d_in, _, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
-    U0 = _check_basis(U0, d_in)
-    _check_matrix("F", F)
-    if tuple(F.shape) != (d_out, U0.shape[1]):
-        raise ValueError(f"F must have shape [d_out={d_out}, r={U0.shape[1]}], got {tuple(F.shape)}")
-    pieces = _prepare(W, K_f, M_f, M_n, U0, _F64, repeated=False)
-    value, _ = _objective_and_gradient(pieces, F.to(_F64), a, b, c)
-    return float(value)
-
-
-def objective_gradient_wrt_F(
-    W: Tensor, K_f: Tensor, M_f: Tensor, M_n: Tensor, U0: Tensor, F: Tensor,
-    a: float = 1.0, b: float = 100.0, c: float = 0.1,
-) -> Tensor:
-    """Gradient ``dJ/dF = 2 [ (Q X - b M_n) Kt^T + c F ]`` ``[d_out, r]`` in float64.
-
-    ``X = W K_f + F Kt`` ``[d_out, n]``, ``Kt = U0^T K_f`` ``[r, n]``, ``Q = a M_f M_f^T + b I``.
-    ``F`` ``[d_out, r]`` parametrises the update ``D_m = F U0^T``; ``F = D_m @ U0`` recovers it.
-    """
-    d_out, d_in, _, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
-    U0 = _check_basis(U0, d_in)
-    _check_matrix("F", F)
-    if tuple(F.shape) != (d_out, U0.shape[1]):
-        raise ValueError(f"F must have shape [d_out={d_out}, r={U0.shape[1]}], got {tuple(F.shape)}")
-    pieces = _prepare(W, K_f, M_f, M_n, U0, _F64, repeated=False)
-    _, grad = _objective_and_gradient(pieces, F.to(_F64), a, b, c, need_value=False)
-    return grad
 
 
 # ----------------------------------------------------------------------------------------------
@@ -363,12 +247,9 @@ def _key_basis(Kt: Tensor, thin: bool) -> Tuple[Tensor, Tensor]:
 
 
 def _value_solve(
-    ZB: Tensor, g: Tensor, M_f: Tensor, a: float, b: float, c: Union[float, Tensor], thin: bool, rcond: float
+    ZB: Tensor, g: Tensor, M_f: Tensor, a: float, b: float, c: float, thin: bool, rcond: float
 ) -> Tensor:
-    """Solve ``Q F_B diag(g) + F_B diag(c) = ZB`` for ``F_B`` ``[d_out, k]`` (pseudo-inverse semantics).
-
-    ``c`` is a float (the same for every column, the paper's solve) or a ``[k]`` tensor; then the
-    cut-off scale below is per column.
+    """Solve ``Q F_B diag(g) + c F_B = ZB`` for ``F_B`` ``[d_out, k]`` (pseudo-inverse semantics).
 
     ``Q = a M_f M_f^T + b I``. Dense: ``eigh(Q)``. Thin: the SVD ``M_f = Um diag(s) V^T``
     (``Um`` ``[d_out, min(d_out, n)]``) gives ``Q``'s eigenpairs ``(b + a s^2, Um)`` plus
@@ -414,49 +295,21 @@ def solve_exact(
     c: float = 0.1,
     *,
     route: Route = "auto",
-    rcond: Optional[float] = None,
 ) -> Tensor:
-    """Closed-form minimiser ``D_m = F U0^T`` ``[d_out, d_in]`` of the ZeroUnlearn-GD objective.
+    """Closed-form minimiser ``D_m = F U0^T`` ``[d_out, d_in]`` (float64) of the ZeroUnlearn-GD objective.
 
-    Solves ``Q F G + c F = Z`` (see the module docstring) in float64 by decoupling both sides
-    with eigendecompositions.
+    Solves ``Q F G + c F = Z`` (module docstring) by decoupling both sides. Key side: ``eigh(G)``
+    (dense) or the SVD of ``Kt = U0^T K_f`` ``[r, n]`` (thin, never forms ``G``); ``F`` has no
+    component on ``G``'s null space since ``Z``'s rows lie in the row span of ``Kt``. Value side:
+    ``eigh(Q)`` (dense) or the SVD of ``M_f`` (thin: ``Q`` is ``b I`` plus a rank-``n`` term).
+    ``route="auto"`` takes the thin variant on each side where it is smaller; ``"dense"`` and
+    ``"lowrank"`` force one on both sides (they agree to rounding).
 
-    Routes, chosen independently for the key side and the value side:
-
-    * key side, dense: ``eigh(G)`` with ``G = Kt Kt^T`` ``[r, r]`` (eigenvalues that are rounding
-      noise of zero are dropped, see below); thin (``n < r``): SVD of
-      ``Kt = U0^T K_f`` ``[r, n]``. ``Z = (b M_n - Q W K_f) Kt^T`` has its rows in the row span of
-      ``Kt``, i.e. in ``range(G)``, so ``F`` has no component on ``G``'s null space and the thin
-      basis of ``min(r, n)`` vectors suffices. The thin route is also the more accurate one: it
-      never forms ``G``, whose tiny eigenvalues carry absolute errors of order ``eps * max(g)``.
-    * value side, dense: ``eigh(Q)`` ``[d_out, d_out]``; thin (``n < d_out``): SVD of ``M_f``,
-      since ``Q = b I + a M_f M_f^T`` is a rank-``n`` perturbation of ``b I``.
-
-    ``route="auto"`` uses the thin variant on each side where it is smaller; ``"dense"`` and
-    ``"lowrank"`` force one variant on both sides (they agree to rounding).
-
-    Singular systems (e.g. ``c == 0`` with ``n < r``): decoupled components whose denominator
-    ``q_i g_j + c`` is at most ``rcond`` times the largest are set to zero, i.e. the
-    minimum-norm (pseudo-inverse) minimiser is returned. ``rcond`` defaults to
-    ``max(d_out, r, n) * eps(float64)``. With ``c > 0`` this only matters if ``c`` is negligible
-    at float64 precision.
-
-    Args:
-        W: ``[d_out, d_in]`` weight.
-        K_f: ``[d_in, n]`` forget keys.
-        M_f: ``[d_out, n]`` forget values (``W K_f``).
-        M_n: ``[d_out, n]`` neutral targets.
-        U0: ``[d_in, r]`` orthonormal null-space basis from :func:`nullspace_projector`; ``r``
-            may be 0, and then the result is all zeros.
-        a, b, c: objective weights, finite and ``>= 0``.
-        route: ``"auto"``, ``"dense"`` or ``"lowrank"``.
-        rcond: relative cut-off for the pseudo-inverse (see above).
-
-    Returns:
-        ``D_m`` ``[d_out, d_in]`` float64 on ``W``'s device.
-
-    Raises:
-        ValueError: bad shapes, non-finite entries, negative weights or unknown route.
+    Decoupled components whose denominator ``q_i g_j + c`` is at most ``max(d_out, r, n) *
+    eps(float64)`` times the largest are set to zero (the minimum-norm minimiser of a singular
+    system, e.g. ``c == 0`` with ``n < r``). ``W``, ``K_f``, ``M_f``, ``M_n`` as in the module
+    docstring; ``U0`` ``[d_in, r]`` from :func:`nullspace_basis` (``r == 0`` gives zeros).
+    Raises ``ValueError`` on bad shapes, non-finite entries, negative weights or an unknown route.
     """
     d_out, d_in, n, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
     U0 = _check_basis(U0, d_in)
@@ -466,10 +319,7 @@ def solve_exact(
     if r == 0 or n == 0:
         logger.debug("solve_exact: r=%d, n=%d: update is zero", r, n)
         return torch.zeros(d_out, d_in, dtype=_F64, device=W.device)
-    if rcond is None:
-        rcond = max(d_out, r, n) * torch.finfo(_F64).eps
-    elif not (math.isfinite(rcond) and rcond >= 0):
-        raise ValueError(f"rcond must be finite and >= 0, got {rcond!r}")
+    rcond = max(d_out, r, n) * torch.finfo(_F64).eps
 
     pieces = _prepare(W, K_f, M_f, M_n, U0, _F64, repeated=False)
     Kt, M_f64 = pieces.Kt, pieces.M_f
@@ -500,11 +350,11 @@ def solve_exact(
 # ----------------------------------------------------------------------------------------------
 
 
-def _stalled(history: Sequence[float], window: int, tolerance: float) -> bool:
-    """True when the objective moved by at most ``tolerance`` (relative) over the last ``window`` steps."""
-    if len(history) <= window:
+def _stalled(history: Sequence[float], tolerance: float) -> bool:
+    """True when the objective moved by at most ``tolerance`` (relative) over the last ``_WINDOW`` steps."""
+    if len(history) <= _WINDOW:
         return False
-    change = abs(history[-1 - window] - history[-1])
+    change = abs(history[-1 - _WINDOW] - history[-1])
     return change <= tolerance * max(abs(history[-1]), 1e-300)
 
 
@@ -524,56 +374,24 @@ def solve_gd(
     *,
     cg_steps: Optional[int] = None,
     dtype: torch.dtype = torch.float64,
-    window: int = 20,
-    log_every: int = 200,
 ) -> Tensor:
-    """Minimise the ZeroUnlearn-GD objective over ``F`` ``[d_out, r]`` iteratively; return ``D_m``.
+    """Minimise the ZeroUnlearn-GD objective over ``F`` ``[d_out, r]`` iteratively; return ``D_m = F U0^T``.
 
-    Two gradient-based phases on ``J(F)`` (module docstring), no closed form inside:
+    No closed form inside, two phases on ``J(F)``:
 
-    1. **Adam** for at most ``steps`` steps from ``F = 0`` (or, with ``seed``, from small
-       reproducible Gaussian noise). The loss is divided by ``J(0)`` so Adam's epsilon is
-       scale-free, and ``lr`` is *relative*: the absolute step size is ``lr`` times a scale of
-       ``F``'s entries, the RMS of ``Z / (mean(q) mean(g) + c)`` (the minimiser when ``Q`` and
-       ``G`` are replaced by the means of their eigenvalues, which are traces, computed
-       without any decomposition), so one ``lr`` suits weights of any magnitude. The step
-       size follows a cosine decay to zero over ``steps``.
-    2. **Linear conjugate gradient** on the same quadratic (exact line search along conjugate
-       directions; it uses only gradients and Hessian-direction products ``2 (Q P G + c P)``)
-       for at most ``cg_steps`` iterations. Adam alone stalls at a relative objective gap of
-       roughly ``1e-2``-``1e-4`` with a few thousand steps; CG removes that floor.
-       ``cg_steps=0`` runs Adam only, ``steps=0`` CG only.
+    1. **Adam**, at most ``steps`` steps from ``F = 0`` (with ``seed``: from reproducible noise of
+       RMS ``1e-3`` times the scale below), cosine-decayed step size. The loss is divided by
+       ``J(0)``, and ``lr`` is relative to the scale of ``F``'s entries, the RMS of
+       ``Z / (mean(q) mean(g) + c)`` (computed from traces), so one ``lr`` suits any weight.
+    2. **Linear conjugate gradient** on the same quadratic, at most ``cg_steps`` iterations
+       (default ``steps``; 0 runs Adam only), using Hessian products ``2 (Q P G + c P)``; it
+       removes the objective gap Adam alone leaves.
 
-    Each phase stops early once the objective moved by at most ``tolerance * |J|`` over the
-    last ``window`` steps (a window, not one step, because CG and Adam both have stretches of
-    slow progress before converging), or when the gradient vanishes.
-
-    The number of iterations needed grows with the conditioning of the Hessian, whose
-    eigenvalues are ``2 (q_i g_j + c)``: with a large ``a`` and strongly correlated keys (large
-    ``||M_f||``, ``||K_f||``) it can take tens of thousands of CG iterations to reach ``1e-6``;
-    :func:`solve_exact` has no such limit.
-
-    The run is deterministic (no randomness unless ``seed`` is given, and then a private
-    generator is used). Progress is logged at DEBUG level every ``log_every`` steps, a
-    summary at INFO.
-
-    Args:
-        W, K_f, M_f, M_n, U0, a, b, c: as in :func:`solve_exact`.
-        steps: maximum Adam steps (``>= 0``).
-        lr: relative Adam step size (``> 0``), see above.
-        tolerance: relative objective-change stopping threshold (``>= 0``; 0 runs all steps).
-        seed: ``None`` starts from ``F = 0``; an integer starts from reproducible noise of RMS
-            ``1e-3`` times the scale of ``F`` above.
-        cg_steps: maximum conjugate-gradient iterations after Adam (default: ``steps``).
-        dtype: working dtype, ``torch.float64`` (default) or ``torch.float32``.
-        window: number of steps the stopping rule looks back (``>= 1``).
-        log_every: DEBUG log period in steps (``>= 1``).
-
-    Returns:
-        ``D_m = F U0^T`` ``[d_out, d_in]`` in float64 on ``W``'s device (zeros when ``r == 0``).
-
-    Raises:
-        ValueError: invalid inputs or settings.
+    Each phase stops once the objective moved by at most ``tolerance * |J|`` over the last
+    ``_WINDOW`` steps, or when the gradient vanishes. Deterministic. ``W``, ``K_f``, ``M_f``,
+    ``M_n``, ``U0``, ``a``, ``b``, ``c`` as in :func:`solve_exact`; ``dtype`` is the working
+    dtype (float64 or float32). Returns ``D_m`` ``[d_out, d_in]`` float64 on ``W``'s device
+    (zeros when ``r == 0``). Raises ``ValueError`` on invalid inputs or settings.
     """
     d_out, d_in, n, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
     U0 = _check_basis(U0, d_in)
@@ -588,10 +406,6 @@ def solve_gd(
     if not (math.isfinite(lr) and lr > 0):
         raise ValueError(f"lr must be finite and > 0, got {lr!r}")
     tolerance = _check_weight("tolerance", tolerance)
-    if int(log_every) != log_every or log_every < 1:
-        raise ValueError(f"log_every must be an integer >= 1, got {log_every!r}")
-    if int(window) != window or window < 1:
-        raise ValueError(f"window must be an integer >= 1, got {window!r}")
     r = U0.shape[1]
     if r == 0 or n == 0:
         logger.debug("solve_gd: r=%d, n=%d: update is zero", r, n)
@@ -623,11 +437,11 @@ def solve_gd(
     m = torch.zeros_like(F)
     v = torch.zeros_like(F)
     base_lr = lr * scale_F
-    history: Deque[float] = deque(maxlen=window + 1)
+    history: Deque[float] = deque(maxlen=_WINDOW + 1)
     for t in range(1, steps + 1):
         value_t, grad = _objective_and_gradient(pieces, F, a, b, c)
         history.append(float(value_t))
-        if _stalled(history, window, tolerance):
+        if _stalled(history, tolerance):
             logger.debug("solve_gd adam: objective stalled at step %d", t)
             break
         grad = grad * loss_scale
@@ -637,13 +451,13 @@ def solve_gd(
         m_hat = m / (1 - beta1 ** t)
         v_hat = v / (1 - beta2 ** t)
         F = F - step_lr * m_hat / (v_hat.sqrt() + eps)
-        if t % log_every == 0:
+        if t % _LOG_EVERY == 0:
             logger.debug("solve_gd adam step %d: J=%.12g lr=%.3g", t, history[-1], step_lr)
 
     # ---- Phase 2: linear conjugate gradient on the same quadratic --------------------------
     value_t, grad = _objective_and_gradient(pieces, F, a, b, c)
     logger.info("solve_gd: Adam phase done, J=%.12g (J at start %.12g)", float(value_t), float(J0))
-    history = deque([float(value_t)], maxlen=window + 1)
+    history = deque([float(value_t)], maxlen=_WINDOW + 1)
     res = -grad
     direction = res.clone()
     rr = float(res.square().sum())
@@ -668,11 +482,11 @@ def solve_gd(
         rr_new = float(res.square().sum())
         direction = res + (rr_new / rr) * direction
         rr = rr_new
-        if it % log_every == 0:
+        if it % _LOG_EVERY == 0:
             logger.debug("solve_gd cg iteration %d: J=%.12g |grad|^2=%.3g", it, history[-1], rr)
-        if _stalled(history, window, tolerance):
+        if _stalled(history, tolerance):
             logger.debug("solve_gd cg: objective stalled at iteration %d", it)
             break
-    final_value, _ = _objective_and_gradient(pieces, F, a, b, c, need_value=True)
+    final_value, _ = _objective_and_gradient(pieces, F, a, b, c)
     logger.info("solve_gd: finished, J=%.12g", float(final_value))
     return F.to(_F64) @ U0.to(_F64).T
