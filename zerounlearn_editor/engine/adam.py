@@ -1,8 +1,8 @@
 """The one Adam loop of the neutral targets, shared by both evaluations of the loss.
 
-Both ``targets_optimizer`` values run :func:`adam_targets`; they differ only in the object that evaluates
-the loss (the *problem*): full forward passes of the chunk (``adam``, :mod:`zerounlearn_editor.engine.targets`)
-or the KV-cached suffix of the edited layer (``adam_kv``, :mod:`zerounlearn_editor.engine.targets_kv`).
+Both ``targets_optimizer`` values run :func:`adam_targets`; they differ only in how the problem
+(:mod:`zerounlearn_editor.engine.targets`) evaluates the loss: every row of the chunk (``adam``) or the active
+rows on the KV-cached suffix of the edited layer (``adam_kv``).
 
 The loop (the paper's): one residual ``delta_i`` ``[d]`` per request, Adam on the sum of the active requests'
 losses, a request stops (its delta frozen) once its target NLL falls below ``early_stop_loss``, and every

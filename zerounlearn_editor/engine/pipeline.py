@@ -65,7 +65,6 @@ from zerounlearn_editor.engine.targets import (
     TargetConfig,
     loss_layer_module,
     optimise_neutral_targets,
-    target_loop,
 )
 
 __all__ = [
@@ -451,7 +450,7 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
     differ only in their solve weights; the bench uses this to optimise the targets once.
     """
     cfg = _target_config(model, hparams)
-    config = dict(dataclasses.asdict(cfg), optimizer=target_loop(cfg))
+    config = dataclasses.asdict(cfg)
     config.pop("chunk_size")  # chunking does not change the result
     if config["objective"] == "neutral":  # the paper's objective: cache keys as before the key existed
         config.pop("objective")

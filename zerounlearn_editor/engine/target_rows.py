@@ -1,9 +1,4 @@
-"""What both target loops share: a chunk's encoded rows and the answer-suppression loss.
-
-The paper's Adam loop (:mod:`.targets`) and the cached / L-BFGS loops (:mod:`.targets_fast`) encode
-the same rewriting and KL rows (:func:`encode_target_rows`) and, for ``target_objective:
-suppress_answer``, score them with the same loss (:func:`suppression_per_request`).
-"""
+"""A chunk's encoded target rows (:func:`encode_target_rows`) and the answer-suppression loss."""
 from __future__ import annotations
 
 from dataclasses import dataclass
