@@ -25,7 +25,7 @@ import logging
 import time
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -78,7 +78,7 @@ __all__ = [
     "apply_edit_method",
     "neutral_targets",
     "target_settings",
-    "forget_requests_of",
+    "EditPlan",
     "restore_weights",
 ]
 
@@ -193,9 +193,23 @@ class _Timer:
         return False
 
 
-def forget_requests_of(requests: Sequence[Mapping[str, Any]], hparams: EditHyperParams) -> List[ForgetRequest]:
-    """The checked forget requests (:func:`normalize_requests`); with answer-suppression targets two requests
-    with the same prompt and different answers are an error (each residual pushes down one answer)."""
+@dataclass(frozen=True)
+class EditPlan:
+    """An edit's checked inputs (:func:`check_edit_inputs`), passed along so the checks run once per edit.
+
+    ``forget`` and ``keep`` (retain) requests, ``target_ids`` each forget request's target token ids, and the
+    ``hparams`` they were checked against.
+    """
+
+    forget: List[ForgetRequest]
+    keep: List[ForgetRequest]
+    target_ids: List[List[int]]
+    hparams: EditHyperParams
+
+
+def _forget_requests(requests: Sequence[Mapping[str, Any]], hparams: EditHyperParams) -> List[ForgetRequest]:
+    """The checked forget requests; with answer-suppression targets two requests with the same prompt and
+    different answers are an error (each residual pushes down one answer)."""
     return normalize_requests(requests, distinct_answers=hparams.target_objective == "suppress_answer")
 
 
@@ -256,24 +270,28 @@ def check_materialised(model: nn.Module) -> None:
 
 
 def check_edit_inputs(
-    model: nn.Module, tok, requests: Sequence[Mapping[str, Any]], hparams: EditHyperParams, retain: RetainSpec = None
-) -> Tuple[List[ForgetRequest], List[ForgetRequest], List[List[int]]]:
-    """Every check an edit makes before any work: ``(forget requests, retain requests, target ids)``.
+    model: nn.Module, tok, requests: Union[Sequence[Mapping[str, Any]], EditPlan], hparams: EditHyperParams,
+    retain: RetainSpec = None,
+) -> EditPlan:
+    """Every check an edit makes before any work, giving its :class:`EditPlan` (a plan is returned as it is).
 
-    The hparams' current values (:meth:`~zerounlearn_editor.engine.hparams.BaseHyperParams.check`, the
-    loader's own checks), a loaded model, the requests, the retain set (disjoint from the forget
-    prompts), the edited modules and the prompt lengths. Nothing is changed; the edit runs it first,
-    and a caller can run it before its own heavy work (``zerounlearn unlearn`` before scoring).
+    The hparams' current values (:meth:`~zerounlearn_editor.engine.hparams.BaseHyperParams.check`), a loaded
+    model, the requests, the retain set (disjoint from the forget prompts), the edited modules and the prompt
+    lengths. Nothing is changed; a caller can run it before its own heavy work and pass the plan to the edit.
     """
+    if isinstance(requests, EditPlan):
+        if requests.hparams is not hparams:
+            raise ValueError("this EditPlan was checked against other hparams; pass the requests instead")
+        return requests
     hparams.check()
     check_materialised(model)
-    forget = forget_requests_of(requests, hparams)
+    forget = _forget_requests(requests, hparams)
     keep = _retain_requests(retain, hparams)
     check_retain_disjoint(forget, keep)
     _check_modules(model, hparams)
     target_ids = request_target_ids(tok, forget, hparams)
     _check_lengths(model, tok, forget, keep, target_ids, hparams)
-    return forget, keep, target_ids
+    return EditPlan(forget, keep, target_ids, hparams)
 
 
 def _check_modules(model: nn.Module, hparams: EditHyperParams) -> None:
@@ -287,7 +305,7 @@ def _check_modules(model: nn.Module, hparams: EditHyperParams) -> None:
 def run_layerwise_edit(
     model: nn.Module,
     tok,
-    requests: Sequence[Mapping[str, Any]],
+    requests: Union[Sequence[Mapping[str, Any]], EditPlan],
     hparams: EditHyperParams,
     solver: LayerSolver,
     corpus: Optional[str] = None,
@@ -301,6 +319,7 @@ def run_layerwise_edit(
 ) -> Tuple[Dict[str, torch.Tensor], EditReport]:
     """Edit ``model`` in place; returns (original weights by parameter name, report).
 
+    ``requests``: request dicts, or their :class:`EditPlan` from :func:`check_edit_inputs` (not checked again).
     ``retain`` (request dicts without answers, or a file) is the retain set, else the YAML's
     ``retain_file``; its keys are read next to the forget keys at every layer and reach the
     solve as ``LayerProblem.K_r``. A retain set with all retain weights at 0 is an error (it
@@ -327,7 +346,8 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
     stages = stages or EditStages()
     report = EditReport()
     with _Timer(report, "validate"):
-        forget, keep, target_ids = check_edit_inputs(model, tok, requests, hparams, retain)
+        plan = check_edit_inputs(model, tok, requests, hparams, retain)
+        forget, keep, target_ids = plan.forget, plan.keep, plan.target_ids
         post_maps = detect_post_mlp_maps(model, hparams.layer_module_tmp, hparams.rewrite_module_tmp, hparams.layers)
     report.retain_count = len(keep)
     LOG.info("%s: unlearning %d fact(s) at layers %s%s", hparams.alg_name, len(forget), list(hparams.layers),
@@ -432,7 +452,7 @@ def neutral_targets(
     """
     hparams.check()
     check_materialised(model)
-    forget = forget_requests_of(requests, hparams)
+    forget = _forget_requests(requests, hparams)
     _check_modules(model, hparams)
     target_ids = request_target_ids(tok, forget, hparams)
     with eval_mode(model):
@@ -568,7 +588,7 @@ def apply_edit_method(
     """
     if not isinstance(hparams, EditHyperParams):
         raise TypeError(f"hparams must be a ZeroUnlearn hparams object, got {type(hparams).__name__}")
-    check_edit_inputs(model, tok, requests, hparams, kwargs.get("retain"))  # fail before any copy is made
+    requests = check_edit_inputs(model, tok, requests, hparams, kwargs.get("retain"))  # before any copy is made
     resolve_mode(hparams.fluency_max_increase, kwargs.get("fluency_guard"))
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)
@@ -589,10 +609,7 @@ def apply_edit_method(
     )
     target_report = kwargs.get("report")
     if isinstance(target_report, EditReport):
-        target_report.timings.update(report.timings)
-        target_report.target_nll = report.target_nll
-        target_report.target_steps = report.target_steps
-        target_report.layer_change_norm = report.layer_change_norm
-        target_report.retain_count = report.retain_count
-        target_report.fluency = report.fluency
+        timings = target_report.timings
+        timings.update(report.timings)
+        target_report.__dict__.update(report.__dict__, timings=timings)
     return model, (weights_copy if return_orig_weights else {})
