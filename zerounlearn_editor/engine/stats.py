@@ -1,28 +1,13 @@
-"""Utility statistic ``C0 = E[k k^T]`` of down_proj inputs over general text.
+"""Utility statistic ``C0 = E[k k^T]`` of the edited modules' inputs over general text.
 
-All edited layers are collected in ONE forward pass per batch (a pre-hook on every edited
-module; the pass stops after the last one). Results are cached in EasyEdit's layout so that
-EasyEdit's ROME/MEMIT/AlphaEdit read the same file offline::
-
-    {stats_dir}/{model basename}/{ds_name}_stats/{module}_{dtype}_mom2_{n}.npz
-
-with keys ``mom2.mom2`` (sum of ``k k^T``, ``[d_in, d_in]``), ``mom2.count`` (tokens),
-``mom2.constructor`` and ``sample_size`` (passages asked for), plus our own ``zerounlearn.*``
-metadata (corpus fingerprint, max length, module, model fingerprint). Files are written
-atomically (temp + rename); stale temp files of killed writers are removed on the next write.
-
-The file name holds only the model's basename (EasyEdit's layout), so a file is checked before it
-is used: a file recording another model (:func:`model_fingerprint`: the config and slices of the
-weights the statistic depends on), another corpus version, max length, module or shape is
-recomputed with a warning; a file that cannot be read (truncated, empty, garbage, no
-``mom2.count``) is treated as missing, with a warning naming it. EasyEdit's own files (no metadata)
-are read as they are.
-
-Across processes: ``collect_second_moments(..., shard=(rank, world_size))`` collects the
-passages ``texts[rank::world_size]``; :func:`collect_second_moments_distributed` does that on
-every rank of an initialised ``torch.distributed`` group and all-reduces the sums and counts;
-:func:`layer_second_moment_shards` writes one shard's files and :func:`merge_second_moment_files`
-sums shard files into one file of the same layout (``zerounlearn stats --shard`` / ``stats-merge``).
+All edited layers are collected in one forward pass per batch. Results are cached in EasyEdit's layout
+(``{stats_dir}/{model basename}/{ds_name}_stats/{module}_{dtype}_mom2_{n}.npz``, keys ``mom2.mom2`` = sum of
+``k k^T`` ``[d_in, d_in]``, ``mom2.count`` = tokens, ``sample_size``) so EasyEdit's ROME/MEMIT/AlphaEdit read
+the same file, plus ``zerounlearn.*`` metadata (corpus and model fingerprints, max length, module). A file
+recording another model, corpus version, max length, module or shape is recomputed with a warning; an
+unreadable one is treated as missing; EasyEdit's own files (no metadata) are read as they are. Files are
+written atomically. Shards (``zerounlearn stats --shard`` / ``stats-merge``): :func:`layer_second_moment_shards`
+writes the statistic of ``texts[rank::world_size]``, :func:`merge_second_moment_files` sums shard files.
 """
 from __future__ import annotations
 
@@ -52,7 +37,10 @@ from zerounlearn_editor.engine.model_access import (
     capture_inputs,
     check_edited_modules,
     check_layers,
+    get_module,
+    get_weight_matrix,
     model_device,
+    num_hidden_layers,
 )
 from zerounlearn_editor.support.output_dir import pid_alive
 
@@ -67,8 +55,6 @@ __all__ = [
     "layer_second_moments",
     "padded_batches",
     "shard_texts",
-    "all_reduce_second_moments",
-    "collect_second_moments_distributed",
     "shard_path",
     "layer_second_moment_shards",
     "merge_second_moment_files",
@@ -101,13 +87,10 @@ def model_fingerprint(
 ) -> str:
     """A short digest of what the model's statistics depend on (not its name).
 
-    Hashes the model's config (without its path, versions or load dtype) and, of every
-    parameter, its name, shape and ``elements`` evenly spaced values (rounded to bfloat16, so
-    the same checkpoint loaded in float32 or bfloat16 has the same fingerprint). The weights of
-    the edited modules (``skip_template`` formatted with every layer index) are left out: a
-    statistic is of the unedited model, and the edits of a sequence must not invalidate it.
-    Costs a few small reads per parameter. ``replace`` (parameter name -> tensor) hashes those
-    tensors instead of the model's, e.g. the weights before an edit (an adapter's base model).
+    Hashes the config (without path, versions or load dtype) and, of every parameter, its name, shape and
+    ``elements`` evenly spaced values rounded to bfloat16 (float32 and bfloat16 loads agree). The edited
+    modules' weights (``skip_template``) are left out, so the edits of a sequence keep the statistic valid.
+    ``replace`` (parameter name -> tensor) hashes those tensors instead, e.g. the weights before an edit.
     """
     config = getattr(model, "config", None)
     config_dict = config.to_dict() if hasattr(config, "to_dict") else {}
@@ -117,8 +100,6 @@ def model_fingerprint(
     skipped = set()
     if skip_template:
         try:
-            from zerounlearn_editor.engine.model_access import num_hidden_layers
-
             skipped = {f"{skip_template.format(i)}.weight" for i in range(num_hidden_layers(model))}
         except ValueError:
             skipped = set()
@@ -336,9 +317,7 @@ def collect_second_moments(
     device = model_device(model)
     sums: Dict[str, Optional[torch.Tensor]] = {name: None for name in module_names}
     count = 0
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):  # no dropout in the keys; the caller's train/eval flags come back
         for input_ids, mask in padded_batches(tok, texts, max_length, batch_size, progress, desc="C0 statistics"):
             with capture_inputs(model, module_names, stop_after=last) as inputs, contextlib.suppress(StopForward):
                 model(input_ids=input_ids.to(device), attention_mask=mask.long().to(device))
@@ -347,8 +326,6 @@ def collect_second_moments(
                 update = (feats.t() @ feats).double()
                 sums[name] = update if sums[name] is None else sums[name] + update
             count += int(mask.sum())
-    finally:
-        model.train(was_training)
     return {name: SecondMoment(value.cpu(), count) for name, value in sums.items()}
 
 
@@ -438,10 +415,9 @@ def layer_second_moments(
         product_dtype = torch.float64 if dtype == "float64" else torch.float32
         LOG.info("computing C0 statistics of layers %s from %d passages of corpus %r (cache: %s)", missing,
                  len(data.texts), corpus, stats_path(stats_dir, name, ds_name, "<module>", dtype, n_samples).parent)
-        with eval_mode(model):  # no dropout in the keys; the caller's train/eval flags come back
-            stats = collect_second_moments(
-                model, tok, data.texts, [modules[l] for l in missing], max_length, batch_size, progress, product_dtype
-            )
+        stats = collect_second_moments(
+            model, tok, data.texts, [modules[l] for l in missing], max_length, batch_size, progress, product_dtype
+        )
         for layer in missing:
             path = stats_path(stats_dir, name, ds_name, modules[layer], dtype, n_samples)
             meta = {"corpus_fingerprint": data.fingerprint, "max_length": str(max_length), "n_passages": str(len(data.texts)),
@@ -453,13 +429,15 @@ def layer_second_moments(
     return result
 
 
+def _existing_ancestor(folder: Path) -> Path:
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
 def _check_free_space(folder: Path, needed: int) -> None:
-    """Raise :class:`StatsCacheError` when the disk of ``folder`` has less room than ``needed`` bytes
-    (the statistics files about to be computed), before the corpus pass rather than after it."""
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    free = shutil.disk_usage(existing).free
+    """Raise :class:`StatsCacheError` when the disk of ``folder`` has less room than ``needed`` bytes."""
+    free = shutil.disk_usage(_existing_ancestor(folder)).free
     if free < needed + (1 << 20):
         raise StatsCacheError(
             f"the statistics folder {folder} has {free:,} bytes free, the statistics need about {needed:,}; "
@@ -469,9 +447,7 @@ def _check_free_space(folder: Path, needed: int) -> None:
 
 def _check_writable(folder: Path) -> None:
     """Raise :class:`StatsCacheError` naming ``folder`` unless statistics can be written there."""
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = _existing_ancestor(folder)
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise StatsCacheError(
             f"the statistics folder {folder} cannot be written ({existing} is not a writable folder); "
@@ -500,8 +476,6 @@ _HALF = ("float16", "bfloat16")
 
 def _module_dtype(model: nn.Module, module_name: str) -> str:
     """The edited module's weight dtype, e.g. ``"bfloat16"``."""
-    from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
-
     return str(get_weight_matrix(get_module(model, module_name)).dtype).removeprefix("torch.")
 
 
@@ -511,56 +485,7 @@ def _half_cache_for_full_model(cached: Optional[str], current: str) -> bool:
 
 
 def _module_input_dim(model: nn.Module, module_name: str) -> int:
-    from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
-
     return get_weight_matrix(get_module(model, module_name)).shape[1]
-
-
-def all_reduce_second_moments(stats: Dict[str, SecondMoment], group=None) -> Dict[str, SecondMoment]:
-    """Sum every module's ``mom2`` and count over the ranks of ``group`` (float64 / int64).
-
-    Every rank must call this with the same module names. Tensors travel on the CPU for gloo,
-    else on the current accelerator (CUDA for NCCL); results are on the CPU.
-    """
-    import torch.distributed as dist
-
-    device = torch.device("cpu")
-    if dist.get_backend(group) != "gloo" and torch.accelerator.is_available():  # NCCL and co. reduce accelerator tensors
-        device = torch.device(torch.accelerator.current_accelerator().type, torch.accelerator.current_device_index())
-    names = sorted(stats)
-    counts = torch.tensor([stats[name].count for name in names], dtype=torch.int64, device=device)
-    dist.all_reduce(counts, group=group)
-    result: Dict[str, SecondMoment] = {}
-    for name, count in zip(names, counts.tolist()):
-        mom2 = stats[name].mom2.to(device=device, dtype=torch.float64).contiguous()
-        dist.all_reduce(mom2, group=group)
-        result[name] = SecondMoment(mom2.cpu(), int(count))
-    return result
-
-
-def collect_second_moments_distributed(
-    model: nn.Module,
-    tok,
-    texts: Sequence[str],
-    module_names: Sequence[str],
-    max_length: int = 256,
-    batch_size: int = 16,
-    progress: bool = True,
-    product_dtype: torch.dtype = torch.float64,
-    group=None,
-) -> Dict[str, SecondMoment]:
-    """:func:`collect_second_moments` split over the ranks of an initialised process group.
-
-    Rank ``r`` of ``w`` collects ``texts[r::w]``; the sums and counts are all-reduced, so every
-    rank returns the statistic of all ``texts``. Each rank passes the same ``texts``.
-    """
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError("torch.distributed is not initialised; call init_process_group first or use collect_second_moments")
-    shard = (dist.get_rank(group), dist.get_world_size(group))
-    local = collect_second_moments(model, tok, texts, module_names, max_length, batch_size, progress, product_dtype, shard)
-    return all_reduce_second_moments(local, group)
 
 
 def shard_path(path: Path, rank: int, world_size: int) -> Path:
