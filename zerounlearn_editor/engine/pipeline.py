@@ -1,29 +1,23 @@
-"""The layer-by-layer edit shared by ZeroUnlearn and ZeroUnlearn-GD.
+"""The layer-by-layer edit shared by ZeroUnlearn and ZeroUnlearn-GD (each stage timed in :class:`EditReport`).
 
-Stages (each timed in :class:`EditReport`):
+1. check the inputs (:class:`EditPlan`) and find how each edited module's output reaches the residual
+   (:mod:`zerounlearn_editor.engine.post_mlp`);
+2. utility statistics ``C0`` of every edited layer (cached), context prefixes and neutral targets ``z``;
+3. the fluency guard's perplexity of the unedited model;
+4. for each edited layer in order: keys ``K_f`` and the hidden state at the last edited layer, the residual
+   change ``(z - h) / (layers left)`` mapped to values ``M_n``, the method's float64 solve and the write-back;
+5. the guard's perplexity of the edited model: beyond ``fluency_max_increase`` the edit is refused.
 
-1. validate requests and layers, and find how each edited module's output reaches the residual
-   (:mod:`zerounlearn_editor.engine.post_mlp`; nothing is changed if this fails);
-2. utility statistics ``C0`` for every edited layer, from the unedited model (cached);
-3. context prefixes (cached on the model) and neutral target states ``z`` (batched loop);
-4. the fluency guard's perplexity of the unedited model (:mod:`zerounlearn_editor.engine.fluency_guard`);
-5. for each edited layer in order: keys ``K_f`` and the current hidden state at the last
-   edited layer (one forward pass), the wanted residual change ``(z - h) / (layers left)`` mapped to
-   values ``M_n`` (``W K_f`` plus that change where the MLP output is added as it is; through the
-   block's post-MLP norm or scale otherwise), the method's float64 solve, and the write-back of ``W'``
-   in the weight's own dtype and device;
-6. the guard's perplexity of the edited model: beyond ``fluency_max_increase`` the edit is refused.
-
-If anything fails after the first write-back (a refused edit included), every edited weight is
-restored before the error propagates. How the statistics, targets and keys are computed is replaceable
-(:class:`EditStages`; :mod:`zerounlearn_editor.bench.reference_pipeline` uses it); the solves are not.
+If anything fails after the first write-back, every edited weight is restored before the error propagates.
+The statistics, targets and keys stages are replaceable (:class:`EditStages`); the solves are not.
 """
 from __future__ import annotations
 
+import contextlib
 import copy as copy_module
+import dataclasses
 import logging
 import time
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -103,12 +97,6 @@ class LayerProblem:
     K_r: Optional[torch.Tensor] = None
     C_ctx: Optional[torch.Tensor] = None
 
-    def retain_keys(self) -> torch.Tensor:
-        """``K_r`` ``[d_in, n_r]`` (float64, an empty ``[d_in, 0]`` without a retain set)."""
-        if self.K_r is None:
-            return self.K_f.new_zeros((self.K_f.shape[0], 0))
-        return self.K_r
-
     @property
     def M_f(self) -> torch.Tensor:
         """``W K_f`` ``[d_out, n]``."""
@@ -153,11 +141,7 @@ def batched_statistics(
 
 @dataclass(frozen=True)
 class EditStages:
-    """The data-gathering stages of an edit; the defaults are this package's batched ones.
-
-    Replacing a stage changes how its data is computed (and what it costs), never the solve:
-    :mod:`zerounlearn_editor.bench.reference_pipeline` swaps in the reference's per-request structure.
-    """
+    """The data-gathering stages of an edit (:mod:`zerounlearn_editor.bench.reference_pipeline` swaps them)."""
 
     statistics: StatisticsStage = batched_statistics
     targets: TargetsStage = optimise_neutral_targets
@@ -176,21 +160,15 @@ class EditReport:
     # the fluency guard's figures (FluencyCheck.as_dict: ppl_before, ppl_after, increase, ...); empty when off
     fluency: Dict[str, Any] = field(default_factory=dict)
 
-    def add_time(self, stage: str, seconds: float) -> None:
-        self.timings[stage] = self.timings.get(stage, 0.0) + seconds
 
-
-class _Timer:
-    def __init__(self, report: EditReport, stage: str):
-        self.report, self.stage = report, stage
-
-    def __enter__(self):
-        self.start = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        self.report.add_time(self.stage, time.perf_counter() - self.start)
-        return False
+@contextlib.contextmanager
+def _timer(report: EditReport, stage: str):
+    """Add the block's seconds to ``report.timings[stage]`` (also when it raises)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        report.timings[stage] = report.timings.get(stage, 0.0) + time.perf_counter() - start
 
 
 @dataclass(frozen=True)
@@ -214,12 +192,8 @@ def _forget_requests(requests: Sequence[Mapping[str, Any]], hparams: EditHyperPa
 
 
 def request_target_ids(tok, forget: Sequence[ForgetRequest], hparams: EditHyperParams) -> List[List[int]]:
-    """The token ids each request's residual is optimised on.
-
-    ``target_objective: neutral`` (the paper): the request's ``target`` or the YAML's ``neutral_target``
-    (EOS by default). ``suppress_answer``: the request's own answer (``ground_truth``), which the
-    residual pushes down; a request without one is refused (ValueError naming its index).
-    """
+    """The token ids each request's residual is optimised on: the request's ``target`` or the YAML's
+    ``neutral_target`` (EOS by default); with ``suppress_answer`` the request's own answer (required)."""
     if hparams.target_objective == "suppress_answer":
         missing = [r.index for r in forget if r.answer is None]
         if missing:
@@ -320,20 +294,12 @@ def run_layerwise_edit(
     """Edit ``model`` in place; returns (original weights by parameter name, report).
 
     ``requests``: request dicts, or their :class:`EditPlan` from :func:`check_edit_inputs` (not checked again).
-    ``retain`` (request dicts without answers, or a file) is the retain set, else the YAML's
-    ``retain_file``; its keys are read next to the forget keys at every layer and reach the
-    solve as ``LayerProblem.K_r``. A retain set with all retain weights at 0 is an error (it
-    would be ignored); retain weights without a retain set only warn.
-
-    ``corpus`` overrides ``hparams.mom2_dataset``; ``second_moments`` skips the statistics
-    stage (``{layer: SecondMoment}``, e.g. precomputed by the caller); ``targets`` skips the
-    target optimisation (from :func:`neutral_targets` on the same unedited model, requests
-    and target settings -- e.g. to compare solvers on identical inputs); ``stages`` replaces
-    the statistics / target / key computations (default :class:`EditStages`).
-
-    Fluency guard (:mod:`zerounlearn_editor.engine.fluency_guard`): ``fluency_guard`` (``"refuse"``, ``"warn"``,
-    ``"off"``) overrides the YAML's mode for this edit; ``fluency_text`` replaces the built-in text.
-    A refused edit raises :class:`~zerounlearn_editor.engine.fluency_guard.FluencyError` with the weights restored.
+    ``retain`` (request dicts or a file; else the YAML's ``retain_file``): its keys reach the solve as
+    ``LayerProblem.K_r``. ``corpus`` overrides ``hparams.mom2_dataset``; ``second_moments``
+    (``{layer: SecondMoment}``) and ``targets`` (from :func:`neutral_targets` with the same settings) skip
+    their stages; ``stages`` replaces the statistics / target / key computations. ``fluency_guard``
+    (``"refuse"``, ``"warn"``, ``"off"``) overrides the YAML's guard mode; ``fluency_text`` the built-in text.
+    A refused edit raises :class:`~zerounlearn_editor.engine.fluency_guard.FluencyError`, the weights restored.
     """
     mode = resolve_mode(hparams.fluency_max_increase, fluency_guard)
     with progress_scope(progress), eval_mode(model):  # keys and targets without dropout; caller's mode restored
@@ -345,24 +311,24 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
                         guard=("off", None)):
     stages = stages or EditStages()
     report = EditReport()
-    with _Timer(report, "validate"):
+    with _timer(report, "validate"):
         plan = check_edit_inputs(model, tok, requests, hparams, retain)
         forget, keep, target_ids = plan.forget, plan.keep, plan.target_ids
         post_maps = detect_post_mlp_maps(model, hparams.layer_module_tmp, hparams.rewrite_module_tmp, hparams.layers)
     report.retain_count = len(keep)
     LOG.info("%s: unlearning %d fact(s) at layers %s%s", hparams.alg_name, len(forget), list(hparams.layers),
              f" with {len(keep)} retain fact(s)" if keep else "")
-    with _Timer(report, "statistics"):
+    with _timer(report, "statistics"):
         if second_moments is None:
             second_moments = stages.statistics(model, tok, hparams, corpus or hparams.mom2_dataset, progress)
         missing = [l for l in hparams.layers if l not in second_moments]
         if missing:
             raise ValueError(f"second moments missing for layer(s) {missing}")
-    with _Timer(report, "contexts"):
+    with _timer(report, "contexts"):
         prefixes = context_prefixes(
             model, tok, hparams.context_template_count, hparams.context_template_length, CONTEXT_SEED
         )
-    with _Timer(report, "targets"):
+    with _timer(report, "targets"):
         if targets is None:
             targets = stages.targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
         elif targets.z.shape[0] != len(forget):
@@ -376,15 +342,14 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
         weights_copy[parameter_name_of_weight(model, name)] = get_module(model, name).weight.detach().clone()
     mode, guard_source = guard
     if mode != "off":
-        with _Timer(report, "fluency"):
+        with _timer(report, "fluency"):
             guard_text_ = guard_source if guard_source is not None else builtin_guard_text()
             n_tokens = guard_tokens(model, DEFAULT_TOKENS)
             ppl_before = guard_perplexity(model, tok, guard_text_, n_tokens)
     try:
-        _edit_layers(model, tok, forget, keep, prefixes, targets, second_moments, hparams, solver, report, stages.keys,
-                     post_maps)
+        _edit_layers(model, tok, plan, prefixes, targets, second_moments, solver, report, stages.keys, post_maps)
         if mode != "off":
-            with _Timer(report, "fluency"):
+            with _timer(report, "fluency"):
                 ppl_after = guard_perplexity(model, tok, guard_text_, n_tokens)
             check = judge_fluency(ppl_before, ppl_after, n_tokens,
                                   DEFAULT_MAX_INCREASE if hparams.fluency_max_increase is None else hparams.fluency_max_increase,
@@ -446,10 +411,7 @@ def neutral_targets(
     retain: RetainSpec = None,
 ) -> NeutralTargets:
     """The target states ``z`` a :func:`run_layerwise_edit` call would optimise (model unchanged).
-
-    ``retain`` plays no part (the targets do not depend on a retain set); it is accepted so that
-    callers can pass the edit's arguments unchanged.
-    """
+    ``retain`` plays no part; it is accepted so that callers can pass the edit's arguments."""
     hparams.check()
     check_materialised(model)
     forget = _forget_requests(requests, hparams)
@@ -463,12 +425,8 @@ def neutral_targets(
 
 
 def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any]:
-    """Every setting the neutral targets depend on (besides the model and the requests).
-
-    Two hparams objects with equal ``target_settings`` give equal :func:`neutral_targets` for the
-    same requests on the same unedited model, e.g. ZeroUnlearn and ZeroUnlearn-GD YAMLs that
-    differ only in their solve weights; the bench uses this to optimise the targets once.
-    """
+    """Every setting the neutral targets depend on besides the model and the requests: equal settings give
+    equal :func:`neutral_targets` (the bench optimises the targets once for YAMLs differing in their solves)."""
     cfg = _target_config(model, hparams)
     config = dataclasses.asdict(cfg)
     config.pop("chunk_size")  # chunking does not change the result
@@ -489,24 +447,13 @@ def target_dependencies(model: nn.Module, hparams: EditHyperParams, retain: Reta
     return target_settings(model, hparams)
 
 
-def _edit_layers(
-    model: nn.Module,
-    tok,
-    forget: List[ForgetRequest],
-    keep: List[ForgetRequest],
-    prefixes: List[str],
-    targets: NeutralTargets,
-    second_moments: Dict[int, SecondMoment],
-    hparams: EditHyperParams,
-    solver: LayerSolver,
-    report: EditReport,
-    read_keys: KeysStage = read_keys_and_hidden,
-    post_maps: Optional[Dict[int, PostMlpMap]] = None,
-) -> None:
+def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], targets: NeutralTargets,
+                 second_moments: Dict[int, SecondMoment], solver: LayerSolver, report: EditReport,
+                 read_keys: KeysStage, post_maps: Dict[int, PostMlpMap]) -> None:
+    hparams, forget, keep = plan.hparams, plan.forget, plan.keep
     hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
     n = len(forget)
-    context_protection = hparams.needs_context_moment()
-    context: Dict[str, Any] = {"context_moment": True} if context_protection else {}
+    context: Dict[str, Any] = {"context_moment": True} if hparams.needs_context_moment() else {}
     replay: Optional[LayerPrefixReplay] = None
     if read_keys is read_keys_and_hidden and len(hparams.layers) > 1:
         # layers before the first edited one never change here: computed on the first read only
@@ -515,7 +462,7 @@ def _edit_layers(
     for position, layer in enumerate(hparams.layers):
         bar.set_postfix(layer=layer, refresh=False)
         module = get_module(model, hparams.rewrite_module_tmp.format(layer))
-        with _Timer(report, "keys"):
+        with _timer(report, "keys"):
             # forget and retain keys in the same batched passes; retain columns come last
             readout = read_keys(
                 model,
@@ -530,7 +477,7 @@ def _edit_layers(
             )
         if replay is not None and position == len(hparams.layers) - 1:
             replay.clear()  # the last read: free the stored outputs before the solve
-        with _Timer(report, "solve"):
+        with _timer(report, "solve"):
             W = get_weight_matrix(module).detach().double()
             device = W.device
             K_f = readout.keys[:, :n].to(device).double()
@@ -538,7 +485,7 @@ def _edit_layers(
             residual = (targets.z - readout.hidden[:n]).to(device).double() / (len(hparams.layers) - position)
             # the value change that moves the residual by ``residual`` (through a post-MLP norm where there is one)
             bias = getattr(module, "bias", None)
-            M_n = value_targets(W, K_f, residual.t(), (post_maps or {}).get(layer, IDENTITY),
+            M_n = value_targets(W, K_f, residual.t(), post_maps.get(layer, IDENTITY),
                                 None if bias is None else bias.detach().to(device).double())
             C_ctx = None
             if readout.context_mom2 is not None and readout.context_count:
@@ -549,7 +496,7 @@ def _edit_layers(
                 raise ValueError(f"layer {layer}: the solve produced non-finite weights")
         # before the write-back: for a float64 weight, ``W`` is the parameter itself
         report.layer_change_norm[layer] = float((new_W - W).norm() / W.norm())
-        with _Timer(report, "write_back"):
+        with _timer(report, "write_back"):
             set_weight_matrix(module, new_W)
         LOG.info("layer %d edited: relative change %.3e", layer, report.layer_change_norm[layer])
         bar.update(1)
@@ -577,14 +524,10 @@ def apply_edit_method(
 ) -> Tuple[nn.Module, Dict[str, torch.Tensor]]:
     """EasyEdit's calling convention around :func:`run_layerwise_edit`.
 
-    ``copy=True`` (or ``keep_original_weight=True``) edits a deep copy and leaves the
-    caller's model untouched. ``weights_copy`` maps parameter names to the original tensors
-    when ``return_orig_weights`` is set (else it is empty). Extra keyword arguments accepted:
-    ``corpus``, ``second_moments``, ``targets``, ``stages`` (an :class:`EditStages`), ``progress``,
-    ``report`` (an :class:`EditReport` to fill), ``retain`` (the retain set: request dicts
-    ``{"prompt", "subject"}`` or a file; see :mod:`zerounlearn_editor.engine.retain`), ``fluency_guard``
-    (``"refuse"`` / ``"warn"`` / ``"off"``: this edit's guard mode over the YAML's) and ``fluency_text``;
-    others that EasyEdit passes (``train_ds``, ...) are ignored.
+    ``copy=True`` (or ``keep_original_weight=True``) edits a deep copy. ``weights_copy`` maps parameter names
+    to the original tensors when ``return_orig_weights`` is set (else it is empty). Keyword arguments of
+    :func:`run_layerwise_edit` are passed on, ``report`` (an :class:`EditReport`) is filled; others that
+    EasyEdit passes (``train_ds``, ...) are ignored.
     """
     if not isinstance(hparams, EditHyperParams):
         raise TypeError(f"hparams must be a ZeroUnlearn hparams object, got {type(hparams).__name__}")
@@ -592,21 +535,9 @@ def apply_edit_method(
     resolve_mode(hparams.fluency_max_increase, kwargs.get("fluency_guard"))
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)
-    weights_copy, report = run_layerwise_edit(
-        model,
-        tok,
-        requests,
-        hparams,
-        solver,
-        corpus=kwargs.get("corpus"),
-        second_moments=kwargs.get("second_moments"),
-        progress=kwargs.get("progress", True),
-        targets=kwargs.get("targets"),
-        stages=kwargs.get("stages"),
-        retain=kwargs.get("retain"),
-        fluency_guard=kwargs.get("fluency_guard"),
-        fluency_text=kwargs.get("fluency_text"),
-    )
+    passed = ("corpus", "second_moments", "progress", "targets", "stages", "retain", "fluency_guard", "fluency_text")
+    weights_copy, report = run_layerwise_edit(model, tok, requests, hparams, solver,
+                                              **{key: kwargs[key] for key in passed if key in kwargs})
     target_report = kwargs.get("report")
     if isinstance(target_report, EditReport):
         timings = target_report.timings
