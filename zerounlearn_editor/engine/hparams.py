@@ -1,14 +1,10 @@
 """Hyperparameter dataclasses and their strict YAML/JSON loader.
 
-Every method config is a dataclass whose fields are exactly the keys its YAML may hold.
-Loading is strict: a missing required key (no default, or listed in ``REQUIRED_KEYS``), an
-unknown key, a key given twice in one file, a wrong type, a non-finite number or a value out of
-range raises :class:`HParamsError` naming the file, the key and the value, so a typo never
-silently falls back to a default. Every key has help text (:data:`SHARED_KEY_HELP` and each method config's
-``KEY_HELP``, merged by :meth:`EditHyperParams.key_help`; the README key table is generated from it by
-:mod:`zerounlearn_editor.cli.hparams_doc`); a retired key fails with its :data:`RETIRED_KEYS` message.
-The method configs live with their methods (:mod:`zerounlearn_editor.methods.zerounlearn.config`,
-:mod:`zerounlearn_editor.methods.zerounlearn_gd.config`); this module reads none of their keys.
+A method config is a dataclass whose fields are exactly its YAML's keys. A missing required key, an unknown
+or repeated key, a wrong type, a non-finite number or a value out of range raises :class:`HParamsError`
+naming the file, the key and the value; a retired key fails with its :data:`RETIRED_KEYS` message. Every key
+has help text (:data:`SHARED_KEY_HELP` plus each method config's ``KEY_HELP``; the README key table is
+generated from it by :mod:`zerounlearn_editor.cli.hparams_doc`).
 """
 from __future__ import annotations
 
@@ -122,11 +118,8 @@ def unique_json_pairs(pairs):
 
 
 def load_config_file(path: Union[str, Path]) -> Dict[str, Any]:
-    """Read a YAML (``safe_load``) or JSON mapping from ``path``.
-
-    A path without suffix gets ``.yaml`` appended, as EasyEdit does. A key given twice is an
-    error (``yaml.safe_load`` would keep the last value silently).
-    """
+    """Read a YAML or JSON mapping from ``path`` (``.yaml`` appended without a suffix, as EasyEdit does);
+    a key given twice is an error."""
     path = Path(path)
     if path.suffix.lower() not in (".yaml", ".yml", ".json"):
         path = path.with_name(path.name + ".yaml")
@@ -179,17 +172,7 @@ def _check_type(value: Any, annotation: Any) -> bool:
 
 @dataclass
 class BaseHyperParams:
-    """EasyEdit's host fields, shared by every method of this package.
-
-    Attributes:
-        alg_name: the method name; must equal the class's ``ALG_NAME``.
-        model_name: hub name or local folder of the model (EasyEdit loads it from here).
-        device: CUDA index, ``"cpu"``/``"cuda:0"``-style string; the device edits run on.
-        model_parallel: load with ``device_map="auto"`` in EasyEdit.
-        fp16: load the model in float16 in EasyEdit.
-        max_length: maximum prompt length in tokens for evaluation.
-        batch_size: requests edited together in EasyEdit's ``batch_edit``.
-    """
+    """EasyEdit's host fields, shared by every method of this package (help: :data:`SHARED_KEY_HELP`)."""
 
     ALG_NAME: ClassVar[str] = ""
     # keys that must be in every file although the dataclass has a default for them (README table)
@@ -253,13 +236,8 @@ class BaseHyperParams:
                 raise HParamsError(f"{source}: key {name!r} must be a finite number, got {value!r}")
 
     def check(self, source: str = "hparams at edit time") -> None:
-        """The loader's checks (types, then :meth:`validate`) on the current field values.
-
-        Fields can be changed after loading (``hparams.layers = [2, 1]``); the edit calls this before
-        any work, so such a change meets the same error, naming the key, as a file holding it. The one
-        exception to the file's types: ``model_name`` may hold EasyEdit's in-memory form, a
-        ``(model, tokenizer)`` pair (``hparams.model_name = (model, tok)`` before ``BaseEditor.from_hparams``).
-        """
+        """The loader's checks on the current field values (fields may be changed after loading);
+        ``model_name`` may also hold EasyEdit's in-memory ``(model, tokenizer)`` pair."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         if is_in_memory_model(values.get("model_name")):
             values["model_name"] = "<in-memory model>"
@@ -268,10 +246,8 @@ class BaseHyperParams:
 
     @classmethod
     def from_hparams(cls, hparams_name_or_path: Union[str, Path]):
-        """Load from a YAML or JSON file (EasyEdit's constructor name).
-
-        A relative ``retain_file`` is resolved against the file's folder.
-        """
+        """Load from a YAML or JSON file (EasyEdit's constructor name); a relative ``retain_file`` is resolved
+        against the file's folder."""
         config = load_config_file(hparams_name_or_path)
         retain_file = config.get("retain_file")
         if isinstance(retain_file, str) and retain_file and not Path(retain_file).is_absolute():
@@ -308,12 +284,8 @@ def is_in_memory_model(model_name: Any) -> bool:
 
 
 def _check_device(device: Union[int, str], source: str) -> None:
-    """``device`` names a device torch knows and, for CUDA, one this machine has.
-
-    An integer is EasyEdit's CUDA index: checked against the visible GPUs when there are any (a
-    shipped ``device: 0`` YAML still loads on a CPU-only machine, where the edit runs on the
-    model's own device). A string (``"cpu"``, ``"cuda:1"``, ``"mps"``) must be usable here.
-    """
+    """``device`` names a device torch knows and, for CUDA, one this machine has (an integer CUDA index is only
+    checked where there are GPUs: a shipped ``device: 0`` YAML loads on a CPU-only machine)."""
     import torch
 
     if isinstance(device, int):
@@ -367,14 +339,7 @@ class EditHyperParams(BaseHyperParams):
     kl_factor: float = 0.0625
     v_early_stop_loss: float = 0.05
     chunk_size: int = 64
-    # "adam_kv" (default): the paper's Adam loop (same updates, clamp and early stop, equal up to float
-    # rounding) on cached prefix keys/values, ~2.6x faster; "adam": the paper's loop on full suffix
-    # forwards (the reference). See zerounlearn_editor.engine.targets_kv.
     targets_optimizer: Literal["adam", "adam_kv"] = "adam_kv"
-    # What the residual optimises (opt-in; "neutral" = the paper): "neutral" maximises the likelihood
-    # of the neutral target (EOS); "suppress_answer" minimises -log(1 - p(answer)), p the probability of the
-    # request's whole answer (needs 'ground_truth' in every request): the answer is removed without asking
-    # for EOS, so the residual can be smaller.
     target_objective: Literal["neutral", "suppress_answer"] = "neutral"
 
     # Statistics of general text
@@ -384,18 +349,13 @@ class EditHyperParams(BaseHyperParams):
     mom2_dtype: str = "float32"
     mom2_max_length: int = 256
 
-    # Fluency guard (every edit; zerounlearn_editor.engine.fluency_guard): perplexity on the first 256 tokens of the built-in
-    # WikiText-2 text before and after the edit; an increase beyond fluency_max_increase (relative: 1.0 = +100%) is
-    # refused with the weights restored (the apply functions' fluency_guard="warn" keeps it with a warning);
-    # null = no guard. It only reads: an edit that passes is unchanged.
+    # Fluency guard (zerounlearn_editor.engine.fluency_guard)
     fluency_max_increase: Optional[float] = 1.0
 
-    # Retain set (opt-in): facts to keep, a JSON/JSONL/YAML list of {prompt, subject}; the
-    # ``retain=`` argument of the apply functions takes precedence (see zerounlearn_editor.engine.retain)
+    # Retain set (opt-in; zerounlearn_editor.engine.retain)
     retain_file: Optional[str] = None
 
-    # Experiments (opt-in): a mapping whose keys must be declared in EXPERIMENTAL_KEYS (key -> help);
-    # an experiment that does not win on report data leaves in the same piece of work
+    # Experiments (opt-in): a mapping whose keys must be declared in EXPERIMENTAL_KEYS (key -> help)
     EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {}
     experimental: Dict[str, Any] = field(default_factory=dict)
 
@@ -409,8 +369,7 @@ class EditHyperParams(BaseHyperParams):
 
     @classmethod
     def key_help(cls) -> Dict[str, str]:
-        """Help text of every key of this class: :data:`SHARED_KEY_HELP` plus the ``KEY_HELP`` of each
-        subclass on the way down (the method's own keys)."""
+        """Help text of every key: :data:`SHARED_KEY_HELP` plus each subclass's ``KEY_HELP``."""
         merged = dict(SHARED_KEY_HELP)
         for klass in reversed(cls.__mro__):
             merged.update(klass.__dict__.get("KEY_HELP", {}))
@@ -436,16 +395,12 @@ class EditHyperParams(BaseHyperParams):
         for key in ("rewrite_module_tmp", "layer_module_tmp", "mlp_module_tmp"):
             if "{}" not in getattr(self, key):
                 raise HParamsError(f"{source}: key {key!r} must contain '{{}}' for the layer index")
-        if self.context_template_count < 0:
-            raise HParamsError(f"{source}: key 'context_template_count' must be >= 0, got {self.context_template_count}")
-        if self.context_template_length < 1:
-            raise HParamsError(f"{source}: key 'context_template_length' must be >= 1, got {self.context_template_length}")
-        for key in ("clamp_norm_factor", "v_lr"):
-            if not getattr(self, key) > 0:
-                raise HParamsError(f"{source}: key {key!r} must be > 0, got {getattr(self, key)!r}")
-        for key in ("kl_factor", "v_weight_decay", "v_early_stop_loss"):
-            if getattr(self, key) < 0:
-                raise HParamsError(f"{source}: key {key!r} must be >= 0, got {getattr(self, key)!r}")
+        for keys, ok, bound in ((("context_template_count", "kl_factor", "v_weight_decay", "v_early_stop_loss"),
+                                 lambda v: v >= 0, ">= 0"), (("context_template_length",), lambda v: v >= 1, ">= 1"),
+                                (("clamp_norm_factor", "v_lr"), lambda v: v > 0, "> 0")):
+            for key in keys:
+                if not ok(getattr(self, key)):
+                    raise HParamsError(f"{source}: key {key!r} must be {bound}, got {getattr(self, key)!r}")
         if self.v_loss_layer < -1:
             raise HParamsError(
                 f"{source}: key 'v_loss_layer' must be -1 (the model's last layer) or a layer index, got {self.v_loss_layer}"
