@@ -23,13 +23,14 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
+from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.model_access import (
     get_weight_matrix,
     hidden_of,
     hidden_size_of,
-    model_device,
     module_is_transposed,
     num_hidden_layers,
+    probe_ids,
 )
 
 __all__ = ["UnsupportedArchitecture", "detect_templates", "decoder_layers_name", "TEMPLATE_KEYS"]
@@ -117,11 +118,6 @@ def _name_of(model: nn.Module, target: Optional[nn.Module]) -> Optional[str]:
     return None
 
 
-def _probe_ids(model: nn.Module) -> torch.Tensor:
-    vocab = model.get_input_embeddings().weight.shape[0]
-    return (torch.arange(3, 11) % vocab)[None].to(model_device(model))
-
-
 @torch.no_grad()
 def _final_norm(model: nn.Module, layers_name: str, last_layer: nn.Module, hidden: int) -> str:
     """The norm outside the blocks whose input is the last block's output (one short forward pass)."""
@@ -134,12 +130,10 @@ def _final_norm(model: nn.Module, layers_name: str, last_layer: nn.Module, hidde
     handles = [last_layer.register_forward_hook(lambda _m, _a, out: seen.__setitem__("last", hidden_of(out)))]
     for name, module in candidates.items():
         handles.append(module.register_forward_pre_hook(lambda _m, args, name=name: seen.__setitem__(name, args[0])))
-    was_training = model.training
-    model.eval()
     try:
-        model(input_ids=_probe_ids(model))
+        with eval_mode(model):
+            model(input_ids=probe_ids(model, 1))
     finally:
-        model.train(was_training)
         for handle in handles:
             handle.remove()
     last = seen.get("last")

@@ -32,6 +32,7 @@ __all__ = [
     "hidden_of",
     "model_device",
     "module_device",
+    "probe_ids",
 ]
 
 
@@ -189,11 +190,17 @@ def module_device(module: nn.Module, fallback: torch.device) -> torch.device:
 
 
 def model_device(model: nn.Module) -> torch.device:
-    """Device of the model's input embeddings (where input ids must go)."""
+    """Device of the model's input embeddings (where input ids must go, also under a device map)."""
     try:
         return model.get_input_embeddings().weight.device
     except (AttributeError, NotImplementedError):
         return next(model.parameters()).device
+
+
+def probe_ids(model: nn.Module, rows: int) -> torch.Tensor:
+    """A short probe batch ``[rows, 8]`` of token ids ``3..10`` (within the vocabulary) on the input device."""
+    vocab = model.get_input_embeddings().weight.shape[0]
+    return (torch.arange(3, 11) % vocab)[None].expand(rows, -1).to(model_device(model))
 
 
 def hidden_of(output) -> torch.Tensor:
