@@ -31,6 +31,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from zerounlearn_editor.data.corpus import Corpus, load_corpus
+from zerounlearn_editor.engine.encoding import pad_id_of
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.model_access import (
     StopForward,
@@ -43,6 +44,7 @@ from zerounlearn_editor.engine.model_access import (
     num_hidden_layers,
 )
 from zerounlearn_editor.support.output_dir import pid_alive
+from zerounlearn_editor.support.progress import progress_enabled
 
 __all__ = [
     "SecondMoment",
@@ -120,11 +122,8 @@ def model_fingerprint(
 
 
 def clean_stale_temp_files(folder: Path, max_age: float = STALE_TEMP_SECONDS) -> List[Path]:
-    """Remove ``*.tmp`` files our writers left in ``folder`` when killed; returns the removed paths.
-
-    A temp file is named ``{file}.{host}.{pid}.XXXX.tmp``: it is stale when its writer was on this
-    host and is no longer running, or when it is older than ``max_age`` seconds (any host).
-    """
+    """Remove the stale ``{file}.{host}.{pid}.XXXX.tmp`` files of killed writers in ``folder`` (this host's writer
+    no longer running, or older than ``max_age`` seconds); returns the removed paths."""
     removed: List[Path] = []
     if not folder.is_dir():
         return removed
@@ -179,10 +178,8 @@ def stats_path(stats_dir: str, model_name: str, ds_name: str, module: str, dtype
 
 
 def save_second_moment(path: Path, stat: SecondMoment, sample_size: int, dtype: str, meta: Dict[str, str]) -> None:
-    """Write ``stat`` atomically in EasyEdit's npz layout (``meta`` as ``zerounlearn.*`` strings).
-
-    Raises :class:`StatsCacheError` naming the folder when it cannot be created or written.
-    """
+    """Write ``stat`` atomically in EasyEdit's npz layout (``meta`` as ``zerounlearn.*`` strings); raises
+    :class:`StatsCacheError` naming the folder when it cannot be created or written."""
     if dtype not in _NP_DTYPES:
         raise StatsCacheError(f"{path}: cannot store statistics as {dtype!r}; use one of {sorted(_NP_DTYPES)}")
     try:
@@ -216,11 +213,8 @@ def save_second_moment(path: Path, stat: SecondMoment, sample_size: int, dtype: 
 
 
 def load_second_moment(path: Path) -> tuple[SecondMoment, Dict[str, str]]:
-    """Read a cached second moment (EasyEdit's or ours) without pickle.
-
-    Raises :class:`StatsCacheError` naming the file when it is not a readable statistics file
-    (truncated, empty, garbage, an object array, ``mom2.mom2`` / ``mom2.count`` missing or malformed).
-    """
+    """Read a cached second moment (EasyEdit's or ours) without pickle; raises :class:`StatsCacheError` naming
+    the file when it is not a readable statistics file."""
     try:
         with np.load(path, allow_pickle=False) as data:
             if not hasattr(data, "files"):
@@ -245,26 +239,15 @@ def load_second_moment(path: Path) -> tuple[SecondMoment, Dict[str, str]]:
     return stat, meta
 
 
-def _batches(tok, texts: Sequence[str], max_length: int, batch_size: int) -> List[List[List[int]]]:
-    """Token id lists, truncated to ``max_length``, sorted by length and grouped."""
-    ids = [list(tok(t, truncation=True, max_length=max_length)["input_ids"]) for t in texts]
-    ids = [row for row in ids if row]
-    ids.sort(key=len, reverse=True)
-    return [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
-
-
 def padded_batches(
     tok, texts: Sequence[str], max_length: int, batch_size: int, progress: bool = False, desc: str = "batches"
 ) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
-    """Right-padded CPU batches ``(input_ids [b, L] long, mask [b, L] bool)`` of ``texts``.
-
-    Passages are truncated to ``max_length`` tokens, sorted by length (longest first) and
-    grouped ``batch_size`` at a time; empty passages are dropped.
-    """
-    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
-    from zerounlearn_editor.support.progress import progress_enabled
-
-    batches = _batches(tok, texts, max_length, batch_size)
+    """Right-padded CPU batches ``(input_ids [b, L] long, mask [b, L] bool)`` of ``texts`` truncated to
+    ``max_length`` tokens, longest first, ``batch_size`` at a time (empty passages dropped)."""
+    pad = pad_id_of(tok)
+    ids = [list(tok(t, truncation=True, max_length=max_length)["input_ids"]) for t in texts]
+    ids = sorted((row for row in ids if row), key=len, reverse=True)
+    batches = [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
     for rows in tqdm(batches, desc=desc, disable=not (progress and progress_enabled()), unit="batch"):
         width = max(len(r) for r in rows)
         input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
@@ -297,13 +280,9 @@ def collect_second_moments(
     product_dtype: torch.dtype = torch.float64,
     shard: Optional[Tuple[int, int]] = None,
 ) -> Dict[str, SecondMoment]:
-    """``sum k k^T`` and token counts of every module's input, in one pass per batch.
-
-    Padding tokens are excluded. Each batch's ``K^T K`` is formed in ``product_dtype`` and
-    added to a float64 running sum on the module's device. ``shard = (rank, world_size)``
-    collects only ``texts[rank::world_size]``: summing the shards' ``mom2`` and counts gives
-    the full statistic (an empty shard gives zeros over 0 tokens).
-    """
+    """``sum k k^T`` ``[d_in, d_in]`` (float64) and token counts of every module's input (padding excluded), one
+    pass per batch, each batch's ``K^T K`` in ``product_dtype``. ``shard = (rank, world_size)`` collects only
+    ``texts[rank::world_size]`` (an empty shard gives zeros over 0 tokens)."""
     if not texts:
         raise ValueError("no texts to collect statistics from")
     if not module_names:
@@ -344,12 +323,8 @@ def layer_second_moments(
     force: bool = False,
     progress: bool = True,
 ) -> Dict[int, SecondMoment]:
-    """Load cached second moments of the edited modules, computing the missing ones together.
-
-    A cache file whose shape, corpus fingerprint or recorded ``max_length`` does not match is
-    recomputed (and overwritten: the file name follows EasyEdit's, which encodes neither). Returns
-    ``{layer: SecondMoment}``.
-    """
+    """``{layer: SecondMoment}``: the cached files, the missing or mismatching ones computed together (and
+    overwritten)."""
     if n_samples < 1:
         raise ValueError(f"mom2_n_samples / --n must be >= 1, got {n_samples}")
     check_edited_modules(model, layers, module_tmp)
@@ -509,27 +484,24 @@ def layer_second_moment_shards(
     model_name: Optional[str] = None,
     progress: bool = True,
 ) -> Dict[int, Path]:
-    """Collect one shard of every edited layer's statistic and write its shard files.
-
-    The files sit next to the cache file :func:`layer_second_moments` reads (see
-    :func:`shard_path`); :func:`merge_second_moment_files` turns the shards into that file.
-    Returns ``{layer: shard file}``.
-    """
+    """Collect one shard of every edited layer's statistic and write ``{layer: shard file}`` next to the cache
+    file (:func:`shard_path`); :func:`merge_second_moment_files` turns the shards into that file."""
     check_layers(model, layers, module_tmp)
     rank, world_size = shard
     name = model_name or model_basename(model)
     data = load_corpus(corpus, limit=n_samples)
     modules = {layer: module_tmp.format(layer) for layer in layers}
     fingerprint_of_model = model_fingerprint(model, module_tmp)
-    _check_writable(shard_path(stats_path(stats_dir, name, corpus_cache_name(corpus), modules[layers[0]], dtype, n_samples),
-                               rank, world_size).parent)
+    paths = {layer: shard_path(stats_path(stats_dir, name, corpus_cache_name(corpus), module, dtype, n_samples), rank,
+                               world_size) for layer, module in modules.items()}
+    _check_writable(paths[layers[0]].parent)
     product_dtype = torch.float64 if dtype == "float64" else torch.float32
     stats = collect_second_moments(
         model, tok, data.texts, list(modules.values()), max_length, batch_size, progress, product_dtype, shard
     )
     written: Dict[int, Path] = {}
     for layer, module in modules.items():
-        path = shard_path(stats_path(stats_dir, name, corpus_cache_name(corpus), module, dtype, n_samples), rank, world_size)
+        path = paths[layer]
         meta = {
             "corpus_fingerprint": data.fingerprint,
             "max_length": str(max_length),
@@ -550,12 +522,8 @@ def _npz_dtype_name(path: Path) -> str:
 
 
 def merge_second_moment_files(out: Path, shards: Sequence[Path]) -> SecondMoment:
-    """Sum shard files (``mom2`` and counts) into ``out``, in the same EasyEdit layout.
-
-    Checks that all shards have the same shape, dtype, ``sample_size``, corpus fingerprint,
-    max length and module (where recorded), and -- when they carry shard metadata -- that they are distinct shards
-    of one split, all present. Written atomically; returns the merged statistic.
-    """
+    """Sum shard files (``mom2`` and counts) into ``out`` and return it. The shards must agree in shape, dtype and
+    recorded metadata and, when they carry shard metadata, be the distinct shards of one split, all present."""
     if not shards:
         raise ValueError("no shard files to merge")
     resolved = [Path(p).resolve() for p in shards]
