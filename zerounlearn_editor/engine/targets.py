@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.engine.adam import adam_targets
+from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.model_access import (
     StopForward,
     capture_outputs,
@@ -240,18 +241,6 @@ class _Problem:
         return loss.detach()[picked].to(delta.device), nll.detach()[picked].to(delta.device), grad[reqs.to(grad.device)]
 
 
-def _optimise_chunk(model, tok, requests, target_ids, prefixes, cfg: TargetConfig):
-    """One chunk: ``(z, h0, nll, steps_run)`` (``z``, ``h0`` ``[n, d_model]``, ``nll`` ``[n]``) on the CPU."""
-    if cfg.objective not in TARGET_OBJECTIVES:
-        raise ValueError(f"unknown target objective {cfg.objective!r}; expected one of {TARGET_OBJECTIVES}")
-    if cfg.optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown targets optimizer {cfg.optimizer!r}; choose from {OPTIMIZERS}")
-    problem = _Problem(model, tok, requests, target_ids, prefixes, cfg)
-    delta, nll, steps_run = adam_targets(problem, cfg)
-    h0 = problem.h0
-    return (h0 + delta.to(h0.device)).cpu(), h0.cpu(), nll.cpu(), steps_run
-
-
 def optimise_neutral_targets(
     model: nn.Module,
     tok,
@@ -260,36 +249,29 @@ def optimise_neutral_targets(
     prefixes: Sequence[str],
     cfg: TargetConfig,
 ) -> NeutralTargets:
-    """Optimise one residual per request (in chunks of ``cfg.chunk_size`` requests).
-
-    ``target_ids[i]`` are the neutral target's token ids for request ``i``. The model's
-    parameters are frozen during the loop and its train/eval mode is restored afterwards.
-    """
-    was_training = model.training
+    """Optimise one residual per request, ``cfg.chunk_size`` requests at a time (``target_ids[i]``: request
+    ``i``'s target token ids), with the model's parameters frozen and in eval mode (both restored after)."""
+    if cfg.objective not in TARGET_OBJECTIVES:
+        raise ValueError(f"unknown target objective {cfg.objective!r}; expected one of {TARGET_OBJECTIVES}")
+    if cfg.optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown targets optimizer {cfg.optimizer!r}; choose from {OPTIMIZERS}")
     flags = [(p, p.requires_grad) for p in model.parameters()]
-    model.eval()
     for p, _ in flags:
         p.requires_grad_(False)
     zs, h0s, nlls, steps = [], [], [], []
     try:
-        with torch.enable_grad():
+        with torch.enable_grad(), eval_mode(model):
             for start in range(0, len(requests), cfg.chunk_size):
-                z, h0, nll, run = _optimise_chunk(
-                    model,
-                    tok,
-                    requests[start : start + cfg.chunk_size],
-                    target_ids[start : start + cfg.chunk_size],
-                    prefixes,
-                    cfg,
-                )
-                zs.append(z)
-                h0s.append(h0)
-                nlls.append(nll)
+                chunk = slice(start, start + cfg.chunk_size)
+                problem = _Problem(model, tok, requests[chunk], target_ids[chunk], prefixes, cfg)
+                delta, nll, run = adam_targets(problem, cfg)
+                zs.append((problem.h0 + delta.to(problem.h0.device)).cpu())
+                h0s.append(problem.h0.cpu())
+                nlls.append(nll.cpu())
                 steps.extend(run)
     finally:
         for p, flag in flags:
             p.requires_grad_(flag)
-        model.train(was_training)
     return NeutralTargets(z=torch.cat(zs), h0=torch.cat(h0s), nll=torch.cat(nlls), steps_run=steps)
 
 

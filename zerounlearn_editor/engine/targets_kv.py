@@ -121,11 +121,9 @@ class KVSuffix(SuffixLayers):
             if getattr(model.config, "add_cross_attention", False) or getattr(model.config, "reorder_and_upcast_attn", False):
                 return False
             layers = list(base.h)
-        elif model_type in _ROPE_TYPES:
-            base = getattr(model, "model", None)
-            if base is None or not isinstance(getattr(base, "layers", None), nn.ModuleList):
-                return False
-            if norm is not getattr(base, "norm", None) or getattr(base, "rotary_emb", None) is None:
+        elif SuffixLayers.supported(model, layer_module, ln_f_module):
+            base = model.model
+            if getattr(base, "rotary_emb", None) is None:
                 return False
             layers = list(base.layers)
             for layer in layers:
