@@ -1,20 +1,11 @@
-"""Module-name templates of any Hugging Face decoder-only causal LM, found from the loaded model.
+"""Module-name templates of any Hugging Face decoder-only causal LM, found from the loaded model's structure.
 
-:func:`detect_templates` reads the structure of the loaded model instead of a list of families:
-
-* **decoder layers**: the ``nn.ModuleList`` holding ``num_hidden_layers`` blocks of one class
-  (``model.layers``, ``transformer.h``, ``gpt_neox.layers``, ``model.decoder.layers``, ...);
-* **attention** and **MLP** of a block: its child named like one (``self_attn``/``attn``/
-  ``attention``/``self_attention``; ``mlp``/``feed_forward``/``ffn``) or whose class name says so;
-  a block without an MLP child (OPT) holds its MLP's linear layers directly;
-* **edited weight**: the MLP's output projection, the ``Linear`` (or GPT-2 ``Conv1D``) mapping
-  ``d_ff -> d_model`` (``down_proj``, ``c_proj``, ``dense_4h_to_h``, ``fc2``, ...);
-* **final norm**: the norm module outside the blocks whose input is the last block's output
-  (checked on a short forward pass), and the **output head** / **embeddings** from
-  ``get_output_embeddings()`` / ``get_input_embeddings()``.
-
-Anything that cannot be found raises :class:`UnsupportedArchitecture` naming what is missing;
-a mixture-of-experts MLP (no single output projection to edit) is refused as not supported.
+The decoder layers are the ``nn.ModuleList`` of ``num_hidden_layers`` blocks of one class; a block's
+attention and MLP are its children named or typed like one (OPT keeps its MLP's linear layers in the block);
+the edited weight is the MLP's ``d_ff -> d_model`` output projection; the final norm is the norm outside the
+blocks that reads the last block's output (one short forward pass); head and embeddings come from
+``get_output_embeddings()`` / ``get_input_embeddings()``. What cannot be found, or a mixture-of-experts MLP,
+raises :class:`UnsupportedArchitecture` naming it.
 """
 from __future__ import annotations
 
@@ -32,8 +23,6 @@ from zerounlearn_editor.engine.model_access import (
     num_hidden_layers,
     probe_ids,
 )
-
-__all__ = ["UnsupportedArchitecture", "detect_templates", "decoder_layers_name", "TEMPLATE_KEYS"]
 
 TEMPLATE_KEYS = ("rewrite_module_tmp", "layer_module_tmp", "mlp_module_tmp", "attn_module_tmp", "ln_f_module",
                  "lm_head_module", "embed_module")
@@ -146,13 +135,7 @@ def _final_norm(model: nn.Module, layers_name: str, last_layer: nn.Module, hidde
 
 
 def detect_templates(model: nn.Module) -> Dict[str, Any]:
-    """The module templates of ``model``, found from its structure (see the module docstring).
-
-    Returns the :data:`TEMPLATE_KEYS` plus ``"family"`` (``config.model_type``) and ``"num_layers"``.
-
-    Raises:
-        UnsupportedArchitecture: naming what could not be found (or a mixture-of-experts MLP).
-    """
+    """The :data:`TEMPLATE_KEYS` of ``model`` plus ``"family"`` (``config.model_type``) and ``"num_layers"``."""
     model_type = str(getattr(getattr(model, "config", None), "model_type", "") or type(model).__name__)
     where = f"{model_type} ({type(model).__name__})"
     try:

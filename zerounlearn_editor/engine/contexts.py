@@ -11,8 +11,6 @@ from torch import nn
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.model_access import model_device
 
-__all__ = ["context_prefixes", "clear_context_prefixes"]
-
 LOG = logging.getLogger(__name__)
 
 _STARTERS = ("The", "Therefore", "Because", "I", "You", "In", "When", "It", "However", "This")

@@ -7,8 +7,6 @@ from typing import List, Literal, Optional, Sequence
 
 import torch
 
-__all__ = ["EncodedBatch", "encode_rows", "pad_id_of", "target_token_ids"]
-
 
 @dataclass
 class EncodedBatch:

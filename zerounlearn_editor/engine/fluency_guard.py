@@ -15,9 +15,6 @@ from typing import Any, Dict, Optional
 
 from torch import nn
 
-__all__ = ["FluencyCheck", "FluencyError", "GUARD_MODES", "DEFAULT_MAX_INCREASE", "DEFAULT_TOKENS", "guard_text",
-           "guard_perplexity", "guard_tokens", "judge_fluency", "resolve_mode"]
-
 LOG = logging.getLogger(__name__)
 
 GUARD_MODES = ("refuse", "warn", "off")

@@ -18,16 +18,6 @@ from typing import Any, ClassVar, Dict, List, Literal, Optional, Union, get_args
 
 import yaml
 
-__all__ = [
-    "HParamsError",
-    "BaseHyperParams",
-    "EditHyperParams",
-    "load_config_file",
-    "RETIRED_KEYS",
-    "retired_key_errors",
-    "SHARED_KEY_HELP",
-]
-
 _SCI_NOTATION = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
 
 

@@ -14,8 +14,6 @@ from zerounlearn_editor.engine.model_access import StopForward, capture_inputs, 
 from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
 from zerounlearn_editor.engine.requests import ForgetRequest
 
-__all__ = ["LayerReadout", "context_position_mask", "read_keys_and_hidden"]
-
 
 @dataclass
 class LayerReadout:

@@ -8,29 +8,6 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 import torch
 from torch import nn
 
-__all__ = [
-    "ModuleNotFoundInModel",
-    "StopForward",
-    "get_module",
-    "parameter_name_of_weight",
-    "module_is_transposed",
-    "get_weight_matrix",
-    "set_weight_matrix",
-    "num_hidden_layers",
-    "hidden_size_of",
-    "logits_transform",
-    "check_layers",
-    "check_edited_modules",
-    "max_positions",
-    "capture_inputs",
-    "unflatten_tokens",
-    "capture_outputs",
-    "hidden_of",
-    "model_device",
-    "module_device",
-    "probe_ids",
-]
-
 
 class ModuleNotFoundInModel(ValueError):
     """A module template does not match any module of the model."""

@@ -61,21 +61,6 @@ from zerounlearn_editor.engine.targets import (
     optimise_neutral_targets,
 )
 
-__all__ = [
-    "EditReport",
-    "EditStages",
-    "LayerProblem",
-    "LayerSolver",
-    "batched_statistics",
-    "check_edit_inputs",
-    "run_layerwise_edit",
-    "apply_edit_method",
-    "neutral_targets",
-    "target_settings",
-    "EditPlan",
-    "restore_weights",
-]
-
 LOG = logging.getLogger(__name__)
 
 

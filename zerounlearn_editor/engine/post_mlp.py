@@ -21,9 +21,6 @@ from torch import nn
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.model_access import StopForward, get_module, hidden_of, probe_ids, unflatten_tokens
 
-__all__ = ["PostMlpMap", "IDENTITY", "apply_post_mlp", "value_change", "value_targets", "detect_post_mlp_maps",
-           "UnsupportedResidualPath"]
-
 LOG = logging.getLogger(__name__)
 
 _REL_TOL = 1e-3  # a candidate map must reproduce the layer's output change to this relative error (float32/64)

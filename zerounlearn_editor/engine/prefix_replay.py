@@ -16,8 +16,6 @@ from torch import nn
 
 from zerounlearn_editor.engine.model_access import get_module
 
-__all__ = ["LayerPrefixReplay"]
-
 LOG = logging.getLogger(__name__)
 
 

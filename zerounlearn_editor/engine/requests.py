@@ -13,8 +13,6 @@ from typing import Any, List, Mapping, Optional, Sequence
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["RequestError", "ForgetRequest", "normalize_requests"]
-
 
 class RequestError(ValueError):
     """A request is malformed; the message names the request index and the problem."""

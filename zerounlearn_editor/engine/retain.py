@@ -10,8 +10,6 @@ from typing import Any, List, Mapping, Optional, Sequence, Union
 from zerounlearn_editor.data.record_files import read_record_list, require_fields
 from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, normalize_requests
 
-__all__ = ["RetainSpec", "normalize_retain", "load_retain_file", "resolve_retain", "check_retain_disjoint"]
-
 LOG = logging.getLogger(__name__)
 
 RetainSpec = Union[None, str, Path, Sequence[Mapping[str, Any]]]

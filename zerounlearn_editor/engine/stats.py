@@ -46,25 +46,6 @@ from zerounlearn_editor.engine.model_access import (
 from zerounlearn_editor.support.output_dir import pid_alive
 from zerounlearn_editor.support.progress import progress_enabled
 
-__all__ = [
-    "SecondMoment",
-    "model_basename",
-    "corpus_cache_name",
-    "stats_path",
-    "save_second_moment",
-    "load_second_moment",
-    "collect_second_moments",
-    "layer_second_moments",
-    "padded_batches",
-    "shard_texts",
-    "shard_path",
-    "layer_second_moment_shards",
-    "merge_second_moment_files",
-    "StatsCacheError",
-    "model_fingerprint",
-    "clean_stale_temp_files",
-]
-
 STATS_BATCH_SIZE = 16
 """Passages per forward pass of the statistics pass (``C0`` does not depend on it beyond float rounding)."""
 

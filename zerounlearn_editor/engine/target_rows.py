@@ -9,8 +9,6 @@ import torch
 from zerounlearn_editor.engine.encoding import encode_rows
 from zerounlearn_editor.engine.requests import ForgetRequest
 
-__all__ = ["TargetRows", "encode_target_rows", "answer_logprobs", "suppression_loss", "suppression_per_request"]
-
 
 def answer_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """``log p(token)`` ``[m]`` from ``logits`` ``[m, vocab]``, accurate when ``p`` is near 1.

@@ -1,12 +1,10 @@
-"""Neutral target states: one residual delta per request at the last edited layer.
+"""Neutral target states: one residual ``delta_i`` ``[d_model]`` per request, added to the last edited layer's
+output at the lookup token.
 
-For each request a vector ``delta_i`` ``[d_model]`` is added to the output of the last edited
-layer at the lookup token. All requests of a chunk share one forward/backward pass per step:
-rows are (request x context) rewriting prompts followed by the neutral target tokens, plus
-one ``"{subject} is a"`` row per request for the KL term. Requests are independent: Adam is
-elementwise and each loss term only touches its own delta, so the batched loop gives the same
-deltas as one loop per request (a converged request is frozen, exactly as if its own loop had
-stopped).
+A chunk's rows are (request x context) rewriting prompts followed by the target tokens, plus one
+``"{subject} is a"`` row per request for the KL term. Loss per request: the weighted target NLL (or, with
+``suppress_answer``, the mean ``-log(1 - p(answer))``) + ``kl_factor`` KL(initial || now) + ``weight_decay
+|delta|^2 / |h0|^2``. Requests are independent, so the batched loop gives the deltas of one loop per request.
 """
 from __future__ import annotations
 
@@ -32,8 +30,6 @@ from zerounlearn_editor.engine.model_access import (
 from zerounlearn_editor.engine.requests import ForgetRequest
 from zerounlearn_editor.engine.target_rows import encode_target_rows, suppression_per_request
 from zerounlearn_editor.engine.targets_kv import OPTIMIZERS, KVSuffix, SuffixLayers, note_kv_fallback
-
-__all__ = ["TargetConfig", "NeutralTargets", "optimise_neutral_targets", "loss_layer_module", "TARGET_OBJECTIVES"]
 
 
 @dataclass(frozen=True)

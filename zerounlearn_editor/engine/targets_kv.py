@@ -20,8 +20,6 @@ from torch import nn
 
 from zerounlearn_editor.engine.model_access import get_module, module_device
 
-__all__ = ["SuffixLayers", "KVSuffix", "note_kv_fallback", "OPTIMIZERS"]
-
 LOG = logging.getLogger(__name__)
 
 OPTIMIZERS = ("adam", "adam_kv")
