@@ -278,23 +278,18 @@ def _check_device(device: Union[int, str], source: str) -> None:
     checked where there are GPUs: a shipped ``device: 0`` YAML loads on a CPU-only machine)."""
     import torch
 
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if isinstance(device, int):
-        if device < 0 or (torch.cuda.is_available() and device >= torch.cuda.device_count()):
-            visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
-            raise HParamsError(f"{source}: key 'device' is CUDA index {device}, but this machine has {visible} GPU(s)")
+        if device < 0 or (count and device >= count):
+            raise HParamsError(f"{source}: key 'device' is CUDA index {device}, but this machine has {count} GPU(s)")
         return
     try:
         parsed = torch.device(device)
     except (RuntimeError, ValueError) as exc:
         raise HParamsError(f"{source}: key 'device' has value {device!r}, not a device name (e.g. 'cpu', 'cuda:0')") from exc
-    if parsed.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        index = parsed.index or 0
-        if index >= count:
-            raise HParamsError(
-                f"{source}: key 'device' is {device!r}, but this machine has {count} CUDA device(s)"
-                + ("" if count else " (CUDA is not available: use 'cpu')")
-            )
+    if parsed.type == "cuda" and (parsed.index or 0) >= count:
+        raise HParamsError(f"{source}: key 'device' is {device!r}, but this machine has {count} CUDA device(s)"
+                           + ("" if count else " (CUDA is not available: use 'cpu')"))
 
 
 @dataclass

@@ -33,12 +33,9 @@ class UnsupportedResidualPath(ValueError):
 
 @dataclass(frozen=True)
 class PostMlpMap:
-    """``f(v) = scale * norm(v)``: how a value ``v`` ``[d]`` (the edited module's output) enters the residual.
-
-    ``kind``: ``"identity"`` (``norm(v) = v``), ``"rms"`` (``gain * v / sqrt(mean(v^2) + eps)``) or
-    ``"layer_norm"`` (``gain * (v - mean) / sqrt(var + eps) + bias``). ``gain`` / ``bias`` ``[d]``
-    (float64, CPU) are the norm's effective elementwise weights; ``module`` names it.
-    """
+    """``f(v) = scale * norm(v)``: how a value ``v`` ``[d]`` enters the residual. ``kind``: ``"identity"``,
+    ``"rms"`` (``gain * v / sqrt(mean(v^2) + eps)``) or ``"layer_norm"`` (``gain * (v - mean) / sqrt(var + eps) +
+    bias``); ``gain`` / ``bias`` ``[d]`` (float64, CPU); ``module`` names the norm."""
 
     kind: str = "identity"
     scale: float = 1.0

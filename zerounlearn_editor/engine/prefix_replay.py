@@ -92,8 +92,7 @@ class LayerPrefixReplay:
             return
 
         def keep(_module: nn.Module, _args: Any, output: Any) -> None:
-            value = _detached(output)
-            size = sum(t.numel() * t.element_size() for t in _tensors(value))
+            value, size = _detached(output)
             if self._bytes + size <= self.max_bytes:
                 self._stored[chunk] = (input_ids.detach().clone(), value)
                 self._bytes += size
@@ -108,17 +107,9 @@ class LayerPrefixReplay:
             handle.remove()
 
 
-def _tensors(value: Any) -> List[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, tuple):
-        return [v for v in value if isinstance(v, torch.Tensor)]
-    return []
-
-
-def _detached(output: Any) -> Any:
-    if isinstance(output, torch.Tensor):
-        return output.detach()
-    if isinstance(output, tuple):
-        return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in output)
-    return output
+def _detached(output: Any) -> Tuple[Any, int]:
+    """``output`` (a tensor, or a tuple holding tensors) detached, and its tensors' size in bytes."""
+    parts = output if isinstance(output, tuple) else (output,)
+    detached = tuple(p.detach() if isinstance(p, torch.Tensor) else p for p in parts)
+    size = sum(p.numel() * p.element_size() for p in parts if isinstance(p, torch.Tensor))
+    return (detached if isinstance(output, tuple) else detached[0]), size

@@ -12,6 +12,7 @@ writes the statistic of ``texts[rank::world_size]``, :func:`merge_second_moment_
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -311,13 +312,10 @@ def layer_second_moments(
     check_edited_modules(model, layers, module_tmp)
     name = model_name or model_basename(model)
     modules = {layer: module_tmp.format(layer) for layer in layers}
-    corpus_obj: Optional[Corpus] = None
 
+    @functools.cache
     def get_corpus() -> Corpus:
-        nonlocal corpus_obj
-        if corpus_obj is None:
-            corpus_obj = load_corpus(corpus, limit=n_samples)
-        return corpus_obj
+        return load_corpus(corpus, limit=n_samples)
 
     ds_name = corpus_cache_name(corpus)
     fingerprint_of_model = model_fingerprint(model, module_tmp)
