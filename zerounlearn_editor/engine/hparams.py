@@ -74,12 +74,8 @@ def retired_key_errors(config: Dict[str, Any], known: Any) -> List[str]:
 
 def _convert_scientific_strings(config: Dict[str, Any]) -> Dict[str, Any]:
     """YAML 1.1 reads ``1e-3`` as a string; turn such strings into floats."""
-    out = {}
-    for key, value in config.items():
-        if isinstance(value, str) and _SCI_NOTATION.match(value.strip()):
-            value = float(value)
-        out[key] = value
-    return out
+    return {key: float(value) if isinstance(value, str) and _SCI_NOTATION.match(value.strip()) else value
+            for key, value in config.items()}
 
 
 class UniqueKeySafeLoader(yaml.SafeLoader):
@@ -198,15 +194,9 @@ class BaseHyperParams:
             if hints[name] is float and isinstance(value, int):
                 config[name] = float(value)
         required = {key for klass in cls.__mro__ for key in getattr(klass, "REQUIRED_KEYS", ())}
-        missing = [
-            name
-            for name, f in fields.items()
-            if name not in config
-            and (
-                name in required
-                or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)  # type: ignore[misc]
-            )
-        ]
+        required |= {name for name, f in fields.items()
+                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}  # type: ignore[misc]
+        missing = [name for name in fields if name not in config and name in required]
         if missing:
             raise HParamsError(f"{source}: missing required key(s) {missing} for {cls.__name__}")
         obj = cls(**config)
@@ -219,9 +209,7 @@ class BaseHyperParams:
         hints = get_type_hints(cls)
         for name, value in config.items():
             if not _check_type(value, hints[name]):
-                raise HParamsError(
-                    f"{source}: key {name!r} has value {value!r}, expected {hints[name]}"
-                )
+                raise HParamsError(f"{source}: key {name!r} has value {value!r}, expected {hints[name]}")
             if isinstance(value, float) and not math.isfinite(value):
                 raise HParamsError(f"{source}: key {name!r} must be a finite number, got {value!r}")
 

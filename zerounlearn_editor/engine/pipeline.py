@@ -66,12 +66,9 @@ LOG = logging.getLogger(__name__)
 
 @dataclass
 class LayerProblem:
-    """Everything one layer's solve needs (float64, on the weight's device).
-
-    ``W`` ``[d_out, d_in]``, ``K_f`` ``[d_in, n]``, ``M_n`` ``[d_out, n]``, ``C0`` ``[d_in, d_in]``,
-    ``K_r`` ``[d_in, n_r]`` the retain keys (``n_r = 0`` without a retain set), ``C_ctx``
-    ``[d_in, d_in]`` the mean ``k k^T`` of the forget and retain prompts' other positions (their
-    relation context; only read when the method's hparams ask for it, else ``None``).
+    """Everything one layer's solve needs (float64, on the weight's device): ``W`` ``[d_out, d_in]``, ``K_f``
+    ``[d_in, n]``, ``M_n`` ``[d_out, n]``, ``C0`` ``[d_in, d_in]``, the retain keys ``K_r`` ``[d_in, n_r]`` (or None),
+    ``C_ctx`` ``[d_in, d_in]`` the mean ``k k^T`` of the prompts' other positions (when the hparams ask for it).
     """
 
     layer: int
@@ -158,11 +155,8 @@ def _timer(report: EditReport, stage: str):
 
 @dataclass(frozen=True)
 class EditPlan:
-    """An edit's checked inputs (:func:`check_edit_inputs`), passed along so the checks run once per edit.
-
-    ``forget`` and ``keep`` (retain) requests, ``target_ids`` each forget request's target token ids, and the
-    ``hparams`` they were checked against.
-    """
+    """An edit's checked inputs (:func:`check_edit_inputs`), passed along so the checks run once per edit: the
+    ``forget`` and ``keep`` (retain) requests, each forget request's ``target_ids`` and the ``hparams``."""
 
     forget: List[ForgetRequest]
     keep: List[ForgetRequest]
@@ -427,8 +421,7 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
 
 
 def target_dependencies(model: nn.Module, hparams: EditHyperParams, retain: RetainSpec = None) -> Dict[str, Any]:
-    """What :func:`neutral_targets` depends on besides the model and the requests (for cache keys):
-    :func:`target_settings`; ``retain`` is accepted with the edit's arguments but plays no part."""
+    """:func:`target_settings` (cache keys); ``retain`` is accepted with the edit's arguments but plays no part."""
     return target_settings(model, hparams)
 
 
