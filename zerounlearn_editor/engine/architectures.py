@@ -43,7 +43,8 @@ def _is_linear(module: nn.Module) -> bool:
         and weight.dim() == 2
 
 
-def _is_norm(module: nn.Module, hidden: int) -> bool:
+def is_norm(module: nn.Module, hidden: int) -> bool:
+    """A norm module (by class name) with a 1-D weight of width ``hidden``."""
     weight = getattr(module, "weight", None)
     named = "norm" in type(module).__name__.lower() or isinstance(module, nn.LayerNorm)
     return named and isinstance(weight, torch.Tensor) and weight.dim() == 1 and weight.shape[0] == hidden
@@ -112,7 +113,7 @@ def _final_norm(model: nn.Module, layers_name: str, last_layer: nn.Module, hidde
     """The norm outside the blocks whose input is the last block's output (one short forward pass)."""
     inside = layers_name + "."
     candidates = {name: m for name, m in model.named_modules()
-                  if name and not name.startswith(inside) and _is_norm(m, hidden)}
+                  if name and not name.startswith(inside) and is_norm(m, hidden)}
     if not candidates:
         raise UnsupportedArchitecture(f"{type(model).__name__}: no final norm (a norm of size {hidden} outside the blocks)")
     seen: Dict[str, torch.Tensor] = {}

@@ -181,13 +181,8 @@ def unflatten_tokens(value: torch.Tensor, rows_seq: Optional[tuple]) -> torch.Te
 
 
 @contextlib.contextmanager
-def _capture(
-    model: nn.Module,
-    module_names: Sequence[str],
-    stop_after: Optional[str],
-    detach: bool,
-    inputs: bool,
-) -> Iterator[Dict[str, torch.Tensor]]:
+def _capture(model: nn.Module, module_names: Sequence[str], stop_after: Optional[str],
+             inputs: bool) -> Iterator[Dict[str, torch.Tensor]]:
     captured: Dict[str, torch.Tensor] = {}
     handles: List[torch.utils.hooks.RemovableHandle] = []
     batch_shape: Dict[str, tuple] = {}
@@ -200,7 +195,7 @@ def _capture(
             batch_shape["rows_seq"] = tuple(ids.shape[:2])
 
     def record(name: str, value: torch.Tensor) -> None:
-        captured[name] = unflatten_tokens(value.detach() if detach else value, batch_shape.get("rows_seq"))
+        captured[name] = unflatten_tokens(value.detach(), batch_shape.get("rows_seq"))
         if name == stop_after:
             raise StopForward
 
@@ -220,22 +215,12 @@ def _capture(
             handle.remove()
 
 
-def capture_inputs(
-    model: nn.Module,
-    module_names: Sequence[str],
-    stop_after: Optional[str] = None,
-    detach: bool = True,
-):
-    """A context manager yielding ``{name: first positional input [batch, seq, d_in]}``, filled on each forward;
-    after capturing ``stop_after`` the forward raises :class:`StopForward` (suppress it around the call)."""
-    return _capture(model, module_names, stop_after, detach, inputs=True)
+def capture_inputs(model: nn.Module, module_names: Sequence[str], stop_after: Optional[str] = None):
+    """A context manager yielding ``{name: first positional input [batch, seq, d_in]}`` (detached), filled on each
+    forward; after capturing ``stop_after`` the forward raises :class:`StopForward` (suppress it around the call)."""
+    return _capture(model, module_names, stop_after, inputs=True)
 
 
-def capture_outputs(
-    model: nn.Module,
-    module_names: Sequence[str],
-    stop_after: Optional[str] = None,
-    detach: bool = True,
-):
+def capture_outputs(model: nn.Module, module_names: Sequence[str], stop_after: Optional[str] = None):
     """Record the hidden-state output ``[batch, seq, d]`` of each named module, like :func:`capture_inputs`."""
-    return _capture(model, module_names, stop_after, detach, inputs=False)
+    return _capture(model, module_names, stop_after, inputs=False)

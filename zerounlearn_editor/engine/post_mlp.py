@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
+from zerounlearn_editor.engine.architectures import is_norm
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.model_access import StopForward, get_module, hidden_of, probe_ids, unflatten_tokens
 
@@ -156,15 +157,9 @@ def _fit_norm(module: nn.Module, name: str, x: torch.Tensor, tol: float = _REL_T
 
 def _norm_candidates(model: nn.Module, layer_name: str, rewrite_name: str, width: int) -> Dict[str, nn.Module]:
     """The block's norm modules of width ``width`` (``d_model``; not inside the edited module)."""
-    layer = get_module(model, layer_name)
-    out = {}
-    for name, module in layer.named_modules():
-        full = f"{layer_name}.{name}"
-        weight = getattr(module, "weight", None)
-        if name and "norm" in type(module).__name__.lower() and isinstance(weight, torch.Tensor) and weight.dim() == 1 \
-                and weight.shape[0] == width and not full.startswith(rewrite_name):
-            out[full] = module
-    return out
+    prefix = f"{layer_name}."
+    return {prefix + name: module for name, module in get_module(model, layer_name).named_modules()
+            if name and is_norm(module, width) and not (prefix + name).startswith(rewrite_name)}
 
 
 @torch.no_grad()

@@ -65,14 +65,12 @@ _CONFIG_IGNORED = {"_name_or_path", "name_or_path", "transformers_version", "tor
                    "use_cache", "output_attentions", "output_hidden_states", "return_dict"}
 
 
-def model_fingerprint(
-    model: nn.Module, skip_template: Optional[str] = None, elements: int = 64,
-    replace: Optional[Dict[str, torch.Tensor]] = None,
-) -> str:
+def model_fingerprint(model: nn.Module, skip_template: Optional[str] = None,
+                      replace: Optional[Dict[str, torch.Tensor]] = None) -> str:
     """A short digest of what the model's statistics depend on (not its name).
 
     Hashes the config (without path, versions or load dtype) and, of every parameter, its name, shape and
-    ``elements`` evenly spaced values rounded to bfloat16 (float32 and bfloat16 loads agree). The edited
+    64 evenly spaced values rounded to bfloat16 (float32 and bfloat16 loads agree). The edited
     modules' weights (``skip_template``) are left out, so the edits of a sequence keep the statistic valid.
     ``replace`` (parameter name -> tensor) hashes those tensors instead, e.g. the weights before an edit.
     """
@@ -94,7 +92,7 @@ def model_fingerprint(
             if replace and name in replace:
                 param = replace[name]
             flat = param.detach().reshape(-1)
-            count = min(elements, flat.numel())
+            count = min(64, flat.numel())
             # integer spacing (a float32 linspace rounds past the end of a 28M-element tensor)
             index = torch.arange(count, dtype=torch.int64, device=flat.device) * (flat.numel() - 1) // max(count - 1, 1)
             sample = flat[index].to(torch.bfloat16).float().cpu().numpy()
@@ -147,10 +145,9 @@ class SecondMoment:
         return SecondMoment(self.mom2.double() + other.mom2.double(), self.count + other.count)
 
 
-def model_basename(model: nn.Module, fallback: Optional[str] = None) -> str:
+def model_basename(model: nn.Module) -> str:
     """The model's name as EasyEdit caches it: the last path part of ``_name_or_path``."""
-    name = getattr(model.config, "_name_or_path", "") or fallback or ""
-    name = str(name).rstrip("/").rsplit("/", 1)[-1]
+    name = str(getattr(model.config, "_name_or_path", "") or "").rstrip("/").rsplit("/", 1)[-1]
     return name or type(model).__name__
 
 

@@ -72,12 +72,11 @@ class SuffixLayers:
 class KVSuffix(SuffixLayers):
     """The layers after the edited one, run from each row's start position on with cached prefix keys/values.
 
-    ``hidden`` ``[rows, seq, d]`` is the edited layer's output (no delta), ``attention_mask``
-    ``[rows, seq]`` (1 = token; right or left padding), ``start`` ``[rows]`` the positions that get
-    the delta, ``end`` ``[rows]`` one past the last position whose output is needed. The keys and
-    values of positions ``< start`` are computed once here (``[rows, kv_heads, max(start), hd]``
-    per layer); :meth:`step` then runs ``T = max(end - start)`` positions per row. Position ids are
-    the absolute indices ``0..seq-1`` (what the models use by default).
+    ``hidden`` ``[rows, seq, d]`` is the edited layer's output, ``attention_mask`` ``[rows, seq]`` (right or left
+    padding), ``start`` ``[rows]`` the positions that get the delta, ``end`` ``[rows]`` one past the last position
+    whose output is needed. The keys and values of positions ``< start`` (``[rows, kv_heads, max(start), hd]``
+    per layer) are computed once; :meth:`step` runs ``T = max(end - start)`` positions per row (position ids
+    ``0..seq-1``).
     """
 
     def __init__(
@@ -176,12 +175,8 @@ class KVSuffix(SuffixLayers):
 
     @staticmethod
     def _attend(q, k, v, mask, scale):
-        """Attention of ``q`` ``[b, heads, T, hd]`` over ``k``/``v`` ``[b, kv_heads, S, hd]``, ``mask`` ``[b, 1, T, S]``.
-
-        Grouped-query attention (``heads = rep * kv_heads``, query head ``h`` reads key/value head ``h // rep``)
-        without copying the keys and values ``rep`` times: each key/value head attends for its ``rep`` query
-        heads stacked along the query axis (``[b, kv_heads, rep * T, hd]``), with the mask repeated to match.
-        """
+        """Attention of ``q`` ``[b, heads, T, hd]`` over ``k``/``v`` ``[b, kv_heads, S, hd]``, ``mask`` ``[b, 1, T, S]``;
+        grouped-query heads are stacked along the query axis (``[b, kv_heads, rep * T, hd]``), no key copies."""
         heads, kv_heads = q.shape[1], k.shape[1]
         if heads == kv_heads:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
@@ -193,9 +188,8 @@ class KVSuffix(SuffixLayers):
         return out.reshape(b, heads, t, hd)
 
     def _build_cache(self) -> None:
-        """Keys/values of the positions ``< prefix`` in every layer. Attention is causal, so those positions
-        depend on nothing after them: only the first ``prefix`` positions are run (at least one, for the
-        shapes), and the last layer only to its keys and values."""
+        """Keys/values of the positions ``< prefix`` in every layer (causal: only those positions are run, the last
+        layer only to its keys and values)."""
         rows = self.hidden.shape[0]
         seq = max(self.prefix, 1)
         pos = torch.arange(seq, device=self.hidden.device)
@@ -218,14 +212,10 @@ class KVSuffix(SuffixLayers):
     def step(
         self, rows: torch.Tensor, delta_rows: torch.Tensor, select: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
     ) -> torch.Tensor:
-        """Final-norm hidden states ``[len(rows), T, d]`` at positions ``start[r] + t`` (``t < T``).
-
-        ``delta_rows`` ``[len(rows), d]`` is added at ``start[r]`` (t = 0) of each row. ``T`` is
-        ``max(end - start)`` over ``rows``; outputs at ``t >= end[r] - start[r]`` are padding.
-
-        ``select = (i, t)`` (two ``[m]`` index tensors: a row of ``rows`` and a position ``t``) returns only
-        those ``m`` states, ``[m, d]``: the last layer then runs its attention output, MLP and the final norm
-        at those positions only (the other positions' keys and values are all it needs from them).
+        """Final-norm hidden states ``[len(rows), T, d]`` at positions ``start[r] + t`` (``t < T``) with
+        ``delta_rows`` ``[len(rows), d]`` added at ``start[r]``; outputs at ``t >= end[r] - start[r]`` are padding.
+        ``select = (i, t)`` (two ``[m]`` index tensors) returns only those ``m`` states ``[m, d]``, the last layer's
+        attention output, MLP and norm run at those positions only.
         """
         dev = self.hidden.device
         rows = rows.to(dev)
