@@ -368,8 +368,10 @@ class EditHyperParams(BaseHyperParams):
         for key in ("rewrite_module_tmp", "layer_module_tmp", "mlp_module_tmp"):
             if "{}" not in getattr(self, key):
                 raise HParamsError(f"{source}: key {key!r} must contain '{{}}' for the layer index")
-        for keys, ok, bound in ((("context_template_count", "kl_factor", "v_weight_decay", "v_early_stop_loss"),
-                                 lambda v: v >= 0, ">= 0"), (("context_template_length",), lambda v: v >= 1, ">= 1"),
+        at_least_one = ("context_template_length", "mom2_n_samples", "chunk_size", "mom2_max_length")
+        for keys, ok, bound in ((("context_template_count", "kl_factor", "v_weight_decay", "v_early_stop_loss",
+                                  "v_num_grad_steps"), lambda v: v >= 0, ">= 0"),
+                                (at_least_one, lambda v: v >= 1, ">= 1"),
                                 (("clamp_norm_factor", "v_lr"), lambda v: v > 0, "> 0")):
             for key in keys:
                 if not ok(getattr(self, key)):
@@ -378,23 +380,17 @@ class EditHyperParams(BaseHyperParams):
             raise HParamsError(
                 f"{source}: key 'v_loss_layer' must be -1 (the model's last layer) or a layer index, got {self.v_loss_layer}"
             )
-        if not self.stats_dir.strip():
-            raise HParamsError(f"{source}: key 'stats_dir' is empty")
-        if not self.mom2_dataset.strip():
-            raise HParamsError(f"{source}: key 'mom2_dataset' is empty")
+        for key in ("stats_dir", "mom2_dataset"):
+            if not getattr(self, key).strip():
+                raise HParamsError(f"{source}: key {key!r} is empty")
         if self.mom2_dtype not in ("float16", "float32", "float64"):
             hint = " (numpy, and so the .npz cache EasyEdit shares, has no bfloat16)" if self.mom2_dtype == "bfloat16" else ""
             raise HParamsError(
                 f"{source}: key 'mom2_dtype' must be float16, float32 or float64, got {self.mom2_dtype!r}{hint}"
             )
-        for key in ("mom2_n_samples", "chunk_size", "mom2_max_length"):
-            if getattr(self, key) < 1:
-                raise HParamsError(f"{source}: key {key!r} must be >= 1")
         if self.fluency_max_increase is not None and not 0 < self.fluency_max_increase < float("inf"):
             raise HParamsError(f"{source}: key 'fluency_max_increase' must be finite and > 0 (or null: no guard), "
                                f"got {self.fluency_max_increase!r}")
-        if self.v_num_grad_steps < 0:
-            raise HParamsError(f"{source}: key 'v_num_grad_steps' must be >= 0")
         if 0 <= self.v_loss_layer <= self.layers[-1]:
             # the residual is added to the last edited layer's output; a loss read there or before
             # cannot see it through attention (zero gradient, the targets never move)

@@ -27,10 +27,6 @@ class LayerReadout:
     context_count: int = 0
 
 
-def _chunks(items: Sequence, size: int) -> List[Sequence]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
-
-
 def context_position_mask(batch: EncodedBatch) -> torch.Tensor:
     """``[rows, seq]`` bool: the positions whose keys form the context second moment, every real
     token but the first one and the lookup token."""
@@ -70,7 +66,9 @@ def read_keys_and_hidden(
     mom2: Optional[torch.Tensor] = None
     count = 0
     replay = prefix_replay.around_forward if prefix_replay is not None else None
-    for index, chunk in enumerate(_chunks(list(requests), chunk_size)):
+    requests = list(requests)
+    for index, start in enumerate(range(0, len(requests), chunk_size)):
+        chunk = requests[start : start + chunk_size]
         contexts = [p for _ in chunk for p in prefixes]
         rows = [r for r in chunk for _ in prefixes]
         batch = encode_rows(

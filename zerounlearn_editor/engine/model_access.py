@@ -113,17 +113,14 @@ def check_edited_modules(model: nn.Module, layers: Sequence[int], module_tmp: st
 def logits_transform(model: nn.Module) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
     """What the model does to ``lm_head``'s output before returning logits, or None: Granite divides by
     ``logits_scaling``, Cohere multiplies by ``logit_scale``, Gemma-2/3 cap (``cap * tanh(z / cap)``)."""
-    config = getattr(model, "config", None)
-    cap = getattr(config, "final_logit_softcapping", None)
-    divide = getattr(config, "logits_scaling", None)
-    multiply = getattr(config, "logit_scale", None)
-    steps: List[Callable[[torch.Tensor], torch.Tensor]] = []
-    if isinstance(divide, (int, float)) and not isinstance(divide, bool) and divide != 1:
-        steps.append(lambda z, s=float(divide): z / s)
-    if isinstance(multiply, (int, float)) and not isinstance(multiply, bool) and multiply != 1:
-        steps.append(lambda z, s=float(multiply): z * s)
-    if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
-        steps.append(lambda z, c=float(cap): torch.tanh(z / c) * c)
+    def number(name: str) -> Optional[float]:
+        value = getattr(getattr(model, "config", None), name, None)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    divide, multiply, cap = number("logits_scaling"), number("logit_scale"), number("final_logit_softcapping")
+    steps = [step for step, used in ((lambda z: z / divide, divide not in (None, 1.0)),
+                                     (lambda z: z * multiply, multiply not in (None, 1.0)),
+                                     (lambda z: torch.tanh(z / cap) * cap, cap is not None and cap > 0)) if used]
     if not steps:
         return None
 

@@ -25,17 +25,12 @@ def normalize_retain(retain: Sequence[Mapping[str, Any]]) -> List[ForgetRequest]
     for index, request in enumerate(retain):
         if isinstance(request, Mapping) and str(request.get("target_new") or "").strip():
             raise RequestError(f"retain request {index}: field 'target_new' makes no sense for a fact to keep")
+    stripped = [{k: v for k, v in r.items() if k not in ("ground_truth", "answer", "target_new")}
+                if isinstance(r, Mapping) else r for r in retain]
     try:
-        normalized = normalize_requests([_without_answer(r) for r in retain])
+        return normalize_requests(stripped)
     except RequestError as exc:
         raise RequestError(f"retain {exc}") from None
-    return normalized
-
-
-def _without_answer(request: Any) -> Any:
-    if not isinstance(request, Mapping):
-        return request
-    return {k: v for k, v in request.items() if k not in ("ground_truth", "answer", "target_new")}
 
 
 def load_retain_file(path: Union[str, Path]) -> List[ForgetRequest]:
