@@ -164,10 +164,15 @@ class EditPlan:
     hparams: EditHyperParams
 
 
-def _forget_requests(requests: Sequence[Mapping[str, Any]], hparams: EditHyperParams) -> List[ForgetRequest]:
-    """The checked forget requests; with answer-suppression targets two requests with the same prompt and
-    different answers are an error (each residual pushes down one answer)."""
-    return normalize_requests(requests, distinct_answers=hparams.target_objective == "suppress_answer")
+def _checked_forget(model: nn.Module, tok, requests: Sequence[Mapping[str, Any]],
+                    hparams: EditHyperParams) -> Tuple[List[ForgetRequest], List[List[int]]]:
+    """The hparams, the model, the forget requests (with answer-suppression targets one answer per prompt) and
+    the edited modules checked: ``(forget requests, their target ids)``."""
+    hparams.check()
+    check_materialised(model)
+    forget = normalize_requests(requests, distinct_answers=hparams.target_objective == "suppress_answer")
+    _check_modules(model, hparams)
+    return forget, request_target_ids(tok, forget, hparams)
 
 
 def request_target_ids(tok, forget: Sequence[ForgetRequest], hparams: EditHyperParams) -> List[List[int]]:
@@ -236,13 +241,9 @@ def check_edit_inputs(
         if requests.hparams is not hparams:
             raise ValueError("this EditPlan was checked against other hparams; pass the requests instead")
         return requests
-    hparams.check()
-    check_materialised(model)
-    forget = _forget_requests(requests, hparams)
+    forget, target_ids = _checked_forget(model, tok, requests, hparams)
     keep = _retain_requests(retain, hparams)
     check_retain_disjoint(forget, keep)
-    _check_modules(model, hparams)
-    target_ids = request_target_ids(tok, forget, hparams)
     _check_lengths(model, tok, forget, keep, target_ids, hparams)
     return EditPlan(forget, keep, target_ids, hparams)
 
@@ -391,11 +392,7 @@ def neutral_targets(
 ) -> NeutralTargets:
     """The target states ``z`` a :func:`run_layerwise_edit` call would optimise (model unchanged).
     ``retain`` plays no part; it is accepted so that callers can pass the edit's arguments."""
-    hparams.check()
-    check_materialised(model)
-    forget = _forget_requests(requests, hparams)
-    _check_modules(model, hparams)
-    target_ids = request_target_ids(tok, forget, hparams)
+    forget, target_ids = _checked_forget(model, tok, requests, hparams)
     with eval_mode(model):
         prefixes = context_prefixes(
             model, tok, hparams.context_template_count, hparams.context_template_length, CONTEXT_SEED
