@@ -15,6 +15,9 @@ from typing import Any, Dict, Optional
 
 from torch import nn
 
+from zerounlearn_editor.engine.eval_mode import eval_mode
+from zerounlearn_editor.engine.model_access import max_positions
+
 LOG = logging.getLogger(__name__)
 
 GUARD_MODES = ("refuse", "warn", "off")
@@ -72,8 +75,6 @@ def guard_text() -> str:
 
 def guard_tokens(model: nn.Module, tokens: int) -> int:
     """``tokens``, capped at the model's position limit (GPT-2's ``n_positions``; rotary models have none)."""
-    from zerounlearn_editor.engine.model_access import max_positions
-
     limit = max_positions(model)
     return tokens if limit is None else min(tokens, limit)
 
@@ -82,11 +83,8 @@ def guard_perplexity(model: nn.Module, tok: Any, text: str, tokens: int) -> floa
     """Perplexity of ``model`` on the first ``tokens`` tokens of ``text``, one window (restores train/eval mode)."""
     from zerounlearn_editor.evaluation.perplexity import perplexity
 
-    was_training = model.training
-    try:
+    with eval_mode(model):
         return perplexity(model, tok, text, max_tokens=tokens, window=tokens, stride=tokens, batch_size=1)
-    finally:
-        model.train(was_training)
 
 
 def judge_fluency(ppl_before: float, ppl_after: float, tokens: int, max_increase: float, mode: str) -> FluencyCheck:
