@@ -217,7 +217,8 @@ class BaseHyperParams:
         """The loader's checks on the current field values (fields may be changed after loading);
         ``model_name`` may also hold EasyEdit's in-memory ``(model, tokenizer)`` pair."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        if is_in_memory_model(values.get("model_name")):
+        name = values.get("model_name")
+        if isinstance(name, (tuple, list)) and len(name) == 2 and not isinstance(name[0], str):
             values["model_name"] = "<in-memory model>"
         type(self)._check_values(values, source)
         self.validate(source)
@@ -254,11 +255,6 @@ class BaseHyperParams:
         config = self.to_dict()
         config.update(changes)
         return type(self).from_dict(config, source=f"{type(self).__name__}.replace")
-
-
-def is_in_memory_model(model_name: Any) -> bool:
-    """Whether ``model_name`` is EasyEdit's in-memory form, a ``(model, tokenizer)`` pair."""
-    return isinstance(model_name, (tuple, list)) and len(model_name) == 2 and not isinstance(model_name[0], str)
 
 
 def _check_device(device: Union[int, str], source: str) -> None:

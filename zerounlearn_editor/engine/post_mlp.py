@@ -20,7 +20,14 @@ from torch import nn
 
 from zerounlearn_editor.engine.architectures import is_norm
 from zerounlearn_editor.engine.eval_mode import eval_mode
-from zerounlearn_editor.engine.model_access import StopForward, get_module, hidden_of, probe_ids, unflatten_tokens
+from zerounlearn_editor.engine.model_access import (
+    StopForward,
+    capture_outputs,
+    get_module,
+    hidden_of,
+    probe_ids,
+    unflatten_tokens,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -178,8 +185,6 @@ def detect_post_mlp_maps(model: nn.Module, layer_module_tmp: str, rewrite_module
     generator = torch.Generator().manual_seed(0)
     clean: Dict[int, torch.Tensor] = {}
     noise: Dict[int, torch.Tensor] = {}
-    outputs: Dict[int, torch.Tensor] = {}
-    handles = []
 
     def perturb(row: int, layer: int):
         def hook(_m, _a, output):
@@ -195,25 +200,17 @@ def detect_post_mlp_maps(model: nn.Module, layer_module_tmp: str, rewrite_module
             return value if not isinstance(output, tuple) else (value, *output[1:])
         return hook
 
-    def grab(layer: int):
-        def hook(_m, _a, output):
-            outputs[layer] = hidden_of(output).detach()
-            if layer == layers[-1]:
-                raise StopForward
-        return hook
-
-    for i, layer in enumerate(layers):
-        handles.append(get_module(model, rewrites[layer]).register_forward_hook(perturb(1 + i, layer)))
-        handles.append(get_module(model, blocks[layer]).register_forward_hook(grab(layer)))
+    handles = [get_module(model, rewrites[l]).register_forward_hook(perturb(1 + i, l)) for i, l in enumerate(layers)]
     try:
-        with eval_mode(model), contextlib.suppress(StopForward):
+        with eval_mode(model), capture_outputs(model, list(blocks.values()), stop_after=blocks[layers[-1]]) as outputs, \
+                contextlib.suppress(StopForward):
             model(input_ids=ids)
     finally:
         for handle in handles:
             handle.remove()
     result: Dict[int, PostMlpMap] = {}
     for i, layer in enumerate(layers):
-        change = (outputs[layer][1 + i] - outputs[layer][0]).double()  # [seq, d]
+        change = (outputs[blocks[layer]][1 + i] - outputs[blocks[layer]][0]).double()  # [seq, d]
         result[layer] = _match(model, blocks[layer], rewrites[layer], clean[layer], noise[layer], change)
         if not result[layer].is_identity:
             LOG.info("layer %d: the output of %s reaches the residual %s; targets map through it",
