@@ -1,4 +1,5 @@
-"""The edit's checks run once per edit: :func:`check_edit_inputs` gives an :class:`EditPlan` the edit takes as is."""
+"""The edit's checks run once per edit: :func:`check_edit_inputs` gives an :class:`EditPlan` the edit takes as
+is."""
 from __future__ import annotations
 
 import pytest
@@ -29,8 +30,8 @@ def test_the_edit_checks_its_requests_once_and_takes_a_plan_as_it_is(setup, monk
     assert isinstance(plan, EditPlan) and [r.index for r in plan.forget] == [0, 1, 2] and plan.keep == []
     assert len(plan.target_ids) == 3 and plan.hparams is hp
     assert check_edit_inputs(model, tok, plan, hp) is plan
-    edited, _ = apply_zerounlearn_gd_to_model(model, tok, forget_requests(), hp, copy=True, second_moments=moments,
-                                              progress=False)
+    edited, _ = apply_zerounlearn_gd_to_model(model, tok, forget_requests(), hp, copy=True,
+                                              second_moments=moments, progress=False)
     assert len(calls) == 2  # once for the plan above, once for the edit (not once per entry point)
     from_plan, _ = apply_zerounlearn_gd_to_model(model, tok, plan, hp, copy=True, second_moments=moments,
                                                  progress=False)

@@ -102,10 +102,7 @@ def _output_projection(container: nn.Module, prefix: str, hidden: int, skip: Tup
 def _name_of(model: nn.Module, target: Optional[nn.Module]) -> Optional[str]:
     if target is None:
         return None
-    for name, module in model.named_modules():
-        if module is target:
-            return name
-    return None
+    return next((name for name, module in model.named_modules() if module is target), None)
 
 
 @torch.no_grad()
@@ -136,7 +133,7 @@ def _final_norm(model: nn.Module, layers_name: str, last_layer: nn.Module, hidde
 
 
 def detect_templates(model: nn.Module) -> Dict[str, Any]:
-    """The :data:`TEMPLATE_KEYS` of ``model`` plus ``"family"`` (``config.model_type``) and ``"num_layers"``."""
+    """The :data:`TEMPLATE_KEYS` of ``model``, ``"family"`` (``config.model_type``) and ``"num_layers"``."""
     model_type = str(getattr(getattr(model, "config", None), "model_type", "") or type(model).__name__)
     where = f"{model_type} ({type(model).__name__})"
     try:

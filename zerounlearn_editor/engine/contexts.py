@@ -1,5 +1,5 @@
 """Random-prefix context templates: short prefixes sampled from the model itself (seeded), cached on the model
-object (attribute ``_zerounlearn_context_cache``); keys are averaged over the bare prompt and these prefixes."""
+object (attribute ``_zerounlearn_context_cache``); keys are averaged over the bare prompt and them."""
 from __future__ import annotations
 
 import logging
@@ -38,7 +38,7 @@ CONTEXT_SEED = 0
 
 
 def context_prefixes(model: nn.Module, tok, count: int, length: int, seed: int = 0) -> List[str]:
-    """``[""]`` (the bare prompt) plus ``count`` prefixes like ``"The city was built in. "`` (top-5 sampling)."""
+    """``[""]`` (the bare prompt) plus ``count`` sampled prefixes like ``"The city was built in. "``."""
     cache: Dict[Tuple[int, int, int], List[str]] = model.__dict__.setdefault(_CACHE_ATTR, {})
     key = (count, length, seed)
     if key not in cache:

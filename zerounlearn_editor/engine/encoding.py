@@ -42,8 +42,8 @@ def encode_rows(
     fact_token: Literal["subject_last", "last"] = "subject_last",
     appended: Optional[Sequence[Sequence[int]]] = None,
 ) -> EncodedBatch:
-    """Encode rows ``context + prefix + subject + suffix`` (+ ``appended`` token ids); ``lookup`` is the index of
-    the subject's last token (``subject_last``) or of the prompt's last token (``last``)."""
+    """Encode rows ``context + prefix + subject + suffix`` (+ ``appended`` token ids); ``lookup`` is the index
+    of the subject's last token (``subject_last``) or of the prompt's last token (``last``)."""
     rows: List[List[int]] = []
     lookups: List[int] = []
     for i, (context, prefix, subject, suffix) in enumerate(zip(contexts, prefixes, subjects, suffixes)):

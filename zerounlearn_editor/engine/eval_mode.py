@@ -1,5 +1,5 @@
-"""Run a block with a model in eval mode (no dropout in keys, targets and statistics) and give every submodule's
-own ``training`` flag back afterwards, also when the block raises."""
+"""Run a block with a model in eval mode (no dropout in keys, targets and statistics) and give every
+submodule's own ``training`` flag back afterwards, also when the block raises."""
 from __future__ import annotations
 
 import contextlib

@@ -1,8 +1,8 @@
 """Fluency guard: the edit's perplexity cost on a short built-in text, checked after every edit.
 
-The perplexity on the first ``DEFAULT_TOKENS`` tokens of the package's WikiText-2 text (or ``fluency_text``) is
-measured before the first write-back and after the last; the increase ``after / before - 1`` is compared with
-the YAML's ``fluency_max_increase`` (``null``: no guard). The apply functions' ``fluency_guard`` mode:
+The perplexity on the first ``DEFAULT_TOKENS`` tokens of the package's WikiText-2 text (or ``fluency_text``)
+is measured before the first write-back and after the last; the increase ``after / before - 1`` is compared
+with the YAML's ``fluency_max_increase`` (``null``: no guard). The apply functions' ``fluency_guard`` mode:
 ``"refuse"`` (default: the edit is refused, weights restored, :class:`FluencyError`), ``"warn"`` (kept with a
 warning; ``zerounlearn unlearn --allow-fluency-loss``) or ``"off"``. The guard only reads; its figures go into
 ``EditReport.fluency``.

@@ -194,8 +194,8 @@ class BaseHyperParams:
             if hints[name] is float and isinstance(value, int):
                 config[name] = float(value)
         required = {key for klass in cls.__mro__ for key in getattr(klass, "REQUIRED_KEYS", ())}
-        required |= {name for name, f in fields.items()
-                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}  # type: ignore[misc]
+        none = dataclasses.MISSING
+        required |= {name for name, f in fields.items() if f.default is none and f.default_factory is none}
         missing = [name for name in fields if name not in config and name in required]
         if missing:
             raise HParamsError(f"{source}: missing required key(s) {missing} for {cls.__name__}")
@@ -258,22 +258,23 @@ class BaseHyperParams:
 
 
 def _check_device(device: Union[int, str], source: str) -> None:
-    """``device`` names a device torch knows and, for CUDA, one this machine has (an integer CUDA index is only
-    checked where there are GPUs: a shipped ``device: 0`` YAML loads on a CPU-only machine)."""
+    """``device`` names a device torch knows and, for CUDA, one this machine has (an integer CUDA index is
+    only checked where there are GPUs: a shipped ``device: 0`` YAML loads on a CPU-only machine)."""
     import torch
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if isinstance(device, int):
         if device < 0 or (count and device >= count):
-            raise HParamsError(f"{source}: key 'device' is CUDA index {device}, but this machine has {count} GPU(s)")
+            raise HParamsError(
+                f"{source}: key 'device' is CUDA index {device}, but this machine has {count} GPU(s)")
         return
     try:
         parsed = torch.device(device)
     except (RuntimeError, ValueError) as exc:
         raise HParamsError(f"{source}: key 'device' has value {device!r}, not a device name (e.g. 'cpu', 'cuda:0')") from exc
     if parsed.type == "cuda" and (parsed.index or 0) >= count:
-        raise HParamsError(f"{source}: key 'device' is {device!r}, but this machine has {count} CUDA device(s)"
-                           + ("" if count else " (CUDA is not available: use 'cpu')"))
+        raise HParamsError(f"{source}: key 'device' is {device!r}, but this machine has {count} CUDA "
+                           "device(s)" + ("" if count else " (CUDA is not available: use 'cpu')"))
 
 
 @dataclass
@@ -364,9 +365,10 @@ class EditHyperParams(BaseHyperParams):
         for key in ("rewrite_module_tmp", "layer_module_tmp", "mlp_module_tmp"):
             if "{}" not in getattr(self, key):
                 raise HParamsError(f"{source}: key {key!r} must contain '{{}}' for the layer index")
+        at_least_zero = ("context_template_count", "kl_factor", "v_weight_decay", "v_early_stop_loss",
+                         "v_num_grad_steps")
         at_least_one = ("context_template_length", "mom2_n_samples", "chunk_size", "mom2_max_length")
-        for keys, ok, bound in ((("context_template_count", "kl_factor", "v_weight_decay", "v_early_stop_loss",
-                                  "v_num_grad_steps"), lambda v: v >= 0, ">= 0"),
+        for keys, ok, bound in ((at_least_zero, lambda v: v >= 0, ">= 0"),
                                 (at_least_one, lambda v: v >= 1, ">= 1"),
                                 (("clamp_norm_factor", "v_lr"), lambda v: v > 0, "> 0")):
             for key in keys:

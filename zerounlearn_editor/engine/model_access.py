@@ -118,9 +118,10 @@ def logits_transform(model: nn.Module) -> Optional[Callable[[torch.Tensor], torc
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
     divide, multiply, cap = number("logits_scaling"), number("logit_scale"), number("final_logit_softcapping")
-    steps = [step for step, used in ((lambda z: z / divide, divide not in (None, 1.0)),
-                                     (lambda z: z * multiply, multiply not in (None, 1.0)),
-                                     (lambda z: torch.tanh(z / cap) * cap, cap is not None and cap > 0)) if used]
+    candidates = ((lambda z: z / divide, divide not in (None, 1.0)),
+                  (lambda z: z * multiply, multiply not in (None, 1.0)),
+                  (lambda z: torch.tanh(z / cap) * cap, cap is not None and cap > 0))
+    steps = [step for step, used in candidates if used]
     if not steps:
         return None
 
@@ -159,7 +160,7 @@ def model_device(model: nn.Module) -> torch.device:
 
 
 def probe_ids(model: nn.Module, rows: int) -> torch.Tensor:
-    """A short probe batch ``[rows, 8]`` of token ids ``3..10`` (within the vocabulary) on the input device."""
+    """A probe batch ``[rows, 8]`` of token ids ``3..10`` (within the vocabulary) on the input device."""
     vocab = model.get_input_embeddings().weight.shape[0]
     return (torch.arange(3, 11) % vocab)[None].expand(rows, -1).to(model_device(model))
 
@@ -213,8 +214,9 @@ def _capture(model: nn.Module, module_names: Sequence[str], stop_after: Optional
 
 
 def capture_inputs(model: nn.Module, module_names: Sequence[str], stop_after: Optional[str] = None):
-    """A context manager yielding ``{name: first positional input [batch, seq, d_in]}`` (detached), filled on each
-    forward; after capturing ``stop_after`` the forward raises :class:`StopForward` (suppress it around the call)."""
+    """A context manager yielding ``{name: first positional input [batch, seq, d_in]}`` (detached), filled on
+    each forward; after capturing ``stop_after`` the forward raises :class:`StopForward` (suppress it around
+    the call)."""
     return _capture(model, module_names, stop_after, inputs=True)
 
 

@@ -67,8 +67,9 @@ LOG = logging.getLogger(__name__)
 @dataclass
 class LayerProblem:
     """Everything one layer's solve needs (float64, on the weight's device): ``W`` ``[d_out, d_in]``, ``K_f``
-    ``[d_in, n]``, ``M_n`` ``[d_out, n]``, ``C0`` ``[d_in, d_in]``, the retain keys ``K_r`` ``[d_in, n_r]`` (or None),
-    ``C_ctx`` ``[d_in, d_in]`` the mean ``k k^T`` of the prompts' other positions (when the hparams ask for it).
+    ``[d_in, n]``, ``M_n`` ``[d_out, n]``, ``C0`` ``[d_in, d_in]``, the retain keys ``K_r`` ``[d_in, n_r]``
+    (or None), ``C_ctx`` ``[d_in, d_in]`` the mean ``k k^T`` of the prompts' other positions (when the hparams
+    ask for it).
     """
 
     layer: int
@@ -123,7 +124,7 @@ def batched_statistics(
 
 @dataclass(frozen=True)
 class EditStages:
-    """The data-gathering stages of an edit (:mod:`zerounlearn_editor.bench.reference_pipeline` swaps them)."""
+    """The data-gathering stages of an edit (``bench.reference_pipeline`` swaps them)."""
 
     statistics: StatisticsStage = batched_statistics
     targets: TargetsStage = optimise_neutral_targets
@@ -273,13 +274,13 @@ def run_layerwise_edit(
 ) -> Tuple[Dict[str, torch.Tensor], EditReport]:
     """Edit ``model`` in place; returns (original weights by parameter name, report).
 
-    ``requests``: request dicts, or their :class:`EditPlan` from :func:`check_edit_inputs` (not checked again).
-    ``retain`` (request dicts or a file; else the YAML's ``retain_file``): its keys reach the solve as
-    ``LayerProblem.K_r``. ``corpus`` overrides ``hparams.mom2_dataset``; ``second_moments``
-    (``{layer: SecondMoment}``) and ``targets`` (from :func:`neutral_targets` with the same settings) skip
-    their stages; ``stages`` replaces the statistics / target / key computations. ``fluency_guard``
-    (``"refuse"``, ``"warn"``, ``"off"``) overrides the YAML's guard mode; ``fluency_text`` the built-in text.
-    A refused edit raises :class:`~zerounlearn_editor.engine.fluency_guard.FluencyError`, the weights restored.
+    ``requests``: request dicts, or their :class:`EditPlan` from :func:`check_edit_inputs` (not checked
+    again). ``retain`` (request dicts or a file; else the YAML's ``retain_file``): its keys reach the solve as
+    ``LayerProblem.K_r``. ``corpus`` overrides ``hparams.mom2_dataset``; ``second_moments`` (``{layer:
+    SecondMoment}``) and ``targets`` (from :func:`neutral_targets` with the same settings) skip their stages;
+    ``stages`` replaces the statistics / target / key computations. ``fluency_guard`` (``"refuse"``,
+    ``"warn"``, ``"off"``) overrides the YAML's guard mode; ``fluency_text`` the built-in text. A refused edit
+    raises :class:`~zerounlearn_editor.engine.fluency_guard.FluencyError`, the weights restored.
     """
     mode = resolve_mode(hparams.fluency_max_increase, fluency_guard)
     with progress_scope(progress), eval_mode(model):  # keys and targets without dropout; caller's mode restored
@@ -327,7 +328,8 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
             n_tokens = guard_tokens(model, DEFAULT_TOKENS)
             ppl_before = guard_perplexity(model, tok, guard_text_, n_tokens)
     try:
-        _edit_layers(model, tok, plan, prefixes, targets, second_moments, solver, report, stages.keys, post_maps)
+        _edit_layers(model, tok, plan, prefixes, targets, second_moments, solver, report, stages.keys,
+                     post_maps)
         if mode != "off":
             with _timer(report, "fluency"):
                 ppl_after = guard_perplexity(model, tok, guard_text_, n_tokens)
@@ -402,7 +404,7 @@ def neutral_targets(
 
 def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any]:
     """Every setting the neutral targets depend on besides the model and the requests: equal settings give
-    equal :func:`neutral_targets` (the bench optimises the targets once for YAMLs differing in their solves)."""
+    equal :func:`neutral_targets` (the bench optimises the targets once for YAMLs differing in solves)."""
     cfg = _target_config(model, hparams)
     config = dataclasses.asdict(cfg)
     config.pop("chunk_size")  # chunking does not change the result
@@ -418,7 +420,7 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
 
 
 def target_dependencies(model: nn.Module, hparams: EditHyperParams, retain: RetainSpec = None) -> Dict[str, Any]:
-    """:func:`target_settings` (cache keys); ``retain`` is accepted with the edit's arguments but plays no part."""
+    """:func:`target_settings` (cache keys); ``retain`` is accepted with the edit's arguments, unused."""
     return target_settings(model, hparams)
 
 
@@ -506,11 +508,13 @@ def apply_edit_method(
     """
     if not isinstance(hparams, EditHyperParams):
         raise TypeError(f"hparams must be a ZeroUnlearn hparams object, got {type(hparams).__name__}")
-    requests = check_edit_inputs(model, tok, requests, hparams, kwargs.get("retain"))  # before any copy is made
+    # before any copy is made
+    requests = check_edit_inputs(model, tok, requests, hparams, kwargs.get("retain"))
     resolve_mode(hparams.fluency_max_increase, kwargs.get("fluency_guard"))
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)
-    passed = ("corpus", "second_moments", "progress", "targets", "stages", "retain", "fluency_guard", "fluency_text")
+    passed = ("corpus", "second_moments", "progress", "targets", "stages", "retain", "fluency_guard",
+              "fluency_text")
     weights_copy, report = run_layerwise_edit(model, tok, requests, hparams, solver,
                                               **{key: kwargs[key] for key in passed if key in kwargs})
     target_report = kwargs.get("report")

@@ -42,8 +42,8 @@ class UnsupportedResidualPath(ValueError):
 @dataclass(frozen=True)
 class PostMlpMap:
     """``f(v) = scale * norm(v)``: how a value ``v`` ``[d]`` enters the residual. ``kind``: ``"identity"``,
-    ``"rms"`` (``gain * v / sqrt(mean(v^2) + eps)``) or ``"layer_norm"`` (``gain * (v - mean) / sqrt(var + eps) +
-    bias``); ``gain`` / ``bias`` ``[d]`` (float64, CPU); ``module`` names the norm."""
+    ``"rms"`` (``gain * v / sqrt(mean(v^2) + eps)``) or ``"layer_norm"`` (``gain * (v - mean) / sqrt(var +
+    eps) + bias``); ``gain`` / ``bias`` ``[d]`` (float64, CPU); ``module`` names the norm."""
 
     kind: str = "identity"
     scale: float = 1.0
@@ -200,9 +200,11 @@ def detect_post_mlp_maps(model: nn.Module, layer_module_tmp: str, rewrite_module
             return value if not isinstance(output, tuple) else (value, *output[1:])
         return hook
 
-    handles = [get_module(model, rewrites[l]).register_forward_hook(perturb(1 + i, l)) for i, l in enumerate(layers)]
+    handles = [get_module(model, rewrites[l]).register_forward_hook(perturb(1 + i, l))
+               for i, l in enumerate(layers)]
+    names = list(blocks.values())
     try:
-        with eval_mode(model), capture_outputs(model, list(blocks.values()), stop_after=blocks[layers[-1]]) as outputs, \
+        with eval_mode(model), capture_outputs(model, names, stop_after=names[-1]) as outputs, \
                 contextlib.suppress(StopForward):
             model(input_ids=ids)
     finally:
@@ -228,7 +230,8 @@ def _fit_scale(change: torch.Tensor, image: torch.Tensor, tol: float) -> Optiona
     return None
 
 
-def _match(model, block: str, rewrite: str, m_raw: torch.Tensor, e_raw: torch.Tensor, change: torch.Tensor) -> PostMlpMap:
+def _match(model, block: str, rewrite: str, m_raw: torch.Tensor, e_raw: torch.Tensor,
+           change: torch.Tensor) -> PostMlpMap:
     """The map taking the edited module's output ``m_raw`` ``[seq, d]`` perturbed by ``e_raw`` to the layer's
     output change ``change``: a scale, or one of the block's norms then a scale."""
     m, e = m_raw.double(), e_raw.double()

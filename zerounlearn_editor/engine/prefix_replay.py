@@ -39,8 +39,8 @@ class _Replay(nn.Module):
 
 
 class LayerPrefixReplay:
-    """Output of decoder layer ``first - 1`` (``first`` the lowest edited layer) per chunk, replayed on the later
-    reads of that chunk (checked against its ``input_ids``); stored outputs are capped at ``max_bytes``."""
+    """Output of decoder layer ``first - 1`` (``first`` the lowest edited layer) per chunk, replayed on the
+    later reads of that chunk (checked against its ``input_ids``); stored outputs capped at ``max_bytes``."""
 
     def __init__(self, model: nn.Module, layer_module_tmp: str, first: int, max_bytes: int = 2 * 1024**3):
         self.first = int(first)

@@ -20,8 +20,8 @@ class RequestError(ValueError):
 
 @dataclass(frozen=True)
 class ForgetRequest:
-    """One fact to forget: ``prompt == prefix + subject + suffix``; ``target`` the neutral target text (``None``:
-    the configured one); ``answer`` ``None`` when the request names none."""
+    """One fact to forget: ``prompt == prefix + subject + suffix``; ``target`` the neutral target text
+    (``None``: the configured one); ``answer`` ``None`` when the request names none."""
 
     index: int
     prefix: str
@@ -52,8 +52,8 @@ def _as_text(value: Any, index: int, field: str, allow_empty: bool = False) -> s
 
 
 def _subject_start(prompt: str, subject: str, index: int) -> int:
-    """Start of the subject's first whole-word occurrence in the prompt (``"Rome"`` in ``"Romeo"`` only, with a
-    warning, when there is no other)."""
+    """Start of the subject's first whole-word occurrence in the prompt (``"Rome"`` in ``"Romeo"`` only, with
+    a warning, when there is no other)."""
     left = r"(?<![^\W_])" if subject[:1].isalnum() else ""
     right = r"(?![^\W_])" if subject[-1:].isalnum() else ""
     matches = [m.start() for m in re.finditer(left + re.escape(subject) + right, prompt)]
@@ -71,10 +71,10 @@ def _subject_start(prompt: str, subject: str, index: int) -> int:
 def normalize_requests(requests: Sequence[Mapping[str, Any]], distinct_answers: bool = False) -> List[ForgetRequest]:
     """Check every request and split its prompt around the subject (raises :class:`RequestError`).
 
-    A repeated request (same prompt, subject and target) is dropped with a warning; the same prompt and subject
-    with another target (or, with ``distinct_answers``, another ``ground_truth``) is an error. A missing
-    subject (EasyEdit's ``normal_edit``) makes the whole prompt the subject; a missing answer is allowed.
-    ``ForgetRequest.index`` keeps the caller's index.
+    A repeated request (same prompt, subject and target) is dropped with a warning; the same prompt and
+    subject with another target (or, with ``distinct_answers``, another ``ground_truth``) is an error. A
+    missing subject (EasyEdit's ``normal_edit``) makes the whole prompt the subject; a missing answer is
+    allowed. ``ForgetRequest.index`` keeps the caller's index.
     """
     if isinstance(requests, Mapping):
         requests = [requests]
@@ -95,10 +95,9 @@ def normalize_requests(requests: Sequence[Mapping[str, Any]], distinct_answers: 
             subject = _as_text(request["subject"], index, "subject")
         raw_answer = request.get("ground_truth")
         answer = None if raw_answer is None else _as_text(raw_answer, index, "ground_truth")
-        target_raw = request.get("target_new")
-        target = None
-        if target_raw is not None:
-            target = _as_text(target_raw, index, "target_new", allow_empty=True)
+        target = request.get("target_new")
+        if target is not None:
+            target = _as_text(target, index, "target_new", allow_empty=True)
             target = target if target.strip() else None
         if "{}" in prompt and subject not in prompt:
             start = prompt.index("{}")

@@ -1,5 +1,5 @@
-"""Retain sets: facts the edit must keep, requests ``{"prompt", "subject"}`` (answers ignored) whose keys are read
-like forget keys. Sources, first match wins: the apply functions' ``retain=`` keyword, else the YAML's
+"""Retain sets: facts the edit must keep, requests ``{"prompt", "subject"}`` (answers ignored) whose keys are
+read like forget keys. Sources, first match wins: the apply functions' ``retain=`` keyword, else the YAML's
 ``retain_file`` (a JSON, JSONL or YAML list)."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ RetainSpec = Union[None, str, Path, Sequence[Mapping[str, Any]]]
 
 
 def normalize_retain(retain: Sequence[Mapping[str, Any]]) -> List[ForgetRequest]:
-    """Validate retain request dicts (errors name ``retain request <index>``); a ``target_new`` is rejected."""
+    """Validate retain request dicts (errors name ``retain request <index>``); ``target_new`` is refused."""
     if isinstance(retain, Mapping):
         retain = [retain]
     if not retain:

@@ -6,8 +6,9 @@ All edited layers are collected in one forward pass per batch. Results are cache
 the same file, plus ``zerounlearn.*`` metadata (corpus and model fingerprints, max length, module). A file
 recording another model, corpus version, max length, module or shape is recomputed with a warning; an
 unreadable one is treated as missing; EasyEdit's own files (no metadata) are read as they are. Files are
-written atomically. Shards (``zerounlearn stats --shard`` / ``stats-merge``): :func:`layer_second_moment_shards`
-writes the statistic of ``texts[rank::world_size]``, :func:`merge_second_moment_files` sums shard files.
+written atomically. Shards (``zerounlearn stats --shard`` / ``stats-merge``):
+:func:`layer_second_moment_shards` writes the statistic of ``texts[rank::world_size]``,
+:func:`merge_second_moment_files` sums shard files.
 """
 from __future__ import annotations
 
@@ -102,8 +103,8 @@ def model_fingerprint(model: nn.Module, skip_template: Optional[str] = None,
 
 
 def clean_stale_temp_files(folder: Path, max_age: float = STALE_TEMP_SECONDS) -> List[Path]:
-    """Remove the stale ``{file}.{host}.{pid}.XXXX.tmp`` files of killed writers in ``folder`` (this host's writer
-    no longer running, or older than ``max_age`` seconds); returns the removed paths."""
+    """Remove the stale ``{file}.{host}.{pid}.XXXX.tmp`` files of killed writers in ``folder`` (this host's
+    writer no longer running, or older than ``max_age`` seconds); returns the removed paths."""
     removed: List[Path] = []
     if not folder.is_dir():
         return removed
@@ -259,9 +260,9 @@ def collect_second_moments(
     product_dtype: torch.dtype = torch.float64,
     shard: Optional[Tuple[int, int]] = None,
 ) -> Dict[str, SecondMoment]:
-    """``sum k k^T`` ``[d_in, d_in]`` (float64) and token counts of every module's input (padding excluded), one
-    pass per batch, each batch's ``K^T K`` in ``product_dtype``. ``shard = (rank, world_size)`` collects only
-    ``texts[rank::world_size]`` (an empty shard gives zeros over 0 tokens)."""
+    """``sum k k^T`` ``[d_in, d_in]`` (float64) and token counts of every module's input (padding excluded),
+    one pass per batch, each batch's ``K^T K`` in ``product_dtype``. ``shard = (rank, world_size)`` collects
+    only ``texts[rank::world_size]`` (an empty shard gives zeros over 0 tokens)."""
     if not texts:
         raise ValueError("no texts to collect statistics from")
     if not module_names:
@@ -340,7 +341,8 @@ def layer_second_moments(
                 LOG.warning("%s: holds the statistic of module %r, not %r; recomputing", path, meta["module"], module)
             elif fingerprint is not None and fingerprint != get_corpus().fingerprint:
                 LOG.warning("%s: built from another version of corpus %r; recomputing", path, corpus)
-            elif _half_cache_for_full_model(meta.get("model_dtype"), _module_dtype(model, module)):
+            # a half-precision cache is not reused by a float32/float64 model (the reverse is fine)
+            elif meta.get("model_dtype") in _HALF and _module_dtype(model, module) not in _HALF:
                 LOG.warning("%s: computed from a %s model, this one is %s; recomputing", path, meta["model_dtype"],
                             _module_dtype(model, module))
             elif meta.get("max_length") not in (None, str(max_length)):
@@ -366,9 +368,8 @@ def layer_second_moments(
         product_dtype = torch.float64 if dtype == "float64" else torch.float32
         LOG.info("computing C0 statistics of layers %s from %d passages of corpus %r (cache: %s)", missing,
                  len(data.texts), corpus, stats_path(stats_dir, name, ds_name, "<module>", dtype, n_samples).parent)
-        stats = collect_second_moments(
-            model, tok, data.texts, [modules[l] for l in missing], max_length, batch_size, progress, product_dtype
-        )
+        stats = collect_second_moments(model, tok, data.texts, [modules[l] for l in missing], max_length,
+                                       batch_size, progress, product_dtype)
         for layer in missing:
             path = stats_path(stats_dir, name, ds_name, modules[layer], dtype, n_samples)
             meta = {"corpus_fingerprint": data.fingerprint, "max_length": str(max_length), "n_passages": str(len(data.texts)),
@@ -430,11 +431,6 @@ def _module_dtype(model: nn.Module, module_name: str) -> str:
     return str(get_weight_matrix(get_module(model, module_name)).dtype).removeprefix("torch.")
 
 
-def _half_cache_for_full_model(cached: Optional[str], current: str) -> bool:
-    """A cache made from a half-precision model is not reused by a float32/float64 model (the reverse is fine)."""
-    return cached in _HALF and current not in _HALF
-
-
 def _module_input_dim(model: nn.Module, module_name: str) -> int:
     return get_weight_matrix(get_module(model, module_name)).shape[1]
 
@@ -468,8 +464,9 @@ def layer_second_moment_shards(
     data = load_corpus(corpus, limit=n_samples)
     modules = {layer: module_tmp.format(layer) for layer in layers}
     fingerprint_of_model = model_fingerprint(model, module_tmp)
-    paths = {layer: shard_path(stats_path(stats_dir, name, corpus_cache_name(corpus), module, dtype, n_samples), rank,
-                               world_size) for layer, module in modules.items()}
+    ds_name = corpus_cache_name(corpus)
+    paths = {layer: shard_path(stats_path(stats_dir, name, ds_name, module, dtype, n_samples), *shard)
+             for layer, module in modules.items()}
     _check_writable(paths[layers[0]].parent)
     product_dtype = torch.float64 if dtype == "float64" else torch.float32
     stats = collect_second_moments(
@@ -498,8 +495,9 @@ def _npz_dtype_name(path: Path) -> str:
 
 
 def merge_second_moment_files(out: Path, shards: Sequence[Path]) -> SecondMoment:
-    """Sum shard files (``mom2`` and counts) into ``out`` and return it. The shards must agree in shape, dtype and
-    recorded metadata and, when they carry shard metadata, be the distinct shards of one split, all present."""
+    """Sum shard files (``mom2`` and counts) into ``out`` and return it. The shards must agree in shape, dtype
+    and recorded metadata and, when they carry shard metadata, be the distinct shards of one split, all
+    present."""
     if not shards:
         raise ValueError("no shard files to merge")
     resolved = [Path(p).resolve() for p in shards]

@@ -11,8 +11,9 @@ from zerounlearn_editor.engine.requests import ForgetRequest
 
 
 def answer_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """``log p(token)`` ``[m]`` from ``logits`` ``[m, vocab]`` as ``-softplus(logsumexp_{j != y} z_j - z_y)``, which
-    keeps ``1 - p`` and its gradient where ``log_softmax`` rounds to 0 (margins beyond ~17 nats in float32)."""
+    """``log p(token)`` ``[m]`` from ``logits`` ``[m, vocab]`` as ``-softplus(logsumexp_{j != y} z_j - z_y)``,
+    which keeps ``1 - p`` and its gradient where ``log_softmax`` rounds to 0 (margins beyond ~17 nats in
+    float32)."""
     z_y = logits.gather(1, tokens[:, None]).squeeze(1)
     others = logits.scatter(1, tokens[:, None], float("-inf")).logsumexp(-1)
     return -torch.nn.functional.softplus(others - z_y)
@@ -26,9 +27,10 @@ def suppression_loss(seq_logp: torch.Tensor) -> torch.Tensor:
 
 def suppression_per_request(logits: torch.Tensor, tokens: torch.Tensor, entry_rows: torch.Tensor,
                             row_requests: torch.Tensor, n: int) -> torch.Tensor:
-    """Per-request suppression loss ``[n]``: the mean over a request's rewriting rows of ``-log(1 - p(answer))``,
-    ``p(answer)`` the whole answer's probability. ``logits`` ``[m, vocab]`` and ``tokens`` ``[m]``: one entry per
-    answer token, in rewriting row ``entry_rows[e]``; ``row_requests`` ``[rows]``: each row's request."""
+    """Per-request suppression loss ``[n]``: the mean over a request's rewriting rows of ``-log(1 -
+    p(answer))``, ``p(answer)`` the whole answer's probability. ``logits`` ``[m, vocab]`` and ``tokens``
+    ``[m]``: one entry per answer token, in rewriting row ``entry_rows[e]``; ``row_requests`` ``[rows]``: each
+    row's request."""
     rows = len(row_requests)
     seq_logp = torch.zeros(rows, device=logits.device, dtype=logits.dtype).index_add(
         0, entry_rows, answer_logprobs(logits, tokens)
@@ -42,7 +44,8 @@ def suppression_per_request(logits: torch.Tensor, tokens: torch.Tensor, entry_ro
 class TargetRows:
     """A chunk's rows: ``n * n_ctx`` request-major rewriting rows (prefix + prompt + the target tokens but the
     last), then one KL row per request (``subject + " is a"``); ``rw_req`` each rewriting row's request. The
-    ``t_*`` lists: per target-token prediction its row, position, token id, weight ``1 / (m * n_ctx)``, request.
+    ``t_*`` lists: per target-token prediction its row, position, token id, weight ``1 / (m * n_ctx)``,
+    request.
     """
 
     batch: object

@@ -80,7 +80,8 @@ class _Problem:
     supported, else by full forwards of those rows.
     """
 
-    def __init__(self, model, tok, requests: Sequence[ForgetRequest], target_ids, prefixes, cfg: TargetConfig):
+    def __init__(self, model, tok, requests: Sequence[ForgetRequest], target_ids, prefixes,
+                 cfg: TargetConfig):
         self.model, self.cfg = model, cfg
         self.all_rows = cfg.optimizer == "adam"
         self.head = get_module(model, cfg.lm_head_module)
@@ -96,7 +97,8 @@ class _Problem:
         self.end = self.start + 1
         for row, pos in zip(rows_.t_rows, rows_.t_pos):
             self.end[row] = max(int(self.end[row]), pos + 1)
-        self.t_rows, self.t_pos = torch.tensor(rows_.t_rows, dtype=torch.long), torch.tensor(rows_.t_pos, dtype=torch.long)
+        self.t_rows = torch.tensor(rows_.t_rows, dtype=torch.long)
+        self.t_pos = torch.tensor(rows_.t_pos, dtype=torch.long)
         self.t_tok, self.t_weight = torch.tensor(rows_.t_tok, dtype=torch.long), torch.tensor(rows_.t_weight)
         self.t_req = torch.tensor(rows_.t_req, dtype=torch.long)
         self.kl_rows = torch.arange(n_rw, n_rw + n)
@@ -112,7 +114,8 @@ class _Problem:
         self.stack: Optional[SuffixLayers] = None
         self.kv: Optional[KVSuffix] = None
         layers = (cfg.layer_module, cfg.loss_layer_module, cfg.ln_f_module)
-        if cfg.reuse_prefix and self.all_rows and SuffixLayers.supported(model, cfg.layer_module, cfg.ln_f_module):
+        stack_ok = self.all_rows and SuffixLayers.supported(model, cfg.layer_module, cfg.ln_f_module)
+        if cfg.reuse_prefix and stack_ok:
             self.stack = SuffixLayers(model, *layers)
         elif cfg.reuse_prefix and not self.all_rows:
             if KVSuffix.supported(model, *layers, batch.input_ids.shape[1]):
@@ -122,8 +125,8 @@ class _Problem:
         self.kl_init: Optional[torch.Tensor] = None  # [n, vocab] log-probs at delta = 0
 
     def _hidden(self, rows: torch.Tensor, delta_rows: torch.Tensor) -> torch.Tensor:
-        """Final-norm hidden states ``[k, seq, d]`` of ``rows`` ``[k]`` with ``delta_rows`` ``[k, d]`` added at their
-        lookup tokens: :meth:`SuffixLayers.run_stack` (every row) or the full model with a hook."""
+        """Final-norm hidden states ``[k, seq, d]`` of ``rows`` ``[k]`` with ``delta_rows`` ``[k, d]`` added
+        at their lookup tokens: :meth:`SuffixLayers.run_stack` (every row) or the full model with a hook."""
         cfg, model = self.cfg, self.model
         if self.stack is not None:
             add = torch.zeros_like(self.h_layer)
@@ -224,7 +227,8 @@ class _Problem:
         return nll + cfg.kl_factor * kl + wd.to(hdev), nll
 
     def loss_and_grad(self, reqs: torch.Tensor, delta: torch.Tensor):
-        """``(loss [k], nll [k], grad [k, d])`` of requests ``reqs`` ``[k]`` with residuals ``delta`` ``[n, d]``."""
+        """``(loss [k], nll [k], grad [k, d])`` of requests ``reqs`` ``[k]`` with residuals ``delta`` ``[n,
+        d]``."""
         if not self.all_rows:
             x = delta.detach()[reqs].clone().requires_grad_(True)
             loss, nll = self.losses(reqs, x)
@@ -234,7 +238,8 @@ class _Problem:
         loss, nll = self.losses(torch.arange(self.n, device=reqs.device), x)
         picked = reqs.to(self.head_device)
         (grad,) = torch.autograd.grad(loss[picked].sum(), x)
-        return loss.detach()[picked].to(delta.device), nll.detach()[picked].to(delta.device), grad[reqs.to(grad.device)]
+        loss, nll = loss.detach()[picked].to(delta.device), nll.detach()[picked].to(delta.device)
+        return loss, nll, grad[reqs.to(grad.device)]
 
 
 def optimise_neutral_targets(

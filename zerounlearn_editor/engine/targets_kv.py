@@ -43,7 +43,9 @@ class SuffixLayers:
         self.base = model.transformer if self.kind == "gpt2" else model.model
         layers = list(self.base.h if self.kind == "gpt2" else self.base.layers)
         first = _index_of(layers, get_module(model, layer_module)) + 1
-        stop = _index_of(layers, get_module(model, loss_layer_module)) + 1 if loss_layer_module else len(layers)
+        stop = len(layers)
+        if loss_layer_module:
+            stop = _index_of(layers, get_module(model, loss_layer_module)) + 1
         self.layers = layers[first:stop]
         self.norm = get_module(model, ln_f_module)
 
@@ -59,8 +61,9 @@ class SuffixLayers:
         return any(layer is l for l in base.layers) and get_module(model, ln_f_module) is base.norm
 
     def run_stack(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Final-norm hidden states ``[rows, seq, d]`` from the edited layer's output ``hidden`` ``[rows, seq, d]``:
-        the base model's own forward over the shortened layer list (exactly what the full model computes)."""
+        """Final-norm hidden states ``[rows, seq, d]`` from the edited layer's output ``hidden`` ``[rows, seq,
+        d]``: the base model's own forward over the shortened layer list (exactly what the full model
+        computes)."""
         full = self.base.layers
         self.base.layers = nn.ModuleList(self.layers)
         try:
@@ -72,11 +75,11 @@ class SuffixLayers:
 class KVSuffix(SuffixLayers):
     """The layers after the edited one, run from each row's start position on with cached prefix keys/values.
 
-    ``hidden`` ``[rows, seq, d]`` is the edited layer's output, ``attention_mask`` ``[rows, seq]`` (right or left
-    padding), ``start`` ``[rows]`` the positions that get the delta, ``end`` ``[rows]`` one past the last position
-    whose output is needed. The keys and values of positions ``< start`` (``[rows, kv_heads, max(start), hd]``
-    per layer) are computed once; :meth:`step` runs ``T = max(end - start)`` positions per row (position ids
-    ``0..seq-1``).
+    ``hidden`` ``[rows, seq, d]`` is the edited layer's output, ``attention_mask`` ``[rows, seq]`` (right or
+    left padding), ``start`` ``[rows]`` the positions that get the delta, ``end`` ``[rows]`` one past the last
+    position whose output is needed. The keys and values of positions ``< start`` (``[rows, kv_heads,
+    max(start), hd]`` per layer) are computed once; :meth:`step` runs ``T = max(end - start)`` positions per
+    row (position ids ``0..seq-1``).
     """
 
     def __init__(
@@ -175,8 +178,9 @@ class KVSuffix(SuffixLayers):
 
     @staticmethod
     def _attend(q, k, v, mask, scale):
-        """Attention of ``q`` ``[b, heads, T, hd]`` over ``k``/``v`` ``[b, kv_heads, S, hd]``, ``mask`` ``[b, 1, T, S]``;
-        grouped-query heads are stacked along the query axis (``[b, kv_heads, rep * T, hd]``), no key copies."""
+        """Attention of ``q`` ``[b, heads, T, hd]`` over ``k``/``v`` ``[b, kv_heads, S, hd]``, ``mask`` ``[b,
+        1, T, S]``; grouped-query heads are stacked along the query axis (``[b, kv_heads, rep * T, hd]``), no
+        key copies."""
         heads, kv_heads = q.shape[1], k.shape[1]
         if heads == kv_heads:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
@@ -188,8 +192,8 @@ class KVSuffix(SuffixLayers):
         return out.reshape(b, heads, t, hd)
 
     def _build_cache(self) -> None:
-        """Keys/values of the positions ``< prefix`` in every layer (causal: only those positions are run, the last
-        layer only to its keys and values)."""
+        """Keys/values of the positions ``< prefix`` in every layer (causal: only those positions are run, the
+        last layer only to its keys and values)."""
         rows = self.hidden.shape[0]
         seq = max(self.prefix, 1)
         pos = torch.arange(seq, device=self.hidden.device)
@@ -213,9 +217,9 @@ class KVSuffix(SuffixLayers):
         self, rows: torch.Tensor, delta_rows: torch.Tensor, select: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
     ) -> torch.Tensor:
         """Final-norm hidden states ``[len(rows), T, d]`` at positions ``start[r] + t`` (``t < T``) with
-        ``delta_rows`` ``[len(rows), d]`` added at ``start[r]``; outputs at ``t >= end[r] - start[r]`` are padding.
-        ``select = (i, t)`` (two ``[m]`` index tensors) returns only those ``m`` states ``[m, d]``, the last layer's
-        attention output, MLP and norm run at those positions only.
+        ``delta_rows`` ``[len(rows), d]`` added at ``start[r]``; outputs at ``t >= end[r] - start[r]`` are
+        padding. ``select = (i, t)`` (two ``[m]`` index tensors) returns only those ``m`` states ``[m, d]``,
+        the last layer's attention output, MLP and norm run at those positions only.
         """
         dev = self.hidden.device
         rows = rows.to(dev)
