@@ -7,18 +7,6 @@ from zerounlearn_editor.engine.encoding import encode_rows
 from zerounlearn_editor.engine.keys import context_position_mask
 
 
-def test_subject_start_marks_the_subjects_first_token():
-    tok = tiny_tokenizer()
-    contexts = ["", "the city . ", "a "]
-    prefixes, subjects, suffixes = ["the capital of ", "", "it was "], ["new france", "old germany", "paris"], [" is", " is", ""]
-    batch = encode_rows(tok, contexts, prefixes, subjects, suffixes)
-    for row in range(3):
-        start, last = int(batch.subject_start[row]), int(batch.lookup[row])
-        subject_ids = tok(subjects[row], add_special_tokens=False)["input_ids"]
-        assert batch.input_ids[row, start : last + 1].tolist() == subject_ids
-    assert encode_rows(tok, contexts, prefixes, subjects, suffixes, fact_token="last").subject_start is None
-
-
 def test_context_mask_is_every_token_but_the_first_and_the_lookup():
     tok = tiny_tokenizer()
     batch = encode_rows(tok, ["", ""], ["the capital of ", "the capital of "], ["new france", "japan"], [" is", " is"])

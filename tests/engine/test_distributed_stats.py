@@ -1,14 +1,11 @@
-"""C0 statistics split across processes: gloo all-reduce, shard files and ``stats-merge``."""
+"""C0 statistics split across processes: shard files and ``stats-merge``."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 import yaml
 
 from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
@@ -17,7 +14,6 @@ from zerounlearn_editor.data.corpus import load_corpus
 from zerounlearn_editor.engine.stats import (
     SecondMoment,
     collect_second_moments,
-    collect_second_moments_distributed,
     layer_second_moment_shards,
     layer_second_moments,
     load_second_moment,
@@ -30,33 +26,6 @@ from zerounlearn_editor.engine.stats import (
 
 MODULES = ["model.layers.1.mlp.down_proj", "model.layers.2.mlp.down_proj"]
 WORLD = 2
-
-
-def _worker(rank: int, world: int, init_file: str, corpus: str, out_dir: str) -> None:
-    """One rank: collect its shard, all-reduce, save what it got (npz, no pickle)."""
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
-        tok = tiny_tokenizer()
-        model = tiny_llama(tok)
-        texts = load_corpus(corpus).texts
-        stats = collect_second_moments_distributed(model, tok, texts, MODULES, max_length=32, batch_size=4, progress=False)
-        for i, name in enumerate(MODULES):
-            save_second_moment(Path(out_dir) / f"rank{rank}_module{i}.npz", stats[name], len(texts), "float64", {})
-    finally:
-        dist.destroy_process_group()
-
-
-def test_two_gloo_processes_give_the_single_process_statistic(tmp_path: Path):
-    corpus = write_corpus(tmp_path / "corpus.jsonl")
-    mp.spawn(_worker, args=(WORLD, str(tmp_path / "init"), str(corpus), str(tmp_path)), nprocs=WORLD, join=True)
-    tok = tiny_tokenizer()
-    single = collect_second_moments(tiny_llama(tok), tok, load_corpus(str(corpus)).texts, MODULES, 32, 4, progress=False)
-    for i, name in enumerate(MODULES):
-        for rank in range(WORLD):
-            got, _ = load_second_moment(tmp_path / f"rank{rank}_module{i}.npz")
-            assert got.count == single[name].count
-            torch.testing.assert_close(got.mom2, single[name].mom2, rtol=1e-6, atol=1e-8)
 
 
 def test_shards_partition_the_passages_and_sum_to_the_whole(tmp_path: Path):

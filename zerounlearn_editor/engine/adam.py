@@ -1,12 +1,8 @@
-"""The one Adam loop of the neutral targets, shared by both evaluations of the loss.
+"""The one Adam loop of the neutral targets (the paper's), shared by both evaluations of the loss.
 
-Both ``targets_optimizer`` values run :func:`adam_targets`; they differ only in the object that evaluates
-the loss (the *problem*): full forward passes of the chunk (``adam``, :mod:`zerounlearn_editor.engine.targets`)
-or the KV-cached suffix of the edited layer (``adam_kv``, :mod:`zerounlearn_editor.engine.targets_kv`).
-
-The loop (the paper's): one residual ``delta_i`` ``[d]`` per request, Adam on the sum of the active requests'
-losses, a request stops (its delta frozen) once its target NLL falls below ``early_stop_loss``, and every
-delta is clamped to ``clamp_norm_factor * |h0_i|`` after each step.
+One residual ``delta_i`` ``[d]`` per request, Adam on the sum of the active requests' losses; a request stops
+(its delta frozen) once its target NLL falls below ``early_stop_loss``, and every delta is clamped to
+``clamp_norm_factor * |h0_i|`` after each step.
 """
 from __future__ import annotations
 
@@ -16,8 +12,6 @@ from typing import List, Protocol, Tuple
 import torch
 
 from zerounlearn_editor.support.progress import progress_bar
-
-__all__ = ["TargetProblem", "adam_targets"]
 
 LOG = logging.getLogger(__name__)
 

@@ -1,20 +1,11 @@
-"""Module-name templates of any Hugging Face decoder-only causal LM, found from the loaded model.
+"""Module-name templates of any Hugging Face decoder-only causal LM, found from the loaded model's structure.
 
-:func:`detect_templates` reads the structure of the loaded model instead of a list of families:
-
-* **decoder layers**: the ``nn.ModuleList`` holding ``num_hidden_layers`` blocks of one class
-  (``model.layers``, ``transformer.h``, ``gpt_neox.layers``, ``model.decoder.layers``, ...);
-* **attention** and **MLP** of a block: its child named like one (``self_attn``/``attn``/
-  ``attention``/``self_attention``; ``mlp``/``feed_forward``/``ffn``) or whose class name says so;
-  a block without an MLP child (OPT) holds its MLP's linear layers directly;
-* **edited weight**: the MLP's output projection, the ``Linear`` (or GPT-2 ``Conv1D``) mapping
-  ``d_ff -> d_model`` (``down_proj``, ``c_proj``, ``dense_4h_to_h``, ``fc2``, ...);
-* **final norm**: the norm module outside the blocks whose input is the last block's output
-  (checked on a short forward pass), and the **output head** / **embeddings** from
-  ``get_output_embeddings()`` / ``get_input_embeddings()``.
-
-Anything that cannot be found raises :class:`UnsupportedArchitecture` naming what is missing;
-a mixture-of-experts MLP (no single output projection to edit) is refused as not supported.
+The decoder layers are the ``nn.ModuleList`` of ``num_hidden_layers`` blocks of one class; a block's
+attention and MLP are its children named or typed like one (OPT keeps its MLP's linear layers in the block);
+the edited weight is the MLP's ``d_ff -> d_model`` output projection; the final norm is the norm outside the
+blocks that reads the last block's output (one short forward pass); head and embeddings come from
+``get_output_embeddings()`` / ``get_input_embeddings()``. What cannot be found, or a mixture-of-experts MLP,
+raises :class:`UnsupportedArchitecture` naming it.
 """
 from __future__ import annotations
 
@@ -23,16 +14,15 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
+from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.model_access import (
     get_weight_matrix,
     hidden_of,
     hidden_size_of,
-    model_device,
     module_is_transposed,
     num_hidden_layers,
+    probe_ids,
 )
-
-__all__ = ["UnsupportedArchitecture", "detect_templates", "decoder_layers_name", "TEMPLATE_KEYS"]
 
 TEMPLATE_KEYS = ("rewrite_module_tmp", "layer_module_tmp", "mlp_module_tmp", "attn_module_tmp", "ln_f_module",
                  "lm_head_module", "embed_module")
@@ -53,7 +43,8 @@ def _is_linear(module: nn.Module) -> bool:
         and weight.dim() == 2
 
 
-def _is_norm(module: nn.Module, hidden: int) -> bool:
+def is_norm(module: nn.Module, hidden: int) -> bool:
+    """A norm module (by class name) with a 1-D weight of width ``hidden``."""
     weight = getattr(module, "weight", None)
     named = "norm" in type(module).__name__.lower() or isinstance(module, nn.LayerNorm)
     return named and isinstance(weight, torch.Tensor) and weight.dim() == 1 and weight.shape[0] == hidden
@@ -111,15 +102,7 @@ def _output_projection(container: nn.Module, prefix: str, hidden: int, skip: Tup
 def _name_of(model: nn.Module, target: Optional[nn.Module]) -> Optional[str]:
     if target is None:
         return None
-    for name, module in model.named_modules():
-        if module is target:
-            return name
-    return None
-
-
-def _probe_ids(model: nn.Module) -> torch.Tensor:
-    vocab = model.get_input_embeddings().weight.shape[0]
-    return (torch.arange(3, 11) % vocab)[None].to(model_device(model))
+    return next((name for name, module in model.named_modules() if module is target), None)
 
 
 @torch.no_grad()
@@ -127,19 +110,17 @@ def _final_norm(model: nn.Module, layers_name: str, last_layer: nn.Module, hidde
     """The norm outside the blocks whose input is the last block's output (one short forward pass)."""
     inside = layers_name + "."
     candidates = {name: m for name, m in model.named_modules()
-                  if name and not name.startswith(inside) and _is_norm(m, hidden)}
+                  if name and not name.startswith(inside) and is_norm(m, hidden)}
     if not candidates:
         raise UnsupportedArchitecture(f"{type(model).__name__}: no final norm (a norm of size {hidden} outside the blocks)")
     seen: Dict[str, torch.Tensor] = {}
     handles = [last_layer.register_forward_hook(lambda _m, _a, out: seen.__setitem__("last", hidden_of(out)))]
     for name, module in candidates.items():
         handles.append(module.register_forward_pre_hook(lambda _m, args, name=name: seen.__setitem__(name, args[0])))
-    was_training = model.training
-    model.eval()
     try:
-        model(input_ids=_probe_ids(model))
+        with eval_mode(model):
+            model(input_ids=probe_ids(model, 1))
     finally:
-        model.train(was_training)
         for handle in handles:
             handle.remove()
     last = seen.get("last")
@@ -152,13 +133,7 @@ def _final_norm(model: nn.Module, layers_name: str, last_layer: nn.Module, hidde
 
 
 def detect_templates(model: nn.Module) -> Dict[str, Any]:
-    """The module templates of ``model``, found from its structure (see the module docstring).
-
-    Returns the :data:`TEMPLATE_KEYS` plus ``"family"`` (``config.model_type``) and ``"num_layers"``.
-
-    Raises:
-        UnsupportedArchitecture: naming what could not be found (or a mixture-of-experts MLP).
-    """
+    """The :data:`TEMPLATE_KEYS` of ``model``, ``"family"`` (``config.model_type``) and ``"num_layers"``."""
     model_type = str(getattr(getattr(model, "config", None), "model_type", "") or type(model).__name__)
     where = f"{model_type} ({type(model).__name__})"
     try:

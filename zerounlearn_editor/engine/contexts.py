@@ -1,9 +1,5 @@
-"""Random-prefix context templates, generated once per model and cached on the model.
-
-Keys are averaged over the bare prompt and ``count`` short prefixes sampled from the model
-itself (seeded, so the same model and settings always give the same prefixes). The cache
-lives on the model object (attribute ``_zerounlearn_context_cache``), not in module state.
-"""
+"""Random-prefix context templates: short prefixes sampled from the model itself (seeded), cached on the model
+object (attribute ``_zerounlearn_context_cache``); keys are averaged over the bare prompt and them."""
 from __future__ import annotations
 
 import logging
@@ -12,9 +8,8 @@ from typing import Dict, List, Tuple
 import torch
 from torch import nn
 
+from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.model_access import model_device
-
-__all__ = ["context_prefixes", "clear_context_prefixes"]
 
 LOG = logging.getLogger(__name__)
 
@@ -39,27 +34,21 @@ def _sample_continuation(model: nn.Module, tok, starter: str, length: int, gener
 
 
 CONTEXT_SEED = 0
-"""Seed of the sampled context prefixes (every edit; fixed since issue 27)."""
+"""Seed of the sampled context prefixes of every edit."""
+
 
 def context_prefixes(model: nn.Module, tok, count: int, length: int, seed: int = 0) -> List[str]:
-    """``[""]`` plus ``count`` prefixes like ``"The city was built in. "`` (top-5 sampling).
-
-    Returns ``count + 1`` strings; the first is empty (the bare prompt).
-    """
+    """``[""]`` (the bare prompt) plus ``count`` sampled prefixes like ``"The city was built in. "``."""
     cache: Dict[Tuple[int, int, int], List[str]] = model.__dict__.setdefault(_CACHE_ATTR, {})
     key = (count, length, seed)
     if key not in cache:
         generator = torch.Generator().manual_seed(seed)
-        was_training = model.training
-        model.eval()
-        try:
-            prefixes = [""]
+        prefixes = [""]
+        with eval_mode(model):
             for i in range(count):
                 text = _sample_continuation(model, tok, _STARTERS[i % len(_STARTERS)], length, generator)
                 text = " ".join(text.replace("{", " ").replace("}", " ").split())
                 prefixes.append(text + ". ")
-        finally:
-            model.train(was_training)
         LOG.debug("context prefixes: %s", prefixes)
         cache[key] = prefixes
     return list(cache[key])

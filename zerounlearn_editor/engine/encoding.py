@@ -1,9 +1,5 @@
-"""Tokenising prompts into right-padded batches with a lookup position per row.
-
-Right padding keeps every real token at its unpadded position, so a row's lookup index
-(the subject's last token, or the prompt's last token) is the same as in an unpadded
-forward pass of that row alone.
-"""
+"""Tokenising prompts into right-padded batches with a lookup position per row (the subject's last token, or
+the prompt's last token; right padding keeps it where it is in an unpadded forward pass)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,28 +7,19 @@ from typing import List, Literal, Optional, Sequence
 
 import torch
 
-__all__ = ["EncodedBatch", "encode_rows", "pad_id_of", "target_token_ids"]
-
 
 @dataclass
 class EncodedBatch:
-    """``input_ids``/``attention_mask`` ``[rows, seq]`` and ``lookup`` ``[rows]`` positions.
-
-    ``subject_start`` ``[rows]``: index of the subject's first token (``<= lookup``); ``None`` when the
-    batch was not encoded around a subject (``fact_token: last``).
-    """
+    """``input_ids``/``attention_mask`` ``[rows, seq]``, ``lookup`` positions and ``lengths`` ``[rows]``."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     lookup: torch.Tensor
     lengths: torch.Tensor
-    subject_start: Optional[torch.Tensor] = None
 
     def to(self, device: torch.device) -> "EncodedBatch":
-        return EncodedBatch(
-            self.input_ids.to(device), self.attention_mask.to(device), self.lookup.to(device), self.lengths.to(device),
-            None if self.subject_start is None else self.subject_start.to(device),
-        )
+        return EncodedBatch(self.input_ids.to(device), self.attention_mask.to(device), self.lookup.to(device),
+                            self.lengths.to(device))
 
 
 def pad_id_of(tok) -> int:
@@ -55,17 +42,10 @@ def encode_rows(
     fact_token: Literal["subject_last", "last"] = "subject_last",
     appended: Optional[Sequence[Sequence[int]]] = None,
 ) -> EncodedBatch:
-    """Encode rows ``context + prefix + subject + suffix`` (+ ``appended`` token ids).
-
-    ``lookup`` is the index of the subject's last token (``subject_last``) or of the
-    prompt's last token (``last``), before any appended ids. With ``subject_last``,
-    ``subject_start`` is the index of the subject's first token: the length of the encoded text
-    before it (trailing whitespace dropped, since BPE tokenisers attach a space to the next word),
-    capped at ``lookup``.
-    """
+    """Encode rows ``context + prefix + subject + suffix`` (+ ``appended`` token ids); ``lookup`` is the index
+    of the subject's last token (``subject_last``) or of the prompt's last token (``last``)."""
     rows: List[List[int]] = []
     lookups: List[int] = []
-    starts: List[int] = []
     for i, (context, prefix, subject, suffix) in enumerate(zip(contexts, prefixes, subjects, suffixes)):
         full = _ids(tok, context + prefix + subject + suffix)
         if fact_token == "subject_last":
@@ -73,8 +53,6 @@ def encode_rows(
         else:
             lookup = len(full) - 1
         lookup = min(lookup, len(full) - 1)
-        if fact_token == "subject_last":
-            starts.append(min(len(_ids(tok, (context + prefix).rstrip())), lookup))
         if appended is not None:
             full = full + list(appended[i])
         rows.append(full)
@@ -86,17 +64,12 @@ def encode_rows(
     for i, row in enumerate(rows):
         input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
         mask[i, : len(row)] = 1
-    lengths = mask.sum(1)
-    subject_start = torch.tensor(starts, dtype=torch.long) if fact_token == "subject_last" else None
-    return EncodedBatch(input_ids, mask, torch.tensor(lookups, dtype=torch.long), lengths, subject_start)
+    return EncodedBatch(input_ids, mask, torch.tensor(lookups, dtype=torch.long), mask.sum(1))
 
 
 def target_token_ids(tok, target: Optional[str]) -> List[int]:
-    """Token ids of a neutral target appended after a prompt.
-
-    ``None`` or the tokenizer's EOS text gives ``[eos_token_id]``; any other text is
-    tokenised with a leading space and no special tokens.
-    """
+    """Token ids of a neutral target appended after a prompt: ``[eos_token_id]`` for ``None`` or the EOS text,
+    else the text with a leading space and no special tokens."""
     if target is None or (tok.eos_token is not None and target.strip() == tok.eos_token):
         if tok.eos_token_id is None:
             raise ValueError("the tokenizer has no EOS token: set 'neutral_target' in the hparams")

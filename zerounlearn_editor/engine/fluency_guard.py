@@ -1,23 +1,11 @@
 """Fluency guard: the edit's perplexity cost on a short built-in text, checked after every edit.
 
-Before the first weight is written and again after the last, the model's perplexity is measured on
-the first ``DEFAULT_TOKENS`` (256) tokens of the package's WikiText-2 text (one window; ``fluency_text``
-of the apply functions replaces the text). The relative increase ``after / before - 1`` is compared
-with the YAML's ``fluency_max_increase`` (``null``: no guard). The mode of one edit is the apply
-functions' ``fluency_guard`` argument:
-
-* ``"refuse"`` (default): beyond the threshold the edit is refused, every edited weight restored,
-  and :class:`FluencyError` names both perplexities, the increase and the threshold;
-* ``"warn"`` (the explicit override; ``zerounlearn unlearn --allow-fluency-loss``): the edit is kept
-  and a warning says the same;
-* ``"off"``: nothing is measured.
-
-The guard only reads: an edit that passes is exactly the edit without it. The figures go into
+The perplexity on the first ``DEFAULT_TOKENS`` tokens of the package's WikiText-2 text (or ``fluency_text``)
+is measured before the first write-back and after the last; the increase ``after / before - 1`` is compared
+with the YAML's ``fluency_max_increase`` (``null``: no guard). The apply functions' ``fluency_guard`` mode:
+``"refuse"`` (default: the edit is refused, weights restored, :class:`FluencyError`), ``"warn"`` (kept with a
+warning; ``zerounlearn unlearn --allow-fluency-loss``) or ``"off"``. The guard only reads; its figures go into
 ``EditReport.fluency``.
-
-Default threshold (+100%: the perplexity may not double): on SmolLM2-135M the shipped paper YAMLs
-cost at most +58% (ZeroUnlearn, 100 facts in one batch; +33% at 50, benchmarks/RESULTS.md),
-while the wrecked Gemma-3 edit of issue 28 cost +7,658%.
 """
 from __future__ import annotations
 
@@ -27,8 +15,8 @@ from typing import Any, Dict, Optional
 
 from torch import nn
 
-__all__ = ["FluencyCheck", "FluencyError", "GUARD_MODES", "DEFAULT_MAX_INCREASE", "DEFAULT_TOKENS", "guard_text",
-           "guard_perplexity", "guard_tokens", "judge_fluency", "resolve_mode"]
+from zerounlearn_editor.engine.eval_mode import eval_mode
+from zerounlearn_editor.engine.model_access import max_positions
 
 LOG = logging.getLogger(__name__)
 
@@ -87,8 +75,6 @@ def guard_text() -> str:
 
 def guard_tokens(model: nn.Module, tokens: int) -> int:
     """``tokens``, capped at the model's position limit (GPT-2's ``n_positions``; rotary models have none)."""
-    from zerounlearn_editor.engine.model_access import max_positions
-
     limit = max_positions(model)
     return tokens if limit is None else min(tokens, limit)
 
@@ -97,11 +83,8 @@ def guard_perplexity(model: nn.Module, tok: Any, text: str, tokens: int) -> floa
     """Perplexity of ``model`` on the first ``tokens`` tokens of ``text``, one window (restores train/eval mode)."""
     from zerounlearn_editor.evaluation.perplexity import perplexity
 
-    was_training = model.training
-    try:
+    with eval_mode(model):
         return perplexity(model, tok, text, max_tokens=tokens, window=tokens, stride=tokens, batch_size=1)
-    finally:
-        model.train(was_training)
 
 
 def judge_fluency(ppl_before: float, ppl_after: float, tokens: int, max_increase: float, mode: str) -> FluencyCheck:

@@ -1,14 +1,10 @@
 """Hyperparameter dataclasses and their strict YAML/JSON loader.
 
-Every method config is a dataclass whose fields are exactly the keys its YAML may hold.
-Loading is strict: a missing required key (no default, or listed in ``REQUIRED_KEYS``), an
-unknown key, a key given twice in one file, a wrong type, a non-finite number or a value out of
-range raises :class:`HParamsError` naming the file, the key and the value, so a typo never
-silently falls back to a default. Every key has help text (:data:`SHARED_KEY_HELP` and each method config's
-``KEY_HELP``, merged by :meth:`EditHyperParams.key_help`; the README key table is generated from it by
-:mod:`zerounlearn_editor.cli.hparams_doc`); a retired key fails with its :data:`RETIRED_KEYS` message.
-The method configs live with their methods (:mod:`zerounlearn_editor.methods.zerounlearn.config`,
-:mod:`zerounlearn_editor.methods.zerounlearn_gd.config`); this module reads none of their keys.
+A method config is a dataclass whose fields are exactly its YAML's keys. A missing required key, an unknown
+or repeated key, a wrong type, a non-finite number or a value out of range raises :class:`HParamsError`
+naming the file, the key and the value; a retired key fails with its :data:`RETIRED_KEYS` message. Every key
+has help text (:data:`SHARED_KEY_HELP` plus each method config's ``KEY_HELP``; the README key table is
+generated from it by :mod:`zerounlearn_editor.cli.hparams_doc`).
 """
 from __future__ import annotations
 
@@ -21,16 +17,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Literal, Optional, Union, get_args, get_origin, get_type_hints
 
 import yaml
-
-__all__ = [
-    "HParamsError",
-    "BaseHyperParams",
-    "EditHyperParams",
-    "load_config_file",
-    "RETIRED_KEYS",
-    "retired_key_errors",
-    "SHARED_KEY_HELP",
-]
 
 _SCI_NOTATION = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
 
@@ -88,12 +74,8 @@ def retired_key_errors(config: Dict[str, Any], known: Any) -> List[str]:
 
 def _convert_scientific_strings(config: Dict[str, Any]) -> Dict[str, Any]:
     """YAML 1.1 reads ``1e-3`` as a string; turn such strings into floats."""
-    out = {}
-    for key, value in config.items():
-        if isinstance(value, str) and _SCI_NOTATION.match(value.strip()):
-            value = float(value)
-        out[key] = value
-    return out
+    return {key: float(value) if isinstance(value, str) and _SCI_NOTATION.match(value.strip()) else value
+            for key, value in config.items()}
 
 
 class UniqueKeySafeLoader(yaml.SafeLoader):
@@ -122,11 +104,8 @@ def unique_json_pairs(pairs):
 
 
 def load_config_file(path: Union[str, Path]) -> Dict[str, Any]:
-    """Read a YAML (``safe_load``) or JSON mapping from ``path``.
-
-    A path without suffix gets ``.yaml`` appended, as EasyEdit does. A key given twice is an
-    error (``yaml.safe_load`` would keep the last value silently).
-    """
+    """Read a YAML or JSON mapping from ``path`` (``.yaml`` appended without a suffix, as EasyEdit does);
+    a key given twice is an error."""
     path = Path(path)
     if path.suffix.lower() not in (".yaml", ".yml", ".json"):
         path = path.with_name(path.name + ".yaml")
@@ -179,17 +158,7 @@ def _check_type(value: Any, annotation: Any) -> bool:
 
 @dataclass
 class BaseHyperParams:
-    """EasyEdit's host fields, shared by every method of this package.
-
-    Attributes:
-        alg_name: the method name; must equal the class's ``ALG_NAME``.
-        model_name: hub name or local folder of the model (EasyEdit loads it from here).
-        device: CUDA index, ``"cpu"``/``"cuda:0"``-style string; the device edits run on.
-        model_parallel: load with ``device_map="auto"`` in EasyEdit.
-        fp16: load the model in float16 in EasyEdit.
-        max_length: maximum prompt length in tokens for evaluation.
-        batch_size: requests edited together in EasyEdit's ``batch_edit``.
-    """
+    """EasyEdit's host fields, shared by every method of this package (help: :data:`SHARED_KEY_HELP`)."""
 
     ALG_NAME: ClassVar[str] = ""
     # keys that must be in every file although the dataclass has a default for them (README table)
@@ -225,15 +194,9 @@ class BaseHyperParams:
             if hints[name] is float and isinstance(value, int):
                 config[name] = float(value)
         required = {key for klass in cls.__mro__ for key in getattr(klass, "REQUIRED_KEYS", ())}
-        missing = [
-            name
-            for name, f in fields.items()
-            if name not in config
-            and (
-                name in required
-                or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)  # type: ignore[misc]
-            )
-        ]
+        none = dataclasses.MISSING
+        required |= {name for name, f in fields.items() if f.default is none and f.default_factory is none}
+        missing = [name for name in fields if name not in config and name in required]
         if missing:
             raise HParamsError(f"{source}: missing required key(s) {missing} for {cls.__name__}")
         obj = cls(**config)
@@ -246,32 +209,24 @@ class BaseHyperParams:
         hints = get_type_hints(cls)
         for name, value in config.items():
             if not _check_type(value, hints[name]):
-                raise HParamsError(
-                    f"{source}: key {name!r} has value {value!r}, expected {hints[name]}"
-                )
+                raise HParamsError(f"{source}: key {name!r} has value {value!r}, expected {hints[name]}")
             if isinstance(value, float) and not math.isfinite(value):
                 raise HParamsError(f"{source}: key {name!r} must be a finite number, got {value!r}")
 
     def check(self, source: str = "hparams at edit time") -> None:
-        """The loader's checks (types, then :meth:`validate`) on the current field values.
-
-        Fields can be changed after loading (``hparams.layers = [2, 1]``); the edit calls this before
-        any work, so such a change meets the same error, naming the key, as a file holding it. The one
-        exception to the file's types: ``model_name`` may hold EasyEdit's in-memory form, a
-        ``(model, tokenizer)`` pair (``hparams.model_name = (model, tok)`` before ``BaseEditor.from_hparams``).
-        """
+        """The loader's checks on the current field values (fields may be changed after loading);
+        ``model_name`` may also hold EasyEdit's in-memory ``(model, tokenizer)`` pair."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        if is_in_memory_model(values.get("model_name")):
+        name = values.get("model_name")
+        if isinstance(name, (tuple, list)) and len(name) == 2 and not isinstance(name[0], str):
             values["model_name"] = "<in-memory model>"
         type(self)._check_values(values, source)
         self.validate(source)
 
     @classmethod
     def from_hparams(cls, hparams_name_or_path: Union[str, Path]):
-        """Load from a YAML or JSON file (EasyEdit's constructor name).
-
-        A relative ``retain_file`` is resolved against the file's folder.
-        """
+        """Load from a YAML or JSON file (EasyEdit's constructor name); a relative ``retain_file`` is resolved
+        against the file's folder."""
         config = load_config_file(hparams_name_or_path)
         retain_file = config.get("retain_file")
         if isinstance(retain_file, str) and retain_file and not Path(retain_file).is_absolute():
@@ -302,37 +257,24 @@ class BaseHyperParams:
         return type(self).from_dict(config, source=f"{type(self).__name__}.replace")
 
 
-def is_in_memory_model(model_name: Any) -> bool:
-    """Whether ``model_name`` is EasyEdit's in-memory form, a ``(model, tokenizer)`` pair."""
-    return isinstance(model_name, (tuple, list)) and len(model_name) == 2 and not isinstance(model_name[0], str)
-
-
 def _check_device(device: Union[int, str], source: str) -> None:
-    """``device`` names a device torch knows and, for CUDA, one this machine has.
-
-    An integer is EasyEdit's CUDA index: checked against the visible GPUs when there are any (a
-    shipped ``device: 0`` YAML still loads on a CPU-only machine, where the edit runs on the
-    model's own device). A string (``"cpu"``, ``"cuda:1"``, ``"mps"``) must be usable here.
-    """
+    """``device`` names a device torch knows and, for CUDA, one this machine has (an integer CUDA index is
+    only checked where there are GPUs: a shipped ``device: 0`` YAML loads on a CPU-only machine)."""
     import torch
 
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if isinstance(device, int):
-        if device < 0 or (torch.cuda.is_available() and device >= torch.cuda.device_count()):
-            visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
-            raise HParamsError(f"{source}: key 'device' is CUDA index {device}, but this machine has {visible} GPU(s)")
+        if device < 0 or (count and device >= count):
+            raise HParamsError(
+                f"{source}: key 'device' is CUDA index {device}, but this machine has {count} GPU(s)")
         return
     try:
         parsed = torch.device(device)
     except (RuntimeError, ValueError) as exc:
         raise HParamsError(f"{source}: key 'device' has value {device!r}, not a device name (e.g. 'cpu', 'cuda:0')") from exc
-    if parsed.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        index = parsed.index or 0
-        if index >= count:
-            raise HParamsError(
-                f"{source}: key 'device' is {device!r}, but this machine has {count} CUDA device(s)"
-                + ("" if count else " (CUDA is not available: use 'cpu')")
-            )
+    if parsed.type == "cuda" and (parsed.index or 0) >= count:
+        raise HParamsError(f"{source}: key 'device' is {device!r}, but this machine has {count} CUDA "
+                           "device(s)" + ("" if count else " (CUDA is not available: use 'cpu')"))
 
 
 @dataclass
@@ -367,14 +309,7 @@ class EditHyperParams(BaseHyperParams):
     kl_factor: float = 0.0625
     v_early_stop_loss: float = 0.05
     chunk_size: int = 64
-    # "adam_kv" (default): the paper's Adam loop (same updates, clamp and early stop, equal up to float
-    # rounding) on cached prefix keys/values, ~2.6x faster; "adam": the paper's loop on full suffix
-    # forwards (the reference). See zerounlearn_editor.engine.targets_kv.
     targets_optimizer: Literal["adam", "adam_kv"] = "adam_kv"
-    # What the residual optimises (opt-in; "neutral" = the paper): "neutral" maximises the likelihood
-    # of the neutral target (EOS); "suppress_answer" minimises -log(1 - p(answer)), p the probability of the
-    # request's whole answer (needs 'ground_truth' in every request): the answer is removed without asking
-    # for EOS, so the residual can be smaller.
     target_objective: Literal["neutral", "suppress_answer"] = "neutral"
 
     # Statistics of general text
@@ -384,18 +319,13 @@ class EditHyperParams(BaseHyperParams):
     mom2_dtype: str = "float32"
     mom2_max_length: int = 256
 
-    # Fluency guard (every edit; zerounlearn_editor.engine.fluency_guard): perplexity on the first 256 tokens of the built-in
-    # WikiText-2 text before and after the edit; an increase beyond fluency_max_increase (relative: 1.0 = +100%) is
-    # refused with the weights restored (the apply functions' fluency_guard="warn" keeps it with a warning);
-    # null = no guard. It only reads: an edit that passes is unchanged.
+    # Fluency guard (zerounlearn_editor.engine.fluency_guard)
     fluency_max_increase: Optional[float] = 1.0
 
-    # Retain set (opt-in): facts to keep, a JSON/JSONL/YAML list of {prompt, subject}; the
-    # ``retain=`` argument of the apply functions takes precedence (see zerounlearn_editor.engine.retain)
+    # Retain set (opt-in; zerounlearn_editor.engine.retain)
     retain_file: Optional[str] = None
 
-    # Experiments (opt-in): a mapping whose keys must be declared in EXPERIMENTAL_KEYS (key -> help);
-    # an experiment that does not win on report data leaves in the same piece of work
+    # Experiments (opt-in): a mapping whose keys must be declared in EXPERIMENTAL_KEYS (key -> help)
     EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {}
     experimental: Dict[str, Any] = field(default_factory=dict)
 
@@ -409,8 +339,7 @@ class EditHyperParams(BaseHyperParams):
 
     @classmethod
     def key_help(cls) -> Dict[str, str]:
-        """Help text of every key of this class: :data:`SHARED_KEY_HELP` plus the ``KEY_HELP`` of each
-        subclass on the way down (the method's own keys)."""
+        """Help text of every key: :data:`SHARED_KEY_HELP` plus each subclass's ``KEY_HELP``."""
         merged = dict(SHARED_KEY_HELP)
         for klass in reversed(cls.__mro__):
             merged.update(klass.__dict__.get("KEY_HELP", {}))
@@ -436,37 +365,30 @@ class EditHyperParams(BaseHyperParams):
         for key in ("rewrite_module_tmp", "layer_module_tmp", "mlp_module_tmp"):
             if "{}" not in getattr(self, key):
                 raise HParamsError(f"{source}: key {key!r} must contain '{{}}' for the layer index")
-        if self.context_template_count < 0:
-            raise HParamsError(f"{source}: key 'context_template_count' must be >= 0, got {self.context_template_count}")
-        if self.context_template_length < 1:
-            raise HParamsError(f"{source}: key 'context_template_length' must be >= 1, got {self.context_template_length}")
-        for key in ("clamp_norm_factor", "v_lr"):
-            if not getattr(self, key) > 0:
-                raise HParamsError(f"{source}: key {key!r} must be > 0, got {getattr(self, key)!r}")
-        for key in ("kl_factor", "v_weight_decay", "v_early_stop_loss"):
-            if getattr(self, key) < 0:
-                raise HParamsError(f"{source}: key {key!r} must be >= 0, got {getattr(self, key)!r}")
+        at_least_zero = ("context_template_count", "kl_factor", "v_weight_decay", "v_early_stop_loss",
+                         "v_num_grad_steps")
+        at_least_one = ("context_template_length", "mom2_n_samples", "chunk_size", "mom2_max_length")
+        for keys, ok, bound in ((at_least_zero, lambda v: v >= 0, ">= 0"),
+                                (at_least_one, lambda v: v >= 1, ">= 1"),
+                                (("clamp_norm_factor", "v_lr"), lambda v: v > 0, "> 0")):
+            for key in keys:
+                if not ok(getattr(self, key)):
+                    raise HParamsError(f"{source}: key {key!r} must be {bound}, got {getattr(self, key)!r}")
         if self.v_loss_layer < -1:
             raise HParamsError(
                 f"{source}: key 'v_loss_layer' must be -1 (the model's last layer) or a layer index, got {self.v_loss_layer}"
             )
-        if not self.stats_dir.strip():
-            raise HParamsError(f"{source}: key 'stats_dir' is empty")
-        if not self.mom2_dataset.strip():
-            raise HParamsError(f"{source}: key 'mom2_dataset' is empty")
+        for key in ("stats_dir", "mom2_dataset"):
+            if not getattr(self, key).strip():
+                raise HParamsError(f"{source}: key {key!r} is empty")
         if self.mom2_dtype not in ("float16", "float32", "float64"):
             hint = " (numpy, and so the .npz cache EasyEdit shares, has no bfloat16)" if self.mom2_dtype == "bfloat16" else ""
             raise HParamsError(
                 f"{source}: key 'mom2_dtype' must be float16, float32 or float64, got {self.mom2_dtype!r}{hint}"
             )
-        for key in ("mom2_n_samples", "chunk_size", "mom2_max_length"):
-            if getattr(self, key) < 1:
-                raise HParamsError(f"{source}: key {key!r} must be >= 1")
         if self.fluency_max_increase is not None and not 0 < self.fluency_max_increase < float("inf"):
             raise HParamsError(f"{source}: key 'fluency_max_increase' must be finite and > 0 (or null: no guard), "
                                f"got {self.fluency_max_increase!r}")
-        if self.v_num_grad_steps < 0:
-            raise HParamsError(f"{source}: key 'v_num_grad_steps' must be >= 0")
         if 0 <= self.v_loss_layer <= self.layers[-1]:
             # the residual is added to the last edited layer's output; a loss read there or before
             # cannot see it through attention (zero gradient, the targets never move)

@@ -1,14 +1,10 @@
-"""Keys ``K_f`` (down_proj inputs at the lookup token) and hidden states at the target layer.
-
-One batched forward pass per chunk of requests covers every context of every request and
-captures both the key at the edited layer and the hidden state at the last edited layer;
-the pass stops right after the last module it needs.
-"""
+"""Keys ``K_f`` (down_proj inputs at the lookup token) and hidden states at the last edited layer, from one
+batched forward pass per chunk of requests over every context."""
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -18,27 +14,17 @@ from zerounlearn_editor.engine.model_access import StopForward, capture_inputs, 
 from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
 from zerounlearn_editor.engine.requests import ForgetRequest
 
-__all__ = ["LayerReadout", "context_position_mask", "read_keys_and_hidden"]
-
 
 @dataclass
 class LayerReadout:
-    """``keys`` ``[d_in, n]`` (mean over contexts) and ``hidden`` ``[n, d_model]`` (bare prompt).
-
-    ``context_mom2`` ``[d_in, d_in]`` (float64) and ``context_count``: when asked for, the sum of
-    ``k k^T`` over the rows' other positions (every real token but the lookup token and the first
-    one: the prompts' relation context, :func:`context_position_mask`) and their number; ``None``
-    otherwise.
-    """
+    """``keys`` ``[d_in, n]`` (mean over contexts), ``hidden`` ``[n, d_model]`` (bare prompt); when asked for,
+    ``context_mom2`` ``[d_in, d_in]`` (float64), the sum of ``k k^T`` over :func:`context_position_mask`'s
+    positions, and their number ``context_count``."""
 
     keys: torch.Tensor
     hidden: torch.Tensor
     context_mom2: Optional[torch.Tensor] = None
     context_count: int = 0
-
-
-def _chunks(items: Sequence, size: int) -> List[Sequence]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def context_position_mask(batch: EncodedBatch) -> torch.Tensor:
@@ -70,15 +56,9 @@ def read_keys_and_hidden(
     context_moment: bool = False,
     prefix_replay: Optional[LayerPrefixReplay] = None,
 ) -> LayerReadout:
-    """Keys at ``key_module``'s input and hidden states at ``hidden_module``'s output.
-
-    Rows are ``prefix + prompt`` for every prefix (the first prefix is the bare prompt);
-    keys are averaged over prefixes, hidden states come from the bare prompt. Returns
-    float32 tensors on the CPU. ``context_moment`` also sums ``k k^T`` over the rows' other
-    positions (see :class:`LayerReadout`), from the same forward passes. ``prefix_replay``
-    (one per edit) skips the layers before the first edited one on every read of a chunk after
-    its first; the results are bit-identical to full forward passes.
-    """
+    """Keys at ``key_module``'s input (mean over the prefixes) and hidden states at ``hidden_module``'s output
+    (bare prompt), float32 on the CPU. ``context_moment``: see :class:`LayerReadout`; ``prefix_replay`` (one
+    per edit) skips the unedited layers on repeated reads, with bit-identical results."""
     device = model_device(model)
     n_ctx = len(prefixes)
     keys: List[torch.Tensor] = []
@@ -86,7 +66,9 @@ def read_keys_and_hidden(
     mom2: Optional[torch.Tensor] = None
     count = 0
     replay = prefix_replay.around_forward if prefix_replay is not None else None
-    for index, chunk in enumerate(_chunks(list(requests), chunk_size)):
+    requests = list(requests)
+    for index, start in enumerate(range(0, len(requests), chunk_size)):
+        chunk = requests[start : start + chunk_size]
         contexts = [p for _ in chunk for p in prefixes]
         rows = [r for r in chunk for _ in prefixes]
         batch = encode_rows(

@@ -1,38 +1,12 @@
-"""Finding modules by template, reading/writing edited weights, and capturing activations.
-
-Edited weights are always handled in the *mathematical* orientation ``W`` ``[d_out, d_in]``
-(``value = W @ key``). ``nn.Linear`` stores exactly that; GPT-2's ``Conv1D`` stores the
-transpose ``[d_in, d_out]`` and is converted here, so no caller has to care.
-"""
+"""Finding modules by template, reading/writing edited weights (always as ``W`` ``[d_out, d_in]``, GPT-2's
+``Conv1D`` transposed here) and capturing activations."""
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import torch
 from torch import nn
-
-__all__ = [
-    "ModuleNotFoundInModel",
-    "StopForward",
-    "get_module",
-    "parameter_name_of_weight",
-    "module_is_transposed",
-    "get_weight_matrix",
-    "set_weight_matrix",
-    "num_hidden_layers",
-    "hidden_size_of",
-    "logits_transform",
-    "check_layers",
-    "check_edited_modules",
-    "max_positions",
-    "capture_inputs",
-    "unflatten_tokens",
-    "capture_outputs",
-    "hidden_of",
-    "model_device",
-    "module_device",
-]
 
 
 class ModuleNotFoundInModel(ValueError):
@@ -82,17 +56,22 @@ def set_weight_matrix(module: nn.Module, new_weight: torch.Tensor) -> None:
     target.copy_(value.to(device=target.device, dtype=target.dtype))
 
 
-def num_hidden_layers(model: nn.Module) -> int:
-    """Number of transformer blocks, from the config."""
-    config = model.config
-    for attr in ("num_hidden_layers", "n_layer", "num_layers"):
+def _config_int(config: Any, names: Sequence[str], text_config_name: str) -> Optional[int]:
+    """The first integer config attribute of ``names``, else ``config.text_config``'s ``text_config_name``."""
+    for attr in names:
         value = getattr(config, attr, None)
         if isinstance(value, int):
             return value
-    text_config = getattr(config, "text_config", None)
-    if text_config is not None and isinstance(getattr(text_config, "num_hidden_layers", None), int):
-        return text_config.num_hidden_layers
-    raise ValueError(f"cannot tell the number of layers of {type(model).__name__} from its config")
+    value = getattr(getattr(config, "text_config", None), text_config_name, None)
+    return value if isinstance(value, int) else None
+
+
+def num_hidden_layers(model: nn.Module) -> int:
+    """Number of transformer blocks, from the config."""
+    value = _config_int(model.config, ("num_hidden_layers", "n_layer", "num_layers"), "num_hidden_layers")
+    if value is None:
+        raise ValueError(f"cannot tell the number of layers of {type(model).__name__} from its config")
+    return value
 
 
 def check_layers(model: nn.Module, layers: Sequence[int], module_tmp: str) -> None:
@@ -106,22 +85,12 @@ def check_layers(model: nn.Module, layers: Sequence[int], module_tmp: str) -> No
 
 def hidden_size_of(model: nn.Module) -> Optional[int]:
     """The residual stream's width ``d_model`` from the config (``hidden_size`` / ``n_embd`` / ``d_model``), or None."""
-    config = getattr(model, "config", None)
-    for attr in ("hidden_size", "n_embd", "d_model"):
-        value = getattr(config, attr, None)
-        if isinstance(value, int):
-            return value
-    text_config = getattr(config, "text_config", None)
-    return getattr(text_config, "hidden_size", None) if text_config is not None else None
+    return _config_int(getattr(model, "config", None), ("hidden_size", "n_embd", "d_model"), "hidden_size")
 
 
 def check_edited_modules(model: nn.Module, layers: Sequence[int], module_tmp: str, key: str = "rewrite_module_tmp") -> None:
-    """Every edited module exists, holds a 2-D weight and writes into the residual stream.
-
-    The edit's values ``W k`` are hidden states, so ``W`` must be ``[hidden_size, d_in]``:
-    a template naming the MLP itself (no weight) or its ``up_proj`` (``[d_ff, hidden]``) is
-    rejected here, naming the key, the module and the shapes, instead of failing deep in the solve.
-    """
+    """Every edited module exists and holds a 2-D weight ``[hidden_size, d_in]`` (it writes into the residual
+    stream); errors name the key, the module and the shapes."""
     check_layers(model, layers, module_tmp)
     hidden = hidden_size_of(model)
     for layer in layers:
@@ -142,23 +111,17 @@ def check_edited_modules(model: nn.Module, layers: Sequence[int], module_tmp: st
 
 
 def logits_transform(model: nn.Module) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
-    """What the model does to ``lm_head``'s output before returning logits, or None (nothing).
+    """What the model does to ``lm_head``'s output before returning logits, or None: Granite divides by
+    ``logits_scaling``, Cohere multiplies by ``logit_scale``, Gemma-2/3 cap (``cap * tanh(z / cap)``)."""
+    def number(name: str) -> Optional[float]:
+        value = getattr(getattr(model, "config", None), name, None)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
-    Gemma-2/3 cap the logits (``final_logit_softcapping``: ``cap * tanh(z / cap)``), Granite divides
-    them by ``logits_scaling``, Cohere multiplies them by ``logit_scale``. The neutral-target loss
-    reads ``lm_head`` directly, so it applies the same map to optimise the model's own probabilities.
-    """
-    config = getattr(model, "config", None)
-    cap = getattr(config, "final_logit_softcapping", None)
-    divide = getattr(config, "logits_scaling", None)
-    multiply = getattr(config, "logit_scale", None)
-    steps: List[Callable[[torch.Tensor], torch.Tensor]] = []
-    if isinstance(divide, (int, float)) and not isinstance(divide, bool) and divide != 1:
-        steps.append(lambda z, s=float(divide): z / s)
-    if isinstance(multiply, (int, float)) and not isinstance(multiply, bool) and multiply != 1:
-        steps.append(lambda z, s=float(multiply): z * s)
-    if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
-        steps.append(lambda z, c=float(cap): torch.tanh(z / c) * c)
+    divide, multiply, cap = number("logits_scaling"), number("logit_scale"), number("final_logit_softcapping")
+    candidates = ((lambda z: z / divide, divide not in (None, 1.0)),
+                  (lambda z: z * multiply, multiply not in (None, 1.0)),
+                  (lambda z: torch.tanh(z / cap) * cap, cap is not None and cap > 0))
+    steps = [step for step, used in candidates if used]
     if not steps:
         return None
 
@@ -189,11 +152,17 @@ def module_device(module: nn.Module, fallback: torch.device) -> torch.device:
 
 
 def model_device(model: nn.Module) -> torch.device:
-    """Device of the model's input embeddings (where input ids must go)."""
+    """Device of the model's input embeddings (where input ids must go, also under a device map)."""
     try:
         return model.get_input_embeddings().weight.device
     except (AttributeError, NotImplementedError):
         return next(model.parameters()).device
+
+
+def probe_ids(model: nn.Module, rows: int) -> torch.Tensor:
+    """A probe batch ``[rows, 8]`` of token ids ``3..10`` (within the vocabulary) on the input device."""
+    vocab = model.get_input_embeddings().weight.shape[0]
+    return (torch.arange(3, 11) % vocab)[None].expand(rows, -1).to(model_device(model))
 
 
 def hidden_of(output) -> torch.Tensor:
@@ -210,13 +179,8 @@ def unflatten_tokens(value: torch.Tensor, rows_seq: Optional[tuple]) -> torch.Te
 
 
 @contextlib.contextmanager
-def _capture(
-    model: nn.Module,
-    module_names: Sequence[str],
-    stop_after: Optional[str],
-    detach: bool,
-    inputs: bool,
-) -> Iterator[Dict[str, torch.Tensor]]:
+def _capture(model: nn.Module, module_names: Sequence[str], stop_after: Optional[str],
+             inputs: bool) -> Iterator[Dict[str, torch.Tensor]]:
     captured: Dict[str, torch.Tensor] = {}
     handles: List[torch.utils.hooks.RemovableHandle] = []
     batch_shape: Dict[str, tuple] = {}
@@ -229,7 +193,7 @@ def _capture(
             batch_shape["rows_seq"] = tuple(ids.shape[:2])
 
     def record(name: str, value: torch.Tensor) -> None:
-        captured[name] = unflatten_tokens(value.detach() if detach else value, batch_shape.get("rows_seq"))
+        captured[name] = unflatten_tokens(value.detach(), batch_shape.get("rows_seq"))
         if name == stop_after:
             raise StopForward
 
@@ -249,27 +213,13 @@ def _capture(
             handle.remove()
 
 
-def capture_inputs(
-    model: nn.Module,
-    module_names: Sequence[str],
-    stop_after: Optional[str] = None,
-    detach: bool = True,
-):
-    """Record the first positional input of each named module during a forward pass.
-
-    A context manager yielding a dict filled on each forward: ``name -> input``
-    ``[batch, seq, d_in]``. If ``stop_after`` names one of the modules, the forward raises
-    :class:`StopForward` right after capturing it; wrap the call in
-    ``with contextlib.suppress(StopForward)``.
-    """
-    return _capture(model, module_names, stop_after, detach, inputs=True)
+def capture_inputs(model: nn.Module, module_names: Sequence[str], stop_after: Optional[str] = None):
+    """A context manager yielding ``{name: first positional input [batch, seq, d_in]}`` (detached), filled on
+    each forward; after capturing ``stop_after`` the forward raises :class:`StopForward` (suppress it around
+    the call)."""
+    return _capture(model, module_names, stop_after, inputs=True)
 
 
-def capture_outputs(
-    model: nn.Module,
-    module_names: Sequence[str],
-    stop_after: Optional[str] = None,
-    detach: bool = True,
-):
+def capture_outputs(model: nn.Module, module_names: Sequence[str], stop_after: Optional[str] = None):
     """Record the hidden-state output ``[batch, seq, d]`` of each named module, like :func:`capture_inputs`."""
-    return _capture(model, module_names, stop_after, detach, inputs=False)
+    return _capture(model, module_names, stop_after, inputs=False)

@@ -1,31 +1,25 @@
-"""The layer-by-layer edit shared by ZeroUnlearn and ZeroUnlearn-GD.
+"""The layer-by-layer edit shared by ZeroUnlearn and ZeroUnlearn-GD (each stage timed in :class:`EditReport`).
 
-Stages (each timed in :class:`EditReport`):
+1. check the inputs (:class:`EditPlan`) and find how each edited module's output reaches the residual
+   (:mod:`zerounlearn_editor.engine.post_mlp`);
+2. utility statistics ``C0`` of every edited layer (cached), context prefixes and neutral targets ``z``;
+3. the fluency guard's perplexity of the unedited model;
+4. for each edited layer in order: keys ``K_f`` and the hidden state at the last edited layer, the residual
+   change ``(z - h) / (layers left)`` mapped to values ``M_n``, the method's float64 solve and the write-back;
+5. the guard's perplexity of the edited model: beyond ``fluency_max_increase`` the edit is refused.
 
-1. validate requests and layers, and find how each edited module's output reaches the residual
-   (:mod:`zerounlearn_editor.engine.post_mlp`; nothing is changed if this fails);
-2. utility statistics ``C0`` for every edited layer, from the unedited model (cached);
-3. context prefixes (cached on the model) and neutral target states ``z`` (batched loop);
-4. the fluency guard's perplexity of the unedited model (:mod:`zerounlearn_editor.engine.fluency_guard`);
-5. for each edited layer in order: keys ``K_f`` and the current hidden state at the last
-   edited layer (one forward pass), the wanted residual change ``(z - h) / (layers left)`` mapped to
-   values ``M_n`` (``W K_f`` plus that change where the MLP output is added as it is; through the
-   block's post-MLP norm or scale otherwise), the method's float64 solve, and the write-back of ``W'``
-   in the weight's own dtype and device;
-6. the guard's perplexity of the edited model: beyond ``fluency_max_increase`` the edit is refused.
-
-If anything fails after the first write-back (a refused edit included), every edited weight is
-restored before the error propagates. How the statistics, targets and keys are computed is replaceable
-(:class:`EditStages`; :mod:`zerounlearn_editor.bench.reference_pipeline` uses it); the solves are not.
+If anything fails after the first write-back, every edited weight is restored before the error propagates.
+The statistics, targets and keys stages are replaceable (:class:`EditStages`); the solves are not.
 """
 from __future__ import annotations
 
+import contextlib
 import copy as copy_module
+import dataclasses
 import logging
 import time
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -65,35 +59,17 @@ from zerounlearn_editor.engine.targets import (
     TargetConfig,
     loss_layer_module,
     optimise_neutral_targets,
-    target_loop,
 )
-
-__all__ = [
-    "EditReport",
-    "EditStages",
-    "LayerProblem",
-    "LayerSolver",
-    "batched_statistics",
-    "check_edit_inputs",
-    "run_layerwise_edit",
-    "apply_edit_method",
-    "neutral_targets",
-    "target_settings",
-    "forget_requests_of",
-    "restore_weights",
-]
 
 LOG = logging.getLogger(__name__)
 
 
 @dataclass
 class LayerProblem:
-    """Everything one layer's solve needs (float64, on the weight's device).
-
-    ``W`` ``[d_out, d_in]``, ``K_f`` ``[d_in, n]``, ``M_n`` ``[d_out, n]``, ``C0`` ``[d_in, d_in]``,
-    ``K_r`` ``[d_in, n_r]`` the retain keys (``n_r = 0`` without a retain set), ``C_ctx``
-    ``[d_in, d_in]`` the mean ``k k^T`` of the forget and retain prompts' other positions (their
-    relation context; only read when the method's hparams ask for it, else ``None``).
+    """Everything one layer's solve needs (float64, on the weight's device): ``W`` ``[d_out, d_in]``, ``K_f``
+    ``[d_in, n]``, ``M_n`` ``[d_out, n]``, ``C0`` ``[d_in, d_in]``, the retain keys ``K_r`` ``[d_in, n_r]``
+    (or None), ``C_ctx`` ``[d_in, d_in]`` the mean ``k k^T`` of the prompts' other positions (when the hparams
+    ask for it).
     """
 
     layer: int
@@ -103,12 +79,6 @@ class LayerProblem:
     C0: torch.Tensor
     K_r: Optional[torch.Tensor] = None
     C_ctx: Optional[torch.Tensor] = None
-
-    def retain_keys(self) -> torch.Tensor:
-        """``K_r`` ``[d_in, n_r]`` (float64, an empty ``[d_in, 0]`` without a retain set)."""
-        if self.K_r is None:
-            return self.K_f.new_zeros((self.K_f.shape[0], 0))
-        return self.K_r
 
     @property
     def M_f(self) -> torch.Tensor:
@@ -154,11 +124,7 @@ def batched_statistics(
 
 @dataclass(frozen=True)
 class EditStages:
-    """The data-gathering stages of an edit; the defaults are this package's batched ones.
-
-    Replacing a stage changes how its data is computed (and what it costs), never the solve:
-    :mod:`zerounlearn_editor.bench.reference_pipeline` swaps in the reference's per-request structure.
-    """
+    """The data-gathering stages of an edit (``bench.reference_pipeline`` swaps them)."""
 
     statistics: StatisticsStage = batched_statistics
     targets: TargetsStage = optimise_neutral_targets
@@ -177,36 +143,42 @@ class EditReport:
     # the fluency guard's figures (FluencyCheck.as_dict: ppl_before, ppl_after, increase, ...); empty when off
     fluency: Dict[str, Any] = field(default_factory=dict)
 
-    def add_time(self, stage: str, seconds: float) -> None:
-        self.timings[stage] = self.timings.get(stage, 0.0) + seconds
+
+@contextlib.contextmanager
+def _timer(report: EditReport, stage: str):
+    """Add the block's seconds to ``report.timings[stage]`` (also when it raises)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        report.timings[stage] = report.timings.get(stage, 0.0) + time.perf_counter() - start
 
 
-class _Timer:
-    def __init__(self, report: EditReport, stage: str):
-        self.report, self.stage = report, stage
+@dataclass(frozen=True)
+class EditPlan:
+    """An edit's checked inputs (:func:`check_edit_inputs`), passed along so the checks run once per edit: the
+    ``forget`` and ``keep`` (retain) requests, each forget request's ``target_ids`` and the ``hparams``."""
 
-    def __enter__(self):
-        self.start = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        self.report.add_time(self.stage, time.perf_counter() - self.start)
-        return False
+    forget: List[ForgetRequest]
+    keep: List[ForgetRequest]
+    target_ids: List[List[int]]
+    hparams: EditHyperParams
 
 
-def forget_requests_of(requests: Sequence[Mapping[str, Any]], hparams: EditHyperParams) -> List[ForgetRequest]:
-    """The checked forget requests (:func:`normalize_requests`); with answer-suppression targets two requests
-    with the same prompt and different answers are an error (each residual pushes down one answer)."""
-    return normalize_requests(requests, distinct_answers=hparams.target_objective == "suppress_answer")
+def _checked_forget(model: nn.Module, tok, requests: Sequence[Mapping[str, Any]],
+                    hparams: EditHyperParams) -> Tuple[List[ForgetRequest], List[List[int]]]:
+    """The hparams, the model, the forget requests (with answer-suppression targets one answer per prompt) and
+    the edited modules checked: ``(forget requests, their target ids)``."""
+    hparams.check()
+    check_materialised(model)
+    forget = normalize_requests(requests, distinct_answers=hparams.target_objective == "suppress_answer")
+    _check_modules(model, hparams)
+    return forget, request_target_ids(tok, forget, hparams)
 
 
 def request_target_ids(tok, forget: Sequence[ForgetRequest], hparams: EditHyperParams) -> List[List[int]]:
-    """The token ids each request's residual is optimised on.
-
-    ``target_objective: neutral`` (the paper): the request's ``target`` or the YAML's ``neutral_target``
-    (EOS by default). ``suppress_answer``: the request's own answer (``ground_truth``), which the
-    residual pushes down; a request without one is refused (ValueError naming its index).
-    """
+    """The token ids each request's residual is optimised on: the request's ``target`` or the YAML's
+    ``neutral_target`` (EOS by default); with ``suppress_answer`` the request's own answer (required)."""
     if hparams.target_objective == "suppress_answer":
         missing = [r.index for r in forget if r.answer is None]
         if missing:
@@ -257,24 +229,24 @@ def check_materialised(model: nn.Module) -> None:
 
 
 def check_edit_inputs(
-    model: nn.Module, tok, requests: Sequence[Mapping[str, Any]], hparams: EditHyperParams, retain: RetainSpec = None
-) -> Tuple[List[ForgetRequest], List[ForgetRequest], List[List[int]]]:
-    """Every check an edit makes before any work: ``(forget requests, retain requests, target ids)``.
+    model: nn.Module, tok, requests: Union[Sequence[Mapping[str, Any]], EditPlan], hparams: EditHyperParams,
+    retain: RetainSpec = None,
+) -> EditPlan:
+    """Every check an edit makes before any work, giving its :class:`EditPlan` (a plan is returned as it is).
 
-    The hparams' current values (:meth:`~zerounlearn_editor.engine.hparams.BaseHyperParams.check`, the
-    loader's own checks), a loaded model, the requests, the retain set (disjoint from the forget
-    prompts), the edited modules and the prompt lengths. Nothing is changed; the edit runs it first,
-    and a caller can run it before its own heavy work (``zerounlearn unlearn`` before scoring).
+    The hparams' current values (:meth:`~zerounlearn_editor.engine.hparams.BaseHyperParams.check`), a loaded
+    model, the requests, the retain set (disjoint from the forget prompts), the edited modules and the prompt
+    lengths. Nothing is changed; a caller can run it before its own heavy work and pass the plan to the edit.
     """
-    hparams.check()
-    check_materialised(model)
-    forget = forget_requests_of(requests, hparams)
+    if isinstance(requests, EditPlan):
+        if requests.hparams is not hparams:
+            raise ValueError("this EditPlan was checked against other hparams; pass the requests instead")
+        return requests
+    forget, target_ids = _checked_forget(model, tok, requests, hparams)
     keep = _retain_requests(retain, hparams)
     check_retain_disjoint(forget, keep)
-    _check_modules(model, hparams)
-    target_ids = request_target_ids(tok, forget, hparams)
     _check_lengths(model, tok, forget, keep, target_ids, hparams)
-    return forget, keep, target_ids
+    return EditPlan(forget, keep, target_ids, hparams)
 
 
 def _check_modules(model: nn.Module, hparams: EditHyperParams) -> None:
@@ -288,7 +260,7 @@ def _check_modules(model: nn.Module, hparams: EditHyperParams) -> None:
 def run_layerwise_edit(
     model: nn.Module,
     tok,
-    requests: Sequence[Mapping[str, Any]],
+    requests: Union[Sequence[Mapping[str, Any]], EditPlan],
     hparams: EditHyperParams,
     solver: LayerSolver,
     corpus: Optional[str] = None,
@@ -302,20 +274,13 @@ def run_layerwise_edit(
 ) -> Tuple[Dict[str, torch.Tensor], EditReport]:
     """Edit ``model`` in place; returns (original weights by parameter name, report).
 
-    ``retain`` (request dicts without answers, or a file) is the retain set, else the YAML's
-    ``retain_file``; its keys are read next to the forget keys at every layer and reach the
-    solve as ``LayerProblem.K_r``. A retain set with all retain weights at 0 is an error (it
-    would be ignored); retain weights without a retain set only warn.
-
-    ``corpus`` overrides ``hparams.mom2_dataset``; ``second_moments`` skips the statistics
-    stage (``{layer: SecondMoment}``, e.g. precomputed by the caller); ``targets`` skips the
-    target optimisation (from :func:`neutral_targets` on the same unedited model, requests
-    and target settings -- e.g. to compare solvers on identical inputs); ``stages`` replaces
-    the statistics / target / key computations (default :class:`EditStages`).
-
-    Fluency guard (:mod:`zerounlearn_editor.engine.fluency_guard`): ``fluency_guard`` (``"refuse"``, ``"warn"``,
-    ``"off"``) overrides the YAML's mode for this edit; ``fluency_text`` replaces the built-in text.
-    A refused edit raises :class:`~zerounlearn_editor.engine.fluency_guard.FluencyError` with the weights restored.
+    ``requests``: request dicts, or their :class:`EditPlan` from :func:`check_edit_inputs` (not checked
+    again). ``retain`` (request dicts or a file; else the YAML's ``retain_file``): its keys reach the solve as
+    ``LayerProblem.K_r``. ``corpus`` overrides ``hparams.mom2_dataset``; ``second_moments`` (``{layer:
+    SecondMoment}``) and ``targets`` (from :func:`neutral_targets` with the same settings) skip their stages;
+    ``stages`` replaces the statistics / target / key computations. ``fluency_guard`` (``"refuse"``,
+    ``"warn"``, ``"off"``) overrides the YAML's guard mode; ``fluency_text`` the built-in text. A refused edit
+    raises :class:`~zerounlearn_editor.engine.fluency_guard.FluencyError`, the weights restored.
     """
     mode = resolve_mode(hparams.fluency_max_increase, fluency_guard)
     with progress_scope(progress), eval_mode(model):  # keys and targets without dropout; caller's mode restored
@@ -327,23 +292,24 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
                         guard=("off", None)):
     stages = stages or EditStages()
     report = EditReport()
-    with _Timer(report, "validate"):
-        forget, keep, target_ids = check_edit_inputs(model, tok, requests, hparams, retain)
+    with _timer(report, "validate"):
+        plan = check_edit_inputs(model, tok, requests, hparams, retain)
+        forget, keep, target_ids = plan.forget, plan.keep, plan.target_ids
         post_maps = detect_post_mlp_maps(model, hparams.layer_module_tmp, hparams.rewrite_module_tmp, hparams.layers)
     report.retain_count = len(keep)
     LOG.info("%s: unlearning %d fact(s) at layers %s%s", hparams.alg_name, len(forget), list(hparams.layers),
              f" with {len(keep)} retain fact(s)" if keep else "")
-    with _Timer(report, "statistics"):
+    with _timer(report, "statistics"):
         if second_moments is None:
             second_moments = stages.statistics(model, tok, hparams, corpus or hparams.mom2_dataset, progress)
         missing = [l for l in hparams.layers if l not in second_moments]
         if missing:
             raise ValueError(f"second moments missing for layer(s) {missing}")
-    with _Timer(report, "contexts"):
+    with _timer(report, "contexts"):
         prefixes = context_prefixes(
             model, tok, hparams.context_template_count, hparams.context_template_length, CONTEXT_SEED
         )
-    with _Timer(report, "targets"):
+    with _timer(report, "targets"):
         if targets is None:
             targets = stages.targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
         elif targets.z.shape[0] != len(forget):
@@ -357,15 +323,15 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
         weights_copy[parameter_name_of_weight(model, name)] = get_module(model, name).weight.detach().clone()
     mode, guard_source = guard
     if mode != "off":
-        with _Timer(report, "fluency"):
+        with _timer(report, "fluency"):
             guard_text_ = guard_source if guard_source is not None else builtin_guard_text()
             n_tokens = guard_tokens(model, DEFAULT_TOKENS)
             ppl_before = guard_perplexity(model, tok, guard_text_, n_tokens)
     try:
-        _edit_layers(model, tok, forget, keep, prefixes, targets, second_moments, hparams, solver, report, stages.keys,
+        _edit_layers(model, tok, plan, prefixes, targets, second_moments, solver, report, stages.keys,
                      post_maps)
         if mode != "off":
-            with _Timer(report, "fluency"):
+            with _timer(report, "fluency"):
                 ppl_after = guard_perplexity(model, tok, guard_text_, n_tokens)
             check = judge_fluency(ppl_before, ppl_after, n_tokens,
                                   DEFAULT_MAX_INCREASE if hparams.fluency_max_increase is None else hparams.fluency_max_increase,
@@ -427,15 +393,8 @@ def neutral_targets(
     retain: RetainSpec = None,
 ) -> NeutralTargets:
     """The target states ``z`` a :func:`run_layerwise_edit` call would optimise (model unchanged).
-
-    ``retain`` plays no part (the targets do not depend on a retain set); it is accepted so that
-    callers can pass the edit's arguments unchanged.
-    """
-    hparams.check()
-    check_materialised(model)
-    forget = forget_requests_of(requests, hparams)
-    _check_modules(model, hparams)
-    target_ids = request_target_ids(tok, forget, hparams)
+    ``retain`` plays no part; it is accepted so that callers can pass the edit's arguments."""
+    forget, target_ids = _checked_forget(model, tok, requests, hparams)
     with eval_mode(model):
         prefixes = context_prefixes(
             model, tok, hparams.context_template_count, hparams.context_template_length, CONTEXT_SEED
@@ -444,14 +403,10 @@ def neutral_targets(
 
 
 def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any]:
-    """Every setting the neutral targets depend on (besides the model and the requests).
-
-    Two hparams objects with equal ``target_settings`` give equal :func:`neutral_targets` for the
-    same requests on the same unedited model, e.g. ZeroUnlearn and ZeroUnlearn-GD YAMLs that
-    differ only in their solve weights; the bench uses this to optimise the targets once.
-    """
+    """Every setting the neutral targets depend on besides the model and the requests: equal settings give
+    equal :func:`neutral_targets` (the bench optimises the targets once for YAMLs differing in solves)."""
     cfg = _target_config(model, hparams)
-    config = dict(dataclasses.asdict(cfg), optimizer=target_loop(cfg))
+    config = dataclasses.asdict(cfg)
     config.pop("chunk_size")  # chunking does not change the result
     if config["objective"] == "neutral":  # the paper's objective: cache keys as before the key existed
         config.pop("objective")
@@ -465,29 +420,17 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
 
 
 def target_dependencies(model: nn.Module, hparams: EditHyperParams, retain: RetainSpec = None) -> Dict[str, Any]:
-    """What :func:`neutral_targets` depends on besides the model and the requests (for cache keys):
-    :func:`target_settings`; ``retain`` is accepted with the edit's arguments but plays no part."""
+    """:func:`target_settings` (cache keys); ``retain`` is accepted with the edit's arguments, unused."""
     return target_settings(model, hparams)
 
 
-def _edit_layers(
-    model: nn.Module,
-    tok,
-    forget: List[ForgetRequest],
-    keep: List[ForgetRequest],
-    prefixes: List[str],
-    targets: NeutralTargets,
-    second_moments: Dict[int, SecondMoment],
-    hparams: EditHyperParams,
-    solver: LayerSolver,
-    report: EditReport,
-    read_keys: KeysStage = read_keys_and_hidden,
-    post_maps: Optional[Dict[int, PostMlpMap]] = None,
-) -> None:
+def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], targets: NeutralTargets,
+                 second_moments: Dict[int, SecondMoment], solver: LayerSolver, report: EditReport,
+                 read_keys: KeysStage, post_maps: Dict[int, PostMlpMap]) -> None:
+    hparams, forget, keep = plan.hparams, plan.forget, plan.keep
     hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
     n = len(forget)
-    context_protection = hparams.needs_context_moment()
-    context: Dict[str, Any] = {"context_moment": True} if context_protection else {}
+    context: Dict[str, Any] = {"context_moment": True} if hparams.needs_context_moment() else {}
     replay: Optional[LayerPrefixReplay] = None
     if read_keys is read_keys_and_hidden and len(hparams.layers) > 1:
         # layers before the first edited one never change here: computed on the first read only
@@ -496,7 +439,7 @@ def _edit_layers(
     for position, layer in enumerate(hparams.layers):
         bar.set_postfix(layer=layer, refresh=False)
         module = get_module(model, hparams.rewrite_module_tmp.format(layer))
-        with _Timer(report, "keys"):
+        with _timer(report, "keys"):
             # forget and retain keys in the same batched passes; retain columns come last
             readout = read_keys(
                 model,
@@ -511,7 +454,7 @@ def _edit_layers(
             )
         if replay is not None and position == len(hparams.layers) - 1:
             replay.clear()  # the last read: free the stored outputs before the solve
-        with _Timer(report, "solve"):
+        with _timer(report, "solve"):
             W = get_weight_matrix(module).detach().double()
             device = W.device
             K_f = readout.keys[:, :n].to(device).double()
@@ -519,7 +462,7 @@ def _edit_layers(
             residual = (targets.z - readout.hidden[:n]).to(device).double() / (len(hparams.layers) - position)
             # the value change that moves the residual by ``residual`` (through a post-MLP norm where there is one)
             bias = getattr(module, "bias", None)
-            M_n = value_targets(W, K_f, residual.t(), (post_maps or {}).get(layer, IDENTITY),
+            M_n = value_targets(W, K_f, residual.t(), post_maps.get(layer, IDENTITY),
                                 None if bias is None else bias.detach().to(device).double())
             C_ctx = None
             if readout.context_mom2 is not None and readout.context_count:
@@ -530,7 +473,7 @@ def _edit_layers(
                 raise ValueError(f"layer {layer}: the solve produced non-finite weights")
         # before the write-back: for a float64 weight, ``W`` is the parameter itself
         report.layer_change_norm[layer] = float((new_W - W).norm() / W.norm())
-        with _Timer(report, "write_back"):
+        with _timer(report, "write_back"):
             set_weight_matrix(module, new_W)
         LOG.info("layer %d edited: relative change %.3e", layer, report.layer_change_norm[layer])
         bar.update(1)
@@ -558,42 +501,25 @@ def apply_edit_method(
 ) -> Tuple[nn.Module, Dict[str, torch.Tensor]]:
     """EasyEdit's calling convention around :func:`run_layerwise_edit`.
 
-    ``copy=True`` (or ``keep_original_weight=True``) edits a deep copy and leaves the
-    caller's model untouched. ``weights_copy`` maps parameter names to the original tensors
-    when ``return_orig_weights`` is set (else it is empty). Extra keyword arguments accepted:
-    ``corpus``, ``second_moments``, ``targets``, ``stages`` (an :class:`EditStages`), ``progress``,
-    ``report`` (an :class:`EditReport` to fill), ``retain`` (the retain set: request dicts
-    ``{"prompt", "subject"}`` or a file; see :mod:`zerounlearn_editor.engine.retain`), ``fluency_guard``
-    (``"refuse"`` / ``"warn"`` / ``"off"``: this edit's guard mode over the YAML's) and ``fluency_text``;
-    others that EasyEdit passes (``train_ds``, ...) are ignored.
+    ``copy=True`` (or ``keep_original_weight=True``) edits a deep copy. ``weights_copy`` maps parameter names
+    to the original tensors when ``return_orig_weights`` is set (else it is empty). Keyword arguments of
+    :func:`run_layerwise_edit` are passed on, ``report`` (an :class:`EditReport`) is filled; others that
+    EasyEdit passes (``train_ds``, ...) are ignored.
     """
     if not isinstance(hparams, EditHyperParams):
         raise TypeError(f"hparams must be a ZeroUnlearn hparams object, got {type(hparams).__name__}")
-    check_edit_inputs(model, tok, requests, hparams, kwargs.get("retain"))  # fail before any copy is made
+    # before any copy is made
+    requests = check_edit_inputs(model, tok, requests, hparams, kwargs.get("retain"))
     resolve_mode(hparams.fluency_max_increase, kwargs.get("fluency_guard"))
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)
-    weights_copy, report = run_layerwise_edit(
-        model,
-        tok,
-        requests,
-        hparams,
-        solver,
-        corpus=kwargs.get("corpus"),
-        second_moments=kwargs.get("second_moments"),
-        progress=kwargs.get("progress", True),
-        targets=kwargs.get("targets"),
-        stages=kwargs.get("stages"),
-        retain=kwargs.get("retain"),
-        fluency_guard=kwargs.get("fluency_guard"),
-        fluency_text=kwargs.get("fluency_text"),
-    )
+    passed = ("corpus", "second_moments", "progress", "targets", "stages", "retain", "fluency_guard",
+              "fluency_text")
+    weights_copy, report = run_layerwise_edit(model, tok, requests, hparams, solver,
+                                              **{key: kwargs[key] for key in passed if key in kwargs})
     target_report = kwargs.get("report")
     if isinstance(target_report, EditReport):
-        target_report.timings.update(report.timings)
-        target_report.target_nll = report.target_nll
-        target_report.target_steps = report.target_steps
-        target_report.layer_change_norm = report.layer_change_norm
-        target_report.retain_count = report.retain_count
-        target_report.fluency = report.fluency
+        timings = target_report.timings
+        timings.update(report.timings)
+        target_report.__dict__.update(report.__dict__, timings=timings)
     return model, (weights_copy if return_orig_weights else {})

@@ -1,25 +1,12 @@
 """How the edited MLP output reaches the residual stream, and the value change a residual change needs.
 
-The edit writes ``W' k = M_n``, where the target ``M_n`` is derived from a wanted change ``delta`` of
-the residual stream at the lookup token. In most blocks (Llama, Qwen, GPT-2, GPT-NeoX, OPT,
-Falcon, Phi-3, StableLM) the MLP output ``v = W k (+ b)`` is added to the residual as it is, so the
-value must change by ``delta``. Others transform it first:
-
-* Gemma-2/3 and OLMo-2: ``h_out = h + N(v)`` with ``N`` an RMSNorm (``post_feedforward_layernorm``;
-  Gemma's gain is ``1 + weight``);
-* Granite: ``h_out = h + s v`` (``residual_multiplier``).
-
-:class:`PostMlpMap` describes that map ``f`` (``scale * norm(v)``); :func:`value_change` gives the
-change ``dv`` with ``f(v + dv) - f(v) = delta`` where that is possible. An RMSNorm's output has a fixed
-size (``v`` and ``c v`` give the same output), so a wanted output ``t = f(v) + delta`` is reached up
-to its radius: ``dv`` is taken with the current value's norm (the preimage direction of ``t``, scaled
-to ``|v|``), exact when ``t`` lies on the norm's image. LayerNorm likewise, with the mean kept.
-
-:func:`detect_post_mlp_maps` finds the map of each edited layer on the loaded model: one short forward
-pass perturbs the edited module's output and compares the layer's output change with each candidate
-(a scalar, or one of the block's norms followed by a scalar); the norm's form (RMS or LayerNorm, its
-gain and bias) is fitted from the module's own outputs. A block whose MLP output reaches the residual
-some other way is refused, naming the layer.
+The edit writes ``W' k = M_n`` for a wanted residual change ``delta`` at the lookup token. Most blocks add
+the MLP output ``v = W k (+ b)`` to the residual as it is (the value changes by ``delta``); Gemma-2/3 and
+OLMo-2 pass it through an RMSNorm first (``post_feedforward_layernorm``), Granite scales it
+(``residual_multiplier``). :class:`PostMlpMap` is that map ``f = scale * norm``; :func:`value_change` gives
+``dv`` with ``f(v + dv) - f(v) = delta`` where possible (a norm's output has a fixed size, so ``dv`` keeps the
+current value's norm). :func:`detect_post_mlp_maps` finds each edited layer's map with one short perturbed
+forward pass; a block whose MLP output reaches the residual some other way is refused, naming the layer.
 """
 from __future__ import annotations
 
@@ -31,16 +18,16 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
+from zerounlearn_editor.engine.architectures import is_norm
+from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.model_access import (
     StopForward,
+    capture_outputs,
     get_module,
     hidden_of,
-    model_device,
+    probe_ids,
     unflatten_tokens,
 )
-
-__all__ = ["PostMlpMap", "IDENTITY", "apply_post_mlp", "value_change", "value_targets", "detect_post_mlp_maps",
-           "UnsupportedResidualPath"]
 
 LOG = logging.getLogger(__name__)
 
@@ -54,12 +41,9 @@ class UnsupportedResidualPath(ValueError):
 
 @dataclass(frozen=True)
 class PostMlpMap:
-    """``f(v) = scale * norm(v)``: how a value ``v`` ``[d]`` (the edited module's output) enters the residual.
-
-    ``kind``: ``"identity"`` (``norm(v) = v``), ``"rms"`` (``gain * v / sqrt(mean(v^2) + eps)``) or
-    ``"layer_norm"`` (``gain * (v - mean) / sqrt(var + eps) + bias``). ``gain`` / ``bias`` ``[d]``
-    (float64, CPU) are the norm's effective elementwise weights; ``module`` names it.
-    """
+    """``f(v) = scale * norm(v)``: how a value ``v`` ``[d]`` enters the residual. ``kind``: ``"identity"``,
+    ``"rms"`` (``gain * v / sqrt(mean(v^2) + eps)``) or ``"layer_norm"`` (``gain * (v - mean) / sqrt(var +
+    eps) + bias``); ``gain`` / ``bias`` ``[d]`` (float64, CPU); ``module`` names the norm."""
 
     kind: str = "identity"
     scale: float = 1.0
@@ -105,12 +89,10 @@ def apply_post_mlp(spec: PostMlpMap, v: torch.Tensor) -> torch.Tensor:
 def value_change(spec: PostMlpMap, v: torch.Tensor, delta: torch.Tensor, gain_tol: float = 1e-6) -> torch.Tensor:
     """The change ``dv`` ``[d, n]`` of values ``v`` ``[d, n]`` that moves ``f(v)`` by ``delta`` ``[d, n]``.
 
-    Identity / scale: ``dv = delta / scale`` (exact). Norms: the wanted output ``t = f(v) + delta`` is
-    mapped back through the norm's elementwise gain (and bias) to a normalised vector ``u``; ``v + dv``
-    is ``u`` scaled to the norm of ``v`` (RMS) or of ``v``'s centred part, keeping ``v``'s mean
-    (LayerNorm). ``f(v + dv) = t`` whenever ``t`` lies on the norm's image; otherwise ``f(v + dv)``
-    is ``t``'s radial projection onto it. Coordinates whose gain is below ``gain_tol`` times the largest
-    carry nothing through the norm and keep their value. ``delta = 0`` gives ``dv = 0``.
+    Identity / scale: ``dv = delta / scale``. Norms: ``t = f(v) + delta`` is mapped back through the gain (and
+    bias) to a normalised ``u``, scaled to the norm of ``v`` (RMS) or of its centred part, keeping its mean
+    (LayerNorm); exact when ``t`` lies on the norm's image. Coordinates whose gain is below ``gain_tol`` times
+    the largest keep their value.
     """
     if v.shape != delta.shape or v.dim() != 2:
         raise ValueError(f"v and delta must both be [d, n], got {tuple(v.shape)} and {tuple(delta.shape)}")
@@ -140,9 +122,8 @@ def value_targets(W: torch.Tensor, K_f: torch.Tensor, delta: torch.Tensor, spec:
                   bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``M_n`` ``[d_out, n]``: the values whose residual contribution differs from the current one by ``delta``.
 
-    ``W`` ``[d_out, d_in]``, ``K_f`` ``[d_in, n]``, ``delta`` ``[d_out, n]`` the wanted residual change per
-    request at this layer, ``bias`` ``[d_out]`` the edited module's bias (the norm sees ``W k + b``).
-    With the identity map this is the paper's ``W K_f + delta``, computed exactly so.
+    ``W`` ``[d_out, d_in]``, ``K_f`` ``[d_in, n]``, ``delta`` ``[d_out, n]``, ``bias`` ``[d_out]`` the edited
+    module's bias (the norm sees ``W k + b``). The identity map gives the paper's ``W K_f + delta``.
     """
     if spec.is_identity:
         return W @ K_f + delta
@@ -183,15 +164,9 @@ def _fit_norm(module: nn.Module, name: str, x: torch.Tensor, tol: float = _REL_T
 
 def _norm_candidates(model: nn.Module, layer_name: str, rewrite_name: str, width: int) -> Dict[str, nn.Module]:
     """The block's norm modules of width ``width`` (``d_model``; not inside the edited module)."""
-    layer = get_module(model, layer_name)
-    out = {}
-    for name, module in layer.named_modules():
-        full = f"{layer_name}.{name}"
-        weight = getattr(module, "weight", None)
-        if name and "norm" in type(module).__name__.lower() and isinstance(weight, torch.Tensor) and weight.dim() == 1 \
-                and weight.shape[0] == width and not full.startswith(rewrite_name):
-            out[full] = module
-    return out
+    prefix = f"{layer_name}."
+    return {prefix + name: module for name, module in get_module(model, layer_name).named_modules()
+            if name and is_norm(module, width) and not (prefix + name).startswith(rewrite_name)}
 
 
 @torch.no_grad()
@@ -199,23 +174,17 @@ def detect_post_mlp_maps(model: nn.Module, layer_module_tmp: str, rewrite_module
                          layers: Sequence[int]) -> Dict[int, PostMlpMap]:
     """The :class:`PostMlpMap` of each layer in ``layers`` (one forward pass of ``1 + len(layers)`` rows).
 
-    Row 0 is clean; row ``1 + i`` adds a seeded random perturbation ``e`` to the output of layer
-    ``layers[i]``'s edited module. The layer's output change on that row is exactly ``f(m + e) - f(m)``
-    (``m`` the clean output), which each candidate map must reproduce to :data:`_REL_TOL`.
-
-    Raises:
-        UnsupportedResidualPath: naming the layer, when no candidate reproduces it.
+    Row ``1 + i`` adds a seeded random perturbation ``e`` to the output ``m`` of layer ``layers[i]``'s edited
+    module; the layer's output change on that row, ``f(m + e) - f(m)``, must be reproduced by a candidate map
+    (else :class:`UnsupportedResidualPath` names the layer).
     """
     layers = list(layers)
-    vocab = model.get_input_embeddings().weight.shape[0]
-    ids = (torch.arange(3, 11) % vocab)[None].expand(1 + len(layers), -1).to(model_device(model))
+    ids = probe_ids(model, 1 + len(layers))
     rewrites = {l: rewrite_module_tmp.format(l) for l in layers}
     blocks = {l: layer_module_tmp.format(l) for l in layers}
     generator = torch.Generator().manual_seed(0)
     clean: Dict[int, torch.Tensor] = {}
     noise: Dict[int, torch.Tensor] = {}
-    outputs: Dict[int, torch.Tensor] = {}
-    handles = []
 
     def perturb(row: int, layer: int):
         def hook(_m, _a, output):
@@ -231,30 +200,20 @@ def detect_post_mlp_maps(model: nn.Module, layer_module_tmp: str, rewrite_module
             return value if not isinstance(output, tuple) else (value, *output[1:])
         return hook
 
-    def grab(layer: int):
-        def hook(_m, _a, output):
-            outputs[layer] = hidden_of(output).detach()
-            if layer == layers[-1]:
-                raise StopForward
-        return hook
-
-    for i, layer in enumerate(layers):
-        handles.append(get_module(model, rewrites[layer]).register_forward_hook(perturb(1 + i, layer)))
-        handles.append(get_module(model, blocks[layer]).register_forward_hook(grab(layer)))
-    was_training = model.training
-    model.eval()
+    handles = [get_module(model, rewrites[l]).register_forward_hook(perturb(1 + i, l))
+               for i, l in enumerate(layers)]
+    names = list(blocks.values())
     try:
-        with contextlib.suppress(StopForward):
+        with eval_mode(model), capture_outputs(model, names, stop_after=names[-1]) as outputs, \
+                contextlib.suppress(StopForward):
             model(input_ids=ids)
     finally:
-        model.train(was_training)
         for handle in handles:
             handle.remove()
     result: Dict[int, PostMlpMap] = {}
     for i, layer in enumerate(layers):
-        m, e = clean[layer].double(), noise[layer].double()
-        change = (outputs[layer][1 + i] - outputs[layer][0]).double()  # [seq, d]
-        result[layer] = _match(model, blocks[layer], rewrites[layer], clean[layer], noise[layer], m, e, change)
+        change = (outputs[blocks[layer]][1 + i] - outputs[blocks[layer]][0]).double()  # [seq, d]
+        result[layer] = _match(model, blocks[layer], rewrites[layer], clean[layer], noise[layer], change)
         if not result[layer].is_identity:
             LOG.info("layer %d: the output of %s reaches the residual %s; targets map through it",
                      layer, rewrites[layer], result[layer].describe())
@@ -271,8 +230,11 @@ def _fit_scale(change: torch.Tensor, image: torch.Tensor, tol: float) -> Optiona
     return None
 
 
-def _match(model, block: str, rewrite: str, m_raw: torch.Tensor, e_raw: torch.Tensor, m: torch.Tensor,
-           e: torch.Tensor, change: torch.Tensor) -> PostMlpMap:
+def _match(model, block: str, rewrite: str, m_raw: torch.Tensor, e_raw: torch.Tensor,
+           change: torch.Tensor) -> PostMlpMap:
+    """The map taking the edited module's output ``m_raw`` ``[seq, d]`` perturbed by ``e_raw`` to the layer's
+    output change ``change``: a scale, or one of the block's norms then a scale."""
+    m, e = m_raw.double(), e_raw.double()
     tol = _REL_TOL if m_raw.dtype in (torch.float32, torch.float64) else _REL_TOL_HALF
     if m.shape != change.shape:
         raise UnsupportedResidualPath(

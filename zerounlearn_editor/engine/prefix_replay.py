@@ -1,17 +1,9 @@
 """Exact reuse of the unedited layers' output across the key reads of one edit.
 
-An edit reads the keys of every edited layer in turn, each time after the previous layers were
-rewritten. The decoder layers *before* the first edited one never change during the edit, so
-their output for a given batch is the same on every read. :class:`LayerPrefixReplay` stores
-that output (the output of layer ``first - 1``) on the first read of each chunk and, on later
-reads of the same chunk, swaps layers ``0 .. first - 1`` for modules that return the stored
-output without computing anything. The layers from ``first`` on then run the model's own code
-on the very same input tensor, so the keys and hidden states are bit-identical to a full
-forward pass; only ``first`` of the model's layers are skipped.
-
-It works for any model whose decoder layers sit in an ``nn.ModuleList`` named by the YAML's
-``layer_module_tmp`` (every supported architecture); for anything else it stays disabled and
-every read is a full forward pass.
+The decoder layers before the first edited one never change during an edit, so their output for a chunk is
+the same on every key read. :class:`LayerPrefixReplay` stores it on the first read and, on later reads,
+swaps those layers for stand-ins returning it; the layers from the first edited one on run on the very same
+tensor, so keys and hidden states are bit-identical to a full forward pass.
 """
 from __future__ import annotations
 
@@ -24,17 +16,12 @@ from torch import nn
 
 from zerounlearn_editor.engine.model_access import get_module
 
-__all__ = ["LayerPrefixReplay"]
-
 LOG = logging.getLogger(__name__)
 
 
 class _Replay(nn.Module):
-    """A stand-in for a skipped decoder layer: returns the stored output, whatever its input.
-
-    Attributes the host model reads from its layers while looping over them (for example
-    Qwen3's ``attention_type``) are answered by the layer it stands in for.
-    """
+    """A stand-in for a skipped decoder layer: returns the stored output; other attributes (Qwen3's
+    ``attention_type``) are the original layer's."""
 
     def __init__(self, original: nn.Module, value: Any):
         super().__init__()
@@ -52,14 +39,8 @@ class _Replay(nn.Module):
 
 
 class LayerPrefixReplay:
-    """Output of decoder layer ``first - 1`` per chunk, replayed on the later reads of that chunk.
-
-    ``layer_module_tmp`` (e.g. ``"model.layers.{}"``) names the decoder layers; ``first`` is the
-    lowest edited layer index. Valid only while layers ``0 .. first - 1`` keep their weights
-    (true inside one edit, which rewrites layers ``>= first`` only). A chunk is identified by its
-    index and checked against its ``input_ids`` before anything is replayed; stored outputs are capped
-    at ``max_bytes`` (chunks beyond it run in full) and freed by :meth:`clear`.
-    """
+    """Output of decoder layer ``first - 1`` (``first`` the lowest edited layer) per chunk, replayed on the
+    later reads of that chunk (checked against its ``input_ids``); stored outputs capped at ``max_bytes``."""
 
     def __init__(self, model: nn.Module, layer_module_tmp: str, first: int, max_bytes: int = 2 * 1024**3):
         self.first = int(first)
@@ -111,8 +92,7 @@ class LayerPrefixReplay:
             return
 
         def keep(_module: nn.Module, _args: Any, output: Any) -> None:
-            value = _detached(output)
-            size = sum(t.numel() * t.element_size() for t in _tensors(value))
+            value, size = _detached(output)
             if self._bytes + size <= self.max_bytes:
                 self._stored[chunk] = (input_ids.detach().clone(), value)
                 self._bytes += size
@@ -127,17 +107,9 @@ class LayerPrefixReplay:
             handle.remove()
 
 
-def _tensors(value: Any) -> List[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, tuple):
-        return [v for v in value if isinstance(v, torch.Tensor)]
-    return []
-
-
-def _detached(output: Any) -> Any:
-    if isinstance(output, torch.Tensor):
-        return output.detach()
-    if isinstance(output, tuple):
-        return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in output)
-    return output
+def _detached(output: Any) -> Tuple[Any, int]:
+    """``output`` (a tensor, or a tuple holding tensors) detached, and its tensors' size in bytes."""
+    parts = output if isinstance(output, tuple) else (output,)
+    detached = tuple(p.detach() if isinstance(p, torch.Tensor) else p for p in parts)
+    size = sum(p.numel() * p.element_size() for p in parts if isinstance(p, torch.Tensor))
+    return (detached if isinstance(output, tuple) else detached[0]), size

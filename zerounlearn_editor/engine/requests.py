@@ -13,8 +13,6 @@ from typing import Any, List, Mapping, Optional, Sequence
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["RequestError", "ForgetRequest", "normalize_requests"]
-
 
 class RequestError(ValueError):
     """A request is malformed; the message names the request index and the problem."""
@@ -22,12 +20,8 @@ class RequestError(ValueError):
 
 @dataclass(frozen=True)
 class ForgetRequest:
-    """One fact to forget, with the prompt split around the subject.
-
-    ``prompt == prefix + subject + suffix``; ``target`` is the neutral target text or
-    ``None`` for the configured default; ``answer`` is ``None`` when the request names none
-    (the edit does not use it; evaluation does).
-    """
+    """One fact to forget: ``prompt == prefix + subject + suffix``; ``target`` the neutral target text
+    (``None``: the configured one); ``answer`` ``None`` when the request names none."""
 
     index: int
     prefix: str
@@ -58,12 +52,8 @@ def _as_text(value: Any, index: int, field: str, allow_empty: bool = False) -> s
 
 
 def _subject_start(prompt: str, subject: str, index: int) -> int:
-    """Start of the subject in the prompt: its first whole-word occurrence.
-
-    A match inside a longer word (``"Rome"`` in ``"Romeo"``) is skipped; when the subject occurs
-    only inside longer words, the first such occurrence is used with a warning. Later whole-word
-    occurrences are ignored (logged).
-    """
+    """Start of the subject's first whole-word occurrence in the prompt (``"Rome"`` in ``"Romeo"`` only, with
+    a warning, when there is no other)."""
     left = r"(?<![^\W_])" if subject[:1].isalnum() else ""
     right = r"(?![^\W_])" if subject[-1:].isalnum() else ""
     matches = [m.start() for m in re.finditer(left + re.escape(subject) + right, prompt)]
@@ -79,22 +69,12 @@ def _subject_start(prompt: str, subject: str, index: int) -> int:
 
 
 def normalize_requests(requests: Sequence[Mapping[str, Any]], distinct_answers: bool = False) -> List[ForgetRequest]:
-    """Check every request and split its prompt around the subject.
+    """Check every request and split its prompt around the subject (raises :class:`RequestError`).
 
-    Raises :class:`RequestError` for an empty list, a missing prompt, an empty field, or a
-    subject that does not occur in its prompt. Nothing is modified.
-
-    The subject is located at its first whole-word occurrence in the prompt (not inside a longer
-    word: ``"Rome"`` in ``"Romeo"`` only if there is no other). A request repeating an earlier one
-    (same prompt, subject and target) is dropped with a warning naming both indices; the same
-    prompt and subject with different targets is an error. ``distinct_answers`` (answer-suppression
-    targets, where the answer is what a request's residual pushes down): a repeat with another
-    ``ground_truth`` is an error too, not dropped. ``ForgetRequest.index`` keeps the caller's index.
-
-    Requests built by EasyEdit's ``normal_edit`` carry no ``subject`` and ``ground_truth=None``:
-    a missing subject makes the whole prompt the subject (the key is read at the prompt's last
-    token, with a warning), and a missing answer is allowed since the edit does not use it.
-    An answer that is given must not be empty.
+    A repeated request (same prompt, subject and target) is dropped with a warning; the same prompt and
+    subject with another target (or, with ``distinct_answers``, another ``ground_truth``) is an error. A
+    missing subject (EasyEdit's ``normal_edit``) makes the whole prompt the subject; a missing answer is
+    allowed. ``ForgetRequest.index`` keeps the caller's index.
     """
     if isinstance(requests, Mapping):
         requests = [requests]
@@ -115,10 +95,9 @@ def normalize_requests(requests: Sequence[Mapping[str, Any]], distinct_answers: 
             subject = _as_text(request["subject"], index, "subject")
         raw_answer = request.get("ground_truth")
         answer = None if raw_answer is None else _as_text(raw_answer, index, "ground_truth")
-        target_raw = request.get("target_new")
-        target = None
-        if target_raw is not None:
-            target = _as_text(target_raw, index, "target_new", allow_empty=True)
+        target = request.get("target_new")
+        if target is not None:
+            target = _as_text(target, index, "target_new", allow_empty=True)
             target = target if target.strip() else None
         if "{}" in prompt and subject not in prompt:
             start = prompt.index("{}")

@@ -1,14 +1,6 @@
-"""Retain sets: facts the edit must keep, given as requests without answers.
-
-A retain request is ``{"prompt": ..., "subject": ...}`` (``ground_truth`` / ``answer`` may be
-present and are ignored by the edit). Its key ``k_r`` is read exactly like a forget key (at the
-subject's last token, averaged over the context prefixes); the retain-aware solves protect
-these keys (ZeroUnlearn-GD) or their values ``m_r = W k_r`` (ZeroUnlearn).
-
-Sources, first match wins: the ``retain=`` keyword of ``apply_zerounlearn_to_model`` /
-``apply_zerounlearn_gd_to_model``, else the YAML's ``retain_file`` (a JSON, JSONL or YAML list;
-a relative path is resolved against the YAML file's folder when loaded with ``from_hparams``).
-"""
+"""Retain sets: facts the edit must keep, requests ``{"prompt", "subject"}`` (answers ignored) whose keys are
+read like forget keys. Sources, first match wins: the apply functions' ``retain=`` keyword, else the YAML's
+``retain_file`` (a JSON, JSONL or YAML list)."""
 from __future__ import annotations
 
 import logging
@@ -18,8 +10,6 @@ from typing import Any, List, Mapping, Optional, Sequence, Union
 from zerounlearn_editor.data.record_files import read_record_list, require_fields
 from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, normalize_requests
 
-__all__ = ["RetainSpec", "normalize_retain", "load_retain_file", "resolve_retain", "check_retain_disjoint"]
-
 LOG = logging.getLogger(__name__)
 
 RetainSpec = Union[None, str, Path, Sequence[Mapping[str, Any]]]
@@ -27,11 +17,7 @@ RetainSpec = Union[None, str, Path, Sequence[Mapping[str, Any]]]
 
 
 def normalize_retain(retain: Sequence[Mapping[str, Any]]) -> List[ForgetRequest]:
-    """Validate retain request dicts; errors name ``retain request <index>``.
-
-    An empty list is allowed (no retain set). Answers are not needed; a given ``target_new`` is
-    meaningless for a fact to keep and is rejected.
-    """
+    """Validate retain request dicts (errors name ``retain request <index>``); ``target_new`` is refused."""
     if isinstance(retain, Mapping):
         retain = [retain]
     if not retain:
@@ -39,17 +25,12 @@ def normalize_retain(retain: Sequence[Mapping[str, Any]]) -> List[ForgetRequest]
     for index, request in enumerate(retain):
         if isinstance(request, Mapping) and str(request.get("target_new") or "").strip():
             raise RequestError(f"retain request {index}: field 'target_new' makes no sense for a fact to keep")
+    stripped = [{k: v for k, v in r.items() if k not in ("ground_truth", "answer", "target_new")}
+                if isinstance(r, Mapping) else r for r in retain]
     try:
-        normalized = normalize_requests([_without_answer(r) for r in retain])
+        return normalize_requests(stripped)
     except RequestError as exc:
         raise RequestError(f"retain {exc}") from None
-    return normalized
-
-
-def _without_answer(request: Any) -> Any:
-    if not isinstance(request, Mapping):
-        return request
-    return {k: v for k, v in request.items() if k not in ("ground_truth", "answer", "target_new")}
 
 
 def load_retain_file(path: Union[str, Path]) -> List[ForgetRequest]:
@@ -76,11 +57,7 @@ def resolve_retain(retain: RetainSpec, retain_file: Optional[str]) -> List[Forge
 
 
 def check_retain_disjoint(forget: Sequence[ForgetRequest], keep: Sequence[ForgetRequest]) -> None:
-    """Refuse a retain request whose prompt is also a forget prompt (whitespace-normalised).
-
-    Such an edit is asked to send one key to the neutral target and to keep it: a contradiction
-    that no weight satisfies. The error names both indices.
-    """
+    """Refuse a retain request whose prompt (whitespace-normalised) is also a forget prompt."""
     forgotten = {" ".join(r.prompt.split()): r.index for r in forget}
     for request in keep:
         index = forgotten.get(" ".join(request.prompt.split()))

@@ -1,32 +1,19 @@
-"""Utility statistic ``C0 = E[k k^T]`` of down_proj inputs over general text.
+"""Utility statistic ``C0 = E[k k^T]`` of the edited modules' inputs over general text.
 
-All edited layers are collected in ONE forward pass per batch (a pre-hook on every edited
-module; the pass stops after the last one). Results are cached in EasyEdit's layout so that
-EasyEdit's ROME/MEMIT/AlphaEdit read the same file offline::
-
-    {stats_dir}/{model basename}/{ds_name}_stats/{module}_{dtype}_mom2_{n}.npz
-
-with keys ``mom2.mom2`` (sum of ``k k^T``, ``[d_in, d_in]``), ``mom2.count`` (tokens),
-``mom2.constructor`` and ``sample_size`` (passages asked for), plus our own ``zerounlearn.*``
-metadata (corpus fingerprint, max length, module, model fingerprint). Files are written
-atomically (temp + rename); stale temp files of killed writers are removed on the next write.
-
-The file name holds only the model's basename (EasyEdit's layout), so a file is checked before it
-is used: a file recording another model (:func:`model_fingerprint`: the config and slices of the
-weights the statistic depends on), another corpus version, max length, module or shape is
-recomputed with a warning; a file that cannot be read (truncated, empty, garbage, no
-``mom2.count``) is treated as missing, with a warning naming it. EasyEdit's own files (no metadata)
-are read as they are.
-
-Across processes: ``collect_second_moments(..., shard=(rank, world_size))`` collects the
-passages ``texts[rank::world_size]``; :func:`collect_second_moments_distributed` does that on
-every rank of an initialised ``torch.distributed`` group and all-reduces the sums and counts;
-:func:`layer_second_moment_shards` writes one shard's files and :func:`merge_second_moment_files`
-sums shard files into one file of the same layout (``zerounlearn stats --shard`` / ``stats-merge``).
+All edited layers are collected in one forward pass per batch. Results are cached in EasyEdit's layout
+(``{stats_dir}/{model basename}/{ds_name}_stats/{module}_{dtype}_mom2_{n}.npz``, keys ``mom2.mom2`` = sum of
+``k k^T`` ``[d_in, d_in]``, ``mom2.count`` = tokens, ``sample_size``) so EasyEdit's ROME/MEMIT/AlphaEdit read
+the same file, plus ``zerounlearn.*`` metadata (corpus and model fingerprints, max length, module). A file
+recording another model, corpus version, max length, module or shape is recomputed with a warning; an
+unreadable one is treated as missing; EasyEdit's own files (no metadata) are read as they are. Files are
+written atomically. Shards (``zerounlearn stats --shard`` / ``stats-merge``):
+:func:`layer_second_moment_shards` writes the statistic of ``texts[rank::world_size]``,
+:func:`merge_second_moment_files` sums shard files.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -46,36 +33,20 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from zerounlearn_editor.data.corpus import Corpus, load_corpus
+from zerounlearn_editor.engine.encoding import pad_id_of
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.model_access import (
     StopForward,
     capture_inputs,
     check_edited_modules,
     check_layers,
+    get_module,
+    get_weight_matrix,
     model_device,
+    num_hidden_layers,
 )
 from zerounlearn_editor.support.output_dir import pid_alive
-
-__all__ = [
-    "SecondMoment",
-    "model_basename",
-    "corpus_cache_name",
-    "stats_path",
-    "save_second_moment",
-    "load_second_moment",
-    "collect_second_moments",
-    "layer_second_moments",
-    "padded_batches",
-    "shard_texts",
-    "all_reduce_second_moments",
-    "collect_second_moments_distributed",
-    "shard_path",
-    "layer_second_moment_shards",
-    "merge_second_moment_files",
-    "StatsCacheError",
-    "model_fingerprint",
-    "clean_stale_temp_files",
-]
+from zerounlearn_editor.support.progress import progress_enabled
 
 STATS_BATCH_SIZE = 16
 """Passages per forward pass of the statistics pass (``C0`` does not depend on it beyond float rounding)."""
@@ -95,19 +66,14 @@ _CONFIG_IGNORED = {"_name_or_path", "name_or_path", "transformers_version", "tor
                    "use_cache", "output_attentions", "output_hidden_states", "return_dict"}
 
 
-def model_fingerprint(
-    model: nn.Module, skip_template: Optional[str] = None, elements: int = 64,
-    replace: Optional[Dict[str, torch.Tensor]] = None,
-) -> str:
+def model_fingerprint(model: nn.Module, skip_template: Optional[str] = None,
+                      replace: Optional[Dict[str, torch.Tensor]] = None) -> str:
     """A short digest of what the model's statistics depend on (not its name).
 
-    Hashes the model's config (without its path, versions or load dtype) and, of every
-    parameter, its name, shape and ``elements`` evenly spaced values (rounded to bfloat16, so
-    the same checkpoint loaded in float32 or bfloat16 has the same fingerprint). The weights of
-    the edited modules (``skip_template`` formatted with every layer index) are left out: a
-    statistic is of the unedited model, and the edits of a sequence must not invalidate it.
-    Costs a few small reads per parameter. ``replace`` (parameter name -> tensor) hashes those
-    tensors instead of the model's, e.g. the weights before an edit (an adapter's base model).
+    Hashes the config (without path, versions or load dtype) and, of every parameter, its name, shape and
+    64 evenly spaced values rounded to bfloat16 (float32 and bfloat16 loads agree). The edited
+    modules' weights (``skip_template``) are left out, so the edits of a sequence keep the statistic valid.
+    ``replace`` (parameter name -> tensor) hashes those tensors instead, e.g. the weights before an edit.
     """
     config = getattr(model, "config", None)
     config_dict = config.to_dict() if hasattr(config, "to_dict") else {}
@@ -117,8 +83,6 @@ def model_fingerprint(
     skipped = set()
     if skip_template:
         try:
-            from zerounlearn_editor.engine.model_access import num_hidden_layers
-
             skipped = {f"{skip_template.format(i)}.weight" for i in range(num_hidden_layers(model))}
         except ValueError:
             skipped = set()
@@ -129,7 +93,7 @@ def model_fingerprint(
             if replace and name in replace:
                 param = replace[name]
             flat = param.detach().reshape(-1)
-            count = min(elements, flat.numel())
+            count = min(64, flat.numel())
             # integer spacing (a float32 linspace rounds past the end of a 28M-element tensor)
             index = torch.arange(count, dtype=torch.int64, device=flat.device) * (flat.numel() - 1) // max(count - 1, 1)
             sample = flat[index].to(torch.bfloat16).float().cpu().numpy()
@@ -139,11 +103,8 @@ def model_fingerprint(
 
 
 def clean_stale_temp_files(folder: Path, max_age: float = STALE_TEMP_SECONDS) -> List[Path]:
-    """Remove ``*.tmp`` files our writers left in ``folder`` when killed; returns the removed paths.
-
-    A temp file is named ``{file}.{host}.{pid}.XXXX.tmp``: it is stale when its writer was on this
-    host and is no longer running, or when it is older than ``max_age`` seconds (any host).
-    """
+    """Remove the stale ``{file}.{host}.{pid}.XXXX.tmp`` files of killed writers in ``folder`` (this host's
+    writer no longer running, or older than ``max_age`` seconds); returns the removed paths."""
     removed: List[Path] = []
     if not folder.is_dir():
         return removed
@@ -185,10 +146,9 @@ class SecondMoment:
         return SecondMoment(self.mom2.double() + other.mom2.double(), self.count + other.count)
 
 
-def model_basename(model: nn.Module, fallback: Optional[str] = None) -> str:
+def model_basename(model: nn.Module) -> str:
     """The model's name as EasyEdit caches it: the last path part of ``_name_or_path``."""
-    name = getattr(model.config, "_name_or_path", "") or fallback or ""
-    name = str(name).rstrip("/").rsplit("/", 1)[-1]
+    name = str(getattr(model.config, "_name_or_path", "") or "").rstrip("/").rsplit("/", 1)[-1]
     return name or type(model).__name__
 
 
@@ -198,10 +158,8 @@ def stats_path(stats_dir: str, model_name: str, ds_name: str, module: str, dtype
 
 
 def save_second_moment(path: Path, stat: SecondMoment, sample_size: int, dtype: str, meta: Dict[str, str]) -> None:
-    """Write ``stat`` atomically in EasyEdit's npz layout (``meta`` as ``zerounlearn.*`` strings).
-
-    Raises :class:`StatsCacheError` naming the folder when it cannot be created or written.
-    """
+    """Write ``stat`` atomically in EasyEdit's npz layout (``meta`` as ``zerounlearn.*`` strings); raises
+    :class:`StatsCacheError` naming the folder when it cannot be created or written."""
     if dtype not in _NP_DTYPES:
         raise StatsCacheError(f"{path}: cannot store statistics as {dtype!r}; use one of {sorted(_NP_DTYPES)}")
     try:
@@ -235,11 +193,8 @@ def save_second_moment(path: Path, stat: SecondMoment, sample_size: int, dtype: 
 
 
 def load_second_moment(path: Path) -> tuple[SecondMoment, Dict[str, str]]:
-    """Read a cached second moment (EasyEdit's or ours) without pickle.
-
-    Raises :class:`StatsCacheError` naming the file when it is not a readable statistics file
-    (truncated, empty, garbage, an object array, ``mom2.mom2`` / ``mom2.count`` missing or malformed).
-    """
+    """Read a cached second moment (EasyEdit's or ours) without pickle; raises :class:`StatsCacheError` naming
+    the file when it is not a readable statistics file."""
     try:
         with np.load(path, allow_pickle=False) as data:
             if not hasattr(data, "files"):
@@ -264,26 +219,15 @@ def load_second_moment(path: Path) -> tuple[SecondMoment, Dict[str, str]]:
     return stat, meta
 
 
-def _batches(tok, texts: Sequence[str], max_length: int, batch_size: int) -> List[List[List[int]]]:
-    """Token id lists, truncated to ``max_length``, sorted by length and grouped."""
-    ids = [list(tok(t, truncation=True, max_length=max_length)["input_ids"]) for t in texts]
-    ids = [row for row in ids if row]
-    ids.sort(key=len, reverse=True)
-    return [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
-
-
 def padded_batches(
     tok, texts: Sequence[str], max_length: int, batch_size: int, progress: bool = False, desc: str = "batches"
 ) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
-    """Right-padded CPU batches ``(input_ids [b, L] long, mask [b, L] bool)`` of ``texts``.
-
-    Passages are truncated to ``max_length`` tokens, sorted by length (longest first) and
-    grouped ``batch_size`` at a time; empty passages are dropped.
-    """
-    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
-    from zerounlearn_editor.support.progress import progress_enabled
-
-    batches = _batches(tok, texts, max_length, batch_size)
+    """Right-padded CPU batches ``(input_ids [b, L] long, mask [b, L] bool)`` of ``texts`` truncated to
+    ``max_length`` tokens, longest first, ``batch_size`` at a time (empty passages dropped)."""
+    pad = pad_id_of(tok)
+    ids = [list(tok(t, truncation=True, max_length=max_length)["input_ids"]) for t in texts]
+    ids = sorted((row for row in ids if row), key=len, reverse=True)
+    batches = [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
     for rows in tqdm(batches, desc=desc, disable=not (progress and progress_enabled()), unit="batch"):
         width = max(len(r) for r in rows)
         input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
@@ -316,13 +260,9 @@ def collect_second_moments(
     product_dtype: torch.dtype = torch.float64,
     shard: Optional[Tuple[int, int]] = None,
 ) -> Dict[str, SecondMoment]:
-    """``sum k k^T`` and token counts of every module's input, in one pass per batch.
-
-    Padding tokens are excluded. Each batch's ``K^T K`` is formed in ``product_dtype`` and
-    added to a float64 running sum on the module's device. ``shard = (rank, world_size)``
-    collects only ``texts[rank::world_size]``: summing the shards' ``mom2`` and counts gives
-    the full statistic (an empty shard gives zeros over 0 tokens).
-    """
+    """``sum k k^T`` ``[d_in, d_in]`` (float64) and token counts of every module's input (padding excluded),
+    one pass per batch, each batch's ``K^T K`` in ``product_dtype``. ``shard = (rank, world_size)`` collects
+    only ``texts[rank::world_size]`` (an empty shard gives zeros over 0 tokens)."""
     if not texts:
         raise ValueError("no texts to collect statistics from")
     if not module_names:
@@ -336,9 +276,7 @@ def collect_second_moments(
     device = model_device(model)
     sums: Dict[str, Optional[torch.Tensor]] = {name: None for name in module_names}
     count = 0
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):  # no dropout in the keys; the caller's train/eval flags come back
         for input_ids, mask in padded_batches(tok, texts, max_length, batch_size, progress, desc="C0 statistics"):
             with capture_inputs(model, module_names, stop_after=last) as inputs, contextlib.suppress(StopForward):
                 model(input_ids=input_ids.to(device), attention_mask=mask.long().to(device))
@@ -347,8 +285,6 @@ def collect_second_moments(
                 update = (feats.t() @ feats).double()
                 sums[name] = update if sums[name] is None else sums[name] + update
             count += int(mask.sum())
-    finally:
-        model.train(was_training)
     return {name: SecondMoment(value.cpu(), count) for name, value in sums.items()}
 
 
@@ -367,24 +303,17 @@ def layer_second_moments(
     force: bool = False,
     progress: bool = True,
 ) -> Dict[int, SecondMoment]:
-    """Load cached second moments of the edited modules, computing the missing ones together.
-
-    A cache file whose shape, corpus fingerprint or recorded ``max_length`` does not match is
-    recomputed (and overwritten: the file name follows EasyEdit's, which encodes neither). Returns
-    ``{layer: SecondMoment}``.
-    """
+    """``{layer: SecondMoment}``: the cached files, the missing or mismatching ones computed together (and
+    overwritten)."""
     if n_samples < 1:
         raise ValueError(f"mom2_n_samples / --n must be >= 1, got {n_samples}")
     check_edited_modules(model, layers, module_tmp)
     name = model_name or model_basename(model)
     modules = {layer: module_tmp.format(layer) for layer in layers}
-    corpus_obj: Optional[Corpus] = None
 
+    @functools.cache
     def get_corpus() -> Corpus:
-        nonlocal corpus_obj
-        if corpus_obj is None:
-            corpus_obj = load_corpus(corpus, limit=n_samples)
-        return corpus_obj
+        return load_corpus(corpus, limit=n_samples)
 
     ds_name = corpus_cache_name(corpus)
     fingerprint_of_model = model_fingerprint(model, module_tmp)
@@ -412,7 +341,8 @@ def layer_second_moments(
                 LOG.warning("%s: holds the statistic of module %r, not %r; recomputing", path, meta["module"], module)
             elif fingerprint is not None and fingerprint != get_corpus().fingerprint:
                 LOG.warning("%s: built from another version of corpus %r; recomputing", path, corpus)
-            elif _half_cache_for_full_model(meta.get("model_dtype"), _module_dtype(model, module)):
+            # a half-precision cache is not reused by a float32/float64 model (the reverse is fine)
+            elif meta.get("model_dtype") in _HALF and _module_dtype(model, module) not in _HALF:
                 LOG.warning("%s: computed from a %s model, this one is %s; recomputing", path, meta["model_dtype"],
                             _module_dtype(model, module))
             elif meta.get("max_length") not in (None, str(max_length)):
@@ -438,10 +368,8 @@ def layer_second_moments(
         product_dtype = torch.float64 if dtype == "float64" else torch.float32
         LOG.info("computing C0 statistics of layers %s from %d passages of corpus %r (cache: %s)", missing,
                  len(data.texts), corpus, stats_path(stats_dir, name, ds_name, "<module>", dtype, n_samples).parent)
-        with eval_mode(model):  # no dropout in the keys; the caller's train/eval flags come back
-            stats = collect_second_moments(
-                model, tok, data.texts, [modules[l] for l in missing], max_length, batch_size, progress, product_dtype
-            )
+        stats = collect_second_moments(model, tok, data.texts, [modules[l] for l in missing], max_length,
+                                       batch_size, progress, product_dtype)
         for layer in missing:
             path = stats_path(stats_dir, name, ds_name, modules[layer], dtype, n_samples)
             meta = {"corpus_fingerprint": data.fingerprint, "max_length": str(max_length), "n_passages": str(len(data.texts)),
@@ -453,13 +381,15 @@ def layer_second_moments(
     return result
 
 
+def _existing_ancestor(folder: Path) -> Path:
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
 def _check_free_space(folder: Path, needed: int) -> None:
-    """Raise :class:`StatsCacheError` when the disk of ``folder`` has less room than ``needed`` bytes
-    (the statistics files about to be computed), before the corpus pass rather than after it."""
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    free = shutil.disk_usage(existing).free
+    """Raise :class:`StatsCacheError` when the disk of ``folder`` has less room than ``needed`` bytes."""
+    free = shutil.disk_usage(_existing_ancestor(folder)).free
     if free < needed + (1 << 20):
         raise StatsCacheError(
             f"the statistics folder {folder} has {free:,} bytes free, the statistics need about {needed:,}; "
@@ -469,9 +399,7 @@ def _check_free_space(folder: Path, needed: int) -> None:
 
 def _check_writable(folder: Path) -> None:
     """Raise :class:`StatsCacheError` naming ``folder`` unless statistics can be written there."""
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = _existing_ancestor(folder)
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise StatsCacheError(
             f"the statistics folder {folder} cannot be written ({existing} is not a writable folder); "
@@ -500,67 +428,11 @@ _HALF = ("float16", "bfloat16")
 
 def _module_dtype(model: nn.Module, module_name: str) -> str:
     """The edited module's weight dtype, e.g. ``"bfloat16"``."""
-    from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
-
     return str(get_weight_matrix(get_module(model, module_name)).dtype).removeprefix("torch.")
 
 
-def _half_cache_for_full_model(cached: Optional[str], current: str) -> bool:
-    """A cache made from a half-precision model is not reused by a float32/float64 model (the reverse is fine)."""
-    return cached in _HALF and current not in _HALF
-
-
 def _module_input_dim(model: nn.Module, module_name: str) -> int:
-    from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
-
     return get_weight_matrix(get_module(model, module_name)).shape[1]
-
-
-def all_reduce_second_moments(stats: Dict[str, SecondMoment], group=None) -> Dict[str, SecondMoment]:
-    """Sum every module's ``mom2`` and count over the ranks of ``group`` (float64 / int64).
-
-    Every rank must call this with the same module names. Tensors travel on the CPU for gloo,
-    else on the current accelerator (CUDA for NCCL); results are on the CPU.
-    """
-    import torch.distributed as dist
-
-    device = torch.device("cpu")
-    if dist.get_backend(group) != "gloo" and torch.accelerator.is_available():  # NCCL and co. reduce accelerator tensors
-        device = torch.device(torch.accelerator.current_accelerator().type, torch.accelerator.current_device_index())
-    names = sorted(stats)
-    counts = torch.tensor([stats[name].count for name in names], dtype=torch.int64, device=device)
-    dist.all_reduce(counts, group=group)
-    result: Dict[str, SecondMoment] = {}
-    for name, count in zip(names, counts.tolist()):
-        mom2 = stats[name].mom2.to(device=device, dtype=torch.float64).contiguous()
-        dist.all_reduce(mom2, group=group)
-        result[name] = SecondMoment(mom2.cpu(), int(count))
-    return result
-
-
-def collect_second_moments_distributed(
-    model: nn.Module,
-    tok,
-    texts: Sequence[str],
-    module_names: Sequence[str],
-    max_length: int = 256,
-    batch_size: int = 16,
-    progress: bool = True,
-    product_dtype: torch.dtype = torch.float64,
-    group=None,
-) -> Dict[str, SecondMoment]:
-    """:func:`collect_second_moments` split over the ranks of an initialised process group.
-
-    Rank ``r`` of ``w`` collects ``texts[r::w]``; the sums and counts are all-reduced, so every
-    rank returns the statistic of all ``texts``. Each rank passes the same ``texts``.
-    """
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        raise RuntimeError("torch.distributed is not initialised; call init_process_group first or use collect_second_moments")
-    shard = (dist.get_rank(group), dist.get_world_size(group))
-    local = collect_second_moments(model, tok, texts, module_names, max_length, batch_size, progress, product_dtype, shard)
-    return all_reduce_second_moments(local, group)
 
 
 def shard_path(path: Path, rank: int, world_size: int) -> Path:
@@ -584,27 +456,25 @@ def layer_second_moment_shards(
     model_name: Optional[str] = None,
     progress: bool = True,
 ) -> Dict[int, Path]:
-    """Collect one shard of every edited layer's statistic and write its shard files.
-
-    The files sit next to the cache file :func:`layer_second_moments` reads (see
-    :func:`shard_path`); :func:`merge_second_moment_files` turns the shards into that file.
-    Returns ``{layer: shard file}``.
-    """
+    """Collect one shard of every edited layer's statistic and write ``{layer: shard file}`` next to the cache
+    file (:func:`shard_path`); :func:`merge_second_moment_files` turns the shards into that file."""
     check_layers(model, layers, module_tmp)
     rank, world_size = shard
     name = model_name or model_basename(model)
     data = load_corpus(corpus, limit=n_samples)
     modules = {layer: module_tmp.format(layer) for layer in layers}
     fingerprint_of_model = model_fingerprint(model, module_tmp)
-    _check_writable(shard_path(stats_path(stats_dir, name, corpus_cache_name(corpus), modules[layers[0]], dtype, n_samples),
-                               rank, world_size).parent)
+    ds_name = corpus_cache_name(corpus)
+    paths = {layer: shard_path(stats_path(stats_dir, name, ds_name, module, dtype, n_samples), *shard)
+             for layer, module in modules.items()}
+    _check_writable(paths[layers[0]].parent)
     product_dtype = torch.float64 if dtype == "float64" else torch.float32
     stats = collect_second_moments(
         model, tok, data.texts, list(modules.values()), max_length, batch_size, progress, product_dtype, shard
     )
     written: Dict[int, Path] = {}
     for layer, module in modules.items():
-        path = shard_path(stats_path(stats_dir, name, corpus_cache_name(corpus), module, dtype, n_samples), rank, world_size)
+        path = paths[layer]
         meta = {
             "corpus_fingerprint": data.fingerprint,
             "max_length": str(max_length),
@@ -625,12 +495,9 @@ def _npz_dtype_name(path: Path) -> str:
 
 
 def merge_second_moment_files(out: Path, shards: Sequence[Path]) -> SecondMoment:
-    """Sum shard files (``mom2`` and counts) into ``out``, in the same EasyEdit layout.
-
-    Checks that all shards have the same shape, dtype, ``sample_size``, corpus fingerprint,
-    max length and module (where recorded), and -- when they carry shard metadata -- that they are distinct shards
-    of one split, all present. Written atomically; returns the merged statistic.
-    """
+    """Sum shard files (``mom2`` and counts) into ``out`` and return it. The shards must agree in shape, dtype
+    and recorded metadata and, when they carry shard metadata, be the distinct shards of one split, all
+    present."""
     if not shards:
         raise ValueError("no shard files to merge")
     resolved = [Path(p).resolve() for p in shards]

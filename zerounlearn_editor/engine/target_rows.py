@@ -1,9 +1,4 @@
-"""What both target loops share: a chunk's encoded rows and the answer-suppression loss.
-
-The paper's Adam loop (:mod:`.targets`) and the cached / L-BFGS loops (:mod:`.targets_fast`) encode
-the same rewriting and KL rows (:func:`encode_target_rows`) and, for ``target_objective:
-suppress_answer``, score them with the same loss (:func:`suppression_per_request`).
-"""
+"""A chunk's encoded target rows (:func:`encode_target_rows`) and the answer-suppression loss."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,40 +9,28 @@ import torch
 from zerounlearn_editor.engine.encoding import encode_rows
 from zerounlearn_editor.engine.requests import ForgetRequest
 
-__all__ = ["TargetRows", "encode_target_rows", "answer_logprobs", "suppression_loss", "suppression_per_request"]
-
 
 def answer_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """``log p(token)`` ``[m]`` from ``logits`` ``[m, vocab]``, accurate when ``p`` is near 1.
-
-    ``log p_y = -softplus(logsumexp_{j != y} z_j - z_y)``: unlike ``log_softmax``, which rounds to
-    exactly 0 (no gradient) once the margin passes ~17 nats in float32, this keeps ``1 - p`` and its
-    gradient down to ``exp(-88)``.
-    """
+    """``log p(token)`` ``[m]`` from ``logits`` ``[m, vocab]`` as ``-softplus(logsumexp_{j != y} z_j - z_y)``,
+    which keeps ``1 - p`` and its gradient where ``log_softmax`` rounds to 0 (margins beyond ~17 nats in
+    float32)."""
     z_y = logits.gather(1, tokens[:, None]).squeeze(1)
     others = logits.scatter(1, tokens[:, None], float("-inf")).logsumexp(-1)
     return -torch.nn.functional.softplus(others - z_y)
 
 
 def suppression_loss(seq_logp: torch.Tensor) -> torch.Tensor:
-    """``-log(1 - p)`` ``[k]`` of sequences with log-probability ``seq_logp`` ``[k]`` (each ``< 0``).
-
-    The answer-suppression objective (``target_objective: suppress_answer``): ~``p`` once ``p`` is small,
-    so the early stop ``loss < v_early_stop_loss`` means ``p < 1 - exp(-v_early_stop_loss)``
-    (0.01 -> p < 0.00995).
-    """
+    """``-log(1 - p)`` ``[k]`` of sequences with log-probability ``seq_logp`` ``[k]`` (each ``< 0``): the
+    ``suppress_answer`` loss, so ``loss < v_early_stop_loss`` means ``p < 1 - exp(-v_early_stop_loss)``."""
     return -torch.log(-torch.expm1(seq_logp.clamp(max=-1e-30)))
 
 
 def suppression_per_request(logits: torch.Tensor, tokens: torch.Tensor, entry_rows: torch.Tensor,
                             row_requests: torch.Tensor, n: int) -> torch.Tensor:
-    """Per-request suppression loss ``[n]``: the mean over a request's rewriting rows of ``-log(1 - p(answer))``.
-
-    ``logits`` ``[m, vocab]`` and ``tokens`` ``[m]``: one entry per teacher-forced answer token, entry ``e``
-    in rewriting row ``entry_rows[e]``; ``row_requests`` ``[rows]``: each rewriting row's request. ``p(answer)``
-    is the whole answer's probability (the product over its tokens), so a multi-token answer is suppressed
-    as a sequence: its later tokens, near-certain once the first is given, do not dominate the loss.
-    """
+    """Per-request suppression loss ``[n]``: the mean over a request's rewriting rows of ``-log(1 -
+    p(answer))``, ``p(answer)`` the whole answer's probability. ``logits`` ``[m, vocab]`` and ``tokens``
+    ``[m]``: one entry per answer token, in rewriting row ``entry_rows[e]``; ``row_requests`` ``[rows]``: each
+    row's request."""
     rows = len(row_requests)
     seq_logp = torch.zeros(rows, device=logits.device, dtype=logits.dtype).index_add(
         0, entry_rows, answer_logprobs(logits, tokens)
@@ -59,12 +42,10 @@ def suppression_per_request(logits: torch.Tensor, tokens: torch.Tensor, entry_ro
 
 @dataclass
 class TargetRows:
-    """The encoded rows of one chunk of the neutral-target optimisation and its loss entries.
-
-    Rows are request-major / context-minor rewriting rows (``n * n_ctx``, prefix + prompt + the
-    target tokens but the last), then one KL row per request (``subject + " is a"``).
-    ``rw_req`` ``[n * n_ctx]``: the request of each rewriting row. The ``t_*`` lists hold one entry
-    per target-token prediction: row, absolute position, token id, weight ``1 / (m * n_ctx)``, request.
+    """A chunk's rows: ``n * n_ctx`` request-major rewriting rows (prefix + prompt + the target tokens but the
+    last), then one KL row per request (``subject + " is a"``); ``rw_req`` each rewriting row's request. The
+    ``t_*`` lists: per target-token prediction its row, position, token id, weight ``1 / (m * n_ctx)``,
+    request.
     """
 
     batch: object

@@ -1,47 +1,35 @@
-"""Neutral target states: one residual delta per request at the last edited layer.
+"""Neutral target states: one residual ``delta_i`` ``[d_model]`` per request, added to the last edited layer's
+output at the lookup token.
 
-For each request a vector ``delta_i`` ``[d_model]`` is added to the output of the last edited
-layer at the lookup token. All requests of a chunk share one forward/backward pass per step:
-rows are (request x context) rewriting prompts followed by the neutral target tokens, plus
-one ``"{subject} is a"`` row per request for the KL term. Requests are independent: Adam is
-elementwise and each loss term only touches its own delta, so the batched loop gives the same
-deltas as one loop per request (a converged request is frozen, exactly as if its own loop had
-stopped).
+A chunk's rows are (request x context) rewriting prompts followed by the target tokens, plus one
+``"{subject} is a"`` row per request for the KL term. Loss per request: the weighted target NLL (or, with
+``suppress_answer``, the mean ``-log(1 - p(answer))``) + ``kl_factor`` KL(initial || now) + ``weight_decay
+|delta|^2 / |h0|^2``. Requests are independent, so the batched loop gives the deltas of one loop per request.
 """
 from __future__ import annotations
 
 import contextlib
-import logging
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
 import torch
 from torch import nn
 
+from zerounlearn_editor.engine.adam import adam_targets
+from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.model_access import (
     StopForward,
     capture_outputs,
     get_module,
     hidden_of,
-    hidden_size_of,
     logits_transform,
     model_device,
     module_device,
     num_hidden_layers,
 )
 from zerounlearn_editor.engine.requests import ForgetRequest
-from zerounlearn_editor.engine.target_rows import (
-    answer_logprobs,
-    encode_target_rows,
-    suppression_loss,
-    suppression_per_request,
-)
-from zerounlearn_editor.engine.adam import adam_targets
-from zerounlearn_editor.engine.targets_kv import optimise_chunk_fast
-
-__all__ = ["TargetConfig", "NeutralTargets", "optimise_neutral_targets", "target_loop", "answer_logprobs", "suppression_loss", "suppression_per_request", "TARGET_OBJECTIVES"]
-
-LOG = logging.getLogger(__name__)
+from zerounlearn_editor.engine.target_rows import encode_target_rows, suppression_per_request
+from zerounlearn_editor.engine.targets_kv import OPTIMIZERS, KVSuffix, SuffixLayers, note_kv_fallback
 
 
 @dataclass(frozen=True)
@@ -61,8 +49,8 @@ class TargetConfig:
     early_stop_loss: float
     chunk_size: int
     reuse_prefix: bool = True  # run only the layers after the edited one per step, where supported
-    # "adam": the paper's loop below (this low-level default; the hparams key defaults to "adam_kv");
-    # "adam_kv": see targets_fast
+    # "adam": every row on full forwards (this low-level default; the hparams key defaults to "adam_kv");
+    # "adam_kv": the active rows on the KV-cached suffix (see targets_kv)
     optimizer: str = "adam"
     # "neutral": per target token the NLL -log p (the paper); "suppress_answer": the target tokens are the
     # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in)
@@ -82,208 +70,176 @@ class NeutralTargets:
 TARGET_OBJECTIVES = ("neutral", "suppress_answer")
 
 
-def target_loop(cfg: TargetConfig) -> str:
-    """The optimiser that runs for ``cfg`` (``cfg.optimizer``). Cache keys name this loop."""
-    return cfg.optimizer
+class _Problem:
+    """The rows of one chunk and the loss of its requests at given residuals (the loop's ``TargetProblem``).
 
-
-_SUFFIX_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
-
-
-class _SuffixStack:
-    """Runs only the decoder layers after the edited one, on cached hidden states.
-
-    For decoder stacks whose ``inputs_embeds`` enter the first layer unchanged (Llama, Mistral,
-    Qwen2/3), the base model's own forward over a shortened layer list computes exactly what
-    the full model computes from layer ``start`` on: the residual before layer ``start`` is
-    computed once per chunk instead of once per optimisation step.
+    Rows are request-major rewriting rows, then one KL row per request. ``adam`` evaluates every row at each
+    step (stopped requests with their frozen residuals, so the batch never changes): Llama-family stacks run
+    :meth:`SuffixLayers.run_stack` on the edited layer's cached output, others a full forward with a hook
+    adding the residuals. ``adam_kv`` evaluates only the active requests' rows, on the :class:`KVSuffix` where
+    supported, else by full forwards of those rows.
     """
 
-    def __init__(self, model: nn.Module, layer_module: nn.Module, stop: Optional[int]):
-        base = model.model
-        layers = list(base.layers)
-        start = next(i for i, layer in enumerate(layers) if layer is layer_module) + 1
-        self.base, self.full = base, base.layers
-        self.suffix = nn.ModuleList(layers[start:stop])
-
-    @staticmethod
-    def supported(model: nn.Module, cfg: "TargetConfig") -> bool:
-        base = getattr(model, "model", None)
-        if getattr(model.config, "model_type", None) not in _SUFFIX_MODEL_TYPES or base is None:
-            return False
-        if not isinstance(getattr(base, "layers", None), nn.ModuleList) or getattr(base, "norm", None) is None:
-            return False
-        layer = get_module(model, cfg.layer_module)
-        return any(layer is l for l in base.layers) and get_module(model, cfg.ln_f_module) is base.norm
-
-    def __call__(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Final-norm hidden states ``[rows, seq, d_model]`` from layer-``start`` inputs."""
-        self.base.layers = self.suffix
-        try:
-            return self.base(inputs_embeds=hidden, attention_mask=attention_mask, use_cache=False).last_hidden_state
-        finally:
-            self.base.layers = self.full
-
-def _head_logits(lm_head: nn.Module, hidden: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
-                 transform=None) -> torch.Tensor:
-    """``lm_head`` at ``hidden[rows, positions]``: float32 logits ``[len(rows), vocab]`` on the head's device.
-
-    ``hidden`` may live on another device than the index tensors and the head (layers split
-    across devices); each tensor is moved to the device of the tensor or module consuming it.
-    ``transform``: the model's own map of the head's output (:func:`~zerounlearn_editor.engine.model_access.logits_transform`).
-    """
-    selected = hidden[rows.to(hidden.device), positions.to(hidden.device)]
-    weight = lm_head.weight
-    logits = lm_head(selected.to(device=weight.device, dtype=weight.dtype)).float()
-    return logits if transform is None else transform(logits)
-
-
-def _forward_logits_rows(model, cfg: TargetConfig, batch, delta_rows_hook, rows, positions) -> torch.Tensor:
-    """Run the forward with the delta hook and return logits ``[len(rows), vocab]`` at (rows, positions)."""
-    layer = get_module(model, cfg.layer_module)
-    ln_f = get_module(model, cfg.ln_f_module)
-    lm_head = get_module(model, cfg.lm_head_module)
-    captured = {}
-    handles = [layer.register_forward_hook(delta_rows_hook)]
-    if cfg.loss_layer_module:
-        def grab_layer(_m, _a, out):
-            hidden = hidden_of(out)
-            captured["h"] = ln_f(hidden.to(module_device(ln_f, hidden.device)))
-            raise StopForward
-
-        handles.append(get_module(model, cfg.loss_layer_module).register_forward_hook(grab_layer))
-    else:
-        def grab_norm(_m, _a, out):
-            captured["h"] = hidden_of(out)
-            raise StopForward
-
-        handles.append(ln_f.register_forward_hook(grab_norm))
-    try:
-        with contextlib.suppress(StopForward):
-            model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return _head_logits(lm_head, captured["h"], rows, positions, logits_transform(model))
-
-
-class _FullForwardProblem:
-    """The loss of one chunk by full forward passes (``targets_optimizer: adam``, the reference evaluation).
-
-    Every evaluation runs all rows of the chunk (request-major rewriting rows, then one KL row per request), the
-    residuals added at the edited layer's lookup tokens by a hook, or, for Llama-family stacks, by
-    :class:`_SuffixStack` on the cached input of the layers after it. Rows of stopped requests run too (with
-    their frozen residuals), so the batch is the same at every step.
-    """
-
-    def __init__(self, model: nn.Module, tok, requests: Sequence[ForgetRequest], target_ids: Sequence[Sequence[int]],
-                 prefixes: Sequence[str], cfg: TargetConfig):
+    def __init__(self, model, tok, requests: Sequence[ForgetRequest], target_ids, prefixes,
+                 cfg: TargetConfig):
         self.model, self.cfg = model, cfg
-        device = model_device(model)  # input ids
-        head_device = get_module(model, cfg.lm_head_module).weight.device  # logits and the loss
-        self.head_device = head_device
+        self.all_rows = cfg.optimizer == "adam"
+        self.head = get_module(model, cfg.lm_head_module)
+        self.head_device = self.head.weight.device
+        self.logits_transform = logits_transform(model)
         n, n_ctx = len(requests), len(prefixes)
         self.n = n
-        rows_ = encode_target_rows(tok, requests, target_ids, prefixes, cfg.fact_token, device)
-        self.batch, rw_req = rows_.batch, rows_.rw_req
-        n_rw = len(rw_req)
-        self.n_t = len(rows_.t_rows)
-        self.t_rows_t = torch.tensor(rows_.t_rows, device=head_device)
-        t_pos_t = torch.tensor(rows_.t_pos, device=head_device)
-        self.t_tok_t = torch.tensor(rows_.t_tok, device=head_device)
-        self.t_weight_t = torch.tensor(rows_.t_weight, device=head_device)
-        self.t_req_t = torch.tensor(rows_.t_req, device=head_device)
-        self.rw_req_h = torch.tensor(rw_req, dtype=torch.long, device=head_device)  # each rewriting row's request
-        kl_rows = torch.arange(n_rw, n_rw + n, device=head_device)
-        kl_pos = self.batch.lookup[n_rw : n_rw + n].to(head_device)
-        self.rows = torch.cat([self.t_rows_t, kl_rows])
-        self.positions = torch.cat([t_pos_t, kl_pos])
-        bare_rows = torch.arange(0, n_rw, n_ctx, device=device)
-        self.d = hidden_size_of(model)
-        layer_device = next(get_module(model, cfg.layer_module).parameters()).device
-        row_req = torch.tensor(rw_req + list(range(n)), device=device)
-        # index tensors on the edited layer's device (where its hidden states and the residuals live)
-        self.row_req_l, self.lookup_l = row_req.to(layer_device), self.batch.lookup.to(layer_device)
-        bare_rows_l = bare_rows.to(layer_device)
-        self.suffix: Optional[_SuffixStack] = None
-        self.kl_init: Optional[torch.Tensor] = None
+        rows_ = encode_target_rows(tok, requests, target_ids, prefixes, cfg.fact_token, model_device(model))
+        self.batch = batch = rows_.batch
+        n_rw = len(rows_.rw_req)
+        self.row_req = torch.tensor(rows_.rw_req + list(range(n)))
+        self.start = batch.lookup.cpu()
+        self.end = self.start + 1
+        for row, pos in zip(rows_.t_rows, rows_.t_pos):
+            self.end[row] = max(int(self.end[row]), pos + 1)
+        self.t_rows = torch.tensor(rows_.t_rows, dtype=torch.long)
+        self.t_pos = torch.tensor(rows_.t_pos, dtype=torch.long)
+        self.t_tok, self.t_weight = torch.tensor(rows_.t_tok, dtype=torch.long), torch.tensor(rows_.t_weight)
+        self.t_req = torch.tensor(rows_.t_req, dtype=torch.long)
+        self.kl_rows = torch.arange(n_rw, n_rw + n)
+        # rows of each request: its n_ctx rewriting rows, then its KL row
+        self.req_rows = [list(range(i * n_ctx, (i + 1) * n_ctx)) + [n_rw + i] for i in range(n)]
         with torch.no_grad(), capture_outputs(model, [cfg.layer_module], stop_after=cfg.layer_module) as out, \
                 contextlib.suppress(StopForward):
-            model(input_ids=self.batch.input_ids, attention_mask=self.batch.attention_mask)
-        h_layer = out[cfg.layer_module]
-        self.h0 = h_layer[bare_rows_l, self.lookup_l[bare_rows_l]].float().clone()  # [n, d]
-        if cfg.reuse_prefix and _SuffixStack.supported(model, cfg):
-            stop = None
-            if cfg.loss_layer_module:
-                loss_layer = get_module(model, cfg.loss_layer_module)
-                stop = next(i for i, l in enumerate(model.model.layers) if l is loss_layer) + 1
-            self.suffix = _SuffixStack(model, get_module(model, cfg.layer_module), stop)
-            self.h_layer = h_layer
-            self.all_rows = torch.arange(len(row_req), device=h_layer.device)
-            self.lm_head = get_module(model, cfg.lm_head_module)
+            model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        self.h_layer = h_layer = out[cfg.layer_module]
+        bare = torch.arange(0, n_rw, n_ctx).to(h_layer.device)
+        self.h0 = h_layer[bare, batch.lookup.to(h_layer.device)[bare]].float().clone()  # [n, d]
+        self.d = h_layer.shape[-1]
+        self.stack: Optional[SuffixLayers] = None
+        self.kv: Optional[KVSuffix] = None
+        layers = (cfg.layer_module, cfg.loss_layer_module, cfg.ln_f_module)
+        stack_ok = self.all_rows and SuffixLayers.supported(model, cfg.layer_module, cfg.ln_f_module)
+        if cfg.reuse_prefix and stack_ok:
+            self.stack = SuffixLayers(model, *layers)
+        elif cfg.reuse_prefix and not self.all_rows:
+            if KVSuffix.supported(model, *layers, batch.input_ids.shape[1]):
+                self.kv = KVSuffix(model, *layers, h_layer, batch.attention_mask, self.start, self.end)
+            else:
+                note_kv_fallback(model)
+        self.kl_init: Optional[torch.Tensor] = None  # [n, vocab] log-probs at delta = 0
 
-    def _logits(self, row_delta: torch.Tensor) -> torch.Tensor:
-        """``[rows, vocab]`` logits of the loss rows with each row's residual ``row_delta`` ``[all rows, d]``."""
+    def _hidden(self, rows: torch.Tensor, delta_rows: torch.Tensor) -> torch.Tensor:
+        """Final-norm hidden states ``[k, seq, d]`` of ``rows`` ``[k]`` with ``delta_rows`` ``[k, d]`` added
+        at their lookup tokens: :meth:`SuffixLayers.run_stack` (every row) or the full model with a hook."""
+        cfg, model = self.cfg, self.model
+        if self.stack is not None:
+            add = torch.zeros_like(self.h_layer)
+            add[rows.to(add.device), self.batch.lookup.to(add.device)] = delta_rows.to(self.h_layer.dtype)
+            return self.stack.run_stack(self.h_layer + add, self.batch.attention_mask)
+        ids = self.batch.input_ids[rows.to(self.batch.input_ids.device)]
+        mask = self.batch.attention_mask[rows.to(ids.device)]
+        lookup = self.batch.lookup[rows.to(ids.device)]
+        ln_f = get_module(model, cfg.ln_f_module)
+        captured = {}
+
+        def add_delta(_m, _a, output):
+            hidden = hidden_of(output)
+            add = torch.zeros_like(hidden)
+            add[torch.arange(len(rows), device=hidden.device), lookup.to(hidden.device)] = delta_rows.to(hidden.device, hidden.dtype)
+            hidden = hidden + add
+            return (hidden,) + tuple(output[1:]) if isinstance(output, tuple) else hidden
+
+        def grab(_m, _a, out):
+            hidden = hidden_of(out)
+            captured["h"] = ln_f(hidden.to(module_device(ln_f, hidden.device))) if cfg.loss_layer_module else hidden
+            raise StopForward
+
+        handles = [get_module(model, cfg.layer_module).register_forward_hook(add_delta)]
+        target = get_module(model, cfg.loss_layer_module) if cfg.loss_layer_module else ln_f
+        handles.append(target.register_forward_hook(grab))
+        try:
+            with contextlib.suppress(StopForward):
+                model(input_ids=ids, attention_mask=mask)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return captured["h"]
+
+    def losses(self, reqs: torch.Tensor, delta: torch.Tensor):
+        """Per-request ``(loss, nll)`` ``[k]`` for requests ``reqs`` ``[k]`` at residuals ``delta`` ``[k, d]``.
+
+        The first call must cover all requests at ``delta = 0`` (it records the KL reference).
+        """
         cfg = self.cfg
-        if self.suffix is None:
-            def add_delta(_module, _args, output):
-                hidden = hidden_of(output)
-                add = torch.zeros_like(hidden)
-                add[torch.arange(len(self.row_req_l), device=hidden.device), self.lookup_l] = row_delta.to(hidden.dtype)
-                hidden = hidden + add
-                if isinstance(output, tuple):
-                    return (hidden,) + tuple(output[1:])
-                return hidden
-
-            return _forward_logits_rows(self.model, cfg, self.batch, add_delta, self.rows, self.positions)
-        add = torch.zeros_like(self.h_layer)
-        add[self.all_rows, self.lookup_l] = row_delta.to(self.h_layer.dtype)
-        normed = self.suffix(self.h_layer + add, self.batch.attention_mask)
-        return _head_logits(self.lm_head, normed, self.rows, self.positions, logits_transform(self.model))
-
-    def loss_and_grad(self, reqs: torch.Tensor, delta: torch.Tensor):
-        """``(loss [k], nll [k], grad [k, d])`` of requests ``reqs`` ``[k]``; every request's rows run with its
-        residual in ``delta`` ``[n, d]``."""
-        cfg, n, hdev = self.cfg, self.n, self.head_device
-        x = delta.detach().clone().requires_grad_(True)
-        logits = self._logits(x[self.row_req_l])
-        if cfg.objective == "suppress_answer":
-            nll_req = suppression_per_request(logits[: self.n_t].float(), self.t_tok_t, self.t_rows_t, self.rw_req_h, n)
+        req_list = reqs.tolist()
+        if self.all_rows:
+            rows = torch.arange(len(self.row_req))
         else:
-            logp_t = torch.log_softmax(logits[: self.n_t], dim=-1)
-            nll_tok = -logp_t.gather(1, self.t_tok_t[:, None]).squeeze(1)
-            nll_req = torch.zeros(n, device=hdev).index_add(0, self.t_req_t, nll_tok * self.t_weight_t)
-        kl_logp = torch.log_softmax(logits[self.n_t : self.n_t + n], dim=-1)
+            rows = torch.tensor([r for i in req_list for r in self.req_rows[i]], dtype=torch.long)
+        local = torch.full((self.n,), -1, dtype=torch.long)
+        local[reqs.cpu()] = torch.arange(len(req_list))
+        row_local = torch.full((len(self.row_req),), -1, dtype=torch.long)
+        row_local[rows] = torch.arange(len(rows))
+        delta_rows = delta[local[self.row_req[rows]].to(delta.device)]
+        keep_t = row_local[self.t_rows] >= 0
+        sel_global = torch.cat([self.t_rows[keep_t], self.kl_rows[reqs.cpu()]])  # the loss entries' rows
+        sel_abs = torch.cat([self.t_pos[keep_t], self.start[self.kl_rows[reqs.cpu()]]])  # and positions
+        if self.kv is not None:
+            # rows grouped by how many positions they run (KL rows: 1), so little is padding
+            width = (self.end - self.start)[rows]
+            parts, order = [], []
+            for w in torch.unique(width).tolist():
+                group = rows[width == w]
+                in_group = torch.full((len(self.row_req),), -1, dtype=torch.long)
+                in_group[group] = torch.arange(len(group))
+                entries = torch.nonzero(in_group[sel_global] >= 0).flatten()
+                g_rows = in_group[sel_global[entries]]
+                g_pos = sel_abs[entries] - self.start[sel_global[entries]]
+                parts.append(self.kv.step(group, delta_rows[width == w], select=(g_rows, g_pos)))
+                order.append(entries)
+            selected = torch.cat(parts)[torch.argsort(torch.cat(order)).to(parts[0].device)]
+        else:
+            hidden = self._hidden(rows, delta_rows)
+            selected = hidden[row_local[sel_global].to(hidden.device), sel_abs.to(hidden.device)]
+        weight = self.head.weight
+        logits = self.head(selected.to(device=weight.device, dtype=weight.dtype)).float()
+        if self.logits_transform is not None:
+            logits = self.logits_transform(logits)
+        hdev = self.head_device
+        n_t = int(keep_t.sum())
+        if cfg.objective == "suppress_answer":
+            # -log(1 - p(answer)) per rewriting row, averaged over the request's rows
+            used_rows, entry_row_local = torch.unique(self.t_rows[keep_t], return_inverse=True)
+            nll = suppression_per_request(
+                logits[:n_t], self.t_tok[keep_t].to(hdev), entry_row_local.to(hdev),
+                local[self.row_req[used_rows]].to(hdev), len(req_list),
+            )
+        else:
+            logp_t = torch.log_softmax(logits[:n_t], dim=-1)
+            nll_tok = -logp_t.gather(1, self.t_tok[keep_t].to(hdev)[:, None]).squeeze(1)
+            nll = torch.zeros(len(req_list), device=hdev).index_add(
+                0, local[self.t_req[keep_t]].to(hdev), nll_tok * self.t_weight[keep_t].to(hdev)
+            )
+        kl_logp = torch.log_softmax(logits[n_t:], dim=-1)
         if self.kl_init is None:
-            if len(reqs) != n:
+            if len(req_list) != self.n:
                 raise RuntimeError("the first loss evaluation must cover every request (KL reference)")
             self.kl_init = kl_logp.detach()
-        kl_req = (kl_logp.exp() * (kl_logp - self.kl_init)).sum(-1)
-        wd_req = cfg.weight_decay * (x.norm(dim=1) ** 2) / (self.h0.norm(dim=1) ** 2)
-        loss_req = nll_req + cfg.kl_factor * kl_req + wd_req.to(hdev)
-        picked = reqs.to(hdev)
-        (grad,) = torch.autograd.grad(loss_req[picked].sum(), x)
-        return (loss_req.detach()[picked].to(delta.device), nll_req.detach()[picked].to(delta.device),
-                grad[reqs.to(grad.device)])
+        kl = (kl_logp.exp() * (kl_logp - self.kl_init[reqs.to(hdev)])).sum(-1)
+        h0 = self.h0[reqs.to(self.h0.device)]
+        wd = cfg.weight_decay * (delta.norm(dim=1) ** 2) / (h0.norm(dim=1) ** 2)
+        return nll + cfg.kl_factor * kl + wd.to(hdev), nll
 
-
-def _optimise_chunk(
-    model: nn.Module,
-    tok,
-    requests: Sequence[ForgetRequest],
-    target_ids: Sequence[Sequence[int]],
-    prefixes: Sequence[str],
-    cfg: TargetConfig,
-):
-    """One chunk: ``(z, h0, nll, steps_run)`` (``z``, ``h0`` ``[n, d_model]``, ``nll`` ``[n]``) on the CPU."""
-    if cfg.objective not in TARGET_OBJECTIVES:
-        raise ValueError(f"unknown target objective {cfg.objective!r}; expected one of {TARGET_OBJECTIVES}")
-    if target_loop(cfg) != "adam":
-        return optimise_chunk_fast(model, tok, requests, target_ids, prefixes, cfg)
-    problem = _FullForwardProblem(model, tok, requests, target_ids, prefixes, cfg)
-    delta, nll, steps_run = adam_targets(problem, cfg)
-    h0 = problem.h0
-    return (h0 + delta.to(h0.device)).cpu(), h0.cpu(), nll.cpu(), steps_run
+    def loss_and_grad(self, reqs: torch.Tensor, delta: torch.Tensor):
+        """``(loss [k], nll [k], grad [k, d])`` of requests ``reqs`` ``[k]`` with residuals ``delta`` ``[n,
+        d]``."""
+        if not self.all_rows:
+            x = delta.detach()[reqs].clone().requires_grad_(True)
+            loss, nll = self.losses(reqs, x)
+            (grad,) = torch.autograd.grad(loss.sum(), x)
+            return loss.detach().to(delta.device), nll.detach().to(delta.device), grad
+        x = delta.detach().clone().requires_grad_(True)
+        loss, nll = self.losses(torch.arange(self.n, device=reqs.device), x)
+        picked = reqs.to(self.head_device)
+        (grad,) = torch.autograd.grad(loss[picked].sum(), x)
+        loss, nll = loss.detach()[picked].to(delta.device), nll.detach()[picked].to(delta.device)
+        return loss, nll, grad[reqs.to(grad.device)]
 
 
 def optimise_neutral_targets(
@@ -294,36 +250,29 @@ def optimise_neutral_targets(
     prefixes: Sequence[str],
     cfg: TargetConfig,
 ) -> NeutralTargets:
-    """Optimise one residual per request (in chunks of ``cfg.chunk_size`` requests).
-
-    ``target_ids[i]`` are the neutral target's token ids for request ``i``. The model's
-    parameters are frozen during the loop and its train/eval mode is restored afterwards.
-    """
-    was_training = model.training
+    """Optimise one residual per request, ``cfg.chunk_size`` requests at a time (``target_ids[i]``: request
+    ``i``'s target token ids), with the model's parameters frozen and in eval mode (both restored after)."""
+    if cfg.objective not in TARGET_OBJECTIVES:
+        raise ValueError(f"unknown target objective {cfg.objective!r}; expected one of {TARGET_OBJECTIVES}")
+    if cfg.optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown targets optimizer {cfg.optimizer!r}; choose from {OPTIMIZERS}")
     flags = [(p, p.requires_grad) for p in model.parameters()]
-    model.eval()
     for p, _ in flags:
         p.requires_grad_(False)
     zs, h0s, nlls, steps = [], [], [], []
     try:
-        with torch.enable_grad():
+        with torch.enable_grad(), eval_mode(model):
             for start in range(0, len(requests), cfg.chunk_size):
-                z, h0, nll, run = _optimise_chunk(
-                    model,
-                    tok,
-                    requests[start : start + cfg.chunk_size],
-                    target_ids[start : start + cfg.chunk_size],
-                    prefixes,
-                    cfg,
-                )
-                zs.append(z)
-                h0s.append(h0)
-                nlls.append(nll)
+                chunk = slice(start, start + cfg.chunk_size)
+                problem = _Problem(model, tok, requests[chunk], target_ids[chunk], prefixes, cfg)
+                delta, nll, run = adam_targets(problem, cfg)
+                zs.append((problem.h0 + delta.to(problem.h0.device)).cpu())
+                h0s.append(problem.h0.cpu())
+                nlls.append(nll.cpu())
                 steps.extend(run)
     finally:
         for p, flag in flags:
             p.requires_grad_(flag)
-        model.train(was_training)
     return NeutralTargets(z=torch.cat(zs), h0=torch.cat(h0s), nll=torch.cat(nlls), steps_run=steps)
 
 

@@ -1,63 +1,85 @@
-"""Cheaper neutral-target optimisation (``targets_optimizer: adam_kv``, the default).
+"""The decoder layers after the edited one, run on cached inputs (both target evaluations use them).
 
-The residual ``delta_i`` is added at one position (the lookup token) of one layer. In every
-later layer the positions before the lookup token do not see it (causal attention), so their
-keys and values never change during the optimisation. :class:`KVSuffix` computes them once per
-chunk and each evaluation runs the layers after the edited one only on the positions from the
-lookup token to the last position a loss reads (the NLL of the target tokens, which follow the
-prompt, and the KL at the lookup token of the ``"{subject} is a"`` row). Rows of requests that
-stopped are left out of the batch, so frozen requests cost nothing.
-
-On these evaluations ``adam_kv`` runs the paper's Adam loop (same updates, clamp and early stop
-as ``adam``), equal to it up to float rounding.
-
-Loss per request (as :mod:`zerounlearn_editor.engine.targets`): weighted target NLL over the rewriting
-rows (``objective: suppress_answer``: the mean of ``-log(1 - p(answer))`` over them instead) + ``kl_factor``
-KL(initial || now) at the KL row + ``weight_decay |delta|^2 / |h0|^2``. The early stop reads the first term.
+The residual ``delta_i`` is added at one position (the lookup token) of one layer, so nothing before that
+layer changes during the target optimisation. :class:`SuffixLayers` holds the layers after the edited one
+(up to the loss layer) and runs them with the base model's own forward on the cached output of the edited
+layer (``targets_optimizer: adam``). :class:`KVSuffix` (``adam_kv``) goes further: in every later layer the
+positions before the lookup token do not see the delta (causal attention), so their keys and values are
+computed once per chunk and each evaluation runs only the positions from the lookup token to the last one a
+loss reads.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zerounlearn_editor.engine.adam import adam_targets
-from zerounlearn_editor.engine.target_rows import encode_target_rows, suppression_per_request
-from zerounlearn_editor.engine.model_access import (
-    StopForward,
-    capture_outputs,
-    get_module,
-    hidden_of,
-    logits_transform,
-    model_device,
-    module_device,
-)
-from zerounlearn_editor.engine.requests import ForgetRequest
-
-__all__ = ["KVSuffix", "optimise_chunk_fast", "OPTIMIZERS"]
+from zerounlearn_editor.engine.model_access import get_module, module_device
 
 LOG = logging.getLogger(__name__)
 
 OPTIMIZERS = ("adam", "adam_kv")
-"""Values of the ``targets_optimizer`` hparams key (``adam``: the paper's loop, in targets.py)."""
+"""Values of the ``targets_optimizer`` hparams key."""
 
 _ROPE_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 
 
-class KVSuffix:
-    """The decoder layers after the edited one, run from each row's start position on.
+def _index_of(layers: List[nn.Module], module: nn.Module) -> int:
+    return next(i for i, layer in enumerate(layers) if layer is module)
 
-    ``hidden`` ``[rows, seq, d]`` is the edited layer's output (no delta), ``attention_mask``
-    ``[rows, seq]`` (1 = token; right or left padding), ``start`` ``[rows]`` the positions that get
-    the delta, ``end`` ``[rows]`` one past the last position whose output is needed. The keys and
-    values of positions ``< start`` are computed once here (``[rows, kv_heads, max(start), hd]``
-    per layer); :meth:`step` then runs ``T = max(end - start)`` positions per row. Position ids are
-    the absolute indices ``0..seq-1`` (what the models use by default).
+
+class SuffixLayers:
+    """Decoder layers ``first .. stop - 1`` after the edited layer and the final norm (Llama-family or GPT-2).
+
+    ``stop`` is one past ``loss_layer_module`` (empty: the model's last layer).
+    """
+
+    def __init__(self, model: nn.Module, layer_module: str, loss_layer_module: str, ln_f_module: str):
+        self.kind = "gpt2" if getattr(model.config, "model_type", None) == "gpt2" else "rope"
+        self.base = model.transformer if self.kind == "gpt2" else model.model
+        layers = list(self.base.h if self.kind == "gpt2" else self.base.layers)
+        first = _index_of(layers, get_module(model, layer_module)) + 1
+        stop = len(layers)
+        if loss_layer_module:
+            stop = _index_of(layers, get_module(model, loss_layer_module)) + 1
+        self.layers = layers[first:stop]
+        self.norm = get_module(model, ln_f_module)
+
+    @staticmethod
+    def supported(model: nn.Module, layer_module: str, ln_f_module: str) -> bool:
+        """Llama/Mistral/Qwen2/Qwen3 stacks whose ``inputs_embeds`` enter the first layer unchanged."""
+        base = getattr(model, "model", None)
+        if getattr(model.config, "model_type", None) not in _ROPE_TYPES or base is None:
+            return False
+        if not isinstance(getattr(base, "layers", None), nn.ModuleList) or getattr(base, "norm", None) is None:
+            return False
+        layer = get_module(model, layer_module)
+        return any(layer is l for l in base.layers) and get_module(model, ln_f_module) is base.norm
+
+    def run_stack(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Final-norm hidden states ``[rows, seq, d]`` from the edited layer's output ``hidden`` ``[rows, seq,
+        d]``: the base model's own forward over the shortened layer list (exactly what the full model
+        computes)."""
+        full = self.base.layers
+        self.base.layers = nn.ModuleList(self.layers)
+        try:
+            return self.base(inputs_embeds=hidden, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        finally:
+            self.base.layers = full
+
+
+class KVSuffix(SuffixLayers):
+    """The layers after the edited one, run from each row's start position on with cached prefix keys/values.
+
+    ``hidden`` ``[rows, seq, d]`` is the edited layer's output, ``attention_mask`` ``[rows, seq]`` (right or
+    left padding), ``start`` ``[rows]`` the positions that get the delta, ``end`` ``[rows]`` one past the last
+    position whose output is needed. The keys and values of positions ``< start`` (``[rows, kv_heads,
+    max(start), hd]`` per layer) are computed once; :meth:`step` runs ``T = max(end - start)`` positions per
+    row (position ids ``0..seq-1``).
     """
 
     def __init__(
@@ -71,18 +93,7 @@ class KVSuffix:
         start: torch.Tensor,
         end: torch.Tensor,
     ):
-        self.kind = "gpt2" if getattr(model.config, "model_type", None) == "gpt2" else "rope"
-        self.base = model.transformer if self.kind == "gpt2" else model.model
-        layers = list(self.base.h if self.kind == "gpt2" else self.base.layers)
-        edited = get_module(model, layer_module)
-        first = next(i for i, l in enumerate(layers) if l is edited) + 1
-        stop = len(layers)
-        if loss_layer_module:
-            loss_layer = get_module(model, loss_layer_module)
-            stop = next(i for i, l in enumerate(layers) if l is loss_layer) + 1
-        self.layers = layers[first:stop]
-        self.norm = get_module(model, ln_f_module)
-        self.layer_indices = list(range(first, stop))
+        super().__init__(model, layer_module, loss_layer_module, ln_f_module)
         if self.kind == "rope":
             module = sys.modules[type(self.layers[0].self_attn).__module__] if self.layers else None
             self._rotary = getattr(module, "apply_rotary_pos_emb", None)
@@ -90,12 +101,9 @@ class KVSuffix:
         self.mask = attention_mask.to(device).bool()
         self.start, self.end = start.to(device), end.to(device)
         self.prefix = int(self.start.max()) if len(self.start) else 0
-        self.width = int((self.end - self.start).max()) if len(self.start) else 1
         self.hidden = hidden
         self.cache: List[Tuple[torch.Tensor, torch.Tensor]] = []
         self._build_cache()
-
-    # ------------------------------------------------------------------ support
 
     @staticmethod
     def supported(model: nn.Module, layer_module: str, loss_layer_module: str, ln_f_module: str, seq: int) -> bool:
@@ -113,11 +121,9 @@ class KVSuffix:
             if getattr(model.config, "add_cross_attention", False) or getattr(model.config, "reorder_and_upcast_attn", False):
                 return False
             layers = list(base.h)
-        elif model_type in _ROPE_TYPES:
-            base = getattr(model, "model", None)
-            if base is None or not isinstance(getattr(base, "layers", None), nn.ModuleList):
-                return False
-            if norm is not getattr(base, "norm", None) or getattr(base, "rotary_emb", None) is None:
+        elif SuffixLayers.supported(model, layer_module, ln_f_module):
+            base = model.model
+            if getattr(base, "rotary_emb", None) is None:
                 return False
             layers = list(base.layers)
             for layer in layers:
@@ -131,8 +137,7 @@ class KVSuffix:
                 return False
         else:
             return False
-        # the cached step reads each attention's own softmax scale (transformers >= 4.48 name it ``scaling``);
-        # without it the optimiser runs on full forwards of the active rows (the same result)
+        # the cached step reads each attention's own softmax scale (transformers >= 4.48 name it ``scaling``)
         attention = [l.attn if model_type == "gpt2" else l.self_attn for l in layers]
         if not all(isinstance(getattr(a, "scaling", None), (int, float)) for a in attention):
             return False
@@ -173,12 +178,9 @@ class KVSuffix:
 
     @staticmethod
     def _attend(q, k, v, mask, scale):
-        """Attention of ``q`` ``[b, heads, T, hd]`` over ``k``/``v`` ``[b, kv_heads, S, hd]``, ``mask`` ``[b, 1, T, S]``.
-
-        Grouped-query attention (``heads = rep * kv_heads``, query head ``h`` reads key/value head ``h // rep``)
-        without copying the keys and values ``rep`` times: each key/value head attends for its ``rep`` query
-        heads stacked along the query axis (``[b, kv_heads, rep * T, hd]``), with the mask repeated to match.
-        """
+        """Attention of ``q`` ``[b, heads, T, hd]`` over ``k``/``v`` ``[b, kv_heads, S, hd]``, ``mask`` ``[b,
+        1, T, S]``; grouped-query heads are stacked along the query axis (``[b, kv_heads, rep * T, hd]``), no
+        key copies."""
         heads, kv_heads = q.shape[1], k.shape[1]
         if heads == kv_heads:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
@@ -190,9 +192,8 @@ class KVSuffix:
         return out.reshape(b, heads, t, hd)
 
     def _build_cache(self) -> None:
-        """Keys/values of the positions ``< prefix`` in every layer. Attention is causal, so those positions
-        depend on nothing after them: only the first ``prefix`` positions are run (at least one, for the
-        shapes), and the last layer only to its keys and values."""
+        """Keys/values of the positions ``< prefix`` in every layer (causal: only those positions are run, the
+        last layer only to its keys and values)."""
         rows = self.hidden.shape[0]
         seq = max(self.prefix, 1)
         pos = torch.arange(seq, device=self.hidden.device)
@@ -215,14 +216,10 @@ class KVSuffix:
     def step(
         self, rows: torch.Tensor, delta_rows: torch.Tensor, select: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
     ) -> torch.Tensor:
-        """Final-norm hidden states ``[len(rows), T, d]`` at positions ``start[r] + t`` (``t < T``).
-
-        ``delta_rows`` ``[len(rows), d]`` is added at ``start[r]`` (t = 0) of each row. ``T`` is
-        ``max(end - start)`` over ``rows``; outputs at ``t >= end[r] - start[r]`` are padding.
-
-        ``select = (i, t)`` (two ``[m]`` index tensors: a row of ``rows`` and a position ``t``) returns only
-        those ``m`` states, ``[m, d]``: the last layer then runs its attention output, MLP and the final norm
-        at those positions only (the other positions' keys and values are all it needs from them).
+        """Final-norm hidden states ``[len(rows), T, d]`` at positions ``start[r] + t`` (``t < T``) with
+        ``delta_rows`` ``[len(rows), d]`` added at ``start[r]``; outputs at ``t >= end[r] - start[r]`` are
+        padding. ``select = (i, t)`` (two ``[m]`` index tensors) returns only those ``m`` states ``[m, d]``,
+        the last layer's attention output, MLP and norm run at those positions only.
         """
         dev = self.hidden.device
         rows = rows.to(dev)
@@ -266,7 +263,7 @@ class KVSuffix:
         return out
 
 
-def _note_fallback(model: nn.Module) -> None:
+def note_kv_fallback(model: nn.Module) -> None:
     """Log once per model that the cached evaluation does not cover its architecture (full forwards instead)."""
     if getattr(model, "_zerounlearn_kv_fallback_noted", False):
         return
@@ -276,172 +273,3 @@ def _note_fallback(model: nn.Module) -> None:
         "optimiser runs on full forward passes of the active rows (same result, slower)",
         getattr(model.config, "model_type", "?"), type(model).__name__,
     )
-
-
-# ---------------------------------------------------------------------- the chunk's rows and losses
-
-
-class _Problem:
-    """The rows of one chunk and the loss of any subset of its requests at given residuals."""
-
-    def __init__(self, model, tok, requests: Sequence[ForgetRequest], target_ids, prefixes, cfg):
-        self.model, self.cfg = model, cfg
-        device = model_device(model)
-        self.head = get_module(model, cfg.lm_head_module)
-        self.head_device = self.head.weight.device
-        self.logits_transform = logits_transform(model)
-        n, n_ctx = len(requests), len(prefixes)
-        self.n, self.n_ctx = n, n_ctx
-        rows_ = encode_target_rows(tok, requests, target_ids, prefixes, cfg.fact_token, device)
-        batch, rw_req = rows_.batch, rows_.rw_req
-        t_rows, t_pos, t_tok, t_weight, t_req = rows_.t_rows, rows_.t_pos, rows_.t_tok, rows_.t_weight, rows_.t_req
-        self.batch = batch
-        n_rw = len(rw_req)
-        self.n_rw = n_rw
-        lookup = batch.lookup.cpu()
-        self.row_req = torch.tensor(rw_req + list(range(n)))
-        end = lookup + 1
-        for row, pos in zip(t_rows, t_pos):
-            end[row] = max(int(end[row]), pos + 1)
-        self.start, self.end = lookup, end
-        self.t_rows, self.t_pos = torch.tensor(t_rows, dtype=torch.long), torch.tensor(t_pos, dtype=torch.long)
-        self.t_tok, self.t_weight = torch.tensor(t_tok, dtype=torch.long), torch.tensor(t_weight)
-        self.t_req = torch.tensor(t_req, dtype=torch.long)
-        self.kl_rows = torch.arange(n_rw, n_rw + n)
-        self.bare_rows = torch.arange(0, n_rw, n_ctx)
-        # rows of each request: its n_ctx rewriting rows, then its KL row
-        self.req_rows = [list(range(i * n_ctx, (i + 1) * n_ctx)) + [n_rw + i] for i in range(n)]
-
-        layer = get_module(model, cfg.layer_module)
-        self.layer_device = module_device(layer, device)
-        with torch.no_grad(), capture_outputs(model, [cfg.layer_module], stop_after=cfg.layer_module) as out, \
-                contextlib.suppress(StopForward):
-            model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
-        h_layer = out[cfg.layer_module]
-        self.h_layer = h_layer
-        bare = self.bare_rows.to(h_layer.device)
-        self.h0 = h_layer[bare, batch.lookup.to(h_layer.device)[bare]].float().clone()
-        self.d = h_layer.shape[-1]
-        self.kv: Optional[KVSuffix] = None
-        if cfg.reuse_prefix and KVSuffix.supported(model, cfg.layer_module, cfg.loss_layer_module, cfg.ln_f_module,
-                                                   batch.input_ids.shape[1]):
-            self.kv = KVSuffix(model, cfg.layer_module, cfg.loss_layer_module, cfg.ln_f_module, h_layer,
-                               batch.attention_mask, self.start, self.end)
-        elif cfg.reuse_prefix:
-            _note_fallback(model)
-        self.kl_init: Optional[torch.Tensor] = None  # [n, vocab] log-probs at delta = 0
-
-    def _hidden_full(self, rows: torch.Tensor, delta_rows: torch.Tensor) -> torch.Tensor:
-        """Fallback: the full model on the sub-batch with a hook adding the delta; ``[k, seq, d]`` normed."""
-        cfg, model = self.cfg, self.model
-        ids = self.batch.input_ids[rows.to(self.batch.input_ids.device)]
-        mask = self.batch.attention_mask[rows.to(ids.device)]
-        lookup = self.batch.lookup[rows.to(ids.device)]
-        layer = get_module(model, cfg.layer_module)
-        ln_f = get_module(model, cfg.ln_f_module)
-        captured = {}
-
-        def add_delta(_m, _a, output):
-            hidden = hidden_of(output)
-            add = torch.zeros_like(hidden)
-            add[torch.arange(len(rows), device=hidden.device), lookup.to(hidden.device)] = delta_rows.to(hidden.device, hidden.dtype)
-            hidden = hidden + add
-            return (hidden,) + tuple(output[1:]) if isinstance(output, tuple) else hidden
-
-        def grab(_m, _a, out):
-            hidden = hidden_of(out)
-            captured["h"] = ln_f(hidden.to(module_device(ln_f, hidden.device))) if cfg.loss_layer_module else hidden
-            raise StopForward
-
-        handles = [layer.register_forward_hook(add_delta)]
-        target = get_module(model, cfg.loss_layer_module) if cfg.loss_layer_module else ln_f
-        handles.append(target.register_forward_hook(grab))
-        try:
-            with contextlib.suppress(StopForward):
-                model(input_ids=ids, attention_mask=mask)
-        finally:
-            for handle in handles:
-                handle.remove()
-        return captured["h"]
-
-    def losses(self, reqs: torch.Tensor, delta: torch.Tensor):
-        """Per-request ``(loss, nll)`` ``[k]`` for requests ``reqs`` ``[k]`` at residuals ``delta`` ``[k, d]``.
-
-        The first call must cover all requests at ``delta = 0`` (it records the KL reference).
-        """
-        cfg = self.cfg
-        req_list = reqs.tolist()
-        rows = torch.tensor([r for i in req_list for r in self.req_rows[i]], dtype=torch.long)
-        local = torch.full((self.n,), -1, dtype=torch.long)
-        local[reqs.cpu()] = torch.arange(len(req_list))
-        row_local = torch.full((len(self.row_req),), -1, dtype=torch.long)
-        row_local[rows] = torch.arange(len(rows))
-        delta_rows = delta[local[self.row_req[rows]].to(delta.device)]
-        keep_t = row_local[self.t_rows] >= 0
-        sel_global = torch.cat([self.t_rows[keep_t], self.kl_rows[reqs.cpu()]])  # the loss entries' rows
-        sel_abs = torch.cat([self.t_pos[keep_t], self.start[self.kl_rows[reqs.cpu()]]])  # and positions
-        if self.kv is not None:
-            # rows grouped by how many positions they run (KL rows: 1), so little is padding
-            width = (self.end - self.start)[rows]
-            parts, order = [], []
-            for w in torch.unique(width).tolist():
-                group = rows[width == w]
-                in_group = torch.full((len(self.row_req),), -1, dtype=torch.long)
-                in_group[group] = torch.arange(len(group))
-                entries = torch.nonzero(in_group[sel_global] >= 0).flatten()
-                g_rows = in_group[sel_global[entries]]
-                g_pos = sel_abs[entries] - self.start[sel_global[entries]]
-                parts.append(self.kv.step(group, delta_rows[width == w], select=(g_rows, g_pos)))
-                order.append(entries)
-            selected = torch.cat(parts)[torch.argsort(torch.cat(order)).to(parts[0].device)]
-        else:
-            hidden = self._hidden_full(rows, delta_rows)
-            selected = hidden[row_local[sel_global].to(hidden.device), sel_abs.to(hidden.device)]
-        weight = self.head.weight
-        logits = self.head(selected.to(device=weight.device, dtype=weight.dtype)).float()
-        if self.logits_transform is not None:
-            logits = self.logits_transform(logits)
-        hdev = self.head_device
-        n_t = int(keep_t.sum())
-        if cfg.objective == "suppress_answer":
-            # -log(1 - p(answer)) per rewriting row, averaged over the request's rows (targets.py's loss)
-            entry_rows = self.t_rows[keep_t]
-            used_rows, entry_row_local = torch.unique(entry_rows, return_inverse=True)
-            nll = suppression_per_request(
-                logits[:n_t], self.t_tok[keep_t].to(hdev), entry_row_local.to(hdev),
-                local[self.row_req[used_rows]].to(hdev), len(req_list),
-            )
-        else:
-            logp_t = torch.log_softmax(logits[:n_t], dim=-1)
-            nll_tok = -logp_t.gather(1, self.t_tok[keep_t].to(hdev)[:, None]).squeeze(1)
-            nll = torch.zeros(len(req_list), device=hdev).index_add(
-                0, local[self.t_req[keep_t]].to(hdev), nll_tok * self.t_weight[keep_t].to(hdev)
-            )
-        kl_logp = torch.log_softmax(logits[n_t:], dim=-1)
-        if self.kl_init is None:
-            if len(req_list) != self.n:
-                raise RuntimeError("the first loss evaluation must cover every request (KL reference)")
-            self.kl_init = kl_logp.detach()
-        kl = (kl_logp.exp() * (kl_logp - self.kl_init[reqs.to(hdev)])).sum(-1)
-        h0 = self.h0[reqs.to(self.h0.device)]
-        wd = cfg.weight_decay * (delta.norm(dim=1) ** 2) / (h0.norm(dim=1) ** 2)
-        return nll + cfg.kl_factor * kl + wd.to(hdev), nll
-
-    def loss_and_grad(self, reqs: torch.Tensor, delta: torch.Tensor):
-        """``(loss [k], nll [k], grad [k, d])`` of requests ``reqs`` with residuals ``delta`` ``[n, d]`` (float32, on
-        the residual's device); only the requests ``reqs`` are run."""
-        x = delta.detach()[reqs].clone().requires_grad_(True)
-        loss, nll = self.losses(reqs, x)
-        (grad,) = torch.autograd.grad(loss.sum(), x)
-        return loss.detach().to(delta.device), nll.detach().to(delta.device), grad
-
-
-def optimise_chunk_fast(model, tok, requests, target_ids, prefixes, cfg):
-    """One chunk with ``cfg.optimizer == "adam_kv"``: ``(z, h0, nll, steps_run)`` on the CPU."""
-    problem = _Problem(model, tok, requests, target_ids, prefixes, cfg)
-    if cfg.optimizer == "adam_kv":
-        delta, nll, steps = adam_targets(problem, cfg)
-    else:
-        raise ValueError(f"unknown targets optimizer {cfg.optimizer!r}; choose from {OPTIMIZERS}")
-    h0 = problem.h0
-    return (h0 + delta.to(h0.device)).cpu(), h0.cpu(), nll.detach().cpu(), steps

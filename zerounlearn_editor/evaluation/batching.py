@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence
 import torch
 
 from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.engine.model_access import model_device
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -108,11 +109,6 @@ def batched_indices(lengths: Sequence[int], batch_size: int) -> Iterator[List[in
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     for start in range(0, len(order), batch_size):
         yield order[start : start + batch_size]
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    """The device of the model's first parameter."""
-    return next(model.parameters()).device
 
 
 def forward_logits(model: torch.nn.Module, batch: PaddedBatch) -> torch.Tensor:

@@ -221,7 +221,7 @@ def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_nam
     model, tok = load_model_and_tokenizer(name, device=device, dtype=dtype)
     seconds["load"] = time.perf_counter() - start
     # the edit's checks (hparams, requests, retain set, modules, lengths, capacity) before any scoring
-    forget, _, _ = check_edit_inputs(model, tok, facts, hparams, str(retain_file) if retain_file else None)
+    forget = check_edit_inputs(model, tok, facts, hparams, str(retain_file) if retain_file else None).forget
     if isinstance(hparams, ZeroUnlearnHyperParams):
         from zerounlearn_editor.methods.zerounlearn.method import check_request_capacity
 

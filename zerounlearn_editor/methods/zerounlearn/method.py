@@ -20,7 +20,7 @@ from zerounlearn_editor.methods.zerounlearn.solve import (
     zerounlearn_multiplier,
 )
 from zerounlearn_editor.engine.model_access import get_weight_matrix
-from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method, forget_requests_of
+from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method, check_edit_inputs
 
 LOG = logging.getLogger(__name__)
 
@@ -109,8 +109,9 @@ def apply_zerounlearn_to_model(
         raise TypeError(f"expected ZeroUnlearnHyperParams, got {type(hparams).__name__}")
     allow_large_batch = bool(kwargs.pop("allow_large_batch", False))
     hparams.check()
+    requests = check_edit_inputs(model, tok, requests, hparams, kwargs.get("retain"))  # the EditPlan
     if not allow_large_batch:  # before any statistics, targets or copy: rank(M_f) <= n
-        check_request_capacity(model, hparams, len(forget_requests_of(requests, hparams)))
+        check_request_capacity(model, hparams, len(requests.forget))
     return apply_edit_method(
         model, tok, requests, hparams, zerounlearn_solver(hparams, allow_large_batch), copy, return_orig_weights,
         keep_original_weight, **kwargs
