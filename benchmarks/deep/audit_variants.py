@@ -9,6 +9,9 @@ selection (a pass over the whole dataset) is cached in ``--known-cache`` as case
     OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/deep/audit_variants.py --out OUT --seeds 11 --n 10 \\
         --methods base,ZeroUnlearn-GD,deep --variant deep=hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct-deep.yaml \\
         --probes formats,in_context,lens --shots 3
+
+``--half tune`` / ``--half report`` keep one half of the 80 cached known CounterFact cases (40 each, disjoint), so
+tuning and reporting use different facts (``--n 40`` then edits the whole half in one batch).
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import Callable, List, Optional
 
 from zerounlearn_editor.evaluation.audit.plan import AuditSettings, parse_families
 from zerounlearn_editor.bench.audit import AuditConfig, run_audit
@@ -30,6 +34,20 @@ from known_cases import cached_known_selection, variant_spec  # noqa: E402  (sha
 DEFAULT_HPARAMS = "hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct.yaml"
 
 
+def half_of(select: Callable[..., List], half: Optional[str]) -> Callable[..., List]:
+    """``select`` keeping only the ``half`` ("tune": even positions, "report": odd positions of the known cases
+    sorted by integer case id); ``None`` keeps all."""
+    if half is None:
+        return select
+    parity = 0 if half == "tune" else 1
+
+    def pick(*args, **kwargs):
+        known = sorted(select(*args, **kwargs), key=lambda c: int(c.case_id))
+        return [c for i, c in enumerate(known) if i % 2 == parity]
+
+    return pick
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hparams", default=DEFAULT_HPARAMS)
@@ -42,6 +60,9 @@ def main() -> None:
     ap.add_argument("--probes", default="formats,in_context,lens")
     ap.add_argument("--shots", default="3")
     ap.add_argument("--known-cache", default="benchmarks/results/deep/known_counterfact_easyedit.json")
+    ap.add_argument("--half", choices=("tune", "report"), default=None,
+                    help="keep one half of the cached known cases: sorted by integer case id, even positions = tune, "
+                         "odd = report (disjoint tuning and report facts)")
     ap.add_argument("--retain", default=None)
     ap.add_argument("--bench", action="store_true", help="run the bench (Eff/Gen/Spe/PPL) instead of the audit")
     ap.add_argument("--ppl-tokens", type=int, default=None, help="bench: perplexity tokens (default the bench's)")
@@ -51,7 +72,7 @@ def main() -> None:
     for item in args.variant:
         name, path = item.split("=", 1)
         registry[name] = variant_spec(name, path)
-    selection.select_known_cases = cached_known_selection(Path(args.known_cache))
+    selection.select_known_cases = half_of(cached_known_selection(Path(args.known_cache)), args.half)
     bench_runner.select_known_cases = selection.select_known_cases
     seeds = parse_seeds(args.seeds)
     methods = [m for m in args.methods.split(",") if m]
