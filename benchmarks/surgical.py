@@ -49,7 +49,7 @@ from zerounlearn_editor.engine.pipeline import (
     batched_statistics,
     neutral_targets,
     restore_weights,
-    target_dependencies,
+    target_settings,
 )
 from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.engine.targets import NeutralTargets
@@ -61,7 +61,7 @@ METRICS = ("eff", "gen", "spe", "spe_distinct", "neighbours_named", "eff_first",
 
 
 def _targets(path: Path, model, tok, requests, hp, retain=None) -> NeutralTargets:
-    settings = json.dumps(target_dependencies(model, hp, retain), sort_keys=True)
+    settings = json.dumps(target_settings(model, hp), sort_keys=True)
     if path.is_file():
         with np.load(path, allow_pickle=False) as data:
             if str(data["settings"]) == settings:
@@ -192,7 +192,7 @@ def main(argv=None) -> int:
                 continue
             hp = hps[name]
             variant_retain = retain if variant.get("retain") else None
-            key = hashlib.sha256(json.dumps(target_dependencies(model, hp, variant_retain), sort_keys=True).encode()).hexdigest()[:12]
+            key = hashlib.sha256(json.dumps(target_settings(model, hp), sort_keys=True).encode()).hexdigest()[:12]
             targets = _targets(out / "targets" / f"seed_{seed}_n{args.n}_{key}.npz", model, tok, requests, hp,
                                variant_retain)
             apply = apply_zerounlearn_to_model if hp.alg_name == "ZeroUnlearn" else apply_zerounlearn_gd_to_model

@@ -49,7 +49,7 @@ from zerounlearn_editor.engine.pipeline import (
     EditReport,
     batched_statistics,
     restore_weights,
-    target_dependencies,
+    target_settings,
 )  # noqa: E402
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model  # noqa: E402
 
@@ -109,7 +109,7 @@ def probe_seed(model, tok, hp, moments, pool, known, n: int, seed: int, retain_s
     requests = [dict(c.request) for c in cases]
     draw = parse_retain_spec(retain_spec)
     retain = draw_retain(draw, cases, pool, seed) if draw and hp.retain_nullspace_weight > 0 else None
-    key = hashlib.sha256(json.dumps(target_dependencies(model, hp, retain), sort_keys=True).encode()).hexdigest()[:12]
+    key = hashlib.sha256(json.dumps(target_settings(model, hp), sort_keys=True).encode()).hexdigest()[:12]
     targets = surgical._targets(targets_dir / f"seed_{seed}_n{n}_{key}.npz", model, tok, requests, hp, retain)
     pre = score_cases(model, tok, cases)
     names = [hp.rewrite_module_tmp.format(layer) for layer in hp.layers]

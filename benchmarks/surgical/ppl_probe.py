@@ -46,7 +46,7 @@ from zerounlearn_editor.evaluation.perplexity import leading_token_ids, read_tex
 from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis  # noqa: E402
 from zerounlearn_editor.engine.model_access import get_module  # noqa: E402
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer  # noqa: E402
-from zerounlearn_editor.engine.pipeline import batched_statistics, restore_weights, target_dependencies  # noqa: E402
+from zerounlearn_editor.engine.pipeline import batched_statistics, restore_weights, target_settings  # noqa: E402
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model  # noqa: E402
 
 LOG = logging.getLogger("ppl_probe")
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     requests = [dict(c.request) for c in cases]
     draw = parse_retain_spec(args.retain)
     retain = draw_retain(draw, cases, pool, args.seed) if draw else None
-    key = hashlib.sha256(json.dumps(target_dependencies(model, hp, retain), sort_keys=True).encode()).hexdigest()[:12]
+    key = hashlib.sha256(json.dumps(target_settings(model, hp), sort_keys=True).encode()).hexdigest()[:12]
     targets = surgical._targets(Path(args.targets_dir) / f"seed_{args.seed}_n{args.n}_{key}.npz", model, tok, requests, hp, retain)
     moments = batched_statistics(model, tok, hp, hp.mom2_dataset, progress=False)
 

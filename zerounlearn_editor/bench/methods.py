@@ -32,7 +32,7 @@ from torch import nn
 from zerounlearn_editor.engine.hparams import HParamsError, EditHyperParams, load_config_file
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
-from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, target_dependencies
+from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, target_settings
 from zerounlearn_editor.engine.targets import NeutralTargets
 from zerounlearn_editor.support.resources import hparams_path
 from zerounlearn_editor.engine.stats import SecondMoment, corpus_cache_name
@@ -161,7 +161,7 @@ class HParamsLookup:
 class SharedTargets:
     """Neutral targets of the current requests, shared by the methods that need the same ones.
 
-    Keyed by the requests and :func:`~zerounlearn_editor.engine.pipeline.target_dependencies`; only the
+    Keyed by the requests and :func:`~zerounlearn_editor.engine.pipeline.target_settings`; only the
     newest key is kept (a seed's methods run one after another on the same cases), so memory
     does not grow with the number of seeds. Valid because every method starts from the unedited
     model (the runner checks its fingerprint before each method).
@@ -181,7 +181,7 @@ class SharedTargets:
 
         ``retain`` (the edit's retain set) plays no part in the targets.
         """
-        key = sha256_of_json({"requests": requests, "settings": target_dependencies(model, hp, retain)})
+        key = sha256_of_json({"requests": requests, "settings": target_settings(model, hp)})
         if key == self._key and self._targets is not None:
             return self._targets, {"target_seconds": self._seconds, "targets_reused_from": self._owner}
         start = time.perf_counter()

@@ -419,11 +419,6 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
     )
 
 
-def target_dependencies(model: nn.Module, hparams: EditHyperParams, retain: RetainSpec = None) -> Dict[str, Any]:
-    """:func:`target_settings` (cache keys); ``retain`` is accepted with the edit's arguments, unused."""
-    return target_settings(model, hparams)
-
-
 def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], targets: NeutralTargets,
                  second_moments: Dict[int, SecondMoment], solver: LayerSolver, report: EditReport,
                  read_keys: KeysStage, post_maps: Dict[int, PostMlpMap]) -> None:

@@ -11,7 +11,7 @@ utility second moment ``C0 = E[k k^T]`` ``[d_in, d_in]``:
 
 ``D0 = (A + r W) W^T (W (B + r I) W^T)^-1`` minimises
 ``f ||D W K_f - M_n||^2 + u ||D W K_0 - W K_0||^2 + r ||D W - W||^2`` (with ``K_0 K_0^T = C0``);
-``P = (1 + eps) I - V V^T`` removes the span ``V`` of the forget values (SVD of ``M_f^T``).
+``P = I - V V^T`` removes the span ``V`` of the forget values (SVD of ``M_f^T``).
 
 Because ``M_f = W K_f``, both sides share ``S = u W C0 W^T + r W W^T``:
 ``(A + r W) W^T = f M_n M_f^T + S`` and ``W (B + r I) W^T = f M_f M_f^T + S``. The solve uses
@@ -47,11 +47,10 @@ def forget_value_basis(M_f: torch.Tensor, rank_tol: float = 1e-6) -> torch.Tenso
     return Vh[keep].t().contiguous()
 
 
-def forget_projector(M_f: torch.Tensor, eps: float = 0.0, rank_tol: float = 1e-6) -> torch.Tensor:
-    """``P = (1 + eps) I - V V^T`` ``[d_out, d_out]`` (float64)."""
+def forget_projector(M_f: torch.Tensor, rank_tol: float = 1e-6) -> torch.Tensor:
+    """``P = I - V V^T`` ``[d_out, d_out]`` (float64)."""
     V = forget_value_basis(M_f, rank_tol)
-    eye = torch.eye(V.shape[0], dtype=torch.float64, device=V.device)
-    return (1.0 + eps) * eye - V @ V.t()
+    return torch.eye(V.shape[0], dtype=torch.float64, device=V.device) - V @ V.t()
 
 
 def zerounlearn_normal_matrices(
@@ -87,7 +86,6 @@ def zerounlearn_multiplier(
     forget_weight: float = 1.0,
     utility_weight: float = 15000.0,
     regularization: float = 1.0,
-    projection_eps: float = 0.0,
     rank_tol: float = 1e-6,
 ) -> torch.Tensor:
     """``D`` ``[d_out, d_out]`` (float64) such that ``W' = D W`` unlearns the forget set.
@@ -104,7 +102,7 @@ def zerounlearn_multiplier(
         D0 = torch.linalg.solve(lhs, rhs.t()).t()
     _check_finite("D (solution of the normal equations)", D0)
     M_f = W.double() @ K_f.double()
-    P = forget_projector(M_f, projection_eps, rank_tol)
+    P = forget_projector(M_f, rank_tol)
     D = P @ D0
     _check_finite("D", D)
     return D

@@ -86,18 +86,15 @@ def _check_problem(
     W: Tensor, K_f: Tensor, M_f: Tensor, M_n: Tensor, a: float, b: float, c: float
 ) -> Tuple[int, int, int, float, float, float]:
     """Validate the per-layer problem; return ``(d_out, d_in, n, a, b, c)``."""
-    _check_matrix("W", W)
-    _check_matrix("K_f", K_f)
-    _check_matrix("M_f", M_f)
-    _check_matrix("M_n", M_n)
+    for name, x in (("W", W), ("K_f", K_f), ("M_f", M_f), ("M_n", M_n)):
+        _check_matrix(name, x)
     d_out, d_in = W.shape
     if K_f.shape[0] != d_in:
         raise ValueError(f"K_f must have shape [d_in={d_in}, n], got {tuple(K_f.shape)}")
     n = K_f.shape[1]
-    if tuple(M_f.shape) != (d_out, n):
-        raise ValueError(f"M_f must have shape [d_out={d_out}, n={n}], got {tuple(M_f.shape)}")
-    if tuple(M_n.shape) != (d_out, n):
-        raise ValueError(f"M_n must have shape [d_out={d_out}, n={n}], got {tuple(M_n.shape)}")
+    for name, x in (("M_f", M_f), ("M_n", M_n)):
+        if tuple(x.shape) != (d_out, n):
+            raise ValueError(f"{name} must have shape [d_out={d_out}, n={n}], got {tuple(x.shape)}")
     return d_out, d_in, n, _check_weight("a", a), _check_weight("b", b), _check_weight("c", c)
 
 
