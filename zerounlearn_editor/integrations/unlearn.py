@@ -221,11 +221,11 @@ def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_nam
     model, tok = load_model_and_tokenizer(name, device=device, dtype=dtype)
     seconds["load"] = time.perf_counter() - start
     # the edit's checks (hparams, requests, retain set, modules, lengths, capacity) before any scoring
-    forget = check_edit_inputs(model, tok, facts, hparams, str(retain_file) if retain_file else None).forget
+    plan = check_edit_inputs(model, tok, facts, hparams, str(retain_file) if retain_file else None)
     if isinstance(hparams, ZeroUnlearnHyperParams):
         from zerounlearn_editor.methods.zerounlearn.method import check_request_capacity
 
-        check_request_capacity(model, hparams, len(forget))
+        check_request_capacity(model, hparams, len(plan.forget))
     if out_dir is not None and save == "model":
         check_free_space(out_dir, sum(p.numel() * p.element_size() for p in model.parameters()))
     text = None
@@ -257,7 +257,7 @@ def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_nam
         kwargs["retain"] = str(retain_file)
     if fluency_guard is not None:
         kwargs["fluency_guard"] = fluency_guard
-    model, weights_copy = apply(model, tok, facts, hparams, **kwargs)
+    model, weights_copy = apply(model, tok, plan, hparams, **kwargs)  # the plan is not checked again
     if report.fluency:
         LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens of the built-in text",
                  report.fluency["ppl_before"], report.fluency["ppl_after"], 100 * report.fluency["increase"],
