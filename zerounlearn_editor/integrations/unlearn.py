@@ -141,17 +141,6 @@ def _rows(facts, before, after) -> List[UnlearnRow]:
     ]
 
 
-def _default_ppl_text() -> Optional[Path]:
-    """The WikiText-2 test split shipped with the package (unpacked once into the user cache)."""
-    from zerounlearn_editor.data.builtin import default_ppl_text
-
-    try:
-        return Path(default_ppl_text())
-    except OSError as exc:
-        LOG.warning("no perplexity text: %s; perplexity skipped (give --ppl-text)", exc)
-        return None
-
-
 def run_unlearn(
     hparams_file: Union[str, Path],
     facts_file: Union[str, Path],
@@ -228,9 +217,14 @@ def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_nam
         check_request_capacity(model, hparams, len(plan.forget))
     if out_dir is not None and save == "model":
         check_free_space(out_dir, sum(p.numel() * p.element_size() for p in model.parameters()))
-    text = None
-    if ppl_tokens > 0:
-        text = Path(ppl_text) if ppl_text else _default_ppl_text()
+    text = Path(ppl_text) if ppl_text and ppl_tokens > 0 else None
+    if ppl_tokens > 0 and not ppl_text:  # the WikiText-2 test split shipped with the package
+        from zerounlearn_editor.data.builtin import default_ppl_text
+
+        try:
+            text = Path(default_ppl_text())
+        except OSError as exc:
+            LOG.warning("no perplexity text: %s; perplexity skipped (give --ppl-text)", exc)
 
     start = time.perf_counter()
     LOG.info("scoring %d facts (and %d retain facts) before the edit", len(facts), len(retain_facts))
