@@ -45,18 +45,13 @@ _BATCH_SIZE = 16
 
 def load_method(hparams_file: Union[str, Path]) -> Tuple[Any, Callable[..., Any]]:
     """``(hparams, apply function)`` chosen by the file's ``alg_name`` (ZeroUnlearn / ZeroUnlearn-GD)."""
-    from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
-    from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
+    from zerounlearn_editor.integrations.easyedit import method_functions
 
-    methods = {
-        "ZeroUnlearn": (ZeroUnlearnHyperParams, apply_zerounlearn_to_model),
-        "ZeroUnlearn-GD": (ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model),
-    }
+    classes = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
     alg = load_config_file(hparams_file).get("alg_name")
-    if alg not in methods:
+    if alg not in classes:
         raise HParamsError(f"{hparams_file}: key 'alg_name' must be ZeroUnlearn or ZeroUnlearn-GD, got {alg!r}")
-    cls, apply = methods[alg]
-    return cls.from_hparams(hparams_file), apply
+    return classes[alg].from_hparams(hparams_file), method_functions()[alg]
 
 
 def load_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
