@@ -10,7 +10,6 @@ import torch
 
 from zerounlearn_editor.data import Probe, UnlearnCase
 from zerounlearn_editor.evaluation import (
-    answer_probability,
     easyedit_metrics,
     encode_probe,
     evaluate_probes,
@@ -129,7 +128,7 @@ def test_probabilities_match_hand_computation(successor, tok):
 
     probes = [Probe(words(1, 2), words(3)), Probe(words(1, 2), words(5)), Probe(words(1), words(2, 9))]
     expected_tokens = [[p(2, 3)], [p(2, 5)], [p(1, 2), p(2, 9)]]
-    result = answer_probability(successor, tok, probes)
+    result = evaluate_probes(successor, tok, probes)
     for got_geo, got_seq, token_probs in zip(result["prob"], result["seq_prob"], expected_tokens):
         seq = math.prod(token_probs)
         assert got_seq == pytest.approx(seq, rel=1e-4)

@@ -56,7 +56,7 @@ from zerounlearn_editor.integrations import easyedit as ze_easyedit
 from zerounlearn_editor.bench import BenchConfig, ModelFingerprint, run_bench
 from zerounlearn_editor.bench import easyedit_baselines
 from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.evaluation.metrics import answer_probability
+from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.integrations.easyedit import easyedit_available, register_with_easyedit
 from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, fact_requests
 from zerounlearn_editor.engine.hparams import load_config_file
@@ -600,7 +600,7 @@ def test_smollm2_batch_edit_through_easyedit(easyedit, in_tmp: Path, request: py
 def _eos_logprob(model, tok, requests: List[dict]) -> torch.Tensor:
     """``log p(EOS | prompt)`` at each request's prompt (subject filled in), ``[n]``, one batched pass."""
     prompts = [r["prompt"].format(r["subject"]) if "{}" in r["prompt"] else r["prompt"] for r in requests]
-    probs = answer_probability(model, tok, [Probe(prompt, tok.eos_token) for prompt in prompts])["seq_prob"]
+    probs = evaluate_probes(model, tok, [Probe(prompt, tok.eos_token) for prompt in prompts])["seq_prob"]
     return torch.tensor(probs, dtype=torch.float64).log()
 
 

@@ -10,7 +10,6 @@ Both decompress to exactly the bytes of the shared data files (``text/wiki_passa
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import lzma
 import os
@@ -19,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Optional
 
-from zerounlearn_editor.support.files import sha256_of_file
+from zerounlearn_editor.support.files import sha256_of_file, write_bytes_atomic
 
 EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded"
 
@@ -87,7 +86,7 @@ def default_ppl_text(cache_dir: Optional[Path] = None) -> Path:
             if target.is_file() and sha256_of_file(target) == _SHA256[compressed]:
                 return target
             folder.mkdir(parents=True, exist_ok=True)
-            _write_atomic(target, _read_embedded(compressed))
+            write_bytes_atomic(target, _read_embedded(compressed))
             return target
         except OSError as exc:  # read-only or not permitted: try the next folder
             if cache_dir is not None:
@@ -95,15 +94,3 @@ def default_ppl_text(cache_dir: Optional[Path] = None) -> Path:
             last_error = exc
     raise OSError(f"cannot unpack the embedded {PPL_TEXT_NAME}: no writable cache folder ({last_error})")
 
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise

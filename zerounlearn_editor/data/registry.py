@@ -16,7 +16,7 @@ from zerounlearn_editor.data.records import read_json_records
 from zerounlearn_editor.data.rwku import RWKU_GROUPS, load_rwku
 from zerounlearn_editor.data.types import UnlearnCase
 from zerounlearn_editor.data.zsre import load_zsre_knowedit, load_zsre_mend
-from zerounlearn_editor.support.resources import data_dir_candidates, missing_data_message
+from zerounlearn_editor.support.resources import data_dir_candidates, missing_data_message, shared_data_dir
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +42,8 @@ DATASETS: Dict[str, DatasetSpec] = {
 
 
 def default_data_dir() -> Path:
-    """The first existing folder of :func:`.resources.data_dir_candidates`, else the last one."""
-    candidates = [folder for folder, _ in data_dir_candidates()]
-    return next((folder for folder in candidates if folder.is_dir()), candidates[-1])
+    """:func:`.resources.shared_data_dir`, else the last folder of :func:`.resources.data_dir_candidates`."""
+    return shared_data_dir() or data_dir_candidates()[-1][0]
 
 
 def detect_format(path: Union[str, Path]) -> str:

@@ -63,11 +63,6 @@ def encode_probe(tok: "PreTrainedTokenizerBase", probe: Probe) -> EncodedProbe:
     return EncodedProbe(input_ids=list(full), answer_start=start)
 
 
-def encode_probes(tok: "PreTrainedTokenizerBase", probes: Sequence[Probe]) -> List[EncodedProbe]:
-    """:func:`encode_probe` for each probe, in order."""
-    return [encode_probe(tok, probe) for probe in probes]
-
-
 def pad_token_id(tok: "PreTrainedTokenizerBase") -> int:
     """Id used for padding: the pad token, else EOS, else 0 (padded positions are masked)."""
     for candidate in (getattr(tok, "pad_token_id", None), getattr(tok, "eos_token_id", None)):

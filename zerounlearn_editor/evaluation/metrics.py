@@ -14,7 +14,7 @@ or not the model knows the fact); ``first_acc`` has none.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, TypedDict
+from typing import TYPE_CHECKING, List, Optional, Sequence, TypedDict
 
 import torch
 
@@ -22,7 +22,7 @@ from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.support.progress import progress_bar
 from zerounlearn_editor.evaluation.batching import (
     batched_indices,
-    encode_probes,
+    encode_probe,
     forward_logits,
     model_device,
     pad_sequences,
@@ -61,7 +61,7 @@ def evaluate_probes(
     if not probes:
         return scores
     model.eval()
-    encoded = encode_probes(tok, probes)
+    encoded = [encode_probe(tok, probe) for probe in probes]
     device = model_device(model)
     pad_id = pad_token_id(tok)
     side = resolve_padding_side(tok, padding_side)
@@ -99,14 +99,3 @@ def evaluate_probes(
         scores["n_tokens"].append(int(tgt.numel()))
     return scores
 
-
-def answer_probability(
-    model: torch.nn.Module,
-    tok: "PreTrainedTokenizerBase",
-    probes: Sequence[Probe],
-    batch_size: int = 32,
-    padding_side: Optional[str] = None,
-) -> Dict[str, List[float]]:
-    """Per probe: ``{"prob": geometric-mean token probability, "seq_prob": answer probability}``."""
-    scores = evaluate_probes(model, tok, probes, batch_size, padding_side)
-    return {"prob": scores["prob"], "seq_prob": scores["seq_prob"]}

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
@@ -24,7 +23,7 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.engine.model_access import get_module, module_is_transposed
-from zerounlearn_editor.support.files import write_text_atomic
+from zerounlearn_editor.support.files import write_bytes_atomic, write_text_atomic
 
 __all__ = ["ADAPTER_REPORT_NAME", "AdapterLayer", "AdapterReport", "NotLowRankError", "AdapterBaseError",
            "low_rank_factors", "edit_deltas", "export_lora_adapter", "check_adapter_base",
@@ -182,7 +181,7 @@ def export_lora_adapter(
     :data:`ADAPTER_REPORT_NAME`.
     """
     from peft import LoraConfig
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     from zerounlearn_editor.engine.stats import model_fingerprint
 
@@ -266,13 +265,9 @@ def export_lora_adapter(
         if isinstance(value, set):
             config_dict[key] = sorted(value)
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    weights_path = out / "adapter_model.safetensors"
-    tmp = weights_path.with_name(f".{weights_path.name}.tmp-{os.getpid()}")
-    save_file(tensors, str(tmp), metadata={"format": "pt"})
-    os.chmod(tmp, 0o644)  # as write_text_atomic's files
-    os.replace(tmp, weights_path)
+    out = Path(out_dir)  # created by the writes
+    weights = save(tensors, metadata={"format": "pt"})  # the bytes save_file would write
+    weights_path = write_bytes_atomic(out / "adapter_model.safetensors", weights)
     write_text_atomic(out / "adapter_config.json", json.dumps(config_dict, indent=2, sort_keys=True))
     files = {"adapter_model.safetensors": weights_path.stat().st_size,
              "adapter_config.json": (out / "adapter_config.json").stat().st_size}

@@ -34,7 +34,8 @@ RIGHT_PADDING_METHODS = ("ROME", "MEMIT", "EMMET", "EAMET", "R-ROME", "AlphaEdit
 """Methods EasyEdit gives a right-padding tokenizer; the others get left padding."""
 
 
-def _methods() -> Dict[str, Callable]:
+def method_functions() -> Dict[str, Callable]:
+    """``{alg_name: apply function}`` of our methods (EasyEdit's calling convention)."""
     from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
     from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
 
@@ -109,7 +110,7 @@ def register_with_easyedit(path: Optional[str] = None) -> bool:
     except Exception as exc:  # a broken EasyEdit install must not break our import
         LOG.warning("EasyEdit found but failed to import (%s: %s); not registering", type(exc).__name__, exc)
         return False
-    methods = _methods()
+    methods = method_functions()
     alg_dict.ALG_DICT.update(methods)
     batch_editor = batch_module.BatchEditor
     if getattr(batch_editor, _WRAPPED_FLAG, None) is None:

@@ -106,14 +106,6 @@ def read_edit_data(path: str, size: Optional[int] = None) -> EditData:
                     hashlib.sha256(raw).hexdigest())
 
 
-def _text(value: Any, where: str) -> str:
-    """A record's answer/prompt as text: lists reduced to their first element; empty is an error."""
-    text = _first_text(value)
-    if not text:
-        raise SystemExit(f"{where} is empty")
-    return text
-
-
 def flat_inputs(data: EditData) -> Dict[str, Any]:
     """``BaseEditor.edit`` arguments from EasyEdit's flat CounterFact or ZsRE records.
 
@@ -128,7 +120,9 @@ def flat_inputs(data: EditData) -> Dict[str, Any]:
     port_prompts, port_answers = [], []
     for i, r in enumerate(data.records or []):
         for column, name in zip(columns, DATA_FORMATS[data.format]):
-            column.append(_text(r[name], f"{data.path}: record {i} field {name}"))
+            column.append(_first_text(r[name]))  # lists reduced to their first element
+            if not column[-1]:
+                raise SystemExit(f"{data.path}: record {i} field {name} is empty")
         portability = r.get("portability") if data.format == "zsre" else None
         if isinstance(portability, Mapping) and portability.get("New Question") and _first_text(portability.get("New Answer")):
             port_prompts.append(str(portability["New Question"]))

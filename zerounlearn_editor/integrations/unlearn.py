@@ -45,18 +45,13 @@ _BATCH_SIZE = 16
 
 def load_method(hparams_file: Union[str, Path]) -> Tuple[Any, Callable[..., Any]]:
     """``(hparams, apply function)`` chosen by the file's ``alg_name`` (ZeroUnlearn / ZeroUnlearn-GD)."""
-    from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
-    from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
+    from zerounlearn_editor.integrations.easyedit import method_functions
 
-    methods = {
-        "ZeroUnlearn": (ZeroUnlearnHyperParams, apply_zerounlearn_to_model),
-        "ZeroUnlearn-GD": (ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model),
-    }
+    classes = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
     alg = load_config_file(hparams_file).get("alg_name")
-    if alg not in methods:
+    if alg not in classes:
         raise HParamsError(f"{hparams_file}: key 'alg_name' must be ZeroUnlearn or ZeroUnlearn-GD, got {alg!r}")
-    cls, apply = methods[alg]
-    return cls.from_hparams(hparams_file), apply
+    return classes[alg].from_hparams(hparams_file), method_functions()[alg]
 
 
 def load_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
@@ -141,17 +136,6 @@ def _rows(facts, before, after) -> List[UnlearnRow]:
     ]
 
 
-def _default_ppl_text() -> Optional[Path]:
-    """The WikiText-2 test split shipped with the package (unpacked once into the user cache)."""
-    from zerounlearn_editor.data.builtin import default_ppl_text
-
-    try:
-        return Path(default_ppl_text())
-    except OSError as exc:
-        LOG.warning("no perplexity text: %s; perplexity skipped (give --ppl-text)", exc)
-        return None
-
-
 def run_unlearn(
     hparams_file: Union[str, Path],
     facts_file: Union[str, Path],
@@ -221,16 +205,21 @@ def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_nam
     model, tok = load_model_and_tokenizer(name, device=device, dtype=dtype)
     seconds["load"] = time.perf_counter() - start
     # the edit's checks (hparams, requests, retain set, modules, lengths, capacity) before any scoring
-    forget = check_edit_inputs(model, tok, facts, hparams, str(retain_file) if retain_file else None).forget
+    plan = check_edit_inputs(model, tok, facts, hparams, str(retain_file) if retain_file else None)
     if isinstance(hparams, ZeroUnlearnHyperParams):
         from zerounlearn_editor.methods.zerounlearn.method import check_request_capacity
 
-        check_request_capacity(model, hparams, len(forget))
+        check_request_capacity(model, hparams, len(plan.forget))
     if out_dir is not None and save == "model":
         check_free_space(out_dir, sum(p.numel() * p.element_size() for p in model.parameters()))
-    text = None
-    if ppl_tokens > 0:
-        text = Path(ppl_text) if ppl_text else _default_ppl_text()
+    text = Path(ppl_text) if ppl_text and ppl_tokens > 0 else None
+    if ppl_tokens > 0 and not ppl_text:  # the WikiText-2 test split shipped with the package
+        from zerounlearn_editor.data.builtin import default_ppl_text
+
+        try:
+            text = Path(default_ppl_text())
+        except OSError as exc:
+            LOG.warning("no perplexity text: %s; perplexity skipped (give --ppl-text)", exc)
 
     start = time.perf_counter()
     LOG.info("scoring %d facts (and %d retain facts) before the edit", len(facts), len(retain_facts))
@@ -257,7 +246,7 @@ def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_nam
         kwargs["retain"] = str(retain_file)
     if fluency_guard is not None:
         kwargs["fluency_guard"] = fluency_guard
-    model, weights_copy = apply(model, tok, facts, hparams, **kwargs)
+    model, weights_copy = apply(model, tok, plan, hparams, **kwargs)  # the plan is not checked again
     if report.fluency:
         LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens of the built-in text",
                  report.fluency["ppl_before"], report.fluency["ppl_after"], 100 * report.fluency["increase"],

@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, Union
 
-__all__ = ["write_json_atomic", "write_text_atomic", "read_json", "sha256_of_file", "sha256_of_json",
-           "json_safe", "file_identity"]
+__all__ = ["write_json_atomic", "write_bytes_atomic", "write_text_atomic", "read_json", "sha256_of_file",
+           "sha256_of_json", "json_safe", "file_identity"]
 
 
 def json_safe(value: Any) -> Any:
@@ -25,21 +25,26 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def write_text_atomic(path: Union[str, Path], text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary sibling file and a rename."""
+def write_bytes_atomic(path: Union[str, Path], data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary sibling file and a rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
     return path
+
+
+def write_text_atomic(path: Union[str, Path], text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`write_bytes_atomic`)."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_json_atomic(path: Union[str, Path], data: Any) -> Path:

@@ -15,7 +15,7 @@ from torch import nn
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.batching import (
     batched_indices,
-    encode_probes,
+    encode_probe,
     model_device,
     pad_sequences,
     pad_token_id,
@@ -34,7 +34,7 @@ def best_ranks(model: nn.Module, tok, probes: Sequence[Probe], first_layer: int,
     names = [layer_module_tmp.format(l) for l in range(first_layer, last)]
     norm = get_module(model, ln_f_module)
     head = model.get_output_embeddings()
-    encoded = encode_probes(tok, probes)
+    encoded = [encode_probe(tok, probe) for probe in probes]
     device = model_device(model)
     result: List[int] = [0] * len(probes)
     model.eval()
