@@ -10,6 +10,9 @@ selection (a pass over the whole dataset) is cached in ``--known-cache`` as case
         --methods base,ZeroUnlearn-GD,deep --variant deep=hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct-deep.yaml \\
         --probes formats,in_context,lens --shots 3
 
+``--retain-variant NAME=YAML`` adds a retain-aware row (``ZeroUnlearn-GD+R`` reading YAML, fed the seed's retain
+set drawn by ``--retain POLICY:K``, the same draw for every retain-aware row).
+
 ``--half tune`` / ``--half report`` keep one half of the 80 cached known CounterFact cases (40 each, disjoint), so
 tuning and reporting use different facts (``--n 40`` then edits the whole half in one batch).
 """
@@ -57,6 +60,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=10)
     ap.add_argument("--methods", default="base,ZeroUnlearn-GD")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=YAML")
+    ap.add_argument("--retain-variant", action="append", default=[], metavar="NAME=YAML",
+                    help="a retain-aware row: the bench's ZeroUnlearn-GD+R reading YAML, fed the seed's retain set "
+                         "(needs --retain)")
     ap.add_argument("--probes", default="formats,in_context,lens")
     ap.add_argument("--shots", default="3")
     ap.add_argument("--known-cache", default="benchmarks/results/deep/known_counterfact_easyedit.json")
@@ -72,6 +78,9 @@ def main() -> None:
     for item in args.variant:
         name, path = item.split("=", 1)
         registry[name] = variant_spec(name, path)
+    for item in args.retain_variant:
+        name, path = item.split("=", 1)
+        registry[name] = variant_spec(name, path, "ZeroUnlearn-GD+R")
     selection.select_known_cases = half_of(cached_known_selection(Path(args.known_cache)), args.half)
     bench_runner.select_known_cases = selection.select_known_cases
     seeds = parse_seeds(args.seeds)
