@@ -45,3 +45,12 @@ def test_a_plan_checked_against_other_hparams_is_refused(setup):
     plan = check_edit_inputs(model, tok, forget_requests(), hp)
     with pytest.raises(ValueError, match="checked against other hparams"):
         check_edit_inputs(model, tok, plan, hp.replace(v_lr=0.25))
+
+
+def test_a_plan_given_with_another_retain_set_is_refused(setup):
+    model, tok, hp, _ = setup
+    plan = check_edit_inputs(model, tok, forget_requests(), hp)
+    other = [{"prompt": "The color of the sky is", "subject": "sky", "target_new": "blue"}]
+    with pytest.raises(ValueError, match="another retain set"):
+        check_edit_inputs(model, tok, plan, hp, other)
+    assert check_edit_inputs(model, tok, plan, hp, None) is plan  # no retain argument: the plan's own

@@ -157,12 +157,14 @@ def _timer(report: EditReport, stage: str):
 @dataclass(frozen=True)
 class EditPlan:
     """An edit's checked inputs (:func:`check_edit_inputs`), passed along so the checks run once per edit: the
-    ``forget`` and ``keep`` (retain) requests, each forget request's ``target_ids`` and the ``hparams``."""
+    ``forget`` and ``keep`` (retain) requests, each forget request's ``target_ids``, the ``hparams`` and the
+    ``retain`` argument ``keep`` was resolved from."""
 
     forget: List[ForgetRequest]
     keep: List[ForgetRequest]
     target_ids: List[List[int]]
     hparams: EditHyperParams
+    retain: RetainSpec = None
 
 
 def _checked_forget(model: nn.Module, tok, requests: Sequence[Mapping[str, Any]],
@@ -241,12 +243,14 @@ def check_edit_inputs(
     if isinstance(requests, EditPlan):
         if requests.hparams is not hparams:
             raise ValueError("this EditPlan was checked against other hparams; pass the requests instead")
+        if retain is not None and retain != requests.retain:
+            raise ValueError("this EditPlan was checked with another retain set; pass the requests instead")
         return requests
     forget, target_ids = _checked_forget(model, tok, requests, hparams)
     keep = _retain_requests(retain, hparams)
     check_retain_disjoint(forget, keep)
     _check_lengths(model, tok, forget, keep, target_ids, hparams)
-    return EditPlan(forget, keep, target_ids, hparams)
+    return EditPlan(forget, keep, target_ids, hparams, retain)
 
 
 def _check_modules(model: nn.Module, hparams: EditHyperParams) -> None:

@@ -108,7 +108,6 @@ def apply_zerounlearn_to_model(
     if not isinstance(hparams, ZeroUnlearnHyperParams):
         raise TypeError(f"expected ZeroUnlearnHyperParams, got {type(hparams).__name__}")
     allow_large_batch = bool(kwargs.pop("allow_large_batch", False))
-    hparams.check()
     requests = check_edit_inputs(model, tok, requests, hparams, kwargs.get("retain"))  # the EditPlan
     if not allow_large_batch:  # before any statistics, targets or copy: rank(M_f) <= n
         check_request_capacity(model, hparams, len(requests.forget))
