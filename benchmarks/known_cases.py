@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 from zerounlearn_editor.bench.methods import MethodSpec, zerounlearn_spec
 from zerounlearn_editor.engine.hparams import load_config_file
@@ -49,3 +49,10 @@ def variant_spec(name: str, path: str, method: Optional[str] = None) -> MethodSp
         return dataclasses.replace(prepared, name=name)
 
     return MethodSpec(name, describe, prepare)
+
+
+def add_variants(registry: dict, items: List[str], method: Optional[str] = None) -> None:
+    """Add a :func:`variant_spec` row to ``registry`` for each ``NAME=YAML`` of ``items``."""
+    for item in items:
+        name, path = item.split("=", 1)
+        registry[name] = variant_spec(name, path, method)

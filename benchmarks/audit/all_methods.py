@@ -26,7 +26,7 @@ from zerounlearn_editor.bench.registry import default_registry
 from zerounlearn_editor.evaluation import selection
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from known_cases import cached_known_selection, variant_spec  # noqa: E402  (shared with deep/audit_variants.py)
+from known_cases import add_variants, cached_known_selection  # noqa: E402  (shared with deep/audit_variants.py)
 
 _ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,9 +47,7 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     registry = default_registry()
-    for item in args.retain_variant:
-        name, path = item.split("=", 1)
-        registry[name] = variant_spec(name, path, "ZeroUnlearn-GD+R")
+    add_variants(registry, args.retain_variant, "ZeroUnlearn-GD+R")
     selection.select_known_cases = cached_known_selection(Path(args.known_cache))
     config = AuditConfig(hparams=args.hparams, data=args.data, out=args.out, seeds=parse_seeds(args.seeds), n=args.n,
                          methods=[m for m in args.methods.split(",") if m], settings=settings_from_args(args),

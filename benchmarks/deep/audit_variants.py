@@ -32,7 +32,7 @@ from zerounlearn_editor.bench.registry import default_registry
 from zerounlearn_editor.evaluation import selection
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from known_cases import cached_known_selection, variant_spec  # noqa: E402  (shared with audit/all_methods.py)
+from known_cases import add_variants, cached_known_selection  # noqa: E402  (shared with audit/all_methods.py)
 
 DEFAULT_HPARAMS = "hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct.yaml"
 
@@ -75,12 +75,8 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     registry = default_registry()
-    for item in args.variant:
-        name, path = item.split("=", 1)
-        registry[name] = variant_spec(name, path)
-    for item in args.retain_variant:
-        name, path = item.split("=", 1)
-        registry[name] = variant_spec(name, path, "ZeroUnlearn-GD+R")
+    add_variants(registry, args.variant)
+    add_variants(registry, args.retain_variant, "ZeroUnlearn-GD+R")
     selection.select_known_cases = half_of(cached_known_selection(Path(args.known_cache)), args.half)
     bench_runner.select_known_cases = selection.select_known_cases
     seeds = parse_seeds(args.seeds)
