@@ -1,15 +1,21 @@
 """Random-prefix context templates: short prefixes sampled from the model itself (seeded), cached on the model
-object (attribute ``_zerounlearn_context_cache``); keys are averaged over the bare prompt and them."""
+object (attribute ``_zerounlearn_context_cache``); keys are averaged over the bare prompt and them.
+Experimental: few-shot prefixes of the package's hand-written facts (:func:`fewshot_prefixes`)."""
 from __future__ import annotations
 
 import logging
-from typing import Dict, List, Tuple
+import random
+from typing import TYPE_CHECKING, Dict, List, Sequence, Tuple
 
 import torch
 from torch import nn
 
+from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.model_access import model_device
+
+if TYPE_CHECKING:
+    from zerounlearn_editor.engine.requests import ForgetRequest
 
 LOG = logging.getLogger(__name__)
 
@@ -57,3 +63,21 @@ def context_prefixes(model: nn.Module, tok, count: int, length: int, seed: int =
 def clear_context_prefixes(model: nn.Module) -> None:
     """Forget the prefixes cached on ``model`` (the next :func:`context_prefixes` samples again)."""
     model.__dict__.pop(_CACHE_ATTR, None)
+
+
+def fewshot_prefixes(requests: Sequence["ForgetRequest"], count: int, shots: int = 3) -> List[str]:
+    """``count`` prefixes of ``shots`` hand-written facts each, ``"{prompt} {answer}.\n"`` per fact (experimental).
+
+    ``requests`` (:class:`~zerounlearn_editor.engine.requests.ForgetRequest`) are the edit's forget requests: a
+    fact whose subject or answer occurs in any of their prompts, subjects or answers (case-insensitive), or
+    whose prompt names one of their subjects, is never used. Consecutive prefixes take consecutive facts of one
+fixed shuffle of the rest."""
+    named = [text.lower() for r in requests for text in (r.prompt, r.subject, r.answer or "") if text]
+    pool = [(p, a) for p, s, a in CAPITALS_TO_FORGET + OTHER_CAPITALS + UNRELATED_FACTS
+            if not any(s.lower() in text or a.lower() in text for text in named)
+            and not any(r.subject.lower() in p.lower() for r in requests)]
+    random.Random(0).shuffle(pool)  # fixed order that mixes the relations
+    if count and len(pool) < shots:
+        raise ValueError(f"fewshot_contexts: only {len(pool)} hand-written facts name no forgotten subject or answer")
+    return ["".join(f"{p} {a}.\n" for p, a in (pool[(i * shots + j) % len(pool)] for j in range(shots)))
+            for i in range(count)]

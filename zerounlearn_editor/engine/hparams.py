@@ -326,7 +326,10 @@ class EditHyperParams(BaseHyperParams):
     retain_file: Optional[str] = None
 
     # Experiments (opt-in): a mapping whose keys must be declared in EXPERIMENTAL_KEYS (key -> help)
-    EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {}
+    EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {
+        "fewshot_contexts": "deep forgetting: this many extra context prefixes of 3 hand-written facts each "
+        "(`engine.contexts.fewshot_prefixes`), so keys and targets also see in-context prompts",
+    }
     experimental: Dict[str, Any] = field(default_factory=dict)
 
     def retain_weights(self) -> Dict[str, float]:
@@ -358,6 +361,9 @@ class EditHyperParams(BaseHyperParams):
         if unknown:
             declared = sorted(self.EXPERIMENTAL_KEYS) or "none"
             raise HParamsError(f"{source}: unknown key(s) {unknown} under 'experimental' (declared: {declared})")
+        fewshot = self.experimental.get("fewshot_contexts", 0)
+        if isinstance(fewshot, bool) or not isinstance(fewshot, int) or fewshot < 0:
+            raise HParamsError(f"{source}: key 'experimental.fewshot_contexts' must be an integer >= 0, got {fewshot!r}")
         if not self.layers:
             raise HParamsError(f"{source}: key 'layers' must list at least one layer")
         if sorted(set(self.layers)) != list(self.layers):
@@ -448,7 +454,7 @@ SHARED_KEY_HELP: Dict[str, str] = {
     # retain set and experiments
     "retain_file": "retain set (ZeroUnlearn-GD+R): facts to keep, a JSON/JSONL/YAML list of `{prompt, subject}`, path "
     "relative to the YAML; `null` = none (or `retain=` of the apply functions)",
-    "experimental": "opt-in experiments, a mapping of keys declared by the class (none at present); an experiment that "
+    "experimental": "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`); an experiment that "
     "does not win on report data leaves again",
 }
 """One line of help per key every method shares; each method's config adds its own (``KEY_HELP``)."""

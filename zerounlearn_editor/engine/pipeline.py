@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes
+from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes, fewshot_prefixes
 from zerounlearn_editor.engine.encoding import target_token_ids
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.fluency_guard import (
@@ -310,9 +310,7 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
         if missing:
             raise ValueError(f"second moments missing for layer(s) {missing}")
     with _timer(report, "contexts"):
-        prefixes = context_prefixes(
-            model, tok, hparams.context_template_count, hparams.context_template_length, CONTEXT_SEED
-        )
+        prefixes = _edit_prefixes(model, tok, forget, hparams)
     with _timer(report, "targets"):
         if targets is None:
             targets = stages.targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
@@ -400,10 +398,14 @@ def neutral_targets(
     ``retain`` plays no part; it is accepted so that callers can pass the edit's arguments."""
     forget, target_ids = _checked_forget(model, tok, requests, hparams)
     with eval_mode(model):
-        prefixes = context_prefixes(
-            model, tok, hparams.context_template_count, hparams.context_template_length, CONTEXT_SEED
-        )
+        prefixes = _edit_prefixes(model, tok, forget, hparams)
         return optimise_neutral_targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
+
+
+def _edit_prefixes(model: nn.Module, tok, forget: List[ForgetRequest], hparams: EditHyperParams) -> List[str]:
+    """The context prefixes of an edit: ``""``, the sampled ones and (experimental) few-shot ones."""
+    prefixes = context_prefixes(model, tok, hparams.context_template_count, hparams.context_template_length, CONTEXT_SEED)
+    return prefixes + fewshot_prefixes(forget, int(hparams.experimental.get("fewshot_contexts", 0)))
 
 
 def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any]:
@@ -414,6 +416,8 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
     config.pop("chunk_size")  # chunking does not change the result
     if config["objective"] == "neutral":  # the paper's objective: cache keys as before the key existed
         config.pop("objective")
+    if hparams.experimental.get("fewshot_contexts"):
+        config["fewshot_contexts"] = int(hparams.experimental["fewshot_contexts"])
     return dict(
         config,
         context_template_count=hparams.context_template_count,
