@@ -119,3 +119,12 @@ def logit_batches(model: torch.nn.Module, tok: "PreTrainedTokenizerBase", sequen
             output = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                            position_ids=batch.position_ids, use_cache=False)
         yield indices, batch, output if isinstance(output, torch.Tensor) else output.logits
+
+
+def answer_log_probs(logits: torch.Tensor, row: int, cols: torch.Tensor,
+                     targets: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(log p(targets[i] | tokens before cols[i]) [n], argmax ids [n])`` from row ``row`` of ``logits``
+    ``[batch, len, vocab]``: position ``c - 1`` predicts the token at ``c``."""
+    step_logits = logits[row, cols - 1].float()  # [n, vocab]
+    log_probs = torch.log_softmax(step_logits, dim=-1).gather(1, targets[:, None]).squeeze(1)
+    return log_probs, step_logits.argmax(dim=-1)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.evaluation.batching import encode_probe, logit_batches
+from zerounlearn_editor.evaluation.batching import answer_log_probs, encode_probe, logit_batches
 from zerounlearn_editor.evaluation.utility.tasks import UtilityItem
 
 LOG = logging.getLogger(__name__)
@@ -53,10 +53,9 @@ def choice_logprobs(
         for row, index in enumerate(indices):
             offset = batch.offsets[row]
             for item, choice, start, ids in wanted[index]:
-                positions = torch.arange(offset + start - 1, offset + start - 1 + len(ids), device=device)
-                logp = torch.log_softmax(logits[row, positions].float(), dim=-1)  # [len(ids), V]
+                cols = torch.arange(offset + start, offset + start + len(ids), device=device)
                 target = torch.tensor(ids, device=device)
-                out[item][choice] = float(logp.gather(1, target[:, None]).sum())
+                out[item][choice] = float(answer_log_probs(logits, row, cols, target)[0].sum())
     return out
 
 
