@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
-from zerounlearn_editor.evaluation.audit.facts_audit import check_probe_fields
+from zerounlearn_editor.evaluation.audit import LensConfig, build_plan, score_model
+from zerounlearn_editor.evaluation.audit.facts_audit import (
+    check_probe_fields,
+    facts_items,
+    facts_pool,
+    format_facts_audit,
+    generic_passages,
+)
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.generation import generate_greedy
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
@@ -187,8 +194,6 @@ def run_unlearn(
                         if isinstance(a, str) and a.strip()]
         audit_items: List[Any] = []
         if audit is not None:
-            from zerounlearn_editor.evaluation.audit.facts_audit import facts_items
-
             audit.validate()
             audit_items = facts_items(facts_file)
             if not audit_items:
@@ -222,14 +227,13 @@ def run_unlearn(
         kept_before = _measure(model, tok, retain_facts) if retain_facts else None
         ppl_before = perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None
         seconds["evaluate_before"] = time.perf_counter() - start
-        facts_audit, audit_before = None, None
-        if audit is not None:
-            from zerounlearn_editor.evaluation.audit.facts_audit import FactsAudit, facts_pool
-
+        if audit is not None:  # the probes are drawn once, before the edit
             start = time.perf_counter()
-            pool = facts_pool(retain_records)
-            facts_audit = FactsAudit(model, tok, audit_items, pool, audit, hparams, corpus)
-            audit_before = facts_audit.score()
+            relearning = "relearning" in audit.families
+            passages = generic_passages(corpus or hparams.mom2_dataset) if relearning else []
+            audit_plan = build_plan(audit_items, facts_pool(retain_records), tok, audit, passages)
+            lens = LensConfig(hparams.layers[0], hparams.layer_module_tmp, hparams.ln_f_module)
+            audit_before = score_model(model, tok, audit_plan, audit, lens)
             seconds["audit_before"] = time.perf_counter() - start
 
         report = EditReport()
@@ -256,10 +260,10 @@ def run_unlearn(
         ppl_after = perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None
         seconds["evaluate_after"] = time.perf_counter() - start
         audit_report = None
-        if facts_audit is not None:
+        if audit is not None:
             start = time.perf_counter()
-            audit_report = {"settings": audit.to_dict(), "plan": facts_audit.plan.describe(),
-                            "before": audit_before, "after": facts_audit.score()}
+            audit_report = {"settings": audit.to_dict(), "plan": audit_plan.describe(),
+                            "before": audit_before, "after": score_model(model, tok, audit_plan, audit, lens)}
             seconds["audit_after"] = time.perf_counter() - start
 
         result = UnlearnResult(
@@ -348,8 +352,6 @@ def format_unlearn(result: UnlearnResult) -> str:
     elif saved.get("mode") == "model":
         lines.append(f"Edited model and tokenizer -> {saved['dir']}")
     if result.audit:
-        from zerounlearn_editor.evaluation.audit.facts_audit import format_facts_audit
-
         lines += ["", format_facts_audit(result.audit), ""]
     lines.append("Stage times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
     return "\n".join(lines)
