@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.engine.model_access import get_module, module_is_transposed
+from zerounlearn_editor.engine.stats import model_fingerprint
 from zerounlearn_editor.support.files import write_bytes_atomic, write_text_atomic
 
 __all__ = ["ADAPTER_REPORT_NAME", "AdapterLayer", "AdapterReport", "NotLowRankError", "AdapterBaseError",
@@ -179,8 +180,6 @@ def export_lora_adapter(
     from peft import LoraConfig
     from safetensors.torch import save
 
-    from zerounlearn_editor.engine.stats import model_fingerprint
-
     deltas = edit_deltas(weights_before, edited_model)
     transposed_flags = {transposed for _, _, transposed in deltas.values()}
     if len(transposed_flags) > 1:
@@ -283,8 +282,6 @@ def check_adapter_base(base_model: nn.Module, adapter_dir: Union[str, Path]) -> 
 
     An adapter without :data:`ADAPTER_REPORT_NAME` or a recorded fingerprint is accepted with a warning.
     """
-    from zerounlearn_editor.engine.stats import model_fingerprint
-
     path = Path(adapter_dir) / ADAPTER_REPORT_NAME
     try:
         recorded = json.loads(path.read_text(encoding="utf-8")).get("base_model_fingerprint")

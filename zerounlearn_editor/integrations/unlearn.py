@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
+from zerounlearn_editor.integrations.easyedit import method_functions
+from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.evaluation.audit import LensConfig, build_plan, score_model
 from zerounlearn_editor.evaluation.audit.facts_audit import (
     check_probe_fields,
@@ -35,6 +37,7 @@ from zerounlearn_editor.evaluation.perplexity import perplexity
 from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
+from zerounlearn_editor.methods.zerounlearn.method import check_request_capacity
 from zerounlearn_editor.support.output_dir import check_free_space, check_output_dir, staged_output_dir
 from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
 from zerounlearn_editor.support.progress import progress_scope
@@ -52,8 +55,6 @@ _BATCH_SIZE = 16
 
 def load_method(hparams_file: Union[str, Path]) -> Tuple[Any, Callable[..., Any]]:
     """``(hparams, apply function)`` chosen by the file's ``alg_name`` (ZeroUnlearn / ZeroUnlearn-GD)."""
-    from zerounlearn_editor.integrations.easyedit import method_functions
-
     classes = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
     alg = load_config_file(hparams_file).get("alg_name")
     if alg not in classes:
@@ -168,7 +169,7 @@ def run_unlearn(
     for ``--allow-fluency-loss``) overrides the YAML's fluency guard.
     """
     with progress_scope(progress):
-        from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+        from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer  # late: tests patch it
 
         if save not in SAVE_MODES:
             raise ValueError(f"--save must be one of {SAVE_MODES}, got {save!r}")
@@ -207,15 +208,11 @@ def run_unlearn(
         # the edit's checks (hparams, requests, retain set, modules, lengths, capacity) before any scoring
         plan = check_edit_inputs(model, tok, facts, hparams, str(retain_file) if retain_file else None)
         if isinstance(hparams, ZeroUnlearnHyperParams):
-            from zerounlearn_editor.methods.zerounlearn.method import check_request_capacity
-
             check_request_capacity(model, hparams, len(plan.forget))
         if out_dir is not None and save == "model":
             check_free_space(out_dir, sum(p.numel() * p.element_size() for p in model.parameters()))
         text = Path(ppl_text) if ppl_text and ppl_tokens > 0 else None
         if ppl_tokens > 0 and not ppl_text:  # the WikiText-2 test split shipped with the package
-            from zerounlearn_editor.data.builtin import default_ppl_text
-
             try:
                 text = Path(default_ppl_text())
             except OSError as exc:

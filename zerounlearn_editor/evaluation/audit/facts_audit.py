@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, List, Mapping, Sequence, Tuple, Union
 
+from zerounlearn_editor.data.corpus import load_corpus
+from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS
 from zerounlearn_editor.data.record_files import RecordFileError, read_record_list
 from zerounlearn_editor.evaluation.audit.items import AuditItem, PoolFact, items_from_facts, pool_from_facts
 
@@ -31,8 +33,6 @@ def facts_items(path: Union[str, Path]) -> List[AuditItem]:
 
 def facts_pool(retain: Sequence[Mapping[str, Any]] = ()) -> List[PoolFact]:
     """The built-in hand-written facts plus the retain facts ``{prompt, subject, answer}`` that have answers."""
-    from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS
-
     triples: List[Tuple[str, str, str]] = list(CAPITALS_TO_FORGET + OTHER_CAPITALS + UNRELATED_FACTS)
     for r in retain:
         answer = r.get("answer", r.get("ground_truth"))
@@ -53,6 +53,4 @@ def format_facts_audit(audit: Mapping[str, Any]) -> str:
 
 def generic_passages(corpus: str, limit: int = 400) -> List[str]:
     """Generic text for the relearning control: the first passages of the statistics corpus."""
-    from zerounlearn_editor.data.corpus import load_corpus
-
     return load_corpus(corpus, limit=limit).texts
