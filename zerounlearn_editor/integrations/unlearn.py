@@ -236,14 +236,9 @@ def run_unlearn(
         report = EditReport()
         start = time.perf_counter()
         LOG.info("unlearning %d facts with %s (layers %s)", len(facts), hparams.alg_name, hparams.layers)
-        kwargs: Dict[str, Any] = dict(return_orig_weights=True, report=report, progress=progress)
-        if corpus:
-            kwargs["corpus"] = corpus
-        if retain_file:
-            kwargs["retain"] = str(retain_file)
-        if fluency_guard is not None:
-            kwargs["fluency_guard"] = fluency_guard
-        model, weights_copy = apply(model, tok, plan, hparams, **kwargs)  # the plan is not checked again
+        model, weights_copy = apply(  # the plan is not checked again
+            model, tok, plan, hparams, return_orig_weights=True, report=report, progress=progress, corpus=corpus,
+            retain=str(retain_file) if retain_file else None, fluency_guard=fluency_guard)
         if report.fluency:
             f = report.fluency
             LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens of the built-in text",
