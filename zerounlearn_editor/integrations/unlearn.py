@@ -240,9 +240,9 @@ def run_unlearn(
             model, tok, plan, hparams, return_orig_weights=True, report=report, progress=progress, corpus=corpus,
             retain=str(retain_file) if retain_file else None, fluency_guard=fluency_guard)
         if report.fluency:
-            f = report.fluency
+            guard = report.fluency
             LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens of the built-in text",
-                     f["ppl_before"], f["ppl_after"], 100 * f["increase"], f["tokens"])
+                     guard["ppl_before"], guard["ppl_after"], 100 * guard["increase"], guard["tokens"])
         seconds["unlearn"] = time.perf_counter() - start
         seconds.update({f"unlearn.{k}": v for k, v in report.timings.items()})
 
