@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.engine.model_access import model_device
+from zerounlearn_editor.support.progress import progress_bar
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -71,14 +72,6 @@ def pad_token_id(tok: "PreTrainedTokenizerBase") -> int:
     return 0
 
 
-def resolve_padding_side(tok: "PreTrainedTokenizerBase", padding_side: Optional[str]) -> str:
-    """``padding_side`` if given, else the tokenizer's (default ``"right"``)."""
-    side = padding_side or getattr(tok, "padding_side", None) or "right"
-    if side not in ("left", "right"):
-        raise ValueError(f"padding_side must be 'left' or 'right', got {side!r}")
-    return side
-
-
 def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int, side: str,
                   device: torch.device) -> PaddedBatch:
     """Pad token id lists into one ``[batch, max_len]`` batch on ``side``; positions ``cumsum(mask) - 1``."""
@@ -97,21 +90,41 @@ def pad_sequences(sequences: Sequence[Sequence[int]], pad_id: int, side: str,
     return PaddedBatch(ids.to(device), mask.to(device), positions.to(device), offsets)
 
 
-def batched_indices(lengths: Sequence[int], batch_size: int) -> Iterator[List[int]]:
-    """Indices grouped into batches of similar length (longest first) to limit padding."""
+def padded_batches(model: torch.nn.Module, tok: "PreTrainedTokenizerBase", sequences: Sequence[Sequence[int]],
+                   batch_size: int, padding_side: Optional[str] = None,
+                   desc: Optional[str] = None) -> Iterator[Tuple[List[int], PaddedBatch]]:
+    """Put ``model`` in eval mode and yield ``(indices, batch)``: ``sequences`` in batches of similar length
+    (longest first, to limit padding), padded on ``padding_side`` (default the tokenizer's, else right) on the
+    model's device; a progress bar named ``desc`` (none without)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    for start in range(0, len(order), batch_size):
-        yield order[start : start + batch_size]
+    side = padding_side or getattr(tok, "padding_side", None) or "right"
+    if side not in ("left", "right"):
+        raise ValueError(f"padding_side must be 'left' or 'right', got {side!r}")
+    model.eval()
+    device = model_device(model)
+    pad_id = pad_token_id(tok)
+    order = sorted(range(len(sequences)), key=lambda i: (-len(sequences[i]), i))
+    groups = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    for indices in progress_bar(groups, desc=desc, unit="batch", disable=desc is None):
+        yield indices, pad_sequences([sequences[i] for i in indices], pad_id, side, device)
 
 
-def forward_logits(model: torch.nn.Module, batch: PaddedBatch) -> torch.Tensor:
-    """Logits ``[batch, max_len, vocab]`` of a causal LM for a padded batch."""
-    output = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        use_cache=False,
-    )
-    return output if isinstance(output, torch.Tensor) else output.logits
+def logit_batches(model: torch.nn.Module, tok: "PreTrainedTokenizerBase", sequences: Sequence[Sequence[int]],
+                  batch_size: int, padding_side: Optional[str] = None,
+                  desc: Optional[str] = None) -> Iterator[Tuple[List[int], PaddedBatch, torch.Tensor]]:
+    """:func:`padded_batches` with the causal LM's logits ``[batch, max_len, vocab]`` (no grad)."""
+    for indices, batch in padded_batches(model, tok, sequences, batch_size, padding_side, desc):
+        with torch.no_grad():
+            output = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                           position_ids=batch.position_ids, use_cache=False)
+        yield indices, batch, output if isinstance(output, torch.Tensor) else output.logits
+
+
+def answer_log_probs(logits: torch.Tensor, row: int, cols: torch.Tensor,
+                     targets: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(log p(targets[i] | tokens before cols[i]) [n], argmax ids [n])`` from row ``row`` of ``logits``
+    ``[batch, len, vocab]``: position ``c - 1`` predicts the token at ``c``."""
+    step_logits = logits[row, cols - 1].float()  # [n, vocab]
+    log_probs = torch.log_softmax(step_logits, dim=-1).gather(1, targets[:, None]).squeeze(1)
+    return log_probs, step_logits.argmax(dim=-1)

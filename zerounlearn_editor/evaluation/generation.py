@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, List, Sequence
 import torch
 from transformers import GenerationConfig
 
-from zerounlearn_editor.evaluation.batching import batched_indices, model_device, pad_sequences, pad_token_id
+from zerounlearn_editor.evaluation.batching import padded_batches, pad_token_id
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -23,8 +23,6 @@ def generate_greedy(
     ``max_new_tokens`` tokens or until EOS, left-padded batches of similar length (model put in eval mode)."""
     if not prompts:
         return []
-    model.eval()
-    device = model_device(model)
     pad_id = pad_token_id(tok)
     encoded = [tok(p)["input_ids"] for p in prompts]
     config = GenerationConfig(
@@ -37,8 +35,7 @@ def generate_greedy(
     )
     outputs: List[str] = [""] * len(prompts)
     with torch.no_grad():
-        for indices in batched_indices([len(e) for e in encoded], batch_size):
-            batch = pad_sequences([encoded[i] for i in indices], pad_id, "left", device)
+        for indices, batch in padded_batches(model, tok, encoded, batch_size, "left"):
             generated = model.generate(
                 input_ids=batch.input_ids,
                 attention_mask=batch.attention_mask,

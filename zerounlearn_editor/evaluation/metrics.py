@@ -19,16 +19,7 @@ from typing import TYPE_CHECKING, List, Optional, Sequence, TypedDict
 import torch
 
 from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.support.progress import progress_bar
-from zerounlearn_editor.evaluation.batching import (
-    batched_indices,
-    encode_probe,
-    forward_logits,
-    model_device,
-    pad_sequences,
-    pad_token_id,
-    resolve_padding_side,
-)
+from zerounlearn_editor.evaluation.batching import answer_log_probs, encode_probe, logit_batches
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -60,36 +51,18 @@ def evaluate_probes(
     scores: ProbeScores = {"acc": [], "first_acc": [], "prob": [], "seq_prob": [], "pred_ids": [], "n_tokens": []}
     if not probes:
         return scores
-    model.eval()
     encoded = [encode_probe(tok, probe) for probe in probes]
-    device = model_device(model)
-    pad_id = pad_token_id(tok)
-    side = resolve_padding_side(tok, padding_side)
     per_probe: List[Optional[tuple]] = [None] * len(encoded)
-    groups = list(batched_indices([len(e.input_ids) for e in encoded], batch_size))
-    with torch.no_grad():
-        for indices in progress_bar(groups, desc=f"scoring {len(encoded)} probes", unit="batch"):
-            batch = pad_sequences([encoded[i].input_ids for i in indices], pad_id, side, device)
-            logits = forward_logits(model, batch)  # [B, L, V]
-            rows: List[int] = []
-            cols: List[int] = []
-            counts: List[int] = []
-            for row, index in enumerate(indices):
-                item = encoded[index]
-                offset = batch.offsets[row]
-                span = range(offset + item.answer_start, offset + len(item.input_ids))
-                rows.extend([row] * len(span))
-                cols.extend(span)
-                counts.append(len(span))
-            row_t = torch.tensor(rows, device=device)
-            col_t = torch.tensor(cols, device=device)
-            step_logits = logits[row_t, col_t - 1].float()  # [N, V], predicts token at col
-            targets = batch.input_ids[row_t, col_t]  # [N]
-            log_probs = torch.log_softmax(step_logits, dim=-1).gather(1, targets[:, None]).squeeze(1)
-            predicted = step_logits.argmax(dim=-1)  # [N]
-            splits = zip(log_probs.split(counts), predicted.split(counts), targets.split(counts))
-            for index, (lp, pred, tgt) in zip(indices, splits):
-                per_probe[index] = (lp.cpu(), pred.cpu(), tgt.cpu())
+    batches = logit_batches(model, tok, [e.input_ids for e in encoded], batch_size, padding_side,
+                            desc=f"scoring {len(encoded)} probes")
+    for indices, batch, logits in batches:  # logits [B, L, V]
+        device = batch.input_ids.device
+        for row, index in enumerate(indices):
+            item, offset = encoded[index], batch.offsets[row]
+            cols = torch.arange(offset + item.answer_start, offset + len(item.input_ids), device=device)
+            targets = batch.input_ids[row, cols]  # [n]
+            log_probs, predicted = answer_log_probs(logits, row, cols, targets)
+            per_probe[index] = (log_probs.cpu(), predicted.cpu(), targets.cpu())
     for lp, pred, tgt in per_probe:  # type: ignore[misc]
         scores["acc"].append(float((pred == tgt).float().mean()))
         scores["first_acc"].append(float(pred[0] == tgt[0]))

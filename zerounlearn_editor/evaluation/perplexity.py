@@ -16,14 +16,7 @@ from typing import TYPE_CHECKING, List, NamedTuple, Union
 
 import torch
 
-from zerounlearn_editor.support.progress import progress_bar
-from zerounlearn_editor.evaluation.batching import (
-    forward_logits,
-    model_device,
-    pad_sequences,
-    pad_token_id,
-    resolve_padding_side,
-)
+from zerounlearn_editor.evaluation.batching import logit_batches
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -95,29 +88,22 @@ def perplexity(
 ) -> float:
     """``exp(mean NLL)`` of the first ``max_tokens`` tokens of a text (a UTF-8 file or the text itself) in
     strided windows of ``window`` tokens, ``batch_size`` windows per forward pass (model put in eval mode)."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     ids = leading_token_ids(tok, read_text(text_path_or_text), max_tokens)
     if len(ids) < 2:
         raise ValueError("perplexity needs at least two tokens of text")
     windows = plan_windows(len(ids), window, stride)
-    model.eval()
-    device = model_device(model)
-    pad_id = pad_token_id(tok)
-    side = resolve_padding_side(tok, None)
     total_nll = 0.0
     total_count = 0
-    with torch.no_grad():
-        for start in progress_bar(range(0, len(windows), batch_size), desc=f"perplexity ({len(ids)} tokens)", unit="batch"):
-            chunk = windows[start : start + batch_size]
-            batch = pad_sequences([ids[w.begin : w.end] for w in chunk], pad_id, side, device)
-            logits = forward_logits(model, batch)  # [B, L, V]
-            for row, w in enumerate(chunk):
-                offset = batch.offsets[row]
-                cols = torch.arange(offset + w.score_from - w.begin, offset + w.end - w.begin, device=device)
-                step_logits = logits[row, cols - 1].float()  # [n, V]
-                targets = batch.input_ids[row, cols]  # [n]
-                nll = torch.nn.functional.cross_entropy(step_logits, targets, reduction="sum")
-                total_nll += float(nll)
-                total_count += int(cols.numel())
+    # every window but the last has ``window`` tokens: the batches are runs of consecutive windows
+    batches = logit_batches(model, tok, [ids[w.begin : w.end] for w in windows], batch_size,
+                            desc=f"perplexity ({len(ids)} tokens)")
+    for indices, batch, logits in batches:  # logits [B, L, V]
+        for row, index in enumerate(indices):
+            w, shift = windows[index], batch.offsets[row] - windows[index].begin  # stream -> batch column
+            cols = torch.arange(shift + w.score_from, shift + w.end, device=batch.input_ids.device)
+            step_logits = logits[row, cols - 1].float()  # [n, V]
+            targets = batch.input_ids[row, cols]  # [n]
+            nll = torch.nn.functional.cross_entropy(step_logits, targets, reduction="sum")
+            total_nll += float(nll)
+            total_count += int(cols.numel())
     return math.exp(total_nll / total_count)

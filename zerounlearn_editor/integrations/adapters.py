@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.engine.model_access import get_module, module_is_transposed
+from zerounlearn_editor.engine.stats import model_fingerprint
 from zerounlearn_editor.support.files import write_bytes_atomic, write_text_atomic
 
 __all__ = ["ADAPTER_REPORT_NAME", "AdapterLayer", "AdapterReport", "NotLowRankError", "AdapterBaseError",
@@ -114,12 +115,6 @@ def low_rank_factors(
     return B, A, S, numerical
 
 
-def _module_of(param_name: str) -> str:
-    if not param_name.endswith(".weight"):
-        raise ValueError(f"weights_before key {param_name!r} is not a module weight (must end in '.weight')")
-    return param_name[: -len(".weight")]
-
-
 def edit_deltas(
     weights_before: Union[Mapping[str, torch.Tensor], nn.Module], edited_model: nn.Module
 ) -> Dict[str, tuple[torch.Tensor, torch.Tensor, bool]]:
@@ -141,7 +136,9 @@ def edit_deltas(
         raise ValueError("no edited weights: weights_before is empty (or the models are identical)")
     out = {}
     for name, before in weights_before.items():
-        module_name = _module_of(name)
+        if not name.endswith(".weight"):
+            raise ValueError(f"weights_before key {name!r} is not a module weight (must end in '.weight')")
+        module_name = name[: -len(".weight")]
         if name not in params:
             raise ValueError(f"weights_before names {name!r}, which the edited model does not have")
         module = get_module(edited_model, module_name)
@@ -183,16 +180,16 @@ def export_lora_adapter(
     from peft import LoraConfig
     from safetensors.torch import save
 
-    from zerounlearn_editor.engine.stats import model_fingerprint
-
     deltas = edit_deltas(weights_before, edited_model)
+    transposed_flags = {transposed for _, _, transposed in deltas.values()}
+    if len(transposed_flags) > 1:
+        raise ValueError("the edited modules mix Linear and Conv1D weights; export them as separate adapters")
     params = dict(edited_model.named_parameters())
     tensors: Dict[str, torch.Tensor] = {}
     layers: List[AdapterLayer] = []
     problems: List[str] = []
     factors = {}
-    transposed_flags = set()
-    for module_name, (W_new, delta, transposed) in deltas.items():
+    for module_name, (W_new, delta, _) in deltas.items():
         dtype = params[f"{module_name}.weight"].dtype
         floor = _rounding_noise(W_new, dtype)
         B, A, S, numerical = low_rank_factors(delta, floor, max_rank)
@@ -212,7 +209,6 @@ def export_lora_adapter(
         )
         layers.append(layer)
         factors[module_name] = (B, A)
-        transposed_flags.add(transposed)
         limit = max(1e-5, 2 * torch.finfo(dtype).eps)
         d_out, d_in = delta.shape
         if layer.weight_relative_residual > limit:
@@ -226,8 +222,6 @@ def export_lora_adapter(
                 f"{module_name}: the change has numerical rank {numerical} of {min(d_out, d_in)} (full rank); "
                 f"a rank-{r} adapter ({r * (d_out + d_in)} numbers) is not smaller than the weight ({d_out * d_in})"
             )
-    if len(transposed_flags) > 1:
-        raise ValueError("the edited modules mix Linear and Conv1D weights; export them as separate adapters")
     if problems:
         message = (
             "the edit is not low rank: " + "; ".join(problems) + ". A change of (nearly) full rank cannot be a "
@@ -260,15 +254,12 @@ def export_lora_adapter(
         base_model_name_or_path=base_name,
         inference_mode=True,
     )
-    config_dict = config.to_dict()
-    for key, value in config_dict.items():
-        if isinstance(value, set):
-            config_dict[key] = sorted(value)
 
     out = Path(out_dir)  # created by the writes
     weights = save(tensors, metadata={"format": "pt"})  # the bytes save_file would write
     weights_path = write_bytes_atomic(out / "adapter_model.safetensors", weights)
-    write_text_atomic(out / "adapter_config.json", json.dumps(config_dict, indent=2, sort_keys=True))
+    config_json = json.dumps(config.to_dict(), indent=2, sort_keys=True, default=sorted)  # sets: sorted lists
+    write_text_atomic(out / "adapter_config.json", config_json)
     files = {"adapter_model.safetensors": weights_path.stat().st_size,
              "adapter_config.json": (out / "adapter_config.json").stat().st_size}
     if isinstance(weights_before, nn.Module):  # the base model's fingerprint: the weights before the edit
@@ -291,8 +282,6 @@ def check_adapter_base(base_model: nn.Module, adapter_dir: Union[str, Path]) -> 
 
     An adapter without :data:`ADAPTER_REPORT_NAME` or a recorded fingerprint is accepted with a warning.
     """
-    from zerounlearn_editor.engine.stats import model_fingerprint
-
     path = Path(adapter_dir) / ADAPTER_REPORT_NAME
     try:
         recorded = json.loads(path.read_text(encoding="utf-8")).get("base_model_fingerprint")

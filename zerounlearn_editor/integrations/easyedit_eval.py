@@ -226,11 +226,12 @@ def knowedit_inputs(records: Sequence[Mapping[str, Any]], datatype: Optional[str
     records = list(records)
     if not records:
         raise ValueError("the dataset is empty")
+    truths = [_first_text(r.get("ground_truth")) or None for r in records]
     args: Dict[str, Any] = {
         "prompts": [r["prompt"] for r in records],
         "subject": [r["subject"] for r in records],
         "target_new": [r["target_new"] for r in records],
-        "ground_truth": [r.get("ground_truth") for r in records],
+        "ground_truth": truths,
     }
     if datatype == "wikibio":
         args["locality_inputs"] = _inputs(records, {"Relation_Specificity": "locality_rs"})
@@ -240,15 +241,11 @@ def knowedit_inputs(records: Sequence[Mapping[str, Any]], datatype: Optional[str
         args["portability_inputs"] = _inputs(
             records, {"Subject_Aliasing": "portability_s", "reasoning": "portability_r", "Logical_Generalization": "portability_l"}
         )
-    truths = [_first_text(g) for g in args["ground_truth"]]
     if any(truths):
-        args["portability_inputs"][FORGET_KEY] = {
-            "prompt": [r["prompt"] if t else None for r, t in zip(records, truths)],
-            "ground_truth": [t if t else None for t in truths],
-        }
+        prompts = [r["prompt"] if t else None for r, t in zip(records, truths)]
+        args["portability_inputs"][FORGET_KEY] = {"prompt": prompts, "ground_truth": list(truths)}
     else:
         LOG.warning("the records have no ground_truth: forgetting is not scored")
-    args["ground_truth"] = [t or None for t in truths]
     return args
 
 
@@ -267,9 +264,7 @@ def _score(value: Any) -> Optional[float]:
     if isinstance(value, Number):
         return float(value)
     if isinstance(value, (list, tuple)):
-        parts = [_score(v) for v in value]
-        parts = [p for p in parts if p is not None]
-        return _mean(parts)
+        return _mean([p for p in (_score(v) for v in value) if p is not None])
     return None
 
 

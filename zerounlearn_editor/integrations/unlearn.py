@@ -20,7 +20,16 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
-from zerounlearn_editor.evaluation.audit.facts_audit import check_probe_fields
+from zerounlearn_editor.integrations.easyedit import method_functions
+from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.evaluation.audit import LensConfig, build_plan, score_model
+from zerounlearn_editor.evaluation.audit.facts_audit import (
+    check_probe_fields,
+    facts_items,
+    facts_pool,
+    format_facts_audit,
+    generic_passages,
+)
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.generation import generate_greedy
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
@@ -28,6 +37,7 @@ from zerounlearn_editor.evaluation.perplexity import perplexity
 from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
+from zerounlearn_editor.methods.zerounlearn.method import check_request_capacity
 from zerounlearn_editor.support.output_dir import check_free_space, check_output_dir, staged_output_dir
 from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
 from zerounlearn_editor.support.progress import progress_scope
@@ -45,8 +55,6 @@ _BATCH_SIZE = 16
 
 def load_method(hparams_file: Union[str, Path]) -> Tuple[Any, Callable[..., Any]]:
     """``(hparams, apply function)`` chosen by the file's ``alg_name`` (ZeroUnlearn / ZeroUnlearn-GD)."""
-    from zerounlearn_editor.integrations.easyedit import method_functions
-
     classes = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
     alg = load_config_file(hparams_file).get("alg_name")
     if alg not in classes:
@@ -161,132 +169,116 @@ def run_unlearn(
     for ``--allow-fluency-loss``) overrides the YAML's fluency guard.
     """
     with progress_scope(progress):
-        return _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_name, device, dtype, corpus,
-                            ppl_tokens, ppl_text, progress, audit, fluency_guard)
+        from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer  # late: tests patch it
 
-
-def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_name, device, dtype, corpus, ppl_tokens,
-                 ppl_text, progress, audit, fluency_guard) -> UnlearnResult:
-    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
-
-    if save not in SAVE_MODES:
-        raise ValueError(f"--save must be one of {SAVE_MODES}, got {save!r}")
-    if save != "none" and out_dir is None:
-        raise ValueError(f"--save {save} needs --out")
-    if isinstance(ppl_tokens, bool) or not isinstance(ppl_tokens, int) or ppl_tokens < 0:
-        raise ValueError(f"--ppl-tokens must be an integer >= 0 (0 = no perplexity), got {ppl_tokens!r}")
-    if out_dir is not None:
-        check_output_dir(out_dir, (REPORT_NAME,))
-    hparams, apply = load_method(hparams_file)
-    facts = load_facts(facts_file)
-    if retain_file:
-        load_retain_file(retain_file)  # errors name the file, record and field
-        if not any(v > 0 for v in hparams.retain_set_weights().values()):
-            raise HParamsError(
-                f"--retain given, but the retain weights {sorted(hparams.retain_set_weights())} of {hparams_file} are all 0 "
-                f"(the paper's method ignores a retain set); use a retain-aware YAML, e.g. hparams/ZeroUnlearn-GD/<model>-retain.yaml"
-            )
-    retain_records = read_record_list(retain_file, what="retain facts") if retain_file else []
-    retain_facts = [{"prompt": r["prompt"], "ground_truth": r.get("answer", r.get("ground_truth"))}
-                    for r in retain_records]
-    retain_facts = [r for r in retain_facts if isinstance(r["ground_truth"], str) and r["ground_truth"].strip()]
-    audit_items: List[Any] = []
-    if audit is not None:
-        from zerounlearn_editor.evaluation.audit.facts_audit import facts_items
-
-        audit.validate()
-        audit_items = facts_items(facts_file)
-        if not audit_items:
-            raise RecordFileError(f"{facts_file}: --audit needs facts with an 'answer'; none has one")
-    seconds: Dict[str, float] = {}
-
-    start = time.perf_counter()
-    name = model_name or hparams.model_name
-    model, tok = load_model_and_tokenizer(name, device=device, dtype=dtype)
-    seconds["load"] = time.perf_counter() - start
-    # the edit's checks (hparams, requests, retain set, modules, lengths, capacity) before any scoring
-    plan = check_edit_inputs(model, tok, facts, hparams, str(retain_file) if retain_file else None)
-    if isinstance(hparams, ZeroUnlearnHyperParams):
-        from zerounlearn_editor.methods.zerounlearn.method import check_request_capacity
-
-        check_request_capacity(model, hparams, len(plan.forget))
-    if out_dir is not None and save == "model":
-        check_free_space(out_dir, sum(p.numel() * p.element_size() for p in model.parameters()))
-    text = Path(ppl_text) if ppl_text and ppl_tokens > 0 else None
-    if ppl_tokens > 0 and not ppl_text:  # the WikiText-2 test split shipped with the package
-        from zerounlearn_editor.data.builtin import default_ppl_text
-
-        try:
-            text = Path(default_ppl_text())
-        except OSError as exc:
-            LOG.warning("no perplexity text: %s; perplexity skipped (give --ppl-text)", exc)
-
-    start = time.perf_counter()
-    LOG.info("scoring %d facts (and %d retain facts) before the edit", len(facts), len(retain_facts))
-    forget_before = _measure(model, tok, facts)
-    kept_before = _measure(model, tok, retain_facts) if retain_facts else None
-    ppl_before = perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None
-    seconds["evaluate_before"] = time.perf_counter() - start
-    facts_audit, audit_before = None, None
-    if audit is not None:
-        from zerounlearn_editor.evaluation.audit.facts_audit import FactsAudit, facts_pool
+        if save not in SAVE_MODES:
+            raise ValueError(f"--save must be one of {SAVE_MODES}, got {save!r}")
+        if save != "none" and out_dir is None:
+            raise ValueError(f"--save {save} needs --out")
+        if isinstance(ppl_tokens, bool) or not isinstance(ppl_tokens, int) or ppl_tokens < 0:
+            raise ValueError(f"--ppl-tokens must be an integer >= 0 (0 = no perplexity), got {ppl_tokens!r}")
+        if out_dir is not None:
+            check_output_dir(out_dir, (REPORT_NAME,))
+        hparams, apply = load_method(hparams_file)
+        facts = load_facts(facts_file)
+        if retain_file:
+            load_retain_file(retain_file)  # errors name the file, record and field
+            if not any(v > 0 for v in hparams.retain_set_weights().values()):
+                raise HParamsError(
+                    f"--retain given, but the retain weights {sorted(hparams.retain_set_weights())} of "
+                    f"{hparams_file} are all 0 (the paper's method ignores a retain set); use a retain-aware "
+                    "YAML, e.g. hparams/ZeroUnlearn-GD/<model>-retain.yaml"
+                )
+        retain_records = read_record_list(retain_file, what="retain facts") if retain_file else []
+        answers = [(r["prompt"], r.get("answer", r.get("ground_truth"))) for r in retain_records]
+        retain_facts = [{"prompt": q, "ground_truth": a} for q, a in answers
+                        if isinstance(a, str) and a.strip()]
+        audit_items: List[Any] = []
+        if audit is not None:
+            audit.validate()
+            audit_items = facts_items(facts_file)
+            if not audit_items:
+                raise RecordFileError(f"{facts_file}: --audit needs facts with an 'answer'; none has one")
+        seconds: Dict[str, float] = {}
 
         start = time.perf_counter()
-        facts_audit = FactsAudit(model, tok, audit_items, facts_pool(retain_records), audit, hparams, corpus)
-        audit_before = facts_audit.score()
-        seconds["audit_before"] = time.perf_counter() - start
+        name = model_name or hparams.model_name
+        model, tok = load_model_and_tokenizer(name, device=device, dtype=dtype)
+        seconds["load"] = time.perf_counter() - start
+        # the edit's checks (hparams, requests, retain set, modules, lengths, capacity) before any scoring
+        plan = check_edit_inputs(model, tok, facts, hparams, str(retain_file) if retain_file else None)
+        if isinstance(hparams, ZeroUnlearnHyperParams):
+            check_request_capacity(model, hparams, len(plan.forget))
+        if out_dir is not None and save == "model":
+            check_free_space(out_dir, sum(p.numel() * p.element_size() for p in model.parameters()))
+        text = Path(ppl_text) if ppl_text and ppl_tokens > 0 else None
+        if ppl_tokens > 0 and not ppl_text:  # the WikiText-2 test split shipped with the package
+            try:
+                text = Path(default_ppl_text())
+            except OSError as exc:
+                LOG.warning("no perplexity text: %s; perplexity skipped (give --ppl-text)", exc)
 
-    report = EditReport()
-    start = time.perf_counter()
-    LOG.info("unlearning %d facts with %s (layers %s)", len(facts), hparams.alg_name, hparams.layers)
-    kwargs: Dict[str, Any] = dict(return_orig_weights=True, report=report, progress=progress)
-    if corpus:
-        kwargs["corpus"] = corpus
-    if retain_file:
-        kwargs["retain"] = str(retain_file)
-    if fluency_guard is not None:
-        kwargs["fluency_guard"] = fluency_guard
-    model, weights_copy = apply(model, tok, plan, hparams, **kwargs)  # the plan is not checked again
-    if report.fluency:
-        LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens of the built-in text",
-                 report.fluency["ppl_before"], report.fluency["ppl_after"], 100 * report.fluency["increase"],
-                 report.fluency["tokens"])
-    seconds["unlearn"] = time.perf_counter() - start
-    seconds.update({f"unlearn.{k}": v for k, v in report.timings.items()})
-
-    start = time.perf_counter()
-    forget_after = _measure(model, tok, facts)
-    kept_after = _measure(model, tok, retain_facts) if retain_facts else None
-    ppl_after = perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None
-    seconds["evaluate_after"] = time.perf_counter() - start
-    audit_report = None
-    if facts_audit is not None:
         start = time.perf_counter()
-        audit_report = {"settings": audit.to_dict(), "plan": facts_audit.plan.describe(), "before": audit_before,
-                        "after": facts_audit.score()}
-        seconds["audit_after"] = time.perf_counter() - start
+        LOG.info("scoring %d facts (and %d retain facts) before the edit", len(facts), len(retain_facts))
+        forget_before = _measure(model, tok, facts)
+        kept_before = _measure(model, tok, retain_facts) if retain_facts else None
+        ppl_before = perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None
+        seconds["evaluate_before"] = time.perf_counter() - start
+        if audit is not None:  # the probes are drawn once, before the edit
+            start = time.perf_counter()
+            relearning = "relearning" in audit.families
+            passages = generic_passages(corpus or hparams.mom2_dataset) if relearning else []
+            audit_plan = build_plan(audit_items, facts_pool(retain_records), tok, audit, passages)
+            lens = LensConfig(hparams.layers[0], hparams.layer_module_tmp, hparams.ln_f_module)
+            audit_before = score_model(model, tok, audit_plan, audit, lens)
+            seconds["audit_before"] = time.perf_counter() - start
 
-    result = UnlearnResult(
-        method=hparams.alg_name,
-        forgotten=_rows(facts, forget_before, forget_after),
-        kept=_rows(retain_facts, kept_before, kept_after) if retain_facts else [],
-        ppl_before=ppl_before,
-        ppl_after=ppl_after,
-        ppl_tokens=ppl_tokens if text else 0,
-        seconds=seconds,
-        audit=audit_report,
-        fluency=dict(report.fluency),
-    )
-    if out_dir is not None:
-        with staged_output_dir(out_dir) as staging:
-            _save(result, staging, Path(out_dir), save, model, tok, weights_copy, hparams, hparams_file, facts_file,
-                  retain_file, facts, name, seconds)
-        LOG.info("%s written to %s", "edited model and tokenizer" if save == "model" else save, out_dir)
-    return result
+        report = EditReport()
+        start = time.perf_counter()
+        LOG.info("unlearning %d facts with %s (layers %s)", len(facts), hparams.alg_name, hparams.layers)
+        model, weights_copy = apply(  # the plan is not checked again
+            model, tok, plan, hparams, return_orig_weights=True, report=report, progress=progress, corpus=corpus,
+            retain=str(retain_file) if retain_file else None, fluency_guard=fluency_guard)
+        if report.fluency:
+            guard = report.fluency
+            LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens of the built-in text",
+                     guard["ppl_before"], guard["ppl_after"], 100 * guard["increase"], guard["tokens"])
+        seconds["unlearn"] = time.perf_counter() - start
+        seconds.update({f"unlearn.{k}": v for k, v in report.timings.items()})
+
+        start = time.perf_counter()
+        forget_after = _measure(model, tok, facts)
+        kept_after = _measure(model, tok, retain_facts) if retain_facts else None
+        ppl_after = perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None
+        seconds["evaluate_after"] = time.perf_counter() - start
+        audit_report = None
+        if audit is not None:
+            start = time.perf_counter()
+            audit_report = {"settings": audit.to_dict(), "plan": audit_plan.describe(),
+                            "before": audit_before, "after": score_model(model, tok, audit_plan, audit, lens)}
+            seconds["audit_after"] = time.perf_counter() - start
+
+        result = UnlearnResult(
+            method=hparams.alg_name,
+            forgotten=_rows(facts, forget_before, forget_after),
+            kept=_rows(retain_facts, kept_before, kept_after) if retain_facts else [],
+            ppl_before=ppl_before,
+            ppl_after=ppl_after,
+            ppl_tokens=ppl_tokens if text else 0,
+            seconds=seconds,
+            audit=audit_report,
+            fluency=dict(report.fluency),
+        )
+        if out_dir is not None:
+            with staged_output_dir(out_dir) as staging:
+                _save(result, staging, Path(out_dir), save, model, tok, weights_copy, hparams, hparams_file,
+                      facts_file, retain_file, facts, name)
+            LOG.info("%s written to %s", "edited model and tokenizer" if save == "model" else save, out_dir)
+        return result
 
 
 def _save(result: UnlearnResult, out: Path, final: Path, save: str, model, tok, weights_copy, hparams, hparams_file,
-          facts_file, retain_file, facts, name: str, seconds: Dict[str, float]) -> None:
+          facts_file, retain_file, facts, name: str) -> None:
     """Write the ``--save`` output and the report into ``out`` (the staging folder of ``final``)."""
     from zerounlearn_editor.support.model_zoo import resolve_model_path
 
@@ -307,7 +299,7 @@ def _save(result: UnlearnResult, out: Path, final: Path, save: str, model, tok, 
                         "layers": [asdict(l) for l in adapter.layers]}
     else:
         result.saved = {"mode": "none"}
-    seconds["save"] = time.perf_counter() - start
+    result.seconds["save"] = time.perf_counter() - start
     (out / REPORT_NAME).write_text(
         json.dumps(dict(result.to_dict(), hparams_file=str(hparams_file), facts_file=str(facts_file),
                         retain_file=str(retain_file) if retain_file else None), indent=2), encoding="utf-8")
@@ -352,8 +344,6 @@ def format_unlearn(result: UnlearnResult) -> str:
     elif saved.get("mode") == "model":
         lines.append(f"Edited model and tokenizer -> {saved['dir']}")
     if result.audit:
-        from zerounlearn_editor.evaluation.audit.facts_audit import format_facts_audit
-
         lines += ["", format_facts_audit(result.audit), ""]
     lines.append("Stage times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
     return "\n".join(lines)

@@ -7,12 +7,12 @@ with answers.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, List, Mapping, Sequence, Tuple, Union
 
+from zerounlearn_editor.data.corpus import load_corpus
+from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS
 from zerounlearn_editor.data.record_files import RecordFileError, read_record_list
 from zerounlearn_editor.evaluation.audit.items import AuditItem, PoolFact, items_from_facts, pool_from_facts
-from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings, build_plan
-from zerounlearn_editor.evaluation.audit.suite import LensConfig, score_model
 
 
 def check_probe_fields(record: Mapping[str, Any], index: int, path: Union[str, Path]) -> None:
@@ -33,30 +33,12 @@ def facts_items(path: Union[str, Path]) -> List[AuditItem]:
 
 def facts_pool(retain: Sequence[Mapping[str, Any]] = ()) -> List[PoolFact]:
     """The built-in hand-written facts plus the retain facts ``{prompt, subject, answer}`` that have answers."""
-    from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS
-
     triples: List[Tuple[str, str, str]] = list(CAPITALS_TO_FORGET + OTHER_CAPITALS + UNRELATED_FACTS)
     for r in retain:
         answer = r.get("answer", r.get("ground_truth"))
         if isinstance(answer, str) and answer.strip() and r.get("subject") and r["subject"] in r.get("prompt", ""):
             triples.append((r["prompt"], r["subject"], answer.strip()))
     return pool_from_facts(triples)
-
-
-class FactsAudit:
-    """Build the plan once (before the edit) and score the model before and after."""
-
-    def __init__(self, model, tok, items: Sequence[AuditItem], pool: Sequence[PoolFact], settings: AuditSettings,
-                 hparams: Any, corpus: Optional[str] = None):
-        passages = generic_passages(corpus or hparams.mom2_dataset) if "relearning" in settings.families else []
-        self.settings = settings
-        self.plan: AuditPlan = build_plan(items, pool, tok, settings, passages)
-        self.lens = LensConfig(hparams.layers[0], hparams.layer_module_tmp, hparams.ln_f_module)
-        self.model, self.tok = model, tok
-
-    def score(self) -> Dict[str, Dict[str, Any]]:
-        """Every probe on the model as it is now."""
-        return score_model(self.model, self.tok, self.plan, self.settings, self.lens)
 
 
 def format_facts_audit(audit: Mapping[str, Any]) -> str:
@@ -71,6 +53,4 @@ def format_facts_audit(audit: Mapping[str, Any]) -> str:
 
 def generic_passages(corpus: str, limit: int = 400) -> List[str]:
     """Generic text for the relearning control: the first passages of the statistics corpus."""
-    from zerounlearn_editor.data.corpus import load_corpus
-
     return load_corpus(corpus, limit=limit).texts

@@ -90,31 +90,25 @@ def pool_from_facts(facts: Sequence[Tuple[str, str, str]]) -> List[PoolFact]:
     return [PoolFact(p, s, a, _relation_of(p, s)) for p, s, a in facts]
 
 
-@dataclass(frozen=True)
-class Forbidden:
-    """Lower-cased forgotten subjects and answers: a borrowed fact may contain none of them."""
-
-    words: Tuple[str, ...]
-
-    def allows(self, fact: PoolFact) -> bool:
-        text = f"{fact.prompt} {fact.answer}".lower()
-        return not any(word in text for word in self.words)
-
-
-def forbidden_of(items: Sequence[AuditItem]) -> Forbidden:
-    """Everything a borrowed fact must not name: every item's subject and answer."""
+def forbidden_of(items: Sequence[AuditItem]) -> Tuple[str, ...]:
+    """Everything a borrowed fact must not name: every item's subject and answer, lower-cased."""
     words = {w.strip().lower() for item in items for w in (item.subject, item.answer) if w.strip()}
-    return Forbidden(tuple(sorted(words)))
+    return tuple(sorted(words))
+
+
+def _allowed(pool: Sequence[PoolFact], forbidden: Sequence[str]) -> List[PoolFact]:
+    """The pool facts whose prompt and answer (case-insensitive) contain no forbidden word."""
+    return [f for f in pool if not any(word in f"{f.prompt} {f.answer}".lower() for word in forbidden)]
 
 
 def _rng(seed: int, *parts: object) -> random.Random:
     return random.Random(":".join(str(p) for p in (seed, *parts)))
 
 
-def borrow(pool: Sequence[PoolFact], relation: Optional[str], k: int, forbidden: Forbidden, seed: int,
+def borrow(pool: Sequence[PoolFact], relation: Optional[str], k: int, forbidden: Sequence[str], seed: int,
            tag: str) -> List[PoolFact]:
     """``k`` allowed pool facts, same relation first (shuffled with ``seed`` and ``tag``), then others."""
-    allowed = [f for f in pool if forbidden.allows(f)]
+    allowed = _allowed(pool, forbidden)
     same = [f for f in allowed if relation is not None and f.relation == relation]
     other = [f for f in allowed if not (relation is not None and f.relation == relation)]
     rng = _rng(seed, tag)
@@ -123,7 +117,8 @@ def borrow(pool: Sequence[PoolFact], relation: Optional[str], k: int, forbidden:
     return (same + other)[:k]
 
 
-def distractors(item: AuditItem, pool: Sequence[PoolFact], k: int, forbidden: Forbidden, seed: int) -> List[str]:
+def distractors(item: AuditItem, pool: Sequence[PoolFact], k: int, forbidden: Sequence[str],
+                seed: int) -> List[str]:
     """``k`` distinct wrong answers, same relation first; never a forgotten answer or the item's own."""
     answers: List[str] = []
     seen = {item.answer.strip().lower()}
@@ -137,12 +132,12 @@ def distractors(item: AuditItem, pool: Sequence[PoolFact], k: int, forbidden: Fo
     return answers
 
 
-def relearn_facts(items: Sequence[AuditItem], pool: Sequence[PoolFact], n: int, forbidden: Forbidden,
+def relearn_facts(items: Sequence[AuditItem], pool: Sequence[PoolFact], n: int, forbidden: Sequence[str],
                   seed: int) -> List[PoolFact]:
     """Up to ``n`` allowed facts for relearning, taken round-robin over the items' relations, then any."""
     relations = list(dict.fromkeys(item.relation for item in items if item.relation is not None))
     rng = _rng(seed, "relearn")
-    allowed = [f for f in pool if forbidden.allows(f)]
+    allowed = _allowed(pool, forbidden)
     by_relation = {r: [f for f in allowed if f.relation == r] for r in relations}
     for facts in by_relation.values():
         rng.shuffle(facts)

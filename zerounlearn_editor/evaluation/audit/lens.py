@@ -13,13 +13,7 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.evaluation.batching import (
-    batched_indices,
-    encode_probe,
-    model_device,
-    pad_sequences,
-    pad_token_id,
-)
+from zerounlearn_editor.evaluation.batching import encode_probe, padded_batches
 from zerounlearn_editor.engine.model_access import StopForward, capture_outputs, get_module, num_hidden_layers
 
 
@@ -35,17 +29,14 @@ def best_ranks(model: nn.Module, tok, probes: Sequence[Probe], first_layer: int,
     norm = get_module(model, ln_f_module)
     head = model.get_output_embeddings()
     encoded = [encode_probe(tok, probe) for probe in probes]
-    device = model_device(model)
+    prompts = [e.input_ids[: e.answer_start] for e in encoded]
     result: List[int] = [0] * len(probes)
-    model.eval()
     with torch.no_grad():
-        for indices in batched_indices([e.answer_start for e in encoded], batch_size):
-            prompts = [encoded[i].input_ids[: encoded[i].answer_start] for i in indices]
-            batch = pad_sequences(prompts, pad_token_id(tok), "left", device)
+        for indices, batch in padded_batches(model, tok, prompts, batch_size, "left"):
             with capture_outputs(model, names, stop_after=names[-1]) as captured, contextlib.suppress(StopForward):
                 model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                       position_ids=batch.position_ids, use_cache=False)
-            answer = torch.tensor([encoded[i].answer_ids[0] for i in indices], device=device)
+            answer = torch.tensor([encoded[i].answer_ids[0] for i in indices], device=batch.input_ids.device)
             best = None
             for name in names:
                 hidden = captured[name][:, -1]  # [b, d], left padding: the last position is the prompt's last token

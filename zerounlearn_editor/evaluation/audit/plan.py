@@ -163,7 +163,7 @@ def build_plan(items: Sequence[AuditItem], pool: Sequence[PoolFact], tok: Any, s
     if "relearning" in fam:
         facts = relearn_facts(items, pool, settings.relearn_n, forbidden, settings.seed)
         plan.relearn_pairs = [(f.prompt, f.answer) for f in facts]
-        plan.generic = generic_texts(generic_passages, max(len(facts), 1), settings.generic_words, forbidden.words)
+        plan.generic = generic_texts(generic_passages, max(len(facts), 1), settings.generic_words, forbidden)
         if not plan.relearn_pairs or not plan.generic:
             raise ValueError(f"audit relearning: {len(plan.relearn_pairs)} related facts and {len(plan.generic)} generic "
                              "texts naming no forgotten subject or answer; need at least one of each")

@@ -13,73 +13,49 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.evaluation.batching import (
-    batched_indices,
-    encode_probe,
-    forward_logits,
-    model_device,
-    pad_sequences,
-    pad_token_id,
-    resolve_padding_side,
-)
+from zerounlearn_editor.evaluation.batching import answer_log_probs, encode_probe, logit_batches
 from zerounlearn_editor.evaluation.utility.tasks import UtilityItem
 
 LOG = logging.getLogger(__name__)
+_Wanted = List[Tuple[int, int, int, List[int]]]  # per sequence: (item, choice, answer start, answer ids)
 
 
-def _plan(tok: Any, items: Sequence[UtilityItem]) -> Tuple[List[List[int]], List[List[Tuple[int, int, List[int]]]]]:
-    """Sequences to run and, per item and choice, ``(sequence index, answer start, answer ids)``."""
+def _plan(tok: Any, items: Sequence[UtilityItem]) -> Tuple[List[List[int]], List[_Wanted]]:
+    """Sequences to run and, per sequence, the choices it scores."""
     sequences: List[List[int]] = []
-    plans: List[List[Tuple[int, int, List[int]]]] = []
-    for item in items:
+    wanted: List[_Wanted] = []
+    for item_index, item in enumerate(items):
         encoded = [encode_probe(tok, Probe(item.prompt, word)) for word in item.choices]
         prefix = encoded[0].input_ids[: encoded[0].answer_start]
-        shared = all(
-            len(e.answer_ids) == 1 and e.input_ids[: e.answer_start] == prefix for e in encoded
-        )
-        if shared:
+        if all(len(e.answer_ids) == 1 and e.input_ids[: e.answer_start] == prefix for e in encoded):
             sequences.append(prefix)
-            plans.append([(len(sequences) - 1, len(prefix), e.answer_ids) for e in encoded])
+            wanted.append([(item_index, c, len(prefix), e.answer_ids) for c, e in enumerate(encoded)])
         else:
-            row = []
-            for e in encoded:
+            for choice, e in enumerate(encoded):
                 sequences.append(list(e.input_ids))
-                row.append((len(sequences) - 1, e.answer_start, e.answer_ids))
-            plans.append(row)
-    return sequences, plans
+                wanted.append([(item_index, choice, e.answer_start, e.answer_ids)])
+    return sequences, wanted
 
 
-@torch.no_grad()
 def choice_logprobs(
     model: nn.Module, tok: Any, items: Sequence[UtilityItem], batch_size: int = 8, progress: bool = False
 ) -> List[List[float]]:
     """Per item, the summed log-probability of each choice's answer tokens (``[n_items][n_choices]``)."""
     if not items:
         return []
-    model.eval()
-    sequences, plans = _plan(tok, items)
-    device = model_device(model)
-    pad_id = pad_token_id(tok)
-    side = resolve_padding_side(tok, None)
-    wanted: List[List[Tuple[int, int, int, List[int]]]] = [[] for _ in sequences]  # item, choice, start, ids
-    for item, row in enumerate(plans):
-        for choice, (seq, start, ids) in enumerate(row):
-            wanted[seq].append((item, choice, start, ids))
-    out: List[List[float]] = [[0.0] * len(row) for row in plans]
-    batches = list(batched_indices([len(s) for s in sequences], batch_size))
-    for indices in tqdm(batches, desc="utility", unit="batch", disable=not progress, leave=False):
-        batch = pad_sequences([sequences[i] for i in indices], pad_id, side, device)
-        logits = forward_logits(model, batch)  # [B, L, V]
+    sequences, wanted = _plan(tok, items)
+    out: List[List[float]] = [[0.0] * len(item.choices) for item in items]
+    batches = logit_batches(model, tok, sequences, batch_size, desc="utility" if progress else None)
+    for indices, batch, logits in batches:  # logits [B, L, V]
+        device = batch.input_ids.device
         for row, index in enumerate(indices):
             offset = batch.offsets[row]
             for item, choice, start, ids in wanted[index]:
-                positions = torch.arange(offset + start - 1, offset + start - 1 + len(ids), device=device)
-                logp = torch.log_softmax(logits[row, positions].float(), dim=-1)  # [len(ids), V]
+                cols = torch.arange(offset + start, offset + start + len(ids), device=device)
                 target = torch.tensor(ids, device=device)
-                out[item][choice] = float(logp.gather(1, target[:, None]).sum())
+                out[item][choice] = float(answer_log_probs(logits, row, cols, target)[0].sum())
     return out
 
 
