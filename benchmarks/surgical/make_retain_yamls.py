@@ -25,7 +25,7 @@ SETTINGS = {
 
 for method, block in BLOCKS.items():
     for paper in sorted(Path("hparams", method).glob("*.yaml")):
-        if is_variant_yaml(paper):  # -retain*/-suppress variants, not paper YAMLs
+        if is_variant_yaml(paper):  # -retain*/-suppress/-deep variants, not paper YAMLs
             continue
         text = paper.read_text(encoding="utf-8").rstrip("\n") + "\n" + block.format(**SETTINGS[method])
         paper.with_name(f"{paper.stem}-retain.yaml").write_text(text, encoding="utf-8")

@@ -160,3 +160,27 @@ def test_init_hparams_auto_layers_from_a_trace(tok, tmp_path, capsys):
     assert yaml.safe_load(out.read_text())["layers"] == stored["suggested_layers"]
     # a random tiny model knows none of the facts: a clear error rather than an empty trace
     assert cli_main(["trace", "--model", str(folder), "--data", str(data), "--n", "3", "--out", str(tmp_path / "t2")]) == 2
+
+
+def test_init_hparams_deep_applies_the_deep_mode_keys(tok, tmp_path, caplog):
+    """``--deep``: deep_mode_settings() over the nearest paper YAML, ``--set`` still last; GD only."""
+    from zerounlearn_editor.methods.zerounlearn_gd.config import deep_mode_settings
+
+    folder = tmp_path / "tiny"
+    tiny_qwen3(tok, seed=0, layers=4).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    out = tmp_path / "deep.yaml"
+    assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn-GD", "--layers", "1,2",
+                     "--deep", "--set", "v_num_grad_steps=7", "--out", str(out)]) == 0
+    config = yaml.safe_load(out.read_text())
+    deep = deep_mode_settings()
+    assert {k: config[k] for k in deep} == {**deep, "v_num_grad_steps": 7}
+    assert "deep-forgetting keys" in out.read_text().splitlines()[0]
+    plain = tmp_path / "plain.yaml"
+    assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn-GD", "--layers", "1,2",
+                     "--out", str(plain)]) == 0
+    assert yaml.safe_load(plain.read_text())["clamp_norm_factor"] != deep["clamp_norm_factor"]
+    refused = tmp_path / "refused.yaml"
+    assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn", "--layers", "1,2",
+                     "--deep", "--out", str(refused)]) == 2
+    assert "--deep is a ZeroUnlearn-GD mode" in caplog.text and not refused.exists()

@@ -1,13 +1,16 @@
 """Every shipped ZeroUnlearn-GD -retain.yaml is its paper YAML plus retain-aware keys, and the paper YAMLs keep them
-at 0. ZeroUnlearn has no -retain files (ZeroUnlearn+R was retired)."""
+at 0. ZeroUnlearn has no -retain files (ZeroUnlearn+R was retired). The -suppress and -deep variants change only
+their own keys, the same ones for every model."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
 from zerounlearn_editor.cli.init_hparams import is_variant_yaml
+from zerounlearn_editor.methods.zerounlearn_gd.config import deep_mode_settings
 from tiny_models import REPO_ROOT
 
 ROOT = REPO_ROOT / "hparams"
@@ -71,3 +74,38 @@ def test_suppress_yamls_change_only_the_target_objective(variant):
     differing = {k for k, v in paper.to_dict().items() if measured.to_dict()[k] != v}
     assert differing == {"target_objective", "v_early_stop_loss"}, differing
     assert all(v == 0 for v in measured.retain_weights().values())
+
+
+DEEP_SETTINGS = {"context_template_count": 8, "context_template_length": 10, "v_num_grad_steps": 50,
+                 "clamp_norm_factor": 1.5, "v_early_stop_loss": 0.005, "experimental": {"fewshot_contexts": 4}}
+
+
+def test_every_gd_model_has_a_deep_yaml():
+    for _, paper in PAIRS:
+        assert paper.with_name(f"{paper.stem}-deep.yaml").is_file(), paper
+    assert not list((ROOT / "ZeroUnlearn").glob("*-deep.yaml"))  # the deep mode is ZeroUnlearn-GD's
+
+
+@pytest.mark.parametrize("method, paper", PAIRS, ids=[f"{m}/{p.stem}" for m, p in PAIRS])
+def test_deep_yaml_is_the_paper_yaml_with_the_same_deep_keys(method, paper):
+    """Every model's -deep.yaml sets the same keys to the same values; all else is its paper YAML (no retain set)."""
+    cls = CLASSES[method]
+    base = cls.from_hparams(paper).to_dict()
+    deep = cls.from_hparams(paper.with_name(f"{paper.stem}-deep.yaml")).to_dict()
+    assert {k: deep[k] for k in DEEP_SETTINGS} == DEEP_SETTINGS
+    differing = {k for k, v in base.items() if deep[k] != v}
+    assert differing and differing <= set(DEEP_SETTINGS), differing
+    assert deep["target_objective"] == "neutral" and deep["retain_file"] is None
+
+
+def test_deep_yamls_are_what_the_generator_writes():
+    """benchmarks/deep/make_deep_yamls.py and the shipped files agree (the settings live in one place)."""
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks" / "deep"))
+    try:
+        from make_deep_yamls import deep_text
+    finally:
+        sys.path.pop(0)
+    assert deep_mode_settings() == DEEP_SETTINGS  # the package's settings are the pinned ones
+    for _, paper in PAIRS:
+        shipped = paper.with_name(f"{paper.stem}-deep.yaml").read_text(encoding="utf-8")
+        assert shipped == deep_text(paper.read_text(encoding="utf-8")), paper

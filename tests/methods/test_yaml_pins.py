@@ -1,7 +1,7 @@
 """Every shipped ZeroUnlearn / ZeroUnlearn-GD YAML keeps giving the same edited weights.
 
 ``tests/fixtures/yaml_pins.npz`` holds, for each file under ``hparams/ZeroUnlearn/`` and
-``hparams/ZeroUnlearn-GD/`` (paper, ``-retain*`` and ``-suppress`` files of every model), the
+``hparams/ZeroUnlearn-GD/`` (paper, ``-retain*``, ``-suppress`` and ``-deep`` files of every model), the
 ``down_proj`` weights ``[d_out, d_in]`` that the file's settings write into one tiny seeded Llama
 (:data:`TINY_LAYERS` layers, hidden size 32), with everything that is model-specific mapped onto
 that model:

@@ -4,8 +4,9 @@ Module templates come from the loaded architecture; ``layers`` are given, or (``
 trace's suggested window (a stored ``trace.json``, or a fresh trace of facts the model knows);
 ``v_loss_layer`` is the last layer; everything else comes from the nearest shipped YAML of the method
 (same module templates first, then the family's name in the file name, then the closest number of
-layers; no ``-retain``/``-suppress`` variants), and ``--set key=value`` overrides last. The result is
-checked with the method's strict loader, then written.
+layers; no ``-retain``/``-suppress``/``-deep`` variants), ``--deep`` applies the deep-forgetting keys
+(:func:`~zerounlearn_editor.methods.zerounlearn_gd.config.deep_mode_settings`), and ``--set key=value``
+overrides last. The result is checked with the method's strict loader, then written.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from torch import nn
 
 from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.engine.hparams import load_config_file
-from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams, deep_mode_settings
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.cli.trace import trace_facts_for
 from zerounlearn_editor.support.resources import repo_root
@@ -61,12 +62,12 @@ def parse_overrides(items: Sequence[str]) -> Dict[str, Any]:
     return out
 
 
-VARIANT_MARKERS = ("-retain", "-suppress")
+VARIANT_MARKERS = ("-retain", "-suppress", "-deep")
 """Stem parts of shipped YAMLs that are measured variants of a paper YAML, not templates for a new model."""
 
 
 def is_variant_yaml(path: Path) -> bool:
-    """``<model>-retain*.yaml`` / ``<model>-suppress.yaml``: an opt-in variant of the paper's ``<model>.yaml``."""
+    """``<model>-retain*.yaml`` / ``<model>-suppress.yaml`` / ``<model>-deep.yaml``: an opt-in variant of the paper's ``<model>.yaml``."""
     return any(marker in Path(path).stem for marker in VARIANT_MARKERS)
 
 
@@ -134,6 +135,8 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
     from zerounlearn_editor.support.files import read_json
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
+    if args.deep and args.method != "ZeroUnlearn-GD":
+        raise ValueError(f"--deep is a ZeroUnlearn-GD mode; --method is {args.method}")
     model, tok = load_model_and_tokenizer(args.model, device=args.device)
     layers = parse_layers(args.layers, num_hidden_layers(model))
     note = f"layers given ({args.layers})"
@@ -148,7 +151,10 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
             # the loss reads the model's last layer, which must come after the edited ones
             layers = suggest_window(result["indirect_effect"]["mlp"][:-1], min(width, result["num_layers"] - 1))
             note = f"layers from a causal trace of {len(facts)} {args.trace_data} facts"
-    config, base = build_hparams(model, args.model, args.method, layers, parse_overrides(args.set))
+    overrides = {**(deep_mode_settings() if args.deep else {}), **parse_overrides(args.set)}
+    if args.deep:
+        note += "; deep-forgetting keys (deep_mode_settings)"
+    config, base = build_hparams(model, args.model, args.method, layers, overrides)
     path = write_hparams(config, base, args.out, note)
     print(f"{args.method} hparams for {args.model} ({config['rewrite_module_tmp']}), base {base.name}, {note} -> {path}")
     print(f"layers: {config['layers']}")
@@ -170,5 +176,7 @@ def register(sub: Any, parents: ModuleType) -> None:
     p.add_argument("--trace", default=None, help="with --layers auto: a trace.json of `zerounlearn trace` to take them from")
     p.add_argument("--trace-data", default="counterfact", help="facts for the auto trace (default counterfact)")
     p.add_argument("--trace-n", type=int, default=10)
+    p.add_argument("--deep", action="store_true",
+                   help="ZeroUnlearn-GD: the deep-forgetting mode's keys, as in the shipped <model>-deep.yaml files")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key (YAML value); repeatable")
     p.set_defaults(func=_cmd_init_hparams)

@@ -1,0 +1,55 @@
+"""Write hparams/ZeroUnlearn-GD/<model>-deep.yaml = the paper YAML of the same model with the deep-mode keys.
+
+The deep mode (opt-in; its keys: zerounlearn_editor.methods.zerounlearn_gd.config.deep_mode_settings) is
+the levers that lowered the in-context (3-shot) recovery on the REPORT half of the known CounterFact facts (benchmarks/RESULTS.md, "Deep forgetting"; the journey in
+benchmarks/notebook/2026-11-25-deep-forgetting-*.md): targets optimised to a lower loss, with a looser norm
+clamp, over more and longer context templates and few-shot prefixes of hand-written facts. Every model gets the same keys and values, so `-deep.yaml`
+works everywhere (measured on SmolLM2-135M-Instruct only). tests/methods/test_retain_yamls.py checks that
+each -deep file differs from its paper file only in these keys.
+Run from the repository root: python benchmarks/deep/make_deep_yamls.py
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from zerounlearn_editor.cli.init_hparams import is_variant_yaml
+from zerounlearn_editor.methods.zerounlearn_gd.config import deep_mode_settings
+
+HEADER = (
+    "# Deep forgetting (opt-in): the paper's ZeroUnlearn-GD with the keys marked 'deep mode' changed, so the\n"
+    "# answer also stays away under in-context prompts (benchmarks/RESULTS.md, \"Deep forgetting\": what it\n"
+    "# buys and what it costs). Written by benchmarks/deep/make_deep_yamls.py from the paper YAML.\n"
+)
+
+
+def deep_text(paper_text: str) -> str:
+    """The paper YAML's text with every deep-mode key set to its value (comment: the paper's); the
+    ``experimental`` block, which no paper YAML has, is appended."""
+    text = paper_text
+    settings = deep_mode_settings()
+    experimental = settings.pop("experimental")
+    for key, value in settings.items():
+        pattern = re.compile(rf"^{key}:\s*([^#\n]*?)\s*(#.*)?$", re.MULTILINE)
+        match = pattern.search(text)
+        if match is None:
+            raise KeyError(f"{key} is not set in the paper YAML")
+        line = f"{key}: {value}  # deep mode (the paper: {match.group(1)})"
+        text = text[: match.start()] + line + text[match.end():]
+    if re.search(r"^experimental:", text, re.MULTILINE):
+        raise KeyError("the paper YAML already has an experimental block")
+    block = "".join(f"  {key}: {value}  # deep mode (the paper: none)\n" for key, value in experimental.items())
+    return HEADER + text.rstrip("\n") + "\n\nexperimental:\n" + block
+
+
+def main() -> None:
+    for paper in sorted(Path("hparams", "ZeroUnlearn-GD").glob("*.yaml")):
+        if is_variant_yaml(paper):  # -retain*/-suppress/-deep variants, not paper YAMLs
+            continue
+        target = paper.with_name(f"{paper.stem}-deep.yaml")
+        target.write_text(deep_text(paper.read_text(encoding="utf-8")), encoding="utf-8")
+        print(target)
+
+
+if __name__ == "__main__":
+    main()
