@@ -6,9 +6,9 @@ All edited layers are collected in one forward pass per batch. Results are cache
 the same file, plus ``zerounlearn.*`` metadata (corpus and model fingerprints, max length, module). A file
 recording another model, corpus version, max length, module or shape is recomputed with a warning; an
 unreadable one is treated as missing; EasyEdit's own files (no metadata) are read as they are. Files are
-written atomically. Shards (``zerounlearn stats --shard`` / ``stats-merge``):
-:func:`layer_second_moment_shards` writes the statistic of ``texts[rank::world_size]``,
-:func:`merge_second_moment_files` sums shard files.
+written atomically. Shards (``zerounlearn stats --shard`` / ``stats-merge``): :func:`layer_second_moments`
+with ``shard`` writes the statistic of ``texts[rank::world_size]``, :func:`merge_second_moment_files` sums
+shard files.
 """
 from __future__ import annotations
 
@@ -39,7 +39,6 @@ from zerounlearn_editor.engine.model_access import (
     StopForward,
     capture_inputs,
     check_edited_modules,
-    check_layers,
     get_module,
     get_weight_matrix,
     model_device,
@@ -302,9 +301,12 @@ def layer_second_moments(
     model_name: Optional[str] = None,
     force: bool = False,
     progress: bool = True,
+    shard: Optional[Tuple[int, int]] = None,
 ) -> Dict[int, SecondMoment]:
     """``{layer: SecondMoment}``: the cached files, the missing or mismatching ones computed together (and
-    overwritten)."""
+    overwritten). ``shard = (rank, world_size)`` computes the statistic of ``texts[rank::world_size]`` of every
+    layer into shard files beside the cache files (:func:`shard_path`; the cache is not read), which
+    :func:`merge_second_moment_files` turns into the cache files."""
     if n_samples < 1:
         raise ValueError(f"mom2_n_samples / --n must be >= 1, got {n_samples}")
     check_edited_modules(model, layers, module_tmp)
@@ -316,12 +318,15 @@ def layer_second_moments(
         return load_corpus(corpus, limit=n_samples)
 
     ds_name = corpus_cache_name(corpus)
+    paths = {layer: stats_path(stats_dir, name, ds_name, module, dtype, n_samples) for layer, module in modules.items()}
+    if shard is not None:
+        paths = {layer: shard_path(path, *shard) for layer, path in paths.items()}
     fingerprint_of_model = model_fingerprint(model, module_tmp)
     result: Dict[int, SecondMoment] = {}
     missing: List[int] = []
     for layer, module in modules.items():
-        path = stats_path(stats_dir, name, ds_name, module, dtype, n_samples)
-        if path.exists() and not force:
+        path = paths[layer]
+        if path.exists() and not force and shard is None:
             try:
                 stat, meta = load_second_moment(path)
             except StatsCacheError as exc:
@@ -358,7 +363,7 @@ def layer_second_moments(
                 continue
         missing.append(layer)
     if missing:
-        folder = stats_path(stats_dir, name, ds_name, modules[missing[0]], dtype, n_samples).parent
+        folder = paths[missing[0]].parent
         _check_writable(folder)  # before the corpus pass, not after it
         itemsize = np.dtype(_NP_DTYPES.get(dtype, np.float64)).itemsize
         _check_free_space(folder, sum(_module_input_dim(model, modules[l]) ** 2 * itemsize for l in missing))
@@ -367,16 +372,17 @@ def layer_second_moments(
             LOG.warning("corpus %r has %d passages, fewer than mom2_n_samples=%d", corpus, len(data.texts), n_samples)
         product_dtype = torch.float64 if dtype == "float64" else torch.float32
         LOG.info("computing C0 statistics of layers %s from %d passages of corpus %r (cache: %s)", missing,
-                 len(data.texts), corpus, stats_path(stats_dir, name, ds_name, "<module>", dtype, n_samples).parent)
+                 len(data.texts), corpus, folder)
         stats = collect_second_moments(model, tok, data.texts, [modules[l] for l in missing], max_length,
-                                       batch_size, progress, product_dtype)
+                                       batch_size, progress, product_dtype, shard)
         for layer in missing:
-            path = stats_path(stats_dir, name, ds_name, modules[layer], dtype, n_samples)
-            meta = {"corpus_fingerprint": data.fingerprint, "max_length": str(max_length), "n_passages": str(len(data.texts)),
-                    "module": modules[layer], "model_fingerprint": fingerprint_of_model,
-                    "model_dtype": _module_dtype(model, modules[layer])}
-            save_second_moment(path, stats[modules[layer]], n_samples, dtype, meta)
-            LOG.info("wrote C0 statistics to %s", path)
+            meta = {"corpus_fingerprint": data.fingerprint, "max_length": str(max_length),
+                    "n_passages": str(len(shard_texts(data.texts, shard))), "module": modules[layer],
+                    "model_fingerprint": fingerprint_of_model, "model_dtype": _module_dtype(model, modules[layer])}
+            if shard is not None:
+                meta["shard"] = f"{shard[0]}/{shard[1]}"
+            save_second_moment(paths[layer], stats[modules[layer]], n_samples, dtype, meta)
+            LOG.info("wrote C0 statistics to %s", paths[layer])
             result[layer] = stats[modules[layer]]
     return result
 
@@ -439,54 +445,6 @@ def shard_path(path: Path, rank: int, world_size: int) -> Path:
     """``..._mom2_{n}.npz`` -> ``..._mom2_{n}.shard-{rank}-of-{world_size}.npz`` (same folder)."""
     path = Path(path)
     return path.with_name(f"{path.stem}.shard-{rank}-of-{world_size}{path.suffix}")
-
-
-def layer_second_moment_shards(
-    model: nn.Module,
-    tok,
-    layers: Sequence[int],
-    module_tmp: str,
-    stats_dir: str,
-    corpus: str,
-    n_samples: int,
-    shard: Tuple[int, int],
-    dtype: str = "float32",
-    max_length: int = 256,
-    batch_size: int = 16,
-    model_name: Optional[str] = None,
-    progress: bool = True,
-) -> Dict[int, Path]:
-    """Collect one shard of every edited layer's statistic and write ``{layer: shard file}`` next to the cache
-    file (:func:`shard_path`); :func:`merge_second_moment_files` turns the shards into that file."""
-    check_layers(model, layers, module_tmp)
-    rank, world_size = shard
-    name = model_name or model_basename(model)
-    data = load_corpus(corpus, limit=n_samples)
-    modules = {layer: module_tmp.format(layer) for layer in layers}
-    fingerprint_of_model = model_fingerprint(model, module_tmp)
-    ds_name = corpus_cache_name(corpus)
-    paths = {layer: shard_path(stats_path(stats_dir, name, ds_name, module, dtype, n_samples), *shard)
-             for layer, module in modules.items()}
-    _check_writable(paths[layers[0]].parent)
-    product_dtype = torch.float64 if dtype == "float64" else torch.float32
-    stats = collect_second_moments(
-        model, tok, data.texts, list(modules.values()), max_length, batch_size, progress, product_dtype, shard
-    )
-    written: Dict[int, Path] = {}
-    for layer, module in modules.items():
-        path = paths[layer]
-        meta = {
-            "corpus_fingerprint": data.fingerprint,
-            "max_length": str(max_length),
-            "n_passages": str(len(shard_texts(data.texts, shard))),
-            "shard": f"{rank}/{world_size}",
-            "module": module,
-            "model_fingerprint": fingerprint_of_model,
-        }
-        save_second_moment(path, stats[module], n_samples, dtype, meta)
-        LOG.info("wrote C0 shard %d/%d of layer %d to %s", rank, world_size, layer, path)
-        written[layer] = path
-    return written
 
 
 def _npz_dtype_name(path: Path) -> str:
