@@ -44,7 +44,7 @@ from zerounlearn_editor.engine.model_access import (
     model_device,
     num_hidden_layers,
 )
-from zerounlearn_editor.support.output_dir import pid_alive
+from zerounlearn_editor.support.output_dir import existing_ancestor, pid_alive
 from zerounlearn_editor.support.progress import progress_enabled
 
 STATS_BATCH_SIZE = 16
@@ -387,15 +387,9 @@ def layer_second_moments(
     return result
 
 
-def _existing_ancestor(folder: Path) -> Path:
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    return folder
-
-
 def _check_free_space(folder: Path, needed: int) -> None:
     """Raise :class:`StatsCacheError` when the disk of ``folder`` has less room than ``needed`` bytes."""
-    free = shutil.disk_usage(_existing_ancestor(folder)).free
+    free = shutil.disk_usage(existing_ancestor(folder)).free
     if free < needed + (1 << 20):
         raise StatsCacheError(
             f"the statistics folder {folder} has {free:,} bytes free, the statistics need about {needed:,}; "
@@ -405,7 +399,7 @@ def _check_free_space(folder: Path, needed: int) -> None:
 
 def _check_writable(folder: Path) -> None:
     """Raise :class:`StatsCacheError` naming ``folder`` unless statistics can be written there."""
-    existing = _existing_ancestor(folder)
+    existing = existing_ancestor(folder)
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise StatsCacheError(
             f"the statistics folder {folder} cannot be written ({existing} is not a writable folder); "
