@@ -233,10 +233,6 @@ class BaseHyperParams:
             config["retain_file"] = str(Path(hparams_name_or_path).parent / retain_file)
         return cls.from_dict(config, source=str(hparams_name_or_path))
 
-    @classmethod
-    def from_json(cls, path: Union[str, Path]):
-        return cls.from_hparams(path)
-
     def validate(self, source: str = "<hparams>") -> None:
         """Check value ranges; subclasses extend this."""
         if self.batch_size < 1:
