@@ -376,7 +376,7 @@ def _check_lengths(
 def _retain_requests(retain: RetainSpec, hparams: EditHyperParams) -> List[ForgetRequest]:
     """The edit's retain requests, checked against the hparams' retain weights."""
     keep = resolve_retain(retain, hparams.retain_file)
-    weights = hparams.retain_set_weights()
+    weights = hparams.retain_weights()
     active = sorted(key for key, value in weights.items() if value > 0)
     if keep and not active:
         raise ValueError(

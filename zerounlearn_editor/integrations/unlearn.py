@@ -181,9 +181,9 @@ def _run_unlearn(hparams_file, facts_file, out_dir, retain_file, save, model_nam
     facts = load_facts(facts_file)
     if retain_file:
         load_retain_file(retain_file)  # errors name the file, record and field
-        if not any(v > 0 for v in hparams.retain_set_weights().values()):
+        if not any(v > 0 for v in hparams.retain_weights().values()):
             raise HParamsError(
-                f"--retain given, but the retain weights {sorted(hparams.retain_set_weights())} of {hparams_file} are all 0 "
+                f"--retain given, but the retain weights {sorted(hparams.retain_weights())} of {hparams_file} are all 0 "
                 f"(the paper's method ignores a retain set); use a retain-aware YAML, e.g. hparams/ZeroUnlearn-GD/<model>-retain.yaml"
             )
     retain_records = read_record_list(retain_file, what="retain facts") if retain_file else []
