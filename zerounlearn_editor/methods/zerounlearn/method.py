@@ -14,11 +14,7 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
-from zerounlearn_editor.methods.zerounlearn.solve import (
-    apply_multiplier,
-    forget_value_basis,
-    zerounlearn_multiplier,
-)
+from zerounlearn_editor.methods.zerounlearn.solve import forget_value_basis, zerounlearn_multiplier
 from zerounlearn_editor.engine.model_access import get_weight_matrix
 from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method, check_edit_inputs
 
@@ -69,7 +65,7 @@ def check_request_capacity(model: nn.Module, hparams: ZeroUnlearnHyperParams, n:
 
 
 def zerounlearn_solver(hparams: ZeroUnlearnHyperParams, allow_large_batch: bool = False):
-    """The per-layer solve ``LayerProblem -> D W`` with the hparams' weights (the paper's ``D``)."""
+    """The per-layer solve ``LayerProblem -> D W`` (float64) with the hparams' weights (the paper's ``D``)."""
 
     def solve(problem: LayerProblem) -> torch.Tensor:
         rank = forget_value_basis(problem.M_f, hparams.projection_rank_tol).shape[1]
@@ -84,7 +80,7 @@ def zerounlearn_solver(hparams: ZeroUnlearnHyperParams, allow_large_batch: bool 
             regularization=hparams.regularization,
             rank_tol=hparams.projection_rank_tol,
         )
-        return apply_multiplier(D, problem.W)
+        return D @ problem.W.double()  # W' = D W, float64
 
     return solve
 
