@@ -505,8 +505,6 @@ def apply_edit_method(
     :func:`run_layerwise_edit` are passed on, ``report`` (an :class:`EditReport`) is filled; others that
     EasyEdit passes (``train_ds``, ...) are ignored.
     """
-    if not isinstance(hparams, EditHyperParams):
-        raise TypeError(f"hparams must be a ZeroUnlearn hparams object, got {type(hparams).__name__}")
     # before any copy is made
     requests = check_edit_inputs(model, tok, requests, hparams, kwargs.get("retain"))
     resolve_mode(hparams.fluency_max_increase, kwargs.get("fluency_guard"))
