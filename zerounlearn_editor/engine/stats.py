@@ -101,31 +101,23 @@ def model_fingerprint(model: nn.Module, skip_template: Optional[str] = None,
     return digest.hexdigest()
 
 
-def clean_stale_temp_files(folder: Path, max_age: float = STALE_TEMP_SECONDS) -> List[Path]:
-    """Remove the stale ``{file}.{host}.{pid}.XXXX.tmp`` files of killed writers in ``folder`` (this host's
-    writer no longer running, or older than ``max_age`` seconds); returns the removed paths."""
-    removed: List[Path] = []
-    if not folder.is_dir():
-        return removed
+def clean_stale_temp_files(folder: Path) -> None:
+    """Remove the stale ``{file}.{host}.{pid}.XXXX.tmp`` statistics files of killed writers in ``folder`` (this
+    host's writer no longer running, or older than :data:`STALE_TEMP_SECONDS`)."""
     host = socket.gethostname()
     now = time.time()
-    for tmp in folder.glob("*.tmp"):
+    for tmp in folder.glob("*_mom2_*.tmp"):
         parts = tmp.name.split(".")
         try:
-            age = now - tmp.stat().st_mtime
+            stale = now - tmp.stat().st_mtime > STALE_TEMP_SECONDS
         except FileNotFoundError:
             continue
-        stale = age > max_age
-        if "_mom2_" not in tmp.name:
-            continue  # not a statistics temp file
         if not stale and len(parts) >= 4 and parts[-4] == host.replace(".", "_") and parts[-3].isdigit():
             stale = not pid_alive(int(parts[-3]))
         if stale:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
                 LOG.warning("removed stale temporary statistics file %s (left by an interrupted writer)", tmp)
-                removed.append(tmp)
-    return removed
 
 
 @dataclass
