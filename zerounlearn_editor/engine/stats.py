@@ -20,7 +20,6 @@ import logging
 import os
 import shutil
 import socket
-import tempfile
 import time
 import zipfile
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from zerounlearn_editor.engine.model_access import (
     model_device,
     num_hidden_layers,
 )
+from zerounlearn_editor.support.files import write_atomic
 from zerounlearn_editor.support.output_dir import existing_ancestor, pid_alive
 from zerounlearn_editor.support.progress import progress_enabled
 
@@ -165,22 +165,12 @@ def save_second_moment(path: Path, stat: SecondMoment, sample_size: int, dtype: 
         "sample_size": np.array(sample_size),
     }
     arrays.update({f"zerounlearn.{k}": np.array(v) for k, v in meta.items()})
-    prefix = f"{path.name}.{socket.gethostname().replace('.', '_')}.{os.getpid()}."
+    prefix = f"{path.name}.{socket.gethostname().replace('.', '_')}.{os.getpid()}."  # see clean_stale_temp_files
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
-    except OSError as exc:
-        raise StatsCacheError(f"cannot write statistics into {path.parent} ({exc}); set stats_dir to a writable folder") from exc
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, **arrays)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a cache file is readable like any other
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):  # e.g. a full disk: no partial file is left, the cache is as it was
-            raise StatsCacheError(f"cannot write the statistics file {path} ({exc}); nothing was written there") from exc
-        raise
+        write_atomic(path, lambda handle: np.savez(handle, **arrays), prefix)
+    except OSError as exc:  # e.g. a full disk: no partial file is left, the cache is as it was
+        raise StatsCacheError(f"cannot write the statistics file {path} ({exc}); nothing was written there "
+                              "(stats_dir must be a writable folder with room for it)") from exc
 
 
 def load_second_moment(path: Path) -> tuple[SecondMoment, Dict[str, str]]:
