@@ -79,12 +79,8 @@ def model_fingerprint(model: nn.Module, skip_template: Optional[str] = None,
     config_dict = {k: v for k, v in config_dict.items() if k not in _CONFIG_IGNORED and not k.startswith("_")}
     digest = hashlib.blake2b(digest_size=12)
     digest.update(json.dumps(config_dict, sort_keys=True, default=str).encode())
-    skipped = set()
-    if skip_template:
-        try:
-            skipped = {f"{skip_template.format(i)}.weight" for i in range(num_hidden_layers(model))}
-        except ValueError:
-            skipped = set()
+    skipped = ({f"{skip_template.format(i)}.weight" for i in range(num_hidden_layers(model))}
+               if skip_template else set())
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name in skipped:
