@@ -10,9 +10,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, Optional, Union
 
-__all__ = ["write_atomic", "write_json_atomic", "write_bytes_atomic", "write_text_atomic", "read_json",
-           "sha256_of_file", "sha256_of_json", "json_safe", "file_identity"]
-
 
 def json_safe(value: Any) -> Any:
     """``value`` with non-finite floats replaced by ``None`` (strict JSON has no NaN/inf)."""

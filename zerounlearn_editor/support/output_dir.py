@@ -17,9 +17,6 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Sequence, Union
 
-__all__ = ["OutputDirError", "TEMP_TAG", "check_output_dir", "check_free_space", "staged_output_dir",
-           "replace_dir", "pid_alive", "existing_ancestor"]
-
 LOG = logging.getLogger(__name__)
 
 TEMP_TAG = ".zerounlearn-tmp-"
