@@ -170,8 +170,9 @@ def save_second_moment(path: Path, stat: SecondMoment, sample_size: int, dtype: 
 
 
 def load_second_moment(path: Path) -> tuple[SecondMoment, Dict[str, str]]:
-    """Read a cached second moment (EasyEdit's or ours) without pickle; raises :class:`StatsCacheError` naming
-    the file when it is not a readable statistics file."""
+    """Read a cached second moment (EasyEdit's or ours) without pickle, and its metadata (``zerounlearn.*``,
+    ``sample_size``, the stored ``dtype``); raises :class:`StatsCacheError` naming the file when it is not a
+    readable statistics file."""
     try:
         with np.load(path, allow_pickle=False) as data:
             if not hasattr(data, "files"):
@@ -187,6 +188,7 @@ def load_second_moment(path: Path) -> tuple[SecondMoment, Dict[str, str]]:
             meta = {k.split(".", 1)[1]: str(data[k]) for k in data.files if k.startswith("zerounlearn.")}
             if "sample_size" in data.files:
                 meta["sample_size"] = str(data["sample_size"])
+            meta["dtype"] = str(mom2.dtype)  # the stored dtype
     except StatsCacheError:
         raise
     except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as exc:
@@ -419,11 +421,6 @@ def shard_path(path: Path, rank: int, world_size: int) -> Path:
     return path.with_name(f"{path.stem}.shard-{rank}-of-{world_size}{path.suffix}")
 
 
-def _npz_dtype_name(path: Path) -> str:
-    with np.load(path, allow_pickle=False) as data:
-        return str(data["mom2.mom2"].dtype)
-
-
 def merge_second_moment_files(out: Path, shards: Sequence[Path]) -> SecondMoment:
     """Sum shard files (``mom2`` and counts) into ``out`` and return it. The shards must agree in shape, dtype
     and recorded metadata and, when they carry shard metadata, be the distinct shards of one split, all
@@ -434,22 +431,17 @@ def merge_second_moment_files(out: Path, shards: Sequence[Path]) -> SecondMoment
     repeated = sorted({str(p) for p in resolved if resolved.count(p) > 1})
     if repeated:
         raise ValueError(f"file(s) {repeated} given more than once: merging would count their tokens twice")
-    loaded = []
-    for path in shards:
-        stat, meta = load_second_moment(Path(path))
-        loaded.append((Path(path), stat, meta, _npz_dtype_name(Path(path))))
-    first_path, first, first_meta, dtype = loaded[0]
-    for path, stat, meta, file_dtype in loaded[1:]:
+    loaded = [(Path(path), *load_second_moment(Path(path))) for path in shards]
+    first_path, first, first_meta = loaded[0]
+    for path, stat, meta in loaded[1:]:
         if stat.mom2.shape != first.mom2.shape:
             raise ValueError(f"{path}: shape {tuple(stat.mom2.shape)} differs from {first_path}'s {tuple(first.mom2.shape)}")
-        if file_dtype != dtype:
-            raise ValueError(f"{path}: dtype {file_dtype} differs from {first_path}'s {dtype}")
-        for key in ("sample_size", "corpus_fingerprint", "max_length", "module", "model_fingerprint"):
+        for key in ("dtype", "sample_size", "corpus_fingerprint", "max_length", "module", "model_fingerprint"):
             if meta.get(key) != first_meta.get(key):
                 raise ValueError(f"{path}: {key} {meta.get(key)!r} differs from {first_path}'s {first_meta.get(key)!r}")
-    modules = [meta.get("module") for _, _, meta, _ in loaded]
+    modules = [meta.get("module") for _, _, meta in loaded]
     if len(loaded) > 1 and not all(modules):
-        unknown = [str(p) for (p, _, m, _) in loaded if not m.get("module")]
+        unknown = [str(p) for (p, _, m) in loaded if not m.get("module")]
         raise ValueError(
             f"cannot tell which module {unknown} hold (no zerounlearn.module metadata, e.g. EasyEdit's files): "
             "refusing to merge statistics that may be of different layers"
@@ -458,7 +450,7 @@ def merge_second_moment_files(out: Path, shards: Sequence[Path]) -> SecondMoment
     same = sorted({str(p) for p, d in zip(resolved, digests) if digests.count(d) > 1})
     if same:
         raise ValueError(f"files {same} have identical contents: the same statistic twice, not shards of one")
-    shard_ids = [meta.get("shard") for _, _, meta, _ in loaded]
+    shard_ids = [meta.get("shard") for _, _, meta in loaded]
     if all(shard_ids):
         worlds = {s.split("/")[1] for s in shard_ids}
         if len(worlds) != 1:
@@ -471,13 +463,13 @@ def merge_second_moment_files(out: Path, shards: Sequence[Path]) -> SecondMoment
         if absent:
             raise ValueError(f"shard(s) {absent} of {world_size} missing")
     merged = first
-    for _, stat, _, _ in loaded[1:]:
+    for _, stat, _ in loaded[1:]:
         merged = merged.merge(stat)
-    meta = {k: v for k, v in first_meta.items() if k not in ("shard", "sample_size", "n_passages")}
-    passages = [m.get("n_passages") for _, _, m, _ in loaded]
+    meta = {k: v for k, v in first_meta.items() if k not in ("dtype", "shard", "sample_size", "n_passages")}
+    passages = [m.get("n_passages") for _, _, m in loaded]
     if all(p is not None for p in passages):
         meta["n_passages"] = str(sum(int(p) for p in passages))
     sample_size = int(first_meta.get("sample_size", 0))
-    save_second_moment(Path(out), merged, sample_size, dtype, meta)
+    save_second_moment(Path(out), merged, sample_size, first_meta["dtype"], meta)
     LOG.info("merged %d shard(s) (%d tokens) into %s", len(loaded), merged.count, out)
     return merged
