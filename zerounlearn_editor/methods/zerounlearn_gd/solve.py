@@ -293,18 +293,13 @@ def solve_exact(
 ) -> Tensor:
     """Closed-form minimiser ``D_m = F U0^T`` ``[d_out, d_in]`` (float64) of the ZeroUnlearn-GD objective.
 
-    Solves ``Q F G + c F = Z`` (module docstring) by decoupling both sides. Key side: ``eigh(G)``
-    (dense) or the SVD of ``Kt = U0^T K_f`` ``[r, n]`` (thin, never forms ``G``); ``F`` has no
-    component on ``G``'s null space since ``Z``'s rows lie in the row span of ``Kt``. Value side:
-    ``eigh(Q)`` (dense) or the SVD of ``M_f`` (thin: ``Q`` is ``b I`` plus a rank-``n`` term).
-    ``route="auto"`` takes the thin variant on each side where it is smaller; ``"dense"`` and
-    ``"lowrank"`` force one on both sides (they agree to rounding).
-
-    Decoupled components whose denominator ``q_i g_j + c`` is at most ``max(d_out, r, n) *
-    eps(float64)`` times the largest are set to zero (the minimum-norm minimiser of a singular
-    system, e.g. ``c == 0`` with ``n < r``). ``W``, ``K_f``, ``M_f``, ``M_n`` as in the module
-    docstring; ``U0`` ``[d_in, r]`` from :func:`nullspace_basis` (``r == 0`` gives zeros).
-    Raises ``ValueError`` on bad shapes, non-finite entries, negative weights or an unknown route.
+    Solves ``Q F G + c F = Z`` (module docstring) by decoupling the key side (:func:`_key_basis`) and the
+    value side (:func:`_value_solve`), each dense or thin: ``route="auto"`` takes the thin variant on each side
+    where it is smaller, ``"dense"`` and ``"lowrank"`` force one on both sides (they agree to rounding).
+    Decoupled components whose denominator ``q_i g_j + c`` is at most ``max(d_out, r, n) * eps(float64)`` times
+    the largest are set to zero (the minimum-norm minimiser of a singular system, e.g. ``c == 0`` with ``n <
+    r``). ``U0`` ``[d_in, r]`` from :func:`nullspace_basis` (``r == 0`` gives zeros). Raises ``ValueError`` on
+    bad shapes, non-finite entries, negative weights or an unknown route.
     """
     d_out, d_in, n, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
     U0 = _check_basis(U0, d_in)
