@@ -32,7 +32,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from zerounlearn_editor.data.corpus import Corpus, load_corpus
-from zerounlearn_editor.engine.encoding import pad_id_of
+from zerounlearn_editor.evaluation.batching import pad_sequences, pad_token_id
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.model_access import (
     StopForward,
@@ -203,18 +203,13 @@ def padded_batches(
 ) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
     """Right-padded CPU batches ``(input_ids [b, L] long, mask [b, L] bool)`` of ``texts`` truncated to
     ``max_length`` tokens, longest first, ``batch_size`` at a time (empty passages dropped)."""
-    pad = pad_id_of(tok)
+    pad = pad_token_id(tok)
     ids = [list(tok(t, truncation=True, max_length=max_length)["input_ids"]) for t in texts]
     ids = sorted((row for row in ids if row), key=len, reverse=True)
     batches = [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
     for rows in tqdm(batches, desc=desc, disable=not (progress and progress_enabled()), unit="batch"):
-        width = max(len(r) for r in rows)
-        input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.bool)
-        for i, row in enumerate(rows):
-            input_ids[i, : len(row)] = torch.tensor(row)
-            mask[i, : len(row)] = True
-        yield input_ids, mask
+        padded = pad_sequences(rows, pad, "right", torch.device("cpu"))
+        yield padded.input_ids, padded.attention_mask.bool()
 
 
 def shard_texts(texts: Sequence[str], shard: Optional[Tuple[int, int]]) -> List[str]:
