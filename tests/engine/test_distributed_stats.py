@@ -14,7 +14,6 @@ from zerounlearn_editor.data.corpus import load_corpus
 from zerounlearn_editor.engine.stats import (
     SecondMoment,
     collect_second_moments,
-    layer_second_moment_shards,
     layer_second_moments,
     load_second_moment,
     merge_second_moment_files,
@@ -52,11 +51,13 @@ def _merge_inputs(tmp_path: Path):
     model = tiny_llama(tok)
     corpus = str(write_corpus(tmp_path / "corpus.jsonl"))
     stats_dir = str(tmp_path / "stats")
-    shards = [
-        layer_second_moment_shards(model, tok, [1, 2], "model.layers.{}.mlp.down_proj", stats_dir, corpus, 100, (r, WORLD),
-                                   "float32", 32, 4, progress=False)
-        for r in range(WORLD)
-    ]
+    shards = []
+    for r in range(WORLD):
+        layer_second_moments(model, tok, [1, 2], "model.layers.{}.mlp.down_proj", stats_dir, corpus, 100, "float32", 32, 4,
+                             progress=False, shard=(r, WORLD))
+        shards.append({layer: shard_path(stats_path(stats_dir, "tiny-llama", "corpus", MODULES[layer - 1], "float32", 100),
+                                         r, WORLD) for layer in (1, 2)})
+    assert all(path.exists() for paths in shards for path in paths.values())
     return model, tok, corpus, stats_dir, shards
 
 

@@ -12,7 +12,7 @@ from tiny_models import CORPUS, tiny_llama, tiny_tokenizer, write_corpus
 from zerounlearn_editor.data.corpus import CorpusError, load_corpus
 from zerounlearn_editor.engine.model_access import capture_inputs
 from zerounlearn_editor.engine import stats as stats_module
-from zerounlearn_editor.engine.stats import collect_second_moments, layer_second_moments, stats_path
+from zerounlearn_editor.engine.stats import collect_second_moments, corpus_cache_name, layer_second_moments, stats_path
 
 MODULE = "model.layers.{}.mlp.down_proj"
 
@@ -29,7 +29,7 @@ def test_txt_corpus_paragraphs_and_lines(tmp_path: Path):
     lines = tmp_path / "lines.txt"
     lines.write_text("one\ntwo\nthree\n")
     corpus = load_corpus(str(lines), limit=2)
-    assert corpus.texts == ["one", "two"] and corpus.name == "lines"
+    assert corpus.texts == ["one", "two"] and corpus_cache_name(str(lines)) == "lines"
 
 
 def test_jsonl_corpus_errors_name_the_line(tmp_path: Path):
@@ -52,7 +52,7 @@ def test_saved_datasets_folder_is_a_corpus(tmp_path: Path):
     folder = tmp_path / "saved"
     datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": CORPUS[:5]})}).save_to_disk(str(folder))
     corpus = load_corpus(str(folder))
-    assert corpus.texts == CORPUS[:5] and corpus.name == "saved"
+    assert corpus.texts == CORPUS[:5] and corpus_cache_name(str(folder)) == "saved"
 
 
 def test_one_pass_moments_equal_a_direct_computation(tok):

@@ -113,7 +113,7 @@ def edited_weights(name: str, tmp: Path) -> Tuple[Dict[int, np.ndarray], Dict[in
     tok = tiny_tokenizer()
     model = tiny_llama(tok, layers=TINY_LAYERS).to(PIN_DTYPE)
     before = {l: model.model.layers[l].mlp.down_proj.weight.detach().numpy().copy() for l in hp.layers}
-    extra = {"retain": RETAIN} if any(v > 0 for v in hp.retain_set_weights().values()) else {}
+    extra = {"retain": RETAIN} if any(v > 0 for v in hp.retain_weights().values()) else {}
     apply(model, tok, forget_requests(), hp, progress=False, **extra)
     after = {l: model.model.layers[l].mlp.down_proj.weight.detach().numpy().copy() for l in hp.layers}
     return before, after

@@ -111,7 +111,7 @@ def run_demo(
         hparams = hparams.replace(stats_dir=str(stats_dir))
     corpus = corpus or hparams.mom2_dataset
     retain = None if paper else [{"prompt": p, "subject": s} for p, s, _ in RETAIN_FACTS]
-    if retain is not None and not any(v > 0 for v in hparams.retain_set_weights().values()):
+    if retain is not None and not any(v > 0 for v in hparams.retain_weights().values()):
         retain = None  # a YAML with the paper's (zero) retain weights: nothing to protect with
     mode = f"{hparams.alg_name}" + (f" + retain set of {len(retain)} other capitals" if retain else " (paper)")
     LOG.info("demo: %s; model %s (%s) on %s", mode, hparams.model_name, dtype or "stored dtype", device)

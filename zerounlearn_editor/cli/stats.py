@@ -24,7 +24,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 def _cmd_stats(args: argparse.Namespace) -> int:
     from zerounlearn_editor.data.corpus import check_corpus_source
     from zerounlearn_editor.engine.stats import (STATS_BATCH_SIZE, corpus_cache_name, layer_second_moments,
-                                                 layer_second_moment_shards, model_basename, stats_path)
+                                                 model_basename, shard_path, stats_path)
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
     hparams = load_hparams(args.hparams)
@@ -36,14 +36,13 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     model, tok = load_model_and_tokenizer(args.model or hparams.model_name, device=args.device)
     where = (model, tok, hparams.layers, hparams.rewrite_module_tmp, stats_dir, corpus, n)
     how = (hparams.mom2_dtype, hparams.mom2_max_length, STATS_BATCH_SIZE)
-    if shard:
-        for layer, path in layer_second_moment_shards(*where, shard, *how).items():
-            print(f"layer {layer}: shard {args.shard} -> {path}")
-        return 0
-    for layer, stat in layer_second_moments(*where, *how, force=args.force).items():
+    for layer, stat in layer_second_moments(*where, *how, force=args.force, shard=shard).items():
         path = stats_path(stats_dir, model_basename(model), corpus_cache_name(corpus),
                           hparams.rewrite_module_tmp.format(layer), hparams.mom2_dtype, n)
-        print(f"layer {layer}: {stat.count} tokens -> {path}")
+        if shard:
+            print(f"layer {layer}: shard {args.shard} -> {shard_path(path, *shard)}")
+        else:
+            print(f"layer {layer}: {stat.count} tokens -> {path}")
     return 0
 
 

@@ -35,9 +35,8 @@ class CorpusError(ValueError):
 
 @dataclass
 class Corpus:
-    """Passages of text; ``name`` is used in cache paths, ``fingerprint`` keys the cache."""
+    """Passages of text; ``fingerprint`` keys the statistics cache (named by ``stats.corpus_cache_name``)."""
 
-    name: str
     texts: List[str]
     fingerprint: str
 
@@ -134,22 +133,22 @@ def load_corpus(source: str, limit: Optional[int] = None) -> Corpus:
         # read exactly as a .jsonl file of the same bytes is read (same newline handling)
         with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8") as handle:
             texts = _parse_jsonl_lines(handle, f"built-in corpus {what}")
-        return Corpus(name=what, texts=texts[:limit], fingerprint=hashlib.sha256(data).hexdigest())
+        return Corpus(texts=texts[:limit], fingerprint=hashlib.sha256(data).hexdigest())
     path = Path(what)
     if kind == "dir":
-        texts, name, fingerprint = _read_saved_dataset(path), path.name, f"dir:{path.resolve()}"
+        texts, fingerprint = _read_saved_dataset(path), f"dir:{path.resolve()}"
     elif kind == "file":
         if path.suffix.lower() == ".jsonl":
             texts = _parse_jsonl_lines(_read_text(path).split("\n"), str(path))
         else:
             texts = _read_txt(path)
-        name, fingerprint = path.stem, sha256_of_file(path)
+        fingerprint = sha256_of_file(path)
     else:
         try:
             texts = _read_hub(what, limit)
         except (OSError, ConnectionError, ValueError) as exc:
             raise CorpusError(f"corpus {source!r}: not a local file, and the hub could not provide it: {exc}") from exc
-        name, fingerprint = what.replace("/", "_"), f"hub:{what}"
+        fingerprint = f"hub:{what}"
     if not texts:
         raise CorpusError(f"corpus {source!r} is empty: no passages of text found")
-    return Corpus(name=name, texts=texts[:limit], fingerprint=fingerprint)
+    return Corpus(texts=texts[:limit], fingerprint=fingerprint)

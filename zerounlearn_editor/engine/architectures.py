@@ -24,11 +24,6 @@ from zerounlearn_editor.engine.model_access import (
     probe_ids,
 )
 
-TEMPLATE_KEYS = ("rewrite_module_tmp", "layer_module_tmp", "mlp_module_tmp", "attn_module_tmp", "ln_f_module",
-                 "lm_head_module", "embed_module")
-"""Keys of :func:`detect_templates`' result that name modules (``attn_module_tmp`` / ``embed_module``:
-causal tracing only)."""
-
 _ATTN_NAMES = ("self_attn", "attn", "attention", "self_attention")
 _MLP_NAMES = ("mlp", "feed_forward", "ffn", "ff", "mlp_block", "feedforward")
 
@@ -133,7 +128,8 @@ def _final_norm(model: nn.Module, layers_name: str, last_layer: nn.Module, hidde
 
 
 def detect_templates(model: nn.Module) -> Dict[str, Any]:
-    """The :data:`TEMPLATE_KEYS` of ``model``, ``"family"`` (``config.model_type``) and ``"num_layers"``."""
+    """The module-name templates of ``model`` (``attn_module_tmp`` / ``embed_module``: causal tracing only),
+    ``"family"`` (``config.model_type``) and ``"num_layers"``."""
     model_type = str(getattr(getattr(model, "config", None), "model_type", "") or type(model).__name__)
     where = f"{model_type} ({type(model).__name__})"
     try:

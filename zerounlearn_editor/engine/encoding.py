@@ -7,6 +7,8 @@ from typing import List, Literal, Optional, Sequence
 
 import torch
 
+from zerounlearn_editor.evaluation.batching import pad_sequences, pad_token_id
+
 
 @dataclass
 class EncodedBatch:
@@ -20,13 +22,6 @@ class EncodedBatch:
     def to(self, device: torch.device) -> "EncodedBatch":
         return EncodedBatch(self.input_ids.to(device), self.attention_mask.to(device), self.lookup.to(device),
                             self.lengths.to(device))
-
-
-def pad_id_of(tok) -> int:
-    for value in (tok.pad_token_id, tok.eos_token_id, 0):
-        if value is not None:
-            return int(value)
-    return 0
 
 
 def _ids(tok, text: str) -> List[int]:
@@ -57,14 +52,9 @@ def encode_rows(
             full = full + list(appended[i])
         rows.append(full)
         lookups.append(lookup)
-    width = max(len(r) for r in rows)
-    pad = pad_id_of(tok)
-    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-        mask[i, : len(row)] = 1
-    return EncodedBatch(input_ids, mask, torch.tensor(lookups, dtype=torch.long), mask.sum(1))
+    padded = pad_sequences(rows, pad_token_id(tok), "right", torch.device("cpu"))
+    mask = padded.attention_mask
+    return EncodedBatch(padded.input_ids, mask, torch.tensor(lookups, dtype=torch.long), mask.sum(1))
 
 
 def target_token_ids(tok, target: Optional[str]) -> List[int]:

@@ -233,10 +233,6 @@ class BaseHyperParams:
             config["retain_file"] = str(Path(hparams_name_or_path).parent / retain_file)
         return cls.from_dict(config, source=str(hparams_name_or_path))
 
-    @classmethod
-    def from_json(cls, path: Union[str, Path]):
-        return cls.from_hparams(path)
-
     def validate(self, source: str = "<hparams>") -> None:
         """Check value ranges; subclasses extend this."""
         if self.batch_size < 1:
@@ -333,7 +329,7 @@ class EditHyperParams(BaseHyperParams):
     experimental: Dict[str, Any] = field(default_factory=dict)
 
     def retain_weights(self) -> Dict[str, float]:
-        """The method's retain-aware weights; all 0 means the paper's method (retain set unused)."""
+        """The method's weights that act through a retain set; all 0 means the paper's method (retain set unused)."""
         return {}
 
     def needs_context_moment(self) -> bool:
@@ -347,10 +343,6 @@ class EditHyperParams(BaseHyperParams):
         for klass in reversed(cls.__mro__):
             merged.update(klass.__dict__.get("KEY_HELP", {}))
         return merged
-
-    def retain_set_weights(self) -> Dict[str, float]:
-        """The weights that act through a retain set (:meth:`retain_weights`); all 0: a retain set is unused."""
-        return dict(self.retain_weights())
 
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)

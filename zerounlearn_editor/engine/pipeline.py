@@ -374,7 +374,7 @@ def _check_lengths(
 def _retain_requests(retain: RetainSpec, hparams: EditHyperParams) -> List[ForgetRequest]:
     """The edit's retain requests, checked against the hparams' retain weights."""
     keep = resolve_retain(retain, hparams.retain_file)
-    weights = hparams.retain_set_weights()
+    weights = hparams.retain_weights()
     active = sorted(key for key, value in weights.items() if value > 0)
     if keep and not active:
         raise ValueError(
@@ -509,8 +509,6 @@ def apply_edit_method(
     :func:`run_layerwise_edit` are passed on, ``report`` (an :class:`EditReport`) is filled; others that
     EasyEdit passes (``train_ds``, ...) are ignored.
     """
-    if not isinstance(hparams, EditHyperParams):
-        raise TypeError(f"hparams must be a ZeroUnlearn hparams object, got {type(hparams).__name__}")
     # before any copy is made
     requests = check_edit_inputs(model, tok, requests, hparams, kwargs.get("retain"))
     resolve_mode(hparams.fluency_max_increase, kwargs.get("fluency_guard"))

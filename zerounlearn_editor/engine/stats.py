@@ -6,9 +6,9 @@ All edited layers are collected in one forward pass per batch. Results are cache
 the same file, plus ``zerounlearn.*`` metadata (corpus and model fingerprints, max length, module). A file
 recording another model, corpus version, max length, module or shape is recomputed with a warning; an
 unreadable one is treated as missing; EasyEdit's own files (no metadata) are read as they are. Files are
-written atomically. Shards (``zerounlearn stats --shard`` / ``stats-merge``):
-:func:`layer_second_moment_shards` writes the statistic of ``texts[rank::world_size]``,
-:func:`merge_second_moment_files` sums shard files.
+written atomically. Shards (``zerounlearn stats --shard`` / ``stats-merge``): :func:`layer_second_moments`
+with ``shard`` writes the statistic of ``texts[rank::world_size]``, :func:`merge_second_moment_files` sums
+shard files.
 """
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ import logging
 import os
 import shutil
 import socket
-import tempfile
 import time
 import zipfile
 from dataclasses import dataclass
@@ -33,19 +32,19 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from zerounlearn_editor.data.corpus import Corpus, load_corpus
-from zerounlearn_editor.engine.encoding import pad_id_of
+from zerounlearn_editor.evaluation.batching import pad_sequences, pad_token_id
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.model_access import (
     StopForward,
     capture_inputs,
     check_edited_modules,
-    check_layers,
     get_module,
     get_weight_matrix,
     model_device,
     num_hidden_layers,
 )
-from zerounlearn_editor.support.output_dir import pid_alive
+from zerounlearn_editor.support.files import write_atomic
+from zerounlearn_editor.support.output_dir import existing_ancestor, pid_alive
 from zerounlearn_editor.support.progress import progress_enabled
 
 STATS_BATCH_SIZE = 16
@@ -80,12 +79,8 @@ def model_fingerprint(model: nn.Module, skip_template: Optional[str] = None,
     config_dict = {k: v for k, v in config_dict.items() if k not in _CONFIG_IGNORED and not k.startswith("_")}
     digest = hashlib.blake2b(digest_size=12)
     digest.update(json.dumps(config_dict, sort_keys=True, default=str).encode())
-    skipped = set()
-    if skip_template:
-        try:
-            skipped = {f"{skip_template.format(i)}.weight" for i in range(num_hidden_layers(model))}
-        except ValueError:
-            skipped = set()
+    skipped = ({f"{skip_template.format(i)}.weight" for i in range(num_hidden_layers(model))}
+               if skip_template else set())
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name in skipped:
@@ -102,31 +97,23 @@ def model_fingerprint(model: nn.Module, skip_template: Optional[str] = None,
     return digest.hexdigest()
 
 
-def clean_stale_temp_files(folder: Path, max_age: float = STALE_TEMP_SECONDS) -> List[Path]:
-    """Remove the stale ``{file}.{host}.{pid}.XXXX.tmp`` files of killed writers in ``folder`` (this host's
-    writer no longer running, or older than ``max_age`` seconds); returns the removed paths."""
-    removed: List[Path] = []
-    if not folder.is_dir():
-        return removed
+def clean_stale_temp_files(folder: Path) -> None:
+    """Remove the stale ``{file}.{host}.{pid}.XXXX.tmp`` statistics files of killed writers in ``folder`` (this
+    host's writer no longer running, or older than :data:`STALE_TEMP_SECONDS`)."""
     host = socket.gethostname()
     now = time.time()
-    for tmp in folder.glob("*.tmp"):
+    for tmp in folder.glob("*_mom2_*.tmp"):
         parts = tmp.name.split(".")
         try:
-            age = now - tmp.stat().st_mtime
+            stale = now - tmp.stat().st_mtime > STALE_TEMP_SECONDS
         except FileNotFoundError:
             continue
-        stale = age > max_age
-        if "_mom2_" not in tmp.name:
-            continue  # not a statistics temp file
         if not stale and len(parts) >= 4 and parts[-4] == host.replace(".", "_") and parts[-3].isdigit():
             stale = not pid_alive(int(parts[-3]))
         if stale:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
                 LOG.warning("removed stale temporary statistics file %s (left by an interrupted writer)", tmp)
-                removed.append(tmp)
-    return removed
 
 
 @dataclass
@@ -174,27 +161,18 @@ def save_second_moment(path: Path, stat: SecondMoment, sample_size: int, dtype: 
         "sample_size": np.array(sample_size),
     }
     arrays.update({f"zerounlearn.{k}": np.array(v) for k, v in meta.items()})
-    prefix = f"{path.name}.{socket.gethostname().replace('.', '_')}.{os.getpid()}."
+    prefix = f"{path.name}.{socket.gethostname().replace('.', '_')}.{os.getpid()}."  # see clean_stale_temp_files
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
-    except OSError as exc:
-        raise StatsCacheError(f"cannot write statistics into {path.parent} ({exc}); set stats_dir to a writable folder") from exc
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, **arrays)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a cache file is readable like any other
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):  # e.g. a full disk: no partial file is left, the cache is as it was
-            raise StatsCacheError(f"cannot write the statistics file {path} ({exc}); nothing was written there") from exc
-        raise
+        write_atomic(path, lambda handle: np.savez(handle, **arrays), prefix)
+    except OSError as exc:  # e.g. a full disk: no partial file is left, the cache is as it was
+        raise StatsCacheError(f"cannot write the statistics file {path} ({exc}); nothing was written there "
+                              "(stats_dir must be a writable folder with room for it)") from exc
 
 
 def load_second_moment(path: Path) -> tuple[SecondMoment, Dict[str, str]]:
-    """Read a cached second moment (EasyEdit's or ours) without pickle; raises :class:`StatsCacheError` naming
-    the file when it is not a readable statistics file."""
+    """Read a cached second moment (EasyEdit's or ours) without pickle, and its metadata (``zerounlearn.*``,
+    ``sample_size``, the stored ``dtype``); raises :class:`StatsCacheError` naming the file when it is not a
+    readable statistics file."""
     try:
         with np.load(path, allow_pickle=False) as data:
             if not hasattr(data, "files"):
@@ -210,6 +188,7 @@ def load_second_moment(path: Path) -> tuple[SecondMoment, Dict[str, str]]:
             meta = {k.split(".", 1)[1]: str(data[k]) for k in data.files if k.startswith("zerounlearn.")}
             if "sample_size" in data.files:
                 meta["sample_size"] = str(data["sample_size"])
+            meta["dtype"] = str(mom2.dtype)  # the stored dtype
     except StatsCacheError:
         raise
     except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as exc:
@@ -224,18 +203,13 @@ def padded_batches(
 ) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
     """Right-padded CPU batches ``(input_ids [b, L] long, mask [b, L] bool)`` of ``texts`` truncated to
     ``max_length`` tokens, longest first, ``batch_size`` at a time (empty passages dropped)."""
-    pad = pad_id_of(tok)
+    pad = pad_token_id(tok)
     ids = [list(tok(t, truncation=True, max_length=max_length)["input_ids"]) for t in texts]
     ids = sorted((row for row in ids if row), key=len, reverse=True)
     batches = [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
     for rows in tqdm(batches, desc=desc, disable=not (progress and progress_enabled()), unit="batch"):
-        width = max(len(r) for r in rows)
-        input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.bool)
-        for i, row in enumerate(rows):
-            input_ids[i, : len(row)] = torch.tensor(row)
-            mask[i, : len(row)] = True
-        yield input_ids, mask
+        padded = pad_sequences(rows, pad, "right", torch.device("cpu"))
+        yield padded.input_ids, padded.attention_mask.bool()
 
 
 def shard_texts(texts: Sequence[str], shard: Optional[Tuple[int, int]]) -> List[str]:
@@ -302,9 +276,12 @@ def layer_second_moments(
     model_name: Optional[str] = None,
     force: bool = False,
     progress: bool = True,
+    shard: Optional[Tuple[int, int]] = None,
 ) -> Dict[int, SecondMoment]:
     """``{layer: SecondMoment}``: the cached files, the missing or mismatching ones computed together (and
-    overwritten)."""
+    overwritten). ``shard = (rank, world_size)`` computes the statistic of ``texts[rank::world_size]`` of every
+    layer into shard files beside the cache files (:func:`shard_path`; the cache is not read), which
+    :func:`merge_second_moment_files` turns into the cache files."""
     if n_samples < 1:
         raise ValueError(f"mom2_n_samples / --n must be >= 1, got {n_samples}")
     check_edited_modules(model, layers, module_tmp)
@@ -316,12 +293,15 @@ def layer_second_moments(
         return load_corpus(corpus, limit=n_samples)
 
     ds_name = corpus_cache_name(corpus)
+    paths = {layer: stats_path(stats_dir, name, ds_name, module, dtype, n_samples) for layer, module in modules.items()}
+    if shard is not None:
+        paths = {layer: shard_path(path, *shard) for layer, path in paths.items()}
     fingerprint_of_model = model_fingerprint(model, module_tmp)
     result: Dict[int, SecondMoment] = {}
     missing: List[int] = []
     for layer, module in modules.items():
-        path = stats_path(stats_dir, name, ds_name, module, dtype, n_samples)
-        if path.exists() and not force:
+        path = paths[layer]
+        if path.exists() and not force and shard is None:
             try:
                 stat, meta = load_second_moment(path)
             except StatsCacheError as exc:
@@ -358,7 +338,7 @@ def layer_second_moments(
                 continue
         missing.append(layer)
     if missing:
-        folder = stats_path(stats_dir, name, ds_name, modules[missing[0]], dtype, n_samples).parent
+        folder = paths[missing[0]].parent
         _check_writable(folder)  # before the corpus pass, not after it
         itemsize = np.dtype(_NP_DTYPES.get(dtype, np.float64)).itemsize
         _check_free_space(folder, sum(_module_input_dim(model, modules[l]) ** 2 * itemsize for l in missing))
@@ -367,29 +347,24 @@ def layer_second_moments(
             LOG.warning("corpus %r has %d passages, fewer than mom2_n_samples=%d", corpus, len(data.texts), n_samples)
         product_dtype = torch.float64 if dtype == "float64" else torch.float32
         LOG.info("computing C0 statistics of layers %s from %d passages of corpus %r (cache: %s)", missing,
-                 len(data.texts), corpus, stats_path(stats_dir, name, ds_name, "<module>", dtype, n_samples).parent)
+                 len(data.texts), corpus, folder)
         stats = collect_second_moments(model, tok, data.texts, [modules[l] for l in missing], max_length,
-                                       batch_size, progress, product_dtype)
+                                       batch_size, progress, product_dtype, shard)
         for layer in missing:
-            path = stats_path(stats_dir, name, ds_name, modules[layer], dtype, n_samples)
-            meta = {"corpus_fingerprint": data.fingerprint, "max_length": str(max_length), "n_passages": str(len(data.texts)),
-                    "module": modules[layer], "model_fingerprint": fingerprint_of_model,
-                    "model_dtype": _module_dtype(model, modules[layer])}
-            save_second_moment(path, stats[modules[layer]], n_samples, dtype, meta)
-            LOG.info("wrote C0 statistics to %s", path)
+            meta = {"corpus_fingerprint": data.fingerprint, "max_length": str(max_length),
+                    "n_passages": str(len(shard_texts(data.texts, shard))), "module": modules[layer],
+                    "model_fingerprint": fingerprint_of_model, "model_dtype": _module_dtype(model, modules[layer])}
+            if shard is not None:
+                meta["shard"] = f"{shard[0]}/{shard[1]}"
+            save_second_moment(paths[layer], stats[modules[layer]], n_samples, dtype, meta)
+            LOG.info("wrote C0 statistics to %s", paths[layer])
             result[layer] = stats[modules[layer]]
     return result
 
 
-def _existing_ancestor(folder: Path) -> Path:
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    return folder
-
-
 def _check_free_space(folder: Path, needed: int) -> None:
     """Raise :class:`StatsCacheError` when the disk of ``folder`` has less room than ``needed`` bytes."""
-    free = shutil.disk_usage(_existing_ancestor(folder)).free
+    free = shutil.disk_usage(existing_ancestor(folder)).free
     if free < needed + (1 << 20):
         raise StatsCacheError(
             f"the statistics folder {folder} has {free:,} bytes free, the statistics need about {needed:,}; "
@@ -399,7 +374,7 @@ def _check_free_space(folder: Path, needed: int) -> None:
 
 def _check_writable(folder: Path) -> None:
     """Raise :class:`StatsCacheError` naming ``folder`` unless statistics can be written there."""
-    existing = _existing_ancestor(folder)
+    existing = existing_ancestor(folder)
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise StatsCacheError(
             f"the statistics folder {folder} cannot be written ({existing} is not a writable folder); "
@@ -441,59 +416,6 @@ def shard_path(path: Path, rank: int, world_size: int) -> Path:
     return path.with_name(f"{path.stem}.shard-{rank}-of-{world_size}{path.suffix}")
 
 
-def layer_second_moment_shards(
-    model: nn.Module,
-    tok,
-    layers: Sequence[int],
-    module_tmp: str,
-    stats_dir: str,
-    corpus: str,
-    n_samples: int,
-    shard: Tuple[int, int],
-    dtype: str = "float32",
-    max_length: int = 256,
-    batch_size: int = 16,
-    model_name: Optional[str] = None,
-    progress: bool = True,
-) -> Dict[int, Path]:
-    """Collect one shard of every edited layer's statistic and write ``{layer: shard file}`` next to the cache
-    file (:func:`shard_path`); :func:`merge_second_moment_files` turns the shards into that file."""
-    check_layers(model, layers, module_tmp)
-    rank, world_size = shard
-    name = model_name or model_basename(model)
-    data = load_corpus(corpus, limit=n_samples)
-    modules = {layer: module_tmp.format(layer) for layer in layers}
-    fingerprint_of_model = model_fingerprint(model, module_tmp)
-    ds_name = corpus_cache_name(corpus)
-    paths = {layer: shard_path(stats_path(stats_dir, name, ds_name, module, dtype, n_samples), *shard)
-             for layer, module in modules.items()}
-    _check_writable(paths[layers[0]].parent)
-    product_dtype = torch.float64 if dtype == "float64" else torch.float32
-    stats = collect_second_moments(
-        model, tok, data.texts, list(modules.values()), max_length, batch_size, progress, product_dtype, shard
-    )
-    written: Dict[int, Path] = {}
-    for layer, module in modules.items():
-        path = paths[layer]
-        meta = {
-            "corpus_fingerprint": data.fingerprint,
-            "max_length": str(max_length),
-            "n_passages": str(len(shard_texts(data.texts, shard))),
-            "shard": f"{rank}/{world_size}",
-            "module": module,
-            "model_fingerprint": fingerprint_of_model,
-        }
-        save_second_moment(path, stats[module], n_samples, dtype, meta)
-        LOG.info("wrote C0 shard %d/%d of layer %d to %s", rank, world_size, layer, path)
-        written[layer] = path
-    return written
-
-
-def _npz_dtype_name(path: Path) -> str:
-    with np.load(path, allow_pickle=False) as data:
-        return str(data["mom2.mom2"].dtype)
-
-
 def merge_second_moment_files(out: Path, shards: Sequence[Path]) -> SecondMoment:
     """Sum shard files (``mom2`` and counts) into ``out`` and return it. The shards must agree in shape, dtype
     and recorded metadata and, when they carry shard metadata, be the distinct shards of one split, all
@@ -504,22 +426,17 @@ def merge_second_moment_files(out: Path, shards: Sequence[Path]) -> SecondMoment
     repeated = sorted({str(p) for p in resolved if resolved.count(p) > 1})
     if repeated:
         raise ValueError(f"file(s) {repeated} given more than once: merging would count their tokens twice")
-    loaded = []
-    for path in shards:
-        stat, meta = load_second_moment(Path(path))
-        loaded.append((Path(path), stat, meta, _npz_dtype_name(Path(path))))
-    first_path, first, first_meta, dtype = loaded[0]
-    for path, stat, meta, file_dtype in loaded[1:]:
+    loaded = [(Path(path), *load_second_moment(Path(path))) for path in shards]
+    first_path, first, first_meta = loaded[0]
+    for path, stat, meta in loaded[1:]:
         if stat.mom2.shape != first.mom2.shape:
             raise ValueError(f"{path}: shape {tuple(stat.mom2.shape)} differs from {first_path}'s {tuple(first.mom2.shape)}")
-        if file_dtype != dtype:
-            raise ValueError(f"{path}: dtype {file_dtype} differs from {first_path}'s {dtype}")
-        for key in ("sample_size", "corpus_fingerprint", "max_length", "module", "model_fingerprint"):
+        for key in ("dtype", "sample_size", "corpus_fingerprint", "max_length", "module", "model_fingerprint"):
             if meta.get(key) != first_meta.get(key):
                 raise ValueError(f"{path}: {key} {meta.get(key)!r} differs from {first_path}'s {first_meta.get(key)!r}")
-    modules = [meta.get("module") for _, _, meta, _ in loaded]
+    modules = [meta.get("module") for _, _, meta in loaded]
     if len(loaded) > 1 and not all(modules):
-        unknown = [str(p) for (p, _, m, _) in loaded if not m.get("module")]
+        unknown = [str(p) for (p, _, m) in loaded if not m.get("module")]
         raise ValueError(
             f"cannot tell which module {unknown} hold (no zerounlearn.module metadata, e.g. EasyEdit's files): "
             "refusing to merge statistics that may be of different layers"
@@ -528,7 +445,7 @@ def merge_second_moment_files(out: Path, shards: Sequence[Path]) -> SecondMoment
     same = sorted({str(p) for p, d in zip(resolved, digests) if digests.count(d) > 1})
     if same:
         raise ValueError(f"files {same} have identical contents: the same statistic twice, not shards of one")
-    shard_ids = [meta.get("shard") for _, _, meta, _ in loaded]
+    shard_ids = [meta.get("shard") for _, _, meta in loaded]
     if all(shard_ids):
         worlds = {s.split("/")[1] for s in shard_ids}
         if len(worlds) != 1:
@@ -541,13 +458,13 @@ def merge_second_moment_files(out: Path, shards: Sequence[Path]) -> SecondMoment
         if absent:
             raise ValueError(f"shard(s) {absent} of {world_size} missing")
     merged = first
-    for _, stat, _, _ in loaded[1:]:
+    for _, stat, _ in loaded[1:]:
         merged = merged.merge(stat)
-    meta = {k: v for k, v in first_meta.items() if k not in ("shard", "sample_size", "n_passages")}
-    passages = [m.get("n_passages") for _, _, m, _ in loaded]
+    meta = {k: v for k, v in first_meta.items() if k not in ("dtype", "shard", "sample_size", "n_passages")}
+    passages = [m.get("n_passages") for _, _, m in loaded]
     if all(p is not None for p in passages):
         meta["n_passages"] = str(sum(int(p) for p in passages))
     sample_size = int(first_meta.get("sample_size", 0))
-    save_second_moment(Path(out), merged, sample_size, dtype, meta)
+    save_second_moment(Path(out), merged, sample_size, first_meta["dtype"], meta)
     LOG.info("merged %d shard(s) (%d tokens) into %s", len(loaded), merged.count, out)
     return merged

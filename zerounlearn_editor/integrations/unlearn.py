@@ -183,9 +183,9 @@ def run_unlearn(
         facts = load_facts(facts_file)
         if retain_file:
             load_retain_file(retain_file)  # errors name the file, record and field
-            if not any(v > 0 for v in hparams.retain_set_weights().values()):
+            if not any(v > 0 for v in hparams.retain_weights().values()):
                 raise HParamsError(
-                    f"--retain given, but the retain weights {sorted(hparams.retain_set_weights())} of "
+                    f"--retain given, but the retain weights {sorted(hparams.retain_weights())} of "
                     f"{hparams_file} are all 0 (the paper's method ignores a retain set); use a retain-aware "
                     "YAML, e.g. hparams/ZeroUnlearn-GD/<model>-retain.yaml"
                 )

@@ -1,4 +1,4 @@
-"""JSON files of a bench run: atomic writes, reads and content hashes."""
+"""Atomic file writes, JSON reads and content hashes."""
 from __future__ import annotations
 
 import contextlib
@@ -8,10 +8,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Union
-
-__all__ = ["write_json_atomic", "write_bytes_atomic", "write_text_atomic", "read_json", "sha256_of_file",
-           "sha256_of_json", "json_safe", "file_identity"]
+from typing import Any, BinaryIO, Callable, Dict, Optional, Union
 
 
 def json_safe(value: Any) -> Any:
@@ -25,21 +22,27 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def write_bytes_atomic(path: Union[str, Path], data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary sibling file and a rename."""
+def write_atomic(path: Union[str, Path], write: Callable[[BinaryIO], Any], prefix: Optional[str] = None) -> Path:
+    """Write ``path`` with ``write(handle)`` into a temporary sibling file (name ``{prefix}XXXX.tmp``, default
+    prefix ``.{name}.``) and a rename: ``path`` is whole or as it was, also when ``write`` raises."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix or f".{path.name}.", suffix=".tmp")
     try:
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            write(handle)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
     return path
+
+
+def write_bytes_atomic(path: Union[str, Path], data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (:func:`write_atomic`)."""
+    return write_atomic(path, lambda handle: handle.write(data))
 
 
 def write_text_atomic(path: Union[str, Path], text: str) -> Path:

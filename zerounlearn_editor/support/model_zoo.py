@@ -29,10 +29,6 @@ if TYPE_CHECKING:  # imported lazily at run time: the fast paths must not pay fo
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["ModelZooError", "SMOLLM2_NAME", "SMOLLM2_ALIASES", "CACHE_ENV", "WHEEL_ENV", "MARKER_FILE",
-           "DTYPE_CHOICES", "default_cache_dir", "smollm2_dir", "is_prepared", "prepare_smollm2",
-           "resolve_model_path", "check_device", "load_model_and_tokenizer"]
-
 logger = logging.getLogger(__name__)
 
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"

@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 from typing import Tuple
 
-__all__ = ["ONLINE_ENV", "HUB_PREFIX", "split_hub_name", "offline_hint"]
-
 ONLINE_ENV = "ZEROUNLEARN_ONLINE"
 HUB_PREFIX = "hub:"
 

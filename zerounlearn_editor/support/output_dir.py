@@ -17,9 +17,6 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Sequence, Union
 
-__all__ = ["OutputDirError", "TEMP_TAG", "check_output_dir", "check_free_space", "staged_output_dir",
-           "replace_dir", "pid_alive"]
-
 LOG = logging.getLogger(__name__)
 
 TEMP_TAG = ".zerounlearn-tmp-"
@@ -45,7 +42,8 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def _existing_ancestor(path: Path) -> Path:
+def existing_ancestor(path: Path) -> Path:
+    """``path`` (made absolute) or its nearest existing parent folder."""
     path = path.absolute()
     while not path.exists() and path != path.parent:
         path = path.parent
@@ -79,7 +77,7 @@ def check_output_dir(out: Union[str, Path], markers: Sequence[str]) -> None:
                 f"give a new or empty folder (a folder of an earlier run is replaced whole)"
             )
     parent = out.absolute().parent
-    existing = _existing_ancestor(parent)
+    existing = existing_ancestor(parent)
     if not existing.is_dir():
         raise OutputDirError(f"--out {out}: {existing} is not a folder")
     try:
@@ -91,7 +89,7 @@ def check_output_dir(out: Union[str, Path], markers: Sequence[str]) -> None:
 
 def check_free_space(out: Union[str, Path], needed: int) -> None:
     """Refuse when the disk that will hold ``out`` has less than ``needed`` bytes (plus 1 MiB) free."""
-    existing = _existing_ancestor(Path(out).absolute().parent)
+    existing = existing_ancestor(Path(out).absolute().parent)
     free = shutil.disk_usage(existing).free
     if free < needed + (1 << 20):
         raise OutputDirError(

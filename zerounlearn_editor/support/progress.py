@@ -9,8 +9,6 @@ from typing import Any, Iterable, Iterator, Optional
 
 from tqdm.auto import tqdm
 
-__all__ = ["progress_enabled", "set_progress", "progress_scope", "progress_bar"]
-
 _DEFAULT = {"enabled": True}
 _SCOPE: contextvars.ContextVar[Optional[bool]] = contextvars.ContextVar("zerounlearn_progress", default=None)
 

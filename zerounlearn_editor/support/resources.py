@@ -11,9 +11,6 @@ import os
 from pathlib import Path
 from typing import List, Optional, Tuple, Union
 
-__all__ = ["DATA_DIR_ENV", "repo_root", "hparams_path", "set_data_dir", "data_dir_candidates",
-           "shared_data_dir", "shared_file", "missing_data_message"]
-
 DATA_DIR_ENV = "ZEROUNLEARN_DATA_DIR"
 
 

@@ -21,7 +21,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.evaluation.batching import encode_probe, pad_token_id
+from zerounlearn_editor.evaluation.batching import encode_probe, pad_sequences, pad_token_id
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.model_access import check_layers, model_device, parameter_name_of_weight
 from zerounlearn_editor.engine.pipeline import restore_weights
@@ -54,15 +54,11 @@ class AnswerBatch:
 
 def _pad_rows(tok, rows: Sequence[Sequence[int]], starts: Sequence[int]) -> AnswerBatch:
     """Right-pad ``rows``; tokens ``row[start:]`` of each row are the scored ones."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_token_id(tok), dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    target = torch.zeros((len(rows), max(width - 1, 0)), dtype=torch.bool)
+    padded = pad_sequences(rows, pad_token_id(tok), "right", torch.device("cpu"))
+    target = torch.zeros((len(rows), max(padded.input_ids.shape[1] - 1, 0)), dtype=torch.bool)
     for i, (row, start) in enumerate(zip(rows, starts)):
-        ids[i, : len(row)] = torch.tensor(list(row), dtype=torch.long)
-        mask[i, : len(row)] = 1
         target[i, start - 1 : len(row) - 1] = True
-    return AnswerBatch(ids, mask, target)
+    return AnswerBatch(padded.input_ids, padded.attention_mask, target)
 
 
 def _answer_rows(tok, pairs: Sequence[Tuple[str, str]]) -> Tuple[List[List[int]], List[int]]:

@@ -14,12 +14,8 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
-from zerounlearn_editor.methods.zerounlearn.solve import (
-    apply_multiplier,
-    forget_value_basis,
-    zerounlearn_multiplier,
-)
-from zerounlearn_editor.engine.model_access import get_weight_matrix
+from zerounlearn_editor.methods.zerounlearn.solve import forget_value_basis, zerounlearn_multiplier
+from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method, check_edit_inputs
 
 LOG = logging.getLogger(__name__)
@@ -56,20 +52,18 @@ def check_capacity(rank: int, d_out: int, where: str, refuse: bool = True) -> No
 def check_request_capacity(model: nn.Module, hparams: ZeroUnlearnHyperParams, n: int) -> None:
     """Refuse ``n`` requests whose forget values could span half of an edited layer's ``d_out`` (before any work).
 
-    ``rank(M_f) <= min(n, d_out)``; the message gives that bound, never more than ``d_out``.
+    ``rank(M_f) <= min(n, d_out)``; the message gives that bound, never more than ``d_out``. The edited modules
+    must have been checked (:func:`~zerounlearn_editor.engine.pipeline.check_edit_inputs`).
     """
-    modules = dict(model.named_modules())
     for layer in hparams.layers:
-        module = modules.get(hparams.rewrite_module_tmp.format(layer))
-        if module is not None and isinstance(getattr(module, "weight", None), torch.Tensor) and module.weight.dim() == 2:
-            d_out = get_weight_matrix(module).shape[0]
-            bound = min(n, d_out)
-            if bound / d_out >= RANK_REFUSE_FRACTION:
-                check_capacity(bound, d_out, f"{n} requests at layer {layer} (rank(M_f) <= min(n, d_out) = {bound})")
+        d_out = get_weight_matrix(get_module(model, hparams.rewrite_module_tmp.format(layer))).shape[0]
+        bound = min(n, d_out)
+        if bound / d_out >= RANK_REFUSE_FRACTION:
+            check_capacity(bound, d_out, f"{n} requests at layer {layer} (rank(M_f) <= min(n, d_out) = {bound})")
 
 
 def zerounlearn_solver(hparams: ZeroUnlearnHyperParams, allow_large_batch: bool = False):
-    """The per-layer solve ``LayerProblem -> D W`` with the hparams' weights (the paper's ``D``)."""
+    """The per-layer solve ``LayerProblem -> D W`` (float64) with the hparams' weights (the paper's ``D``)."""
 
     def solve(problem: LayerProblem) -> torch.Tensor:
         rank = forget_value_basis(problem.M_f, hparams.projection_rank_tol).shape[1]
@@ -84,7 +78,7 @@ def zerounlearn_solver(hparams: ZeroUnlearnHyperParams, allow_large_batch: bool 
             regularization=hparams.regularization,
             rank_tol=hparams.projection_rank_tol,
         )
-        return apply_multiplier(D, problem.W)
+        return D @ problem.W.double()  # W' = D W, float64
 
     return solve
 

@@ -106,8 +106,3 @@ def zerounlearn_multiplier(
     D = P @ D0
     _check_finite("D", D)
     return D
-
-
-def apply_multiplier(D: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    """``W' = D W`` ``[d_out, d_in]`` in float64."""
-    return D.double() @ W.double()

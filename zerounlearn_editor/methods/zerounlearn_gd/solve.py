@@ -184,18 +184,16 @@ class _Pieces(NamedTuple):
     S: Optional[Tensor]    # [d_out, d_out] M_f M_f^T when forming it is cheaper, else None
 
 
-def _prepare(
-    W: Tensor, K_f: Tensor, M_f: Tensor, M_n: Tensor, U0: Tensor, dtype: torch.dtype, repeated: bool
-) -> _Pieces:
-    """Cast to ``dtype`` and precompute ``W K_f``, ``U0^T K_f`` and, if it pays, ``M_f M_f^T``.
+def _prepare(W: Tensor, K_f: Tensor, M_f: Tensor, M_n: Tensor, U0: Tensor, repeated: bool) -> _Pieces:
+    """Cast to float64 and precompute ``W K_f``, ``U0^T K_f`` and, if it pays, ``M_f M_f^T``.
 
     ``repeated``: the products with ``M_f M_f^T`` will be taken many times (iterative solver),
     so forming the ``[d_out, d_out]`` Gram matrix pays off when ``d_out <= n``.
     """
-    K = K_f.to(dtype)
-    Mf = M_f.to(dtype)
+    K = K_f.to(_F64)
+    Mf = M_f.to(_F64)
     S = Mf @ Mf.T if repeated and Mf.shape[0] <= Mf.shape[1] else None
-    return _Pieces(WK=W.to(dtype) @ K, Kt=U0.to(dtype).T @ K, M_f=Mf, M_n=M_n.to(dtype), S=S)
+    return _Pieces(WK=W.to(_F64) @ K, Kt=U0.to(_F64).T @ K, M_f=Mf, M_n=M_n.to(_F64), S=S)
 
 
 def _apply_S(p: _Pieces, X: Tensor) -> Tensor:
@@ -295,18 +293,13 @@ def solve_exact(
 ) -> Tensor:
     """Closed-form minimiser ``D_m = F U0^T`` ``[d_out, d_in]`` (float64) of the ZeroUnlearn-GD objective.
 
-    Solves ``Q F G + c F = Z`` (module docstring) by decoupling both sides. Key side: ``eigh(G)``
-    (dense) or the SVD of ``Kt = U0^T K_f`` ``[r, n]`` (thin, never forms ``G``); ``F`` has no
-    component on ``G``'s null space since ``Z``'s rows lie in the row span of ``Kt``. Value side:
-    ``eigh(Q)`` (dense) or the SVD of ``M_f`` (thin: ``Q`` is ``b I`` plus a rank-``n`` term).
-    ``route="auto"`` takes the thin variant on each side where it is smaller; ``"dense"`` and
-    ``"lowrank"`` force one on both sides (they agree to rounding).
-
-    Decoupled components whose denominator ``q_i g_j + c`` is at most ``max(d_out, r, n) *
-    eps(float64)`` times the largest are set to zero (the minimum-norm minimiser of a singular
-    system, e.g. ``c == 0`` with ``n < r``). ``W``, ``K_f``, ``M_f``, ``M_n`` as in the module
-    docstring; ``U0`` ``[d_in, r]`` from :func:`nullspace_basis` (``r == 0`` gives zeros).
-    Raises ``ValueError`` on bad shapes, non-finite entries, negative weights or an unknown route.
+    Solves ``Q F G + c F = Z`` (module docstring) by decoupling the key side (:func:`_key_basis`) and the
+    value side (:func:`_value_solve`), each dense or thin: ``route="auto"`` takes the thin variant on each side
+    where it is smaller, ``"dense"`` and ``"lowrank"`` force one on both sides (they agree to rounding).
+    Decoupled components whose denominator ``q_i g_j + c`` is at most ``max(d_out, r, n) * eps(float64)`` times
+    the largest are set to zero (the minimum-norm minimiser of a singular system, e.g. ``c == 0`` with ``n <
+    r``). ``U0`` ``[d_in, r]`` from :func:`nullspace_basis` (``r == 0`` gives zeros). Raises ``ValueError`` on
+    bad shapes, non-finite entries, negative weights or an unknown route.
     """
     d_out, d_in, n, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
     U0 = _check_basis(U0, d_in)
@@ -318,7 +311,7 @@ def solve_exact(
         return torch.zeros(d_out, d_in, dtype=_F64, device=W.device)
     rcond = max(d_out, r, n) * torch.finfo(_F64).eps
 
-    pieces = _prepare(W, K_f, M_f, M_n, U0, _F64, repeated=False)
+    pieces = _prepare(W, K_f, M_f, M_n, U0, repeated=False)
     Kt, M_f64 = pieces.Kt, pieces.M_f
     thin_keys = route == "lowrank" or (route == "auto" and n < r)
     thin_values = route == "lowrank" or (route == "auto" and n < d_out)
@@ -367,17 +360,14 @@ def solve_gd(
     steps: int = 2000,
     lr: float = 0.1,
     tolerance: float = 1e-10,
-    seed: Optional[int] = None,
     *,
     cg_steps: Optional[int] = None,
-    dtype: torch.dtype = torch.float64,
 ) -> Tensor:
     """Minimise the ZeroUnlearn-GD objective over ``F`` ``[d_out, r]`` iteratively; return ``D_m = F U0^T``.
 
     No closed form inside, two phases on ``J(F)``:
 
-    1. **Adam**, at most ``steps`` steps from ``F = 0`` (with ``seed``: from reproducible noise of
-       RMS ``1e-3`` times the scale below), cosine-decayed step size. The loss is divided by
+    1. **Adam**, at most ``steps`` steps from ``F = 0``, cosine-decayed step size. The loss is divided by
        ``J(0)``, and ``lr`` is relative to the scale of ``F``'s entries, the RMS of
        ``Z / (mean(q) mean(g) + c)`` (computed from traces), so one ``lr`` suits any weight.
     2. **Linear conjugate gradient** on the same quadratic, at most ``cg_steps`` iterations
@@ -386,14 +376,12 @@ def solve_gd(
 
     Each phase stops once the objective moved by at most ``tolerance * |J|`` over the last
     ``_WINDOW`` steps, or when the gradient vanishes. Deterministic. ``W``, ``K_f``, ``M_f``,
-    ``M_n``, ``U0``, ``a``, ``b``, ``c`` as in :func:`solve_exact`; ``dtype`` is the working
-    dtype (float64 or float32). Returns ``D_m`` ``[d_out, d_in]`` float64 on ``W``'s device
-    (zeros when ``r == 0``). Raises ``ValueError`` on invalid inputs or settings.
+    ``M_n``, ``U0``, ``a``, ``b``, ``c`` as in :func:`solve_exact`; float64 throughout. Returns ``D_m``
+    ``[d_out, d_in]`` float64 on ``W``'s device (zeros when ``r == 0``). Raises ``ValueError`` on invalid
+    inputs or settings.
     """
     d_out, d_in, n, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
     U0 = _check_basis(U0, d_in)
-    if dtype not in (torch.float32, torch.float64):
-        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
     if int(steps) != steps or steps < 0:
         raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
     if cg_steps is None:
@@ -408,8 +396,8 @@ def solve_gd(
         logger.debug("solve_gd: r=%d, n=%d: update is zero", r, n)
         return torch.zeros(d_out, d_in, dtype=_F64, device=W.device)
 
-    pieces = _prepare(W, K_f, M_f, M_n, U0, dtype, repeated=True)
-    F = torch.zeros(d_out, r, dtype=dtype, device=W.device)
+    pieces = _prepare(W, K_f, M_f, M_n, U0, repeated=True)
+    F = torch.zeros(d_out, r, dtype=_F64, device=W.device)
 
     # Scale of F for the relative learning rate: the RMS entry of the minimiser of the scalar
     # model in which Q and G are replaced by the means of their eigenvalues,
@@ -422,15 +410,11 @@ def solve_gd(
     mean_q = (a * float(pieces.M_f.square().sum()) + b * d_out) / d_out
     mean_g = float(pieces.Kt.square().sum()) / r
     scale_F = 0.5 * grad_rms / (mean_q * mean_g + c)
-    if seed is not None:
-        gen = torch.Generator(device="cpu").manual_seed(int(seed))
-        noise = torch.randn(d_out, r, generator=gen, dtype=_F64)
-        F = (1e-3 * scale_F * noise).to(dtype=dtype, device=W.device)
-    loss_scale = 1.0 / max(float(J0), torch.finfo(dtype).tiny)
+    loss_scale = 1.0 / max(float(J0), torch.finfo(_F64).tiny)
 
     # ---- Phase 1: Adam -------------------------------------------------------------------
     beta1, beta2 = 0.9, 0.999
-    eps = 1e-12 if dtype == torch.float64 else 1e-8
+    eps = 1e-12
     m = torch.zeros_like(F)
     v = torch.zeros_like(F)
     base_lr = lr * scale_F
@@ -486,4 +470,4 @@ def solve_gd(
             break
     final_value, _ = _objective_and_gradient(pieces, F, a, b, c)
     logger.info("solve_gd: finished, J=%.12g", float(final_value))
-    return F.to(_F64) @ U0.to(_F64).T
+    return F @ U0.to(_F64).T
