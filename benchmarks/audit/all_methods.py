@@ -2,7 +2,8 @@
 
 The audit's registry has one retain-aware row (``ZeroUnlearn-GD+R``, ``...-retain.yaml``); this
 script adds ``--retain-variant NAME=YAML`` rows (the bench's ``ZeroUnlearn-GD+R`` method reading
-that YAML, fed the seed's retain set) and runs :func:`zerounlearn_editor.bench.audit.run_audit`
+that YAML, fed the seed's retain set) and ``--variant NAME=YAML`` rows (the YAML's own method, e.g. a
+``-deep.yaml``) and runs :func:`zerounlearn_editor.bench.audit.run_audit`
 with the CLI's probe options. The known-case selection is read from (or written to)
 ``--known-cache`` (case ids; the cache of ``benchmarks/deep/``). MEMIT / AlphaEdit rows
 need EasyEdit importable (run with EasyEdit's venv and ``EASYEDIT_PATH``); else they are skipped.
@@ -41,12 +42,15 @@ def main() -> None:
     ap.add_argument("--methods", required=True)
     ap.add_argument("--retain", default=None, metavar="POLICY:K")
     ap.add_argument("--retain-variant", action="append", default=[], metavar="NAME=YAML")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=YAML",
+                    help="a row of the YAML's own method reading that YAML (e.g. a -deep.yaml)")
     ap.add_argument("--known-cache", default=str(_ROOT / "results" / "deep" / "known_counterfact_easyedit.json"))
     add_probe_options(ap)
     ap.add_argument("--batch-size", type=int, default=16)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     registry = default_registry()
+    add_variants(registry, args.variant)
     add_variants(registry, args.retain_variant, "ZeroUnlearn-GD+R")
     selection.select_known_cases = cached_known_selection(Path(args.known_cache))
     config = AuditConfig(hparams=args.hparams, data=args.data, out=args.out, seeds=parse_seeds(args.seeds), n=args.n,

@@ -1,0 +1,62 @@
+"""The deep-forgetting YAML on SmolLM2 (slow; in CI): 10 known CounterFact facts forgotten in one batch.
+
+``hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct-deep.yaml`` against the paper's YAML on the same facts and the
+same audit plan (:func:`~zerounlearn_editor.evaluation.audit.build_plan`, in-context examples drawn from the
+other CounterFact records, never naming a forgotten subject or answer): the deep edit removes the answer from
+the prompt too, and the 3-shot prompt brings back fewer facts than after the paper's edit. The facts are the
+``case_ids`` of ``tests/fixtures/smollm2_known_counterfact.json`` (the first 10 of the file's first 300 that
+SmolLM2 answers); the few-shot contexts of the deep mode are the package's hand-written facts, so the audit's
+examples are not the ones the edit saw.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tiny_models import FIXTURES
+from zerounlearn_editor import ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model, restore_weights
+from zerounlearn_editor.data.registry import load_cases
+from zerounlearn_editor.evaluation.audit import (
+    AuditSettings, LensConfig, build_plan, items_from_cases, pool_from_cases, score_model,
+)
+from zerounlearn_editor.support.resources import hparams_path, shared_file
+
+pytestmark = pytest.mark.slow
+
+
+def _recovered(model, tok, plan, settings, hp):
+    lens = LensConfig(hp.layers[0], hp.layer_module_tmp, hp.ln_f_module)
+    scores = score_model(model, tok, plan, settings, lens)
+    return {name: scores[name]["recovered"] for name in ("prompt", "ic3", "lens:ic3")}
+
+
+def test_deep_yaml_forgets_in_context_where_the_paper_yaml_does_not(smollm2, smollm2_stats_dir):
+    model, tok = smollm2
+    stored = json.loads((FIXTURES / "smollm2_known_counterfact.json").read_text(encoding="utf-8"))
+    try:
+        cases = load_cases("counterfact-easyedit", path=shared_file(stored["data"]))
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    forget = [c for c in cases if c.case_id in {str(i) for i in stored["case_ids"]}]
+    assert len(forget) == 10
+    settings = AuditSettings(families=("formats", "in_context", "lens"), shots=(3,), seed=0)
+    plan = build_plan(items_from_cases(forget), pool_from_cases(cases), tok, settings)
+    requests = [dict(c.request) for c in forget]
+    recovered = {}
+    for name in ("SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct-deep"):
+        hp = ZeroUnlearnGDHyperParams.from_hparams(hparams_path("ZeroUnlearn-GD", name)).replace(
+            stats_dir=str(smollm2_stats_dir))
+        if name == "SmolLM2-135M-Instruct":
+            recovered["base"] = _recovered(model, tok, plan, settings, hp)
+        _, weights = apply_zerounlearn_gd_to_model(model, tok, requests, hp, return_orig_weights=True, progress=False)
+        try:
+            recovered[name] = _recovered(model, tok, plan, settings, hp)
+        finally:
+            restore_weights(model, weights)
+    base, paper, deep = (recovered[k] for k in ("base", "SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct-deep"))
+    assert base["prompt"] == 100.0 and base["ic3"] >= 70.0
+    # measured on this machine: paper prompt 10 / ic3 30 / lens:ic3 70; deep 30 / 0 / 30 (RESULTS.md "Deep
+    # forgetting": at n = 10 the deep edit leaves a few more bare prompts than the paper's, at n = 40 fewer)
+    assert deep["ic3"] <= 10.0 and deep["ic3"] < paper["ic3"] and deep["lens:ic3"] < paper["lens:ic3"]
+    assert deep["prompt"] <= 40.0
