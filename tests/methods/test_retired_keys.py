@@ -83,7 +83,7 @@ def test_experimental_keys_must_be_declared(tmp_path):
     base = tiny_hparams_dict(tmp_path, tmp_path / "c.jsonl", alg_name="ZeroUnlearn-GD")
     assert ZeroUnlearnGDHyperParams.from_dict(base).experimental == {}
     assert ZeroUnlearnGDHyperParams.from_dict(dict(base, experimental={})).experimental == {}
-    with pytest.raises(HParamsError, match=r"unknown key\(s\) \['probe'\] under 'experimental' \(declared: none\)"):
+    with pytest.raises(HParamsError, match=r"unknown key\(s\) \['probe'\] under 'experimental' \(declared: \['fewshot_contexts'\]\)"):
         ZeroUnlearnGDHyperParams.from_dict(dict(base, experimental={"probe": 1.0}))
     with pytest.raises(HParamsError, match="'experimental'"):
         ZeroUnlearnGDHyperParams.from_dict(dict(base, experimental=[1, 2]))
