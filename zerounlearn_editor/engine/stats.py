@@ -350,8 +350,8 @@ def layer_second_moments(
         free = shutil.disk_usage(existing).free
         if free < needed + (1 << 20):
             raise StatsCacheError(
-                f"the statistics folder {folder} has {free:,} bytes free, the statistics need about {needed:,}; "
-                "free some space or set stats_dir to another disk"
+                f"the statistics folder {folder} has {free:,} bytes free, the statistics need about "
+                f"{needed:,}; free some space or set stats_dir to another disk"
             )
         data = get_corpus()
         if len(data.texts) < n_samples:

@@ -240,8 +240,8 @@ def train_unlearning(
     weights_copy = {name: p.detach().clone() for name, p in trained.items()}
     start = time.perf_counter()
     try:
-        # eval mode: no dropout; the caller's RNG state (every CUDA device's, if the model uses CUDA), modes and
-        # flags are given back
+        # eval mode: no dropout; the caller's RNG state (every CUDA device's, if the model uses CUDA), modes
+        # and flags are given back
         cuda = any(p.device.type == "cuda" for p in model.parameters())
         rng = torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if cuda else [])
         with rng, eval_mode(model), _only_trained_require_grad(model, trained):
