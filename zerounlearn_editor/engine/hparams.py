@@ -242,9 +242,7 @@ class BaseHyperParams:
 
     def replace(self, **changes):
         """A copy with some fields changed (validated like a loaded file)."""
-        config = self.to_dict()
-        config.update(changes)
-        return type(self).from_dict(config, source=f"{type(self).__name__}.replace")
+        return type(self).from_dict(dict(self.to_dict(), **changes), source=f"{type(self).__name__}.replace")
 
 
 def _check_device(device: Union[int, str], source: str) -> None:
