@@ -397,8 +397,7 @@ def _edit_prefixes(model: nn.Module, tok, forget: List[ForgetRequest], hparams: 
 def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any]:
     """Every setting the neutral targets depend on besides the model and the requests: equal settings give
     equal :func:`neutral_targets` (the bench optimises the targets once for YAMLs differing in solves)."""
-    cfg = _target_config(model, hparams)
-    config = dataclasses.asdict(cfg)
+    config = dataclasses.asdict(_target_config(model, hparams))
     config.pop("chunk_size")  # chunking does not change the result
     if config["objective"] == "neutral":  # the paper's objective: cache keys as before the key existed
         config.pop("objective")
