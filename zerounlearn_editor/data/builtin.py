@@ -85,8 +85,7 @@ def default_ppl_text(cache_dir: Optional[Path] = None) -> Path:
         try:
             if target.is_file() and sha256_of_file(target) == _SHA256[compressed]:
                 return target
-            folder.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomic(target, _read_embedded(compressed))
+            write_bytes_atomic(target, _read_embedded(compressed))  # creates the folder
             return target
         except OSError as exc:  # read-only or not permitted: try the next folder
             if cache_dir is not None:

@@ -49,14 +49,6 @@ def _read_text(path: Path) -> str:
         raise CorpusError(f"{path}: line {line}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})") from exc
 
 
-def _read_txt(path: Path) -> List[str]:
-    """Passages separated by blank lines (lines of one passage joined by a space), else one per line."""
-    lines = [line.strip() for line in _read_text(path).splitlines()]
-    if all(lines):
-        return lines
-    return [" ".join(group) for non_blank, group in groupby(lines, key=bool) if non_blank]
-
-
 def _parse_jsonl_lines(lines: Iterable[str], where: str) -> List[str]:
     """The non-blank ``text`` fields of JSONL lines, in order; errors name ``where`` and the line."""
     texts = []
@@ -140,8 +132,10 @@ def load_corpus(source: str, limit: Optional[int] = None) -> Corpus:
     elif kind == "file":
         if path.suffix.lower() == ".jsonl":
             texts = _parse_jsonl_lines(_read_text(path).split("\n"), str(path))
-        else:
-            texts = _read_txt(path)
+        else:  # passages separated by blank lines (lines of one passage joined by a space), else one per line
+            lines = [line.strip() for line in _read_text(path).splitlines()]
+            texts = lines if all(lines) else [" ".join(group) for non_blank, group in groupby(lines, key=bool)
+                                              if non_blank]
         fingerprint = sha256_of_file(path)
     else:
         try:

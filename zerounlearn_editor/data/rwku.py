@@ -108,8 +108,7 @@ def _build_case(subject: str, by_group: Dict[str, List[Probe]], source: str) -> 
     forget = gather(_FORGET_GROUPS)
     anchor = next((probe for probe in forget if subject in probe.prompt), None)
     if anchor is None:
-        fallback_answer = (forget or gather(_PARAPHRASE_GROUPS))[0].answer
-        anchor = Probe(prompt=f"{subject} is", answer=fallback_answer)
+        anchor = Probe(prompt=f"{subject} is", answer=(forget or gather(_PARAPHRASE_GROUPS))[0].answer)
     return UnlearnCase(
         case_id=subject,
         request=make_request(anchor.prompt, subject, anchor.answer),

@@ -9,7 +9,7 @@ raises :class:`UnsupportedArchitecture` naming it.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from torch import nn
@@ -43,19 +43,6 @@ def is_norm(module: nn.Module, hidden: int) -> bool:
     weight = getattr(module, "weight", None)
     named = "norm" in type(module).__name__.lower() or isinstance(module, nn.LayerNorm)
     return named and isinstance(weight, torch.Tensor) and weight.dim() == 1 and weight.shape[0] == hidden
-
-
-def decoder_layers_name(model: nn.Module, n_layers: int) -> str:
-    """Name of the ``nn.ModuleList`` of the ``n_layers`` decoder blocks (the outermost such list)."""
-    found: List[Tuple[str, nn.ModuleList]] = []
-    for name, module in model.named_modules():
-        if isinstance(module, nn.ModuleList) and len(module) == n_layers and n_layers > 0 \
-                and len({type(m) for m in module}) == 1 and sum(1 for _ in module[0].parameters()) > 0:
-            found.append((name, module))
-    if not found:
-        raise UnsupportedArchitecture(
-            f"{type(model).__name__}: no list of {n_layers} decoder blocks (the config's number of layers) was found")
-    return min(found, key=lambda item: item[0].count("."))[0]
 
 
 def _child_named(layer: nn.Module, names: Tuple[str, ...], markers: Tuple[str, ...]) -> Optional[str]:
@@ -139,10 +126,14 @@ def detect_templates(model: nn.Module) -> Dict[str, Any]:
     hidden = hidden_size_of(model)
     if hidden is None:
         raise UnsupportedArchitecture(f"{where}: the config gives no hidden size (hidden_size / n_embd / d_model)")
-    try:
-        layers_name = decoder_layers_name(model, n_layers)
-    except UnsupportedArchitecture as exc:
-        raise UnsupportedArchitecture(f"{model_type}: {exc}") from None
+    # the decoder layers: the outermost ModuleList of n_layers blocks of one class
+    found = [name for name, module in model.named_modules()
+             if isinstance(module, nn.ModuleList) and len(module) == n_layers and n_layers > 0
+             and len({type(m) for m in module}) == 1 and sum(1 for _ in module[0].parameters()) > 0]
+    if not found:
+        raise UnsupportedArchitecture(f"{model_type}: {type(model).__name__}: no list of {n_layers} decoder "
+                                      "blocks (the config's number of layers) was found")
+    layers_name = min(found, key=lambda name: name.count("."))
     layers = dict(model.named_modules())[layers_name]
     layer0 = layers[0]
     _check_not_moe(layer0, where)

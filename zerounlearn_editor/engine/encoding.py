@@ -43,11 +43,9 @@ def encode_rows(
     lookups: List[int] = []
     for i, (context, prefix, subject, suffix) in enumerate(zip(contexts, prefixes, subjects, suffixes)):
         full = _ids(tok, context + prefix + subject + suffix)
+        lookup = len(full) - 1
         if fact_token == "subject_last":
-            lookup = len(_ids(tok, context + prefix + subject)) - 1
-        else:
-            lookup = len(full) - 1
-        lookup = min(lookup, len(full) - 1)
+            lookup = min(len(_ids(tok, context + prefix + subject)) - 1, lookup)
         if appended is not None:
             full = full + list(appended[i])
         rows.append(full)

@@ -16,7 +16,6 @@ from typing import Any, Dict, Optional
 from torch import nn
 
 from zerounlearn_editor.engine.eval_mode import eval_mode
-from zerounlearn_editor.engine.model_access import max_positions
 
 LOG = logging.getLogger(__name__)
 
@@ -71,12 +70,6 @@ def guard_text() -> str:
 
     with open(default_ppl_text(), encoding="utf-8") as handle:
         return handle.read(_TEXT_CHARS)
-
-
-def guard_tokens(model: nn.Module, tokens: int) -> int:
-    """``tokens``, capped at the model's position limit (GPT-2's ``n_positions``; rotary models have none)."""
-    limit = max_positions(model)
-    return tokens if limit is None else min(tokens, limit)
 
 
 def guard_perplexity(model: nn.Module, tok: Any, text: str, tokens: int) -> float:

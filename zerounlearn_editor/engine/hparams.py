@@ -141,17 +141,11 @@ def _check_type(value: Any, annotation: Any) -> bool:
     if origin in (list, List):
         (item_type,) = get_args(annotation) or (Any,)
         return isinstance(value, (list, tuple)) and all(_check_type(v, item_type) for v in value)
-    if annotation is type(None):
-        return value is None
     if annotation is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if annotation is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is str:
-        return isinstance(value, str)
-    if isinstance(annotation, type):
+    if isinstance(annotation, type):  # str, bool, NoneType, ...
         return isinstance(value, annotation)
     return True
 
@@ -248,9 +242,7 @@ class BaseHyperParams:
 
     def replace(self, **changes):
         """A copy with some fields changed (validated like a loaded file)."""
-        config = self.to_dict()
-        config.update(changes)
-        return type(self).from_dict(config, source=f"{type(self).__name__}.replace")
+        return type(self).from_dict(dict(self.to_dict(), **changes), source=f"{type(self).__name__}.replace")
 
 
 def _check_device(device: Union[int, str], source: str) -> None:

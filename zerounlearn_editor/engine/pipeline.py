@@ -33,7 +33,6 @@ from zerounlearn_editor.engine.fluency_guard import (
     FluencyError,
     guard_perplexity,
     guard_text as builtin_guard_text,
-    guard_tokens,
     judge_fluency,
     resolve_mode,
 )
@@ -172,9 +171,20 @@ def _checked_forget(model: nn.Module, tok, requests: Sequence[Mapping[str, Any]]
     """The hparams, the model, the forget requests (with answer-suppression targets one answer per prompt) and
     the edited modules checked: ``(forget requests, their target ids)``."""
     hparams.check()
-    check_materialised(model)
+    # a model whose weights were never loaded: parameters or buffers on the ``meta`` device
+    meta = [name for name, tensor in list(model.named_parameters()) + list(model.named_buffers()) if tensor.is_meta]
+    if meta:
+        shown = ", ".join(meta[:3]) + (f" (+{len(meta) - 3} more)" if len(meta) > 3 else "")
+        raise ValueError(
+            f"the model has {len(meta)} tensor(s) on the meta device ({shown}): its weights were never loaded "
+            f"(e.g. built under init_empty_weights / device='meta'); load the real weights before editing"
+        )
     forget = normalize_requests(requests, distinct_answers=hparams.target_objective == "suppress_answer")
-    _check_modules(model, hparams)
+    check_edited_modules(model, hparams.layers, hparams.rewrite_module_tmp)
+    check_layers(model, hparams.layers, hparams.layer_module_tmp)
+    get_module(model, hparams.ln_f_module)
+    get_module(model, hparams.lm_head_module)
+    loss_layer_module(model, hparams.v_loss_layer, hparams.layer_module_tmp)  # in range, before any heavy work
     return forget, request_target_ids(tok, forget, hparams)
 
 
@@ -219,17 +229,6 @@ def _target_config(model: nn.Module, hparams: EditHyperParams) -> TargetConfig:
     )
 
 
-def check_materialised(model: nn.Module) -> None:
-    """Refuse a model whose weights are not loaded (parameters or buffers on the ``meta`` device)."""
-    meta = [name for name, tensor in list(model.named_parameters()) + list(model.named_buffers()) if tensor.is_meta]
-    if meta:
-        shown = ", ".join(meta[:3]) + (f" (+{len(meta) - 3} more)" if len(meta) > 3 else "")
-        raise ValueError(
-            f"the model has {len(meta)} tensor(s) on the meta device ({shown}): its weights were never loaded "
-            f"(e.g. built under init_empty_weights / device='meta'); load the real weights before editing"
-        )
-
-
 def check_edit_inputs(
     model: nn.Module, tok, requests: Union[Sequence[Mapping[str, Any]], EditPlan], hparams: EditHyperParams,
     retain: RetainSpec = None,
@@ -247,18 +246,23 @@ def check_edit_inputs(
             raise ValueError("this EditPlan was checked with another retain set; pass the requests instead")
         return requests
     forget, target_ids = _checked_forget(model, tok, requests, hparams)
-    keep = _retain_requests(retain, hparams)
+    keep = resolve_retain(retain, hparams.retain_file)  # checked against the hparams' retain weights
+    weights = hparams.retain_weights()
+    active = sorted(key for key, value in weights.items() if value > 0)
+    if keep and not active:
+        raise ValueError(
+            f"a retain set of {len(keep)} facts was given, but the {hparams.alg_name} hparams' retain weights "
+            f"{sorted(weights)} (the terms that use a retain set) are all 0, so it would be ignored; set one of them > 0 "
+            f"(e.g. hparams/ZeroUnlearn-GD/<model>-retain.yaml)"
+        )
+    if active and not keep:
+        LOG.warning(
+            "%s: %s set but no retain set was given; those terms have no effect on this edit", hparams.alg_name,
+            ", ".join(active),
+        )
     check_retain_disjoint(forget, keep)
     _check_lengths(model, tok, forget, keep, target_ids, hparams)
     return EditPlan(forget, keep, target_ids, hparams, retain)
-
-
-def _check_modules(model: nn.Module, hparams: EditHyperParams) -> None:
-    check_edited_modules(model, hparams.layers, hparams.rewrite_module_tmp)
-    check_layers(model, hparams.layers, hparams.layer_module_tmp)
-    get_module(model, hparams.ln_f_module)
-    get_module(model, hparams.lm_head_module)
-    loss_layer_module(model, hparams.v_loss_layer, hparams.layer_module_tmp)  # in range, before any heavy work
 
 
 def run_layerwise_edit(
@@ -327,7 +331,8 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
     if mode != "off":
         with _timer(report, "fluency"):
             guard_text_ = guard_source if guard_source is not None else builtin_guard_text()
-            n_tokens = guard_tokens(model, DEFAULT_TOKENS)
+            limit = max_positions(model)  # GPT-2's n_positions; rotary models have none
+            n_tokens = DEFAULT_TOKENS if limit is None else min(DEFAULT_TOKENS, limit)
             ppl_before = guard_perplexity(model, tok, guard_text_, n_tokens)
     try:
         _edit_layers(model, tok, plan, prefixes, targets, second_moments, solver, report, stages.keys,
@@ -371,25 +376,6 @@ def _check_lengths(
                 )
 
 
-def _retain_requests(retain: RetainSpec, hparams: EditHyperParams) -> List[ForgetRequest]:
-    """The edit's retain requests, checked against the hparams' retain weights."""
-    keep = resolve_retain(retain, hparams.retain_file)
-    weights = hparams.retain_weights()
-    active = sorted(key for key, value in weights.items() if value > 0)
-    if keep and not active:
-        raise ValueError(
-            f"a retain set of {len(keep)} facts was given, but the {hparams.alg_name} hparams' retain weights "
-            f"{sorted(weights)} (the terms that use a retain set) are all 0, so it would be ignored; set one of them > 0 "
-            f"(e.g. hparams/ZeroUnlearn-GD/<model>-retain.yaml)"
-        )
-    if active and not keep:
-        LOG.warning(
-            "%s: %s set but no retain set was given; those terms have no effect on this edit", hparams.alg_name,
-            ", ".join(active),
-        )
-    return keep
-
-
 def neutral_targets(
     model: nn.Module, tok, requests: Sequence[Mapping[str, Any]], hparams: EditHyperParams,
     retain: RetainSpec = None,
@@ -411,8 +397,7 @@ def _edit_prefixes(model: nn.Module, tok, forget: List[ForgetRequest], hparams: 
 def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any]:
     """Every setting the neutral targets depend on besides the model and the requests: equal settings give
     equal :func:`neutral_targets` (the bench optimises the targets once for YAMLs differing in solves)."""
-    cfg = _target_config(model, hparams)
-    config = dataclasses.asdict(cfg)
+    config = dataclasses.asdict(_target_config(model, hparams))
     config.pop("chunk_size")  # chunking does not change the result
     if config["objective"] == "neutral":  # the paper's objective: cache keys as before the key existed
         config.pop("objective")

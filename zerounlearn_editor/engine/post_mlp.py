@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence
 
 import torch
@@ -162,13 +162,6 @@ def _fit_norm(module: nn.Module, name: str, x: torch.Tensor, tol: float = _REL_T
     return None
 
 
-def _norm_candidates(model: nn.Module, layer_name: str, rewrite_name: str, width: int) -> Dict[str, nn.Module]:
-    """The block's norm modules of width ``width`` (``d_model``; not inside the edited module)."""
-    prefix = f"{layer_name}."
-    return {prefix + name: module for name, module in get_module(model, layer_name).named_modules()
-            if name and is_norm(module, width) and not (prefix + name).startswith(rewrite_name)}
-
-
 @torch.no_grad()
 def detect_post_mlp_maps(model: nn.Module, layer_module_tmp: str, rewrite_module_tmp: str,
                          layers: Sequence[int]) -> Dict[int, PostMlpMap]:
@@ -244,7 +237,10 @@ def _match(model, block: str, rewrite: str, m_raw: torch.Tensor, e_raw: torch.Te
     if scale is not None:  # within the residual's rounding of 1: added as is (half precision rounds the fit)
         return PostMlpMap(scale=1.0 if abs(scale - 1.0) <= tol else scale)
     tried: List[str] = []
-    for name, norm in _norm_candidates(model, block, rewrite, m_raw.shape[-1]).items():
+    for sub, norm in get_module(model, block).named_modules():  # the block's norms of width d_model
+        name = f"{block}.{sub}"
+        if not sub or not is_norm(norm, m_raw.shape[-1]) or name.startswith(rewrite):
+            continue
         tried.append(name)
         image = (norm(m_raw + e_raw).double() - norm(m_raw).double())
         scale = _fit_scale(change, image, tol)
@@ -255,8 +251,7 @@ def _match(model, block: str, rewrite: str, m_raw: torch.Tensor, e_raw: torch.Te
             raise UnsupportedResidualPath(
                 f"{block}: the output of {rewrite} reaches the residual through {name} ({type(norm).__name__}), "
                 "which is neither an RMSNorm nor a LayerNorm; editing it is not supported")
-        return PostMlpMap(kind=fitted.kind, scale=1.0 if abs(scale - 1.0) <= tol else scale, gain=fitted.gain,
-                          bias=fitted.bias, eps=fitted.eps, module=name)
+        return replace(fitted, scale=1.0 if abs(scale - 1.0) <= tol else scale)
     raise UnsupportedResidualPath(
         f"{block}: the output of {rewrite} does not reach the residual stream as is, scaled, or through one of the "
         f"block's norms ({tried or 'none'}); editing it is not supported (is rewrite_module_tmp the MLP's output projection?)")

@@ -92,7 +92,11 @@ class LayerPrefixReplay:
             return
 
         def keep(_module: nn.Module, _args: Any, output: Any) -> None:
-            value, size = _detached(output)
+            # ``output`` (a tensor, or a tuple holding tensors) detached, and its tensors' size in bytes
+            parts = output if isinstance(output, tuple) else (output,)
+            detached = tuple(p.detach() if isinstance(p, torch.Tensor) else p for p in parts)
+            value = detached if isinstance(output, tuple) else detached[0]
+            size = sum(p.numel() * p.element_size() for p in parts if isinstance(p, torch.Tensor))
             if self._bytes + size <= self.max_bytes:
                 self._stored[chunk] = (input_ids.detach().clone(), value)
                 self._bytes += size
@@ -105,11 +109,3 @@ class LayerPrefixReplay:
             yield
         finally:
             handle.remove()
-
-
-def _detached(output: Any) -> Tuple[Any, int]:
-    """``output`` (a tensor, or a tuple holding tensors) detached, and its tensors' size in bytes."""
-    parts = output if isinstance(output, tuple) else (output,)
-    detached = tuple(p.detach() if isinstance(p, torch.Tensor) else p for p in parts)
-    size = sum(p.numel() * p.element_size() for p in parts if isinstance(p, torch.Tensor))
-    return (detached if isinstance(output, tuple) else detached[0]), size

@@ -62,10 +62,9 @@ def _subject_start(prompt: str, subject: str, index: int) -> int:
             LOG.info("request %d: subject %r occurs %d times in its prompt; the first occurrence is edited",
                      index, subject, len(matches))
         return matches[0]
-    start = prompt.index(subject)
     LOG.warning("request %d: subject %r occurs in prompt %r only inside a longer word; using that occurrence",
                 index, subject, prompt)
-    return start
+    return prompt.index(subject)
 
 
 def normalize_requests(requests: Sequence[Mapping[str, Any]], distinct_answers: bool = False) -> List[ForgetRequest]:

@@ -339,9 +339,20 @@ def layer_second_moments(
         missing.append(layer)
     if missing:
         folder = paths[missing[0]].parent
-        _check_writable(folder)  # before the corpus pass, not after it
+        existing = existing_ancestor(folder)  # checked before the corpus pass, not after it
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            raise StatsCacheError(
+                f"the statistics folder {folder} cannot be written ({existing} is not a writable folder); "
+                "set stats_dir to a writable folder"
+            )
         itemsize = np.dtype(_NP_DTYPES.get(dtype, np.float64)).itemsize
-        _check_free_space(folder, sum(_module_input_dim(model, modules[l]) ** 2 * itemsize for l in missing))
+        needed = sum(_module_input_dim(model, modules[l]) ** 2 * itemsize for l in missing)
+        free = shutil.disk_usage(existing).free
+        if free < needed + (1 << 20):
+            raise StatsCacheError(
+                f"the statistics folder {folder} has {free:,} bytes free, the statistics need about "
+                f"{needed:,}; free some space or set stats_dir to another disk"
+            )
         data = get_corpus()
         if len(data.texts) < n_samples:
             LOG.warning("corpus %r has %d passages, fewer than mom2_n_samples=%d", corpus, len(data.texts), n_samples)
@@ -360,26 +371,6 @@ def layer_second_moments(
             LOG.info("wrote C0 statistics to %s", paths[layer])
             result[layer] = stats[modules[layer]]
     return result
-
-
-def _check_free_space(folder: Path, needed: int) -> None:
-    """Raise :class:`StatsCacheError` when the disk of ``folder`` has less room than ``needed`` bytes."""
-    free = shutil.disk_usage(existing_ancestor(folder)).free
-    if free < needed + (1 << 20):
-        raise StatsCacheError(
-            f"the statistics folder {folder} has {free:,} bytes free, the statistics need about {needed:,}; "
-            "free some space or set stats_dir to another disk"
-        )
-
-
-def _check_writable(folder: Path) -> None:
-    """Raise :class:`StatsCacheError` naming ``folder`` unless statistics can be written there."""
-    existing = existing_ancestor(folder)
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise StatsCacheError(
-            f"the statistics folder {folder} cannot be written ({existing} is not a writable folder); "
-            "set stats_dir to a writable folder"
-        )
 
 
 def corpus_cache_name(corpus: str) -> str:

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional
 
 from zerounlearn_editor.evaluation.metrics import ProbeScores
 
@@ -40,13 +40,6 @@ def _phase(scores: CaseScores) -> Dict[str, Any]:
     }
 
 
-def _agreement(pre: Sequence[Sequence[int]], post: Sequence[Sequence[int]]) -> List[float]:
-    """Per probe, the fraction of positions where pre and post argmax tokens agree."""
-    if [len(a) for a in pre] != [len(b) for b in post]:
-        raise ValueError(f"pre/post locality outputs differ in number or length ({len(pre)} / {len(post)})")
-    return [sum(x == y for x, y in zip(a, b)) / len(a) for a, b in zip(pre, post)]
-
-
 def easyedit_metrics(case_id: Any, request: Mapping[str, Any], pre: CaseScores,
                      post: Optional[CaseScores] = None, time: Optional[float] = None) -> Dict[str, Any]:
     """One request's metrics in EasyEdit's layout (``post`` and ``time`` optional)."""
@@ -55,6 +48,11 @@ def easyedit_metrics(case_id: Any, request: Mapping[str, Any], pre: CaseScores,
         result["time"] = time
     if post is not None:
         result["post"] = _phase(post)
-        agreement = _agreement(pre.neighbour["pred_ids"], post.neighbour["pred_ids"])
+        before, after = pre.neighbour["pred_ids"], post.neighbour["pred_ids"]
+        if [len(a) for a in before] != [len(b) for b in after]:
+            raise ValueError(
+                f"pre/post locality outputs differ in number or length ({len(before)} / {len(after)})")
+        # per probe, the fraction of positions where pre and post argmax tokens agree
+        agreement = [sum(x == y for x, y in zip(a, b)) / len(a) for a, b in zip(before, after)]
         result["post"]["locality"]["neighborhood_acc"] = agreement
     return result

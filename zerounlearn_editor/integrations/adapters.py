@@ -26,10 +26,6 @@ from zerounlearn_editor.engine.model_access import get_module, module_is_transpo
 from zerounlearn_editor.engine.stats import model_fingerprint
 from zerounlearn_editor.support.files import write_bytes_atomic, write_text_atomic
 
-__all__ = ["ADAPTER_REPORT_NAME", "AdapterLayer", "AdapterReport", "NotLowRankError", "AdapterBaseError",
-           "low_rank_factors", "edit_deltas", "export_lora_adapter", "check_adapter_base",
-           "load_lora_adapter"]
-
 LOG = logging.getLogger(__name__)
 
 ADAPTER_REPORT_NAME = "zerounlearn_adapter.json"

@@ -198,10 +198,9 @@ def _prompt_answers(items: Optional[Sequence[Mapping[str, Any]]]) -> Tuple[Optio
         answer = item["ground_truth"]
         while isinstance(answer, list):
             answer = answer[0] if answer else ""
-        if not str(answer).strip():
-            continue
-        prompts.append(item["prompt"])
-        answers.append(answer)
+        if str(answer).strip():
+            prompts.append(item["prompt"])
+            answers.append(answer)
     return prompts, answers
 
 

@@ -120,9 +120,6 @@ class UnlearnResult:
     audit: Optional[Dict[str, Any]] = None
     fluency: Dict[str, Any] = field(default_factory=dict)  # the edit's fluency guard (EditReport.fluency)
 
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
-
 
 def _measure(model, tok, facts: Sequence[Dict[str, Any]]) -> Dict[str, List[Any]]:
     with_answer = [i for i, f in enumerate(facts) if f.get("ground_truth")]
@@ -301,7 +298,7 @@ def _save(result: UnlearnResult, out: Path, final: Path, save: str, model, tok, 
         result.saved = {"mode": "none"}
     result.seconds["save"] = time.perf_counter() - start
     (out / REPORT_NAME).write_text(
-        json.dumps(dict(result.to_dict(), hparams_file=str(hparams_file), facts_file=str(facts_file),
+        json.dumps(dict(asdict(result), hparams_file=str(hparams_file), facts_file=str(facts_file),
                         retain_file=str(retain_file) if retain_file else None), indent=2), encoding="utf-8")
 
 

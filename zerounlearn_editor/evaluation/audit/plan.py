@@ -106,12 +106,6 @@ class AuditPlan:
         }
 
 
-def _question_probes(item: AuditItem) -> List[Probe]:
-    if item.questions:
-        return [Probe(f"Q: {q.prompt} A:", q.answer) for q in item.questions]
-    return [Probe(f"Q: {item.prompt} what? A:", item.answer)]
-
-
 def _chat_probes(tok: Any, item: AuditItem) -> Optional[List[Probe]]:
     if not getattr(tok, "chat_template", None):
         return None
@@ -142,7 +136,8 @@ def build_plan(items: Sequence[AuditItem], pool: Sequence[PoolFact], tok: Any, s
     if fam & {"formats", "lens", "quantization"}:
         text["paraphrase"] = [list(i.paraphrases) for i in items]
     if "formats" in fam:
-        text["question"] = [_question_probes(i) for i in items]
+        text["question"] = [[Probe(f"Q: {q.prompt} A:", q.answer) for q in i.questions]
+                            or [Probe(f"Q: {i.prompt} what? A:", i.answer)] for i in items]
         chats = [_chat_probes(tok, i) for i in items]
         if all(c is not None for c in chats):
             text["chat"] = chats  # type: ignore[assignment]

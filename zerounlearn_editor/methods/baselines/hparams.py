@@ -6,8 +6,6 @@ from typing import ClassVar, List, Literal, Optional
 
 from zerounlearn_editor.engine.hparams import BaseHyperParams, HParamsError
 
-__all__ = ["BaselineHyperParams", "GAHyperParams", "NPOHyperParams"]
-
 
 @dataclass
 class BaselineHyperParams(BaseHyperParams):

@@ -209,13 +209,6 @@ class TrainReport:
     final_forget_logp: float = float("nan")
 
 
-def _rng_devices(model: nn.Module) -> List[int]:
-    """CUDA devices whose RNG state ``torch.manual_seed`` touches (all of them, if the model uses CUDA)."""
-    if any(p.device.type == "cuda" for p in model.parameters()):
-        return list(range(torch.cuda.device_count()))
-    return []
-
-
 def train_unlearning(
     model: nn.Module,
     tok,
@@ -247,8 +240,10 @@ def train_unlearning(
     weights_copy = {name: p.detach().clone() for name, p in trained.items()}
     start = time.perf_counter()
     try:
-        # eval mode: no dropout; the caller's RNG state, modes and flags are given back
-        rng = torch.random.fork_rng(devices=_rng_devices(model))
+        # eval mode: no dropout; the caller's RNG state (every CUDA device's, if the model uses CUDA), modes
+        # and flags are given back
+        cuda = any(p.device.type == "cuda" for p in model.parameters())
+        rng = torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if cuda else [])
         with rng, eval_mode(model), _only_trained_require_grad(model, trained):
             torch.manual_seed(hparams.seed)
             with torch.no_grad():
