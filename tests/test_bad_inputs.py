@@ -1143,3 +1143,20 @@ def test_kill_9_during_save_leaves_no_half_folder_and_the_next_run_cleans_up(sav
     assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out)) == 0
     assert not temps[0].exists()
     assert (out / "unlearn_report.json").is_file() and (out / "adapter_config.json").is_file()
+
+
+def test_gpt2_prompt_that_fits_only_without_the_fewshot_prefixes(tok, tmp_path, corpus):
+    """The experimental few-shot context prefixes count in the length check (the request is named before any work)."""
+    from zerounlearn_editor.engine.contexts import fewshot_prefixes
+    from zerounlearn_editor.engine.requests import RequestError, normalize_requests
+
+    requests = forget_requests()
+    longest = max(len(tok(p)["input_ids"]) for p in fewshot_prefixes(normalize_requests(requests), 4))
+    plain = _hp(tmp_path, corpus, gpt2=True)
+    room = 128 - (plain.context_template_length + 1) - 2  # the target takes a token or two
+    assert longest > plain.context_template_length + 8
+    requests[1] = dict(requests[1], prompt="the old city " * ((room - 8) // 3) + "the capital of germany is")
+    assert len(tok(requests[1]["prompt"])["input_ids"]) + longest > 128
+    hp = _hp(tmp_path, corpus, gpt2=True, experimental={"fewshot_contexts": 4})
+    _edit_must_fail(tiny_gpt2(tok), tok, requests, hp, RequestError,
+                    r"request 1: prompt .* needs \d+ positions .* more than the model's 128", tmp_path / "stats")

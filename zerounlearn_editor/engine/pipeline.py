@@ -366,6 +366,8 @@ def _check_lengths(
     if limit is None:
         return
     extra = hparams.context_template_length + 1 if hparams.context_template_count else 0
+    fewshot = fewshot_prefixes(forget, int(hparams.experimental.get("fewshot_contexts", 0)))
+    extra = max([extra] + [len(tok(prefix)["input_ids"]) for prefix in fewshot])
     for kind, requests in (("request", forget), ("retain request", keep)):
         for i, request in enumerate(requests):
             length = len(tok(request.prompt)["input_ids"]) + extra + (len(target_ids[i]) if kind == "request" else 0)
