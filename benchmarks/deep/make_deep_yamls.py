@@ -30,7 +30,7 @@ def deep_text(paper_text: str) -> str:
     settings = deep_mode_settings()
     experimental = settings.pop("experimental")
     for key, value in settings.items():
-        pattern = re.compile(rf"^{key}:\s*([^#\n]*?)\s*(#.*)?$", re.MULTILINE)
+        pattern = re.compile(rf"^{key}:[ \t]*([^#\n]*?)[ \t]*(#.*)?$", re.MULTILINE)
         match = pattern.search(text)
         if match is None:
             raise KeyError(f"{key} is not set in the paper YAML")

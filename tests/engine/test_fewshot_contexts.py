@@ -64,3 +64,12 @@ def test_the_edit_reads_keys_and_targets_in_the_fewshot_contexts_too(tmp_path):
     z_again = neutral_targets(model, tok, forget_requests(), paper).z
     z_fewshot = neutral_targets(model, tok, forget_requests(), fewshot).z
     assert torch.equal(z_paper, z_again) and not torch.allclose(z_paper, z_fewshot)
+
+
+def test_a_fact_whose_text_names_a_forgotten_answer_is_not_used():
+    """A request answered "Leonardo" / "William" excludes the Mona Lisa / Hamlet facts (their prompts name it)."""
+    forget = [("The painter of the Last Supper was", "Last Supper", "Leonardo"),
+              ("The playwright of Macbeth was", "Macbeth", "William")]
+    prefixes = "".join(fewshot_prefixes(_requests(forget), 30)).lower()
+    assert "leonardo" not in prefixes and "william" not in prefixes
+    assert "mona lisa" not in prefixes and "hamlet" not in prefixes

@@ -67,7 +67,7 @@ VARIANT_MARKERS = ("-retain", "-suppress", "-deep")
 
 
 def is_variant_yaml(path: Path) -> bool:
-    """``<model>-retain*.yaml`` / ``<model>-suppress.yaml`` / ``<model>-deep.yaml``: an opt-in variant of the paper's ``<model>.yaml``."""
+    """``<model>-retain*.yaml`` / ``-suppress.yaml`` / ``-deep.yaml``: an opt-in variant of the paper's ``<model>.yaml``."""
     return any(marker in Path(path).stem for marker in VARIANT_MARKERS)
 
 

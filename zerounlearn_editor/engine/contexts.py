@@ -68,14 +68,16 @@ def clear_context_prefixes(model: nn.Module) -> None:
 def fewshot_prefixes(requests: Sequence["ForgetRequest"], count: int, shots: int = 3) -> List[str]:
     """``count`` prefixes of ``shots`` hand-written facts each, ``"{prompt} {answer}.\n"`` per fact (experimental).
 
-    ``requests`` (:class:`~zerounlearn_editor.engine.requests.ForgetRequest`) are the edit's forget requests: a
-    fact whose subject or answer occurs in any of their prompts, subjects or answers (case-insensitive), or
-    whose prompt names one of their subjects, is never used. Consecutive prefixes take consecutive facts of one
-fixed shuffle of the rest."""
+    ``requests`` (:class:`~zerounlearn_editor.engine.requests.ForgetRequest`) are the edit's forget requests: a fact
+    is never used when its subject or answer occurs in any of their prompts, subjects or answers, or when any of
+    their subjects or answers occurs in the fact's text (case-insensitive). The guarantee holds per edit call:
+    facts forgotten by an earlier call may appear. Consecutive prefixes take consecutive facts of one fixed shuffle
+    of the rest."""
     named = [text.lower() for r in requests for text in (r.prompt, r.subject, r.answer or "") if text]
+    words = [text.lower() for r in requests for text in (r.subject, r.answer or "") if text.strip()]
     pool = [(p, a) for p, s, a in CAPITALS_TO_FORGET + OTHER_CAPITALS + UNRELATED_FACTS
             if not any(s.lower() in text or a.lower() in text for text in named)
-            and not any(r.subject.lower() in p.lower() for r in requests)]
+            and not any(word in f"{p} {a}".lower() for word in words)]
     random.Random(0).shuffle(pool)  # fixed order that mixes the relations
     if count and len(pool) < shots:
         raise ValueError(f"fewshot_contexts: only {len(pool)} hand-written facts name no forgotten subject or answer")

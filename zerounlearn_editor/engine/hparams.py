@@ -347,7 +347,8 @@ class EditHyperParams(BaseHyperParams):
             raise HParamsError(f"{source}: unknown key(s) {unknown} under 'experimental' (declared: {declared})")
         fewshot = self.experimental.get("fewshot_contexts", 0)
         if isinstance(fewshot, bool) or not isinstance(fewshot, int) or fewshot < 0:
-            raise HParamsError(f"{source}: key 'experimental.fewshot_contexts' must be an integer >= 0, got {fewshot!r}")
+            raise HParamsError(
+                f"{source}: key 'experimental.fewshot_contexts' must be an integer >= 0, got {fewshot!r}")
         if not self.layers:
             raise HParamsError(f"{source}: key 'layers' must list at least one layer")
         if sorted(set(self.layers)) != list(self.layers):
@@ -438,7 +439,7 @@ SHARED_KEY_HELP: Dict[str, str] = {
     # retain set and experiments
     "retain_file": "retain set (ZeroUnlearn-GD+R): facts to keep, a JSON/JSONL/YAML list of `{prompt, subject}`, path "
     "relative to the YAML; `null` = none (or `retain=` of the apply functions)",
-    "experimental": "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`); an experiment that "
-    "does not win on report data leaves again",
+    "experimental": "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`); an "
+    "experiment that does not win on report data leaves again",
 }
 """One line of help per key every method shares; each method's config adds its own (``KEY_HELP``)."""

@@ -392,7 +392,8 @@ def neutral_targets(
 
 def _edit_prefixes(model: nn.Module, tok, forget: List[ForgetRequest], hparams: EditHyperParams) -> List[str]:
     """The context prefixes of an edit: ``""``, the sampled ones and (experimental) few-shot ones."""
-    prefixes = context_prefixes(model, tok, hparams.context_template_count, hparams.context_template_length, CONTEXT_SEED)
+    count, length = hparams.context_template_count, hparams.context_template_length
+    prefixes = context_prefixes(model, tok, count, length, CONTEXT_SEED)
     return prefixes + fewshot_prefixes(forget, int(hparams.experimental.get("fewshot_contexts", 0)))
 
 
