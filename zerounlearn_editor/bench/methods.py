@@ -12,7 +12,8 @@ A :class:`MethodSpec` has two steps:
 The retain-aware row ``ZeroUnlearn-GD+R`` reads ``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``
 and receive the seed's retain set (``PreparedMethod.uses_retain``; see :mod:`.retain_sets`).
 
-Hyperparameters: ZeroUnlearn, ZeroUnlearn-GD, GA and NPO read ``hparams/<Method>/<file>``,
+The editing methods are those of :mod:`zerounlearn_editor.methods.registry`, each edited with its
+registered ``apply`` function. Hyperparameters: the editing methods, GA and NPO read ``hparams/<Method>/<file>``,
 ``<file>`` being the main ``--hparams`` file's name (looked up beside the main file's folder,
 then in the checkout); ``method_hparams`` overrides the path. The main file itself serves its
 own method. Statistics ``C0`` are computed once by the runner with the main file's settings
@@ -30,8 +31,7 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.engine.hparams import HParamsError, EditHyperParams, load_config_file
-from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
-from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
+from zerounlearn_editor.methods.registry import UnknownMethodError, get_method
 from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, target_settings
 from zerounlearn_editor.engine.targets import NeutralTargets
 from zerounlearn_editor.support.resources import hparams_path
@@ -48,7 +48,7 @@ __all__ = [
     "MethodContext",
     "MethodSpec",
     "load_main_hparams",
-    "zerounlearn_spec",
+    "edit_method_spec",
     "baseline_spec",
 ]
 
@@ -56,8 +56,6 @@ LOG = logging.getLogger(__name__)
 
 StatsBank = Dict[str, Dict[int, SecondMoment]]
 """Second moments by module template, then layer: ``{rewrite_module_tmp: {layer: C0 sums}}``."""
-
-_EDIT_CLASSES = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
 
 
 @dataclass
@@ -87,12 +85,13 @@ class PreparedMethod:
 
 
 def load_main_hparams(path: str) -> EditHyperParams:
-    """The main hparams file (a ZeroUnlearn or ZeroUnlearn-GD YAML), strictly loaded."""
+    """The main hparams file (the YAML of a registered editing method, e.g. ZeroUnlearn-GD), strictly loaded."""
     alg = load_config_file(path).get("alg_name")
-    cls = _EDIT_CLASSES.get(alg)
-    if cls is None:
-        raise HParamsError(f"{path}: the bench's main hparams must be a ZeroUnlearn or ZeroUnlearn-GD file, got alg_name {alg!r}")
-    return cls.from_hparams(path)
+    try:
+        entry = get_method(alg, f"{path}: key 'alg_name' (the bench's main hparams)")
+    except UnknownMethodError as exc:
+        raise HParamsError(str(exc)) from None
+    return entry.hparams_class.from_hparams(path)
 
 
 def _stem_candidates(stem: str) -> List[str]:
@@ -211,21 +210,27 @@ class MethodSpec:
     prepare: Callable[[MethodContext], PreparedMethod]
 
 
-def zerounlearn_spec(name: str) -> MethodSpec:
-    """ZeroUnlearn or ZeroUnlearn-GD, fed the shared statistics; ``ZeroUnlearn-GD+R`` is the retain-aware
-    variant (``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``, edited with the seed's retain set)."""
+def edit_method_spec(name: str) -> MethodSpec:
+    """A registered editing method (:mod:`zerounlearn_editor.methods.registry`), fed the shared statistics.
+
+    ``<method>+R`` is the retain-aware variant of a method with a ``retain_variant`` (``ZeroUnlearn-GD+R``:
+    ``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``, edited with the seed's retain set). The edit is the
+    entry's own ``apply`` function; an unregistered name is an error listing the registered ones.
+    """
     family = name[:-2] if name.endswith("+R") else name
-    cls = _EDIT_CLASSES[family]
-    variant = "-retain" if name.endswith("+R") else ""
+    entry = get_method(family, "bench method")
+    variant = ""
+    if name.endswith("+R"):
+        if not entry.retain_variant:
+            raise UnknownMethodError(f"bench method {name!r}: {family} has no retain-aware variant")
+        variant = entry.retain_variant
+    cls, apply, folder = entry.hparams_class, entry.apply, entry.folder
 
     def describe(lookup: HParamsLookup) -> Dict[str, Any]:
-        return {"hparams": file_identity(lookup.path_for(name, family, variant)), "statistics": lookup.statistics_settings()}
+        return {"hparams": file_identity(lookup.path_for(name, folder, variant)), "statistics": lookup.statistics_settings()}
 
     def prepare(ctx: MethodContext) -> PreparedMethod:
-        from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
-        from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
-
-        path = ctx.lookup.path_for(name, family, variant)
+        path = ctx.lookup.path_for(name, folder, variant)
         hp = cls.from_hparams(path)
         main = ctx.lookup.main
         if hp.model_name != main.model_name:
@@ -234,7 +239,6 @@ def zerounlearn_spec(name: str) -> MethodSpec:
         differing = [k for k in stats_keys if getattr(hp, k) != getattr(main, k)]
         if differing:
             LOG.warning("%s: statistics settings %s differ from the main hparams; the shared C0 of the main file is used", path, differing)
-        apply = apply_zerounlearn_to_model if family == "ZeroUnlearn" else apply_zerounlearn_gd_to_model
 
         def edit(model: nn.Module, tok: Any, requests: List[Dict[str, Any]], stats: StatsBank,
                  retain: Optional[List[Dict[str, Any]]] = None) -> EditOutcome:

@@ -8,19 +8,26 @@ from __future__ import annotations
 from typing import Dict
 
 from zerounlearn_editor.bench.easyedit_baselines import EASYEDIT_METHODS, easyedit_spec
-from zerounlearn_editor.bench.methods import MethodSpec, baseline_spec, zerounlearn_spec
+from zerounlearn_editor.bench.methods import MethodSpec, baseline_spec, edit_method_spec
+from zerounlearn_editor.methods.registry import registered_methods
 
 __all__ = ["default_registry"]
 
 
 def default_registry() -> Dict[str, MethodSpec]:
-    """A fresh registry of every method the bench knows (``base`` is handled by the runner)."""
+    """A fresh registry of every method the bench knows (``base`` is handled by the runner).
+
+    The editing methods (and their ``+R`` rows) are read from :mod:`zerounlearn_editor.methods.registry`
+    at each call, so a method registered there is a bench row too.
+    """
     registry: Dict[str, MethodSpec] = {}
     for name in ("GA", "NPO"):
         registry[name] = baseline_spec(name)
         registry[f"{name}-full"] = baseline_spec(f"{name}-full", name, "-full")
-    for name in ("ZeroUnlearn", "ZeroUnlearn-GD", "ZeroUnlearn-GD+R"):
-        registry[name] = zerounlearn_spec(name)
+    for entry in registered_methods():
+        registry[entry.name] = edit_method_spec(entry.name)
+        if entry.retain_variant:
+            registry[f"{entry.name}+R"] = edit_method_spec(f"{entry.name}+R")
     for name in EASYEDIT_METHODS:
         registry[name] = easyedit_spec(name)
     return registry

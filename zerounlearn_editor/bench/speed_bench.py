@@ -36,8 +36,6 @@ from torch import nn
 from zerounlearn_editor.engine.contexts import clear_context_prefixes
 from zerounlearn_editor.data.corpus import load_corpus
 from zerounlearn_editor.engine.hparams import HParamsError, EditHyperParams, load_config_file
-from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
-from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.engine.pipeline import EditReport, batched_statistics, restore_weights
 from zerounlearn_editor.bench.reference_pipeline import (
@@ -47,8 +45,7 @@ from zerounlearn_editor.bench.reference_pipeline import (
     per_layer_statistics,
 )
 from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, SecondMoment, collect_second_moments
-from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
-from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
+from zerounlearn_editor.methods.registry import get_method, method_names
 
 __all__ = [
     "SpeedConfig",
@@ -63,12 +60,28 @@ __all__ = [
 LOG = logging.getLogger(__name__)
 
 METHODS = ("ZeroUnlearn", "ZeroUnlearn-GD")
-_APPLY: Dict[Tuple[str, str], Callable[..., Any]] = {
-    ("ZeroUnlearn", "ours"): apply_zerounlearn_to_model,
-    ("ZeroUnlearn", "per-request"): apply_zerounlearn_per_request,
-    ("ZeroUnlearn-GD", "ours"): apply_zerounlearn_gd_to_model,
-    ("ZeroUnlearn-GD", "per-request"): apply_zerounlearn_gd_per_request,
+"""The default methods; any registered one (:mod:`zerounlearn_editor.methods.registry`) may be timed."""
+_REFERENCE_APPLY: Dict[str, Callable[..., Any]] = {
+    "ZeroUnlearn": apply_zerounlearn_per_request,
+    "ZeroUnlearn-GD": apply_zerounlearn_gd_per_request,
 }
+"""The ``per-request`` reference pipeline of the methods that have one."""
+
+
+def _apply(method: str, pipeline: str) -> Callable[..., Any]:
+    """The edit of ``method`` under ``pipeline``: the registered apply (``ours``) or the reference."""
+    return get_method(method).apply if pipeline == "ours" else _REFERENCE_APPLY[method]
+
+
+def _check_methods(methods: Sequence[str], pipelines: Sequence[str]) -> None:
+    """Unknown methods or pipelines, or a ``per-request`` run of a method without a reference, name the choices."""
+    unknown = [m for m in methods if m not in method_names()] + [p for p in pipelines if p not in PIPELINES]
+    if unknown:
+        raise ValueError(f"unknown method(s)/pipeline(s) {unknown}; methods {method_names()}, pipelines {PIPELINES}")
+    if "per-request" in pipelines:
+        missing = [m for m in methods if m not in _REFERENCE_APPLY]
+        if missing:
+            raise ValueError(f"method(s) {missing} have no per-request reference pipeline; use --pipelines ours")
 _STATISTICS = {"ours": batched_statistics, "per-request": per_layer_statistics}
 _EDIT_STAGES = ("validate", "contexts", "targets", "keys", "solve", "write_back")
 
@@ -267,13 +280,14 @@ def _method_hparams(path: str, overrides: Dict[str, Any], methods: Sequence[str]
     other method's folder (only read when that method is benchmarked)."""
     main = Path(path)
     alg = load_config_file(main).get("alg_name")
-    if alg not in METHODS:
-        raise HParamsError(f"{path}: alg_name must be one of {METHODS}, got {alg!r}")
-    classes = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
+    if alg not in method_names():
+        raise HParamsError(f"{path}: alg_name must be one of {method_names()}, got {alg!r}")
     result = {}
-    for method in [alg] + [m for m in METHODS if m != alg and m in methods]:
-        file = main if method == alg else main.parent.parent / method / main.name
-        result[method] = classes[method].from_hparams(file).replace(**overrides) if overrides else classes[method].from_hparams(file)
+    for method in [alg] + [m for m in methods if m != alg]:
+        entry = get_method(method)
+        file = main if method == alg else main.parent.parent / entry.folder / main.name
+        hp = entry.hparams_class.from_hparams(file)
+        result[method] = hp.replace(**overrides) if overrides else hp
     return result
 
 
@@ -345,7 +359,7 @@ def _edit_row(model, tok, cases, hp, method: str, pipeline: str, moments, device
     report = EditReport()
     with MemoryMeter(device) as mem:
         start = time.perf_counter()
-        _, weights_copy = _APPLY[(method, pipeline)](
+        _, weights_copy = _apply(method, pipeline)(
             model, tok, requests, hp, return_orig_weights=True, second_moments=moments, progress=False, report=report,
             allow_large_batch=True,  # timings of large n, where ZeroUnlearn alone would refuse
             fluency_guard="off",  # the method's time, comparable with the earlier runs (the guard reads only)
@@ -420,9 +434,7 @@ def run_speed(cfg: SpeedConfig) -> Dict[str, Any]:
     """Run the benchmark, write ``cfg.out`` (JSON, rewritten after every row) and return it."""
     from zerounlearn_editor.data import load_cases
 
-    unknown = [m for m in cfg.methods if m not in METHODS] + [p for p in cfg.pipelines if p not in PIPELINES]
-    if unknown:
-        raise ValueError(f"unknown method(s)/pipeline(s) {unknown}; methods {METHODS}, pipelines {PIPELINES}")
+    _check_methods(cfg.methods, cfg.pipelines)
     from zerounlearn_editor.support.model_zoo import check_device
 
     check_device(cfg.resolved_device())  # '--device cuda' on a CPU build: named here, not an AssertionError later

@@ -22,13 +22,12 @@ from torch import nn
 
 from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.engine.hparams import load_config_file
-from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams, deep_mode_settings
-from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
+from zerounlearn_editor.methods.registry import get_method, method_names
+from zerounlearn_editor.methods.zerounlearn_gd.config import deep_mode_settings
 from zerounlearn_editor.cli.trace import trace_facts_for
 from zerounlearn_editor.support.resources import repo_root
 
 LOG = logging.getLogger(__name__)
-METHODS = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
 _TEMPLATE_KEYS = ("rewrite_module_tmp", "layer_module_tmp", "mlp_module_tmp", "ln_f_module", "lm_head_module")
 
 
@@ -72,8 +71,8 @@ def is_variant_yaml(path: Path) -> bool:
 
 
 def nearest_shipped_yaml(method: str, templates: Mapping[str, Any]) -> Path:
-    """The shipped ``hparams/<method>/*.yaml`` closest to the model (see the module docstring)."""
-    folder = repo_root() / "hparams" / method
+    """The shipped ``hparams/<method's folder>/*.yaml`` closest to the model (see the module docstring)."""
+    folder = repo_root() / "hparams" / get_method(method, "init-hparams --method").folder
     candidates = sorted(p for p in folder.glob("*.yaml") if not is_variant_yaml(p))
     if not candidates:
         raise FileNotFoundError(f"no shipped YAML of {method} in {folder}")
@@ -113,7 +112,7 @@ def build_hparams(
     bad = [l for l in config["layers"] if not 0 <= int(l) < n_layers]
     if bad:
         raise ValueError(f"layers {bad} are out of range for a {n_layers}-layer model")
-    METHODS[method].from_dict(config, source=f"init-hparams from {base_path.name}")
+    get_method(method).hparams_class.from_dict(config, source=f"init-hparams from {base_path.name}")
     return config, base_path
 
 
@@ -125,7 +124,7 @@ def write_hparams(config: Mapping[str, Any], base: Path, out: Union[str, Path], 
               f"{'; ' + note if note else ''}.\n"
               "# Module templates come from the loaded architecture; v_loss_layer is the last layer.\n")
     path = write_text_atomic(out, header + yaml.safe_dump(dict(config), sort_keys=False))
-    METHODS[config["alg_name"]].from_hparams(path)
+    get_method(config["alg_name"], f"{out}: key 'alg_name'").hparams_class.from_hparams(path)
     return path
 
 
@@ -171,7 +170,7 @@ def register(sub: Any, parents: ModuleType) -> None:
                  parents.width("auto: number of layers (default: the nearest shipped YAML's)"),
                  parents.out("YAML file to write", required=True), parents.device(), parents.progress()],
     )
-    p.add_argument("--method", required=True, choices=["ZeroUnlearn", "ZeroUnlearn-GD"])
+    p.add_argument("--method", required=True, choices=method_names())
     p.add_argument("--layers", default="auto", help="auto (causal trace), a,b,c or a-b")
     p.add_argument("--trace", default=None, help="with --layers auto: a trace.json of `zerounlearn trace` to take them from")
     p.add_argument("--trace-data", default="counterfact", help="facts for the auto trace (default counterfact)")

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
-from zerounlearn_editor.integrations.easyedit import method_functions
 from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.evaluation.audit import LensConfig, build_plan, score_model
 from zerounlearn_editor.evaluation.audit.facts_audit import (
@@ -35,9 +34,7 @@ from zerounlearn_editor.evaluation.generation import generate_greedy
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
 from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
-from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
-from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
-from zerounlearn_editor.methods.zerounlearn.method import check_request_capacity
+from zerounlearn_editor.methods.registry import get_method
 from zerounlearn_editor.support.output_dir import check_free_space, check_output_dir, staged_output_dir
 from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
 from zerounlearn_editor.support.progress import progress_scope
@@ -54,12 +51,10 @@ _BATCH_SIZE = 16
 
 
 def load_method(hparams_file: Union[str, Path]) -> Tuple[Any, Callable[..., Any]]:
-    """``(hparams, apply function)`` chosen by the file's ``alg_name`` (ZeroUnlearn / ZeroUnlearn-GD)."""
-    classes = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
-    alg = load_config_file(hparams_file).get("alg_name")
-    if alg not in classes:
-        raise HParamsError(f"{hparams_file}: key 'alg_name' must be ZeroUnlearn or ZeroUnlearn-GD, got {alg!r}")
-    return classes[alg].from_hparams(hparams_file), method_functions()[alg]
+    """``(hparams, apply function)`` of the registered method named by the file's ``alg_name``
+    (:mod:`zerounlearn_editor.methods.registry`; an unknown name lists the registered ones)."""
+    entry = get_method(load_config_file(hparams_file).get("alg_name"), f"{hparams_file}: key 'alg_name'")
+    return entry.hparams_class.from_hparams(hparams_file), entry.apply
 
 
 def load_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
@@ -204,8 +199,9 @@ def run_unlearn(
         seconds["load"] = time.perf_counter() - start
         # the edit's checks (hparams, requests, retain set, modules, lengths, capacity) before any scoring
         plan = check_edit_inputs(model, tok, facts, hparams, str(retain_file) if retain_file else None)
-        if isinstance(hparams, ZeroUnlearnHyperParams):
-            check_request_capacity(model, hparams, len(plan.forget))
+        check_requests = get_method(hparams.alg_name).check_requests
+        if check_requests is not None:  # e.g. ZeroUnlearn's capacity limit
+            check_requests(model, hparams, len(plan.forget))
         if out_dir is not None and save == "model":
             check_free_space(out_dir, sum(p.numel() * p.element_size() for p in model.parameters()))
         text = Path(ppl_text) if ppl_text and ppl_tokens > 0 else None
@@ -286,7 +282,7 @@ def _save(result: UnlearnResult, out: Path, final: Path, save: str, model, tok, 
         result.saved = {"mode": "model", "dir": str(final)}
     elif save == "adapter":
         # the largest rank of the change of one weight: n (GD) or 2n (ZeroUnlearn, eps 0)
-        bound = len(facts) if isinstance(hparams, ZeroUnlearnGDHyperParams) else 2 * len(facts)
+        bound = get_method(hparams.alg_name).adapter_rank_per_fact * len(facts)
         adapter: AdapterReport = export_lora_adapter(
             weights_copy, model, out, max_rank=bound, base_model_name_or_path=resolve_model_path(name),
             metadata=dict(method=hparams.alg_name, hparams_file=str(hparams_file), facts_file=str(facts_file),
