@@ -428,7 +428,7 @@ def test_loss_layer_beyond_the_model_fails_before_statistics(tok, tmp_path, corp
 ])
 def test_rewrite_module_that_cannot_be_edited(template, match, tok, tmp_path, corpus):
     """Issue 14.7: AttributeError / tensor-size RuntimeError deep inside, before."""
-    from zerounlearn_editor.engine.model_access import ModuleNotFoundInModel
+    from zerounlearn_editor.support.model_access import ModuleNotFoundInModel
 
     hp = _hp(tmp_path, corpus, rewrite_module_tmp=template)
     _edit_must_fail(tiny_llama(tok), tok, forget_requests(), hp, ModuleNotFoundInModel, match, tmp_path / "stats")

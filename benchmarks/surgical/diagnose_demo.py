@@ -34,7 +34,7 @@ from zerounlearn_editor.evaluation import evaluate_probes
 from zerounlearn_editor.data.facts import OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
-from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets
 from zerounlearn_editor.engine.keys import read_keys_and_hidden

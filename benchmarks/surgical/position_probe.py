@@ -43,7 +43,7 @@ from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours  # 
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec  # noqa: E402
 from zerounlearn_editor.bench.scoring import score_cases  # noqa: E402
 from zerounlearn_editor.data.registry import load_cases, sample_cases  # noqa: E402
-from zerounlearn_editor.engine.model_access import get_module  # noqa: E402
+from zerounlearn_editor.support.model_access import get_module  # noqa: E402
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer  # noqa: E402
 from zerounlearn_editor.engine.pipeline import (
     EditReport,

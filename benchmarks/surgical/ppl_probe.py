@@ -44,7 +44,7 @@ from zerounlearn_editor.data.registry import load_cases, sample_cases  # noqa: E
 from zerounlearn_editor.data.builtin import default_ppl_text  # noqa: E402
 from zerounlearn_editor.evaluation.perplexity import leading_token_ids, read_text  # noqa: E402
 from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis  # noqa: E402
-from zerounlearn_editor.engine.model_access import get_module  # noqa: E402
+from zerounlearn_editor.support.model_access import get_module  # noqa: E402
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer  # noqa: E402
 from zerounlearn_editor.engine.pipeline import batched_statistics, restore_weights, target_settings  # noqa: E402
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model  # noqa: E402

@@ -16,7 +16,7 @@ from zerounlearn_editor import (
 )
 from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes
 from zerounlearn_editor.data.corpus import load_corpus
-from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.engine.pipeline import batched_statistics
 from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE
 from zerounlearn_editor.bench.reference_pipeline import (

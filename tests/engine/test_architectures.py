@@ -28,7 +28,7 @@ from zerounlearn_editor.bench.trace import TraceFact, TraceSettings, trace_facts
 from zerounlearn_editor.cli import main as cli_main
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
-from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 
 REWRITE = {

@@ -27,14 +27,14 @@ from zerounlearn_editor import (
     apply_zerounlearn_gd_to_model,
     apply_zerounlearn_to_model,
 )
-from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.bench.reference_pipeline import apply_zerounlearn_per_request
 from zerounlearn_editor.engine.stats import collect_second_moments
 
 PACKAGE = REPO_ROOT / "zerounlearn_editor"
 EDIT_PATH_MODULES = [
     "engine/stats.py", "engine/pipeline.py", "engine/targets.py", "engine/adam.py", "engine/keys.py", "engine/contexts.py",
-    "engine/encoding.py", "engine/model_access.py", "bench/reference_pipeline.py", "methods/zerounlearn/method.py",
+    "engine/encoding.py", "support/model_access.py", "bench/reference_pipeline.py", "methods/zerounlearn/method.py",
     "methods/zerounlearn_gd/method.py", "methods/zerounlearn/solve.py", "methods/zerounlearn_gd/solve.py",
 ]
 # "device B" for a 5-layer tiny Llama: the layers after layer 1, with or without the final norm and head

@@ -8,7 +8,7 @@ import torch
 
 from tiny_models import forget_requests, tiny_gpt2, tiny_hparams_dict, tiny_llama, tiny_qwen3, tiny_tokenizer, write_corpus
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
-from zerounlearn_editor.engine.model_access import get_module
+from zerounlearn_editor.support.model_access import get_module
 from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets
 from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
 from zerounlearn_editor.engine.keys import read_keys_and_hidden

@@ -17,7 +17,7 @@ from zerounlearn_editor import (
 from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes
 from zerounlearn_editor.engine.hparams import HParamsError
 from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis, protected_covariance
-from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets
 from zerounlearn_editor.engine.keys import read_keys_and_hidden
 from zerounlearn_editor.engine.requests import RequestError

@@ -12,7 +12,7 @@ from zerounlearn_editor.engine.contexts import context_prefixes
 from zerounlearn_editor.engine.encoding import target_token_ids
 from zerounlearn_editor.engine.hparams import HParamsError
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
-from zerounlearn_editor.engine.model_access import StopForward, capture_outputs, get_module, hidden_of
+from zerounlearn_editor.support.model_access import StopForward, capture_outputs, get_module, hidden_of
 from zerounlearn_editor.engine.requests import normalize_requests
 from zerounlearn_editor.engine.targets import TargetConfig, loss_layer_module, optimise_neutral_targets
 from zerounlearn_editor.engine.targets_kv import KVSuffix

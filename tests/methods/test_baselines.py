@@ -18,7 +18,7 @@ from zerounlearn_editor.methods.baselines import (
     ga_loss,
     npo_loss,
 )
-from zerounlearn_editor.methods.baselines.training import encode_answers, sequence_log_probs
+from zerounlearn_editor.evaluation.teacher_forcing import encode_answers, sequence_log_probs
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.engine.hparams import HParamsError, load_config_file

@@ -23,7 +23,7 @@ import yaml
 
 from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
 from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError
-from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method
 from zerounlearn_editor.methods import registry
 

@@ -23,7 +23,7 @@ from zerounlearn_editor import (
     apply_zerounlearn_to_model,
 )
 from zerounlearn_editor.engine.hparams import HParamsError
-from zerounlearn_editor.engine.model_access import capture_inputs, get_module, get_weight_matrix
+from zerounlearn_editor.support.model_access import capture_inputs, get_module, get_weight_matrix
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from zerounlearn_editor import (
     restore_weights,
 )
 from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes
-from zerounlearn_editor.engine.model_access import ModuleNotFoundInModel, get_module, get_weight_matrix
+from zerounlearn_editor.support.model_access import ModuleNotFoundInModel, get_module, get_weight_matrix
 from zerounlearn_editor.engine.keys import read_keys_and_hidden
 from zerounlearn_editor.engine.requests import normalize_requests
 

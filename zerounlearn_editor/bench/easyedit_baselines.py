@@ -42,7 +42,7 @@ from torch import nn
 
 from zerounlearn_editor.integrations.easyedit import easyedit_available
 from zerounlearn_editor.engine.hparams import HParamsError, EditHyperParams, load_config_file
-from zerounlearn_editor.engine.model_access import (
+from zerounlearn_editor.support.model_access import (
     get_module,
     model_device,
     module_is_transposed,

@@ -26,7 +26,7 @@ from torch import nn
 
 from zerounlearn_editor.bench.trace import TraceFact, encode_fact
 from zerounlearn_editor.evaluation.batching import model_device, pad_sequences, pad_token_id
-from zerounlearn_editor.engine.model_access import get_module, hidden_of
+from zerounlearn_editor.support.model_access import get_module, hidden_of
 
 __all__ = ["PcaConfig", "subject_mlp_states", "pca_numbers", "run_pca", "plot_pca"]
 

@@ -29,7 +29,7 @@ from zerounlearn_editor.engine.encoding import encode_rows
 from zerounlearn_editor.engine.hparams import EditHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
-from zerounlearn_editor.engine.model_access import (
+from zerounlearn_editor.support.model_access import (
     StopForward,
     capture_inputs,
     capture_outputs,

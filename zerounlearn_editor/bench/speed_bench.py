@@ -28,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -36,7 +36,7 @@ from torch import nn
 from zerounlearn_editor.engine.contexts import clear_context_prefixes
 from zerounlearn_editor.data.corpus import load_corpus
 from zerounlearn_editor.engine.hparams import HParamsError, EditHyperParams, load_config_file
-from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.engine.pipeline import EditReport, batched_statistics, restore_weights
 from zerounlearn_editor.bench.reference_pipeline import (
     PIPELINES,

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.evaluation.batching import encode_probe, model_device
 from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.engine.model_access import get_module, hidden_of, num_hidden_layers, unflatten_tokens
+from zerounlearn_editor.support.model_access import get_module, hidden_of, num_hidden_layers, unflatten_tokens
 
 __all__ = ["TraceSettings", "TraceFact", "EncodedFact", "encode_fact", "trace_facts", "suggest_window", "plot_trace", "KINDS"]
 

@@ -130,7 +130,7 @@ def write_hparams(config: Mapping[str, Any], base: Path, out: Union[str, Path], 
 
 def _cmd_init_hparams(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench.trace import TraceSettings, suggest_window, trace_facts
-    from zerounlearn_editor.engine.model_access import num_hidden_layers
+    from zerounlearn_editor.support.model_access import num_hidden_layers
     from zerounlearn_editor.support.files import read_json
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 

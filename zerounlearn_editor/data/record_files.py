@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Sequence, Union
 import yaml
 
 from zerounlearn_editor.data.types import record_location
-from zerounlearn_editor.engine.hparams import unique_json_pairs, UniqueKeySafeLoader
+from zerounlearn_editor.support.structured_files import UniqueKeySafeLoader, unique_json_pairs
 
 _SUFFIXES = (".json", ".jsonl", ".yaml", ".yml")
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.engine.eval_mode import eval_mode
-from zerounlearn_editor.engine.model_access import (
+from zerounlearn_editor.support.model_access import (
     get_weight_matrix,
     hidden_of,
     hidden_size_of,

@@ -18,6 +18,8 @@ from typing import Any, ClassVar, Dict, List, Literal, Optional, Union, get_args
 
 import yaml
 
+from zerounlearn_editor.support.structured_files import UniqueKeySafeLoader, unique_json_pairs
+
 _SCI_NOTATION = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
 
 
@@ -76,31 +78,6 @@ def _convert_scientific_strings(config: Dict[str, Any]) -> Dict[str, Any]:
     """YAML 1.1 reads ``1e-3`` as a string; turn such strings into floats."""
     return {key: float(value) if isinstance(value, str) and _SCI_NOTATION.match(value.strip()) else value
             for key, value in config.items()}
-
-
-class UniqueKeySafeLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that rejects a key given twice in one mapping (YAML keeps the last silently)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: Dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (line {line}; first given on line {seen[key]})", key_node.start_mark
-                )
-            seen[key] = line
-        return super().construct_mapping(node, deep=deep)
-
-
-def unique_json_pairs(pairs):
-    """``object_pairs_hook`` for :func:`json.loads` that rejects a key given twice in one object."""
-    keys = [key for key, _ in pairs]
-    repeated = sorted({key for key in keys if keys.count(key) > 1})
-    if repeated:
-        raise json.JSONDecodeError(f"duplicate key(s) {repeated}", "", 0)
-    return dict(pairs)
 
 
 def load_config_file(path: Union[str, Path]) -> Dict[str, Any]:

@@ -37,7 +37,7 @@ from zerounlearn_editor.engine.fluency_guard import (
     resolve_mode,
 )
 from zerounlearn_editor.engine.hparams import EditHyperParams
-from zerounlearn_editor.engine.model_access import (
+from zerounlearn_editor.support.model_access import (
     check_edited_modules,
     check_layers,
     max_positions,

@@ -20,7 +20,7 @@ from torch import nn
 
 from zerounlearn_editor.engine.architectures import is_norm
 from zerounlearn_editor.engine.eval_mode import eval_mode
-from zerounlearn_editor.engine.model_access import (
+from zerounlearn_editor.support.model_access import (
     StopForward,
     capture_outputs,
     get_module,

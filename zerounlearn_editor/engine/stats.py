@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from zerounlearn_editor.data.corpus import Corpus, load_corpus
 from zerounlearn_editor.evaluation.batching import pad_sequences, pad_token_id
 from zerounlearn_editor.engine.eval_mode import eval_mode
-from zerounlearn_editor.engine.model_access import (
+from zerounlearn_editor.support.model_access import (
     StopForward,
     capture_inputs,
     check_edited_modules,

@@ -17,7 +17,7 @@ from torch import nn
 
 from zerounlearn_editor.engine.adam import adam_targets
 from zerounlearn_editor.engine.eval_mode import eval_mode
-from zerounlearn_editor.engine.model_access import (
+from zerounlearn_editor.support.model_access import (
     StopForward,
     capture_outputs,
     get_module,

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zerounlearn_editor.engine.model_access import get_module, module_device
+from zerounlearn_editor.support.model_access import get_module, module_device
 
 LOG = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 import torch
 from torch import nn
 
-from zerounlearn_editor.engine.model_access import get_module, module_is_transposed
+from zerounlearn_editor.support.model_access import get_module, module_is_transposed
 from zerounlearn_editor.engine.stats import model_fingerprint
 from zerounlearn_editor.support.files import write_bytes_atomic, write_text_atomic
 

@@ -15,7 +15,7 @@ from typing import List, Sequence, Tuple
 import torch
 from torch import nn
 
-from zerounlearn_editor.methods.baselines.training import (
+from zerounlearn_editor.evaluation.teacher_forcing import (
     encode_answers,
     encode_texts,
     nll_loss,

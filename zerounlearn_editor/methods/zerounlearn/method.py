@@ -15,7 +15,7 @@ from torch import nn
 
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.methods.zerounlearn.solve import forget_value_basis, zerounlearn_multiplier
-from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method, check_edit_inputs
 
 LOG = logging.getLogger(__name__)
