@@ -13,13 +13,12 @@ Rules checked here:
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 import yaml
 
 from zerounlearn_editor.cli.hparams_doc import field_help, method_classes
-from zerounlearn_editor.engine.hparams import RETIRED_KEYS
+from zerounlearn_editor.engine.retired_keys import RETIRED_KEYS
 from zerounlearn_editor.cli.hparams_doc import END, START, key_table, main, replace_table
 from tiny_models import REPO_ROOT
 

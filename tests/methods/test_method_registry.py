@@ -15,7 +15,7 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Dict, Iterator, List
+from typing import Any, ClassVar, Iterator, List
 
 import pytest
 import torch
@@ -36,8 +36,7 @@ class ToyHyperParams(EditHyperParams):
     """The toy edit ``W' = scale W`` at the edited layers (the shared keys plus ``scale``)."""
 
     ALG_NAME: ClassVar[str] = TOY
-    KEY_HELP: ClassVar[Dict[str, str]] = {"scale": "the toy's factor `W' = scale W`"}
-    scale: float = SCALE
+    scale: float = dataclasses.field(default=SCALE, metadata={"help": "the toy's factor `W' = scale W`"})
 
 
 CALLS: List[str] = []

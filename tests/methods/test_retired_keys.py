@@ -15,7 +15,8 @@ from tiny_models import tiny_hparams_dict, REPO_ROOT
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
 from zerounlearn_editor.bench.config import BenchConfigError, RETIRED_METHODS, parse_methods
 from zerounlearn_editor.bench.registry import default_registry
-from zerounlearn_editor.engine.hparams import RETIRED_KEYS, HParamsError
+from zerounlearn_editor.engine.hparams import HParamsError
+from zerounlearn_editor.engine.retired_keys import RETIRED_KEYS
 
 ROOT = REPO_ROOT
 # what each retired entry's message must point to (the replacement)

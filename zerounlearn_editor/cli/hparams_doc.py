@@ -29,7 +29,7 @@ def method_classes() -> Tuple[Type[EditHyperParams], ...]:
 
 
 def field_help() -> Dict[str, str]:
-    """Help text of every key of every registered method (the shared keys' and each method config's ``KEY_HELP``)."""
+    """Help text of every key of every registered method (each field's ``metadata["help"]``)."""
     return {key: text for cls in method_classes() for key, text in cls.key_help().items()}
 
 _README = Path(__file__).resolve().parents[2] / "README.md"
@@ -80,7 +80,7 @@ def key_table() -> str:
     help_text = field_help()
     missing = [key for key, _, _ in _rows() if key not in help_text]
     if missing:
-        raise KeyError(f"no help text for key(s) {missing} (SHARED_KEY_HELP in zerounlearn_editor/engine/hparams.py or the method config's KEY_HELP)")
+        raise KeyError(f"no help text for key(s) {missing} (give the field metadata={{'help': ...}} in its hparams dataclass)")
     lines = ["| key | method | default | meaning |", "|---|---|---|---|"]
     lines += [f"| `{key}` | {methods} | {_cell(default)} | {_cell(help_text[key])} |" for key, methods, default in _rows()]
     return "\n".join(lines)
