@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from zerounlearn_editor.support.files import write_json_atomic, write_text_atomic
 from zerounlearn_editor.bench.report import aggregate
+from zerounlearn_editor.support.plotting import pyplot, save_figure
 
 __all__ = ["summarize_audit", "format_audit_table", "plot_heatmap", "write_audit_summary", "kept_by_base",
            "KEPT_SUFFIX", "PROBE_NOTE"]
@@ -130,13 +131,8 @@ def format_audit_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
 
 def plot_heatmap(summary: Mapping[str, Mapping[str, Any]], path: Path, title: str = "") -> Optional[Path]:
     """Method x probe heatmap of the mean recovered % (``None`` when matplotlib is missing)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        LOG.warning("matplotlib is not installed: no heatmap")
+    plt = pyplot('the audit heatmap')
+    if plt is None:
         return None
     import numpy as np
 
@@ -162,12 +158,7 @@ def plot_heatmap(summary: Mapping[str, Mapping[str, Any]], path: Path, title: st
     fig.colorbar(image, ax=ax, label="recovered %")
     ax.set_title(title or "facts recovered by each probe (%)", fontsize=10)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path)
 
 
 def write_audit_summary(out: Path, header: Mapping[str, Any], methods: Sequence[str],

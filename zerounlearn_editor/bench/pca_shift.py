@@ -27,6 +27,7 @@ from torch import nn
 from zerounlearn_editor.bench.trace import TraceFact, encode_fact
 from zerounlearn_editor.evaluation.batching import model_device, pad_sequences, pad_token_id
 from zerounlearn_editor.support.model_access import get_module, hidden_of
+from zerounlearn_editor.support.plotting import pyplot, save_figure
 
 __all__ = ["PcaConfig", "subject_mlp_states", "pca_numbers", "run_pca", "plot_pca"]
 
@@ -154,14 +155,8 @@ def run_pca(config: PcaConfig, model: Optional[nn.Module] = None, tok: Any = Non
 
 def plot_pca(result: Mapping[str, Any], path: Path) -> Optional[Path]:
     """One panel per method: base states (grey), states after the method, and the moves between them."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        LOG.error("matplotlib is not installed, so the PCA figure was not drawn (pip install 'zerounlearn-editor[bench]'); "
-                  "the numbers were written")
+    plt = pyplot('the PCA figure')
+    if plt is None:
         return None
     names = list(result["methods"])
     fig, axes = plt.subplots(1, max(len(names), 1), figsize=(3.4 * max(len(names), 1), 3.4), squeeze=False)
@@ -179,8 +174,4 @@ def plot_pca(result: Mapping[str, Any], path: Path) -> Optional[Path]:
     fig.suptitle(f"{Path(str(result['model'])).name}: {result['module']} at the subject's last token "
                  f"({result['n']} forget samples)", fontsize=9)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

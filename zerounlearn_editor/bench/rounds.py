@@ -51,6 +51,7 @@ from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
 from zerounlearn_editor.bench.runner import PPL_TEXT, ModelLoader, check_stored_neighbours
 from zerounlearn_editor.bench.stages import Stage, compute_statistics
 from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
+from zerounlearn_editor.support.plotting import pyplot, save_figure
 
 __all__ = ["DEFAULT_ROUND_METHODS", "ROUND_METRICS", "run_rounds", "rounds_path", "format_rounds"]
 
@@ -306,13 +307,8 @@ def _markdown(title: str, config: BenchConfig, run_info: Mapping[str, Any], tabl
 
 def plot_rounds(summary: Mapping[str, Any], path: Path) -> Optional[Path]:
     """Eff, Spe and PPL against facts forgotten, one line per method (dashed marker: one batch); None without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        LOG.info("matplotlib not importable; no rounds plot")
+    plt = pyplot('the rounds plot')
+    if plt is None:
         return None
     panels = [(k, h) for k, h, _ in ROUND_METRICS if k in ("eff", "spe", "ppl") and k in summary["base"]]
     if not panels:
@@ -335,9 +331,4 @@ def plot_rounds(summary: Mapping[str, Any], path: Path) -> Optional[Path]:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path, dpi=110)

@@ -18,6 +18,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+from zerounlearn_editor.support.plotting import pyplot, save_figure
+
 __all__ = ["collect_points", "format_points", "plot_summaries"]
 
 LOG = logging.getLogger(__name__)
@@ -120,13 +122,8 @@ def format_points(points: Sequence[Dict[str, Any]]) -> str:
 
 def plot_summaries(points: Sequence[Dict[str, Any]], out: Union[str, Path], label_runs: bool = True) -> Optional[Path]:
     """Draw the two panels into ``out``; None (with a logged message) without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        LOG.error("matplotlib is not installed, so no plot was drawn (pip install 'zerounlearn-editor[bench]')")
+    plt = pyplot('the summary plot')
+    if plt is None:
         return None
     if not points:
         raise ValueError("no method with an Eff value in the given summaries")
@@ -153,8 +150,4 @@ def plot_summaries(points: Sequence[Dict[str, Any]], out: Union[str, Path], labe
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)

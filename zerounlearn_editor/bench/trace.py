@@ -34,6 +34,7 @@ from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.evaluation.batching import encode_probe, model_device
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.support.model_access import get_module, hidden_of, num_hidden_layers, unflatten_tokens
+from zerounlearn_editor.support.plotting import pyplot, save_figure
 
 __all__ = ["TraceSettings", "TraceFact", "EncodedFact", "encode_fact", "trace_facts", "suggest_window", "plot_trace", "KINDS"]
 
@@ -237,13 +238,8 @@ def trace_facts(model: nn.Module, tok: Any, facts: Sequence[TraceFact], settings
 
 def plot_trace(result: Mapping[str, Any], path: Path) -> Optional[Path]:
     """Three curves (mean restored probability per layer) and a per-case MLP heatmap; None without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        LOG.error("matplotlib is not installed, so trace.png was not drawn (pip install 'zerounlearn-editor[bench]')")
+    plt = pyplot('trace.png')
+    if plt is None:
         return None
     layers = list(range(result["num_layers"]))
     fig, (ax, hx) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.2, 1]})
@@ -264,11 +260,7 @@ def plot_trace(result: Mapping[str, Any], path: Path) -> Optional[Path]:
     hx.set_title("MLP indirect effect per fact")
     fig.colorbar(image, ax=hx)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def known_facts(model: nn.Module, tok: Any, cases: Sequence[Any], n: int) -> List[TraceFact]:

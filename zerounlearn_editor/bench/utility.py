@@ -31,6 +31,7 @@ from torch import nn
 from zerounlearn_editor.support.files import write_json_atomic
 from zerounlearn_editor.evaluation.utility.scoring import score_tasks, task_scores
 from zerounlearn_editor.evaluation.utility.tasks import TASKS, UtilityItem, load_task_items, parse_tasks
+from zerounlearn_editor.support.plotting import pyplot, save_figure
 
 __all__ = ["UtilityConfig", "run_utility", "plot_utility", "format_utility_table"]
 
@@ -181,14 +182,8 @@ def format_utility_table(payload: Mapping[str, Any]) -> str:
 
 def plot_utility(payload: Mapping[str, Any], path: str) -> Optional[Path]:
     """Grouped bar chart (x = task, one bar per method, dashed chance line); None without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        LOG.error("matplotlib is not installed, so no chart was drawn (pip install 'zerounlearn-editor[bench]'); "
-                  "the JSON results were written")
+    plt = pyplot('the utility chart')
+    if plt is None:
         return None
     results = {k: v for k, v in payload["results"].items() if v.get("tasks")}
     tasks = [t for t in TASKS if any(t in r["tasks"] for r in results.values())]
@@ -206,8 +201,4 @@ def plot_utility(payload: Mapping[str, Any], path: str) -> Optional[Path]:
     ax.set_title(f"General capabilities: {Path(str(payload['model'])).name} (dashed: chance)")
     ax.legend(fontsize=8, ncol=min(len(results), 4))
     fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path)
