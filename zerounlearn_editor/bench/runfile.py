@@ -24,8 +24,8 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, List, Tuple, Union
 
-import yaml
 
+from zerounlearn_editor.support.structured_files import read_structured
 from zerounlearn_editor.bench.config import (
     DEFAULT_PPL_TOKENS,
     BenchConfig,
@@ -113,10 +113,7 @@ def load_runfile(path: Union[str, Path]) -> List[BenchConfig]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"run file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise BenchConfigError(f"{path}: cannot parse: {exc}") from exc
+    data = read_structured(path, "the run file", lambda message: BenchConfigError(f"{path}: {message}"), suffix=".yaml")
     if not isinstance(data, dict):
         raise BenchConfigError(f"{path}: expected a mapping with key 'runs'")
     unknown = sorted(set(data) - {"runs"})

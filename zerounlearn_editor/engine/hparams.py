@@ -10,17 +10,15 @@ naming the file, the key and the value; a retired key fails with its message
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Literal, Optional, Union, get_args, get_origin, get_type_hints
 
-import yaml
 
 from zerounlearn_editor.engine.retired_keys import RETIRED_KEYS, retired_key_errors  # noqa: F401 (RETIRED_KEYS: old import path)
-from zerounlearn_editor.support.structured_files import UniqueKeySafeLoader, unique_json_pairs
+from zerounlearn_editor.support.structured_files import read_structured
 
 _SCI_NOTATION = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
 
@@ -43,17 +41,8 @@ def load_config_file(path: Union[str, Path]) -> Dict[str, Any]:
         path = path.with_name(path.name + ".yaml")
     if not path.is_file():
         raise HParamsError(f"hparams file not found: {path}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise HParamsError(f"{path}: not UTF-8 text ({exc})") from exc
-    try:
-        if path.suffix.lower() == ".json":
-            config = json.loads(text, object_pairs_hook=unique_json_pairs)
-        else:
-            config = yaml.load(text, Loader=UniqueKeySafeLoader)  # a SafeLoader: no python tags
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise HParamsError(f"{path}: cannot parse: {exc}") from exc
+    config = read_structured(path, "hparams", lambda message: HParamsError(f"{path}: {message}"),
+                             suffix=".json" if path.suffix.lower() == ".json" else ".yaml")
     if not isinstance(config, dict):
         raise HParamsError(f"{path}: expected a mapping of hyperparameters, got {type(config).__name__}")
     return _convert_scientific_strings(config)
