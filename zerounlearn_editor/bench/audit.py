@@ -22,16 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from zerounlearn_editor.bench.config import BenchConfigError, parse_methods
-from zerounlearn_editor.support.files import read_json, sha256_of_json, write_json_atomic
-from zerounlearn_editor.bench.fingerprint import ModelFingerprint
-from zerounlearn_editor.bench.methods import (
-    HParamsLookup,
-    MethodContext,
-    known_method_names,
-    load_main_hparams,
-)
-from zerounlearn_editor.bench.registry import default_registry
+from zerounlearn_editor.bench.config import BenchConfigError
+from zerounlearn_editor.support.files import read_json, write_json_atomic
+from zerounlearn_editor.bench.run_setup import MethodSetup, load_model, prepare_run, setup_methods
 from zerounlearn_editor.bench.retain_sets import check_retain_disjoint, draw_retain, parse_retain_spec
 from zerounlearn_editor.data.registry import load_cases, sample_cases
 from zerounlearn_editor.engine.pipeline import restore_weights
@@ -46,7 +39,6 @@ __all__ = ["AuditConfig", "run_audit", "audit_seed_path"]
 
 LOG = logging.getLogger(__name__)
 
-_BASE_SIGNATURE = sha256_of_json({"method": "base"})
 
 
 @dataclass
@@ -110,30 +102,17 @@ def run_audit(config: AuditConfig, model=None, tok=None, registry=None, loader=N
         return _run_audit(config, model, tok, registry, loader)
 
 
-def _load(loader, name: str, config: AuditConfig):
-    if loader is None:
-        from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer as loader
-    return loader(name, config.device) if config.dtype is None else loader(name, config.device, config.dtype)
-
-
 def _run_audit(config: AuditConfig, model, tok, registry, loader) -> Dict[str, Any]:
     config.validate()
-    registry = dict(registry) if registry is not None else default_registry()
-    methods = parse_methods(config.methods, known_method_names(registry))
-    unknown = sorted(set(config.method_hparams) - set(registry))
-    if unknown:
-        raise BenchConfigError(f"audit: method hparams given for unknown method(s) {unknown}")
-    lookup = HParamsLookup(Path(config.hparams), load_main_hparams(config.hparams), dict(config.method_hparams))
-    descriptions = {m: registry[m].describe(lookup) for m in methods if m != "base"}
-    signatures = {m: sha256_of_json(d) for m, d in descriptions.items()}
-    signatures["base"] = _BASE_SIGNATURE
+    setup = setup_methods(config.methods, config.method_hparams, config.hparams, registry, what="audit: ")
+    methods, lookup, signatures = setup.names, setup.lookup, setup.signatures
     all_cases = load_cases(config.data, path=config.data_path)
     pool_cases = list(all_cases)
     draw = parse_retain_spec(config.retain)
     passages = generic_passages(lookup.main.mom2_dataset) if "relearning" in config.settings.families else []
     if config.known_only:
         if model is None:
-            model, tok = _load(loader, str(lookup.main.model_name), config)
+            model, tok = load_model(loader, str(lookup.main.model_name), config.device, config.dtype)
         from zerounlearn_editor.evaluation.selection import select_known_cases
 
         all_cases = select_known_cases(model, tok, all_cases, None, min_accuracy=config.known_min_accuracy)
@@ -162,23 +141,19 @@ def _run_audit(config: AuditConfig, model, tok, registry, loader) -> Dict[str, A
             plan_list.append((seed, path, record, cases, todo))
     if plan_list:
         if model is None:
-            model, tok = _load(loader, str(lookup.main.model_name), config)
-        _run_plan(config, model, tok, registry, lookup, plan_list, signatures, descriptions, pool_cases, passages)
+            model, tok = load_model(loader, str(lookup.main.model_name), config.device, config.dtype)
+        _run_plan(config, model, tok, setup, plan_list, pool_cases, passages)
     records = {seed: read_json(audit_seed_path(out, seed)) for seed in config.seeds}
     header = {"hparams": config.hparams, **{k: v for k, v in run_info.items()}}
     return write_audit_summary(out, header, methods, records)
 
 
-def _run_plan(config, model, tok, registry, lookup, plan_list, signatures, descriptions, pool_cases, passages) -> None:
-    from zerounlearn_editor.bench.stages import compute_statistics
-
-    main = lookup.main
+def _run_plan(config, model, tok, setup: MethodSetup, plan_list, pool_cases, passages) -> None:
+    main = setup.lookup.main
+    signatures, descriptions = setup.signatures, setup.descriptions
     lens = LensConfig(main.layers[0], main.layer_module_tmp, main.ln_f_module)
-    fingerprint = ModelFingerprint.of(model)
-    needed = [m for m in dict.fromkeys(m for *_, todo in plan_list for m in todo) if m != "base"]
-    context = MethodContext(lookup, model, tok, Path(config.out), main.neutral_target or tok.eos_token or "")
-    prepared = {m: registry[m].prepare(context) for m in needed}
-    bank = compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
+    run = prepare_run(setup, model, tok, Path(config.out), [m for *_, todo in plan_list for m in todo], config.progress)
+    fingerprint, prepared, bank = run.fingerprint, run.prepared, run.bank
     pool = pool_from_cases(pool_cases)
     for seed, path, record, cases, todo in plan_list:
         settings = dataclasses.replace(config.settings, seed=seed)

@@ -22,7 +22,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torch import nn
 from tqdm.auto import tqdm
@@ -35,20 +35,16 @@ from zerounlearn_editor.engine.pipeline import restore_weights
 from zerounlearn_editor.support.progress import progress_scope
 from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.engine.stats import model_basename
-from zerounlearn_editor.bench.config import BenchConfig, BenchConfigError, parse_methods
-from zerounlearn_editor.support.files import read_json, sha256_of_json, write_json_atomic
+from zerounlearn_editor.bench.config import BenchConfig, BenchConfigError
+from zerounlearn_editor.support.files import read_json, write_json_atomic
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
 from zerounlearn_editor.bench.methods import (
-    HParamsLookup,
-    MethodContext,
     MethodSpec,
     PreparedMethod,
     StatsBank,
-    known_method_names,
-    load_main_hparams,
 )
-from zerounlearn_editor.bench.registry import default_registry
-from zerounlearn_editor.bench.stages import Stage, compute_statistics
+from zerounlearn_editor.bench.run_setup import BASE_SIGNATURE, MethodSetup, ModelLoader, load_model, prepare_run, setup_methods
+from zerounlearn_editor.bench.stages import Stage
 from zerounlearn_editor.bench.neighbours import (
     drop_batch_forget_neighbours,
     neighbours_naming_forgotten_subjects,
@@ -62,9 +58,6 @@ __all__ = ["run_bench", "seed_path", "check_stored_neighbours", "ModelLoader", "
 LOG = logging.getLogger(__name__)
 
 PPL_TEXT = "text/wikitext2_raw_test.txt"  # the embedded default is the same file (embedded.PPL_TEXT_NAME)
-_BASE_SIGNATURE = sha256_of_json({"method": "base"})
-
-ModelLoader = Callable[[str, str], Tuple[nn.Module, Any]]
 """``(model_name, device) -> (model, tokenizer)``."""
 
 
@@ -92,13 +85,6 @@ def _run_info(config: BenchConfig, model_name: str, ppl_text: Optional[str]) -> 
         **({"group_generation": True} if config.group_generation else {}),
         **({"audit": json.loads(json.dumps(config.audit.to_dict()))} if config.audit is not None else {}),
     }
-
-
-def _load_model(loader: ModelLoader, name: str, config: BenchConfig) -> Tuple[nn.Module, Any]:
-    """``loader(name, device)``, with ``dtype=config.dtype`` when one is set."""
-    if config.dtype is None:
-        return loader(name, config.device)
-    return loader(name, config.device, config.dtype)  # type: ignore[call-arg]
 
 
 def _check_stored(path: Path, record: Mapping[str, Any], run_info: Mapping[str, Any], case_ids: List[str]) -> None:
@@ -187,7 +173,7 @@ class _SeedRun:
             metrics = dict(probe_metrics(pre, named=self.named), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=None, **more.get("utility", {}), **more.get("contains", {}), **audit)
             record["methods"]["base"] = {
                 "status": "ok",
-                "config_sha256": _BASE_SIGNATURE,
+                "config_sha256": BASE_SIGNATURE,
                 "metrics": metrics,
                 "eval_seconds": stage.seconds + extra.seconds,
                 "requests": _request_dicts(cases, requests, pre),
@@ -278,18 +264,9 @@ def run_bench(
 def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
     started = time.perf_counter()
     config.validate()
-    registry = dict(registry) if registry is not None else default_registry()
-    methods = parse_methods(config.methods, known_method_names(registry))
-    unknown = sorted(set(config.method_hparams) - set(registry))
-    if unknown:
-        raise BenchConfigError(f"method hparams given for unknown method(s) {unknown}")
+    setup = setup_methods(config.methods, config.method_hparams, config.hparams, registry)
+    methods, lookup, signatures = setup.names, setup.lookup, setup.signatures
     out = Path(config.out)
-    main_path = Path(config.hparams)
-    lookup = HParamsLookup(main_path, load_main_hparams(str(main_path)), dict(config.method_hparams))
-    descriptions = {name: registry[name].describe(lookup) for name in methods if name != "base"}
-    signatures = {name: sha256_of_json(desc) for name, desc in descriptions.items()}
-    signatures["base"] = _BASE_SIGNATURE
-    descriptions["base"] = {}
 
     with Stage(f"loading {config.data} cases"):
         all_cases = load_cases(config.data, path=config.data_path)
@@ -298,10 +275,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
     known: Optional[Dict[str, Any]] = None
     if config.known_only:
         if model is None:
-            if loader is None:
-                from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer as loader
-            with Stage(f"loading model {lookup.main.model_name}"):
-                model, tok = _load_model(loader, str(lookup.main.model_name), config)
+            model, tok = load_model(loader, str(lookup.main.model_name), config.device, config.dtype)
         with Stage("selecting cases the unedited model knows"):
             all_cases = select_known_cases(model, tok, all_cases, None, min_accuracy=config.known_min_accuracy)
         known = {"qualified": len(all_cases), "candidates": len(pool), "min_accuracy": config.known_min_accuracy}
@@ -347,13 +321,10 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
 
     if plan:
         if model is None:
-            if loader is None:
-                from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer as loader
-            with Stage(f"loading model {lookup.main.model_name}"):
-                model, tok = _load_model(loader, str(lookup.main.model_name), config)
+            model, tok = load_model(loader, str(lookup.main.model_name), config.device, config.dtype)
         for _, _, record, _, _ in plan:
             record["model_loaded"] = model_basename(model)
-        _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptions, ppl_text, pool)
+        _run_plan(config, model, tok, setup, plan, ppl_text, pool)
 
     records = {seed: read_json(seed_path(out, seed)) for seed in config.seeds}
     summary = write_summary(out, config, run_info, methods, records, known=known)
@@ -362,15 +333,10 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
     return summary
 
 
-def _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptions, ppl_text, pool=()) -> None:
-    needed = [name for name in dict.fromkeys(n for *_, todo in plan for n in todo) if name != "base"]
-    with Stage("fingerprinting the unedited model"):
-        fingerprint = ModelFingerprint.of(model)
-    neutral = lookup.main.neutral_target or tok.eos_token or ""
-    context = MethodContext(lookup, model, tok, Path(config.out), neutral)
-    with Stage(f"preparing {len(needed)} method(s)"):
-        prepared = {name: registry[name].prepare(context) for name in needed}
-    bank = compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
+def _run_plan(config, model, tok, setup: MethodSetup, plan, ppl_text, pool=()) -> None:
+    run = prepare_run(setup, model, tok, Path(config.out), [n for *_, todo in plan for n in todo], config.progress)
+    fingerprint, prepared, bank = run.fingerprint, run.prepared, run.bank
+    lookup, signatures, descriptions = setup.lookup, setup.signatures, setup.descriptions
     settings = ScoringSettings(config.eval_batch_size, ppl_text, config.ppl_tokens, config.fluency, config.fluency_tokens,
                                config.utility, config.utility_n, config.group_generation)
     total = sum(len(todo) for *_, todo in plan)
