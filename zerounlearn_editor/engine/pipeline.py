@@ -52,7 +52,7 @@ from zerounlearn_editor.support.progress import progress_bar, progress_scope
 from zerounlearn_editor.engine.keys import LayerReadout, read_keys_and_hidden
 from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, normalize_requests
 from zerounlearn_editor.engine.retain import RetainSpec, check_retain_disjoint, resolve_retain
-from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, SecondMoment, layer_second_moments
+from zerounlearn_editor.engine.stats import SecondMoment, StatsRequest, cached_second_moments
 from zerounlearn_editor.engine.targets import (
     NeutralTargets,
     TargetConfig,
@@ -106,19 +106,7 @@ def batched_statistics(
     layers: Optional[Sequence[int]] = None,
 ) -> Dict[int, SecondMoment]:
     """``C0`` of every edited layer (or of ``layers``): cached files, the missing ones in one pass per batch."""
-    return layer_second_moments(
-        model,
-        tok,
-        hparams.layers if layers is None else layers,
-        hparams.rewrite_module_tmp,
-        hparams.stats_dir,
-        corpus,
-        hparams.mom2_n_samples,
-        hparams.mom2_dtype,
-        hparams.mom2_max_length,
-        STATS_BATCH_SIZE,
-        progress=progress,
-    )
+    return cached_second_moments(model, tok, StatsRequest.of_hparams(hparams, corpus, layers, progress=progress))
 
 
 @dataclass(frozen=True)
