@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import List, Optional
 
-from zerounlearn_editor.bench.methods import MethodSpec, edit_method_spec
+from zerounlearn_editor.bench.method_specs import MethodSpec, edit_method_spec
 from zerounlearn_editor.engine.hparams import load_config_file
 from zerounlearn_editor.evaluation import selection
 

@@ -37,11 +37,11 @@ import yaml
 
 from zerounlearn_editor.bench.config import parse_seeds
 from zerounlearn_editor.support.files import write_json_atomic
-from zerounlearn_editor.bench.methods import load_main_hparams
+from zerounlearn_editor.bench.method_specs import load_main_hparams
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours, neighbours_naming_forgotten_subjects
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
-from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
-from zerounlearn_editor.data.registry import load_cases, sample_cases
+from zerounlearn_editor.bench.case_scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
+from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.evaluation.selection import select_known_cases
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.engine.pipeline import (

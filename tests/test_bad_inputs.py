@@ -1078,7 +1078,7 @@ def test_model_on_the_meta_device_is_refused(tok, tmp_path, corpus):
 
 def test_bench_lookup_from_a_variant_yaml_finds_the_plain_baseline_files():
     """Issue 29.11: --hparams ...-retain.yaml looked for hparams/GA/SmolLM2-135M-Instruct-retain.yaml."""
-    from zerounlearn_editor.bench.methods import HParamsLookup
+    from zerounlearn_editor.bench.method_specs import HParamsLookup
     from zerounlearn_editor.support.resources import hparams_path
 
     main = hparams_path("ZeroUnlearn-GD", "SmolLM2-135M-Instruct-retain")

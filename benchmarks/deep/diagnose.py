@@ -24,7 +24,7 @@ from typing import Dict, List
 
 import torch
 
-from zerounlearn_editor.data.registry import load_cases
+from zerounlearn_editor.data.datasets import load_cases
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.engine.requests import normalize_requests
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model

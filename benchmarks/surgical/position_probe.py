@@ -38,11 +38,11 @@ import surgical  # noqa: E402  (benchmarks/surgical.py: the same sampling, retai
 
 from zerounlearn_editor.bench.config import parse_seeds  # noqa: E402
 from zerounlearn_editor.support.files import write_json_atomic  # noqa: E402
-from zerounlearn_editor.bench.methods import load_main_hparams  # noqa: E402
+from zerounlearn_editor.bench.method_specs import load_main_hparams  # noqa: E402
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours  # noqa: E402
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec  # noqa: E402
-from zerounlearn_editor.bench.scoring import score_cases  # noqa: E402
-from zerounlearn_editor.data.registry import load_cases, sample_cases  # noqa: E402
+from zerounlearn_editor.bench.case_scoring import score_cases  # noqa: E402
+from zerounlearn_editor.data.datasets import load_cases, sample_cases  # noqa: E402
 from zerounlearn_editor.support.model_access import get_module  # noqa: E402
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer  # noqa: E402
 from zerounlearn_editor.engine.pipeline import (

@@ -36,11 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import surgical  # noqa: E402  (the same sampling, retain draw and target cache)
 
 from zerounlearn_editor.support.files import write_json_atomic  # noqa: E402
-from zerounlearn_editor.bench.methods import load_main_hparams  # noqa: E402
+from zerounlearn_editor.bench.method_specs import load_main_hparams  # noqa: E402
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours  # noqa: E402
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec  # noqa: E402
 from zerounlearn_editor.data.corpus import load_corpus  # noqa: E402
-from zerounlearn_editor.data.registry import load_cases, sample_cases  # noqa: E402
+from zerounlearn_editor.data.datasets import load_cases, sample_cases  # noqa: E402
 from zerounlearn_editor.data.builtin import default_ppl_text  # noqa: E402
 from zerounlearn_editor.evaluation.perplexity import leading_token_ids, read_text  # noqa: E402
 from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis  # noqa: E402

@@ -317,7 +317,7 @@ def test_cli_bench_arguments(tmp_path, capsys):
 
 
 def test_hparams_lookup(workspace, tmp_path):
-    from zerounlearn_editor.bench.methods import load_main_hparams
+    from zerounlearn_editor.bench.method_specs import load_main_hparams
 
     main = workspace["main"]
     lookup = HParamsLookup(main, load_main_hparams(str(main)), {"NPO": str(main)})

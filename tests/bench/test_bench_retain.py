@@ -19,7 +19,7 @@ from zerounlearn_editor.bench.retain_sets import (
     evaluated_prompts,
     parse_retain_spec,
 )
-from zerounlearn_editor.data.registry import load_cases, sample_cases
+from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.data.types import Probe, UnlearnCase
 
 

@@ -19,8 +19,8 @@ from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_cor
 from zerounlearn_editor.bench import BenchConfig, run_bench
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours
 from zerounlearn_editor.bench.report import group_header
-from zerounlearn_editor.bench.scoring import probe_metrics, score_cases
-from zerounlearn_editor.data.registry import load_cases
+from zerounlearn_editor.bench.case_scoring import probe_metrics, score_cases
+from zerounlearn_editor.data.datasets import load_cases
 from zerounlearn_editor.data.types import Probe, UnlearnCase
 
 
@@ -260,7 +260,7 @@ def test_rwku_mquake_runfile_loads():
 
 
 def test_answer_contained():
-    from zerounlearn_editor.bench.scoring import answer_contained
+    from zerounlearn_editor.bench.case_scoring import answer_contained
 
     assert answer_contained("Carrie", "his debut novel  carrie was")
     assert answer_contained("New  York", "born in new york city")
@@ -268,7 +268,7 @@ def test_answer_contained():
 
 
 def test_group_generation_columns(tok, constant, workspace, tmp_path, monkeypatch):
-    from zerounlearn_editor.bench import scoring
+    from zerounlearn_editor.bench import case_scoring
 
     seen: List[str] = []
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from zerounlearn_editor.bench.neighbours import names_subject, neighbours_naming_forgotten_subjects
-from zerounlearn_editor.bench.scoring import probe_metrics
+from zerounlearn_editor.bench.case_scoring import probe_metrics
 from zerounlearn_editor.data import Probe, UnlearnCase
 from zerounlearn_editor.evaluation.easyedit_format import CaseScores
 

@@ -19,7 +19,7 @@ from zerounlearn_editor.evaluation import (
 )
 from zerounlearn_editor.evaluation import perplexity
 from zerounlearn_editor.evaluation.perplexity import plan_windows
-from zerounlearn_editor.bench.scoring import score_cases
+from zerounlearn_editor.bench.case_scoring import score_cases
 from tiny_models import REPO_ROOT
 
 try:  # tests/ on sys.path (pytest's default for a directory without __init__.py)

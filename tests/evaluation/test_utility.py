@@ -275,7 +275,7 @@ def test_retain_set_reaches_the_retain_aware_edit(ws, tok, tmp_path, monkeypatch
     assert len(seen) == 1 and seen[0] and seen[0] == stored["retain"]
     assert "retain" not in payload["results"]["ZeroUnlearn-GD"]
     from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
-    from zerounlearn_editor.data.registry import load_cases, sample_cases
+    from zerounlearn_editor.data.datasets import load_cases, sample_cases
 
     pool = list(load_cases(str(ws["cf"])))
     cases = sample_cases(pool, 2, 0)

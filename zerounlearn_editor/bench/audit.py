@@ -26,7 +26,7 @@ from zerounlearn_editor.bench.config import BenchConfigError
 from zerounlearn_editor.support.files import read_json, write_json_atomic
 from zerounlearn_editor.bench.run_setup import MethodSetup, load_model, prepare_run, setup_methods
 from zerounlearn_editor.bench.retain_sets import check_retain_disjoint, draw_retain, parse_retain_spec
-from zerounlearn_editor.data.registry import load_cases, sample_cases
+from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.engine.pipeline import restore_weights
 from zerounlearn_editor.support.progress import progress_scope
 from zerounlearn_editor.evaluation.audit.items import items_from_cases, pool_from_cases

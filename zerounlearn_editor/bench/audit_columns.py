@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Sequence
 
-from zerounlearn_editor.bench.scoring import AUDIT_PREFIX
+from zerounlearn_editor.bench.case_scoring import AUDIT_PREFIX
 from zerounlearn_editor.data.types import UnlearnCase
 from zerounlearn_editor.evaluation.audit.items import items_from_cases, pool_from_cases
 from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings, build_plan

@@ -50,7 +50,7 @@ from zerounlearn_editor.support.model_access import (
 )
 from zerounlearn_editor.engine.stats import corpus_cache_name, model_basename
 from zerounlearn_editor.support.files import file_identity
-from zerounlearn_editor.bench.methods import (
+from zerounlearn_editor.bench.method_specs import (
     EditOutcome,
     HParamsLookup,
     MethodContext,

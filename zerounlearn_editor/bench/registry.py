@@ -1,6 +1,6 @@
 """The bench's method registry: every method it can compare, ours and the baselines.
 
-Kept apart from :mod:`.methods` (the interface and our methods' specs) because it also needs
+Kept apart from :mod:`.method_specs` (the interface and our methods' specs) because it also needs
 :mod:`.easyedit_baselines`, which builds on that interface.
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Dict
 
 from zerounlearn_editor.bench.easyedit_baselines import EASYEDIT_METHODS, easyedit_spec
-from zerounlearn_editor.bench.methods import MethodSpec, baseline_spec, edit_method_spec
+from zerounlearn_editor.bench.method_specs import MethodSpec, baseline_spec, edit_method_spec
 from zerounlearn_editor.methods.registry import registered_methods
 
 __all__ = ["default_registry"]

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from zerounlearn_editor.bench.config import BenchConfig
 from zerounlearn_editor.bench.retain_sets import parse_retain_spec
 from zerounlearn_editor.support.files import write_json_atomic, write_text_atomic
-from zerounlearn_editor.bench.scoring import AUDIT_PREFIX, CONTAINS_PREFIX, GROUP_PREFIX, METRIC_KEYS
+from zerounlearn_editor.bench.case_scoring import AUDIT_PREFIX, CONTAINS_PREFIX, GROUP_PREFIX, METRIC_KEYS
 
 __all__ = ["aggregate", "summarize", "format_table", "group_header", "write_summary", "COLUMNS"]
 

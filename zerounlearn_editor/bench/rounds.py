@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from torch import nn
 from tqdm.auto import tqdm
 
-from zerounlearn_editor.data.registry import load_cases, sample_cases
+from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.data.types import UnlearnCase
 from zerounlearn_editor.evaluation.selection import select_known_cases
 from zerounlearn_editor.engine.pipeline import restore_weights
@@ -37,7 +37,7 @@ from zerounlearn_editor.support.resources import shared_file
 from zerounlearn_editor.bench.config import BenchConfig, BenchConfigError, parse_methods
 from zerounlearn_editor.support.files import read_json, sha256_of_json, write_json_atomic, write_text_atomic
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
-from zerounlearn_editor.bench.methods import (
+from zerounlearn_editor.bench.method_specs import (
     HParamsLookup,
     MethodContext,
     MethodSpec,
@@ -50,7 +50,7 @@ from zerounlearn_editor.bench.report import aggregate
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
 from zerounlearn_editor.bench.runner import PPL_TEXT, ModelLoader, check_stored_neighbours
 from zerounlearn_editor.bench.stages import Stage, compute_statistics
-from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
+from zerounlearn_editor.bench.case_scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 from zerounlearn_editor.support.plotting import pyplot, save_figure
 
 __all__ = ["DEFAULT_ROUND_METHODS", "ROUND_METRICS", "run_rounds", "rounds_path", "format_rounds"]

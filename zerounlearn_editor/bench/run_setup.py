@@ -14,7 +14,7 @@ from torch import nn
 
 from zerounlearn_editor.bench.config import BenchConfigError, parse_methods
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
-from zerounlearn_editor.bench.methods import (
+from zerounlearn_editor.bench.method_specs import (
     HParamsLookup,
     MethodContext,
     MethodSpec,

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from torch import nn
 from tqdm.auto import tqdm
 
-from zerounlearn_editor.data.registry import load_cases, sample_cases
+from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.evaluation.selection import select_known_cases
 from zerounlearn_editor.data.types import UnlearnCase
 from zerounlearn_editor.evaluation.easyedit_format import easyedit_metrics
@@ -38,7 +38,7 @@ from zerounlearn_editor.engine.stats import model_basename
 from zerounlearn_editor.bench.config import BenchConfig, BenchConfigError
 from zerounlearn_editor.support.files import read_json, write_json_atomic
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
-from zerounlearn_editor.bench.methods import (
+from zerounlearn_editor.bench.method_specs import (
     MethodSpec,
     PreparedMethod,
     StatsBank,
@@ -51,7 +51,7 @@ from zerounlearn_editor.bench.neighbours import (
 )
 from zerounlearn_editor.bench.report import write_summary
 from zerounlearn_editor.bench.retain_sets import check_retain_disjoint, draw_retain, parse_retain_spec
-from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
+from zerounlearn_editor.bench.case_scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 
 __all__ = ["run_bench", "seed_path", "check_stored_neighbours", "ModelLoader", "PPL_TEXT"]
 

@@ -12,7 +12,7 @@ from typing import Any, Dict, Sequence
 from torch import nn
 
 from zerounlearn_editor.engine.stats import StatsRequest, cached_second_moments
-from zerounlearn_editor.bench.methods import HParamsLookup, PreparedMethod, StatsBank
+from zerounlearn_editor.bench.method_specs import HParamsLookup, PreparedMethod, StatsBank
 
 __all__ = ["Stage", "compute_statistics"]
 

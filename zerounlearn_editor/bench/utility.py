@@ -78,11 +78,11 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
     """Score every method on every task, write ``config.out`` (and the chart); returns the JSON."""
     from zerounlearn_editor.bench.config import retired_method_error
     from zerounlearn_editor.bench.fingerprint import ModelFingerprint
-    from zerounlearn_editor.bench.methods import HParamsLookup, MethodContext, load_main_hparams
+    from zerounlearn_editor.bench.method_specs import HParamsLookup, MethodContext, load_main_hparams
     from zerounlearn_editor.bench.registry import default_registry
     from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
     from zerounlearn_editor.bench.stages import compute_statistics
-    from zerounlearn_editor.data.registry import load_cases, sample_cases
+    from zerounlearn_editor.data.datasets import load_cases, sample_cases
     from zerounlearn_editor.engine.pipeline import restore_weights
 
     tasks = parse_tasks(config.tasks)
@@ -97,7 +97,7 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
     if edited and not config.data:
         raise ValueError(f"methods {edited} edit the model: pass --data (and --n-forget)")
     draw = parse_retain_spec(config.retain)
-    # the bench's retain-aware rows are named "<Method>+R" (bench.methods gives exactly those uses_retain)
+    # the bench's retain-aware rows are named "<Method>+R" (bench.method_specs gives exactly those uses_retain)
     needing = [m for m in edited if m.endswith("+R")]
     if needing and draw is None:
         raise ValueError(f"methods {needing} are retain-aware: pass --retain POLICY:K (e.g. same-answer:10)")

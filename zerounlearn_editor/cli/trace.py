@@ -18,7 +18,7 @@ def trace_facts_for(model: Any, tok: Any, data: str, data_path: Optional[str], n
     import random
 
     from zerounlearn_editor.bench.trace import TraceFact, known_facts
-    from zerounlearn_editor.data.registry import load_cases
+    from zerounlearn_editor.data.datasets import load_cases
 
     cases = list(load_cases(data, path=data_path))
     random.Random(seed).shuffle(cases)

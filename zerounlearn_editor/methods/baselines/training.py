@@ -34,7 +34,7 @@ from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.support.model_access import check_layers, model_device, parameter_name_of_weight
 from zerounlearn_editor.engine.pipeline import restore_weights
 from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, normalize_requests
-from zerounlearn_editor.methods.baselines.hparams import BaselineHyperParams
+from zerounlearn_editor.methods.baselines.config import BaselineHyperParams
 
 LOG = logging.getLogger(__name__)
 
