@@ -1,7 +1,7 @@
 """The package's import graph has no cycles, points down the layers only, and no module imports another
 module's private name.
 
-Layers: the order written in the README's "Code layout" section (:data:`LAYER_LINE`), bottom first; a
+Layers: the order written in CONTRIBUTING.md's "Code layout" section (:data:`LAYER_LINE`), bottom first; a
 module of a layer imports only modules of its own or a lower layer (the package's ``__init__`` and
 ``__main__`` sit above every layer).
 
@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 PACKAGE = "zerounlearn_editor"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
-LAYOUT_DOC = ROOT.parent / "README.md"
+LAYOUT_DOC = ROOT.parent / "CONTRIBUTING.md"
 LAYER_LINE = re.compile(r"^Layers, bottom to top: (.+)$", re.MULTILINE)
 """The layout doc's line ``Layers, bottom to top: `support` < `data` < ...``: the layer order tested here."""
 

@@ -255,7 +255,7 @@ class EditHyperParams(BaseHyperParams):
     )})
     targets_optimizer: Literal["adam", "adam_kv"] = field(default="adam_kv", metadata={"help": (
         "`adam_kv` (default): the paper's Adam loop (same updates, clamp and early stop) on cached prefix "
-        "keys/values, equal to `adam` up to float rounding and 2.4-2.75x faster on SmolLM2 at n = 50 "
+        "keys/values, equal to `adam` up to float rounding and faster "
         "(benchmarks/RESULTS.md, \"Speed\"); `adam`: the same loop on full forwards (the reference; set it to "
         "reproduce earlier runs bit for bit)"
     )})
