@@ -274,10 +274,10 @@ def test_group_generation_columns(tok, constant, workspace, tmp_path, monkeypatc
 
     def says_paris(model, tok_, prompts, max_new_tokens, batch_size=16):
         seen.extend(prompts)
-        assert max_new_tokens == scoring.GROUP_GENERATION_TOKENS
+        assert max_new_tokens == case_scoring.GROUP_GENERATION_TOKENS
         return ["Paris ." for _ in prompts]
 
-    monkeypatch.setattr(scoring, "generate_greedy", says_paris)
+    monkeypatch.setattr(case_scoring, "generate_greedy", says_paris)
     out = tmp_path / "out"
     summary = run_bench(_config(workspace, out, "rwku", ["base"], group_generation=True), model=constant, tok=tok)
     metrics = {k: v["mean"] for k, v in summary["methods"]["base"]["metrics"].items()}
