@@ -221,7 +221,7 @@ def test_targets_fall_back_from_the_kv_cache_with_a_note(tmp_path, caplog):
     for optimizer in ("adam_kv", "adam"):
         hp = ZeroUnlearnGDHyperParams.from_dict(tiny_hparams_dict(tmp_path / "s", corpus, alg_name="ZeroUnlearn-GD",
                                                                   targets_optimizer=optimizer))
-        with caplog.at_level("INFO", logger="zerounlearn_editor.engine.targets_kv"):
+        with caplog.at_level("INFO", logger="zerounlearn_editor.engine.targets.kv_suffix"):
             z[optimizer] = neutral_targets(model, tok, forget_requests()[:2], hp).z
     notes = [r for r in caplog.records if "KV-cached evaluation covers" in r.getMessage()]
     assert len(notes) == 1 and "gemma3_text" in notes[0].getMessage()

@@ -33,7 +33,7 @@ from zerounlearn_editor.engine.stats import collect_second_moments
 
 PACKAGE = REPO_ROOT / "zerounlearn_editor"
 EDIT_PATH_MODULES = [
-    "engine/stats/__init__.py", "engine/stats/collect.py", "engine/stats/cache.py", "engine/pipeline.py", "engine/targets.py", "engine/adam.py", "engine/keys.py", "engine/contexts.py",
+    "engine/stats/__init__.py", "engine/stats/collect.py", "engine/stats/cache.py", "engine/pipeline.py", "engine/targets/__init__.py", "engine/targets/kv_suffix.py", "engine/adam.py", "engine/keys.py", "engine/contexts.py",
     "engine/encoding.py", "support/model_access.py", "bench/reference_pipeline.py", "methods/zerounlearn/method.py",
     "methods/zerounlearn_gd/method.py", "methods/zerounlearn/solve.py", "methods/zerounlearn_gd/solve.py",
 ]

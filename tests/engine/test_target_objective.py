@@ -15,7 +15,7 @@ from tiny_models import forget_requests, sharp_tiny_llama, tiny_gd_target_hparam
 from zerounlearn_editor.engine.hparams import HParamsError
 from zerounlearn_editor.engine.requests import RequestError
 from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets, target_settings
-from zerounlearn_editor.engine.target_rows import answer_logprobs, suppression_loss, suppression_per_request
+from zerounlearn_editor.engine.targets.rows import answer_logprobs, suppression_loss, suppression_per_request
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 
 

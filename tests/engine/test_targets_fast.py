@@ -15,7 +15,7 @@ from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.support.model_access import StopForward, capture_outputs, get_module, hidden_of
 from zerounlearn_editor.engine.requests import normalize_requests
 from zerounlearn_editor.engine.targets import TargetConfig, loss_layer_module, optimise_neutral_targets
-from zerounlearn_editor.engine.targets_kv import KVSuffix
+from zerounlearn_editor.engine.targets.kv_suffix import KVSuffix
 
 BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "qwen3": tiny_qwen3}
 

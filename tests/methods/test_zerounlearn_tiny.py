@@ -234,7 +234,7 @@ def test_prefix_reuse_gives_the_same_targets_as_full_forwards(arch, loss_layer, 
         loss_layer_module=loss_layer_module(model, loss_layer, "model.layers.{}"), fact_token="subject_last",
         steps=8, lr=0.5, weight_decay=1e-3, clamp_norm_factor=20.0, kl_factor=0.1, early_stop_loss=0.05, chunk_size=8,
     )
-    from zerounlearn_editor.engine.targets_kv import SuffixLayers
+    from zerounlearn_editor.engine.targets.kv_suffix import SuffixLayers
 
     assert SuffixLayers.supported(model, cfg.layer_module, cfg.ln_f_module)
     ids = [target_token_ids(tok, None)] * len(requests)

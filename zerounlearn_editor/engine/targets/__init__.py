@@ -28,8 +28,8 @@ from zerounlearn_editor.support.model_access import (
     num_hidden_layers,
 )
 from zerounlearn_editor.engine.requests import ForgetRequest
-from zerounlearn_editor.engine.target_rows import encode_target_rows, suppression_per_request
-from zerounlearn_editor.engine.targets_kv import OPTIMIZERS, KVSuffix, SuffixLayers, note_kv_fallback
+from zerounlearn_editor.engine.targets.rows import encode_target_rows, suppression_per_request
+from zerounlearn_editor.engine.targets.kv_suffix import OPTIMIZERS, KVSuffix, SuffixLayers, note_kv_fallback
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class TargetConfig:
     chunk_size: int
     reuse_prefix: bool = True  # run only the layers after the edited one per step, where supported
     # "adam": every row on full forwards (this low-level default; the hparams key defaults to "adam_kv");
-    # "adam_kv": the active rows on the KV-cached suffix (see targets_kv)
+    # "adam_kv": the active rows on the KV-cached suffix (see .kv_suffix)
     optimizer: str = "adam"
     # "neutral": per target token the NLL -log p (the paper); "suppress_answer": the target tokens are the
     # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in)
