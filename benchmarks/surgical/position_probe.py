@@ -1,6 +1,6 @@
 """Where in a lost neighbour's prompt does the edit do its damage? (issue 10 diagnosis)
 
-For each seed: sample the cases exactly as ``benchmarks/surgical.py`` does, edit with one
+For each seed: sample the cases exactly as ``benchmarks/surgical/harness.py`` does, edit with one
 ZeroUnlearn-GD(+R) setting, and for every neighbourhood prompt the unedited model answered (token
 accuracy > 0) and the edit broke (accuracy lower after it), measure the first answer token's
 probability with the edited ``down_proj`` weights used
@@ -11,7 +11,7 @@ probability with the edited ``down_proj`` weights used
 
 Each edited layer's output is mixed per position between the edited and the original weight (a
 forward hook on ``down_proj``), so the numbers isolate positions, not layers. The retain set and
-the neutral targets are those of ``surgical.py`` (``--targets-dir`` reuses its cache folder)::
+the neutral targets are those of ``surgical/harness.py`` (``--targets-dir`` reuses its cache folder)::
 
     OMP_NUM_THREADS=1 python benchmarks/surgical/position_probe.py --data counterfact-easyedit --n 50 \\
         --seeds 11-13 --retain same-answer:5 --targets-dir benchmarks/results/surgical/ts_n50_seeds11-13/targets \\
@@ -33,8 +33,8 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import surgical  # noqa: E402  (benchmarks/surgical.py: the same sampling, retain draw and target cache)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness as surgical  # noqa: E402  (benchmarks/surgical/harness.py: the same sampling, retain draw and target cache)
 
 from zerounlearn_editor.bench.config import parse_seeds  # noqa: E402
 from zerounlearn_editor.support.files import write_json_atomic  # noqa: E402
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", default="11-13")
     parser.add_argument("--retain", default="same-answer:5")
     parser.add_argument("--known-min-accuracy", type=float, default=1.0)
-    parser.add_argument("--targets-dir", required=True, help="surgical.py's targets cache folder (filled if missing)")
+    parser.add_argument("--targets-dir", required=True, help="surgical/harness.py's targets cache folder (filled if missing)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)

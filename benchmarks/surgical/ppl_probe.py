@@ -1,6 +1,6 @@
 """Where does the n = 50 edit's perplexity cost come from? (issue 10 diagnosis)
 
-For one seed of the surgical harness (same cases, retain draw and cached targets as ``benchmarks/surgical.py``)
+For one seed of the surgical harness (same cases, retain draw and cached targets as ``benchmarks/surgical/harness.py``)
 and one ZeroUnlearn-GD(+R) setting, on the perplexity text (the embedded WikiText-2 test split, 8 windows of 512
 tokens):
 
@@ -17,7 +17,7 @@ tokens):
 * the targets: the residual's norm relative to the hidden state's (how many sit on the clamp).
 
     OMP_NUM_THREADS=1 python benchmarks/surgical/ppl_probe.py --seed 11 --retain same-answer:10 \\
-        --targets-dir <surgical.py --out folder>/targets --overrides '{"norm_weight": 300.0, "layers": [12, 13, 14, 15, 16, 17, 18]}' \\
+        --targets-dir <surgical/harness.py --out folder>/targets --overrides '{"norm_weight": 300.0, "layers": [12, 13, 14, 15, 16, 17, 18]}' \\
         --out benchmarks/results/surgical/ppl_probe_n50_seed11.json
 """
 from __future__ import annotations
@@ -32,8 +32,8 @@ from typing import Any, Dict
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import surgical  # noqa: E402  (the same sampling, retain draw and target cache)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness as surgical  # noqa: E402  (the same sampling, retain draw and target cache)
 
 from zerounlearn_editor.support.files import write_json_atomic  # noqa: E402
 from zerounlearn_editor.bench.method_specs import load_main_hparams  # noqa: E402
@@ -71,8 +71,8 @@ def main(argv=None) -> int:
     parser.add_argument("--data", default="counterfact-easyedit")
     parser.add_argument("--n", type=int, default=50)
     parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--retain", default="same-answer:10", help="retain draw as in surgical.py, or 'none'")
-    parser.add_argument("--targets-dir", required=True, help="a surgical.py run's targets folder (reused or filled; "
+    parser.add_argument("--retain", default="same-answer:10", help="retain draw as in surgical/harness.py, or 'none'")
+    parser.add_argument("--targets-dir", required=True, help="a surgical/harness.py run's targets folder (reused or filled; "
                         "--data, --n and --retain must be that run's, as its target file names do not hold the cases)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)

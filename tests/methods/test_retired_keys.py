@@ -129,7 +129,7 @@ def test_speed_bench_refuses_lbfgs_before_loading_the_model(tmp_path, monkeypatc
 
 
 def _surgical():
-    spec = importlib.util.spec_from_file_location("surgical_bench", ROOT / "benchmarks" / "surgical.py")
+    spec = importlib.util.spec_from_file_location("surgical_bench", ROOT / "benchmarks" / "surgical" / "harness.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

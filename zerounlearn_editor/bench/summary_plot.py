@@ -6,7 +6,7 @@ as :func:`zerounlearn_editor.bench.report.summarize` writes it). Points of one m
 colour and are joined in order of Eff, so a sweep (one summary per setting) draws that method's
 trade-off front. Points are labelled with the run's name (the summary's ``name``, else its folder).
 
-The ``results.json`` of ``benchmarks/surgical.py`` (``{"run": {...}, "seeds": {seed: {variant: {"metrics":
+The ``results.json`` of ``benchmarks/surgical/harness.py`` (``{"run": {...}, "seeds": {seed: {variant: {"metrics":
 {...}}}}}``) is read too: one point per variant (``base`` included), mean and sample std over its seeds, or
 over the seeds asked for, so a knob sweep of that harness lands on the same axes as the bench's methods.
 """
@@ -32,7 +32,7 @@ def _run_label(path: Path, summary: Dict[str, Any]) -> str:
 
 def _surgical_points(path: Path, results: Dict[str, Any], methods: Optional[Sequence[str]],
                      seeds: Optional[Sequence[int]]) -> List[Dict[str, Any]]:
-    """Points of a ``benchmarks/surgical.py`` results.json (its ``seeds`` a mapping): one per variant, over its
+    """Points of a ``benchmarks/surgical/harness.py`` results.json (its ``seeds`` a mapping): one per variant, over its
     (selected) seeds."""
     chosen = {str(s) for s in seeds} if seeds is not None else None
     rows: Dict[str, List[Dict[str, Any]]] = {}

@@ -26,5 +26,5 @@ def register(sub: Any, parents: ModuleType) -> None:
                  parents.out("PNG file", required=True)],
     )
     p.add_argument("summaries", nargs="+", help="summary.json files of zerounlearn bench (one point per method and file), "
-                   "or results.json files of benchmarks/surgical.py (one point per variant)")
+                   "or results.json files of benchmarks/surgical/harness.py (one point per variant)")
     p.set_defaults(func=_cmd_plot)

@@ -13,7 +13,7 @@ ZeroUnlearn / ZeroUnlearn-GD YAML, ``overrides`` a mapping of keys to change (``
 ``retain`` whether the seed's retain set is passed (the variant keys ``retain_k`` / ``retain_known`` were
 retired: they kept fewer neighbours, see benchmarks/notebook/2026-11-23-surgical-tuning-waves.md). Example::
 
-    OMP_NUM_THREADS=1 python benchmarks/surgical.py --variants benchmarks/surgical/ablation.yaml \\
+    OMP_NUM_THREADS=1 python benchmarks/surgical/harness.py --variants benchmarks/surgical/ablation.yaml \\
         --data counterfact --n 10 --seeds 1-3 --retain siblings:5 --out results/surgical/rome_n10
 
 Targets depend only on the unedited model, the requests and the target settings, so every
