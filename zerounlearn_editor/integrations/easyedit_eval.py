@@ -23,6 +23,7 @@ method and an EasyEdit that cannot be imported are one-line errors before any mo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import importlib
 import inspect
@@ -447,6 +448,24 @@ def _model_digest(editor: Any) -> str:
     return f"{model_fingerprint(model)}|{_tokenizer_digest(editor.tok)}"
 
 
+def _check_fewshot(hparams: Any, inputs: Mapping[str, Any], data_path: str) -> None:
+    """A deep YAML (``experimental.fewshot_contexts``) has its built-in few-shot facts for every request, each
+    edited in its own call (:func:`~zerounlearn_editor.engine.contexts.check_fewshot_facts`), before the model loads."""
+    experimental = getattr(hparams, "experimental", None)
+    count = int(experimental.get("fewshot_contexts", 0)) if isinstance(experimental, Mapping) else 0
+    if not count:
+        return
+    from zerounlearn_editor.engine.contexts import check_fewshot_facts
+    from zerounlearn_editor.engine.requests import RequestError, normalize_requests
+
+    for i, (prompt, subject, truth) in enumerate(zip(inputs["prompts"], inputs["subject"], inputs["ground_truth"])):
+        try:
+            request = normalize_requests([{"prompt": prompt, "subject": subject, "ground_truth": truth or None}])
+            check_fewshot_facts([dataclasses.replace(r, index=i) for r in request], count)
+        except RequestError as exc:
+            raise SystemExit(f"--data_dir {data_path}: record {i}: {exc}") from exc
+
+
 def _read_pre_edit(path: Path, n_requests: int) -> List[Any]:
     """The cached pre-edit metrics of ``path`` (a JSON list, one entry per request), else a SystemExit naming it."""
     try:
@@ -504,6 +523,7 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
     else:
         inputs = flat_inputs(data, need_target=args.target_new == "keep")
         datatype = data.format
+    _check_fewshot(hparams, inputs, args.data_dir)
     label = hparams.model_name.rstrip("/").split("/")[-1] if isinstance(hparams.model_name, str) else "model"
     pre_edit = None
     if args.pre_file and Path(args.pre_file).exists():  # a given cache file is read before the model loads
