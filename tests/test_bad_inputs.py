@@ -1196,3 +1196,37 @@ def test_unlearn_deep_yaml_without_fewshot_facts_fails_before_loading(saved_tiny
     assert _unlearn(saved_tiny, "--hparams", str(deep), "--save", "none", facts=tmp_path / "facts.json") == 2
     assert re.search(FEWSHOT_ERROR, caplog.text), caplog.text
     assert _files(root / "stats") == stats
+
+
+# --------------------------------------------------------------------------- issue 36.15: empty list options
+
+_H = ["--hparams", "H"]
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["audit", *_H, "--data", "d", "--out", "o", "--quant", ""], "--quant"),  # dropped the quantization columns
+    (["audit", *_H, "--data", "d", "--out", "o", "--relearn-scopes", " , "], "--relearn-scopes"),
+    (["audit", *_H, "--data", "d", "--out", "o", "--probes", ""], "--probes"),
+    (["audit", *_H, "--data", "d", "--out", "o", "--methods", ""], "--methods"),
+    (["audit", *_H, "--data", "d", "--out", "o", "--seeds", ""], "--seeds"),
+    (["unlearn", *_H, "--facts", "f", "--audit", "--audit-quant", ""], "--audit-quant"),
+    (["bench", *_H, "--data", "d", "--out", "o", "--methods", ""], "--methods"),  # ran the default methods
+    (["bench-speed", "--layers", ""], "--layers"),  # edited the YAML's layers
+    (["bench-speed", "--targets-optimizers", ","], "--targets-optimizers"),  # ran without the comparison
+    (["bench-speed", "--pipeline", ""], "--pipeline"),
+    (["bench-speed", "--n", ""], "--n"),
+    (["plot", "s.json", "--methods", ""], "--methods"),  # plotted every method
+    (["plot", "s.json", "--seeds", ""], "--seeds"),  # averaged over every seed
+    (["utility", *_H, "--out", "o", "--method", ""], "--method"),
+    (["utility", *_H, "--out", "o", "--tasks", ""], "--tasks"),
+    (["init-hparams", "--method", "ZeroUnlearn", "--model", "m", "--layers", ""], "--layers"),
+])
+def test_cli_empty_list_option_is_an_error(argv, option, capsys):
+    """Issue 36.15: an empty comma-list option was read as "nothing" (a dropped column) or as its default."""
+    from zerounlearn_editor.cli import main as cli_main
+
+    with pytest.raises(SystemExit) as info:
+        cli_main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and f"argument {option}: empty value" in err, err
+    assert "give a comma list, or leave the option out for its default" in err
