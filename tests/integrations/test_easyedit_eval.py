@@ -431,6 +431,7 @@ def test_eval_script_bad_input_is_one_line_before_the_model_loads(case, tmp_path
     assert re.search(BAD_CASES[case], message), message
     assert "\n" not in message
     assert _FakeEditor.loads == [] and _FakeEditor.calls == [], "the model was loaded before the bad input was found"
+    assert not (tmp_path / "out").exists(), "the output folder was created for a refused run"
 
 
 def test_eval_script_easyedit_without_its_dependencies(tmp_path, monkeypatch, caplog):

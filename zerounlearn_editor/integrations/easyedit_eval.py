@@ -388,7 +388,7 @@ def _load_easyedit(path: Optional[str]) -> Dict[str, Any]:  # noqa: D401 - EasyE
 
 
 def _check_output_paths(args: argparse.Namespace) -> Path:
-    """``--metrics_save_dir`` (a folder, created) and ``--pre_file`` (a file, its folder existing) before any work."""
+    """``--metrics_save_dir`` (a folder or nothing yet) and ``--pre_file`` (a file, its folder existing) before any work."""
     out = Path(args.metrics_save_dir)
     if out.exists() and not out.is_dir():
         raise SystemExit(f"--metrics_save_dir {out} is a file, not a folder; give a folder (it is created if missing)")
@@ -401,7 +401,6 @@ def _check_output_paths(args: argparse.Namespace) -> Path:
             raise SystemExit(f"--pre_file {pre} is not a regular file")
         if not pre.exists() and not pre.parent.is_dir():
             raise SystemExit(f"--pre_file {pre}: its folder {pre.parent} does not exist")
-    out.mkdir(parents=True, exist_ok=True)
     return out
 
 
@@ -543,6 +542,7 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
         else:
             hparams.use_icl_examples = False
 
+    out.mkdir(parents=True, exist_ok=True)
     editor = easyedit["BaseEditor"].from_hparams(hparams)
     if args.target_new == "neutral":
         neutral = getattr(hparams, "neutral_target", None) or editor.tok.eos_token
