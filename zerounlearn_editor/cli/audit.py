@@ -5,7 +5,7 @@ import argparse
 from types import ModuleType
 from typing import Any
 
-from zerounlearn_editor.cli.common import comma_list, config_from_args
+from zerounlearn_editor.cli.common import comma_list, comma_option, config_from_args
 
 
 def _int_list(text: str) -> tuple:
@@ -19,14 +19,14 @@ def _int_list(text: str) -> tuple:
 
 
 def _names(text: str) -> tuple:
-    return tuple(comma_list(text))
+    return tuple(comma_list(comma_option(text)))
 
 
 def add_probe_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
     """The probe settings (``--probes``, ``--shots``, ...), optionally prefixed (``--audit-probes``)."""
     from zerounlearn_editor.evaluation.audit.plan import FAMILIES
 
-    p.add_argument(f"--{prefix}probes", default="all", help=f"probe families, comma list of {','.join(FAMILIES)} or all")
+    p.add_argument(f"--{prefix}probes", type=comma_option, default="all", help=f"probe families, comma list of {','.join(FAMILIES)} or all")
     p.add_argument(f"--{prefix}shots", type=_int_list, default=(1, 3, 5), help="in-context example counts (default 1,3,5)")
     p.add_argument(f"--{prefix}quant", type=_names, default=("int8", "int4", "int4g16"),
                    help="quantization schemes: int8, int4 (per channel), int4g16 (groups of 16)")

@@ -39,7 +39,9 @@ from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperP
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.methods.zerounlearn.method import check_request_capacity
 from zerounlearn_editor.support.output_dir import check_free_space, check_output_dir, staged_output_dir
+from zerounlearn_editor.engine.contexts import check_fewshot_facts
 from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
+from zerounlearn_editor.engine.requests import normalize_requests
 from zerounlearn_editor.support.progress import progress_scope
 from zerounlearn_editor.data.record_files import RecordFileError, read_record_list, require_fields
 from zerounlearn_editor.engine.retain import load_retain_file
@@ -178,6 +180,9 @@ def run_unlearn(
             check_output_dir(out_dir, (REPORT_NAME,))
         hparams, apply = load_method(hparams_file)
         facts = load_facts(facts_file)
+        fewshot = int(hparams.experimental.get("fewshot_contexts", 0))
+        if fewshot:  # a deep YAML's few-shot facts are planned from the facts alone, before the model loads
+            check_fewshot_facts(normalize_requests(facts), fewshot)
         if retain_file:
             load_retain_file(retain_file)  # errors name the file, record and field
             if not any(v > 0 for v in hparams.retain_weights().values()):
