@@ -3,8 +3,13 @@
 
 Borrowed facts never name a forgotten subject or answer (case-insensitive, in prompt or answer):
 "The capital of France is Paris." would hand the model the forgotten answer. Same-relation facts come
-first (the dataset's ``relation``; for a facts file the prompt with the subject replaced by ``{}``),
-then facts of other relations. Every draw is seeded.
+first, then facts of other relations. Every draw is seeded.
+
+A fact's relation is the dataset's relation id where it has one, else its *template*: the prompt with
+the subject replaced by ``{}``, whitespace collapsed, lower-cased (:func:`relation_of`). The pool
+(:func:`audit_pool`) is the dataset's facts plus the package's built-in facts
+(:mod:`zerounlearn_editor.data.facts`: capitals and general facts); a built-in fact whose template is
+a template of the dataset's relation ``R`` counts as relation ``R``.
 """
 from __future__ import annotations
 
@@ -59,17 +64,58 @@ def items_from_cases(cases: Sequence[UnlearnCase]) -> List[AuditItem]:
             questions = tuple(case.probe_groups.get("forget_level2", ()))
             groups = {name: tuple(case.probe_groups[key]) for key, name in RWKU_LEVELS.items() if case.probe_groups.get(key)}
         items.append(AuditItem(case.case_id, request["prompt"], request["subject"], request["ground_truth"],
-                               case.relation, paraphrases, questions, groups))
+                               _case_relation(case), paraphrases, questions, groups))
     return items
 
 
 def pool_from_cases(cases: Sequence[UnlearnCase]) -> List[PoolFact]:
-    """One pool fact per case (its request), with the case's relation."""
-    return [PoolFact(c.request["prompt"], c.request["subject"], c.request["ground_truth"], c.relation) for c in cases]
+    """One pool fact per case (its request), with the case's relation (its template when it has none)."""
+    return [PoolFact(c.request["prompt"], c.request["subject"], c.request["ground_truth"], _case_relation(c))
+            for c in cases]
 
 
-def _relation_of(prompt: str, subject: str) -> str:
-    return prompt.replace(subject, "{}", 1)
+def relation_of(prompt: str, subject: str) -> str:
+    """A fact's template: ``prompt`` with its first ``subject`` replaced by ``{}``, whitespace collapsed,
+    lower-cased (``"The capital of France is"`` -> ``"the capital of {} is"``)."""
+    return " ".join(prompt.replace(subject, "{}", 1).split()).lower()
+
+
+def _case_relation(case: UnlearnCase) -> str:
+    """The case's relation id, else its request's template (:func:`relation_of`)."""
+    if case.relation is not None and "{}" not in case.relation:
+        return case.relation
+    return relation_of(case.request["prompt"], case.request["subject"])
+
+
+def builtin_pool() -> List[PoolFact]:
+    """The package's hand-written facts (:mod:`zerounlearn_editor.data.facts`), relation = template."""
+    from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS
+
+    return pool_from_facts(CAPITALS_TO_FORGET + OTHER_CAPITALS + UNRELATED_FACTS)
+
+
+def audit_pool(*parts: Sequence[PoolFact]) -> List[PoolFact]:
+    """The pool facts of ``parts`` (e.g. the dataset's, then :func:`builtin_pool`), each ``(prompt, answer)``
+    once. A fact whose relation is a template used by facts of one relation id takes that id (a built-in
+    ``"The capital of {} is"`` fact joins CounterFact's ``P36`` when the dataset holds that template)."""
+    facts = [f for part in parts for f in part]
+    ids: Dict[str, set] = {}
+    for f in facts:
+        if f.relation is not None and "{}" not in f.relation:
+            ids.setdefault(relation_of(f.prompt, f.subject), set()).add(f.relation)
+    out: List[PoolFact] = []
+    seen = set()
+    for f in facts:
+        key = (f.prompt.strip(), f.answer.strip().lower())
+        if key in seen:
+            continue
+        seen.add(key)
+        if f.relation is None or "{}" in f.relation:
+            named = ids.get(relation_of(f.prompt, f.subject), set())
+            relation = next(iter(named)) if len(named) == 1 else relation_of(f.prompt, f.subject)
+            f = PoolFact(f.prompt, f.subject, f.answer, relation)
+        out.append(f)
+    return out
 
 
 def items_from_facts(records: Sequence[Mapping[str, Any]]) -> List[AuditItem]:
@@ -78,7 +124,7 @@ def items_from_facts(records: Sequence[Mapping[str, Any]]) -> List[AuditItem]:
     for index, record in enumerate(records):
         answer = str(record["answer"]).strip()
         items.append(AuditItem(
-            str(index), record["prompt"], record["subject"], answer, _relation_of(record["prompt"], record["subject"]),
+            str(index), record["prompt"], record["subject"], answer, relation_of(record["prompt"], record["subject"]),
             tuple(Probe(p.strip(), answer) for p in record.get("paraphrases") or ()),
             tuple(Probe(q.strip(), answer) for q in record.get("questions") or ()),
         ))
@@ -87,7 +133,7 @@ def items_from_facts(records: Sequence[Mapping[str, Any]]) -> List[AuditItem]:
 
 def pool_from_facts(facts: Sequence[Tuple[str, str, str]]) -> List[PoolFact]:
     """Pool facts from ``(prompt, subject, answer)`` triples; relation = the prompt's template."""
-    return [PoolFact(p, s, a, _relation_of(p, s)) for p, s, a in facts]
+    return [PoolFact(p, s, a, relation_of(p, s)) for p, s, a in facts]
 
 
 def forbidden_of(items: Sequence[AuditItem]) -> Tuple[str, ...]:
@@ -96,7 +142,7 @@ def forbidden_of(items: Sequence[AuditItem]) -> Tuple[str, ...]:
     return tuple(sorted(words))
 
 
-def _allowed(pool: Sequence[PoolFact], forbidden: Sequence[str]) -> List[PoolFact]:
+def allowed_facts(pool: Sequence[PoolFact], forbidden: Sequence[str]) -> List[PoolFact]:
     """The pool facts whose prompt and answer (case-insensitive) contain no forbidden word."""
     return [f for f in pool if not any(word in f"{f.prompt} {f.answer}".lower() for word in forbidden)]
 
@@ -108,7 +154,7 @@ def _rng(seed: int, *parts: object) -> random.Random:
 def borrow(pool: Sequence[PoolFact], relation: Optional[str], k: int, forbidden: Sequence[str], seed: int,
            tag: str) -> List[PoolFact]:
     """``k`` allowed pool facts, same relation first (shuffled with ``seed`` and ``tag``), then others."""
-    allowed = _allowed(pool, forbidden)
+    allowed = allowed_facts(pool, forbidden)
     same = [f for f in allowed if relation is not None and f.relation == relation]
     other = [f for f in allowed if not (relation is not None and f.relation == relation)]
     rng = _rng(seed, tag)
@@ -117,19 +163,31 @@ def borrow(pool: Sequence[PoolFact], relation: Optional[str], k: int, forbidden:
     return (same + other)[:k]
 
 
-def distractors(item: AuditItem, pool: Sequence[PoolFact], k: int, forbidden: Sequence[str],
-                seed: int) -> List[str]:
-    """``k`` distinct wrong answers, same relation first; never a forgotten answer or the item's own."""
-    answers: List[str] = []
+def distractor_facts(item: AuditItem, pool: Sequence[PoolFact], k: int, forbidden: Sequence[str],
+                     seed: int) -> List[PoolFact]:
+    """The pool facts giving ``k`` distinct wrong answers, same relation first; never a forgotten answer or
+    the item's own."""
+    chosen: List[PoolFact] = []
     seen = {item.answer.strip().lower()}
     for fact in borrow(pool, item.relation, len(pool), forbidden, seed, f"mc:{item.case_id}"):
         key = fact.answer.strip().lower()
         if key not in seen:
             seen.add(key)
-            answers.append(fact.answer.strip())
-        if len(answers) == k:
+            chosen.append(fact)
+        if len(chosen) == k:
             break
-    return answers
+    return chosen
+
+
+def distractors(item: AuditItem, pool: Sequence[PoolFact], k: int, forbidden: Sequence[str],
+                seed: int) -> List[str]:
+    """``k`` distinct wrong answers, same relation first; never a forgotten answer or the item's own."""
+    return [f.answer.strip() for f in distractor_facts(item, pool, k, forbidden, seed)]
+
+
+def same_relation(item: AuditItem, facts: Sequence[PoolFact]) -> int:
+    """How many of ``facts`` share ``item``'s relation."""
+    return sum(1 for f in facts if item.relation is not None and f.relation == item.relation)
 
 
 def relearn_facts(items: Sequence[AuditItem], pool: Sequence[PoolFact], n: int, forbidden: Sequence[str],
@@ -137,7 +195,7 @@ def relearn_facts(items: Sequence[AuditItem], pool: Sequence[PoolFact], n: int, 
     """Up to ``n`` allowed facts for relearning, taken round-robin over the items' relations, then any."""
     relations = list(dict.fromkeys(item.relation for item in items if item.relation is not None))
     rng = _rng(seed, "relearn")
-    allowed = _allowed(pool, forbidden)
+    allowed = allowed_facts(pool, forbidden)
     by_relation = {r: [f for f in allowed if f.relation == r] for r in relations}
     for facts in by_relation.values():
         rng.shuffle(facts)
