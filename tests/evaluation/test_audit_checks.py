@@ -208,6 +208,23 @@ def test_the_audit_pool_adds_the_builtin_facts_under_the_datasets_relation_ids()
     assert len({(f.prompt, f.answer) for f in pool}) == len(pool)
 
 
+def test_builtin_facts_only_fill_in_where_the_dataset_is_thin():
+    from zerounlearn_editor.evaluation.audit.items import audit_pool, borrow, builtin_pool, relearn_facts
+
+    data = pool_from_cases([_case(str(i), s, a, relation="P36") for i, (s, a) in
+                            enumerate([("italy", "rome"), ("spain", "madrid"), ("japan", "tokyo"), ("egypt", "cairo")])])
+    pool = audit_pool(data, builtin_pool())
+    item = items_from_cases([_case("9", "france", "paris", relation="P36")])[0]
+    for seed in range(5):
+        picked = borrow(pool, "P36", 6, ("france", "paris"), seed, "ic")
+        assert {f.prompt for f in picked[:4]} == {f.prompt for f in data}  # the dataset's siblings first
+        assert all(f.builtin and f.relation == "P36" for f in picked[4:])  # then built-in capitals
+        relearn = relearn_facts([item], pool, 6, ("france", "paris"), seed)
+        assert {f.prompt for f in relearn[:4]} == {f.prompt for f in data} and all(f.builtin for f in relearn[4:])
+    # a pool without built-in facts draws exactly as before (same seeded order)
+    assert borrow(data, "P36", 3, (), 1, "ic") == borrow(audit_pool(data), "P36", 3, (), 1, "ic")
+
+
 def test_thin_dataset_pool_borrows_same_relation_builtin_facts(tmp_path, caplog):
     """Twenty capitals with no relation id, all forgotten: the dataset itself has no capital left to borrow."""
     ws = _tiny_workspace(tmp_path)

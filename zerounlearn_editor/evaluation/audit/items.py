@@ -9,10 +9,13 @@ A fact's relation is the dataset's relation id where it has one, else its *templ
 the subject replaced by ``{}``, whitespace collapsed, lower-cased (:func:`relation_of`). The pool
 (:func:`audit_pool`) is the dataset's facts plus the package's built-in facts
 (:mod:`zerounlearn_editor.data.facts`: capitals and general facts); a built-in fact whose template is
-a template of the dataset's relation ``R`` counts as relation ``R``.
+a template of the dataset's relation ``R`` counts as relation ``R``. Built-in facts are drawn only after
+the dataset's facts of the same relation, so they fill in where the dataset is thin (a ``-deep.yaml`` edit
+sees them as few-shot contexts: where they are drawn, those columns are not held out for it).
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -22,12 +25,14 @@ from zerounlearn_editor.data.types import Probe, UnlearnCase
 
 @dataclass(frozen=True)
 class PoolFact:
-    """A fact the audit may show the model: ``prompt + " " + answer``; ``relation`` may be None."""
+    """A fact the audit may show the model: ``prompt + " " + answer``; ``relation`` may be None; ``builtin``:
+    one of the package's hand-written facts (borrowed after the dataset's facts of the same relation)."""
 
     prompt: str
     subject: str
     answer: str
     relation: Optional[str] = None
+    builtin: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,7 @@ def builtin_pool() -> List[PoolFact]:
     """The package's hand-written facts (:mod:`zerounlearn_editor.data.facts`), relation = template."""
     from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS
 
-    return pool_from_facts(CAPITALS_TO_FORGET + OTHER_CAPITALS + UNRELATED_FACTS)
+    return [dataclasses.replace(f, builtin=True) for f in pool_from_facts(CAPITALS_TO_FORGET + OTHER_CAPITALS + UNRELATED_FACTS)]
 
 
 def audit_pool(*parts: Sequence[PoolFact]) -> List[PoolFact]:
@@ -113,7 +118,7 @@ def audit_pool(*parts: Sequence[PoolFact]) -> List[PoolFact]:
         if f.relation is None or "{}" in f.relation:
             named = ids.get(relation_of(f.prompt, f.subject), set())
             relation = next(iter(named)) if len(named) == 1 else relation_of(f.prompt, f.subject)
-            f = PoolFact(f.prompt, f.subject, f.answer, relation)
+            f = dataclasses.replace(f, relation=relation)
         out.append(f)
     return out
 
@@ -151,15 +156,26 @@ def _rng(seed: int, *parts: object) -> random.Random:
     return random.Random(":".join(str(p) for p in (seed, *parts)))
 
 
+def _shuffled(rng: random.Random, facts: List[PoolFact]) -> List[PoolFact]:
+    """The dataset's facts, then the built-in ones, each group shuffled by ``rng`` (no built-in fact: the
+    draw is the one of a dataset-only pool)."""
+    data = [f for f in facts if not f.builtin]
+    builtin = [f for f in facts if f.builtin]
+    rng.shuffle(data)
+    rng.shuffle(builtin)
+    return data + builtin
+
+
 def borrow(pool: Sequence[PoolFact], relation: Optional[str], k: int, forbidden: Sequence[str], seed: int,
            tag: str) -> List[PoolFact]:
-    """``k`` allowed pool facts, same relation first (shuffled with ``seed`` and ``tag``), then others."""
+    """``k`` allowed pool facts (shuffled with ``seed`` and ``tag``): the dataset's of the same relation, the
+    built-in ones of the same relation, then the dataset's others, then the built-in others."""
     allowed = allowed_facts(pool, forbidden)
     same = [f for f in allowed if relation is not None and f.relation == relation]
     other = [f for f in allowed if not (relation is not None and f.relation == relation)]
     rng = _rng(seed, tag)
-    rng.shuffle(same)
-    rng.shuffle(other)
+    same = _shuffled(rng, same)
+    other = _shuffled(rng, other)
     return (same + other)[:k]
 
 
@@ -196,14 +212,14 @@ def relearn_facts(items: Sequence[AuditItem], pool: Sequence[PoolFact], n: int, 
     relations = list(dict.fromkeys(item.relation for item in items if item.relation is not None))
     rng = _rng(seed, "relearn")
     allowed = allowed_facts(pool, forbidden)
-    by_relation = {r: [f for f in allowed if f.relation == r] for r in relations}
-    for facts in by_relation.values():
-        rng.shuffle(facts)
+    by_relation = {}
+    for r in relations:  # taken from the end: the dataset's facts first, then the built-in ones
+        ordered = _shuffled(rng, [f for f in allowed if f.relation == r])
+        by_relation[r] = [f for f in ordered if f.builtin] + [f for f in ordered if not f.builtin]
     chosen: List[PoolFact] = []
     while len(chosen) < n and any(by_relation.values()):
         for relation in relations:
             if by_relation[relation] and len(chosen) < n:
                 chosen.append(by_relation[relation].pop())
-    rest = [f for f in allowed if f not in chosen]
-    rng.shuffle(rest)
+    rest = _shuffled(rng, [f for f in allowed if f not in chosen])
     return chosen + rest[: n - len(chosen)]
