@@ -208,6 +208,22 @@ def test_the_audit_pool_adds_the_builtin_facts_under_the_datasets_relation_ids()
     assert len({(f.prompt, f.answer) for f in pool}) == len(pool)
 
 
+def test_template_variants_of_one_relation_are_related():
+    from zerounlearn_editor.evaluation.audit.items import audit_pool, borrow, builtin_pool, related
+
+    capital = ["the capital of {} is", "{}'s capital city is", "{}, which has the capital city", "{}'s capital,"]
+    assert all(related(a, b) for a in capital for b in capital)
+    assert not related("the capital of {} is", "{} is a twin city of")
+    assert not related("{}, in", "{} is located in") and related("{}, in", "{}, in")  # prepositions alone: exact only
+    assert related("{} is located in", "{} is located in the continent") and not related("P36", "P17")
+    assert not related(None, None) and not related("the capital of {} is", "P36")
+    # a capital asked as "X's capital city," borrows the built-in "The capital of Y is" facts as same relation
+    item = items_from_cases([_case("0", "Scotland", "Edinburgh", "{}'s capital city,")])[0]
+    pool = audit_pool(builtin_pool())
+    picked = borrow(pool, item.relation, 5, ("scotland", "edinburgh"), 1, "ic")
+    assert all(f.prompt.startswith("The capital of") for f in picked)
+
+
 def test_builtin_facts_only_fill_in_where_the_dataset_is_thin():
     from zerounlearn_editor.evaluation.audit.items import audit_pool, borrow, builtin_pool, relearn_facts
 

@@ -6,7 +6,9 @@ Borrowed facts never name a forgotten subject or answer (case-insensitive, in pr
 first, then facts of other relations. Every draw is seeded.
 
 A fact's relation is the dataset's relation id where it has one, else its *template*: the prompt with
-the subject replaced by ``{}``, whitespace collapsed, lower-cased (:func:`relation_of`). The pool
+the subject replaced by ``{}``, whitespace collapsed, lower-cased (:func:`relation_of`); two templates are
+the same relation when the content words of one are among the other's (:func:`related`: CounterFact words
+one relation several ways, ``"The capital of {} is"``, ``"{}'s capital city,"``). The pool
 (:func:`audit_pool`) is the dataset's facts plus the package's built-in facts
 (:mod:`zerounlearn_editor.data.facts`: capitals and general facts); a built-in fact whose template is
 a template of the dataset's relation ``R`` counts as relation ``R``. Built-in facts are drawn only after
@@ -16,9 +18,11 @@ sees them as few-shot contexts: where they are drawn, those columns are not held
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
+import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from zerounlearn_editor.data.types import Probe, UnlearnCase
 
@@ -85,6 +89,32 @@ def relation_of(prompt: str, subject: str) -> str:
     return " ".join(prompt.replace(subject, "{}", 1).split()).lower()
 
 
+_FUNCTION_WORDS = frozenset("the a an of is was are were be been which who whose that has had have s".split())
+_PREPOSITIONS = frozenset("in on at by for from to with as into of".split())
+
+
+@functools.lru_cache(maxsize=4096)
+def template_words(template: str) -> FrozenSet[str]:
+    """The content words of a template (lower-case letters runs, function words dropped):
+    ``"{}'s capital city is"`` -> ``{"capital", "city"}``, ``"the capital of {} is"`` -> ``{"capital"}``."""
+    return frozenset(w for w in re.findall(r"[a-z]+", template.replace("{}", " ").lower()) if w not in _FUNCTION_WORDS)
+
+
+def related(a: Optional[str], b: Optional[str]) -> bool:
+    """Whether relations ``a`` and ``b`` are the same relation: equal, or both templates (they hold ``{}``)
+    whose content words (:func:`template_words`) are one within the other, the smaller holding a word that is
+    not a preposition (``"the capital of {} is"`` ~ ``"{}'s capital city,"``; ``"{}, in"`` only equals
+    itself). Relation ids are compared as they are."""
+    if a is None or b is None:
+        return False
+    if a == b:
+        return True
+    if "{}" not in a or "{}" not in b:
+        return False
+    small, large = sorted((template_words(a), template_words(b)), key=len)
+    return bool(small - _PREPOSITIONS) and small <= large
+
+
 def _case_relation(case: UnlearnCase) -> str:
     """The case's relation id, else its request's template (:func:`relation_of`)."""
     if case.relation is not None and "{}" not in case.relation:
@@ -102,9 +132,9 @@ def builtin_pool() -> List[PoolFact]:
 def audit_pool(*parts: Sequence[PoolFact]) -> List[PoolFact]:
     """The pool facts of ``parts`` (e.g. the dataset's, then :func:`builtin_pool`), each ``(prompt, answer)``
     once. A fact whose relation is a template used by facts of one relation id takes that id (a built-in
-    ``"The capital of {} is"`` fact joins CounterFact's ``P36`` when the dataset holds that template)."""
+    ``"The capital of {} is"`` fact joins CounterFact's ``P36`` when the dataset holds a :func:`related` template)."""
     facts = [f for part in parts for f in part]
-    ids: Dict[str, set] = {}
+    ids: Dict[str, set] = {}  # template -> the relation ids of the facts using it
     for f in facts:
         if f.relation is not None and "{}" not in f.relation:
             ids.setdefault(relation_of(f.prompt, f.subject), set()).add(f.relation)
@@ -116,9 +146,9 @@ def audit_pool(*parts: Sequence[PoolFact]) -> List[PoolFact]:
             continue
         seen.add(key)
         if f.relation is None or "{}" in f.relation:
-            named = ids.get(relation_of(f.prompt, f.subject), set())
-            relation = next(iter(named)) if len(named) == 1 else relation_of(f.prompt, f.subject)
-            f = dataclasses.replace(f, relation=relation)
+            template = relation_of(f.prompt, f.subject)
+            named = {r for t, rs in ids.items() if related(t, template) for r in rs}
+            f = dataclasses.replace(f, relation=next(iter(named)) if len(named) == 1 else template)
         out.append(f)
     return out
 
@@ -171,8 +201,8 @@ def borrow(pool: Sequence[PoolFact], relation: Optional[str], k: int, forbidden:
     """``k`` allowed pool facts (shuffled with ``seed`` and ``tag``): the dataset's of the same relation, the
     built-in ones of the same relation, then the dataset's others, then the built-in others."""
     allowed = allowed_facts(pool, forbidden)
-    same = [f for f in allowed if relation is not None and f.relation == relation]
-    other = [f for f in allowed if not (relation is not None and f.relation == relation)]
+    same = [f for f in allowed if related(f.relation, relation)]
+    other = [f for f in allowed if not related(f.relation, relation)]
     rng = _rng(seed, tag)
     same = _shuffled(rng, same)
     other = _shuffled(rng, other)
@@ -203,7 +233,7 @@ def distractors(item: AuditItem, pool: Sequence[PoolFact], k: int, forbidden: Se
 
 def same_relation(item: AuditItem, facts: Sequence[PoolFact]) -> int:
     """How many of ``facts`` share ``item``'s relation."""
-    return sum(1 for f in facts if item.relation is not None and f.relation == item.relation)
+    return sum(1 for f in facts if related(f.relation, item.relation))
 
 
 def relearn_facts(items: Sequence[AuditItem], pool: Sequence[PoolFact], n: int, forbidden: Sequence[str],
@@ -214,12 +244,14 @@ def relearn_facts(items: Sequence[AuditItem], pool: Sequence[PoolFact], n: int, 
     allowed = allowed_facts(pool, forbidden)
     by_relation = {}
     for r in relations:  # taken from the end: the dataset's facts first, then the built-in ones
-        ordered = _shuffled(rng, [f for f in allowed if f.relation == r])
+        ordered = _shuffled(rng, [f for f in allowed if related(f.relation, r)])
         by_relation[r] = [f for f in ordered if f.builtin] + [f for f in ordered if not f.builtin]
     chosen: List[PoolFact] = []
     while len(chosen) < n and any(by_relation.values()):
         for relation in relations:
             if by_relation[relation] and len(chosen) < n:
-                chosen.append(by_relation[relation].pop())
+                fact = by_relation[relation].pop()
+                if fact not in chosen:  # related templates can share a fact
+                    chosen.append(fact)
     rest = _shuffled(rng, [f for f in allowed if f not in chosen])
     return chosen + rest[: n - len(chosen)]
