@@ -8,7 +8,11 @@ relearning data. Base and edited models are scored on the same plan. Prompts:
   (MQuAKE, RWKU, a facts file's ``questions``), else ``"Q: {prompt} what? A:"``;
 * chat template: the model's own (none: no chat probe), the user asking the question (or
   ``"Complete: {prompt}"``), the assistant's turn opened with the fact's prompt;
-* in-context: ``K`` borrowed facts written ``"{prompt} {answer}.\\n"`` before the prompt.
+* in-context: ``K`` borrowed facts written ``"{prompt} {answer}.\\n"`` before the prompt (``K`` capped at the
+  facts that can be borrowed; the column is named by the ``K`` used).
+
+Callers run :func:`check_audit_inputs` (no model needed: settings, RWKU levels, something to borrow, generic
+text) before loading a model and :func:`check_plan_lengths` (positions) before scoring.
 """
 from __future__ import annotations
 

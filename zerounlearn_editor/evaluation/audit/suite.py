@@ -15,7 +15,12 @@ counts as not recovered, so the unedited row shows what the probe itself can rea
   on related facts / generic text (:mod:`.relearn`).
 
 Each result: ``{"recovered": %, "n": facts, "n_probed": facts with a prompt, "items": [0/1 per fact]}``
-(+ ``"prompt_rate"``: % of all the probe's prompts, + ``"best_ranks"`` for the lens).
+(+ ``"prompt_rate"``: % of all the probe's prompts, + ``"best_ranks"`` for the lens, + ``"same_relation"``
+for the borrowing probes: facts that got same-relation material, :attr:`~.plan.AuditPlan.same_relation`).
+
+A scored model, or a quantized / fine-tuned copy, with a non-finite weight is an :class:`~.plan.AuditError`
+(its greedy tokens mean nothing and would read as 0 % recovered). A probe whose unedited row recovers at
+most :data:`UNINFORMATIVE_MAX` % is flagged by :func:`uninformative`.
 """
 from __future__ import annotations
 
