@@ -6,7 +6,7 @@ import argparse
 from types import ModuleType
 from typing import Any
 
-from zerounlearn_editor.cli.audit import add_probe_options, settings_from_args
+from zerounlearn_editor.cli.audit import add_probe_options, refuse_unused_probe_options, settings_from_args
 from zerounlearn_editor.cli.common import comma_list, comma_option, config_from_args
 
 
@@ -14,6 +14,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench import BenchConfig, parse_method_hparams, parse_seeds, run_bench, run_runfile
     from zerounlearn_editor.bench.config import DEFAULT_METHODS, DEFAULT_PPL_TOKENS
 
+    if not args.audit:
+        refuse_unused_probe_options(args, "audit-", "--audit")
     if args.rounds is not None and args.runfile:
         raise SystemExit("zerounlearn bench: --rounds cannot be combined with --runfile")
     if args.audit and (args.runfile or args.rounds is not None):

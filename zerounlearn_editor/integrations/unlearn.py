@@ -23,6 +23,8 @@ from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_
 from zerounlearn_editor.integrations.easyedit import method_functions
 from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.evaluation.audit import LensConfig, build_plan, score_model
+from zerounlearn_editor.evaluation.audit.plan import check_audit_inputs, check_plan_lengths
+from zerounlearn_editor.engine.model_access import max_positions
 from zerounlearn_editor.evaluation.audit.facts_audit import (
     check_probe_fields,
     facts_items,
@@ -201,6 +203,9 @@ def run_unlearn(
             audit_items = facts_items(facts_file)
             if not audit_items:
                 raise RecordFileError(f"{facts_file}: --audit needs facts with an 'answer'; none has one")
+            passages = generic_passages(corpus or hparams.mom2_dataset) if "relearning" in audit.families else []
+            audit_pool = facts_pool(retain_records)
+            check_audit_inputs(audit_items, audit_pool, audit, passages)  # before any work
         seconds: Dict[str, float] = {}
 
         start = time.perf_counter()
@@ -211,6 +216,10 @@ def run_unlearn(
         plan = check_edit_inputs(model, tok, facts, hparams, str(retain_file) if retain_file else None)
         if isinstance(hparams, ZeroUnlearnHyperParams):
             check_request_capacity(model, hparams, len(plan.forget))
+        if audit is not None:  # the probes of the facts the edit keeps (a repeated fact once), drawn before the edit
+            edited = {str(r.index) for r in plan.forget}
+            audit_plan = build_plan([i for i in audit_items if i.case_id in edited], audit_pool, tok, audit, passages)
+            check_plan_lengths(audit_plan, tok, max_positions(model))
         if out_dir is not None and save == "model":
             check_free_space(out_dir, sum(p.numel() * p.element_size() for p in model.parameters()))
         text = Path(ppl_text) if ppl_text and ppl_tokens > 0 else None
@@ -228,9 +237,6 @@ def run_unlearn(
         seconds["evaluate_before"] = time.perf_counter() - start
         if audit is not None:  # the probes are drawn once, before the edit
             start = time.perf_counter()
-            relearning = "relearning" in audit.families
-            passages = generic_passages(corpus or hparams.mom2_dataset) if relearning else []
-            audit_plan = build_plan(audit_items, facts_pool(retain_records), tok, audit, passages)
             lens = LensConfig(hparams.layers[0], hparams.layer_module_tmp, hparams.ln_f_module)
             audit_before = score_model(model, tok, audit_plan, audit, lens)
             seconds["audit_before"] = time.perf_counter() - start
