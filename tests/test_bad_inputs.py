@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -1160,3 +1161,72 @@ def test_gpt2_prompt_that_fits_only_without_the_fewshot_prefixes(tok, tmp_path, 
     hp = _hp(tmp_path, corpus, gpt2=True, experimental={"fewshot_contexts": 4})
     _edit_must_fail(tiny_gpt2(tok), tok, requests, hp, RequestError,
                     r"request 1: prompt .* needs \d+ positions .* more than the model's 128", tmp_path / "stats")
+
+
+# --------------------------------------------------------------------------- issue 36.12: deep YAML, few-shot facts
+
+A_FACT = {"prompt": "The letter after z is a", "subject": "a", "ground_truth": "b"}
+"""Subject ``"a"`` occurs in every built-in few-shot fact's text: a deep YAML has no few-shot fact left."""
+FEWSHOT_ERROR = (r"experimental\.fewshot_contexts: only [0-2] of the \d+ built-in few-shot facts name no forgotten subject "
+                 r"or answer, 3 are needed; request 2 \(subject 'a', answer 'b'\) rules out \d+\. "
+                 r"Give those facts their full subject and answer, edit them in another call, or use a YAML without "
+                 r"experimental\.fewshot_contexts")
+
+
+def test_deep_yaml_without_fewshot_facts_fails_before_statistics_on_any_model(tok, tmp_path, corpus):
+    """Issue 36.12: a rotary model (no position limit) found it only after the statistics, naming no fact."""
+    requests = forget_requests()[:2] + [A_FACT]
+    hp = _hp(tmp_path, corpus, experimental={"fewshot_contexts": 2})
+    _edit_must_fail(tiny_llama(tok), tok, requests, hp, ValueError, FEWSHOT_ERROR, tmp_path / "stats")
+    assert not (tmp_path / "stats").exists()
+
+
+def test_unlearn_deep_yaml_without_fewshot_facts_fails_before_loading(saved_tiny, tmp_path, monkeypatch, caplog):
+    """Issue 36.12: ``unlearn`` loaded the model, scored the facts and cached statistics first."""
+    root, model_dir, hparams = saved_tiny
+    config = yaml.safe_load(hparams["ZeroUnlearn-GD"].read_text())
+    config["experimental"] = {"fewshot_contexts": 2}
+    deep = tmp_path / "deep.yaml"
+    deep.write_text(yaml.safe_dump(config), encoding="utf-8")
+    facts = json.loads((root / "facts.json").read_text())[:2] + [
+        {"prompt": A_FACT["prompt"], "subject": "a", "answer": "b"}]
+    (tmp_path / "facts.json").write_text(json.dumps(facts), encoding="utf-8")
+    stats = _files(root / "stats")
+    _no_model_load(monkeypatch)
+    assert _unlearn(saved_tiny, "--hparams", str(deep), "--save", "none", facts=tmp_path / "facts.json") == 2
+    assert re.search(FEWSHOT_ERROR, caplog.text), caplog.text
+    assert _files(root / "stats") == stats
+
+
+# --------------------------------------------------------------------------- issue 36.15: empty list options
+
+_H = ["--hparams", "H"]
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["audit", *_H, "--data", "d", "--out", "o", "--quant", ""], "--quant"),  # dropped the quantization columns
+    (["audit", *_H, "--data", "d", "--out", "o", "--relearn-scopes", " , "], "--relearn-scopes"),
+    (["audit", *_H, "--data", "d", "--out", "o", "--probes", ""], "--probes"),
+    (["audit", *_H, "--data", "d", "--out", "o", "--methods", ""], "--methods"),
+    (["audit", *_H, "--data", "d", "--out", "o", "--seeds", ""], "--seeds"),
+    (["unlearn", *_H, "--facts", "f", "--audit", "--audit-quant", ""], "--audit-quant"),
+    (["bench", *_H, "--data", "d", "--out", "o", "--methods", ""], "--methods"),  # ran the default methods
+    (["bench-speed", "--layers", ""], "--layers"),  # edited the YAML's layers
+    (["bench-speed", "--targets-optimizers", ","], "--targets-optimizers"),  # ran without the comparison
+    (["bench-speed", "--pipeline", ""], "--pipeline"),
+    (["bench-speed", "--n", ""], "--n"),
+    (["plot", "s.json", "--methods", ""], "--methods"),  # plotted every method
+    (["plot", "s.json", "--seeds", ""], "--seeds"),  # averaged over every seed
+    (["utility", *_H, "--out", "o", "--method", ""], "--method"),
+    (["utility", *_H, "--out", "o", "--tasks", ""], "--tasks"),
+    (["init-hparams", "--method", "ZeroUnlearn", "--model", "m", "--layers", ""], "--layers"),
+])
+def test_cli_empty_list_option_is_an_error(argv, option, capsys):
+    """Issue 36.15: an empty comma-list option was read as "nothing" (a dropped column) or as its default."""
+    from zerounlearn_editor.cli import main as cli_main
+
+    with pytest.raises(SystemExit) as info:
+        cli_main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and f"argument {option}: empty value" in err, err
+    assert "give a comma list, or leave the option out for its default" in err

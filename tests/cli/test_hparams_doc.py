@@ -2,7 +2,7 @@
 
 Rules checked here:
 
-* every hyperparameter field has help text in ``FIELD_HELP`` (and ``FIELD_HELP`` names no other key);
+* every hyperparameter field has help text on the field (``metadata["help"]``), and no help names another key;
 * the README's table between the markers equals ``hparams_doc.key_table()`` (regenerate with
   ``python -m zerounlearn_editor.cli.hparams_doc``);
 * every key is set by at least one shipped YAML (``hparams/ZeroUnlearn*/*.yaml``) or is an
@@ -33,8 +33,8 @@ def _all_keys():
 
 def test_every_key_has_help_text_and_no_help_is_orphaned():
     keys = _all_keys()
-    assert not keys - set(field_help()), f"keys without FIELD_HELP: {sorted(keys - set(field_help()))}"
-    assert not set(field_help()) - keys, f"FIELD_HELP for no key: {sorted(set(field_help()) - keys)}"
+    assert not keys - set(field_help()), f"keys without help text: {sorted(keys - set(field_help()))}"
+    assert not set(field_help()) - keys, f"help text for no key: {sorted(set(field_help()) - keys)}"
     assert all(text.strip() for text in field_help().values())
 
 

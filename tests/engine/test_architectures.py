@@ -73,6 +73,35 @@ def test_templates_from_the_structure(tok, arch):
     assert torch.equal(seen["h"], seen["n"])
 
 
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_templates_of_a_meta_device_model_from_its_structure(tok, arch):
+    """Issue 36.14: a model built on the meta device (no weights) failed with ``aten::equal``; its templates are
+    those of the same model with weights."""
+    model = tiny_config_model(arch, tok, layers=3)
+    with torch.device("meta"):
+        empty = type(model)(model.config)
+    assert next(empty.parameters()).is_meta
+    assert detect_templates(empty) == detect_templates(model)
+
+
+def test_meta_device_model_whose_final_norm_the_structure_cannot_tell(tok):
+    """Issue 36.14: two norms after the blocks and no values to follow: a clear error, not a guess."""
+    model = tiny_config_model("llama", tok, layers=2)
+    model.model.extra_norm = type(model.model.norm)(48)  # registered after the blocks, as the final norm
+    model = model.to("meta")
+    with pytest.raises(UnsupportedArchitecture, match=r"weights are on the meta device, so the final norm cannot be "
+                                                      r"told apart among \['model.extra_norm', 'model.norm'\]"):
+        detect_templates(model)
+
+
+def test_encoder_decoder_model_is_named_as_such():
+    """Issue 36.14: T5 was refused with 'no attention module in the block'."""
+    config = T.T5Config(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=2, num_heads=2)
+    with pytest.raises(UnsupportedArchitecture, match=r"t5 \(T5ForConditionalGeneration\): encoder-decoder models are "
+                                                      r"not supported"):
+        detect_templates(T.T5ForConditionalGeneration(config))
+
+
 def test_gemma3_is_no_longer_refused(tok):
     t = detect_templates(tiny_config_model("gemma3", tok, layers=3))
     assert t["family"] == "gemma3_text" and t["ln_f_module"] == "model.norm"

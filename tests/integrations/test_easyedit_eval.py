@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 import types
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+import torch
 import yaml
 
 from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, FIXTURES
@@ -134,12 +136,24 @@ def test_knowedit_inputs_align_with_requests():
 
 
 class _FakeEditor:
+    """EasyEdit's ``BaseEditor`` as the script uses it; the model is read from ``hparams.model_name`` when that is a
+    saved folder (as EasyEdit loads it), else a fixed small module."""
+
     calls: List[Dict[str, Any]] = []
+    loads: List[str] = []
 
     def __init__(self, hparams):
         self.hparams = hparams
         self.tok = types.SimpleNamespace(eos_token="<eos>")
         self.model_name = hparams.model_name
+        _FakeEditor.loads.append(hparams.model_name)
+        if Path(hparams.model_name).is_dir():
+            from transformers import AutoModelForCausalLM
+
+            self.model = AutoModelForCausalLM.from_pretrained(hparams.model_name)
+        else:
+            torch.manual_seed(0)
+            self.model = torch.nn.Linear(4, 4)
 
     @classmethod
     def from_hparams(cls, hparams):
@@ -318,6 +332,149 @@ def test_pre_edit_cache_is_keyed_by_the_data_content(tmp_path, yaml_file):
     with pytest.raises(SystemExit, match="is in EasyEdit's counterfact format, but --datatype is 'zsre'"):
         main(["--editing_method", "ZeroUnlearn", "--hparams_dir", str(yaml_file), "--data_dir", str(first),
               "--datatype", "zsre", "--metrics_save_dir", str(out)], easyedit=_fake_easyedit([]))
+
+
+def test_pre_edit_cache_is_keyed_by_the_model(tmp_path):
+    """Issue 36.3: another model saved in the folder the YAML names must not reuse the first one's pre-edit metrics."""
+    tok = tiny_tokenizer()
+    model_dir = tmp_path / "model"
+    config = tiny_hparams_dict(tmp_path / "stats", tmp_path / "corpus.jsonl", model_name=str(model_dir))
+    (tmp_path / "zu.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    data = _write(tmp_path / "cf.json", [_cf(0), _cf(1)])
+
+    def run(seed):
+        tiny_llama(tok, seed=seed).save_pretrained(model_dir)  # replaces the weights in the same folder
+        _FakeEditor.calls.clear()
+        summary = main(["--editing_method", "ZeroUnlearn", "--hparams_dir", str(tmp_path / "zu.yaml"), "--data_dir",
+                        str(data), "--metrics_save_dir", str(tmp_path / "out")], easyedit=_fake_easyedit([]))
+        return summary["pre_edit_file"], _FakeEditor.calls[-1]["pre_edit"]
+
+    first, pre_edit = run(seed=0)
+    assert pre_edit is None
+    second, pre_edit = run(seed=1)
+    assert pre_edit is None, "another model in the same folder reused the first model's pre-edit metrics"
+    assert second != first
+    again, pre_edit = run(seed=0)
+    assert again == first and pre_edit == json.loads(Path(first).read_text())
+
+
+def _yaml(tmp_path: Path, name: str = "zu.yaml", **changes) -> Path:
+    config = tiny_hparams_dict(tmp_path / "stats", tmp_path / "corpus.jsonl", model_name="some/llama-like-model")
+    config.update(changes)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+def _bad_case(case: str, tmp_path: Path) -> List[str]:
+    """The arguments of one bad-input case of issue 36.11 (everything else valid)."""
+    args = {"--editing_method": "ZeroUnlearn", "--hparams_dir": str(_yaml(tmp_path)),
+            "--data_dir": str(_write(tmp_path / "cf.json", [_cf(0), _cf(1)])), "--metrics_save_dir": str(tmp_path / "out")}
+    if case == "metrics_save_dir is a file":
+        args["--metrics_save_dir"] = str(_write(tmp_path / "taken", []))
+    elif case == "pre_file is a folder":
+        (tmp_path / "pre").mkdir()
+        args["--pre_file"] = str(tmp_path / "pre")
+    elif case == "pre_file is not JSON":
+        args["--pre_file"] = str(tmp_path / "pre.json")
+        (tmp_path / "pre.json").write_text("{not json", encoding="utf-8")
+    elif case == "unknown method":
+        args["--editing_method"] = "NOPE"
+        args["--hparams_dir"] = str(_yaml(tmp_path, "nope.yaml", alg_name="NOPE"))
+    elif case == "missing hparams":
+        args["--hparams_dir"] = str(tmp_path / "missing.yaml")
+    elif case == "bad hparams":
+        args["--hparams_dir"] = str(_yaml(tmp_path, "bad.yaml", v_lr="fast"))
+    elif case == "unknown hparams key":
+        args["--hparams_dir"] = str(_yaml(tmp_path, "extra.yaml", not_a_key=1))
+    elif case == "KnowEdit without --datatype":
+        args["--data_dir"] = str(_knowedit_file(tmp_path / "ke.json", 2))
+    elif case == "subject not in prompt":
+        args["--data_dir"] = str(_write(tmp_path / "cf.json", [_cf(0), dict(_cf(1), subject="Atlantis")]))
+    elif case == "deep YAML without few-shot facts":
+        args["--hparams_dir"] = str(_yaml(tmp_path, "deep.yaml", experimental={"fewshot_contexts": 2}))
+        args["--data_dir"] = str(_write(tmp_path / "cf.json", [_cf(0), dict(_cf(1), subject="a", prompt="the capital of a is")]))
+    elif case == "KnowEdit subject not in prompt":
+        rows = json.loads(_knowedit_file(tmp_path / "ke.json", 2).read_text())
+        rows[1]["subject"] = "Atlantis"
+        args["--data_dir"] = str(_write(tmp_path / "ke.json", rows))
+        args["--datatype"] = "counterfact"
+    return [item for pair in args.items() for item in pair]
+
+
+BAD_CASES = {
+    "metrics_save_dir is a file": r"--metrics_save_dir .*taken is a file, not a folder",
+    "pre_file is a folder": r"--pre_file .*pre is a folder; give the JSON file",
+    "pre_file is not JSON": r"pre\.json: not a JSON file of pre-edit metrics .*remove it",
+    "unknown method": r"--editing_method 'NOPE' is not in EasyEdit's ALG_DICT; known: ZeroUnlearn, ZeroUnlearn-GD",
+    "missing hparams": r"--hparams_dir: hparams file not found: .*missing\.yaml",
+    "bad hparams": r"--hparams_dir: .*bad\.yaml.*v_lr",
+    "unknown hparams key": r"--hparams_dir: .*extra\.yaml.*not_a_key",
+    "KnowEdit without --datatype": r"ke\.json is in KnowEdit format: --datatype must be counterfact, recent, zsre, "
+                                   r"wikibio .*got None",
+    "subject not in prompt": r"cf\.json: record 1: subject 'Atlantis' does not occur in its prompt 'the capital of s1 is'",
+    "KnowEdit subject not in prompt": r"ke\.json: record 1: subject 'Atlantis' does not occur in its prompt",
+    "deep YAML without few-shot facts": r"cf\.json: record 1: experimental\.fewshot_contexts: only \d of the \d+ built-in "
+                                        r"few-shot facts .* request 1 \(subject 'a', answer 'paris'\) rules out \d+\. Give",
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CASES))
+def test_eval_script_bad_input_is_one_line_before_the_model_loads(case, tmp_path):
+    """Issue 36.11: each was a raw traceback, or (subject) an error only when that record was edited."""
+    argv = _bad_case(case, tmp_path)
+    _FakeEditor.loads.clear()
+    _FakeEditor.calls.clear()
+    with pytest.raises(SystemExit) as raised:
+        main(argv, easyedit=_fake_easyedit([_record(0), _record(1)]))
+    message = str(raised.value.code)
+    assert re.search(BAD_CASES[case], message), message
+    assert "\n" not in message
+    assert _FakeEditor.loads == [] and _FakeEditor.calls == [], "the model was loaded before the bad input was found"
+    assert not (tmp_path / "out").exists(), "the output folder was created for a refused run"
+
+
+def test_eval_script_easyedit_without_its_dependencies(tmp_path, monkeypatch, caplog):
+    """Issue 36.11: registration logged 'not registering', then the script imported EasyEdit anyway (traceback)."""
+    tree = tmp_path / "EasyEdit"
+    (tree / "easyeditor" / "util").mkdir(parents=True)
+    (tree / "easyeditor" / "__init__.py").write_text("", encoding="utf-8")
+    (tree / "easyeditor" / "util" / "__init__.py").write_text("", encoding="utf-8")
+    (tree / "easyeditor" / "util" / "alg_dict.py").write_text("import zerounlearn_missing_dependency_xyz\n", encoding="utf-8")
+    (tree / "easyeditor" / "editors").mkdir()
+    (tree / "easyeditor" / "editors" / "__init__.py").write_text("", encoding="utf-8")
+    (tree / "easyeditor" / "editors" / "batch_editor.py").write_text("class BatchEditor:\n    pass\n", encoding="utf-8")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delenv("EASYEDIT_PATH", raising=False)
+    for name in [m for m in sys.modules if m == "easyeditor" or m.startswith("easyeditor.")]:
+        monkeypatch.delitem(sys.modules, name)
+    importlib.invalidate_caches()
+    argv = _bad_case("none", tmp_path) + ["--easyedit-path", str(tree)]
+    with pytest.raises(SystemExit, match=r"EasyEdit was found but cannot be imported \(ModuleNotFoundError: No module "
+                                         r"named 'zerounlearn_missing_dependency_xyz'\): install EasyEdit's requirements"):
+        main(argv)
+    assert "not registering" in caplog.text
+
+
+def test_neutral_mode_accepts_an_empty_target_new(tmp_path):
+    """Issue 36.11: with --target-new neutral the dataset's target_new is not used, so "" (or none) is accepted;
+    --target-new keep still refuses it, naming the record."""
+    rows = [dict(_cf(0), target_new=""), _cf(1)]
+    del rows[1]["target_new"]
+    data = _write(tmp_path / "cf.json", rows)
+    argv = ["--editing_method", "ZeroUnlearn", "--hparams_dir", str(_yaml(tmp_path)), "--data_dir", str(data),
+            "--metrics_save_dir", str(tmp_path / "out")]
+    _FakeEditor.calls.clear()
+    summary = main(argv, easyedit=_fake_easyedit([]))
+    assert summary["cases"] == 2 and _FakeEditor.calls[-1]["target_new"] == ["<eos>", "<eos>"]
+    assert _FakeEditor.calls[-1]["prompts"] == ["the capital of s0 is", "the capital of s1 is"]
+    _FakeEditor.loads.clear()
+    with pytest.raises(SystemExit, match=r"record 1 \(counterfact format\) lacks field\(s\) \['target_new'\]"):
+        main(argv + ["--target-new", "keep"], easyedit=_fake_easyedit([]))
+    _write(data, [dict(_cf(0), target_new=""), _cf(1)])
+    with pytest.raises(SystemExit, match="record 0 field target_new is empty"):
+        main(argv + ["--target-new", "keep"], easyedit=_fake_easyedit([]))
+    assert _FakeEditor.loads == []
 
 
 def _real_easyedit_importable() -> bool:

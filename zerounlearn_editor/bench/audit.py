@@ -29,8 +29,16 @@ from zerounlearn_editor.bench.retain_sets import check_retain_disjoint, draw_ret
 from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.engine.pipeline import restore_weights
 from zerounlearn_editor.support.progress import progress_scope
-from zerounlearn_editor.evaluation.audit.items import items_from_cases, pool_from_cases
-from zerounlearn_editor.evaluation.audit.plan import AuditSettings, build_plan
+from zerounlearn_editor.support.model_access import max_positions
+from zerounlearn_editor.evaluation.audit.items import audit_pool, builtin_pool, items_from_cases, pool_from_cases
+from zerounlearn_editor.evaluation.audit.plan import (
+    AuditError,
+    AuditSettings,
+    build_plan,
+    check_audit_inputs,
+    check_families,
+    check_plan_lengths,
+)
 from zerounlearn_editor.bench.audit_report import write_audit_summary
 from zerounlearn_editor.evaluation.audit.suite import LensConfig, score_model
 from zerounlearn_editor.evaluation.audit.facts_audit import generic_passages
@@ -110,6 +118,11 @@ def _run_audit(config: AuditConfig, model, tok, registry, loader) -> Dict[str, A
     pool_cases = list(all_cases)
     draw = parse_retain_spec(config.retain)
     passages = generic_passages(lookup.main.mom2_dataset) if "relearning" in config.settings.families else []
+    pool = audit_pool(pool_from_cases(pool_cases), builtin_pool())
+    check_families(items_from_cases(all_cases), config.settings)
+    if not config.known_only:  # the borrowing checks of every seed's facts, before any model loads
+        for seed in config.seeds:
+            check_audit_inputs(items_from_cases(sample_cases(all_cases, config.n, seed)), pool, config.settings, passages)
     if config.known_only:
         if model is None:
             model, tok = load_model(loader, str(lookup.main.model_name), config.device, config.dtype)
@@ -142,22 +155,30 @@ def _run_audit(config: AuditConfig, model, tok, registry, loader) -> Dict[str, A
     if plan_list:
         if model is None:
             model, tok = load_model(loader, str(lookup.main.model_name), config.device, config.dtype)
-        _run_plan(config, model, tok, setup, plan_list, pool_cases, passages)
+        _run_plan(config, model, tok, setup, plan_list, pool, passages)
     records = {seed: read_json(audit_seed_path(out, seed)) for seed in config.seeds}
     header = {"hparams": config.hparams, **{k: v for k, v in run_info.items()}}
+    audited = min(config.n, len(all_cases))  # sample_cases takes every case when n is larger
+    if audited < config.n:
+        LOG.warning("audit: n = %d asked for, but the data has %d cases: %d audited per seed", config.n, audited, audited)
+        header.update(n=audited, n_requested=config.n)
     return write_audit_summary(out, header, methods, records)
 
 
-def _run_plan(config, model, tok, setup: MethodSetup, plan_list, pool_cases, passages) -> None:
+def _run_plan(config, model, tok, setup: MethodSetup, plan_list, pool, passages) -> None:
     main = setup.lookup.main
     signatures, descriptions = setup.signatures, setup.descriptions
     lens = LensConfig(main.layers[0], main.layer_module_tmp, main.ln_f_module)
+    plans = {}
+    for seed, _, _, cases, _ in plan_list:  # every seed's probes drawn and length-checked before any edit work
+        plans[seed] = build_plan(items_from_cases(cases), pool, tok, dataclasses.replace(config.settings, seed=seed),
+                                 passages)
+        check_plan_lengths(plans[seed], tok, max_positions(model))
     run = prepare_run(setup, model, tok, Path(config.out), [m for *_, todo in plan_list for m in todo], config.progress)
     fingerprint, prepared, bank = run.fingerprint, run.prepared, run.bank
-    pool = pool_from_cases(pool_cases)
     for seed, path, record, cases, todo in plan_list:
         settings = dataclasses.replace(config.settings, seed=seed)
-        plan = build_plan(items_from_cases(cases), pool, tok, settings, passages)
+        plan = plans[seed]
         record["plan"] = plan.describe()
         retain = list(record.get("retain") or [])
         check_retain_disjoint(retain, cases)
@@ -188,6 +209,9 @@ def _edit_and_score(method, model, tok, requests, bank, retain, plan, settings, 
         return {"status": "error", "reason": f"error: {type(exc).__name__}: {exc}"}
     try:
         probes = score_model(model, tok, plan, settings, lens)
+    except AuditError as exc:  # e.g. the edit left non-finite weights: an error, never a 0 % row
+        LOG.error("audit seed %d: %s: %s", seed, method.name, exc)
+        return {"status": "error", "reason": f"error: {exc}"}
     finally:
         restore_weights(model, outcome.weights_copy)
     return {"status": "ok", "probes": probes, "edited_parameters": sorted(outcome.weights_copy)}

@@ -11,11 +11,17 @@ from typing import Any, Dict, Sequence
 
 from zerounlearn_editor.bench.case_scoring import AUDIT_PREFIX
 from zerounlearn_editor.data.types import UnlearnCase
-from zerounlearn_editor.evaluation.audit.items import items_from_cases, pool_from_cases
-from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings, build_plan
+from zerounlearn_editor.support.model_access import max_positions
+from zerounlearn_editor.evaluation.audit.items import audit_pool, builtin_pool, items_from_cases, pool_from_cases
+from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings, build_plan, check_families, check_plan_lengths
 from zerounlearn_editor.evaluation.audit.suite import LensConfig, score_model
 
-__all__ = ["BenchAudit"]
+__all__ = ["BenchAudit", "check_audit_data"]
+
+
+def check_audit_data(settings: AuditSettings, cases: Sequence[UnlearnCase]) -> None:
+    """The audit's checks on the dataset before any model loads (:func:`~.plan.check_families`)."""
+    check_families(items_from_cases(cases), settings)
 
 
 class BenchAudit:
@@ -26,13 +32,19 @@ class BenchAudit:
 
         self.settings = settings
         self.lens = LensConfig(main_hparams.layers[0], main_hparams.layer_module_tmp, main_hparams.ln_f_module)
-        self.pool = pool_from_cases(pool_cases)
+        self.pool = audit_pool(pool_from_cases(pool_cases), builtin_pool())
         self.passages = generic_passages(main_hparams.mom2_dataset) if "relearning" in settings.families else []
+        self._plans: Dict[int, AuditPlan] = {}
 
-    def plan(self, seed: int, cases: Sequence[UnlearnCase], tok: Any) -> AuditPlan:
-        """The seed's probes (the same for every row of the seed)."""
-        settings = dataclasses.replace(self.settings, seed=seed)
-        return build_plan(items_from_cases(cases), self.pool, tok, settings, self.passages)
+    def plan(self, seed: int, cases: Sequence[UnlearnCase], tok: Any, model: Any = None) -> AuditPlan:
+        """The seed's probes (the same for every row of the seed; drawn once), length-checked against ``model``'s
+        position embeddings when given."""
+        if seed not in self._plans:
+            settings = dataclasses.replace(self.settings, seed=seed)
+            self._plans[seed] = build_plan(items_from_cases(cases), self.pool, tok, settings, self.passages)
+        if model is not None:
+            check_plan_lengths(self._plans[seed], tok, max_positions(model))
+        return self._plans[seed]
 
     def metrics(self, model: Any, tok: Any, plan: AuditPlan) -> Dict[str, float]:
         """``{"audit:<probe>": recovered %}`` of ``model`` on ``plan``."""

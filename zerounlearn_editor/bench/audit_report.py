@@ -11,10 +11,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from zerounlearn_editor.support.files import write_json_atomic, write_text_atomic
 from zerounlearn_editor.bench.report import aggregate
+from zerounlearn_editor.evaluation.audit.suite import UNINFORMATIVE_MAX
 from zerounlearn_editor.support.plotting import pyplot, save_figure
 
 __all__ = ["summarize_audit", "format_audit_table", "plot_heatmap", "write_audit_summary", "kept_by_base",
-           "KEPT_SUFFIX", "PROBE_NOTE"]
+           "same_relation_counts", "KEPT_SUFFIX", "PROBE_NOTE"]
 
 LOG = logging.getLogger(__name__)
 
@@ -161,18 +162,46 @@ def plot_heatmap(summary: Mapping[str, Mapping[str, Any]], path: Path, title: st
     return save_figure(fig, path)
 
 
+def same_relation_counts(records: Mapping[int, Mapping[str, Any]]) -> Dict[str, Dict[str, int]]:
+    """Per borrowing probe (``icK``, ``mc``, ``relearn``), summed over the seeds' plans: ``{"items": facts that got
+    same-relation material, "of": facts}`` (:attr:`~zerounlearn_editor.evaluation.audit.plan.AuditPlan.same_relation`)."""
+    out: Dict[str, Dict[str, int]] = {}
+    for record in records.values():
+        plan = record.get("plan") or {}
+        for probe, count in (plan.get("same_relation") or {}).items():
+            entry = out.setdefault(probe, {"items": 0, "of": 0})
+            entry["items"] += int(count)
+            entry["of"] += int(plan.get("n_items", 0))
+    return out
+
+
 def write_audit_summary(out: Path, header: Mapping[str, Any], methods: Sequence[str],
                         records: Mapping[int, Mapping[str, Any]]) -> Dict[str, Any]:
     """Write ``audit.json``, ``audit.md`` and ``audit.png`` into ``out``; returns the JSON content."""
     per_method = summarize_audit(methods, records)
     table = format_audit_table(per_method)
-    summary = {**header, "seeds": sorted(records), "methods": per_method, "table_markdown": table}
+    same = same_relation_counts(records)
+    base = per_method.get("base", {}).get("recovered", {})
+    flat = [p for p, s in base.items() if not p.endswith(KEPT_SUFFIX) and s["mean"] <= UNINFORMATIVE_MAX]
+    summary = {**header, "seeds": sorted(records), "methods": per_method, "table_markdown": table,
+               "same_relation": same, "uninformative": flat}
     out = Path(out)
     png = plot_heatmap(per_method, out / "audit.png", f"{header.get('data')}, n={header.get('n')}: recovered %")
     summary["plot"] = str(png) if png else None
     write_json_atomic(out / "audit.json", summary)
     lines = [f"# Robustness audit: {header.get('data')}, n = {header.get('n')}", "",
              f"- model: `{header.get('model')}`, hparams: `{header.get('hparams')}`, seeds {sorted(records)}",
-             f"- settings: `{header.get('settings')}`", "", table, "", PROBE_NOTE, ""]
+             f"- settings: `{header.get('settings')}`", "", table, ""]
+    if header.get("n_requested"):
+        lines += [f"n = {header.get('n')} facts audited per seed: {header['n_requested']} were asked for, the data "
+                  "has no more.", ""]
+    if same:
+        lines += ["Same-relation material (facts, all seeds): " + ", ".join(
+            f"{p} {c['items']}/{c['of']}" + (" (fewer than half: a weak test)" if 2 * c["items"] < c["of"] else "")
+            for p, c in same.items()), ""]
+    if flat:
+        lines += [f"Uninformative probes (the unedited model recovers <= {UNINFORMATIVE_MAX:.0f} %, so they cannot show "
+                  f"forgetting): {', '.join(flat)}.", ""]
+    lines += [PROBE_NOTE, ""]
     write_text_atomic(out / "audit.md", "\n".join(lines))
     return summary

@@ -87,8 +87,9 @@ class PreparedRun:
 
 
 def prepare_run(setup: MethodSetup, model: nn.Module, tok: Any, out: Path, needed: Sequence[str],
-                progress: bool) -> PreparedRun:
-    """Fingerprint ``model``, prepare the ``needed`` methods (``base`` is skipped) and compute their statistics."""
+                progress: bool, before_statistics: Optional[Callable[[], None]] = None) -> PreparedRun:
+    """Fingerprint ``model``, prepare the ``needed`` methods (``base`` is skipped) and compute their statistics;
+    ``before_statistics`` runs between the two (checks that must fail before the statistics pass)."""
     with Stage("fingerprinting the unedited model"):
         fingerprint = ModelFingerprint.of(model)
     neutral = setup.lookup.main.neutral_target or tok.eos_token or ""
@@ -96,5 +97,7 @@ def prepare_run(setup: MethodSetup, model: nn.Module, tok: Any, out: Path, neede
     names = [name for name in dict.fromkeys(needed) if name != "base"]
     with Stage(f"preparing {len(names)} method(s)"):
         prepared = {name: setup.registry[name].prepare(context) for name in names}
+    if before_statistics is not None:
+        before_statistics()
     bank = compute_statistics(model, tok, setup.lookup, list(prepared.values()), progress)
     return PreparedRun(fingerprint, prepared, bank)

@@ -271,6 +271,10 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
     with Stage(f"loading {config.data} cases"):
         all_cases = load_cases(config.data, path=config.data_path)
     pool = list(all_cases)  # retain siblings come from the whole dataset, known or not
+    if config.audit is not None:  # e.g. rwku probes asked for on data without RWKU levels: before any model loads
+        from zerounlearn_editor.bench.audit_columns import check_audit_data
+
+        check_audit_data(config.audit, all_cases)
     draw = parse_retain_spec(config.retain)
     known: Optional[Dict[str, Any]] = None
     if config.known_only:
@@ -334,18 +338,26 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
 
 
 def _run_plan(config, model, tok, setup: MethodSetup, plan, ppl_text, pool=()) -> None:
-    run = prepare_run(setup, model, tok, Path(config.out), [n for *_, todo in plan for n in todo], config.progress)
-    fingerprint, prepared, bank = run.fingerprint, run.prepared, run.bank
     lookup, signatures, descriptions = setup.lookup, setup.signatures, setup.descriptions
+    audit = None
+    if config.audit is not None:
+        from zerounlearn_editor.bench.audit_columns import BenchAudit
+
+        audit = BenchAudit(config.audit, lookup.main, pool)
+
+    def plan_audit() -> None:  # every seed's probes drawn and length-checked before the statistics
+        for seed, _, _, cases, _ in plan:
+            audit.plan(seed, cases, tok, model)
+
+    run = prepare_run(setup, model, tok, Path(config.out), [n for *_, todo in plan for n in todo], config.progress,
+                      before_statistics=plan_audit if audit is not None else None)
+    fingerprint, prepared, bank = run.fingerprint, run.prepared, run.bank
     settings = ScoringSettings(config.eval_batch_size, ppl_text, config.ppl_tokens, config.fluency, config.fluency_tokens,
                                config.utility, config.utility_n, config.group_generation)
     total = sum(len(todo) for *_, todo in plan)
     with tqdm(total=total, desc="bench", unit="method", disable=not config.progress) as bar:
         runner = _SeedRun(model, tok, prepared, bank, fingerprint, settings, signatures, descriptions, bar)
-        if config.audit is not None:
-            from zerounlearn_editor.bench.audit_columns import BenchAudit
-
-            runner.audit = BenchAudit(config.audit, lookup.main, pool)
+        runner.audit = audit
         for seed, path, record, cases, todo in plan:
             with Stage(f"seed {seed}: {len(todo)} method(s)"):
                 runner.run(seed, path, record, cases, todo)

@@ -5,7 +5,7 @@ import argparse
 from types import ModuleType
 from typing import Any
 
-from zerounlearn_editor.cli.common import comma_list, config_from_args
+from zerounlearn_editor.cli.common import comma_list, comma_option, config_from_args
 
 
 def _int_list(text: str) -> tuple:
@@ -19,32 +19,53 @@ def _int_list(text: str) -> tuple:
 
 
 def _names(text: str) -> tuple:
-    return tuple(comma_list(text))
+    return tuple(comma_list(comma_option(text)))
+
+
+PROBE_DEFAULTS = {"probes": "all", "shots": (1, 3, 5), "quant": ("int8", "int4", "int4g16"), "relearn-steps": 10,
+                  "relearn-lr": 1e-4, "relearn-scopes": ("mlp", "full"), "relearn-n": 32}
+"""The defaults of :func:`add_probe_options` (also how :func:`refuse_unused_probe_options` tells a given option)."""
 
 
 def add_probe_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
     """The probe settings (``--probes``, ``--shots``, ...), optionally prefixed (``--audit-probes``)."""
     from zerounlearn_editor.evaluation.audit.plan import FAMILIES
 
-    p.add_argument(f"--{prefix}probes", default="all", help=f"probe families, comma list of {','.join(FAMILIES)} or all")
-    p.add_argument(f"--{prefix}shots", type=_int_list, default=(1, 3, 5), help="in-context example counts (default 1,3,5)")
-    p.add_argument(f"--{prefix}quant", type=_names, default=("int8", "int4", "int4g16"),
+    d = PROBE_DEFAULTS
+    p.add_argument(f"--{prefix}probes", type=comma_option, default=d["probes"], help=f"probe families, comma list of {','.join(FAMILIES)} or all")
+    p.add_argument(f"--{prefix}shots", type=_int_list, default=d["shots"], help="in-context example counts (default 1,3,5)")
+    p.add_argument(f"--{prefix}quant", type=_names, default=d["quant"],
                    help="quantization schemes: int8, int4 (per channel), int4g16 (groups of 16)")
-    p.add_argument(f"--{prefix}relearn-steps", type=int, default=10, help="fine-tuning steps of the relearning probe (default 10)")
-    p.add_argument(f"--{prefix}relearn-lr", type=float, default=1e-4, help="its Adam learning rate (default 1e-4)")
-    p.add_argument(f"--{prefix}relearn-scopes", type=_names, default=("mlp", "full"), help="mlp, full (default both)")
-    p.add_argument(f"--{prefix}relearn-n", type=int, default=32, help="related facts fine-tuned on (default 32)")
+    p.add_argument(f"--{prefix}relearn-steps", type=int, default=d["relearn-steps"],
+                   help="fine-tuning steps of the relearning probe (default 10)")
+    p.add_argument(f"--{prefix}relearn-lr", type=float, default=d["relearn-lr"],
+                   help="its Adam learning rate, finite, in (0, 1] (default 1e-4)")
+    p.add_argument(f"--{prefix}relearn-scopes", type=_names, default=d["relearn-scopes"], help="mlp, full (default both)")
+    p.add_argument(f"--{prefix}relearn-n", type=int, default=d["relearn-n"], help="related facts fine-tuned on (default 32)")
+
+
+def refuse_unused_probe_options(args: argparse.Namespace, prefix: str, switch: str) -> None:
+    """``ValueError`` when a ``--<prefix>*`` option differs from its default but ``switch`` (``--audit``) is off:
+    the option would be silently ignored."""
+    given = [f"--{prefix}{name}" for name, default in PROBE_DEFAULTS.items()
+             if getattr(args, (prefix + name).replace("-", "_")) != default]
+    if given:
+        raise ValueError(f"{', '.join(given)} given without {switch}: the audit does not run, so "
+                         f"{'it' if len(given) == 1 else 'they'} would be ignored; add {switch} or drop "
+                         f"{'it' if len(given) == 1 else 'them'}")
 
 
 def settings_from_args(args: argparse.Namespace, prefix: str = "") -> Any:
-    """:class:`~.plan.AuditSettings` from the options of :func:`add_probe_options` (validated)."""
+    """:class:`~.plan.AuditSettings` from the options of :func:`add_probe_options` (validated; ``--batch-size``
+    as given: 0 or a negative count is an error, not the default)."""
     from zerounlearn_editor.evaluation.audit.plan import AuditSettings, parse_families
 
     get = lambda name: getattr(args, (prefix + name).replace("-", "_"))  # noqa: E731
+    batch_size = getattr(args, "batch_size", None)
     settings = AuditSettings(
         families=parse_families(get("probes")), shots=tuple(get("shots")), quant_schemes=tuple(get("quant")),
         relearn_steps=get("relearn-steps"), relearn_lr=get("relearn-lr"), relearn_scopes=tuple(get("relearn-scopes")),
-        relearn_n=get("relearn-n"), batch_size=getattr(args, "batch_size", 16) or 16,
+        relearn_n=get("relearn-n"), batch_size=16 if batch_size is None else batch_size,
     )
     settings.validate()
     return settings

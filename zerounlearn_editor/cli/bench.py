@@ -6,14 +6,16 @@ import argparse
 from types import ModuleType
 from typing import Any
 
-from zerounlearn_editor.cli.audit import add_probe_options, settings_from_args
-from zerounlearn_editor.cli.common import comma_list, config_from_args
+from zerounlearn_editor.cli.audit import add_probe_options, refuse_unused_probe_options, settings_from_args
+from zerounlearn_editor.cli.common import comma_list, comma_option, config_from_args
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench import BenchConfig, parse_method_hparams, parse_seeds, run_bench, run_runfile
     from zerounlearn_editor.bench.config import DEFAULT_METHODS, DEFAULT_PPL_TOKENS
 
+    if not args.audit:
+        refuse_unused_probe_options(args, "audit-", "--audit")
     if args.rounds is not None and args.runfile:
         raise SystemExit("zerounlearn bench: --rounds cannot be combined with --runfile")
     if args.audit and (args.runfile or args.rounds is not None):
@@ -128,14 +130,14 @@ def register_speed(sub: Any, parents: ModuleType) -> None:
                  parents.out(None, default="results/speed/speed.json"), parents.progress(), parents.data_dir()],
     )
     # a comma list of request counts, not one count: not the shared --n
-    p.add_argument("--n", default="10,50,200,1000", help="comma list of request counts (default 10,50,200,1000)")
-    p.add_argument("--pipeline", default="ours,per-request", help="comma list of ours, per-request")
+    p.add_argument("--n", type=comma_option, default="10,50,200,1000", help="comma list of request counts (default 10,50,200,1000)")
+    p.add_argument("--pipeline", type=comma_option, default="ours,per-request", help="comma list of ours, per-request")
     p.add_argument("--random-config", default=None, choices=["tiny", "llama-3.2-3b"],
                    help="random-weight Llama instead of --model (llama-3.2-3b: Llama-3.2-3B-Instruct's dims, bf16)")
     p.add_argument("--tokenizer", default="smollm2", help="tokenizer for --random-config (default: SmolLM2's)")
     p.add_argument("--stats-passages", type=int, default=None, help="passages for the statistics stage (default: mom2_n_samples)")
     p.add_argument("--micro-passages", type=int, default=300, help="passages for the statistics micro-benchmark (0 = skip)")
-    p.add_argument("--layers", default=None, help="override the edited layers, e.g. 8,9,10")
-    p.add_argument("--targets-optimizers", default=None, help="comma list of adam, adam_kv: one ours edit each "
+    p.add_argument("--layers", type=comma_option, default=None, help="override the edited layers, e.g. 8,9,10")
+    p.add_argument("--targets-optimizers", type=comma_option, default=None, help="comma list of adam, adam_kv: one ours edit each "
                    "(the first is compared with per-request; default: the YAML's targets_optimizer)")
     p.set_defaults(func=_cmd_bench_speed)

@@ -54,6 +54,14 @@ def comma_list(text: str) -> List[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
+def comma_option(text: str) -> str:
+    """argparse ``type`` of a comma-list option: ``text`` unchanged, an error when it names nothing (``""``,
+    ``" , "``), which would otherwise drop the option's output or fall back to its default in silence."""
+    if not comma_list(text):
+        raise argparse.ArgumentTypeError(f"empty value {text!r}: give a comma list, or leave the option out for its default")
+    return text
+
+
 def config_from_args(cls: Type[T], args: argparse.Namespace, **given: Any) -> T:
     """``cls(**given)``, each other field of the dataclass ``cls`` from the same-named ``args`` attribute."""
     names = {f.name for f in dataclasses.fields(cls)} - set(given)  # type: ignore[arg-type]
@@ -82,9 +90,9 @@ hparams = _shared("--hparams", default=None)
 model = _shared("--model", default=None, help="model folder/name (default: the YAML's model_name)")
 out = _shared("--out", default=None)
 seed = _shared("--seed", type=int, default=0)
-seeds = _shared("--seeds", default=None)
+seeds = _shared("--seeds", default=None, type=comma_option)
 n = _shared("--n", type=int, default=None)
-methods = _shared("--methods", default=None)
+methods = _shared("--methods", default=None, type=comma_option)
 method_hparams = _shared("--method-hparams", action="append", default=[], metavar="NAME=PATH",
                          help="hparams YAML of one method (default hparams/<NAME>/<main file name>); "
                          "repeatable")

@@ -24,6 +24,7 @@ from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.engine.hparams import load_config_file
 from zerounlearn_editor.methods.registry import get_method, method_names
 from zerounlearn_editor.methods.zerounlearn_gd.config import deep_mode_settings
+from zerounlearn_editor.cli.common import comma_option
 from zerounlearn_editor.cli.trace import trace_facts_for
 from zerounlearn_editor.support.resources import repo_root
 
@@ -171,7 +172,7 @@ def register(sub: Any, parents: ModuleType) -> None:
                  parents.out("YAML file to write", required=True), parents.device(), parents.progress()],
     )
     p.add_argument("--method", required=True, choices=method_names())
-    p.add_argument("--layers", default="auto", help="auto (causal trace), a,b,c or a-b")
+    p.add_argument("--layers", type=comma_option, default="auto", help="auto (causal trace), a,b,c or a-b")
     p.add_argument("--trace", default=None, help="with --layers auto: a trace.json of `zerounlearn trace` to take them from")
     p.add_argument("--trace-data", default="counterfact", help="facts for the auto trace (default counterfact)")
     p.add_argument("--trace-n", type=int, default=10)

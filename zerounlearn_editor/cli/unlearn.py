@@ -5,12 +5,14 @@ import argparse
 from types import ModuleType
 from typing import Any
 
-from zerounlearn_editor.cli.audit import add_probe_options, settings_from_args
+from zerounlearn_editor.cli.audit import add_probe_options, refuse_unused_probe_options, settings_from_args
 
 
 def _cmd_unlearn(args: argparse.Namespace) -> int:
     from zerounlearn_editor.integrations.unlearn import format_unlearn, run_unlearn
 
+    if not args.audit:
+        refuse_unused_probe_options(args, "audit-", "--audit")
     result = run_unlearn(
         args.hparams, args.facts, args.out, retain_file=args.retain, save=args.save, model_name=args.model,
         device=args.device, dtype=args.dtype, corpus=args.corpus, ppl_tokens=args.ppl_tokens, ppl_text=args.ppl_text,

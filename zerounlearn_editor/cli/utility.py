@@ -6,7 +6,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from zerounlearn_editor.cli.common import comma_list, config_from_args
+from zerounlearn_editor.cli.common import comma_list, comma_option, config_from_args
 
 
 def _cmd_utility(args: argparse.Namespace) -> int:
@@ -46,9 +46,9 @@ def register(sub: Any, parents: ModuleType) -> None:
                  parents.device(),
                  parents.progress()],
     )
-    p.add_argument("--tasks", default="sst2,mrpc,cola,rte,nli,mmlu", help="comma list, or all")
+    p.add_argument("--tasks", type=comma_option, default="sst2,mrpc,cola,rte,nli,mmlu", help="comma list, or all")
     p.add_argument("--shots", type=int, default=3, help="solved examples before each query (default 3)")
-    p.add_argument("--method", default="base",
+    p.add_argument("--method", type=comma_option, default="base",
                    help="comma list of bench methods to edit with first (base = unedited; base is prepended unless --no-base)")
     p.add_argument("--no-base", action="store_true", help="do not add the unedited model's row")
     p.add_argument("--n-forget", type=int, default=10, help="forget cases edited as one batch (default 10)")

@@ -95,6 +95,8 @@ def _final_norm(model: nn.Module, layers_name: str, last_layer: nn.Module, hidde
                   if name and not name.startswith(inside) and is_norm(m, hidden)}
     if not candidates:
         raise UnsupportedArchitecture(f"{type(model).__name__}: no final norm (a norm of size {hidden} outside the blocks)")
+    if any(t.is_meta for t in list(model.parameters()) + list(model.buffers())):
+        return _final_norm_of_structure(model, layers_name, candidates)
     seen: Dict[str, torch.Tensor] = {}
     handles = [last_layer.register_forward_hook(lambda _m, _a, out: seen.__setitem__("last", hidden_of(out)))]
     for name, module in candidates.items():
@@ -114,11 +116,29 @@ def _final_norm(model: nn.Module, layers_name: str, last_layer: nn.Module, hidde
         f"{type(model).__name__}: none of the norms outside the blocks ({sorted(candidates)}) reads the last block's output")
 
 
+def _final_norm_of_structure(model: nn.Module, layers_name: str, candidates: Dict[str, nn.Module]) -> str:
+    """The final norm of a model whose weights are on the ``meta`` device (no values, so no forward pass to follow):
+    the only norm outside the blocks, else the only one registered after them (embedding norms come before)."""
+    if len(candidates) == 1:
+        return next(iter(candidates))
+    names = [name for name, _ in model.named_modules()]
+    after = [name for name in candidates if names.index(name) > names.index(layers_name)]
+    if len(after) == 1:
+        return after[0]
+    raise UnsupportedArchitecture(
+        f"{type(model).__name__}: the weights are on the meta device, so the final norm cannot be told apart "
+        f"among {sorted(candidates)} by a forward pass; load the model's weights (not under init_empty_weights)")
+
+
 def detect_templates(model: nn.Module) -> Dict[str, Any]:
     """The module-name templates of ``model`` (``attn_module_tmp`` / ``embed_module``: causal tracing only),
-    ``"family"`` (``config.model_type``) and ``"num_layers"``."""
+    ``"family"`` (``config.model_type``) and ``"num_layers"``. A model on the ``meta`` device (built under
+    ``init_empty_weights``) is read from its structure alone; an encoder-decoder model is refused."""
     model_type = str(getattr(getattr(model, "config", None), "model_type", "") or type(model).__name__)
     where = f"{model_type} ({type(model).__name__})"
+    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        raise UnsupportedArchitecture(f"{where}: encoder-decoder models are not supported; ZeroUnlearn edits "
+                                      "decoder-only causal language models")
     try:
         n_layers = num_hidden_layers(model)
     except (ValueError, AttributeError) as exc:

@@ -65,21 +65,53 @@ def clear_context_prefixes(model: nn.Module) -> None:
     model.__dict__.pop(_CACHE_ATTR, None)
 
 
-def fewshot_prefixes(requests: Sequence["ForgetRequest"], count: int, shots: int = 3) -> List[str]:
+FEWSHOT_SHOTS = 3
+"""Hand-written facts per few-shot prefix."""
+
+
+def _fewshot_pool(requests: Sequence["ForgetRequest"]) -> List[Tuple[str, str]]:
+    """The built-in ``(prompt, answer)`` facts :func:`fewshot_prefixes` may use with these forget requests."""
+    named = [text.lower() for r in requests for text in (r.prompt, r.subject, r.answer or "") if text]
+    words = [text.lower() for r in requests for text in (r.subject, r.answer or "") if text.strip()]
+    return [(p, a) for p, s, a in CAPITALS_TO_FORGET + OTHER_CAPITALS + UNRELATED_FACTS
+            if not any(s.lower() in text or a.lower() in text for text in named)
+            and not any(word in f"{p} {a}".lower() for word in words)]
+
+
+def check_fewshot_facts(requests: Sequence["ForgetRequest"], count: int, shots: int = FEWSHOT_SHOTS) -> None:
+    """Raise :class:`~zerounlearn_editor.engine.requests.RequestError` when ``fewshot_contexts: count`` cannot be
+    built for one edit of ``requests`` (fewer than ``shots`` built-in facts left; pure, no model needed).
+
+    The message names the requests that rule out the most built-in facts (a short subject such as ``"a"``
+    occurs in every fact's text) and the fixes. ``count`` 0: nothing to check."""
+    from zerounlearn_editor.engine.requests import RequestError
+
+    if not count or len(_fewshot_pool(requests)) >= shots:
+        return
+    total = len(CAPITALS_TO_FORGET + OTHER_CAPITALS + UNRELATED_FACTS)
+    left = len(_fewshot_pool(requests))
+    ruled_out = sorted(((total - len(_fewshot_pool([r])), r) for r in requests), key=lambda pair: -pair[0])
+    # the requests that alone rule out a quarter of the facts (else the three that rule out the most)
+    shown = [(n, r) for n, r in ruled_out if n >= total / 4][:5] or [(n, r) for n, r in ruled_out[:3] if n > 0]
+    worst = [f"request {r.index} (subject {r.subject!r}, answer {r.answer!r}) rules out {n}" for n, r in shown]
+    raise RequestError(
+        f"experimental.fewshot_contexts: only {left} of the {total} built-in few-shot facts name no forgotten subject "
+        f"or answer, {shots} are needed; {'; '.join(worst) or 'the requests together rule them out'}. "
+        "Give those facts their full subject and answer, edit them in another call, or use a YAML without "
+        "experimental.fewshot_contexts (the non-deep YAML)"
+    )
+
+
+def fewshot_prefixes(requests: Sequence["ForgetRequest"], count: int, shots: int = FEWSHOT_SHOTS) -> List[str]:
     """``count`` prefixes of ``shots`` hand-written facts each, ``"{prompt} {answer}.\n"`` per fact (experimental).
 
     ``requests`` (:class:`~zerounlearn_editor.engine.requests.ForgetRequest`) are the edit's forget requests: a fact
     is never used when its subject or answer occurs in any of their prompts, subjects or answers, or when any of
     their subjects or answers occurs in the fact's text (case-insensitive). The guarantee holds per edit call:
     facts forgotten by an earlier call may appear. Consecutive prefixes take consecutive facts of one fixed shuffle
-    of the rest."""
-    named = [text.lower() for r in requests for text in (r.prompt, r.subject, r.answer or "") if text]
-    words = [text.lower() for r in requests for text in (r.subject, r.answer or "") if text.strip()]
-    pool = [(p, a) for p, s, a in CAPITALS_TO_FORGET + OTHER_CAPITALS + UNRELATED_FACTS
-            if not any(s.lower() in text or a.lower() in text for text in named)
-            and not any(word in f"{p} {a}".lower() for word in words)]
+    of the rest. Too few facts left: :func:`check_fewshot_facts`'s error."""
+    check_fewshot_facts(requests, count, shots)
+    pool = _fewshot_pool(requests)
     random.Random(0).shuffle(pool)  # fixed order that mixes the relations
-    if count and len(pool) < shots:
-        raise ValueError(f"fewshot_contexts: only {len(pool)} hand-written facts name no forgotten subject or answer")
     return ["".join(f"{p} {a}.\n" for p, a in (pool[(i * shots + j) % len(pool)] for j in range(shots)))
             for i in range(count)]

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes, fewshot_prefixes
+from zerounlearn_editor.engine.contexts import CONTEXT_SEED, check_fewshot_facts, context_prefixes, fewshot_prefixes
 from zerounlearn_editor.engine.encoding import target_token_ids
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.fluency_guard import (
@@ -249,6 +249,7 @@ def check_edit_inputs(
             ", ".join(active),
         )
     check_retain_disjoint(forget, keep)
+    check_fewshot_facts(forget, int(hparams.experimental.get("fewshot_contexts", 0)))  # every model, before any work
     _check_lengths(model, tok, forget, keep, target_ids, hparams)
     return EditPlan(forget, keep, target_ids, hparams, retain)
 

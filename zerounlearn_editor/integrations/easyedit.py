@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 LOG = logging.getLogger(__name__)
 
 _WRAPPED_FLAG = "_zerounlearn_batchable_names"
+_LAST_ERROR: Dict[str, Optional[str]] = {"registration": None}
 _INIT_FLAG = "_zerounlearn_wrapped_init"
 
 EASYEDIT_LOADABLE = ("t5", "gpt", "llama", "baichuan", "chatglm", "internlm", "qwen", "mistral")
@@ -98,6 +99,11 @@ def _wrap_base_editor(editor_cls: type) -> None:
     setattr(editor_cls, _INIT_FLAG, True)
 
 
+def registration_error() -> Optional[str]:
+    """Why the last :func:`register_with_easyedit` call found EasyEdit but could not import it (else None)."""
+    return _LAST_ERROR["registration"]
+
+
 def register_with_easyedit(path: Optional[str] = None) -> bool:
     """Add the registered methods (ZeroUnlearn, ZeroUnlearn-GD, any other) to EasyEdit's ``ALG_DICT`` and batch gate.
 
@@ -115,7 +121,9 @@ def register_with_easyedit(path: Optional[str] = None) -> bool:
         editor_module = importlib.import_module("easyeditor.editors.editor") if has_editor else None
     except Exception as exc:  # a broken EasyEdit install must not break our import
         LOG.warning("EasyEdit found but failed to import (%s: %s); not registering", type(exc).__name__, exc)
+        _LAST_ERROR["registration"] = f"{type(exc).__name__}: {exc}"
         return False
+    _LAST_ERROR["registration"] = None
     methods = method_functions()
     alg_dict.ALG_DICT.update(methods)
     batch_editor = batch_module.BatchEditor

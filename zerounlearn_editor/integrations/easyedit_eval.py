@@ -15,11 +15,15 @@ Data (:func:`read_edit_data`, checked before any model is loaded): KnowEdit (rea
 ``KnowEditDataset``), EasyEdit's flat CounterFact and its ZsRE (:func:`flat_inputs`; every locality
 prompt is also scored as a portability input ``<name>_Ground_Truth``, so locality has a pre-edit
 value). Requests are edited one at a time through ``BaseEditor.edit`` (``keep_original_weight=True``).
-The pre-edit metrics are cached in ``--metrics_save_dir`` under a hash of what they depend on.
+The pre-edit metrics are cached in ``--metrics_save_dir`` under a hash of what they depend on (data,
+hparams file, mode, and the loaded model's fingerprint and tokenizer, so another model in the folder the
+YAML names is scored afresh). Bad paths, hparams, data (a subject not in its prompt included), an unknown
+method and an EasyEdit that cannot be imported are one-line errors before any model is loaded.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import importlib
 import inspect
@@ -32,6 +36,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from numbers import Number
 
+from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
 from zerounlearn_editor.support.files import sha256_of_file, write_text_atomic
 
 LOG = logging.getLogger(__name__)
@@ -71,8 +76,19 @@ def _detect_format(record: Mapping[str, Any]) -> Optional[str]:
     return None
 
 
-def read_edit_data(path: str, size: Optional[int] = None) -> EditData:
-    """Read and check ``path`` (a JSON list; see module docstring); errors name the file, record and fields."""
+_PROMPT_FIELD = {"knowedit": "prompt", "counterfact": "prompt", "zsre": "src"}
+_TARGET_FIELD = {"knowedit": "target_new", "counterfact": "target_new", "zsre": "alt"}
+
+
+def read_edit_data(path: str, size: Optional[int] = None, need_target: bool = True) -> EditData:
+    """Read and check ``path`` (a JSON list; see module docstring); errors name the file, record and fields.
+
+    Every record's subject must occur in its prompt (or the prompt hold a ``{}`` placeholder). With
+    ``need_target=False`` (``--target-new neutral``: the dataset's targets are not used) a flat record may
+    lack ``target_new`` / ``alt`` or hold an empty one (KnowEdit's loader reads the field, so it stays required).
+    """
+    if Path(path).is_dir():
+        raise SystemExit(f"--data_dir {path} is a folder; give the JSON file of records")
     raw = Path(path).read_bytes() if Path(path).is_file() else None
     if raw is None:
         raise SystemExit(f"--data_dir {path}: no such file")
@@ -94,20 +110,37 @@ def read_edit_data(path: str, size: Optional[int] = None) -> EditData:
             f"({', '.join(DATA_FORMATS['knowedit'])}, locality/portability), EasyEdit's CounterFact "
             f"({', '.join(DATA_FORMATS['counterfact'])}) or ZsRE ({', '.join(DATA_FORMATS['zsre'])})"
         )
+    optional = () if need_target or fmt == "knowedit" else (_TARGET_FIELD[fmt],)
     for index, record in enumerate(data):
         if not isinstance(record, Mapping):
             raise SystemExit(f"--data_dir {path}: record {index} is a {type(record).__name__}, not an object")
-        missing = [field for field in DATA_FORMATS[fmt] if field not in record]
+        missing = [field for field in DATA_FORMATS[fmt] if field not in record and field not in optional]
         if fmt == "knowedit" and "locality" not in record and "portability" not in record:
             missing.append("locality or portability")
         if missing:
             raise SystemExit(f"--data_dir {path}: record {index} ({fmt} format) lacks field(s) {missing}")
+        _check_subject(path, index, record, fmt)
     return EditData(str(path), fmt, None if fmt == "knowedit" else [dict(r) for r in data],
                     hashlib.sha256(raw).hexdigest())
 
 
-def flat_inputs(data: EditData) -> Dict[str, Any]:
+def _check_subject(path: str, index: int, record: Mapping[str, Any], fmt: str) -> None:
+    """Record ``index``'s subject occurs in its prompt (edits locate the subject there), else a SystemExit naming it."""
+    subject, prompt = _first_text(record["subject"]), _first_text(record[_PROMPT_FIELD[fmt]])
+    if not subject:
+        raise SystemExit(f"--data_dir {path}: record {index} field subject is empty; give the subject as it occurs in the prompt")
+    if subject not in prompt and "{}" not in prompt:
+        raise SystemExit(
+            f"--data_dir {path}: record {index}: subject {subject!r} does not occur in its prompt {prompt!r}; "
+            "fix the record (the subject as written in the prompt) or drop it"
+        )
+
+
+def flat_inputs(data: EditData, need_target: bool = True) -> Dict[str, Any]:
     """``BaseEditor.edit`` arguments from EasyEdit's flat CounterFact or ZsRE records.
+
+    ``need_target=False`` (``--target-new neutral``): a missing or empty ``target_new`` / ``alt`` is allowed
+    (given as ``""``; the caller replaces every target by the neutral one).
 
     ``rephrase_prompts``; locality input ``neighborhood``; the :data:`FORGET_KEY` portability
     input (the prompt with its true answer) and ``neighborhood_Ground_Truth`` (the locality
@@ -120,9 +153,9 @@ def flat_inputs(data: EditData) -> Dict[str, Any]:
     port_prompts, port_answers = [], []
     for i, r in enumerate(data.records or []):
         for column, name in zip(columns, DATA_FORMATS[data.format]):
-            column.append(_first_text(r[name]))  # lists reduced to their first element
-            if not column[-1]:
-                raise SystemExit(f"{data.path}: record {i} field {name} is empty")
+            column.append(_first_text(r.get(name)))  # lists reduced to their first element
+            if not column[-1] and (need_target or name != _TARGET_FIELD[data.format]):
+                raise SystemExit(f"{data.path}: record {i} field {name} is empty; fill it in or drop the record")
         portability = r.get("portability") if data.format == "zsre" else None
         if isinstance(portability, Mapping) and portability.get("New Question") and _first_text(portability.get("New Answer")):
             port_prompts.append(str(portability["New Question"]))
@@ -212,6 +245,10 @@ def _inputs(records: Sequence[Mapping[str, Any]], fields: Mapping[str, str]) -> 
     return out
 
 
+KNOWEDIT_DATATYPES = ("counterfact", "recent", "zsre", "wikibio")
+"""The ``--datatype`` values of KnowEdit data (the subset a file comes from)."""
+
+
 def knowedit_inputs(records: Sequence[Mapping[str, Any]], datatype: Optional[str]) -> Dict[str, Any]:
     """``BaseEditor.edit`` arguments from KnowEditDataset records, as EasyEdit's script builds them.
 
@@ -220,7 +257,7 @@ def knowedit_inputs(records: Sequence[Mapping[str, Any]], datatype: Optional[str
     Relation_Specificity only. Plus the :data:`FORGET_KEY` portability input where the records
     have a ``ground_truth``.
     """
-    if datatype not in ("counterfact", "recent", "zsre", "wikibio"):
+    if datatype not in KNOWEDIT_DATATYPES:
         raise ValueError(f"--datatype must be counterfact, recent, zsre or wikibio, got {datatype!r}")
     records = list(records)
     if not records:
@@ -329,16 +366,116 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load_easyedit(path: Optional[str]) -> Dict[str, Any]:  # noqa: D401 - EasyEdit objects
-    from zerounlearn_editor.integrations.easyedit import easyedit_available, register_with_easyedit
+    from zerounlearn_editor.integrations.easyedit import easyedit_available, register_with_easyedit, registration_error
 
     if not easyedit_available(path):
         raise SystemExit("EasyEdit is not importable: pass --easyedit-path or set EASYEDIT_PATH to its source tree")
-    register_with_easyedit(path)
-    return {
-        "alg_dict": importlib.import_module("easyeditor.util.alg_dict").ALG_DICT,
-        "BaseEditor": importlib.import_module("easyeditor.editors.editor").BaseEditor,
-        "KnowEditDataset": importlib.import_module("easyeditor.dataset.knowedit").KnowEditDataset,
-    }
+    if not register_with_easyedit(path):
+        raise SystemExit(
+            f"EasyEdit was found but cannot be imported ({registration_error()}): install EasyEdit's requirements "
+            "in this environment (its requirements.txt; .ci/easyedit_env.py builds such a venv)"
+        )
+    objects = {}
+    for key, module, name in (("alg_dict", "easyeditor.util.alg_dict", "ALG_DICT"),
+                              ("BaseEditor", "easyeditor.editors.editor", "BaseEditor"),
+                              ("KnowEditDataset", "easyeditor.dataset.knowedit", "KnowEditDataset")):
+        try:
+            objects[key] = getattr(importlib.import_module(module), name)
+        except ImportError as exc:
+            raise SystemExit(f"EasyEdit's {module} cannot be imported ({type(exc).__name__}: {exc}): install "
+                             "EasyEdit's requirements in this environment") from exc
+    return objects
+
+
+def _check_output_paths(args: argparse.Namespace) -> Path:
+    """``--metrics_save_dir`` (a folder or nothing yet) and ``--pre_file`` (a file, its folder existing) before any work."""
+    out = Path(args.metrics_save_dir)
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"--metrics_save_dir {out} is a file, not a folder; give a folder (it is created if missing)")
+    if args.pre_file:
+        pre = Path(args.pre_file)
+        if pre.is_dir():
+            raise SystemExit(f"--pre_file {pre} is a folder; give the JSON file of cached pre-edit metrics "
+                             "(it is written there when missing)")
+        if pre.exists() and not pre.is_file():
+            raise SystemExit(f"--pre_file {pre} is not a regular file")
+        if not pre.exists() and not pre.parent.is_dir():
+            raise SystemExit(f"--pre_file {pre}: its folder {pre.parent} does not exist")
+    return out
+
+
+def _config_path(path: str) -> Path:
+    """The file :func:`~zerounlearn_editor.engine.hparams.load_config_file` reads for ``path`` (``.yaml`` appended
+    without a YAML/JSON suffix, as EasyEdit does)."""
+    file = Path(path)
+    return file if file.suffix.lower() in (".yaml", ".yml", ".json") else file.with_name(file.name + ".yaml")
+
+
+def _read_hparams(path: str, hparams_cls: type) -> Any:
+    """``hparams_cls.from_hparams(path)``; a file the class cannot be built from is a SystemExit naming it."""
+    try:
+        return hparams_cls.from_hparams(path)
+    except HParamsError as exc:
+        raise SystemExit(f"--hparams_dir: {exc}") from exc
+    except (TypeError, KeyError, ValueError, AssertionError) as exc:  # EasyEdit's classes: cls(**config)
+        raise SystemExit(f"--hparams_dir {path}: {hparams_cls.__name__} cannot be built from it "
+                         f"({type(exc).__name__}: {exc}); check its keys against {hparams_cls.__name__}") from exc
+
+
+def _tokenizer_digest(tok: Any) -> str:
+    """What the pre-edit metrics depend on in the tokenizer: class, padding side, special tokens, vocabulary."""
+    digest = hashlib.sha256()
+    digest.update(f"{type(tok).__name__}|{getattr(tok, 'padding_side', None)}|".encode("utf-8"))
+    digest.update(json.dumps([getattr(tok, k, None) for k in ("eos_token", "pad_token", "bos_token")],
+                             default=str).encode("utf-8"))
+    vocab = tok.get_vocab() if callable(getattr(tok, "get_vocab", None)) else {}
+    digest.update(json.dumps(sorted(vocab.items()), ensure_ascii=False).encode("utf-8"))
+    return digest.hexdigest()
+
+
+def _model_digest(editor: Any) -> str:
+    """The fingerprint of the editor's loaded model (:func:`~zerounlearn_editor.engine.stats.model_fingerprint`:
+    config and sampled weights, not its name) and of its tokenizer: keys the pre-edit metrics cache."""
+    from torch import nn
+
+    from zerounlearn_editor.engine.stats import model_fingerprint
+
+    model = getattr(editor, "model", None)
+    if not isinstance(model, nn.Module):
+        raise SystemExit(f"the editor holds no model to fingerprint (editor.model is {type(model).__name__}); "
+                         "the pre-edit metrics cannot be keyed by the model")
+    return f"{model_fingerprint(model)}|{_tokenizer_digest(editor.tok)}"
+
+
+def _check_fewshot(hparams: Any, inputs: Mapping[str, Any], data_path: str) -> None:
+    """A deep YAML (``experimental.fewshot_contexts``) has its built-in few-shot facts for every request, each
+    edited in its own call (:func:`~zerounlearn_editor.engine.contexts.check_fewshot_facts`), before the model loads."""
+    experimental = getattr(hparams, "experimental", None)
+    count = int(experimental.get("fewshot_contexts", 0)) if isinstance(experimental, Mapping) else 0
+    if not count:
+        return
+    from zerounlearn_editor.engine.contexts import check_fewshot_facts
+    from zerounlearn_editor.engine.requests import RequestError, normalize_requests
+
+    for i, (prompt, subject, truth) in enumerate(zip(inputs["prompts"], inputs["subject"], inputs["ground_truth"])):
+        try:
+            request = normalize_requests([{"prompt": prompt, "subject": subject, "ground_truth": truth or None}])
+            check_fewshot_facts([dataclasses.replace(r, index=i) for r in request], count)
+        except RequestError as exc:
+            raise SystemExit(f"--data_dir {data_path}: record {i}: {exc}") from exc
+
+
+def _read_pre_edit(path: Path, n_requests: int) -> List[Any]:
+    """The cached pre-edit metrics of ``path`` (a JSON list, one entry per request), else a SystemExit naming it."""
+    try:
+        pre_edit = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SystemExit(f"{path}: not a JSON file of pre-edit metrics ({exc}); remove it") from exc
+    if not isinstance(pre_edit, list) or not all(isinstance(case, Mapping) and "pre" in case for case in pre_edit):
+        raise SystemExit(f"{path}: expected a JSON list of {{'pre': ...}} pre-edit results; remove it")
+    if len(pre_edit) != n_requests:
+        raise SystemExit(f"{path} holds {len(pre_edit)} pre-edit results for {n_requests} requests; remove it")
+    return pre_edit
 
 
 def _fmt(value: Optional[float]) -> str:
@@ -352,25 +489,44 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
     use instead of importing them (tests).
     """
     args = build_parser().parse_args(argv)
-    easyedit = easyedit or _load_easyedit(args.easyedit_path)
-    hparams_cls = find_hparams_class(args.editing_method, easyedit["alg_dict"])
-    from zerounlearn_editor.engine.hparams import load_config_file
-
-    alg_name = load_config_file(args.hparams_dir).get("alg_name")
+    # every check that needs no model comes first: paths, hparams file, data, method, hparams class
+    out = _check_output_paths(args)
+    try:
+        alg_name = load_config_file(args.hparams_dir).get("alg_name")
+    except HParamsError as exc:
+        raise SystemExit(f"--hparams_dir: {exc}") from exc
     if alg_name != args.editing_method:  # BaseEditor picks the method by the YAML's alg_name
         raise SystemExit(f"{args.hparams_dir}: alg_name is {alg_name!r}, but --editing_method is {args.editing_method!r}")
-    hparams = hparams_cls.from_hparams(args.hparams_dir)
-    data = read_edit_data(args.data_dir, args.ds_size)  # checked before any model is loaded
+    data = read_edit_data(args.data_dir, args.ds_size, need_target=args.target_new == "keep")
+    if data.format == "knowedit":
+        if args.datatype not in KNOWEDIT_DATATYPES:
+            raise SystemExit(f"--data_dir {args.data_dir} is in KnowEdit format: --datatype must be "
+                             f"{', '.join(KNOWEDIT_DATATYPES)} (the KnowEdit subset it comes from), got {args.datatype!r}")
+    elif args.datatype not in (None, data.format):
+        raise SystemExit(f"--data_dir {args.data_dir} is in EasyEdit's {data.format} format, but --datatype is {args.datatype!r}")
+    easyedit = easyedit or _load_easyedit(args.easyedit_path)
+    try:
+        hparams_cls = find_hparams_class(args.editing_method, easyedit["alg_dict"])
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from exc
+    hparams = _read_hparams(args.hparams_dir, hparams_cls)
     if data.format == "knowedit":
         records = easyedit["KnowEditDataset"](args.data_dir, size=args.ds_size)
         inputs = knowedit_inputs([records[i] for i in range(len(records))], args.datatype)
         datatype = args.datatype
+        if args.target_new == "keep":
+            empty = [i for i, target in enumerate(inputs["target_new"]) if not _first_text(target)]
+            if empty:
+                raise SystemExit(f"--data_dir {args.data_dir}: record(s) {empty[:10]} have an empty target_new, "
+                                 "which --target-new keep edits towards; fill them in or use --target-new neutral")
     else:
-        if args.datatype not in (None, data.format):
-            raise SystemExit(f"--data_dir {args.data_dir} is in EasyEdit's {data.format} format, but --datatype is {args.datatype!r}")
-        inputs = flat_inputs(data)
+        inputs = flat_inputs(data, need_target=args.target_new == "keep")
         datatype = data.format
+    _check_fewshot(hparams, inputs, args.data_dir)
     label = hparams.model_name.rstrip("/").split("/")[-1] if isinstance(hparams.model_name, str) else "model"
+    pre_edit = None
+    if args.pre_file and Path(args.pre_file).exists():  # a given cache file is read before the model loads
+        pre_edit = _read_pre_edit(Path(args.pre_file), len(inputs["prompts"]))
 
     train_ds = None
     if args.editing_method in ("IKE", "ICE"):
@@ -386,6 +542,7 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
         else:
             hparams.use_icl_examples = False
 
+    out.mkdir(parents=True, exist_ok=True)
     editor = easyedit["BaseEditor"].from_hparams(hparams)
     if args.target_new == "neutral":
         neutral = getattr(hparams, "neutral_target", None) or editor.tok.eos_token
@@ -398,20 +555,15 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
         mode = {"mode": "edit", "target_new": "dataset"}
         LOG.info("EDITING: the dataset's target_new is kept (--target-new keep)")
 
-    out = Path(args.metrics_save_dir)
-    out.mkdir(parents=True, exist_ok=True)
     stem = f"{args.editing_method}_{datatype}_{label}"
-    # the pre-edit metrics cache is named by a hash of what they depend on
-    key_parts = [data.digest, str(args.ds_size), sha256_of_file(args.hparams_dir),
-                 json.dumps(mode, sort_keys=True), str(args.test_generation), str(datatype)]
+    # the pre-edit metrics cache is named by a hash of what they depend on, the loaded model and tokenizer included
+    key_parts = [data.digest, str(args.ds_size), sha256_of_file(_config_path(args.hparams_dir)),
+                 json.dumps(mode, sort_keys=True), str(args.test_generation), str(datatype), _model_digest(editor)]
     key = hashlib.sha256("\0".join(key_parts).encode("utf-8")).hexdigest()[:16]
-    pre_path = out / f"{label}_{datatype}_{mode['mode']}_{key}_pre_edit.json"
-    pre_path = Path(args.pre_file) if args.pre_file else pre_path
-    pre_edit = None
-    if pre_path.exists():
-        pre_edit = json.loads(pre_path.read_text(encoding="utf-8"))
-        if len(pre_edit) != len(inputs["prompts"]):
-            raise SystemExit(f"{pre_path} holds {len(pre_edit)} pre-edit results for {len(inputs['prompts'])} requests; remove it")
+    pre_path = Path(args.pre_file) if args.pre_file else out / f"{label}_{datatype}_{mode['mode']}_{key}_pre_edit.json"
+    if pre_edit is None and pre_path.exists():
+        pre_edit = _read_pre_edit(pre_path, len(inputs["prompts"]))
+    if pre_edit is not None:
         LOG.info("pre-edit metrics read from %s", pre_path)
     metrics, _, _ = editor.edit(
         **inputs,

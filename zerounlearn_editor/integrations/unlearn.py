@@ -22,6 +22,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
 from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.evaluation.audit import LensConfig, build_plan, score_model
+from zerounlearn_editor.evaluation.audit.plan import check_audit_inputs, check_plan_lengths
+from zerounlearn_editor.support.model_access import max_positions
 from zerounlearn_editor.evaluation.audit.facts_audit import (
     check_probe_fields,
     facts_items,
@@ -36,7 +38,9 @@ from zerounlearn_editor.evaluation.perplexity import perplexity
 from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
 from zerounlearn_editor.methods.registry import get_method
 from zerounlearn_editor.support.output_dir import check_free_space, check_output_dir, staged_output_dir
+from zerounlearn_editor.engine.contexts import check_fewshot_facts
 from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
+from zerounlearn_editor.engine.requests import normalize_requests
 from zerounlearn_editor.support.progress import progress_scope
 from zerounlearn_editor.data.record_files import RecordFileError, read_record_list, require_fields
 from zerounlearn_editor.engine.retain import load_retain_file
@@ -173,6 +177,9 @@ def run_unlearn(
             check_output_dir(out_dir, (REPORT_NAME,))
         hparams, apply = load_method(hparams_file)
         facts = load_facts(facts_file)
+        fewshot = int(hparams.experimental.get("fewshot_contexts", 0))
+        if fewshot:  # a deep YAML's few-shot facts are planned from the facts alone, before the model loads
+            check_fewshot_facts(normalize_requests(facts), fewshot)
         if retain_file:
             load_retain_file(retain_file)  # errors name the file, record and field
             if not any(v > 0 for v in hparams.retain_weights().values()):
@@ -191,6 +198,9 @@ def run_unlearn(
             audit_items = facts_items(facts_file)
             if not audit_items:
                 raise RecordFileError(f"{facts_file}: --audit needs facts with an 'answer'; none has one")
+            passages = generic_passages(corpus or hparams.mom2_dataset) if "relearning" in audit.families else []
+            audit_pool = facts_pool(retain_records)
+            check_audit_inputs(audit_items, audit_pool, audit, passages)  # before any work
         seconds: Dict[str, float] = {}
 
         start = time.perf_counter()
@@ -202,6 +212,10 @@ def run_unlearn(
         check_requests = get_method(hparams.alg_name).check_requests
         if check_requests is not None:  # e.g. ZeroUnlearn's capacity limit
             check_requests(model, hparams, len(plan.forget))
+        if audit is not None:  # the probes of the facts the edit keeps (a repeated fact once), drawn before the edit
+            edited = {str(r.index) for r in plan.forget}
+            audit_plan = build_plan([i for i in audit_items if i.case_id in edited], audit_pool, tok, audit, passages)
+            check_plan_lengths(audit_plan, tok, max_positions(model))
         if out_dir is not None and save == "model":
             check_free_space(out_dir, sum(p.numel() * p.element_size() for p in model.parameters()))
         text = Path(ppl_text) if ppl_text and ppl_tokens > 0 else None
@@ -219,9 +233,6 @@ def run_unlearn(
         seconds["evaluate_before"] = time.perf_counter() - start
         if audit is not None:  # the probes are drawn once, before the edit
             start = time.perf_counter()
-            relearning = "relearning" in audit.families
-            passages = generic_passages(corpus or hparams.mom2_dataset) if relearning else []
-            audit_plan = build_plan(audit_items, facts_pool(retain_records), tok, audit, passages)
             lens = LensConfig(hparams.layers[0], hparams.layer_module_tmp, hparams.ln_f_module)
             audit_before = score_model(model, tok, audit_plan, audit, lens)
             seconds["audit_before"] = time.perf_counter() - start

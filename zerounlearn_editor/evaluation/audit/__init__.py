@@ -26,6 +26,7 @@ from zerounlearn_editor.evaluation.audit.items import (
 )
 from zerounlearn_editor.evaluation.audit.plan import (
     FAMILIES,
+    AuditError,
     AuditPlan,
     AuditSettings,
     build_plan,
@@ -34,7 +35,7 @@ from zerounlearn_editor.evaluation.audit.plan import (
 from zerounlearn_editor.evaluation.audit.suite import LensConfig, probe_columns, score_model
 
 __all__ = [
-    "AuditItem", "AuditPlan", "AuditSettings", "FAMILIES", "LensConfig", "PoolFact", "build_plan",
+    "AuditError", "AuditItem", "AuditPlan", "AuditSettings", "FAMILIES", "LensConfig", "PoolFact", "build_plan",
     "items_from_cases", "items_from_facts", "parse_families", "pool_from_cases", "pool_from_facts",
     "probe_columns", "score_model",
 ]

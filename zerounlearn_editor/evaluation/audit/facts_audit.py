@@ -6,13 +6,13 @@ with answers.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, List, Mapping, Sequence, Tuple, Union
 
 from zerounlearn_editor.data.corpus import load_corpus
-from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS
 from zerounlearn_editor.data.record_files import RecordFileError, read_record_list
-from zerounlearn_editor.evaluation.audit.items import AuditItem, PoolFact, items_from_facts, pool_from_facts
+from zerounlearn_editor.evaluation.audit.items import AuditItem, PoolFact, audit_pool, builtin_pool, items_from_facts, pool_from_facts
 
 
 def check_probe_fields(record: Mapping[str, Any], index: int, path: Union[str, Path]) -> None:
@@ -24,30 +24,40 @@ def check_probe_fields(record: Mapping[str, Any], index: int, path: Union[str, P
 
 
 def facts_items(path: Union[str, Path]) -> List[AuditItem]:
-    """Audit items of the facts file's records that have an answer (``answer`` or ``ground_truth``)."""
+    """Audit items of the facts file's records that have an answer (``answer`` or ``ground_truth``); an
+    item's ``case_id`` is its record's index in the file (the edit request's index)."""
     records = read_record_list(path, what="facts to forget")
-    kept = [dict(r, answer=r.get("answer", r.get("ground_truth"))) for r in records]
-    kept = [r for r in kept if isinstance(r["answer"], str) and r["answer"].strip()]
-    return items_from_facts(kept)
+    answered = [(index, dict(r, answer=r.get("answer", r.get("ground_truth")))) for index, r in enumerate(records)]
+    answered = [(index, r) for index, r in answered if isinstance(r["answer"], str) and r["answer"].strip()]
+    items = items_from_facts([r for _, r in answered])
+    return [dataclasses.replace(item, case_id=str(index)) for (index, _), item in zip(answered, items)]
 
 
 def facts_pool(retain: Sequence[Mapping[str, Any]] = ()) -> List[PoolFact]:
-    """The built-in hand-written facts plus the retain facts ``{prompt, subject, answer}`` that have answers."""
-    triples: List[Tuple[str, str, str]] = list(CAPITALS_TO_FORGET + OTHER_CAPITALS + UNRELATED_FACTS)
+    """The retain facts ``{prompt, subject, answer}`` that have answers, then the built-in hand-written facts
+    (:func:`~.items.audit_pool`: each fact once)."""
+    triples: List[Tuple[str, str, str]] = []
     for r in retain:
         answer = r.get("answer", r.get("ground_truth"))
         if isinstance(answer, str) and answer.strip() and r.get("subject") and r["subject"] in r.get("prompt", ""):
             triples.append((r["prompt"], r["subject"], answer.strip()))
-    return pool_from_facts(triples)
+    return audit_pool(pool_from_facts(triples), builtin_pool())
 
 
 def format_facts_audit(audit: Mapping[str, Any]) -> str:
-    """Markdown: probe | recovered % before | after."""
-    lines = ["### Robustness audit (% of the forgotten facts recovered)", "", "| probe | before | after |", "|---|---|---|"]
+    """Markdown: probe | recovered % before | after | same-relation material (items of all) | note
+    (``uninformative``: the unedited model recovers ~0 %, :data:`~.suite.UNINFORMATIVE_MAX`)."""
+    from zerounlearn_editor.evaluation.audit.suite import uninformative
+
+    flat = set(uninformative(audit["before"]))
+    lines = ["### Robustness audit (% of the forgotten facts recovered)", "",
+             "| probe | before | after | same relation | note |", "|---|---|---|---|---|"]
     for probe, before in audit["before"].items():
         after = audit["after"].get(probe, {})
         cell = lambda r: "-" if r.get("recovered") is None else f"{r['recovered']:.0f}"  # noqa: E731
-        lines.append(f"| {probe} | {cell(before)} | {cell(after)} |")
+        same = f"{before['same_relation']}/{before['n']}" if "same_relation" in before else ""
+        note = "uninformative (unedited ~0)" if probe in flat else ""
+        lines.append(f"| {probe} | {cell(before)} | {cell(after)} | {same} | {note} |")
     return "\n".join(lines)
 
 

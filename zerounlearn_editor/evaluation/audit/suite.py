@@ -15,7 +15,12 @@ counts as not recovered, so the unedited row shows what the probe itself can rea
   on related facts / generic text (:mod:`.relearn`).
 
 Each result: ``{"recovered": %, "n": facts, "n_probed": facts with a prompt, "items": [0/1 per fact]}``
-(+ ``"prompt_rate"``: % of all the probe's prompts, + ``"best_ranks"`` for the lens).
+(+ ``"prompt_rate"``: % of all the probe's prompts, + ``"best_ranks"`` for the lens, + ``"same_relation"``
+for the borrowing probes: facts that got same-relation material, :attr:`~.plan.AuditPlan.same_relation`).
+
+A scored model, or a quantized / fine-tuned copy, with a non-finite weight is an :class:`~.plan.AuditError`
+(its greedy tokens mean nothing and would read as 0 % recovered). A probe whose unedited row recovers at
+most :data:`UNINFORMATIVE_MAX` % is flagged by :func:`uninformative`.
 """
 from __future__ import annotations
 
@@ -24,12 +29,13 @@ import math
 import statistics
 from typing import Any, Dict, List, Optional, Sequence
 
+import torch
 from torch import nn
 
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.audit.lens import best_ranks
-from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings
+from zerounlearn_editor.evaluation.audit.plan import AuditError, AuditPlan, AuditSettings
 from zerounlearn_editor.evaluation.audit.quantize import QUANT_SCHEMES, quantized_copy
 from zerounlearn_editor.evaluation.audit.relearn import relearned_copy
 
@@ -43,8 +49,8 @@ class LensConfig:
         self.first_layer, self.layer_module_tmp, self.ln_f_module = first_layer, layer_module_tmp, ln_f_module
 
 
-def _lens_sources(settings: AuditSettings) -> List[str]:
-    return ["prompt", "paraphrase", f"ic{settings.lens_shots}"]
+def _lens_sources(plan: AuditPlan) -> List[str]:
+    return ["prompt", "paraphrase", f"ic{plan.lens_shots}"]
 
 
 def probe_columns(plan: AuditPlan, settings: AuditSettings) -> List[str]:
@@ -53,18 +59,44 @@ def probe_columns(plan: AuditPlan, settings: AuditSettings) -> List[str]:
     if "formats" in fam:
         cols += [c for c in ("prompt", "paraphrase", "question", "chat") if c in plan.text_probes]
     if "in_context" in fam:
-        cols += [f"ic{k}" for k in settings.shots]
+        cols += [f"ic{k}" for k in plan.shots]
     if "choice" in fam:
         cols.append("mc")
     if "lens" in fam:
-        cols += [f"lens:{s}" for s in _lens_sources(settings)]
+        cols += [f"lens:{s}" for s in _lens_sources(plan)]
     if "quantization" in fam:
-        cols += [f"{q}:{s}" for q in settings.quant_schemes for s in _lens_sources(settings)]
+        cols += [f"{q}:{s}" for q in settings.quant_schemes for s in _lens_sources(plan)]
     if "relearning" in fam:
         cols += [f"{kind}-{scope}" for kind in ("relearn", "generic") for scope in settings.relearn_scopes]
     if "rwku" in fam:
         cols += [c for c in plan.text_probes if c.startswith("rwku_")]
     return cols
+
+
+UNINFORMATIVE_MAX = 5.0
+"""A probe whose unedited (base) row recovers at most this % of the facts is flagged uninformative: it cannot
+show forgetting, since it does not even reach the facts the model knows."""
+
+
+def uninformative(base: Dict[str, Dict[str, Any]]) -> List[str]:
+    """The probes of the unedited model's results ``base`` (``{probe: {"recovered": %, ...}}``) recovering
+    ``<= UNINFORMATIVE_MAX`` % (``"/kept"`` columns are not probes of their own and are skipped)."""
+    return [name for name, r in base.items() if not name.endswith("/kept") and r.get("recovered") is not None
+            and r["recovered"] <= UNINFORMATIVE_MAX]
+
+
+def non_finite_parameters(model: nn.Module) -> List[str]:
+    """Names of ``model``'s parameters holding a NaN or an infinity."""
+    return [name for name, param in model.named_parameters() if not bool(torch.isfinite(param).all())]
+
+
+def check_finite(model: nn.Module, what: str, fix: str) -> None:
+    """:class:`AuditError` when ``model`` has a non-finite parameter: such a model's greedy token is
+    meaningless, and scoring it would read as 0 % recovered (perfect forgetting)."""
+    bad = non_finite_parameters(model)
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
+        raise AuditError(f"audit: {what} has non-finite weights ({shown}), so its probe cannot be scored; {fix}")
 
 
 def _result(flags: Sequence[bool], n_probed: int, extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -107,7 +139,7 @@ def _choice_result(model: nn.Module, tok: Any, plan: AuditPlan, batch_size: int)
 
 def _lens_results(model, tok, plan: AuditPlan, settings: AuditSettings, lens: LensConfig) -> Dict[str, Dict[str, Any]]:
     out = {}
-    for source in _lens_sources(settings):
+    for source in _lens_sources(plan):
         per_item = plan.text_probes.get(source, [[] for _ in plan.items])
         flat = [p for probes in per_item for p in probes]
         ranks = best_ranks(model, tok, flat, lens.first_layer, lens.layer_module_tmp, lens.ln_f_module, settings.batch_size)
@@ -126,6 +158,7 @@ def score_model(model: nn.Module, tok: Any, plan: AuditPlan, settings: AuditSett
                 lens: Optional[LensConfig] = None) -> Dict[str, Dict[str, Any]]:
     """Every probe of ``settings.families`` on ``model`` (unchanged; copies are quantized / fine-tuned)."""
     fam = settings.families
+    check_finite(model, "the scored model", "check the edit (or the loaded checkpoint) before auditing it")
     results: Dict[str, Dict[str, Any]] = {}
     wanted = [c for c in probe_columns(plan, settings) if c in plan.text_probes]
     results.update(_text_results(model, tok, {c: plan.text_probes[c] for c in wanted}, settings.batch_size))
@@ -136,10 +169,11 @@ def score_model(model: nn.Module, tok: Any, plan: AuditPlan, settings: AuditSett
             raise ValueError("audit: the logit lens needs the first edited layer and the module templates")
         results.update(_lens_results(model, tok, plan, settings, lens))
     if "quantization" in fam:
-        sources = _lens_sources(settings)
+        sources = _lens_sources(plan)
         for scheme in settings.quant_schemes:
             LOG.info("audit: %s round-to-nearest copy", scheme)
             twin = quantized_copy(model, QUANT_SCHEMES[scheme])
+            check_finite(twin, f"the {scheme} copy", "leave quantization out of --probes for this model")
             scored = _text_results(twin, tok, {s: plan.text_probes[s] for s in sources}, settings.batch_size)
             results.update({f"{scheme}:{s}": v for s, v in scored.items()})
             del twin
@@ -150,6 +184,12 @@ def score_model(model: nn.Module, tok: Any, plan: AuditPlan, settings: AuditSett
                 LOG.info("audit: %d fine-tuning steps (%s, %s)", settings.relearn_steps, kind, scope)
                 data = dict(pairs=plan.relearn_pairs) if kind == "relearn" else dict(texts=plan.generic)
                 twin = relearned_copy(model, tok, scope, settings.relearn_steps, settings.relearn_lr, **data)
+                check_finite(twin, f"the {kind}-{scope} copy after {settings.relearn_steps} Adam steps at learning "
+                             f"rate {settings.relearn_lr:g}", "lower --relearn-lr (default 1e-4) or --relearn-steps")
                 results[f"{kind}-{scope}"] = _text_results(twin, tok, prompt, settings.batch_size)["prompt"]
                 del twin
+    for name, result in results.items():
+        key = "relearn" if name.startswith("relearn-") else name
+        if key in plan.same_relation:
+            result["same_relation"] = plan.same_relation[key]
     return {c: results[c] for c in probe_columns(plan, settings) if c in results}
