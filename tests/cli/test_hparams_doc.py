@@ -17,14 +17,15 @@ import dataclasses
 import pytest
 import yaml
 
-from zerounlearn_editor.cli.hparams_doc import field_help, method_classes
-from zerounlearn_editor.engine.retired_keys import RETIRED_KEYS
-from zerounlearn_editor.cli.hparams_doc import END, START, key_table, main, replace_table
 from tiny_models import REPO_ROOT
+from zerounlearn_editor.cli.hparams_doc import END, START, field_help, key_table, main, method_classes, replace_table
+from zerounlearn_editor.engine.retired_keys import RETIRED_KEYS
 
 ROOT = REPO_ROOT
 SHIPPED = sorted(p for cls in method_classes() for p in (ROOT / "hparams" / cls.ALG_NAME).glob("*.yaml"))
-MAX_KEYS = 48  # 59 before issue 27 (50 after retiring what lost, +1 fluency_max_increase), then 4 single-valued settings fixed
+MAX_KEYS = (
+    48  # 59 before issue 27 (50 after retiring what lost, +1 fluency_max_increase), then 4 single-valued settings fixed
+)
 
 
 def _all_keys():
@@ -40,7 +41,9 @@ def test_every_key_has_help_text_and_no_help_is_orphaned():
 
 def test_readme_table_is_the_generated_one():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert replace_table(text, key_table()) == text, "README key table is stale: run python -m zerounlearn_editor.cli.hparams_doc"
+    assert replace_table(text, key_table()) == text, (
+        "README key table is stale: run python -m zerounlearn_editor.cli.hparams_doc"
+    )
     assert main(["--check", str(ROOT / "README.md")]) == 0
 
 

@@ -23,9 +23,9 @@ import yaml
 
 from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
 from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError
-from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method
 from zerounlearn_editor.methods import registry
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 
 TOY = "ToyScale"
 SCALE = 0.5
@@ -79,8 +79,12 @@ def _toy_yaml(path: Path, root: Path, **changes: Any) -> Path:
 
 
 def test_shipped_methods_are_registered_with_their_classes():
-    from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
-    from zerounlearn_editor import apply_zerounlearn_gd_to_model, apply_zerounlearn_to_model
+    from zerounlearn_editor import (
+        ZeroUnlearnGDHyperParams,
+        ZeroUnlearnHyperParams,
+        apply_zerounlearn_gd_to_model,
+        apply_zerounlearn_to_model,
+    )
 
     assert registry.method_names() == ["ZeroUnlearn", "ZeroUnlearn-GD"]
     assert registry.get_method("ZeroUnlearn").hparams_class is ZeroUnlearnHyperParams
@@ -94,11 +98,15 @@ def test_shipped_methods_are_registered_with_their_classes():
 def test_unknown_name_lists_the_registered_ones(tmp_path):
     from zerounlearn_editor.integrations.unlearn import load_method
 
-    with pytest.raises(registry.UnknownMethodError, match=r"unknown method 'Nope'; registered: ZeroUnlearn, ZeroUnlearn-GD"):
+    with pytest.raises(
+        registry.UnknownMethodError, match=r"unknown method 'Nope'; registered: ZeroUnlearn, ZeroUnlearn-GD"
+    ):
         registry.get_method("Nope")
     path = tmp_path / "x.yaml"
     path.write_text("alg_name: ZeroUnlern\nmodel_name: tiny\n", encoding="utf-8")
-    with pytest.raises(HParamsError, match=r"x.yaml: key 'alg_name': unknown method 'ZeroUnlern'; registered: ZeroUnlearn"):
+    with pytest.raises(
+        HParamsError, match=r"x.yaml: key 'alg_name': unknown method 'ZeroUnlern'; registered: ZeroUnlearn"
+    ):
         load_method(path)
 
 
@@ -134,7 +142,9 @@ def test_toy_method_reaches_unlearn(toy, tok, tmp_path):
         assert torch.allclose(get_weight_matrix(get_module(edited, name)),
                               0.25 * get_weight_matrix(get_module(model, name)), atol=1e-6), "the toy's own edit ran"
     untouched = "model.layers.0.mlp.down_proj"
-    assert torch.equal(get_weight_matrix(get_module(edited, untouched)), get_weight_matrix(get_module(model, untouched)))
+    assert torch.equal(
+        get_weight_matrix(get_module(edited, untouched)), get_weight_matrix(get_module(model, untouched))
+    )
 
 
 def test_toy_method_reaches_the_bench_with_its_own_edit(toy, tok, tmp_path):
@@ -206,13 +216,17 @@ def test_toy_method_reaches_easyedit_registration(toy, tmp_path, monkeypatch):
     for rel, text in FAKE.items():
         (root / "easyeditor" / rel).write_text(textwrap.dedent(text), encoding="utf-8")
     monkeypatch.delenv("EASYEDIT_PATH", raising=False)
-    monkeypatch.setattr(sys, "path", [str(root)] + [p for p in sys.path if not (Path(p or ".") / "easyeditor").is_dir()])
+    monkeypatch.setattr(
+        sys, "path", [str(root)] + [p for p in sys.path if not (Path(p or ".") / "easyeditor").is_dir()]
+    )
     importlib.invalidate_caches()
     try:
         assert register_with_easyedit()
         alg_dict = importlib.import_module("easyeditor.util.alg_dict").ALG_DICT
         batch = importlib.import_module("easyeditor.editors.batch_editor").BatchEditor
-        assert alg_dict[TOY] is apply_toy_to_model and alg_dict["ZeroUnlearn"] is registry.get_method("ZeroUnlearn").apply
+        assert (
+            alg_dict[TOY] is apply_toy_to_model and alg_dict["ZeroUnlearn"] is registry.get_method("ZeroUnlearn").apply
+        )
         assert batch.is_batchable_method(TOY) and batch.is_batchable_method("MEMIT")
         assert not batch.is_batchable_method("Nope")
     finally:

@@ -25,7 +25,8 @@ and on the AMD EPYC where float32 pins were first written), more than any tolera
 changed edit; in float64 they agree to far below :data:`REL_TOL`.
 
 The check: ``||W' - W'_pin|| / ||W'_pin|| < 1e-6`` per edited layer, and the pinned edit ``W'_pin - W`` is
-at least 10x that tolerance (so a lost edit fails). Pinned with 1 and with 2 torch threads (identical within the tolerance).
+at least 10x that tolerance (so a lost edit fails). Pinned with 1 and with 2 torch threads (identical within the
+tolerance).
 
 A file without a pin fails. Regenerate on purpose only (a change of the maths or of a YAML):
 ``OMP_NUM_THREADS=1 PYTHONPATH=. python tests/methods/test_yaml_pins.py`` (all files) or
@@ -46,12 +47,10 @@ import torch
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tiny_models import REPO_ROOT, FIXTURES  # noqa: E402
-from tiny_models import LLAMA_TEMPLATES, forget_requests, tiny_llama, tiny_tokenizer, write_corpus  # noqa: E402
-
+from tiny_models import FIXTURES, LLAMA_TEMPLATES, REPO_ROOT, forget_requests, tiny_llama, tiny_tokenizer, write_corpus  # noqa: E402  # noqa: E402
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams  # noqa: E402
-from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model  # noqa: E402
 from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model  # noqa: E402
+from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model  # noqa: E402
 
 ROOT = REPO_ROOT / "hparams"
 PIN = FIXTURES / "yaml_pins.npz"
@@ -128,7 +127,9 @@ def test_every_shipped_yaml_is_covered():
 def test_tiny_model_is_the_pinned_one():
     with np.load(PIN, allow_pickle=False) as pin:
         stored = str(pin["model_digest"])
-    assert _digest(tiny_llama(tiny_tokenizer(), layers=TINY_LAYERS)) == stored, "the tiny model's initial weights changed"
+    assert _digest(tiny_llama(tiny_tokenizer(), layers=TINY_LAYERS)) == stored, (
+        "the tiny model's initial weights changed"
+    )
 
 
 @pytest.mark.parametrize("name", YAMLS)
@@ -137,14 +138,18 @@ def test_shipped_yaml_gives_the_pinned_edit(name, tmp_path):
         stored = {k: pin[k] for k in pin.files}
     before, after = edited_weights(name, tmp_path)
     missing = [_key(name, l) for l in after if _key(name, l) not in stored]
-    assert not missing, f"no pin for {name} ({missing}); regenerate on purpose: python tests/methods/test_yaml_pins.py {name}"
+    assert not missing, (
+        f"no pin for {name} ({missing}); regenerate on purpose: python tests/methods/test_yaml_pins.py {name}"
+    )
     assert not any(k.startswith(name.replace("/", "__") + "__L") and int(k.rsplit("L", 1)[1]) not in after
                    for k in stored), f"{name} edits other layers than pinned"
     for l, w in after.items():
         expected = stored[_key(name, l)].astype(np.float64)
         pinned_edit = expected - before[l].astype(np.float64)
         # the pin must be an edit the tolerance can see: at least 10x REL_TOL of the weight
-        assert np.linalg.norm(pinned_edit) > 10 * REL_TOL * np.linalg.norm(expected), f"{name} layer {l}: pinned edit is empty"
+        assert np.linalg.norm(pinned_edit) > 10 * REL_TOL * np.linalg.norm(expected), (
+            f"{name} layer {l}: pinned edit is empty"
+        )
         rel = np.linalg.norm(w.astype(np.float64) - expected) / np.linalg.norm(expected)
         assert rel < REL_TOL, (f"{name} tiny layer {l}: the edited weight moved by {rel:.3e} (relative) from its pin "
                                f"({np.linalg.norm(w - expected) / np.linalg.norm(pinned_edit):.3e} of the pinned edit)")

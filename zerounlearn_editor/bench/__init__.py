@@ -9,9 +9,9 @@ for the method interface and :mod:`.runfile` for several runs in one YAML file.
 from __future__ import annotations
 
 from zerounlearn_editor.bench.config import (
+    DEFAULT_METHODS,
     BenchConfig,
     BenchConfigError,
-    DEFAULT_METHODS,
     parse_method_hparams,
     parse_methods,
     parse_seeds,

@@ -33,10 +33,35 @@ from zerounlearn_editor.evaluation.generation import generate_greedy
 from zerounlearn_editor.evaluation.metrics import ProbeScores, evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
 
-__all__ = ["METRIC_KEYS", "GROUP_PREFIX", "CONTAINS_PREFIX", "AUDIT_PREFIX", "GROUP_GENERATION_TOKENS", "answer_contained",
-           "ScoringSettings", "score_cases", "probe_metrics", "model_metrics"]
+__all__ = [
+    "METRIC_KEYS",
+    "GROUP_PREFIX",
+    "CONTAINS_PREFIX",
+    "AUDIT_PREFIX",
+    "GROUP_GENERATION_TOKENS",
+    "answer_contained",
+    "ScoringSettings",
+    "score_cases",
+    "probe_metrics",
+    "model_metrics",
+]
 
-METRIC_KEYS = ("eff", "gen", "spe", "spe_distinct", "neighbours_named", "eff_first", "gen_first", "eff_prob", "gen_prob", "spe_prob", "spe_agree", "ppl", "fluency", "edit_seconds")
+METRIC_KEYS = (
+    "eff",
+    "gen",
+    "spe",
+    "spe_distinct",
+    "neighbours_named",
+    "eff_first",
+    "gen_first",
+    "eff_prob",
+    "gen_prob",
+    "spe_prob",
+    "spe_agree",
+    "ppl",
+    "fluency",
+    "edit_seconds",
+)
 GROUP_PREFIX = "group_"
 """Metric key of a probe group: ``GROUP_PREFIX + name`` (e.g. ``group_forget_level1``)."""
 CONTAINS_PREFIX = "contains_"
@@ -137,7 +162,11 @@ def probe_metrics(post: Sequence[CaseScores], pre: Optional[Sequence[CaseScores]
         per_case = []
         for before, after in zip(pre, post):
             per_case.append(
-                [fmean(_agreement(a, b)) for a, b in zip(before.neighbour["pred_ids"], after.neighbour["pred_ids"]) if a]
+                [
+                    fmean(_agreement(a, b))
+                    for a, b in zip(before.neighbour["pred_ids"], after.neighbour["pred_ids"])
+                    if a
+                ]
             )
         out["spe_agree"] = 100.0 * _case_mean(per_case)
     if named is not None:
@@ -158,7 +187,9 @@ def answer_contained(answer: str, text: str) -> bool:
     return bool(norm_answer) and norm_answer in " ".join(text.lower().split())
 
 
-def group_generation_metrics(model: nn.Module, tok: Any, cases: Sequence[UnlearnCase], batch_size: int) -> Dict[str, float]:
+def group_generation_metrics(
+    model: nn.Module, tok: Any, cases: Sequence[UnlearnCase], batch_size: int
+) -> Dict[str, float]:
     """``contains_<group>``: % of group probes whose greedy continuation contains the answer.
 
     Per case the probes of a group are averaged, then the cases that have the group.
@@ -175,7 +206,9 @@ def group_generation_metrics(model: nn.Module, tok: Any, cases: Sequence[Unlearn
     }
 
 
-def model_metrics(model: nn.Module, tok: Any, cases: Sequence[UnlearnCase], settings: ScoringSettings) -> Dict[str, Any]:
+def model_metrics(
+    model: nn.Module, tok: Any, cases: Sequence[UnlearnCase], settings: ScoringSettings
+) -> Dict[str, Any]:
     """Perplexity and (optionally) fluency of the model's current state.
 
     Returns ``{"ppl": float or None, "fluency": float or None, "generations": [...]}``, plus
@@ -192,8 +225,8 @@ def model_metrics(model: nn.Module, tok: Any, cases: Sequence[UnlearnCase], sett
         out["fluency"] = ngram_entropy(texts)
         out["generations"] = texts
     if settings.utility:
-        from zerounlearn_editor.support.resources import shared_file
         from zerounlearn_editor.evaluation.utility import load_task_items, parse_tasks, score_tasks
+        from zerounlearn_editor.support.resources import shared_file
 
         data_dir = shared_file("utility/mmlu.json").parent
         items = {t: load_task_items(t, data_dir, settings.utility_n, 3) for t in parse_tasks(settings.utility)}

@@ -30,14 +30,14 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from zerounlearn_editor.engine.hparams import HParamsError, EditHyperParams, load_config_file
-from zerounlearn_editor.methods.registry import UnknownMethodError, get_method
-from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, target_settings
-from zerounlearn_editor.engine.targets import NeutralTargets
-from zerounlearn_editor.support.resources import hparams_path
-from zerounlearn_editor.engine.stats import SecondMoment, corpus_cache_name
 from zerounlearn_editor.bench.config import BenchConfigError
+from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError, load_config_file
+from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, target_settings
+from zerounlearn_editor.engine.stats import SecondMoment, corpus_cache_name
+from zerounlearn_editor.engine.targets import NeutralTargets
+from zerounlearn_editor.methods.registry import UnknownMethodError, get_method
 from zerounlearn_editor.support.files import file_identity, sha256_of_json
+from zerounlearn_editor.support.resources import hparams_path
 
 __all__ = [
     "StatsBank",
@@ -227,18 +227,30 @@ def edit_method_spec(name: str) -> MethodSpec:
     cls, apply, folder = entry.hparams_class, entry.apply, entry.folder
 
     def describe(lookup: HParamsLookup) -> Dict[str, Any]:
-        return {"hparams": file_identity(lookup.path_for(name, folder, variant)), "statistics": lookup.statistics_settings()}
+        return {
+            "hparams": file_identity(lookup.path_for(name, folder, variant)),
+            "statistics": lookup.statistics_settings(),
+        }
 
     def prepare(ctx: MethodContext) -> PreparedMethod:
         path = ctx.lookup.path_for(name, folder, variant)
         hp = cls.from_hparams(path)
         main = ctx.lookup.main
         if hp.model_name != main.model_name:
-            LOG.warning("%s: model_name %r differs from the main hparams' %r; the bench's model is used", path, hp.model_name, main.model_name)
+            LOG.warning(
+                "%s: model_name %r differs from the main hparams' %r; the bench's model is used",
+                path,
+                hp.model_name,
+                main.model_name,
+            )
         stats_keys = ("mom2_dataset", "mom2_n_samples", "mom2_dtype", "mom2_max_length")
         differing = [k for k in stats_keys if getattr(hp, k) != getattr(main, k)]
         if differing:
-            LOG.warning("%s: statistics settings %s differ from the main hparams; the shared C0 of the main file is used", path, differing)
+            LOG.warning(
+                "%s: statistics settings %s differ from the main hparams; the shared C0 of the main file is used",
+                path,
+                differing,
+            )
 
         def edit(model: nn.Module, tok: Any, requests: List[Dict[str, Any]], stats: StatsBank,
                  retain: Optional[List[Dict[str, Any]]] = None) -> EditOutcome:

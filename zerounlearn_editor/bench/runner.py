@@ -27,31 +27,38 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from torch import nn
 from tqdm.auto import tqdm
 
-from zerounlearn_editor.data.datasets import load_cases, sample_cases
-from zerounlearn_editor.evaluation.selection import select_known_cases
-from zerounlearn_editor.data.types import UnlearnCase
-from zerounlearn_editor.evaluation.easyedit_format import easyedit_metrics
-from zerounlearn_editor.engine.pipeline import restore_weights
-from zerounlearn_editor.support.progress import progress_scope
-from zerounlearn_editor.data.builtin import default_ppl_text
-from zerounlearn_editor.engine.stats import model_basename
+from zerounlearn_editor.bench.case_scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 from zerounlearn_editor.bench.config import BenchConfig, BenchConfigError
-from zerounlearn_editor.support.files import read_json, write_json_atomic
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
 from zerounlearn_editor.bench.method_specs import (
     MethodSpec,
     PreparedMethod,
     StatsBank,
 )
-from zerounlearn_editor.bench.run_setup import BASE_SIGNATURE, MethodSetup, ModelLoader, load_model, prepare_run, setup_methods
-from zerounlearn_editor.bench.stages import Stage
 from zerounlearn_editor.bench.neighbours import (
     drop_batch_forget_neighbours,
     neighbours_naming_forgotten_subjects,
 )
 from zerounlearn_editor.bench.report import write_summary
 from zerounlearn_editor.bench.retain_sets import check_retain_disjoint, draw_retain, parse_retain_spec
-from zerounlearn_editor.bench.case_scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
+from zerounlearn_editor.bench.run_setup import (
+    BASE_SIGNATURE,
+    MethodSetup,
+    ModelLoader,
+    load_model,
+    prepare_run,
+    setup_methods,
+)
+from zerounlearn_editor.bench.stages import Stage
+from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.data.datasets import load_cases, sample_cases
+from zerounlearn_editor.data.types import UnlearnCase
+from zerounlearn_editor.engine.pipeline import restore_weights
+from zerounlearn_editor.engine.stats import model_basename
+from zerounlearn_editor.evaluation.easyedit_format import easyedit_metrics
+from zerounlearn_editor.evaluation.selection import select_known_cases
+from zerounlearn_editor.support.files import read_json, write_json_atomic
+from zerounlearn_editor.support.progress import progress_scope
 
 __all__ = ["run_bench", "seed_path", "check_stored_neighbours", "ModelLoader", "PPL_TEXT"]
 
@@ -147,8 +154,18 @@ class _SeedRun:
     bench if the failure left the model changed.
     """
 
-    def __init__(self, model, tok, prepared: Mapping[str, PreparedMethod], bank: StatsBank, fingerprint: ModelFingerprint,
-                 settings: ScoringSettings, signatures: Mapping[str, str], descriptions: Mapping[str, Any], bar: tqdm):
+    def __init__(
+        self,
+        model,
+        tok,
+        prepared: Mapping[str, PreparedMethod],
+        bank: StatsBank,
+        fingerprint: ModelFingerprint,
+        settings: ScoringSettings,
+        signatures: Mapping[str, str],
+        descriptions: Mapping[str, Any],
+        bar: tqdm,
+    ):
         self.model, self.tok = model, tok
         self.retain: List[Dict[str, Any]] = []
         self.named: List[List[bool]] = []  # the seed's neighbour prompts that name a forgotten subject
@@ -170,7 +187,15 @@ class _SeedRun:
             with Stage(f"seed {seed}: base perplexity/fluency") as extra:
                 more = model_metrics(self.model, self.tok, cases, self.settings)
                 audit = self.audit.metrics(self.model, self.tok, self.audit_plan) if self.audit_plan else {}
-            metrics = dict(probe_metrics(pre, named=self.named), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=None, **more.get("utility", {}), **more.get("contains", {}), **audit)
+            metrics = dict(
+                probe_metrics(pre, named=self.named),
+                ppl=more["ppl"],
+                fluency=more["fluency"],
+                edit_seconds=None,
+                **more.get("utility", {}),
+                **more.get("contains", {}),
+                **audit,
+            )
             record["methods"]["base"] = {
                 "status": "ok",
                 "config_sha256": BASE_SIGNATURE,
@@ -203,7 +228,9 @@ class _SeedRun:
             LOG.exception("seed %d: %s failed; recorded as an error, continuing with the next method", seed, name)
             return dict(entry, status="error", reason=f"error: {type(exc).__name__}: {exc}")
 
-    def _edit_and_score(self, seed: int, name: str, method: PreparedMethod, entry: Dict[str, Any], cases, requests, pre) -> Dict[str, Any]:
+    def _edit_and_score(
+        self, seed: int, name: str, method: PreparedMethod, entry: Dict[str, Any], cases, requests, pre
+    ) -> Dict[str, Any]:
         """Edit, score, restore. A failing edit must leave the model as it was (checked next)."""
         with Stage(f"seed {seed}: {name} edit of {len(requests)} requests") as edit_stage:
             extra = {"retain": [dict(r) for r in self.retain]} if method.uses_retain else {}
@@ -219,8 +246,15 @@ class _SeedRun:
         edit_seconds = edit_stage.seconds
         if "targets_reused_from" in outcome.details:
             edit_seconds += float(outcome.details["timings"]["targets"])
-        metrics = dict(probe_metrics(post, pre, self.named), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=edit_seconds,
-                       **more.get("utility", {}), **more.get("contains", {}), **audit)
+        metrics = dict(
+            probe_metrics(post, pre, self.named),
+            ppl=more["ppl"],
+            fluency=more["fluency"],
+            edit_seconds=edit_seconds,
+            **more.get("utility", {}),
+            **more.get("contains", {}),
+            **audit,
+        )
         LOG.info(
             "seed %d: %s Eff %.1f Gen %.1f Spe %.1f PPL %s", seed, name, metrics["eff"], metrics["gen"], metrics["spe"],
             "-" if metrics["ppl"] is None else f"{metrics['ppl']:.2f}",
@@ -352,8 +386,16 @@ def _run_plan(config, model, tok, setup: MethodSetup, plan, ppl_text, pool=()) -
     run = prepare_run(setup, model, tok, Path(config.out), [n for *_, todo in plan for n in todo], config.progress,
                       before_statistics=plan_audit if audit is not None else None)
     fingerprint, prepared, bank = run.fingerprint, run.prepared, run.bank
-    settings = ScoringSettings(config.eval_batch_size, ppl_text, config.ppl_tokens, config.fluency, config.fluency_tokens,
-                               config.utility, config.utility_n, config.group_generation)
+    settings = ScoringSettings(
+        config.eval_batch_size,
+        ppl_text,
+        config.ppl_tokens,
+        config.fluency,
+        config.fluency_tokens,
+        config.utility,
+        config.utility_n,
+        config.group_generation,
+    )
     total = sum(len(todo) for *_, todo in plan)
     with tqdm(total=total, desc="bench", unit="method", disable=not config.progress) as bar:
         runner = _SeedRun(model, tok, prepared, bank, fingerprint, settings, signatures, descriptions, bar)

@@ -31,21 +31,21 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
-from zerounlearn_editor.engine.contexts import clear_context_prefixes
-from zerounlearn_editor.data.corpus import load_corpus
-from zerounlearn_editor.engine.hparams import HParamsError, EditHyperParams, load_config_file
-from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
-from zerounlearn_editor.engine.pipeline import EditReport, batched_statistics, restore_weights
 from zerounlearn_editor.bench.reference_pipeline import (
     PIPELINES,
     apply_zerounlearn_gd_per_request,
     apply_zerounlearn_per_request,
     per_layer_statistics,
 )
-from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, SecondMoment, collect_second_moments
-from zerounlearn_editor.methods.registry import get_method, method_names
 from zerounlearn_editor.bench.speed_measure import RANDOM_CONFIGS, MemoryMeter, build_random_model, sync_device
 from zerounlearn_editor.bench.speed_report import format_speed_markdown
+from zerounlearn_editor.data.corpus import load_corpus
+from zerounlearn_editor.engine.contexts import clear_context_prefixes
+from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError, load_config_file
+from zerounlearn_editor.engine.pipeline import EditReport, batched_statistics, restore_weights
+from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, SecondMoment, collect_second_moments
+from zerounlearn_editor.methods.registry import get_method, method_names
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 
 __all__ = [
     "SpeedConfig",
@@ -140,7 +140,9 @@ def _load_model(cfg: SpeedConfig, hp: EditHyperParams, device: str):
     return build_random_model(cfg.random_config, device, vocab), tok
 
 
-def _method_hparams(path: str, overrides: Dict[str, Any], methods: Sequence[str] = METHODS) -> Dict[str, EditHyperParams]:
+def _method_hparams(
+    path: str, overrides: Dict[str, Any], methods: Sequence[str] = METHODS
+) -> Dict[str, EditHyperParams]:
     """The ``methods``' hparams (``path``'s method first): ``path`` and the file of the same name in the
     other method's folder (only read when that method is benchmarked)."""
     main = Path(path)
@@ -195,7 +197,9 @@ def _micro_statistics(model, tok, hp: EditHyperParams, corpus: str, passages: in
     def measure(mode: str, groups: Sequence[Sequence[str]]) -> None:
         with MemoryMeter(device) as mem:
             start = time.perf_counter()
-            counts = [next(iter(collect_second_moments(model, tok, texts, list(g), *args).values())).count for g in groups]
+            counts = [
+                next(iter(collect_second_moments(model, tok, texts, list(g), *args).values())).count for g in groups
+            ]
             sync_device(device)
             seconds = time.perf_counter() - start
         rows.append({"mode": mode, "modules": [list(g) for g in groups], "passes": len(groups), "tokens": counts[0],
@@ -212,7 +216,10 @@ def _micro_statistics(model, tok, hp: EditHyperParams, corpus: str, passages: in
 
 
 def _edited_weights(model: nn.Module, hp: EditHyperParams) -> Dict[int, torch.Tensor]:
-    return {l: get_weight_matrix(get_module(model, hp.rewrite_module_tmp.format(l))).detach().float().cpu().clone() for l in hp.layers}
+    return {
+        l: get_weight_matrix(get_module(model, hp.rewrite_module_tmp.format(l))).detach().float().cpu().clone()
+        for l in hp.layers
+    }
 
 
 def _edit_row(model, tok, cases, hp, method: str, pipeline: str, moments, device, eval_batch_size: int):
@@ -346,7 +353,9 @@ def run_speed(cfg: SpeedConfig) -> Dict[str, Any]:
         moments = moments if moments is not None else stage_moments
         _write_json(out, result)
     if cfg.micro_passages > 0:
-        result["statistics_micro"] = _micro_statistics(model, tok, main, corpus, cfg.micro_passages, device, cfg.progress)
+        result["statistics_micro"] = _micro_statistics(
+            model, tok, main, corpus, cfg.micro_passages, device, cfg.progress
+        )
         _write_json(out, result)
 
     for n in cfg.ns:
@@ -361,7 +370,9 @@ def run_speed(cfg: SpeedConfig) -> Dict[str, Any]:
             for pipeline, optimizer in runs:
                 LOG.info("edit: %s, %s pipeline (targets %s), n=%d", method, pipeline, optimizer, n)
                 run_hp = hp.replace(targets_optimizer=optimizer) if optimizer != hp.targets_optimizer else hp
-                row, w = _edit_row(model, tok, cases, run_hp, method, pipeline, layer_moments, device, cfg.eval_batch_size)
+                row, w = _edit_row(
+                    model, tok, cases, run_hp, method, pipeline, layer_moments, device, cfg.eval_batch_size
+                )
                 row["targets_optimizer"] = optimizer
                 LOG.info("  %.1f s (%s)", row["edit_s"], {k: round(v, 2) for k, v in row["stages_s"].items()})
                 result["edits"].append(row)
@@ -397,7 +408,12 @@ def run_speed(cfg: SpeedConfig) -> Dict[str, Any]:
                     **gap,
                 }
                 if gap["max_rel_diff"] > 1e-3:
-                    LOG.warning("%s n=%d: edited weights differ between pipelines (max rel diff %.2e)", method, n, gap["max_rel_diff"])
+                    LOG.warning(
+                        "%s n=%d: edited weights differ between pipelines (max rel diff %.2e)",
+                        method,
+                        n,
+                        gap["max_rel_diff"],
+                    )
                 result["comparisons"].append(comparison)
                 _write_json(out, result)
     result["markdown"] = format_speed_markdown(result)

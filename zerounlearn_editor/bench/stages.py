@@ -11,8 +11,8 @@ from typing import Any, Dict, Sequence
 
 from torch import nn
 
-from zerounlearn_editor.engine.stats import StatsRequest, cached_second_moments
 from zerounlearn_editor.bench.method_specs import HParamsLookup, PreparedMethod, StatsBank
+from zerounlearn_editor.engine.stats import StatsRequest, cached_second_moments
 
 __all__ = ["Stage", "compute_statistics"]
 
@@ -37,7 +37,9 @@ class Stage:
         return False
 
 
-def compute_statistics(model: nn.Module, tok: Any, lookup: HParamsLookup, prepared: Sequence[PreparedMethod], progress: bool) -> StatsBank:
+def compute_statistics(
+    model: nn.Module, tok: Any, lookup: HParamsLookup, prepared: Sequence[PreparedMethod], progress: bool
+) -> StatsBank:
     """``C0`` for every layer any prepared method needs, one pass per module template."""
     wanted: Dict[str, set] = {}
     for method in prepared:

@@ -48,7 +48,12 @@ def _surgical_points(path: Path, results: Dict[str, Any], methods: Optional[Sequ
     for name, found in rows.items():
         if methods and name not in methods:
             continue
-        point: Dict[str, Any] = {"run": path.parent.name or path.stem, "method": name, "file": str(path), "seeds": len(found)}
+        point: Dict[str, Any] = {
+            "run": path.parent.name or path.stem,
+            "method": name,
+            "file": str(path),
+            "seeds": len(found),
+        }
         for key in ("eff", "spe", "ppl"):
             values = [float(m[key]) for m in found if m.get(key) is not None]
             point[key] = statistics.fmean(values) if values else None
@@ -60,7 +65,8 @@ def _surgical_points(path: Path, results: Dict[str, Any], methods: Optional[Sequ
 
 def collect_points(paths: Sequence[Union[str, Path]], methods: Optional[Sequence[str]] = None,
                    seeds: Optional[Sequence[int]] = None) -> List[Dict[str, Any]]:
-    """One dict per (summary, method): ``{"run", "method", "eff", "eff_std", "spe", "spe_std", "ppl", "ppl_std", "seeds"}``.
+    """One dict per (summary, method): ``{"run", "method", "eff", "eff_std", "spe", "spe_std", "ppl", "ppl_std",
+    "seeds"}``.
 
     ``seeds``: for surgical results.json files, use only these seeds (bench summaries hold their
     aggregates already and are taken as they are).
@@ -87,7 +93,9 @@ def collect_points(paths: Sequence[Union[str, Path]], methods: Optional[Sequence
         if not isinstance(summary, dict) or not isinstance(summary.get("methods"), dict):
             raise ValueError(f"{path}: not a bench summary.json (no 'methods' mapping)")
         if seeds is not None:
-            LOG.warning("%s: a bench summary holds its seeds' aggregate; --seeds applies to surgical results only", path)
+            LOG.warning(
+                "%s: a bench summary holds its seeds' aggregate; --seeds applies to surgical results only", path
+            )
         for name, item in summary["methods"].items():
             if methods and name not in methods:
                 continue

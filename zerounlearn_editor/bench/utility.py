@@ -24,13 +24,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional
 
 from torch import nn
 
+from zerounlearn_editor.evaluation.utility.scoring import score_tasks
+from zerounlearn_editor.evaluation.utility.tasks import TASKS, load_task_items, parse_tasks
 from zerounlearn_editor.support.files import write_json_atomic
-from zerounlearn_editor.evaluation.utility.scoring import score_tasks, task_scores
-from zerounlearn_editor.evaluation.utility.tasks import TASKS, UtilityItem, load_task_items, parse_tasks
 from zerounlearn_editor.support.plotting import pyplot, save_figure
 
 __all__ = ["UtilityConfig", "run_utility", "plot_utility", "format_utility_table"]
@@ -70,7 +70,9 @@ def _data_dir(config: UtilityConfig) -> Path:
 
     base = shared_data_dir()
     if base is None:
-        raise FileNotFoundError("utility data not found: pass --data-dir or set ZEROUNLEARN_DATA_DIR to the shared data folder")
+        raise FileNotFoundError(
+            "utility data not found: pass --data-dir or set ZEROUNLEARN_DATA_DIR to the shared data folder"
+        )
     return base / "utility"
 
 
@@ -130,7 +132,10 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
     for name in config.methods:
         fingerprint.verify(model, f"utility: before {name}")
         if name == "base":
-            results[name] = {"tasks": score_tasks(model, tok, task_items, config.batch_size, config.progress), "edit_seconds": None}
+            results[name] = {
+                "tasks": score_tasks(model, tok, task_items, config.batch_size, config.progress),
+                "edit_seconds": None,
+            }
             continue
         method = prepared[name]
         if method.skip_reason is not None:

@@ -1,4 +1,5 @@
-"""The README's hyperparameter key table, generated from the registered methods' hparams dataclasses and their help text.
+"""The README's hyperparameter key table, generated from the registered methods' hparams dataclasses and their help
+text.
 
 ``python -m zerounlearn_editor.cli.hparams_doc`` rewrites the table between :data:`START` and
 :data:`END` in ``README.md`` (or the file given); ``--check`` only reports whether it is current
@@ -14,8 +15,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Type
 
 from zerounlearn_editor.engine.hparams import EditHyperParams
-from zerounlearn_editor.support.files import write_text_atomic
 from zerounlearn_editor.methods.registry import registered_methods
+from zerounlearn_editor.support.files import write_text_atomic
 
 LOG = logging.getLogger(__name__)
 
@@ -80,9 +81,13 @@ def key_table() -> str:
     help_text = field_help()
     missing = [key for key, _, _ in _rows() if key not in help_text]
     if missing:
-        raise KeyError(f"no help text for key(s) {missing} (give the field metadata={{'help': ...}} in its hparams dataclass)")
+        raise KeyError(
+            f"no help text for key(s) {missing} (give the field metadata={{'help': ...}} in its hparams dataclass)"
+        )
     lines = ["| key | method | default | meaning |", "|---|---|---|---|"]
-    lines += [f"| `{key}` | {methods} | {_cell(default)} | {_cell(help_text[key])} |" for key, methods, default in _rows()]
+    lines += [
+        f"| `{key}` | {methods} | {_cell(default)} | {_cell(help_text[key])} |" for key, methods, default in _rows()
+    ]
     return "\n".join(lines)
 
 
@@ -96,8 +101,12 @@ def replace_table(text: str, table: str) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m zerounlearn_editor.cli.hparams_doc", description=__doc__.splitlines()[0])
-    parser.add_argument("readme", nargs="?", default=str(_README), help="the file holding the table (default: README.md)")
+    parser = argparse.ArgumentParser(
+        prog="python -m zerounlearn_editor.cli.hparams_doc", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "readme", nargs="?", default=str(_README), help="the file holding the table (default: README.md)"
+    )
     parser.add_argument("--check", action="store_true", help="only report whether the table is current (exit 1 if not)")
     args = parser.parse_args(argv)
     path = Path(args.readme)
@@ -105,7 +114,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     new = replace_table(text, key_table())
     if args.check:
         if new != text:
-            sys.stderr.write(f"{path}: the hyperparameter table is out of date; run python -m zerounlearn_editor.cli.hparams_doc\n")
+            sys.stderr.write(
+                f"{path}: the hyperparameter table is out of date; run python -m zerounlearn_editor.cli.hparams_doc\n"
+            )
             return 1
         return 0
     if new != text:

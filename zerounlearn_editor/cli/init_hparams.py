@@ -20,12 +20,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import yaml
 from torch import nn
 
+from zerounlearn_editor.cli.common import comma_option
+from zerounlearn_editor.cli.trace import trace_facts_for
 from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.engine.hparams import load_config_file
 from zerounlearn_editor.methods.registry import get_method, method_names
 from zerounlearn_editor.methods.zerounlearn_gd.config import deep_mode_settings
-from zerounlearn_editor.cli.common import comma_option
-from zerounlearn_editor.cli.trace import trace_facts_for
 from zerounlearn_editor.support.resources import repo_root
 
 LOG = logging.getLogger(__name__)
@@ -67,7 +67,8 @@ VARIANT_MARKERS = ("-retain", "-suppress", "-deep")
 
 
 def is_variant_yaml(path: Path) -> bool:
-    """``<model>-retain*.yaml`` / ``-suppress.yaml`` / ``-deep.yaml``: an opt-in variant of the paper's ``<model>.yaml``."""
+    """``<model>-retain*.yaml`` / ``-suppress.yaml`` / ``-deep.yaml``: an opt-in variant of the paper's
+    ``<model>.yaml``."""
     return any(marker in Path(path).stem for marker in VARIANT_MARKERS)
 
 
@@ -131,8 +132,8 @@ def write_hparams(config: Mapping[str, Any], base: Path, out: Union[str, Path], 
 
 def _cmd_init_hparams(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench.trace import TraceSettings, suggest_window, trace_facts
-    from zerounlearn_editor.support.model_access import num_hidden_layers
     from zerounlearn_editor.support.files import read_json
+    from zerounlearn_editor.support.model_access import num_hidden_layers
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
     if args.deep and args.method != "ZeroUnlearn-GD":
@@ -145,7 +146,9 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
             layers = [int(l) for l in read_json(args.trace)["suggested_layers"]]
             note = f"layers from the causal trace {args.trace}"
         else:
-            width = args.width or len(load_config_file(nearest_shipped_yaml(args.method, detect_templates(model)))["layers"])
+            width = args.width or len(
+                load_config_file(nearest_shipped_yaml(args.method, detect_templates(model)))["layers"]
+            )
             facts = trace_facts_for(model, tok, args.trace_data, None, args.trace_n, 0, args.include_unknown)
             result = trace_facts(model, tok, facts, TraceSettings(width=width), progress=not args.no_progress)
             # the loss reads the model's last layer, which must come after the edited ones
@@ -156,7 +159,9 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
         note += "; deep-forgetting keys (deep_mode_settings)"
     config, base = build_hparams(model, args.model, args.method, layers, overrides)
     path = write_hparams(config, base, args.out, note)
-    print(f"{args.method} hparams for {args.model} ({config['rewrite_module_tmp']}), base {base.name}, {note} -> {path}")
+    print(
+        f"{args.method} hparams for {args.model} ({config['rewrite_module_tmp']}), base {base.name}, {note} -> {path}"
+    )
     print(f"layers: {config['layers']}")
     return 0
 
@@ -173,10 +178,14 @@ def register(sub: Any, parents: ModuleType) -> None:
     )
     p.add_argument("--method", required=True, choices=method_names())
     p.add_argument("--layers", type=comma_option, default="auto", help="auto (causal trace), a,b,c or a-b")
-    p.add_argument("--trace", default=None, help="with --layers auto: a trace.json of `zerounlearn trace` to take them from")
+    p.add_argument(
+        "--trace", default=None, help="with --layers auto: a trace.json of `zerounlearn trace` to take them from"
+    )
     p.add_argument("--trace-data", default="counterfact", help="facts for the auto trace (default counterfact)")
     p.add_argument("--trace-n", type=int, default=10)
     p.add_argument("--deep", action="store_true",
                    help="ZeroUnlearn-GD: the deep-forgetting mode's keys, as in the shipped <model>-deep.yaml files")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key (YAML value); repeatable")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a key (YAML value); repeatable"
+    )
     p.set_defaults(func=_cmd_init_hparams)

@@ -24,8 +24,14 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def _cmd_stats(args: argparse.Namespace) -> int:
     from zerounlearn_editor.data.corpus import check_corpus_source
-    from zerounlearn_editor.engine.stats import (StatsRequest, cached_second_moments, corpus_cache_name,
-                                                 model_basename, shard_path, stats_path)
+    from zerounlearn_editor.engine.stats import (
+        StatsRequest,
+        cached_second_moments,
+        corpus_cache_name,
+        model_basename,
+        shard_path,
+        stats_path,
+    )
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
     hparams = load_hparams(args.hparams)

@@ -1,4 +1,5 @@
-"""Renamed to :mod:`zerounlearn_editor.data.datasets`; this name is the same module object, for code written against the old path."""
+"""Renamed to :mod:`zerounlearn_editor.data.datasets`; this name is the same module object, for code
+written against the old path."""
 import sys
 
 from zerounlearn_editor.data import datasets as _renamed

@@ -56,9 +56,11 @@ class FluencyCheck:
         return increase == increase and increase <= self.max_increase
 
     def message(self) -> str:
-        return (f"fluency guard: perplexity on {self.tokens} tokens of the built-in text went from {self.ppl_before:.3f} "
-                f"to {self.ppl_after:.3f} ({self.increase:+.1%}), beyond the allowed {self.max_increase:+.0%} "
-                f"(key 'fluency_max_increase')")
+        return (
+            f"fluency guard: perplexity on {self.tokens} tokens of the built-in text went from {self.ppl_before:.3f} "
+            f"to {self.ppl_after:.3f} ({self.increase:+.1%}), beyond the allowed {self.max_increase:+.0%} "
+            f"(key 'fluency_max_increase')"
+        )
 
     def as_dict(self) -> Dict[str, Any]:
         return dict(asdict(self), increase=self.increase, passed=self.passed)

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Literal, Optional, Union, get_args, get_origin, get_type_hints
 
-
 from zerounlearn_editor.engine.retired_keys import RETIRED_KEYS, retired_key_errors  # noqa: F401 (RETIRED_KEYS: old import path)
 from zerounlearn_editor.support.structured_files import read_structured
 
@@ -80,7 +79,9 @@ class BaseHyperParams:
     REQUIRED_KEYS: ClassVar[tuple] = ()
 
     alg_name: str = field(metadata={"help": "`ZeroUnlearn` or `ZeroUnlearn-GD` (must match the class)"})
-    model_name: str = field(metadata={"help": "hub name or local folder of the model; `smollm2` is the prepared SmolLM2"})
+    model_name: str = field(
+        metadata={"help": "hub name or local folder of the model; `smollm2` is the prepared SmolLM2"}
+    )
     device: Union[int, str] = field(default=0, metadata={"help": (
         "CUDA index or a device name (`cpu`, `cuda:0`) the edit runs on"
     )})
@@ -161,7 +162,9 @@ class BaseHyperParams:
         if self.batch_size < 1:
             raise HParamsError(f"{source}: key 'batch_size' must be >= 1, got {self.batch_size}")
         if isinstance(self.model_name, str) and not self.model_name.strip():
-            raise HParamsError(f"{source}: key 'model_name' must name a model folder or hub model, got {self.model_name!r}")
+            raise HParamsError(
+                f"{source}: key 'model_name' must name a model folder or hub model, got {self.model_name!r}"
+            )
         if self.max_length < 1:
             raise HParamsError(f"{source}: key 'max_length' must be >= 1, got {self.max_length}")
         _check_device(self.device, source)
@@ -188,7 +191,9 @@ def _check_device(device: Union[int, str], source: str) -> None:
     try:
         parsed = torch.device(device)
     except (RuntimeError, ValueError) as exc:
-        raise HParamsError(f"{source}: key 'device' has value {device!r}, not a device name (e.g. 'cpu', 'cuda:0')") from exc
+        raise HParamsError(
+            f"{source}: key 'device' has value {device!r}, not a device name (e.g. 'cpu', 'cuda:0')"
+        ) from exc
     if parsed.type == "cuda" and (parsed.index or 0) >= count:
         raise HParamsError(f"{source}: key 'device' is {device!r}, but this machine has {count} CUDA "
                            "device(s)" + ("" if count else " (CUDA is not available: use 'cpu')"))
@@ -342,13 +347,18 @@ class EditHyperParams(BaseHyperParams):
                     raise HParamsError(f"{source}: key {key!r} must be {bound}, got {getattr(self, key)!r}")
         if self.v_loss_layer < -1:
             raise HParamsError(
-                f"{source}: key 'v_loss_layer' must be -1 (the model's last layer) or a layer index, got {self.v_loss_layer}"
+                f"{source}: key 'v_loss_layer' must be -1 (the model's last layer) or a layer index, got "
+                f"{self.v_loss_layer}"
             )
         for key in ("stats_dir", "mom2_dataset"):
             if not getattr(self, key).strip():
                 raise HParamsError(f"{source}: key {key!r} is empty")
         if self.mom2_dtype not in ("float16", "float32", "float64"):
-            hint = " (numpy, and so the .npz cache EasyEdit shares, has no bfloat16)" if self.mom2_dtype == "bfloat16" else ""
+            hint = (
+                " (numpy, and so the .npz cache EasyEdit shares, has no bfloat16)"
+                if self.mom2_dtype == "bfloat16"
+                else ""
+            )
             raise HParamsError(
                 f"{source}: key 'mom2_dtype' must be float16, float32 or float64, got {self.mom2_dtype!r}{hint}"
             )

@@ -32,24 +32,16 @@ from zerounlearn_editor.engine.fluency_guard import (
     DEFAULT_TOKENS,
     FluencyError,
     guard_perplexity,
-    guard_text as builtin_guard_text,
     judge_fluency,
     resolve_mode,
 )
-from zerounlearn_editor.engine.hparams import EditHyperParams
-from zerounlearn_editor.support.model_access import (
-    check_edited_modules,
-    check_layers,
-    max_positions,
-    get_module,
-    get_weight_matrix,
-    parameter_name_of_weight,
-    set_weight_matrix,
+from zerounlearn_editor.engine.fluency_guard import (
+    guard_text as builtin_guard_text,
 )
+from zerounlearn_editor.engine.hparams import EditHyperParams
+from zerounlearn_editor.engine.keys import LayerReadout, read_keys_and_hidden
 from zerounlearn_editor.engine.post_mlp import IDENTITY, PostMlpMap, detect_post_mlp_maps, value_targets
 from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
-from zerounlearn_editor.support.progress import progress_bar, progress_scope
-from zerounlearn_editor.engine.keys import LayerReadout, read_keys_and_hidden
 from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, normalize_requests
 from zerounlearn_editor.engine.retain import RetainSpec, check_retain_disjoint, resolve_retain
 from zerounlearn_editor.engine.stats import SecondMoment, StatsRequest, cached_second_moments
@@ -59,6 +51,16 @@ from zerounlearn_editor.engine.targets import (
     loss_layer_module,
     optimise_neutral_targets,
 )
+from zerounlearn_editor.support.model_access import (
+    check_edited_modules,
+    check_layers,
+    get_module,
+    get_weight_matrix,
+    max_positions,
+    parameter_name_of_weight,
+    set_weight_matrix,
+)
+from zerounlearn_editor.support.progress import progress_bar, progress_scope
 
 LOG = logging.getLogger(__name__)
 
@@ -240,7 +242,8 @@ def check_edit_inputs(
     if keep and not active:
         raise ValueError(
             f"a retain set of {len(keep)} facts was given, but the {hparams.alg_name} hparams' retain weights "
-            f"{sorted(weights)} (the terms that use a retain set) are all 0, so it would be ignored; set one of them > 0 "
+            f"{sorted(weights)} (the terms that use a retain set) are all 0, so it would be ignored; set one of them > "
+            "0 "
             f"(e.g. hparams/ZeroUnlearn-GD/<model>-retain.yaml)"
         )
     if active and not keep:
@@ -285,8 +288,20 @@ def run_layerwise_edit(
                                    stages, retain, (mode, fluency_text))
 
 
-def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets, stages, retain,
-                        guard=("off", None)):
+def _run_layerwise_edit(
+    model,
+    tok,
+    requests,
+    hparams,
+    solver,
+    corpus,
+    second_moments,
+    progress,
+    targets,
+    stages,
+    retain,
+    guard=("off", None),
+):
     stages = stages or EditStages()
     report = EditReport()
     with _timer(report, "validate"):
@@ -329,13 +344,21 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
         if mode != "off":
             with _timer(report, "fluency"):
                 ppl_after = guard_perplexity(model, tok, guard_text_, n_tokens)
-            check = judge_fluency(ppl_before, ppl_after, n_tokens,
-                                  DEFAULT_MAX_INCREASE if hparams.fluency_max_increase is None else hparams.fluency_max_increase,
-                                  mode)
+            check = judge_fluency(
+                ppl_before,
+                ppl_after,
+                n_tokens,
+                DEFAULT_MAX_INCREASE if hparams.fluency_max_increase is None else hparams.fluency_max_increase,
+                mode,
+            )
             report.fluency = check.as_dict()
             if not check.passed and mode == "refuse":
-                raise FluencyError(f"{hparams.alg_name}: edit refused and the weights restored: {check.message()}; "
-                                   "fluency_guard='warn' keeps such an edit (a larger fluency_max_increase, or null, in the YAML changes the limit)", check)
+                raise FluencyError(
+                    f"{hparams.alg_name}: edit refused and the weights restored: {check.message()}; "
+                    "fluency_guard='warn' keeps such an edit (a larger fluency_max_increase, or null, in the YAML "
+                    "changes the limit)",
+                    check,
+                )
             if not check.passed:
                 LOG.warning("%s: %s; kept because fluency_guard is 'warn'", hparams.alg_name, check.message())
             else:
@@ -362,7 +385,8 @@ def _check_lengths(
             length = len(tok(request.prompt)["input_ids"]) + extra + (len(target_ids[i]) if kind == "request" else 0)
             if length > limit:
                 raise RequestError(
-                    f"{kind} {request.index}: prompt {request.prompt[:60]!r}... needs {length} positions (with a context "
+                    f"{kind} {request.index}: prompt {request.prompt[:60]!r}... needs {length} positions (with a "
+                    "context "
                     f"prefix of {extra} and the target), more than the model's {limit}"
                 )
 

@@ -42,7 +42,9 @@ def _as_text(value: Any, index: int, field: str, allow_empty: bool = False) -> s
         if not value:
             raise RequestError(f"request {index}: field {field!r} is an empty list")
         if len(value) > 1:  # one request has one prompt / subject / answer / target: the rest would be dropped
-            raise RequestError(f"request {index}: field {field!r} is a list of {len(value)} values, expected one string")
+            raise RequestError(
+                f"request {index}: field {field!r} is a list of {len(value)} values, expected one string"
+            )
         value = value[0]
     if not isinstance(value, str):
         raise RequestError(f"request {index}: field {field!r} must be a string, got {type(value).__name__}")

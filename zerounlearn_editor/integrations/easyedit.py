@@ -83,7 +83,9 @@ def _wrap_base_editor(editor_cls: type) -> None:
         name = getattr(hparams, "model_name", None)
         if isinstance(name, str) and not any(key in name.lower() for key in EASYEDIT_LOADABLE):
             LOG.info("model %r: EasyEdit's loader does not know the name; loaded by zerounlearn_editor", name)
-            hparams.model_name = load_for_easyedit(name, str(getattr(hparams, "alg_name", "")), bool(getattr(hparams, "fp16", False)))
+            hparams.model_name = load_for_easyedit(
+                name, str(getattr(hparams, "alg_name", "")), bool(getattr(hparams, "fp16", False))
+            )
             try:
                 original(self, hparams, *args, **kwargs)
             finally:
@@ -107,7 +109,8 @@ def registration_error() -> Optional[str]:
 def register_with_easyedit(path: Optional[str] = None) -> bool:
     """Add the registered methods (ZeroUnlearn, ZeroUnlearn-GD, any other) to EasyEdit's ``ALG_DICT`` and batch gate.
 
-    Idempotent; a method registered later is added by calling it again. ``path`` (or ``$EASYEDIT_PATH``) is an EasyEdit source tree to import from.
+    Idempotent; a method registered later is added by calling it again. ``path`` (or ``$EASYEDIT_PATH``) is an EasyEdit
+    source tree to import from.
     Returns False (and logs why) when EasyEdit cannot be imported.
     """
     if not easyedit_available(path):

@@ -19,11 +19,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
 from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.data.record_files import RecordFileError, read_record_list, require_fields
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.engine.contexts import check_fewshot_facts
+from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
+from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
+from zerounlearn_editor.engine.requests import normalize_requests
+from zerounlearn_editor.engine.retain import load_retain_file
 from zerounlearn_editor.evaluation.audit import LensConfig, build_plan, score_model
-from zerounlearn_editor.evaluation.audit.plan import check_audit_inputs, check_plan_lengths
-from zerounlearn_editor.support.model_access import max_positions
 from zerounlearn_editor.evaluation.audit.facts_audit import (
     check_probe_fields,
     facts_items,
@@ -31,19 +35,15 @@ from zerounlearn_editor.evaluation.audit.facts_audit import (
     format_facts_audit,
     generic_passages,
 )
-from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.evaluation.audit.plan import check_audit_inputs, check_plan_lengths
 from zerounlearn_editor.evaluation.generation import generate_greedy
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
-from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
+from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
 from zerounlearn_editor.methods.registry import get_method
+from zerounlearn_editor.support.model_access import max_positions
 from zerounlearn_editor.support.output_dir import check_free_space, check_output_dir, staged_output_dir
-from zerounlearn_editor.engine.contexts import check_fewshot_facts
-from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
-from zerounlearn_editor.engine.requests import normalize_requests
 from zerounlearn_editor.support.progress import progress_scope
-from zerounlearn_editor.data.record_files import RecordFileError, read_record_list, require_fields
-from zerounlearn_editor.engine.retain import load_retain_file
 
 LOG = logging.getLogger(__name__)
 
@@ -85,7 +85,8 @@ def load_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
             )
         if record["subject"] not in record["prompt"]:
             raise RecordFileError(
-                f"{path}: record {index}: field 'subject' {record['subject']!r} does not occur in the prompt {record['prompt']!r}"
+                f"{path}: record {index}: field 'subject' {record['subject']!r} does not occur in the prompt "
+                f"{record['prompt']!r}"
             )
         request = {"prompt": record["prompt"], "subject": record["subject"], "ground_truth": answer}
         if "target_new" in record:
@@ -340,7 +341,10 @@ def format_unlearn(result: UnlearnResult) -> str:
         lines.append("")
     if result.ppl_before is not None and result.ppl_after is not None:
         change = 100.0 * (result.ppl_after / result.ppl_before - 1.0)
-        lines.append(f"Perplexity ({result.ppl_tokens} tokens): {result.ppl_before:.2f} -> {result.ppl_after:.2f} ({change:+.2f}%)")
+        lines.append(
+            f"Perplexity ({result.ppl_tokens} tokens): {result.ppl_before:.2f} -> {result.ppl_after:.2f} "
+            f"({change:+.2f}%)"
+        )
     saved = result.saved
     if saved.get("mode") == "adapter":
         ranks = ", ".join(f"{l['module']} r={l['rank']} residual {l['relative_residual']:.1e}" for l in saved["layers"])

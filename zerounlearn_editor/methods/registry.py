@@ -79,7 +79,9 @@ def register_method(entry: MethodEntry, replace: bool = False) -> MethodEntry:
     if not isinstance(entry, MethodEntry):
         raise TypeError(f"expected a MethodEntry, got {type(entry).__name__}")
     if not (isinstance(entry.hparams_class, type) and issubclass(entry.hparams_class, EditHyperParams)):
-        raise TypeError(f"method {entry.name!r}: hparams_class must subclass EditHyperParams, got {entry.hparams_class!r}")
+        raise TypeError(
+            f"method {entry.name!r}: hparams_class must subclass EditHyperParams, got {entry.hparams_class!r}"
+        )
     if entry.hparams_class.ALG_NAME != entry.name:
         raise ValueError(
             f"method {entry.name!r}: its hparams class {entry.hparams_class.__name__} has ALG_NAME "

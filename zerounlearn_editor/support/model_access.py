@@ -88,7 +88,9 @@ def hidden_size_of(model: nn.Module) -> Optional[int]:
     return _config_int(getattr(model, "config", None), ("hidden_size", "n_embd", "d_model"), "hidden_size")
 
 
-def check_edited_modules(model: nn.Module, layers: Sequence[int], module_tmp: str, key: str = "rewrite_module_tmp") -> None:
+def check_edited_modules(
+    model: nn.Module, layers: Sequence[int], module_tmp: str, key: str = "rewrite_module_tmp"
+) -> None:
     """Every edited module exists and holds a 2-D weight ``[hidden_size, d_in]`` (it writes into the residual
     stream); errors name the key, the module and the shapes."""
     check_layers(model, layers, module_tmp)

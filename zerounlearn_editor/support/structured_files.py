@@ -28,7 +28,10 @@ class UniqueKeySafeLoader(yaml.SafeLoader):
             line = key_node.start_mark.line + 1
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (line {line}; first given on line {seen[key]})", key_node.start_mark
+                    None,
+                    None,
+                    f"duplicate key {key!r} (line {line}; first given on line {seen[key]})",
+                    key_node.start_mark,
                 )
             seen[key] = line
         return super().construct_mapping(node, deep=deep)

@@ -49,11 +49,25 @@ from zerounlearn_editor.support.model_access import check_edited_modules
 from zerounlearn_editor.support.output_dir import existing_ancestor
 
 __all__ = [
-    "STATS_BATCH_SIZE", "STALE_TEMP_SECONDS", "SecondMoment", "StatsCacheError", "StatsRequest", "cached_second_moments",
+    "STATS_BATCH_SIZE",
+    "STALE_TEMP_SECONDS",
+    "SecondMoment",
+    "StatsCacheError",
+    "StatsRequest",
+    "cached_second_moments",
     "layer_second_moments",
-    "collect_second_moments", "padded_batches", "shard_texts", "model_fingerprint", "model_basename",
-    "clean_stale_temp_files", "stats_path", "save_second_moment", "load_second_moment", "corpus_cache_name",
-    "shard_path", "merge_second_moment_files",
+    "collect_second_moments",
+    "padded_batches",
+    "shard_texts",
+    "model_fingerprint",
+    "model_basename",
+    "clean_stale_temp_files",
+    "stats_path",
+    "save_second_moment",
+    "load_second_moment",
+    "corpus_cache_name",
+    "shard_path",
+    "merge_second_moment_files",
 ]
 
 LOG = logging.getLogger(__name__)

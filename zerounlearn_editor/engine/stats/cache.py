@@ -84,7 +84,9 @@ def load_second_moment(path: Path) -> tuple[SecondMoment, Dict[str, str]]:
                 raise StatsCacheError(f"{path}: not a statistics file: key(s) {absent} missing")
             mom2 = data["mom2.mom2"]
             if mom2.ndim != 2 or mom2.shape[0] != mom2.shape[1] or not np.issubdtype(mom2.dtype, np.floating):
-                raise StatsCacheError(f"{path}: 'mom2.mom2' is not a square float matrix (shape {mom2.shape}, {mom2.dtype})")
+                raise StatsCacheError(
+                    f"{path}: 'mom2.mom2' is not a square float matrix (shape {mom2.shape}, {mom2.dtype})"
+                )
             count = int(data["mom2.count"])
             stat = SecondMoment(torch.from_numpy(mom2.astype(np.float64)), count)
             meta = {k.split(".", 1)[1]: str(data[k]) for k in data.files if k.startswith("zerounlearn.")}
@@ -96,7 +98,9 @@ def load_second_moment(path: Path) -> tuple[SecondMoment, Dict[str, str]]:
     except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as exc:
         raise StatsCacheError(f"{path}: unreadable statistics file ({type(exc).__name__}: {exc})") from exc
     if count < 0 or not torch.isfinite(stat.mom2).all():
-        raise StatsCacheError(f"{path}: corrupt statistics (count {count}, finite={bool(torch.isfinite(stat.mom2).all())})")
+        raise StatsCacheError(
+            f"{path}: corrupt statistics (count {count}, finite={bool(torch.isfinite(stat.mom2).all())})"
+        )
     return stat, meta
 
 

@@ -33,7 +33,9 @@ def merge_second_moment_files(out: Path, shards: Sequence[Path]) -> SecondMoment
     first_path, first, first_meta = loaded[0]
     for path, stat, meta in loaded[1:]:
         if stat.mom2.shape != first.mom2.shape:
-            raise ValueError(f"{path}: shape {tuple(stat.mom2.shape)} differs from {first_path}'s {tuple(first.mom2.shape)}")
+            raise ValueError(
+                f"{path}: shape {tuple(stat.mom2.shape)} differs from {first_path}'s {tuple(first.mom2.shape)}"
+            )
         for key in ("dtype", "sample_size", "corpus_fingerprint", "max_length", "module", "model_fingerprint"):
             if meta.get(key) != first_meta.get(key):
                 raise ValueError(f"{path}: {key} {meta.get(key)!r} differs from {first_path}'s {first_meta.get(key)!r}")

@@ -17,6 +17,9 @@ from torch import nn
 
 from zerounlearn_editor.engine.adam import adam_targets
 from zerounlearn_editor.engine.eval_mode import eval_mode
+from zerounlearn_editor.engine.requests import ForgetRequest
+from zerounlearn_editor.engine.targets.kv_suffix import OPTIMIZERS, KVSuffix, SuffixLayers, note_kv_fallback
+from zerounlearn_editor.engine.targets.rows import encode_target_rows, suppression_per_request
 from zerounlearn_editor.support.model_access import (
     StopForward,
     capture_outputs,
@@ -27,9 +30,6 @@ from zerounlearn_editor.support.model_access import (
     module_device,
     num_hidden_layers,
 )
-from zerounlearn_editor.engine.requests import ForgetRequest
-from zerounlearn_editor.engine.targets.rows import encode_target_rows, suppression_per_request
-from zerounlearn_editor.engine.targets.kv_suffix import OPTIMIZERS, KVSuffix, SuffixLayers, note_kv_fallback
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,9 @@ class _Problem:
         def add_delta(_m, _a, output):
             hidden = hidden_of(output)
             add = torch.zeros_like(hidden)
-            add[torch.arange(len(rows), device=hidden.device), lookup.to(hidden.device)] = delta_rows.to(hidden.device, hidden.dtype)
+            add[torch.arange(len(rows), device=hidden.device), lookup.to(hidden.device)] = delta_rows.to(
+                hidden.device, hidden.dtype
+            )
             hidden = hidden + add
             return (hidden,) + tuple(output[1:]) if isinstance(output, tuple) else hidden
 

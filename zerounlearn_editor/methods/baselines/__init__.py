@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from zerounlearn_editor.methods.baselines.config import BaselineHyperParams, GAHyperParams, NPOHyperParams
 from zerounlearn_editor.methods.baselines.method import (
-    apply_ga_to_model, apply_npo_to_model, ga_loss, npo_loss,
+    apply_ga_to_model,
+    apply_npo_to_model,
+    ga_loss,
+    npo_loss,
 )
 from zerounlearn_editor.methods.baselines.training import TrainReport
 

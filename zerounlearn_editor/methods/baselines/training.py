@@ -21,6 +21,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.engine.eval_mode import eval_mode
+from zerounlearn_editor.engine.pipeline import restore_weights
+from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, normalize_requests
 from zerounlearn_editor.evaluation.teacher_forcing import (
     AnswerBatch,
     answer_rows,
@@ -30,11 +33,8 @@ from zerounlearn_editor.evaluation.teacher_forcing import (
     sequence_log_probs,
     text_rows,
 )
-from zerounlearn_editor.engine.eval_mode import eval_mode
-from zerounlearn_editor.support.model_access import check_layers, model_device, parameter_name_of_weight
-from zerounlearn_editor.engine.pipeline import restore_weights
-from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, normalize_requests
 from zerounlearn_editor.methods.baselines.config import BaselineHyperParams
+from zerounlearn_editor.support.model_access import check_layers, model_device, parameter_name_of_weight
 
 LOG = logging.getLogger(__name__)
 
@@ -266,7 +266,9 @@ def apply_baseline(
     if retain is not None and hparams.retain_weight == 0:
         LOG.warning("retain data given but retain_weight is 0: no retain loss is used")
     if retain is None and hparams.retain_weight > 0:
-        LOG.warning("retain_weight is %g but no retain_requests/retain_texts given: no retain loss", hparams.retain_weight)
+        LOG.warning(
+            "retain_weight is %g but no retain_requests/retain_texts given: no retain loss", hparams.retain_weight
+        )
     trainable_parameters(model, hparams)  # module errors before any copy is made
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)

@@ -1,4 +1,6 @@
-"""ZeroUnlearn's hyperparameters: the shared keys (:class:`~zerounlearn_editor.engine.hparams.EditHyperParams`) plus its solve weights."""
+"""ZeroUnlearn's hyperparameters: the shared keys (:class:`~zerounlearn_editor.engine.hparams.EditHyperParams`)
+plus its solve weights."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -35,4 +37,6 @@ class ZeroUnlearnHyperParams(EditHyperParams):
             if getattr(self, key) < 0:
                 raise HParamsError(f"{source}: key {key!r} must be >= 0, got {getattr(self, key)!r}")
         if not 0 <= self.projection_rank_tol < 1:
-            raise HParamsError(f"{source}: key 'projection_rank_tol' must be in [0, 1), got {self.projection_rank_tol!r}")
+            raise HParamsError(
+                f"{source}: key 'projection_rank_tol' must be in [0, 1), got {self.projection_rank_tol!r}"
+            )

@@ -1,4 +1,6 @@
-"""ZeroUnlearn-GD's hyperparameters: the shared keys (:class:`~zerounlearn_editor.engine.hparams.EditHyperParams`) plus its solve and null-space keys."""
+"""ZeroUnlearn-GD's hyperparameters: the shared keys (:class:`~zerounlearn_editor.engine.hparams.EditHyperParams`)
+plus its solve and null-space keys."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -76,10 +78,13 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
             if getattr(self, key) < 0:
                 raise HParamsError(f"{source}: key {key!r} must be >= 0, got {getattr(self, key)!r}")
         if self.gd_steps < 1 or not self.gd_lr > 0:
-            raise HParamsError(f"{source}: keys 'gd_steps' (>= 1) and 'gd_lr' (> 0) got {self.gd_steps!r}, {self.gd_lr!r}")
+            raise HParamsError(
+                f"{source}: keys 'gd_steps' (>= 1) and 'gd_lr' (> 0) got {self.gd_steps!r}, {self.gd_lr!r}"
+            )
         if not 0 <= self.context_nullspace_weight < float("inf"):
             raise HParamsError(
-                f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got {self.context_nullspace_weight!r}"
+                f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got "
+                f"{self.context_nullspace_weight!r}"
             )
         if self.norm_weight == 0 and self.target_weight == 0:
             raise HParamsError(f"{source}: 'norm_weight' and 'target_weight' cannot both be 0")
