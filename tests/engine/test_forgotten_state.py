@@ -3,6 +3,7 @@ the ZeroUnlearn-GD solve: pure maths on small tensors, the state file, the state
 from __future__ import annotations
 
 import copy
+import logging
 from pathlib import Path
 
 import pytest
@@ -212,8 +213,10 @@ def test_failed_edit_leaves_the_state_and_restore_makes_it_stale(tok, tmp_path, 
     with torch.no_grad():
         for name, value in weights_copy.items():
             dict(model.named_parameters())[name].copy_(value)
+    caplog.set_level(logging.INFO)
     model, _ = apply_zerounlearn_gd_to_model(model, tok, REQUESTS_2, hp, progress=False)
-    assert "protection is dropped" in caplog.text
+    assert "the last edit was undone" in caplog.text
+    assert not [r for r in caplog.records if r.name.endswith("forgotten_state") and r.levelno >= logging.WARNING]
     assert model_state(model).count == 2
     fresh, _ = apply_zerounlearn_gd_to_model(tiny_llama(tok), tok, REQUESTS_2, hp, progress=False)
     for (name, p), (_, q) in zip(model.named_parameters(), fresh.named_parameters()):
@@ -223,3 +226,12 @@ def test_failed_edit_leaves_the_state_and_restore_makes_it_stale(tok, tmp_path, 
 def test_bad_protection_weight_is_refused(tmp_path):
     with pytest.raises(HParamsError, match="forgotten_protection_weight"):
         _hp(tmp_path, forgotten_protection_weight=-1.0)
+
+
+def test_weights_changed_behind_the_state_drop_it_with_a_warning(tok, tmp_path, caplog):
+    hp = _hp(tmp_path, forgotten_protection_weight=1e4)
+    model, _ = apply_zerounlearn_gd_to_model(tiny_llama(tok), tok, forget_requests(), hp, progress=False)
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight.mul_(1.01)
+    model, _ = apply_zerounlearn_gd_to_model(model, tok, REQUESTS_2, hp, progress=False)
+    assert "changed since the last edit" in caplog.text and model_state(model).count == 2

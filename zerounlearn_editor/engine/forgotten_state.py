@@ -18,9 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -48,14 +48,15 @@ class ForgottenStateError(ValueError):
 class ForgottenState:
     """``moments[layer]`` ``[d_in, d_in]`` float64 (CPU): ``sum k k^T`` over the forget keys of ``count`` facts
     at module ``module_tmp.format(layer)``; ``weights_digest``: :func:`edited_weights_digest` of the model the
-    state was last updated on (``""``: unknown)."""
+    state was last updated on (``""``: unknown), ``previous_digest`` the one before that update."""
 
     module_tmp: str
     layers: Tuple[int, ...]
     moments: Mapping[int, torch.Tensor]
     count: int
     weights_digest: str = ""
-    extra: Dict[str, str] = field(default_factory=dict)
+    # the digest of the weights before the last update: equal weights mean the last edit was undone
+    previous_digest: str = ""
 
     def validate(self, source: str = "forgotten state") -> "ForgottenState":
         """Check layers, shapes, symmetry, finiteness, a non-negative diagonal and the count; return self."""
@@ -107,7 +108,7 @@ def key_moment(K_f: torch.Tensor) -> torch.Tensor:
 
 
 def add_keys(state: ForgottenState, moments: Mapping[int, torch.Tensor], n: int,
-             weights_digest: str = "") -> ForgottenState:
+             weights_digest: str = "", previous_digest: str = "") -> ForgottenState:
     """A new state: ``state`` plus one edit's ``moments[layer] = K_f K_f^T`` ``[d_in, d_in]`` of ``n`` facts."""
     if sorted(moments) != sorted(state.layers):
         raise ForgottenStateError(f"the edit's keys are of layers {sorted(moments)}, the state's {list(state.layers)}")
@@ -120,7 +121,7 @@ def add_keys(state: ForgottenState, moments: Mapping[int, torch.Tensor], n: int,
         if M.shape != S.shape:
             raise ForgottenStateError(f"layer {layer}: keys' moment {tuple(M.shape)} vs state {tuple(S.shape)}")
         new[layer] = S + M
-    return ForgottenState(state.module_tmp, state.layers, new, state.count + n, weights_digest, dict(state.extra))
+    return ForgottenState(state.module_tmp, state.layers, new, state.count + n, weights_digest, previous_digest)
 
 
 def merge_states(a: ForgottenState, b: ForgottenState) -> ForgottenState:
@@ -215,16 +216,21 @@ def current_state(model: nn.Module, module_tmp: str, layers: Sequence[int]) -> O
     """The model's state when it still describes the model's edited weights, else None.
 
     A state whose digest no longer matches the weights (restored after an edit, as EasyEdit does without
-    ``sequential_edit``, or changed by other code) is dropped with a warning. A state of other modules or
+    ``sequential_edit``: logged at INFO; or changed by other code: a warning) is dropped. A state of other modules or
     layers raises :class:`ForgottenStateError`.
     """
     state = model_state(model)
     if state is None:
         return None
     state.check_compatible(module_tmp, layers, "the model's forgotten-facts state (from an earlier edit)")
-    if state.weights_digest and state.weights_digest != edited_weights_digest(model, module_tmp, layers):
-        LOG.warning("the edited weights changed since the last edit recorded %d forgotten fact(s) (restored?); "
-                    "their protection is dropped", state.count)
+    digest = edited_weights_digest(model, module_tmp, layers)
+    if state.weights_digest and state.weights_digest != digest:
+        if digest == state.previous_digest:  # e.g. EasyEdit without sequential_edit restores after each edit
+            LOG.info("the last edit was undone (weights restored); the state of %d forgotten fact(s) is dropped",
+                     state.count)
+        else:
+            LOG.warning("the edited weights changed since the last edit recorded %d forgotten fact(s); their "
+                        "protection is dropped", state.count)
         attach_state(model, None)
         return None
     return state

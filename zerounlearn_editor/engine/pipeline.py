@@ -355,6 +355,7 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
             n_tokens = DEFAULT_TOKENS if limit is None else min(DEFAULT_TOKENS, limit)
             ppl_before = guard_perplexity(model, tok, guard_text_, n_tokens)
     key_moments: Optional[Dict[int, torch.Tensor]] = {} if track_forgotten else None
+    digest_before = edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers) if track_forgotten else ""
     try:
         _edit_layers(model, tok, plan, prefixes, targets, second_moments, solver, report, stages.keys,
                      post_maps, forgotten, key_moments)
@@ -380,7 +381,8 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
         start = forgotten if forgotten is not None else empty_state(
             hparams.rewrite_module_tmp, hparams.layers, {l: m.shape[0] for l, m in key_moments.items()})
         report.forgotten = add_keys(start, key_moments, len(forget),
-                                    edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers))
+                                    edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers),
+                                    digest_before)
     return weights_copy, report
 
 
