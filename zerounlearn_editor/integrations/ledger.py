@@ -96,7 +96,7 @@ class Continuation:
     def check_model(self, model: nn.Module, hparams: EditHyperParams, corpus: Optional[str]) -> Dict[int, SecondMoment]:
         """Check the loaded model is the folder's (base and edited weights) and return the base model's ``C0``
         (``{layer: SecondMoment}`` from its cache files); raises :class:`LedgerError` saying why not."""
-        where = f"--model {self.folder}"
+        where = f"model folder {self.folder}"
         base = self.ledger["base_model"]
         if model_fingerprint(model, hparams.rewrite_module_tmp) != base["fingerprint_unedited_modules"]:
             raise LedgerError(
@@ -119,7 +119,7 @@ class Continuation:
         differing = [k for k in ("corpus", "n_samples", "dtype", "max_length") if now[k] != recorded[k]]
         if differing:
             raise LedgerError(
-                f"--model {self.folder}: the YAML's statistics settings {differing} differ from the ones the earlier "
+                f"model folder {self.folder}: the YAML's statistics settings {differing} differ from the ones the earlier "
                 f"edits used ({ {k: recorded[k] for k in differing} }); C0 must be the base model's, as before: use "
                 "the same mom2_* settings and corpus")
         base_fp = self.ledger["base_model"]["fingerprint_unedited_modules"]
@@ -130,13 +130,13 @@ class Continuation:
                     f"one: run `zerounlearn stats` with the YAML on that model (stats_dir {hparams.stats_dir}), then "
                     "rerun")
             if not path.is_file():
-                raise LedgerError(f"--model {self.folder}: the base model's statistics file {path} is missing; {hint}")
+                raise LedgerError(f"model folder {self.folder}: the base model's statistics file {path} is missing; {hint}")
             try:
                 stat, meta = load_second_moment(path)
             except StatsCacheError as exc:
-                raise LedgerError(f"--model {self.folder}: {exc}; {hint}") from exc
+                raise LedgerError(f"model folder {self.folder}: {exc}; {hint}") from exc
             if meta.get("model_fingerprint") not in (None, base_fp):
-                raise LedgerError(f"--model {self.folder}: {path} holds the statistics of another model (fingerprint "
+                raise LedgerError(f"model folder {self.folder}: {path} holds the statistics of another model (fingerprint "
                                   f"{meta['model_fingerprint']}, the base's {base_fp}); {hint}")
             count = recorded.get("counts", {}).get(str(layer))
             if count is not None and stat.count != count:
@@ -181,7 +181,7 @@ def read_continuation(model_name: Optional[str], hparams: EditHyperParams) -> Op
     if not (folder / LEDGER_NAME).is_file():
         return None
     ledger = _load_ledger(folder)
-    where = f"--model {folder}"
+    where = f"model folder {folder}"
     if ledger.get("saved") == "adapter":
         raise LedgerError(f"{where} is an adapter folder: {ADAPTER_HINT}")
     if ledger["method"] != hparams.alg_name:

@@ -183,7 +183,7 @@ def run_unlearn(
         if out_dir is not None:
             check_output_dir(out_dir, (REPORT_NAME,))
         hparams, apply = load_method(hparams_file)
-        continuation = read_continuation(model_name, hparams)  # a ledger's checks before the model loads
+        continuation = read_continuation(model_name or hparams.model_name, hparams)  # a ledger: checked before loading
         facts = load_facts(facts_file)
         if retain_file:
             load_retain_file(retain_file)  # errors name the file, record and field
