@@ -193,8 +193,10 @@ def read_continuation(model_name: Optional[str], hparams: EditHyperParams) -> Op
             f"{where}: the earlier edits changed {ledger['rewrite_module_tmp']!r} layers {ledger['layers']}; this YAML "
             f"edits {hparams.rewrite_module_tmp!r} layers {list(hparams.layers)}: the protection of earlier facts "
             "needs the same layers (use the YAML of the earlier edits)")
+    if ledger["state"].get("file") != STATE_FILE:
+        raise LedgerError(f"{where}: the ledger names state file {ledger['state'].get('file')!r}, not {STATE_FILE!r}")
     try:
-        state = load_state(folder / ledger["state"]["file"], ledger["state"]["sha256"])
+        state = load_state(folder / STATE_FILE, ledger["state"]["sha256"])
     except ForgottenStateError as exc:
         raise LedgerError(f"{where}: {exc}") from exc
     if state.count != len(ledger["facts"]) or list(state.layers) != ledger["layers"]:
