@@ -108,11 +108,14 @@ def prepare(args) -> None:
         LOG.info("targets %d-%d: %.0f s", start, start + len(known), time.perf_counter() - t1)
 
 
-def _load_targets(tdir: Path, n: int) -> NeutralTargets:
+def _load_targets(tdir: Path, n: int, first: int = 0) -> NeutralTargets:
+    """Targets of prepared facts ``first .. first + n - 1`` (``first`` a multiple of :data:`CHUNK`)."""
     from safetensors.torch import load as st_load
 
+    if first % CHUNK:
+        raise SystemExit(f"--start must be a multiple of {CHUNK}, got {first}")
     parts = []
-    for start in range(0, n, CHUNK):
+    for start in range(first, first + n, CHUNK):
         path = tdir / f"chunk_{start:05d}.safetensors"
         if not path.exists():
             raise SystemExit(f"{path}: targets for facts {start}-{start + CHUNK} not prepared yet")
@@ -206,18 +209,19 @@ def run(args) -> None:
     model, tok = load_model_and_tokenizer(base_hp.model_name)
     state = read_json(out / "cases.json")
     all_cases = load_cases(state["data"])
-    cases = [all_cases[i] for i in state["known"][: args.n]]
+    cases = [all_cases[i] for i in state["known"][args.start: args.start + args.n]]
     if len(cases) < args.n:
         raise SystemExit(f"only {len(cases)} known cases prepared, {args.n} asked")
     requests = [c.request for c in cases]
-    targets = _load_targets(out / f"targets_{_settings_key(model, base_hp)}", args.n)
-    base_path = out / f"base_n{args.n}.json"
+    targets = _load_targets(out / f"targets_{_settings_key(model, base_hp)}", args.n, args.start)
+    tag = f"n{args.n}" + (f"_from{args.start}" if args.start else "")
+    base_path = out / f"base_{tag}.json"
     if not base_path.exists():
         write_json_atomic(base_path, scores(model, tok, cases, args.ppl_tokens))
     base = read_json(base_path)
     levers = json.loads(Path(args.grid).read_text()) if args.grid else [json.loads(args.lever)]
     for lever in levers:
-        path = out / "runs" / f"{lever['name']}_n{args.n}.json"
+        path = out / "runs" / f"{lever['name']}_{tag}.json"
         if path.exists():
             continue
         hp = _hp_for(base_hp, lever)
@@ -250,7 +254,7 @@ def run(args) -> None:
             total_change[k] = float((params[k].detach().double() - v.double()).norm() / v.double().norm())
         post = scores(model, tok, cases, args.ppl_tokens)
         restore_weights(model, originals)
-        row = {"lever": lever, "n": args.n, "base": base, "post": post,
+        row = {"lever": lever, "n": args.n, "first_fact": args.start, "base": base, "post": post,
                "rel": {"eff": post["eff"] / base["eff"], "eff_first": post["eff_first"] / max(base["eff_first"], 1e-9),
                        "spe": post["spe"] / base["spe"], "ppl": post["ppl"] / base["ppl"] - 1},
                "guard": [r.fluency for r in reports], "layers": diag, "total_rel_change": total_change,
@@ -263,6 +267,27 @@ def run(args) -> None:
                  100 * row["rel"]["ppl"], [round(100 * g.get("increase", 0), 1) for g in row["guard"]])
 
 
+def spectrum(args) -> None:
+    """Per layer: the null-space dimension ``r`` of the cached ``C0`` at each threshold and the share of the
+    statistics corpus' key energy ``tr(P_m C0) / tr(C0)`` inside it (no model needed)."""
+    import numpy as np
+
+    rows = {}
+    for layer in args.layers:
+        path = Path(args.stats) / f"model.layers.{layer}.mlp.down_proj_float32_mom2_{args.samples}.npz"
+        with np.load(path) as data:
+            C = data["mom2.mom2"].astype(np.float64) / float(data["mom2.count"])
+        evals = np.linalg.eigvalsh(0.5 * (C + C.T))
+        rows[layer] = {"eig_min": float(evals[0]), "eig_median": float(np.median(evals)), "eig_max": float(evals[-1]),
+                       "thresholds": {str(t): {"r": int((evals < t).sum()),
+                                               "c0_energy_in_null": float(evals[evals < t].sum() / evals.sum())}
+                                      for t in args.thresholds}}
+        LOG.info("layer %d: eigenvalues %.2g .. %.2g (median %.2g); %s", layer, evals[0], evals[-1], np.median(evals),
+                 ", ".join(f"t={t:g}: r={v['r']} energy {v['c0_energy_in_null']:.3f}"
+                           for t, v in zip(args.thresholds, rows[layer]["thresholds"].values())))
+    write_json_atomic(Path(args.out), {"samples": args.samples, "layers": rows})
+
+
 def table(args) -> None:
     rows = []
     for path in sorted(Path(args.dir).glob("runs/*.json")):
@@ -270,7 +295,7 @@ def table(args) -> None:
         p, b = r["post"], r["base"]
         layers = r["layers"][-len(r["lever"].get("layers", [16, 17, 18])):]
         rows.append(
-            f"| {r['lever']['name']} | {r['n']} | {p['eff']:.1f} ({100 * r['rel']['eff']:.0f}%) | {p['eff_first']:.1f} | "
+            f"| {r['lever']['name']} | {r['n']}{'' if not r.get('first_fact') else ' from ' + str(r['first_fact'])} | {p['eff']:.1f} ({100 * r['rel']['eff']:.0f}%) | {p['eff_first']:.1f} | "
             f"{p['spe']:.1f} ({100 * r['rel']['spe']:.0f}%) | {p['ppl']:.2f} ({100 * r['rel']['ppl']:+.1f}%) | "
             f"{max(100 * g.get('increase', 0) for g in r['guard']):+.1f}% | "
             + " ".join(f"{d['layer']}:r{d['null_rank_r']}/e{d['keys_energy_in_null']:.3f}/c{d['carried']:.2f}/"
@@ -293,16 +318,23 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     r = sub.add_parser("run")
     r.add_argument("--dir", required=True)
     r.add_argument("--n", type=int, required=True)
+    r.add_argument("--start", type=int, default=0, help="first prepared fact (held-out facts: past the tuned ones)")
     r.add_argument("--grid", default=None, help="JSON list of levers: {name, <hparams key>: value, passes, chunks}")
     r.add_argument("--lever", default='{"name": "paper"}')
     r.add_argument("--ppl-tokens", type=int, default=3000)
     r.add_argument("--yaml", default=None)
+    sp = sub.add_parser("spectrum")
+    sp.add_argument("--stats", default="data/stats/SmolLM2-135M-Instruct/wiki_passages_3643_stats")
+    sp.add_argument("--samples", type=int, default=400)
+    sp.add_argument("--layers", type=int, nargs="+", default=list(range(12, 19)))
+    sp.add_argument("--thresholds", type=float, nargs="+", default=[3e-3, 5e-3, 1e-2, 3e-2, 1e-1, 3e-1])
+    sp.add_argument("--out", default="benchmarks/results/scale/capacity/c0_spectrum.json")
     t = sub.add_parser("table")
     t.add_argument("--dir", required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     torch.set_num_threads(1)
-    {"prepare": prepare, "run": run, "table": table}[args.cmd](args)
+    {"prepare": prepare, "run": run, "spectrum": spectrum, "table": table}[args.cmd](args)
 
 
 if __name__ == "__main__":
