@@ -53,13 +53,13 @@ def test_judge():
 
 
 def test_warning_before_refusal():
-    """+10% warns (kept), the refusal stays at the threshold; the report dict says which."""
-    assert WARN_INCREASE == pytest.approx(0.10) and WARN_INCREASE < DEFAULT_MAX_INCREASE
-    below = judge_fluency(30.0, 32.9, 256, DEFAULT_MAX_INCREASE, "refuse")
+    """+5% warns (kept), the refusal stays at the threshold; the report dict says which."""
+    assert WARN_INCREASE == pytest.approx(0.05) and WARN_INCREASE < DEFAULT_MAX_INCREASE
+    below = judge_fluency(30.0, 31.4, 256, DEFAULT_MAX_INCREASE, "refuse")
     above = judge_fluency(30.0, 33.3, 256, DEFAULT_MAX_INCREASE, "refuse")
     assert below.passed and not below.warned and below.as_dict()["warned"] is False
     assert above.passed and above.warned and above.as_dict()["warned"] is True
-    assert "30.000 to 33.300 (+11.0%)" in above.warning() and "above +10%" in above.warning()
+    assert "30.000 to 33.300 (+11.0%)" in above.warning() and "above +5%" in above.warning()
     refused = judge_fluency(30.0, 61.0, 256, DEFAULT_MAX_INCREASE, "refuse")
     assert not refused.passed and not refused.warned  # a refusal is not a warning
 
