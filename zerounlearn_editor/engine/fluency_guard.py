@@ -25,10 +25,9 @@ DEFAULT_MAX_INCREASE = 1.0
 """Refuse an edit whose guard perplexity more than doubles (``after > 2 * before``)."""
 WARN_INCREASE = 0.05
 """A passing edit that raises the guard perplexity by more than this (+5%) is kept with a warning. Measured on
-SmolLM2 many-fact edits (benchmarks/RESULTS.md, "Capacity at scale"): every edit whose guard read above +5% cost
-+16% or more on 3,000 WikiText-2 tokens (n = 200 in one batch), while the guard's 256 tokens read +0.3% to +4.8%
-for edits costing +3% to +9% there; a warning at +5% fires on the many-fact edits that cost fluency badly, long
-before the refusal."""
+SmolLM2 many-fact edits (benchmarks/RESULTS.md, "Capacity at scale"): guard readings above +5% went with +4.8% to
++19.7% on 3,000 WikiText-2 tokens (the 200-fact edits: +16% or more), readings of -0.1% to +4.8% with +1.8% to
++9.0%; a warning at +5% fires on the many-fact edits that cost fluency badly, long before the refusal."""
 DEFAULT_TOKENS = 256
 _TEXT_CHARS = 64 * 1024  # enough characters of WikiText-2 for far more than DEFAULT_TOKENS tokens
 
