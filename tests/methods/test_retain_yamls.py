@@ -129,3 +129,24 @@ def test_lifelong_yaml_is_the_paper_yaml_with_protection(variant):
     assert paper.forgotten_protection_weight == 0 and lifelong.forgotten_protection_weight > 0
     differing = {k for k, v in paper.to_dict().items() if lifelong.to_dict()[k] != v}
     assert differing == {"forgotten_protection_weight"}, differing
+
+
+MANY = sorted(p for p in (ROOT / "ZeroUnlearn-GD").glob("*-many.yaml") if "-retain" not in p.stem)  # not -retain-many
+MANY_KEYS = {"layers"}
+
+
+def test_smollm2_ships_a_many_facts_yaml():
+    assert ROOT / "ZeroUnlearn-GD" / "SmolLM2-135M-Instruct-many.yaml" in MANY
+
+
+@pytest.mark.parametrize("variant", MANY, ids=[p.stem for p in MANY])
+def test_many_yaml_spreads_the_paper_yaml_over_more_layers(variant):
+    """A <model>-many.yaml is its paper YAML with more edited layers ending at the paper's last one (so the neutral
+    targets, optimised at the last edited layer, are the paper's), nothing else."""
+    paper = ZeroUnlearnGDHyperParams.from_hparams(variant.with_name(variant.stem[: -len("-many")] + ".yaml"))
+    many = ZeroUnlearnGDHyperParams.from_hparams(variant)
+    differing = {k for k, v in paper.to_dict().items() if many.to_dict()[k] != v}
+    assert differing == MANY_KEYS, differing
+    assert many.layers[-1] == paper.layers[-1] and set(paper.layers) < set(many.layers)
+    assert many.layers == list(range(many.layers[0], many.layers[-1] + 1))
+    assert all(v == 0 for v in many.retain_weights().values())

@@ -372,6 +372,8 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
                                    "fluency_guard='warn' keeps such an edit (a larger fluency_max_increase, or null, in the YAML changes the limit)", check)
             if not check.passed:
                 LOG.warning("%s: %s; kept because fluency_guard is 'warn'", hparams.alg_name, check.message())
+            elif check.warned:
+                LOG.warning("%s: %s", hparams.alg_name, check.warning())
             else:
                 LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens", ppl_before, ppl_after,
                          100 * check.increase, n_tokens)
