@@ -11,7 +11,7 @@ import torch
 from arch_zoo import FORGET, corpus_perplexity, trained_model
 from tiny_models import CORPUS, REPO_ROOT, tiny_hparams_dict, write_corpus
 from zerounlearn_editor import ZeroUnlearnGDHyperParams
-from zerounlearn_editor.engine.fluency_guard import DEFAULT_MAX_INCREASE, FluencyError, judge_fluency
+from zerounlearn_editor.engine.fluency_guard import DEFAULT_MAX_INCREASE, WARN_INCREASE, FluencyError, judge_fluency
 from zerounlearn_editor.engine.hparams import HParamsError
 from zerounlearn_editor.engine.pipeline import EditReport
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
@@ -61,6 +61,28 @@ def test_judge():
         judge_fluency(1.0, 1.0, 2, 1.0, "ignore")
 
 
+def test_warning_before_refusal():
+    """+5% warns (kept), the refusal stays at the threshold; the report dict says which."""
+    assert WARN_INCREASE == pytest.approx(0.05) and WARN_INCREASE < DEFAULT_MAX_INCREASE
+    below = judge_fluency(30.0, 31.4, 256, DEFAULT_MAX_INCREASE, "refuse")
+    above = judge_fluency(30.0, 33.3, 256, DEFAULT_MAX_INCREASE, "refuse")
+    assert below.passed and not below.warned and below.as_dict()["warned"] is False
+    assert above.passed and above.warned and above.as_dict()["warned"] is True
+    assert "30.000 to 33.300 (+11.0%)" in above.warning() and "above +5%" in above.warning()
+    refused = judge_fluency(30.0, 61.0, 256, DEFAULT_MAX_INCREASE, "refuse")
+    assert not refused.passed and not refused.warned  # a refusal is not a warning
+
+
+def test_a_passing_edit_above_the_warning_level_warns(tmp_path, caplog):
+    model, tok = trained_model("gpt2")
+    hp = _hparams(tmp_path, fluency_max_increase=1e9, **DESTRUCTIVE)  # the destructive edit passes this threshold
+    report = EditReport()
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.engine.pipeline"):
+        apply_zerounlearn_gd_to_model(model, tok, REQUESTS, hp, progress=False, fluency_text=TEXT, report=report)
+    assert report.fluency["passed"] and report.fluency["warned"] and report.fluency["increase"] > WARN_INCREASE
+    assert any("a measurable fluency cost" in r.getMessage() for r in caplog.records)
+
+
 def test_a_destructive_edit_is_refused_and_the_weights_restored(tmp_path):
     model, tok = trained_model("gpt2")
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -107,6 +129,7 @@ def test_the_guard_only_reads(tmp_path):
     assert all(torch.equal(edited[k], plain[k]) for k in edited)
     assert guarded.fluency["passed"] and guarded.fluency["tokens"] > 10 and "fluency" in guarded.timings
     assert abs(guarded.fluency["increase"]) < 0.5 and off.fluency == {}
+    assert guarded.fluency["warned"] == (guarded.fluency["increase"] > WARN_INCREASE)
 
 
 def test_keys_and_defaults(tmp_path):

@@ -10,7 +10,10 @@ A :class:`MethodSpec` has two steps:
   ``skip_reason`` when the method cannot run here (e.g. EasyEdit is not importable).
 
 The retain-aware row ``ZeroUnlearn-GD+R`` reads ``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``
-and receive the seed's retain set (``PreparedMethod.uses_retain``; see :mod:`.retain_sets`).
+and receive the seed's retain set (``PreparedMethod.uses_retain``; see :mod:`.retain_sets`). The lifelong row
+``ZeroUnlearn-GD+P`` reads ``hparams/ZeroUnlearn-GD/<stem>-lifelong.yaml`` (``forgotten_protection_weight > 0``):
+in ``--rounds`` each round protects the facts the earlier rounds forgot (the state rides on the model object).
+A method's rows are its registry entry's ``row_variants``.
 
 The editing methods are those of :mod:`zerounlearn_editor.methods.registry`, each edited with its
 registered ``apply`` function. Hyperparameters: the editing methods, GA and NPO read ``hparams/<Method>/<file>``,
@@ -35,7 +38,7 @@ from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError, loa
 from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, target_settings
 from zerounlearn_editor.engine.stats import SecondMoment, corpus_cache_name
 from zerounlearn_editor.engine.targets import NeutralTargets
-from zerounlearn_editor.methods.registry import UnknownMethodError, get_method
+from zerounlearn_editor.methods.registry import RETAIN_ROW, UnknownMethodError, get_method
 from zerounlearn_editor.support.files import file_identity, sha256_of_json
 from zerounlearn_editor.support.resources import hparams_path
 
@@ -210,20 +213,30 @@ class MethodSpec:
     prepare: Callable[[MethodContext], PreparedMethod]
 
 
+def _split_row(name: str) -> Tuple[str, str]:
+    """``("ZeroUnlearn-GD", "+R")`` for the row ``ZeroUnlearn-GD+R``; ``(name, "")`` for a plain method row."""
+    family, plus, suffix = name.rpartition("+")
+    return (family, plus + suffix) if plus and family else (name, "")
+
+
 def edit_method_spec(name: str) -> MethodSpec:
     """A registered editing method (:mod:`zerounlearn_editor.methods.registry`), fed the shared statistics.
 
-    ``<method>+R`` is the retain-aware variant of a method with a ``retain_variant`` (``ZeroUnlearn-GD+R``:
-    ``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``, edited with the seed's retain set). The edit is the
-    entry's own ``apply`` function; an unregistered name is an error listing the registered ones.
+    ``<method><suffix>`` is a row of the entry's ``row_variants`` (``ZeroUnlearn-GD+R``:
+    ``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``, edited with the seed's retain set; ``ZeroUnlearn-GD+P``:
+    ``<stem>-lifelong.yaml``). Only the row :data:`~zerounlearn_editor.methods.registry.RETAIN_ROW` receives the
+    retain set. The edit is the entry's own ``apply`` function; an unregistered name is an error listing the
+    registered ones.
     """
-    family = name[:-2] if name.endswith("+R") else name
+    family, suffix = _split_row(name)
     entry = get_method(family, "bench method")
     variant = ""
-    if name.endswith("+R"):
-        if not entry.retain_variant:
-            raise UnknownMethodError(f"bench method {name!r}: {family} has no retain-aware variant")
-        variant = entry.retain_variant
+    if suffix:
+        if suffix not in entry.row_variants:
+            known = ", ".join(family + s for s in entry.row_variants) or "none"
+            raise UnknownMethodError(f"bench method {name!r}: {family} has no {suffix} row (its rows: {known})")
+        variant = entry.row_variants[suffix]
+    uses_retain = suffix == RETAIN_ROW
     cls, apply, folder = entry.hparams_class, entry.apply, entry.folder
 
     def describe(lookup: HParamsLookup) -> Dict[str, Any]:
@@ -257,10 +270,10 @@ def edit_method_spec(name: str) -> MethodSpec:
             moments = {layer: stats[hp.rewrite_module_tmp][layer] for layer in hp.layers}
             report = EditReport()
             targets, reuse = ctx.shared_targets.get_or_compute(name, model, tok, requests, hp,
-                                                               retain if variant else None)
+                                                               retain if uses_retain else None)
             _, weights_copy = apply(
                 model, tok, requests, hp, return_orig_weights=True, second_moments=moments, progress=False,
-                report=report, targets=targets, retain=retain if variant else None,
+                report=report, targets=targets, retain=retain if uses_retain else None,
                 fluency_guard="warn",  # the bench scores perplexity itself; a costly edit is a result, not an error
             )
             details = {
@@ -268,14 +281,15 @@ def edit_method_spec(name: str) -> MethodSpec:
                 "timings": dict(report.timings, targets=reuse["target_seconds"]),
                 "target_nll": list(report.target_nll),
                 "layer_change_norm": {str(k): v for k, v in report.layer_change_norm.items()},
-                **({"retain_count": report.retain_count} if variant else {}),
+                **({"retain_count": report.retain_count} if uses_retain else {}),
+                **({"forgotten_before": report.forgotten.count - len(requests)} if report.forgotten else {}),
                 **({"fluency_guard": report.fluency} if report.fluency else {}),
             }
             return EditOutcome(weights_copy, details)
 
         return PreparedMethod(
             name, edit, hp.to_dict(), stats_layers=tuple(hp.layers), stats_module_tmp=hp.rewrite_module_tmp,
-            uses_retain=bool(variant),
+            uses_retain=uses_retain,
         )
 
     return MethodSpec(name, describe, prepare)

@@ -17,8 +17,8 @@ __all__ = ["default_registry"]
 def default_registry() -> Dict[str, MethodSpec]:
     """A fresh registry of every method the bench knows (``base`` is handled by the runner).
 
-    The editing methods (and their ``+R`` rows) are read from :mod:`zerounlearn_editor.methods.registry`
-    at each call, so a method registered there is a bench row too.
+    The editing methods (and their variant rows such as ``+R`` / ``+P``) are read from
+    :mod:`zerounlearn_editor.methods.registry` at each call, so a method registered there is a bench row too.
     """
     registry: Dict[str, MethodSpec] = {}
     for name in ("GA", "NPO"):
@@ -26,8 +26,8 @@ def default_registry() -> Dict[str, MethodSpec]:
         registry[f"{name}-full"] = baseline_spec(f"{name}-full", name, "-full")
     for entry in registered_methods():
         registry[entry.name] = edit_method_spec(entry.name)
-        if entry.retain_variant:
-            registry[f"{entry.name}+R"] = edit_method_spec(f"{entry.name}+R")
+        for suffix in entry.row_variants:
+            registry[f"{entry.name}{suffix}"] = edit_method_spec(f"{entry.name}{suffix}")
     for name in EASYEDIT_METHODS:
         registry[name] = easyedit_spec(name)
     return registry

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import TYPE_CHECKING, Dict, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -58,6 +58,24 @@ def context_prefixes(model: nn.Module, tok, count: int, length: int, seed: int =
         LOG.debug("context prefixes: %s", prefixes)
         cache[key] = prefixes
     return list(cache[key])
+
+
+def cached_context_prefixes(model: nn.Module) -> List[Dict[str, object]]:
+    """The prefixes cached on ``model``: ``[{"count", "length", "seed", "prefixes"}]`` (JSON-able), so a later
+    process can edit with the same ones (:func:`restore_context_prefixes`)."""
+    cache = model.__dict__.get(_CACHE_ATTR, {})
+    return [{"count": c, "length": l, "seed": s, "prefixes": list(p)} for (c, l, s), p in sorted(cache.items())]
+
+
+def restore_context_prefixes(model: nn.Module, entries: Sequence[Mapping[str, object]]) -> None:
+    """Cache ``entries`` (from :func:`cached_context_prefixes`) on ``model``: its edits use those prefixes, as the
+    edits of one process all use the prefixes sampled before its first edit."""
+    cache: Dict[Tuple[int, int, int], List[str]] = model.__dict__.setdefault(_CACHE_ATTR, {})
+    for entry in entries:
+        prefixes = entry["prefixes"]
+        if not isinstance(prefixes, list) or not all(isinstance(p, str) for p in prefixes):
+            raise ValueError(f"context prefixes must be a list of strings, got {prefixes!r}")
+        cache[(int(entry["count"]), int(entry["length"]), int(entry["seed"]))] = list(prefixes)
 
 
 def clear_context_prefixes(model: nn.Module) -> None:

@@ -9,6 +9,9 @@ edit (``--save adapter``, :func:`~zerounlearn_editor.integrations.adapters.expor
 always :data:`REPORT_NAME`. Every input is checked before the model is loaded, the edit's own checks
 run before the facts are scored, and ``--out`` is written through a staging folder
 (:mod:`zerounlearn_editor.support.output_dir`): it holds one run's files, whole, or is as it was.
+With ``--save model`` or ``adapter`` the folder also holds a ledger of every fact forgotten so far and the
+carried state of lifelong unlearning (:mod:`zerounlearn_editor.integrations.ledger`); ``--model`` a folder
+with a ledger continues from it.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.data.record_files import RecordFileError, read_record_list, require_fields
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.engine.contexts import check_fewshot_facts
+from zerounlearn_editor.engine.forgotten_state import attach_state
 from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
 from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
 from zerounlearn_editor.engine.requests import normalize_requests
@@ -40,6 +44,7 @@ from zerounlearn_editor.evaluation.generation import generate_greedy
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
 from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
+from zerounlearn_editor.integrations.ledger import LEDGER_NAME, build_ledger, read_continuation, write_ledger
 from zerounlearn_editor.methods.registry import get_method
 from zerounlearn_editor.support.model_access import max_positions
 from zerounlearn_editor.support.output_dir import check_free_space, check_output_dir, staged_output_dir
@@ -119,6 +124,7 @@ class UnlearnResult:
     saved: Dict[str, Any] = field(default_factory=dict)
     audit: Optional[Dict[str, Any]] = None
     fluency: Dict[str, Any] = field(default_factory=dict)  # the edit's fluency guard (EditReport.fluency)
+    saved_ledger: Optional[Dict[str, int]] = None  # the ledger written: facts forgotten so far, edits
 
 
 def _measure(model, tok, facts: Sequence[Dict[str, Any]]) -> Dict[str, List[Any]]:
@@ -177,6 +183,7 @@ def run_unlearn(
         if out_dir is not None:
             check_output_dir(out_dir, (REPORT_NAME,))
         hparams, apply = load_method(hparams_file)
+        continuation = read_continuation(model_name or hparams.model_name, hparams)  # a ledger: checked before loading
         facts = load_facts(facts_file)
         fewshot = int(hparams.experimental.get("fewshot_contexts", 0))
         if fewshot:  # a deep YAML's few-shot facts are planned from the facts alone, before the model loads
@@ -208,6 +215,10 @@ def run_unlearn(
         name = model_name or hparams.model_name
         model, tok = load_model_and_tokenizer(name, device=device, dtype=dtype)
         seconds["load"] = time.perf_counter() - start
+        second_moments = None
+        if continuation is not None:  # the folder's weights, the base model's C0, the state of earlier edits
+            second_moments = continuation.check_model(model, hparams, corpus)
+            attach_state(model, continuation.state_for(model))
         # the edit's checks (hparams, requests, retain set, modules, lengths, capacity) before any scoring
         plan = check_edit_inputs(model, tok, facts, hparams, str(retain_file) if retain_file else None)
         check_requests = get_method(hparams.alg_name).check_requests
@@ -243,7 +254,8 @@ def run_unlearn(
         LOG.info("unlearning %d facts with %s (layers %s)", len(facts), hparams.alg_name, hparams.layers)
         model, weights_copy = apply(  # the plan is not checked again
             model, tok, plan, hparams, return_orig_weights=True, report=report, progress=progress, corpus=corpus,
-            retain=str(retain_file) if retain_file else None, fluency_guard=fluency_guard)
+            retain=str(retain_file) if retain_file else None, fluency_guard=fluency_guard,
+            second_moments=second_moments, track_forgotten=True)
         if report.fluency:
             guard = report.fluency
             LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens of the built-in text",
@@ -275,9 +287,16 @@ def run_unlearn(
             fluency=dict(report.fluency),
         )
         if out_dir is not None:
+            ledger = None
+            if save != "none":
+                ledger = (build_ledger(continuation, model, weights_copy, hparams, hparams_file, facts_file, facts,
+                                       name, corpus, save), report.forgotten)
+                result.saved_ledger = {"facts": len(ledger[0]["facts"]), "edits": len(ledger[0]["edits"])}
             with staged_output_dir(out_dir) as staging:
                 _save(result, staging, Path(out_dir), save, model, tok, weights_copy, hparams, hparams_file,
                       facts_file, retain_file, facts, name)
+                if ledger is not None:  # inside the staging folder: the model and its ledger, whole, or neither
+                    write_ledger(staging, *ledger)
             LOG.info("%s written to %s", "edited model and tokenizer" if save == "model" else save, out_dir)
         return result
 
@@ -351,6 +370,9 @@ def format_unlearn(result: UnlearnResult) -> str:
         lines.append(f"LoRA adapter (r={saved['r']}, {saved['size_bytes'] / 1024:.1f} KiB) -> {saved['dir']}: {ranks}")
     elif saved.get("mode") == "model":
         lines.append(f"Edited model and tokenizer -> {saved['dir']}")
+    if result.saved_ledger:
+        lines.append(f"Ledger ({LEDGER_NAME}): {result.saved_ledger['facts']} fact(s) forgotten by "
+                     f"{result.saved_ledger['edits']} edit(s)")
     if result.audit:
         lines += ["", format_facts_audit(result.audit), ""]
     lines.append("Stage times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))

@@ -12,13 +12,14 @@ The EasyEdit name, the YAML's ``alg_name`` and the registry name are one string
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Type
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Type
 
 from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError
 
 __all__ = [
     "MethodEntry",
+    "RETAIN_ROW",
     "UnknownMethodError",
     "register_method",
     "unregister_method",
@@ -26,6 +27,9 @@ __all__ = [
     "method_names",
     "registered_methods",
 ]
+
+RETAIN_ROW = "+R"
+"""The bench row suffix whose edit receives the seed's retain set (the retain-aware variant)."""
 
 RequestCheck = Callable[[Any, Any, int], None]
 """``(model, hparams, n_requests) -> None``: raises before any scoring when ``n`` requests cannot be edited."""
@@ -47,9 +51,11 @@ class MethodEntry:
     ``report``, ``progress``, ``retain``, ``fluency_guard``, ...). ``yaml_folder``: ``hparams/<folder>/``
     (default ``name``). ``check_requests``: an optional model-bound check run before any scoring
     (ZeroUnlearn's capacity limit). ``adapter_rank_per_fact``: the rank of one weight's change per
-    forgotten fact (the LoRA export's bound ``r <= k n``). ``retain_variant``: the stem suffix of the
-    retain-aware YAML; the bench then also offers the row ``<name>+R``. ``easyedit_batchable``: EasyEdit's
-    ``batch_edit`` accepts the method.
+    forgotten fact (the LoRA export's bound ``r <= k n``). ``row_variants``: bench row suffix -> YAML stem
+    suffix; the bench also offers the row ``<name><row suffix>``, read from ``hparams/<folder>/<stem><stem
+    suffix>.yaml`` (ZeroUnlearn-GD: ``+R`` -> ``-retain``, ``+P`` -> ``-lifelong``). Only the row
+    :data:`RETAIN_ROW` is edited with the seed's retain set. ``easyedit_batchable``: EasyEdit's ``batch_edit``
+    accepts the method.
     """
 
     name: str
@@ -58,13 +64,18 @@ class MethodEntry:
     yaml_folder: Optional[str] = None
     check_requests: Optional[RequestCheck] = None
     adapter_rank_per_fact: int = 1
-    retain_variant: Optional[str] = None
+    row_variants: Mapping[str, str] = field(default_factory=dict)
     easyedit_batchable: bool = True
 
     @property
     def folder(self) -> str:
         """The YAML folder name under ``hparams/``."""
         return self.yaml_folder or self.name
+
+    @property
+    def retain_variant(self) -> Optional[str]:
+        """The YAML stem suffix of the retain-aware row :data:`RETAIN_ROW`, if the method has one."""
+        return self.row_variants.get(RETAIN_ROW)
 
 
 _METHODS: Dict[str, MethodEntry] = {}
@@ -131,7 +142,7 @@ def _register_shipped() -> None:
     register_method(MethodEntry("ZeroUnlearn", ZeroUnlearnHyperParams, apply_zerounlearn_to_model,
                                 check_requests=check_request_capacity, adapter_rank_per_fact=2))
     register_method(MethodEntry("ZeroUnlearn-GD", ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model,
-                                adapter_rank_per_fact=1, retain_variant="-retain"))
+                                adapter_rank_per_fact=1, row_variants={RETAIN_ROW: "-retain", "+P": "-lifelong"}))
 
 
 _register_shipped()

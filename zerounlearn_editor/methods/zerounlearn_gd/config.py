@@ -65,6 +65,15 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
         "opt-in, 0 = the paper (no retain set needed): the null space also avoids this times the mean `k k^T` of the "
         "prompts' other tokens (their relation context)"
     )})
+    # opt-in lifelong unlearning, see solve.protected_covariance
+    forgotten_protection_weight: float = field(default=0.0, metadata={"help": (
+        "lifelong unlearning (opt-in, 0 = the paper): the null space also avoids this times `sum k k^T` over the "
+        "forget keys of the model's earlier edits (the same process, or the ledger of a folder `unlearn --save` "
+        "wrote), so a new edit keeps earlier forgotten facts forgotten"
+    )})
+
+    def tracks_forgotten(self) -> bool:
+        return self.forgotten_protection_weight > 0
 
     def retain_weights(self) -> Dict[str, float]:
         return {"retain_nullspace_weight": self.retain_nullspace_weight}
@@ -85,6 +94,11 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
             raise HParamsError(
                 f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got "
                 f"{self.context_nullspace_weight!r}"
+            )
+        if not 0 <= self.forgotten_protection_weight < float("inf"):
+            raise HParamsError(
+                f"{source}: key 'forgotten_protection_weight' must be finite and >= 0, got "
+                f"{self.forgotten_protection_weight!r}"
             )
         if self.norm_weight == 0 and self.target_weight == 0:
             raise HParamsError(f"{source}: 'norm_weight' and 'target_weight' cannot both be 0")

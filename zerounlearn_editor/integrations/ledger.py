@@ -1,0 +1,265 @@
+"""The ledger of a folder ``zerounlearn unlearn --save model`` wrote: what it forgot, and how to go on.
+
+Beside the edited model, :data:`LEDGER_NAME` (JSON) records every fact forgotten so far (prompt, subject, answer,
+which edit), each edit (time, YAML name and content hash, facts file, protection weight), the method, module
+template and layers, the base model (its name and fingerprint, and the fingerprint of its unedited modules),
+the statistics ``C0`` were read from (the base model's cache files: their names, token counts and model
+fingerprint), the context prefixes sampled from the base model (every edit uses the same), the fingerprint and weights digest of the saved model, and the carried state
+(:mod:`~zerounlearn_editor.engine.forgotten_state`, :data:`~zerounlearn_editor.engine.forgotten_state.STATE_FILE`)
+with its sha256. ``ledger_sha256`` hashes everything else: a ledger edited by hand is refused.
+
+``zerounlearn unlearn --model DIR`` on such a folder continues (:func:`read_continuation` before the model
+loads, :meth:`Continuation.check_model` after): same method, module and layers, the folder's weights the ones
+the ledger recorded, ``C0`` from the base model's cache files (never recomputed from the edited model); the
+state reaches the solve, and the new folder's ledger lists the union. Anything else is refused with a
+:class:`LedgerError` saying why. The ledger is written inside the run's staging folder
+(:mod:`zerounlearn_editor.support.output_dir`), so a folder holds a model and its ledger whole or is as it was.
+An adapter folder (``--save adapter``) carries a ledger too, but is not continued from (see :data:`ADAPTER_HINT`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+import torch
+from torch import nn
+
+from zerounlearn_editor.engine.contexts import cached_context_prefixes, restore_context_prefixes
+from zerounlearn_editor.support.model_access import get_module
+from zerounlearn_editor.engine.forgotten_state import (
+    STATE_FILE,
+    ForgottenState,
+    ForgottenStateError,
+    edited_weights_digest,
+    load_state,
+    save_state,
+)
+from zerounlearn_editor.engine.hparams import EditHyperParams
+from zerounlearn_editor.engine.stats import (
+    SecondMoment,
+    StatsCacheError,
+    corpus_cache_name,
+    load_second_moment,
+    model_basename,
+    model_fingerprint,
+    stats_path,
+)
+from zerounlearn_editor.support.files import sha256_of_file, sha256_of_json, write_text_atomic
+
+LOG = logging.getLogger(__name__)
+
+LEDGER_NAME = "zerounlearn_ledger.json"
+LEDGER_FORMAT = "zerounlearn-ledger/1"
+ADAPTER_HINT = ("continuing from an adapter folder is not supported: run the first unlearn with --save model and "
+                "continue from that folder (--model DIR), or unlearn all facts again from the base model with one "
+                "--save adapter run")
+
+
+class LedgerError(ValueError):
+    """A ledger cannot be continued from (the message names the folder and the reason)."""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def ledger_hash(ledger: Mapping[str, Any]) -> str:
+    """sha256 of the ledger's canonical JSON without its ``ledger_sha256`` field."""
+    return sha256_of_json({k: v for k, v in ledger.items() if k != "ledger_sha256"})
+
+
+def statistics_record(hparams: EditHyperParams, base_name: str, corpus: Optional[str]) -> Dict[str, Any]:
+    """Where ``C0`` of each edited layer is cached for the base model ``base_name`` (model basename) with these
+    statistics settings: ``{"stats_dir", "model_name", "corpus", "n_samples", "dtype", "max_length", "files"}``."""
+    ds_name = corpus_cache_name(corpus or hparams.mom2_dataset)
+    files = {str(layer): str(stats_path(".", base_name, ds_name, hparams.rewrite_module_tmp.format(layer),
+                                        hparams.mom2_dtype, hparams.mom2_n_samples))
+             for layer in hparams.layers}
+    return {"stats_dir": str(hparams.stats_dir), "model_name": base_name, "corpus": ds_name,
+            "n_samples": hparams.mom2_n_samples, "dtype": hparams.mom2_dtype, "max_length": hparams.mom2_max_length,
+            "files": files}
+
+
+@dataclass
+class Continuation:
+    """A checked ledger of the folder ``folder`` and its state (:func:`read_continuation`)."""
+
+    folder: Path
+    ledger: Dict[str, Any]
+    state: ForgottenState
+
+    def check_model(self, model: nn.Module, hparams: EditHyperParams, corpus: Optional[str]) -> Dict[int, SecondMoment]:
+        """Check the loaded model is the folder's (base and edited weights) and return the base model's ``C0``
+        (``{layer: SecondMoment}`` from its cache files); raises :class:`LedgerError` saying why not."""
+        where = f"model folder {self.folder}"
+        base = self.ledger["base_model"]
+        if model_fingerprint(model, hparams.rewrite_module_tmp) != base["fingerprint_unedited_modules"]:
+            raise LedgerError(
+                f"{where}: this model is not an edit of the base model its ledger records ({base['name']!r}, "
+                f"fingerprint {base['fingerprint']}): another base model; continue only from the folder an "
+                "earlier unlearn wrote, unchanged")
+        changed = model_fingerprint(model) != self.ledger["model_fingerprint"]
+        if not changed and _weights_dtype(model, hparams) == self.ledger.get("weights_dtype"):
+            # exact values (the fingerprint rounds to bfloat16, below which an edit may hide)
+            changed = edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers) != self.ledger["weights_digest"]
+        if changed:
+            raise LedgerError(
+                f"{where}: the edited weights differ from the ones the ledger recorded (the model was changed after "
+                "the ledger was written); the ledger's facts and state do not describe it")
+        return self._base_statistics(model, hparams, corpus)
+
+    def _base_statistics(self, model: nn.Module, hparams: EditHyperParams, corpus: Optional[str]) -> Dict[int, SecondMoment]:
+        recorded = self.ledger["statistics"]
+        now = statistics_record(hparams, recorded["model_name"], corpus)
+        differing = [k for k in ("corpus", "n_samples", "dtype", "max_length") if now[k] != recorded[k]]
+        if differing:
+            raise LedgerError(
+                f"model folder {self.folder}: the YAML's statistics settings {differing} differ from the ones the earlier "
+                f"edits used ({ {k: recorded[k] for k in differing} }); C0 must be the base model's, as before: use "
+                "the same mom2_* settings and corpus")
+        base_fp = self.ledger["base_model"]["fingerprint_unedited_modules"]
+        out: Dict[int, SecondMoment] = {}
+        for layer in hparams.layers:
+            path = Path(hparams.stats_dir) / now["files"][str(layer)]
+            hint = (f"C0 must come from the unedited base model {self.ledger['base_model']['name']!r}, not the edited "
+                    f"one: run `zerounlearn stats` with the YAML on that model (stats_dir {hparams.stats_dir}), then "
+                    "rerun")
+            if not path.is_file():
+                raise LedgerError(f"model folder {self.folder}: the base model's statistics file {path} is missing; {hint}")
+            try:
+                stat, meta = load_second_moment(path)
+            except StatsCacheError as exc:
+                raise LedgerError(f"model folder {self.folder}: {exc}; {hint}") from exc
+            if meta.get("model_fingerprint") not in (None, base_fp):
+                raise LedgerError(f"model folder {self.folder}: {path} holds the statistics of another model (fingerprint "
+                                  f"{meta['model_fingerprint']}, the base's {base_fp}); {hint}")
+            count = recorded.get("counts", {}).get(str(layer))
+            if count is not None and stat.count != count:
+                LOG.warning("%s: %d tokens, the earlier edits used %d (recomputed since?)", path, stat.count, count)
+            out[layer] = stat
+        LOG.info("continuing from %s: %d fact(s) forgotten by %d earlier edit(s); C0 of the base model %r",
+                 self.folder, self.state.count, len(self.ledger["edits"]), recorded["model_name"])
+        return out
+
+    def state_for(self, model: nn.Module) -> ForgottenState:
+        """The carried state, bound to ``model``'s edited weights (after :meth:`check_model`). Also caches the
+        context prefixes the earlier edits used on ``model`` (sampled from the base model, as in one process)."""
+        restore_context_prefixes(model, self.ledger.get("context_prefixes", []))
+        return dataclasses.replace(self.state, weights_digest=edited_weights_digest(
+            model, self.state.module_tmp, self.state.layers))
+
+
+def _weights_dtype(model: nn.Module, hparams: EditHyperParams) -> str:
+    return str(get_module(model, hparams.rewrite_module_tmp.format(hparams.layers[0])).weight.dtype)
+
+
+def _load_ledger(folder: Path) -> Dict[str, Any]:
+    path = folder / LEDGER_NAME
+    try:
+        ledger = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise LedgerError(f"{path}: unreadable ledger ({exc})") from exc
+    if not isinstance(ledger, dict) or ledger.get("format") != LEDGER_FORMAT:
+        raise LedgerError(f"{path}: not a ledger of format {LEDGER_FORMAT!r}")
+    if ledger.get("ledger_sha256") != ledger_hash(ledger):
+        raise LedgerError(f"{path}: its content does not match its ledger_sha256 (edited by hand or damaged); the "
+                          "ledger cannot be trusted: restore the folder an earlier unlearn wrote")
+    return ledger
+
+
+def read_continuation(model_name: Optional[str], hparams: EditHyperParams) -> Optional[Continuation]:
+    """The ledger of ``model_name`` when it is a folder holding one (else None), checked against ``hparams``
+    before any model loads: format and hash, method, module and layers, the state file and its sha256."""
+    if model_name is None:
+        return None
+    folder = Path(model_name).expanduser()
+    if not (folder / LEDGER_NAME).is_file():
+        return None
+    ledger = _load_ledger(folder)
+    where = f"model folder {folder}"
+    if ledger.get("saved") == "adapter":
+        raise LedgerError(f"{where} is an adapter folder: {ADAPTER_HINT}")
+    if ledger["method"] != hparams.alg_name:
+        raise LedgerError(
+            f"{where}: its ledger records {len(ledger['facts'])} fact(s) forgotten with {ledger['method']}; this YAML "
+            f"is {hparams.alg_name}: continue with the same method (the carried state belongs to its edits)")
+    if ledger["rewrite_module_tmp"] != hparams.rewrite_module_tmp or ledger["layers"] != list(hparams.layers):
+        raise LedgerError(
+            f"{where}: the earlier edits changed {ledger['rewrite_module_tmp']!r} layers {ledger['layers']}; this YAML "
+            f"edits {hparams.rewrite_module_tmp!r} layers {list(hparams.layers)}: the protection of earlier facts "
+            "needs the same layers (use the YAML of the earlier edits)")
+    if ledger["state"].get("file") != STATE_FILE:
+        raise LedgerError(f"{where}: the ledger names state file {ledger['state'].get('file')!r}, not {STATE_FILE!r}")
+    try:
+        state = load_state(folder / STATE_FILE, ledger["state"]["sha256"])
+    except ForgottenStateError as exc:
+        raise LedgerError(f"{where}: {exc}") from exc
+    if state.count != len(ledger["facts"]) or list(state.layers) != ledger["layers"]:
+        raise LedgerError(f"{where}: the state file holds {state.count} fact(s) of layers {list(state.layers)}, the "
+                          f"ledger lists {len(ledger['facts'])} of layers {ledger['layers']}")
+    return Continuation(folder, ledger, state)
+
+
+def build_ledger(
+    previous: Optional[Continuation],
+    model: nn.Module,
+    weights_copy: Mapping[str, torch.Tensor],
+    hparams: EditHyperParams,
+    hparams_file: Union[str, Path],
+    facts_file: Union[str, Path],
+    facts: Sequence[Mapping[str, Any]],
+    model_name: str,
+    corpus: Optional[str],
+    saved: str,
+) -> Dict[str, Any]:
+    """The ledger after this edit (without its state fields: :func:`write_ledger` adds them)."""
+    hparams_file = Path(hparams_file)
+    edit = {"time": _now(), "hparams_file": hparams_file.name, "hparams_sha256": sha256_of_file(hparams_file),
+            "facts_file": Path(facts_file).name, "n_facts": len(facts),
+            "forgotten_protection_weight": float(getattr(hparams, "forgotten_protection_weight", 0.0))}
+    if previous is None:
+        base_name = model_basename(model)
+        base = {"name": model_name, "basename": base_name,
+                "fingerprint": model_fingerprint(model, replace=dict(weights_copy)),
+                "fingerprint_unedited_modules": model_fingerprint(model, hparams.rewrite_module_tmp)}
+        stats = statistics_record(hparams, base_name, corpus)
+        stats["counts"] = {}
+        for layer in hparams.layers:  # the token counts of the files this edit read C0 from
+            path = Path(hparams.stats_dir) / stats["files"][str(layer)]
+            if path.is_file():
+                stats["counts"][str(layer)] = load_second_moment(path)[0].count
+        edits: List[Dict[str, Any]] = []
+        earlier: List[Dict[str, Any]] = []
+    else:
+        base, stats = previous.ledger["base_model"], previous.ledger["statistics"]
+        edits, earlier = list(previous.ledger["edits"]), list(previous.ledger["facts"])
+    index = len(edits)
+    edits.append(edit)
+    new_facts = [{"prompt": f["prompt"], "subject": f["subject"], "answer": f.get("ground_truth"), "edit": index,
+                  "time": edit["time"]} for f in facts]
+    return {"format": LEDGER_FORMAT, "method": hparams.alg_name, "rewrite_module_tmp": hparams.rewrite_module_tmp,
+            "layers": list(hparams.layers), "saved": saved, "base_model": base, "statistics": stats, "edits": edits,
+            "facts": earlier + new_facts, "context_prefixes": cached_context_prefixes(model),
+            "model_fingerprint": model_fingerprint(model),
+            "weights_digest": edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers),
+            "weights_dtype": _weights_dtype(model, hparams)}
+
+
+def write_ledger(folder: Path, ledger: Dict[str, Any], state: ForgottenState) -> Path:
+    """Write the state file and the ledger (with the state's name, sha256 and count, and ``ledger_sha256``) into
+    ``folder`` (the run's staging folder); returns the ledger's path."""
+    if state.count != len(ledger["facts"]):
+        raise ValueError(f"the state holds {state.count} fact(s), the ledger lists {len(ledger['facts'])}")
+    path, sha = save_state(state, folder)
+    ledger = dict(ledger, state={"file": path.name, "sha256": sha, "count": state.count})
+    ledger["ledger_sha256"] = ledger_hash(ledger)
+    return write_text_atomic(folder / LEDGER_NAME, json.dumps(ledger, indent=1) + "\n")
+
+
+__all__ = ["ADAPTER_HINT", "Continuation", "LEDGER_NAME", "LedgerError", "STATE_FILE", "build_ledger",
+           "read_continuation", "write_ledger"]
