@@ -403,7 +403,9 @@ def test_sequential_edit_carries_the_forgotten_state(easyedit, in_tmp: Path, tok
     second edit is protected (its solve sees the first edit's keys)."""
     from zerounlearn_editor.engine.forgotten_state import model_state
 
-    model, hparams = _tiny_setup(in_tmp, tok, ZeroUnlearnGDHyperParams, "ZeroUnlearn-GD", forgotten_protection_weight=1e4)
+    model, hparams = _tiny_setup(
+        in_tmp, tok, ZeroUnlearnGDHyperParams, "ZeroUnlearn-GD", forgotten_protection_weight=1e4
+    )
     editor, recorder = _make_editor(easyedit, hparams, model)
     editor.edit(**_edit_args(forget_requests()[:2]), sequential_edit=True)
     assert len(recorder.edited) == 2 and model_state(model).count == 2
