@@ -92,6 +92,8 @@ def test_shipped_methods_are_registered_with_their_classes():
     assert registry.get_method("ZeroUnlearn-GD").hparams_class is ZeroUnlearnGDHyperParams
     assert registry.get_method("ZeroUnlearn-GD").apply is apply_zerounlearn_gd_to_model
     assert registry.get_method("ZeroUnlearn-GD").retain_variant == "-retain"
+    assert dict(registry.get_method("ZeroUnlearn-GD").row_variants) == {"+R": "-retain", "+P": "-lifelong"}
+    assert not registry.get_method("ZeroUnlearn").row_variants
     assert registry.get_method("ZeroUnlearn").adapter_rank_per_fact == 2
 
 
@@ -234,3 +236,31 @@ def test_toy_method_reaches_easyedit_registration(toy, tmp_path, monkeypatch):
             del sys.modules[name]
         sys.modules.update(saved)
         importlib.invalidate_caches()
+
+
+def test_row_variants_are_bench_rows_and_only_the_retain_row_gets_the_retain_set(tmp_path):
+    """A registered method's ``row_variants`` are its bench rows (row suffix -> YAML stem suffix), and only ``+R``
+    is edited with the retain set; an undeclared row is an error naming the method's rows."""
+    from zerounlearn_editor.bench import default_registry
+    from zerounlearn_editor.bench.method_specs import HParamsLookup, MethodContext, edit_method_spec
+
+    names = list(default_registry())
+    assert {"ZeroUnlearn-GD+R", "ZeroUnlearn-GD+P"} <= set(names) and "ZeroUnlearn+R" not in names
+    folder = tmp_path / "hparams" / "ZeroUnlearn-GD"
+    folder.mkdir(parents=True)
+    config = tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "corpus.jsonl"), alg_name="ZeroUnlearn-GD")
+    for suffix in ("", "-retain", "-lifelong"):
+        (folder / f"tiny{suffix}.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    main = folder / "tiny.yaml"
+    lookup = HParamsLookup(main, registry.get_method("ZeroUnlearn-GD").hparams_class.from_hparams(main))
+    context = MethodContext(lookup, model=None, tok=None, work_dir=tmp_path, neutral_target="")
+    for row, suffix, retain in (("ZeroUnlearn-GD", "", False), ("ZeroUnlearn-GD+R", "-retain", True),
+                                ("ZeroUnlearn-GD+P", "-lifelong", False)):
+        spec = edit_method_spec(row)
+        assert spec.describe(lookup)["hparams"]["file"] == str(folder / f"tiny{suffix}.yaml")
+        assert spec.prepare(context).uses_retain is retain, row
+    with pytest.raises(registry.UnknownMethodError, match=r"ZeroUnlearn-GD has no \+X row \(its rows: "
+                       r"ZeroUnlearn-GD\+R, ZeroUnlearn-GD\+P\)"):
+        edit_method_spec("ZeroUnlearn-GD+X")
+    with pytest.raises(registry.UnknownMethodError, match=r"ZeroUnlearn has no \+R row \(its rows: none\)"):
+        edit_method_spec("ZeroUnlearn+R")

@@ -368,38 +368,51 @@ def _run_layerwise_edit(
         if mode != "off":
             with _timer(report, "fluency"):
                 ppl_after = guard_perplexity(model, tok, guard_text_, n_tokens)
-            check = judge_fluency(
-                ppl_before,
-                ppl_after,
-                n_tokens,
-                DEFAULT_MAX_INCREASE if hparams.fluency_max_increase is None else hparams.fluency_max_increase,
-                mode,
-            )
-            report.fluency = check.as_dict()
-            if not check.passed and mode == "refuse":
-                raise FluencyError(
-                    f"{hparams.alg_name}: edit refused and the weights restored: {check.message()}; "
-                    "fluency_guard='warn' keeps such an edit (a larger fluency_max_increase, or null, in the YAML "
-                    "changes the limit)",
-                    check,
-                )
-            if not check.passed:
-                LOG.warning("%s: %s; kept because fluency_guard is 'warn'", hparams.alg_name, check.message())
-            elif check.warned:
-                LOG.warning("%s: %s", hparams.alg_name, check.warning())
-            else:
-                LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens", ppl_before, ppl_after,
-                         100 * check.increase, n_tokens)
+            _judge_edit_fluency(hparams, report, mode, ppl_before, ppl_after, n_tokens)
     except BaseException:
         restore_weights(model, weights_copy)
         raise
     if key_moments is not None:
-        start = forgotten if forgotten is not None else empty_state(
-            hparams.rewrite_module_tmp, hparams.layers, {l: m.shape[0] for l, m in key_moments.items()})
-        report.forgotten = add_keys(start, key_moments, len(forget),
-                                    edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers),
-                                    digest_before)
+        report.forgotten = _forgotten_after(model, hparams, forgotten, key_moments, len(forget), digest_before)
     return weights_copy, report
+
+
+def _judge_edit_fluency(hparams: EditHyperParams, report: EditReport, mode: str, ppl_before: float,
+                        ppl_after: float, n_tokens: int) -> None:
+    """The fluency guard's verdict on an edit: fills ``report.fluency``; raises :class:`FluencyError` for a
+    refused edit (the caller restores the weights), warns for one kept above the limit or above +5%."""
+    check = judge_fluency(
+        ppl_before,
+        ppl_after,
+        n_tokens,
+        DEFAULT_MAX_INCREASE if hparams.fluency_max_increase is None else hparams.fluency_max_increase,
+        mode,
+    )
+    report.fluency = check.as_dict()
+    if not check.passed and mode == "refuse":
+        raise FluencyError(
+            f"{hparams.alg_name}: edit refused and the weights restored: {check.message()}; "
+            "fluency_guard='warn' keeps such an edit (a larger fluency_max_increase, or null, in the YAML "
+            "changes the limit)",
+            check,
+        )
+    if not check.passed:
+        LOG.warning("%s: %s; kept because fluency_guard is 'warn'", hparams.alg_name, check.message())
+    elif check.warned:
+        LOG.warning("%s: %s", hparams.alg_name, check.warning())
+    else:
+        LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens", ppl_before, ppl_after,
+                 100 * check.increase, n_tokens)
+
+
+def _forgotten_after(model: nn.Module, hparams: EditHyperParams, forgotten: Optional[ForgottenState],
+                     key_moments: Dict[int, torch.Tensor], n_forget: int, digest_before: str) -> ForgottenState:
+    """The state of every fact forgotten so far: ``forgotten`` (or an empty state) plus this edit's ``K_f K_f^T``
+    per layer (``key_moments``, ``[d_in, d_in]`` each) and its ``n_forget`` facts, with the weights' digests."""
+    start = forgotten if forgotten is not None else empty_state(
+        hparams.rewrite_module_tmp, hparams.layers, {l: m.shape[0] for l, m in key_moments.items()})
+    return add_keys(start, key_moments, n_forget,
+                    edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers), digest_before)
 
 
 def _check_lengths(
