@@ -1160,3 +1160,45 @@ def test_gpt2_prompt_that_fits_only_without_the_fewshot_prefixes(tok, tmp_path, 
     hp = _hp(tmp_path, corpus, gpt2=True, experimental={"fewshot_contexts": 4})
     _edit_must_fail(tiny_gpt2(tok), tok, requests, hp, RequestError,
                     r"request 1: prompt .* needs \d+ positions .* more than the model's 128", tmp_path / "stats")
+
+
+# --------------------------------------------------------------------------- issue 36: silent results, late errors
+
+
+def test_out_that_is_a_link_to_a_folder_is_written_through(saved_tiny, tmp_path, caplog):
+    """Issue 36.5: the link was replaced by a real folder, the target stayed empty, a hidden ``-old`` link stayed
+    behind and later runs logged "removed" what they had not removed."""
+    root, _, hparams = saved_tiny
+    target = tmp_path / "real-out"
+    target.mkdir()
+    link = tmp_path / "out-link"
+    link.symlink_to(target, target_is_directory=True)
+    for save in ("adapter", "none"):
+        caplog.clear()
+        assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(link), "--save", save) == 0
+        assert link.is_symlink() and Path(os.readlink(link)) == target  # the link is left as it was
+        assert (target / "unlearn_report.json").is_file()  # the run's files are in the link's target
+        assert ("adapter_config.json" in {p.name for p in target.iterdir()}) == (save == "adapter")
+        assert not [p for p in tmp_path.iterdir() if ".zerounlearn-tmp-" in p.name]  # no hidden leftovers
+        assert "removed" not in caplog.text
+
+
+def test_stale_temporary_link_is_removed_and_the_log_tells_the_truth(tmp_path, caplog):
+    """Issue 36.5: a leftover ``.NAME.zerounlearn-tmp-...`` link survived every later run, each logging "removed"."""
+    import subprocess
+    import sys
+
+    from zerounlearn_editor.support import output_dir
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("keep", encoding="utf-8")
+    stale = tmp_path / f".out{output_dir.TEMP_TAG}{output_dir._host()}-{dead.pid}-abcd-old"
+    stale.symlink_to(elsewhere, target_is_directory=True)
+    with caplog.at_level(logging.WARNING), output_dir.staged_output_dir(tmp_path / "out") as staging:
+        (staging / "x.txt").write_text("x", encoding="utf-8")
+    assert not stale.is_symlink() and (elsewhere / "keep.txt").is_file()  # the link is gone, not what it points to
+    assert f"removed {stale}" in caplog.text
+    assert (tmp_path / "out" / "x.txt").is_file()
