@@ -1202,3 +1202,20 @@ def test_stale_temporary_link_is_removed_and_the_log_tells_the_truth(tmp_path, c
     assert not stale.is_symlink() and (elsewhere / "keep.txt").is_file()  # the link is gone, not what it points to
     assert f"removed {stale}" in caplog.text
     assert (tmp_path / "out" / "x.txt").is_file()
+
+
+def test_fluency_refusal_on_the_command_line_names_the_cli_option(saved_tiny, monkeypatch, caplog):
+    """Issue 36.16: ``zerounlearn unlearn`` told the user to pass ``fluency_guard='warn'`` (an API argument)."""
+    from zerounlearn_editor.engine import pipeline
+
+    root, _, hparams = saved_tiny
+    readings = iter([10.0, 100.0] * 4)  # the guard text's perplexity before and after: +900%
+    monkeypatch.setattr(pipeline, "guard_perplexity", lambda *_a, **_k: next(readings))
+    out = root / "out-fluency"
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out)) == 2
+    assert "edit refused and the weights restored" in caplog.text and "+900.0%" in caplog.text
+    assert "--allow-fluency-loss keeps such an edit" in caplog.text and "fluency_guard=" not in caplog.text
+    assert not out.exists()
+    caplog.clear()
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--allow-fluency-loss") == 0
+    assert "kept because fluency_guard is 'warn'" in caplog.text

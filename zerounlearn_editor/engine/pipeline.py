@@ -345,8 +345,7 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
                                   mode)
             report.fluency = check.as_dict()
             if not check.passed and mode == "refuse":
-                raise FluencyError(f"{hparams.alg_name}: edit refused and the weights restored: {check.message()}; "
-                                   "fluency_guard='warn' keeps such an edit (a larger fluency_max_increase, or null, in the YAML changes the limit)", check)
+                raise FluencyError(f"{hparams.alg_name}: edit refused and the weights restored: {check.message()}", check)
             if not check.passed:
                 LOG.warning("%s: %s; kept because fluency_guard is 'warn'", hparams.alg_name, check.message())
             else:
