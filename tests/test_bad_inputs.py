@@ -1219,3 +1219,31 @@ def test_fluency_refusal_on_the_command_line_names_the_cli_option(saved_tiny, mo
     caplog.clear()
     assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--allow-fluency-loss") == 0
     assert "kept because fluency_guard is 'warn'" in caplog.text
+
+
+def test_targets_left_far_above_the_stop_value_are_named(tmp_path, caplog):
+    """Issue 36.6: ``v_num_grad_steps: 0`` "succeeded" without moving the targets (loss ~12), with no warning."""
+    from arch_zoo import FORGET, trained_model, write_c0_corpus
+    from zerounlearn_editor import EditReport, apply_zerounlearn_gd_to_model
+    from zerounlearn_editor.engine.targets import far_above_stop
+
+    assert far_above_stop(torch.tensor([0.04, 0.49, 0.51, 2.29, 2.31, float("nan")]), 0.05) == [4, 5]
+    assert far_above_stop(torch.tensor([0.04, 0.49, 0.51, 2.29, 2.31]), 0.5) == []  # 10 x 0.5 = 5 nats
+    requests = [{"prompt": p, "subject": s, "ground_truth": a} for p, s, a in FORGET]
+    corpus = write_c0_corpus(tmp_path / "c0.jsonl")
+    reached = dict(v_lr=0.5, v_weight_decay=1e-3, clamp_norm_factor=4.0, v_num_grad_steps=50)
+    for steps, expected in ((reached, []), (dict(v_num_grad_steps=0), [0, 1])):
+        model, tok = trained_model("llama")
+        hp = ZeroUnlearnGDHyperParams.from_dict(tiny_hparams_dict(tmp_path / "stats", corpus, alg_name="ZeroUnlearn-GD",
+                                                                  **steps))
+        report = EditReport()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            apply_zerounlearn_gd_to_model(model, tok, requests, hp, progress=False, report=report, fluency_guard="off")
+        assert report.unreached_targets == expected, report.target_nll
+        far = [r.getMessage() for r in caplog.records if "far above the stop value" in r.getMessage()]
+        if expected:
+            assert len(far) == 1 and "2 of 2 request(s)" in far[0] and "request 0 (" in far[0]
+            assert "after 0 steps" in far[0] and "v_num_grad_steps (now 0)" in far[0]
+        else:
+            assert not far and max(report.target_nll) < hp.v_early_stop_loss

@@ -56,6 +56,7 @@ from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, SecondMoment, laye
 from zerounlearn_editor.engine.targets import (
     NeutralTargets,
     TargetConfig,
+    far_above_stop,
     loss_layer_module,
     optimise_neutral_targets,
 )
@@ -141,6 +142,8 @@ class EditReport:
     retain_count: int = 0
     # the fluency guard's figures (FluencyCheck.as_dict: ppl_before, ppl_after, increase, ...); empty when off
     fluency: Dict[str, Any] = field(default_factory=dict)
+    # request indices whose final target loss is far above v_early_stop_loss (targets.FAR_ABOVE_STOP_FACTOR)
+    unreached_targets: List[int] = field(default_factory=list)
 
 
 @contextlib.contextmanager
@@ -322,6 +325,7 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
             raise ValueError(f"precomputed targets are for {targets.z.shape[0]} requests, got {len(forget)} requests")
     report.target_nll = targets.nll.tolist()
     report.target_steps = list(targets.steps_run)
+    _warn_unreached_targets(forget, targets, hparams, report)
 
     weights_copy: Dict[str, torch.Tensor] = {}
     for layer in hparams.layers:
@@ -355,6 +359,24 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
         restore_weights(model, weights_copy)
         raise
     return weights_copy, report
+
+
+def _warn_unreached_targets(forget: List[ForgetRequest], targets: NeutralTargets, hparams: EditHyperParams,
+                            report: EditReport) -> None:
+    """Record in ``report.unreached_targets`` (and warn about) the requests whose final target loss is far above
+    ``v_early_stop_loss`` (:data:`~zerounlearn_editor.engine.targets.FAR_ABOVE_STOP_FACTOR`): their edit moves
+    the fact's state toward a target that does not yet give the neutral answer."""
+    far = far_above_stop(targets.nll, hparams.v_early_stop_loss)
+    report.unreached_targets = [forget[i].index for i in far]
+    if far:
+        shown = ", ".join(f"request {forget[i].index} ({float(targets.nll[i]):.2f} after {targets.steps_run[i]} steps)"
+                          for i in far[:5]) + (f" (+{len(far) - 5} more)" if len(far) > 5 else "")
+        LOG.warning(
+            "%s: the target loss of %d of %d request(s) ended far above the stop value v_early_stop_loss = %g: %s; "
+            "the edit may leave these facts answered. Raise v_num_grad_steps (now %d) or v_lr (now %g) ('far': above "
+            "max(10 x v_early_stop_loss, ln 10))", hparams.alg_name, len(far), len(forget), hparams.v_early_stop_loss,
+            shown, hparams.v_num_grad_steps, hparams.v_lr,
+        )
 
 
 def _check_lengths(
