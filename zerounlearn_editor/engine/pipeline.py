@@ -50,7 +50,7 @@ from zerounlearn_editor.engine.post_mlp import IDENTITY, PostMlpMap, detect_post
 from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
 from zerounlearn_editor.support.progress import progress_bar, progress_scope
 from zerounlearn_editor.engine.keys import LayerReadout, read_keys_and_hidden
-from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, normalize_requests
+from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, check_targets_not_answers, normalize_requests
 from zerounlearn_editor.engine.retain import RetainSpec, check_retain_disjoint, resolve_retain
 from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, SecondMoment, layer_second_moments
 from zerounlearn_editor.engine.targets import (
@@ -144,6 +144,8 @@ class EditReport:
     fluency: Dict[str, Any] = field(default_factory=dict)
     # request indices whose final target loss is far above v_early_stop_loss (targets.FAR_ABOVE_STOP_FACTOR)
     unreached_targets: List[int] = field(default_factory=list)
+    # request indices whose answer the edited model still gives (greedy; requests with an answer): not forgotten
+    still_answered: List[int] = field(default_factory=list)
 
 
 @contextlib.contextmanager
@@ -210,6 +212,7 @@ def request_target_ids(tok, forget: Sequence[ForgetRequest], hparams: EditHyperP
                 f"token (EasyEdit fills in '<|endoftext|>' when no answer is given); give each request its real answer"
             )
         return ids
+    check_targets_not_answers(forget, hparams.neutral_target, set(getattr(tok, "all_special_tokens", []) or []))
     return [target_token_ids(tok, r.target or hparams.neutral_target) for r in forget]
 
 
@@ -358,7 +361,32 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
     except BaseException:
         restore_weights(model, weights_copy)
         raise
+    with _timer(report, "answered"):
+        report.still_answered = still_answered(model, tok, forget)
+    if report.still_answered:
+        by_index = {r.index: r for r in forget}
+        shown = ", ".join(f"request {i} ({by_index[i].prompt[:60]!r} -> {by_index[i].answer!r})"
+                          for i in report.still_answered[:5])
+        more = f" (+{len(report.still_answered) - 5} more)" if len(report.still_answered) > 5 else ""
+        LOG.warning("%s: %d of %d request(s) with an answer still give it after the edit (greedy): %s%s",
+                    hparams.alg_name, len(report.still_answered), sum(r.answer is not None for r in forget), shown, more)
     return weights_copy, report
+
+
+def still_answered(model: nn.Module, tok, forget: Sequence[ForgetRequest]) -> List[int]:
+    """Indices of the requests whose answer the model still gives: every answer token is the argmax after the
+    prompt and the answer's earlier tokens (what greedy decoding produces). Requests without an answer, or whose
+    answer is a special token (EasyEdit's filled-in EOS), are not scored."""
+    from zerounlearn_editor.data.types import Probe
+    from zerounlearn_editor.evaluation.metrics import evaluate_probes
+
+    special = set(getattr(tok, "all_special_tokens", []) or [])
+    scored = [r for r in forget if r.answer is not None and r.answer.strip() and r.answer.strip() not in special]
+    if not scored:
+        return []
+    with eval_mode(model), torch.no_grad():
+        scores = evaluate_probes(model, tok, [Probe(r.prompt, r.answer) for r in scored])
+    return [r.index for r, acc in zip(scored, scores["acc"]) if acc == 1.0]
 
 
 def _warn_unreached_targets(forget: List[ForgetRequest], targets: NeutralTargets, hparams: EditHyperParams,
