@@ -1336,3 +1336,16 @@ def test_facts_still_answered_after_the_edit_are_listed_not_forgotten(tmp_path, 
     assert "### Forgotten facts" not in printed and "### Edited facts without an answer (not scored)" in printed
     saved = json.loads((out / REPORT_NAME).read_text(encoding="utf-8"))
     assert saved["still_answered"] == [0, 1] and len(saved["forgotten"]) == 3
+
+
+def test_answer_check_can_be_turned_off_for_timing(tok, tmp_path, corpus):
+    """The speed bench times the method alone: ``answer_check=False`` skips the scoring after the edit."""
+    from zerounlearn_editor import EditReport, apply_zerounlearn_gd_to_model
+
+    hp = ZeroUnlearnGDHyperParams.from_dict(tiny_hparams_dict(tmp_path / "stats", corpus, alg_name="ZeroUnlearn-GD",
+                                                              v_num_grad_steps=2))
+    for check in (True, False):
+        report = EditReport()
+        apply_zerounlearn_gd_to_model(tiny_llama(tok), tok, forget_requests(), hp, progress=False, report=report,
+                                      answer_check=check)
+        assert ("answered" in report.timings) == check

@@ -285,6 +285,7 @@ def run_layerwise_edit(
     retain: RetainSpec = None,
     fluency_guard: Optional[str] = None,
     fluency_text: Optional[str] = None,
+    answer_check: bool = True,
 ) -> Tuple[Dict[str, torch.Tensor], EditReport]:
     """Edit ``model`` in place; returns (original weights by parameter name, report).
 
@@ -295,15 +296,18 @@ def run_layerwise_edit(
     ``stages`` replaces the statistics / target / key computations. ``fluency_guard`` (``"refuse"``,
     ``"warn"``, ``"off"``) overrides the YAML's guard mode; ``fluency_text`` the built-in text. A refused edit
     raises :class:`~zerounlearn_editor.engine.fluency_guard.FluencyError`, the weights restored.
+    ``answer_check`` (default on) scores the requests with an answer after the edit, filling
+    ``report.still_answered`` and warning when any is still answered (one forward pass of the prompts; the
+    speed bench turns it off to time the method alone).
     """
     mode = resolve_mode(hparams.fluency_max_increase, fluency_guard)
     with progress_scope(progress), eval_mode(model):  # keys and targets without dropout; caller's mode restored
         return _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets,
-                                   stages, retain, (mode, fluency_text))
+                                   stages, retain, (mode, fluency_text), answer_check)
 
 
 def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets, stages, retain,
-                        guard=("off", None)):
+                        guard=("off", None), answer_check: bool = True):
     stages = stages or EditStages()
     report = EditReport()
     with _timer(report, "validate"):
@@ -361,8 +365,9 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
     except BaseException:
         restore_weights(model, weights_copy)
         raise
-    with _timer(report, "answered"):
-        report.still_answered = still_answered(model, tok, forget)
+    if answer_check:
+        with _timer(report, "answered"):
+            report.still_answered = still_answered(model, tok, forget)
     if report.still_answered:
         by_index = {r.index: r for r in forget}
         shown = ", ".join(f"request {i} ({by_index[i].prompt[:60]!r} -> {by_index[i].answer!r})"
@@ -552,7 +557,7 @@ def apply_edit_method(
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)
     passed = ("corpus", "second_moments", "progress", "targets", "stages", "retain", "fluency_guard",
-              "fluency_text")
+              "fluency_text", "answer_check")
     weights_copy, report = run_layerwise_edit(model, tok, requests, hparams, solver,
                                               **{key: kwargs[key] for key in passed if key in kwargs})
     target_report = kwargs.get("report")
