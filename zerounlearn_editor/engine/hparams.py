@@ -423,7 +423,8 @@ SHARED_KEY_HELP: Dict[str, str] = {
     "v_weight_decay": "weight decay of the residual, relative to the hidden state's squared norm",
     "clamp_norm_factor": "the residual's norm is clamped to this times the hidden state's",
     "kl_factor": "weight of the KL term on `\"{subject} is a\"`",
-    "v_early_stop_loss": "a request stops when its target loss falls below this",
+    "v_early_stop_loss": "a request stops when its target loss falls below this; a final loss far above it (above "
+                         "max(10 x this, ln 10 = 2.30)) is warned about, naming the requests (`EditReport.unreached_targets`)",
     "chunk_size": "requests per batched key/target pass (memory bound; results do not depend on it)",
     "targets_optimizer": "`adam_kv` (default): the paper's Adam loop (same updates, clamp and early stop) on cached prefix "
     "keys/values, equal to `adam` up to float rounding and 2.4-2.75x faster on SmolLM2 at n = 50 (benchmarks/RESULTS.md, "
