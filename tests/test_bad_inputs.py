@@ -1303,3 +1303,192 @@ def test_cli_empty_list_option_is_an_error(argv, option, capsys):
     err = capsys.readouterr().err
     assert info.value.code == 2 and f"argument {option}: empty value" in err, err
     assert "give a comma list, or leave the option out for its default" in err
+
+
+# --------------------------------------------------------------------------- issue 36: silent results, late errors
+
+
+def test_out_that_is_a_link_to_a_folder_is_written_through(saved_tiny, tmp_path, caplog):
+    """Issue 36.5: the link was replaced by a real folder, the target stayed empty, a hidden ``-old`` link stayed
+    behind and later runs logged "removed" what they had not removed."""
+    root, _, hparams = saved_tiny
+    target = tmp_path / "real-out"
+    target.mkdir()
+    link = tmp_path / "out-link"
+    link.symlink_to(target, target_is_directory=True)
+    for save in ("adapter", "none"):
+        caplog.clear()
+        assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(link), "--save", save) == 0
+        assert link.is_symlink() and Path(os.readlink(link)) == target  # the link is left as it was
+        assert (target / "unlearn_report.json").is_file()  # the run's files are in the link's target
+        assert ("adapter_config.json" in {p.name for p in target.iterdir()}) == (save == "adapter")
+        assert not [p for p in tmp_path.iterdir() if ".zerounlearn-tmp-" in p.name]  # no hidden leftovers
+        assert "removed" not in caplog.text
+
+
+def test_stale_temporary_link_is_removed_and_the_log_tells_the_truth(tmp_path, caplog):
+    """Issue 36.5: a leftover ``.NAME.zerounlearn-tmp-...`` link survived every later run, each logging "removed"."""
+    import subprocess
+    import sys
+
+    from zerounlearn_editor.support import output_dir
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("keep", encoding="utf-8")
+    stale = tmp_path / f".out{output_dir.TEMP_TAG}{output_dir._host()}-{dead.pid}-abcd-old"
+    stale.symlink_to(elsewhere, target_is_directory=True)
+    with caplog.at_level(logging.WARNING), output_dir.staged_output_dir(tmp_path / "out") as staging:
+        (staging / "x.txt").write_text("x", encoding="utf-8")
+    assert not stale.is_symlink() and (elsewhere / "keep.txt").is_file()  # the link is gone, not what it points to
+    assert f"removed {stale}" in caplog.text
+    assert (tmp_path / "out" / "x.txt").is_file()
+
+
+def test_fluency_refusal_on_the_command_line_names_the_cli_option(saved_tiny, monkeypatch, caplog):
+    """Issue 36.16: ``zerounlearn unlearn`` told the user to pass ``fluency_guard='warn'`` (an API argument)."""
+    from zerounlearn_editor.engine import pipeline
+
+    root, _, hparams = saved_tiny
+    readings = iter([10.0, 100.0] * 4)  # the guard text's perplexity before and after: +900%
+    monkeypatch.setattr(pipeline, "guard_perplexity", lambda *_a, **_k: next(readings))
+    out = root / "out-fluency"
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out)) == 2
+    assert "edit refused and the weights restored" in caplog.text and "+900.0%" in caplog.text
+    assert "--allow-fluency-loss keeps such an edit" in caplog.text and "fluency_guard=" not in caplog.text
+    assert not out.exists()
+    caplog.clear()
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--allow-fluency-loss") == 0
+    assert "kept because fluency_guard is 'warn'" in caplog.text
+
+
+def test_targets_left_far_above_the_stop_value_are_named(tmp_path, caplog):
+    """Issue 36.6: ``v_num_grad_steps: 0`` "succeeded" without moving the targets (loss ~12), with no warning."""
+    from arch_zoo import FORGET, trained_model, write_c0_corpus
+    from zerounlearn_editor import EditReport, apply_zerounlearn_gd_to_model
+    from zerounlearn_editor.engine.targets import far_above_stop
+
+    assert far_above_stop(torch.tensor([0.04, 0.49, 0.51, 2.29, 2.31, float("nan")]), 0.05) == [4, 5]
+    assert far_above_stop(torch.tensor([0.04, 0.49, 0.51, 2.29, 2.31]), 0.5) == []  # 10 x 0.5 = 5 nats
+    requests = [{"prompt": p, "subject": s, "ground_truth": a} for p, s, a in FORGET]
+    corpus = write_c0_corpus(tmp_path / "c0.jsonl")
+    reached = dict(v_lr=0.5, v_weight_decay=1e-3, clamp_norm_factor=4.0, v_num_grad_steps=50)
+    for steps, expected in ((reached, []), (dict(v_num_grad_steps=0), [0, 1])):
+        model, tok = trained_model("llama")
+        hp = ZeroUnlearnGDHyperParams.from_dict(tiny_hparams_dict(tmp_path / "stats", corpus, alg_name="ZeroUnlearn-GD",
+                                                                  **steps))
+        report = EditReport()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            apply_zerounlearn_gd_to_model(model, tok, requests, hp, progress=False, report=report, fluency_guard="off")
+        assert report.unreached_targets == expected, report.target_nll
+        far = [r.getMessage() for r in caplog.records if "far above the stop value" in r.getMessage()]
+        if expected:
+            assert len(far) == 1 and "2 of 2 request(s)" in far[0] and "request 0 (" in far[0]
+            assert "after 0 steps" in far[0] and "v_num_grad_steps (now 0)" in far[0]
+        else:
+            assert not far and max(report.target_nll) < hp.v_early_stop_loss
+
+
+def test_target_that_is_the_answer_is_refused_in_every_entry_point(tok, tmp_path, corpus, saved_tiny, monkeypatch,
+                                                                     caplog):
+    """Issue 36.1: ``target_new: " Paris"`` for the answer ``Paris`` (or a YAML ``neutral_target`` equal to an answer)
+    was "forgotten" by teaching it: rc 0, no warning, p(Paris) 0.773 -> 0.981."""
+    from zerounlearn_editor import RequestError, apply_zerounlearn_gd_to_model, apply_zerounlearn_to_model
+    from zerounlearn_editor.engine.pipeline import neutral_targets
+    from zerounlearn_editor.engine.requests import target_repeats_answer
+
+    assert target_repeats_answer(" Paris", "Paris") and target_repeats_answer("paris, france", " Paris")
+    assert not target_repeats_answer(" I don't know", "Paris") and not target_repeats_answer("Par", "Paris")
+    for apply, gd in ((apply_zerounlearn_gd_to_model, True), (apply_zerounlearn_to_model, False)):
+        cls = ZeroUnlearnGDHyperParams if gd else ZeroUnlearnHyperParams
+        alg = "ZeroUnlearn-GD" if gd else "ZeroUnlearn"
+        hp = cls.from_dict(tiny_hparams_dict(tmp_path / "stats", corpus, alg_name=alg, v_num_grad_steps=2))
+        requests = forget_requests()
+        requests[1] = dict(requests[1], target_new=" Berlin, of course")
+        model = tiny_llama(tok)
+        before = _digest_model(model)
+        with pytest.raises(RequestError, match=r"request 1: the neutral target ' Berlin, of course' \(its field "
+                                               r"'target_new'\) is or begins with the answer 'berlin' to forget"):
+            apply(model, tok, requests, hp, progress=False)
+        with pytest.raises(RequestError, match="request 1: .*is or begins with the answer"):
+            neutral_targets(model, tok, requests, hp)
+        answer_yaml = hp.replace(neutral_target="Tokyo")  # the YAML's target, used by request 2 (no target_new)
+        with pytest.raises(RequestError, match=r"request 2: the neutral target 'Tokyo' \(the hparams' key "
+                                               r"'neutral_target'\) is or begins with the answer 'tokyo'"):
+            apply(model, tok, forget_requests(), answer_yaml, progress=False)
+        assert _digest_model(model) == before
+    # zerounlearn unlearn: refused before the model loads, naming the file and record
+    root, _, hparams = saved_tiny
+    facts = tmp_path / "teach.json"
+    facts.write_text(json.dumps([{"prompt": "the capital of france is", "subject": "france", "answer": "paris",
+                                  "target_new": " paris"}]), encoding="utf-8")
+    _no_model_load(monkeypatch)
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(tmp_path / "o"),
+                    facts=facts) == 2
+    assert f"{facts}: record 0: the neutral target ' paris' (its field 'target_new') is or begins with the answer" in caplog.text
+    assert not (tmp_path / "o").exists()
+
+
+def _digest_model(model) -> str:
+    h = hashlib.sha256()
+    for key, p in sorted(model.state_dict().items()):
+        h.update(key.encode())
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def test_facts_still_answered_after_the_edit_are_listed_not_forgotten(tmp_path, capsys):
+    """Issue 36.1: a fact the edit left answered was listed under "Forgotten facts"; ``EditReport`` and the
+    ``unlearn`` report now count and list the facts still answered."""
+    from arch_zoo import FACTS, FORGET, trained_model, write_c0_corpus
+    from zerounlearn_editor import EditReport, apply_zerounlearn_gd_to_model
+    from zerounlearn_editor.cli import main
+    from zerounlearn_editor.integrations.unlearn import REPORT_NAME
+
+    requests = [{"prompt": p, "subject": s, "ground_truth": a} for p, s, a in FORGET]
+    requests.append({"prompt": FACTS[2][0], "subject": FACTS[2][1]})  # no answer: not scored
+    corpus = write_c0_corpus(tmp_path / "c0.jsonl")
+    reached = dict(v_lr=0.5, v_weight_decay=1e-3, clamp_norm_factor=4.0, v_num_grad_steps=50)
+    for settings, expected in ((reached, []), (dict(v_num_grad_steps=0), [0, 1])):
+        model, tok = trained_model("llama")
+        hp = ZeroUnlearnGDHyperParams.from_dict(tiny_hparams_dict(tmp_path / "stats", corpus, alg_name="ZeroUnlearn-GD",
+                                                                  **settings))
+        report = EditReport()
+        apply_zerounlearn_gd_to_model(model, tok, requests, hp, progress=False, report=report, fluency_guard="off")
+        assert report.still_answered == expected
+
+    model, tok = trained_model("llama")
+    folder = tmp_path / "trained"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    config = tiny_hparams_dict(tmp_path / "stats", corpus, alg_name="ZeroUnlearn-GD", model_name=str(folder),
+                               v_num_grad_steps=0, fluency_max_increase=None)
+    (tmp_path / "hp.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    facts = tmp_path / "facts.json"
+    facts.write_text(json.dumps([{"prompt": p, "subject": s, "answer": a} for p, s, a in FORGET]
+                                + [{"prompt": FACTS[2][0], "subject": FACTS[2][1]}]), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["unlearn", "--hparams", str(tmp_path / "hp.yaml"), "--facts", str(facts), "--out", str(out),
+                 "--save", "none", "--ppl-tokens", "0", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "Forgotten: 0 of 2 facts with an answer; still answered after the edit: 2" in printed
+    assert "### Still answered after the edit (2 of 2): NOT forgotten" in printed
+    assert "### Forgotten facts" not in printed and "### Edited facts without an answer (not scored)" in printed
+    saved = json.loads((out / REPORT_NAME).read_text(encoding="utf-8"))
+    assert saved["still_answered"] == [0, 1] and len(saved["forgotten"]) == 3
+
+
+def test_answer_check_can_be_turned_off_for_timing(tok, tmp_path, corpus):
+    """The speed bench times the method alone: ``answer_check=False`` skips the scoring after the edit."""
+    from zerounlearn_editor import EditReport, apply_zerounlearn_gd_to_model
+
+    hp = ZeroUnlearnGDHyperParams.from_dict(tiny_hparams_dict(tmp_path / "stats", corpus, alg_name="ZeroUnlearn-GD",
+                                                              v_num_grad_steps=2))
+    for check in (True, False):
+        report = EditReport()
+        apply_zerounlearn_gd_to_model(tiny_llama(tok), tok, forget_requests(), hp, progress=False, report=report,
+                                      answer_check=check)
+        assert ("answered" in report.timings) == check

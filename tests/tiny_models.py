@@ -89,6 +89,50 @@ def tiny_llama(tok=None, seed: int = 0, layers: int = 4) -> LlamaForCausalLM:
     return model
 
 
+INIT_PREFIX = "init__"
+"""Key prefix of a pin file's stored initial weights (:func:`init_arrays`, :func:`pinned_tiny_llama`)."""
+
+
+def state_digest(model) -> str:
+    """SHA-256 of a model's state dict (names and bytes, in name order)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for key, p in sorted(model.state_dict().items()):
+        h.update(key.encode())
+        h.update(p.detach().contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def init_arrays(model) -> Dict[str, Any]:
+    """``{INIT_PREFIX + name: array}`` of a model's state dict, for a pin file."""
+    return {INIT_PREFIX + k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def pinned_tiny_llama(pin: Dict[str, Any], layers: int = 4, max_init_deviation: float = 1e-6) -> LlamaForCausalLM:
+    """:func:`tiny_llama` holding the initial weights a pin file stored (:func:`init_arrays`), bit for bit.
+
+    Torch's ``normal_`` kernel rounds differently per CPU capability (``ATEN_CPU_CAPABILITY=default`` vs
+    ``avx2``/``avx512``: up to 5e-7 of the largest weight), so the seeded initialisation is not the same model on
+    every machine; a pin feeds its own. The model torch builds here must still agree with the stored one to
+    ``max_init_deviation`` (max abs difference / max abs weight, per tensor): a changed initialisation scheme (a
+    transformers upgrade) fails here rather than as a moved pin."""
+    model = tiny_llama(tiny_tokenizer(), layers=layers)
+    stored = {k[len(INIT_PREFIX):]: v for k, v in pin.items() if k.startswith(INIT_PREFIX)}
+    built = model.state_dict()
+    if set(stored) != set(built):
+        raise AssertionError(f"the pin's initial weights name other tensors: {sorted(set(stored) ^ set(built))[:5]}")
+    for key, value in stored.items():
+        here = built[key].detach().numpy()
+        scale = max(float(abs(value).max()), 1e-30)
+        deviation = float(abs(here.astype("float64") - value.astype("float64")).max()) / scale
+        if here.shape != value.shape or deviation > max_init_deviation:
+            raise AssertionError(f"the tiny model's initial {key} moved from the pinned one by {deviation:.2e} of its "
+                                 f"largest weight (allowed {max_init_deviation:g}): its initialisation changed")
+    model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in stored.items()}, strict=True)
+    return model
+
+
 def tiny_qwen3(tok=None, seed: int = 0, layers: int = 4) -> Qwen3ForCausalLM:
     tok = tok or tiny_tokenizer()
     torch.manual_seed(seed)

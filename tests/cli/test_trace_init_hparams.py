@@ -189,3 +189,79 @@ def test_init_hparams_deep_applies_the_deep_mode_keys(tok, tmp_path, caplog):
     assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn", "--layers", "1,2",
                      "--deep", "--out", str(refused)]) == 2
     assert "--deep is a ZeroUnlearn-GD mode" in caplog.text and not refused.exists()
+
+
+def _refuse_loading(monkeypatch):
+    from zerounlearn_editor.support import model_zoo
+
+    def refuse(*_a, **_k):
+        raise AssertionError("the model was loaded before the bad input was found")
+
+    monkeypatch.setattr(model_zoo, "load_model_and_tokenizer", refuse)
+
+
+def test_init_hparams_out_folder_and_bad_facts_fail_before_loading(tok, tmp_path, monkeypatch, caplog):
+    """Issue 36.10: ``--out FOLDER`` raised IsADirectoryError after the model loaded (and ``--facts`` is read
+    before loading too)."""
+    folder = tmp_path / "tiny"
+    tiny_llama(tok, seed=0, layers=4).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    taken = tmp_path / "a-folder"
+    taken.mkdir()
+    with monkeypatch.context() as patch:
+        _refuse_loading(patch)
+        assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn", "--layers", "1,2",
+                         "--out", str(taken)]) == 2
+        assert f"--out {taken} is a folder; init-hparams writes one YAML file" in caplog.text
+        assert list(taken.iterdir()) == []
+        caplog.clear()
+        bad_facts = tmp_path / "bad.json"
+        bad_facts.write_text(json.dumps([{"prompt": "the capital of japan", "subject": "spain", "answer": "tokyo"}]))
+        assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn", "--facts", str(bad_facts),
+                         "--out", str(tmp_path / "x.yaml")]) == 2
+        assert f"{bad_facts}: record 0: field 'subject'" in caplog.text
+
+
+def test_init_hparams_last_layer_blames_the_layers_option(tok, tmp_path, caplog):
+    """Issue 36.16: ``--layers 3`` on a 4-layer model blamed ``v_loss_layer``, a key the user never wrote."""
+    folder = tmp_path / "tiny"
+    tiny_llama(tok, seed=0, layers=4).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    out = tmp_path / "last.yaml"
+    assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn-GD", "--layers", "3",
+                     "--out", str(out)]) == 2
+    assert "--layers 3: layer 3 is the model's last layer (it has 4 layers, 0..3)" in caplog.text
+    assert "choose layers in 0..2" in caplog.text and "v_loss_layer" not in caplog.text and not out.exists()
+
+
+def test_init_hparams_auto_traces_the_facts_the_model_answers(tmp_path, capsys, caplog):
+    """Issue 36.17: ``--layers auto`` traced CounterFact facts whatever the model knew; now the user's ``--facts``
+    (those the model answers), with the count in the output and the YAML, and too few answered ones refused."""
+    from arch_zoo import FACTS, trained_model
+
+    model, tok = trained_model("llama")
+    folder = tmp_path / "trained"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    unknown = [("the capital of egypt", "egypt", "berlin"), ("the sport of japan", "japan", "piano")]
+    facts = tmp_path / "facts.json"
+    facts.write_text(json.dumps([{"prompt": p, "subject": s, "answer": a} for p, s, a in FACTS + unknown]))
+    out = tmp_path / "auto.yaml"
+    assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn-GD", "--layers", "auto",
+                     "--facts", str(facts), "--width", "2", "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    note = f"causal trace of 5 facts the model answers (first answer token its argmax) of --facts {facts} (7 in the file)"
+    assert note in printed and note in out.read_text().splitlines()[0]
+    layers = yaml.safe_load(out.read_text())["layers"]
+    assert len(layers) == 2 and max(layers) < 3
+    few = tmp_path / "few.json"
+    few.write_text(json.dumps([{"prompt": p, "subject": s, "answer": a} for p, s, a in FACTS[:2] + unknown]))
+    refused = tmp_path / "refused.yaml"
+    assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn-GD", "--layers", "auto",
+                     "--facts", str(few), "--out", str(refused), "--no-progress"]) == 2
+    assert f"only 2 of the 4 facts of --facts {few} are answered by the model, fewer than the 3" in caplog.text
+    assert not refused.exists()
+    caplog.clear()
+    assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn-GD", "--layers", "auto",
+                     "--facts", str(facts), "--trace-n", "7", "--width", "2", "--out", str(out), "--no-progress"]) == 0
+    assert "tracing 5 facts the model answers" in caplog.text and "rest on few facts" in caplog.text

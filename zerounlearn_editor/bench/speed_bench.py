@@ -235,6 +235,7 @@ def _edit_row(model, tok, cases, hp, method: str, pipeline: str, moments, device
             model, tok, requests, hp, return_orig_weights=True, second_moments=moments, progress=False, report=report,
             allow_large_batch=True,  # timings of large n, where ZeroUnlearn alone would refuse
             fluency_guard="off",  # the method's time, comparable with the earlier runs (the guard reads only)
+            answer_check=False,  # likewise the scoring of the answers after the edit
         )
         sync_device(device)
         total = time.perf_counter() - start

@@ -41,6 +41,8 @@ __all__ = [
     "EncodedFact",
     "encode_fact",
     "trace_facts",
+    "answered_facts",
+    "known_facts",
     "suggest_window",
     "plot_trace",
     "KINDS",
@@ -278,18 +280,24 @@ def plot_trace(result: Mapping[str, Any], path: Path) -> Optional[Path]:
     return save_figure(fig, path)
 
 
-def known_facts(model: nn.Module, tok: Any, cases: Sequence[Any], n: int) -> List[TraceFact]:
-    """The first ``n`` cases (in the given order) whose answer's first token is the model's argmax."""
+def answered_facts(model: nn.Module, tok: Any, facts: Sequence[TraceFact], n: Optional[int] = None) -> List[TraceFact]:
+    """The first ``n`` (default all) of ``facts``, in order, whose answer's first token is the model's argmax
+    after the prompt: the facts the model answers."""
     from zerounlearn_editor.evaluation.metrics import evaluate_probes
 
-    facts = []
-    for start in range(0, len(cases), 64):
-        chunk = cases[start:start + 64]
-        probes = [Probe(c.request["prompt"], c.request["ground_truth"]) for c in chunk]
-        scores = evaluate_probes(model, tok, probes)
-        for case, first in zip(chunk, scores["first_acc"]):
+    out: List[TraceFact] = []
+    for start in range(0, len(facts), 64):
+        chunk = list(facts[start:start + 64])
+        scores = evaluate_probes(model, tok, [Probe(f.prompt, f.answer) for f in chunk])
+        for fact, first in zip(chunk, scores["first_acc"]):
             if first == 1.0:
-                facts.append(TraceFact(case.request["prompt"], case.request["subject"], case.request["ground_truth"]))
-                if len(facts) == n:
-                    return facts
-    return facts
+                out.append(fact)
+                if n is not None and len(out) == n:
+                    return out
+    return out
+
+
+def known_facts(model: nn.Module, tok: Any, cases: Sequence[Any], n: int) -> List[TraceFact]:
+    """The first ``n`` cases (in the given order) whose answer's first token is the model's argmax."""
+    facts = [TraceFact(c.request["prompt"], c.request["subject"], c.request["ground_truth"]) for c in cases]
+    return answered_facts(model, tok, facts, n)

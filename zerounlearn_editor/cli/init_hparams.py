@@ -130,6 +130,78 @@ def write_hparams(config: Mapping[str, Any], base: Path, out: Union[str, Path], 
     return path
 
 
+MIN_TRACE_FACTS = 3
+"""``--layers auto`` refuses a fresh trace of fewer answered facts than this (or than ``--trace-n``, if smaller): the
+suggested window of one or two facts' indirect effects is noise."""
+
+
+def check_out_file(out: Union[str, Path]) -> None:
+    """``--out`` names a YAML file to write: not a folder (or a link to one), its parent not a file."""
+    out = Path(out)
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; init-hparams writes one YAML file: give a file path, "
+                         f"e.g. --out {out / 'hparams.yaml'}")
+    parent = out.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"--out {out}: {parent} is not a folder")
+
+
+def check_layers_before_loss(layers: Sequence[int], num_layers: int, source: str) -> None:
+    """The edited layers come before the model's last layer, whose output the target loss reads (``v_loss_layer``
+    is the last layer in the written YAML); ``source`` names where the layers came from (an option)."""
+    last = num_layers - 1
+    if layers and max(layers) >= last:
+        raise ValueError(
+            f"{source}: layer {max(layers)} is the model's last layer (it has {num_layers} layers, 0..{last}); the "
+            f"target loss reads the last layer's output, so the edited layers must come before it: choose layers in "
+            f"0..{last - 1}"
+        )
+
+
+def facts_to_trace(path: Union[str, Path]) -> List[Any]:
+    """The facts of a ``zerounlearn unlearn`` facts file that have an answer, as trace facts (read before any
+    model loads; errors name the file, record and field)."""
+    from zerounlearn_editor.bench.trace import TraceFact
+    from zerounlearn_editor.integrations.unlearn import load_facts
+
+    facts = [TraceFact(r["prompt"], r["subject"], r["ground_truth"]) for r in load_facts(path) if r.get("ground_truth")]
+    if not facts:
+        raise ValueError(f"--facts {path}: no fact has an 'answer'; the trace measures the answer's probability")
+    return facts
+
+
+def auto_trace_facts(model: nn.Module, tok: Any, args: argparse.Namespace, given: Optional[List[Any]]) -> Tuple[List[Any], str]:
+    """The facts ``--layers auto`` traces and a note saying how many were usable: the ``--facts`` (``given``) or
+    ``--trace-data`` facts the model answers, at most ``--trace-n``; too few answered ones are refused."""
+    from zerounlearn_editor.bench.trace import answered_facts
+
+    n = args.trace_n
+    if given is not None:
+        source = f"--facts {args.facts}"
+        facts = given[:n] if args.include_unknown else answered_facts(model, tok, given, n)
+        checked = f"{len(given)} in the file"
+    else:
+        source = f"--trace-data {args.trace_data}"
+        facts = trace_facts_for(model, tok, args.trace_data, None, n, 0, args.include_unknown)
+        checked = f"asked for {n}"
+    kind = "facts" if args.include_unknown else "facts the model answers (first answer token its argmax)"
+    minimum = min(MIN_TRACE_FACTS, n)
+    if not args.include_unknown and len(facts) < minimum:
+        raise ValueError(
+            f"--layers auto: only {len(facts)} of the {len(given) if given is not None else 'checked'} facts of {source} "
+            f"are answered by the model, fewer than the {minimum} a causal trace needs to suggest layers; give --facts "
+            f"with facts the model answers, or --layers explicitly (--include-unknown traces unanswered facts)"
+        )
+    if len(facts) < n:
+        LOG.warning("--layers auto: tracing %d %s of %s (%s); the suggested layers rest on few facts", len(facts), kind,
+                    source, checked)
+    else:
+        LOG.info("--layers auto: tracing %d %s of %s (%s)", len(facts), kind, source, checked)
+    return facts, f"layers from a causal trace of {len(facts)} {kind} of {source} ({checked})"
+
+
 def _cmd_init_hparams(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench.trace import TraceSettings, suggest_window, trace_facts
     from zerounlearn_editor.support.files import read_json
@@ -138,23 +210,34 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
 
     if args.deep and args.method != "ZeroUnlearn-GD":
         raise ValueError(f"--deep is a ZeroUnlearn-GD mode; --method is {args.method}")
+    check_out_file(args.out)
+    if args.trace_n < 1:
+        raise ValueError(f"--trace-n must be at least 1, got {args.trace_n}")
+    if args.facts and args.layers.strip() != "auto":
+        raise ValueError(f"--facts is read by --layers auto (the facts to trace); --layers is {args.layers!r}")
+    if args.facts and args.trace:
+        raise ValueError("--facts and --trace both choose the layers of --layers auto; give one")
+    given = facts_to_trace(args.facts) if args.facts else None
+    stored = [int(l) for l in read_json(args.trace)["suggested_layers"]] if args.trace and args.layers.strip() == "auto" else None
+    overrides = {**(deep_mode_settings() if args.deep else {}), **parse_overrides(args.set)}
     model, tok = load_model_and_tokenizer(args.model, device=args.device)
-    layers = parse_layers(args.layers, num_hidden_layers(model))
-    note = f"layers given ({args.layers})"
+    n_layers = num_hidden_layers(model)
+    layers = parse_layers(args.layers, n_layers)
+    note, source = f"layers given ({args.layers})", f"--layers {args.layers}"
     if layers is None:
-        if args.trace:
-            layers = [int(l) for l in read_json(args.trace)["suggested_layers"]]
-            note = f"layers from the causal trace {args.trace}"
+        if stored is not None:
+            layers = stored
+            note, source = f"layers from the causal trace {args.trace}", f"--trace {args.trace} (suggested layers {stored})"
         else:
             width = args.width or len(
                 load_config_file(nearest_shipped_yaml(args.method, detect_templates(model)))["layers"]
             )
-            facts = trace_facts_for(model, tok, args.trace_data, None, args.trace_n, 0, args.include_unknown)
+            facts, note = auto_trace_facts(model, tok, args, given)
             result = trace_facts(model, tok, facts, TraceSettings(width=width), progress=not args.no_progress)
             # the loss reads the model's last layer, which must come after the edited ones
             layers = suggest_window(result["indirect_effect"]["mlp"][:-1], min(width, result["num_layers"] - 1))
-            note = f"layers from a causal trace of {len(facts)} {args.trace_data} facts"
-    overrides = {**(deep_mode_settings() if args.deep else {}), **parse_overrides(args.set)}
+    if "v_loss_layer" not in overrides:  # the written v_loss_layer is the last layer
+        check_layers_before_loss(layers, n_layers, source)
     if args.deep:
         note += "; deep-forgetting keys (deep_mode_settings)"
     config, base = build_hparams(model, args.model, args.method, layers, overrides)
@@ -182,7 +265,10 @@ def register(sub: Any, parents: ModuleType) -> None:
         "--trace", default=None, help="with --layers auto: a trace.json of `zerounlearn trace` to take them from"
     )
     p.add_argument("--trace-data", default="counterfact", help="facts for the auto trace (default counterfact)")
-    p.add_argument("--trace-n", type=int, default=10)
+    p.add_argument("--facts", default=None, metavar="FILE",
+                   help="with --layers auto: trace these facts (a zerounlearn unlearn facts file; those the model "
+                        "answers) instead of --trace-data")
+    p.add_argument("--trace-n", type=int, default=10, help="auto trace: at most this many facts the model answers (default 10)")
     p.add_argument("--deep", action="store_true",
                    help="ZeroUnlearn-GD: the deep-forgetting mode's keys, as in the shipped <model>-deep.yaml files")
     p.add_argument(

@@ -32,12 +32,23 @@ DEFAULT_TOKENS = 256
 _TEXT_CHARS = 64 * 1024  # enough characters of WikiText-2 for far more than DEFAULT_TOKENS tokens
 
 
-class FluencyError(RuntimeError):
-    """The edit raised the guard perplexity beyond the threshold; the weights were restored."""
+OVERRIDE_HINT = "keeps such an edit (a larger fluency_max_increase, or null, in the YAML changes the limit)"
 
-    def __init__(self, message: str, check: "FluencyCheck"):
-        super().__init__(message)
-        self.check = check
+
+class FluencyError(RuntimeError):
+    """The edit raised the guard perplexity beyond the threshold; the weights were restored.
+
+    The message is ``"{refusal}; {override} keeps such an edit (...)"``: ``override`` names how the caller keeps
+    such an edit (the apply functions' ``fluency_guard='warn'``; a command line its own option, through
+    :meth:`with_override`)."""
+
+    def __init__(self, refusal: str, check: "FluencyCheck", override: str = "fluency_guard='warn'"):
+        super().__init__(f"{refusal}; {override} {OVERRIDE_HINT}")
+        self.refusal, self.check, self.override = refusal, check, override
+
+    def with_override(self, override: str) -> "FluencyError":
+        """The same refusal naming another way to keep the edit (e.g. ``--allow-fluency-loss``)."""
+        return FluencyError(self.refusal, self.check, override)
 
 
 @dataclass(frozen=True)

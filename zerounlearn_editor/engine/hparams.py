@@ -253,7 +253,8 @@ class EditHyperParams(BaseHyperParams):
     )})
     kl_factor: float = field(default=0.0625, metadata={"help": "weight of the KL term on `\"{subject} is a\"`"})
     v_early_stop_loss: float = field(default=0.05, metadata={"help": (
-        "a request stops when its target loss falls below this"
+        "a request stops when its target loss falls below this; a final loss far above it (above "
+        "max(10 x this, ln 10 = 2.30)) is warned about, naming the requests (`EditReport.unreached_targets`)"
     )})
     chunk_size: int = field(default=64, metadata={"help": (
         "requests per batched key/target pass (memory bound; results do not depend on it)"
@@ -377,4 +378,3 @@ class EditHyperParams(BaseHyperParams):
                 f"{source}: key 'v_loss_layer' ({self.v_loss_layer}) must be after the last edited layer "
                 f"({self.layers[-1]}), or -1 for the model's last layer"
             )
-

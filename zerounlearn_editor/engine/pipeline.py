@@ -51,12 +51,18 @@ from zerounlearn_editor.engine.hparams import EditHyperParams
 from zerounlearn_editor.engine.keys import LayerReadout, read_keys_and_hidden
 from zerounlearn_editor.engine.post_mlp import IDENTITY, PostMlpMap, detect_post_mlp_maps, value_targets
 from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
-from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, normalize_requests
+from zerounlearn_editor.engine.requests import (
+    ForgetRequest,
+    RequestError,
+    check_targets_not_answers,
+    normalize_requests,
+)
 from zerounlearn_editor.engine.retain import RetainSpec, check_retain_disjoint, resolve_retain
 from zerounlearn_editor.engine.stats import SecondMoment, StatsRequest, cached_second_moments
 from zerounlearn_editor.engine.targets import (
     NeutralTargets,
     TargetConfig,
+    far_above_stop,
     loss_layer_module,
     optimise_neutral_targets,
 )
@@ -144,6 +150,10 @@ class EditReport:
     fluency: Dict[str, Any] = field(default_factory=dict)
     # lifelong unlearning: the state of every fact forgotten so far, this edit's included (only when tracked)
     forgotten: Optional[ForgottenState] = field(default=None, repr=False)
+    # request indices whose final target loss is far above v_early_stop_loss (targets.FAR_ABOVE_STOP_FACTOR)
+    unreached_targets: List[int] = field(default_factory=list)
+    # request indices whose answer the edited model still gives (greedy; requests with an answer): not forgotten
+    still_answered: List[int] = field(default_factory=list)
 
 
 @contextlib.contextmanager
@@ -210,6 +220,7 @@ def request_target_ids(tok, forget: Sequence[ForgetRequest], hparams: EditHyperP
                 f"token (EasyEdit fills in '<|endoftext|>' when no answer is given); give each request its real answer"
             )
         return ids
+    check_targets_not_answers(forget, hparams.neutral_target, set(getattr(tok, "all_special_tokens", []) or []))
     return [target_token_ids(tok, r.target or hparams.neutral_target) for r in forget]
 
 
@@ -286,6 +297,7 @@ def run_layerwise_edit(
     fluency_text: Optional[str] = None,
     forgotten: Optional[ForgottenState] = None,
     track_forgotten: bool = False,
+    answer_check: bool = True,
 ) -> Tuple[Dict[str, torch.Tensor], EditReport]:
     """Edit ``model`` in place; returns (original weights by parameter name, report).
 
@@ -299,13 +311,17 @@ def run_layerwise_edit(
     ``forgotten`` (lifelong unlearning): the state of the facts earlier edits forgot, its moments reach the solve as
     ``LayerProblem.S_prev``; with ``track_forgotten`` the report's ``forgotten`` is that state (or an empty one)
     plus this edit's forget keys, set only when the edit succeeds.
+    ``answer_check`` (default on) scores the requests with an answer after the edit, filling
+    ``report.still_answered`` and warning when any is still answered (one forward pass of the prompts; the
+    speed bench turns it off to time the method alone).
     """
     mode = resolve_mode(hparams.fluency_max_increase, fluency_guard)
     if forgotten is not None:
         forgotten.check_compatible(hparams.rewrite_module_tmp, hparams.layers)
     with progress_scope(progress), eval_mode(model):  # keys and targets without dropout; caller's mode restored
         return _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets,
-                                   stages, retain, (mode, fluency_text), forgotten, track_forgotten)
+                                   stages, retain, (mode, fluency_text), forgotten, track_forgotten,
+                                   answer_check)
 
 
 def _run_layerwise_edit(
@@ -323,6 +339,7 @@ def _run_layerwise_edit(
     guard=("off", None),
     forgotten=None,
     track_forgotten=False,
+    answer_check: bool = True,
 ):
     stages = stages or EditStages()
     report = EditReport()
@@ -348,6 +365,7 @@ def _run_layerwise_edit(
             raise ValueError(f"precomputed targets are for {targets.z.shape[0]} requests, got {len(forget)} requests")
     report.target_nll = targets.nll.tolist()
     report.target_steps = list(targets.steps_run)
+    _warn_unreached_targets(forget, targets, hparams, report)
 
     weights_copy: Dict[str, torch.Tensor] = {}
     for layer in hparams.layers:
@@ -374,6 +392,10 @@ def _run_layerwise_edit(
         raise
     if key_moments is not None:
         report.forgotten = _forgotten_after(model, hparams, forgotten, key_moments, len(forget), digest_before)
+    if answer_check:
+        with _timer(report, "answered"):
+            report.still_answered = still_answered(model, tok, forget)
+    _warn_still_answered(forget, hparams, report)
     return weights_copy, report
 
 
@@ -390,12 +412,7 @@ def _judge_edit_fluency(hparams: EditHyperParams, report: EditReport, mode: str,
     )
     report.fluency = check.as_dict()
     if not check.passed and mode == "refuse":
-        raise FluencyError(
-            f"{hparams.alg_name}: edit refused and the weights restored: {check.message()}; "
-            "fluency_guard='warn' keeps such an edit (a larger fluency_max_increase, or null, in the YAML "
-            "changes the limit)",
-            check,
-        )
+        raise FluencyError(f"{hparams.alg_name}: edit refused and the weights restored: {check.message()}", check)
     if not check.passed:
         LOG.warning("%s: %s; kept because fluency_guard is 'warn'", hparams.alg_name, check.message())
     elif check.warned:
@@ -413,6 +430,52 @@ def _forgotten_after(model: nn.Module, hparams: EditHyperParams, forgotten: Opti
         hparams.rewrite_module_tmp, hparams.layers, {l: m.shape[0] for l, m in key_moments.items()})
     return add_keys(start, key_moments, n_forget,
                     edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers), digest_before)
+
+
+def _warn_still_answered(forget: List[ForgetRequest], hparams: EditHyperParams, report: EditReport) -> None:
+    """Warn, naming up to five, about the requests ``report.still_answered`` lists (their answer survived the edit)."""
+    if not report.still_answered:
+        return
+    by_index = {r.index: r for r in forget}
+    shown = ", ".join(f"request {i} ({by_index[i].prompt[:60]!r} -> {by_index[i].answer!r})"
+                      for i in report.still_answered[:5])
+    more = f" (+{len(report.still_answered) - 5} more)" if len(report.still_answered) > 5 else ""
+    LOG.warning("%s: %d of %d request(s) with an answer still give it after the edit (greedy): %s%s",
+                hparams.alg_name, len(report.still_answered), sum(r.answer is not None for r in forget), shown, more)
+
+
+def still_answered(model: nn.Module, tok, forget: Sequence[ForgetRequest]) -> List[int]:
+    """Indices of the requests whose answer the model still gives: every answer token is the argmax after the
+    prompt and the answer's earlier tokens (what greedy decoding produces). Requests without an answer, or whose
+    answer is a special token (EasyEdit's filled-in EOS), are not scored."""
+    from zerounlearn_editor.data.types import Probe
+    from zerounlearn_editor.evaluation.metrics import evaluate_probes
+
+    special = set(getattr(tok, "all_special_tokens", []) or [])
+    scored = [r for r in forget if r.answer is not None and r.answer.strip() and r.answer.strip() not in special]
+    if not scored:
+        return []
+    with eval_mode(model), torch.no_grad():
+        scores = evaluate_probes(model, tok, [Probe(r.prompt, r.answer) for r in scored])
+    return [r.index for r, acc in zip(scored, scores["acc"]) if acc == 1.0]
+
+
+def _warn_unreached_targets(forget: List[ForgetRequest], targets: NeutralTargets, hparams: EditHyperParams,
+                            report: EditReport) -> None:
+    """Record in ``report.unreached_targets`` (and warn about) the requests whose final target loss is far above
+    ``v_early_stop_loss`` (:data:`~zerounlearn_editor.engine.targets.FAR_ABOVE_STOP_FACTOR`): their edit moves
+    the fact's state toward a target that does not yet give the neutral answer."""
+    far = far_above_stop(targets.nll, hparams.v_early_stop_loss)
+    report.unreached_targets = [forget[i].index for i in far]
+    if far:
+        shown = ", ".join(f"request {forget[i].index} ({float(targets.nll[i]):.2f} after {targets.steps_run[i]} steps)"
+                          for i in far[:5]) + (f" (+{len(far) - 5} more)" if len(far) > 5 else "")
+        LOG.warning(
+            "%s: the target loss of %d of %d request(s) ended far above the stop value v_early_stop_loss = %g: %s; "
+            "the edit may leave these facts answered. Raise v_num_grad_steps (now %d) or v_lr (now %g) ('far': above "
+            "max(10 x v_early_stop_loss, ln 10))", hparams.alg_name, len(far), len(forget), hparams.v_early_stop_loss,
+            shown, hparams.v_num_grad_steps, hparams.v_lr,
+        )
 
 
 def _check_lengths(
@@ -579,7 +642,7 @@ def apply_edit_method(
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)
     passed = ("corpus", "second_moments", "progress", "targets", "stages", "retain", "fluency_guard",
-              "fluency_text")
+              "fluency_text", "answer_check")
     weights_copy, report = run_layerwise_edit(model, tok, requests, hparams, solver,
                                               **{key: kwargs[key] for key in passed if key in kwargs},
                                               forgotten=forgotten, track_forgotten=track)

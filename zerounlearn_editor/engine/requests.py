@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional, Sequence
+from typing import Any, Collection, List, Mapping, Optional, Sequence
 
 LOG = logging.getLogger(__name__)
 
@@ -128,3 +128,32 @@ def normalize_requests(requests: Sequence[Mapping[str, Any]], distinct_answers: 
         seen[key] = request_obj
         out.append(request_obj)
     return out
+
+
+def target_repeats_answer(target: str, answer: str) -> bool:
+    """Whether the neutral ``target`` equals or begins with ``answer`` (surrounding whitespace and case ignored):
+    optimising toward such a target teaches the fact instead of removing it (``" Paris"`` for ``"Paris"``)."""
+    target, answer = target.strip().casefold(), answer.strip().casefold()
+    return bool(answer) and target.startswith(answer)
+
+
+def check_targets_not_answers(forget: Sequence[ForgetRequest], neutral_target: Optional[str],
+                              special_tokens: Collection[str] = ()) -> None:
+    """Refuse (:class:`RequestError`, naming the request) a request whose neutral target -- its ``target_new``, else
+    the hparams' ``neutral_target`` -- equals or begins with its answer (:func:`target_repeats_answer`). Requests
+    without an answer, and answers or targets that are a special token (EasyEdit fills in EOS), are not checked."""
+    for request in forget:
+        target = request.target or neutral_target
+        if request.answer is None or target is None:
+            continue
+        if request.answer.strip() in special_tokens or target.strip() in special_tokens:
+            continue
+        if target_repeats_answer(target, request.answer):
+            if request.target:
+                where, fix = "its field 'target_new'", "give a target_new that does not start with the answer, or none"
+            else:
+                where, fix = "the hparams' key 'neutral_target'", "set a neutral_target that does not start with the answer"
+            raise RequestError(
+                f"request {request.index}: the neutral target {target!r} ({where}) is or begins with the answer "
+                f"{request.answer!r} to forget, so the edit would teach the fact instead of removing it; {fix}"
+            )

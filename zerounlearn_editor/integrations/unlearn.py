@@ -29,7 +29,7 @@ from zerounlearn_editor.engine.contexts import check_fewshot_facts
 from zerounlearn_editor.engine.forgotten_state import attach_state
 from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
 from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
-from zerounlearn_editor.engine.requests import normalize_requests
+from zerounlearn_editor.engine.requests import RequestError, check_targets_not_answers, normalize_requests
 from zerounlearn_editor.engine.retain import load_retain_file
 from zerounlearn_editor.evaluation.audit import LensConfig, build_plan, score_model
 from zerounlearn_editor.evaluation.audit.facts_audit import (
@@ -125,6 +125,8 @@ class UnlearnResult:
     audit: Optional[Dict[str, Any]] = None
     fluency: Dict[str, Any] = field(default_factory=dict)  # the edit's fluency guard (EditReport.fluency)
     saved_ledger: Optional[Dict[str, int]] = None  # the ledger written: facts forgotten so far, edits
+    # indices into ``forgotten`` (one row per edited fact) whose answer is still given after the edit (acc after 1.0)
+    still_answered: List[int] = field(default_factory=list)
 
 
 def _measure(model, tok, facts: Sequence[Dict[str, Any]]) -> Dict[str, List[Any]]:
@@ -188,6 +190,10 @@ def run_unlearn(
         fewshot = int(hparams.experimental.get("fewshot_contexts", 0))
         if fewshot:  # a deep YAML's few-shot facts are planned from the facts alone, before the model loads
             check_fewshot_facts(normalize_requests(facts), fewshot)
+        try:  # a neutral target that is the answer would teach the fact: refused before the model loads
+            check_targets_not_answers(normalize_requests(facts), hparams.neutral_target)
+        except RequestError as exc:
+            raise RecordFileError(f"{facts_file}: {str(exc).replace('request ', 'record ', 1)}") from None
         if retain_file:
             load_retain_file(retain_file)  # errors name the file, record and field
             if not any(v > 0 for v in hparams.retain_weights().values()):
@@ -285,6 +291,7 @@ def run_unlearn(
             seconds=seconds,
             audit=audit_report,
             fluency=dict(report.fluency),
+            still_answered=[i for i, acc in enumerate(forget_after["acc"]) if acc == 1.0],
         )
         if out_dir is not None:
             ledger = None
@@ -343,7 +350,19 @@ def _greedy_cell(text: str) -> str:
 def format_unlearn(result: UnlearnResult) -> str:
     """A markdown report of :func:`run_unlearn`'s result."""
     lines = [f"## {result.method}", ""]
-    sections = [("Forgotten facts", result.forgotten)] + ([("Retain facts", result.kept)] if result.kept else [])
+    answered = set(result.still_answered)
+    scored = [i for i, r in enumerate(result.forgotten) if r.acc_after is not None]
+    forgotten = [r for i, r in enumerate(result.forgotten) if i in scored and i not in answered]
+    kept_answer = [r for i, r in enumerate(result.forgotten) if i in answered]
+    unscored = [r for r in result.forgotten if r.acc_after is None]
+    lines += [f"Forgotten: {len(forgotten)} of {len(scored)} facts with an answer; still answered after the edit: "
+              f"{len(kept_answer)}" + (" (listed under \"Still answered\")" if kept_answer else ""), ""]
+    sections = [("Forgotten facts", forgotten)] if forgotten else []
+    if kept_answer:
+        sections.append((f"Still answered after the edit ({len(kept_answer)} of {len(scored)}): NOT forgotten", kept_answer))
+    if unscored:
+        sections.append(("Edited facts without an answer (not scored)", unscored))
+    sections += [("Retain facts", result.kept)] if result.kept else []
     for title, rows in sections:
         lines += [
             f"### {title}",

@@ -4,7 +4,9 @@
 absent, empty or ours (holds one of ``markers``), or whose parent cannot be written.
 :func:`staged_output_dir` yields a fresh ``.<name>.zerounlearn-tmp-<host>-<pid>-XXXX`` beside it that
 replaces it whole on success and is removed on any error (a full disk included); temporaries of killed
-runs on this host are removed by the next run beside them.
+runs on this host are removed by the next run beside them. An ``--out`` that is a symbolic link to a folder
+(or a dangling link) is written through: the staging folder sits beside the link's target, the target is
+replaced, the link is left as it is.
 """
 from __future__ import annotations
 
@@ -50,6 +52,22 @@ def existing_ancestor(path: Path) -> Path:
     return path
 
 
+def resolve_output_path(out: Union[str, Path]) -> Path:
+    """``out``, or the folder a symbolic link ``out`` points to (followed to its end; made absolute)."""
+    out = Path(out)
+    return Path(os.path.realpath(out)) if out.is_symlink() else out
+
+
+def remove_entry(path: Path) -> bool:
+    """Remove a file, a symbolic link (not what it points to) or a folder tree; whether it is gone."""
+    if path.is_symlink() or path.is_file():
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+    return not (path.exists() or path.is_symlink())
+
+
 def _clean_stale_temps(parent: Path, name: str) -> None:
     """Remove the temporary folders of ``name`` in ``parent`` whose writer (this host) is gone."""
     prefix = f".{name}{TEMP_TAG}{_host()}-"
@@ -57,13 +75,19 @@ def _clean_stale_temps(parent: Path, name: str) -> None:
         for entry in parent.iterdir():
             pid_text = entry.name[len(prefix):].split("-", 1)[0]
             if entry.name.startswith(prefix) and pid_text.isdigit() and not pid_alive(int(pid_text)):
-                shutil.rmtree(entry, ignore_errors=True)
-                LOG.warning("removed %s, left by an interrupted run", entry)
+                if remove_entry(entry):
+                    LOG.warning("removed %s, left by an interrupted run", entry)
+                else:
+                    LOG.warning("could not remove %s, left by an interrupted run; remove it by hand", entry)
 
 
 def check_output_dir(out: Union[str, Path], markers: Sequence[str]) -> None:
-    """Refuse ``out`` unless it is absent, empty or ours (holds one of ``markers``) and its parent is writable."""
-    out = Path(out)
+    """Refuse ``out`` unless it is absent, empty or ours (holds one of ``markers``) and its parent is writable
+    (for a symbolic link: the parent of the folder it points to)."""
+    given = Path(out)
+    out = resolve_output_path(given)
+    if given.is_symlink() and out.exists() and not out.is_dir():
+        raise OutputDirError(f"--out {given} is a link to {out}, which is not a folder")
     if out.exists() or out.is_symlink():
         if not out.is_dir():
             raise OutputDirError(f"--out {out} exists and is not a folder")
@@ -104,13 +128,14 @@ def replace_dir(tmp: Path, out: Path) -> None:
     if out.exists() or out.is_symlink():
         os.replace(out, aside)
     os.replace(tmp, out)
-    shutil.rmtree(aside, ignore_errors=True)
+    remove_entry(aside)
 
 
 @contextlib.contextmanager
 def staged_output_dir(out: Union[str, Path]) -> Iterator[Path]:
-    """Yield a temporary folder beside ``out``; on success it becomes ``out`` (see the module docstring)."""
-    out = Path(out)
+    """Yield a temporary folder beside ``out``; on success it becomes ``out`` (see the module docstring; a
+    symbolic link ``out``: its target)."""
+    out = resolve_output_path(out)
     parent = out.absolute().parent
     try:
         parent.mkdir(parents=True, exist_ok=True)

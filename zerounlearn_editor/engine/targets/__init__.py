@@ -9,6 +9,7 @@ A chunk's rows are (request x context) rewriting prompts followed by the target 
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
@@ -68,6 +69,22 @@ class NeutralTargets:
 
 
 TARGET_OBJECTIVES = ("neutral", "suppress_answer")
+
+FAR_ABOVE_STOP_FACTOR = 10.0
+FAR_ABOVE_STOP_FLOOR = math.log(10.0)
+"""A final target loss is *far above* the stop value ``v_early_stop_loss`` when it exceeds
+``max(FAR_ABOVE_STOP_FACTOR * v_early_stop_loss, FAR_ABOVE_STOP_FLOOR)``: ten times the stop value, and at least
+ln 10 = 2.30 nats, where the neutral target's mean per-token probability is below 10% (``suppress_answer``:
+the answer's probability above 90%). The shipped settings end near 1 nat on SmolLM2 (benchmarks/RESULTS.md's speed
+runs: means 0.84 and 1.05 over 50 and 10 facts), under it; an unoptimised target (``v_num_grad_steps: 0``) stays
+where it starts, near 12 there."""
+
+
+def far_above_stop(nll: torch.Tensor, early_stop_loss: float) -> List[int]:
+    """Positions ``i`` of ``nll`` ``[n]`` (final target losses) far above the stop value (see
+    :data:`FAR_ABOVE_STOP_FACTOR`); a non-finite loss counts as far above."""
+    limit = max(FAR_ABOVE_STOP_FACTOR * early_stop_loss, FAR_ABOVE_STOP_FLOOR)
+    return [i for i, value in enumerate(nll.tolist()) if not value <= limit]
 
 
 class _Problem:
