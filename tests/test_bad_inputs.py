@@ -1318,7 +1318,9 @@ def test_out_that_is_a_link_to_a_folder_is_written_through(saved_tiny, tmp_path,
     link.symlink_to(target, target_is_directory=True)
     for save in ("adapter", "none"):
         caplog.clear()
-        assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(link), "--save", save) == 0
+        assert (
+            _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(link), "--save", save) == 0
+        )
         assert link.is_symlink() and Path(os.readlink(link)) == target  # the link is left as it was
         assert (target / "unlearn_report.json").is_file()  # the run's files are in the link's target
         assert ("adapter_config.json" in {p.name for p in target.iterdir()}) == (save == "adapter")
@@ -1360,7 +1362,10 @@ def test_fluency_refusal_on_the_command_line_names_the_cli_option(saved_tiny, mo
     assert "--allow-fluency-loss keeps such an edit" in caplog.text and "fluency_guard=" not in caplog.text
     assert not out.exists()
     caplog.clear()
-    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--allow-fluency-loss") == 0
+    assert (
+        _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--allow-fluency-loss")
+        == 0
+    )
     assert "kept because fluency_guard is 'warn'" in caplog.text
 
 
@@ -1428,7 +1433,10 @@ def test_target_that_is_the_answer_is_refused_in_every_entry_point(tok, tmp_path
     _no_model_load(monkeypatch)
     assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(tmp_path / "o"),
                     facts=facts) == 2
-    assert f"{facts}: record 0: the neutral target ' paris' (its field 'target_new') is or begins with the answer" in caplog.text
+    assert (
+        f"{facts}: record 0: the neutral target ' paris' (its field 'target_new') is or begins with the answer"
+        in caplog.text
+    )
     assert not (tmp_path / "o").exists()
 
 

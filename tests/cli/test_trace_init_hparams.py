@@ -250,7 +250,9 @@ def test_init_hparams_auto_traces_the_facts_the_model_answers(tmp_path, capsys, 
     assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn-GD", "--layers", "auto",
                      "--facts", str(facts), "--width", "2", "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    note = f"causal trace of 5 facts the model answers (first answer token its argmax) of --facts {facts} (7 in the file)"
+    note = (
+        f"causal trace of 5 facts the model answers (first answer token its argmax) of --facts {facts} (7 in the file)"
+    )
     assert note in printed and note in out.read_text().splitlines()[0]
     layers = yaml.safe_load(out.read_text())["layers"]
     assert len(layers) == 2 and max(layers) < 3

@@ -172,7 +172,9 @@ def facts_to_trace(path: Union[str, Path]) -> List[Any]:
     return facts
 
 
-def auto_trace_facts(model: nn.Module, tok: Any, args: argparse.Namespace, given: Optional[List[Any]]) -> Tuple[List[Any], str]:
+def auto_trace_facts(
+    model: nn.Module, tok: Any, args: argparse.Namespace, given: Optional[List[Any]]
+) -> Tuple[List[Any], str]:
     """The facts ``--layers auto`` traces and a note saying how many were usable: the ``--facts`` (``given``) or
     ``--trace-data`` facts the model answers, at most ``--trace-n``; too few answered ones are refused."""
     from zerounlearn_editor.bench.trace import answered_facts
@@ -190,9 +192,10 @@ def auto_trace_facts(model: nn.Module, tok: Any, args: argparse.Namespace, given
     minimum = min(MIN_TRACE_FACTS, n)
     if not args.include_unknown and len(facts) < minimum:
         raise ValueError(
-            f"--layers auto: only {len(facts)} of the {len(given) if given is not None else 'checked'} facts of {source} "
-            f"are answered by the model, fewer than the {minimum} a causal trace needs to suggest layers; give --facts "
-            f"with facts the model answers, or --layers explicitly (--include-unknown traces unanswered facts)"
+            f"--layers auto: only {len(facts)} of the {len(given) if given is not None else 'checked'} facts of "
+            f"{source} are answered by the model, fewer than the {minimum} a causal trace needs to suggest layers; "
+            "give --facts with facts the model answers, or --layers explicitly (--include-unknown traces unanswered "
+            "facts)"
         )
     if len(facts) < n:
         LOG.warning("--layers auto: tracing %d %s of %s (%s); the suggested layers rest on few facts", len(facts), kind,
@@ -218,7 +221,11 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
     if args.facts and args.trace:
         raise ValueError("--facts and --trace both choose the layers of --layers auto; give one")
     given = facts_to_trace(args.facts) if args.facts else None
-    stored = [int(l) for l in read_json(args.trace)["suggested_layers"]] if args.trace and args.layers.strip() == "auto" else None
+    stored = (
+        [int(l) for l in read_json(args.trace)["suggested_layers"]]
+        if args.trace and args.layers.strip() == "auto"
+        else None
+    )
     overrides = {**(deep_mode_settings() if args.deep else {}), **parse_overrides(args.set)}
     model, tok = load_model_and_tokenizer(args.model, device=args.device)
     n_layers = num_hidden_layers(model)
@@ -227,7 +234,10 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
     if layers is None:
         if stored is not None:
             layers = stored
-            note, source = f"layers from the causal trace {args.trace}", f"--trace {args.trace} (suggested layers {stored})"
+            note, source = (
+                f"layers from the causal trace {args.trace}",
+                f"--trace {args.trace} (suggested layers {stored})",
+            )
         else:
             width = args.width or len(
                 load_config_file(nearest_shipped_yaml(args.method, detect_templates(model)))["layers"]
@@ -268,7 +278,9 @@ def register(sub: Any, parents: ModuleType) -> None:
     p.add_argument("--facts", default=None, metavar="FILE",
                    help="with --layers auto: trace these facts (a zerounlearn unlearn facts file; those the model "
                         "answers) instead of --trace-data")
-    p.add_argument("--trace-n", type=int, default=10, help="auto trace: at most this many facts the model answers (default 10)")
+    p.add_argument(
+        "--trace-n", type=int, default=10, help="auto trace: at most this many facts the model answers (default 10)"
+    )
     p.add_argument("--deep", action="store_true",
                    help="ZeroUnlearn-GD: the deep-forgetting mode's keys, as in the shipped <model>-deep.yaml files")
     p.add_argument(

@@ -152,7 +152,10 @@ def check_targets_not_answers(forget: Sequence[ForgetRequest], neutral_target: O
             if request.target:
                 where, fix = "its field 'target_new'", "give a target_new that does not start with the answer, or none"
             else:
-                where, fix = "the hparams' key 'neutral_target'", "set a neutral_target that does not start with the answer"
+                where, fix = (
+                    "the hparams' key 'neutral_target'",
+                    "set a neutral_target that does not start with the answer",
+                )
             raise RequestError(
                 f"request {request.index}: the neutral target {target!r} ({where}) is or begins with the answer "
                 f"{request.answer!r} to forget, so the edit would teach the fact instead of removing it; {fix}"

@@ -359,7 +359,9 @@ def format_unlearn(result: UnlearnResult) -> str:
               f"{len(kept_answer)}" + (" (listed under \"Still answered\")" if kept_answer else ""), ""]
     sections = [("Forgotten facts", forgotten)] if forgotten else []
     if kept_answer:
-        sections.append((f"Still answered after the edit ({len(kept_answer)} of {len(scored)}): NOT forgotten", kept_answer))
+        sections.append(
+            (f"Still answered after the edit ({len(kept_answer)} of {len(scored)}): NOT forgotten", kept_answer)
+        )
     if unscored:
         sections.append(("Edited facts without an answer (not scored)", unscored))
     sections += [("Retain facts", result.kept)] if result.kept else []
