@@ -22,6 +22,7 @@ from zerounlearn_editor.bench.scale import (
     stream_dir,
 )
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
+from zerounlearn_editor.bench.scoring import score_cases
 from zerounlearn_editor.data.registry import load_cases, sample_cases
 from zerounlearn_editor.engine.pipeline import neutral_targets
 from zerounlearn_editor.evaluation.easyedit_format import CaseScores
@@ -128,6 +129,11 @@ def test_stream_scores_round_one_every_round_and_resumes_to_the_same_state(ws, t
     assert all("round1" in r and "this_round" in r for r in rounds)
     assert ["all" in r for r in rounds] == [False, True, True]  # every 2 rounds and after the last
     assert rounds[0]["round1"] == rounds[0]["this_round"]
+    # the unedited scores of later rounds' facts come from the original weights, swapped in mid-stream
+    cases = sample_cases(load_cases(str(ws["data"])), 6, 1)
+    unedited = score_cases(model, tok, cases[:4])
+    assert rounds[1]["all_base"]["eff_prob"] == pytest.approx(scale_metrics(unedited, unedited, known_mask(unedited))["eff_prob"])
+    assert rounds[1]["all_base"]["eff_prob"] != pytest.approx(rounds[1]["all"]["eff_prob"], rel=1e-3)
     assert sorted(p.name for p in folder.glob("weights_round_*")) == ["weights_round_3.safetensors"]
     stream = summary["streams"]["ZeroUnlearn-GD_tiny"]
     assert stream["rounds_done"] == 3 and len(stream["rows"]) == 3

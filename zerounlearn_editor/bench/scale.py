@@ -346,10 +346,6 @@ class TargetCache:
         return targets, seconds, costs
 
 
-def _slice_targets(t: NeutralTargets, n: int) -> NeutralTargets:
-    return NeutralTargets(z=t.z[:n], h0=t.h0[:n], nll=t.nll[:n], steps_run=list(t.steps_run[:n]))
-
-
 # ---------------------------------------------------------------------------------- batch runs
 
 def batch_row_path(out: Path, seed: int, tag: str, n: int) -> Path:
@@ -380,21 +376,21 @@ def run_scale_batch(config: ScaleConfig, model: Optional[nn.Module] = None, tok:
             LOG.info("seed %d: every row done", seed)
             continue
         setup = setup or _setup(config, hps, model, tok)
-        with Stage(f"seed {seed}: scoring the unedited model on {len(cases)} cases"):
-            pre = score_cases(setup.model, setup.tok, cases, config.eval_batch_size)
         if setup.base_ppl is None:
             setup.base_ppl = _ppl(setup)
-        known = known_mask(pre, config.known_min_accuracy)
         cache = TargetCache(out / "targets", setup.fingerprint)
         requests = [dict(c.request) for c in cases]
-        for hp, tag, n in todo:
-            need = max(m for h, _, m in todo if h is hp)
-            with Stage(f"seed {seed}: targets of {need} facts ({tag})"):
-                targets, _, _ = cache.get(setup.model, setup.tok, hp, requests[:need], config.target_chunk)
-            _, target_seconds, _ = cache.get(setup.model, setup.tok, hp, requests[:n], config.target_chunk)
+        pre: List[CaseScores] = []
+        for hp, tag, n in sorted(todo, key=lambda item: item[2]):  # smaller rows first: partial results early
+            if len(pre) < n:
+                with Stage(f"seed {seed}: scoring the unedited model on cases {len(pre) + 1}-{n}"):
+                    pre += score_cases(setup.model, setup.tok, cases[len(pre):n], config.eval_batch_size)
+            known = known_mask(pre[:n], config.known_min_accuracy)
+            with Stage(f"seed {seed}: targets of {n} facts ({tag})"):
+                targets, target_seconds, _ = cache.get(setup.model, setup.tok, hp, requests[:n], config.target_chunk)
             setup.fingerprint.verify(setup.model, f"seed {seed}: before {tag} n={n}")
             with Stage(f"seed {seed}: {tag} edit of {n} facts") as stage:
-                weights_copy, details, cost = _edit(setup, hp, requests[:n], _slice_targets(targets, n))
+                weights_copy, details, cost = _edit(setup, hp, requests[:n], targets)
             try:
                 with Stage(f"seed {seed}: {tag} n={n} evaluation") as evaluation:
                     post = score_cases(setup.model, setup.tok, cases[:n], config.eval_batch_size)
@@ -402,8 +398,8 @@ def run_scale_batch(config: ScaleConfig, model: Optional[nn.Module] = None, tok:
             finally:
                 restore_weights(setup.model, weights_copy)
             setup.fingerprint.verify(setup.model, f"seed {seed}: after restoring {tag} n={n}")
-            metrics = scale_metrics(post, pre[:n], known[:n])
-            base = scale_metrics(pre[:n], pre[:n], known[:n])
+            metrics = scale_metrics(post, pre[:n], known)
+            base = scale_metrics(pre[:n], pre[:n], known)
             timings = dict(details.pop("timings"), targets=target_seconds)
             record = {
                 "seed": seed, "n": n, "hparams": config.hparams[tags.index(tag)], "data": config.data,
@@ -548,22 +544,36 @@ def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok
             if start >= rounds:
                 continue
             setup = setup or _setup(config, hps, model, tok)
-            with Stage(f"seed {seed}: scoring the unedited model on {len(cases)} cases"):
-                pre = score_cases(setup.model, setup.tok, cases, config.eval_batch_size)
             if setup.base_ppl is None:
                 setup.base_ppl = _ppl(setup)
-            known = known_mask(pre, config.known_min_accuracy)
             setup.fingerprint.verify(setup.model, f"seed {seed}: before the {tag} stream")
             originals: Dict[str, torch.Tensor] = {}
             params = dict(setup.model.named_parameters())
+            pre: List[CaseScores] = []
+            known: List[bool] = []
+
+            def ensure_pre(upto: int) -> None:
+                """Unedited scores of ``cases[:upto]``, scored on the original weights swapped in for the while."""
+                if len(pre) >= upto:
+                    return
+                edited = {name: params[name].detach().clone() for name in originals}
+                restore_weights(setup.model, originals)
+                try:
+                    with Stage(f"seed {seed}: scoring the unedited model on cases {len(pre) + 1}-{upto}"):
+                        new = score_cases(setup.model, setup.tok, cases[len(pre):upto], config.eval_batch_size)
+                finally:
+                    restore_weights(setup.model, edited)
+                pre.extend(new)
+                known.extend(known_mask(new, config.known_min_accuracy))
+
+            ensure_pre(max(start, 1) * n)
             saved = load_file(str(_weights_path(folder, start))) if start else {}
             if not start or read_json(folder / "stream.json").get("rounds") != rounds:
                 write_json_atomic(folder / "stream.json", {
                     "seed": seed, "n": n, "rounds": rounds, "hparams": hp_path, "data": config.data,
                     "data_path": config.data_path, "case_ids": [c.case_id for c in cases], "neighbours_dropped": dropped,
-                    "known": known, "known_min_accuracy": config.known_min_accuracy, "ppl_tokens": config.ppl_tokens,
-                    "base": dict(scale_metrics(pre, pre, known), ppl=setup.base_ppl),
-                    "base_round1": scale_metrics(pre[:n], pre[:n], known[:n]),
+                    "known_min_accuracy": config.known_min_accuracy, "ppl_tokens": config.ppl_tokens,
+                    "base_ppl": setup.base_ppl, "base_round1": scale_metrics(pre[:n], pre[:n], known[:n]),
                 })
             try:
                 with torch.no_grad():
@@ -581,6 +591,7 @@ def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok
                         originals.setdefault(name, value)
                     with Stage(f"seed {seed}: {tag} round {k} evaluation") as evaluation:
                         done = k * n
+                        ensure_pre(done)
                         full = k % config.eval_every == 0 or k == rounds
                         scored = cases[:done] if full else cases[:n] + (chunk if k > 1 else [])
                         post = score_cases(setup.model, setup.tok, scored, config.eval_batch_size)
@@ -634,7 +645,7 @@ def _stream_row(record: Mapping[str, Any], meta: Mapping[str, Any]) -> Dict[str,
                            "": {"edit_seconds": record["edit_seconds"],
                                 "rss_peak_above_start_mb": record["edit_cost"]["rss_peak_above_start_mb"]}}
     if "all" in record:
-        row["all"] = _derived(record["all"], record.get("all_base", meta["base"]))
+        row["all"] = _derived(record["all"], record["all_base"])
     return row
 
 
@@ -650,7 +661,10 @@ def write_stream_summary(out: Path) -> Dict[str, Any]:
             for group, key, _, _ in STREAM_COLUMNS:
                 cells[f"{group}.{key}"] = _mean_std([r.get(group, {}).get(key) for r in per_seed])
             rows.append({"round": i + 1, "forgotten": metas[0]["rounds_done"][i]["forgotten"], "cells": cells})
-        base = {f"all.{k}": _mean_std([m["base"].get(k) for m in metas]) for k in ("eff", "eff_first", "eff_first_known", "gen", "spe", "ppl")}
+        # the unedited model on every fact of the newest fully scored round (all seeds at that round)
+        full = [i for i in range(rounds_done) if all("all_base" in m["rounds_done"][i] for m in metas)]
+        last = [m["rounds_done"][full[-1]]["all_base"] for m in metas] if full else []
+        base = {f"all.{k}": _mean_std([b.get(k) for b in last]) for k in ("eff", "eff_first", "eff_first_known", "gen", "spe", "ppl")}
         base.update({f"round1.{k}": _mean_std([m["base_round1"].get(k) for m in metas]) for k in ("eff", "eff_first", "eff_first_known")})
         summary["streams"][tag] = {"seeds": [m["seed"] for m in metas], "n": metas[0]["n"], "rounds": metas[0]["rounds"],
                                    "hparams": metas[0]["hparams"], "rounds_done": rounds_done, "base": base, "rows": rows}
