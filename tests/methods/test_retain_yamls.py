@@ -109,3 +109,23 @@ def test_deep_yamls_are_what_the_generator_writes():
     for _, paper in PAIRS:
         shipped = paper.with_name(f"{paper.stem}-deep.yaml").read_text(encoding="utf-8")
         assert shipped == deep_text(paper.read_text(encoding="utf-8")), paper
+
+
+LIFELONG = sorted(p for m in CLASSES for p in (ROOT / m).glob("*-lifelong.yaml"))
+
+
+def test_smollm2_ships_a_lifelong_variant():
+    assert ROOT / "ZeroUnlearn-GD" / "SmolLM2-135M-Instruct-lifelong.yaml" in LIFELONG
+    assert not list((ROOT / "ZeroUnlearn").glob("*-lifelong.yaml"))  # the protection is ZeroUnlearn-GD's
+    assert all(ZeroUnlearnGDHyperParams.from_hparams(paper).forgotten_protection_weight == 0 for _, paper in PAIRS)
+
+
+@pytest.mark.parametrize("variant", LIFELONG, ids=[p.stem for p in LIFELONG])
+def test_lifelong_yaml_is_the_paper_yaml_with_protection(variant):
+    """A <model>-lifelong.yaml is its paper YAML plus forgotten_protection_weight > 0, nothing else."""
+    cls = CLASSES[variant.parent.name]
+    paper = cls.from_hparams(variant.with_name(variant.stem[: -len("-lifelong")] + ".yaml"))
+    lifelong = cls.from_hparams(variant)
+    assert paper.forgotten_protection_weight == 0 and lifelong.forgotten_protection_weight > 0
+    differing = {k for k, v in paper.to_dict().items() if lifelong.to_dict()[k] != v}
+    assert differing == {"forgotten_protection_weight"}, differing

@@ -10,7 +10,9 @@ A :class:`MethodSpec` has two steps:
   ``skip_reason`` when the method cannot run here (e.g. EasyEdit is not importable).
 
 The retain-aware row ``ZeroUnlearn-GD+R`` reads ``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``
-and receive the seed's retain set (``PreparedMethod.uses_retain``; see :mod:`.retain_sets`).
+and receive the seed's retain set (``PreparedMethod.uses_retain``; see :mod:`.retain_sets`). The lifelong row
+``ZeroUnlearn-GD+P`` reads ``hparams/ZeroUnlearn-GD/<stem>-lifelong.yaml`` (``forgotten_protection_weight > 0``):
+in ``--rounds`` each round protects the facts the earlier rounds forgot (the state rides on the model object).
 
 Hyperparameters: ZeroUnlearn, ZeroUnlearn-GD, GA and NPO read ``hparams/<Method>/<file>``,
 ``<file>`` being the main ``--hparams`` file's name (looked up beside the main file's folder,
@@ -211,12 +213,18 @@ class MethodSpec:
     prepare: Callable[[MethodContext], PreparedMethod]
 
 
+_VARIANTS = {"+R": "-retain", "+P": "-lifelong"}
+"""Bench row suffix -> hparams file suffix: retain-aware (``+R``) and lifelong (``+P``) ZeroUnlearn-GD."""
+
+
 def zerounlearn_spec(name: str) -> MethodSpec:
     """ZeroUnlearn or ZeroUnlearn-GD, fed the shared statistics; ``ZeroUnlearn-GD+R`` is the retain-aware
     variant (``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``, edited with the seed's retain set)."""
-    family = name[:-2] if name.endswith("+R") else name
+    suffix = name[-2:] if name[-2:] in _VARIANTS else ""
+    family = name[: len(name) - len(suffix)]
     cls = _EDIT_CLASSES[family]
-    variant = "-retain" if name.endswith("+R") else ""
+    variant = _VARIANTS.get(suffix, "")
+    uses_retain = suffix == "+R"
 
     def describe(lookup: HParamsLookup) -> Dict[str, Any]:
         return {"hparams": file_identity(lookup.path_for(name, family, variant)), "statistics": lookup.statistics_settings()}
@@ -241,10 +249,10 @@ def zerounlearn_spec(name: str) -> MethodSpec:
             moments = {layer: stats[hp.rewrite_module_tmp][layer] for layer in hp.layers}
             report = EditReport()
             targets, reuse = ctx.shared_targets.get_or_compute(name, model, tok, requests, hp,
-                                                               retain if variant else None)
+                                                               retain if uses_retain else None)
             _, weights_copy = apply(
                 model, tok, requests, hp, return_orig_weights=True, second_moments=moments, progress=False,
-                report=report, targets=targets, retain=retain if variant else None,
+                report=report, targets=targets, retain=retain if uses_retain else None,
                 fluency_guard="warn",  # the bench scores perplexity itself; a costly edit is a result, not an error
             )
             details = {
@@ -252,14 +260,15 @@ def zerounlearn_spec(name: str) -> MethodSpec:
                 "timings": dict(report.timings, targets=reuse["target_seconds"]),
                 "target_nll": list(report.target_nll),
                 "layer_change_norm": {str(k): v for k, v in report.layer_change_norm.items()},
-                **({"retain_count": report.retain_count} if variant else {}),
+                **({"retain_count": report.retain_count} if uses_retain else {}),
+                **({"forgotten_before": report.forgotten.count - len(requests)} if report.forgotten else {}),
                 **({"fluency_guard": report.fluency} if report.fluency else {}),
             }
             return EditOutcome(weights_copy, details)
 
         return PreparedMethod(
             name, edit, hp.to_dict(), stats_layers=tuple(hp.layers), stats_module_tmp=hp.rewrite_module_tmp,
-            uses_retain=bool(variant),
+            uses_retain=uses_retain,
         )
 
     return MethodSpec(name, describe, prepare)

@@ -19,7 +19,7 @@ def default_registry() -> Dict[str, MethodSpec]:
     for name in ("GA", "NPO"):
         registry[name] = baseline_spec(name)
         registry[f"{name}-full"] = baseline_spec(f"{name}-full", name, "-full")
-    for name in ("ZeroUnlearn", "ZeroUnlearn-GD", "ZeroUnlearn-GD+R"):
+    for name in ("ZeroUnlearn", "ZeroUnlearn-GD", "ZeroUnlearn-GD+R", "ZeroUnlearn-GD+P"):
         registry[name] = zerounlearn_spec(name)
     for name in EASYEDIT_METHODS:
         registry[name] = easyedit_spec(name)

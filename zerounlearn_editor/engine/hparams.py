@@ -328,6 +328,11 @@ class EditHyperParams(BaseHyperParams):
         """Whether the solve needs the mean ``k k^T`` of the prompts' context tokens (read with the keys)."""
         return False
 
+    def tracks_forgotten(self) -> bool:
+        """Whether the solve protects the forget keys of earlier edits (lifelong unlearning), so each edit keeps
+        the state of what was forgotten on the model (:mod:`zerounlearn_editor.engine.forgotten_state`)."""
+        return False
+
     @classmethod
     def key_help(cls) -> Dict[str, str]:
         """Help text of every key: :data:`SHARED_KEY_HELP` plus each subclass's ``KEY_HELP``."""

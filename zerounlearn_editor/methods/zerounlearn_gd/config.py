@@ -50,6 +50,9 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
         "`C0 + lam K_r K_r^T / n_r` over the retain set's keys",
         "context_nullspace_weight": "opt-in, 0 = the paper (no retain set needed): the null space also "
         "avoids this times the mean `k k^T` of the prompts' other tokens (their relation context)",
+        "forgotten_protection_weight": "lifelong unlearning (opt-in, 0 = the paper): the null space also avoids "
+        "this times `sum k k^T` over the forget keys of the model's earlier edits (the same process, or the "
+        "ledger of a folder `unlearn --save` wrote), so a new edit keeps earlier forgotten facts forgotten",
     }
 
     orthogonality_weight: float = 1.0
@@ -61,6 +64,10 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
     gd_lr: float = 1e-2  # relative to the size of the solution (solve.solve_gd)
     retain_nullspace_weight: float = 0.0  # opt-in, see solve.protected_covariance
     context_nullspace_weight: float = 0.0  # opt-in, see solve.protected_covariance
+    forgotten_protection_weight: float = 0.0  # opt-in lifelong unlearning, see solve.protected_covariance
+
+    def tracks_forgotten(self) -> bool:
+        return self.forgotten_protection_weight > 0
 
     def retain_weights(self) -> Dict[str, float]:
         return {"retain_nullspace_weight": self.retain_nullspace_weight}
@@ -78,6 +85,10 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
         if not 0 <= self.context_nullspace_weight < float("inf"):
             raise HParamsError(
                 f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got {self.context_nullspace_weight!r}"
+            )
+        if not 0 <= self.forgotten_protection_weight < float("inf"):
+            raise HParamsError(
+                f"{source}: key 'forgotten_protection_weight' must be finite and >= 0, got {self.forgotten_protection_weight!r}"
             )
         if self.norm_weight == 0 and self.target_weight == 0:
             raise HParamsError(f"{source}: 'norm_weight' and 'target_weight' cannot both be 0")
