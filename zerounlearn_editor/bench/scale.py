@@ -19,8 +19,10 @@ the next chunk) and sliced for every row and every YAML with the same target set
 unedited model). After every round the round-1 facts and the round's own facts are scored; every
 ``eval_every`` rounds and after the last one, all facts forgotten so far and the perplexity too.
 Each round writes ``<out>/seed_<s>/<tag>/round_<k>.json`` and the edited layers' weights
-(``weights_round_<k>.safetensors``, the previous round's file is then removed); a rerun loads the
-newest round that has both and continues there.
+(``weights_round_<k>.safetensors``; for a lifelong YAML, ``forgotten_protection_weight > 0``, also the
+carried forgotten-key state ``forgotten_round_<k>.safetensors``; the previous round's files are then
+removed); a rerun loads the newest round that has them all and continues there. Within a run the
+lifelong state travels on the model object from round to round (:mod:`~zerounlearn_editor.engine.forgotten_state`).
 
 **Columns** (:func:`scale_metrics`): Eff, Eff first token (token accuracy of the first answer token
 only), Gen, Spe (and % of the unedited model's, in the summary), PPL, each probe column also on the
@@ -54,6 +56,7 @@ from zerounlearn_editor.bench.speed_bench import MemoryMeter
 from zerounlearn_editor.bench.stages import Stage
 from zerounlearn_editor.data.registry import load_cases, sample_cases
 from zerounlearn_editor.data.types import UnlearnCase
+from zerounlearn_editor.engine.forgotten_state import attach_state, load_state, model_state, save_state
 from zerounlearn_editor.engine.hparams import EditHyperParams
 from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, restore_weights, target_settings
 from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, SecondMoment, layer_second_moments
@@ -514,10 +517,16 @@ def _weights_path(folder: Path, k: int) -> Path:
     return folder / f"weights_round_{k}.safetensors"
 
 
-def _resume_point(folder: Path) -> int:
-    """The newest round with both its JSON and its weights file (0 = start from the unedited model)."""
+def _state_path(folder: Path, k: int) -> Path:
+    return folder / f"forgotten_round_{k}.safetensors"
+
+
+def _resume_point(folder: Path, tracks_forgotten: bool = False) -> int:
+    """The newest round with its JSON, its weights file and (lifelong YAMLs) its forgotten-state file
+    (0 = start from the unedited model)."""
     done = [int(p.stem.split("_")[1]) for p in folder.glob("round_*.json")]
-    return max([k for k in done if _weights_path(folder, k).exists()], default=0)
+    return max([k for k in done if _weights_path(folder, k).exists()
+                and (not tracks_forgotten or _state_path(folder, k).exists())], default=0)
 
 
 def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok: Any = None) -> Dict[str, Any]:
@@ -534,7 +543,8 @@ def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok
     for seed in config.seeds:
         for hp, tag, hp_path in zip(hps, tags, config.hparams):
             folder = stream_dir(out, seed, tag)
-            start = _resume_point(folder)
+            tracks = hp.tracks_forgotten()
+            start = _resume_point(folder, tracks)
             cases, dropped = _cases(config, rounds * n, seed)
             if start and (folder / "stream.json").exists():
                 meta = read_json(folder / "stream.json")
@@ -575,11 +585,14 @@ def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok
                     "known_min_accuracy": config.known_min_accuracy, "ppl_tokens": config.ppl_tokens,
                     "base_ppl": setup.base_ppl, "base_round1": scale_metrics(pre[:n], pre[:n], known[:n]),
                 })
+            attach_state(setup.model, None)  # a stream starts from what this run loads, never from an earlier stream
             try:
                 with torch.no_grad():
                     for name, value in saved.items():
                         originals[name] = params[name].detach().clone()
                         params[name].copy_(value)
+                if start and tracks:
+                    attach_state(setup.model, load_state(_state_path(folder, start)))
                 if start:
                     LOG.info("seed %d %s: resuming after round %d", seed, tag, start)
                 for k in range(start + 1, rounds + 1):
@@ -607,15 +620,21 @@ def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok
                     record["eval_seconds"] = evaluation.seconds
                     current = {name: params[name].detach().cpu().contiguous() for name in originals}
                     write_bytes_atomic(_weights_path(folder, k), save(current, metadata={"round": str(k)}))
+                    state = model_state(setup.model)
+                    if tracks and state is not None:
+                        record["forgotten_count"] = state.count
+                        save_state(state, folder, _state_path(folder, k).name)
                     write_json_atomic(folder / f"round_{k}.json", record)
-                    if k > 1 and _weights_path(folder, k - 1).exists():
-                        _weights_path(folder, k - 1).unlink()
+                    for old in (_weights_path(folder, k - 1), _state_path(folder, k - 1)):
+                        if k > 1 and old.exists():
+                            old.unlink()
                     LOG.info("seed %d %s round %d: round-1 Eff %.1f (first %.1f)%s", seed, tag, k, record["round1"]["eff"],
                              record["round1"]["eff_first"],
                              f"; all: Eff {record['all']['eff']:.1f} Spe {record['all']['spe']:.1f} PPL {record['all']['ppl']}"
                              if full else "")
             finally:
                 restore_weights(setup.model, originals)
+                attach_state(setup.model, None)
             setup.fingerprint.verify(setup.model, f"seed {seed}: after restoring the {tag} stream")
     return write_stream_summary(out)
 
