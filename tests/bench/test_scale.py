@@ -1,6 +1,7 @@
 """Scale bench (``zerounlearn bench-scale``): metrics on the known subset, cached targets, resumable streams."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Dict
@@ -189,3 +190,27 @@ def test_lifelong_stream_carries_and_resumes_the_forgotten_state(ws, tok, tmp_pa
     a, b = load_file(str(folder / "weights_round_3.safetensors")), load_file(str(cut_folder / "weights_round_3.safetensors"))
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     assert fingerprint.differences(model) == []
+
+
+def test_known_only_draws_known_cases_and_caches_the_selection(ws, tok, tmp_path, monkeypatch):
+    from zerounlearn_editor.bench import scale
+
+    model = tiny_llama(tok)
+    calls = []
+
+    def fake_select(model, tok, cases, n, min_accuracy=1.0, batch_size=64):
+        calls.append((len(cases), n, min_accuracy))
+        return [c for c in cases if c.request["subject"] != "france"][:n]
+
+    monkeypatch.setattr(scale, "select_known_cases", fake_select)
+    config = _config(ws, tmp_path, [2], rounds=2, eval_every=2, known_only=True, known_min_accuracy=0.4)
+    run_scale_stream(config, model=model, tok=tok)
+    meta = json.loads((stream_dir(tmp_path, 1, "ZeroUnlearn-GD_tiny") / "stream.json").read_text())
+    stored = json.loads((tmp_path / "known_seed_1.json").read_text())
+    assert calls == [(8, 4, 0.4)] and meta["case_ids"] == stored["case_ids"]
+    shuffled = [c.case_id for c in sample_cases(load_cases(str(ws["data"])), 8, 1) if c.request["subject"] != "france"]
+    assert meta["case_ids"] == shuffled[:4]
+    run_scale_stream(dataclasses.replace(config, rounds=1), model=model, tok=tok)  # fewer facts: the cache answers
+    assert len(calls) == 1
+    with pytest.raises(BenchConfigError, match="has 8"):
+        run_scale_stream(dataclasses.replace(config, rounds=5), model=model, tok=tok)

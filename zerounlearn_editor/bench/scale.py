@@ -42,7 +42,7 @@ import tracemalloc
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -62,6 +62,7 @@ from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, rest
 from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, SecondMoment, layer_second_moments
 from zerounlearn_editor.engine.targets import NeutralTargets
 from zerounlearn_editor.evaluation.easyedit_format import CaseScores
+from zerounlearn_editor.evaluation.selection import select_known_cases
 from zerounlearn_editor.support.files import read_json, sha256_of_json, write_bytes_atomic, write_json_atomic, write_text_atomic
 from zerounlearn_editor.support.resources import shared_file
 
@@ -101,6 +102,7 @@ class ScaleConfig:
         eval_batch_size: probes per forward pass.
         known_min_accuracy: forget-prompt token accuracy of the unedited model that makes a case "known".
         target_chunk: facts per cached target file (batch runs).
+        known_only: draw only known cases (as the known subset: forget-prompt accuracy >= ``known_min_accuracy``).
         device: where the model is loaded.
     """
 
@@ -115,6 +117,7 @@ class ScaleConfig:
     eval_batch_size: int = 32
     known_min_accuracy: float = 0.5
     target_chunk: int = 50
+    known_only: bool = False
     data_path: Optional[str] = None
     ppl_text: Optional[str] = None
     device: str = "cpu"
@@ -288,12 +291,32 @@ def _edit(setup: _Setup, hp: EditHyperParams, requests: List[Dict[str, Any]], ta
     return weights_copy, details, cost
 
 
-def _cases(config: ScaleConfig, total: int, seed: int) -> Tuple[List[UnlearnCase], int]:
+def _cases(config: ScaleConfig, total: int, seed: int, need_model: Callable[[], "_Setup"]) -> Tuple[List[UnlearnCase], int]:
+    """The seed's ``total`` cases: ``sample_cases(pool, total, seed)``, or with ``known_only`` the first ``total``
+    known cases of the pool shuffled with ``seed`` (the selection cached in ``<out>/known_seed_<seed>.json``;
+    ``need_model`` loads the model only when the selection has to be computed)."""
     with Stage(f"loading {config.data} cases"):
         pool = load_cases(config.data, path=config.data_path)
     if len(pool) < total:
         raise BenchConfigError(f"bench-scale: {total} cases needed, {config.data} has {len(pool)}")
-    return drop_batch_forget_neighbours(sample_cases(pool, total, seed))
+    if not config.known_only:
+        return drop_batch_forget_neighbours(sample_cases(pool, total, seed))
+    path = Path(config.out) / f"known_seed_{seed}.json"
+    key = {"data": config.data, "data_path": config.data_path, "pool": len(pool), "min_accuracy": config.known_min_accuracy}
+    stored = read_json(path) if path.exists() else {}
+    if stored.get("key") == key and len(stored.get("case_ids", [])) >= total:
+        by_id = {c.case_id: c for c in pool}
+        return drop_batch_forget_neighbours([by_id[i] for i in stored["case_ids"][:total]])
+    setup = need_model()
+    order = sample_cases(pool, len(pool), seed)
+    with Stage(f"seed {seed}: selecting {total} known cases (forget-prompt accuracy >= {config.known_min_accuracy})"):
+        try:
+            chosen = select_known_cases(setup.model, setup.tok, order, total, min_accuracy=config.known_min_accuracy,
+                                        batch_size=config.eval_batch_size)
+        except ValueError as exc:
+            raise BenchConfigError(f"bench-scale --known-only: {exc}; ask for fewer facts or lower --known-threshold") from None
+    write_json_atomic(path, {"key": key, "case_ids": [c.case_id for c in chosen]})
+    return drop_batch_forget_neighbours(chosen)
 
 
 # -------------------------------------------------------------------------------- target cache
@@ -364,8 +387,13 @@ def run_scale_batch(config: ScaleConfig, model: Optional[nn.Module] = None, tok:
     tags = [_tag(p) for p in config.hparams]
     ns = sorted(set(config.ns))
     setup: Optional[_Setup] = None
+
+    def need() -> _Setup:
+        nonlocal setup
+        setup = setup or _setup(config, hps, model, tok)
+        return setup
     for seed in config.seeds:
-        cases, dropped = _cases(config, ns[-1], seed)
+        cases, dropped = _cases(config, ns[-1], seed, need)
         todo = []
         for hp, tag in zip(hps, tags):
             for n in ns:
@@ -378,7 +406,7 @@ def run_scale_batch(config: ScaleConfig, model: Optional[nn.Module] = None, tok:
         if not todo:
             LOG.info("seed %d: every row done", seed)
             continue
-        setup = setup or _setup(config, hps, model, tok)
+        setup = need()
         if setup.base_ppl is None:
             setup.base_ppl = _ppl(setup)
         cache = TargetCache(out / "targets", setup.fingerprint)
@@ -540,20 +568,26 @@ def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok
     hps = [_load_hparams(p) for p in config.hparams]
     tags = [_tag(p) for p in config.hparams]
     setup: Optional[_Setup] = None
+
+    def need() -> _Setup:
+        nonlocal setup
+        setup = setup or _setup(config, hps, model, tok)
+        return setup
     for seed in config.seeds:
         for hp, tag, hp_path in zip(hps, tags, config.hparams):
             folder = stream_dir(out, seed, tag)
             tracks = hp.tracks_forgotten()
             start = _resume_point(folder, tracks)
-            cases, dropped = _cases(config, rounds * n, seed)
+            cases, dropped = _cases(config, rounds * n, seed, need)
             if start and (folder / "stream.json").exists():
                 meta = read_json(folder / "stream.json")
-                if meta.get("n") != n or meta.get("case_ids", [])[:start * n] != [c.case_id for c in cases[:start * n]]:
+                upto = min(start, rounds) * n
+                if meta.get("n") != n or meta.get("case_ids", [])[:upto] != [c.case_id for c in cases[:upto]]:
                     raise BenchConfigError(f"bench-scale: {folder} holds a stream of other facts (other data, seed or n); "
                                            "use another --out or remove it")
             if start >= rounds:
                 continue
-            setup = setup or _setup(config, hps, model, tok)
+            setup = need()
             if setup.base_ppl is None:
                 setup.base_ppl = _ppl(setup)
             setup.fingerprint.verify(setup.model, f"seed {seed}: before the {tag} stream")

@@ -15,7 +15,7 @@ def _cmd(args: argparse.Namespace) -> int:
         hparams=list(args.hparams), data=args.data, data_path=args.data_path, seeds=parse_seeds(args.seeds),
         out=args.out, ns=parse_int_list(args.n), rounds=args.rounds, eval_every=args.eval_every,
         ppl_tokens=args.ppl_tokens, eval_batch_size=args.batch_size, known_min_accuracy=args.known_threshold, ppl_text=args.ppl_text,
-        target_chunk=args.target_chunk, device=args.device,
+        target_chunk=args.target_chunk, known_only=args.draw_known, device=args.device,
     )
     if args.mode == "batch":
         summary = run_scale_batch(config)
@@ -47,5 +47,7 @@ def register(sub: Any, parents: ModuleType) -> None:
                    help="stream: score every forgotten fact and PPL every K rounds and after the last (default 10)")
     p.add_argument("--known-threshold", type=float, default=0.5,
                    help="unedited forget-prompt token accuracy that puts a case in the known subset (default 0.5)")
+    p.add_argument("--draw-known", action="store_true",
+                   help="draw only facts the unedited model knows (forget-prompt accuracy >= --known-threshold)")
     p.add_argument("--target-chunk", type=int, default=50, help="batch: facts per cached target file (default 50)")
     p.set_defaults(func=_cmd)
