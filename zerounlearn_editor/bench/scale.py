@@ -333,6 +333,7 @@ class TargetCache:
     def __init__(self, folder: Path, fingerprint: ModelFingerprint):
         self.folder = Path(folder)
         self.model_key = sha256_of_json(fingerprint.digests)
+        self.last_cpu_seconds = 0.0
 
     def path(self, model: nn.Module, hp: EditHyperParams, requests: Sequence[Mapping[str, Any]]) -> Path:
         key = sha256_of_json({"requests": list(requests), "settings": target_settings(model, hp), "model": self.model_key})
@@ -345,6 +346,7 @@ class TargetCache:
         from safetensors.torch import load_file, save
 
         parts, seconds, costs = [], 0.0, []
+        self.last_cpu_seconds = 0.0  # the process CPU seconds of these targets (nan for files written without it)
         for start in range(0, len(requests), chunk):
             part = requests[start:start + chunk]
             path = self.path(model, hp, part)
@@ -355,17 +357,19 @@ class TargetCache:
                     meta = handle.metadata() or {}
                 tensors = load_file(str(path))
                 took = float(meta.get("seconds", "nan"))
+                cpu = float(meta.get("cpu_seconds", "nan"))
             else:
                 with measure(trace_python=False) as cost:  # tracemalloc would slow the optimisation loop
                     t = neutral_targets(model, tok, part, hp)
-                took = cost.seconds
+                took, cpu = cost.seconds, cost.cpu_seconds
                 costs.append(dict(cost.as_dict(), facts=len(part)))
                 tensors = {"z": t.z.detach().cpu().contiguous(), "h0": t.h0.detach().cpu().contiguous(),
                            "nll": t.nll.detach().cpu().contiguous(), "steps": torch.tensor(list(t.steps_run), dtype=torch.long)}
-                write_bytes_atomic(path, save(tensors, metadata={"seconds": repr(took)}))
+                write_bytes_atomic(path, save(tensors, metadata={"seconds": repr(took), "cpu_seconds": repr(cpu)}))
                 LOG.info("targets %d-%d of %d: %.1fs", start + 1, start + len(part), len(requests), took)
             parts.append(tensors)
             seconds += took
+            self.last_cpu_seconds += cpu
         targets = NeutralTargets(
             z=torch.cat([p["z"] for p in parts]), h0=torch.cat([p["h0"] for p in parts]),
             nll=torch.cat([p["nll"] for p in parts]), steps_run=[int(s) for p in parts for s in p["steps"].tolist()])
@@ -432,6 +436,7 @@ def run_scale_batch(config: ScaleConfig, model: Optional[nn.Module] = None, tok:
             metrics = scale_metrics(post, pre[:n], known)
             base = scale_metrics(pre[:n], pre[:n], known)
             timings = dict(details.pop("timings"), targets=target_seconds)
+            target_cpu = cache.last_cpu_seconds
             record = {
                 "seed": seed, "n": n, "hparams": config.hparams[tags.index(tag)], "data": config.data,
                 "data_path": config.data_path, "case_ids": [c.case_id for c in cases[:n]], "neighbours_dropped": dropped,
@@ -439,6 +444,7 @@ def run_scale_batch(config: ScaleConfig, model: Optional[nn.Module] = None, tok:
                 "base": dict(base, ppl=setup.base_ppl), "metrics": dict(metrics, ppl=ppl),
                 "stages_seconds": timings, "edit_seconds_with_cached_targets": stage.seconds,
                 "end_to_end_seconds": stage.seconds + target_seconds, "edit_cost": cost.as_dict(),
+                "targets_cpu_seconds": target_cpu, "end_to_end_cpu_seconds": cost.cpu_seconds + target_cpu,
                 "eval_seconds": evaluation.seconds, "details": details, "threads": torch.get_num_threads(),
             }
             write_json_atomic(batch_row_path(out, seed, tag, n), record)
@@ -448,7 +454,7 @@ def run_scale_batch(config: ScaleConfig, model: Optional[nn.Module] = None, tok:
 
 
 def _mean_std(values: Sequence[Optional[float]]) -> Optional[Dict[str, float]]:
-    vals = [float(v) for v in values if v is not None]
+    vals = [float(v) for v in values if v is not None and v == v]  # None and NaN: not measured
     if not vals:
         return None
     mean = fmean(vals)
@@ -496,6 +502,8 @@ def write_batch_summary(out: Path) -> Dict[str, Any]:
             "tag": tag, "n": n, "seeds": seeds, "hparams": records[0]["hparams"], "base": base, "metrics": metrics,
             "stages_seconds": {k: _mean_std([r["stages_seconds"].get(k) for r in records]) for k in stages},
             "end_to_end_seconds": _mean_std([r["end_to_end_seconds"] for r in records]),
+            "end_to_end_cpu_seconds": _mean_std([r.get("end_to_end_cpu_seconds") for r in records]),
+            "edit_cpu_seconds": _mean_std([r["edit_cost"]["cpu_seconds"] for r in records]),
             "edit_rss_peak_above_start_mb": _mean_std([r["edit_cost"]["rss_peak_above_start_mb"] for r in records]),
             "edit_tracemalloc_peak_mb": _mean_std([r["edit_cost"]["tracemalloc_peak_mb"] for r in records]),
         })
@@ -525,11 +533,13 @@ def format_batch_table(summary: Mapping[str, Any]) -> str:
         lines.append(f"| {row['tag']} | {row['n']} | {len(row['seeds'])} | "
                      + " | ".join(_cell(row["metrics"].get(k), f) for k, _, f in BATCH_COLUMNS) + " |")
     stages = ("targets", "contexts", "keys", "solve", "write_back", "fluency")
-    lines += ["", "| YAML | n | " + " | ".join(f"{s} s" for s in stages) + " | end to end s | edit RSS peak MB | edit tracemalloc MB |",
-              "|---|---|" + "---|" * (len(stages) + 3)]
+    lines += ["", "| YAML | n | " + " | ".join(f"{s} s" for s in stages)
+              + " | end to end s | edit CPU s (no targets) | end to end CPU s | edit RSS peak MB | edit tracemalloc MB |",
+              "|---|---|" + "---|" * (len(stages) + 5)]
     for row in summary["rows"]:
         lines.append(f"| {row['tag']} | {row['n']} | " + " | ".join(_cell(row["stages_seconds"].get(s), "{:.1f}") for s in stages)
-                     + f" | {_cell(row['end_to_end_seconds'], '{:.0f}')} | {_cell(row['edit_rss_peak_above_start_mb'], '{:.0f}')}"
+                     + f" | {_cell(row['end_to_end_seconds'], '{:.0f}')} | {_cell(row['edit_cpu_seconds'], '{:.0f}')}"
+                     + f" | {_cell(row['end_to_end_cpu_seconds'], '{:.0f}')} | {_cell(row['edit_rss_peak_above_start_mb'], '{:.0f}')}"
                      + f" | {_cell(row['edit_tracemalloc_peak_mb'], '{:.1f}')} |")
     return "\n".join(lines)
 
@@ -680,7 +690,7 @@ STREAM_COLUMNS = (
     ("all", "eff_first_known", "Eff 1st known all", "{:.1f}"), ("all", "gen", "Gen all", "{:.1f}"),
     ("all", "spe", "Spe all", "{:.1f}"), ("all", "spe_pct", "Spe % base", "{:.0f}"), ("all", "ppl", "PPL", "{:.2f}"),
     ("all", "ppl_pct", "PPL Δ%", "{:+.1f}"), ("", "edit_seconds", "round s", "{:.1f}"),
-    ("", "rss_peak_above_start_mb", "RSS peak MB", "{:.0f}"),
+    ("", "cpu_seconds", "round CPU s", "{:.1f}"), ("", "rss_peak_above_start_mb", "RSS peak MB", "{:.0f}"),
 )
 
 
@@ -695,7 +705,7 @@ def _stream_runs(out: Path) -> Dict[str, List[Dict[str, Any]]]:
 
 def _stream_row(record: Mapping[str, Any], meta: Mapping[str, Any]) -> Dict[str, Any]:
     row: Dict[str, Any] = {"round1": record["round1"], "this_round": record["this_round"],
-                           "": {"edit_seconds": record["edit_seconds"],
+                           "": {"edit_seconds": record["edit_seconds"], "cpu_seconds": record["edit_cost"]["cpu_seconds"],
                                 "rss_peak_above_start_mb": record["edit_cost"]["rss_peak_above_start_mb"]}}
     if "all" in record:
         row["all"] = _derived(record["all"], record["all_base"])
@@ -774,8 +784,9 @@ def plot_stream(summary: Mapping[str, Any], path: Path) -> Optional[Path]:
         full = [r for r in item["rows"] if r["cells"].get("all.eff")]
         axes[1].plot([r["forgotten"] for r in full], [r["cells"]["all.eff_first"]["mean"] for r in full], marker="o",
                      label=f"{tag} {item['rounds']}x{item['n']}")
-        axes[2].plot(xs, [(r["cells"].get(".edit_seconds") or {}).get("mean", float("nan")) for r in item["rows"]],
-                     label=f"{tag} {item['rounds']}x{item['n']}")
+        for key, style, what in ((".edit_seconds", "-", "wall"), (".cpu_seconds", "--", "CPU")):
+            axes[2].plot(xs, [(r["cells"].get(key) or {}).get("mean", float("nan")) for r in item["rows"]], style,
+                         label=f"{tag} {item['rounds']}x{item['n']} ({what})")
     titles = ("round-1 facts: Eff (token acc. %)", "all facts so far: Eff first token", "seconds per round (edit)")
     for ax, title in zip(axes, titles):
         ax.set_xlabel("facts forgotten")
