@@ -209,22 +209,21 @@ class measure:  # noqa: N801 - used as a context manager
 
 # ----------------------------------------------------------------------------------- the method
 
-def _load_hparams(path: str) -> EditHyperParams:
-    from zerounlearn_editor.bench.methods import _EDIT_CLASSES
-    from zerounlearn_editor.engine.hparams import load_config_file
+def _load_method(path: str) -> Tuple[EditHyperParams, Callable[..., Any]]:
+    """``(hparams, apply function)`` of a ZeroUnlearn / ZeroUnlearn-GD YAML (by its ``alg_name``)."""
+    from zerounlearn_editor.engine.hparams import HParamsError
+    from zerounlearn_editor.integrations.unlearn import load_method
 
-    alg = str(load_config_file(path).get("alg_name", ""))
-    if alg not in _EDIT_CLASSES:
-        raise BenchConfigError(f"bench-scale: {path}: alg_name {alg!r} is not one of {sorted(_EDIT_CLASSES)}")
-    return _EDIT_CLASSES[alg].from_hparams(path)
+    try:
+        return load_method(path)
+    except HParamsError as exc:
+        raise BenchConfigError(f"bench-scale: {exc}") from None
 
 
-def _apply(hp: EditHyperParams):
-    if hp.alg_name == "ZeroUnlearn":
-        from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model as apply
-    else:
-        from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model as apply
-    return apply
+def _load_method_apply(hp: EditHyperParams) -> Callable[..., Any]:
+    from zerounlearn_editor.integrations.easyedit import method_functions
+
+    return method_functions()[hp.alg_name]
 
 
 def _tag(path: str) -> str:
@@ -278,7 +277,7 @@ def _edit(setup: _Setup, hp: EditHyperParams, requests: List[Dict[str, Any]], ta
     report = EditReport()
     moments = {layer: setup.moments[hp.rewrite_module_tmp][layer] for layer in hp.layers}
     with measure() as cost:
-        _, weights_copy = _apply(hp)(
+        _, weights_copy = _load_method_apply(hp)(
             setup.model, setup.tok, requests, hp, return_orig_weights=True, second_moments=moments, progress=False,
             report=report, targets=targets, fluency_guard="warn")
     details = {
@@ -387,7 +386,7 @@ def run_scale_batch(config: ScaleConfig, model: Optional[nn.Module] = None, tok:
     """Run (or resume) one-batch rows for every seed, YAML and ``n``; returns and writes the summary."""
     config.validate()
     out = Path(config.out)
-    hps = [_load_hparams(p) for p in config.hparams]
+    hps = [_load_method(p)[0] for p in config.hparams]
     tags = [_tag(p) for p in config.hparams]
     ns = sorted(set(config.ns))
     setup: Optional[_Setup] = None
@@ -575,7 +574,7 @@ def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok
     if len(config.ns) != 1:
         raise BenchConfigError(f"bench-scale stream: one --n (facts per round), got {config.ns}")
     out, n, rounds = Path(config.out), config.ns[0], config.rounds
-    hps = [_load_hparams(p) for p in config.hparams]
+    hps = [_load_method(p)[0] for p in config.hparams]
     tags = [_tag(p) for p in config.hparams]
     setup: Optional[_Setup] = None
 
