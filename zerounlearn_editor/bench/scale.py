@@ -492,7 +492,7 @@ def write_batch_summary(out: Path) -> Dict[str, Any]:
     for (tag, n), records in sorted(_batch_rows(out).items(), key=lambda kv: (kv[0][1], kv[0][0])):
         seeds = [r["seed"] for r in records]
         base = {k: _mean_std([r["base"].get(k) for r in records]) for k in ("eff", "eff_first", "gen", "spe", "ppl",
-                                                                            "eff_known", "eff_first_known", "spe_known")}
+                                                                            "eff_known", "eff_first_known", "gen_known", "spe_known")}
         derived = [_derived(r["metrics"], r["base"]) for r in records]
         keys = sorted({k for d in derived for k in d if isinstance(d[k], (int, float))})
         metrics = {k: _mean_std([d.get(k) for d in derived]) for k in keys}
