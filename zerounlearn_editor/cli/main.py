@@ -11,14 +11,15 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from zerounlearn_editor.cli import (audit, bench, common, demo, init_hparams, pca, plot, prepare_model, stats,
-                                    trace, unlearn, utility)
+from zerounlearn_editor.cli import (audit, bench, common, demo, init_hparams, pca, plot, prepare_model, scale,
+                                    stats, trace, unlearn, utility)
 
 LOG = logging.getLogger("zerounlearn_editor.cli")
 
 SUBCOMMANDS = (prepare_model.register, stats.register, demo.register, unlearn.register, bench.register,
                stats.register_merge, bench.register_speed, utility.register, trace.register,
-               init_hparams.register, pca.register, plot.register, audit.register)
+               init_hparams.register, pca.register, plot.register, audit.register,
+               scale.register)
 """The ``register(sub, parents)`` of every subcommand, in the order ``zerounlearn --help`` lists them."""
 
 
