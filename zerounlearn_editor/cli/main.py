@@ -20,6 +20,7 @@ from zerounlearn_editor.cli import (
     pca,
     plot,
     prepare_model,
+    scale,
     stats,
     trace,
     unlearn,
@@ -30,7 +31,8 @@ LOG = logging.getLogger("zerounlearn_editor.cli")
 
 SUBCOMMANDS = (prepare_model.register, stats.register, demo.register, unlearn.register, bench.register,
                stats.register_merge, bench.register_speed, utility.register, trace.register,
-               init_hparams.register, pca.register, plot.register, audit.register)
+               init_hparams.register, pca.register, plot.register, audit.register,
+               scale.register)
 """The ``register(sub, parents)`` of every subcommand, in the order ``zerounlearn --help`` lists them."""
 
 

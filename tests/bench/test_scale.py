@@ -1,0 +1,218 @@
+"""Scale bench (``zerounlearn bench-scale``): metrics on the known subset, cached targets, resumable streams."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Dict
+
+import pytest
+import torch
+import yaml
+
+from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
+from zerounlearn_editor.bench.config import BenchConfigError
+from zerounlearn_editor.bench.scale import (
+    ScaleConfig,
+    TargetCache,
+    batch_row_path,
+    known_mask,
+    run_scale_batch,
+    run_scale_stream,
+    scale_metrics,
+    stream_dir,
+)
+from zerounlearn_editor.bench.fingerprint import ModelFingerprint
+from zerounlearn_editor.bench.case_scoring import score_cases
+from zerounlearn_editor.data.datasets import load_cases, sample_cases
+from zerounlearn_editor.engine.pipeline import neutral_targets
+from zerounlearn_editor.evaluation.easyedit_format import CaseScores
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+
+PPL_TEXT = " ".join(["the city of paris is a large city in france", "many people live in london and it was known for its river"] * 4)
+
+
+def _scores(acc, first, para=(0.0,), spe=(1.0,)):
+    def probe(a, f):
+        return {"acc": list(a), "first_acc": list(f), "prob": [0.1] * len(a), "pred_ids": [[1]] * len(a)}
+
+    return CaseScores(forget=probe(acc, first), paraphrase=probe(para, para), neighbour=probe(spe, spe))
+
+
+def test_known_mask_uses_the_mean_forget_accuracy():
+    pre = [_scores([0.5], [1.0]), _scores([0.25, 0.5], [0.0, 1.0]), _scores([1.0, 0.0], [1.0, 0.0]), _scores([0.0], [0.0])]
+    assert known_mask(pre, 0.5) == [True, False, True, False]
+    assert known_mask(pre, 0.6) == [False, False, False, False]
+
+
+def test_scale_metrics_add_the_known_subset_columns():
+    pre = [_scores([1.0], [1.0]), _scores([0.0], [0.0]), _scores([0.5], [1.0])]
+    post = [_scores([0.5], [0.0], spe=(1.0,)), _scores([1.0], [1.0], spe=(0.0,)), _scores([0.5], [1.0], spe=(0.5,))]
+    known = known_mask(pre)
+    metrics = scale_metrics(post, pre, known)
+    assert metrics["eff"] == pytest.approx(100 * 2 / 3)
+    assert metrics["eff_first"] == pytest.approx(100 * 2 / 3)
+    assert metrics["known_count"] == 2
+    assert metrics["eff_known"] == pytest.approx(50.0)  # cases 0 and 2
+    assert metrics["eff_first_known"] == pytest.approx(50.0)
+    assert metrics["spe_known"] == pytest.approx(75.0)
+    none = scale_metrics(post, pre, [False] * 3)
+    assert none["known_count"] == 0 and "eff_known" not in none
+    with pytest.raises(ValueError, match="one entry per case"):
+        scale_metrics(post, pre, [True])
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory) -> Dict[str, Path]:
+    root = tmp_path_factory.mktemp("scale")
+    corpus = write_corpus(root / "corpus.jsonl")
+    (root / "ppl.txt").write_text(PPL_TEXT, encoding="utf-8")
+    path = root / "hparams" / "ZeroUnlearn-GD" / "tiny.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(tiny_hparams_dict(root / "stats", corpus, alg_name="ZeroUnlearn-GD", fluency_max_increase=None)),
+                    encoding="utf-8")
+    lifelong = path.with_name("tiny-lifelong.yaml")
+    lifelong.write_text(yaml.safe_dump(tiny_hparams_dict(root / "stats", corpus, alg_name="ZeroUnlearn-GD", fluency_max_increase=None,
+                                                         forgotten_protection_weight=1.0)), encoding="utf-8")
+    return {"data": write_tiny_counterfact(root / "cf.json"), "ppl": root / "ppl.txt", "hparams": path, "lifelong": lifelong}
+
+
+def _config(ws, out, ns, yaml_key="hparams", **kw) -> ScaleConfig:
+    return ScaleConfig(hparams=[str(ws[yaml_key])], data=str(ws["data"]), seeds=[1], out=str(out), ns=list(ns),
+                       ppl_tokens=30, ppl_text=str(ws["ppl"]), **kw)
+
+
+def test_batch_rows_share_cached_targets_restore_the_model_and_resume(ws, tok, tmp_path):
+    model = tiny_llama(tok)
+    fingerprint = ModelFingerprint.of(model)
+    summary = run_scale_batch(_config(ws, tmp_path, [2, 4], target_chunk=2), model=model, tok=tok)
+    assert fingerprint.differences(model) == []
+    assert [row["n"] for row in summary["rows"]] == [2, 4]
+    files = sorted((tmp_path / "targets").glob("*.safetensors"))
+    assert len(files) == 2  # 4 facts in chunks of 2, optimised once for both rows
+
+    tag = "ZeroUnlearn-GD_tiny"
+    small, large = (json.loads(batch_row_path(tmp_path, 1, tag, n).read_text()) for n in (2, 4))
+    assert large["case_ids"][:2] == small["case_ids"]  # nested rows
+    assert small["base"]["ppl"] == large["base"]["ppl"] and small["metrics"]["ppl"] is not None
+    assert set(small["stages_seconds"]) >= {"targets", "keys", "solve"}
+    assert small["edit_cost"]["rss_peak_above_start_mb"] >= 0.0
+    for key in ("eff", "eff_first", "gen", "spe", "known_count"):
+        assert key in large["metrics"]
+    assert "| unedited | 4 |" in summary["table_markdown"]
+
+    # the cached targets of the first chunk are the ones an edit of those two requests optimises
+    hp = ZeroUnlearnGDHyperParams.from_hparams(str(ws["hparams"]))
+    requests = [dict(c.request) for c in sample_cases(load_cases(str(ws["data"])), 4, 1)]
+    cached, _, fresh = TargetCache(tmp_path / "targets", fingerprint).get(model, tok, hp, requests[:2], 2)
+    assert fresh == []  # loaded, not optimised
+    direct = neutral_targets(model, tok, requests[:2], hp)
+    assert torch.allclose(cached.z, direct.z, atol=1e-5)
+
+    # a rerun with the same rows does nothing; a new n adds only its row
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("seed_1/*.json")}
+    run_scale_batch(_config(ws, tmp_path, [2, 4, 6], target_chunk=2), model=model, tok=tok)
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert batch_row_path(tmp_path, 1, tag, 6).exists()
+    assert len(list((tmp_path / "targets").glob("*.safetensors"))) == 3
+    assert fingerprint.differences(model) == []
+
+
+def test_stream_scores_round_one_every_round_and_resumes_to_the_same_state(ws, tok, tmp_path):
+    model = tiny_llama(tok)
+    fingerprint = ModelFingerprint.of(model)
+    whole = tmp_path / "whole"
+    summary = run_scale_stream(_config(ws, whole, [2], rounds=3, eval_every=2), model=model, tok=tok)
+    assert fingerprint.differences(model) == []
+    folder = stream_dir(whole, 1, "ZeroUnlearn-GD_tiny")
+    rounds = [json.loads((folder / f"round_{k}.json").read_text()) for k in (1, 2, 3)]
+    assert [r["forgotten"] for r in rounds] == [2, 4, 6]
+    assert all("round1" in r and "this_round" in r for r in rounds)
+    assert ["all" in r for r in rounds] == [False, True, True]  # every 2 rounds and after the last
+    assert rounds[0]["round1"] == rounds[0]["this_round"]
+    # the unedited scores of later rounds' facts come from the original weights, swapped in mid-stream
+    cases = sample_cases(load_cases(str(ws["data"])), 6, 1)
+    unedited = score_cases(model, tok, cases[:4])
+    assert rounds[1]["all_base"]["eff_prob"] == pytest.approx(scale_metrics(unedited, unedited, known_mask(unedited))["eff_prob"])
+    assert rounds[1]["all_base"]["eff_prob"] != pytest.approx(rounds[1]["all"]["eff_prob"], rel=1e-3)
+    assert sorted(p.name for p in folder.glob("weights_round_*")) == ["weights_round_3.safetensors"]
+    stream = summary["streams"]["ZeroUnlearn-GD_tiny"]
+    assert stream["rounds_done"] == 3 and len(stream["rows"]) == 3
+    assert (whole / "scale_stream.md").exists()
+
+    # killed after round 2: the round-3 record never written, the round-2 weights still there
+    cut = tmp_path / "cut"
+    run_scale_stream(_config(ws, cut, [2], rounds=2, eval_every=2), model=model, tok=tok)
+    cut_folder = stream_dir(cut, 1, "ZeroUnlearn-GD_tiny")
+    stamp = (cut_folder / "round_1.json").stat().st_mtime_ns
+    run_scale_stream(_config(ws, cut, [2], rounds=3, eval_every=2), model=model, tok=tok)
+    assert (cut_folder / "round_1.json").stat().st_mtime_ns == stamp  # not redone
+    from safetensors.torch import load_file
+
+    a, b = load_file(str(folder / "weights_round_3.safetensors")), load_file(str(cut_folder / "weights_round_3.safetensors"))
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert json.loads((cut_folder / "round_3.json").read_text())["all"]["eff"] == pytest.approx(rounds[2]["all"]["eff"])
+    assert fingerprint.differences(model) == []
+
+
+def test_bad_settings_are_named(ws, tmp_path):
+    with pytest.raises(BenchConfigError, match="nowhere.yaml not found"):
+        run_scale_batch(ScaleConfig(hparams=["nowhere.yaml"], data=str(ws["data"]), seeds=[1], out=str(tmp_path), ns=[2]))
+    with pytest.raises(BenchConfigError, match="one --n"):
+        run_scale_stream(_config(ws, tmp_path, [2, 4], rounds=2))
+    with pytest.raises(BenchConfigError, match="has 8"):
+        run_scale_batch(_config(ws, tmp_path, [20]), model=object(), tok=None)
+
+
+def test_lifelong_stream_carries_and_resumes_the_forgotten_state(ws, tok, tmp_path):
+    from safetensors.torch import load_file
+
+    from zerounlearn_editor.engine.forgotten_state import load_state, model_state
+
+    model = tiny_llama(tok)
+    fingerprint = ModelFingerprint.of(model)
+    tag = "ZeroUnlearn-GD_tiny-lifelong"
+    run_scale_stream(_config(ws, tmp_path / "whole", [2], "lifelong", rounds=3, eval_every=3), model=model, tok=tok)
+    folder = stream_dir(tmp_path / "whole", 1, tag)
+    assert [json.loads((folder / f"round_{k}.json").read_text())["forgotten_count"] for k in (1, 2, 3)] == [2, 4, 6]
+    assert sorted(p.name for p in folder.glob("forgotten_round_*")) == ["forgotten_round_3.safetensors"]
+    assert load_state(folder / "forgotten_round_3.safetensors").count == 6
+    assert model_state(model) is None and fingerprint.differences(model) == []
+
+    cut = tmp_path / "cut"
+    run_scale_stream(_config(ws, cut, [2], "lifelong", rounds=2, eval_every=3), model=model, tok=tok)
+    run_scale_stream(_config(ws, cut, [2], "lifelong", rounds=3, eval_every=3), model=model, tok=tok)
+    cut_folder = stream_dir(cut, 1, tag)
+    assert json.loads((cut_folder / "round_3.json").read_text())["forgotten_count"] == 6  # the state was loaded
+    a, b = load_file(str(folder / "weights_round_3.safetensors")), load_file(str(cut_folder / "weights_round_3.safetensors"))
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert fingerprint.differences(model) == []
+
+
+def test_known_only_draws_known_cases_and_caches_the_selection(ws, tok, tmp_path, monkeypatch):
+    from zerounlearn_editor.bench import scale
+
+    model = tiny_llama(tok)
+    calls = []
+
+    def fake_select(model, tok, cases, n, min_accuracy=1.0, batch_size=64):
+        calls.append((len(cases), n, min_accuracy))
+        return [c for c in cases if c.request["subject"] != "france"][:n]
+
+    monkeypatch.setattr(scale, "select_known_cases", fake_select)
+    config = _config(ws, tmp_path, [2], rounds=2, eval_every=2, known_only=True, known_min_accuracy=0.4)
+    run_scale_stream(config, model=model, tok=tok)
+    meta = json.loads((stream_dir(tmp_path, 1, "ZeroUnlearn-GD_tiny") / "stream.json").read_text())
+    stored = json.loads((tmp_path / "known_seed_1.json").read_text())
+    assert calls == [(8, 4, 0.4)] and meta["case_ids"] == stored["case_ids"]
+    shuffled = [c.case_id for c in sample_cases(load_cases(str(ws["data"])), 8, 1) if c.request["subject"] != "france"]
+    assert meta["case_ids"] == shuffled[:4]
+    run_scale_stream(dataclasses.replace(config, rounds=1), model=model, tok=tok)  # fewer facts: the cache answers
+    assert len(calls) == 1
+    with pytest.raises(BenchConfigError, match="has 8"):
+        run_scale_stream(dataclasses.replace(config, rounds=5), model=model, tok=tok)
