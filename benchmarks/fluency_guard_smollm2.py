@@ -19,8 +19,8 @@ from zerounlearn_editor import (
     restore_weights,
 )
 from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, fact_requests
-from zerounlearn_editor.support.model_zoo import default_cache_dir, load_model_and_tokenizer
 from zerounlearn_editor.engine.pipeline import EditReport
+from zerounlearn_editor.support.model_zoo import default_cache_dir, load_model_and_tokenizer
 from zerounlearn_editor.support.resources import hparams_path
 
 
@@ -30,7 +30,9 @@ def main() -> None:
     methods = (("ZeroUnlearn", ZeroUnlearnHyperParams, apply_zerounlearn_to_model),
                ("ZeroUnlearn-GD", ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model))
     for name, cls, apply in methods:
-        hp = cls.from_hparams(hparams_path(name, "SmolLM2-135M-Instruct")).replace(stats_dir=str(default_cache_dir() / "stats"))
+        hp = cls.from_hparams(hparams_path(name, "SmolLM2-135M-Instruct")).replace(
+            stats_dir=str(default_cache_dir() / "stats")
+        )
         report = EditReport()
         start = time.perf_counter()
         model, weights = apply(model, tok, fact_requests(CAPITALS_TO_FORGET), hp, return_orig_weights=True,

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import List, Optional
 
-from zerounlearn_editor.bench.methods import MethodSpec, zerounlearn_spec
+from zerounlearn_editor.bench.method_specs import MethodSpec, edit_method_spec
 from zerounlearn_editor.engine.hparams import load_config_file
 from zerounlearn_editor.evaluation import selection
 
@@ -36,7 +36,7 @@ def variant_spec(name: str, path: str, method: Optional[str] = None) -> MethodSp
     """The bench's ``method`` (default: the YAML's ``alg_name``; ``ZeroUnlearn-GD+R`` for a retain-aware row fed
     the seed's retain set) reading ``path``, as row ``name``."""
     method = method or load_config_file(path)["alg_name"]
-    inner = zerounlearn_spec(method)
+    inner = edit_method_spec(method)
 
     def with_path(lookup):
         return dataclasses.replace(lookup, overrides={**lookup.overrides, method: path})

@@ -4,7 +4,8 @@ Unlearns by default (neutral target_new; ``--target-new keep`` edits as EasyEdit
 see :mod:`zerounlearn_editor.integrations.easyedit_eval`. Example::
 
     EASYEDIT_PATH=/path/to/EasyEdit python benchmarks/run_easyedit_eval.py --editing_method ZeroUnlearn \
-        --hparams_dir hparams/ZeroUnlearn/Llama-3.2-3B-Instruct.yaml --data_dir KnowEdit/benchmark/wiki_counterfact/test_cf.json \
+        --hparams_dir hparams/ZeroUnlearn/Llama-3.2-3B-Instruct.yaml --data_dir
+        KnowEdit/benchmark/wiki_counterfact/test_cf.json \
         --datatype counterfact --ds_size 50 --metrics_save_dir ./output
 """
 import logging

@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 from zerounlearn_editor import EditReport, ZeroUnlearnHyperParams, apply_zerounlearn_to_model, restore_weights
+from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
 from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.engine.pipeline import batched_statistics
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
-from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
-from zerounlearn_editor.engine.pipeline import batched_statistics
-from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.support.resources import hparams_path
 
 
@@ -81,7 +81,10 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for r in rows:
         name = "base" if r["layers"] is None else f"{r['layers'][0]}-{r['layers'][-1]}"
-        print(f"| {name} | {r['forget_acc']:.2f} | {r['unrelated_acc']:.2f} | {r['other_capitals_acc']:.2f} | {r['ppl']:.2f} |")
+        print(
+            f"| {name} | {r['forget_acc']:.2f} | {r['unrelated_acc']:.2f} | {r['other_capitals_acc']:.2f} | "
+            f"{r['ppl']:.2f} |"
+        )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"stats_seconds": stats_seconds, "rows": rows}, indent=2))
 

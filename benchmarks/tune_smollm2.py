@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 
 from zerounlearn_editor import ZeroUnlearnHyperParams, apply_zerounlearn_to_model, restore_weights
+from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
 from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
-from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
-from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets
-from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.support.resources import hparams_path
 
 

@@ -30,11 +30,10 @@ from zerounlearn_editor import (
     restore_weights,
 )
 from zerounlearn_editor.data import load_cases
-from zerounlearn_editor.evaluation import evaluate_probes, select_known_cases
-from zerounlearn_editor.evaluation import perplexity
-from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
-from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets, target_settings
 from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets, target_settings
+from zerounlearn_editor.evaluation import evaluate_probes, perplexity, select_known_cases
+from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.support.resources import hparams_path
 
 LOG = logging.getLogger("unlearn_counterfact")
@@ -56,8 +55,12 @@ def scores(model, tok, cases, ppl_tokens: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200)
-    parser.add_argument("--data", default="counterfact-easyedit", help="counterfact (1129 records) or counterfact-easyedit (1919)")
-    parser.add_argument("--min-accuracy", type=float, default=0.5, help="base token accuracy a record needs to be chosen")
+    parser.add_argument(
+        "--data", default="counterfact-easyedit", help="counterfact (1129 records) or counterfact-easyedit (1919)"
+    )
+    parser.add_argument(
+        "--min-accuracy", type=float, default=0.5, help="base token accuracy a record needs to be chosen"
+    )
     parser.add_argument("--candidates", type=int, default=None)
     parser.add_argument("--ppl-tokens", type=int, default=20000)
     parser.add_argument("--methods", default="ZeroUnlearn,ZeroUnlearn-GD,ZeroUnlearn-GD(gd)")
@@ -70,7 +73,9 @@ def main() -> None:
     gd = ZeroUnlearnGDHyperParams.from_hparams(hparams_path("ZeroUnlearn-GD", args.model))
     model, tok = load_model_and_tokenizer(zu.model_name)
     if target_settings(model, gd) != target_settings(model, zu):
-        raise SystemExit("the ZeroUnlearn and ZeroUnlearn-GD YAMLs differ in their target settings; targets cannot be shared")
+        raise SystemExit(
+            "the ZeroUnlearn and ZeroUnlearn-GD YAMLs differ in their target settings; targets cannot be shared"
+        )
     timings = {}
     t0 = time.perf_counter()
     cases = select_known_cases(model, tok, load_cases(args.data)[: args.candidates], args.n, args.min_accuracy)
@@ -105,10 +110,14 @@ def main() -> None:
         restore_weights(model, weights)
         LOG.info("%s: %s", name, rows[name])
 
-    lines = [f"{args.data}: {args.n} facts SmolLM2 knows (base accuracy >= {args.min_accuracy}), one batch; PPL on the first "
-             f"{args.ppl_tokens} WikiText-2 tokens", "",
-             "| method | Eff ↓ | Gen ↓ | Spe ↑ | Eff 1st ↓ | Gen 1st ↓ | PPL ↓ | edit s (targets shared) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"{args.data}: {args.n} facts SmolLM2 knows (base accuracy >= {args.min_accuracy}), one batch; PPL on the "
+        "first "
+        f"{args.ppl_tokens} WikiText-2 tokens",
+        "",
+        "| method | Eff ↓ | Gen ↓ | Spe ↑ | Eff 1st ↓ | Gen 1st ↓ | PPL ↓ | edit s (targets shared) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in rows.items():
         lines.append(f"| {name} | {r['efficacy']:.1f} | {r['generalization']:.1f} | {r['specificity']:.1f} | "
                      f"{r['efficacy_first_token']:.1f} | {r['generalization_first_token']:.1f} | "

@@ -11,6 +11,7 @@ statistics (``C0``) text :data:`C0_TEXT` (:func:`write_c0_corpus`).
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
 import torch
@@ -69,9 +70,17 @@ def _ids(tok) -> Dict[str, int]:
 
 def _llama_like(config_cls, model_cls, **extra) -> Callable:
     def build(tok, layers: int, d_ff: int):
-        config = config_cls(hidden_size=_D, intermediate_size=d_ff, num_hidden_layers=layers, num_attention_heads=_HEADS,
-                            num_key_value_heads=_KV, max_position_embeddings=256, tie_word_embeddings=False,
-                            **_ids(tok), **extra)
+        config = config_cls(
+            hidden_size=_D,
+            intermediate_size=d_ff,
+            num_hidden_layers=layers,
+            num_attention_heads=_HEADS,
+            num_key_value_heads=_KV,
+            max_position_embeddings=256,
+            tie_word_embeddings=False,
+            **_ids(tok),
+            **extra,
+        )
         return model_cls(config)
     return build
 
@@ -88,9 +97,19 @@ def _neox(tok, layers: int, d_ff: int):
 
 
 def _opt(tok, layers: int, d_ff: int):
-    return T.OPTForCausalLM(T.OPTConfig(hidden_size=_D, ffn_dim=d_ff, num_hidden_layers=layers, num_attention_heads=_HEADS,
-                                        max_position_embeddings=256, word_embed_proj_dim=_D, dropout=0.0,
-                                        attention_dropout=0.0, **_ids(tok)))
+    return T.OPTForCausalLM(
+        T.OPTConfig(
+            hidden_size=_D,
+            ffn_dim=d_ff,
+            num_hidden_layers=layers,
+            num_attention_heads=_HEADS,
+            max_position_embeddings=256,
+            word_embed_proj_dim=_D,
+            dropout=0.0,
+            attention_dropout=0.0,
+            **_ids(tok),
+        )
+    )
 
 
 def _falcon(tok, layers: int, d_ff: int):
@@ -206,7 +225,9 @@ def _train(arch: str, layers: int, steps: int) -> Tuple[Dict[str, torch.Tensor],
                 break
             model.train()
     model.eval()
-    return {k: (v.float() if v.is_floating_point() else v).detach().clone() for k, v in model.state_dict().items()}, done
+    return {
+        k: (v.float() if v.is_floating_point() else v).detach().clone() for k, v in model.state_dict().items()
+    }, done
 
 
 def trained_model(arch: str, layers: int = 4, steps: int = 400):

@@ -63,8 +63,8 @@ PPL_TOKENS = 20000
 @pytest.fixture(scope="session")
 def smollm2_base_ppl(smollm2) -> float:
     """WikiText-2 perplexity of the unedited SmolLM2 over the first ``PPL_TOKENS`` tokens."""
-    from zerounlearn_editor.evaluation import perplexity
     from zerounlearn_editor.data.builtin import default_ppl_text
+    from zerounlearn_editor.evaluation import perplexity
 
     model, tok = smollm2
     return perplexity(model, tok, default_ppl_text(), max_tokens=PPL_TOKENS)

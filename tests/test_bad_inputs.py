@@ -30,11 +30,9 @@ from tiny_models import (
     tiny_tokenizer,
     write_corpus,
 )
-from zerounlearn_editor.engine import stats as stats_module
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
+from zerounlearn_editor.engine import stats as stats_module
 from zerounlearn_editor.engine.hparams import HParamsError
-from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
-from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.engine.stats import (
     SecondMoment,
     StatsCacheError,
@@ -45,6 +43,8 @@ from zerounlearn_editor.engine.stats import (
     save_second_moment,
     stats_path,
 )
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 
 MODULE = "model.layers.{}.mlp.down_proj"
 
@@ -398,7 +398,8 @@ def test_every_shipped_yaml_loads_without_duplicates():
         classes[path.parent.name].from_hparams(path)
 
 
-# --------------------------------------------------------------------------- edits that must fail before touching anything
+# --------------------------------------------------------------------------- edits that must fail before touching
+# anything
 
 
 def _edit_must_fail(model, tok, requests, hp, error, match, stats_dir: Path):
@@ -413,7 +414,9 @@ def _edit_must_fail(model, tok, requests, hp, error, match, stats_dir: Path):
 
 
 def _hp(tmp_path, corpus, **changes):
-    return ZeroUnlearnHyperParams.from_dict(tiny_hparams_dict(tmp_path / "stats", corpus, **changes), source="tiny.yaml")
+    return ZeroUnlearnHyperParams.from_dict(
+        tiny_hparams_dict(tmp_path / "stats", corpus, **changes), source="tiny.yaml"
+    )
 
 
 def test_loss_layer_beyond_the_model_fails_before_statistics(tok, tmp_path, corpus):
@@ -423,13 +426,19 @@ def test_loss_layer_beyond_the_model_fails_before_statistics(tok, tmp_path, corp
                     r"'v_loss_layer' is 99, but the model has 4 layers", tmp_path / "stats")
 
 
-@pytest.mark.parametrize("template,match", [
-    ("model.layers.{}.mlp", r"rewrite_module_tmp.*'model.layers.1.mlp' \(LlamaMLP\) has no 2-D weight"),
-    ("model.layers.{}.mlp.up_proj", r"rewrite_module_tmp.*'model.layers.1.mlp.up_proj' maps to 64 features, but the hidden size is 32"),
-])
+@pytest.mark.parametrize(
+    "template,match",
+    [
+        ("model.layers.{}.mlp", r"rewrite_module_tmp.*'model.layers.1.mlp' \(LlamaMLP\) has no 2-D weight"),
+        (
+            "model.layers.{}.mlp.up_proj",
+            r"rewrite_module_tmp.*'model.layers.1.mlp.up_proj' maps to 64 features, but the hidden size is 32",
+        ),
+    ],
+)
 def test_rewrite_module_that_cannot_be_edited(template, match, tok, tmp_path, corpus):
     """Issue 14.7: AttributeError / tensor-size RuntimeError deep inside, before."""
-    from zerounlearn_editor.engine.model_access import ModuleNotFoundInModel
+    from zerounlearn_editor.support.model_access import ModuleNotFoundInModel
 
     hp = _hp(tmp_path, corpus, rewrite_module_tmp=template)
     _edit_must_fail(tiny_llama(tok), tok, forget_requests(), hp, ModuleNotFoundInModel, match, tmp_path / "stats")
@@ -454,17 +463,38 @@ def test_gpt2_prompt_longer_than_its_positions(tok, tmp_path, corpus):
 BAD_REQUESTS = [
     ([], None, r"no requests given: the request list is empty"),
     ([{"subject": "france", "ground_truth": "paris"}], None, r"request 0: missing field 'prompt'"),
-    ([{"prompt": "the capital of france is", "subject": "", "ground_truth": "paris"}], None, r"request 0: field 'subject' is empty"),
+    (
+        [{"prompt": "the capital of france is", "subject": "", "ground_truth": "paris"}],
+        None,
+        r"request 0: field 'subject' is empty",
+    ),
     (["the capital of france is"], None, r"request 0: expected a dict, got str"),
-    ([{"prompt": "the capital of france is", "subject": "france", "ground_truth": ""}], None,
-     r"request 0: field 'ground_truth' is empty"),
-    ([{"prompt": "the capital of france is", "subject": "france", "ground_truth": 3}], None,
-     r"request 0: field 'ground_truth' must be a string, got int"),
-    ([{"prompt": "the capital of france is", "subject": "france"}, {"prompt": "the capital of spain is",
-      "subject": "italy", "ground_truth": "rome"}], None, r"request 1: subject 'italy' does not occur in prompt"),
-    ([{"prompt": "the capital of france is", "subject": "france", "target_new": "rome"},
-      {"prompt": "the capital of france is", "subject": "france", "target_new": "berlin"}], None,
-     r"request 1: same prompt and subject as request 0 but another target_new"),
+    (
+        [{"prompt": "the capital of france is", "subject": "france", "ground_truth": ""}],
+        None,
+        r"request 0: field 'ground_truth' is empty",
+    ),
+    (
+        [{"prompt": "the capital of france is", "subject": "france", "ground_truth": 3}],
+        None,
+        r"request 0: field 'ground_truth' must be a string, got int",
+    ),
+    (
+        [
+            {"prompt": "the capital of france is", "subject": "france"},
+            {"prompt": "the capital of spain is", "subject": "italy", "ground_truth": "rome"},
+        ],
+        None,
+        r"request 1: subject 'italy' does not occur in prompt",
+    ),
+    (
+        [
+            {"prompt": "the capital of france is", "subject": "france", "target_new": "rome"},
+            {"prompt": "the capital of france is", "subject": "france", "target_new": "berlin"},
+        ],
+        None,
+        r"request 1: same prompt and subject as request 0 but another target_new",
+    ),
 ]
 
 
@@ -528,7 +558,9 @@ def test_zerounlearn_warns_with_the_numbers_above_ten_percent(tok, tmp_path, cor
 
     model = tiny_llama(tok)
     with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.methods.zerounlearn.method"):
-        apply_zerounlearn_to_model(model, tok, _many_requests(6), _hp(tmp_path, corpus, v_num_grad_steps=1), progress=False)
+        apply_zerounlearn_to_model(
+            model, tok, _many_requests(6), _hp(tmp_path, corpus, v_num_grad_steps=1), progress=False
+        )
     assert "rank(M_f) = 6 of the layer's d_out = 32" in caplog.text and "19%" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.methods.zerounlearn.method"):
@@ -583,7 +615,10 @@ def test_corpus_name_offline_fails_at_once(name, monkeypatch, tmp_path):
     monkeypatch.setattr(corpus_module, "_read_hub", lambda *a: pytest.fail("went to the hub"))
     start = time.perf_counter()
     for check in (corpus_module.load_corpus, corpus_module.check_corpus_source):
-        with pytest.raises(corpus_module.CorpusError, match=rf"corpus '{name}': no such file or folder .*hub:{name}.*ZEROUNLEARN_ONLINE=1"):
+        with pytest.raises(
+            corpus_module.CorpusError,
+            match=rf"corpus '{name}': no such file or folder .*hub:{name}.*ZEROUNLEARN_ONLINE=1",
+        ):
             check(name)
     assert time.perf_counter() - start < 1.0
     asked = []
@@ -657,8 +692,8 @@ def test_cli_rejects_bad_numbers_before_any_work(argv, match, capsys):
 
 def test_cli_stats_missing_corpus_fails_before_loading_the_model(tmp_path, corpus, monkeypatch, caplog):
     """Issue 14.10: bad files are found before the model is loaded."""
-    from zerounlearn_editor.support import model_zoo
     from zerounlearn_editor.cli import main as cli_main
+    from zerounlearn_editor.support import model_zoo
 
     monkeypatch.setattr(model_zoo, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("model loaded"))
     path = _write_hparams_yaml(tmp_path, corpus)
@@ -700,7 +735,9 @@ def test_bench_speed_bad_data_and_single_method(tmp_path, corpus, monkeypatch):
     config = speed_bench.SpeedConfig(hparams=str(yaml_path), ns=[2], methods=["ZeroUnlearn"], pipelines=["ours"],
                                      data=str(tmp_path / "nosuch.json"), device="cpu", out=str(tmp_path / "o.json"),
                                      progress=False)
-    with pytest.raises(ValueError, match="nosuch.json.* neither a dataset name .*nor an existing path"):  # not a missing GD file
+    with pytest.raises(
+        ValueError, match="nosuch.json.* neither a dataset name .*nor an existing path"
+    ):  # not a missing GD file
         speed_bench.run_speed(config)
     assert loads == []
 
@@ -711,8 +748,11 @@ def test_bench_records_the_n_it_edited(tok, tmp_path, corpus, caplog):
     from zerounlearn_editor.bench import BenchConfig, run_bench
 
     data = tmp_path / "two.json"
-    data.write_text(json.dumps([tiny_counterfact_record(i, s, a) for i, (s, a) in enumerate([("france", "paris"),
-                                                                                                ("germany", "berlin")])]))
+    data.write_text(
+        json.dumps(
+            [tiny_counterfact_record(i, s, a) for i, (s, a) in enumerate([("france", "paris"), ("germany", "berlin")])]
+        )
+    )
     main = tmp_path / "hparams" / "ZeroUnlearn" / "tiny.yaml"
     main.parent.mkdir(parents=True)
     main.write_text(yaml.safe_dump(tiny_hparams_dict(tmp_path / "stats", corpus, v_num_grad_steps=2)), encoding="utf-8")
@@ -782,7 +822,9 @@ def test_save_model_over_an_earlier_adapter_leaves_no_adapter_files(saved_tiny):
 
     root, model_dir, hparams = saved_tiny
     out = root / "out-switch"
-    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "adapter") == 0
+    assert (
+        _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "adapter") == 0
+    )
     assert (out / "adapter_config.json").is_file()
     assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "model") == 0
     names = sorted(p.name for p in out.iterdir())
@@ -790,7 +832,9 @@ def test_save_model_over_an_earlier_adapter_leaves_no_adapter_files(saved_tiny):
     assert "model.safetensors" in names and "unlearn_report.json" in names
     edited = AutoModelForCausalLM.from_pretrained(out)
     assert not hasattr(edited, "peft_config")  # a plain model: the edit once
-    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "adapter") == 0
+    assert (
+        _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "adapter") == 0
+    )
     names = sorted(p.name for p in out.iterdir())
     assert "model.safetensors" not in names and "config.json" not in names and "adapter_config.json" in names
     assert not [p for p in out.parent.iterdir() if ".zerounlearn-tmp-" in p.name]
@@ -848,18 +892,22 @@ def test_out_that_is_a_file_or_unwritable_fails_before_loading(saved_tiny, tmp_p
     assert f"--out {tmp_path / 'new'}: cannot write in {tmp_path}" in caplog.text and "Read-only" in caplog.text
 
 
-def test_killed_run_temporaries_are_removed_and_a_failed_save_leaves_the_folder_as_it_was(saved_tiny, monkeypatch, caplog):
+def test_killed_run_temporaries_are_removed_and_a_failed_save_leaves_the_folder_as_it_was(
+    saved_tiny, monkeypatch, caplog
+):
     """Issue 29.4: kill -9 left a half-written folder and a hidden temp file; a full disk a config without weights."""
     import errno
     import subprocess
     import sys
 
-    from zerounlearn_editor.support import output_dir
     from zerounlearn_editor.integrations import unlearn
+    from zerounlearn_editor.support import output_dir
 
     root, _, hparams = saved_tiny
     out = root / "out-kill"
-    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "adapter") == 0
+    assert (
+        _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "adapter") == 0
+    )
     before = _files(out)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -871,7 +919,9 @@ def test_killed_run_temporaries_are_removed_and_a_failed_save_leaves_the_folder_
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(unlearn, "export_lora_adapter", disk_full)
-    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "adapter") == 2
+    assert (
+        _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "adapter") == 2
+    )
     assert f"cannot write the output folder {out}" in caplog.text and "No space left" in caplog.text
     assert _files(out) == before  # the earlier run's folder, whole
     assert not stale.exists()  # the killed run's temporary is gone
@@ -949,17 +999,31 @@ def test_no_progress_hides_the_scoring_bars(saved_tiny, monkeypatch):
     assert seen and not any(seen)
 
 
-@pytest.mark.parametrize("content,match", [
-    ('[{"prompt": "the capital of france is", "subject": "france", "target_new": ["rome", "berlin"]}]',
-     r"facts.json: record 0: field 'target_new' must be a string .* got list"),
-    ('[{"prompt": "the capital of france is", "subject": "france", "target_new": {"str": "rome"}}]',
-     r"facts.json: record 0: field 'target_new' must be a string .* got dict"),
-    ('[{"prompt": "the capital of france is", "subject": "france", "target_new": 5}]',
-     r"facts.json: record 0: field 'target_new' must be a string .* got int 5"),
-    ('[{"prompt": "the capital of france is", "subject": "france", "subject": "paris"}]',
-     r"facts.json: cannot parse facts to forget: duplicate key\(s\) \['subject'\]"),
-    ('[{"prompt": "the capital of france is", "subject": {"str": "france"}}]', r"record 0: field 'subject': must be a non-empty string"),
-])
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        (
+            '[{"prompt": "the capital of france is", "subject": "france", "target_new": ["rome", "berlin"]}]',
+            r"facts.json: record 0: field 'target_new' must be a string .* got list",
+        ),
+        (
+            '[{"prompt": "the capital of france is", "subject": "france", "target_new": {"str": "rome"}}]',
+            r"facts.json: record 0: field 'target_new' must be a string .* got dict",
+        ),
+        (
+            '[{"prompt": "the capital of france is", "subject": "france", "target_new": 5}]',
+            r"facts.json: record 0: field 'target_new' must be a string .* got int 5",
+        ),
+        (
+            '[{"prompt": "the capital of france is", "subject": "france", "subject": "paris"}]',
+            r"facts.json: cannot parse facts to forget: duplicate key\(s\) \['subject'\]",
+        ),
+        (
+            '[{"prompt": "the capital of france is", "subject": {"str": "france"}}]',
+            r"record 0: field 'subject': must be a non-empty string",
+        ),
+    ],
+)
 def test_facts_file_values_that_would_be_read_in_part(content, match, tmp_path):
     """Issue 29.6: a list / {"str"} target was cut to its first value, a repeated key was last-wins, 5 failed late."""
     from zerounlearn_editor.data.record_files import RecordFileError
@@ -1019,7 +1083,9 @@ CHANGED_AFTER_LOADING = [
 ]
 
 
-@pytest.mark.parametrize("key,value,match", CHANGED_AFTER_LOADING, ids=[f"{k}={v!r}" for k, v, _ in CHANGED_AFTER_LOADING])
+@pytest.mark.parametrize(
+    "key,value,match", CHANGED_AFTER_LOADING, ids=[f"{k}={v!r}" for k, v, _ in CHANGED_AFTER_LOADING]
+)
 def test_hparams_changed_after_loading_are_checked_at_edit_time(key, value, match, tok, tmp_path, corpus):
     """Issue 29.8: IndexError / TypeError / KeyError deep inside, or a silently wrong edit; the loader's checks now."""
     hp = _hp(tmp_path, corpus)
@@ -1054,7 +1120,9 @@ def test_retain_set_holding_a_forgotten_prompt_is_refused(tok, tmp_path, corpus)
     from zerounlearn_editor.engine.requests import RequestError
 
     hp = ZeroUnlearnGDHyperParams.from_dict(
-        tiny_hparams_dict(tmp_path / "stats", corpus, alg_name="ZeroUnlearn-GD", retain_nullspace_weight=1.0), source="tiny.yaml")
+        tiny_hparams_dict(tmp_path / "stats", corpus, alg_name="ZeroUnlearn-GD", retain_nullspace_weight=1.0),
+        source="tiny.yaml",
+    )
     retain = [{"prompt": "the capital of italy is", "subject": "italy"},
               {"prompt": "the capital of  germany is", "subject": "germany"}]
     from zerounlearn_editor import apply_zerounlearn_gd_to_model as apply_zerounlearn_to_model
@@ -1079,7 +1147,7 @@ def test_model_on_the_meta_device_is_refused(tok, tmp_path, corpus):
 
 def test_bench_lookup_from_a_variant_yaml_finds_the_plain_baseline_files():
     """Issue 29.11: --hparams ...-retain.yaml looked for hparams/GA/SmolLM2-135M-Instruct-retain.yaml."""
-    from zerounlearn_editor.bench.methods import HParamsLookup
+    from zerounlearn_editor.bench.method_specs import HParamsLookup
     from zerounlearn_editor.support.resources import hparams_path
 
     main = hparams_path("ZeroUnlearn-GD", "SmolLM2-135M-Instruct-retain")
@@ -1135,7 +1203,10 @@ def test_kill_9_during_save_leaves_no_half_folder_and_the_next_run_cleans_up(sav
     )
     argv = ["unlearn", "--facts", str(root / "facts.json"), "--ppl-tokens", "0", "--no-progress",
             "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+    )
     proc = subprocess.run([sys.executable, "-c", script, *argv], env=env, capture_output=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
     assert not out.exists()  # no half-written folder
@@ -1167,10 +1238,12 @@ def test_gpt2_prompt_that_fits_only_without_the_fewshot_prefixes(tok, tmp_path, 
 
 A_FACT = {"prompt": "The letter after z is a", "subject": "a", "ground_truth": "b"}
 """Subject ``"a"`` occurs in every built-in few-shot fact's text: a deep YAML has no few-shot fact left."""
-FEWSHOT_ERROR = (r"experimental\.fewshot_contexts: only [0-2] of the \d+ built-in few-shot facts name no forgotten subject "
-                 r"or answer, 3 are needed; request 2 \(subject 'a', answer 'b'\) rules out \d+\. "
-                 r"Give those facts their full subject and answer, edit them in another call, or use a YAML without "
-                 r"experimental\.fewshot_contexts")
+FEWSHOT_ERROR = (
+    r"experimental\.fewshot_contexts: only [0-2] of the \d+ built-in few-shot facts name no forgotten subject "
+    r"or answer, 3 are needed; request 2 \(subject 'a', answer 'b'\) rules out \d+\. "
+    r"Give those facts their full subject and answer, edit them in another call, or use a YAML without "
+    r"experimental\.fewshot_contexts"
+)
 
 
 def test_deep_yaml_without_fewshot_facts_fails_before_statistics_on_any_model(tok, tmp_path, corpus):
@@ -1245,7 +1318,9 @@ def test_out_that_is_a_link_to_a_folder_is_written_through(saved_tiny, tmp_path,
     link.symlink_to(target, target_is_directory=True)
     for save in ("adapter", "none"):
         caplog.clear()
-        assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(link), "--save", save) == 0
+        assert (
+            _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(link), "--save", save) == 0
+        )
         assert link.is_symlink() and Path(os.readlink(link)) == target  # the link is left as it was
         assert (target / "unlearn_report.json").is_file()  # the run's files are in the link's target
         assert ("adapter_config.json" in {p.name for p in target.iterdir()}) == (save == "adapter")
@@ -1287,7 +1362,10 @@ def test_fluency_refusal_on_the_command_line_names_the_cli_option(saved_tiny, mo
     assert "--allow-fluency-loss keeps such an edit" in caplog.text and "fluency_guard=" not in caplog.text
     assert not out.exists()
     caplog.clear()
-    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--allow-fluency-loss") == 0
+    assert (
+        _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--allow-fluency-loss")
+        == 0
+    )
     assert "kept because fluency_guard is 'warn'" in caplog.text
 
 
@@ -1355,7 +1433,10 @@ def test_target_that_is_the_answer_is_refused_in_every_entry_point(tok, tmp_path
     _no_model_load(monkeypatch)
     assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(tmp_path / "o"),
                     facts=facts) == 2
-    assert f"{facts}: record 0: the neutral target ' paris' (its field 'target_new') is or begins with the answer" in caplog.text
+    assert (
+        f"{facts}: record 0: the neutral target ' paris' (its field 'target_new') is or begins with the answer"
+        in caplog.text
+    )
     assert not (tmp_path / "o").exists()
 
 

@@ -1,4 +1,9 @@
-"""The package's import graph has no cycles and no module imports another module's private name.
+"""The package's import graph has no cycles, points down the layers only, and no module imports another
+module's private name.
+
+Layers: the order written in CONTRIBUTING.md's "Code layout" section (:data:`LAYER_LINE`), bottom first; a
+module of a layer imports only modules of its own or a lower layer (the package's ``__init__`` and
+``__main__`` sit above every layer).
 
 Every ``.py`` file under ``zerounlearn_editor/`` is parsed with :mod:`ast` (nothing is imported).
 Edges, for cycles: every ``import`` / ``from ... import`` statement anywhere in a module (at module
@@ -19,11 +24,15 @@ by making it public or moving it to the module that owns it.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Dict, List, Optional, Set, Tuple
 
 PACKAGE = "zerounlearn_editor"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+LAYOUT_DOC = ROOT.parent / "CONTRIBUTING.md"
+LAYER_LINE = re.compile(r"^Layers, bottom to top: (.+)$", re.MULTILINE)
+"""The layout doc's line ``Layers, bottom to top: `support` < `data` < ...``: the layer order tested here."""
 
 Edges = Dict[str, Set[str]]
 PrivateImport = Tuple[str, int, str, str]  # (importing module, line, imported-from module, name)
@@ -175,3 +184,48 @@ def test_layout_has_no_loose_modules():
     """The package root holds only ``__init__``/``__main__``; everything else lives in a subpackage."""
     loose = sorted(p.name for p in ROOT.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
     assert not loose, loose
+
+
+def documented_layers(text: str) -> List[str]:
+    """The subpackages of the doc's layer line, bottom first (``ValueError`` when the line is missing)."""
+    match = LAYER_LINE.search(text)
+    if match is None:
+        raise ValueError(f"no line matching {LAYER_LINE.pattern!r} in the layout doc")
+    return [part.strip().strip("`") for part in match.group(1).rstrip(".").split("<")]
+
+
+def upward_imports(edges: Edges, package: str, layers: List[str]) -> List[str]:
+    """``"a -> b"`` for each import of a module ``b`` in a higher layer than ``a``'s (the package's own
+    ``__init__``/``__main__`` rank above every layer); a module in no listed layer is an error."""
+    top = len(layers)
+
+    def rank(module: str) -> int:
+        parts = module.split(".")
+        if len(parts) == 1 or parts[1] == "__main__":
+            return top
+        if parts[1] not in layers:
+            raise ValueError(f"{module}: subpackage {parts[1]!r} is in no layer {layers}")
+        return layers.index(parts[1])
+
+    return sorted(f"{m} -> {t}" for m, targets in edges.items() for t in targets if rank(t) > rank(m))
+
+
+def test_checker_finds_an_upward_import(tmp_path):
+    root = _write(tmp_path / "pkg", {
+        "__init__.py": "from .high import mod\n",
+        "low/__init__.py": "", "low/base.py": "def f():\n    from ..high.mod import g\n",
+        "high/__init__.py": "", "high/mod.py": "from ..low.base import f\ng = 1\n",
+    })
+    edges, _ = import_graph(root, "pkg")
+    assert upward_imports(edges, "pkg", ["low", "high"]) == ["pkg.low.base -> pkg.high.mod"]
+    assert upward_imports(edges, "pkg", ["high", "low"]) == ["pkg.high.mod -> pkg.low.base"]
+    assert documented_layers("x\nLayers, bottom to top: `low` < `high`.\n") == ["low", "high"]
+
+
+def test_imports_point_down_the_documented_layers():
+    layers = documented_layers(LAYOUT_DOC.read_text(encoding="utf-8"))
+    subpackages = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+    assert sorted(layers) == subpackages, f"the layer line must name every subpackage once: {subpackages}"
+    edges, _ = import_graph(ROOT, PACKAGE)
+    wrong = upward_imports(edges, PACKAGE, layers)
+    assert not wrong, "imports against the layer order " + " < ".join(layers) + ": " + "; ".join(wrong)

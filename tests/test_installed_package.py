@@ -16,8 +16,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ["setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "README.md", "hparams", "zerounlearn_editor"]
 
@@ -73,8 +71,11 @@ def test_demo_code_path_from_a_non_editable_install(tmp_path: Path):
     work = tmp_path / "nowhere" / "work"  # no ../shared beside it, nor beside the install
     work.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if k not in ("ZEROUNLEARN_DATA_DIR", "PYTHONPATH")}
-    env.update(PYTHONPATH=os.pathsep.join([str(target), str(ROOT / "tests")]), ZEROUNLEARN_CACHE=str(tmp_path / "cache"),
-               OMP_NUM_THREADS="1")
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(target), str(ROOT / "tests")]),
+        ZEROUNLEARN_CACHE=str(tmp_path / "cache"),
+        OMP_NUM_THREADS="1",
+    )
     run = subprocess.run([sys.executable, "-c", SCRIPT, str(target)], cwd=work, env=env, capture_output=True, text=True,
                          timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors

@@ -20,10 +20,10 @@ import logging
 import sys
 from pathlib import Path
 
-from zerounlearn_editor.cli.audit import add_probe_options, settings_from_args
 from zerounlearn_editor.bench.audit import AuditConfig, run_audit
 from zerounlearn_editor.bench.config import parse_seeds
 from zerounlearn_editor.bench.registry import default_registry
+from zerounlearn_editor.cli.audit import add_probe_options, settings_from_args
 from zerounlearn_editor.evaluation import selection
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

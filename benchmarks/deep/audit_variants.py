@@ -24,12 +24,12 @@ import sys
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from zerounlearn_editor.evaluation.audit.plan import AuditSettings, parse_families
-from zerounlearn_editor.bench.audit import AuditConfig, run_audit
 from zerounlearn_editor.bench import runner as bench_runner
+from zerounlearn_editor.bench.audit import AuditConfig, run_audit
 from zerounlearn_editor.bench.config import BenchConfig, parse_seeds
 from zerounlearn_editor.bench.registry import default_registry
 from zerounlearn_editor.evaluation import selection
+from zerounlearn_editor.evaluation.audit.plan import AuditSettings, parse_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from known_cases import add_variants, cached_known_selection  # noqa: E402  (shared with audit/all_methods.py)

@@ -24,14 +24,13 @@ from typing import Dict, List
 
 import torch
 
-from zerounlearn_editor.data.registry import load_cases
-from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
-from zerounlearn_editor.engine.requests import normalize_requests
-from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
-from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
+from zerounlearn_editor.data.datasets import load_cases
 from zerounlearn_editor.engine.hparams import load_config_file
-from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
+from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
+from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
 
 def subject_last_index(tok, prompt: str, subject: str) -> int:
@@ -107,8 +106,10 @@ def main() -> None:
         }
     keys = {}
     for case in cases:
-        keys[case.case_id] = {name: keys_at(model, tok, text, subject_last_index(tok, text, case.request["subject"]), layers)
-                              for name, text in contexts[case.case_id].items()}
+        keys[case.case_id] = {
+            name: keys_at(model, tok, text, subject_last_index(tok, text, case.request["subject"]), layers)
+            for name, text in contexts[case.case_id].items()
+        }
     cos = lambda a, b: float(a @ b / (a.norm() * b.norm()))  # noqa: E731
     result = {"cases": record["case_ids"], "layers": layers, "hparams": args.hparams}
     result["key_cosine_to_bare"] = {
@@ -120,17 +121,27 @@ def main() -> None:
     base_lens = {c.case_id: {name: lens_ranks(model, tok, contexts[c.case_id][name], c.request["ground_truth"])
                              for name in ("bare", "ic3")} for c in cases}
     first_top10 = lambda ranks: next((i for i, r in enumerate(ranks) if r < 10), None)  # noqa: E731
-    result["base_first_top10_layer"] = {name: [first_top10(base_lens[c][name]) for c in base_lens] for name in ("bare", "ic3")}
-    result["base_median_rank_per_layer"] = {name: [statistics.median(base_lens[c][name][l] for c in base_lens)
-                                                   for l in range(len(base_lens[ids[0]][name]))] for name in ("bare", "ic3")}
+    result["base_first_top10_layer"] = {
+        name: [first_top10(base_lens[c][name]) for c in base_lens] for name in ("bare", "ic3")
+    }
+    result["base_median_rank_per_layer"] = {
+        name: [statistics.median(base_lens[c][name][l] for c in base_lens) for l in range(len(base_lens[ids[0]][name]))]
+        for name in ("bare", "ic3")
+    }
     weights = {l: model.model.layers[l].mlp.down_proj.weight.detach().double().clone() for l in layers}
     apply = apply_zerounlearn_gd_to_model if cls is ZeroUnlearnGDHyperParams else apply_zerounlearn_to_model
     requests = [dict(c.request) for c in cases]
     model, orig = apply(model, tok, requests, hp, return_orig_weights=True, progress=False)
     delta = {l: model.model.layers[l].mlp.down_proj.weight.detach().double() - weights[l] for l in layers}
     result["value_change_relative_to_bare"] = {
-        name: {str(l): statistics.mean(float((delta[l] @ keys[c][name][l]).norm() / (delta[l] @ keys[c]["bare"][l]).norm())
-                                       for c in keys) for l in layers} for name in ("ic3", "question", "chat")}
+        name: {
+            str(l): statistics.mean(
+                float((delta[l] @ keys[c][name][l]).norm() / (delta[l] @ keys[c]["bare"][l]).norm()) for c in keys
+            )
+            for l in layers
+        }
+        for name in ("ic3", "question", "chat")
+    }
     edited_lens = {c.case_id: {name: lens_ranks(model, tok, contexts[c.case_id][name], c.request["ground_truth"])
                                for name in ("bare", "ic3", "question", "chat")} for c in cases}
     result["edited_median_rank_per_layer"] = {name: [statistics.median(edited_lens[c][name][l] for c in edited_lens)

@@ -1,9 +1,11 @@
 """Write hparams/ZeroUnlearn-GD/<model>-deep.yaml = the paper YAML of the same model with the deep-mode keys.
 
 The deep mode (opt-in; its keys: zerounlearn_editor.methods.zerounlearn_gd.config.deep_mode_settings) is
-the levers that lowered the in-context (3-shot) recovery on the REPORT half of the known CounterFact facts (benchmarks/RESULTS.md, "Deep forgetting"; the journey in
+the levers that lowered the in-context (3-shot) recovery on the REPORT half of the known CounterFact facts
+(benchmarks/RESULTS.md, "Deep forgetting"; the journey in
 benchmarks/notebook/2026-11-25-deep-forgetting-*.md): targets optimised to a lower loss, with a looser norm
-clamp, over more and longer context templates and few-shot prefixes of hand-written facts. Every model gets the same keys and values, so `-deep.yaml`
+clamp, over more and longer context templates and few-shot prefixes of hand-written facts. Every model gets the same
+keys and values, so `-deep.yaml`
 works everywhere (measured on SmolLM2-135M-Instruct only). tests/methods/test_retain_yamls.py checks that
 each -deep file differs from its paper file only in these keys.
 Run from the repository root: python benchmarks/deep/make_deep_yamls.py

@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from zerounlearn_editor import EditReport, ZeroUnlearnGDHyperParams, restore_weights
+from zerounlearn_editor import ZeroUnlearnGDHyperParams, restore_weights
 from zerounlearn_editor.data import load_cases
 from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.engine.pipeline import (
@@ -79,6 +79,7 @@ def prepare(args) -> None:
     state = read_json(index_path) if index_path.exists() else {"data": str(args.data), "seed": args.seed,
                                                                  "scanned": 0, "known": []}
     from safetensors.torch import save as st_save
+
     from zerounlearn_editor.evaluation import select_known_cases
 
     tdir = out / f"targets_{_settings_key(model, hp)}"
@@ -241,9 +242,18 @@ def run(args) -> None:
             for lo, hi in bounds:
                 sub = NeutralTargets(targets.z[lo:hi], targets.h0[lo:hi], targets.nll[lo:hi], targets.steps_run[lo:hi])
                 retain = requests[:lo] if lever.get("protect_chunks") and lo else None
-                weights, report = run_layerwise_edit(model, tok, requests[lo:hi], hp, diagnostic_solver(hp, diag, bool(lever.get("c0_norm"))),
-                                                     second_moments=stats, targets=sub, progress=False,
-                                                     fluency_guard="warn", retain=retain)
+                weights, report = run_layerwise_edit(
+                    model,
+                    tok,
+                    requests[lo:hi],
+                    hp,
+                    diagnostic_solver(hp, diag, bool(lever.get("c0_norm"))),
+                    second_moments=stats,
+                    targets=sub,
+                    progress=False,
+                    fluency_guard="warn",
+                    retain=retain,
+                )
                 for k, v in weights.items():
                     originals.setdefault(k, v)
                 reports.append(report)
@@ -292,15 +302,24 @@ def table(args) -> None:
     rows = []
     for path in sorted(Path(args.dir).glob("runs/*.json")):
         r = read_json(path)
-        p, b = r["post"], r["base"]
+        p = r["post"]
         layers = r["layers"][-len(r["lever"].get("layers", [16, 17, 18])):]
         rows.append(
-            f"| {r['lever']['name']} | {r['n']}{'' if not r.get('first_fact') else ' from ' + str(r['first_fact'])} | {p['eff']:.1f} ({100 * r['rel']['eff']:.0f}%) | {p['eff_first']:.1f} | "
+            f"| {r['lever']['name']} | {r['n']}{'' if not r.get('first_fact') else ' from ' + str(r['first_fact'])} | "
+            f"{p['eff']:.1f} ({100 * r['rel']['eff']:.0f}%) | {p['eff_first']:.1f} | "
             f"{p['spe']:.1f} ({100 * r['rel']['spe']:.0f}%) | {p['ppl']:.2f} ({100 * r['rel']['ppl']:+.1f}%) | "
             f"{max(100 * g.get('increase', 0) for g in r['guard']):+.1f}% | "
-            + " ".join(f"{d['layer']}:r{d['null_rank_r']}/e{d['keys_energy_in_null']:.3f}/c{d['carried']:.2f}/"
-                       f"w{d['rel_change']:.2f}/u{d['utility_change']:.1e}" for d in layers) + " |")
-    print("| lever | n | Eff | Eff 1st | Spe | PPL | guard | per layer (r / K_f energy in null / carried / rel dW / utility change) |")
+            + " ".join(
+                f"{d['layer']}:r{d['null_rank_r']}/e{d['keys_energy_in_null']:.3f}/c{d['carried']:.2f}/"
+                f"w{d['rel_change']:.2f}/u{d['utility_change']:.1e}"
+                for d in layers
+            )
+            + " |"
+        )
+    print(
+        "| lever | n | Eff | Eff 1st | Spe | PPL | guard | per layer (r / K_f energy in null / carried / rel dW / "
+        "utility change) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
 

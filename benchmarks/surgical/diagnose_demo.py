@@ -17,7 +17,6 @@ Writes ``OUT/diagnose.json`` and ``OUT/diagnose.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 from pathlib import Path
@@ -26,19 +25,19 @@ from typing import Dict, List
 import torch
 
 from zerounlearn_editor import apply_zerounlearn_gd_to_model, apply_zerounlearn_to_model, restore_weights
-from zerounlearn_editor.support.files import write_json_atomic
-from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes
-from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.cli.demo import FORGET_FACTS, RETAIN_FACTS
-from zerounlearn_editor.evaluation import evaluate_probes
 from zerounlearn_editor.data.facts import OTHER_CAPITALS, UNRELATED_FACTS, fact_requests
-from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
-from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
-from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
-from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
-from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes
 from zerounlearn_editor.engine.keys import read_keys_and_hidden
+from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets
 from zerounlearn_editor.engine.requests import normalize_requests
+from zerounlearn_editor.evaluation import evaluate_probes
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.support.files import write_json_atomic
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
+from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.support.resources import hparams_path
 
 LOG = logging.getLogger("diagnose_demo")

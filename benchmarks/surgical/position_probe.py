@@ -1,6 +1,6 @@
 """Where in a lost neighbour's prompt does the edit do its damage? (issue 10 diagnosis)
 
-For each seed: sample the cases exactly as ``benchmarks/surgical.py`` does, edit with one
+For each seed: sample the cases exactly as ``benchmarks/surgical/harness.py`` does, edit with one
 ZeroUnlearn-GD(+R) setting, and for every neighbourhood prompt the unedited model answered (token
 accuracy > 0) and the edit broke (accuracy lower after it), measure the first answer token's
 probability with the edited ``down_proj`` weights used
@@ -11,7 +11,7 @@ probability with the edited ``down_proj`` weights used
 
 Each edited layer's output is mixed per position between the edited and the original weight (a
 forward hook on ``down_proj``), so the numbers isolate positions, not layers. The retain set and
-the neutral targets are those of ``surgical.py`` (``--targets-dir`` reuses its cache folder)::
+the neutral targets are those of ``surgical/harness.py`` (``--targets-dir`` reuses its cache folder)::
 
     OMP_NUM_THREADS=1 python benchmarks/surgical/position_probe.py --data counterfact-easyedit --n 50 \\
         --seeds 11-13 --retain same-answer:5 --targets-dir benchmarks/results/surgical/ts_n50_seeds11-13/targets \\
@@ -33,18 +33,15 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import surgical  # noqa: E402  (benchmarks/surgical.py: the same sampling, retain draw and target cache)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness as surgical  # noqa: E402  (benchmarks/surgical/harness.py: the same sampling, retain draw and target cache)
 
+from zerounlearn_editor.bench.case_scoring import score_cases  # noqa: E402
 from zerounlearn_editor.bench.config import parse_seeds  # noqa: E402
-from zerounlearn_editor.support.files import write_json_atomic  # noqa: E402
-from zerounlearn_editor.bench.methods import load_main_hparams  # noqa: E402
+from zerounlearn_editor.bench.method_specs import load_main_hparams  # noqa: E402
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours  # noqa: E402
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec  # noqa: E402
-from zerounlearn_editor.bench.scoring import score_cases  # noqa: E402
-from zerounlearn_editor.data.registry import load_cases, sample_cases  # noqa: E402
-from zerounlearn_editor.engine.model_access import get_module  # noqa: E402
-from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer  # noqa: E402
+from zerounlearn_editor.data.datasets import load_cases, sample_cases  # noqa: E402
 from zerounlearn_editor.engine.pipeline import (
     EditReport,
     batched_statistics,
@@ -52,6 +49,9 @@ from zerounlearn_editor.engine.pipeline import (
     target_settings,
 )  # noqa: E402
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model  # noqa: E402
+from zerounlearn_editor.support.files import write_json_atomic  # noqa: E402
+from zerounlearn_editor.support.model_access import get_module  # noqa: E402
+from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer  # noqa: E402
 
 LOG = logging.getLogger("position_probe")
 
@@ -114,14 +114,26 @@ def probe_seed(model, tok, hp, moments, pool, known, n: int, seed: int, retain_s
     pre = score_cases(model, tok, cases)
     names = [hp.rewrite_module_tmp.format(layer) for layer in hp.layers]
     original = {name: get_module(model, name).weight.detach().clone() for name in names}
-    _, weights = apply_zerounlearn_gd_to_model(model, tok, requests, hp, return_orig_weights=True, second_moments=moments,
-                                               targets=targets, progress=False, report=EditReport(), retain=retain)
+    _, weights = apply_zerounlearn_gd_to_model(
+        model,
+        tok,
+        requests,
+        hp,
+        return_orig_weights=True,
+        second_moments=moments,
+        targets=targets,
+        progress=False,
+        report=EditReport(),
+        retain=retain,
+    )
     mixer = PositionMixer(model, original)
     rows: List[Dict[str, Any]] = []
     try:
         post = score_cases(model, tok, cases)
         for case, before, after in zip(cases, pre, post):
-            if not (fmean(before.neighbour["acc"]) > 0 and fmean(after.neighbour["acc"]) < fmean(before.neighbour["acc"])):
+            if not (
+                fmean(before.neighbour["acc"]) > 0 and fmean(after.neighbour["acc"]) < fmean(before.neighbour["acc"])
+            ):
                 continue
             for probe in case.neighbour:
                 prompt, answer = probe.prompt, probe.answer
@@ -130,12 +142,21 @@ def probe_seed(model, tok, hp, moments, pool, known, n: int, seed: int, retain_s
                 probs = _first_token_probs(model, tok, mixer, prompt, answer)
                 only_at, all_but = probs[2 : 2 + length], probs[2 + length :]
                 worst = min(range(length), key=lambda i: only_at[i])
-                row = {"seed": seed, "prompt": prompt, "answer": answer, "tokens": tokens,
-                       "none": probs[0], "full": probs[1],
-                       "only_at": only_at, "all_but": all_but, "worst_position": worst,
-                       "worst_is_last_token": worst == length - 1,
-                       "forget_cases_sharing_answer": sum(
-                           str(c.request["ground_truth"]).strip().casefold() == answer.strip().casefold() for c in cases)}
+                row = {
+                    "seed": seed,
+                    "prompt": prompt,
+                    "answer": answer,
+                    "tokens": tokens,
+                    "none": probs[0],
+                    "full": probs[1],
+                    "only_at": only_at,
+                    "all_but": all_but,
+                    "worst_position": worst,
+                    "worst_is_last_token": worst == length - 1,
+                    "forget_cases_sharing_answer": sum(
+                        str(c.request["ground_truth"]).strip().casefold() == answer.strip().casefold() for c in cases
+                    ),
+                }
                 rows.append(row)
                 print(f"seed {seed} | {prompt!r} -> {answer} | unedited {row['none']:.2f} edited {row['full']:.2f} | "
                       f"worst alone: {tokens[worst]!r} (position {worst} of {length}) {only_at[worst]:.2f}, "
@@ -155,7 +176,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", default="11-13")
     parser.add_argument("--retain", default="same-answer:5")
     parser.add_argument("--known-min-accuracy", type=float, default=1.0)
-    parser.add_argument("--targets-dir", required=True, help="surgical.py's targets cache folder (filled if missing)")
+    parser.add_argument(
+        "--targets-dir", required=True, help="surgical/harness.py's targets cache folder (filled if missing)"
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -171,9 +194,12 @@ def main(argv=None) -> int:
     for seed in parse_seeds(args.seeds):
         rows += probe_seed(model, tok, hp, moments, pool, known, args.n, seed, args.retain, targets_dir)
     last = sum(r["worst_is_last_token"] for r in rows)
-    summary = {"lost_neighbours": len(rows), "worst_at_last_prompt_token": last,
-               "worst_elsewhere": len(rows) - last,
-               "saved_by_sparing_worst_position": sum(r["all_but"][r["worst_position"]] >= 0.5 * r["none"] for r in rows)}
+    summary = {
+        "lost_neighbours": len(rows),
+        "worst_at_last_prompt_token": last,
+        "worst_elsewhere": len(rows) - last,
+        "saved_by_sparing_worst_position": sum(r["all_but"][r["worst_position"]] >= 0.5 * r["none"] for r in rows),
+    }
     write_json_atomic(Path(args.out), {"settings": vars(args), "summary": summary, "neighbours": rows})
     print(json.dumps(summary))
     return 0

@@ -1,6 +1,6 @@
 """Where does the n = 50 edit's perplexity cost come from? (issue 10 diagnosis)
 
-For one seed of the surgical harness (same cases, retain draw and cached targets as ``benchmarks/surgical.py``)
+For one seed of the surgical harness (same cases, retain draw and cached targets as ``benchmarks/surgical/harness.py``)
 and one ZeroUnlearn-GD(+R) setting, on the perplexity text (the embedded WikiText-2 test split, 8 windows of 512
 tokens):
 
@@ -17,7 +17,8 @@ tokens):
 * the targets: the residual's norm relative to the hidden state's (how many sit on the clamp).
 
     OMP_NUM_THREADS=1 python benchmarks/surgical/ppl_probe.py --seed 11 --retain same-answer:10 \\
-        --targets-dir <surgical.py --out folder>/targets --overrides '{"norm_weight": 300.0, "layers": [12, 13, 14, 15, 16, 17, 18]}' \\
+        --targets-dir <surgical/harness.py --out folder>/targets --overrides '{"norm_weight": 300.0, "layers": [12, 13,
+        14, 15, 16, 17, 18]}' \\
         --out benchmarks/results/surgical/ppl_probe_n50_seed11.json
 """
 from __future__ import annotations
@@ -32,22 +33,22 @@ from typing import Any, Dict
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import surgical  # noqa: E402  (the same sampling, retain draw and target cache)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness as surgical  # noqa: E402  (the same sampling, retain draw and target cache)
 
-from zerounlearn_editor.support.files import write_json_atomic  # noqa: E402
-from zerounlearn_editor.bench.methods import load_main_hparams  # noqa: E402
+from zerounlearn_editor.bench.method_specs import load_main_hparams  # noqa: E402
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours  # noqa: E402
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec  # noqa: E402
-from zerounlearn_editor.data.corpus import load_corpus  # noqa: E402
-from zerounlearn_editor.data.registry import load_cases, sample_cases  # noqa: E402
 from zerounlearn_editor.data.builtin import default_ppl_text  # noqa: E402
-from zerounlearn_editor.evaluation.perplexity import leading_token_ids, read_text  # noqa: E402
-from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis  # noqa: E402
-from zerounlearn_editor.engine.model_access import get_module  # noqa: E402
-from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer  # noqa: E402
+from zerounlearn_editor.data.corpus import load_corpus  # noqa: E402
+from zerounlearn_editor.data.datasets import load_cases, sample_cases  # noqa: E402
 from zerounlearn_editor.engine.pipeline import batched_statistics, restore_weights, target_settings  # noqa: E402
+from zerounlearn_editor.evaluation.perplexity import leading_token_ids, read_text  # noqa: E402
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model  # noqa: E402
+from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis  # noqa: E402
+from zerounlearn_editor.support.files import write_json_atomic  # noqa: E402
+from zerounlearn_editor.support.model_access import get_module  # noqa: E402
+from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer  # noqa: E402
 
 LOG = logging.getLogger("ppl_probe")
 WINDOWS, WINDOW = 8, 512
@@ -71,9 +72,13 @@ def main(argv=None) -> int:
     parser.add_argument("--data", default="counterfact-easyedit")
     parser.add_argument("--n", type=int, default=50)
     parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--retain", default="same-answer:10", help="retain draw as in surgical.py, or 'none'")
-    parser.add_argument("--targets-dir", required=True, help="a surgical.py run's targets folder (reused or filled; "
-                        "--data, --n and --retain must be that run's, as its target file names do not hold the cases)")
+    parser.add_argument("--retain", default="same-answer:10", help="retain draw as in surgical/harness.py, or 'none'")
+    parser.add_argument(
+        "--targets-dir",
+        required=True,
+        help="a surgical/harness.py run's targets folder (reused or filled; "
+        "--data, --n and --retain must be that run's, as its target file names do not hold the cases)",
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -87,7 +92,9 @@ def main(argv=None) -> int:
     draw = parse_retain_spec(args.retain)
     retain = draw_retain(draw, cases, pool, args.seed) if draw else None
     key = hashlib.sha256(json.dumps(target_settings(model, hp), sort_keys=True).encode()).hexdigest()[:12]
-    targets = surgical._targets(Path(args.targets_dir) / f"seed_{args.seed}_n{args.n}_{key}.npz", model, tok, requests, hp, retain)
+    targets = surgical._targets(
+        Path(args.targets_dir) / f"seed_{args.seed}_n{args.n}_{key}.npz", model, tok, requests, hp, retain
+    )
     moments = batched_statistics(model, tok, hp, hp.mom2_dataset, progress=False)
 
     ids = torch.tensor(leading_token_ids(tok, read_text(str(default_ppl_text())), WINDOWS * WINDOW + 1))
@@ -123,13 +130,31 @@ def main(argv=None) -> int:
 
         def energy(K: torch.Tensor) -> Dict[str, float]:
             e = (K @ U0).square().sum(1)
-            return {"mean": float(e.mean()), "share": float((e / K.square().sum(1)).mean()), "p99": float(e.quantile(0.99))}
+            return {
+                "mean": float(e.mean()),
+                "share": float((e / K.square().sum(1)).mean()),
+                "p99": float(e.quantile(0.99)),
+            }
 
-        null[str(l)] = {"of": "C0 alone", "rank": int(U0.shape[1]), "d_in": int(U0.shape[0]), "held_out_passages": energy(held[l]),
-                        "ppl_text": energy(ppl_keys[l])}
+        null[str(l)] = {
+            "of": "C0 alone",
+            "rank": int(U0.shape[1]),
+            "d_in": int(U0.shape[0]),
+            "held_out_passages": energy(held[l]),
+            "ppl_text": energy(ppl_keys[l]),
+        }
 
-    _, original = apply_zerounlearn_gd_to_model(model, tok, requests, hp, return_orig_weights=True, second_moments=moments,
-                                                targets=targets, progress=False, retain=retain)
+    _, original = apply_zerounlearn_gd_to_model(
+        model,
+        tok,
+        requests,
+        hp,
+        return_orig_weights=True,
+        second_moments=moments,
+        targets=targets,
+        progress=False,
+        retain=retain,
+    )
     try:
         edited = {name: get_module(model, name[: -len(".weight")]).weight.detach().clone() for name in original}
         nll, peos = token_nll(model, windows, eos)
@@ -147,21 +172,34 @@ def main(argv=None) -> int:
     k1, k10 = len(delta) // 100, len(delta) // 10
     rel = (targets.z - targets.h0).norm(dim=1) / targets.h0.norm(dim=1)
     result = {
-        "settings": {"hparams": args.hparams, "overrides": json.loads(args.overrides), "data": args.data, "n": args.n,
-                     "seed": args.seed, "retain": args.retain, "tokens": int(delta.numel())},
-        "ppl_base": float(base_nll.mean().exp()), "ppl_edited": float(nll.mean().exp()),
-        "p_eos_base": float(base_peos.mean()), "p_eos_edited": float(peos.mean()),
+        "settings": {
+            "hparams": args.hparams,
+            "overrides": json.loads(args.overrides),
+            "data": args.data,
+            "n": args.n,
+            "seed": args.seed,
+            "retain": args.retain,
+            "tokens": int(delta.numel()),
+        },
+        "ppl_base": float(base_nll.mean().exp()),
+        "ppl_edited": float(nll.mean().exp()),
+        "p_eos_base": float(base_peos.mean()),
+        "p_eos_edited": float(peos.mean()),
         "ppl_base_without_eos_mass": float((base_nll + torch.log1p(-base_peos.clamp(max=0.999))).mean().exp()),
         "ppl_edited_without_eos_mass": float((nll + torch.log1p(-peos.clamp(max=0.999))).mean().exp()),
         "share_of_tokens_worse": float((delta > 0).float().mean()),
         "share_of_increase_worst_1pct": float(delta.topk(k1).values.sum() / delta.sum()),
         "share_of_increase_worst_10pct": float(delta.topk(k10).values.sum() / delta.sum()),
-        "worst_tokens": [[tok.decode([int(flat_tokens[i])]), round(float(delta[i]), 3)] for i in delta.topk(15).indices],
+        "worst_tokens": [
+            [tok.decode([int(flat_tokens[i])]), round(float(delta[i]), 3)] for i in delta.topk(15).indices
+        ],
         "ppl_with_one_edited_layer": single,
         "nullspace_key_energy": null,
-        "targets_residual_over_hidden": {"quantiles_0_25_50_75_100": [float(q) for q in rel.quantile(torch.tensor([0, .25, .5, .75, 1.]))],
-                                         "share_on_clamp": float((rel > hp.clamp_norm_factor * 0.999).float().mean()),
-                                         "clamp": hp.clamp_norm_factor},
+        "targets_residual_over_hidden": {
+            "quantiles_0_25_50_75_100": [float(q) for q in rel.quantile(torch.tensor([0, 0.25, 0.5, 0.75, 1.0]))],
+            "share_on_clamp": float((rel > hp.clamp_norm_factor * 0.999).float().mean()),
+            "clamp": hp.clamp_norm_factor,
+        },
     }
     write_json_atomic(Path(args.out), result)
     LOG.info("PPL %.2f -> %.2f (without EOS mass %.2f -> %.2f); worst 1%% of tokens carry %.0f%% of the increase",

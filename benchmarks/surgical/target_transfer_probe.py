@@ -14,7 +14,6 @@ still answer correctly. No edit is made: this probes the targets alone.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import sys
@@ -23,11 +22,11 @@ from typing import Dict, List
 
 import torch
 
-from zerounlearn_editor.support.files import write_json_atomic
-from zerounlearn_editor.engine.encoding import encode_rows
 from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS
-from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+from zerounlearn_editor.engine.encoding import encode_rows
 from zerounlearn_editor.engine.requests import normalize_requests
+from zerounlearn_editor.support.files import write_json_atomic
+from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
 LOG = logging.getLogger("target_transfer_probe")
 LAYER, CLAMP, STEPS, LR, DECAY, PROXY_SCALE = 18, 0.75, 60, 0.5, 0.5, 0.5
@@ -59,7 +58,8 @@ def _optimise(model, prompt: Prompt, eos: int, proxies: List[Prompt], base: List
     with torch.no_grad():
         captured = {}
         handle = model.model.layers[LAYER].register_forward_hook(
-            lambda _m, _a, out: captured.__setitem__("h", (out[0] if isinstance(out, tuple) else out)[0, prompt.lookup]))
+            lambda _m, _a, out: captured.__setitem__("h", (out[0] if isinstance(out, tuple) else out)[0, prompt.lookup])
+        )
         model(input_ids=prompt.ids)
         handle.remove()
     h0 = captured["h"].float()
@@ -102,8 +102,11 @@ def main(argv=None) -> int:
                                  "forget": [f[1] for f in CAPITALS_TO_FORGET[:5]],
                                  "proxies": [f[1] for f in CAPITALS_TO_FORGET[5:]],
                                  "unseen": [f[1] for f in OTHER_CAPITALS], "runs": {}}
-    lines = ["| beta | forget NLL of EOS (mean) | forget answer still top-1 | unseen capitals kept at alpha = 0.3 / 0.5 / 0.8 |",
-             "|---|---|---|---|"]
+    lines = [
+        "| beta | forget NLL of EOS (mean) | forget answer still top-1 | unseen capitals kept at alpha = 0.3 / 0.5 / "
+        "0.8 |",
+        "|---|---|---|---|",
+    ]
     for beta in [float(b) for b in args.betas.split(",")]:
         rows = []
         for fact, prompt in zip(CAPITALS_TO_FORGET[:5], forget):
@@ -112,8 +115,15 @@ def main(argv=None) -> int:
                 logp = _logp(model, prompt, delta)
                 kept = {str(a): statistics.fmean(float(_logp(model, p, a * delta).argmax() == p.answer) for p in unseen)
                         for a in (0.3, 0.5, 0.8)}
-            rows.append({"subject": fact[1], "nll_eos": float(-logp[eos]), "answer_top1": bool(logp.argmax() == prompt.answer),
-                         "delta_norm": float(delta.norm()), "unseen_kept": kept})
+            rows.append(
+                {
+                    "subject": fact[1],
+                    "nll_eos": float(-logp[eos]),
+                    "answer_top1": bool(logp.argmax() == prompt.answer),
+                    "delta_norm": float(delta.norm()),
+                    "unseen_kept": kept,
+                }
+            )
             LOG.info("beta %g %s: %s", beta, fact[1], rows[-1])
         result["runs"][str(beta)] = rows
         kept = {a: statistics.fmean(r["unseen_kept"][a] for r in rows) for a in ("0.3", "0.5", "0.8")}

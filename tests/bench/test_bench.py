@@ -21,12 +21,12 @@ from zerounlearn_editor.bench import (
     ModelStateError,
     PreparedMethod,
     default_registry,
+    easyedit_baselines,
     load_runfile,
     parse_seeds,
     run_bench,
+    runner,
 )
-from zerounlearn_editor.bench import easyedit_baselines
-from zerounlearn_editor.bench import runner
 from zerounlearn_editor.cli import build_parser
 from zerounlearn_editor.cli import main as cli_main
 
@@ -57,7 +57,13 @@ def workspace(tmp_path_factory) -> Dict[str, Path]:
         if alg == "NPO":
             config["beta"] = 0.1
         _write_yaml(root / "hparams" / alg / "tiny.yaml", config)
-    return {"root": root, "data": data, "corpus": corpus, "ppl": ppl, "main": root / "hparams" / "ZeroUnlearn" / "tiny.yaml"}
+    return {
+        "root": root,
+        "data": data,
+        "corpus": corpus,
+        "ppl": ppl,
+        "main": root / "hparams" / "ZeroUnlearn" / "tiny.yaml",
+    }
 
 
 def _write_yaml(path: Path, config: Dict[str, Any]) -> None:
@@ -125,7 +131,10 @@ def test_bench_end_to_end_then_resume(tok, workspace, tmp_path, monkeypatch):
         assert gd["details"]["targets_reused_from"] == "ZeroUnlearn"
         assert gd["details"]["timings"]["targets"] == zu["details"]["timings"]["targets"] > 0
         assert gd["metrics"]["edit_seconds"] > gd["details"]["timings"]["targets"]
-    assert json.loads((out / "seed_1.json").read_text())["case_ids"] != json.loads((out / "seed_2.json").read_text())["case_ids"]
+    assert (
+        json.loads((out / "seed_1.json").read_text())["case_ids"]
+        != json.loads((out / "seed_2.json").read_text())["case_ids"]
+    )
     markdown = (out / "summary.md").read_text()
     for name in methods:
         assert f"| {name} |" in markdown
@@ -259,7 +268,12 @@ def test_easyedit_methods_through_alg_dict(tok, workspace, tmp_path, monkeypatch
     assert hp.mom2_dataset == workspace["corpus"].stem  # reads our statistics file offline
     assert hp.stats_dir == str(workspace["root"] / "stats") and hp.mom2_dtype == "float64"
     assert hp.v_loss_layer == 3 and hp.device == "cpu" and "llama" in hp.model_name
-    npz = Path(hp.stats_dir) / "tiny-llama" / f"{hp.mom2_dataset}_stats" / f"model.layers.1.mlp.down_proj_{hp.mom2_dtype}_mom2_{hp.mom2_n_samples}.npz"
+    npz = (
+        Path(hp.stats_dir)
+        / "tiny-llama"
+        / f"{hp.mom2_dataset}_stats"
+        / f"model.layers.1.mlp.down_proj_{hp.mom2_dtype}_mom2_{hp.mom2_n_samples}.npz"
+    )
     assert npz.is_file()
     record = json.loads((out / "seed_1.json").read_text())
     assert record["methods"]["ROME"]["details"]["calls"] == 3
@@ -317,7 +331,7 @@ def test_cli_bench_arguments(tmp_path, capsys):
 
 
 def test_hparams_lookup(workspace, tmp_path):
-    from zerounlearn_editor.bench.methods import load_main_hparams
+    from zerounlearn_editor.bench.method_specs import load_main_hparams
 
     main = workspace["main"]
     lookup = HParamsLookup(main, load_main_hparams(str(main)), {"NPO": str(main)})
@@ -389,7 +403,9 @@ def test_shared_targets_equal_a_fresh_optimisation(tok, workspace):
     model = tiny_llama(tok)
     zu = ZeroUnlearnHyperParams.from_hparams(str(workspace["main"]))
     gd = ZeroUnlearnGDHyperParams.from_hparams(str(workspace["root"] / "hparams" / "ZeroUnlearn-GD" / "tiny.yaml"))
-    requests = [{"prompt": "the capital of {} is", "subject": s, "ground_truth": a, "target_new": ""} for s, a in FACTS[:3]]
+    requests = [
+        {"prompt": "the capital of {} is", "subject": s, "ground_truth": a, "target_new": ""} for s, a in FACTS[:3]
+    ]
     shared = SharedTargets()
     first, info = shared.get_or_compute("ZeroUnlearn", model, tok, requests, zu)
     assert set(info) == {"target_seconds"}

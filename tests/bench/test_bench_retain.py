@@ -19,7 +19,7 @@ from zerounlearn_editor.bench.retain_sets import (
     evaluated_prompts,
     parse_retain_spec,
 )
-from zerounlearn_editor.data.registry import load_cases, sample_cases
+from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.data.types import Probe, UnlearnCase
 
 
@@ -57,7 +57,9 @@ def test_a_leaking_retain_set_is_refused():
         check_retain_disjoint([{"prompt": "The capital of Peru is", "subject": "Peru"},
                                {"prompt": "Victor Hugo wrote in", "subject": "Victor Hugo"}], sampled)
     with pytest.raises(BenchConfigError, match="retain request 0 .*names a forgotten subject"):
-        check_retain_disjoint([{"prompt": "The airline of France, Air Inter, is based in", "subject": "Air Inter"}], sampled)
+        check_retain_disjoint(
+            [{"prompt": "The airline of France, Air Inter, is based in", "subject": "Air Inter"}], sampled
+        )
     check_retain_disjoint([{"prompt": "The capital of Peru is", "subject": "Peru"}], sampled)  # no overlap: accepted
     with pytest.raises(BenchConfigError, match="carry no relation"):
         draw_sibling_retain([_case(0, "France", relation=None)], [], 2, 0)
@@ -103,7 +105,9 @@ def test_bench_gives_the_retain_set_to_plus_r_rows_only(tmp_path):
     assert record["methods"]["ZeroUnlearn-GD+R"]["details"]["retain_count"] == len(record["retain"])
     assert "retain_count" not in record["methods"]["ZeroUnlearn-GD"]["details"]
     assert summary["methods"]["ZeroUnlearn-GD+R"]["status"] == "ok"
-    assert "retain set: per forget case 2 other records of the same relation" in (root / "out" / "summary.md").read_text()
+    assert (
+        "retain set: per forget case 2 other records of the same relation" in (root / "out" / "summary.md").read_text()
+    )
     # same cases and targets: the +R row reused the paper row's neutral targets
     assert record["methods"]["ZeroUnlearn-GD+R"]["details"]["targets_reused_from"] == "ZeroUnlearn-GD"
 
@@ -139,7 +143,11 @@ def _subjects(retain):
 
 def test_same_answer_draws_same_relation_and_answer_first_then_same_answer_then_siblings():
     forget, pool = _policy_pool()
-    same_both, same_answer, same_relation = {"Radio Four", "Look North"}, {"Newsround", "Blue Peter"}, {"Sky Atlantic", "ITV2", "E4"}
+    same_both, same_answer, same_relation = (
+        {"Radio Four", "Look North"},
+        {"Newsround", "Blue Peter"},
+        {"Sky Atlantic", "ITV2", "E4"},
+    )
     for seed in range(5):
         two = _subjects(draw_same_answer_retain([forget], pool, k=2, seed=seed))
         assert set(two) == same_both
@@ -156,7 +164,12 @@ def test_same_answer_draws_same_relation_and_answer_first_then_same_answer_then_
 
 def test_same_answer_degrades_to_same_relation_records_when_no_answer_is_shared():
     forget = _fact(0, "BBC One", "BBC")
-    pool = [forget, _fact(1, "Sky Atlantic", "Sky"), _fact(2, "ITV2", "ITV"), _fact(3, "Le Monde", "Paris", relation="city")]
+    pool = [
+        forget,
+        _fact(1, "Sky Atlantic", "Sky"),
+        _fact(2, "ITV2", "ITV"),
+        _fact(3, "Le Monde", "Paris", relation="city"),
+    ]
     assert set(_subjects(draw_same_answer_retain([forget], pool, k=5, seed=1))) == {"Sky Atlantic", "ITV2"}
 
 
@@ -195,7 +208,9 @@ def test_same_answer_draws_are_deterministic_in_the_seed():
     assert draw_retain(RetainDraw(4), [forget], pool, 3) == draw_sibling_retain([forget], pool, 4, 3)
 
 
-@pytest.mark.parametrize("spec", ["same-answer:0", "same-answer:x", "same-answer", "foo:3", "same_answer:3", "siblings:-1"])
+@pytest.mark.parametrize(
+    "spec", ["same-answer:0", "same-answer:x", "same-answer", "foo:3", "same_answer:3", "siblings:-1"]
+)
 def test_bad_retain_specs_name_both_policies(spec):
     with pytest.raises(BenchConfigError, match=r"'siblings:K' or 'same-answer:K' with K >= 1.*got"):
         parse_retain_spec(spec)
@@ -213,15 +228,25 @@ def test_retain_spec_round_trips_and_describe_differs_per_policy():
     assert parse_retain_spec("none") is None and parse_retain_spec(None) is None
     with pytest.raises(BenchConfigError, match="unknown policy"):
         RetainDraw(3, "cousins")
-    BenchConfig(hparams="h.yaml", data="d.json", seeds=[1], methods=["ZeroUnlearn-GD+R"], out="o", retain="same-answer:3").validate()
+    BenchConfig(
+        hparams="h.yaml", data="d.json", seeds=[1], methods=["ZeroUnlearn-GD+R"], out="o", retain="same-answer:3"
+    ).validate()
 
 
 def test_bench_runs_with_a_same_answer_retain_set(tmp_path):
     root = tmp_path
     data, ppl = _bench_workspace(root)
     config = BenchConfig(
-        hparams=str(root / "hparams" / "ZeroUnlearn-GD" / "tiny.yaml"), data=str(data), seeds=[1], methods=["base", "ZeroUnlearn-GD+R"], out=str(root / "out"),
-        n=3, ppl_tokens=20, ppl_text=str(ppl), progress=False, retain="same-answer:2",
+        hparams=str(root / "hparams" / "ZeroUnlearn-GD" / "tiny.yaml"),
+        data=str(data),
+        seeds=[1],
+        methods=["base", "ZeroUnlearn-GD+R"],
+        out=str(root / "out"),
+        n=3,
+        ppl_tokens=20,
+        ppl_text=str(ppl),
+        progress=False,
+        retain="same-answer:2",
     )
     tok = tiny_tokenizer()
     summary = run_bench(config, model=tiny_llama(tok), tok=tok)

@@ -10,11 +10,20 @@ import torch
 import yaml
 
 from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
-from zerounlearn_editor.bench import BenchConfig, BenchConfigError, EditOutcome, MethodSpec, PreparedMethod, default_registry
+from zerounlearn_editor.bench import (
+    BenchConfig,
+    BenchConfigError,
+    EditOutcome,
+    MethodSpec,
+    PreparedMethod,
+    default_registry,
+)
 from zerounlearn_editor.bench.rounds import format_rounds, rounds_path, run_rounds
 from zerounlearn_editor.cli import main as cli_main
 
-PPL_TEXT = " ".join(["the city of paris is a large city in france", "many people live in london and it was known for its river"] * 4)
+PPL_TEXT = " ".join(
+    ["the city of paris is a large city in france", "many people live in london and it was known for its river"] * 4
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +45,17 @@ def ws(tmp_path_factory) -> Dict[str, Path]:
 
 
 def _config(ws, out, methods, seeds=(1,), n=2) -> BenchConfig:
-    return BenchConfig(hparams=str(ws["main"]), data=str(ws["data"]), seeds=list(seeds), methods=list(methods), out=str(out),
-                       n=n, ppl_tokens=40, ppl_text=str(ws["ppl"]), progress=False)
+    return BenchConfig(
+        hparams=str(ws["main"]),
+        data=str(ws["data"]),
+        seeds=list(seeds),
+        methods=list(methods),
+        out=str(out),
+        n=n,
+        ppl_tokens=40,
+        ppl_text=str(ws["ppl"]),
+        progress=False,
+    )
 
 
 def _recording_spec(calls: List[Dict[str, Any]]) -> MethodSpec:
@@ -46,7 +64,13 @@ def _recording_spec(calls: List[Dict[str, Any]]) -> MethodSpec:
     def prepare(ctx) -> PreparedMethod:
         def edit(model, tok, requests, stats):
             weight = model.model.layers[1].mlp.down_proj.weight
-            calls.append({"subjects": [r["subject"] for r in requests], "offset": float(weight.detach()[0, 0]), "stats": id(stats)})
+            calls.append(
+                {
+                    "subjects": [r["subject"] for r in requests],
+                    "offset": float(weight.detach()[0, 0]),
+                    "stats": id(stats),
+                }
+            )
             copy = {"model.layers.1.mlp.down_proj.weight": weight.detach().clone()}
             with torch.no_grad():
                 weight[0, 0] += 1.0
@@ -95,7 +119,9 @@ def test_eff_is_over_everything_forgotten_so_far(ws, tok, tmp_path):
     for name in ("ZeroUnlearn", "ZeroUnlearn-GD"):
         first, second = record["methods"][name]["rounds"]
         # after round 2, Eff covers both rounds' facts: the mean of round 1's facts (re-scored) and round 2's own
-        assert second["metrics"]["eff_round"] <= 100.0 and first["metrics"]["eff"] == pytest.approx(first["metrics"]["eff_round"])
+        assert second["metrics"]["eff_round"] <= 100.0 and first["metrics"]["eff"] == pytest.approx(
+            first["metrics"]["eff_round"]
+        )
         for metrics in (first["metrics"], second["metrics"]):
             assert metrics["ppl"] > 0 and 0 <= metrics["spe"] <= 100
         assert summary["methods"][name]["batch"]["metrics"]["eff"]["n"] == 1
@@ -109,14 +135,37 @@ def test_rounds_cli_and_errors(ws, tmp_path, capsys):
     model_dir = tmp_path / "tiny-model"
     tiny_llama(tok).save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
-    config = tiny_hparams_dict(ws["root"] / "stats", ws["root"] / "corpus.jsonl", alg_name="ZeroUnlearn-GD", model_name=str(model_dir))
+    config = tiny_hparams_dict(
+        ws["root"] / "stats", ws["root"] / "corpus.jsonl", alg_name="ZeroUnlearn-GD", model_name=str(model_dir)
+    )
     main = tmp_path / "hparams" / "ZeroUnlearn-GD" / "tiny.yaml"
     main.parent.mkdir(parents=True)
     main.write_text(yaml.safe_dump(config), encoding="utf-8")
     out = tmp_path / "cli"
-    code = cli_main(["bench", "--hparams", str(main), "--data", str(ws["data"]), "--out", str(out), "--n", "2",
-                     "--seeds", "1", "--rounds", "2", "--ppl-tokens", "40", "--ppl-text", str(ws["ppl"]), "--no-progress",
-                     "--methods", "ZeroUnlearn-GD"])
+    code = cli_main(
+        [
+            "bench",
+            "--hparams",
+            str(main),
+            "--data",
+            str(ws["data"]),
+            "--out",
+            str(out),
+            "--n",
+            "2",
+            "--seeds",
+            "1",
+            "--rounds",
+            "2",
+            "--ppl-tokens",
+            "40",
+            "--ppl-text",
+            str(ws["ppl"]),
+            "--no-progress",
+            "--methods",
+            "ZeroUnlearn-GD",
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "### ZeroUnlearn-GD" in printed and "plot:" in printed
@@ -161,7 +210,9 @@ def test_rounds_drop_neighbours_forgotten_in_any_round_and_guard_resume(ws, tok,
 
     monkeypatch.setattr(rounds_module, "drop_batch_forget_neighbours", real)  # drops 0 on this data
     with pytest.raises(BenchConfigError, match="3 neighbour probe.*drops 0"):
-        run_rounds(_config(ws, tmp_path, ["Rec", "ZeroUnlearn"], n=2), 2, model=tiny_llama(tok), tok=tok, registry=registry)
+        run_rounds(
+            _config(ws, tmp_path, ["Rec", "ZeroUnlearn"], n=2), 2, model=tiny_llama(tok), tok=tok, registry=registry
+        )
 
 
 def test_lifelong_row_protects_within_the_rounds_and_leaves_no_state(ws, tok, tmp_path):

@@ -15,12 +15,12 @@ import torch
 import yaml
 from torch import nn
 
-from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, REPO_ROOT
+from tiny_models import REPO_ROOT, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
 from zerounlearn_editor.bench import BenchConfig, run_bench
+from zerounlearn_editor.bench.case_scoring import probe_metrics, score_cases
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours
 from zerounlearn_editor.bench.report import group_header
-from zerounlearn_editor.bench.scoring import probe_metrics, score_cases
-from zerounlearn_editor.data.registry import load_cases
+from zerounlearn_editor.data.datasets import load_cases
 from zerounlearn_editor.data.types import Probe, UnlearnCase
 
 
@@ -127,7 +127,11 @@ def _config(ws: Dict[str, Path], out: Path, data: str, methods: List[str], **cha
 
 
 def test_group_headers():
-    assert [group_header(n) for n in ("forget_level1", "forget_level3", "neighbor_level2")] == ["FL1 ↓", "FL3 ↓", "NL2 ↑"]
+    assert [group_header(n) for n in ("forget_level1", "forget_level3", "neighbor_level2")] == [
+        "FL1 ↓",
+        "FL3 ↓",
+        "NL2 ↑",
+    ]
     assert group_header("forget_extra") == "forget_extra ↓" and group_header("kept") == "kept ↑"
 
 
@@ -162,7 +166,11 @@ def test_rwku_bench_columns_and_known_targets(tok, constant, workspace, tmp_path
     markdown = (out / "summary.md").read_text()
     assert "| Method | Eff ↓ | Gen ↓ | Spe ↑ | FL1 ↓ | FL2 ↓ | FL3 ↓ | NL1 ↑ | NL2 ↑ |" in markdown
     # Spe pools NL1 + NL2 per target: france [0, 1] -> 50, germany [1, 0, 1] -> 66.7
-    assert "| base | 75.0 ± 0.0 | 25.0 ± 0.0 | 58.3 ± 0.0 | 75.0 ± 0.0 | 75.0 ± 0.0 | 25.0 ± 0.0 | 50.0 ± 0.0 | 75.0 ± 0.0 |" in markdown
+    assert (
+        "| base | 75.0 ± 0.0 | 25.0 ± 0.0 | 58.3 ± 0.0 | 75.0 ± 0.0 | 75.0 ± 0.0 | 25.0 ± 0.0 | 50.0 ± 0.0 | 75.0 ± "
+        "0.0 |"
+        in markdown
+    )
     assert "known-only: 2 of 3 cases reach forget-prompt token accuracy >= 0.5" in markdown
     assert "teacher-forced version of RWKU's scoring" in markdown
 
@@ -180,7 +188,10 @@ def test_tables_without_groups_have_no_group_columns(tok, constant, workspace, t
     summary = run_bench(_config(workspace, tmp_path / "out", "mquake", ["base"]), model=constant, tok=tok)
     assert not any(k.startswith("group_") for k in summary["methods"]["base"]["metrics"])
     assert summary["table_markdown"].splitlines()[0].startswith("| Method | Eff ↓ | Gen ↓ |")
-    assert "FL1" not in summary["table_markdown"] and "Probe-group columns" not in (tmp_path / "out" / "summary.md").read_text()
+    assert (
+        "FL1" not in summary["table_markdown"]
+        and "Probe-group columns" not in (tmp_path / "out" / "summary.md").read_text()
+    )
     assert "known_cases" not in summary
 
 
@@ -217,7 +228,10 @@ def test_mquake_single_hops_eff_gen_spe(tok, constant, workspace, tmp_path):
     assert "spe" not in metrics
     # the drop is reported with the table, not only in the seed file
     assert summary["neighbours_dropped"] == {"1": 4}
-    assert "not scored as neighbours (`bench.neighbours`): 4 over the seeds (seed 1: 4)" in (out / "summary.md").read_text()
+    assert (
+        "not scored as neighbours (`bench.neighbours`): 4 over the seeds (seed 1: 4)"
+        in (out / "summary.md").read_text()
+    )
 
 
 def test_mquake_bench_with_an_edit(tok, workspace, tmp_path):
@@ -260,7 +274,7 @@ def test_rwku_mquake_runfile_loads():
 
 
 def test_answer_contained():
-    from zerounlearn_editor.bench.scoring import answer_contained
+    from zerounlearn_editor.bench.case_scoring import answer_contained
 
     assert answer_contained("Carrie", "his debut novel  carrie was")
     assert answer_contained("New  York", "born in new york city")
@@ -268,16 +282,16 @@ def test_answer_contained():
 
 
 def test_group_generation_columns(tok, constant, workspace, tmp_path, monkeypatch):
-    from zerounlearn_editor.bench import scoring
+    from zerounlearn_editor.bench import case_scoring
 
     seen: List[str] = []
 
     def says_paris(model, tok_, prompts, max_new_tokens, batch_size=16):
         seen.extend(prompts)
-        assert max_new_tokens == scoring.GROUP_GENERATION_TOKENS
+        assert max_new_tokens == case_scoring.GROUP_GENERATION_TOKENS
         return ["Paris ." for _ in prompts]
 
-    monkeypatch.setattr(scoring, "generate_greedy", says_paris)
+    monkeypatch.setattr(case_scoring, "generate_greedy", says_paris)
     out = tmp_path / "out"
     summary = run_bench(_config(workspace, out, "rwku", ["base"], group_generation=True), model=constant, tok=tok)
     metrics = {k: v["mean"] for k, v in summary["methods"]["base"]["metrics"].items()}

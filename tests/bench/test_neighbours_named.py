@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from zerounlearn_editor.bench.case_scoring import probe_metrics
 from zerounlearn_editor.bench.neighbours import names_subject, neighbours_naming_forgotten_subjects
-from zerounlearn_editor.bench.scoring import probe_metrics
 from zerounlearn_editor.data import Probe, UnlearnCase
 from zerounlearn_editor.evaluation.easyedit_format import CaseScores
 
@@ -31,7 +31,9 @@ def test_names_subject_whole_words_case_insensitive():
 def test_marks_cover_every_forgotten_subject_of_the_batch():
     cases = [
         _case("a", "Nintendo DS", "Nintendo DS, created by", ["Nintendo DS Lite, created by", "Game Boy, created by"]),
-        _case("b", "Toyota Corolla", "Toyota Corolla is made by", ["Toyota Vitz is made by", "Toyota Corolla Levin is"]),
+        _case(
+            "b", "Toyota Corolla", "Toyota Corolla is made by", ["Toyota Vitz is made by", "Toyota Corolla Levin is"]
+        ),
         _case("c", "Paris", "Paris is in", []),
     ]
     marks = neighbours_naming_forgotten_subjects(cases)

@@ -9,9 +9,9 @@ import torch
 import yaml
 
 from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
-from zerounlearn_editor.cli import main as cli_main
 from zerounlearn_editor.bench.pca_shift import PcaConfig, pca_numbers, run_pca
-from zerounlearn_editor.bench.summary_plot import collect_points, format_points, plot_summaries
+from zerounlearn_editor.bench.summary_plot import collect_points, format_points
+from zerounlearn_editor.cli import main as cli_main
 
 
 def test_pca_numbers_by_hand():
@@ -26,7 +26,11 @@ def test_pca_numbers_by_hand():
     assert out["methods"]["up"]["moved_variance_fraction"] == pytest.approx(4 * 9 / 10)
     assert out["methods"]["up"]["displacement_in_pc_plane"] == pytest.approx(0.0, abs=1e-12)
     assert out["methods"]["side"]["displacement_in_pc_plane"] == pytest.approx(1.0)
-    assert out["methods"]["none"] == {"mean_displacement": 0.0, "moved_variance_fraction": 0.0, "displacement_in_pc_plane": 0.0}
+    assert out["methods"]["none"] == {
+        "mean_displacement": 0.0,
+        "moved_variance_fraction": 0.0,
+        "displacement_in_pc_plane": 0.0,
+    }
     assert torch.allclose(torch.tensor(out["coords"]["up"]), torch.tensor(out["coords"]["base"]))  # same 2-D picture
     assert len(out["coords"]["base"]) == 4 and all(len(p) == 2 for p in out["coords"]["base"])
 
@@ -41,8 +45,14 @@ def ws(tmp_path_factory):
         path.write_text(yaml.safe_dump(tiny_hparams_dict(root / "stats", corpus, alg_name=alg)))
     ga = root / "hparams" / "GA" / "tiny.yaml"
     ga.parent.mkdir(parents=True)
-    ga.write_text(yaml.safe_dump(dict(alg_name="GA", model_name="tiny", device="cpu", layers=[1, 2], num_steps=3, lr=1e-2)))
-    return {"root": root, "main": root / "hparams" / "ZeroUnlearn" / "tiny.yaml", "data": write_tiny_counterfact(root / "cf.json")}
+    ga.write_text(
+        yaml.safe_dump(dict(alg_name="GA", model_name="tiny", device="cpu", layers=[1, 2], num_steps=3, lr=1e-2))
+    )
+    return {
+        "root": root,
+        "main": root / "hparams" / "ZeroUnlearn" / "tiny.yaml",
+        "data": write_tiny_counterfact(root / "cf.json"),
+    }
 
 
 def test_run_pca_on_a_tiny_llama(ws, tmp_path):
@@ -68,8 +78,14 @@ def test_run_pca_on_a_tiny_llama(ws, tmp_path):
 
 
 def _summary(path: Path, name: str, methods):
-    metrics = {m: {"status": "ok", "seeds": [1, 2], "metrics": {
-        k: {"mean": v, "std": s, "n": 2, "values": [v - s, v + s]} for k, (v, s) in vals.items()}} for m, vals in methods.items()}
+    metrics = {
+        m: {
+            "status": "ok",
+            "seeds": [1, 2],
+            "metrics": {k: {"mean": v, "std": s, "n": 2, "values": [v - s, v + s]} for k, (v, s) in vals.items()},
+        }
+        for m, vals in methods.items()
+    }
     metrics["ROME"] = {"status": "skipped", "seeds": [], "metrics": {}, "reason": "skipped"}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"name": name, "methods": metrics}))
@@ -77,9 +93,17 @@ def _summary(path: Path, name: str, methods):
 
 
 def test_plot_points_and_cli(tmp_path, capsys):
-    a = _summary(tmp_path / "a" / "summary.json", "lr1", {"GA": {"eff": (40.0, 2.0), "spe": (80.0, 1.0), "ppl": (20.0, 0.5)},
-                                                          "ZeroUnlearn": {"eff": (5.0, 1.0), "spe": (90.0, 2.0)}})
-    b = _summary(tmp_path / "b" / "summary.json", None, {"GA": {"eff": (10.0, 3.0), "spe": (60.0, 4.0), "ppl": (35.0, 1.0)}})
+    a = _summary(
+        tmp_path / "a" / "summary.json",
+        "lr1",
+        {
+            "GA": {"eff": (40.0, 2.0), "spe": (80.0, 1.0), "ppl": (20.0, 0.5)},
+            "ZeroUnlearn": {"eff": (5.0, 1.0), "spe": (90.0, 2.0)},
+        },
+    )
+    b = _summary(
+        tmp_path / "b" / "summary.json", None, {"GA": {"eff": (10.0, 3.0), "spe": (60.0, 4.0), "ppl": (35.0, 1.0)}}
+    )
     points = collect_points([a, b])
     assert [(p["run"], p["method"]) for p in points] == [("lr1", "GA"), ("lr1", "ZeroUnlearn"), ("b", "GA")]
     assert points[0]["eff"] == 40.0 and points[0]["spe_std"] == 1.0 and points[1]["ppl"] is None

@@ -14,11 +14,6 @@ from zerounlearn_editor import (
     apply_zerounlearn_gd_to_model,
     apply_zerounlearn_to_model,
 )
-from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes
-from zerounlearn_editor.data.corpus import load_corpus
-from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
-from zerounlearn_editor.engine.pipeline import batched_statistics
-from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE
 from zerounlearn_editor.bench.reference_pipeline import (
     apply_zerounlearn_gd_per_request,
     apply_zerounlearn_per_request,
@@ -26,8 +21,13 @@ from zerounlearn_editor.bench.reference_pipeline import (
     per_request_keys_and_hidden,
     value_key_product,
 )
+from zerounlearn_editor.data.corpus import load_corpus
+from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes
 from zerounlearn_editor.engine.keys import read_keys_and_hidden
+from zerounlearn_editor.engine.pipeline import batched_statistics
 from zerounlearn_editor.engine.requests import normalize_requests
+from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 
 METHODS = {
     "ZeroUnlearn": (ZeroUnlearnHyperParams, apply_zerounlearn_to_model, apply_zerounlearn_per_request),
@@ -49,7 +49,9 @@ def _hparams(tmp_path: Path, method: str, gpt2: bool = False, stats: str = "stat
 def _edited(model, hp, apply, tok, requests):
     report = EditReport()
     edited, _ = apply(model, tok, requests, hp, copy=True, progress=False, report=report)
-    return {l: get_weight_matrix(get_module(edited, hp.rewrite_module_tmp.format(l))).detach().clone() for l in hp.layers}, report
+    return {
+        l: get_weight_matrix(get_module(edited, hp.rewrite_module_tmp.format(l))).detach().clone() for l in hp.layers
+    }, report
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
@@ -73,7 +75,9 @@ def test_per_request_pipeline_gives_our_edited_weights(method, gpt2, tok, tmp_pa
         difference = float((ref_w[layer].double() - ours_w[layer].double()).norm() / change.norm())
         assert difference < 1e-4, f"layer {layer}: the pipelines' edits differ by {difference:.2e} of the change"
     assert ref_report.target_steps == ours_report.target_steps
-    torch.testing.assert_close(torch.tensor(ref_report.target_nll), torch.tensor(ours_report.target_nll), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(
+        torch.tensor(ref_report.target_nll), torch.tensor(ours_report.target_nll), rtol=1e-4, atol=1e-6
+    )
 
 
 def test_per_request_keys_match_batched_keys(tok, tmp_path):
@@ -81,7 +85,16 @@ def test_per_request_keys_match_batched_keys(tok, tmp_path):
     hp = _hparams(tmp_path, "ZeroUnlearn")
     requests = normalize_requests(forget_requests())
     prefixes = context_prefixes(model, tok, hp.context_template_count, hp.context_template_length, CONTEXT_SEED)
-    args = (model, tok, requests, prefixes, hp.rewrite_module_tmp.format(1), hp.layer_module_tmp.format(2), hp.fact_token, 8)
+    args = (
+        model,
+        tok,
+        requests,
+        prefixes,
+        hp.rewrite_module_tmp.format(1),
+        hp.layer_module_tmp.format(2),
+        hp.fact_token,
+        8,
+    )
     batched, single = read_keys_and_hidden(*args), per_request_keys_and_hidden(*args)
     assert single.keys.shape == batched.keys.shape == (64, len(requests))
     assert single.hidden.shape == batched.hidden.shape == (len(requests), 32)
@@ -93,7 +106,9 @@ def test_per_layer_statistics_and_value_key_product(tok, tmp_path):
     model = tiny_llama(tok)
     hp = _hparams(tmp_path, "ZeroUnlearn")
     ours = batched_statistics(model, tok, hp, hp.mom2_dataset, progress=False)
-    per_layer = per_layer_statistics(model, tok, hp.replace(stats_dir=str(tmp_path / "other")), hp.mom2_dataset, progress=False)
+    per_layer = per_layer_statistics(
+        model, tok, hp.replace(stats_dir=str(tmp_path / "other")), hp.mom2_dataset, progress=False
+    )
     for layer in hp.layers:
         assert per_layer[layer].count == ours[layer].count
         torch.testing.assert_close(per_layer[layer].mom2, ours[layer].mom2, rtol=1e-10, atol=1e-10)

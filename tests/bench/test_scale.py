@@ -11,7 +11,9 @@ import torch
 import yaml
 
 from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
+from zerounlearn_editor.bench.case_scoring import score_cases
 from zerounlearn_editor.bench.config import BenchConfigError
+from zerounlearn_editor.bench.fingerprint import ModelFingerprint
 from zerounlearn_editor.bench.scale import (
     ScaleConfig,
     TargetCache,
@@ -22,23 +24,30 @@ from zerounlearn_editor.bench.scale import (
     scale_metrics,
     stream_dir,
 )
-from zerounlearn_editor.bench.fingerprint import ModelFingerprint
-from zerounlearn_editor.bench.scoring import score_cases
-from zerounlearn_editor.data.registry import load_cases, sample_cases
+from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.engine.pipeline import neutral_targets
 from zerounlearn_editor.evaluation.easyedit_format import CaseScores
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 
-PPL_TEXT = " ".join(["the city of paris is a large city in france", "many people live in london and it was known for its river"] * 4)
+PPL_TEXT = " ".join(
+    ["the city of paris is a large city in france", "many people live in london and it was known for its river"] * 4
+)
 
 
 def _scores(acc, first, para=(0.0,), spe=(1.0,)):
-    probe = lambda a, f: {"acc": list(a), "first_acc": list(f), "prob": [0.1] * len(a), "pred_ids": [[1]] * len(a)}
+    def probe(a, f):
+        return {"acc": list(a), "first_acc": list(f), "prob": [0.1] * len(a), "pred_ids": [[1]] * len(a)}
+
     return CaseScores(forget=probe(acc, first), paraphrase=probe(para, para), neighbour=probe(spe, spe))
 
 
 def test_known_mask_uses_the_mean_forget_accuracy():
-    pre = [_scores([0.5], [1.0]), _scores([0.25, 0.5], [0.0, 1.0]), _scores([1.0, 0.0], [1.0, 0.0]), _scores([0.0], [0.0])]
+    pre = [
+        _scores([0.5], [1.0]),
+        _scores([0.25, 0.5], [0.0, 1.0]),
+        _scores([1.0, 0.0], [1.0, 0.0]),
+        _scores([0.0], [0.0]),
+    ]
     assert known_mask(pre, 0.5) == [True, False, True, False]
     assert known_mask(pre, 0.6) == [False, False, False, False]
 
@@ -72,12 +81,29 @@ def ws(tmp_path_factory) -> Dict[str, Path]:
     (root / "ppl.txt").write_text(PPL_TEXT, encoding="utf-8")
     path = root / "hparams" / "ZeroUnlearn-GD" / "tiny.yaml"
     path.parent.mkdir(parents=True)
-    path.write_text(yaml.safe_dump(tiny_hparams_dict(root / "stats", corpus, alg_name="ZeroUnlearn-GD", fluency_max_increase=None)),
-                    encoding="utf-8")
+    path.write_text(
+        yaml.safe_dump(tiny_hparams_dict(root / "stats", corpus, alg_name="ZeroUnlearn-GD", fluency_max_increase=None)),
+        encoding="utf-8",
+    )
     lifelong = path.with_name("tiny-lifelong.yaml")
-    lifelong.write_text(yaml.safe_dump(tiny_hparams_dict(root / "stats", corpus, alg_name="ZeroUnlearn-GD", fluency_max_increase=None,
-                                                         forgotten_protection_weight=1.0)), encoding="utf-8")
-    return {"data": write_tiny_counterfact(root / "cf.json"), "ppl": root / "ppl.txt", "hparams": path, "lifelong": lifelong}
+    lifelong.write_text(
+        yaml.safe_dump(
+            tiny_hparams_dict(
+                root / "stats",
+                corpus,
+                alg_name="ZeroUnlearn-GD",
+                fluency_max_increase=None,
+                forgotten_protection_weight=1.0,
+            )
+        ),
+        encoding="utf-8",
+    )
+    return {
+        "data": write_tiny_counterfact(root / "cf.json"),
+        "ppl": root / "ppl.txt",
+        "hparams": path,
+        "lifelong": lifelong,
+    }
 
 
 def _config(ws, out, ns, yaml_key="hparams", **kw) -> ScaleConfig:
@@ -136,7 +162,9 @@ def test_stream_scores_round_one_every_round_and_resumes_to_the_same_state(ws, t
     # the unedited scores of later rounds' facts come from the original weights, swapped in mid-stream
     cases = sample_cases(load_cases(str(ws["data"])), 6, 1)
     unedited = score_cases(model, tok, cases[:4])
-    assert rounds[1]["all_base"]["eff_prob"] == pytest.approx(scale_metrics(unedited, unedited, known_mask(unedited))["eff_prob"])
+    assert rounds[1]["all_base"]["eff_prob"] == pytest.approx(
+        scale_metrics(unedited, unedited, known_mask(unedited))["eff_prob"]
+    )
     assert rounds[1]["all_base"]["eff_prob"] != pytest.approx(rounds[1]["all"]["eff_prob"], rel=1e-3)
     assert sorted(p.name for p in folder.glob("weights_round_*")) == ["weights_round_3.safetensors"]
     stream = summary["streams"]["ZeroUnlearn-GD_tiny"]
@@ -152,7 +180,10 @@ def test_stream_scores_round_one_every_round_and_resumes_to_the_same_state(ws, t
     assert (cut_folder / "round_1.json").stat().st_mtime_ns == stamp  # not redone
     from safetensors.torch import load_file
 
-    a, b = load_file(str(folder / "weights_round_3.safetensors")), load_file(str(cut_folder / "weights_round_3.safetensors"))
+    a, b = (
+        load_file(str(folder / "weights_round_3.safetensors")),
+        load_file(str(cut_folder / "weights_round_3.safetensors")),
+    )
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     assert json.loads((cut_folder / "round_3.json").read_text())["all"]["eff"] == pytest.approx(rounds[2]["all"]["eff"])
     assert fingerprint.differences(model) == []
@@ -160,7 +191,9 @@ def test_stream_scores_round_one_every_round_and_resumes_to_the_same_state(ws, t
 
 def test_bad_settings_are_named(ws, tmp_path):
     with pytest.raises(BenchConfigError, match="nowhere.yaml not found"):
-        run_scale_batch(ScaleConfig(hparams=["nowhere.yaml"], data=str(ws["data"]), seeds=[1], out=str(tmp_path), ns=[2]))
+        run_scale_batch(
+            ScaleConfig(hparams=["nowhere.yaml"], data=str(ws["data"]), seeds=[1], out=str(tmp_path), ns=[2])
+        )
     with pytest.raises(BenchConfigError, match="one --n"):
         run_scale_stream(_config(ws, tmp_path, [2, 4], rounds=2))
     with pytest.raises(BenchConfigError, match="has 8"):
@@ -187,7 +220,10 @@ def test_lifelong_stream_carries_and_resumes_the_forgotten_state(ws, tok, tmp_pa
     run_scale_stream(_config(ws, cut, [2], "lifelong", rounds=3, eval_every=3), model=model, tok=tok)
     cut_folder = stream_dir(cut, 1, tag)
     assert json.loads((cut_folder / "round_3.json").read_text())["forgotten_count"] == 6  # the state was loaded
-    a, b = load_file(str(folder / "weights_round_3.safetensors")), load_file(str(cut_folder / "weights_round_3.safetensors"))
+    a, b = (
+        load_file(str(folder / "weights_round_3.safetensors")),
+        load_file(str(cut_folder / "weights_round_3.safetensors")),
+    )
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     assert fingerprint.differences(model) == []
 

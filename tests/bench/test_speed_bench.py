@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact, REPO_ROOT
+from tiny_models import REPO_ROOT, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
 from zerounlearn_editor.bench import speed_bench
 from zerounlearn_editor.bench.speed_bench import SpeedConfig, build_random_model, parse_int_list, run_speed
 
@@ -17,7 +17,9 @@ def _write_hparams(tmp_path: Path) -> Path:
     for method in ("ZeroUnlearn", "ZeroUnlearn-GD"):
         folder = tmp_path / "hparams" / method
         folder.mkdir(parents=True)
-        (folder / "tiny.yaml").write_text(yaml.safe_dump(tiny_hparams_dict(tmp_path / "stats", corpus, alg_name=method)))
+        (folder / "tiny.yaml").write_text(
+            yaml.safe_dump(tiny_hparams_dict(tmp_path / "stats", corpus, alg_name=method))
+        )
     return tmp_path / "hparams" / "ZeroUnlearn" / "tiny.yaml"
 
 
@@ -26,8 +28,16 @@ def test_run_speed_times_every_stage_and_both_pipelines_agree(tmp_path, monkeypa
     monkeypatch.setattr(speed_bench, "_load_model", lambda cfg, hp, device: (tiny_llama(tok), tok))
     out = tmp_path / "speed.json"
     data = write_tiny_counterfact(tmp_path / "counterfact.json")  # no benchmark data folder needed
-    cfg = SpeedConfig(hparams=str(_write_hparams(tmp_path)), ns=[2, 3], device="cpu", stats_passages=10, micro_passages=5,
-                      out=str(out), progress=False, data=str(data))
+    cfg = SpeedConfig(
+        hparams=str(_write_hparams(tmp_path)),
+        ns=[2, 3],
+        device="cpu",
+        stats_passages=10,
+        micro_passages=5,
+        out=str(out),
+        progress=False,
+        data=str(data),
+    )
     result = run_speed(cfg)
     assert json.loads(out.read_text())["markdown"] == result["markdown"]
     assert [r["pipeline"] for r in result["statistics"]] == ["ours", "per-request"]
@@ -40,7 +50,9 @@ def test_run_speed_times_every_stage_and_both_pipelines_agree(tmp_path, monkeypa
         assert row["stages_s"]["targets"] > 0 and row["stages_s"]["contexts"] > 0  # contexts re-sampled every edit
         assert row["edit_s"] >= sum(row["stages_s"].values()) * 0.99
         assert row["eval_probes"] == row["n"] and row["edit_peak_mb"] > 0
-    assert {(c["method"], c["n"]) for c in result["comparisons"]} == {(m, n) for m in ("ZeroUnlearn", "ZeroUnlearn-GD") for n in (2, 3)}
+    assert {(c["method"], c["n"]) for c in result["comparisons"]} == {
+        (m, n) for m in ("ZeroUnlearn", "ZeroUnlearn-GD") for n in (2, 3)
+    }
     for comparison in result["comparisons"]:
         assert comparison["max_rel_diff"] < 1e-4
         assert comparison["ratio"] == pytest.approx(comparison["per_request_s"] / comparison["ours_s"])
@@ -51,7 +63,9 @@ def test_run_speed_times_every_stage_and_both_pipelines_agree(tmp_path, monkeypa
 def test_random_configs():
     big = build_random_model("llama-3.2-3b", "meta")  # Llama-3.2-3B-Instruct's dimensions, no memory used
     assert sum(p.numel() for p in big.parameters()) == 3_212_749_824
-    assert big.config.num_hidden_layers == 28 and big.config.num_key_value_heads == 8 and big.config.vocab_size == 128256
+    assert (
+        big.config.num_hidden_layers == 28 and big.config.num_key_value_heads == 8 and big.config.vocab_size == 128256
+    )
     assert big.config.rope_parameters["rope_theta"] == 500000.0 and big.lm_head.weight is big.model.embed_tokens.weight
     assert str(next(big.parameters()).dtype) == "torch.bfloat16"
     tiny = build_random_model("tiny", "cpu", vocab_size=64)
@@ -73,9 +87,31 @@ def test_bench_speed_cli_with_a_random_tiny_config(smollm2_path, tmp_path, capsy
 
     out = tmp_path / "speed.json"
     hparams = REPO_ROOT / "hparams" / "ZeroUnlearn" / "SmolLM2-135M-Instruct.yaml"
-    assert main(["bench-speed", "--hparams", str(hparams), "--random-config", "tiny", "--n", "2", "--device", "cpu", "--stats-passages", "8",
-                 "--micro-passages", "4", "--out", str(out), "--no-progress",
-                 "--data", str(write_tiny_counterfact(tmp_path / "counterfact.json"))]) == 0
+    assert (
+        main(
+            [
+                "bench-speed",
+                "--hparams",
+                str(hparams),
+                "--random-config",
+                "tiny",
+                "--n",
+                "2",
+                "--device",
+                "cpu",
+                "--stats-passages",
+                "8",
+                "--micro-passages",
+                "4",
+                "--out",
+                str(out),
+                "--no-progress",
+                "--data",
+                str(write_tiny_counterfact(tmp_path / "counterfact.json")),
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     assert result["environment"]["model"] == "random-tiny" and len(result["comparisons"]) == 2
     assert all(c["max_rel_diff"] < 1e-4 for c in result["comparisons"])

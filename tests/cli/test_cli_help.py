@@ -6,8 +6,7 @@ import argparse
 
 import pytest
 
-from zerounlearn_editor.cli import build_parser
-from zerounlearn_editor.cli import main
+from zerounlearn_editor.cli import build_parser, main
 
 
 def _subcommands():

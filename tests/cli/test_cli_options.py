@@ -19,7 +19,6 @@ from typing import Any, Dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tiny_models import FIXTURES, REPO_ROOT  # noqa: E402
-
 from zerounlearn_editor.cli import build_parser  # noqa: E402
 
 PIN = FIXTURES / "cli_options.json"
@@ -44,7 +43,11 @@ def _type_behaviour(kind: Any) -> Any:
 
 
 def _jsonable(value: Any) -> Any:
-    return value if isinstance(value, (type(None), bool, int, float, str)) else repr(list(value) if isinstance(value, tuple) else value)
+    return (
+        value
+        if isinstance(value, (type(None), bool, int, float, str))
+        else repr(list(value) if isinstance(value, tuple) else value)
+    )
 
 
 def option_table() -> Dict[str, Dict[str, Any]]:
@@ -96,7 +99,9 @@ if __name__ == "__main__":
     lines = ["{"]
     for i, name in enumerate(sorted(table)):
         lines.append(f" {json.dumps(name)}: {{")
-        rows = [f"  {json.dumps(dest)}: {json.dumps(table[name][dest], sort_keys=True)}" for dest in sorted(table[name])]
+        rows = [
+            f"  {json.dumps(dest)}: {json.dumps(table[name][dest], sort_keys=True)}" for dest in sorted(table[name])
+        ]
         lines.append(",\n".join(rows))
         lines.append(" }" + ("," if i < len(table) - 1 else ""))
     PIN.write_text("\n".join(lines + ["}"]) + "\n")

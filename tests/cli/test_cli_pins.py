@@ -22,9 +22,15 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tiny_models import FIXTURES  # noqa: E402
-from tiny_models import CORPUS, forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus  # noqa: E402
-
+from tiny_models import (  # noqa: E402
+    CORPUS,
+    FIXTURES,  # noqa: E402
+    forget_requests,
+    tiny_hparams_dict,
+    tiny_llama,
+    tiny_tokenizer,
+    write_corpus,
+)
 from zerounlearn_editor.cli import main  # noqa: E402
 from zerounlearn_editor.integrations.unlearn import REPORT_NAME  # noqa: E402
 
@@ -60,8 +66,25 @@ def run_report(name: str, root: Path) -> Dict[str, Any]:
         retain.write_text("- {prompt: the capital of italy is, subject: italy, answer: rome}\n", encoding="utf-8")
         extra = ["--retain", str(retain)]
     out = root / f"out-{name}"
-    code = main(["unlearn", "--facts", str(root / "facts.json"), "--ppl-text", str(root / "ppl.txt"), "--ppl-tokens", "60",
-                 "--no-progress", "--hparams", str(hparams), "--out", str(out), "--save", "none", *extra])
+    code = main(
+        [
+            "unlearn",
+            "--facts",
+            str(root / "facts.json"),
+            "--ppl-text",
+            str(root / "ppl.txt"),
+            "--ppl-tokens",
+            "60",
+            "--no-progress",
+            "--hparams",
+            str(hparams),
+            "--out",
+            str(out),
+            "--save",
+            "none",
+            *extra,
+        ]
+    )
     assert code == 0, f"{name}: zerounlearn unlearn exited with {code}"
     report = json.loads((out / REPORT_NAME).read_text(encoding="utf-8"))
     return {key: report[key] for key in PINNED_KEYS}

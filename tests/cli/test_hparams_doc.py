@@ -2,7 +2,7 @@
 
 Rules checked here:
 
-* every hyperparameter field has help text in ``FIELD_HELP`` (and ``FIELD_HELP`` names no other key);
+* every hyperparameter field has help text on the field (``metadata["help"]``), and no help names another key;
 * the README's table between the markers equals ``hparams_doc.key_table()`` (regenerate with
   ``python -m zerounlearn_editor.cli.hparams_doc``);
 * every key is set by at least one shipped YAML (``hparams/ZeroUnlearn*/*.yaml``) or is an
@@ -13,42 +13,44 @@ Rules checked here:
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 import yaml
 
-from zerounlearn_editor.cli.hparams_doc import FIELD_HELP
-from zerounlearn_editor.engine.hparams import RETIRED_KEYS
-from zerounlearn_editor.cli.hparams_doc import END, METHOD_CLASSES, START, key_table, main, replace_table
 from tiny_models import REPO_ROOT
+from zerounlearn_editor.cli.hparams_doc import END, START, field_help, key_table, main, method_classes, replace_table
+from zerounlearn_editor.engine.retired_keys import RETIRED_KEYS
 
 ROOT = REPO_ROOT
-SHIPPED = sorted(p for cls in METHOD_CLASSES for p in (ROOT / "hparams" / cls.ALG_NAME).glob("*.yaml"))
-MAX_KEYS = 49  # 59 before issue 27 (50 after retiring what lost, +1 fluency_max_increase), then 4 single-valued settings fixed; +1 forgotten_protection_weight (issue 37, lifelong unlearning)
+SHIPPED = sorted(p for cls in method_classes() for p in (ROOT / "hparams" / cls.ALG_NAME).glob("*.yaml"))
+# 59 before issue 27 (50 after retiring what lost, +1 fluency_max_increase), then 4 single-valued settings fixed;
+# +1 forgotten_protection_weight (issue 37, lifelong unlearning)
+MAX_KEYS = 49
 
 
 def _all_keys():
-    return {f.name for cls in METHOD_CLASSES for f in dataclasses.fields(cls)}
+    return {f.name for cls in method_classes() for f in dataclasses.fields(cls)}
 
 
 def test_every_key_has_help_text_and_no_help_is_orphaned():
     keys = _all_keys()
-    assert not keys - set(FIELD_HELP), f"keys without FIELD_HELP: {sorted(keys - set(FIELD_HELP))}"
-    assert not set(FIELD_HELP) - keys, f"FIELD_HELP for no key: {sorted(set(FIELD_HELP) - keys)}"
-    assert all(text.strip() for text in FIELD_HELP.values())
+    assert not keys - set(field_help()), f"keys without help text: {sorted(keys - set(field_help()))}"
+    assert not set(field_help()) - keys, f"help text for no key: {sorted(set(field_help()) - keys)}"
+    assert all(text.strip() for text in field_help().values())
 
 
 def test_readme_table_is_the_generated_one():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert replace_table(text, key_table()) == text, "README key table is stale: run python -m zerounlearn_editor.cli.hparams_doc"
+    assert replace_table(text, key_table()) == text, (
+        "README key table is stale: run python -m zerounlearn_editor.cli.hparams_doc"
+    )
     assert main(["--check", str(ROOT / "README.md")]) == 0
 
 
 def test_every_key_is_used_by_a_shipped_yaml_or_experimental():
     assert len(SHIPPED) >= 18
     used = {key for path in SHIPPED for key in yaml.safe_load(path.read_text(encoding="utf-8"))}
-    experiments = {"experimental"} | {key for cls in METHOD_CLASSES for key in cls.EXPERIMENTAL_KEYS}
+    experiments = {"experimental"} | {key for cls in method_classes() for key in cls.EXPERIMENTAL_KEYS}
     unused = sorted(_all_keys() - used - experiments)
     assert not unused, f"keys used by no shipped YAML and not under 'experimental:': {unused}"
     assert not used - _all_keys(), f"shipped YAMLs set unknown keys {sorted(used - _all_keys())}"

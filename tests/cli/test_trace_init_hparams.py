@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,12 +18,12 @@ from tiny_models import (
     write_corpus,
     write_tiny_counterfact,
 )
-from zerounlearn_editor.engine.architectures import UnsupportedArchitecture, detect_templates
 from zerounlearn_editor.bench.trace import TraceFact, TraceSettings, encode_fact, suggest_window, trace_facts
 from zerounlearn_editor.cli import main as cli_main
-from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
-from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.cli.init_hparams import nearest_shipped_yaml, parse_layers
+from zerounlearn_editor.engine.architectures import UnsupportedArchitecture, detect_templates
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 
 BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "qwen3": tiny_qwen3}
 FACTS = [
@@ -67,7 +66,9 @@ def test_trace_shapes_determinism_and_exact_restoration(tok, arch):
     # seeded: the same numbers again; another seed changes them; chunking does not
     again = trace_facts(model, tok, FACTS, settings, progress=False)
     assert again["residual"] == result["residual"] and again["mlp"] == result["mlp"]
-    chunked = trace_facts(model, tok, FACTS, TraceSettings(samples=3, window=2, seed=7, width=2, max_rows=4), progress=False)
+    chunked = trace_facts(
+        model, tok, FACTS, TraceSettings(samples=3, window=2, seed=7, width=2, max_rows=4), progress=False
+    )
     assert chunked["attention"] == pytest.approx(result["attention"], abs=1e-6)
     other = trace_facts(model, tok, FACTS, TraceSettings(samples=3, window=2, seed=8, width=2), progress=False)
     assert other["p_corrupt"] != result["p_corrupt"]
@@ -109,7 +110,9 @@ def test_nearest_shipped_yaml(tok):
     assert nearest_shipped_yaml("ZeroUnlearn", detect_templates(tiny_llama(tok))).stem.startswith("Llama-3.2-3B")
 
 
-@pytest.mark.parametrize("arch,method", [("llama", "ZeroUnlearn"), ("gpt2", "ZeroUnlearn-GD"), ("qwen3", "ZeroUnlearn")])
+@pytest.mark.parametrize(
+    "arch,method", [("llama", "ZeroUnlearn"), ("gpt2", "ZeroUnlearn-GD"), ("qwen3", "ZeroUnlearn")]
+)
 def test_init_hparams_writes_a_yaml_that_edits(tok, tmp_path, arch, method, capsys):
     model = BUILDERS[arch](tok, seed=0, layers=4)
     folder = tmp_path / f"tiny-{arch}"
@@ -128,9 +131,9 @@ def test_init_hparams_writes_a_yaml_that_edits(tok, tmp_path, arch, method, caps
     cls = ZeroUnlearnHyperParams if method == "ZeroUnlearn" else ZeroUnlearnGDHyperParams
     hp = cls.from_hparams(out)  # strict loader
     assert hp.layers == [1, 2] and hp.model_name == str(folder)
-    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
-    from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
     from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
+    from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
+    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
     loaded, loaded_tok = load_model_and_tokenizer(hp.model_name)
     apply = apply_zerounlearn_to_model if method == "ZeroUnlearn" else apply_zerounlearn_gd_to_model
@@ -159,7 +162,9 @@ def test_init_hparams_auto_layers_from_a_trace(tok, tmp_path, capsys):
                      "--trace", str(trace_dir / "trace.json"), "--out", str(out)]) == 0
     assert yaml.safe_load(out.read_text())["layers"] == stored["suggested_layers"]
     # a random tiny model knows none of the facts: a clear error rather than an empty trace
-    assert cli_main(["trace", "--model", str(folder), "--data", str(data), "--n", "3", "--out", str(tmp_path / "t2")]) == 2
+    assert (
+        cli_main(["trace", "--model", str(folder), "--data", str(data), "--n", "3", "--out", str(tmp_path / "t2")]) == 2
+    )
 
 
 def test_init_hparams_deep_applies_the_deep_mode_keys(tok, tmp_path, caplog):
@@ -245,7 +250,9 @@ def test_init_hparams_auto_traces_the_facts_the_model_answers(tmp_path, capsys, 
     assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn-GD", "--layers", "auto",
                      "--facts", str(facts), "--width", "2", "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    note = f"causal trace of 5 facts the model answers (first answer token its argmax) of --facts {facts} (7 in the file)"
+    note = (
+        f"causal trace of 5 facts the model answers (first answer token its argmax) of --facts {facts} (7 in the file)"
+    )
     assert note in printed and note in out.read_text().splitlines()[0]
     layers = yaml.safe_load(out.read_text())["layers"]
     assert len(layers) == 2 and max(layers) < 3

@@ -336,7 +336,7 @@ def test_not_a_list_and_bad_json(tmp_path):
         load_cases(path, format="counterfact")
     broken = tmp_path / "broken.json"
     broken.write_text("[{", encoding="utf-8")
-    with pytest.raises(DataFormatError, match="invalid JSON"):
+    with pytest.raises(DataFormatError, match="broken.json: cannot parse JSON records: Expecting"):
         load_cases(broken, format="counterfact")
 
 

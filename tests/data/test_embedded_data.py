@@ -11,7 +11,7 @@ from tiny_models import tiny_llama, tiny_tokenizer, REPO_ROOT
 from zerounlearn_editor.data import builtin as embedded
 from zerounlearn_editor.engine import stats as stats_module
 from zerounlearn_editor.data.corpus import HUB_DATASETS, load_corpus
-from zerounlearn_editor.data.registry import load_cases
+from zerounlearn_editor.data.datasets import load_cases
 from zerounlearn_editor.support.resources import (
     hparams_path,
     missing_data_message,

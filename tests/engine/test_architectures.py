@@ -23,13 +23,13 @@ from arch_zoo import (
     write_facts_counterfact,
 )
 from tiny_models import CORPUS, tiny_tokenizer, write_corpus
-from zerounlearn_editor.engine.architectures import UnsupportedArchitecture, detect_templates
 from zerounlearn_editor.bench.trace import TraceFact, TraceSettings, trace_facts
 from zerounlearn_editor.cli import main as cli_main
-from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.engine.architectures import UnsupportedArchitecture, detect_templates
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
-from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 
 REWRITE = {
     "gpt2": "transformer.h.{}.mlp.c_proj", "gpt_neox": "gpt_neox.layers.{}.mlp.dense_4h_to_h",
@@ -145,7 +145,10 @@ def test_trace_and_init_hparams(tok, tmp_path, arch, capsys):
     assert trace["cases"][0]["residual"][-1] == pytest.approx(trace["cases"][0]["p_clean"], rel=1e-4)
     for method, cls in (("ZeroUnlearn", ZeroUnlearnHyperParams), ("ZeroUnlearn-GD", ZeroUnlearnGDHyperParams)):
         out = tmp_path / f"{method}.yaml"
-        assert cli_main(["init-hparams", "--model", str(folder), "--method", method, "--layers", "1,2", "--out", str(out)]) == 0
+        assert (
+            cli_main(["init-hparams", "--model", str(folder), "--method", method, "--layers", "1,2", "--out", str(out)])
+            == 0
+        )
         hp = cls.from_hparams(out)  # strict
         assert hp.rewrite_module_tmp == REWRITE.get(arch, "model.layers.{}.mlp.down_proj") and hp.v_loss_layer == 3
         assert yaml.safe_load(out.read_text())["layers"] == [1, 2]
@@ -172,7 +175,8 @@ def _forget_and_measure(model, tok, hp):
 # measured with TINY_EDIT_SETTINGS at layers 1-2 on the trained models (d_ff TRAINED_FF, facts known at
 # p >= 0.9, C0_TEXT statistics). Gemma-2/3's post-feedforward RMSNorm gives the MLP output a fixed size
 # (|N(v)| ~ 7 here), so a layer moves the residual at most about that far; the EOS targets ask 12-21 at
-# the last edited layer (no softcapping: the same miss). OPT's edit takes a kept fact along (the paper's collateral: keys that overlap).
+# the last edited layer (no softcapping: the same miss). OPT's edit takes a kept fact along (the paper's collateral:
+# keys that overlap).
 KNOWN_MISSES = {
     "gemma2": "post-norm caps the move: forgets 1 of 2 facts (tokyo 0.98 -> 0.48, still the argmax)",
     "gemma3": "post-norm caps the move: forgets 1 of 2 facts (tokyo 0.93 -> 0.32, still the argmax)",
@@ -180,8 +184,13 @@ KNOWN_MISSES = {
 }
 
 
-@pytest.mark.parametrize("arch", [pytest.param(a, marks=pytest.mark.xfail(a in KNOWN_MISSES, reason=KNOWN_MISSES.get(a, ""),
-                                                                           strict=True)) for a in sorted(ARCHS)])
+@pytest.mark.parametrize(
+    "arch",
+    [
+        pytest.param(a, marks=pytest.mark.xfail(a in KNOWN_MISSES, reason=KNOWN_MISSES.get(a, ""), strict=True))
+        for a in sorted(ARCHS)
+    ],
+)
 def test_edit_forgets_a_trained_fact_and_keeps_the_rest(tmp_path, arch):
     model, tok = trained_model(arch)
     assert all(knows(model, tok, FORGET)) and all(knows(model, tok, KEEP))
@@ -206,8 +215,13 @@ RETAIN_MISSES = {
 }
 
 
-@pytest.mark.parametrize("arch", [pytest.param(a, marks=pytest.mark.xfail(a in RETAIN_MISSES, reason=RETAIN_MISSES.get(a, ""),
-                                                                           strict=True)) for a in sorted(ARCHS)])
+@pytest.mark.parametrize(
+    "arch",
+    [
+        pytest.param(a, marks=pytest.mark.xfail(a in RETAIN_MISSES, reason=RETAIN_MISSES.get(a, ""), strict=True))
+        for a in sorted(ARCHS)
+    ],
+)
 def test_retain_aware_edit_forgets_and_keeps(tmp_path, arch):
     model, tok = trained_model(arch)
     folder = tmp_path / arch
@@ -250,7 +264,7 @@ def test_targets_fall_back_from_the_kv_cache_with_a_note(tmp_path, caplog):
     for optimizer in ("adam_kv", "adam"):
         hp = ZeroUnlearnGDHyperParams.from_dict(tiny_hparams_dict(tmp_path / "s", corpus, alg_name="ZeroUnlearn-GD",
                                                                   targets_optimizer=optimizer))
-        with caplog.at_level("INFO", logger="zerounlearn_editor.engine.targets_kv"):
+        with caplog.at_level("INFO", logger="zerounlearn_editor.engine.targets.kv_suffix"):
             z[optimizer] = neutral_targets(model, tok, forget_requests()[:2], hp).z
     notes = [r for r in caplog.records if "KV-cached evaluation covers" in r.getMessage()]
     assert len(notes) == 1 and "gemma3_text" in notes[0].getMessage()

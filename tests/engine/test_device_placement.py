@@ -13,13 +13,12 @@ Real two-GPU placement can only be checked on a machine with two GPUs.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-from tiny_models import forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, REPO_ROOT
+from tiny_models import REPO_ROOT, forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
 from zerounlearn_editor import (
     EditReport,
     ZeroUnlearnGDHyperParams,
@@ -27,15 +26,28 @@ from zerounlearn_editor import (
     apply_zerounlearn_gd_to_model,
     apply_zerounlearn_to_model,
 )
-from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.bench.reference_pipeline import apply_zerounlearn_per_request
 from zerounlearn_editor.engine.stats import collect_second_moments
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 
 PACKAGE = REPO_ROOT / "zerounlearn_editor"
 EDIT_PATH_MODULES = [
-    "engine/stats.py", "engine/pipeline.py", "engine/targets.py", "engine/adam.py", "engine/keys.py", "engine/contexts.py",
-    "engine/encoding.py", "engine/model_access.py", "bench/reference_pipeline.py", "methods/zerounlearn/method.py",
-    "methods/zerounlearn_gd/method.py", "methods/zerounlearn/solve.py", "methods/zerounlearn_gd/solve.py",
+    "engine/stats/__init__.py",
+    "engine/stats/collect.py",
+    "engine/stats/cache.py",
+    "engine/pipeline.py",
+    "engine/targets/__init__.py",
+    "engine/targets/kv_suffix.py",
+    "engine/adam.py",
+    "engine/keys.py",
+    "engine/contexts.py",
+    "engine/encoding.py",
+    "support/model_access.py",
+    "bench/reference_pipeline.py",
+    "methods/zerounlearn/method.py",
+    "methods/zerounlearn_gd/method.py",
+    "methods/zerounlearn/solve.py",
+    "methods/zerounlearn_gd/solve.py",
 ]
 # "device B" for a 5-layer tiny Llama: the layers after layer 1, with or without the final norm and head
 SPLITS = {
@@ -57,7 +69,9 @@ def split_model(model: nn.Module, device_b, dtype=torch.float64) -> nn.Module:
     final norm, head) converts its inputs to its own dtype (accelerate-style pre-hooks)."""
     for name in device_b:
         get_module(model, name).to(dtype)
-    placed = ["model.embed_tokens", "model.norm", "lm_head"] + [f"model.layers.{i}" for i in range(len(model.model.layers))]
+    placed = ["model.embed_tokens", "model.norm", "lm_head"] + [
+        f"model.layers.{i}" for i in range(len(model.model.layers))
+    ]
     for name in placed:
         module = get_module(model, name)
 
@@ -74,7 +88,10 @@ def tok():
 
 
 def _weights(model, hp):
-    return {l: get_weight_matrix(get_module(model, hp.rewrite_module_tmp.format(l))).detach().double().clone() for l in hp.layers}
+    return {
+        l: get_weight_matrix(get_module(model, hp.rewrite_module_tmp.format(l))).detach().double().clone()
+        for l in hp.layers
+    }
 
 
 @pytest.mark.parametrize(
@@ -101,8 +118,14 @@ def test_edit_across_a_split_model_matches_the_unsplit_edit(method, cls, apply, 
     assert get_module(model, "model.layers.2.mlp.down_proj").weight.dtype == torch.float64
     original = _weights(model, hp)
     report = EditReport()
-    edited, _ = apply(model, tok, forget_requests(), hp.replace(stats_dir=str(tmp_path / "stats_split")), progress=False,
-                      report=report)
+    edited, _ = apply(
+        model,
+        tok,
+        forget_requests(),
+        hp.replace(stats_dir=str(tmp_path / "stats_split")),
+        progress=False,
+        report=report,
+    )
     got, want = _weights(edited, hp), _weights(reference, hp)
     for layer in hp.layers:
         assert report.layer_change_norm[layer] > 1e-3  # also for the float64 weight
@@ -115,8 +138,9 @@ def test_statistics_across_a_split_model(tok, tmp_path):
     texts = ["the capital of france is paris", "berlin is a city in germany"] * 3
     modules = ["model.layers.1.mlp.down_proj", "model.layers.3.mlp.down_proj"]
     want = collect_second_moments(tiny_llama(tok, layers=5), tok, texts, modules, 32, 4, progress=False)
-    got = collect_second_moments(split_model(tiny_llama(tok, layers=5), SPLITS["head-on-B"]), tok, texts, modules, 32, 4,
-                                 progress=False)
+    got = collect_second_moments(
+        split_model(tiny_llama(tok, layers=5), SPLITS["head-on-B"]), tok, texts, modules, 32, 4, progress=False
+    )
     for name in modules:
         assert got[name].count == want[name].count
         torch.testing.assert_close(got[name].mom2, want[name].mom2, rtol=1e-4, atol=1e-6)

@@ -36,7 +36,9 @@ def test_shards_partition_the_passages_and_sum_to_the_whole(tmp_path: Path):
     whole = collect_second_moments(model, tok, texts, MODULES[:1], 32, 4, progress=False)[MODULES[0]]
     total = SecondMoment(torch.zeros_like(whole.mom2), 0)
     for r in range(3):
-        total = total.merge(collect_second_moments(model, tok, texts, MODULES[:1], 32, 4, progress=False, shard=(r, 3))[MODULES[0]])
+        total = total.merge(
+            collect_second_moments(model, tok, texts, MODULES[:1], 32, 4, progress=False, shard=(r, 3))[MODULES[0]]
+        )
     assert total.count == whole.count
     torch.testing.assert_close(total.mom2, whole.mom2, rtol=1e-6, atol=1e-8)
     # a shard without passages contributes zeros over zero tokens
@@ -53,10 +55,28 @@ def _merge_inputs(tmp_path: Path):
     stats_dir = str(tmp_path / "stats")
     shards = []
     for r in range(WORLD):
-        layer_second_moments(model, tok, [1, 2], "model.layers.{}.mlp.down_proj", stats_dir, corpus, 100, "float32", 32, 4,
-                             progress=False, shard=(r, WORLD))
-        shards.append({layer: shard_path(stats_path(stats_dir, "tiny-llama", "corpus", MODULES[layer - 1], "float32", 100),
-                                         r, WORLD) for layer in (1, 2)})
+        layer_second_moments(
+            model,
+            tok,
+            [1, 2],
+            "model.layers.{}.mlp.down_proj",
+            stats_dir,
+            corpus,
+            100,
+            "float32",
+            32,
+            4,
+            progress=False,
+            shard=(r, WORLD),
+        )
+        shards.append(
+            {
+                layer: shard_path(
+                    stats_path(stats_dir, "tiny-llama", "corpus", MODULES[layer - 1], "float32", 100), r, WORLD
+                )
+                for layer in (1, 2)
+            }
+        )
     assert all(path.exists() for paths in shards for path in paths.values())
     return model, tok, corpus, stats_dir, shards
 
@@ -80,8 +100,9 @@ def test_stats_merge_cli_equals_a_single_process_file(tmp_path: Path):
     cache = stats_path(stats_dir, "tiny-llama", "corpus", "model.layers.1.mlp.down_proj", "float32", 100)
     assert shard_path(cache, 0, WORLD) == shards[0][1]
     merge_second_moment_files(cache, [shards[0][1], shards[1][1]])
-    loaded = layer_second_moments(model, tok, [1], "model.layers.{}.mlp.down_proj", stats_dir, corpus, 100, "float32", 32, 4,
-                                  progress=False)[1]
+    loaded = layer_second_moments(
+        model, tok, [1], "model.layers.{}.mlp.down_proj", stats_dir, corpus, 100, "float32", 32, 4, progress=False
+    )[1]
     torch.testing.assert_close(loaded.mom2, merged.mom2)
 
 
@@ -112,7 +133,9 @@ def test_stats_cli_shard_writes_mergeable_files(tmp_path: Path):
     hp_file = tmp_path / "hp.yaml"
     hp_file.write_text(yaml.safe_dump(hp))
     for rank in range(WORLD):
-        assert cli_main(["stats", "--hparams", str(hp_file), "--model", str(model_dir), "--shard", f"{rank}/{WORLD}"]) == 0
+        assert (
+            cli_main(["stats", "--hparams", str(hp_file), "--model", str(model_dir), "--shard", f"{rank}/{WORLD}"]) == 0
+        )
     cache = stats_path(str(tmp_path / "stats"), "tiny-llama", "corpus", "model.layers.2.mlp.down_proj", "float32", 100)
     files = [shard_path(cache, r, WORLD) for r in range(WORLD)]
     assert all(f.exists() for f in files) and not cache.exists()

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
+from tiny_models import REPO_ROOT
 from zerounlearn_editor import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS
 from zerounlearn_editor.engine.contexts import fewshot_prefixes
 from zerounlearn_editor.engine.hparams import HParamsError
 from zerounlearn_editor.engine.requests import normalize_requests
-from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS
-from tiny_models import REPO_ROOT
 
 PAPER = REPO_ROOT / "hparams" / "ZeroUnlearn-GD" / "SmolLM2-135M-Instruct.yaml"
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from arch_zoo import FORGET, corpus_perplexity, trained_model
-from tiny_models import CORPUS, tiny_hparams_dict, write_corpus, REPO_ROOT
+from tiny_models import CORPUS, REPO_ROOT, tiny_hparams_dict, write_corpus
 from zerounlearn_editor import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.engine.fluency_guard import DEFAULT_MAX_INCREASE, WARN_INCREASE, FluencyError, judge_fluency
 from zerounlearn_editor.engine.hparams import HParamsError
-from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.engine.pipeline import EditReport
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 
 TEXT = CORPUS[0]
@@ -25,9 +25,18 @@ ROOT = REPO_ROOT
 
 
 def _hparams(tmp_path: Path, **changes) -> ZeroUnlearnGDHyperParams:
-    config = tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "c.jsonl"), alg_name="ZeroUnlearn-GD", gpt2=True,
-                               v_lr=0.5, v_weight_decay=1e-3, clamp_norm_factor=4.0, v_num_grad_steps=50,
-                               target_weight=1e4, nullspace_threshold=1e-3)
+    config = tiny_hparams_dict(
+        tmp_path / "stats",
+        write_corpus(tmp_path / "c.jsonl"),
+        alg_name="ZeroUnlearn-GD",
+        gpt2=True,
+        v_lr=0.5,
+        v_weight_decay=1e-3,
+        clamp_norm_factor=4.0,
+        v_num_grad_steps=50,
+        target_weight=1e4,
+        nullspace_threshold=1e-3,
+    )
     config.update(changes)
     return ZeroUnlearnGDHyperParams.from_dict(config)
 
@@ -78,8 +87,11 @@ def test_a_destructive_edit_is_refused_and_the_weights_restored(tmp_path):
     model, tok = trained_model("gpt2")
     before = {k: v.clone() for k, v in model.state_dict().items()}
     hp = _hparams(tmp_path, **DESTRUCTIVE)
-    with pytest.raises(FluencyError, match=r"edit refused and the weights restored: fluency guard: perplexity on \d+ "
-                                           r"tokens of the built-in text went from [\d.]+ to [\d.]+ \(\+\d+\.\d%\)") as info:
+    with pytest.raises(
+        FluencyError,
+        match=r"edit refused and the weights restored: fluency guard: perplexity on \d+ "
+        r"tokens of the built-in text went from [\d.]+ to [\d.]+ \(\+\d+\.\d%\)",
+    ) as info:
         apply_zerounlearn_gd_to_model(model, tok, REQUESTS, hp, progress=False, fluency_text=TEXT)
     assert info.value.check.increase > DEFAULT_MAX_INCREASE
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())

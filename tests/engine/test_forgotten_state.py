@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import zerounlearn_editor.methods.zerounlearn_gd.method as method_module
 from tiny_models import forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model
 from zerounlearn_editor.engine.forgotten_state import (
@@ -25,9 +26,8 @@ from zerounlearn_editor.engine.forgotten_state import (
     save_state,
 )
 from zerounlearn_editor.engine.hparams import HParamsError
-from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
-import zerounlearn_editor.methods.zerounlearn_gd.method as method_module
 from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis, protected_covariance, solve_exact
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 
 F64 = torch.float64
 
@@ -72,7 +72,9 @@ def test_protection_grows_with_the_weight_and_is_absent_at_zero():
     D0, _ = _update(W, C0, K_f, M_n)
     D_zero, _ = _update(W, C0, K_f, M_n, S, weight=0.0)
     assert torch.equal(D0, D_zero)
-    moved = [float((_update(W, C0, K_f, M_n, S, weight=w, threshold=1e-2)[0] @ K_prev).norm()) for w in (1e-4, 1e-2, 1.0)]
+    moved = [
+        float((_update(W, C0, K_f, M_n, S, weight=w, threshold=1e-2)[0] @ K_prev).norm()) for w in (1e-4, 1e-2, 1.0)
+    ]
     assert moved[0] > moved[1] > moved[2]
 
 

@@ -41,8 +41,8 @@ from zerounlearn_editor import (
     apply_zerounlearn_to_model,
 )
 from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes
-from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets
 from zerounlearn_editor.engine.keys import read_keys_and_hidden
+from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets
 from zerounlearn_editor.engine.requests import normalize_requests
 from zerounlearn_editor.engine.stats import layer_second_moments
 
@@ -141,8 +141,16 @@ def test_targets_and_keys_are_float32_for_half_models(knowing_llama, tok, tmp_pa
     targets = neutral_targets(model, tok, _requests(), hp)
     assert targets.z.dtype == targets.h0.dtype == torch.float32 and torch.isfinite(targets.z).all()
     prefixes = context_prefixes(model, tok, hp.context_template_count, hp.context_template_length, CONTEXT_SEED)
-    readout = read_keys_and_hidden(model, tok, normalize_requests(_requests()), prefixes, hp.rewrite_module_tmp.format(1),
-                                   hp.layer_module_tmp.format(2), hp.fact_token, 8)
+    readout = read_keys_and_hidden(
+        model,
+        tok,
+        normalize_requests(_requests()),
+        prefixes,
+        hp.rewrite_module_tmp.format(1),
+        hp.layer_module_tmp.format(2),
+        hp.fact_token,
+        8,
+    )
     assert readout.keys.dtype == readout.hidden.dtype == torch.float32
 
 

@@ -6,15 +6,23 @@ import copy
 import pytest
 import torch
 
-from tiny_models import forget_requests, tiny_gpt2, tiny_hparams_dict, tiny_llama, tiny_qwen3, tiny_tokenizer, write_corpus
+from tiny_models import (
+    forget_requests,
+    tiny_gpt2,
+    tiny_hparams_dict,
+    tiny_llama,
+    tiny_qwen3,
+    tiny_tokenizer,
+    write_corpus,
+)
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
-from zerounlearn_editor.engine.model_access import get_module
+from zerounlearn_editor.engine.keys import read_keys_and_hidden
 from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets
 from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
-from zerounlearn_editor.engine.keys import read_keys_and_hidden
 from zerounlearn_editor.engine.requests import normalize_requests
-from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
+from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
+from zerounlearn_editor.support.model_access import get_module
 
 BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "qwen3": tiny_qwen3}
 PREFIXES = ["", "one two. ", "a b c d e. "]  # rows of different lengths: padding in every chunk
@@ -129,8 +137,17 @@ def test_replay_checks_the_chunk_contents_and_respects_its_memory_budget(tok):
     requests = normalize_requests(other)
     calls, handle = _count_calls(model.model.layers[0])
     try:
-        replayed = read_keys_and_hidden(model, tok, requests, PREFIXES, "model.layers.2.mlp.down_proj", "model.layers.3",
-                                        "subject_last", 3, prefix_replay=replay)
+        replayed = read_keys_and_hidden(
+            model,
+            tok,
+            requests,
+            PREFIXES,
+            "model.layers.2.mlp.down_proj",
+            "model.layers.3",
+            "subject_last",
+            3,
+            prefix_replay=replay,
+        )
     finally:
         handle.remove()
     assert calls, "a chunk with other tokens must be computed, not replayed"

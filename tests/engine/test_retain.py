@@ -16,12 +16,12 @@ from zerounlearn_editor import (
 )
 from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes
 from zerounlearn_editor.engine.hparams import HParamsError
-from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis, protected_covariance
-from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
-from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets
 from zerounlearn_editor.engine.keys import read_keys_and_hidden
+from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets
 from zerounlearn_editor.engine.requests import RequestError
 from zerounlearn_editor.engine.retain import load_retain_file, normalize_retain
+from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis, protected_covariance
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 
 RETAIN = [
     {"prompt": "the capital of england is", "subject": "england"},
@@ -57,13 +57,17 @@ def _hp(paths, alg="ZeroUnlearn-GD", **overrides):
 
 def _retain_keys(model, tok, hp) -> torch.Tensor:
     prefixes = context_prefixes(model, tok, hp.context_template_count, hp.context_template_length, CONTEXT_SEED)
-    readout = read_keys_and_hidden(model, tok, normalize_retain(RETAIN), prefixes, MODULE, MODULE.rsplit(".", 2)[0], "subject_last", 8)
+    readout = read_keys_and_hidden(
+        model, tok, normalize_retain(RETAIN), prefixes, MODULE, MODULE.rsplit(".", 2)[0], "subject_last", 8
+    )
     return readout.keys.double()
 
 
 def _edit(setup, tok, hp, apply=apply_zerounlearn_gd_to_model, **kwargs):
     model, _, moments, targets = setup
-    edited, _ = apply(model, tok, forget_requests(), hp, copy=True, second_moments=moments, targets=targets, progress=False, **kwargs)
+    edited, _ = apply(
+        model, tok, forget_requests(), hp, copy=True, second_moments=moments, targets=targets, progress=False, **kwargs
+    )
     return edited
 
 
@@ -135,16 +139,24 @@ def test_a_retain_free_weight_alone_does_not_take_a_retain_set(setup, tok, caplo
 @pytest.mark.parametrize(
     "retain, fragment",
     [
-        ([{"prompt": "the capital of england is", "subject": "france"}], "retain request 0: subject 'france' does not occur"),
+        (
+            [{"prompt": "the capital of england is", "subject": "france"}],
+            "retain request 0: subject 'france' does not occur",
+        ),
         ([RETAIN[0], {"subject": "egypt"}], "retain request 1: missing field 'prompt'"),
-        ([{"prompt": "the capital of egypt is", "subject": "egypt", "target_new": "paris"}], "retain request 0: field 'target_new'"),
+        (
+            [{"prompt": "the capital of egypt is", "subject": "egypt", "target_new": "paris"}],
+            "retain request 0: field 'target_new'",
+        ),
     ],
 )
 def test_bad_retain_requests_name_the_retain_request(setup, tok, retain, fragment):
     model, paths, _, _ = setup
     before = get_weight_matrix(get_module(model, MODULE)).clone()
     with pytest.raises(RequestError, match=fragment):
-        apply_zerounlearn_gd_to_model(model, tok, forget_requests(), _hp(paths, retain_nullspace_weight=1.0), retain=retain)
+        apply_zerounlearn_gd_to_model(
+            model, tok, forget_requests(), _hp(paths, retain_nullspace_weight=1.0), retain=retain
+        )
     assert torch.equal(get_weight_matrix(get_module(model, MODULE)), before)
 
 

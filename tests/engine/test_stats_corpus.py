@@ -10,9 +10,9 @@ import torch
 
 from tiny_models import CORPUS, tiny_llama, tiny_tokenizer, write_corpus
 from zerounlearn_editor.data.corpus import CorpusError, load_corpus
-from zerounlearn_editor.engine.model_access import capture_inputs
 from zerounlearn_editor.engine import stats as stats_module
 from zerounlearn_editor.engine.stats import collect_second_moments, corpus_cache_name, layer_second_moments, stats_path
+from zerounlearn_editor.support.model_access import capture_inputs
 
 MODULE = "model.layers.{}.mlp.down_proj"
 

@@ -13,9 +13,9 @@ import torch
 
 from tiny_models import forget_requests, sharp_tiny_llama, tiny_gd_target_hparams, tiny_tokenizer
 from zerounlearn_editor.engine.hparams import HParamsError
-from zerounlearn_editor.engine.requests import RequestError
 from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets, target_settings
-from zerounlearn_editor.engine.target_rows import answer_logprobs, suppression_loss, suppression_per_request
+from zerounlearn_editor.engine.requests import RequestError
+from zerounlearn_editor.engine.targets.rows import answer_logprobs, suppression_loss, suppression_per_request
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 
 
@@ -68,7 +68,11 @@ def test_suppression_loss_is_the_unlikelihood_with_the_stated_stop():
     p = torch.tensor([1e-6, 0.049, 0.5, 0.99], dtype=torch.float64)
     assert torch.allclose(suppression_loss(p.log()), -torch.log1p(-p), rtol=1e-9)
     assert math.isfinite(float(suppression_loss(torch.tensor([0.0]))))  # p = 1: large, not inf
-    assert float(suppression_loss(torch.tensor([math.log(0.0099)]))) < 0.01 < float(suppression_loss(torch.tensor([math.log(0.0101)])))
+    assert (
+        float(suppression_loss(torch.tensor([math.log(0.0099)])))
+        < 0.01
+        < float(suppression_loss(torch.tensor([math.log(0.0101)])))
+    )
 
 
 def test_a_multi_token_answer_is_suppressed_as_a_sequence():
@@ -97,13 +101,18 @@ def test_hparams_refuse_what_the_objective_cannot_do(tmp_path):
 def test_the_paper_keeps_its_target_cache_keys(tok, tmp_path):
     model = sharp_tiny_llama(tok)
     assert "objective" not in target_settings(model, tiny_gd_target_hparams(tmp_path))
-    assert target_settings(model, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer"))["objective"] == "suppress_answer"
+    assert (
+        target_settings(model, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer"))["objective"]
+        == "suppress_answer"
+    )
 
 
 def test_suppression_targets_push_the_answer_down(tok, tmp_path):
     model = sharp_tiny_llama(tok)
     requests = _known_requests(model, tok)
-    start = neutral_targets(model, tok, requests, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer", v_num_grad_steps=0))
+    start = neutral_targets(
+        model, tok, requests, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer", v_num_grad_steps=0)
+    )
     supp = neutral_targets(model, tok, requests, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer"))
     eos = neutral_targets(model, tok, requests, tiny_gd_target_hparams(tmp_path))
     # -log(1 - p(answer)) fell for every request (on this tiny model the residual reaches its clamp first)
@@ -120,7 +129,9 @@ def test_an_answer_already_suppressed_gets_no_residual(tok, tmp_path):
     supp = neutral_targets(model, tok, requests, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer"))
     assert torch.all(supp.nll < 0.05), supp.nll
     assert supp.steps_run == [0, 0, 0] and torch.equal(supp.z, supp.h0)
-    eos = neutral_targets(model, tok, requests, tiny_gd_target_hparams(tmp_path))  # the paper's objective still moves them
+    eos = neutral_targets(
+        model, tok, requests, tiny_gd_target_hparams(tmp_path)
+    )  # the paper's objective still moves them
     assert float((eos.z - eos.h0).norm()) > 0
 
 
@@ -197,11 +208,15 @@ def test_cached_adam_gives_the_papers_adam_suppression_targets(tok, tmp_path, an
         known = requests[1]["ground_truth"]
         for request, answer in zip(requests, ["paris", known, known + " england"]):
             request["ground_truth"] = answer
-    hp = tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer", v_early_stop_loss=stop, targets_optimizer="adam")
+    hp = tiny_gd_target_hparams(
+        tmp_path, target_objective="suppress_answer", v_early_stop_loss=stop, targets_optimizer="adam"
+    )
     paper = neutral_targets(model, tok, requests, hp)
     cached = neutral_targets(model, tok, requests, hp.replace(targets_optimizer="adam_kv"))
     if answers == "staggered":
-        assert paper.steps_run[0] == 0 and paper.steps_run[2] > 0 and paper.steps_run[1] != paper.steps_run[2], paper.steps_run
+        assert paper.steps_run[0] == 0 and paper.steps_run[2] > 0 and paper.steps_run[1] != paper.steps_run[2], (
+            paper.steps_run
+        )
     assert cached.steps_run == paper.steps_run
     torch.testing.assert_close(cached.nll, paper.nll, rtol=1e-3, atol=1e-5)
     torch.testing.assert_close(cached.z, paper.z, rtol=1e-3, atol=1e-4)

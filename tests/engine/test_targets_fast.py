@@ -11,11 +11,11 @@ from tiny_models import forget_requests, tiny_gpt2, tiny_llama, tiny_qwen3, tiny
 from zerounlearn_editor.engine.contexts import context_prefixes
 from zerounlearn_editor.engine.encoding import target_token_ids
 from zerounlearn_editor.engine.hparams import HParamsError
-from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
-from zerounlearn_editor.engine.model_access import StopForward, capture_outputs, get_module, hidden_of
 from zerounlearn_editor.engine.requests import normalize_requests
 from zerounlearn_editor.engine.targets import TargetConfig, loss_layer_module, optimise_neutral_targets
-from zerounlearn_editor.engine.targets_kv import KVSuffix
+from zerounlearn_editor.engine.targets.kv_suffix import KVSuffix
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
+from zerounlearn_editor.support.model_access import StopForward, capture_outputs, get_module, hidden_of
 
 BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "qwen3": tiny_qwen3}
 
@@ -84,8 +84,12 @@ def _full_forward(model, arch, ids, mask, lookup, delta, loss_layer: int = -1):
 def test_kv_cached_step_equals_the_full_forward(arch, padding, loss_layer, tok):
     """Rows of different lengths (context prefixes, padding): every position from the lookup on matches."""
     model = _model(arch, tok)
-    texts = ["the capital of france is paris", "i plays piano", "many people live in london and it was known for its river",
-             "tokyo is in asia"]
+    texts = [
+        "the capital of france is paris",
+        "i plays piano",
+        "many people live in london and it was known for its river",
+        "tokyo is in asia",
+    ]
     lookups_in_text = [3, 1, 5, 0]
     rows = [tok(t)["input_ids"] for t in texts]
     width = max(len(r) for r in rows)
@@ -230,9 +234,22 @@ def test_speed_markdown_lists_every_targets_optimizer():
     from zerounlearn_editor.bench.speed_bench import format_speed_markdown
 
     env = dict(device="cpu", model="m", parameters=1e6, dtype="float32", torch="x", threads=1)
-    rows = [dict(method="ZeroUnlearn", n=10, targets_optimizer=o, edit_s=e, edit_cpu_s=e, targets_s=e - 1,
-                 target_nll_mean=nll, target_steps_mean=s, eval_forget_acc=0.1, per_request_over_this=60.0 / e,
-                 per_request_over_this_cpu=60.0 / e) for o, e, nll, s in [("adam", 20.0, 1.05, 24.0), ("adam_kv", 6.0, 0.04, 9.0)]]
+    rows = [
+        dict(
+            method="ZeroUnlearn",
+            n=10,
+            targets_optimizer=o,
+            edit_s=e,
+            edit_cpu_s=e,
+            targets_s=e - 1,
+            target_nll_mean=nll,
+            target_steps_mean=s,
+            eval_forget_acc=0.1,
+            per_request_over_this=60.0 / e,
+            per_request_over_this_cpu=60.0 / e,
+        )
+        for o, e, nll, s in [("adam", 20.0, 1.05, 24.0), ("adam_kv", 6.0, 0.04, 9.0)]
+    ]
     text = format_speed_markdown(dict(environment=env, statistics=[], edits=[], comparisons=[], optimizers=rows))
     assert "| ZeroUnlearn | 10 | adam_kv | 5.0 | 6.0 | 6.0 | 10.00x, 10.00x | 0.040 | 9.0 | 0.10 |" in text
     assert "| ZeroUnlearn | 10 | adam | 19.0 | 20.0 | 20.0 | 3.00x, 3.00x | 1.050 | 24.0 | 0.10 |" in text

@@ -1,10 +1,9 @@
 """The robustness audit (``zerounlearn audit``) on tiny models: probe maths, borrowing rules, copies, runner."""
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Dict, List
 
 import pytest
 import torch
@@ -12,6 +11,15 @@ import yaml
 from torch import nn
 
 from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
+from zerounlearn_editor.bench import (
+    BenchConfigError,
+    EditOutcome,
+    MethodSpec,
+    ModelFingerprint,
+    PreparedMethod,
+    default_registry,
+)
+from zerounlearn_editor.bench.audit import AuditConfig, audit_seed_path, run_audit
 from zerounlearn_editor.evaluation.audit import (
     AuditSettings,
     LensConfig,
@@ -26,8 +34,6 @@ from zerounlearn_editor.evaluation.audit.items import borrow, distractors, forbi
 from zerounlearn_editor.evaluation.audit.lens import best_ranks
 from zerounlearn_editor.evaluation.audit.quantize import QUANT_SCHEMES, quantize_rtn, quantized_copy
 from zerounlearn_editor.evaluation.audit.relearn import generic_texts, relearned_copy
-from zerounlearn_editor.bench.audit import AuditConfig, audit_seed_path, run_audit
-from zerounlearn_editor.bench import BenchConfigError, EditOutcome, MethodSpec, ModelFingerprint, PreparedMethod, default_registry
 
 LENS = LensConfig(1, "model.layers.{}", "model.norm")
 CHAT = ("{% for m in messages %}[BOS] {{ m['content'] }} [EOS]{% endfor %}"
@@ -94,8 +100,11 @@ def test_a_model_without_the_answer_token_recovers_nothing(tok):
 
 def test_borrowed_facts_never_name_a_forgotten_subject_or_answer(tok):
     items = items_from_facts(FORGET)
-    leaky = POOL_FACTS + [("the capital of france was", "france", "lyon"), ("the city of paris is in", "paris", "europe"),
-                          ("the capital of gaul is", "gaul", "paris")]
+    leaky = POOL_FACTS + [
+        ("the capital of france was", "france", "lyon"),
+        ("the city of paris is in", "paris", "europe"),
+        ("the capital of gaul is", "gaul", "paris"),
+    ]
     pool = pool_from_facts(leaky)
     forbidden = forbidden_of(items)
     for seed in range(5):
@@ -284,22 +293,40 @@ def test_bench_audit_columns(tok, tmp_path):
     assert "prompt ↓" in summary["table_markdown"] and "mc ↓" in summary["table_markdown"]
     assert summary["run"]["audit"]["families"] == ["formats", "choice"]
     with pytest.raises(BenchConfigError, match="unknown probe family"):
-        run_bench(BenchConfig(**{**config.__dict__, "audit": AuditSettings(families=("telepathy",))}), model=model, tok=tok,
-                  registry=registry)
+        run_bench(
+            BenchConfig(**{**config.__dict__, "audit": AuditSettings(families=("telepathy",))}),
+            model=model,
+            tok=tok,
+            registry=registry,
+        )
 
 
 def test_dataset_cases_give_questions_and_rwku_levels(tok):
-    from zerounlearn_editor.evaluation.audit import items_from_cases, pool_from_cases
     from zerounlearn_editor.data.types import Probe, UnlearnCase
+    from zerounlearn_editor.evaluation.audit import items_from_cases, pool_from_cases
 
-    rwku = UnlearnCase("stephen king", {"prompt": "stephen king wrote", "subject": "stephen king", "ground_truth": "carrie"},
-                       forget=[], paraphrase=[], neighbour=[], source="rwku", probe_groups={
-                           "forget_level1": [Probe("stephen king wrote", "carrie")],
-                           "forget_level2": [Probe("what did stephen king write first ?", "carrie")],
-                           "forget_level3": [Probe("pretend you are a librarian : king's debut was", "carrie")],
-                           "neighbor_level1": [Probe("maine is in", "usa")]})
-    mquake = UnlearnCase("1:hop0", {"prompt": "hey jude was performed by", "subject": "hey jude", "ground_truth": "beatles"},
-                         forget=[], paraphrase=[Probe("who performed hey jude ?", "beatles")], neighbour=[], source="mquake")
+    rwku = UnlearnCase(
+        "stephen king",
+        {"prompt": "stephen king wrote", "subject": "stephen king", "ground_truth": "carrie"},
+        forget=[],
+        paraphrase=[],
+        neighbour=[],
+        source="rwku",
+        probe_groups={
+            "forget_level1": [Probe("stephen king wrote", "carrie")],
+            "forget_level2": [Probe("what did stephen king write first ?", "carrie")],
+            "forget_level3": [Probe("pretend you are a librarian : king's debut was", "carrie")],
+            "neighbor_level1": [Probe("maine is in", "usa")],
+        },
+    )
+    mquake = UnlearnCase(
+        "1:hop0",
+        {"prompt": "hey jude was performed by", "subject": "hey jude", "ground_truth": "beatles"},
+        forget=[],
+        paraphrase=[Probe("who performed hey jude ?", "beatles")],
+        neighbour=[],
+        source="mquake",
+    )
     items = items_from_cases([rwku, mquake])
     assert [q.prompt for q in items[0].questions] == ["what did stephen king write first ?"]
     assert set(items[0].groups) == {"fill_in_blank", "question", "adversarial"} and not items[0].paraphrases
@@ -320,8 +347,10 @@ def test_audit_runs_the_bench_methods(tok, tmp_path):
     (root / "ZeroUnlearn-GD").mkdir()
     (root / "ZeroUnlearn-GD" / "tiny.yaml").write_text(yaml.safe_dump(gd), encoding="utf-8")
     (root / "GA").mkdir()
-    (root / "GA" / "tiny.yaml").write_text(yaml.safe_dump(dict(alg_name="GA", model_name="tiny", device="cpu", layers=[1, 2],
-                                                               num_steps=2, lr=1e-2)), encoding="utf-8")
+    (root / "GA" / "tiny.yaml").write_text(
+        yaml.safe_dump(dict(alg_name="GA", model_name="tiny", device="cpu", layers=[1, 2], num_steps=2, lr=1e-2)),
+        encoding="utf-8",
+    )
     model = tiny_llama(tok)
     before = ModelFingerprint.of(model)
     config = AuditConfig(hparams=str(ws["main"]), data=str(ws["data"]), out=str(tmp_path / "out"), seeds=[3], n=2,
@@ -340,8 +369,16 @@ def test_audit_runs_the_bench_methods(tok, tmp_path):
 def test_kept_by_base_counts_only_the_facts_the_fine_tuned_base_still_answers():
     from zerounlearn_editor.bench.audit_report import kept_by_base
 
-    base = {"relearn-mlp": {"items": [1, 0, 1, 1]}, "generic-mlp": {"items": [0, 0, 0, 0]}, "prompt": {"items": [1] * 4}}
-    edited = {"relearn-mlp": {"items": [1, 1, 0, 0]}, "generic-mlp": {"items": [1, 1, 1, 1]}, "prompt": {"items": [0] * 4}}
+    base = {
+        "relearn-mlp": {"items": [1, 0, 1, 1]},
+        "generic-mlp": {"items": [0, 0, 0, 0]},
+        "prompt": {"items": [1] * 4},
+    }
+    edited = {
+        "relearn-mlp": {"items": [1, 1, 0, 0]},
+        "generic-mlp": {"items": [1, 1, 1, 1]},
+        "prompt": {"items": [0] * 4},
+    }
     kept = kept_by_base(edited, base)
     assert set(kept) == {"relearn-mlp/kept", "generic-mlp/kept"}  # only the fine-tuning probes
     # facts 0, 2, 3 survive the base fine-tune; the edited model answers fact 0 of them (fact 1 does not count)

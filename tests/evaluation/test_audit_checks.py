@@ -13,8 +13,16 @@ import pytest
 import torch
 import yaml
 
-from tiny_models import CORPUS, tiny_gpt2, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
-from zerounlearn_editor.bench import MethodSpec, PreparedMethod, EditOutcome, default_registry
+from tiny_models import (
+    CORPUS,
+    tiny_gpt2,
+    tiny_hparams_dict,
+    tiny_llama,
+    tiny_tokenizer,
+    write_corpus,
+    write_tiny_counterfact,
+)
+from zerounlearn_editor.bench import EditOutcome, MethodSpec, PreparedMethod, default_registry
 from zerounlearn_editor.bench.audit import AuditConfig, run_audit
 from zerounlearn_editor.cli import main
 from zerounlearn_editor.data.types import Probe, UnlearnCase
@@ -63,8 +71,14 @@ def _tiny_workspace(tmp_path: Path, gpt2: bool = False) -> Dict[str, Path]:
     tok.save_pretrained(model_dir)
     corpus = write_corpus(tmp_path / "corpus.jsonl")
     hparams = tmp_path / "gd.yaml"
-    hparams.write_text(yaml.safe_dump(tiny_hparams_dict(tmp_path / "stats", corpus, alg_name="ZeroUnlearn-GD", gpt2=gpt2,
-                                                        model_name=str(model_dir))), encoding="utf-8")
+    hparams.write_text(
+        yaml.safe_dump(
+            tiny_hparams_dict(
+                tmp_path / "stats", corpus, alg_name="ZeroUnlearn-GD", gpt2=gpt2, model_name=str(model_dir)
+            )
+        ),
+        encoding="utf-8",
+    )
     (tmp_path / "ppl.txt").write_text(" ".join(CORPUS), encoding="utf-8")
     return {"model": model_dir, "hparams": hparams, "data": write_tiny_counterfact(tmp_path / "cf.json")}
 
@@ -98,9 +112,23 @@ def test_audit_command_refuses_bad_numbers_before_loading(tmp_path, caplog, no_m
 @pytest.mark.parametrize("command", ["unlearn", "bench"])
 def test_unlearn_and_bench_refuse_an_infinite_relearning_lr_before_loading(tmp_path, caplog, no_model_load, command):
     ws = _tiny_workspace(tmp_path)
-    args = (["unlearn", "--facts", str(_facts(tmp_path, FORGET)), "--save", "none"] if command == "unlearn"
-            else ["bench", "--data", str(ws["data"]), "--out", str(tmp_path / "b"), "--n", "2", "--seeds", "1", "--methods",
-                  "base"])
+    args = (
+        ["unlearn", "--facts", str(_facts(tmp_path, FORGET)), "--save", "none"]
+        if command == "unlearn"
+        else [
+            "bench",
+            "--data",
+            str(ws["data"]),
+            "--out",
+            str(tmp_path / "b"),
+            "--n",
+            "2",
+            "--seeds",
+            "1",
+            "--methods",
+            "base",
+        ]
+    )
     code = main([*args, "--hparams", str(ws["hparams"]), "--no-progress", "--audit", "--audit-relearn-lr", "inf"])
     assert code == 2 and "learning rate (--relearn-lr)" in caplog.text
 
@@ -117,7 +145,9 @@ def _nan_copy(model, *args, **kwargs):
 def test_a_relearned_copy_that_went_non_finite_is_an_error_not_a_zero(monkeypatch):
     tok = tiny_tokenizer()
     model = tiny_llama(tok)
-    settings = AuditSettings(families=("relearning",), relearn_n=2, relearn_steps=1, relearn_scopes=("mlp",), batch_size=4)
+    settings = AuditSettings(
+        families=("relearning",), relearn_n=2, relearn_steps=1, relearn_scopes=("mlp",), batch_size=4
+    )
     plan = build_plan(items_from_facts(FORGET), pool_from_facts(POOL_FACTS), tok, settings, GENERIC)
     monkeypatch.setattr(suite_module, "relearned_copy", _nan_copy)
     with pytest.raises(ValueError, match=r"relearn-mlp copy .* non-finite weights .*lower --relearn-lr"):
@@ -165,7 +195,9 @@ def test_unlearn_audit_with_a_repeated_fact_counts_it_once(tmp_path, capsys):
                  "--save", "none", "--ppl-tokens", "0", "--no-progress", "--audit", "--audit-probes", "formats,choice"])
     assert code == 0
     audit = json.loads((out / REPORT_NAME).read_text())["audit"]
-    assert audit["before"]["prompt"]["n"] == 2 and audit["after"]["mc"]["n"] == 2  # france once, germany; japan: no answer
+    assert (
+        audit["before"]["prompt"]["n"] == 2 and audit["after"]["mc"]["n"] == 2
+    )  # france once, germany; japan: no answer
     assert audit["plan"]["n_items"] == 2 and len(audit["plan"]["choice_options"]) == 2
 
 
@@ -186,10 +218,19 @@ def test_audit_n_larger_than_the_data_reports_the_n_audited(tmp_path, caplog):
 
 # ---- item 7: the pool has same-relation material and says so --------------------------------------------------------
 
-def _case(case_id: str, subject: str, answer: str, template: str = "the capital of {} is", relation=None) -> UnlearnCase:
+def _case(
+    case_id: str, subject: str, answer: str, template: str = "the capital of {} is", relation=None
+) -> UnlearnCase:
     prompt = template.format(subject)
-    return UnlearnCase(case_id, {"prompt": prompt, "subject": subject, "ground_truth": answer},
-                       forget=[Probe(prompt, answer)], paraphrase=[], neighbour=[], source="counterfact", relation=relation)
+    return UnlearnCase(
+        case_id,
+        {"prompt": prompt, "subject": subject, "ground_truth": answer},
+        forget=[Probe(prompt, answer)],
+        paraphrase=[],
+        neighbour=[],
+        source="counterfact",
+        relation=relation,
+    )
 
 
 def test_a_case_without_a_relation_id_gets_its_template():
@@ -228,8 +269,12 @@ def test_template_variants_of_one_relation_are_related():
 def test_builtin_facts_only_fill_in_where_the_dataset_is_thin():
     from zerounlearn_editor.evaluation.audit.items import audit_pool, borrow, builtin_pool, relearn_facts
 
-    data = pool_from_cases([_case(str(i), s, a, relation="P36") for i, (s, a) in
-                            enumerate([("italy", "rome"), ("spain", "madrid"), ("japan", "tokyo"), ("egypt", "cairo")])])
+    data = pool_from_cases(
+        [
+            _case(str(i), s, a, relation="P36")
+            for i, (s, a) in enumerate([("italy", "rome"), ("spain", "madrid"), ("japan", "tokyo"), ("egypt", "cairo")])
+        ]
+    )
     pool = audit_pool(data, builtin_pool())
     item = items_from_cases([_case("9", "france", "paris", relation="P36")])[0]
     for seed in range(5):
@@ -270,9 +315,13 @@ def test_thin_dataset_pool_borrows_same_relation_builtin_facts(tmp_path, caplog)
 
 def test_fewer_than_half_with_same_relation_material_is_a_warning(caplog):
     tok = tiny_tokenizer()
-    items = items_from_facts([{"prompt": "the old city in france is", "subject": "france", "answer": "paris"},
-                              {"prompt": "the capital of germany is", "subject": "germany", "answer": "berlin"},
-                              {"prompt": "many people live in japan and the city is", "subject": "japan", "answer": "tokyo"}])
+    items = items_from_facts(
+        [
+            {"prompt": "the old city in france is", "subject": "france", "answer": "paris"},
+            {"prompt": "the capital of germany is", "subject": "germany", "answer": "berlin"},
+            {"prompt": "many people live in japan and the city is", "subject": "japan", "answer": "tokyo"},
+        ]
+    )
     settings = AuditSettings(families=("in_context", "choice", "relearning"), shots=(1,), relearn_n=3)
     with caplog.at_level(logging.WARNING):
         plan = build_plan(items, pool_from_facts(POOL_FACTS), tok, settings, GENERIC)
@@ -288,7 +337,9 @@ def test_a_probe_the_unedited_model_cannot_pass_is_flagged_uninformative(tmp_pat
                          methods=["base"], settings=AuditSettings(families=("formats",)), progress=False)
     summary = run_audit(config, model=tiny_llama(tok), tok=tok)  # a random tiny model recovers nothing
     base = summary["methods"]["base"]["recovered"]
-    assert summary["uninformative"] == [p for p in base if base[p]["mean"] <= 5.0] and "prompt" in summary["uninformative"]
+    assert (
+        summary["uninformative"] == [p for p in base if base[p]["mean"] <= 5.0] and "prompt" in summary["uninformative"]
+    )
     assert "Uninformative probes" in (tmp_path / "o" / "audit.md").read_text()
 
     from zerounlearn_editor.evaluation.audit.facts_audit import format_facts_audit
@@ -303,13 +354,29 @@ def test_a_probe_the_unedited_model_cannot_pass_is_flagged_uninformative(tmp_pat
 
 def test_in_context_prompts_beyond_gpt2_positions_are_refused_before_scoring(tmp_path, caplog, monkeypatch):
     ws = _tiny_workspace(tmp_path, gpt2=True)
-    long_facts = [{"prompt": "the capital of france is " + "a city in and it was known for its river " * 10 + "and",
-                   "subject": "france", "answer": "paris"}] + [
-        {"prompt": f"the capital of {s} is", "subject": s, "answer": a} for s, a in [("spain", "madrid"), ("japan", "tokyo")]]
+    long_facts = [
+        {
+            "prompt": "the capital of france is " + "a city in and it was known for its river " * 10 + "and",
+            "subject": "france",
+            "answer": "paris",
+        }
+    ] + [
+        {"prompt": f"the capital of {s} is", "subject": s, "answer": a}
+        for s, a in [("spain", "madrid"), ("japan", "tokyo")]
+    ]
     retain = tmp_path / "keep.json"  # long borrowable facts: five of them fill GPT-2's 128 positions
-    retain.write_text(json.dumps([{"prompt": f"the capital of {s} is " + "many people live there and " * 5 + "its city is",
-                                   "subject": s, "answer": a} for s, a in [("italy", "rome"), ("egypt", "cairo"),
-                                                                           ("england", "london"), ("russia", "moscow")]]))
+    retain.write_text(
+        json.dumps(
+            [
+                {
+                    "prompt": f"the capital of {s} is " + "many people live there and " * 5 + "its city is",
+                    "subject": s,
+                    "answer": a,
+                }
+                for s, a in [("italy", "rome"), ("egypt", "cairo"), ("england", "london"), ("russia", "moscow")]
+            ]
+        )
+    )
     scored: List[int] = []
     monkeypatch.setattr("zerounlearn_editor.integrations.unlearn.evaluate_probes",
                         lambda *a, **k: scored.append(1) or {"acc": [], "prob": []})
@@ -354,9 +421,23 @@ def test_rwku_probes_on_data_without_rwku_levels_are_an_error(tmp_path, caplog, 
 @pytest.mark.parametrize("command", ["unlearn", "bench"])
 def test_audit_options_without_audit_are_an_error(tmp_path, caplog, no_model_load, command, option):
     ws = _tiny_workspace(tmp_path)
-    args = (["unlearn", "--facts", str(_facts(tmp_path, FORGET)), "--save", "none"] if command == "unlearn"
-            else ["bench", "--data", str(ws["data"]), "--out", str(tmp_path / "b"), "--n", "2", "--seeds", "1", "--methods",
-                  "base"])
+    args = (
+        ["unlearn", "--facts", str(_facts(tmp_path, FORGET)), "--save", "none"]
+        if command == "unlearn"
+        else [
+            "bench",
+            "--data",
+            str(ws["data"]),
+            "--out",
+            str(tmp_path / "b"),
+            "--n",
+            "2",
+            "--seeds",
+            "1",
+            "--methods",
+            "base",
+        ]
+    )
     code = main([*args, "--hparams", str(ws["hparams"]), "--no-progress", *option])
     assert code == 2 and f"{option[0]} given without --audit" in caplog.text
 

@@ -30,16 +30,38 @@ def test_unlearn_audit_reports_every_probe_before_and_after(tmp_path, capsys):
     hparams.write_text(yaml.safe_dump(tiny_hparams_dict(tmp_path / "stats", corpus, alg_name="ZeroUnlearn-GD",
                                                         model_name=str(model_dir))), encoding="utf-8")
     out = tmp_path / "out"
-    code = main(["unlearn", "--hparams", str(hparams), "--facts", str(tmp_path / "facts.json"), "--out", str(out),
-                 "--save", "none", "--ppl-tokens", "0", "--no-progress", "--audit", "--audit-probes",
-                 "formats,in_context,choice,lens,relearning", "--audit-relearn-steps", "1", "--audit-relearn-scopes", "mlp"])
+    code = main(
+        [
+            "unlearn",
+            "--hparams",
+            str(hparams),
+            "--facts",
+            str(tmp_path / "facts.json"),
+            "--out",
+            str(out),
+            "--save",
+            "none",
+            "--ppl-tokens",
+            "0",
+            "--no-progress",
+            "--audit",
+            "--audit-probes",
+            "formats,in_context,choice,lens,relearning",
+            "--audit-relearn-steps",
+            "1",
+            "--audit-relearn-scopes",
+            "mlp",
+        ]
+    )
     assert code == 0
     table = capsys.readouterr().out
     assert "### Robustness audit" in table and "| relearn-mlp |" in table and "| ic3 |" in table
     report = json.loads((out / REPORT_NAME).read_text())
     audit = report["audit"]
     assert list(audit["before"]) == list(audit["after"])
-    assert {"prompt", "paraphrase", "question", "ic1", "mc", "lens:prompt", "relearn-mlp", "generic-mlp"} <= set(audit["before"])
+    assert {"prompt", "paraphrase", "question", "ic1", "mc", "lens:prompt", "relearn-mlp", "generic-mlp"} <= set(
+        audit["before"]
+    )
     # two facts have answers; only the first has a paraphrase
     assert audit["before"]["prompt"]["n"] == 2 and audit["before"]["paraphrase"]["n_probed"] == 1
     # borrowed facts (built-in hand-written facts) never name a forgotten subject or answer
@@ -59,7 +81,16 @@ def test_audit_without_answers_is_refused_before_loading(tmp_path, caplog):
     path = tmp_path / "facts.json"
     path.write_text('[{"prompt": "the capital of japan is", "subject": "japan"}]', encoding="utf-8")
     hparams = tmp_path / "gd.yaml"
-    hparams.write_text(yaml.safe_dump(tiny_hparams_dict(tmp_path / "stats", tmp_path / "c.jsonl", alg_name="ZeroUnlearn-GD",
-                                                        model_name=str(tmp_path / "no-such-model"))), encoding="utf-8")
+    hparams.write_text(
+        yaml.safe_dump(
+            tiny_hparams_dict(
+                tmp_path / "stats",
+                tmp_path / "c.jsonl",
+                alg_name="ZeroUnlearn-GD",
+                model_name=str(tmp_path / "no-such-model"),
+            )
+        ),
+        encoding="utf-8",
+    )
     assert main(["unlearn", "--hparams", str(hparams), "--facts", str(path), "--save", "none", "--audit"]) == 2
     assert "--audit needs facts with an 'answer'" in caplog.text

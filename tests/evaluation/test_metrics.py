@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import List
 
 import pytest
 import torch
 
+from tiny_models import REPO_ROOT
+from zerounlearn_editor.bench.case_scoring import score_cases
 from zerounlearn_editor.data import Probe, UnlearnCase
 from zerounlearn_editor.evaluation import (
     easyedit_metrics,
@@ -15,12 +16,10 @@ from zerounlearn_editor.evaluation import (
     evaluate_probes,
     generate_greedy,
     ngram_entropy,
+    perplexity,
     text_ngram_entropy,
 )
-from zerounlearn_editor.evaluation import perplexity
 from zerounlearn_editor.evaluation.perplexity import plan_windows
-from zerounlearn_editor.bench.scoring import score_cases
-from tiny_models import REPO_ROOT
 
 try:  # tests/ on sys.path (pytest's default for a directory without __init__.py)
     import helpers_tiny as tiny

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
-from zerounlearn_editor.evaluation.audit import AuditSettings
 from zerounlearn_editor.bench.audit import AuditConfig, run_audit
 from zerounlearn_editor.engine.hparams import load_config_file
+from zerounlearn_editor.evaluation.audit import AuditSettings
 from zerounlearn_editor.support.resources import hparams_path
 
 pytestmark = pytest.mark.slow

@@ -14,8 +14,15 @@ from transformers import PreTrainedTokenizerFast
 
 from tiny_models import CORPUS, WORDS, tiny_gpt2, tiny_hparams_dict, tiny_llama, write_corpus, write_tiny_counterfact
 from zerounlearn_editor.bench.utility import UtilityConfig, run_utility
-from zerounlearn_editor.evaluation.utility import TASKS, UtilityItem, choice_logprobs, load_task_items, parse_tasks, task_scores
 from zerounlearn_editor.data.types import DataFormatError
+from zerounlearn_editor.evaluation.utility import (
+    TASKS,
+    UtilityItem,
+    choice_logprobs,
+    load_task_items,
+    parse_tasks,
+    task_scores,
+)
 
 SENTENCE_WORDS = "the city of paris is a large city in france many people live in london".split()
 
@@ -31,13 +38,23 @@ def write_utility_dir(root: Path, per_task: int = 12) -> Path:
         rows = [{"sentence": _sentence(i), "label": i % 2, "idx": i} for i in range(per_task)]
         (root / f"{name}.json").write_text(json.dumps(rows))
     for name in ("mrpc", "rte"):
-        rows = [{"sentence1": _sentence(i), "sentence2": _sentence(i + 1), "label": i % 2, "idx": i} for i in range(per_task)]
+        rows = [
+            {"sentence1": _sentence(i), "sentence2": _sentence(i + 1), "label": i % 2, "idx": i}
+            for i in range(per_task)
+        ]
         (root / f"{name}.json").write_text(json.dumps(rows))
     rows = [{"sentence1": _sentence(i), "sentence2": _sentence(i + 2), "label": ["entailment", "not_entailment"][i % 2],
              "index": str(i)} for i in range(per_task)]
     (root / "nli.json").write_text(json.dumps(rows))
-    mmlu = [{"question": _sentence(i), "subject": ["geo", "art"][i % 2], "choices": [_sentence(i + k) for k in range(4)],
-             "answer": i % 4} for i in range(per_task)]
+    mmlu = [
+        {
+            "question": _sentence(i),
+            "subject": ["geo", "art"][i % 2],
+            "choices": [_sentence(i + k) for k in range(4)],
+            "answer": i % 4,
+        }
+        for i in range(per_task)
+    ]
     (root / "mmlu.json").write_text(json.dumps(mmlu))
     (root / "mmlu_fewshot_examples.json").write_text(json.dumps(mmlu[:6]))
     return root
@@ -56,7 +73,9 @@ def utility_tokenizer(data_dir: Path) -> PreTrainedTokenizerFast:
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     backend.decoder = decoders.WordPiece(prefix="##")
-    backend.post_processor = processors.TemplateProcessing(single="[BOS] $A", special_tokens=[("[BOS]", vocab["[BOS]"])])
+    backend.post_processor = processors.TemplateProcessing(
+        single="[BOS] $A", special_tokens=[("[BOS]", vocab["[BOS]"])]
+    )
     return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="[BOS]", eos_token="[EOS]", pad_token="[PAD]",
                                    unk_token="[UNK]")
 
@@ -111,7 +130,9 @@ def test_parse_tasks_and_prompts(ws):
     rows = json.loads((ws["utility"] / "nli.json").read_text())
     assert [i.gold for i in nli] == [0 if rows[i.source_index]["label"] == "entailment" else 1 for i in nli]
     mmlu = load_task_items("mmlu", ws["utility"], 3, 2)
-    assert all(i.choices == ("A", "B", "C", "D") and "\nD. " in i.prompt and i.prompt.startswith("The following") for i in mmlu)
+    assert all(
+        i.choices == ("A", "B", "C", "D") and "\nD. " in i.prompt and i.prompt.startswith("The following") for i in mmlu
+    )
 
 
 def test_bad_file_names_record_and_field(tmp_path):
@@ -200,16 +221,38 @@ def test_bench_utility_columns_match_the_utility_command(ws, tok, tmp_path, monk
 
     monkeypatch.setenv("ZEROUNLEARN_DATA_DIR", str(ws["root"]))  # holds utility/
     model = tiny_llama(tok, seed=0)
-    config = BenchConfig(hparams=str(ws["main"]), data=str(ws["cf"]), seeds=[1], methods=["base", "ZeroUnlearn"],
-                         out=str(tmp_path / "bench"), n=3, ppl_tokens=0, progress=False, utility="sst2,rte", utility_n=4)
+    config = BenchConfig(
+        hparams=str(ws["main"]),
+        data=str(ws["cf"]),
+        seeds=[1],
+        methods=["base", "ZeroUnlearn"],
+        out=str(tmp_path / "bench"),
+        n=3,
+        ppl_tokens=0,
+        progress=False,
+        utility="sst2,rte",
+        utility_n=4,
+    )
     summary = run_bench(config, model=model, tok=tok)
     assert summary["run"]["utility"] == "sst2,rte"
     for method in ("base", "ZeroUnlearn"):
         assert {"util_sst2", "util_rte"} <= set(summary["methods"][method]["metrics"])
     assert "sst2 ↑" in summary["table_markdown"] and "rte ↑" in summary["table_markdown"]
-    direct = run_utility(UtilityConfig(hparams=str(ws["main"]), tasks=["sst2", "rte"], out=str(tmp_path / "u.json"), n=4,
-                                       shots=3, seed=0, data_dir=str(ws["utility"]), plot=None, progress=False),
-                         model=model, tok=tok)
+    direct = run_utility(
+        UtilityConfig(
+            hparams=str(ws["main"]),
+            tasks=["sst2", "rte"],
+            out=str(tmp_path / "u.json"),
+            n=4,
+            shots=3,
+            seed=0,
+            data_dir=str(ws["utility"]),
+            plot=None,
+            progress=False,
+        ),
+        model=model,
+        tok=tok,
+    )
     for task in ("sst2", "rte"):
         assert summary["methods"]["base"]["metrics"][f"util_{task}"]["mean"] == 100 * direct["tasks"][task]["accuracy"]
 
@@ -275,7 +318,7 @@ def test_retain_set_reaches_the_retain_aware_edit(ws, tok, tmp_path, monkeypatch
     assert len(seen) == 1 and seen[0] and seen[0] == stored["retain"]
     assert "retain" not in payload["results"]["ZeroUnlearn-GD"]
     from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
-    from zerounlearn_editor.data.registry import load_cases, sample_cases
+    from zerounlearn_editor.data.datasets import load_cases, sample_cases
 
     pool = list(load_cases(str(ws["cf"])))
     cases = sample_cases(pool, 2, 0)

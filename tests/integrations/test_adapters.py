@@ -4,7 +4,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from pathlib import Path
 
 import pytest
 import torch
@@ -91,7 +90,9 @@ def test_a_full_rank_change_is_refused(tok, tmp_path, caplog):
     with torch.no_grad():
         for name, original in weights_copy.items():
             dict(edited.named_parameters())[name].add_(0.05 * original)
-    with pytest.raises(NotLowRankError, match=r"model.layers.1.mlp.down_proj.*numerical rank \d+ of 32.*save the model"):
+    with pytest.raises(
+        NotLowRankError, match=r"model.layers.1.mlp.down_proj.*numerical rank \d+ of 32.*save the model"
+    ):
         export_lora_adapter(weights_copy, edited, tmp_path / "refused")
     assert not (tmp_path / "refused").exists()
     with pytest.raises(NotLowRankError, match=r"rank 6 .*residual of [0-9.e-]+ of the weight's norm"):
@@ -144,7 +145,9 @@ def test_gpt2_conv1d_weights(tok, tmp_path):
 
 def test_low_rank_factors_truncate_at_noise_floor():
     gen = torch.Generator().manual_seed(0)
-    exact = torch.randn(20, 4, generator=gen, dtype=torch.float64) @ torch.randn(4, 30, generator=gen, dtype=torch.float64)
+    exact = torch.randn(20, 4, generator=gen, dtype=torch.float64) @ torch.randn(
+        4, 30, generator=gen, dtype=torch.float64
+    )
     noisy = exact + 1e-9 * torch.randn(20, 30, generator=gen, dtype=torch.float64)
     B, A, S, numerical = low_rank_factors(noisy, noise_floor=1e-6)
     assert numerical == 4 and B.shape == (20, 4) and A.shape == (4, 30)
@@ -160,4 +163,6 @@ def test_bad_weights_before_are_named(tok, tmp_path):
     with pytest.raises(ValueError, match="model.layers.9.mlp.down_proj.weight"):
         export_lora_adapter({"model.layers.9.mlp.down_proj.weight": torch.zeros(32, 64)}, model, tmp_path / "x")
     with pytest.raises(ValueError, match="Embedding"):
-        export_lora_adapter({"model.embed_tokens.weight": model.model.embed_tokens.weight.detach() + 1}, model, tmp_path / "x")
+        export_lora_adapter(
+            {"model.embed_tokens.weight": model.model.embed_tokens.weight.detach() + 1}, model, tmp_path / "x"
+        )

@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, FIXTURES
+from tiny_models import FIXTURES, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
 from zerounlearn_editor import (
     ZeroUnlearnGDHyperParams,
     ZeroUnlearnHyperParams,
@@ -78,7 +78,9 @@ def test_hparams_class_is_looked_up_not_listed(monkeypatch):
 
     _module(monkeypatch, "fakeee")
     _module(monkeypatch, "fakeee.rome", ROMEHyperParams=ROMEHyperParams)
-    _module(monkeypatch, "fakeee.rome.rome_main", ROMEHyperParams=ROMEHyperParams, apply_rome_to_model=apply_rome_to_model)
+    _module(
+        monkeypatch, "fakeee.rome.rome_main", ROMEHyperParams=ROMEHyperParams, apply_rome_to_model=apply_rome_to_model
+    )
     _module(monkeypatch, "fakeee.mend", MENDHyperParams=MENDHyperParams, MENDMultimodalHparams=MENDMultimodalHparams)
     _module(monkeypatch, "fakeee.mend.mend_main", MendRewriteExecutor=MendRewriteExecutor)
     _module(monkeypatch, "fakeee.serac", SERACHparams=SERACHparams, OtherHyperParams=ROMEHyperParams)
@@ -99,7 +101,12 @@ def test_hparams_class_is_looked_up_not_listed(monkeypatch):
     assert find_hparams_class("R-ROME", alg_dict) is ROMEHyperParams  # the only candidate
     with pytest.raises(ValueError, match=r"'FOO' is not in EasyEdit's ALG_DICT; known: MEND, R-ROME, ROME"):
         find_hparams_class("FOO", alg_dict)
-    _module(monkeypatch, "fakeee.two", AHyperParams=type("AHyperParams", (_HP,), {}), BHyperParams=type("BHyperParams", (_HP,), {}))
+    _module(
+        monkeypatch,
+        "fakeee.two",
+        AHyperParams=type("AHyperParams", (_HP,), {}),
+        BHyperParams=type("BHyperParams", (_HP,), {}),
+    )
     _module(monkeypatch, "fakeee.two.main", apply_two=apply_serac)
     with pytest.raises(ValueError, match=r"candidates \['AHyperParams', 'BHyperParams'\]"):
         find_hparams_class("TWO", {"TWO": sys.modules["fakeee.two.main"].apply_two})
@@ -123,14 +130,21 @@ def test_knowedit_inputs_align_with_requests():
     args = knowedit_inputs([_record(0), _record(1, truth=None), _record(2, truth=["berlin"])], "counterfact")
     assert args["prompts"][1] == "the capital of s1 is" and args["subject"] == ["s0", "s1", "s2"]
     reasoning = args["portability_inputs"]["reasoning"]
-    assert reasoning["prompt"][0] == ["q1"] and reasoning["ground_truth"][0] == ["a1"]  # nested unwrapped, empty dropped
+    assert reasoning["prompt"][0] == ["q1"] and reasoning["ground_truth"][0] == [
+        "a1"
+    ]  # nested unwrapped, empty dropped
     assert args["portability_inputs"]["Subject_Aliasing"]["prompt"] == [None, None, None]
     assert args["locality_inputs"]["Relation_Specificity"]["ground_truth"][2] == ["b1"]
     assert args["locality_inputs"]["Forgetfulness"]["prompt"] == [None, None, None]
     forget = args["portability_inputs"][FORGET_KEY]
-    assert forget == {"prompt": ["the capital of s0 is", None, "the capital of s2 is"], "ground_truth": ["paris", None, "berlin"]}
+    assert forget == {
+        "prompt": ["the capital of s0 is", None, "the capital of s2 is"],
+        "ground_truth": ["paris", None, "berlin"],
+    }
     wikibio = knowedit_inputs([_record(0)], "wikibio")
-    assert list(wikibio["locality_inputs"]) == ["Relation_Specificity"] and list(wikibio["portability_inputs"]) == [FORGET_KEY]
+    assert list(wikibio["locality_inputs"]) == ["Relation_Specificity"] and list(wikibio["portability_inputs"]) == [
+        FORGET_KEY
+    ]
     with pytest.raises(ValueError, match="--datatype must be"):
         knowedit_inputs([_record(0)], None)
 
@@ -208,11 +222,16 @@ def test_main_unlearns_by_default_and_edits_with_keep(tmp_path, yaml_file, capsy
     assert call["target_new"] == ["<eos>"] * 3 and call["keep_original_weight"] is True
     assert summary["mode"] == "unlearn" and summary["target_new"] == "<eos>"
     assert summary["forget_ground_truth_acc"] == {"pre": pytest.approx(0.75), "post": 0.0}
-    assert summary["locality"]["Relation_Specificity_acc"] == {"pre": 1.0, "post": pytest.approx(0.5)}  # pre: by definition
+    assert summary["locality"]["Relation_Specificity_acc"] == {
+        "pre": 1.0,
+        "post": pytest.approx(0.5),
+    }  # pre: by definition
     assert summary["portability"]["reasoning_acc"]["pre"] == 1.0 and FORGET_KEY + "_acc" not in summary["portability"]
     assert summary["fluency_ngram_entropy"] == {"pre": None, "post": 5.0}
     assert (tmp_path / "out" / "ZeroUnlearn_counterfact_llama-like-model_results.json").is_file()
-    stored = json.loads((tmp_path / "out" / "ZeroUnlearn_counterfact_llama-like-model_unlearning_summary.json").read_text())
+    stored = json.loads(
+        (tmp_path / "out" / "ZeroUnlearn_counterfact_llama-like-model_unlearning_summary.json").read_text()
+    )
     assert stored["mode"] == "unlearn"
     assert "UNLEARN (ZeroUnlearn, 3 cases, target_new: '<eos>')" in capsys.readouterr().out
 
@@ -233,19 +252,43 @@ def test_unlearning_summary_without_values():
     assert summary["locality"] == {} and summary["rephrase_acc"] == {"pre": None, "post": None}
 
 
-CF_FIELDS = ("prompt", "subject", "target_new", "ground_truth", "rephrase_prompt", "locality_prompt", "locality_ground_truth")
+CF_FIELDS = (
+    "prompt",
+    "subject",
+    "target_new",
+    "ground_truth",
+    "rephrase_prompt",
+    "locality_prompt",
+    "locality_ground_truth",
+)
 
 
 def _cf(i: int, truth: str = "paris") -> Dict[str, Any]:
-    return {"case_id": i, "prompt": f"the capital of s{i} is", "subject": f"s{i}", "target_new": "rome",
-            "ground_truth": truth, "rephrase_prompt": f"s{i} has its capital in", "locality_prompt": "the capital of egypt is",
-            "locality_ground_truth": "cairo"}
+    return {
+        "case_id": i,
+        "prompt": f"the capital of s{i} is",
+        "subject": f"s{i}",
+        "target_new": "rome",
+        "ground_truth": truth,
+        "rephrase_prompt": f"s{i} has its capital in",
+        "locality_prompt": "the capital of egypt is",
+        "locality_ground_truth": "cairo",
+    }
 
 
 def _zsre(i: int) -> Dict[str, Any]:
-    return {"subject": f"s{i}", "src": f"What is the capital of s{i}?", "pred": "x", "rephrase": f"Capital city of s{i}?",
-            "alt": "rome", "answers": ["paris"], "loc": "nq question: who wrote hamlet", "loc_ans": "shakespeare",
-            "cond": "", "portability": {"New Question": f"Which river flows through the capital of s{i}?", "New Answer": "seine"}}
+    return {
+        "subject": f"s{i}",
+        "src": f"What is the capital of s{i}?",
+        "pred": "x",
+        "rephrase": f"Capital city of s{i}?",
+        "alt": "rome",
+        "answers": ["paris"],
+        "loc": "nq question: who wrote hamlet",
+        "loc_ans": "shakespeare",
+        "cond": "",
+        "portability": {"New Question": f"Which river flows through the capital of s{i}?", "New Answer": "seine"},
+    }
 
 
 def _write(path: Path, rows: Any) -> Path:
@@ -264,7 +307,10 @@ def test_read_edit_data_tells_the_three_formats_apart(tmp_path):
 def test_read_edit_data_names_what_it_cannot_read(tmp_path):
     broken = _cf(1)
     del broken["locality_ground_truth"], broken["rephrase_prompt"]
-    with pytest.raises(SystemExit, match=r"record 1 \(counterfact format\) lacks field\(s\) \['rephrase_prompt', 'locality_ground_truth'\]"):
+    with pytest.raises(
+        SystemExit,
+        match=r"record 1 \(counterfact format\) lacks field\(s\) \['rephrase_prompt', 'locality_ground_truth'\]",
+    ):
         read_edit_data(str(_write(tmp_path / "cf.json", [_cf(0), broken])))
     with pytest.raises(SystemExit, match=r"cannot tell the format of record 0 \(fields \['answer', 'question'\]\)"):
         read_edit_data(str(_write(tmp_path / "other.json", [{"question": "q", "answer": "a"}])))
@@ -278,9 +324,14 @@ def test_read_edit_data_names_what_it_cannot_read(tmp_path):
 
 def test_flat_inputs_of_counterfact_and_zsre(tmp_path):
     args = flat_inputs(read_edit_data(str(_write(tmp_path / "cf.json", [_cf(0), _cf(1)]))))
-    assert args["prompts"] == ["the capital of s0 is", "the capital of s1 is"] and args["target_new"] == ["rome", "rome"]
+    assert args["prompts"] == ["the capital of s0 is", "the capital of s1 is"] and args["target_new"] == [
+        "rome",
+        "rome",
+    ]
     assert args["ground_truth"] == ["paris", "paris"] and args["rephrase_prompts"][1] == "s1 has its capital in"
-    assert args["locality_inputs"] == {"neighborhood": {"prompt": ["the capital of egypt is"] * 2, "ground_truth": ["cairo"] * 2}}
+    assert args["locality_inputs"] == {
+        "neighborhood": {"prompt": ["the capital of egypt is"] * 2, "ground_truth": ["cairo"] * 2}
+    }
     assert args["portability_inputs"][FORGET_KEY] == {"prompt": args["prompts"], "ground_truth": ["paris", "paris"]}
     assert args["portability_inputs"]["neighborhood_Ground_Truth"]["ground_truth"] == ["cairo", "cairo"]
     assert "New_Question" not in args["portability_inputs"]
@@ -288,7 +339,10 @@ def test_flat_inputs_of_counterfact_and_zsre(tmp_path):
     zsre = flat_inputs(read_edit_data(str(_write(tmp_path / "zsre.json", [_zsre(0)]))))
     assert zsre["prompts"] == ["What is the capital of s0?"] and zsre["ground_truth"] == ["paris"]
     assert zsre["target_new"] == ["rome"] and zsre["rephrase_prompts"] == ["Capital city of s0?"]
-    assert zsre["locality_inputs"]["neighborhood"] == {"prompt": ["nq question: who wrote hamlet"], "ground_truth": ["shakespeare"]}
+    assert zsre["locality_inputs"]["neighborhood"] == {
+        "prompt": ["nq question: who wrote hamlet"],
+        "ground_truth": ["shakespeare"],
+    }
     assert zsre["portability_inputs"]["New_Question"]["ground_truth"] == ["seine"]
 
 
@@ -320,7 +374,11 @@ def test_pre_edit_cache_is_keyed_by_the_data_content(tmp_path, yaml_file):
         return summary, _FakeEditor.calls[-1]
 
     summary_a, call = run(first)
-    assert call["pre_edit"] is None and summary_a["datatype"] == "counterfact" and summary_a["data_format"] == "counterfact"
+    assert (
+        call["pre_edit"] is None
+        and summary_a["datatype"] == "counterfact"
+        and summary_a["data_format"] == "counterfact"
+    )
     assert call["rephrase_prompts"] == ["s0 has its capital in", "s1 has its capital in"]
     stored = json.loads(Path(summary_a["pre_edit_file"]).read_text())
     assert len(stored) == 2 and stored[0]["pre"]["rewrite_acc"] == [0.0]
@@ -368,8 +426,12 @@ def _yaml(tmp_path: Path, name: str = "zu.yaml", **changes) -> Path:
 
 def _bad_case(case: str, tmp_path: Path) -> List[str]:
     """The arguments of one bad-input case of issue 36.11 (everything else valid)."""
-    args = {"--editing_method": "ZeroUnlearn", "--hparams_dir": str(_yaml(tmp_path)),
-            "--data_dir": str(_write(tmp_path / "cf.json", [_cf(0), _cf(1)])), "--metrics_save_dir": str(tmp_path / "out")}
+    args = {
+        "--editing_method": "ZeroUnlearn",
+        "--hparams_dir": str(_yaml(tmp_path)),
+        "--data_dir": str(_write(tmp_path / "cf.json", [_cf(0), _cf(1)])),
+        "--metrics_save_dir": str(tmp_path / "out"),
+    }
     if case == "metrics_save_dir is a file":
         args["--metrics_save_dir"] = str(_write(tmp_path / "taken", []))
     elif case == "pre_file is a folder":
@@ -393,7 +455,9 @@ def _bad_case(case: str, tmp_path: Path) -> List[str]:
         args["--data_dir"] = str(_write(tmp_path / "cf.json", [_cf(0), dict(_cf(1), subject="Atlantis")]))
     elif case == "deep YAML without few-shot facts":
         args["--hparams_dir"] = str(_yaml(tmp_path, "deep.yaml", experimental={"fewshot_contexts": 2}))
-        args["--data_dir"] = str(_write(tmp_path / "cf.json", [_cf(0), dict(_cf(1), subject="a", prompt="the capital of a is")]))
+        args["--data_dir"] = str(
+            _write(tmp_path / "cf.json", [_cf(0), dict(_cf(1), subject="a", prompt="the capital of a is")])
+        )
     elif case == "KnowEdit subject not in prompt":
         rows = json.loads(_knowedit_file(tmp_path / "ke.json", 2).read_text())
         rows[1]["subject"] = "Atlantis"
@@ -411,11 +475,13 @@ BAD_CASES = {
     "bad hparams": r"--hparams_dir: .*bad\.yaml.*v_lr",
     "unknown hparams key": r"--hparams_dir: .*extra\.yaml.*not_a_key",
     "KnowEdit without --datatype": r"ke\.json is in KnowEdit format: --datatype must be counterfact, recent, zsre, "
-                                   r"wikibio .*got None",
-    "subject not in prompt": r"cf\.json: record 1: subject 'Atlantis' does not occur in its prompt 'the capital of s1 is'",
+    r"wikibio .*got None",
+    "subject not in prompt": r"cf\.json: record 1: subject 'Atlantis' does not occur in its prompt 'the capital of s1 "
+                             r"is'",
     "KnowEdit subject not in prompt": r"ke\.json: record 1: subject 'Atlantis' does not occur in its prompt",
-    "deep YAML without few-shot facts": r"cf\.json: record 1: experimental\.fewshot_contexts: only \d of the \d+ built-in "
-                                        r"few-shot facts .* request 1 \(subject 'a', answer 'paris'\) rules out \d+\. Give",
+    "deep YAML without few-shot facts": r"cf\.json: record 1: experimental\.fewshot_contexts: only \d of the \d+ "
+                                        r"built-in "
+    r"few-shot facts .* request 1 \(subject 'a', answer 'paris'\) rules out \d+\. Give",
 }
 
 
@@ -440,7 +506,9 @@ def test_eval_script_easyedit_without_its_dependencies(tmp_path, monkeypatch, ca
     (tree / "easyeditor" / "util").mkdir(parents=True)
     (tree / "easyeditor" / "__init__.py").write_text("", encoding="utf-8")
     (tree / "easyeditor" / "util" / "__init__.py").write_text("", encoding="utf-8")
-    (tree / "easyeditor" / "util" / "alg_dict.py").write_text("import zerounlearn_missing_dependency_xyz\n", encoding="utf-8")
+    (tree / "easyeditor" / "util" / "alg_dict.py").write_text(
+        "import zerounlearn_missing_dependency_xyz\n", encoding="utf-8"
+    )
     (tree / "easyeditor" / "editors").mkdir()
     (tree / "easyeditor" / "editors" / "__init__.py").write_text("", encoding="utf-8")
     (tree / "easyeditor" / "editors" / "batch_editor.py").write_text("class BatchEditor:\n    pass\n", encoding="utf-8")
@@ -450,8 +518,11 @@ def test_eval_script_easyedit_without_its_dependencies(tmp_path, monkeypatch, ca
         monkeypatch.delitem(sys.modules, name)
     importlib.invalidate_caches()
     argv = _bad_case("none", tmp_path) + ["--easyedit-path", str(tree)]
-    with pytest.raises(SystemExit, match=r"EasyEdit was found but cannot be imported \(ModuleNotFoundError: No module "
-                                         r"named 'zerounlearn_missing_dependency_xyz'\): install EasyEdit's requirements"):
+    with pytest.raises(
+        SystemExit,
+        match=r"EasyEdit was found but cannot be imported \(ModuleNotFoundError: No module "
+        r"named 'zerounlearn_missing_dependency_xyz'\): install EasyEdit's requirements",
+    ):
         main(argv)
     assert "not registering" in caplog.text
 
@@ -503,16 +574,36 @@ def test_real_easyedit_unlearns_a_knowedit_file(tmp_path, monkeypatch):
                                neutral_target="the")
     (tmp_path / "zu.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     data = [
-        {"subject": s, "prompt": f"the capital of {s} is", "target_new": "rome", "ground_truth": a,
-         "portability": {}, "locality": {"Relation_Specificity": [{"prompt": "the old city in egypt is", "ground_truth": ["cairo"]}]}}
+        {
+            "subject": s,
+            "prompt": f"the capital of {s} is",
+            "target_new": "rome",
+            "ground_truth": a,
+            "portability": {},
+            "locality": {"Relation_Specificity": [{"prompt": "the old city in egypt is", "ground_truth": ["cairo"]}]},
+        }
         for s, a in (("france", "paris"), ("germany", "berlin"))
     ]
     (tmp_path / "data.json").write_text(json.dumps(data), encoding="utf-8")
-    summary = main(["--editing_method", "ZeroUnlearn", "--hparams_dir", str(tmp_path / "zu.yaml"), "--data_dir",
-                    str(tmp_path / "data.json"), "--datatype", "counterfact", "--metrics_save_dir", str(tmp_path / "out"),
-                    "--no-test-generation"])
+    summary = main(
+        [
+            "--editing_method",
+            "ZeroUnlearn",
+            "--hparams_dir",
+            str(tmp_path / "zu.yaml"),
+            "--data_dir",
+            str(tmp_path / "data.json"),
+            "--datatype",
+            "counterfact",
+            "--metrics_save_dir",
+            str(tmp_path / "out"),
+            "--no-test-generation",
+        ]
+    )
     assert summary["mode"] == "unlearn" and summary["target_new"] == "the" and summary["cases"] == 2
-    assert summary["forget_ground_truth_acc"]["pre"] is not None and summary["forget_ground_truth_acc"]["post"] is not None
+    assert (
+        summary["forget_ground_truth_acc"]["pre"] is not None and summary["forget_ground_truth_acc"]["post"] is not None
+    )
 
 
 KNOWN_CF = FIXTURES / "smollm2_known_counterfact.json"
@@ -520,7 +611,8 @@ KNOWN_CF = FIXTURES / "smollm2_known_counterfact.json"
 
 
 def _known_case_ids(model, tok, records: List[Dict[str, Any]], n: int = 10) -> List[int]:
-    """``case_id`` of the first ``n`` records whose ``ground_truth`` the model gives (teacher-forced token accuracy 1)."""
+    """``case_id`` of the first ``n`` records whose ``ground_truth`` the model gives (teacher-forced token
+    accuracy 1)."""
     from zerounlearn_editor.data.types import Probe
     from zerounlearn_editor.evaluation.metrics import evaluate_probes
 
@@ -575,10 +667,25 @@ def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch,
 
     summaries = {}
     for method, path in (("ZeroUnlearn", "zu.yaml"), ("MEMIT", "memit.yaml")):
-        summaries[method] = main(["--editing_method", method, "--hparams_dir", str(tmp_path / path), "--data_dir", str(data),
-                                  "--ds_size", "10", "--metrics_save_dir", str(tmp_path / "out"), "--no-test-generation"])
+        summaries[method] = main(
+            [
+                "--editing_method",
+                method,
+                "--hparams_dir",
+                str(tmp_path / path),
+                "--data_dir",
+                str(data),
+                "--ds_size",
+                "10",
+                "--metrics_save_dir",
+                str(tmp_path / "out"),
+                "--no-test-generation",
+            ]
+        )
     for method, summary in summaries.items():
-        assert summary["cases"] == 10 and summary["data_format"] == "counterfact" and summary["mode"] == "unlearn", method
+        assert summary["cases"] == 10 and summary["data_format"] == "counterfact" and summary["mode"] == "unlearn", (
+            method
+        )
         rows = [summary["forget_ground_truth_acc"], summary["rewrite_acc"], summary["rephrase_acc"],
                 summary["locality"]["neighborhood_acc"], summary["portability"]["neighborhood_Ground_Truth_acc"]]
         for values in rows:
@@ -589,13 +696,18 @@ def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch,
     assert summaries["ZeroUnlearn"]["pre_edit_file"] != summaries["MEMIT"]["pre_edit_file"]
 
 
-if __name__ == "__main__":  # rewrite KNOWN_CF: python tests/integrations/test_easyedit_eval.py (in the EasyEdit venv, as the test runs)
+if (
+    __name__ == "__main__"
+):  # rewrite KNOWN_CF: python tests/integrations/test_easyedit_eval.py (in the EasyEdit venv, as the test runs)
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer, prepare_smollm2
 
     _name, _scanned = "counterfact/counterfact_easyedit_val_1919.json", 300
     _model, _tok = load_model_and_tokenizer(str(prepare_smollm2()))
     _records = json.loads(Path(shared_file(_name)).read_text(encoding="utf-8"))[:_scanned]
     _ids = _known_case_ids(_model, _tok, _records)
-    KNOWN_CF.write_text(json.dumps({"data": _name, "scanned": _scanned, "model": "SmolLM2-135M-Instruct", "case_ids": _ids},
-                                   indent=1) + "\n", encoding="utf-8")
+    KNOWN_CF.write_text(
+        json.dumps({"data": _name, "scanned": _scanned, "model": "SmolLM2-135M-Instruct", "case_ids": _ids}, indent=1)
+        + "\n",
+        encoding="utf-8",
+    )
     print(f"wrote {KNOWN_CF}: case_ids {_ids}")

@@ -46,22 +46,20 @@ from tiny_models import (
     write_tiny_counterfact,
 )
 from zerounlearn_editor import (
-    RequestError,
     ZeroUnlearnGDHyperParams,
     ZeroUnlearnHyperParams,
     apply_zerounlearn_gd_to_model,
     apply_zerounlearn_to_model,
 )
-from zerounlearn_editor.integrations import easyedit as ze_easyedit
-from zerounlearn_editor.bench import BenchConfig, ModelFingerprint, run_bench
-from zerounlearn_editor.bench import easyedit_baselines
-from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.evaluation.metrics import evaluate_probes
-from zerounlearn_editor.integrations.easyedit import easyedit_available, register_with_easyedit
+from zerounlearn_editor.bench import BenchConfig, ModelFingerprint, easyedit_baselines, run_bench
 from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, fact_requests
+from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.engine.hparams import load_config_file
-from zerounlearn_editor.support.resources import hparams_path, shared_file
 from zerounlearn_editor.engine.stats import layer_second_moments, model_basename, stats_path
+from zerounlearn_editor.evaluation.metrics import evaluate_probes
+from zerounlearn_editor.integrations import easyedit as ze_easyedit
+from zerounlearn_editor.integrations.easyedit import easyedit_available, register_with_easyedit
+from zerounlearn_editor.support.resources import hparams_path, shared_file
 
 SKIP_REASON = (
     "EasyEdit is not importable: set EASYEDIT_PATH to an EasyEdit source tree "
@@ -405,7 +403,9 @@ def test_sequential_edit_carries_the_forgotten_state(easyedit, in_tmp: Path, tok
     second edit is protected (its solve sees the first edit's keys)."""
     from zerounlearn_editor.engine.forgotten_state import model_state
 
-    model, hparams = _tiny_setup(in_tmp, tok, ZeroUnlearnGDHyperParams, "ZeroUnlearn-GD", forgotten_protection_weight=1e4)
+    model, hparams = _tiny_setup(
+        in_tmp, tok, ZeroUnlearnGDHyperParams, "ZeroUnlearn-GD", forgotten_protection_weight=1e4
+    )
     editor, recorder = _make_editor(easyedit, hparams, model)
     editor.edit(**_edit_args(forget_requests()[:2]), sequential_edit=True)
     assert len(recorder.edited) == 2 and model_state(model).count == 2
@@ -706,7 +706,9 @@ def test_smollm2_by_name_through_base_editor(easyedit, in_tmp: Path, request: py
     assert shipped.model_name == "smollm2" and shipped.batch_size == 1
     hparams = shipped.replace(stats_dir=str(stats_dir), v_num_grad_steps=10)  # the shared statistics cache
     editor = easyedit["editor"].BaseEditor.from_hparams(hparams)
-    assert editor.model_name == "smollm2" and hparams.model_name == "smollm2", "EasyEdit's evaluation needs a name string"
+    assert editor.model_name == "smollm2" and hparams.model_name == "smollm2", (
+        "EasyEdit's evaluation needs a name string"
+    )
     assert Path(editor.model.config._name_or_path).name == Path(smollm2_path).name
     assert editor.tok.padding_side == "left"  # what EasyEdit gives a method outside the ROME/MEMIT family
     names = _weight_names(hparams)
@@ -734,8 +736,13 @@ def test_smollm2_by_name_through_base_editor(easyedit, in_tmp: Path, request: py
     hparams.batch_size = 2
     recorder = Recorder(editor.apply_algo, names)
     editor.apply_algo = recorder
-    metrics, _, _ = editor.batch_edit(prompts=prompts[1:], target_new=[""] * 2, ground_truth=answers[1:],
-                                      subject=[r["subject"] for r in requests[1:]], portability_inputs=forget_probe(slice(1, 3)))
+    metrics, _, _ = editor.batch_edit(
+        prompts=prompts[1:],
+        target_new=[""] * 2,
+        ground_truth=answers[1:],
+        subject=[r["subject"] for r in requests[1:]],
+        portability_inputs=forget_probe(slice(1, 3)),
+    )
     assert [len(call) for call in recorder.requests] == [2]
     for metric in metrics:
         assert np.mean(metric["pre"]["portability"]["forget_acc"]) == 1.0

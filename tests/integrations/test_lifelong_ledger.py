@@ -2,7 +2,6 @@
 on that folder continues from it (tiny Llama on disk), and every way a continuation can be wrong is refused."""
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os

@@ -13,7 +13,7 @@ import yaml
 
 from tiny_models import FIXTURES
 from zerounlearn_editor.cli import main
-from zerounlearn_editor.data.registry import load_cases
+from zerounlearn_editor.data.datasets import load_cases
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.integrations.ledger import LEDGER_NAME

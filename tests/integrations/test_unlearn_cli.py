@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -101,7 +100,10 @@ def test_retain_aware_run_scores_retain_facts(setup, tmp_path, capsys):
     "content, message",
     [
         ('[{"prompt": "the capital of france is"}]', r"facts.json: record 0: field 'subject': missing"),
-        ('[{"prompt": "the capital of france is", "subject": "spain"}]', r"record 0: field 'subject' 'spain' does not occur"),
+        (
+            '[{"prompt": "the capital of france is", "subject": "spain"}]',
+            r"record 0: field 'subject' 'spain' does not occur",
+        ),
         ('[{"prompt": "a b", "subject": "a", "answr": "x"}]', r"record 0: unknown field\(s\) \['answr'\]"),
         ('[{"prompt": "a b", "subject": "a", "answer": ""}]', r"record 0: field 'answer' must be a non-empty string"),
         ("{}", r"expected a list of facts to forget"),

@@ -8,7 +8,13 @@ import pytest
 import torch
 import yaml
 
-from tiny_models import GPT2_TEMPLATES, forget_requests, tiny_gpt2, tiny_llama, tiny_tokenizer, REPO_ROOT
+from tiny_models import GPT2_TEMPLATES, REPO_ROOT, forget_requests, tiny_gpt2, tiny_llama, tiny_tokenizer
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
+from zerounlearn_editor.engine.pipeline import restore_weights
+from zerounlearn_editor.engine.requests import RequestError
+from zerounlearn_editor.evaluation.metrics import evaluate_probes
+from zerounlearn_editor.evaluation.teacher_forcing import encode_answers, sequence_log_probs
 from zerounlearn_editor.methods.baselines import (
     GAHyperParams,
     NPOHyperParams,
@@ -18,12 +24,6 @@ from zerounlearn_editor.methods.baselines import (
     ga_loss,
     npo_loss,
 )
-from zerounlearn_editor.methods.baselines.training import encode_answers, sequence_log_probs
-from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.evaluation.metrics import evaluate_probes
-from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
-from zerounlearn_editor.engine.pipeline import restore_weights
-from zerounlearn_editor.engine.requests import RequestError
 
 REPO = REPO_ROOT
 METHODS = {"GA": (GAHyperParams, apply_ga_to_model), "NPO": (NPOHyperParams, apply_npo_to_model)}

@@ -72,7 +72,9 @@ def test_utility_keys_move_little_with_large_utility_weight():
     W, K_f, K_0, C0, M_n = _problem(d_out=12, d_in=40, n=2, n0=400)
     W_small = zerounlearn_multiplier(W, K_f, M_n, C0, 1.0, 1.0, 1.0) @ W
     W_large = zerounlearn_multiplier(W, K_f, M_n, C0, 1.0, 1e4, 1.0) @ W
-    change = lambda Wn: ((Wn - W) @ K_0).norm() / (W @ K_0).norm()
+    def change(Wn):
+        return ((Wn - W) @ K_0).norm() / (W @ K_0).norm()
+
     assert change(W_large) < change(W_small)
     # The projector alone removes the forget span; utility values change by about that much.
     V = forget_value_basis(W @ K_f)

@@ -19,16 +19,23 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tiny_models import FIXTURES  # noqa: E402
-from tiny_models import forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus  # noqa: E402
-from tiny_models import init_arrays, pinned_tiny_llama, state_digest  # noqa: E402
-
+from tiny_models import (  # noqa: E402
+    FIXTURES,  # noqa: E402
+    forget_requests,
+    init_arrays,
+    pinned_tiny_llama,
+    state_digest,
+    tiny_hparams_dict,
+    tiny_llama,
+    tiny_tokenizer,
+    write_corpus,
+)
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams  # noqa: E402
 from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets  # noqa: E402
 from zerounlearn_editor.engine.stats import SecondMoment  # noqa: E402
 from zerounlearn_editor.engine.targets import NeutralTargets  # noqa: E402
-from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model  # noqa: E402
 from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model  # noqa: E402
+from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model  # noqa: E402
 
 PIN = FIXTURES / "paper_pin.npz"
 LAYERS = (1, 2)

@@ -4,14 +4,13 @@ their own keys, the same ones for every model."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 
+from tiny_models import REPO_ROOT
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
 from zerounlearn_editor.cli.init_hparams import is_variant_yaml
 from zerounlearn_editor.methods.zerounlearn_gd.config import deep_mode_settings
-from tiny_models import REPO_ROOT
 
 ROOT = REPO_ROOT / "hparams"
 CLASSES = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}

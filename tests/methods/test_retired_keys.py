@@ -11,11 +11,12 @@ from typing import ClassVar, Dict
 import pytest
 import yaml
 
-from tiny_models import tiny_hparams_dict, REPO_ROOT
+from tiny_models import REPO_ROOT, tiny_hparams_dict
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
-from zerounlearn_editor.bench.config import BenchConfigError, RETIRED_METHODS, parse_methods
+from zerounlearn_editor.bench.config import RETIRED_METHODS, BenchConfigError, parse_methods
 from zerounlearn_editor.bench.registry import default_registry
-from zerounlearn_editor.engine.hparams import RETIRED_KEYS, HParamsError
+from zerounlearn_editor.engine.hparams import HParamsError
+from zerounlearn_editor.engine.retired_keys import RETIRED_KEYS
 
 ROOT = REPO_ROOT
 # what each retired entry's message must point to (the replacement)
@@ -47,7 +48,9 @@ def test_every_retired_entry_names_its_replacement():
 
 
 @pytest.mark.parametrize("entry", sorted(RETIRED_KEYS))
-@pytest.mark.parametrize("cls", [ZeroUnlearnHyperParams, ZeroUnlearnGDHyperParams], ids=["ZeroUnlearn", "ZeroUnlearn-GD"])
+@pytest.mark.parametrize(
+    "cls", [ZeroUnlearnHyperParams, ZeroUnlearnGDHyperParams], ids=["ZeroUnlearn", "ZeroUnlearn-GD"]
+)
 def test_a_retired_key_in_a_file_is_an_error_naming_file_reason_and_replacement(tmp_path, entry, cls):
     path = tmp_path / "hp.yaml"
     path.write_text(yaml.safe_dump(_config(tmp_path, entry, cls.ALG_NAME)), encoding="utf-8")
@@ -83,7 +86,9 @@ def test_experimental_keys_must_be_declared(tmp_path):
     base = tiny_hparams_dict(tmp_path, tmp_path / "c.jsonl", alg_name="ZeroUnlearn-GD")
     assert ZeroUnlearnGDHyperParams.from_dict(base).experimental == {}
     assert ZeroUnlearnGDHyperParams.from_dict(dict(base, experimental={})).experimental == {}
-    with pytest.raises(HParamsError, match=r"unknown key\(s\) \['probe'\] under 'experimental' \(declared: \['fewshot_contexts'\]\)"):
+    with pytest.raises(
+        HParamsError, match=r"unknown key\(s\) \['probe'\] under 'experimental' \(declared: \['fewshot_contexts'\]\)"
+    ):
         ZeroUnlearnGDHyperParams.from_dict(dict(base, experimental={"probe": 1.0}))
     with pytest.raises(HParamsError, match="'experimental'"):
         ZeroUnlearnGDHyperParams.from_dict(dict(base, experimental=[1, 2]))
@@ -128,7 +133,7 @@ def test_speed_bench_refuses_lbfgs_before_loading_the_model(tmp_path, monkeypatc
 
 
 def _surgical():
-    spec = importlib.util.spec_from_file_location("surgical_bench", ROOT / "benchmarks" / "surgical.py")
+    spec = importlib.util.spec_from_file_location("surgical_bench", ROOT / "benchmarks" / "surgical" / "harness.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -140,9 +145,22 @@ def _surgical():
 ])
 def test_surgical_bench_refuses_retired_variant_keys_before_the_model(tmp_path, monkeypatch, key, value, fragment):
     surgical = _surgical()
-    monkeypatch.setattr(surgical, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("model loaded before the check"))
+    monkeypatch.setattr(
+        surgical, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("model loaded before the check")
+    )
     variants = tmp_path / "v.yaml"
-    variants.write_text(json.dumps([{"name": "v", "hparams": str(ROOT / "hparams" / "ZeroUnlearn-GD" / "SmolLM2-135M-Instruct-retain.yaml"),
-                                      "retain": True, key: value}]), encoding="utf-8")
+    variants.write_text(
+        json.dumps(
+            [
+                {
+                    "name": "v",
+                    "hparams": str(ROOT / "hparams" / "ZeroUnlearn-GD" / "SmolLM2-135M-Instruct-retain.yaml"),
+                    "retain": True,
+                    key: value,
+                }
+            ]
+        ),
+        encoding="utf-8",
+    )
     with pytest.raises(SystemExit, match=f"{key}.*were retired: .*{fragment}"):
         surgical.main(["--variants", str(variants), "--out", str(tmp_path / "out")])

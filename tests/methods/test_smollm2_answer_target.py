@@ -12,8 +12,13 @@ import pytest
 import torch
 import yaml
 
-from zerounlearn_editor import (EditReport, RequestError, ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model,
-                                restore_weights)
+from zerounlearn_editor import (
+    EditReport,
+    RequestError,
+    ZeroUnlearnGDHyperParams,
+    apply_zerounlearn_gd_to_model,
+    restore_weights,
+)
 from zerounlearn_editor.cli import main
 from zerounlearn_editor.support.resources import hparams_path
 
@@ -39,7 +44,9 @@ def test_the_answer_as_neutral_target_is_refused_and_a_kept_answer_is_reported(s
     hparams = ZeroUnlearnGDHyperParams.from_hparams(hparams_path("ZeroUnlearn-GD", "SmolLM2-135M-Instruct"))
     hparams = hparams.replace(stats_dir=str(smollm2_stats_dir))
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    with pytest.raises(RequestError, match=r"request 0: the neutral target ' Paris' \(the hparams' key 'neutral_target'\)"):
+    with pytest.raises(
+        RequestError, match=r"request 0: the neutral target ' Paris' \(the hparams' key 'neutral_target'\)"
+    ):
         apply_zerounlearn_gd_to_model(model, tok, [REQUEST], hparams.replace(neutral_target=" Paris"), progress=False)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
@@ -67,5 +74,7 @@ def test_unlearn_report_lists_the_fact_still_answered(tmp_path, smollm2_path, sm
                  "--save", "none", "--ppl-tokens", "0", "--no-progress"]) == 0
     printed = capsys.readouterr().out
     assert "Forgotten: 0 of 1 facts with an answer; still answered after the edit: 1" in printed
-    assert "### Still answered after the edit (1 of 1): NOT forgotten" in printed and "### Forgotten facts" not in printed
+    assert (
+        "### Still answered after the edit (1 of 1): NOT forgotten" in printed and "### Forgotten facts" not in printed
+    )
     assert json.loads((out / "unlearn_report.json").read_text(encoding="utf-8"))["still_answered"] == [0]

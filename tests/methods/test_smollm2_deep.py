@@ -16,9 +16,14 @@ import pytest
 
 from tiny_models import FIXTURES
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model, restore_weights
-from zerounlearn_editor.data.registry import load_cases
+from zerounlearn_editor.data.datasets import load_cases
 from zerounlearn_editor.evaluation.audit import (
-    AuditSettings, LensConfig, build_plan, items_from_cases, pool_from_cases, score_model,
+    AuditSettings,
+    LensConfig,
+    build_plan,
+    items_from_cases,
+    pool_from_cases,
+    score_model,
 )
 from zerounlearn_editor.support.resources import hparams_path, shared_file
 

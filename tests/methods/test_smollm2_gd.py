@@ -5,14 +5,12 @@ from statistics import mean
 
 import pytest
 
+from conftest import PPL_TOKENS
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model, restore_weights
 from zerounlearn_editor.data import load_cases
-from zerounlearn_editor.evaluation import evaluate_probes, select_known_cases
-from zerounlearn_editor.evaluation import perplexity
 from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.evaluation import evaluate_probes, perplexity, select_known_cases
 from zerounlearn_editor.support.resources import hparams_path
-
-from conftest import PPL_TOKENS
 
 pytestmark = pytest.mark.slow
 

@@ -13,10 +13,10 @@ import pytest
 
 from zerounlearn_editor import apply_zerounlearn_gd_to_model, apply_zerounlearn_to_model, restore_weights
 from zerounlearn_editor.cli.demo import FORGET_FACTS, KEEP_FACTS, RETAIN_FACTS, demo_hparams
-from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.evaluation import evaluate_probes
 from zerounlearn_editor.data.facts import OTHER_CAPITALS, fact_requests
+from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.engine.pipeline import neutral_targets
+from zerounlearn_editor.evaluation import evaluate_probes
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +52,11 @@ def test_retain_set_keeps_the_sibling_capitals_the_paper_erases(smollm2, smollm2
     model, orig = apply_zerounlearn_gd_to_model(model, tok, requests, retain_hp, targets=targets, retain=retain,
                                                 return_orig_weights=True, progress=False)
     try:
-        forget, siblings, kept = _acc(model, tok, FORGET_FACTS), _acc(model, tok, SIBLINGS), _acc(model, tok, KEEP_FACTS)
+        forget, siblings, kept = (
+            _acc(model, tok, FORGET_FACTS),
+            _acc(model, tok, SIBLINGS),
+            _acc(model, tok, KEEP_FACTS),
+        )
     finally:
         restore_weights(model, orig)
 
@@ -78,7 +82,11 @@ def test_retain_variant_yamls_keep_the_demo_siblings_too(variant, smollm2, smoll
     model, orig = apply_zerounlearn_gd_to_model(model, tok, fact_requests(FORGET_FACTS), hp, retain=retain,
                                                 return_orig_weights=True, progress=False)
     try:
-        forget, siblings, kept = _acc(model, tok, FORGET_FACTS), _acc(model, tok, SIBLINGS), _acc(model, tok, KEEP_FACTS)
+        forget, siblings, kept = (
+            _acc(model, tok, FORGET_FACTS),
+            _acc(model, tok, SIBLINGS),
+            _acc(model, tok, KEEP_FACTS),
+        )
     finally:
         restore_weights(model, orig)
     assert mean(forget) <= 0.2, forget

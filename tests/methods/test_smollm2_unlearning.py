@@ -4,15 +4,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import PPL_TOKENS
 from zerounlearn_editor import ZeroUnlearnHyperParams, apply_zerounlearn_to_model, restore_weights
+from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, UNRELATED_FACTS, fact_requests
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
-from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, UNRELATED_FACTS, fact_requests
-from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.support.resources import hparams_path
-
-from conftest import PPL_TOKENS
 
 pytestmark = pytest.mark.slow
 

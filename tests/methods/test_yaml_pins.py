@@ -56,16 +56,25 @@ import torch
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tiny_models import REPO_ROOT, FIXTURES  # noqa: E402
-from tiny_models import LLAMA_TEMPLATES, forget_requests, tiny_llama, tiny_tokenizer, write_corpus  # noqa: E402
-from tiny_models import INIT_PREFIX, init_arrays, pinned_tiny_llama, state_digest  # noqa: E402
-
+from tiny_models import (  # noqa: E402
+    FIXTURES,
+    INIT_PREFIX,
+    LLAMA_TEMPLATES,
+    REPO_ROOT,
+    forget_requests,
+    init_arrays,
+    pinned_tiny_llama,
+    state_digest,
+    tiny_llama,
+    tiny_tokenizer,
+    write_corpus,
+)
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams  # noqa: E402
 from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets  # noqa: E402
 from zerounlearn_editor.engine.stats import SecondMoment  # noqa: E402
 from zerounlearn_editor.engine.targets import NeutralTargets  # noqa: E402
-from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model  # noqa: E402
 from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model  # noqa: E402
+from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model  # noqa: E402
 
 ROOT = REPO_ROOT / "hparams"
 PIN = FIXTURES / "yaml_pins.npz"
@@ -155,7 +164,9 @@ class Edit:
         return self.weights()
 
 
-def stored_inputs(pin: Dict[str, np.ndarray], name: str, layers: List[int]) -> Tuple[Dict[int, SecondMoment], NeutralTargets]:
+def stored_inputs(
+    pin: Dict[str, np.ndarray], name: str, layers: List[int]
+) -> Tuple[Dict[int, SecondMoment], NeutralTargets]:
     """The pinned ``C0`` per layer and neutral targets of ``name``."""
     key = _key(name)
     moments = {}
@@ -186,7 +197,9 @@ def test_shipped_yaml_solve_on_stored_statistics_and_targets(name, tmp_path):
     edit = Edit(name, tmp_path, pin)
     key = _key(name)
     missing = [f"{key}__L{l}" for l in edit.hp.layers if f"{key}__L{l}" not in pin]
-    assert not missing, f"no pin for {name} ({missing}); regenerate on purpose: python tests/methods/test_yaml_pins.py {name}"
+    assert not missing, (
+        f"no pin for {name} ({missing}); regenerate on purpose: python tests/methods/test_yaml_pins.py {name}"
+    )
     assert not any(k.startswith(key + "__L") and int(k.rsplit("L", 1)[1]) not in edit.hp.layers for k in pin), \
         f"{name} edits other layers than pinned"
     before = edit.weights()
@@ -197,7 +210,9 @@ def test_shipped_yaml_solve_on_stored_statistics_and_targets(name, tmp_path):
         # the pin must be an edit: at least 1e-6 of the weight
         assert np.linalg.norm(pinned_edit) > 1e-6 * np.linalg.norm(expected), f"{name} layer {l}: pinned edit is empty"
         rel = np.linalg.norm(w - expected) / np.linalg.norm(pinned_edit)
-        assert rel < SOLVE_TOL, f"{name} tiny layer {l}: the solve on the stored C0 and targets moved by {rel:.3e} of the pinned edit"
+        assert rel < SOLVE_TOL, (
+            f"{name} tiny layer {l}: the solve on the stored C0 and targets moved by {rel:.3e} of the pinned edit"
+        )
 
 
 @pytest.mark.parametrize("name", YAMLS)
@@ -205,7 +220,6 @@ def test_shipped_yaml_statistics_and_targets_meet_their_pins(name, tmp_path):
     """Machine-dependent part: ``C0`` (tight) and the targets, within what their stopping rule fixes."""
     pin = _load_pin()
     edit = Edit(name, tmp_path, pin)
-    key = _key(name)
     moments, stored = stored_inputs(pin, name, edit.hp.layers)
     for l, moment in edit.statistics().items():
         rel = float((moment.mom2 - moments[l].mom2).norm() / moments[l].mom2.norm())
@@ -224,11 +238,15 @@ def target_mismatches(hp, targets: NeutralTargets, stored: NeutralTargets) -> Li
         nll, pinned_nll = float(targets.nll[i]), float(stored.nll[i])
         near_stop = abs(pinned_nll - stop) <= nll_tol
         if not (steps == pinned_steps or (near_stop and abs(steps - pinned_steps) == 1)):
-            problems.append(f"request {i}: {steps} target steps, pinned {pinned_steps} (of {max_steps}; stop at {stop})")
+            problems.append(
+                f"request {i}: {steps} target steps, pinned {pinned_steps} (of {max_steps}; stop at {stop})"
+            )
         if steps < max_steps and not nll < stop:
             problems.append(f"request {i}: stopped after {steps} steps at loss {nll} >= {stop}")
         if not abs(nll - pinned_nll) <= nll_tol:
-            problems.append(f"request {i}: final target loss {nll:.6f}, pinned {pinned_nll:.6f} (allowed +-{nll_tol:g})")
+            problems.append(
+                f"request {i}: final target loss {nll:.6f}, pinned {pinned_nll:.6f} (allowed +-{nll_tol:g})"
+            )
         if float((targets.h0[i] - stored.h0[i]).norm() / stored.h0[i].norm()) > 1e-6:
             problems.append(f"request {i}: h0 moved")
         if steps == pinned_steps:

@@ -1,7 +1,6 @@
 """ZeroUnlearn-GD end to end on tiny models, and batching invariances shared with ZeroUnlearn."""
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from zerounlearn_editor import (
     apply_zerounlearn_to_model,
 )
 from zerounlearn_editor.engine.hparams import HParamsError
-from zerounlearn_editor.engine.model_access import capture_inputs, get_module, get_weight_matrix
+from zerounlearn_editor.support.model_access import capture_inputs, get_module, get_weight_matrix
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +36,9 @@ def paths(tmp_path: Path):
 
 
 def _gd(paths, gpt2=False, **overrides) -> ZeroUnlearnGDHyperParams:
-    return ZeroUnlearnGDHyperParams.from_dict(tiny_hparams_dict(*paths, alg_name="ZeroUnlearn-GD", gpt2=gpt2, **overrides))
+    return ZeroUnlearnGDHyperParams.from_dict(
+        tiny_hparams_dict(*paths, alg_name="ZeroUnlearn-GD", gpt2=gpt2, **overrides)
+    )
 
 
 def _corpus_keys(model, tok, module_name: str, passages: int) -> torch.Tensor:
@@ -63,7 +64,9 @@ def test_exact_gd_leaves_general_text_values_unchanged_at_the_first_layer(gpt2, 
     K_0 = _corpus_keys(model, tok, first, passages=3)
     assert K_0.shape[1] < K_0.shape[0]
     W_old = get_weight_matrix(get_module(model, first)).double().clone()
-    model, weights_copy = apply_zerounlearn_gd_to_model(model, tok, forget_requests(), hp, return_orig_weights=True, progress=False)
+    model, weights_copy = apply_zerounlearn_gd_to_model(
+        model, tok, forget_requests(), hp, return_orig_weights=True, progress=False
+    )
     W_new = get_weight_matrix(get_module(model, first)).double()
     assert (W_new - W_old).norm() > 1e-3 * W_old.norm()
     assert ((W_new - W_old) @ K_0).norm() < 1e-6 * (W_old @ K_0).norm()
@@ -125,11 +128,20 @@ def test_gd_hparams_are_strict(tmp_path):
 def test_loss_layer_must_come_after_the_edited_layers(cls, tmp_path):
     path = tmp_path / "h.yaml"
     for loss_layer in (1, 2):
-        path.write_text(f"alg_name: {cls.ALG_NAME}\nmodel_name: x\nlayers: [1, 2]\nv_loss_layer: {loss_layer}\n" + REQUIRED_YAML
-                        + ("utility_weight: 1.0\n" if cls is ZeroUnlearnHyperParams else ""))
-        with pytest.raises(HParamsError, match=rf"h.yaml: key 'v_loss_layer' \({loss_layer}\) must be after the last edited layer \(2\)"):
+        path.write_text(
+            f"alg_name: {cls.ALG_NAME}\nmodel_name: x\nlayers: [1, 2]\nv_loss_layer: {loss_layer}\n"
+            + REQUIRED_YAML
+            + ("utility_weight: 1.0\n" if cls is ZeroUnlearnHyperParams else "")
+        )
+        with pytest.raises(
+            HParamsError,
+            match=rf"h.yaml: key 'v_loss_layer' \({loss_layer}\) must be after the last edited layer \(2\)",
+        ):
             cls.from_hparams(path)
     for loss_layer in (-1, 3):
-        path.write_text(f"alg_name: {cls.ALG_NAME}\nmodel_name: x\nlayers: [1, 2]\nv_loss_layer: {loss_layer}\n" + REQUIRED_YAML
-                        + ("utility_weight: 1.0\n" if cls is ZeroUnlearnHyperParams else ""))
+        path.write_text(
+            f"alg_name: {cls.ALG_NAME}\nmodel_name: x\nlayers: [1, 2]\nv_loss_layer: {loss_layer}\n"
+            + REQUIRED_YAML
+            + ("utility_weight: 1.0\n" if cls is ZeroUnlearnHyperParams else "")
+        )
         assert cls.from_hparams(path).v_loss_layer == loss_layer

@@ -24,9 +24,9 @@ from zerounlearn_editor import (
     restore_weights,
 )
 from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes
-from zerounlearn_editor.engine.model_access import ModuleNotFoundInModel, get_module, get_weight_matrix
 from zerounlearn_editor.engine.keys import read_keys_and_hidden
 from zerounlearn_editor.engine.requests import normalize_requests
+from zerounlearn_editor.support.model_access import ModuleNotFoundInModel, get_module, get_weight_matrix
 
 BUILDERS = {"llama": (tiny_llama, False), "gpt2": (tiny_gpt2, True), "qwen3": (tiny_qwen3, False)}
 
@@ -61,7 +61,9 @@ def test_forget_values_are_annihilated_at_every_layer(arch, tok, workdir):
     model = builder(tok)
     original = copy.deepcopy(model)
     hp = _hparams(workdir, gpt2=gpt2)
-    model, weights_copy = apply_zerounlearn_to_model(model, tok, forget_requests(), hp, return_orig_weights=True, progress=False)
+    model, weights_copy = apply_zerounlearn_to_model(
+        model, tok, forget_requests(), hp, return_orig_weights=True, progress=False
+    )
     requests = normalize_requests(forget_requests())
     prefixes = context_prefixes(model, tok, hp.context_template_count, hp.context_template_length, CONTEXT_SEED)
     for layer in hp.layers:
@@ -89,7 +91,9 @@ def test_restoring_weights_copy_is_bit_identical(tok, workdir):
     ids = tok("the capital of france is", return_tensors="pt").input_ids
     logits_before = model(ids).logits
     hp = _hparams(workdir)
-    model, weights_copy = apply_zerounlearn_to_model(model, tok, forget_requests(), hp, return_orig_weights=True, progress=False)
+    model, weights_copy = apply_zerounlearn_to_model(
+        model, tok, forget_requests(), hp, return_orig_weights=True, progress=False
+    )
     assert not torch.equal(model(ids).logits, logits_before)
     restore_weights(model, weights_copy)
     _assert_same_state(model, before)
@@ -129,7 +133,15 @@ def test_neutral_target_is_learned_in_the_residual(tok, workdir):
     model = tiny_llama(tok)
     with torch.no_grad():
         model.lm_head.weight.mul_(100.0)
-    hp = _hparams(workdir, fact_token="last", v_num_grad_steps=30, v_lr=0.5, clamp_norm_factor=50.0, v_weight_decay=0.0, kl_factor=0.0)
+    hp = _hparams(
+        workdir,
+        fact_token="last",
+        v_num_grad_steps=30,
+        v_lr=0.5,
+        clamp_norm_factor=50.0,
+        v_weight_decay=0.0,
+        kl_factor=0.0,
+    )
     report = EditReport()
     apply_zerounlearn_to_model(model, tok, forget_requests(), hp, copy=True, report=report, progress=False)
     assert max(report.target_nll) < 0.5
@@ -177,7 +189,9 @@ def test_empty_corpus_raises(tok, workdir):
     model = tiny_llama(tok)
     before = _state(model)
     with pytest.raises(ValueError, match="empty"):
-        apply_zerounlearn_to_model(model, tok, forget_requests(), _hparams(workdir, mom2_dataset=str(empty)), progress=False)
+        apply_zerounlearn_to_model(
+            model, tok, forget_requests(), _hparams(workdir, mom2_dataset=str(empty)), progress=False
+        )
     _assert_same_state(model, before)
 
 
@@ -234,7 +248,7 @@ def test_prefix_reuse_gives_the_same_targets_as_full_forwards(arch, loss_layer, 
         loss_layer_module=loss_layer_module(model, loss_layer, "model.layers.{}"), fact_token="subject_last",
         steps=8, lr=0.5, weight_decay=1e-3, clamp_norm_factor=20.0, kl_factor=0.1, early_stop_loss=0.05, chunk_size=8,
     )
-    from zerounlearn_editor.engine.targets_kv import SuffixLayers
+    from zerounlearn_editor.engine.targets.kv_suffix import SuffixLayers
 
     assert SuffixLayers.supported(model, cfg.layer_module, cfg.ln_f_module)
     ids = [target_token_ids(tok, None)] * len(requests)
@@ -249,6 +263,11 @@ def test_prefix_reuse_gives_the_same_targets_as_full_forwards(arch, loss_layer, 
 def test_requests_without_subject_or_answer_use_the_whole_prompt():
     """EasyEdit's normal_edit sends neither: the key falls on the prompt's last token."""
     (request,) = normalize_requests([{"prompt": "the capital of france is", "ground_truth": None}])
-    assert (request.prefix, request.subject, request.suffix, request.answer) == ("", "the capital of france is", "", None)
+    assert (request.prefix, request.subject, request.suffix, request.answer) == (
+        "",
+        "the capital of france is",
+        "",
+        None,
+    )
     with pytest.raises(RequestError, match="request 0: field 'ground_truth' is empty"):
         normalize_requests([{"prompt": "the capital of france is", "subject": "france", "ground_truth": ""}])

@@ -3,21 +3,21 @@
 ``run_bench(BenchConfig(...))`` (or ``zerounlearn bench ...``) edits ``n`` sampled cases per
 seed with every method, scores efficacy / generalization / specificity / perplexity before
 and after, restores the model bit-exactly between methods and writes ``seed_<k>.json``,
-``summary.json`` and ``summary.md``. See :mod:`.runner` for the procedure, :mod:`.methods`
+``summary.json`` and ``summary.md``. See :mod:`.runner` for the procedure, :mod:`.method_specs`
 for the method interface and :mod:`.runfile` for several runs in one YAML file.
 """
 from __future__ import annotations
 
 from zerounlearn_editor.bench.config import (
+    DEFAULT_METHODS,
     BenchConfig,
     BenchConfigError,
-    DEFAULT_METHODS,
     parse_method_hparams,
     parse_methods,
     parse_seeds,
 )
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint, ModelStateError
-from zerounlearn_editor.bench.methods import (
+from zerounlearn_editor.bench.method_specs import (
     EditOutcome,
     HParamsLookup,
     MethodContext,

@@ -22,21 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from zerounlearn_editor.bench.config import BenchConfigError, parse_methods
-from zerounlearn_editor.support.files import read_json, sha256_of_json, write_json_atomic
-from zerounlearn_editor.bench.fingerprint import ModelFingerprint
-from zerounlearn_editor.bench.methods import (
-    HParamsLookup,
-    MethodContext,
-    known_method_names,
-    load_main_hparams,
-)
-from zerounlearn_editor.bench.registry import default_registry
+from zerounlearn_editor.bench.audit_report import write_audit_summary
+from zerounlearn_editor.bench.config import BenchConfigError
 from zerounlearn_editor.bench.retain_sets import check_retain_disjoint, draw_retain, parse_retain_spec
-from zerounlearn_editor.data.registry import load_cases, sample_cases
+from zerounlearn_editor.bench.run_setup import MethodSetup, load_model, prepare_run, setup_methods
+from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.engine.pipeline import restore_weights
-from zerounlearn_editor.support.progress import progress_scope
-from zerounlearn_editor.engine.model_access import max_positions
+from zerounlearn_editor.evaluation.audit.facts_audit import generic_passages
 from zerounlearn_editor.evaluation.audit.items import audit_pool, builtin_pool, items_from_cases, pool_from_cases
 from zerounlearn_editor.evaluation.audit.plan import (
     AuditError,
@@ -46,15 +38,15 @@ from zerounlearn_editor.evaluation.audit.plan import (
     check_families,
     check_plan_lengths,
 )
-from zerounlearn_editor.bench.audit_report import write_audit_summary
 from zerounlearn_editor.evaluation.audit.suite import LensConfig, score_model
-from zerounlearn_editor.evaluation.audit.facts_audit import generic_passages
+from zerounlearn_editor.support.files import read_json, write_json_atomic
+from zerounlearn_editor.support.model_access import max_positions
+from zerounlearn_editor.support.progress import progress_scope
 
 __all__ = ["AuditConfig", "run_audit", "audit_seed_path"]
 
 LOG = logging.getLogger(__name__)
 
-_BASE_SIGNATURE = sha256_of_json({"method": "base"})
 
 
 @dataclass
@@ -103,9 +95,21 @@ def audit_seed_path(out: Path, seed: int) -> Path:
 
 def _run_info(config: AuditConfig, model_name: str) -> Dict[str, Any]:
     """The settings every stored seed result must share with this run (as JSON reads them back)."""
-    return json.loads(json.dumps({"data": config.data, "data_path": config.data_path, "n": config.n, "model": model_name,
-            "known_only": config.known_only, "known_min_accuracy": config.known_min_accuracy if config.known_only else None,
-            "retain": config.retain, "dtype": config.dtype, "settings": config.settings.to_dict()}))
+    return json.loads(
+        json.dumps(
+            {
+                "data": config.data,
+                "data_path": config.data_path,
+                "n": config.n,
+                "model": model_name,
+                "known_only": config.known_only,
+                "known_min_accuracy": config.known_min_accuracy if config.known_only else None,
+                "retain": config.retain,
+                "dtype": config.dtype,
+                "settings": config.settings.to_dict(),
+            }
+        )
+    )
 
 
 def run_audit(config: AuditConfig, model=None, tok=None, registry=None, loader=None) -> Dict[str, Any]:
@@ -118,23 +122,10 @@ def run_audit(config: AuditConfig, model=None, tok=None, registry=None, loader=N
         return _run_audit(config, model, tok, registry, loader)
 
 
-def _load(loader, name: str, config: AuditConfig):
-    if loader is None:
-        from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer as loader
-    return loader(name, config.device) if config.dtype is None else loader(name, config.device, config.dtype)
-
-
 def _run_audit(config: AuditConfig, model, tok, registry, loader) -> Dict[str, Any]:
     config.validate()
-    registry = dict(registry) if registry is not None else default_registry()
-    methods = parse_methods(config.methods, known_method_names(registry))
-    unknown = sorted(set(config.method_hparams) - set(registry))
-    if unknown:
-        raise BenchConfigError(f"audit: method hparams given for unknown method(s) {unknown}")
-    lookup = HParamsLookup(Path(config.hparams), load_main_hparams(config.hparams), dict(config.method_hparams))
-    descriptions = {m: registry[m].describe(lookup) for m in methods if m != "base"}
-    signatures = {m: sha256_of_json(d) for m, d in descriptions.items()}
-    signatures["base"] = _BASE_SIGNATURE
+    setup = setup_methods(config.methods, config.method_hparams, config.hparams, registry, what="audit: ")
+    methods, lookup, signatures = setup.names, setup.lookup, setup.signatures
     all_cases = load_cases(config.data, path=config.data_path)
     pool_cases = list(all_cases)
     draw = parse_retain_spec(config.retain)
@@ -143,15 +134,19 @@ def _run_audit(config: AuditConfig, model, tok, registry, loader) -> Dict[str, A
     check_families(items_from_cases(all_cases), config.settings)
     if not config.known_only:  # the borrowing checks of every seed's facts, before any model loads
         for seed in config.seeds:
-            check_audit_inputs(items_from_cases(sample_cases(all_cases, config.n, seed)), pool, config.settings, passages)
+            check_audit_inputs(
+                items_from_cases(sample_cases(all_cases, config.n, seed)), pool, config.settings, passages
+            )
     if config.known_only:
         if model is None:
-            model, tok = _load(loader, str(lookup.main.model_name), config)
+            model, tok = load_model(loader, str(lookup.main.model_name), config.device, config.dtype)
         from zerounlearn_editor.evaluation.selection import select_known_cases
 
         all_cases = select_known_cases(model, tok, all_cases, None, min_accuracy=config.known_min_accuracy)
         if len(all_cases) < config.n:
-            raise BenchConfigError(f"audit known_only: only {len(all_cases)} {config.data} cases are known, n={config.n} needed")
+            raise BenchConfigError(
+                f"audit known_only: only {len(all_cases)} {config.data} cases are known, n={config.n} needed"
+            )
     run_info = _run_info(config, str(lookup.main.model_name))
     out = Path(config.out)
     plan_list = []
@@ -164,10 +159,18 @@ def _run_audit(config: AuditConfig, model, tok, registry, loader) -> Dict[str, A
             stored = record.get("run", {})
             diff = [k for k, v in run_info.items() if stored.get(k) != v]
             if diff or record.get("case_ids") != [c.case_id for c in cases] or record.get("retain", []) != retain:
-                raise BenchConfigError(f"{path} holds an audit of another configuration ({', '.join(diff) or 'cases/retain'}); "
-                                       "use another --out or remove it")
+                raise BenchConfigError(
+                    f"{path} holds an audit of another configuration ({', '.join(diff) or 'cases/retain'}); "
+                    "use another --out or remove it"
+                )
         else:
-            record = {"seed": seed, "run": run_info, "case_ids": [c.case_id for c in cases], "retain": retain, "methods": {}}
+            record = {
+                "seed": seed,
+                "run": run_info,
+                "case_ids": [c.case_id for c in cases],
+                "retain": retain,
+                "methods": {},
+            }
         entries = record["methods"]
         todo = [m for m in methods if not (entries.get(m, {}).get("status") == "ok"
                                            and entries[m].get("config_sha256") == signatures[m])]
@@ -175,32 +178,30 @@ def _run_audit(config: AuditConfig, model, tok, registry, loader) -> Dict[str, A
             plan_list.append((seed, path, record, cases, todo))
     if plan_list:
         if model is None:
-            model, tok = _load(loader, str(lookup.main.model_name), config)
-        _run_plan(config, model, tok, registry, lookup, plan_list, signatures, descriptions, pool, passages)
+            model, tok = load_model(loader, str(lookup.main.model_name), config.device, config.dtype)
+        _run_plan(config, model, tok, setup, plan_list, pool, passages)
     records = {seed: read_json(audit_seed_path(out, seed)) for seed in config.seeds}
     header = {"hparams": config.hparams, **{k: v for k, v in run_info.items()}}
     audited = min(config.n, len(all_cases))  # sample_cases takes every case when n is larger
     if audited < config.n:
-        LOG.warning("audit: n = %d asked for, but the data has %d cases: %d audited per seed", config.n, audited, audited)
+        LOG.warning(
+            "audit: n = %d asked for, but the data has %d cases: %d audited per seed", config.n, audited, audited
+        )
         header.update(n=audited, n_requested=config.n)
     return write_audit_summary(out, header, methods, records)
 
 
-def _run_plan(config, model, tok, registry, lookup, plan_list, signatures, descriptions, pool, passages) -> None:
-    from zerounlearn_editor.bench.stages import compute_statistics
-
-    main = lookup.main
+def _run_plan(config, model, tok, setup: MethodSetup, plan_list, pool, passages) -> None:
+    main = setup.lookup.main
+    signatures, descriptions = setup.signatures, setup.descriptions
     lens = LensConfig(main.layers[0], main.layer_module_tmp, main.ln_f_module)
     plans = {}
     for seed, _, _, cases, _ in plan_list:  # every seed's probes drawn and length-checked before any edit work
         plans[seed] = build_plan(items_from_cases(cases), pool, tok, dataclasses.replace(config.settings, seed=seed),
                                  passages)
         check_plan_lengths(plans[seed], tok, max_positions(model))
-    fingerprint = ModelFingerprint.of(model)
-    needed = [m for m in dict.fromkeys(m for *_, todo in plan_list for m in todo) if m != "base"]
-    context = MethodContext(lookup, model, tok, Path(config.out), main.neutral_target or tok.eos_token or "")
-    prepared = {m: registry[m].prepare(context) for m in needed}
-    bank = compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
+    run = prepare_run(setup, model, tok, Path(config.out), [m for *_, todo in plan_list for m in todo], config.progress)
+    fingerprint, prepared, bank = run.fingerprint, run.prepared, run.bank
     for seed, path, record, cases, todo in plan_list:
         settings = dataclasses.replace(config.settings, seed=seed)
         plan = plans[seed]
@@ -215,7 +216,9 @@ def _run_plan(config, model, tok, registry, lookup, plan_list, signatures, descr
                 LOG.info("audit seed %d: unedited model", seed)
                 entry.update(status="ok", probes=score_model(model, tok, plan, settings, lens))
             else:
-                entry.update(_edit_and_score(prepared[name], model, tok, requests, bank, retain, plan, settings, lens, seed))
+                entry.update(
+                    _edit_and_score(prepared[name], model, tok, requests, bank, retain, plan, settings, lens, seed)
+                )
             record["methods"][name] = entry
             write_json_atomic(path, record)
         fingerprint.verify(model, f"audit seed {seed}: after the last method")

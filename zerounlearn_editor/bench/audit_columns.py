@@ -9,12 +9,18 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Sequence
 
-from zerounlearn_editor.bench.scoring import AUDIT_PREFIX
+from zerounlearn_editor.bench.case_scoring import AUDIT_PREFIX
 from zerounlearn_editor.data.types import UnlearnCase
-from zerounlearn_editor.engine.model_access import max_positions
 from zerounlearn_editor.evaluation.audit.items import audit_pool, builtin_pool, items_from_cases, pool_from_cases
-from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings, build_plan, check_families, check_plan_lengths
+from zerounlearn_editor.evaluation.audit.plan import (
+    AuditPlan,
+    AuditSettings,
+    build_plan,
+    check_families,
+    check_plan_lengths,
+)
 from zerounlearn_editor.evaluation.audit.suite import LensConfig, score_model
+from zerounlearn_editor.support.model_access import max_positions
 
 __all__ = ["BenchAudit", "check_audit_data"]
 
@@ -49,4 +55,7 @@ class BenchAudit:
     def metrics(self, model: Any, tok: Any, plan: AuditPlan) -> Dict[str, float]:
         """``{"audit:<probe>": recovered %}`` of ``model`` on ``plan``."""
         settings = dataclasses.replace(self.settings, seed=0)
-        return {AUDIT_PREFIX + name: r["recovered"] for name, r in score_model(model, tok, plan, settings, self.lens).items()}
+        return {
+            AUDIT_PREFIX + name: r["recovered"]
+            for name, r in score_model(model, tok, plan, settings, self.lens).items()
+        }

@@ -9,9 +9,10 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from zerounlearn_editor.support.files import write_json_atomic, write_text_atomic
 from zerounlearn_editor.bench.report import aggregate
 from zerounlearn_editor.evaluation.audit.suite import UNINFORMATIVE_MAX
+from zerounlearn_editor.support.files import write_json_atomic, write_text_atomic
+from zerounlearn_editor.support.plotting import pyplot, save_figure
 
 __all__ = ["summarize_audit", "format_audit_table", "plot_heatmap", "write_audit_summary", "kept_by_base",
            "same_relation_counts", "KEPT_SUFFIX", "PROBE_NOTE"]
@@ -64,7 +65,9 @@ def kept_by_base(probes: Mapping[str, Any], base: Optional[Mapping[str, Any]]) -
         if not reference or "items" not in reference or "items" not in result:
             continue
         if len(reference["items"]) != len(result["items"]):
-            raise ValueError(f"audit {name}: {len(result['items'])} facts against the base row's {len(reference['items'])}")
+            raise ValueError(
+                f"audit {name}: {len(result['items'])} facts against the base row's {len(reference['items'])}"
+            )
         flags = [int(f) for f, kept in zip(result["items"], reference["items"]) if kept]
         out[name + KEPT_SUFFIX] = {"recovered": 100.0 * sum(flags) / len(flags) if flags else None,
                                    "n": len(flags), "items": flags}
@@ -97,7 +100,9 @@ def summarize_audit(methods: Sequence[str], records: Mapping[int, Mapping[str, A
             "seeds": [seed for seed, _ in ok],
             "recovered": {p: s for p, s in stats.items() if s is not None},
         }
-        kept = {p: sum(e["probes"][p]["n"] for _, e in ok if p in e["probes"]) for p in probes if p.endswith(KEPT_SUFFIX)}
+        kept = {
+            p: sum(e["probes"][p]["n"] for _, e in ok if p in e["probes"]) for p in probes if p.endswith(KEPT_SUFFIX)
+        }
         if kept:
             item["kept_facts"] = kept
         reasons = sorted({e.get("reason", "") for _, e in entries if e and e.get("status") in ("skipped", "error")})
@@ -124,20 +129,17 @@ def format_audit_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
         cells = []
         for probe in columns:
             s = item["recovered"].get(probe)
-            cells.append("-" if s is None else (f"{s['mean']:.0f}" if s["n"] == 1 else f"{s['mean']:.0f} ± {s['std']:.0f}"))
+            cells.append(
+                "-" if s is None else (f"{s['mean']:.0f}" if s["n"] == 1 else f"{s['mean']:.0f} ± {s['std']:.0f}")
+            )
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def plot_heatmap(summary: Mapping[str, Mapping[str, Any]], path: Path, title: str = "") -> Optional[Path]:
     """Method x probe heatmap of the mean recovered % (``None`` when matplotlib is missing)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        LOG.warning("matplotlib is not installed: no heatmap")
+    plt = pyplot('the audit heatmap')
+    if plt is None:
         return None
     import numpy as np
 
@@ -163,17 +165,13 @@ def plot_heatmap(summary: Mapping[str, Mapping[str, Any]], path: Path, title: st
     fig.colorbar(image, ax=ax, label="recovered %")
     ax.set_title(title or "facts recovered by each probe (%)", fontsize=10)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path)
 
 
 def same_relation_counts(records: Mapping[int, Mapping[str, Any]]) -> Dict[str, Dict[str, int]]:
     """Per borrowing probe (``icK``, ``mc``, ``relearn``), summed over the seeds' plans: ``{"items": facts that got
-    same-relation material, "of": facts}`` (:attr:`~zerounlearn_editor.evaluation.audit.plan.AuditPlan.same_relation`)."""
+    same-relation material, "of": facts}``
+    (:attr:`~zerounlearn_editor.evaluation.audit.plan.AuditPlan.same_relation`)."""
     out: Dict[str, Dict[str, int]] = {}
     for record in records.values():
         plan = record.get("plan") or {}
@@ -209,8 +207,11 @@ def write_audit_summary(out: Path, header: Mapping[str, Any], methods: Sequence[
             f"{p} {c['items']}/{c['of']}" + (" (fewer than half: a weak test)" if 2 * c["items"] < c["of"] else "")
             for p, c in same.items()), ""]
     if flat:
-        lines += [f"Uninformative probes (the unedited model recovers <= {UNINFORMATIVE_MAX:.0f} %, so they cannot show "
-                  f"forgetting): {', '.join(flat)}.", ""]
+        lines += [
+            f"Uninformative probes (the unedited model recovers <= {UNINFORMATIVE_MAX:.0f} %, so they cannot show "
+            f"forgetting): {', '.join(flat)}.",
+            "",
+        ]
     lines += [PROBE_NOTE, ""]
     write_text_atomic(out / "audit.md", "\n".join(lines))
     return summary

@@ -76,7 +76,8 @@ class RetainDraw:
 
 
 def parse_retain_spec(spec: Optional[str]) -> Optional[RetainDraw]:
-    """``"siblings:K"`` / ``"same-answer:K"`` (K >= 1) -> :class:`RetainDraw`; ``None``/``""``/``"none"`` -> ``None``."""
+    """``"siblings:K"`` / ``"same-answer:K"`` (K >= 1) -> :class:`RetainDraw`;
+    ``None``/``""``/``"none"`` -> ``None``."""
     if spec is None or str(spec).strip().lower() in ("", "none"):
         return None
     match = _SPEC.match(str(spec).strip())
@@ -180,7 +181,8 @@ class BenchConfig:
         out: output folder (``seed_<k>.json``, ``summary.json``, ``summary.md``).
         n: cases per seed, all edited as one batch (``None`` = the whole dataset).
         ppl_tokens: WikiText-2 tokens for perplexity (0 = no perplexity).
-        ppl_text: perplexity text file (default: the embedded WikiText-2 test split, :func:`~zerounlearn_editor.data.builtin.default_ppl_text`).
+        ppl_text: perplexity text file (default: the embedded WikiText-2 test split,
+        :func:`~zerounlearn_editor.data.builtin.default_ppl_text`).
         fluency: also measure n-gram entropy of greedy generations of the forget prompts.
         fluency_tokens: new tokens per fluency generation.
         method_hparams: ``{method: YAML path}`` overriding the default lookup.

@@ -40,23 +40,23 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 import torch
 from torch import nn
 
-from zerounlearn_editor.integrations.easyedit import easyedit_available
-from zerounlearn_editor.engine.hparams import HParamsError, EditHyperParams, load_config_file
-from zerounlearn_editor.engine.model_access import (
-    get_module,
-    model_device,
-    module_is_transposed,
-    num_hidden_layers,
-)
-from zerounlearn_editor.engine.stats import corpus_cache_name, model_basename
-from zerounlearn_editor.support.files import file_identity
-from zerounlearn_editor.bench.methods import (
+from zerounlearn_editor.bench.method_specs import (
     EditOutcome,
     HParamsLookup,
     MethodContext,
     MethodSpec,
     PreparedMethod,
     StatsBank,
+)
+from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError, load_config_file
+from zerounlearn_editor.engine.stats import corpus_cache_name, model_basename
+from zerounlearn_editor.integrations.easyedit import easyedit_available
+from zerounlearn_editor.support.files import file_identity
+from zerounlearn_editor.support.model_access import (
+    get_module,
+    model_device,
+    module_is_transposed,
+    num_hidden_layers,
 )
 
 __all__ = [
@@ -217,8 +217,11 @@ def easyedit_config(name: str, main: EditHyperParams, model: nn.Module, work_dir
     if name == "MEMIT":
         return located
     threshold = float(getattr(main, "nullspace_threshold", 2e-2))
-    tag = f"{model_basename(model)}_{'-'.join(map(str, layers))}_{located['mom2_dataset']}_{main.mom2_n_samples}_{threshold:g}"
-    return dict(located, nullspace_threshold=threshold, L2=1.0, P_loc=str(work_dir / "easyedit" / f"AlphaEdit_P_{tag}.pt"))
+    layer_tag = "-".join(map(str, layers))
+    tag = f"{model_basename(model)}_{layer_tag}_{located['mom2_dataset']}_{main.mom2_n_samples}_{threshold:g}"
+    return dict(
+        located, nullspace_threshold=threshold, L2=1.0, P_loc=str(work_dir / "easyedit" / f"AlphaEdit_P_{tag}.pt")
+    )
 
 
 def build_easyedit_hparams(cls: type, config: Mapping[str, Any], override: Optional[Path] = None) -> Any:
@@ -235,7 +238,9 @@ def build_easyedit_hparams(cls: type, config: Mapping[str, Any], override: Optio
         if unknown:
             raise HParamsError(f"{override}: unknown key(s) {unknown} for EasyEdit {cls.__name__}")
         if "alg_name" in extra and extra["alg_name"] != config.get("alg_name"):
-            raise HParamsError(f"{override}: key 'alg_name' must be {config.get('alg_name')!r}, got {extra['alg_name']!r}")
+            raise HParamsError(
+                f"{override}: key 'alg_name' must be {config.get('alg_name')!r}, got {extra['alg_name']!r}"
+            )
         values.update(extra)
     required = [
         f.name
@@ -348,7 +353,9 @@ def easyedit_spec(name: str) -> MethodSpec:
                 raise
             return EditOutcome(weights_copy, {"calls": len(groups), "target_new": neutral})
 
-        uses_stats = name in ("MEMIT", "AlphaEdit") or (name == "ROME" and bool(getattr(hparams, "mom2_adjustment", False)))
+        uses_stats = name in ("MEMIT", "AlphaEdit") or (
+            name == "ROME" and bool(getattr(hparams, "mom2_adjustment", False))
+        )
         return PreparedMethod(
             name,
             edit,
@@ -362,5 +369,9 @@ def easyedit_spec(name: str) -> MethodSpec:
 
 def _jsonable(hparams: Any) -> Dict[str, Any]:
     if dataclasses.is_dataclass(hparams):
-        return {k: v for k, v in dataclasses.asdict(hparams).items() if isinstance(v, (str, int, float, bool, list, type(None)))}
+        return {
+            k: v
+            for k, v in dataclasses.asdict(hparams).items()
+            if isinstance(v, (str, int, float, bool, list, type(None)))
+        }
     return {}

@@ -26,7 +26,8 @@ from torch import nn
 
 from zerounlearn_editor.bench.trace import TraceFact, encode_fact
 from zerounlearn_editor.evaluation.batching import model_device, pad_sequences, pad_token_id
-from zerounlearn_editor.engine.model_access import get_module, hidden_of
+from zerounlearn_editor.support.model_access import get_module, hidden_of
+from zerounlearn_editor.support.plotting import pyplot, save_figure
 
 __all__ = ["PcaConfig", "subject_mlp_states", "pca_numbers", "run_pca", "plot_pca"]
 
@@ -34,7 +35,9 @@ LOG = logging.getLogger(__name__)
 
 
 @torch.no_grad()
-def subject_mlp_states(model: nn.Module, tok: Any, facts: Sequence[TraceFact], module: str, batch_size: int = 16) -> torch.Tensor:
+def subject_mlp_states(
+    model: nn.Module, tok: Any, facts: Sequence[TraceFact], module: str, batch_size: int = 16
+) -> torch.Tensor:
     """Output of ``module`` at each fact's subject-last token, ``[n, d]`` float64 on the CPU."""
     encoded = [encode_fact(tok, f) for f in facts]
     device = model_device(model)
@@ -46,7 +49,12 @@ def subject_mlp_states(model: nn.Module, tok: Any, facts: Sequence[TraceFact], m
         got: Dict[str, torch.Tensor] = {}
         handle = target.register_forward_hook(lambda _m, _a, out: got.__setitem__("h", hidden_of(out)))
         try:
-            model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids, use_cache=False)
+            model(
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                position_ids=batch.position_ids,
+                use_cache=False,
+            )
         finally:
             handle.remove()
         positions = torch.tensor([e.subject[1] - 1 for e in chunk], device=device)
@@ -101,13 +109,13 @@ class PcaConfig:
 
 def run_pca(config: PcaConfig, model: Optional[nn.Module] = None, tok: Any = None) -> Dict[str, Any]:
     """Edit with every method, read the states, write ``out`` (PNG) and its ``.json``; returns the JSON."""
-    from zerounlearn_editor.support.files import write_json_atomic
     from zerounlearn_editor.bench.fingerprint import ModelFingerprint
-    from zerounlearn_editor.bench.methods import HParamsLookup, MethodContext, load_main_hparams
+    from zerounlearn_editor.bench.method_specs import HParamsLookup, MethodContext, load_main_hparams
     from zerounlearn_editor.bench.registry import default_registry
     from zerounlearn_editor.bench.stages import compute_statistics
-    from zerounlearn_editor.data.registry import load_cases, sample_cases
+    from zerounlearn_editor.data.datasets import load_cases, sample_cases
     from zerounlearn_editor.engine.pipeline import restore_weights
+    from zerounlearn_editor.support.files import write_json_atomic
 
     registry = default_registry()
     unknown = [m for m in config.methods if m not in registry]
@@ -154,14 +162,8 @@ def run_pca(config: PcaConfig, model: Optional[nn.Module] = None, tok: Any = Non
 
 def plot_pca(result: Mapping[str, Any], path: Path) -> Optional[Path]:
     """One panel per method: base states (grey), states after the method, and the moves between them."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        LOG.error("matplotlib is not installed, so the PCA figure was not drawn (pip install 'zerounlearn-editor[bench]'); "
-                  "the numbers were written")
+    plt = pyplot('the PCA figure')
+    if plt is None:
         return None
     names = list(result["methods"])
     fig, axes = plt.subplots(1, max(len(names), 1), figsize=(3.4 * max(len(names), 1), 3.4), squeeze=False)
@@ -173,14 +175,12 @@ def plot_pca(result: Mapping[str, Any], path: Path) -> Optional[Path]:
         ax.scatter([p[0] for p in base], [p[1] for p in base], s=10, color="0.5", label="base", zorder=2)
         ax.scatter([p[0] for p in moved], [p[1] for p in moved], s=10, label=name, zorder=3)
         m = result["methods"][name]
-        ax.set_title(f"{name}\nmove {m['mean_displacement']:.2f} spread, var {m['moved_variance_fraction']:.2f}", fontsize=9)
+        ax.set_title(
+            f"{name}\nmove {m['mean_displacement']:.2f} spread, var {m['moved_variance_fraction']:.2f}", fontsize=9
+        )
         ax.set_xlabel("PC1")
         ax.set_ylabel("PC2")
     fig.suptitle(f"{Path(str(result['model'])).name}: {result['module']} at the subject's last token "
                  f"({result['n']} forget samples)", fontsize=9)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -27,9 +27,16 @@ from torch import nn
 from zerounlearn_editor.data.corpus import load_corpus
 from zerounlearn_editor.engine.encoding import encode_rows
 from zerounlearn_editor.engine.hparams import EditHyperParams
-from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.engine.keys import LayerReadout
+from zerounlearn_editor.engine.pipeline import EditStages, batched_statistics
+from zerounlearn_editor.engine.requests import ForgetRequest
+from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, SecondMoment, padded_batches
+from zerounlearn_editor.engine.targets import NeutralTargets, TargetConfig, optimise_neutral_targets
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
-from zerounlearn_editor.engine.model_access import (
+from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
+from zerounlearn_editor.support.model_access import (
     StopForward,
     capture_inputs,
     capture_outputs,
@@ -37,13 +44,6 @@ from zerounlearn_editor.engine.model_access import (
     get_weight_matrix,
     model_device,
 )
-from zerounlearn_editor.engine.pipeline import EditStages, batched_statistics
-from zerounlearn_editor.engine.keys import LayerReadout
-from zerounlearn_editor.engine.requests import ForgetRequest
-from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, SecondMoment, padded_batches
-from zerounlearn_editor.engine.targets import NeutralTargets, TargetConfig, optimise_neutral_targets
-from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
-from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
 
 __all__ = [
     "PIPELINES",
@@ -117,7 +117,10 @@ def per_request_keys_and_hidden(
         keys.append(k[index, batch.lookup.to(k.device)].float().mean(0).cpu())
 
         bare = encode_rows(tok, [""], [request.prefix], [request.subject], [request.suffix], fact_token).to(device)
-        with capture_outputs(model, [hidden_module], stop_after=hidden_module) as outputs, contextlib.suppress(StopForward):
+        with (
+            capture_outputs(model, [hidden_module], stop_after=hidden_module) as outputs,
+            contextlib.suppress(StopForward),
+        ):
             model(input_ids=bare.input_ids, attention_mask=bare.attention_mask)
         h = outputs[hidden_module]
         hidden.append(h[0, int(bare.lookup[0])].float().cpu())
@@ -194,7 +197,9 @@ def apply_zerounlearn_per_request(
 ) -> Tuple[nn.Module, Dict[str, torch.Tensor]]:
     """:func:`~zerounlearn_editor.apply_zerounlearn_to_model` with :data:`PER_REQUEST_STAGES`."""
     kwargs["stages"] = PER_REQUEST_STAGES
-    return apply_zerounlearn_to_model(model, tok, requests, hparams, copy, return_orig_weights, keep_original_weight, **kwargs)
+    return apply_zerounlearn_to_model(
+        model, tok, requests, hparams, copy, return_orig_weights, keep_original_weight, **kwargs
+    )
 
 
 def apply_zerounlearn_gd_per_request(

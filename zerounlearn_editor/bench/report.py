@@ -13,10 +13,10 @@ from pathlib import Path
 from statistics import fmean, stdev
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from zerounlearn_editor.bench.case_scoring import AUDIT_PREFIX, CONTAINS_PREFIX, GROUP_PREFIX, METRIC_KEYS
 from zerounlearn_editor.bench.config import BenchConfig
 from zerounlearn_editor.bench.retain_sets import parse_retain_spec
 from zerounlearn_editor.support.files import write_json_atomic, write_text_atomic
-from zerounlearn_editor.bench.scoring import AUDIT_PREFIX, CONTAINS_PREFIX, GROUP_PREFIX, METRIC_KEYS
 
 __all__ = ["aggregate", "summarize", "format_table", "group_header", "write_summary", "COLUMNS"]
 
@@ -158,14 +158,30 @@ def _markdown(config: BenchConfig, run_info: Mapping[str, Any], table: str,
         f"- model: `{run_info.get('model')}`, hparams: `{config.hparams}`",
         f"- data: `{config.data}`, n = {config.n} cases per seed (edited as one batch), "
         f"seeds {_seed_text(config.seeds)} ({len(config.seeds)})",
-        f"- {ppl}" + (f"; fluency = n-gram entropy of {config.fluency_tokens}-token greedy generations" if config.fluency else ""),
-        *([f"- {parse_retain_spec(config.retain).describe()} (`--retain {config.retain}`; rows ending in +R use it)"]
-          if parse_retain_spec(config.retain) else []),
-        *([f"- known-only: {known['qualified']} of {known['candidates']} cases reach forget-prompt token accuracy "
-           f">= {known['min_accuracy']:g} on the unedited model; seeds sample from those"] if known else []),
-        *([f"- neighbour probes that another case of the same batch forgets are not scored as neighbours "
-           f"(`bench.neighbours`): {sum(dropped.values())} over the seeds "
-           f"({', '.join(f'seed {seed}: {count}' for seed, count in dropped.items())})"] if dropped else []),
+        f"- {ppl}"
+        + (f"; fluency = n-gram entropy of {config.fluency_tokens}-token greedy generations" if config.fluency else ""),
+        *(
+            [f"- {parse_retain_spec(config.retain).describe()} (`--retain {config.retain}`; rows ending in +R use it)"]
+            if parse_retain_spec(config.retain)
+            else []
+        ),
+        *(
+            [
+                f"- known-only: {known['qualified']} of {known['candidates']} cases reach forget-prompt token accuracy "
+                f">= {known['min_accuracy']:g} on the unedited model; seeds sample from those"
+            ]
+            if known
+            else []
+        ),
+        *(
+            [
+                f"- neighbour probes that another case of the same batch forgets are not scored as neighbours "
+                f"(`bench.neighbours`): {sum(dropped.values())} over the seeds "
+                f"({', '.join(f'seed {seed}: {count}' for seed, count in dropped.items())})"
+            ]
+            if dropped
+            else []
+        ),
         "",
         table,
         "",
@@ -175,8 +191,11 @@ def _markdown(config: BenchConfig, run_info: Mapping[str, Any], table: str,
         "Spe agree: % of neighbourhood answer positions whose argmax token is unchanged by the edit. "
         "Edit s: wall time of the edit (statistics precomputed). Values: mean ± sample std over seeds.",
         "",
-        *([_GROUP_NOTE, ""] if per_method and any(k.startswith(GROUP_PREFIX) for m in per_method.values()
-                                                   for k in m["metrics"]) else []),
+        *(
+            [_GROUP_NOTE, ""]
+            if per_method and any(k.startswith(GROUP_PREFIX) for m in per_method.values() for k in m["metrics"])
+            else []
+        ),
     ]
     return "\n".join(lines)
 

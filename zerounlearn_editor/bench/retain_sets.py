@@ -31,8 +31,13 @@ import random
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
 
+from zerounlearn_editor.bench.config import (  # the spec is parsed with the config; re-exported here
+    RETAIN_POLICIES,
+    BenchConfigError,
+    RetainDraw,
+    parse_retain_spec,
+)
 from zerounlearn_editor.data.types import UnlearnCase
-from zerounlearn_editor.bench.config import RETAIN_POLICIES, BenchConfigError, RetainDraw, parse_retain_spec  # the spec is parsed with the config; re-exported here
 
 __all__ = [
     "RETAIN_POLICIES",

@@ -29,38 +29,45 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from torch import nn
 from tqdm.auto import tqdm
 
-from zerounlearn_editor.data.registry import load_cases, sample_cases
-from zerounlearn_editor.data.types import UnlearnCase
-from zerounlearn_editor.evaluation.selection import select_known_cases
-from zerounlearn_editor.engine.forgotten_state import attach_state
-from zerounlearn_editor.engine.pipeline import restore_weights
-from zerounlearn_editor.support.progress import progress_scope
-from zerounlearn_editor.support.resources import shared_file
+from zerounlearn_editor.bench.case_scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 from zerounlearn_editor.bench.config import BenchConfig, BenchConfigError, parse_methods
-from zerounlearn_editor.support.files import read_json, sha256_of_json, write_json_atomic, write_text_atomic
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
-from zerounlearn_editor.bench.methods import (
+from zerounlearn_editor.bench.method_specs import (
     HParamsLookup,
     MethodContext,
     MethodSpec,
     known_method_names,
     load_main_hparams,
 )
-from zerounlearn_editor.bench.registry import default_registry
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours
+from zerounlearn_editor.bench.registry import default_registry
 from zerounlearn_editor.bench.report import aggregate
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
 from zerounlearn_editor.bench.runner import PPL_TEXT, ModelLoader, check_stored_neighbours
 from zerounlearn_editor.bench.stages import Stage, compute_statistics
-from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
+from zerounlearn_editor.data.datasets import load_cases, sample_cases
+from zerounlearn_editor.data.types import UnlearnCase
+from zerounlearn_editor.engine.forgotten_state import attach_state
+from zerounlearn_editor.engine.pipeline import restore_weights
+from zerounlearn_editor.evaluation.selection import select_known_cases
+from zerounlearn_editor.support.files import read_json, sha256_of_json, write_json_atomic, write_text_atomic
+from zerounlearn_editor.support.plotting import pyplot, save_figure
+from zerounlearn_editor.support.progress import progress_scope
+from zerounlearn_editor.support.resources import shared_file
 
 __all__ = ["DEFAULT_ROUND_METHODS", "ROUND_METRICS", "run_rounds", "rounds_path", "format_rounds"]
 
 LOG = logging.getLogger(__name__)
 
 DEFAULT_ROUND_METHODS = ("ZeroUnlearn", "ZeroUnlearn-GD")
-ROUND_METRICS = (("eff", "Eff ↓", "{:.1f}"), ("gen", "Gen ↓", "{:.1f}"), ("spe", "Spe ↑", "{:.1f}"),
-                 ("ppl", "PPL ↓", "{:.2f}"), ("eff_round", "Eff this round ↓", "{:.1f}"), ("edit_seconds", "Edit s", "{:.1f}"))
+ROUND_METRICS = (
+    ("eff", "Eff ↓", "{:.1f}"),
+    ("gen", "Gen ↓", "{:.1f}"),
+    ("spe", "Spe ↑", "{:.1f}"),
+    ("ppl", "PPL ↓", "{:.2f}"),
+    ("eff_round", "Eff this round ↓", "{:.1f}"),
+    ("edit_seconds", "Edit s", "{:.1f}"),
+)
 
 
 def rounds_path(out: Path, seed: int) -> Path:
@@ -177,8 +184,10 @@ def _run_rounds(
         load()
         all_cases = select_known_cases(model, tok, all_cases, None, min_accuracy=config.known_min_accuracy)
     if len(all_cases) < total:
-        raise BenchConfigError(f"{rounds} rounds x {config.n} facts need {total} cases; {config.data} has {len(all_cases)}"
-                               + (" known ones" if config.known_only else ""))
+        raise BenchConfigError(
+            f"{rounds} rounds x {config.n} facts need {total} cases; {config.data} has {len(all_cases)}"
+            + (" known ones" if config.known_only else "")
+        )
     ppl_text = (config.ppl_text or str(shared_file(PPL_TEXT))) if config.ppl_tokens > 0 else None
     run_info = {"data": config.data, "data_path": config.data_path, "n": config.n, "rounds": rounds,
                 "model": str(lookup.main.model_name), "ppl_tokens": config.ppl_tokens,
@@ -190,8 +199,18 @@ def _run_rounds(
         cases, dropped = drop_batch_forget_neighbours(sample_cases(all_cases, total, seed))
         retain = draw_retain(draw, cases, pool, seed) if draw else []
         path = rounds_path(out, seed)
-        record = read_json(path) if path.exists() else {"seed": seed, "run": run_info, "case_ids": [c.case_id for c in cases],
-                                                        "neighbours_dropped": dropped, "retain": retain, "methods": {}}
+        record = (
+            read_json(path)
+            if path.exists()
+            else {
+                "seed": seed,
+                "run": run_info,
+                "case_ids": [c.case_id for c in cases],
+                "neighbours_dropped": dropped,
+                "retain": retain,
+                "methods": {},
+            }
+        )
         if record.get("run") != run_info or record.get("case_ids") != [c.case_id for c in cases]:
             raise BenchConfigError(f"{path} holds results of another configuration; use another --out or remove it")
         todo = [m for m in methods if not (record["methods"].get(m, {}).get("status") == "ok"
@@ -210,7 +229,9 @@ def _run_rounds(
         # one context per method: shared neutral targets are only valid on the unedited model
         prepared = {m: registry[m].prepare(MethodContext(lookup, model, tok, out, neutral)) for m in needed}
         bank = compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
-        with tqdm(total=sum(len(p[-1]) for p in plan), desc="rounds", unit="method", disable=not config.progress) as bar:
+        with tqdm(
+            total=sum(len(p[-1]) for p in plan), desc="rounds", unit="method", disable=not config.progress
+        ) as bar:
             for seed, path, record, cases, retain, todo in plan:
                 chunks = [cases[i: i + config.n] for i in range(0, total, config.n)]
                 with Stage(f"seed {seed}: scoring the unedited model on {total} cases"):
@@ -224,7 +245,9 @@ def _run_rounds(
                         record["methods"][name] = {"status": "skipped", "reason": method.skip_reason}
                     else:
                         with Stage(f"seed {seed}: {name}, {rounds} rounds of {config.n} + one batch of {total}"):
-                            entry = _run_method(model, tok, method, bank, cases, chunks, pre, settings, retain, fingerprint, seed)
+                            entry = _run_method(
+                                model, tok, method, bank, cases, chunks, pre, settings, retain, fingerprint, seed
+                            )
                         record["methods"][name] = dict(entry, config_sha256=signatures[name])
                     write_json_atomic(path, record)
                     bar.update(1)
@@ -244,7 +267,9 @@ def _run_rounds(
     return summary
 
 
-def summarize_rounds(methods: Sequence[str], records: Mapping[int, Mapping[str, Any]], rounds: int, n: int) -> Dict[str, Any]:
+def summarize_rounds(
+    methods: Sequence[str], records: Mapping[int, Mapping[str, Any]], rounds: int, n: int
+) -> Dict[str, Any]:
     """Mean/std over seeds of every metric, per method and round (round 0 = unedited, ``batch``)."""
     keys = [k for k, _, _ in ROUND_METRICS]
 
@@ -259,7 +284,8 @@ def summarize_rounds(methods: Sequence[str], records: Mapping[int, Mapping[str, 
         item: Dict[str, Any] = {"seeds": len(ok), "rounds": [], "batch": None}
         if ok:
             item["rounds"] = [
-                {"round": k + 1, "forgotten": (k + 1) * n, "metrics": agg([e["rounds"][k] for e in ok])} for k in range(rounds)
+                {"round": k + 1, "forgotten": (k + 1) * n, "metrics": agg([e["rounds"][k] for e in ok])}
+                for k in range(rounds)
             ]
             item["batch"] = {"forgotten": rounds * n, "metrics": agg([e["batch"] for e in ok])}
         else:
@@ -285,38 +311,50 @@ def format_rounds(summary: Mapping[str, Any]) -> str:
             lines += [f"no result: {item.get('reason')}", ""]
             continue
         lines += [header, rule]
-        rows = [("0 (unedited)", 0, summary["base"])] + [(str(r["round"]), r["forgotten"], r["metrics"]) for r in item["rounds"]]
-        rows.append((f"one batch of {item['batch']['forgotten']}", item["batch"]["forgotten"], item["batch"]["metrics"]))
+        rows = [("0 (unedited)", 0, summary["base"])] + [
+            (str(r["round"]), r["forgotten"], r["metrics"]) for r in item["rounds"]
+        ]
+        rows.append(
+            (f"one batch of {item['batch']['forgotten']}", item["batch"]["forgotten"], item["batch"]["metrics"])
+        )
         for label, forgotten, metrics in rows:
-            lines.append(f"| {label} | {forgotten} | " + " | ".join(_cell(metrics.get(k), f) for k, _, f in ROUND_METRICS) + " |")
+            lines.append(
+                f"| {label} | {forgotten} | " + " | ".join(_cell(metrics.get(k), f) for k, _, f in ROUND_METRICS) + " |"
+            )
         lines.append("")
     return "\n".join(lines)
 
 
 def _markdown(title: str, config: BenchConfig, run_info: Mapping[str, Any], table: str) -> str:
-    return "\n".join([
-        f"# Sequential unlearning: {title}",
-        "",
-        f"- model: `{run_info['model']}`, hparams: `{config.hparams}`, data: `{config.data}`, seeds {list(config.seeds)}",
-        f"- {run_info['rounds']} rounds of n = {config.n} facts, each edited on the model left by the previous rounds "
-        "(targets and keys from the edited model, C0 of the unedited model reused); `one batch` = all facts in one edit",
-        "- Eff / Gen: token accuracy (%) of the true answers of every fact forgotten so far (lower = more forgotten); "
-        "Spe: of those facts' neighbourhood prompts (higher = better kept); Eff this round: the round's own facts; "
-        + (f"PPL on the first {config.ppl_tokens} tokens of {run_info['ppl_text']}" if config.ppl_tokens else "no PPL"),
-        "",
-        table,
-    ])
+    return "\n".join(
+        [
+            f"# Sequential unlearning: {title}",
+            "",
+            f"- model: `{run_info['model']}`, hparams: `{config.hparams}`, data: `{config.data}`, seeds "
+            f"{list(config.seeds)}",
+            f"- {run_info['rounds']} rounds of n = {config.n} facts, each edited on the model left by the previous "
+            "rounds "
+            "(targets and keys from the edited model, C0 of the unedited model reused); `one batch` = all facts in one "
+            "edit",
+            "- Eff / Gen: token accuracy (%) of the true answers of every fact forgotten so far (lower = more "
+            "forgotten); "
+            "Spe: of those facts' neighbourhood prompts (higher = better kept); Eff this round: the round's own facts; "
+            + (
+                f"PPL on the first {config.ppl_tokens} tokens of {run_info['ppl_text']}"
+                if config.ppl_tokens
+                else "no PPL"
+            ),
+            "",
+            table,
+        ]
+    )
 
 
 def plot_rounds(summary: Mapping[str, Any], path: Path) -> Optional[Path]:
-    """Eff, Spe and PPL against facts forgotten, one line per method (dashed marker: one batch); None without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        LOG.info("matplotlib not importable; no rounds plot")
+    """Eff, Spe and PPL against facts forgotten, one line per method (dashed marker: one batch); ``None``
+    without matplotlib."""
+    plt = pyplot('the rounds plot')
+    if plt is None:
         return None
     panels = [(k, h) for k, h, _ in ROUND_METRICS if k in ("eff", "spe", "ppl") and k in summary["base"]]
     if not panels:
@@ -328,7 +366,9 @@ def plot_rounds(summary: Mapping[str, Any], path: Path) -> Optional[Path]:
             if not item["rounds"]:
                 continue
             xs = [0] + [r["forgotten"] for r in item["rounds"]]
-            ys = [summary["base"][key]["mean"]] + [r["metrics"].get(key, {}).get("mean", float("nan")) for r in item["rounds"]]
+            ys = [summary["base"][key]["mean"]] + [
+                r["metrics"].get(key, {}).get("mean", float("nan")) for r in item["rounds"]
+            ]
             (line,) = ax.plot(xs, ys, marker="o", label=name)
             batch = item["batch"]["metrics"].get(key)
             if batch:
@@ -339,9 +379,4 @@ def plot_rounds(summary: Mapping[str, Any], path: Path) -> Optional[Path]:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path, dpi=110)

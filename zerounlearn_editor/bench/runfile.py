@@ -14,7 +14,8 @@
 
 Required keys per run: ``name, hparams, data, n, seeds, methods, out``; optional:
 ``ppl_tokens, ppl_text, fluency, fluency_tokens, method_hparams`` (a mapping method -> YAML),
-``data_path, device, known_only, known_min_accuracy, retain, group_generation``. Loading is strict: an unknown key (at the top or in a run) is an
+``data_path, device, known_only, known_min_accuracy, retain, group_generation``. Loading is strict: an unknown key (at
+the top or in a run) is an
 error naming the key, the run and the file. Paths are relative to the working directory, as
 on the command line. Runs that name the same model and device share one loaded model.
 """
@@ -24,8 +25,6 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, List, Tuple, Union
 
-import yaml
-
 from zerounlearn_editor.bench.config import (
     DEFAULT_PPL_TOKENS,
     BenchConfig,
@@ -33,6 +32,7 @@ from zerounlearn_editor.bench.config import (
     parse_method_hparams,
     parse_seeds,
 )
+from zerounlearn_editor.support.structured_files import read_structured
 
 __all__ = ["RUN_REQUIRED_KEYS", "RUN_OPTIONAL_KEYS", "load_runfile", "run_runfile"]
 
@@ -40,8 +40,17 @@ LOG = logging.getLogger(__name__)
 
 RUN_REQUIRED_KEYS = ("name", "hparams", "data", "n", "seeds", "methods", "out")
 RUN_OPTIONAL_KEYS = (
-    "ppl_tokens", "ppl_text", "fluency", "fluency_tokens", "method_hparams", "data_path", "device", "known_only", "retain",
-    "known_min_accuracy", "group_generation",
+    "ppl_tokens",
+    "ppl_text",
+    "fluency",
+    "fluency_tokens",
+    "method_hparams",
+    "data_path",
+    "device",
+    "known_only",
+    "retain",
+    "known_min_accuracy",
+    "group_generation",
 )
 
 
@@ -95,7 +104,9 @@ def _run_config(raw: Any, index: int, path: Path) -> BenchConfig:
         fluency_tokens=int(_expect(raw.get("fluency_tokens", 32), int, "fluency_tokens", where)),
         known_only=bool(_expect(raw.get("known_only", False), bool, "known_only", where)),
         retain=_expect(raw.get("retain"), (str, type(None)), "retain", where),
-        known_min_accuracy=float(_expect(raw.get("known_min_accuracy", 1.0), (int, float), "known_min_accuracy", where)),
+        known_min_accuracy=float(
+            _expect(raw.get("known_min_accuracy", 1.0), (int, float), "known_min_accuracy", where)
+        ),
         method_hparams=parse_method_hparams(method_hparams),
         data_path=raw.get("data_path") and str(_expect(raw["data_path"], str, "data_path", where)),
         device=str(_expect(raw.get("device", "cpu"), str, "device", where)),
@@ -113,10 +124,7 @@ def load_runfile(path: Union[str, Path]) -> List[BenchConfig]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"run file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise BenchConfigError(f"{path}: cannot parse: {exc}") from exc
+    data = read_structured(path, "the run file", lambda message: BenchConfigError(f"{path}: {message}"), suffix=".yaml")
     if not isinstance(data, dict):
         raise BenchConfigError(f"{path}: expected a mapping with key 'runs'")
     unknown = sorted(set(data) - {"runs"})
@@ -138,8 +146,8 @@ def run_runfile(path: Union[str, Path], progress: bool = True) -> List[Dict[str,
 
     Runs naming the same model and device reuse the loaded model (at most one is kept).
     """
-    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
     from zerounlearn_editor.bench.runner import run_bench
+    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
     configs = load_runfile(path)
     loaded: Dict[Tuple[str, str], Tuple[Any, Any]] = {}

@@ -22,50 +22,50 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torch import nn
 from tqdm.auto import tqdm
 
-from zerounlearn_editor.data.registry import load_cases, sample_cases
-from zerounlearn_editor.evaluation.selection import select_known_cases
-from zerounlearn_editor.data.types import UnlearnCase
-from zerounlearn_editor.evaluation.easyedit_format import easyedit_metrics
-from zerounlearn_editor.engine.forgotten_state import attach_state
-from zerounlearn_editor.engine.pipeline import restore_weights
-from zerounlearn_editor.support.progress import progress_scope
-from zerounlearn_editor.data.builtin import default_ppl_text
-from zerounlearn_editor.engine.stats import model_basename
-from zerounlearn_editor.bench.config import BenchConfig, BenchConfigError, parse_methods
-from zerounlearn_editor.support.files import read_json, sha256_of_json, write_json_atomic
+from zerounlearn_editor.bench.case_scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
+from zerounlearn_editor.bench.config import BenchConfig, BenchConfigError
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
-from zerounlearn_editor.bench.methods import (
-    HParamsLookup,
-    MethodContext,
+from zerounlearn_editor.bench.method_specs import (
     MethodSpec,
     PreparedMethod,
     StatsBank,
-    known_method_names,
-    load_main_hparams,
 )
-from zerounlearn_editor.bench.registry import default_registry
-from zerounlearn_editor.bench.stages import Stage, compute_statistics
 from zerounlearn_editor.bench.neighbours import (
     drop_batch_forget_neighbours,
     neighbours_naming_forgotten_subjects,
 )
 from zerounlearn_editor.bench.report import write_summary
 from zerounlearn_editor.bench.retain_sets import check_retain_disjoint, draw_retain, parse_retain_spec
-from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
+from zerounlearn_editor.bench.run_setup import (
+    BASE_SIGNATURE,
+    MethodSetup,
+    ModelLoader,
+    load_model,
+    prepare_run,
+    setup_methods,
+)
+from zerounlearn_editor.bench.stages import Stage
+from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.data.datasets import load_cases, sample_cases
+from zerounlearn_editor.data.types import UnlearnCase
+from zerounlearn_editor.engine.forgotten_state import attach_state
+from zerounlearn_editor.engine.pipeline import restore_weights
+from zerounlearn_editor.engine.stats import model_basename
+from zerounlearn_editor.evaluation.easyedit_format import easyedit_metrics
+from zerounlearn_editor.evaluation.selection import select_known_cases
+from zerounlearn_editor.support.files import read_json, write_json_atomic
+from zerounlearn_editor.support.progress import progress_scope
 
 __all__ = ["run_bench", "seed_path", "check_stored_neighbours", "ModelLoader", "PPL_TEXT"]
 
 LOG = logging.getLogger(__name__)
 
 PPL_TEXT = "text/wikitext2_raw_test.txt"  # the embedded default is the same file (embedded.PPL_TEXT_NAME)
-_BASE_SIGNATURE = sha256_of_json({"method": "base"})
-
-ModelLoader = Callable[[str, str], Tuple[nn.Module, Any]]
 """``(model_name, device) -> (model, tokenizer)``."""
 
 
@@ -93,13 +93,6 @@ def _run_info(config: BenchConfig, model_name: str, ppl_text: Optional[str]) -> 
         **({"group_generation": True} if config.group_generation else {}),
         **({"audit": json.loads(json.dumps(config.audit.to_dict()))} if config.audit is not None else {}),
     }
-
-
-def _load_model(loader: ModelLoader, name: str, config: BenchConfig) -> Tuple[nn.Module, Any]:
-    """``loader(name, device)``, with ``dtype=config.dtype`` when one is set."""
-    if config.dtype is None:
-        return loader(name, config.device)
-    return loader(name, config.device, config.dtype)  # type: ignore[call-arg]
 
 
 def _check_stored(path: Path, record: Mapping[str, Any], run_info: Mapping[str, Any], case_ids: List[str]) -> None:
@@ -162,8 +155,18 @@ class _SeedRun:
     bench if the failure left the model changed.
     """
 
-    def __init__(self, model, tok, prepared: Mapping[str, PreparedMethod], bank: StatsBank, fingerprint: ModelFingerprint,
-                 settings: ScoringSettings, signatures: Mapping[str, str], descriptions: Mapping[str, Any], bar: tqdm):
+    def __init__(
+        self,
+        model,
+        tok,
+        prepared: Mapping[str, PreparedMethod],
+        bank: StatsBank,
+        fingerprint: ModelFingerprint,
+        settings: ScoringSettings,
+        signatures: Mapping[str, str],
+        descriptions: Mapping[str, Any],
+        bar: tqdm,
+    ):
         self.model, self.tok = model, tok
         self.retain: List[Dict[str, Any]] = []
         self.named: List[List[bool]] = []  # the seed's neighbour prompts that name a forgotten subject
@@ -185,10 +188,18 @@ class _SeedRun:
             with Stage(f"seed {seed}: base perplexity/fluency") as extra:
                 more = model_metrics(self.model, self.tok, cases, self.settings)
                 audit = self.audit.metrics(self.model, self.tok, self.audit_plan) if self.audit_plan else {}
-            metrics = dict(probe_metrics(pre, named=self.named), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=None, **more.get("utility", {}), **more.get("contains", {}), **audit)
+            metrics = dict(
+                probe_metrics(pre, named=self.named),
+                ppl=more["ppl"],
+                fluency=more["fluency"],
+                edit_seconds=None,
+                **more.get("utility", {}),
+                **more.get("contains", {}),
+                **audit,
+            )
             record["methods"]["base"] = {
                 "status": "ok",
-                "config_sha256": _BASE_SIGNATURE,
+                "config_sha256": BASE_SIGNATURE,
                 "metrics": metrics,
                 "eval_seconds": stage.seconds + extra.seconds,
                 "requests": _request_dicts(cases, requests, pre),
@@ -218,7 +229,9 @@ class _SeedRun:
             LOG.exception("seed %d: %s failed; recorded as an error, continuing with the next method", seed, name)
             return dict(entry, status="error", reason=f"error: {type(exc).__name__}: {exc}")
 
-    def _edit_and_score(self, seed: int, name: str, method: PreparedMethod, entry: Dict[str, Any], cases, requests, pre) -> Dict[str, Any]:
+    def _edit_and_score(
+        self, seed: int, name: str, method: PreparedMethod, entry: Dict[str, Any], cases, requests, pre
+    ) -> Dict[str, Any]:
         """Edit, score, restore. A failing edit must leave the model as it was (checked next)."""
         with Stage(f"seed {seed}: {name} edit of {len(requests)} requests") as edit_stage:
             extra = {"retain": [dict(r) for r in self.retain]} if method.uses_retain else {}
@@ -235,8 +248,15 @@ class _SeedRun:
         edit_seconds = edit_stage.seconds
         if "targets_reused_from" in outcome.details:
             edit_seconds += float(outcome.details["timings"]["targets"])
-        metrics = dict(probe_metrics(post, pre, self.named), ppl=more["ppl"], fluency=more["fluency"], edit_seconds=edit_seconds,
-                       **more.get("utility", {}), **more.get("contains", {}), **audit)
+        metrics = dict(
+            probe_metrics(post, pre, self.named),
+            ppl=more["ppl"],
+            fluency=more["fluency"],
+            edit_seconds=edit_seconds,
+            **more.get("utility", {}),
+            **more.get("contains", {}),
+            **audit,
+        )
         LOG.info(
             "seed %d: %s Eff %.1f Gen %.1f Spe %.1f PPL %s", seed, name, metrics["eff"], metrics["gen"], metrics["spe"],
             "-" if metrics["ppl"] is None else f"{metrics['ppl']:.2f}",
@@ -280,18 +300,9 @@ def run_bench(
 def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
     started = time.perf_counter()
     config.validate()
-    registry = dict(registry) if registry is not None else default_registry()
-    methods = parse_methods(config.methods, known_method_names(registry))
-    unknown = sorted(set(config.method_hparams) - set(registry))
-    if unknown:
-        raise BenchConfigError(f"method hparams given for unknown method(s) {unknown}")
+    setup = setup_methods(config.methods, config.method_hparams, config.hparams, registry)
+    methods, lookup, signatures = setup.names, setup.lookup, setup.signatures
     out = Path(config.out)
-    main_path = Path(config.hparams)
-    lookup = HParamsLookup(main_path, load_main_hparams(str(main_path)), dict(config.method_hparams))
-    descriptions = {name: registry[name].describe(lookup) for name in methods if name != "base"}
-    signatures = {name: sha256_of_json(desc) for name, desc in descriptions.items()}
-    signatures["base"] = _BASE_SIGNATURE
-    descriptions["base"] = {}
 
     with Stage(f"loading {config.data} cases"):
         all_cases = load_cases(config.data, path=config.data_path)
@@ -304,10 +315,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
     known: Optional[Dict[str, Any]] = None
     if config.known_only:
         if model is None:
-            if loader is None:
-                from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer as loader
-            with Stage(f"loading model {lookup.main.model_name}"):
-                model, tok = _load_model(loader, str(lookup.main.model_name), config)
+            model, tok = load_model(loader, str(lookup.main.model_name), config.device, config.dtype)
         with Stage("selecting cases the unedited model knows"):
             all_cases = select_known_cases(model, tok, all_cases, None, min_accuracy=config.known_min_accuracy)
         known = {"qualified": len(all_cases), "candidates": len(pool), "min_accuracy": config.known_min_accuracy}
@@ -353,13 +361,10 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
 
     if plan:
         if model is None:
-            if loader is None:
-                from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer as loader
-            with Stage(f"loading model {lookup.main.model_name}"):
-                model, tok = _load_model(loader, str(lookup.main.model_name), config)
+            model, tok = load_model(loader, str(lookup.main.model_name), config.device, config.dtype)
         for _, _, record, _, _ in plan:
             record["model_loaded"] = model_basename(model)
-        _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptions, ppl_text, pool)
+        _run_plan(config, model, tok, setup, plan, ppl_text, pool)
 
     records = {seed: read_json(seed_path(out, seed)) for seed in config.seeds}
     summary = write_summary(out, config, run_info, methods, records, known=known)
@@ -368,24 +373,31 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
     return summary
 
 
-def _run_plan(config, model, tok, registry, lookup, plan, signatures, descriptions, ppl_text, pool=()) -> None:
-    needed = [name for name in dict.fromkeys(n for *_, todo in plan for n in todo) if name != "base"]
-    with Stage("fingerprinting the unedited model"):
-        fingerprint = ModelFingerprint.of(model)
-    neutral = lookup.main.neutral_target or tok.eos_token or ""
-    context = MethodContext(lookup, model, tok, Path(config.out), neutral)
-    with Stage(f"preparing {len(needed)} method(s)"):
-        prepared = {name: registry[name].prepare(context) for name in needed}
+def _run_plan(config, model, tok, setup: MethodSetup, plan, ppl_text, pool=()) -> None:
+    lookup, signatures, descriptions = setup.lookup, setup.signatures, setup.descriptions
     audit = None
-    if config.audit is not None:  # every seed's probes drawn and length-checked before the statistics
+    if config.audit is not None:
         from zerounlearn_editor.bench.audit_columns import BenchAudit
 
         audit = BenchAudit(config.audit, lookup.main, pool)
+
+    def plan_audit() -> None:  # every seed's probes drawn and length-checked before the statistics
         for seed, _, _, cases, _ in plan:
             audit.plan(seed, cases, tok, model)
-    bank = compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
-    settings = ScoringSettings(config.eval_batch_size, ppl_text, config.ppl_tokens, config.fluency, config.fluency_tokens,
-                               config.utility, config.utility_n, config.group_generation)
+
+    run = prepare_run(setup, model, tok, Path(config.out), [n for *_, todo in plan for n in todo], config.progress,
+                      before_statistics=plan_audit if audit is not None else None)
+    fingerprint, prepared, bank = run.fingerprint, run.prepared, run.bank
+    settings = ScoringSettings(
+        config.eval_batch_size,
+        ppl_text,
+        config.ppl_tokens,
+        config.fluency,
+        config.fluency_tokens,
+        config.utility,
+        config.utility_n,
+        config.group_generation,
+    )
     total = sum(len(todo) for *_, todo in plan)
     with tqdm(total=total, desc="bench", unit="method", disable=not config.progress) as bar:
         runner = _SeedRun(model, tok, prepared, bank, fingerprint, settings, signatures, descriptions, bar)

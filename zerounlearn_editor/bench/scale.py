@@ -1,14 +1,15 @@
 """Unlearning at scale: one batch of n = 200 ... 1,000 facts, and streams of R rounds x n facts.
 
 ``zerounlearn bench-scale batch`` (:func:`run_scale_batch`) and ``zerounlearn bench-scale stream``
-(:func:`run_scale_stream`), for ZeroUnlearn / ZeroUnlearn-GD YAMLs (one or more ``hparams`` files).
+(:func:`run_scale_stream`), for the YAMLs of registered methods (one or more ``hparams`` files).
 
 **Batch.** Per seed the ``max(ns)`` cases are drawn once (``sample_cases(cases, max(ns), seed)``)
 and the row for ``n`` edits the first ``n`` of them, so the rows are nested (the 200 facts of the
 n = 200 row are the first 200 of the n = 1,000 row). (``random.sample`` draws a smaller sample as a
 prefix of a larger one when both use the same of its two algorithms, e.g. n = 200 and 1,000 of the
-9,484-record train file; not in general, so the row for ``n`` is not always ``sample_cases(cases, n, seed)``.) Neutral targets are optimised on the unedited
-model, per fact independently of the other facts, so they are computed once per seed for all
+9,484-record train file; not in general, so the row for ``n`` is not always ``sample_cases(cases, n, seed)``.)
+Neutral targets are optimised on the unedited model, per fact independently of the other facts, so they are
+computed once per seed for all
 ``max(ns)`` facts, in chunks of ``target_chunk`` cached on disk (safetensors, keyed by the requests,
 the target settings and the model's fingerprint; atomically written, so a killed run resumes at
 the next chunk) and sliced for every row and every YAML with the same target settings. Each row
@@ -47,23 +48,29 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import torch
 from torch import nn
 
+from zerounlearn_editor.bench.case_scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 from zerounlearn_editor.bench.config import BenchConfigError
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours
 from zerounlearn_editor.bench.runner import PPL_TEXT
-from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
-from zerounlearn_editor.bench.speed_bench import MemoryMeter
+from zerounlearn_editor.bench.speed_measure import MemoryMeter
 from zerounlearn_editor.bench.stages import Stage
-from zerounlearn_editor.data.registry import load_cases, sample_cases
+from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.data.types import UnlearnCase
 from zerounlearn_editor.engine.forgotten_state import attach_state, load_state, model_state, save_state
 from zerounlearn_editor.engine.hparams import EditHyperParams
 from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, restore_weights, target_settings
-from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, SecondMoment, layer_second_moments
+from zerounlearn_editor.engine.stats import SecondMoment, StatsRequest, cached_second_moments
 from zerounlearn_editor.engine.targets import NeutralTargets
 from zerounlearn_editor.evaluation.easyedit_format import CaseScores
 from zerounlearn_editor.evaluation.selection import select_known_cases
-from zerounlearn_editor.support.files import read_json, sha256_of_json, write_bytes_atomic, write_json_atomic, write_text_atomic
+from zerounlearn_editor.support.files import (
+    read_json,
+    sha256_of_json,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
 from zerounlearn_editor.support.resources import shared_file
 
 __all__ = [
@@ -210,7 +217,7 @@ class measure:  # noqa: N801 - used as a context manager
 # ----------------------------------------------------------------------------------- the method
 
 def _load_method(path: str) -> Tuple[EditHyperParams, Callable[..., Any]]:
-    """``(hparams, apply function)`` of a ZeroUnlearn / ZeroUnlearn-GD YAML (by its ``alg_name``)."""
+    """``(hparams, apply function)`` of a registered method's YAML (by its ``alg_name``)."""
     from zerounlearn_editor.engine.hparams import HParamsError
     from zerounlearn_editor.integrations.unlearn import load_method
 
@@ -221,9 +228,10 @@ def _load_method(path: str) -> Tuple[EditHyperParams, Callable[..., Any]]:
 
 
 def _load_method_apply(hp: EditHyperParams) -> Callable[..., Any]:
-    from zerounlearn_editor.integrations.easyedit import method_functions
+    """The registered apply function of ``hp``'s method (:mod:`zerounlearn_editor.methods.registry`)."""
+    from zerounlearn_editor.methods.registry import get_method
 
-    return method_functions()[hp.alg_name]
+    return get_method(hp.alg_name).apply
 
 
 def _tag(path: str) -> str:
@@ -248,7 +256,9 @@ def _setup(config: ScaleConfig, hps: List[EditHyperParams], model=None, tok=None
     for hp, path in zip(hps[1:], config.hparams[1:]):
         for key in ("model_name", "mom2_dataset", "mom2_n_samples", "mom2_dtype", "mom2_max_length"):
             if getattr(hp, key) != getattr(main, key):
-                raise BenchConfigError(f"bench-scale: {path}: {key} differs from {config.hparams[0]}'s; run it separately")
+                raise BenchConfigError(
+                    f"bench-scale: {path}: {key} differs from {config.hparams[0]}'s; run it separately"
+                )
     if model is None:
         from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
@@ -260,9 +270,8 @@ def _setup(config: ScaleConfig, hps: List[EditHyperParams], model=None, tok=None
     moments = {}
     for template, layers in wanted.items():
         with Stage(f"C0 statistics for layers {sorted(layers)}"):
-            moments[template] = layer_second_moments(
-                model, tok, sorted(layers), template, main.stats_dir, main.mom2_dataset, main.mom2_n_samples,
-                main.mom2_dtype, main.mom2_max_length, STATS_BATCH_SIZE, progress=False)
+            request = StatsRequest.of_hparams(main, layers=sorted(layers), module_tmp=template, progress=False)
+            moments[template] = cached_second_moments(model, tok, request)
     ppl_text = (config.ppl_text or str(shared_file(PPL_TEXT))) if config.ppl_tokens > 0 else None
     settings = ScoringSettings(config.eval_batch_size, ppl_text, config.ppl_tokens)
     return _Setup(model, tok, hps, moments, ModelFingerprint.of(model), settings)
@@ -290,7 +299,9 @@ def _edit(setup: _Setup, hp: EditHyperParams, requests: List[Dict[str, Any]], ta
     return weights_copy, details, cost
 
 
-def _cases(config: ScaleConfig, total: int, seed: int, need_model: Callable[[], "_Setup"]) -> Tuple[List[UnlearnCase], int]:
+def _cases(
+    config: ScaleConfig, total: int, seed: int, need_model: Callable[[], "_Setup"]
+) -> Tuple[List[UnlearnCase], int]:
     """The seed's ``total`` cases: ``sample_cases(pool, total, seed)``, or with ``known_only`` the first ``total``
     known cases of the pool shuffled with ``seed`` (the selection cached in ``<out>/known_seed_<seed>.json``;
     ``need_model`` loads the model only when the selection has to be computed)."""
@@ -301,7 +312,12 @@ def _cases(config: ScaleConfig, total: int, seed: int, need_model: Callable[[], 
     if not config.known_only:
         return drop_batch_forget_neighbours(sample_cases(pool, total, seed))
     path = Path(config.out) / f"known_seed_{seed}.json"
-    key = {"data": config.data, "data_path": config.data_path, "pool": len(pool), "min_accuracy": config.known_min_accuracy}
+    key = {
+        "data": config.data,
+        "data_path": config.data_path,
+        "pool": len(pool),
+        "min_accuracy": config.known_min_accuracy,
+    }
     stored = read_json(path) if path.exists() else {}
     if stored.get("key") == key and len(stored.get("case_ids", [])) >= total:
         by_id = {c.case_id: c for c in pool}
@@ -313,7 +329,9 @@ def _cases(config: ScaleConfig, total: int, seed: int, need_model: Callable[[], 
             chosen = select_known_cases(setup.model, setup.tok, order, total, min_accuracy=config.known_min_accuracy,
                                         batch_size=config.eval_batch_size)
         except ValueError as exc:
-            raise BenchConfigError(f"bench-scale --known-only: {exc}; ask for fewer facts or lower --known-threshold") from None
+            raise BenchConfigError(
+                f"bench-scale --known-only: {exc}; ask for fewer facts or lower --known-threshold"
+            ) from None
     write_json_atomic(path, {"key": key, "case_ids": [c.case_id for c in chosen]})
     return drop_batch_forget_neighbours(chosen)
 
@@ -335,7 +353,9 @@ class TargetCache:
         self.last_cpu_seconds = 0.0
 
     def path(self, model: nn.Module, hp: EditHyperParams, requests: Sequence[Mapping[str, Any]]) -> Path:
-        key = sha256_of_json({"requests": list(requests), "settings": target_settings(model, hp), "model": self.model_key})
+        key = sha256_of_json(
+            {"requests": list(requests), "settings": target_settings(model, hp), "model": self.model_key}
+        )
         return self.folder / f"targets_{key[:24]}.safetensors"
 
     def get(self, model: nn.Module, tok: Any, hp: EditHyperParams, requests: List[Dict[str, Any]],
@@ -362,8 +382,12 @@ class TargetCache:
                     t = neutral_targets(model, tok, part, hp)
                 took, cpu = cost.seconds, cost.cpu_seconds
                 costs.append(dict(cost.as_dict(), facts=len(part)))
-                tensors = {"z": t.z.detach().cpu().contiguous(), "h0": t.h0.detach().cpu().contiguous(),
-                           "nll": t.nll.detach().cpu().contiguous(), "steps": torch.tensor(list(t.steps_run), dtype=torch.long)}
+                tensors = {
+                    "z": t.z.detach().cpu().contiguous(),
+                    "h0": t.h0.detach().cpu().contiguous(),
+                    "nll": t.nll.detach().cpu().contiguous(),
+                    "steps": torch.tensor(list(t.steps_run), dtype=torch.long),
+                }
                 write_bytes_atomic(path, save(tensors, metadata={"seconds": repr(took), "cpu_seconds": repr(cpu)}))
                 LOG.info("targets %d-%d of %d: %.1fs", start + 1, start + len(part), len(requests), took)
             parts.append(tensors)
@@ -437,14 +461,26 @@ def run_scale_batch(config: ScaleConfig, model: Optional[nn.Module] = None, tok:
             timings = dict(details.pop("timings"), targets=target_seconds)
             target_cpu = cache.last_cpu_seconds
             record = {
-                "seed": seed, "n": n, "hparams": config.hparams[tags.index(tag)], "data": config.data,
-                "data_path": config.data_path, "case_ids": [c.case_id for c in cases[:n]], "neighbours_dropped": dropped,
-                "ppl_tokens": config.ppl_tokens, "known_min_accuracy": config.known_min_accuracy,
-                "base": dict(base, ppl=setup.base_ppl), "metrics": dict(metrics, ppl=ppl),
-                "stages_seconds": timings, "edit_seconds_with_cached_targets": stage.seconds,
-                "end_to_end_seconds": stage.seconds + target_seconds, "edit_cost": cost.as_dict(),
-                "targets_cpu_seconds": target_cpu, "end_to_end_cpu_seconds": cost.cpu_seconds + target_cpu,
-                "eval_seconds": evaluation.seconds, "details": details, "threads": torch.get_num_threads(),
+                "seed": seed,
+                "n": n,
+                "hparams": config.hparams[tags.index(tag)],
+                "data": config.data,
+                "data_path": config.data_path,
+                "case_ids": [c.case_id for c in cases[:n]],
+                "neighbours_dropped": dropped,
+                "ppl_tokens": config.ppl_tokens,
+                "known_min_accuracy": config.known_min_accuracy,
+                "base": dict(base, ppl=setup.base_ppl),
+                "metrics": dict(metrics, ppl=ppl),
+                "stages_seconds": timings,
+                "edit_seconds_with_cached_targets": stage.seconds,
+                "end_to_end_seconds": stage.seconds + target_seconds,
+                "edit_cost": cost.as_dict(),
+                "targets_cpu_seconds": target_cpu,
+                "end_to_end_cpu_seconds": cost.cpu_seconds + target_cpu,
+                "eval_seconds": evaluation.seconds,
+                "details": details,
+                "threads": torch.get_num_threads(),
             }
             write_json_atomic(batch_row_path(out, seed, tag, n), record)
             LOG.info("seed %d %s n=%d: Eff %.1f (first %.1f) Spe %.1f PPL %s", seed, tag, n, metrics["eff"],
@@ -470,10 +506,18 @@ def _batch_rows(out: Path) -> Dict[Tuple[str, int], List[Dict[str, Any]]]:
 
 
 BATCH_COLUMNS = (
-    ("eff", "Eff", "{:.1f}"), ("eff_first", "Eff 1st", "{:.1f}"), ("gen", "Gen", "{:.1f}"), ("spe", "Spe", "{:.1f}"),
-    ("spe_pct", "Spe % base", "{:.0f}"), ("ppl", "PPL", "{:.2f}"), ("ppl_pct", "PPL Δ%", "{:+.1f}"),
-    ("known_count", "known", "{:.0f}"), ("eff_known", "Eff known", "{:.1f}"), ("eff_first_known", "Eff 1st known", "{:.1f}"),
-    ("gen_known", "Gen known", "{:.1f}"), ("spe_known", "Spe known", "{:.1f}"),
+    ("eff", "Eff", "{:.1f}"),
+    ("eff_first", "Eff 1st", "{:.1f}"),
+    ("gen", "Gen", "{:.1f}"),
+    ("spe", "Spe", "{:.1f}"),
+    ("spe_pct", "Spe % base", "{:.0f}"),
+    ("ppl", "PPL", "{:.2f}"),
+    ("ppl_pct", "PPL Δ%", "{:+.1f}"),
+    ("known_count", "known", "{:.0f}"),
+    ("eff_known", "Eff known", "{:.1f}"),
+    ("eff_first_known", "Eff 1st known", "{:.1f}"),
+    ("gen_known", "Gen known", "{:.1f}"),
+    ("spe_known", "Spe known", "{:.1f}"),
 )
 
 
@@ -491,8 +535,10 @@ def write_batch_summary(out: Path) -> Dict[str, Any]:
     summary: Dict[str, Any] = {"rows": []}
     for (tag, n), records in sorted(_batch_rows(out).items(), key=lambda kv: (kv[0][1], kv[0][0])):
         seeds = [r["seed"] for r in records]
-        base = {k: _mean_std([r["base"].get(k) for r in records]) for k in ("eff", "eff_first", "gen", "spe", "ppl",
-                                                                            "eff_known", "eff_first_known", "gen_known", "spe_known")}
+        base = {
+            k: _mean_std([r["base"].get(k) for r in records])
+            for k in ("eff", "eff_first", "gen", "spe", "ppl", "eff_known", "eff_first_known", "gen_known", "spe_known")
+        }
         derived = [_derived(r["metrics"], r["base"]) for r in records]
         keys = sorted({k for d in derived for k in d if isinstance(d[k], (int, float))})
         metrics = {k: _mean_std([d.get(k) for d in derived]) for k in keys}
@@ -532,14 +578,22 @@ def format_batch_table(summary: Mapping[str, Any]) -> str:
         lines.append(f"| {row['tag']} | {row['n']} | {len(row['seeds'])} | "
                      + " | ".join(_cell(row["metrics"].get(k), f) for k, _, f in BATCH_COLUMNS) + " |")
     stages = ("targets", "contexts", "keys", "solve", "write_back", "fluency")
-    lines += ["", "| YAML | n | " + " | ".join(f"{s} s" for s in stages)
-              + " | end to end s | edit CPU s (no targets) | end to end CPU s | edit RSS peak MB | edit tracemalloc MB |",
-              "|---|---|" + "---|" * (len(stages) + 5)]
+    lines += [
+        "",
+        "| YAML | n | "
+        + " | ".join(f"{s} s" for s in stages)
+        + " | end to end s | edit CPU s (no targets) | end to end CPU s | edit RSS peak MB | edit tracemalloc MB |",
+        "|---|---|" + "---|" * (len(stages) + 5),
+    ]
     for row in summary["rows"]:
-        lines.append(f"| {row['tag']} | {row['n']} | " + " | ".join(_cell(row["stages_seconds"].get(s), "{:.1f}") for s in stages)
-                     + f" | {_cell(row['end_to_end_seconds'], '{:.0f}')} | {_cell(row['edit_cpu_seconds'], '{:.0f}')}"
-                     + f" | {_cell(row['end_to_end_cpu_seconds'], '{:.0f}')} | {_cell(row['edit_rss_peak_above_start_mb'], '{:.0f}')}"
-                     + f" | {_cell(row['edit_tracemalloc_peak_mb'], '{:.1f}')} |")
+        lines.append(
+            f"| {row['tag']} | {row['n']} | "
+            + " | ".join(_cell(row["stages_seconds"].get(s), "{:.1f}") for s in stages)
+            + f" | {_cell(row['end_to_end_seconds'], '{:.0f}')} | {_cell(row['edit_cpu_seconds'], '{:.0f}')}"
+            + f" | {_cell(row['end_to_end_cpu_seconds'], '{:.0f}')} | "
+              f"{_cell(row['edit_rss_peak_above_start_mb'], '{:.0f}')}"
+            + f" | {_cell(row['edit_tracemalloc_peak_mb'], '{:.1f}')} |"
+        )
     return "\n".join(lines)
 
 
@@ -592,8 +646,10 @@ def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok
                 meta = read_json(folder / "stream.json")
                 upto = min(start, rounds) * n
                 if meta.get("n") != n or meta.get("case_ids", [])[:upto] != [c.case_id for c in cases[:upto]]:
-                    raise BenchConfigError(f"bench-scale: {folder} holds a stream of other facts (other data, seed or n); "
-                                           "use another --out or remove it")
+                    raise BenchConfigError(
+                        f"bench-scale: {folder} holds a stream of other facts (other data, seed or n); "
+                        "use another --out or remove it"
+                    )
             if start >= rounds:
                 continue
             setup = need()
@@ -622,12 +678,23 @@ def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok
             ensure_pre(max(start, 1) * n)
             saved = load_file(str(_weights_path(folder, start))) if start else {}
             if not start or read_json(folder / "stream.json").get("rounds") != rounds:
-                write_json_atomic(folder / "stream.json", {
-                    "seed": seed, "n": n, "rounds": rounds, "hparams": hp_path, "data": config.data,
-                    "data_path": config.data_path, "case_ids": [c.case_id for c in cases], "neighbours_dropped": dropped,
-                    "known_min_accuracy": config.known_min_accuracy, "ppl_tokens": config.ppl_tokens,
-                    "base_ppl": setup.base_ppl, "base_round1": scale_metrics(pre[:n], pre[:n], known[:n]),
-                })
+                write_json_atomic(
+                    folder / "stream.json",
+                    {
+                        "seed": seed,
+                        "n": n,
+                        "rounds": rounds,
+                        "hparams": hp_path,
+                        "data": config.data,
+                        "data_path": config.data_path,
+                        "case_ids": [c.case_id for c in cases],
+                        "neighbours_dropped": dropped,
+                        "known_min_accuracy": config.known_min_accuracy,
+                        "ppl_tokens": config.ppl_tokens,
+                        "base_ppl": setup.base_ppl,
+                        "base_round1": scale_metrics(pre[:n], pre[:n], known[:n]),
+                    },
+                )
             attach_state(setup.model, None)  # a stream starts from what this run loads, never from an earlier stream
             try:
                 with torch.no_grad():
@@ -652,14 +719,20 @@ def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok
                         scored = cases[:done] if full else cases[:n] + (chunk if k > 1 else [])
                         post = score_cases(setup.model, setup.tok, scored, config.eval_batch_size)
                         record: Dict[str, Any] = {
-                            "round": k, "forgotten": done, "edit_seconds": stage.seconds, "stages_seconds": details.pop("timings"),
-                            "edit_cost": cost.as_dict(), "details": details,
+                            "round": k,
+                            "forgotten": done,
+                            "edit_seconds": stage.seconds,
+                            "stages_seconds": details.pop("timings"),
+                            "edit_cost": cost.as_dict(),
+                            "details": details,
                             "round1": scale_metrics(post[:n], pre[:n], known[:n]),
-                            "this_round": scale_metrics(post[-n:], pre[(k - 1) * n: done], known[(k - 1) * n: done]),
+                            "this_round": scale_metrics(post[-n:], pre[(k - 1) * n : done], known[(k - 1) * n : done]),
                         }
                         if full:
                             record["all"] = dict(scale_metrics(post, pre[:done], known[:done]), ppl=_ppl(setup))
-                            record["all_base"] = dict(scale_metrics(pre[:done], pre[:done], known[:done]), ppl=setup.base_ppl)
+                            record["all_base"] = dict(
+                                scale_metrics(pre[:done], pre[:done], known[:done]), ppl=setup.base_ppl
+                            )
                     record["eval_seconds"] = evaluation.seconds
                     current = {name: params[name].detach().cpu().contiguous() for name in originals}
                     write_bytes_atomic(_weights_path(folder, k), save(current, metadata={"round": str(k)}))
@@ -671,10 +744,18 @@ def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok
                     for old in (_weights_path(folder, k - 1), _state_path(folder, k - 1)):
                         if k > 1 and old.exists():
                             old.unlink()
-                    LOG.info("seed %d %s round %d: round-1 Eff %.1f (first %.1f)%s", seed, tag, k, record["round1"]["eff"],
-                             record["round1"]["eff_first"],
-                             f"; all: Eff {record['all']['eff']:.1f} Spe {record['all']['spe']:.1f} PPL {record['all']['ppl']}"
-                             if full else "")
+                    LOG.info(
+                        "seed %d %s round %d: round-1 Eff %.1f (first %.1f)%s",
+                        seed,
+                        tag,
+                        k,
+                        record["round1"]["eff"],
+                        record["round1"]["eff_first"],
+                        f"; all: Eff {record['all']['eff']:.1f} Spe {record['all']['spe']:.1f} PPL "
+                        f"{record['all']['ppl']}"
+                        if full
+                        else "",
+                    )
             finally:
                 restore_weights(setup.model, originals)
                 attach_state(setup.model, None)
@@ -703,9 +784,15 @@ def _stream_runs(out: Path) -> Dict[str, List[Dict[str, Any]]]:
 
 
 def _stream_row(record: Mapping[str, Any], meta: Mapping[str, Any]) -> Dict[str, Any]:
-    row: Dict[str, Any] = {"round1": record["round1"], "this_round": record["this_round"],
-                           "": {"edit_seconds": record["edit_seconds"], "cpu_seconds": record["edit_cost"]["cpu_seconds"],
-                                "rss_peak_above_start_mb": record["edit_cost"]["rss_peak_above_start_mb"]}}
+    row: Dict[str, Any] = {
+        "round1": record["round1"],
+        "this_round": record["this_round"],
+        "": {
+            "edit_seconds": record["edit_seconds"],
+            "cpu_seconds": record["edit_cost"]["cpu_seconds"],
+            "rss_peak_above_start_mb": record["edit_cost"]["rss_peak_above_start_mb"],
+        },
+    }
     if "all" in record:
         row["all"] = _derived(record["all"], record["all_base"])
     return row
@@ -726,10 +813,25 @@ def write_stream_summary(out: Path) -> Dict[str, Any]:
         # the unedited model on every fact of the newest fully scored round (all seeds at that round)
         full = [i for i in range(rounds_done) if all("all_base" in m["rounds_done"][i] for m in metas)]
         last = [m["rounds_done"][full[-1]]["all_base"] for m in metas] if full else []
-        base = {f"all.{k}": _mean_std([b.get(k) for b in last]) for k in ("eff", "eff_first", "eff_first_known", "gen", "spe", "ppl")}
-        base.update({f"round1.{k}": _mean_std([m["base_round1"].get(k) for m in metas]) for k in ("eff", "eff_first", "eff_first_known")})
-        summary["streams"][tag] = {"seeds": [m["seed"] for m in metas], "n": metas[0]["n"], "rounds": metas[0]["rounds"],
-                                   "hparams": metas[0]["hparams"], "rounds_done": rounds_done, "base": base, "rows": rows}
+        base = {
+            f"all.{k}": _mean_std([b.get(k) for b in last])
+            for k in ("eff", "eff_first", "eff_first_known", "gen", "spe", "ppl")
+        }
+        base.update(
+            {
+                f"round1.{k}": _mean_std([m["base_round1"].get(k) for m in metas])
+                for k in ("eff", "eff_first", "eff_first_known")
+            }
+        )
+        summary["streams"][tag] = {
+            "seeds": [m["seed"] for m in metas],
+            "n": metas[0]["n"],
+            "rounds": metas[0]["rounds"],
+            "hparams": metas[0]["hparams"],
+            "rounds_done": rounds_done,
+            "base": base,
+            "rows": rows,
+        }
     summary["table_markdown"] = format_stream_table(summary)
     write_json_atomic(Path(out) / "scale_stream_summary.json", summary)
     write_text_atomic(Path(out) / "scale_stream.md", summary["table_markdown"] + "\n")
@@ -750,12 +852,19 @@ def format_stream_table(summary: Mapping[str, Any], every: int = 0) -> str:
                   f"({item['rounds_done']} rounds done)", "",
                   "| round | facts forgotten | " + " | ".join(h for *_, h, _ in STREAM_COLUMNS) + " |",
                   "|---|---|" + "---|" * len(STREAM_COLUMNS)]
-        lines.append("| 0 (unedited) | 0 | " + " | ".join(_cell(item["base"].get(f"{g}.{k}"), f) for g, k, _, f in STREAM_COLUMNS) + " |")
+        lines.append(
+            "| 0 (unedited) | 0 | "
+            + " | ".join(_cell(item["base"].get(f"{g}.{k}"), f) for g, k, _, f in STREAM_COLUMNS)
+            + " |"
+        )
         for row in item["rows"]:
             keep = row["round"] == 1 or row["cells"].get("all.eff") or (every and row["round"] % every == 0)
             if keep:
-                lines.append(f"| {row['round']} | {row['forgotten']} | "
-                             + " | ".join(_cell(row["cells"].get(f"{g}.{k}"), f) for g, k, _, f in STREAM_COLUMNS) + " |")
+                lines.append(
+                    f"| {row['round']} | {row['forgotten']} | "
+                    + " | ".join(_cell(row["cells"].get(f"{g}.{k}"), f) for g, k, _, f in STREAM_COLUMNS)
+                    + " |"
+                )
         lines.append("")
     return "\n".join(lines)
 
@@ -778,8 +887,12 @@ def plot_stream(summary: Mapping[str, Any], path: Path) -> Optional[Path]:
         for key, style in (("round1.eff", "-"), ("round1.eff_first", "--")):
             base = item["base"].get(key)
             ys = [(r["cells"].get(key) or {}).get("mean", float("nan")) for r in item["rows"]]
-            axes[0].plot([0] + xs, [base["mean"] if base else float("nan")] + ys, style,
-                         label=f"{tag} {item['rounds']}x{item['n']} ({'first token' if 'first' in key else 'all tokens'})")
+            axes[0].plot(
+                [0] + xs,
+                [base["mean"] if base else float("nan")] + ys,
+                style,
+                label=f"{tag} {item['rounds']}x{item['n']} ({'first token' if 'first' in key else 'all tokens'})",
+            )
         full = [r for r in item["rows"] if r["cells"].get("all.eff")]
         axes[1].plot([r["forgotten"] for r in full], [r["cells"]["all.eff_first"]["mean"] for r in full], marker="o",
                      label=f"{tag} {item['rounds']}x{item['n']}")

@@ -22,33 +22,30 @@ import json
 import logging
 import os
 import platform
-import resource
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch import nn
 
-from zerounlearn_editor.engine.contexts import clear_context_prefixes
-from zerounlearn_editor.data.corpus import load_corpus
-from zerounlearn_editor.engine.hparams import HParamsError, EditHyperParams, load_config_file
-from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
-from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
-from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
-from zerounlearn_editor.engine.pipeline import EditReport, batched_statistics, restore_weights
 from zerounlearn_editor.bench.reference_pipeline import (
     PIPELINES,
     apply_zerounlearn_gd_per_request,
     apply_zerounlearn_per_request,
     per_layer_statistics,
 )
+from zerounlearn_editor.bench.speed_measure import RANDOM_CONFIGS, MemoryMeter, build_random_model, sync_device
+from zerounlearn_editor.bench.speed_report import format_speed_markdown
+from zerounlearn_editor.data.corpus import load_corpus
+from zerounlearn_editor.engine.contexts import clear_context_prefixes
+from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError, load_config_file
+from zerounlearn_editor.engine.pipeline import EditReport, batched_statistics, restore_weights
 from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, SecondMoment, collect_second_moments
-from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
-from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
+from zerounlearn_editor.methods.registry import get_method, method_names
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 
 __all__ = [
     "SpeedConfig",
@@ -63,48 +60,30 @@ __all__ = [
 LOG = logging.getLogger(__name__)
 
 METHODS = ("ZeroUnlearn", "ZeroUnlearn-GD")
-_APPLY: Dict[Tuple[str, str], Callable[..., Any]] = {
-    ("ZeroUnlearn", "ours"): apply_zerounlearn_to_model,
-    ("ZeroUnlearn", "per-request"): apply_zerounlearn_per_request,
-    ("ZeroUnlearn-GD", "ours"): apply_zerounlearn_gd_to_model,
-    ("ZeroUnlearn-GD", "per-request"): apply_zerounlearn_gd_per_request,
+"""The default methods; any registered one (:mod:`zerounlearn_editor.methods.registry`) may be timed."""
+_REFERENCE_APPLY: Dict[str, Callable[..., Any]] = {
+    "ZeroUnlearn": apply_zerounlearn_per_request,
+    "ZeroUnlearn-GD": apply_zerounlearn_gd_per_request,
 }
+"""The ``per-request`` reference pipeline of the methods that have one."""
+
+
+def _apply(method: str, pipeline: str) -> Callable[..., Any]:
+    """The edit of ``method`` under ``pipeline``: the registered apply (``ours``) or the reference."""
+    return get_method(method).apply if pipeline == "ours" else _REFERENCE_APPLY[method]
+
+
+def _check_methods(methods: Sequence[str], pipelines: Sequence[str]) -> None:
+    """Unknown methods or pipelines, or a ``per-request`` run of a method without a reference, name the choices."""
+    unknown = [m for m in methods if m not in method_names()] + [p for p in pipelines if p not in PIPELINES]
+    if unknown:
+        raise ValueError(f"unknown method(s)/pipeline(s) {unknown}; methods {method_names()}, pipelines {PIPELINES}")
+    if "per-request" in pipelines:
+        missing = [m for m in methods if m not in _REFERENCE_APPLY]
+        if missing:
+            raise ValueError(f"method(s) {missing} have no per-request reference pipeline; use --pipelines ours")
 _STATISTICS = {"ours": batched_statistics, "per-request": per_layer_statistics}
 _EDIT_STAGES = ("validate", "contexts", "targets", "keys", "solve", "write_back")
-
-RANDOM_CONFIGS: Dict[str, Dict[str, Any]] = {
-    # Llama-3.2-3B-Instruct's dimensions (random weights, bf16)
-    "llama-3.2-3b": dict(
-        hidden_size=3072,
-        intermediate_size=8192,
-        num_hidden_layers=28,
-        num_attention_heads=24,
-        num_key_value_heads=8,
-        head_dim=128,
-        vocab_size=128256,
-        rope_theta=500000.0,
-        rms_norm_eps=1e-5,
-        max_position_embeddings=131072,
-        tie_word_embeddings=True,
-        dtype="bfloat16",
-    ),
-    # a narrow Llama with SmolLM2's depth (any SmolLM2 YAML's layers exist), to check the code path on a CPU
-    "tiny": dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=30,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        vocab_size=49152,
-        rope_theta=10000.0,
-        rms_norm_eps=1e-5,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        dtype="float32",
-    ),
-}
-
 
 @dataclass
 class SpeedConfig:
@@ -144,108 +123,7 @@ def parse_int_list(text: str) -> List[int]:
     return values
 
 
-# --------------------------------------------------------------------------- memory and time
-
-
-class MemoryMeter:
-    """Peak memory while the ``with`` block runs: CUDA allocated bytes, or sampled CPU RSS.
-
-    After the block: ``peak_bytes`` (absolute peak), ``start_bytes`` (at entry), ``kind``
-    (``"cuda_allocated"``, ``"rss_sampled"`` or ``"ru_maxrss"``) and ``cpu_seconds`` (process
-    CPU time spent in the block, all threads).
-    """
-
-    def __init__(self, device: torch.device, interval: float = 0.01):
-        self.device = torch.device(device)
-        self.interval = interval
-        self.peak_bytes = 0
-        self.start_bytes = 0
-        self.kind = ""
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self._process = None
-        self.cpu_seconds = 0.0
-        self._cpu_start = 0.0
-
-    def __enter__(self) -> "MemoryMeter":
-        self._cpu_start = time.process_time()
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self.kind = "cuda_allocated"
-            self.start_bytes = torch.cuda.memory_allocated(self.device)
-            return self
-        try:
-            import psutil
-        except ImportError:
-            self.kind = "ru_maxrss"
-            self.start_bytes = _ru_maxrss_bytes()
-            return self
-        self.kind = "rss_sampled"
-        self._process = psutil.Process(os.getpid())
-        self.start_bytes = self.peak_bytes = self._process.memory_info().rss
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.peak_bytes = max(self.peak_bytes, self._process.memory_info().rss)
-
-    def __exit__(self, *exc) -> bool:
-        self.cpu_seconds = time.process_time() - self._cpu_start
-        if self.kind == "cuda_allocated":
-            torch.cuda.synchronize(self.device)
-            self.peak_bytes = torch.cuda.max_memory_allocated(self.device)
-        elif self.kind == "rss_sampled":
-            self._stop.set()
-            self._thread.join()
-            self.peak_bytes = max(self.peak_bytes, self._process.memory_info().rss)
-        else:
-            self.peak_bytes = _ru_maxrss_bytes()
-        return False
-
-    def as_dict(self) -> Dict[str, Any]:
-        return {
-            "cpu_s": self.cpu_seconds,
-            "peak_mb": round(self.peak_bytes / 2**20, 1),
-            "peak_delta_mb": round((self.peak_bytes - self.start_bytes) / 2**20, 1),
-            "memory_kind": self.kind,
-        }
-
-
-def _ru_maxrss_bytes() -> int:
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 # --------------------------------------------------------------------------- model and hparams
-
-
-def build_random_model(name: str, device: str, vocab_size: Optional[int] = None) -> nn.Module:
-    """A randomly initialised Llama with the dimensions of :data:`RANDOM_CONFIGS` ``[name]``.
-
-    ``vocab_size`` overrides the config's (the ``tiny`` config uses the tokenizer's size).
-    """
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    if name not in RANDOM_CONFIGS:
-        raise ValueError(f"unknown random config {name!r}; choose from {sorted(RANDOM_CONFIGS)}")
-    spec = dict(RANDOM_CONFIGS[name])
-    dtype = getattr(torch, spec.pop("dtype"))
-    rope_theta = spec.pop("rope_theta")
-    if vocab_size is not None:
-        spec["vocab_size"] = vocab_size
-    config = LlamaConfig(**spec, rope_parameters={"rope_type": "default", "rope_theta": rope_theta})
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = LlamaForCausalLM._from_config(config, dtype=dtype)
-    model.config._name_or_path = f"random-{name}"
-    return model.eval()
 
 
 def _load_model(cfg: SpeedConfig, hp: EditHyperParams, device: str):
@@ -262,18 +140,21 @@ def _load_model(cfg: SpeedConfig, hp: EditHyperParams, device: str):
     return build_random_model(cfg.random_config, device, vocab), tok
 
 
-def _method_hparams(path: str, overrides: Dict[str, Any], methods: Sequence[str] = METHODS) -> Dict[str, EditHyperParams]:
+def _method_hparams(
+    path: str, overrides: Dict[str, Any], methods: Sequence[str] = METHODS
+) -> Dict[str, EditHyperParams]:
     """The ``methods``' hparams (``path``'s method first): ``path`` and the file of the same name in the
     other method's folder (only read when that method is benchmarked)."""
     main = Path(path)
     alg = load_config_file(main).get("alg_name")
-    if alg not in METHODS:
-        raise HParamsError(f"{path}: alg_name must be one of {METHODS}, got {alg!r}")
-    classes = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
+    if alg not in method_names():
+        raise HParamsError(f"{path}: alg_name must be one of {method_names()}, got {alg!r}")
     result = {}
-    for method in [alg] + [m for m in METHODS if m != alg and m in methods]:
-        file = main if method == alg else main.parent.parent / method / main.name
-        result[method] = classes[method].from_hparams(file).replace(**overrides) if overrides else classes[method].from_hparams(file)
+    for method in [alg] + [m for m in methods if m != alg]:
+        entry = get_method(method)
+        file = main if method == alg else main.parent.parent / entry.folder / main.name
+        hp = entry.hparams_class.from_hparams(file)
+        result[method] = hp.replace(**overrides) if overrides else hp
     return result
 
 
@@ -287,7 +168,7 @@ def _statistics_row(model, tok, hp: EditHyperParams, corpus: str, pipeline: str,
         with MemoryMeter(device) as mem:
             start = time.perf_counter()
             moments = _STATISTICS[pipeline](model, tok, stats_hp, corpus, progress)
-            _sync(device)
+            sync_device(device)
             seconds = time.perf_counter() - start
     tokens = next(iter(moments.values())).count
     passes = 1 if pipeline == "ours" else 2 * len(hp.layers)
@@ -316,8 +197,10 @@ def _micro_statistics(model, tok, hp: EditHyperParams, corpus: str, passages: in
     def measure(mode: str, groups: Sequence[Sequence[str]]) -> None:
         with MemoryMeter(device) as mem:
             start = time.perf_counter()
-            counts = [next(iter(collect_second_moments(model, tok, texts, list(g), *args).values())).count for g in groups]
-            _sync(device)
+            counts = [
+                next(iter(collect_second_moments(model, tok, texts, list(g), *args).values())).count for g in groups
+            ]
+            sync_device(device)
             seconds = time.perf_counter() - start
         rows.append({"mode": mode, "modules": [list(g) for g in groups], "passes": len(groups), "tokens": counts[0],
                      "seconds": seconds, "tokens_per_s": counts[0] / seconds, **mem.as_dict()})
@@ -333,7 +216,10 @@ def _micro_statistics(model, tok, hp: EditHyperParams, corpus: str, passages: in
 
 
 def _edited_weights(model: nn.Module, hp: EditHyperParams) -> Dict[int, torch.Tensor]:
-    return {l: get_weight_matrix(get_module(model, hp.rewrite_module_tmp.format(l))).detach().float().cpu().clone() for l in hp.layers}
+    return {
+        l: get_weight_matrix(get_module(model, hp.rewrite_module_tmp.format(l))).detach().float().cpu().clone()
+        for l in hp.layers
+    }
 
 
 def _edit_row(model, tok, cases, hp, method: str, pipeline: str, moments, device, eval_batch_size: int):
@@ -345,13 +231,13 @@ def _edit_row(model, tok, cases, hp, method: str, pipeline: str, moments, device
     report = EditReport()
     with MemoryMeter(device) as mem:
         start = time.perf_counter()
-        _, weights_copy = _APPLY[(method, pipeline)](
+        _, weights_copy = _apply(method, pipeline)(
             model, tok, requests, hp, return_orig_weights=True, second_moments=moments, progress=False, report=report,
             allow_large_batch=True,  # timings of large n, where ZeroUnlearn alone would refuse
             fluency_guard="off",  # the method's time, comparable with the earlier runs (the guard reads only)
             answer_check=False,  # likewise the scoring of the answers after the edit
         )
-        _sync(device)
+        sync_device(device)
         total = time.perf_counter() - start
     try:
         weights = _edited_weights(model, hp)
@@ -359,7 +245,7 @@ def _edit_row(model, tok, cases, hp, method: str, pipeline: str, moments, device
         with MemoryMeter(device) as eval_mem:
             start = time.perf_counter()
             scores = evaluate_probes(model, tok, probes, batch_size=eval_batch_size)
-            _sync(device)
+            sync_device(device)
             eval_seconds = time.perf_counter() - start
     finally:
         restore_weights(model, weights_copy)
@@ -421,9 +307,7 @@ def run_speed(cfg: SpeedConfig) -> Dict[str, Any]:
     """Run the benchmark, write ``cfg.out`` (JSON, rewritten after every row) and return it."""
     from zerounlearn_editor.data import load_cases
 
-    unknown = [m for m in cfg.methods if m not in METHODS] + [p for p in cfg.pipelines if p not in PIPELINES]
-    if unknown:
-        raise ValueError(f"unknown method(s)/pipeline(s) {unknown}; methods {METHODS}, pipelines {PIPELINES}")
+    _check_methods(cfg.methods, cfg.pipelines)
     from zerounlearn_editor.support.model_zoo import check_device
 
     check_device(cfg.resolved_device())  # '--device cuda' on a CPU build: named here, not an AssertionError later
@@ -470,7 +354,9 @@ def run_speed(cfg: SpeedConfig) -> Dict[str, Any]:
         moments = moments if moments is not None else stage_moments
         _write_json(out, result)
     if cfg.micro_passages > 0:
-        result["statistics_micro"] = _micro_statistics(model, tok, main, corpus, cfg.micro_passages, device, cfg.progress)
+        result["statistics_micro"] = _micro_statistics(
+            model, tok, main, corpus, cfg.micro_passages, device, cfg.progress
+        )
         _write_json(out, result)
 
     for n in cfg.ns:
@@ -485,7 +371,9 @@ def run_speed(cfg: SpeedConfig) -> Dict[str, Any]:
             for pipeline, optimizer in runs:
                 LOG.info("edit: %s, %s pipeline (targets %s), n=%d", method, pipeline, optimizer, n)
                 run_hp = hp.replace(targets_optimizer=optimizer) if optimizer != hp.targets_optimizer else hp
-                row, w = _edit_row(model, tok, cases, run_hp, method, pipeline, layer_moments, device, cfg.eval_batch_size)
+                row, w = _edit_row(
+                    model, tok, cases, run_hp, method, pipeline, layer_moments, device, cfg.eval_batch_size
+                )
                 row["targets_optimizer"] = optimizer
                 LOG.info("  %.1f s (%s)", row["edit_s"], {k: round(v, 2) for k, v in row["stages_s"].items()})
                 result["edits"].append(row)
@@ -521,73 +409,14 @@ def run_speed(cfg: SpeedConfig) -> Dict[str, Any]:
                     **gap,
                 }
                 if gap["max_rel_diff"] > 1e-3:
-                    LOG.warning("%s n=%d: edited weights differ between pipelines (max rel diff %.2e)", method, n, gap["max_rel_diff"])
+                    LOG.warning(
+                        "%s n=%d: edited weights differ between pipelines (max rel diff %.2e)",
+                        method,
+                        n,
+                        gap["max_rel_diff"],
+                    )
                 result["comparisons"].append(comparison)
                 _write_json(out, result)
     result["markdown"] = format_speed_markdown(result)
     _write_json(out, result)
     return result
-
-
-def _mb(row: Dict[str, Any], prefix: str = "") -> str:
-    return f"{row[prefix + 'peak_mb']:.0f} (+{row[prefix + 'peak_delta_mb']:.0f})"
-
-
-def format_speed_markdown(result: Dict[str, Any]) -> str:
-    """The benchmark's tables (statistics, micro-benchmark, edit stages, end-to-end ratios)."""
-    env = result["environment"]
-    kind = "CUDA allocated" if env["device"].startswith("cuda") else "RSS"
-    lines = [f"Device `{env['device']}`{' (' + env['gpu'] + ')' if 'gpu' in env else ''}, model `{env['model']}` "
-             f"({env['parameters'] / 1e6:.0f}M parameters, {env['dtype']}), torch {env['torch']}, {env['threads']} thread(s). "
-             f"Memory: peak {kind} in MB (+ increase during the stage).", ""]
-    if result["statistics"]:
-        lines += ["**Statistics stage** (empty cache)", "",
-                  "| pipeline | corpus passes | tokens | s | CPU s | tokens/s | s per 1k tokens | peak MB |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for r in result["statistics"]:
-            lines.append(f"| {r['pipeline']} | {r['corpus_passes']} | {r['tokens']} | {r['seconds']:.1f} | {r['cpu_s']:.1f} | "
-                         f"{r['tokens_per_s']:.0f} | {r['s_per_1k_tokens']:.3f} | {_mb(r)} |")
-        lines.append("")
-    micro = result.get("statistics_micro")
-    if micro:
-        lines += [f"**Statistics micro-benchmark** ({micro['passages']} passages)", "",
-                  "| mode | passes | s | CPU s | tokens/s | time / one pass for all layers (wall, CPU) | peak MB |",
-                  "|---|---|---|---|---|---|---|"]
-        for r in micro["rows"]:
-            lines.append(f"| {r['mode']} | {r['passes']} | {r['seconds']:.1f} | {r['cpu_s']:.1f} | {r['tokens_per_s']:.0f} | "
-                         f"{r['ratio_vs_one_pass']:.2f}, {r['cpu_ratio_vs_one_pass']:.2f} | {_mb(r)} |")
-        lines.append("")
-    if result["edits"]:
-        lines += ["**Edit stages** (seconds; statistics precomputed)", "",
-                  "| method | pipeline | targets_optimizer | n | contexts | targets | keys | solve | write-back | edit total | edit CPU s | edit peak MB | eval (forget prompts) | eval peak MB |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in result["edits"]:
-            s = r["stages_s"]
-            lines.append(f"| {r['method']} | {r['pipeline']} | {r.get('targets_optimizer', '-')} | {r['n']} | "
-                         f"{s['contexts']:.2f} | {s['targets']:.1f} | "
-                         f"{s['keys']:.2f} | {s['solve']:.2f} | {s['write_back']:.3f} | {r['edit_s']:.1f} | "
-                         f"{r['edit_cpu_s']:.1f} | {_mb(r, 'edit_')} | {r['eval_s']:.2f} | {_mb(r, 'eval_')} |")
-        lines.append("")
-    if result.get("optimizers"):
-        lines += ["**Target optimisers** (ours pipeline; per-request = the reference structure with Adam)", "",
-                  "| method | n | targets_optimizer | targets s | edit s | edit CPU s | per-request / this (wall, CPU) | "
-                  "target NLL mean | target steps mean | forget acc |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in result["optimizers"]:
-            ratio = ("-" if r["per_request_over_this"] is None
-                     else f"{r['per_request_over_this']:.2f}x, {r['per_request_over_this_cpu']:.2f}x")
-            lines.append(f"| {r['method']} | {r['n']} | {r['targets_optimizer']} | {r['targets_s']:.1f} | {r['edit_s']:.1f} | "
-                         f"{r['edit_cpu_s']:.1f} | {ratio} | {r['target_nll_mean']:.3f} | {r['target_steps_mean']:.1f} | "
-                         f"{r['eval_forget_acc']:.2f} |")
-        lines.append("")
-    if result["comparisons"]:
-        lines += ["**End to end** (edit with cached statistics; per-request: the paper's Adam loop)", "",
-                  "| method | n | ours (targets) | ours s | per-request s | per-request / ours | ours CPU s | per-request CPU s | CPU ratio | max abs diff of edited W | max rel diff |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for c in result["comparisons"]:
-            lines.append(f"| {c['method']} | {c['n']} | {c.get('ours_targets_optimizer', 'adam')} | {c['ours_s']:.1f} | "
-                         f"{c['per_request_s']:.1f} | {c['ratio']:.2f}x | "
-                         f"{c['ours_cpu_s']:.1f} | {c['per_request_cpu_s']:.1f} | {c['cpu_ratio']:.2f}x | "
-                         f"{c['max_abs_diff']:.2e} | {c['max_rel_diff']:.2e} |")
-        lines.append("")
-    return "\n".join(lines)

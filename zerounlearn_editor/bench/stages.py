@@ -11,8 +11,8 @@ from typing import Any, Dict, Sequence
 
 from torch import nn
 
-from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, layer_second_moments
-from zerounlearn_editor.bench.methods import HParamsLookup, PreparedMethod, StatsBank
+from zerounlearn_editor.bench.method_specs import HParamsLookup, PreparedMethod, StatsBank
+from zerounlearn_editor.engine.stats import StatsRequest, cached_second_moments
 
 __all__ = ["Stage", "compute_statistics"]
 
@@ -37,7 +37,9 @@ class Stage:
         return False
 
 
-def compute_statistics(model: nn.Module, tok: Any, lookup: HParamsLookup, prepared: Sequence[PreparedMethod], progress: bool) -> StatsBank:
+def compute_statistics(
+    model: nn.Module, tok: Any, lookup: HParamsLookup, prepared: Sequence[PreparedMethod], progress: bool
+) -> StatsBank:
     """``C0`` for every layer any prepared method needs, one pass per module template."""
     wanted: Dict[str, set] = {}
     for method in prepared:
@@ -47,8 +49,6 @@ def compute_statistics(model: nn.Module, tok: Any, lookup: HParamsLookup, prepar
     bank: StatsBank = {}
     for template, layers in wanted.items():
         with Stage(f"C0 statistics for layers {sorted(layers)} ({template})"):
-            bank[template] = layer_second_moments(
-                model, tok, sorted(layers), template, main.stats_dir, main.mom2_dataset, main.mom2_n_samples,
-                main.mom2_dtype, main.mom2_max_length, STATS_BATCH_SIZE, progress=progress,
-            )
+            request = StatsRequest.of_hparams(main, layers=sorted(layers), module_tmp=template, progress=progress)
+            bank[template] = cached_second_moments(model, tok, request)
     return bank

@@ -6,7 +6,7 @@ as :func:`zerounlearn_editor.bench.report.summarize` writes it). Points of one m
 colour and are joined in order of Eff, so a sweep (one summary per setting) draws that method's
 trade-off front. Points are labelled with the run's name (the summary's ``name``, else its folder).
 
-The ``results.json`` of ``benchmarks/surgical.py`` (``{"run": {...}, "seeds": {seed: {variant: {"metrics":
+The ``results.json`` of ``benchmarks/surgical/harness.py`` (``{"run": {...}, "seeds": {seed: {variant: {"metrics":
 {...}}}}}``) is read too: one point per variant (``base`` included), mean and sample std over its seeds, or
 over the seeds asked for, so a knob sweep of that harness lands on the same axes as the bench's methods.
 """
@@ -17,6 +17,8 @@ import logging
 import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
+
+from zerounlearn_editor.support.plotting import pyplot, save_figure
 
 __all__ = ["collect_points", "format_points", "plot_summaries"]
 
@@ -30,7 +32,7 @@ def _run_label(path: Path, summary: Dict[str, Any]) -> str:
 
 def _surgical_points(path: Path, results: Dict[str, Any], methods: Optional[Sequence[str]],
                      seeds: Optional[Sequence[int]]) -> List[Dict[str, Any]]:
-    """Points of a ``benchmarks/surgical.py`` results.json (its ``seeds`` a mapping): one per variant, over its
+    """Points of a ``benchmarks/surgical/harness.py`` results.json (its ``seeds`` a mapping): one per variant, over its
     (selected) seeds."""
     chosen = {str(s) for s in seeds} if seeds is not None else None
     rows: Dict[str, List[Dict[str, Any]]] = {}
@@ -46,7 +48,12 @@ def _surgical_points(path: Path, results: Dict[str, Any], methods: Optional[Sequ
     for name, found in rows.items():
         if methods and name not in methods:
             continue
-        point: Dict[str, Any] = {"run": path.parent.name or path.stem, "method": name, "file": str(path), "seeds": len(found)}
+        point: Dict[str, Any] = {
+            "run": path.parent.name or path.stem,
+            "method": name,
+            "file": str(path),
+            "seeds": len(found),
+        }
         for key in ("eff", "spe", "ppl"):
             values = [float(m[key]) for m in found if m.get(key) is not None]
             point[key] = statistics.fmean(values) if values else None
@@ -58,7 +65,8 @@ def _surgical_points(path: Path, results: Dict[str, Any], methods: Optional[Sequ
 
 def collect_points(paths: Sequence[Union[str, Path]], methods: Optional[Sequence[str]] = None,
                    seeds: Optional[Sequence[int]] = None) -> List[Dict[str, Any]]:
-    """One dict per (summary, method): ``{"run", "method", "eff", "eff_std", "spe", "spe_std", "ppl", "ppl_std", "seeds"}``.
+    """One dict per (summary, method): ``{"run", "method", "eff", "eff_std", "spe", "spe_std", "ppl", "ppl_std",
+    "seeds"}``.
 
     ``seeds``: for surgical results.json files, use only these seeds (bench summaries hold their
     aggregates already and are taken as they are).
@@ -85,7 +93,9 @@ def collect_points(paths: Sequence[Union[str, Path]], methods: Optional[Sequence
         if not isinstance(summary, dict) or not isinstance(summary.get("methods"), dict):
             raise ValueError(f"{path}: not a bench summary.json (no 'methods' mapping)")
         if seeds is not None:
-            LOG.warning("%s: a bench summary holds its seeds' aggregate; --seeds applies to surgical results only", path)
+            LOG.warning(
+                "%s: a bench summary holds its seeds' aggregate; --seeds applies to surgical results only", path
+            )
         for name, item in summary["methods"].items():
             if methods and name not in methods:
                 continue
@@ -120,13 +130,8 @@ def format_points(points: Sequence[Dict[str, Any]]) -> str:
 
 def plot_summaries(points: Sequence[Dict[str, Any]], out: Union[str, Path], label_runs: bool = True) -> Optional[Path]:
     """Draw the two panels into ``out``; None (with a logged message) without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        LOG.error("matplotlib is not installed, so no plot was drawn (pip install 'zerounlearn-editor[bench]')")
+    plt = pyplot('the summary plot')
+    if plt is None:
         return None
     if not points:
         raise ValueError("no method with an Eff value in the given summaries")
@@ -153,8 +158,4 @@ def plot_summaries(points: Sequence[Dict[str, Any]], out: Union[str, Path], labe
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)

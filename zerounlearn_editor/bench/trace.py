@@ -21,7 +21,6 @@ with the largest mean MLP indirect effect ``p_restored["mlp"][l] - p_corrupt`` (
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -30,13 +29,24 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.evaluation.batching import encode_probe, model_device
-from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.engine.model_access import get_module, hidden_of, num_hidden_layers, unflatten_tokens
+from zerounlearn_editor.support.model_access import get_module, hidden_of, num_hidden_layers, unflatten_tokens
+from zerounlearn_editor.support.plotting import pyplot, save_figure
 
-__all__ = ["TraceSettings", "TraceFact", "EncodedFact", "encode_fact", "trace_facts", "answered_facts", "known_facts",
-           "suggest_window", "plot_trace", "KINDS"]
+__all__ = [
+    "TraceSettings",
+    "TraceFact",
+    "EncodedFact",
+    "encode_fact",
+    "trace_facts",
+    "answered_facts",
+    "known_facts",
+    "suggest_window",
+    "plot_trace",
+    "KINDS",
+]
 
 LOG = logging.getLogger(__name__)
 KINDS = ("residual", "mlp", "attention")
@@ -128,8 +138,13 @@ def _trace_one(model: nn.Module, templates: Mapping[str, str], enc: EncodedFact,
     handles = []
     try:
         for key, name in names.items():
-            handles.append(get_module(model, name).register_forward_hook(
-                lambda _m, _a, out, key=key: clean.__setitem__(key, unflatten_tokens(hidden_of(out), tuple(ids.shape))[0, t].clone())))
+            handles.append(
+                get_module(model, name).register_forward_hook(
+                    lambda _m, _a, out, key=key: clean.__setitem__(
+                        key, unflatten_tokens(hidden_of(out), tuple(ids.shape))[0, t].clone()
+                    )
+                )
+            )
         logits = model(input_ids=ids).logits[0, -1].float()
     finally:
         for h in handles:
@@ -137,7 +152,9 @@ def _trace_one(model: nn.Module, templates: Mapping[str, str], enc: EncodedFact,
     p_clean = float(torch.softmax(logits, -1)[enc.answer_id])
     embed = model.get_input_embeddings()
     d = embed.weight.shape[1]
-    noise = torch.randn((settings.samples, s1 - s0, d), generator=generator, dtype=torch.float32).to(device) * (settings.noise * sigma)
+    noise = torch.randn((settings.samples, s1 - s0, d), generator=generator, dtype=torch.float32).to(device) * (
+        settings.noise * sigma
+    )
     out: Dict[str, Any] = {"p_clean": p_clean}
     S = settings.samples
     for kind in kinds:
@@ -238,13 +255,8 @@ def trace_facts(model: nn.Module, tok: Any, facts: Sequence[TraceFact], settings
 
 def plot_trace(result: Mapping[str, Any], path: Path) -> Optional[Path]:
     """Three curves (mean restored probability per layer) and a per-case MLP heatmap; None without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        LOG.error("matplotlib is not installed, so trace.png was not drawn (pip install 'zerounlearn-editor[bench]')")
+    plt = pyplot('trace.png')
+    if plt is None:
         return None
     layers = list(range(result["num_layers"]))
     fig, (ax, hx) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.2, 1]})
@@ -265,11 +277,7 @@ def plot_trace(result: Mapping[str, Any], path: Path) -> Optional[Path]:
     hx.set_title("MLP indirect effect per fact")
     fig.colorbar(image, ax=hx)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def answered_facts(model: nn.Module, tok: Any, facts: Sequence[TraceFact], n: Optional[int] = None) -> List[TraceFact]:

@@ -24,13 +24,14 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional
 
 from torch import nn
 
+from zerounlearn_editor.evaluation.utility.scoring import score_tasks
+from zerounlearn_editor.evaluation.utility.tasks import TASKS, load_task_items, parse_tasks
 from zerounlearn_editor.support.files import write_json_atomic
-from zerounlearn_editor.evaluation.utility.scoring import score_tasks, task_scores
-from zerounlearn_editor.evaluation.utility.tasks import TASKS, UtilityItem, load_task_items, parse_tasks
+from zerounlearn_editor.support.plotting import pyplot, save_figure
 
 __all__ = ["UtilityConfig", "run_utility", "plot_utility", "format_utility_table"]
 
@@ -69,7 +70,9 @@ def _data_dir(config: UtilityConfig) -> Path:
 
     base = shared_data_dir()
     if base is None:
-        raise FileNotFoundError("utility data not found: pass --data-dir or set ZEROUNLEARN_DATA_DIR to the shared data folder")
+        raise FileNotFoundError(
+            "utility data not found: pass --data-dir or set ZEROUNLEARN_DATA_DIR to the shared data folder"
+        )
     return base / "utility"
 
 
@@ -77,11 +80,11 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
     """Score every method on every task, write ``config.out`` (and the chart); returns the JSON."""
     from zerounlearn_editor.bench.config import retired_method_error
     from zerounlearn_editor.bench.fingerprint import ModelFingerprint
-    from zerounlearn_editor.bench.methods import HParamsLookup, MethodContext, load_main_hparams
+    from zerounlearn_editor.bench.method_specs import HParamsLookup, MethodContext, load_main_hparams
     from zerounlearn_editor.bench.registry import default_registry
     from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
     from zerounlearn_editor.bench.stages import compute_statistics
-    from zerounlearn_editor.data.registry import load_cases, sample_cases
+    from zerounlearn_editor.data.datasets import load_cases, sample_cases
     from zerounlearn_editor.engine.pipeline import restore_weights
 
     tasks = parse_tasks(config.tasks)
@@ -96,7 +99,7 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
     if edited and not config.data:
         raise ValueError(f"methods {edited} edit the model: pass --data (and --n-forget)")
     draw = parse_retain_spec(config.retain)
-    # the bench's retain-aware rows are named "<Method>+R" (bench.methods gives exactly those uses_retain)
+    # the bench's retain-aware rows are named "<Method>+R" (bench.method_specs gives exactly those uses_retain)
     needing = [m for m in edited if m.endswith("+R")]
     if needing and draw is None:
         raise ValueError(f"methods {needing} are retain-aware: pass --retain POLICY:K (e.g. same-answer:10)")
@@ -129,7 +132,10 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
     for name in config.methods:
         fingerprint.verify(model, f"utility: before {name}")
         if name == "base":
-            results[name] = {"tasks": score_tasks(model, tok, task_items, config.batch_size, config.progress), "edit_seconds": None}
+            results[name] = {
+                "tasks": score_tasks(model, tok, task_items, config.batch_size, config.progress),
+                "edit_seconds": None,
+            }
             continue
         method = prepared[name]
         if method.skip_reason is not None:
@@ -181,14 +187,8 @@ def format_utility_table(payload: Mapping[str, Any]) -> str:
 
 def plot_utility(payload: Mapping[str, Any], path: str) -> Optional[Path]:
     """Grouped bar chart (x = task, one bar per method, dashed chance line); None without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        LOG.error("matplotlib is not installed, so no chart was drawn (pip install 'zerounlearn-editor[bench]'); "
-                  "the JSON results were written")
+    plt = pyplot('the utility chart')
+    if plt is None:
         return None
     results = {k: v for k, v in payload["results"].items() if v.get("tasks")}
     tasks = [t for t in TASKS if any(t in r["tasks"] for r in results.values())]
@@ -206,8 +206,4 @@ def plot_utility(payload: Mapping[str, Any], path: str) -> Optional[Path]:
     ax.set_title(f"General capabilities: {Path(str(payload['model'])).name} (dashed: chance)")
     ax.legend(fontsize=8, ncol=min(len(results), 4))
     fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path)

@@ -32,16 +32,27 @@ def add_probe_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
     from zerounlearn_editor.evaluation.audit.plan import FAMILIES
 
     d = PROBE_DEFAULTS
-    p.add_argument(f"--{prefix}probes", type=comma_option, default=d["probes"], help=f"probe families, comma list of {','.join(FAMILIES)} or all")
-    p.add_argument(f"--{prefix}shots", type=_int_list, default=d["shots"], help="in-context example counts (default 1,3,5)")
+    p.add_argument(
+        f"--{prefix}probes",
+        type=comma_option,
+        default=d["probes"],
+        help=f"probe families, comma list of {','.join(FAMILIES)} or all",
+    )
+    p.add_argument(
+        f"--{prefix}shots", type=_int_list, default=d["shots"], help="in-context example counts (default 1,3,5)"
+    )
     p.add_argument(f"--{prefix}quant", type=_names, default=d["quant"],
                    help="quantization schemes: int8, int4 (per channel), int4g16 (groups of 16)")
     p.add_argument(f"--{prefix}relearn-steps", type=int, default=d["relearn-steps"],
                    help="fine-tuning steps of the relearning probe (default 10)")
     p.add_argument(f"--{prefix}relearn-lr", type=float, default=d["relearn-lr"],
                    help="its Adam learning rate, finite, in (0, 1] (default 1e-4)")
-    p.add_argument(f"--{prefix}relearn-scopes", type=_names, default=d["relearn-scopes"], help="mlp, full (default both)")
-    p.add_argument(f"--{prefix}relearn-n", type=int, default=d["relearn-n"], help="related facts fine-tuned on (default 32)")
+    p.add_argument(
+        f"--{prefix}relearn-scopes", type=_names, default=d["relearn-scopes"], help="mlp, full (default both)"
+    )
+    p.add_argument(
+        f"--{prefix}relearn-n", type=int, default=d["relearn-n"], help="related facts fine-tuned on (default 32)"
+    )
 
 
 def refuse_unused_probe_options(args: argparse.Namespace, prefix: str, switch: str) -> None:
@@ -72,8 +83,8 @@ def settings_from_args(args: argparse.Namespace, prefix: str = "") -> Any:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from zerounlearn_editor.bench.config import parse_method_hparams, parse_seeds
     from zerounlearn_editor.bench.audit import AuditConfig, run_audit
+    from zerounlearn_editor.bench.config import parse_method_hparams, parse_seeds
 
     config = config_from_args(
         AuditConfig, args, seeds=parse_seeds(args.seeds), methods=comma_list(args.methods),

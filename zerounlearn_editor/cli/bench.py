@@ -24,7 +24,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         given = [f"--{k.replace('_', '-')}" for k in ("hparams", "data", "out", "seeds", "methods", "n", "ppl_tokens")
                  if getattr(args, k) is not None]
         if given or args.method_hparams:
-            raise SystemExit(f"zerounlearn bench: --runfile takes its settings from the file; drop {', '.join(given) or '--method-hparams'}")
+            raise SystemExit(
+                "zerounlearn bench: --runfile takes its settings from the file; drop "
+                f"{', '.join(given) or '--method-hparams'}"
+            )
         summaries = run_runfile(args.runfile, progress=not (args.no_progress or args.quiet))
         for summary in summaries:
             print(f"## {summary['name']}\n\n{summary['table_markdown']}\n")
@@ -76,13 +79,19 @@ def register(sub: Any, parents: ModuleType) -> None:
                  parents.known(), parents.retain_policy(), parents.batch_size(default=32), parents.device(),
                  parents.progress(), parents.data_dir(), parents.dtype(), parents.quiet()],
     )
-    p.add_argument("--fluency", action="store_true", help="also n-gram entropy of greedy generations of the forget prompts")
+    p.add_argument(
+        "--fluency", action="store_true", help="also n-gram entropy of greedy generations of the forget prompts"
+    )
     p.add_argument("--fluency-tokens", type=int, default=32)
     p.add_argument("--rounds", type=int, default=None, metavar="R",
                    help="sequential unlearning: R rounds of --n facts each on the same model (default methods "
                         "ZeroUnlearn,ZeroUnlearn-GD); writes rounds.md, rounds_summary.json, rounds.png")
-    p.add_argument("--utility", default=None, metavar="TASKS",
-                   help="also score downstream tasks (e.g. sst2,mmlu; see zerounlearn utility) as columns, accuracy x100")
+    p.add_argument(
+        "--utility",
+        default=None,
+        metavar="TASKS",
+        help="also score downstream tasks (e.g. sst2,mmlu; see zerounlearn utility) as columns, accuracy x100",
+    )
     p.add_argument("--utility-n", type=int, default=50, help="items per utility task (default 50)")
     p.add_argument("--group-generation", action="store_true",
                    help="data with probe groups (RWKU): also %% of each group's probes whose 16-token greedy "
@@ -90,7 +99,9 @@ def register(sub: Any, parents: ModuleType) -> None:
     p.add_argument("--audit", action="store_true", help="also the robustness audit's probes (zerounlearn audit) as "
                    "columns: %% of the forgotten facts each probe recovers")
     add_probe_options(p, prefix="audit-")
-    p.add_argument("--runfile", default=None, help="YAML with runs: [{name, hparams, data, n, seeds, methods, out, ppl_tokens}]")
+    p.add_argument(
+        "--runfile", default=None, help="YAML with runs: [{name, hparams, data, n, seeds, methods, out, ppl_tokens}]"
+    )
     p.set_defaults(func=_cmd_bench)
 
 
@@ -130,14 +141,25 @@ def register_speed(sub: Any, parents: ModuleType) -> None:
                  parents.out(None, default="results/speed/speed.json"), parents.progress(), parents.data_dir()],
     )
     # a comma list of request counts, not one count: not the shared --n
-    p.add_argument("--n", type=comma_option, default="10,50,200,1000", help="comma list of request counts (default 10,50,200,1000)")
+    p.add_argument(
+        "--n", type=comma_option, default="10,50,200,1000", help="comma list of request counts (default 10,50,200,1000)"
+    )
     p.add_argument("--pipeline", type=comma_option, default="ours,per-request", help="comma list of ours, per-request")
     p.add_argument("--random-config", default=None, choices=["tiny", "llama-3.2-3b"],
                    help="random-weight Llama instead of --model (llama-3.2-3b: Llama-3.2-3B-Instruct's dims, bf16)")
     p.add_argument("--tokenizer", default="smollm2", help="tokenizer for --random-config (default: SmolLM2's)")
-    p.add_argument("--stats-passages", type=int, default=None, help="passages for the statistics stage (default: mom2_n_samples)")
-    p.add_argument("--micro-passages", type=int, default=300, help="passages for the statistics micro-benchmark (0 = skip)")
+    p.add_argument(
+        "--stats-passages", type=int, default=None, help="passages for the statistics stage (default: mom2_n_samples)"
+    )
+    p.add_argument(
+        "--micro-passages", type=int, default=300, help="passages for the statistics micro-benchmark (0 = skip)"
+    )
     p.add_argument("--layers", type=comma_option, default=None, help="override the edited layers, e.g. 8,9,10")
-    p.add_argument("--targets-optimizers", type=comma_option, default=None, help="comma list of adam, adam_kv: one ours edit each "
-                   "(the first is compared with per-request; default: the YAML's targets_optimizer)")
+    p.add_argument(
+        "--targets-optimizers",
+        type=comma_option,
+        default=None,
+        help="comma list of adam, adam_kv: one ours edit each "
+        "(the first is compared with per-request; default: the YAML's targets_optimizer)",
+    )
     p.set_defaults(func=_cmd_bench_speed)

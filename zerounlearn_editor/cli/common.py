@@ -58,7 +58,9 @@ def comma_option(text: str) -> str:
     """argparse ``type`` of a comma-list option: ``text`` unchanged, an error when it names nothing (``""``,
     ``" , "``), which would otherwise drop the option's output or fall back to its default in silence."""
     if not comma_list(text):
-        raise argparse.ArgumentTypeError(f"empty value {text!r}: give a comma list, or leave the option out for its default")
+        raise argparse.ArgumentTypeError(
+            f"empty value {text!r}: give a comma list, or leave the option out for its default"
+        )
     return text
 
 

@@ -20,16 +20,15 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import yaml
 from torch import nn
 
-from zerounlearn_editor.engine.architectures import detect_templates
-from zerounlearn_editor.engine.hparams import load_config_file
-from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams, deep_mode_settings
-from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.cli.common import comma_option
 from zerounlearn_editor.cli.trace import trace_facts_for
+from zerounlearn_editor.engine.architectures import detect_templates
+from zerounlearn_editor.engine.hparams import load_config_file
+from zerounlearn_editor.methods.registry import get_method, method_names
+from zerounlearn_editor.methods.zerounlearn_gd.config import deep_mode_settings
 from zerounlearn_editor.support.resources import repo_root
 
 LOG = logging.getLogger(__name__)
-METHODS = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
 _TEMPLATE_KEYS = ("rewrite_module_tmp", "layer_module_tmp", "mlp_module_tmp", "ln_f_module", "lm_head_module")
 
 
@@ -68,14 +67,14 @@ VARIANT_MARKERS = ("-retain", "-suppress", "-deep", "-lifelong", "-many")
 
 
 def is_variant_yaml(path: Path) -> bool:
-    """``<model>-retain*.yaml`` / ``-suppress.yaml`` / ``-deep.yaml`` / ``-lifelong.yaml`` / ``-many.yaml``: an opt-in
-    variant of the paper's ``<model>.yaml``."""
+    """``<model>-retain*.yaml`` / ``-suppress.yaml`` / ``-deep.yaml`` / ``-lifelong.yaml`` / ``-many.yaml``: an
+    opt-in variant of the paper's ``<model>.yaml``."""
     return any(marker in Path(path).stem for marker in VARIANT_MARKERS)
 
 
 def nearest_shipped_yaml(method: str, templates: Mapping[str, Any]) -> Path:
-    """The shipped ``hparams/<method>/*.yaml`` closest to the model (see the module docstring)."""
-    folder = repo_root() / "hparams" / method
+    """The shipped ``hparams/<method's folder>/*.yaml`` closest to the model (see the module docstring)."""
+    folder = repo_root() / "hparams" / get_method(method, "init-hparams --method").folder
     candidates = sorted(p for p in folder.glob("*.yaml") if not is_variant_yaml(p))
     if not candidates:
         raise FileNotFoundError(f"no shipped YAML of {method} in {folder}")
@@ -115,7 +114,7 @@ def build_hparams(
     bad = [l for l in config["layers"] if not 0 <= int(l) < n_layers]
     if bad:
         raise ValueError(f"layers {bad} are out of range for a {n_layers}-layer model")
-    METHODS[method].from_dict(config, source=f"init-hparams from {base_path.name}")
+    get_method(method).hparams_class.from_dict(config, source=f"init-hparams from {base_path.name}")
     return config, base_path
 
 
@@ -127,7 +126,7 @@ def write_hparams(config: Mapping[str, Any], base: Path, out: Union[str, Path], 
               f"{'; ' + note if note else ''}.\n"
               "# Module templates come from the loaded architecture; v_loss_layer is the last layer.\n")
     path = write_text_atomic(out, header + yaml.safe_dump(dict(config), sort_keys=False))
-    METHODS[config["alg_name"]].from_hparams(path)
+    get_method(config["alg_name"], f"{out}: key 'alg_name'").hparams_class.from_hparams(path)
     return path
 
 
@@ -173,7 +172,9 @@ def facts_to_trace(path: Union[str, Path]) -> List[Any]:
     return facts
 
 
-def auto_trace_facts(model: nn.Module, tok: Any, args: argparse.Namespace, given: Optional[List[Any]]) -> Tuple[List[Any], str]:
+def auto_trace_facts(
+    model: nn.Module, tok: Any, args: argparse.Namespace, given: Optional[List[Any]]
+) -> Tuple[List[Any], str]:
     """The facts ``--layers auto`` traces and a note saying how many were usable: the ``--facts`` (``given``) or
     ``--trace-data`` facts the model answers, at most ``--trace-n``; too few answered ones are refused."""
     from zerounlearn_editor.bench.trace import answered_facts
@@ -191,9 +192,10 @@ def auto_trace_facts(model: nn.Module, tok: Any, args: argparse.Namespace, given
     minimum = min(MIN_TRACE_FACTS, n)
     if not args.include_unknown and len(facts) < minimum:
         raise ValueError(
-            f"--layers auto: only {len(facts)} of the {len(given) if given is not None else 'checked'} facts of {source} "
-            f"are answered by the model, fewer than the {minimum} a causal trace needs to suggest layers; give --facts "
-            f"with facts the model answers, or --layers explicitly (--include-unknown traces unanswered facts)"
+            f"--layers auto: only {len(facts)} of the {len(given) if given is not None else 'checked'} facts of "
+            f"{source} are answered by the model, fewer than the {minimum} a causal trace needs to suggest layers; "
+            "give --facts with facts the model answers, or --layers explicitly (--include-unknown traces unanswered "
+            "facts)"
         )
     if len(facts) < n:
         LOG.warning("--layers auto: tracing %d %s of %s (%s); the suggested layers rest on few facts", len(facts), kind,
@@ -205,8 +207,8 @@ def auto_trace_facts(model: nn.Module, tok: Any, args: argparse.Namespace, given
 
 def _cmd_init_hparams(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench.trace import TraceSettings, suggest_window, trace_facts
-    from zerounlearn_editor.engine.model_access import num_hidden_layers
     from zerounlearn_editor.support.files import read_json
+    from zerounlearn_editor.support.model_access import num_hidden_layers
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
     if args.deep and args.method != "ZeroUnlearn-GD":
@@ -219,7 +221,11 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
     if args.facts and args.trace:
         raise ValueError("--facts and --trace both choose the layers of --layers auto; give one")
     given = facts_to_trace(args.facts) if args.facts else None
-    stored = [int(l) for l in read_json(args.trace)["suggested_layers"]] if args.trace and args.layers.strip() == "auto" else None
+    stored = (
+        [int(l) for l in read_json(args.trace)["suggested_layers"]]
+        if args.trace and args.layers.strip() == "auto"
+        else None
+    )
     overrides = {**(deep_mode_settings() if args.deep else {}), **parse_overrides(args.set)}
     model, tok = load_model_and_tokenizer(args.model, device=args.device)
     n_layers = num_hidden_layers(model)
@@ -228,9 +234,14 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
     if layers is None:
         if stored is not None:
             layers = stored
-            note, source = f"layers from the causal trace {args.trace}", f"--trace {args.trace} (suggested layers {stored})"
+            note, source = (
+                f"layers from the causal trace {args.trace}",
+                f"--trace {args.trace} (suggested layers {stored})",
+            )
         else:
-            width = args.width or len(load_config_file(nearest_shipped_yaml(args.method, detect_templates(model)))["layers"])
+            width = args.width or len(
+                load_config_file(nearest_shipped_yaml(args.method, detect_templates(model)))["layers"]
+            )
             facts, note = auto_trace_facts(model, tok, args, given)
             result = trace_facts(model, tok, facts, TraceSettings(width=width), progress=not args.no_progress)
             # the loss reads the model's last layer, which must come after the edited ones
@@ -241,7 +252,9 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
         note += "; deep-forgetting keys (deep_mode_settings)"
     config, base = build_hparams(model, args.model, args.method, layers, overrides)
     path = write_hparams(config, base, args.out, note)
-    print(f"{args.method} hparams for {args.model} ({config['rewrite_module_tmp']}), base {base.name}, {note} -> {path}")
+    print(
+        f"{args.method} hparams for {args.model} ({config['rewrite_module_tmp']}), base {base.name}, {note} -> {path}"
+    )
     print(f"layers: {config['layers']}")
     return 0
 
@@ -256,15 +269,21 @@ def register(sub: Any, parents: ModuleType) -> None:
                  parents.width("auto: number of layers (default: the nearest shipped YAML's)"),
                  parents.out("YAML file to write", required=True), parents.device(), parents.progress()],
     )
-    p.add_argument("--method", required=True, choices=["ZeroUnlearn", "ZeroUnlearn-GD"])
+    p.add_argument("--method", required=True, choices=method_names())
     p.add_argument("--layers", type=comma_option, default="auto", help="auto (causal trace), a,b,c or a-b")
-    p.add_argument("--trace", default=None, help="with --layers auto: a trace.json of `zerounlearn trace` to take them from")
+    p.add_argument(
+        "--trace", default=None, help="with --layers auto: a trace.json of `zerounlearn trace` to take them from"
+    )
     p.add_argument("--trace-data", default="counterfact", help="facts for the auto trace (default counterfact)")
     p.add_argument("--facts", default=None, metavar="FILE",
                    help="with --layers auto: trace these facts (a zerounlearn unlearn facts file; those the model "
                         "answers) instead of --trace-data")
-    p.add_argument("--trace-n", type=int, default=10, help="auto trace: at most this many facts the model answers (default 10)")
+    p.add_argument(
+        "--trace-n", type=int, default=10, help="auto trace: at most this many facts the model answers (default 10)"
+    )
     p.add_argument("--deep", action="store_true",
                    help="ZeroUnlearn-GD: the deep-forgetting mode's keys, as in the shipped <model>-deep.yaml files")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key (YAML value); repeatable")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a key (YAML value); repeatable"
+    )
     p.set_defaults(func=_cmd_init_hparams)

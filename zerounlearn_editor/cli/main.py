@@ -11,8 +11,21 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from zerounlearn_editor.cli import (audit, bench, common, demo, init_hparams, pca, plot, prepare_model, scale,
-                                    stats, trace, unlearn, utility)
+from zerounlearn_editor.cli import (
+    audit,
+    bench,
+    common,
+    demo,
+    init_hparams,
+    pca,
+    plot,
+    prepare_model,
+    scale,
+    stats,
+    trace,
+    unlearn,
+    utility,
+)
 
 LOG = logging.getLogger("zerounlearn_editor.cli")
 

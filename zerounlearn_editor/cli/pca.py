@@ -18,9 +18,14 @@ def _cmd_pca(args: argparse.Namespace) -> int:
     ))
     print(f"{result['module']}, {result['n']} forget samples; base PC1/PC2 explain "
           f"{100 * result['explained_variance_ratio'][0]:.1f}% / {100 * result['explained_variance_ratio'][1]:.1f}%")
-    print("| Method | mean displacement (base spreads) | moved variance fraction | in PC1-PC2 plane |\n|---|---|---|---|")
+    print(
+        "| Method | mean displacement (base spreads) | moved variance fraction | in PC1-PC2 plane |\n|---|---|---|---|"
+    )
     for name, m in result["methods"].items():
-        print(f"| {name} | {m['mean_displacement']:.3f} | {m['moved_variance_fraction']:.3f} | {m['displacement_in_pc_plane']:.3f} |")
+        print(
+            f"| {name} | {m['mean_displacement']:.3f} | {m['moved_variance_fraction']:.3f} | "
+            f"{m['displacement_in_pc_plane']:.3f} |"
+        )
     for name, reason in result["skipped"].items():
         print(f"| {name} | {reason} | | |")
     return 0

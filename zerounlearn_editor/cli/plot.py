@@ -25,6 +25,10 @@ def register(sub: Any, parents: ModuleType) -> None:
                  parents.seeds("surgical results.json only: average over these seeds (e.g. 1-3)"),
                  parents.out("PNG file", required=True)],
     )
-    p.add_argument("summaries", nargs="+", help="summary.json files of zerounlearn bench (one point per method and file), "
-                   "or results.json files of benchmarks/surgical.py (one point per variant)")
+    p.add_argument(
+        "summaries",
+        nargs="+",
+        help="summary.json files of zerounlearn bench (one point per method and file), "
+        "or results.json files of benchmarks/surgical/harness.py (one point per variant)",
+    )
     p.set_defaults(func=_cmd_plot)

@@ -12,10 +12,21 @@ def _cmd(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench.speed_bench import parse_int_list
 
     config = ScaleConfig(
-        hparams=list(args.hparams), data=args.data, data_path=args.data_path, seeds=parse_seeds(args.seeds),
-        out=args.out, ns=parse_int_list(args.n), rounds=args.rounds, eval_every=args.eval_every,
-        ppl_tokens=args.ppl_tokens, eval_batch_size=args.batch_size, known_min_accuracy=args.known_threshold, ppl_text=args.ppl_text,
-        target_chunk=args.target_chunk, known_only=args.draw_known, device=args.device,
+        hparams=list(args.hparams),
+        data=args.data,
+        data_path=args.data_path,
+        seeds=parse_seeds(args.seeds),
+        out=args.out,
+        ns=parse_int_list(args.n),
+        rounds=args.rounds,
+        eval_every=args.eval_every,
+        ppl_tokens=args.ppl_tokens,
+        eval_batch_size=args.batch_size,
+        known_min_accuracy=args.known_threshold,
+        ppl_text=args.ppl_text,
+        target_chunk=args.target_chunk,
+        known_only=args.draw_known,
+        device=args.device,
     )
     if args.mode == "batch":
         summary = run_scale_batch(config)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -23,8 +24,14 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def _cmd_stats(args: argparse.Namespace) -> int:
     from zerounlearn_editor.data.corpus import check_corpus_source
-    from zerounlearn_editor.engine.stats import (STATS_BATCH_SIZE, corpus_cache_name, layer_second_moments,
-                                                 model_basename, shard_path, stats_path)
+    from zerounlearn_editor.engine.stats import (
+        StatsRequest,
+        cached_second_moments,
+        corpus_cache_name,
+        model_basename,
+        shard_path,
+        stats_path,
+    )
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
     hparams = load_hparams(args.hparams)
@@ -34,9 +41,9 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     shard = parse_shard(args.shard) if args.shard else None
     check_corpus_source(corpus)  # before the model is loaded
     model, tok = load_model_and_tokenizer(args.model or hparams.model_name, device=args.device)
-    where = (model, tok, hparams.layers, hparams.rewrite_module_tmp, stats_dir, corpus, n)
-    how = (hparams.mom2_dtype, hparams.mom2_max_length, STATS_BATCH_SIZE)
-    for layer, stat in layer_second_moments(*where, *how, force=args.force, shard=shard).items():
+    request = dataclasses.replace(StatsRequest.of_hparams(hparams, corpus), stats_dir=stats_dir, n_samples=n,
+                                  force=args.force, shard=shard)
+    for layer, stat in cached_second_moments(model, tok, request).items():
         path = stats_path(stats_dir, model_basename(model), corpus_cache_name(corpus),
                           hparams.rewrite_module_tmp.format(layer), hparams.mom2_dtype, n)
         if shard:

@@ -18,7 +18,7 @@ def trace_facts_for(model: Any, tok: Any, data: str, data_path: Optional[str], n
     import random
 
     from zerounlearn_editor.bench.trace import TraceFact, known_facts
-    from zerounlearn_editor.data.registry import load_cases
+    from zerounlearn_editor.data.datasets import load_cases
 
     cases = list(load_cases(data, path=data_path))
     random.Random(seed).shuffle(cases)
@@ -27,8 +27,10 @@ def trace_facts_for(model: Any, tok: Any, data: str, data_path: Optional[str], n
     else:
         facts = known_facts(model, tok, cases, n)
     if not facts:
-        raise ValueError(f"the model knows none of the {len(cases)} facts of {data} (first answer token not its argmax); "
-                         "pass --include-unknown to trace them anyway, or give --layers explicitly")
+        raise ValueError(
+            f"the model knows none of the {len(cases)} facts of {data} (first answer token not its argmax); "
+            "pass --include-unknown to trace them anyway, or give --layers explicitly"
+        )
     if len(facts) < n:
         LOG.warning("only %d known facts of %s (asked for %d)", len(facts), data, n)
     return facts
@@ -68,15 +70,24 @@ def register(sub: Any, parents: ModuleType) -> None:
         help="ROME-style causal tracing of known facts: which layers carry them (suggests `layers`)",
         description="Corrupt the subject embeddings with seeded Gaussian noise, restore one layer's clean state at the "
         "subject's last token (residual; MLP / attention over a window of layers) and measure the recovered "
-        "probability of the true answer. Writes OUT/trace.json and OUT/trace.png; the last line is the suggested layers.",
-        parents=[parents.hparams("YAML giving the model (and the window width = its number of layers)"),
-                 parents.model(), parents.data("dataset name or file of facts (default counterfact)", default="counterfact"),
-                 parents.n("known facts to trace (default 10)", default=10),
-                 parents.include_unknown("trace facts the model does not predict too"),
-                 parents.width("suggested window width (default: the YAML's layer count, else 3)"),
-                 parents.seed(), parents.out("output folder", required=True), parents.device(), parents.progress()],
+        "probability of the true answer. Writes OUT/trace.json and OUT/trace.png; the last line is the suggested "
+        "layers.",
+        parents=[
+            parents.hparams("YAML giving the model (and the window width = its number of layers)"),
+            parents.model(),
+            parents.data("dataset name or file of facts (default counterfact)", default="counterfact"),
+            parents.n("known facts to trace (default 10)", default=10),
+            parents.include_unknown("trace facts the model does not predict too"),
+            parents.width("suggested window width (default: the YAML's layer count, else 3)"),
+            parents.seed(),
+            parents.out("output folder", required=True),
+            parents.device(),
+            parents.progress(),
+        ],
     )
     p.add_argument("--samples", type=int, default=10, help="noise draws per fact (default 10)")
-    p.add_argument("--noise", type=float, default=3.0, help="noise std in units of the subject embeddings' std (default 3)")
+    p.add_argument(
+        "--noise", type=float, default=3.0, help="noise std in units of the subject embeddings' std (default 3)"
+    )
     p.add_argument("--window", type=int, default=10, help="layers restored together for MLP/attention (default 10)")
     p.set_defaults(func=_cmd_trace)

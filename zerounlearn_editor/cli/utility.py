@@ -48,8 +48,12 @@ def register(sub: Any, parents: ModuleType) -> None:
     )
     p.add_argument("--tasks", type=comma_option, default="sst2,mrpc,cola,rte,nli,mmlu", help="comma list, or all")
     p.add_argument("--shots", type=int, default=3, help="solved examples before each query (default 3)")
-    p.add_argument("--method", type=comma_option, default="base",
-                   help="comma list of bench methods to edit with first (base = unedited; base is prepended unless --no-base)")
+    p.add_argument(
+        "--method",
+        type=comma_option,
+        default="base",
+        help="comma list of bench methods to edit with first (base = unedited; base is prepended unless --no-base)",
+    )
     p.add_argument("--no-base", action="store_true", help="do not add the unedited model's row")
     p.add_argument("--n-forget", type=int, default=10, help="forget cases edited as one batch (default 10)")
     p.add_argument("--plot", default=None, help="chart PNG (default: OUT with .png)")

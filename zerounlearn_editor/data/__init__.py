@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zerounlearn_editor.data.counterfact import load_counterfact_easyedit, load_counterfact_rome
 from zerounlearn_editor.data.mquake import load_mquake
-from zerounlearn_editor.data.registry import (
+from zerounlearn_editor.data.datasets import (
     DATASETS, default_data_dir, detect_format, load_cases, sample_cases,
 )
 from zerounlearn_editor.data.rwku import cloze_to_prompt, load_rwku

@@ -8,14 +8,12 @@ index (0-based) and the field.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Union
 
-import yaml
 
 from zerounlearn_editor.data.types import record_location
-from zerounlearn_editor.engine.hparams import unique_json_pairs, UniqueKeySafeLoader
+from zerounlearn_editor.support.structured_files import read_structured
 
 _SUFFIXES = (".json", ".jsonl", ".yaml", ".yml")
 
@@ -31,28 +29,7 @@ def read_record_list(path: Union[str, Path], what: str = "records") -> List[Dict
         raise RecordFileError(f"{path}: {what} file must end in {', '.join(_SUFFIXES)}")
     if not path.is_file():
         raise RecordFileError(f"{what} file not found: {path}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise RecordFileError(f"{path}: not UTF-8 text ({exc})") from exc
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        records: Any = []
-        for line_no, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line, object_pairs_hook=unique_json_pairs))
-            except json.JSONDecodeError as exc:
-                raise RecordFileError(f"{path}: line {line_no}: invalid JSON: {exc}") from exc
-    else:
-        try:
-            if suffix == ".json":
-                records = json.loads(text, object_pairs_hook=unique_json_pairs)
-            else:
-                records = yaml.load(text, Loader=UniqueKeySafeLoader)  # a SafeLoader that refuses repeated keys
-        except (json.JSONDecodeError, yaml.YAMLError) as exc:
-            raise RecordFileError(f"{path}: cannot parse {what}: {exc}") from exc
+    records = read_structured(path, what, lambda message: RecordFileError(f"{path}: {message}"))
     if not isinstance(records, list):
         raise RecordFileError(f"{path}: expected a list of {what}, got {type(records).__name__}")
     if not records:

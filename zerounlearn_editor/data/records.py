@@ -3,12 +3,12 @@ a malformed record raises :class:`DataFormatError` naming file, record and dotte
 """
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from zerounlearn_editor.data.types import DataFormatError, Probe, UnlearnCase
+from zerounlearn_editor.support.structured_files import read_structured
 
 logger = logging.getLogger(__name__)
 
@@ -20,10 +20,8 @@ def read_json_records(path: Union[str, Path]) -> List[Dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"data file not found: {path}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataFormatError(path, f"invalid JSON: {exc}") from exc
+    data = read_structured(path, "JSON records", lambda message: DataFormatError(path, message),
+                           suffix=".json")
     if not isinstance(data, list):
         raise DataFormatError(path, f"expected a JSON list of records, got {type(data).__name__}")
     for index, record in enumerate(data):

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.engine.eval_mode import eval_mode
-from zerounlearn_editor.engine.model_access import (
+from zerounlearn_editor.support.model_access import (
     get_weight_matrix,
     hidden_of,
     hidden_size_of,
@@ -76,7 +76,9 @@ def _output_projection(container: nn.Module, prefix: str, hidden: int, skip: Tup
         if d_out == hidden:
             candidates.append((d_in != hidden, name))
     if not candidates:
-        raise UnsupportedArchitecture(f"no MLP output projection (a linear map d_ff -> d_model = {hidden}) under {prefix!r}")
+        raise UnsupportedArchitecture(
+            f"no MLP output projection (a linear map d_ff -> d_model = {hidden}) under {prefix!r}"
+        )
     widest = [name for wide, name in candidates if wide] or [name for _, name in candidates]
     return f"{prefix}.{widest[-1]}"
 
@@ -94,7 +96,9 @@ def _final_norm(model: nn.Module, layers_name: str, last_layer: nn.Module, hidde
     candidates = {name: m for name, m in model.named_modules()
                   if name and not name.startswith(inside) and is_norm(m, hidden)}
     if not candidates:
-        raise UnsupportedArchitecture(f"{type(model).__name__}: no final norm (a norm of size {hidden} outside the blocks)")
+        raise UnsupportedArchitecture(
+            f"{type(model).__name__}: no final norm (a norm of size {hidden} outside the blocks)"
+        )
     if any(t.is_meta for t in list(model.parameters()) + list(model.buffers())):
         return _final_norm_of_structure(model, layers_name, candidates)
     seen: Dict[str, torch.Tensor] = {}
@@ -113,7 +117,9 @@ def _final_norm(model: nn.Module, layers_name: str, last_layer: nn.Module, hidde
         if last is not None and value is not None and value.shape == last.shape and torch.equal(value, last):
             return name
     raise UnsupportedArchitecture(
-        f"{type(model).__name__}: none of the norms outside the blocks ({sorted(candidates)}) reads the last block's output")
+        f"{type(model).__name__}: none of the norms outside the blocks ({sorted(candidates)}) reads the last block's "
+        "output"
+    )
 
 
 def _final_norm_of_structure(model: nn.Module, layers_name: str, candidates: Dict[str, nn.Module]) -> str:
@@ -174,7 +180,9 @@ def detect_templates(model: nn.Module) -> Dict[str, Any]:
         raise UnsupportedArchitecture(f"{where}: {exc}") from None
     head = _name_of(model, model.get_output_embeddings())
     if head is None or not _is_linear(dict(model.named_modules())[head]):
-        raise UnsupportedArchitecture(f"{where}: no output head (get_output_embeddings() is not a linear module of the model)")
+        raise UnsupportedArchitecture(
+            f"{where}: no output head (get_output_embeddings() is not a linear module of the model)"
+        )
     embed = _name_of(model, model.get_input_embeddings())
     if embed is None:
         raise UnsupportedArchitecture(f"{where}: no input embeddings (get_input_embeddings())")

@@ -12,7 +12,7 @@ from torch import nn
 
 from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS
 from zerounlearn_editor.engine.eval_mode import eval_mode
-from zerounlearn_editor.engine.model_access import model_device
+from zerounlearn_editor.support.model_access import model_device
 
 if TYPE_CHECKING:
     from zerounlearn_editor.engine.requests import ForgetRequest

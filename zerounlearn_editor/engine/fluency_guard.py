@@ -79,14 +79,18 @@ class FluencyCheck:
 
     def warning(self) -> str:
         """The warning of an edit that passed above :data:`WARN_INCREASE`."""
-        return (f"fluency guard: perplexity on {self.tokens} tokens of the built-in text went from {self.ppl_before:.3f} "
-                f"to {self.ppl_after:.3f} ({self.increase:+.1%}): within the allowed {self.max_increase:+.0%} but above "
-                f"{WARN_INCREASE:+.0%}, a measurable fluency cost; for many facts in one batch see <model>-many.yaml")
+        return (
+            f"fluency guard: perplexity on {self.tokens} tokens of the built-in text went from {self.ppl_before:.3f} "
+            f"to {self.ppl_after:.3f} ({self.increase:+.1%}): within the allowed {self.max_increase:+.0%} but above "
+            f"{WARN_INCREASE:+.0%}, a measurable fluency cost; for many facts in one batch see <model>-many.yaml"
+        )
 
     def message(self) -> str:
-        return (f"fluency guard: perplexity on {self.tokens} tokens of the built-in text went from {self.ppl_before:.3f} "
-                f"to {self.ppl_after:.3f} ({self.increase:+.1%}), beyond the allowed {self.max_increase:+.0%} "
-                f"(key 'fluency_max_increase')")
+        return (
+            f"fluency guard: perplexity on {self.tokens} tokens of the built-in text went from {self.ppl_before:.3f} "
+            f"to {self.ppl_after:.3f} ({self.increase:+.1%}), beyond the allowed {self.max_increase:+.0%} "
+            f"(key 'fluency_max_increase')"
+        )
 
     def as_dict(self) -> Dict[str, Any]:
         return dict(asdict(self), increase=self.increase, passed=self.passed, warned=self.warned)

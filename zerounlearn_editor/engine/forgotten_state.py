@@ -25,8 +25,8 @@ from typing import Mapping, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
-from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
 from zerounlearn_editor.support.files import sha256_of_file, write_bytes_atomic
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 
 LOG = logging.getLogger(__name__)
 

@@ -2,21 +2,22 @@
 
 A method config is a dataclass whose fields are exactly its YAML's keys. A missing required key, an unknown
 or repeated key, a wrong type, a non-finite number or a value out of range raises :class:`HParamsError`
-naming the file, the key and the value; a retired key fails with its :data:`RETIRED_KEYS` message. Every key
-has help text (:data:`SHARED_KEY_HELP` plus each method config's ``KEY_HELP``; the README key table is
-generated from it by :mod:`zerounlearn_editor.cli.hparams_doc`).
+naming the file, the key and the value; a retired key fails with its message
+(:mod:`zerounlearn_editor.engine.retired_keys`). Every key has help text on its field
+(``field(metadata={"help": ...})``; the README key table is generated from it by
+:mod:`zerounlearn_editor.cli.hparams_doc`).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Literal, Optional, Union, get_args, get_origin, get_type_hints
 
-import yaml
+from zerounlearn_editor.engine.retired_keys import RETIRED_KEYS, retired_key_errors  # noqa: F401 (RETIRED_KEYS: old import path)
+from zerounlearn_editor.support.structured_files import read_structured
 
 _SCI_NOTATION = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
 
@@ -25,82 +26,10 @@ class HParamsError(ValueError):
     """A hyperparameter file or value is invalid (message names the file and key)."""
 
 
-_GD_RETAIN = "ZeroUnlearn-GD with retain_nullspace_weight (hparams/ZeroUnlearn-GD/<model>-retain.yaml)"
-RETIRED_KEYS: Dict[str, str] = {
-    # key (or "key: value" for a retired value) -> why it was retired and what to use instead;
-    # the numbers stay in benchmarks/notebook/
-    "targets_optimizer: lbfgs": "its edits forget less at n = 50 (benchmarks/notebook/2026-11-23-targets-optimizer-speed.md); "
-    "use targets_optimizer: adam_kv (the default)",
-    "target_retain_weight": "retain-aware neutral targets did not change Eff/Spe after the solve "
-    f"(benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); delete the key; to keep facts use {_GD_RETAIN}",
-    "target_retain_neighbours": "part of the retain-aware targets of target_retain_weight (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); "
-    f"delete the key; to keep facts use {_GD_RETAIN}",
-    "target_retain_scale": "part of the retain-aware targets of target_retain_weight (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); "
-    f"delete the key; to keep facts use {_GD_RETAIN}",
-    "utility_penalty_weight": "the soft C0 penalty only traded forgetting for fluency along the null space's own front "
-    "(benchmarks/notebook/2026-11-23-surgical-diagnosis-ablation.md); delete the key; use nullspace_threshold / norm_weight",
-    "retain_penalty_weight": "a soft retain penalty added nothing over the hard null space "
-    f"(benchmarks/notebook/2026-11-23-surgical-diagnosis-ablation.md); delete the key; use {_GD_RETAIN}",
-    "projection_utility_weight": "the C0-aware projector forgot less (benchmarks/notebook/2026-11-23-surgical-diagnosis-ablation.md); "
-    "delete the key (ZeroUnlearn uses the paper's projector)",
-    "context_positions": "'subject' did not win on report data (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md) and "
-    "'all' is what context_nullspace_weight protects; delete the key",
-    "retain_weight": "part of ZeroUnlearn+R, which ZeroUnlearn-GD+R beats at every n measured and which breaks fluency "
-    f"beyond ~50 facts (benchmarks/RESULTS.md, 'Surgical forgetting'); use {_GD_RETAIN}",
-    "projection_retain_weight": "part of ZeroUnlearn+R, which ZeroUnlearn-GD+R beats at every n measured "
-    f"(benchmarks/RESULTS.md, 'Surgical forgetting'); use {_GD_RETAIN}",
-    # settings every shipped YAML held at one value (issue 27: at most 48 keys); the value is now fixed
-    "context_seed": "the context prefixes are always sampled with seed 0 (zerounlearn_editor.engine.contexts.CONTEXT_SEED, "
-    "the value of every shipped YAML); delete the key",
-    "mom2_batch_size": "the statistics pass always reads 16 passages per forward pass "
-    "(zerounlearn_editor.engine.stats.STATS_BATCH_SIZE, the value of every shipped YAML; C0 does not depend on it); delete the key",
-    "projection_eps": "ZeroUnlearn always uses the paper's exact projector P = I - V V^T (eps 0, the value of every shipped "
-    "YAML; eps > 0 made the edit full rank, so no adapter); delete the key",
-    "gd_tolerance": "solver: gd always stops at a relative change of 1e-10 "
-    "(zerounlearn_editor.methods.zerounlearn_gd.method.GD_TOLERANCE, the value of every shipped YAML); delete the key",
-}
-"""Retired hyperparameters: a file that still sets one fails with this message (see :func:`retired_key_errors`)."""
-
-
-def retired_key_errors(config: Dict[str, Any], known: Any) -> List[str]:
-    """One message per retired key (not in ``known``, the class's fields) or retired value in ``config``."""
-    errors = []
-    for key, value in config.items():
-        for entry in (key, f"{key}: {value}" if isinstance(value, str) else None):
-            if entry in RETIRED_KEYS and (entry != key or key not in known):
-                errors.append(f"{entry!r} was retired: {RETIRED_KEYS[entry]}")
-    return errors
-
-
 def _convert_scientific_strings(config: Dict[str, Any]) -> Dict[str, Any]:
     """YAML 1.1 reads ``1e-3`` as a string; turn such strings into floats."""
     return {key: float(value) if isinstance(value, str) and _SCI_NOTATION.match(value.strip()) else value
             for key, value in config.items()}
-
-
-class UniqueKeySafeLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that rejects a key given twice in one mapping (YAML keeps the last silently)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: Dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (line {line}; first given on line {seen[key]})", key_node.start_mark
-                )
-            seen[key] = line
-        return super().construct_mapping(node, deep=deep)
-
-
-def unique_json_pairs(pairs):
-    """``object_pairs_hook`` for :func:`json.loads` that rejects a key given twice in one object."""
-    keys = [key for key, _ in pairs]
-    repeated = sorted({key for key in keys if keys.count(key) > 1})
-    if repeated:
-        raise json.JSONDecodeError(f"duplicate key(s) {repeated}", "", 0)
-    return dict(pairs)
 
 
 def load_config_file(path: Union[str, Path]) -> Dict[str, Any]:
@@ -111,17 +40,8 @@ def load_config_file(path: Union[str, Path]) -> Dict[str, Any]:
         path = path.with_name(path.name + ".yaml")
     if not path.is_file():
         raise HParamsError(f"hparams file not found: {path}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise HParamsError(f"{path}: not UTF-8 text ({exc})") from exc
-    try:
-        if path.suffix.lower() == ".json":
-            config = json.loads(text, object_pairs_hook=unique_json_pairs)
-        else:
-            config = yaml.load(text, Loader=UniqueKeySafeLoader)  # a SafeLoader: no python tags
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise HParamsError(f"{path}: cannot parse: {exc}") from exc
+    config = read_structured(path, "hparams", lambda message: HParamsError(f"{path}: {message}"),
+                             suffix=".json" if path.suffix.lower() == ".json" else ".yaml")
     if not isinstance(config, dict):
         raise HParamsError(f"{path}: expected a mapping of hyperparameters, got {type(config).__name__}")
     return _convert_scientific_strings(config)
@@ -152,19 +72,29 @@ def _check_type(value: Any, annotation: Any) -> bool:
 
 @dataclass
 class BaseHyperParams:
-    """EasyEdit's host fields, shared by every method of this package (help: :data:`SHARED_KEY_HELP`)."""
+    """EasyEdit's host fields, shared by every method of this package."""
 
     ALG_NAME: ClassVar[str] = ""
     # keys that must be in every file although the dataclass has a default for them (README table)
     REQUIRED_KEYS: ClassVar[tuple] = ()
 
-    alg_name: str
-    model_name: str
-    device: Union[int, str] = 0
-    model_parallel: bool = False
-    fp16: bool = False
-    max_length: int = 40
-    batch_size: int = 1
+    alg_name: str = field(metadata={"help": "`ZeroUnlearn` or `ZeroUnlearn-GD` (must match the class)"})
+    model_name: str = field(
+        metadata={"help": "hub name or local folder of the model; `smollm2` is the prepared SmolLM2"}
+    )
+    device: Union[int, str] = field(default=0, metadata={"help": (
+        "CUDA index or a device name (`cpu`, `cuda:0`) the edit runs on"
+    )})
+    model_parallel: bool = field(default=False, metadata={"help": (
+        "EasyEdit host field: load with `device_map=\"auto\"`"
+    )})
+    fp16: bool = field(default=False, metadata={"help": "EasyEdit host field: load the model in float16"})
+    max_length: int = field(default=40, metadata={"help": (
+        "EasyEdit host field: maximum prompt length in tokens for evaluation"
+    )})
+    batch_size: int = field(default=1, metadata={"help": (
+        "EasyEdit host field: requests per `batch_edit` (`edit()` needs 1)"
+    )})
 
     @classmethod
     def from_dict(cls, config: Dict[str, Any], source: str = "<dict>"):
@@ -232,7 +162,9 @@ class BaseHyperParams:
         if self.batch_size < 1:
             raise HParamsError(f"{source}: key 'batch_size' must be >= 1, got {self.batch_size}")
         if isinstance(self.model_name, str) and not self.model_name.strip():
-            raise HParamsError(f"{source}: key 'model_name' must name a model folder or hub model, got {self.model_name!r}")
+            raise HParamsError(
+                f"{source}: key 'model_name' must name a model folder or hub model, got {self.model_name!r}"
+            )
         if self.max_length < 1:
             raise HParamsError(f"{source}: key 'max_length' must be >= 1, got {self.max_length}")
         _check_device(self.device, source)
@@ -259,7 +191,9 @@ def _check_device(device: Union[int, str], source: str) -> None:
     try:
         parsed = torch.device(device)
     except (RuntimeError, ValueError) as exc:
-        raise HParamsError(f"{source}: key 'device' has value {device!r}, not a device name (e.g. 'cpu', 'cuda:0')") from exc
+        raise HParamsError(
+            f"{source}: key 'device' has value {device!r}, not a device name (e.g. 'cpu', 'cuda:0')"
+        ) from exc
     if parsed.type == "cuda" and (parsed.index or 0) >= count:
         raise HParamsError(f"{source}: key 'device' is {device!r}, but this machine has {count} CUDA "
                            "device(s)" + ("" if count else " (CUDA is not available: use 'cpu')"))
@@ -275,50 +209,100 @@ class EditHyperParams(BaseHyperParams):
     )
 
     # Where to edit
-    layers: List[int] = field(default_factory=list)
-    rewrite_module_tmp: str = "model.layers.{}.mlp.down_proj"
-    layer_module_tmp: str = "model.layers.{}"
-    mlp_module_tmp: str = "model.layers.{}.mlp"
-    ln_f_module: str = "model.norm"
-    lm_head_module: str = "lm_head"
-    fact_token: Literal["subject_last", "last"] = "subject_last"
+    layers: List[int] = field(default_factory=list, metadata={"help": (
+        "edited layers, strictly increasing; processed in order, keys recomputed after each"
+    )})
+    rewrite_module_tmp: str = field(default="model.layers.{}.mlp.down_proj", metadata={"help": (
+        "the edited weight, e.g. `model.layers.{}.mlp.down_proj` (GPT-2 `Conv1D` is handled)"
+    )})
+    layer_module_tmp: str = field(default="model.layers.{}", metadata={"help": (
+        "the transformer block of a layer (`{}` = layer index)"
+    )})
+    mlp_module_tmp: str = field(default="model.layers.{}.mlp", metadata={"help": (
+        "the MLP of a layer (`{}` = layer index)"
+    )})
+    ln_f_module: str = field(default="model.norm", metadata={"help": "final norm (used by the target optimisation)"})
+    lm_head_module: str = field(default="lm_head", metadata={"help": "output head (used by the target optimisation)"})
+    fact_token: Literal["subject_last", "last"] = field(default="subject_last", metadata={"help": (
+        "`subject_last` (key at the subject's last token) or `last` (the prompt's last token)"
+    )})
 
     # Keys: averaged over the bare prompt and N random-prefix contexts
-    context_template_count: int = 5
-    context_template_length: int = 10
+    context_template_count: int = field(default=5, metadata={"help": (
+        "keys are averaged over the bare prompt and this many sampled prefixes"
+    )})
+    context_template_length: int = field(default=10, metadata={"help": "tokens per sampled prefix"})
 
     # Neutral target optimisation (MEMIT-style residual at the last edited layer)
-    neutral_target: Optional[str] = None
-    v_num_grad_steps: int = 25
-    v_lr: float = 0.5
-    v_loss_layer: int = -1
-    v_weight_decay: float = 1e-3
-    clamp_norm_factor: float = 4.0
-    kl_factor: float = 0.0625
-    v_early_stop_loss: float = 0.05
-    chunk_size: int = 64
-    targets_optimizer: Literal["adam", "adam_kv"] = "adam_kv"
-    target_objective: Literal["neutral", "suppress_answer"] = "neutral"
+    neutral_target: Optional[str] = field(default=None, metadata={"help": (
+        "text the model should say instead; `null` = the tokenizer's EOS"
+    )})
+    v_num_grad_steps: int = field(default=25, metadata={"help": (
+        "Adam steps of the neutral-state residual (one per request, added at the last edited layer; loss: NLL of the "
+        "neutral target + KL on `\"{subject} is a\"` + weight decay)"
+    )})
+    v_lr: float = field(default=0.5, metadata={"help": "Adam learning rate of the residual"})
+    v_loss_layer: int = field(default=-1, metadata={"help": (
+        "layer whose output feeds the target loss; -1 or the model's last layer = its own head"
+    )})
+    v_weight_decay: float = field(default=1e-3, metadata={"help": (
+        "weight decay of the residual, relative to the hidden state's squared norm"
+    )})
+    clamp_norm_factor: float = field(default=4.0, metadata={"help": (
+        "the residual's norm is clamped to this times the hidden state's"
+    )})
+    kl_factor: float = field(default=0.0625, metadata={"help": "weight of the KL term on `\"{subject} is a\"`"})
+    v_early_stop_loss: float = field(default=0.05, metadata={"help": (
+        "a request stops when its target loss falls below this; a final loss far above it (above "
+        "max(10 x this, ln 10 = 2.30)) is warned about, naming the requests (`EditReport.unreached_targets`)"
+    )})
+    chunk_size: int = field(default=64, metadata={"help": (
+        "requests per batched key/target pass (memory bound; results do not depend on it)"
+    )})
+    targets_optimizer: Literal["adam", "adam_kv"] = field(default="adam_kv", metadata={"help": (
+        "`adam_kv` (default): the paper's Adam loop (same updates, clamp and early stop) on cached prefix "
+        "keys/values, equal to `adam` up to float rounding and faster "
+        "(benchmarks/RESULTS.md, \"Speed\"); `adam`: the same loop on full forwards (the reference; set it to "
+        "reproduce earlier runs bit for bit)"
+    )})
+    target_objective: Literal["neutral", "suppress_answer"] = field(default="neutral", metadata={"help": (
+        "`neutral` (the paper): maximise the neutral target's likelihood; `suppress_answer` (opt-in, every request "
+        "needs `ground_truth`): minimise `-log(1 - p)`, p the whole answer's probability, stopping at "
+        "`v_early_stop_loss` (0.01: p < 0.01), so the residual only removes the answer instead of making EOS likely"
+    )})
 
     # Statistics of general text
-    stats_dir: str = "./data/stats"
-    mom2_dataset: str = "wikipedia"
-    mom2_n_samples: int = 10000
-    mom2_dtype: str = "float32"
-    mom2_max_length: int = 256
+    stats_dir: str = field(default="./data/stats", metadata={"help": "folder of the cached utility statistics `C0`"})
+    mom2_dataset: str = field(default="wikipedia", metadata={"help": (
+        "corpus of `C0`: built-in `wiki_passages_3643`, a `.jsonl`/`.txt` file, a saved dataset or `hub:NAME`"
+    )})
+    mom2_n_samples: int = field(default=10000, metadata={"help": "passages of the corpus used for `C0`"})
+    mom2_dtype: str = field(default="float32", metadata={"help": "dtype of `C0` (`float16`, `float32`, `float64`)"})
+    mom2_max_length: int = field(default=256, metadata={"help": "tokens per passage"})
 
     # Fluency guard (zerounlearn_editor.engine.fluency_guard)
-    fluency_max_increase: Optional[float] = 1.0
+    fluency_max_increase: Optional[float] = field(default=1.0, metadata={"help": (
+        "fluency guard on every edit: the allowed relative perplexity increase on 256 tokens of the built-in "
+        "WikiText-2 text (1.0 = +100%); beyond it the edit is refused and the weights restored (the apply functions' "
+        "`fluency_guard=\"warn\"`, `unlearn --allow-fluency-loss`, keep it with a warning); `null` = no guard. It "
+        "only reads (see \"Fluency guard\")"
+    )})
 
     # Retain set (opt-in; zerounlearn_editor.engine.retain)
-    retain_file: Optional[str] = None
+    retain_file: Optional[str] = field(default=None, metadata={"help": (
+        "retain set (ZeroUnlearn-GD+R): facts to keep, a JSON/JSONL/YAML list of `{prompt, subject}`, path relative "
+        "to the YAML; `null` = none (or `retain=` of the apply functions)"
+    )})
 
     # Experiments (opt-in): a mapping whose keys must be declared in EXPERIMENTAL_KEYS (key -> help)
     EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {
         "fewshot_contexts": "deep forgetting: this many extra context prefixes of 3 hand-written facts each "
         "(`engine.contexts.fewshot_prefixes`), so keys and targets also see in-context prompts",
     }
-    experimental: Dict[str, Any] = field(default_factory=dict)
+    experimental: Dict[str, Any] = field(default_factory=dict, metadata={"help": (
+        "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`); an experiment that does "
+        "not win on report data leaves again"
+    )})
 
     def retain_weights(self) -> Dict[str, float]:
         """The method's weights that act through a retain set; all 0 means the paper's method (retain set unused)."""
@@ -335,11 +319,8 @@ class EditHyperParams(BaseHyperParams):
 
     @classmethod
     def key_help(cls) -> Dict[str, str]:
-        """Help text of every key: :data:`SHARED_KEY_HELP` plus each subclass's ``KEY_HELP``."""
-        merged = dict(SHARED_KEY_HELP)
-        for klass in reversed(cls.__mro__):
-            merged.update(klass.__dict__.get("KEY_HELP", {}))
-        return merged
+        """Help text of every key that has one: its field's ``metadata["help"]`` (read by ``hparams_doc``)."""
+        return {f.name: f.metadata["help"] for f in dataclasses.fields(cls) if "help" in f.metadata}
 
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)
@@ -372,13 +353,18 @@ class EditHyperParams(BaseHyperParams):
                     raise HParamsError(f"{source}: key {key!r} must be {bound}, got {getattr(self, key)!r}")
         if self.v_loss_layer < -1:
             raise HParamsError(
-                f"{source}: key 'v_loss_layer' must be -1 (the model's last layer) or a layer index, got {self.v_loss_layer}"
+                f"{source}: key 'v_loss_layer' must be -1 (the model's last layer) or a layer index, got "
+                f"{self.v_loss_layer}"
             )
         for key in ("stats_dir", "mom2_dataset"):
             if not getattr(self, key).strip():
                 raise HParamsError(f"{source}: key {key!r} is empty")
         if self.mom2_dtype not in ("float16", "float32", "float64"):
-            hint = " (numpy, and so the .npz cache EasyEdit shares, has no bfloat16)" if self.mom2_dtype == "bfloat16" else ""
+            hint = (
+                " (numpy, and so the .npz cache EasyEdit shares, has no bfloat16)"
+                if self.mom2_dtype == "bfloat16"
+                else ""
+            )
             raise HParamsError(
                 f"{source}: key 'mom2_dtype' must be float16, float32 or float64, got {self.mom2_dtype!r}{hint}"
             )
@@ -392,60 +378,3 @@ class EditHyperParams(BaseHyperParams):
                 f"{source}: key 'v_loss_layer' ({self.v_loss_layer}) must be after the last edited layer "
                 f"({self.layers[-1]}), or -1 for the model's last layer"
             )
-
-
-SHARED_KEY_HELP: Dict[str, str] = {
-    # EasyEdit's host fields
-    "alg_name": "`ZeroUnlearn` or `ZeroUnlearn-GD` (must match the class)",
-    "model_name": "hub name or local folder of the model; `smollm2` is the prepared SmolLM2",
-    "device": "CUDA index or a device name (`cpu`, `cuda:0`) the edit runs on",
-    "model_parallel": "EasyEdit host field: load with `device_map=\"auto\"`",
-    "fp16": "EasyEdit host field: load the model in float16",
-    "max_length": "EasyEdit host field: maximum prompt length in tokens for evaluation",
-    "batch_size": "EasyEdit host field: requests per `batch_edit` (`edit()` needs 1)",
-    # where to edit
-    "layers": "edited layers, strictly increasing; processed in order, keys recomputed after each",
-    "rewrite_module_tmp": "the edited weight, e.g. `model.layers.{}.mlp.down_proj` (GPT-2 `Conv1D` is handled)",
-    "layer_module_tmp": "the transformer block of a layer (`{}` = layer index)",
-    "mlp_module_tmp": "the MLP of a layer (`{}` = layer index)",
-    "ln_f_module": "final norm (used by the target optimisation)",
-    "lm_head_module": "output head (used by the target optimisation)",
-    "fact_token": "`subject_last` (key at the subject's last token) or `last` (the prompt's last token)",
-    # keys
-    "context_template_count": "keys are averaged over the bare prompt and this many sampled prefixes",
-    "context_template_length": "tokens per sampled prefix",
-    # neutral targets
-    "neutral_target": "text the model should say instead; `null` = the tokenizer's EOS",
-    "v_num_grad_steps": "Adam steps of the neutral-state residual (one per request, added at the last edited layer; loss: "
-    "NLL of the neutral target + KL on `\"{subject} is a\"` + weight decay)",
-    "v_lr": "Adam learning rate of the residual",
-    "v_loss_layer": "layer whose output feeds the target loss; -1 or the model's last layer = its own head",
-    "v_weight_decay": "weight decay of the residual, relative to the hidden state's squared norm",
-    "clamp_norm_factor": "the residual's norm is clamped to this times the hidden state's",
-    "kl_factor": "weight of the KL term on `\"{subject} is a\"`",
-    "v_early_stop_loss": "a request stops when its target loss falls below this; a final loss far above it (above "
-                         "max(10 x this, ln 10 = 2.30)) is warned about, naming the requests (`EditReport.unreached_targets`)",
-    "chunk_size": "requests per batched key/target pass (memory bound; results do not depend on it)",
-    "targets_optimizer": "`adam_kv` (default): the paper's Adam loop (same updates, clamp and early stop) on cached prefix "
-    "keys/values, equal to `adam` up to float rounding and 2.4-2.75x faster on SmolLM2 at n = 50 (benchmarks/RESULTS.md, "
-    "\"Speed\"); `adam`: the same loop on full forwards (the reference; set it to reproduce earlier runs bit for bit)",
-    "target_objective": "`neutral` (the paper): maximise the neutral target's likelihood; `suppress_answer` (opt-in, every "
-    "request needs `ground_truth`): minimise `-log(1 - p)`, p the whole answer's probability, stopping at "
-    "`v_early_stop_loss` (0.01: p < 0.01), so the residual only removes the answer instead of making EOS likely",
-    # statistics
-    "stats_dir": "folder of the cached utility statistics `C0`",
-    "mom2_dataset": "corpus of `C0`: built-in `wiki_passages_3643`, a `.jsonl`/`.txt` file, a saved dataset or `hub:NAME`",
-    "mom2_n_samples": "passages of the corpus used for `C0`",
-    "mom2_dtype": "dtype of `C0` (`float16`, `float32`, `float64`)",
-    "mom2_max_length": "tokens per passage",
-    "fluency_max_increase": "fluency guard on every edit: the allowed relative perplexity increase on 256 tokens of the "
-                            "built-in WikiText-2 text (1.0 = +100%); beyond it the edit is refused and the weights "
-                            "restored (the apply functions' `fluency_guard=\"warn\"`, `unlearn --allow-fluency-loss`, "
-                            "keep it with a warning); `null` = no guard. It only reads (see \"Fluency guard\")",
-    # retain set and experiments
-    "retain_file": "retain set (ZeroUnlearn-GD+R): facts to keep, a JSON/JSONL/YAML list of `{prompt, subject}`, path "
-    "relative to the YAML; `null` = none (or `retain=` of the apply functions)",
-    "experimental": "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`); an "
-    "experiment that does not win on report data leaves again",
-}
-"""One line of help per key every method shares; each method's config adds its own (``KEY_HELP``)."""

@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.engine.encoding import EncodedBatch, encode_rows
-from zerounlearn_editor.engine.model_access import StopForward, capture_inputs, capture_outputs, model_device
 from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
 from zerounlearn_editor.engine.requests import ForgetRequest
+from zerounlearn_editor.support.model_access import StopForward, capture_inputs, capture_outputs, model_device
 
 
 @dataclass

@@ -32,9 +32,11 @@ from zerounlearn_editor.engine.fluency_guard import (
     DEFAULT_TOKENS,
     FluencyError,
     guard_perplexity,
-    guard_text as builtin_guard_text,
     judge_fluency,
     resolve_mode,
+)
+from zerounlearn_editor.engine.fluency_guard import (
+    guard_text as builtin_guard_text,
 )
 from zerounlearn_editor.engine.forgotten_state import (
     ForgottenState,
@@ -46,22 +48,17 @@ from zerounlearn_editor.engine.forgotten_state import (
     key_moment,
 )
 from zerounlearn_editor.engine.hparams import EditHyperParams
-from zerounlearn_editor.engine.model_access import (
-    check_edited_modules,
-    check_layers,
-    max_positions,
-    get_module,
-    get_weight_matrix,
-    parameter_name_of_weight,
-    set_weight_matrix,
-)
+from zerounlearn_editor.engine.keys import LayerReadout, read_keys_and_hidden
 from zerounlearn_editor.engine.post_mlp import IDENTITY, PostMlpMap, detect_post_mlp_maps, value_targets
 from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
-from zerounlearn_editor.support.progress import progress_bar, progress_scope
-from zerounlearn_editor.engine.keys import LayerReadout, read_keys_and_hidden
-from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, check_targets_not_answers, normalize_requests
+from zerounlearn_editor.engine.requests import (
+    ForgetRequest,
+    RequestError,
+    check_targets_not_answers,
+    normalize_requests,
+)
 from zerounlearn_editor.engine.retain import RetainSpec, check_retain_disjoint, resolve_retain
-from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, SecondMoment, layer_second_moments
+from zerounlearn_editor.engine.stats import SecondMoment, StatsRequest, cached_second_moments
 from zerounlearn_editor.engine.targets import (
     NeutralTargets,
     TargetConfig,
@@ -69,6 +66,16 @@ from zerounlearn_editor.engine.targets import (
     loss_layer_module,
     optimise_neutral_targets,
 )
+from zerounlearn_editor.support.model_access import (
+    check_edited_modules,
+    check_layers,
+    get_module,
+    get_weight_matrix,
+    max_positions,
+    parameter_name_of_weight,
+    set_weight_matrix,
+)
+from zerounlearn_editor.support.progress import progress_bar, progress_scope
 
 LOG = logging.getLogger(__name__)
 
@@ -118,19 +125,7 @@ def batched_statistics(
     layers: Optional[Sequence[int]] = None,
 ) -> Dict[int, SecondMoment]:
     """``C0`` of every edited layer (or of ``layers``): cached files, the missing ones in one pass per batch."""
-    return layer_second_moments(
-        model,
-        tok,
-        hparams.layers if layers is None else layers,
-        hparams.rewrite_module_tmp,
-        hparams.stats_dir,
-        corpus,
-        hparams.mom2_n_samples,
-        hparams.mom2_dtype,
-        hparams.mom2_max_length,
-        STATS_BATCH_SIZE,
-        progress=progress,
-    )
+    return cached_second_moments(model, tok, StatsRequest.of_hparams(hparams, corpus, layers, progress=progress))
 
 
 @dataclass(frozen=True)
@@ -271,7 +266,8 @@ def check_edit_inputs(
     if keep and not active:
         raise ValueError(
             f"a retain set of {len(keep)} facts was given, but the {hparams.alg_name} hparams' retain weights "
-            f"{sorted(weights)} (the terms that use a retain set) are all 0, so it would be ignored; set one of them > 0 "
+            f"{sorted(weights)} (the terms that use a retain set) are all 0, so it would be ignored; set one of them > "
+            "0 "
             f"(e.g. hparams/ZeroUnlearn-GD/<model>-retain.yaml)"
         )
     if active and not keep:
@@ -328,8 +324,23 @@ def run_layerwise_edit(
                                    answer_check)
 
 
-def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets, stages, retain,
-                        guard=("off", None), forgotten=None, track_forgotten=False, answer_check: bool = True):
+def _run_layerwise_edit(
+    model,
+    tok,
+    requests,
+    hparams,
+    solver,
+    corpus,
+    second_moments,
+    progress,
+    targets,
+    stages,
+    retain,
+    guard=("off", None),
+    forgotten=None,
+    track_forgotten=False,
+    answer_check: bool = True,
+):
     stages = stages or EditStages()
     report = EditReport()
     with _timer(report, "validate"):
@@ -375,39 +386,62 @@ def _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_mo
         if mode != "off":
             with _timer(report, "fluency"):
                 ppl_after = guard_perplexity(model, tok, guard_text_, n_tokens)
-            check = judge_fluency(ppl_before, ppl_after, n_tokens,
-                                  DEFAULT_MAX_INCREASE if hparams.fluency_max_increase is None else hparams.fluency_max_increase,
-                                  mode)
-            report.fluency = check.as_dict()
-            if not check.passed and mode == "refuse":
-                raise FluencyError(f"{hparams.alg_name}: edit refused and the weights restored: {check.message()}", check)
-            if not check.passed:
-                LOG.warning("%s: %s; kept because fluency_guard is 'warn'", hparams.alg_name, check.message())
-            elif check.warned:
-                LOG.warning("%s: %s", hparams.alg_name, check.warning())
-            else:
-                LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens", ppl_before, ppl_after,
-                         100 * check.increase, n_tokens)
+            _judge_edit_fluency(hparams, report, mode, ppl_before, ppl_after, n_tokens)
     except BaseException:
         restore_weights(model, weights_copy)
         raise
     if key_moments is not None:
-        start = forgotten if forgotten is not None else empty_state(
-            hparams.rewrite_module_tmp, hparams.layers, {l: m.shape[0] for l, m in key_moments.items()})
-        report.forgotten = add_keys(start, key_moments, len(forget),
-                                    edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers),
-                                    digest_before)
+        report.forgotten = _forgotten_after(model, hparams, forgotten, key_moments, len(forget), digest_before)
     if answer_check:
         with _timer(report, "answered"):
             report.still_answered = still_answered(model, tok, forget)
-    if report.still_answered:
-        by_index = {r.index: r for r in forget}
-        shown = ", ".join(f"request {i} ({by_index[i].prompt[:60]!r} -> {by_index[i].answer!r})"
-                          for i in report.still_answered[:5])
-        more = f" (+{len(report.still_answered) - 5} more)" if len(report.still_answered) > 5 else ""
-        LOG.warning("%s: %d of %d request(s) with an answer still give it after the edit (greedy): %s%s",
-                    hparams.alg_name, len(report.still_answered), sum(r.answer is not None for r in forget), shown, more)
+    _warn_still_answered(forget, hparams, report)
     return weights_copy, report
+
+
+def _judge_edit_fluency(hparams: EditHyperParams, report: EditReport, mode: str, ppl_before: float,
+                        ppl_after: float, n_tokens: int) -> None:
+    """The fluency guard's verdict on an edit: fills ``report.fluency``; raises :class:`FluencyError` for a
+    refused edit (the caller restores the weights), warns for one kept above the limit or above +5%."""
+    check = judge_fluency(
+        ppl_before,
+        ppl_after,
+        n_tokens,
+        DEFAULT_MAX_INCREASE if hparams.fluency_max_increase is None else hparams.fluency_max_increase,
+        mode,
+    )
+    report.fluency = check.as_dict()
+    if not check.passed and mode == "refuse":
+        raise FluencyError(f"{hparams.alg_name}: edit refused and the weights restored: {check.message()}", check)
+    if not check.passed:
+        LOG.warning("%s: %s; kept because fluency_guard is 'warn'", hparams.alg_name, check.message())
+    elif check.warned:
+        LOG.warning("%s: %s", hparams.alg_name, check.warning())
+    else:
+        LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens", ppl_before, ppl_after,
+                 100 * check.increase, n_tokens)
+
+
+def _forgotten_after(model: nn.Module, hparams: EditHyperParams, forgotten: Optional[ForgottenState],
+                     key_moments: Dict[int, torch.Tensor], n_forget: int, digest_before: str) -> ForgottenState:
+    """The state of every fact forgotten so far: ``forgotten`` (or an empty state) plus this edit's ``K_f K_f^T``
+    per layer (``key_moments``, ``[d_in, d_in]`` each) and its ``n_forget`` facts, with the weights' digests."""
+    start = forgotten if forgotten is not None else empty_state(
+        hparams.rewrite_module_tmp, hparams.layers, {l: m.shape[0] for l, m in key_moments.items()})
+    return add_keys(start, key_moments, n_forget,
+                    edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers), digest_before)
+
+
+def _warn_still_answered(forget: List[ForgetRequest], hparams: EditHyperParams, report: EditReport) -> None:
+    """Warn, naming up to five, about the requests ``report.still_answered`` lists (their answer survived the edit)."""
+    if not report.still_answered:
+        return
+    by_index = {r.index: r for r in forget}
+    shown = ", ".join(f"request {i} ({by_index[i].prompt[:60]!r} -> {by_index[i].answer!r})"
+                      for i in report.still_answered[:5])
+    more = f" (+{len(report.still_answered) - 5} more)" if len(report.still_answered) > 5 else ""
+    LOG.warning("%s: %d of %d request(s) with an answer still give it after the edit (greedy): %s%s",
+                hparams.alg_name, len(report.still_answered), sum(r.answer is not None for r in forget), shown, more)
 
 
 def still_answered(model: nn.Module, tok, forget: Sequence[ForgetRequest]) -> List[int]:
@@ -459,7 +493,8 @@ def _check_lengths(
             length = len(tok(request.prompt)["input_ids"]) + extra + (len(target_ids[i]) if kind == "request" else 0)
             if length > limit:
                 raise RequestError(
-                    f"{kind} {request.index}: prompt {request.prompt[:60]!r}... needs {length} positions (with a context "
+                    f"{kind} {request.index}: prompt {request.prompt[:60]!r}... needs {length} positions (with a "
+                    "context "
                     f"prefix of {extra} and the target), more than the model's {limit}"
                 )
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from zerounlearn_editor.engine.architectures import is_norm
 from zerounlearn_editor.engine.eval_mode import eval_mode
-from zerounlearn_editor.engine.model_access import (
+from zerounlearn_editor.support.model_access import (
     StopForward,
     capture_outputs,
     get_module,
@@ -158,7 +158,9 @@ def _fit_norm(module: nn.Module, name: str, x: torch.Tensor, tol: float = _REL_T
             bias = (y_mean[:, 0] - gain * r_mean[:, 0])
             fitted = gain[:, None] * r + bias[:, None]
         if (fitted - y.t()).norm() <= tol * y.norm():
-            return PostMlpMap(kind=kind, gain=gain.cpu(), bias=None if bias is None else bias.cpu(), eps=eps, module=name)
+            return PostMlpMap(
+                kind=kind, gain=gain.cpu(), bias=None if bias is None else bias.cpu(), eps=eps, module=name
+            )
     return None
 
 
@@ -186,7 +188,9 @@ def detect_post_mlp_maps(model: nn.Module, layer_module_tmp: str, rewrite_module
             clean[layer] = value[0].detach().clone()
             if layer not in noise:
                 scale = float(value[0].float().std()) or 1.0
-                noise[layer] = (torch.randn(value.shape[1:], generator=generator, dtype=torch.float32) * scale).to(value)
+                noise[layer] = (torch.randn(value.shape[1:], generator=generator, dtype=torch.float32) * scale).to(
+                    value
+                )
             value = value.clone()
             value[row] = value[row] + noise[layer]
             value = value.view(flat.shape)
@@ -254,4 +258,6 @@ def _match(model, block: str, rewrite: str, m_raw: torch.Tensor, e_raw: torch.Te
         return replace(fitted, scale=1.0 if abs(scale - 1.0) <= tol else scale)
     raise UnsupportedResidualPath(
         f"{block}: the output of {rewrite} does not reach the residual stream as is, scaled, or through one of the "
-        f"block's norms ({tried or 'none'}); editing it is not supported (is rewrite_module_tmp the MLP's output projection?)")
+        f"block's norms ({tried or 'none'}); editing it is not supported (is rewrite_module_tmp the MLP's output "
+        "projection?)"
+    )

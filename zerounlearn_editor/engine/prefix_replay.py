@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 from torch import nn
 
-from zerounlearn_editor.engine.model_access import get_module
+from zerounlearn_editor.support.model_access import get_module
 
 LOG = logging.getLogger(__name__)
 

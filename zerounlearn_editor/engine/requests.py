@@ -42,7 +42,9 @@ def _as_text(value: Any, index: int, field: str, allow_empty: bool = False) -> s
         if not value:
             raise RequestError(f"request {index}: field {field!r} is an empty list")
         if len(value) > 1:  # one request has one prompt / subject / answer / target: the rest would be dropped
-            raise RequestError(f"request {index}: field {field!r} is a list of {len(value)} values, expected one string")
+            raise RequestError(
+                f"request {index}: field {field!r} is a list of {len(value)} values, expected one string"
+            )
         value = value[0]
     if not isinstance(value, str):
         raise RequestError(f"request {index}: field {field!r} must be a string, got {type(value).__name__}")
@@ -150,7 +152,10 @@ def check_targets_not_answers(forget: Sequence[ForgetRequest], neutral_target: O
             if request.target:
                 where, fix = "its field 'target_new'", "give a target_new that does not start with the answer, or none"
             else:
-                where, fix = "the hparams' key 'neutral_target'", "set a neutral_target that does not start with the answer"
+                where, fix = (
+                    "the hparams' key 'neutral_target'",
+                    "set a neutral_target that does not start with the answer",
+                )
             raise RequestError(
                 f"request {request.index}: the neutral target {target!r} ({where}) is or begins with the answer "
                 f"{request.answer!r} to forget, so the edit would teach the fact instead of removing it; {fix}"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple
 import torch
 
 from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.engine.model_access import model_device
+from zerounlearn_editor.support.model_access import model_device
 from zerounlearn_editor.support.progress import progress_bar
 
 if TYPE_CHECKING:

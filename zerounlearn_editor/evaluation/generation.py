@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, List, Sequence
 import torch
 from transformers import GenerationConfig
 
-from zerounlearn_editor.evaluation.batching import padded_batches, pad_token_id
+from zerounlearn_editor.evaluation.batching import pad_token_id, padded_batches
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -22,9 +22,9 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 import torch
 from torch import nn
 
-from zerounlearn_editor.engine.model_access import get_module, module_is_transposed
 from zerounlearn_editor.engine.stats import model_fingerprint
 from zerounlearn_editor.support.files import write_bytes_atomic, write_text_atomic
+from zerounlearn_editor.support.model_access import get_module, module_is_transposed
 
 LOG = logging.getLogger(__name__)
 
@@ -71,8 +71,15 @@ class AdapterReport:
         return sum(self.files.values())
 
     def to_dict(self) -> Dict[str, Any]:
-        return dict(out_dir=self.out_dir, r=self.r, layers=[asdict(l) for l in self.layers], files=self.files,
-                    size_bytes=self.size_bytes, metadata=self.metadata, base_model_fingerprint=self.base_model_fingerprint)
+        return dict(
+            out_dir=self.out_dir,
+            r=self.r,
+            layers=[asdict(l) for l in self.layers],
+            files=self.files,
+            size_bytes=self.size_bytes,
+            metadata=self.metadata,
+            base_model_fingerprint=self.base_model_fingerprint,
+        )
 
 
 def _rounding_noise(W_new: torch.Tensor, dtype: torch.dtype) -> float:
@@ -139,7 +146,9 @@ def edit_deltas(
             raise ValueError(f"weights_before names {name!r}, which the edited model does not have")
         module = get_module(edited_model, module_name)
         if not isinstance(module, nn.Linear) and not module_is_transposed(module):
-            raise ValueError(f"{module_name}: LoRA export supports Linear and Conv1D weights, not {type(module).__name__}")
+            raise ValueError(
+                f"{module_name}: LoRA export supports Linear and Conv1D weights, not {type(module).__name__}"
+            )
         after = params[name].detach()
         if before.shape != after.shape:
             raise ValueError(f"{name}: weight before {tuple(before.shape)} vs after {tuple(after.shape)}")

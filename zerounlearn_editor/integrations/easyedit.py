@@ -36,11 +36,17 @@ RIGHT_PADDING_METHODS = ("ROME", "MEMIT", "EMMET", "EAMET", "R-ROME", "AlphaEdit
 
 
 def method_functions() -> Dict[str, Callable]:
-    """``{alg_name: apply function}`` of our methods (EasyEdit's calling convention)."""
-    from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
-    from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
+    """``{alg_name: apply function}`` of the registered methods (:mod:`zerounlearn_editor.methods.registry`)."""
+    from zerounlearn_editor.methods.registry import registered_methods
 
-    return {"ZeroUnlearn": apply_zerounlearn_to_model, "ZeroUnlearn-GD": apply_zerounlearn_gd_to_model}
+    return {entry.name: entry.apply for entry in registered_methods()}
+
+
+def _batchable_names() -> frozenset:
+    """The registered methods EasyEdit's ``batch_edit`` accepts (read at each call: later registrations count)."""
+    from zerounlearn_editor.methods.registry import registered_methods
+
+    return frozenset(entry.name for entry in registered_methods() if entry.easyedit_batchable)
 
 
 def easyedit_available(path: Optional[str] = None) -> bool:
@@ -77,7 +83,9 @@ def _wrap_base_editor(editor_cls: type) -> None:
         name = getattr(hparams, "model_name", None)
         if isinstance(name, str) and not any(key in name.lower() for key in EASYEDIT_LOADABLE):
             LOG.info("model %r: EasyEdit's loader does not know the name; loaded by zerounlearn_editor", name)
-            hparams.model_name = load_for_easyedit(name, str(getattr(hparams, "alg_name", "")), bool(getattr(hparams, "fp16", False)))
+            hparams.model_name = load_for_easyedit(
+                name, str(getattr(hparams, "alg_name", "")), bool(getattr(hparams, "fp16", False))
+            )
             try:
                 original(self, hparams, *args, **kwargs)
             finally:
@@ -99,9 +107,10 @@ def registration_error() -> Optional[str]:
 
 
 def register_with_easyedit(path: Optional[str] = None) -> bool:
-    """Add ZeroUnlearn and ZeroUnlearn-GD to EasyEdit's ``ALG_DICT`` and batch gate.
+    """Add the registered methods (ZeroUnlearn, ZeroUnlearn-GD, any other) to EasyEdit's ``ALG_DICT`` and batch gate.
 
-    Idempotent. ``path`` (or ``$EASYEDIT_PATH``) is an EasyEdit source tree to import from.
+    Idempotent; a method registered later is added by calling it again. ``path`` (or ``$EASYEDIT_PATH``) is an EasyEdit
+    source tree to import from.
     Returns False (and logs why) when EasyEdit cannot be imported.
     """
     if not easyedit_available(path):
@@ -123,13 +132,12 @@ def register_with_easyedit(path: Optional[str] = None) -> bool:
     batch_editor = batch_module.BatchEditor
     if getattr(batch_editor, _WRAPPED_FLAG, None) is None:
         original = batch_editor.is_batchable_method
-        ours = frozenset(methods)
 
         def is_batchable_method(alg_name: str) -> bool:
-            return alg_name in ours or original(alg_name)
+            return alg_name in _batchable_names() or original(alg_name)
 
         batch_editor.is_batchable_method = staticmethod(is_batchable_method)
-        setattr(batch_editor, _WRAPPED_FLAG, ours)
+        setattr(batch_editor, _WRAPPED_FLAG, True)
     if editor_module is not None:
         _wrap_base_editor(editor_module.BaseEditor)
     LOG.debug("registered %s with EasyEdit", ", ".join(methods))

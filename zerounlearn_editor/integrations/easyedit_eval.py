@@ -31,10 +31,9 @@ import json
 import logging
 import re
 from dataclasses import dataclass
+from numbers import Number
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
-
-from numbers import Number
 
 from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
 from zerounlearn_editor.support.files import sha256_of_file, write_text_atomic
@@ -128,7 +127,9 @@ def _check_subject(path: str, index: int, record: Mapping[str, Any], fmt: str) -
     """Record ``index``'s subject occurs in its prompt (edits locate the subject there), else a SystemExit naming it."""
     subject, prompt = _first_text(record["subject"]), _first_text(record[_PROMPT_FIELD[fmt]])
     if not subject:
-        raise SystemExit(f"--data_dir {path}: record {index} field subject is empty; give the subject as it occurs in the prompt")
+        raise SystemExit(
+            f"--data_dir {path}: record {index} field subject is empty; give the subject as it occurs in the prompt"
+        )
     if subject not in prompt and "{}" not in prompt:
         raise SystemExit(
             f"--data_dir {path}: record {index}: subject {subject!r} does not occur in its prompt {prompt!r}; "
@@ -157,7 +158,11 @@ def flat_inputs(data: EditData, need_target: bool = True) -> Dict[str, Any]:
             if not column[-1] and (need_target or name != _TARGET_FIELD[data.format]):
                 raise SystemExit(f"{data.path}: record {i} field {name} is empty; fill it in or drop the record")
         portability = r.get("portability") if data.format == "zsre" else None
-        if isinstance(portability, Mapping) and portability.get("New Question") and _first_text(portability.get("New Answer")):
+        if (
+            isinstance(portability, Mapping)
+            and portability.get("New Question")
+            and _first_text(portability.get("New Answer"))
+        ):
             port_prompts.append(str(portability["New Question"]))
             port_answers.append(_first_text(portability["New Answer"]))
         else:
@@ -191,15 +196,20 @@ def _norm(name: str) -> str:
 
 def _hparams_classes(namespace: Mapping[str, Any]) -> Dict[str, type]:
     return {
-        name: value for name, value in namespace.items()
-        if inspect.isclass(value) and re.search(r"h(yper)?params$", name, re.IGNORECASE) and hasattr(value, "from_hparams")
+        name: value
+        for name, value in namespace.items()
+        if inspect.isclass(value)
+        and re.search(r"h(yper)?params$", name, re.IGNORECASE)
+        and hasattr(value, "from_hparams")
     }
 
 
 def find_hparams_class(method: str, alg_dict: Mapping[str, Any]) -> type:
     """The hyperparameter class of ``ALG_DICT[method]`` (see module docstring); errors name the candidates."""
     if method not in alg_dict:
-        raise ValueError(f"--editing_method {method!r} is not in EasyEdit's ALG_DICT; known: {', '.join(sorted(alg_dict))}")
+        raise ValueError(
+            f"--editing_method {method!r} is not in EasyEdit's ALG_DICT; known: {', '.join(sorted(alg_dict))}"
+        )
     function = alg_dict[method]
     module_name = getattr(function, "__module__", None) or type(function).__module__
     module = importlib.import_module(module_name)
@@ -273,9 +283,16 @@ def knowedit_inputs(records: Sequence[Mapping[str, Any]], datatype: Optional[str
         args["locality_inputs"] = _inputs(records, {"Relation_Specificity": "locality_rs"})
         args["portability_inputs"] = {}
     else:
-        args["locality_inputs"] = _inputs(records, {"Relation_Specificity": "locality_rs", "Forgetfulness": "locality_f"})
+        args["locality_inputs"] = _inputs(
+            records, {"Relation_Specificity": "locality_rs", "Forgetfulness": "locality_f"}
+        )
         args["portability_inputs"] = _inputs(
-            records, {"Subject_Aliasing": "portability_s", "reasoning": "portability_r", "Logical_Generalization": "portability_l"}
+            records,
+            {
+                "Subject_Aliasing": "portability_s",
+                "reasoning": "portability_r",
+                "Logical_Generalization": "portability_l",
+            },
         )
     if any(truths):
         prompts = [r["prompt"] if t else None for r, t in zip(records, truths)]
@@ -330,7 +347,9 @@ def unlearning_summary(metrics: Sequence[Mapping[str, Any]], mode: Mapping[str, 
     summary["rephrase_acc"] = {p: _phase_mean(metrics, p, None, "rephrase_acc") for p in ("pre", "post")}
     for section, names in keys.items():
         summary[section] = {
-            name: {p: _phase_mean(metrics, p, section, name) for p in ("pre", "post")} for name in sorted(names) if name != truth
+            name: {p: _phase_mean(metrics, p, section, name) for p in ("pre", "post")}
+            for name in sorted(names)
+            if name != truth
         }
     for values in summary["locality"].values():
         # EasyEdit's locality accuracy compares post-edit with pre-edit outputs: 1 before the edit
@@ -356,12 +375,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics_save_dir", default="./output", type=str)
     parser.add_argument("--datatype", default=None, type=str)
     parser.add_argument("--train_data_path", type=str, help="IKE: its in-context training data")
-    parser.add_argument("--pre_file", default=None, type=str, help="cached pre-edit metrics (default: in --metrics_save_dir)")
-    parser.add_argument("--target-new", dest="target_new", choices=["neutral", "keep"], default="neutral",
-                        help="neutral (default): unlearn towards the neutral target; keep: the dataset's target_new (editing)")
+    parser.add_argument(
+        "--pre_file", default=None, type=str, help="cached pre-edit metrics (default: in --metrics_save_dir)"
+    )
+    parser.add_argument(
+        "--target-new",
+        dest="target_new",
+        choices=["neutral", "keep"],
+        default="neutral",
+        help="neutral (default): unlearn towards the neutral target; keep: the dataset's target_new (editing)",
+    )
     parser.add_argument("--no-test-generation", dest="test_generation", action="store_false",
                         help="skip EasyEdit's generation-based fluency (slow on CPU)")
-    parser.add_argument("--easyedit-path", default=None, help="EasyEdit source tree (default $EASYEDIT_PATH / sys.path)")
+    parser.add_argument(
+        "--easyedit-path", default=None, help="EasyEdit source tree (default $EASYEDIT_PATH / sys.path)"
+    )
     return parser
 
 
@@ -388,7 +416,8 @@ def _load_easyedit(path: Optional[str]) -> Dict[str, Any]:  # noqa: D401 - EasyE
 
 
 def _check_output_paths(args: argparse.Namespace) -> Path:
-    """``--metrics_save_dir`` (a folder or nothing yet) and ``--pre_file`` (a file, its folder existing) before any work."""
+    """``--metrics_save_dir`` (a folder or nothing yet) and ``--pre_file`` (a file, its folder existing) before any
+    work."""
     out = Path(args.metrics_save_dir)
     if out.exists() and not out.is_dir():
         raise SystemExit(f"--metrics_save_dir {out} is a file, not a folder; give a folder (it is created if missing)")
@@ -496,14 +525,20 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
     except HParamsError as exc:
         raise SystemExit(f"--hparams_dir: {exc}") from exc
     if alg_name != args.editing_method:  # BaseEditor picks the method by the YAML's alg_name
-        raise SystemExit(f"{args.hparams_dir}: alg_name is {alg_name!r}, but --editing_method is {args.editing_method!r}")
+        raise SystemExit(
+            f"{args.hparams_dir}: alg_name is {alg_name!r}, but --editing_method is {args.editing_method!r}"
+        )
     data = read_edit_data(args.data_dir, args.ds_size, need_target=args.target_new == "keep")
     if data.format == "knowedit":
         if args.datatype not in KNOWEDIT_DATATYPES:
-            raise SystemExit(f"--data_dir {args.data_dir} is in KnowEdit format: --datatype must be "
-                             f"{', '.join(KNOWEDIT_DATATYPES)} (the KnowEdit subset it comes from), got {args.datatype!r}")
+            raise SystemExit(
+                f"--data_dir {args.data_dir} is in KnowEdit format: --datatype must be "
+                f"{', '.join(KNOWEDIT_DATATYPES)} (the KnowEdit subset it comes from), got {args.datatype!r}"
+            )
     elif args.datatype not in (None, data.format):
-        raise SystemExit(f"--data_dir {args.data_dir} is in EasyEdit's {data.format} format, but --datatype is {args.datatype!r}")
+        raise SystemExit(
+            f"--data_dir {args.data_dir} is in EasyEdit's {data.format} format, but --datatype is {args.datatype!r}"
+        )
     easyedit = easyedit or _load_easyedit(args.easyedit_path)
     try:
         hparams_cls = find_hparams_class(args.editing_method, easyedit["alg_dict"])
@@ -582,11 +617,17 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
                    pre_edit_file=str(pre_path), metrics_file=str(result_path))
     (out / f"{stem}_unlearning_summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     truth = summary["forget_ground_truth_acc"]
-    print(f"{mode['mode'].upper()} ({args.editing_method}, {summary['cases']} cases, target_new: {mode['target_new']!r})")
+    print(
+        f"{mode['mode'].upper()} ({args.editing_method}, {summary['cases']} cases, target_new: {mode['target_new']!r})"
+    )
     if truth["pre"] is not None:
         print(f"ground-truth accuracy: {truth['pre']:.3f} -> {truth['post']:.3f}")
     rows = [("rewrite_acc", summary["rewrite_acc"]), ("rephrase_acc", summary["rephrase_acc"])]
-    rows += [(f"{section} {name}", values) for section in ("locality", "portability") for name, values in summary[section].items()]
+    rows += [
+        (f"{section} {name}", values)
+        for section in ("locality", "portability")
+        for name, values in summary[section].items()
+    ]
     rows.append(("fluency ngram_entropy", summary["fluency_ngram_entropy"]))
     for name, values in rows:
         if values["pre"] is not None or values["post"] is not None:

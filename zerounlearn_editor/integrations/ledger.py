@@ -4,9 +4,10 @@ Beside the edited model, :data:`LEDGER_NAME` (JSON) records every fact forgotten
 which edit), each edit (time, YAML name and content hash, facts file, protection weight), the method, module
 template and layers, the base model (its name and fingerprint, and the fingerprint of its unedited modules),
 the statistics ``C0`` were read from (the base model's cache files: their names, token counts and model
-fingerprint), the context prefixes sampled from the base model (every edit uses the same), the fingerprint and weights digest of the saved model, and the carried state
-(:mod:`~zerounlearn_editor.engine.forgotten_state`, :data:`~zerounlearn_editor.engine.forgotten_state.STATE_FILE`)
-with its sha256. ``ledger_sha256`` hashes everything else: a ledger edited by hand is refused.
+fingerprint), the context prefixes sampled from the base model (every edit uses the same), the fingerprint and
+weights digest of the saved model, and the carried state (:mod:`~zerounlearn_editor.engine.forgotten_state`,
+:data:`~zerounlearn_editor.engine.forgotten_state.STATE_FILE`) with its sha256. ``ledger_sha256`` hashes
+everything else: a ledger edited by hand is refused.
 
 ``zerounlearn unlearn --model DIR`` on such a folder continues (:func:`read_continuation` before the model
 loads, :meth:`Continuation.check_model` after): same method, module and layers, the folder's weights the ones
@@ -30,7 +31,6 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.engine.contexts import cached_context_prefixes, restore_context_prefixes
-from zerounlearn_editor.engine.model_access import get_module
 from zerounlearn_editor.engine.forgotten_state import (
     STATE_FILE,
     ForgottenState,
@@ -50,6 +50,7 @@ from zerounlearn_editor.engine.stats import (
     stats_path,
 )
 from zerounlearn_editor.support.files import sha256_of_file, sha256_of_json, write_text_atomic
+from zerounlearn_editor.support.model_access import get_module
 
 LOG = logging.getLogger(__name__)
 
@@ -106,22 +107,28 @@ class Continuation:
         changed = model_fingerprint(model) != self.ledger["model_fingerprint"]
         if not changed and _weights_dtype(model, hparams) == self.ledger.get("weights_dtype"):
             # exact values (the fingerprint rounds to bfloat16, below which an edit may hide)
-            changed = edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers) != self.ledger["weights_digest"]
+            changed = (
+                edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers)
+                != self.ledger["weights_digest"]
+            )
         if changed:
             raise LedgerError(
                 f"{where}: the edited weights differ from the ones the ledger recorded (the model was changed after "
                 "the ledger was written); the ledger's facts and state do not describe it")
         return self._base_statistics(model, hparams, corpus)
 
-    def _base_statistics(self, model: nn.Module, hparams: EditHyperParams, corpus: Optional[str]) -> Dict[int, SecondMoment]:
+    def _base_statistics(
+        self, model: nn.Module, hparams: EditHyperParams, corpus: Optional[str]
+    ) -> Dict[int, SecondMoment]:
         recorded = self.ledger["statistics"]
         now = statistics_record(hparams, recorded["model_name"], corpus)
         differing = [k for k in ("corpus", "n_samples", "dtype", "max_length") if now[k] != recorded[k]]
         if differing:
             raise LedgerError(
-                f"model folder {self.folder}: the YAML's statistics settings {differing} differ from the ones the earlier "
-                f"edits used ({ {k: recorded[k] for k in differing} }); C0 must be the base model's, as before: use "
-                "the same mom2_* settings and corpus")
+                f"model folder {self.folder}: the YAML's statistics settings {differing} differ from the ones the "
+                f"earlier edits used ({ {k: recorded[k] for k in differing} }); C0 must be the base model's, as "
+                "before: use the same mom2_* settings and corpus"
+            )
         base_fp = self.ledger["base_model"]["fingerprint_unedited_modules"]
         out: Dict[int, SecondMoment] = {}
         for layer in hparams.layers:
@@ -130,14 +137,18 @@ class Continuation:
                     f"one: run `zerounlearn stats` with the YAML on that model (stats_dir {hparams.stats_dir}), then "
                     "rerun")
             if not path.is_file():
-                raise LedgerError(f"model folder {self.folder}: the base model's statistics file {path} is missing; {hint}")
+                raise LedgerError(
+                    f"model folder {self.folder}: the base model's statistics file {path} is missing; {hint}"
+                )
             try:
                 stat, meta = load_second_moment(path)
             except StatsCacheError as exc:
                 raise LedgerError(f"model folder {self.folder}: {exc}; {hint}") from exc
             if meta.get("model_fingerprint") not in (None, base_fp):
-                raise LedgerError(f"model folder {self.folder}: {path} holds the statistics of another model (fingerprint "
-                                  f"{meta['model_fingerprint']}, the base's {base_fp}); {hint}")
+                raise LedgerError(
+                    f"model folder {self.folder}: {path} holds the statistics of another model (fingerprint "
+                    f"{meta['model_fingerprint']}, the base's {base_fp}); {hint}"
+                )
             count = recorded.get("counts", {}).get(str(layer))
             if count is not None and stat.count != count:
                 LOG.warning("%s: %d tokens, the earlier edits used %d (recomputed since?)", path, stat.count, count)

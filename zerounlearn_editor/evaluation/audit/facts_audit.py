@@ -12,7 +12,14 @@ from typing import Any, List, Mapping, Sequence, Tuple, Union
 
 from zerounlearn_editor.data.corpus import load_corpus
 from zerounlearn_editor.data.record_files import RecordFileError, read_record_list
-from zerounlearn_editor.evaluation.audit.items import AuditItem, PoolFact, audit_pool, builtin_pool, items_from_facts, pool_from_facts
+from zerounlearn_editor.evaluation.audit.items import (
+    AuditItem,
+    PoolFact,
+    audit_pool,
+    builtin_pool,
+    items_from_facts,
+    pool_from_facts,
+)
 
 
 def check_probe_fields(record: Mapping[str, Any], index: int, path: Union[str, Path]) -> None:
@@ -20,7 +27,9 @@ def check_probe_fields(record: Mapping[str, Any], index: int, path: Union[str, P
     for name in ("paraphrases", "questions"):
         value = record.get(name, [])
         if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-            raise RecordFileError(f"{path}: record {index}: field {name!r} must be a list of non-empty strings, got {value!r}")
+            raise RecordFileError(
+                f"{path}: record {index}: field {name!r} must be a list of non-empty strings, got {value!r}"
+            )
 
 
 def facts_items(path: Union[str, Path]) -> List[AuditItem]:

@@ -71,7 +71,9 @@ def items_from_cases(cases: Sequence[UnlearnCase]) -> List[AuditItem]:
         if case.source == "rwku":
             paraphrases = ()
             questions = tuple(case.probe_groups.get("forget_level2", ()))
-            groups = {name: tuple(case.probe_groups[key]) for key, name in RWKU_LEVELS.items() if case.probe_groups.get(key)}
+            groups = {
+                name: tuple(case.probe_groups[key]) for key, name in RWKU_LEVELS.items() if case.probe_groups.get(key)
+            }
         items.append(AuditItem(case.case_id, request["prompt"], request["subject"], request["ground_truth"],
                                _case_relation(case), paraphrases, questions, groups))
     return items
@@ -126,7 +128,10 @@ def builtin_pool() -> List[PoolFact]:
     """The package's hand-written facts (:mod:`zerounlearn_editor.data.facts`), relation = template."""
     from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, OTHER_CAPITALS, UNRELATED_FACTS
 
-    return [dataclasses.replace(f, builtin=True) for f in pool_from_facts(CAPITALS_TO_FORGET + OTHER_CAPITALS + UNRELATED_FACTS)]
+    return [
+        dataclasses.replace(f, builtin=True)
+        for f in pool_from_facts(CAPITALS_TO_FORGET + OTHER_CAPITALS + UNRELATED_FACTS)
+    ]
 
 
 def audit_pool(*parts: Sequence[PoolFact]) -> List[PoolFact]:

@@ -14,7 +14,7 @@ from torch import nn
 
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.batching import encode_probe, padded_batches
-from zerounlearn_editor.engine.model_access import StopForward, capture_outputs, get_module, num_hidden_layers
+from zerounlearn_editor.support.model_access import StopForward, capture_outputs, get_module, num_hidden_layers
 
 
 def best_ranks(model: nn.Module, tok, probes: Sequence[Probe], first_layer: int, layer_module_tmp: str,

@@ -16,9 +16,9 @@ text) before loading a model and :func:`check_plan_lengths` (positions) before s
 """
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass, field
-import logging
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from zerounlearn_editor.data.types import Probe
@@ -95,7 +95,9 @@ class AuditSettings:
         if self.choices < 2:
             raise AuditError(f"audit: choices must be >= 2, got {self.choices}")
         if self.top_k < 1 or self.generic_words < 2:
-            raise AuditError(f"audit: top_k must be >= 1 and generic_words >= 2, got {self.top_k}, {self.generic_words}")
+            raise AuditError(
+                f"audit: top_k must be >= 1 and generic_words >= 2, got {self.top_k}, {self.generic_words}"
+            )
         if self.batch_size < 1:
             raise AuditError(f"audit: batch size must be >= 1 (probes per forward pass), got {self.batch_size}; "
                              "give e.g. --batch-size 16")
@@ -106,11 +108,18 @@ class AuditSettings:
         if bad:
             raise AuditError(f"audit: unknown relearning scope(s) {bad} (known: {', '.join(SCOPES)})")
         lr = self.relearn_lr
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or not 0 < lr <= MAX_RELEARN_LR:
+        if (
+            isinstance(lr, bool)
+            or not isinstance(lr, (int, float))
+            or not math.isfinite(lr)
+            or not 0 < lr <= MAX_RELEARN_LR
+        ):
             raise AuditError(f"audit: relearning learning rate (--relearn-lr) must be a finite number in "
                              f"(0, {MAX_RELEARN_LR}], got {lr!r}; the default is 1e-4")
         if self.relearn_steps < 1 or self.relearn_n < 1:
-            raise AuditError(f"audit: relearning needs steps >= 1 and n >= 1; got {self.relearn_steps}, {self.relearn_n}")
+            raise AuditError(
+                f"audit: relearning needs steps >= 1 and n >= 1; got {self.relearn_steps}, {self.relearn_n}"
+            )
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -194,10 +203,12 @@ def check_audit_inputs(items: Sequence[AuditItem], pool: Sequence[PoolFact], set
     forbidden = forbidden_of(items)
     allowed = allowed_facts(pool, forbidden)
     if fam & {"in_context", "choice", "relearning", "lens", "quantization"} and not allowed:
-        raise AuditError(f"audit: none of the {len(pool)} facts the audit may borrow (in-context examples, distractors, "
-                         "relearning facts) is free of the forgotten subjects and answers "
-                         f"({_why_none_left([f'{f.prompt} {f.answer}' for f in pool], items) or 'no pool'}); "
-                         "leave in_context, choice, lens, quantization and relearning out of the probes")
+        raise AuditError(
+            f"audit: none of the {len(pool)} facts the audit may borrow (in-context examples, distractors, "
+            "relearning facts) is free of the forgotten subjects and answers "
+            f"({_why_none_left([f'{f.prompt} {f.answer}' for f in pool], items) or 'no pool'}); "
+            "leave in_context, choice, lens, quantization and relearning out of the probes"
+        )
     if "relearning" in fam:
         texts = generic_texts(generic_passages, 1, settings.generic_words, forbidden)
         if not texts:
@@ -235,8 +246,13 @@ def build_plan(items: Sequence[AuditItem], pool: Sequence[PoolFact], tok: Any, s
         asked.append(settings.lens_shots)
     for k in sorted(set(asked)):
         if k > available:
-            LOG.warning("audit: %d in-context examples asked for, but only %d facts can be borrowed (naming no forgotten "
-                        "subject or answer); the column is ic%d", k, available, available)
+            LOG.warning(
+                "audit: %d in-context examples asked for, but only %d facts can be borrowed (naming no forgotten "
+                "subject or answer); the column is ic%d",
+                k,
+                available,
+                available,
+            )
     plan.shots = tuple(sorted({min(k, available) for k in settings.shots})) if "in_context" in fam else ()
     plan.lens_shots = min(settings.lens_shots, available)
     shots = set(plan.shots) | ({plan.lens_shots} if fam & {"lens", "quantization"} else set())
@@ -245,11 +261,15 @@ def build_plan(items: Sequence[AuditItem], pool: Sequence[PoolFact], tok: Any, s
         plan.in_context_examples[k] = examples
         text[f"ic{k}"] = [[_in_context_probe(i, ex)] if ex else [] for i, ex in zip(items, examples)]
         if k in plan.shots:
-            plan.same_relation[f"ic{k}"] = sum(1 for i, ex in zip(items, examples) if ex and same_relation(i, ex) == len(ex))
+            plan.same_relation[f"ic{k}"] = sum(
+                1 for i, ex in zip(items, examples) if ex and same_relation(i, ex) == len(ex)
+            )
     if "choice" in fam:
         picked = [distractor_facts(i, pool, settings.choices - 1, forbidden, settings.seed) for i in items]
         plan.choice_options = [[i.answer, *(f.answer.strip() for f in facts)] for i, facts in zip(items, picked)]
-        plan.same_relation["mc"] = sum(1 for i, facts in zip(items, picked) if facts and same_relation(i, facts) == len(facts))
+        plan.same_relation["mc"] = sum(
+            1 for i, facts in zip(items, picked) if facts and same_relation(i, facts) == len(facts)
+        )
     if "rwku" in fam:
         for name in ("fill_in_blank", "question", "adversarial"):
             if any(name in i.groups for i in items):
@@ -261,8 +281,13 @@ def build_plan(items: Sequence[AuditItem], pool: Sequence[PoolFact], tok: Any, s
         plan.same_relation["relearn"] = sum(1 for i in items if same_relation(i, facts))
     for probe, count in plan.same_relation.items():
         if 2 * count < len(items):
-            LOG.warning("audit: only %d of %d facts got same-relation material for the %s probe (the pool of borrowable "
-                        "facts has too few of their relations); its recovered %% is a weak test", count, len(items), probe)
+            LOG.warning(
+                "audit: only %d of %d facts got same-relation material for the %s probe (the pool of borrowable "
+                "facts has too few of their relations); its recovered %% is a weak test",
+                count,
+                len(items),
+                probe,
+            )
     return plan
 
 

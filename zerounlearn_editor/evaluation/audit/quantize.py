@@ -13,7 +13,6 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import nn
 
-
 QUANT_SCHEMES: Dict[str, Tuple[int, Optional[int]]] = {"int8": (8, None), "int4": (4, None),
                                                        "int4g16": (4, 16)}
 """The audit's ``(bits, group_size)``: int8 and int4 per output channel, int4 in groups of 16 inputs."""

@@ -15,13 +15,13 @@ from typing import List, Sequence, Tuple
 import torch
 from torch import nn
 
-from zerounlearn_editor.methods.baselines.training import (
+from zerounlearn_editor.evaluation.batching import model_device
+from zerounlearn_editor.evaluation.teacher_forcing import (
     encode_answers,
     encode_texts,
     nll_loss,
     sequence_log_probs,
 )
-from zerounlearn_editor.evaluation.batching import model_device
 
 SCOPES = ("mlp", "full")
 

@@ -33,11 +33,11 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.audit.lens import best_ranks
 from zerounlearn_editor.evaluation.audit.plan import AuditError, AuditPlan, AuditSettings
 from zerounlearn_editor.evaluation.audit.quantize import QUANT_SCHEMES, quantized_copy
 from zerounlearn_editor.evaluation.audit.relearn import relearned_copy
+from zerounlearn_editor.evaluation.metrics import evaluate_probes
 
 LOG = logging.getLogger(__name__)
 
@@ -105,7 +105,9 @@ def _result(flags: Sequence[bool], n_probed: int, extra: Optional[Dict[str, Any]
             "items": [int(f) for f in flags], **(extra or {})}
 
 
-def _text_results(model: nn.Module, tok: Any, groups: Dict[str, List[List[Probe]]], batch_size: int) -> Dict[str, Dict[str, Any]]:
+def _text_results(
+    model: nn.Module, tok: Any, groups: Dict[str, List[List[Probe]]], batch_size: int
+) -> Dict[str, Dict[str, Any]]:
     """Recovered per text probe, every probe of every group in one batched pass."""
     flat: List[Probe] = []
     spans: Dict[str, List[range]] = {}
@@ -125,7 +127,9 @@ def _text_results(model: nn.Module, tok: Any, groups: Dict[str, List[List[Probe]
 
 
 def _choice_result(model: nn.Module, tok: Any, plan: AuditPlan, batch_size: int) -> Dict[str, Any]:
-    probes = [Probe(item.prompt, option) for item, options in zip(plan.items, plan.choice_options) for option in options]
+    probes = [
+        Probe(item.prompt, option) for item, options in zip(plan.items, plan.choice_options) for option in options
+    ]
     scores = evaluate_probes(model, tok, probes, batch_size)
     flags, at = [], 0
     for options in plan.choice_options:
@@ -142,7 +146,9 @@ def _lens_results(model, tok, plan: AuditPlan, settings: AuditSettings, lens: Le
     for source in _lens_sources(plan):
         per_item = plan.text_probes.get(source, [[] for _ in plan.items])
         flat = [p for probes in per_item for p in probes]
-        ranks = best_ranks(model, tok, flat, lens.first_layer, lens.layer_module_tmp, lens.ln_f_module, settings.batch_size)
+        ranks = best_ranks(
+            model, tok, flat, lens.first_layer, lens.layer_module_tmp, lens.ln_f_module, settings.batch_size
+        )
         best, at = [], 0
         for probes in per_item:
             best.append(min(ranks[at:at + len(probes)]) if probes else None)

@@ -126,7 +126,9 @@ def load_task_items(
         for i in scored:
             record = records[i]
             subject = str(record["subject"])
-            header = f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.\n\n"
+            header = (
+                f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.\n\n"
+            )
             demos = "".join(_shot_text(spec, r) for r in by_subject.get(subject, [])[:shots])
             items.append(UtilityItem(header + demos + spec.render(record), spec.words, _gold(spec, record), i))
         return items

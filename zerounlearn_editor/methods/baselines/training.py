@@ -2,7 +2,7 @@
 
 Each step is one forward/backward pass over all forget requests together: ``prompt + " " +
 answer`` right-padded into one batch, teacher-forced, only the answer tokens scored (found as
-the metrics find them, :func:`zerounlearn_editor.evaluation.batching.encode_probe`). The method
+the metrics find them; :mod:`zerounlearn_editor.evaluation.teacher_forcing`). The method
 is a :data:`ForgetObjective` of the summed answer log-probabilities under the current and the
 unedited (reference) weights. float16/bfloat16 models run forward/backward in their dtype and
 update through float32 master copies of the trained parameters.
@@ -21,97 +21,25 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.evaluation.batching import encode_probe, pad_sequences, pad_token_id
 from zerounlearn_editor.engine.eval_mode import eval_mode
-from zerounlearn_editor.engine.model_access import check_layers, model_device, parameter_name_of_weight
 from zerounlearn_editor.engine.pipeline import restore_weights
 from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, normalize_requests
-from zerounlearn_editor.methods.baselines.hparams import BaselineHyperParams
+from zerounlearn_editor.evaluation.teacher_forcing import (
+    AnswerBatch,
+    answer_rows,
+    encode_answers,
+    nll_loss,
+    pad_rows,
+    sequence_log_probs,
+    text_rows,
+)
+from zerounlearn_editor.methods.baselines.config import BaselineHyperParams
+from zerounlearn_editor.support.model_access import check_layers, model_device, parameter_name_of_weight
 
 LOG = logging.getLogger(__name__)
 
 ForgetObjective = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """``(logp [n], ref_logp [n], n_tokens [n]) -> scalar loss`` (summed answer log-probs per request)."""
-
-
-@dataclass
-class AnswerBatch:
-    """A right-padded teacher-forcing batch: ``input_ids``/``attention_mask`` ``[n, L]``; ``target_mask``
-    ``[n, L - 1]`` is True at ``t`` when token ``t + 1`` (predicted from the logits at ``t``) is scored."""
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    target_mask: torch.Tensor
-
-    @property
-    def n_tokens(self) -> torch.Tensor:
-        """Scored tokens per row ``[n]`` (long)."""
-        return self.target_mask.sum(dim=1)
-
-    def to(self, device: torch.device) -> "AnswerBatch":
-        return AnswerBatch(self.input_ids.to(device), self.attention_mask.to(device), self.target_mask.to(device))
-
-
-def _pad_rows(tok, rows: Sequence[Sequence[int]], starts: Sequence[int]) -> AnswerBatch:
-    """Right-pad ``rows``; tokens ``row[start:]`` of each row are the scored ones."""
-    padded = pad_sequences(rows, pad_token_id(tok), "right", torch.device("cpu"))
-    target = torch.zeros((len(rows), max(padded.input_ids.shape[1] - 1, 0)), dtype=torch.bool)
-    for i, (row, start) in enumerate(zip(rows, starts)):
-        target[i, start - 1 : len(row) - 1] = True
-    return AnswerBatch(padded.input_ids, padded.attention_mask, target)
-
-
-def _answer_rows(tok, pairs: Sequence[Tuple[str, str]]) -> Tuple[List[List[int]], List[int]]:
-    """Token rows of ``prompt + " " + answer`` and the index of each row's first answer token."""
-    encoded = [encode_probe(tok, Probe(prompt, answer)) for prompt, answer in pairs]
-    return [list(e.input_ids) for e in encoded], [e.answer_start for e in encoded]
-
-
-def _text_rows(tok, texts: Sequence[str]) -> Tuple[List[List[int]], List[int]]:
-    """Token rows of plain texts, every token after the first scored."""
-    rows = []
-    for index, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise ValueError(f"retain text {index}: expected a string, got {type(text).__name__}")
-        ids = list(tok(text)["input_ids"])
-        if len(ids) < 2:
-            raise ValueError(f"retain text {index} ({text!r}) has fewer than 2 tokens: nothing to score")
-        rows.append(ids)
-    return rows, [1] * len(rows)
-
-
-def encode_answers(tok, pairs: Sequence[Tuple[str, str]]) -> AnswerBatch:
-    """Batch of ``prompt + " " + answer`` texts scoring the answer tokens (answers without leading space)."""
-    if not pairs:
-        raise ValueError("no (prompt, answer) pairs to encode")
-    return _pad_rows(tok, *_answer_rows(tok, pairs))
-
-
-def encode_texts(tok, texts: Sequence[str]) -> AnswerBatch:
-    """Batch of plain texts scoring every token after the first (language-modelling NLL)."""
-    if not texts:
-        raise ValueError("no texts to encode")
-    return _pad_rows(tok, *_text_rows(tok, texts))
-
-
-def sequence_log_probs(model: nn.Module, batch: AnswerBatch) -> torch.Tensor:
-    """Summed log-probability of the scored tokens of each row, ``[n]`` float32.
-
-    One forward pass; the log-softmax is taken (in float32) only at the scored positions.
-    """
-    output = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
-    logits = output if isinstance(output, torch.Tensor) else output.logits  # [n, L, V]
-    mask = batch.target_mask
-    scored = logits[:, :-1][mask].float()  # [N, V]
-    targets = batch.input_ids[:, 1:][mask]  # [N]
-    token_logp = torch.log_softmax(scored, dim=-1).gather(1, targets[:, None]).squeeze(1)  # [N]
-    rows = mask.nonzero()[:, 0]
-    return torch.zeros(mask.shape[0], dtype=token_logp.dtype, device=token_logp.device).index_add(0, rows, token_logp)
-
-
-def nll_loss(logp: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
-    """Token-mean negative log-likelihood from summed log-probs ``logp`` ``[n]`` and counts ``[n]``."""
-    return -logp.sum() / n_tokens.sum().clamp(min=1)
 
 
 def trainable_parameters(model: nn.Module, hparams: BaselineHyperParams) -> Dict[str, nn.Parameter]:
@@ -304,12 +232,12 @@ def _retain_batch(tok, kwargs: Mapping[str, Any]) -> Optional[AnswerBatch]:
             if not isinstance(request["prompt"], str) or not isinstance(answer, str) or not answer.strip():
                 raise ValueError(f"retain request {index}: 'prompt' and 'ground_truth' must be non-empty strings")
             pairs.append((request["prompt"], answer))
-        rows, starts = _answer_rows(tok, pairs)
+        rows, starts = answer_rows(tok, pairs)
     texts = kwargs.get("retain_texts")
     if texts:
-        text_rows, text_starts = _text_rows(tok, [texts] if isinstance(texts, str) else texts)
-        rows, starts = rows + text_rows, starts + text_starts
-    return _pad_rows(tok, rows, starts) if rows else None
+        extra_rows, text_starts = text_rows(tok, [texts] if isinstance(texts, str) else texts)
+        rows, starts = rows + extra_rows, starts + text_starts
+    return pad_rows(tok, rows, starts) if rows else None
 
 
 def apply_baseline(
@@ -338,7 +266,9 @@ def apply_baseline(
     if retain is not None and hparams.retain_weight == 0:
         LOG.warning("retain data given but retain_weight is 0: no retain loss is used")
     if retain is None and hparams.retain_weight > 0:
-        LOG.warning("retain_weight is %g but no retain_requests/retain_texts given: no retain loss", hparams.retain_weight)
+        LOG.warning(
+            "retain_weight is %g but no retain_requests/retain_texts given: no retain loss", hparams.retain_weight
+        )
     trainable_parameters(model, hparams)  # module errors before any copy is made
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)

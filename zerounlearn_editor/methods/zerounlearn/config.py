@@ -1,8 +1,10 @@
-"""ZeroUnlearn's hyperparameters: the shared keys (:class:`~zerounlearn_editor.engine.hparams.EditHyperParams`) plus its solve weights."""
+"""ZeroUnlearn's hyperparameters: the shared keys (:class:`~zerounlearn_editor.engine.hparams.EditHyperParams`)
+plus its solve weights."""
+
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar, Dict
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError
 
@@ -19,17 +21,15 @@ class ZeroUnlearnHyperParams(EditHyperParams):
 
     ALG_NAME: ClassVar[str] = "ZeroUnlearn"
     REQUIRED_KEYS: ClassVar[tuple] = ("utility_weight",)
-    KEY_HELP: ClassVar[Dict[str, str]] = {
-        "forget_weight": "f, weight of the forget term in `A`, `B`",
-        "utility_weight": "u, weight of `C0` in `A`, `B` (15000 in the paper)",
-        "regularization": "r, the ridge `r ||D W - W||^2`",
-        "projection_rank_tol": "relative singular-value cut-off of the forget values' span `V`",
-    }
 
-    forget_weight: float = 1.0
-    utility_weight: float = 15000.0
-    regularization: float = 1.0
-    projection_rank_tol: float = 1e-6
+    forget_weight: float = field(default=1.0, metadata={"help": "f, weight of the forget term in `A`, `B`"})
+    utility_weight: float = field(default=15000.0, metadata={"help": (
+        "u, weight of `C0` in `A`, `B` (15000 in the paper)"
+    )})
+    regularization: float = field(default=1.0, metadata={"help": "r, the ridge `r ||D W - W||^2`"})
+    projection_rank_tol: float = field(default=1e-6, metadata={"help": (
+        "relative singular-value cut-off of the forget values' span `V`"
+    )})
 
     def validate(self, source: str = "<hparams>") -> None:
         super().validate(source)
@@ -37,4 +37,6 @@ class ZeroUnlearnHyperParams(EditHyperParams):
             if getattr(self, key) < 0:
                 raise HParamsError(f"{source}: key {key!r} must be >= 0, got {getattr(self, key)!r}")
         if not 0 <= self.projection_rank_tol < 1:
-            raise HParamsError(f"{source}: key 'projection_rank_tol' must be in [0, 1), got {self.projection_rank_tol!r}")
+            raise HParamsError(
+                f"{source}: key 'projection_rank_tol' must be in [0, 1), got {self.projection_rank_tol!r}"
+            )

@@ -13,10 +13,10 @@ from typing import Any, Dict, Mapping, Sequence, Tuple
 import torch
 from torch import nn
 
+from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method, check_edit_inputs
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.methods.zerounlearn.solve import forget_value_basis, zerounlearn_multiplier
-from zerounlearn_editor.engine.model_access import get_module, get_weight_matrix
-from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method, check_edit_inputs
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 
 LOG = logging.getLogger(__name__)
 
@@ -43,7 +43,8 @@ def check_capacity(rank: int, d_out: int, where: str, refuse: bool = True) -> No
     if fraction >= RANK_REFUSE_FRACTION and refuse:
         raise CapacityError(
             f"{message} (limit {RANK_REFUSE_FRACTION:.0%}: at 100% the weight becomes exactly 0). Forget fewer facts "
-            "per edit, or use ZeroUnlearn-GD (apply_zerounlearn_gd_to_model, hparams/ZeroUnlearn-GD/), made for many samples"
+            "per edit, or use ZeroUnlearn-GD (apply_zerounlearn_gd_to_model, hparams/ZeroUnlearn-GD/), made for many "
+            "samples"
         )
     if fraction > RANK_WARN_FRACTION:
         LOG.warning("%s; the edit degrades the layer accordingly (ZeroUnlearn-GD suits large batches)", message)

@@ -1,7 +1,9 @@
-"""ZeroUnlearn-GD's hyperparameters: the shared keys (:class:`~zerounlearn_editor.engine.hparams.EditHyperParams`) plus its solve and null-space keys."""
+"""ZeroUnlearn-GD's hyperparameters: the shared keys (:class:`~zerounlearn_editor.engine.hparams.EditHyperParams`)
+plus its solve and null-space keys."""
+
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Literal
 
 from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError
@@ -38,33 +40,37 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
     """
 
     ALG_NAME: ClassVar[str] = "ZeroUnlearn-GD"
-    KEY_HELP: ClassVar[Dict[str, str]] = {
-        "orthogonality_weight": "a, weight of `||M_f^T W' K_f||^2`",
-        "target_weight": "b, weight of `||W' K_f - M_n||^2`",
-        "norm_weight": "c, weight of `||E P_m||^2`",
-        "nullspace_threshold": "eigenvalues of `C0` below this span the null space `P_m`",
-        "solver": "`exact` (closed form) or `gd` (Adam, then conjugate gradient)",
-        "gd_steps": "`solver: gd`: at most this many Adam steps",
-        "gd_lr": "`solver: gd`: learning rate, relative to the size of the solution",
-        "retain_nullspace_weight": "retain-aware (ZeroUnlearn-GD+R; opt-in, 0 = the paper): the null space is taken of "
-        "`C0 + lam K_r K_r^T / n_r` over the retain set's keys",
-        "context_nullspace_weight": "opt-in, 0 = the paper (no retain set needed): the null space also "
-        "avoids this times the mean `k k^T` of the prompts' other tokens (their relation context)",
-        "forgotten_protection_weight": "lifelong unlearning (opt-in, 0 = the paper): the null space also avoids "
-        "this times `sum k k^T` over the forget keys of the model's earlier edits (the same process, or the "
-        "ledger of a folder `unlearn --save` wrote), so a new edit keeps earlier forgotten facts forgotten",
-    }
 
-    orthogonality_weight: float = 1.0
-    target_weight: float = 100.0
-    norm_weight: float = 0.1
-    nullspace_threshold: float = 1e-2
-    solver: Literal["exact", "gd"] = "exact"
-    gd_steps: int = 2000
-    gd_lr: float = 1e-2  # relative to the size of the solution (solve.solve_gd)
-    retain_nullspace_weight: float = 0.0  # opt-in, see solve.protected_covariance
-    context_nullspace_weight: float = 0.0  # opt-in, see solve.protected_covariance
-    forgotten_protection_weight: float = 0.0  # opt-in lifelong unlearning, see solve.protected_covariance
+    orthogonality_weight: float = field(default=1.0, metadata={"help": "a, weight of `||M_f^T W' K_f||^2`"})
+    target_weight: float = field(default=100.0, metadata={"help": "b, weight of `||W' K_f - M_n||^2`"})
+    norm_weight: float = field(default=0.1, metadata={"help": "c, weight of `||E P_m||^2`"})
+    nullspace_threshold: float = field(default=1e-2, metadata={"help": (
+        "eigenvalues of `C0` below this span the null space `P_m`"
+    )})
+    solver: Literal["exact", "gd"] = field(default="exact", metadata={"help": (
+        "`exact` (closed form) or `gd` (Adam, then conjugate gradient)"
+    )})
+    gd_steps: int = field(default=2000, metadata={"help": "`solver: gd`: at most this many Adam steps"})
+    # relative to the size of the solution (solve.solve_gd)
+    gd_lr: float = field(default=1e-2, metadata={"help": (
+        "`solver: gd`: learning rate, relative to the size of the solution"
+    )})
+    # opt-in, see solve.protected_covariance
+    retain_nullspace_weight: float = field(default=0.0, metadata={"help": (
+        "retain-aware (ZeroUnlearn-GD+R; opt-in, 0 = the paper): the null space is taken of `C0 + lam K_r K_r^T / "
+        "n_r` over the retain set's keys"
+    )})
+    # opt-in, see solve.protected_covariance
+    context_nullspace_weight: float = field(default=0.0, metadata={"help": (
+        "opt-in, 0 = the paper (no retain set needed): the null space also avoids this times the mean `k k^T` of the "
+        "prompts' other tokens (their relation context)"
+    )})
+    # opt-in lifelong unlearning, see solve.protected_covariance
+    forgotten_protection_weight: float = field(default=0.0, metadata={"help": (
+        "lifelong unlearning (opt-in, 0 = the paper): the null space also avoids this times `sum k k^T` over the "
+        "forget keys of the model's earlier edits (the same process, or the ledger of a folder `unlearn --save` "
+        "wrote), so a new edit keeps earlier forgotten facts forgotten"
+    )})
 
     def tracks_forgotten(self) -> bool:
         return self.forgotten_protection_weight > 0
@@ -81,14 +87,18 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
             if getattr(self, key) < 0:
                 raise HParamsError(f"{source}: key {key!r} must be >= 0, got {getattr(self, key)!r}")
         if self.gd_steps < 1 or not self.gd_lr > 0:
-            raise HParamsError(f"{source}: keys 'gd_steps' (>= 1) and 'gd_lr' (> 0) got {self.gd_steps!r}, {self.gd_lr!r}")
+            raise HParamsError(
+                f"{source}: keys 'gd_steps' (>= 1) and 'gd_lr' (> 0) got {self.gd_steps!r}, {self.gd_lr!r}"
+            )
         if not 0 <= self.context_nullspace_weight < float("inf"):
             raise HParamsError(
-                f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got {self.context_nullspace_weight!r}"
+                f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got "
+                f"{self.context_nullspace_weight!r}"
             )
         if not 0 <= self.forgotten_protection_weight < float("inf"):
             raise HParamsError(
-                f"{source}: key 'forgotten_protection_weight' must be finite and >= 0, got {self.forgotten_protection_weight!r}"
+                f"{source}: key 'forgotten_protection_weight' must be finite and >= 0, got "
+                f"{self.forgotten_protection_weight!r}"
             )
         if self.norm_weight == 0 and self.target_weight == 0:
             raise HParamsError(f"{source}: 'norm_weight' and 'target_weight' cannot both be 0")

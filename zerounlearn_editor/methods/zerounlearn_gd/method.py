@@ -6,6 +6,7 @@ from typing import Any, Dict, Mapping, Sequence, Tuple
 import torch
 from torch import nn
 
+from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.solve import (
     nullspace_basis,
@@ -13,7 +14,6 @@ from zerounlearn_editor.methods.zerounlearn_gd.solve import (
     solve_exact,
     solve_gd,
 )
-from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method
 
 GD_TOLERANCE = 1e-10
 """``solver: gd`` stops when the objective's relative change falls below this."""
@@ -60,5 +60,13 @@ def apply_zerounlearn_gd_to_model(
     if not isinstance(hparams, ZeroUnlearnGDHyperParams):
         raise TypeError(f"expected ZeroUnlearnGDHyperParams, got {type(hparams).__name__}")
     return apply_edit_method(
-        model, tok, requests, hparams, zerounlearn_gd_solver(hparams), copy, return_orig_weights, keep_original_weight, **kwargs
+        model,
+        tok,
+        requests,
+        hparams,
+        zerounlearn_gd_solver(hparams),
+        copy,
+        return_orig_weights,
+        keep_original_weight,
+        **kwargs,
     )

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zerounlearn_editor.engine.model_access import get_module, module_device
+from zerounlearn_editor.support.model_access import get_module, module_device
 
 LOG = logging.getLogger(__name__)
 
@@ -118,7 +118,9 @@ class KVSuffix(SuffixLayers):
             base = getattr(model, "transformer", None)
             if base is None or not isinstance(getattr(base, "h", None), nn.ModuleList) or norm is not base.ln_f:
                 return False
-            if getattr(model.config, "add_cross_attention", False) or getattr(model.config, "reorder_and_upcast_attn", False):
+            if getattr(model.config, "add_cross_attention", False) or getattr(
+                model.config, "reorder_and_upcast_attn", False
+            ):
                 return False
             layers = list(base.h)
         elif SuffixLayers.supported(model, layer_module, ln_f_module):
@@ -199,7 +201,9 @@ class KVSuffix(SuffixLayers):
         pos = torch.arange(seq, device=self.hidden.device)
         causal = pos[None, :] <= pos[:, None]
         # a query always sees itself (a left-padded position would otherwise see nothing: NaN)
-        mask = ((causal[None] & self.mask[:, None, :seq]) | torch.eye(seq, dtype=torch.bool, device=pos.device)[None])[:, None]
+        mask = ((causal[None] & self.mask[:, None, :seq]) | torch.eye(seq, dtype=torch.bool, device=pos.device)[None])[
+            :, None
+        ]
         positions = pos[None].expand(rows, seq)
         x = self.hidden[:, :seq]
         with torch.no_grad():

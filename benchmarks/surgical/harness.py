@@ -13,7 +13,7 @@ ZeroUnlearn / ZeroUnlearn-GD YAML, ``overrides`` a mapping of keys to change (``
 ``retain`` whether the seed's retain set is passed (the variant keys ``retain_k`` / ``retain_known`` were
 retired: they kept fewer neighbours, see benchmarks/notebook/2026-11-23-surgical-tuning-waves.md). Example::
 
-    OMP_NUM_THREADS=1 python benchmarks/surgical.py --variants benchmarks/surgical/ablation.yaml \\
+    OMP_NUM_THREADS=1 python benchmarks/surgical/harness.py --variants benchmarks/surgical/ablation.yaml \\
         --data counterfact --n 10 --seeds 1-3 --retain siblings:5 --out results/surgical/rome_n10
 
 Targets depend only on the unedited model, the requests and the target settings, so every
@@ -35,15 +35,13 @@ import numpy as np
 import torch
 import yaml
 
+from zerounlearn_editor.bench.case_scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
 from zerounlearn_editor.bench.config import parse_seeds
-from zerounlearn_editor.support.files import write_json_atomic
-from zerounlearn_editor.bench.methods import load_main_hparams
+from zerounlearn_editor.bench.method_specs import load_main_hparams
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours, neighbours_naming_forgotten_subjects
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
-from zerounlearn_editor.bench.scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
-from zerounlearn_editor.data.registry import load_cases, sample_cases
-from zerounlearn_editor.evaluation.selection import select_known_cases
-from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.engine.pipeline import (
     EditReport,
     batched_statistics,
@@ -51,10 +49,12 @@ from zerounlearn_editor.engine.pipeline import (
     restore_weights,
     target_settings,
 )
-from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.engine.targets import NeutralTargets
-from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
+from zerounlearn_editor.evaluation.selection import select_known_cases
 from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
+from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
+from zerounlearn_editor.support.files import write_json_atomic
+from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
 LOG = logging.getLogger("surgical")
 METRICS = ("eff", "gen", "spe", "spe_distinct", "neighbours_named", "eff_first", "spe_prob", "spe_agree", "ppl")
@@ -71,7 +71,12 @@ def _targets(path: Path, model, tok, requests, hp, retain=None) -> NeutralTarget
                 )
     start = time.perf_counter()
     targets = neutral_targets(model, tok, requests, hp, retain=retain)
-    LOG.info("targets for %d requests: %.1fs, mean NLL %.3f", len(requests), time.perf_counter() - start, float(targets.nll.mean()))
+    LOG.info(
+        "targets for %d requests: %.1fs, mean NLL %.3f",
+        len(requests),
+        time.perf_counter() - start,
+        float(targets.nll.mean()),
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
     np.savez(tmp, z=targets.z.numpy(), h0=targets.h0.numpy(), nll=targets.nll.numpy(),
@@ -82,9 +87,11 @@ def _targets(path: Path, model, tok, requests, hp, retain=None) -> NeutralTarget
 
 VARIANT_KEYS = {"name", "hparams", "overrides", "retain"}
 RETIRED_VARIANT_KEYS = {
-    "retain_k": "another K per variant did not win on report data (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); "
+    "retain_k": "another K per variant did not win on report data "
+                "(benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); "
     "run the variant with --retain POLICY:K instead",
-    "retain_known": "retain sets of known facts only kept fewer neighbours (benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); "
+    "retain_known": "retain sets of known facts only kept fewer neighbours "
+                    "(benchmarks/notebook/2026-11-23-surgical-tuning-waves.md); "
     "drop the key",
 }
 
@@ -152,7 +159,9 @@ def main(argv=None) -> int:
     for v in variants:  # before any edit: a bad variant fails now, not hours into the run
         retired = sorted(set(v) & set(RETIRED_VARIANT_KEYS))
         if retired:
-            raise SystemExit(f"variant {v['name']!r}: key(s) {retired} were retired: {RETIRED_VARIANT_KEYS[retired[0]]}")
+            raise SystemExit(
+                f"variant {v['name']!r}: key(s) {retired} were retired: {RETIRED_VARIANT_KEYS[retired[0]]}"
+            )
         unknown = sorted(set(v) - VARIANT_KEYS)
         if unknown:
             raise SystemExit(f"variant {v['name']!r}: unknown key(s) {unknown}; a variant has {sorted(VARIANT_KEYS)}")
@@ -185,7 +194,9 @@ def main(argv=None) -> int:
         pre = score_cases(model, tok, cases)
         named = neighbours_naming_forgotten_subjects(cases)
         if "base" not in record or "spe_distinct" not in record["base"]["metrics"]:  # older files: re-score base
-            record["base"] = {"metrics": dict(probe_metrics(pre, named=named), ppl=model_metrics(model, tok, cases, settings)["ppl"])}
+            record["base"] = {
+                "metrics": dict(probe_metrics(pre, named=named), ppl=model_metrics(model, tok, cases, settings)["ppl"])
+            }
         for variant in variants:
             name = variant["name"]
             if name in record:
@@ -209,7 +220,9 @@ def main(argv=None) -> int:
                 restore_weights(model, weights)
             record[name] = {"metrics": metrics, "seconds": seconds, "retain_count": report.retain_count,
                             "layer_change_norm": report.layer_change_norm}
-            LOG.info("seed %d %s: Eff %.1f Spe %.1f PPL %.2f", seed, name, metrics["eff"], metrics["spe"], metrics["ppl"])
+            LOG.info(
+                "seed %d %s: Eff %.1f Spe %.1f PPL %.2f", seed, name, metrics["eff"], metrics["spe"], metrics["ppl"]
+            )
             write_json_atomic(results_path, results)
         write_json_atomic(results_path, results)
     table = _summary(results, ["base"] + [v["name"] for v in variants])

@@ -18,7 +18,10 @@ from torch import nn
 
 from zerounlearn_editor.engine.adam import adam_targets
 from zerounlearn_editor.engine.eval_mode import eval_mode
-from zerounlearn_editor.engine.model_access import (
+from zerounlearn_editor.engine.requests import ForgetRequest
+from zerounlearn_editor.engine.targets.kv_suffix import OPTIMIZERS, KVSuffix, SuffixLayers, note_kv_fallback
+from zerounlearn_editor.engine.targets.rows import encode_target_rows, suppression_per_request
+from zerounlearn_editor.support.model_access import (
     StopForward,
     capture_outputs,
     get_module,
@@ -28,9 +31,6 @@ from zerounlearn_editor.engine.model_access import (
     module_device,
     num_hidden_layers,
 )
-from zerounlearn_editor.engine.requests import ForgetRequest
-from zerounlearn_editor.engine.target_rows import encode_target_rows, suppression_per_request
-from zerounlearn_editor.engine.targets_kv import OPTIMIZERS, KVSuffix, SuffixLayers, note_kv_fallback
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class TargetConfig:
     chunk_size: int
     reuse_prefix: bool = True  # run only the layers after the edited one per step, where supported
     # "adam": every row on full forwards (this low-level default; the hparams key defaults to "adam_kv");
-    # "adam_kv": the active rows on the KV-cached suffix (see targets_kv)
+    # "adam_kv": the active rows on the KV-cached suffix (see .kv_suffix)
     optimizer: str = "adam"
     # "neutral": per target token the NLL -log p (the paper); "suppress_answer": the target tokens are the
     # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in)
@@ -158,7 +158,9 @@ class _Problem:
         def add_delta(_m, _a, output):
             hidden = hidden_of(output)
             add = torch.zeros_like(hidden)
-            add[torch.arange(len(rows), device=hidden.device), lookup.to(hidden.device)] = delta_rows.to(hidden.device, hidden.dtype)
+            add[torch.arange(len(rows), device=hidden.device), lookup.to(hidden.device)] = delta_rows.to(
+                hidden.device, hidden.dtype
+            )
             hidden = hidden + add
             return (hidden,) + tuple(output[1:]) if isinstance(output, tuple) else hidden
 

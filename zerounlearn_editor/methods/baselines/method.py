@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zerounlearn_editor.methods.baselines.hparams import GAHyperParams, NPOHyperParams
+from zerounlearn_editor.methods.baselines.config import GAHyperParams, NPOHyperParams
 from zerounlearn_editor.methods.baselines.training import apply_baseline, nll_loss
 
 

@@ -1,0 +1,100 @@
+"""Teacher-forced scoring of texts: right-padded batches whose chosen tokens are scored, their summed
+log-probabilities and the token-mean NLL.
+
+Shared by the fine-tuning baselines (:mod:`zerounlearn_editor.methods.baselines.training`) and the
+audit's relearning attack (:mod:`zerounlearn_editor.evaluation.audit.relearn`). Answer tokens are found
+as the metrics find them (:func:`zerounlearn_editor.evaluation.batching.encode_probe`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.evaluation.batching import encode_probe, pad_sequences, pad_token_id
+
+__all__ = ["AnswerBatch", "pad_rows", "answer_rows", "text_rows", "encode_answers", "encode_texts",
+           "sequence_log_probs", "nll_loss"]
+
+
+@dataclass
+class AnswerBatch:
+    """A right-padded teacher-forcing batch: ``input_ids``/``attention_mask`` ``[n, L]``; ``target_mask``
+    ``[n, L - 1]`` is True at ``t`` when token ``t + 1`` (predicted from the logits at ``t``) is scored."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    target_mask: torch.Tensor
+
+    @property
+    def n_tokens(self) -> torch.Tensor:
+        """Scored tokens per row ``[n]`` (long)."""
+        return self.target_mask.sum(dim=1)
+
+    def to(self, device: torch.device) -> "AnswerBatch":
+        return AnswerBatch(self.input_ids.to(device), self.attention_mask.to(device), self.target_mask.to(device))
+
+
+def pad_rows(tok, rows: Sequence[Sequence[int]], starts: Sequence[int]) -> AnswerBatch:
+    """Right-pad ``rows``; tokens ``row[start:]`` of each row are the scored ones."""
+    padded = pad_sequences(rows, pad_token_id(tok), "right", torch.device("cpu"))
+    target = torch.zeros((len(rows), max(padded.input_ids.shape[1] - 1, 0)), dtype=torch.bool)
+    for i, (row, start) in enumerate(zip(rows, starts)):
+        target[i, start - 1 : len(row) - 1] = True
+    return AnswerBatch(padded.input_ids, padded.attention_mask, target)
+
+
+def answer_rows(tok, pairs: Sequence[Tuple[str, str]]) -> Tuple[List[List[int]], List[int]]:
+    """Token rows of ``prompt + " " + answer`` and the index of each row's first answer token."""
+    encoded = [encode_probe(tok, Probe(prompt, answer)) for prompt, answer in pairs]
+    return [list(e.input_ids) for e in encoded], [e.answer_start for e in encoded]
+
+
+def text_rows(tok, texts: Sequence[str]) -> Tuple[List[List[int]], List[int]]:
+    """Token rows of plain texts, every token after the first scored."""
+    rows = []
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(f"retain text {index}: expected a string, got {type(text).__name__}")
+        ids = list(tok(text)["input_ids"])
+        if len(ids) < 2:
+            raise ValueError(f"retain text {index} ({text!r}) has fewer than 2 tokens: nothing to score")
+        rows.append(ids)
+    return rows, [1] * len(rows)
+
+
+def encode_answers(tok, pairs: Sequence[Tuple[str, str]]) -> AnswerBatch:
+    """Batch of ``prompt + " " + answer`` texts scoring the answer tokens (answers without leading space)."""
+    if not pairs:
+        raise ValueError("no (prompt, answer) pairs to encode")
+    return pad_rows(tok, *answer_rows(tok, pairs))
+
+
+def encode_texts(tok, texts: Sequence[str]) -> AnswerBatch:
+    """Batch of plain texts scoring every token after the first (language-modelling NLL)."""
+    if not texts:
+        raise ValueError("no texts to encode")
+    return pad_rows(tok, *text_rows(tok, texts))
+
+
+def sequence_log_probs(model: nn.Module, batch: AnswerBatch) -> torch.Tensor:
+    """Summed log-probability of the scored tokens of each row, ``[n]`` float32.
+
+    One forward pass; the log-softmax is taken (in float32) only at the scored positions.
+    """
+    output = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    logits = output if isinstance(output, torch.Tensor) else output.logits  # [n, L, V]
+    mask = batch.target_mask
+    scored = logits[:, :-1][mask].float()  # [N, V]
+    targets = batch.input_ids[:, 1:][mask]  # [N]
+    token_logp = torch.log_softmax(scored, dim=-1).gather(1, targets[:, None]).squeeze(1)  # [N]
+    rows = mask.nonzero()[:, 0]
+    return torch.zeros(mask.shape[0], dtype=token_logp.dtype, device=token_logp.device).index_add(0, rows, token_logp)
+
+
+def nll_loss(logp: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
+    """Token-mean negative log-likelihood from summed log-probs ``logp`` ``[n]`` and counts ``[n]``."""
+    return -logp.sum() / n_tokens.sum().clamp(min=1)
