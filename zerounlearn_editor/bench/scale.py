@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 import tracemalloc
 from dataclasses import dataclass
@@ -71,6 +70,7 @@ from zerounlearn_editor.support.files import (
     write_json_atomic,
     write_text_atomic,
 )
+from zerounlearn_editor.support.plotting import pyplot, save_figure
 from zerounlearn_editor.support.resources import shared_file
 
 __all__ = [
@@ -871,15 +871,10 @@ def format_stream_table(summary: Mapping[str, Any], every: int = 0) -> str:
 
 def plot_stream(summary: Mapping[str, Any], path: Path) -> Optional[Path]:
     """Round-1 facts' Eff (all tokens and first token) and the round's seconds against facts forgotten."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        LOG.info("matplotlib not importable; no stream plot")
-        return None
     if not summary["streams"]:
+        return None
+    plt = pyplot("the stream plot")
+    if plt is None:
         return None
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
     for tag, item in summary["streams"].items():
@@ -906,12 +901,7 @@ def plot_stream(summary: Mapping[str, Any], path: Path) -> Optional[Path]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def iter_seeds(spec: str) -> Iterator[int]:
