@@ -11,15 +11,15 @@ MAX_LINES = 80
 APPLICATIONS = ("bench", "cli")
 
 LONG_FUNCTIONS: Dict[str, str] = {
-    "integrations/unlearn.py::run_unlearn": "the unlearn job's steps in order (check, load, score, edit, score, save); "
-    "split together with its settings object and its move out of integrations/ once issue 37's ledger has landed "
-    "in the same function",
-    "integrations/easyedit_eval.py::main": "EasyEdit's evaluation script, moved out of integrations/ with the "
-    "unlearn job (issue 36 changes integrations/ at the same time)",
-    "integrations/adapters.py::export_lora_adapter": "one pass per edited weight (factor, check, write); split once "
-    "issue 36's changes to integrations/ have landed",
+    "integrations/unlearn.py::run_unlearn": "the unlearn job's steps in order (check, load, continue a ledger, score, "
+    "edit, score, audit, save); to be split with its settings object when the job moves out of integrations/ "
+    "(issue 35, open)",
+    "integrations/easyedit_eval.py::main": "EasyEdit's evaluation script (argument checks before the model loads, "
+    "then the editor loop); moves out of integrations/ with the unlearn job (issue 35, open)",
+    "integrations/adapters.py::export_lora_adapter": "one pass per edited weight (factor, check, write); not split yet "
+    "(issue 35, open)",
     "methods/zerounlearn_gd/solve.py::solve_gd": "the Adam loop and its conjugate-gradient polish, pinned by the "
-    "paper pins; issue 37 changes this solve at the same time (and 'one Adam loop' with engine/adam.py waits for it)",
+    "paper pins; a different loop from engine/adam.py (cosine decay, CG finish), so not merged with it",
 }
 
 
