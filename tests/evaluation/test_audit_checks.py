@@ -109,26 +109,18 @@ def test_audit_command_refuses_bad_numbers_before_loading(tmp_path, caplog, no_m
     assert not (tmp_path / "o").exists()
 
 
+def _command_args(command: str, tmp_path: Path, ws: Dict[str, Path]) -> List[str]:
+    """The arguments of an ``unlearn`` (of :data:`FORGET`) or ``bench`` (of the tiny workspace) run, before options."""
+    if command == "unlearn":
+        return ["unlearn", "--facts", str(_facts(tmp_path, FORGET)), "--save", "none"]
+    return ["bench", "--data", str(ws["data"]), "--out", str(tmp_path / "b"), "--n", "2", "--seeds", "1",
+            "--methods", "base"]
+
+
 @pytest.mark.parametrize("command", ["unlearn", "bench"])
 def test_unlearn_and_bench_refuse_an_infinite_relearning_lr_before_loading(tmp_path, caplog, no_model_load, command):
     ws = _tiny_workspace(tmp_path)
-    args = (
-        ["unlearn", "--facts", str(_facts(tmp_path, FORGET)), "--save", "none"]
-        if command == "unlearn"
-        else [
-            "bench",
-            "--data",
-            str(ws["data"]),
-            "--out",
-            str(tmp_path / "b"),
-            "--n",
-            "2",
-            "--seeds",
-            "1",
-            "--methods",
-            "base",
-        ]
-    )
+    args = _command_args(command, tmp_path, ws)
     code = main([*args, "--hparams", str(ws["hparams"]), "--no-progress", "--audit", "--audit-relearn-lr", "inf"])
     assert code == 2 and "learning rate (--relearn-lr)" in caplog.text
 
@@ -421,23 +413,7 @@ def test_rwku_probes_on_data_without_rwku_levels_are_an_error(tmp_path, caplog, 
 @pytest.mark.parametrize("command", ["unlearn", "bench"])
 def test_audit_options_without_audit_are_an_error(tmp_path, caplog, no_model_load, command, option):
     ws = _tiny_workspace(tmp_path)
-    args = (
-        ["unlearn", "--facts", str(_facts(tmp_path, FORGET)), "--save", "none"]
-        if command == "unlearn"
-        else [
-            "bench",
-            "--data",
-            str(ws["data"]),
-            "--out",
-            str(tmp_path / "b"),
-            "--n",
-            "2",
-            "--seeds",
-            "1",
-            "--methods",
-            "base",
-        ]
-    )
+    args = _command_args(command, tmp_path, ws)
     code = main([*args, "--hparams", str(ws["hparams"]), "--no-progress", *option])
     assert code == 2 and f"{option[0]} given without --audit" in caplog.text
 
