@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 from pathlib import Path
 from typing import Dict
 
@@ -244,9 +245,35 @@ def test_known_only_draws_known_cases_and_caches_the_selection(ws, tok, tmp_path
     meta = json.loads((stream_dir(tmp_path, 1, "ZeroUnlearn-GD_tiny") / "stream.json").read_text())
     stored = json.loads((tmp_path / "known_seed_1.json").read_text())
     assert calls == [(8, 4, 0.4)] and meta["case_ids"] == stored["case_ids"]
-    shuffled = [c.case_id for c in sample_cases(load_cases(str(ws["data"])), 8, 1) if c.request["subject"] != "france"]
-    assert meta["case_ids"] == shuffled[:4]
+    # the pool shuffled with the seed (sample_cases of the whole pool would keep the file order)
+    pool = load_cases(str(ws["data"]))
+    shuffled = [c.case_id for c in random.Random(1).sample(pool, len(pool)) if c.request["subject"] != "france"]
+    assert meta["case_ids"] == shuffled[:4] != [c.case_id for c in pool if c.request["subject"] != "france"][:4]
     run_scale_stream(dataclasses.replace(config, rounds=1), model=model, tok=tok)  # fewer facts: the cache answers
     assert len(calls) == 1
     with pytest.raises(BenchConfigError, match="has 8"):
         run_scale_stream(dataclasses.replace(config, rounds=5), model=model, tok=tok)
+
+
+def _case(case_id: str, prompt: str, subject: str, answer: str):
+    from zerounlearn_editor.data.types import Probe, UnlearnCase
+
+    request = {"prompt": prompt, "subject": subject, "ground_truth": answer, "target_new": ""}
+    return UnlearnCase(case_id=case_id, request=request, forget=[Probe(prompt, answer)], paraphrase=[], neighbour=[],
+                       source="test")
+
+
+def test_one_request_per_prompt_replaces_repeats_at_the_end_and_keeps_the_prefix():
+    from zerounlearn_editor.bench.scale import one_request_per_prompt
+
+    drawn = [_case("a", "Lyon is twinned with", "Lyon", "Santiago"), _case("b", "Paris is in", "Paris", "France"),
+             _case("c", "Lyon is twinned with", "Lyon", "Florence"), _case("d", "Rome is in", "Rome", "Italy")]
+    spare = [_case("b", "Paris is in", "Paris", "France"), _case("e", "Lyon is twinned with", "Lyon", "Kyoto"),
+             _case("f", "Oslo is in", "Oslo", "Norway"), _case("g", "Bern is in", "Bern", "Switzerland")]
+    out, replaced = one_request_per_prompt(drawn, spare)
+    assert replaced == 1
+    # the cases before the first repeat keep their places; the repeat's replacement comes last, from the
+    # first spare case with an unused prompt
+    assert [c.case_id for c in out] == ["a", "b", "d", "f"]
+    assert len({(c.request["prompt"], c.request["subject"]) for c in out}) == len(out) == len(drawn)
+    assert one_request_per_prompt(drawn[:2], spare) == (drawn[:2], 0)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 import time
 import tracemalloc
 from dataclasses import dataclass
@@ -299,31 +300,64 @@ def _edit(setup: _Setup, hp: EditHyperParams, requests: List[Dict[str, Any]], ta
     return weights_copy, details, cost
 
 
+def one_request_per_prompt(cases: Sequence[UnlearnCase], spare: Sequence[UnlearnCase]) -> Tuple[List[UnlearnCase], int]:
+    """``cases`` without any case whose (prompt, subject) an earlier case already has, topped up at the end with
+    the first ``spare`` cases of unused prompts; returns ``(cases, replaced)``.
+
+    A dataset can hold one prompt twice with two answers (CounterFact val: "Lyon ... twin city" -> Santiago and
+    Florence); an edit takes one request per prompt (answer-suppression targets refuse the pair). Dropped cases
+    are replaced at the end, so the first cases up to the first repeat stay where they are (stored rows of smaller
+    n keep their sample).
+    """
+    seen = set()
+    out: List[UnlearnCase] = []
+    for case in cases:
+        key = (case.request["prompt"], case.request["subject"])
+        if key not in seen:
+            seen.add(key)
+            out.append(case)
+    replaced = len(cases) - len(out)
+    for case in spare:
+        if len(out) == len(cases):
+            break
+        key = (case.request["prompt"], case.request["subject"])
+        if key not in seen:
+            seen.add(key)
+            out.append(case)
+    if replaced:
+        LOG.info("%d drawn case(s) repeat an earlier case's prompt; replaced by the next unused case(s)", replaced)
+    return out, replaced
+
+
 def _cases(
     config: ScaleConfig, total: int, seed: int, need_model: Callable[[], "_Setup"]
 ) -> Tuple[List[UnlearnCase], int]:
     """The seed's ``total`` cases: ``sample_cases(pool, total, seed)``, or with ``known_only`` the first ``total``
     known cases of the pool shuffled with ``seed`` (the selection cached in ``<out>/known_seed_<seed>.json``;
-    ``need_model`` loads the model only when the selection has to be computed)."""
+    ``need_model`` loads the model only when the selection has to be computed). Either way one case per prompt
+    (:func:`one_request_per_prompt`)."""
     with Stage(f"loading {config.data} cases"):
         pool = load_cases(config.data, path=config.data_path)
     if len(pool) < total:
         raise BenchConfigError(f"bench-scale: {total} cases needed, {config.data} has {len(pool)}")
+    shuffled = random.Random(seed).sample(pool, len(pool))
     if not config.known_only:
-        return drop_batch_forget_neighbours(sample_cases(pool, total, seed))
+        drawn, _ = one_request_per_prompt(sample_cases(pool, total, seed), shuffled)
+        return drop_batch_forget_neighbours(drawn)
     path = Path(config.out) / f"known_seed_{seed}.json"
     key = {
         "data": config.data,
         "data_path": config.data_path,
         "pool": len(pool),
         "min_accuracy": config.known_min_accuracy,
+        "order": "shuffled, one per prompt",
     }
     stored = read_json(path) if path.exists() else {}
     if stored.get("key") == key and len(stored.get("case_ids", [])) >= total:
         by_id = {c.case_id: c for c in pool}
         return drop_batch_forget_neighbours([by_id[i] for i in stored["case_ids"][:total]])
     setup = need_model()
-    order = sample_cases(pool, len(pool), seed)
+    order, _ = one_request_per_prompt(shuffled, [])
     with Stage(f"seed {seed}: selecting {total} known cases (forget-prompt accuracy >= {config.known_min_accuracy})"):
         try:
             chosen = select_known_cases(setup.model, setup.tok, order, total, min_accuracy=config.known_min_accuracy,
