@@ -327,3 +327,22 @@ def test_exact_solver_rejects_an_unknown_route() -> None:
     p = make_problem(5, 8, 4, 3)
     with pytest.raises(ValueError, match="route"):
         solve_exact(p.W, p.K_f, p.M_f, p.M_n, p.U0, route="fast")  # type: ignore[arg-type]
+
+
+def test_orthogonality_term_moves_requests_with_nothing_to_forget_more_as_n_grows():
+    """Why the scale YAML sets ``orthogonality_weight: 0`` (issue 37): for requests whose target equals their
+    current value (``M_n = M_f``: an answer-suppression target of a fact the model does not give), the target
+    term asks for no change, but ``a ||M_f^T X||^2`` still pushes the values off ``M_f``, and since it sums over
+    pairs of requests its pull grows with n. Without it nothing moves."""
+    g = torch.Generator().manual_seed(0)
+    d_out, d_in, r = 16, 64, 40
+    W = torch.randn(d_out, d_in, generator=g, dtype=torch.float64) / 8
+    U0 = torch.linalg.qr(torch.randn(d_in, r, generator=g, dtype=torch.float64))[0]
+    moved = []
+    for n in (2, 8, 32, 128):
+        K = torch.randn(d_in, n, generator=g, dtype=torch.float64)
+        M_f = W @ K
+        assert solve_exact(W, K, M_f, M_f, U0, a=0.0, b=100.0, c=0.1).abs().max() == 0
+        D = solve_exact(W, K, M_f, M_f, U0, a=1.0, b=100.0, c=0.1)
+        moved.append(float((D @ K).norm() / M_f.norm()))
+    assert moved == sorted(moved) and moved[0] > 0.05 and moved[-1] > 4 * moved[0], moved
