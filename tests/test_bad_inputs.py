@@ -900,7 +900,7 @@ def test_killed_run_temporaries_are_removed_and_a_failed_save_leaves_the_folder_
     import subprocess
     import sys
 
-    from zerounlearn_editor.integrations import unlearn
+    from zerounlearn_editor.applications import unlearn
     from zerounlearn_editor.support import output_dir
 
     root, _, hparams = saved_tiny
@@ -971,7 +971,7 @@ def _many_facts(path: Path, n: int) -> Path:
 
 def test_too_many_facts_for_zerounlearn_refused_before_scoring(saved_tiny, tmp_path, monkeypatch, caplog):
     """Issue 29.5: 10,000 facts on d_out = 32 were refused after the scoring, with 'rank 10000 ... 31250%'."""
-    from zerounlearn_editor.integrations import unlearn
+    from zerounlearn_editor.applications import unlearn
 
     root, _, hparams = saved_tiny
 
@@ -988,7 +988,7 @@ def test_too_many_facts_for_zerounlearn_refused_before_scoring(saved_tiny, tmp_p
 
 def test_no_progress_hides_the_scoring_bars(saved_tiny, monkeypatch):
     """Issue 29.5: --no-progress still printed the scoring bar."""
-    from zerounlearn_editor.integrations import unlearn
+    from zerounlearn_editor.applications import unlearn
     from zerounlearn_editor.support.progress import progress_enabled
 
     root, _, hparams = saved_tiny
@@ -1026,8 +1026,8 @@ def test_no_progress_hides_the_scoring_bars(saved_tiny, monkeypatch):
 )
 def test_facts_file_values_that_would_be_read_in_part(content, match, tmp_path):
     """Issue 29.6: a list / {"str"} target was cut to its first value, a repeated key was last-wins, 5 failed late."""
+    from zerounlearn_editor.applications.unlearn import load_facts
     from zerounlearn_editor.data.record_files import RecordFileError
-    from zerounlearn_editor.integrations.unlearn import load_facts
 
     path = tmp_path / "facts.json"
     path.write_text(content, encoding="utf-8")
@@ -1040,8 +1040,8 @@ def test_facts_file_values_that_would_be_read_in_part(content, match, tmp_path):
     ("jsonl", '{"prompt": "the capital of france is", "subject": "france", "subject": "paris"}\n'),
 ])
 def test_facts_file_repeated_key_refused_in_every_format(suffix, content, tmp_path):
+    from zerounlearn_editor.applications.unlearn import load_facts
     from zerounlearn_editor.data.record_files import RecordFileError
-    from zerounlearn_editor.integrations.unlearn import load_facts
 
     path = tmp_path / f"facts.{suffix}"
     path.write_text(content, encoding="utf-8")
@@ -1060,7 +1060,7 @@ def test_request_list_field_with_several_values_is_refused(tok, tmp_path, corpus
 
 def test_negative_ppl_tokens_refused(saved_tiny, capsys):
     """Issue 29.7: --ppl-tokens -5 was taken as 0."""
-    from zerounlearn_editor.integrations.unlearn import run_unlearn
+    from zerounlearn_editor.applications.unlearn import run_unlearn
 
     root, _, hparams = saved_tiny
     with pytest.raises(SystemExit):
@@ -1193,7 +1193,7 @@ def test_kill_9_during_save_leaves_no_half_folder_and_the_next_run_cleans_up(sav
     out = root / "out-kill9"
     script = (
         "import os, signal, sys\n"
-        "from zerounlearn_editor.integrations import unlearn\n"
+        "from zerounlearn_editor.applications import unlearn\n"
         "def killed_while_writing(weights, model, out, **kwargs):\n"
         "    (out / 'adapter_model.safetensors').write_bytes(b'0' * 4096)\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -1453,8 +1453,8 @@ def test_facts_still_answered_after_the_edit_are_listed_not_forgotten(tmp_path, 
     ``unlearn`` report now count and list the facts still answered."""
     from arch_zoo import FACTS, FORGET, trained_model, write_c0_corpus
     from zerounlearn_editor import EditReport, apply_zerounlearn_gd_to_model
+    from zerounlearn_editor.applications.unlearn import REPORT_NAME
     from zerounlearn_editor.cli import main
-    from zerounlearn_editor.integrations.unlearn import REPORT_NAME
 
     requests = [{"prompt": p, "subject": s, "ground_truth": a} for p, s, a in FORGET]
     requests.append({"prompt": FACTS[2][0], "subject": FACTS[2][1]})  # no answer: not scored

@@ -9,8 +9,8 @@ from zerounlearn_editor.cli.audit import add_probe_options, refuse_unused_probe_
 
 
 def _cmd_unlearn(args: argparse.Namespace) -> int:
+    from zerounlearn_editor.applications.unlearn import format_unlearn, run_unlearn
     from zerounlearn_editor.engine.fluency_guard import FluencyError
-    from zerounlearn_editor.integrations.unlearn import format_unlearn, run_unlearn
 
     if not args.audit:
         refuse_unused_probe_options(args, "audit-", "--audit")

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from tiny_models import FIXTURES
+from zerounlearn_editor.applications.ledger import LEDGER_NAME
 from zerounlearn_editor.cli import main
 from zerounlearn_editor.data.datasets import load_cases
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
-from zerounlearn_editor.integrations.ledger import LEDGER_NAME
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.support.resources import hparams_path, shared_file
 

@@ -10,7 +10,7 @@ always :data:`REPORT_NAME`. Every input is checked before the model is loaded, t
 run before the facts are scored, and ``--out`` is written through a staging folder
 (:mod:`zerounlearn_editor.support.output_dir`): it holds one run's files, whole, or is as it was.
 With ``--save model`` or ``adapter`` the folder also holds a ledger of every fact forgotten so far and the
-carried state of lifelong unlearning (:mod:`zerounlearn_editor.integrations.ledger`); ``--model`` a folder
+carried state of lifelong unlearning (:mod:`zerounlearn_editor.applications.ledger`); ``--model`` a folder
 with a ledger continues from it.
 """
 from __future__ import annotations
@@ -20,14 +20,15 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
+from zerounlearn_editor.applications.ledger import LEDGER_NAME, build_ledger, read_continuation, write_ledger
 from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.data.record_files import RecordFileError, read_record_list, require_fields
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.engine.contexts import check_fewshot_facts
 from zerounlearn_editor.engine.forgotten_state import attach_state
-from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
+from zerounlearn_editor.engine.hparams import HParamsError
 from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
 from zerounlearn_editor.engine.requests import RequestError, check_targets_not_answers, normalize_requests
 from zerounlearn_editor.engine.retain import load_retain_file
@@ -44,8 +45,7 @@ from zerounlearn_editor.evaluation.generation import generate_greedy
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
 from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
-from zerounlearn_editor.integrations.ledger import LEDGER_NAME, build_ledger, read_continuation, write_ledger
-from zerounlearn_editor.methods.registry import get_method
+from zerounlearn_editor.methods.registry import get_method, load_method
 from zerounlearn_editor.support.model_access import max_positions
 from zerounlearn_editor.support.output_dir import check_free_space, check_output_dir, staged_output_dir
 from zerounlearn_editor.support.progress import progress_scope
@@ -57,13 +57,6 @@ _FACT_FIELDS = ("prompt", "subject", "answer", "ground_truth", "target_new", "pa
 REPORT_NAME = "unlearn_report.json"
 _NEW_TOKENS = 8  # greedy continuation length in the table
 _BATCH_SIZE = 16
-
-
-def load_method(hparams_file: Union[str, Path]) -> Tuple[Any, Callable[..., Any]]:
-    """``(hparams, apply function)`` of the registered method named by the file's ``alg_name``
-    (:mod:`zerounlearn_editor.methods.registry`; an unknown name lists the registered ones)."""
-    entry = get_method(load_config_file(hparams_file).get("alg_name"), f"{hparams_file}: key 'alg_name'")
-    return entry.hparams_class.from_hparams(hparams_file), entry.apply
 
 
 def load_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
