@@ -1060,14 +1060,39 @@ def test_request_list_field_with_several_values_is_refused(tok, tmp_path, corpus
 
 def test_negative_ppl_tokens_refused(saved_tiny, capsys):
     """Issue 29.7: --ppl-tokens -5 was taken as 0."""
-    from zerounlearn_editor.applications.unlearn import run_unlearn
+    from zerounlearn_editor.applications.unlearn import UnlearnSettings, run_unlearn
 
     root, _, hparams = saved_tiny
     with pytest.raises(SystemExit):
         _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn"]), "--save", "none", "--ppl-tokens", "-5")
     assert "must be >= 0, got -5" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"--ppl-tokens must be an integer >= 0 .* got -5"):
-        run_unlearn(hparams["ZeroUnlearn"], root / "facts.json", None, save="none", ppl_tokens=-5)
+        run_unlearn(hparams["ZeroUnlearn"], root / "facts.json", None, settings=UnlearnSettings(save="none",
+                                                                                                 ppl_tokens=-5))
+
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"save": "disk"}, r"--save must be one of \('model', 'adapter', 'none'\), got 'disk'"),
+    ({"ppl_tokens": 1.5}, r"--ppl-tokens must be an integer >= 0 .* got 1.5"),
+    ({"ppl_tokens": True}, r"--ppl-tokens must be an integer >= 0 .* got True"),
+    ({"fluency_guard": "ignore"}, r"fluency_guard must be one of \('refuse', 'warn', 'off'\) .* got 'ignore'"),
+])
+def test_unlearn_settings_checked_when_built(kwargs, message):
+    """UnlearnSettings refuses a bad setting when it is built, before any file is read or model loaded."""
+    from zerounlearn_editor.applications.unlearn import UnlearnSettings
+
+    with pytest.raises(ValueError, match=message):
+        UnlearnSettings(**kwargs)
+
+
+def test_unlearn_settings_check_the_audit():
+    from zerounlearn_editor.applications.unlearn import UnlearnSettings
+    from zerounlearn_editor.evaluation.audit import AuditError, AuditSettings
+
+    with pytest.raises(AuditError, match="unknown probe family 'nope'"):
+        UnlearnSettings(audit=AuditSettings(families=("nope",)))
+    assert UnlearnSettings(audit=AuditSettings()).audit == AuditSettings()
 
 
 CHANGED_AFTER_LOADING = [

@@ -11,9 +11,6 @@ MAX_LINES = 80
 APPLICATIONS = ("bench", "cli")
 
 LONG_FUNCTIONS: Dict[str, str] = {
-    "applications/unlearn.py::run_unlearn": "the unlearn job's steps in order (check, load, continue a ledger, score, "
-    "edit, score, audit, save); to be split with its settings object when the job moves out of integrations/ "
-    "(issue 35, open)",
     "applications/easyedit_eval.py::main": "EasyEdit's evaluation script (argument checks before the model loads, "
     "then the editor loop); moves out of integrations/ with the unlearn job (issue 35, open)",
     "integrations/adapters.py::export_lora_adapter": "one pass per edited weight (factor, check, write); not split yet "

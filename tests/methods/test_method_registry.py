@@ -123,7 +123,7 @@ def test_registration_checks_the_entry():
 
 
 def test_toy_method_reaches_unlearn(toy, tok, tmp_path):
-    from zerounlearn_editor.applications.unlearn import run_unlearn
+    from zerounlearn_editor.applications.unlearn import UnlearnSettings, run_unlearn
     from zerounlearn_editor.methods.registry import load_method
 
     model_dir = tmp_path / "tiny-model"
@@ -135,7 +135,8 @@ def test_toy_method_reaches_unlearn(toy, tok, tmp_path):
     assert isinstance(hp, ToyHyperParams) and hp.scale == 0.25 and apply is apply_toy_to_model
     facts = tmp_path / "facts.json"
     facts.write_text(json.dumps([{"prompt": "the capital of france is", "subject": "france", "answer": "paris"}]))
-    result = run_unlearn(hparams_file, facts, tmp_path / "out", save="model", ppl_tokens=0, progress=False)
+    result = run_unlearn(hparams_file, facts, tmp_path / "out",
+                         settings=UnlearnSettings(save="model", ppl_tokens=0, progress=False))
     assert CALLS == [TOY] and result.method == TOY
     from transformers import AutoModelForCausalLM
 
