@@ -11,8 +11,6 @@ MAX_LINES = 80
 APPLICATIONS = ("bench", "cli")
 
 LONG_FUNCTIONS: Dict[str, str] = {
-    "integrations/adapters.py::export_lora_adapter": "one pass per edited weight (factor, check, write); not split yet "
-    "(issue 35, open)",
     "methods/zerounlearn_gd/solve.py::solve_gd": "the Adam loop and its conjugate-gradient polish, pinned by the "
     "paper pins; a different loop from engine/adam.py (cosine decay, CG finish), so not merged with it",
 }
