@@ -900,7 +900,7 @@ def test_killed_run_temporaries_are_removed_and_a_failed_save_leaves_the_folder_
     import subprocess
     import sys
 
-    from zerounlearn_editor.integrations import unlearn
+    from zerounlearn_editor.applications import unlearn
     from zerounlearn_editor.support import output_dir
 
     root, _, hparams = saved_tiny
@@ -971,7 +971,7 @@ def _many_facts(path: Path, n: int) -> Path:
 
 def test_too_many_facts_for_zerounlearn_refused_before_scoring(saved_tiny, tmp_path, monkeypatch, caplog):
     """Issue 29.5: 10,000 facts on d_out = 32 were refused after the scoring, with 'rank 10000 ... 31250%'."""
-    from zerounlearn_editor.integrations import unlearn
+    from zerounlearn_editor.applications import unlearn
 
     root, _, hparams = saved_tiny
 
@@ -988,7 +988,7 @@ def test_too_many_facts_for_zerounlearn_refused_before_scoring(saved_tiny, tmp_p
 
 def test_no_progress_hides_the_scoring_bars(saved_tiny, monkeypatch):
     """Issue 29.5: --no-progress still printed the scoring bar."""
-    from zerounlearn_editor.integrations import unlearn
+    from zerounlearn_editor.applications import unlearn
     from zerounlearn_editor.support.progress import progress_enabled
 
     root, _, hparams = saved_tiny
@@ -1026,8 +1026,8 @@ def test_no_progress_hides_the_scoring_bars(saved_tiny, monkeypatch):
 )
 def test_facts_file_values_that_would_be_read_in_part(content, match, tmp_path):
     """Issue 29.6: a list / {"str"} target was cut to its first value, a repeated key was last-wins, 5 failed late."""
+    from zerounlearn_editor.applications.unlearn import load_facts
     from zerounlearn_editor.data.record_files import RecordFileError
-    from zerounlearn_editor.integrations.unlearn import load_facts
 
     path = tmp_path / "facts.json"
     path.write_text(content, encoding="utf-8")
@@ -1040,8 +1040,8 @@ def test_facts_file_values_that_would_be_read_in_part(content, match, tmp_path):
     ("jsonl", '{"prompt": "the capital of france is", "subject": "france", "subject": "paris"}\n'),
 ])
 def test_facts_file_repeated_key_refused_in_every_format(suffix, content, tmp_path):
+    from zerounlearn_editor.applications.unlearn import load_facts
     from zerounlearn_editor.data.record_files import RecordFileError
-    from zerounlearn_editor.integrations.unlearn import load_facts
 
     path = tmp_path / f"facts.{suffix}"
     path.write_text(content, encoding="utf-8")
@@ -1060,14 +1060,39 @@ def test_request_list_field_with_several_values_is_refused(tok, tmp_path, corpus
 
 def test_negative_ppl_tokens_refused(saved_tiny, capsys):
     """Issue 29.7: --ppl-tokens -5 was taken as 0."""
-    from zerounlearn_editor.integrations.unlearn import run_unlearn
+    from zerounlearn_editor.applications.unlearn import UnlearnSettings, run_unlearn
 
     root, _, hparams = saved_tiny
     with pytest.raises(SystemExit):
         _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn"]), "--save", "none", "--ppl-tokens", "-5")
     assert "must be >= 0, got -5" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"--ppl-tokens must be an integer >= 0 .* got -5"):
-        run_unlearn(hparams["ZeroUnlearn"], root / "facts.json", None, save="none", ppl_tokens=-5)
+        run_unlearn(hparams["ZeroUnlearn"], root / "facts.json", None, settings=UnlearnSettings(save="none",
+                                                                                                 ppl_tokens=-5))
+
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"save": "disk"}, r"--save must be one of \('model', 'adapter', 'none'\), got 'disk'"),
+    ({"ppl_tokens": 1.5}, r"--ppl-tokens must be an integer >= 0 .* got 1.5"),
+    ({"ppl_tokens": True}, r"--ppl-tokens must be an integer >= 0 .* got True"),
+    ({"fluency_guard": "ignore"}, r"fluency_guard must be one of \('refuse', 'warn', 'off'\) .* got 'ignore'"),
+])
+def test_unlearn_settings_checked_when_built(kwargs, message):
+    """UnlearnSettings refuses a bad setting when it is built, before any file is read or model loaded."""
+    from zerounlearn_editor.applications.unlearn import UnlearnSettings
+
+    with pytest.raises(ValueError, match=message):
+        UnlearnSettings(**kwargs)
+
+
+def test_unlearn_settings_check_the_audit():
+    from zerounlearn_editor.applications.unlearn import UnlearnSettings
+    from zerounlearn_editor.evaluation.audit import AuditError, AuditSettings
+
+    with pytest.raises(AuditError, match="unknown probe family 'nope'"):
+        UnlearnSettings(audit=AuditSettings(families=("nope",)))
+    assert UnlearnSettings(audit=AuditSettings()).audit == AuditSettings()
 
 
 CHANGED_AFTER_LOADING = [
@@ -1193,7 +1218,7 @@ def test_kill_9_during_save_leaves_no_half_folder_and_the_next_run_cleans_up(sav
     out = root / "out-kill9"
     script = (
         "import os, signal, sys\n"
-        "from zerounlearn_editor.integrations import unlearn\n"
+        "from zerounlearn_editor.applications import unlearn\n"
         "def killed_while_writing(weights, model, out, **kwargs):\n"
         "    (out / 'adapter_model.safetensors').write_bytes(b'0' * 4096)\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -1453,8 +1478,8 @@ def test_facts_still_answered_after_the_edit_are_listed_not_forgotten(tmp_path, 
     ``unlearn`` report now count and list the facts still answered."""
     from arch_zoo import FACTS, FORGET, trained_model, write_c0_corpus
     from zerounlearn_editor import EditReport, apply_zerounlearn_gd_to_model
+    from zerounlearn_editor.applications.unlearn import REPORT_NAME
     from zerounlearn_editor.cli import main
-    from zerounlearn_editor.integrations.unlearn import REPORT_NAME
 
     requests = [{"prompt": p, "subject": s, "ground_truth": a} for p, s, a in FORGET]
     requests.append({"prompt": FACTS[2][0], "subject": FACTS[2][1]})  # no answer: not scored

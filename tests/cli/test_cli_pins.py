@@ -3,7 +3,7 @@
 ``tests/fixtures/cli_pins.json`` holds, per run below, every field of ``unlearn_report.json`` that the
 edit decides (``method``, the forgotten / kept rows: accuracy and probability before and after, the
 8-token greedy continuations; the perplexities; the saved mode), not the stage times or file
-paths. The runs are the ones ``tests/integrations/test_unlearn_cli.py`` covers, on the same tiny model, facts
+paths. The runs are the ones ``tests/applications/test_unlearn_cli.py`` covers, on the same tiny model, facts
 and perplexity text: ZeroUnlearn, ZeroUnlearn-GD, and ZeroUnlearn-GD with a retain file.
 Numbers must agree within 1e-6 relative (1e-9 absolute near 0), text exactly.
 
@@ -31,8 +31,8 @@ from tiny_models import (  # noqa: E402
     tiny_tokenizer,
     write_corpus,
 )
+from zerounlearn_editor.applications.unlearn import REPORT_NAME  # noqa: E402
 from zerounlearn_editor.cli import main  # noqa: E402
-from zerounlearn_editor.integrations.unlearn import REPORT_NAME  # noqa: E402
 
 PIN = FIXTURES / "cli_pins.json"
 RUNS = {

@@ -22,6 +22,7 @@ from tiny_models import (
     write_corpus,
     write_tiny_counterfact,
 )
+from zerounlearn_editor.applications.unlearn import REPORT_NAME
 from zerounlearn_editor.bench import EditOutcome, MethodSpec, PreparedMethod, default_registry
 from zerounlearn_editor.bench.audit import AuditConfig, run_audit
 from zerounlearn_editor.cli import main
@@ -38,7 +39,6 @@ from zerounlearn_editor.evaluation.audit import (
     score_model,
 )
 from zerounlearn_editor.evaluation.audit import suite as suite_module
-from zerounlearn_editor.integrations.unlearn import REPORT_NAME
 
 LENS = LensConfig(1, "model.layers.{}", "model.norm")
 FORGET = [{"prompt": "the capital of france is", "subject": "france", "answer": "paris"},
@@ -370,7 +370,7 @@ def test_in_context_prompts_beyond_gpt2_positions_are_refused_before_scoring(tmp
         )
     )
     scored: List[int] = []
-    monkeypatch.setattr("zerounlearn_editor.integrations.unlearn.evaluate_probes",
+    monkeypatch.setattr("zerounlearn_editor.applications.unlearn.evaluate_probes",
                         lambda *a, **k: scored.append(1) or {"acc": [], "prob": []})
     code = main(["unlearn", "--hparams", str(ws["hparams"]), "--facts", str(_facts(tmp_path, long_facts)), "--save",
                  "none", "--ppl-tokens", "0", "--no-progress", "--audit", "--audit-probes", "in_context",

@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from tiny_models import CORPUS, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
+from zerounlearn_editor.applications.unlearn import REPORT_NAME, load_facts
 from zerounlearn_editor.cli import main
-from zerounlearn_editor.integrations.unlearn import REPORT_NAME, load_facts
 
 FACTS = [
     {"prompt": "the capital of france is", "subject": "france", "answer": "paris",

@@ -1,7 +1,7 @@
 """The method registry (:mod:`zerounlearn_editor.methods.registry`) is the one place a method is declared.
 
 A toy method, defined and registered in this test alone (and unregistered afterwards), is reachable
-through ``unlearn`` (:func:`~zerounlearn_editor.integrations.unlearn.run_unlearn`), the bench
+through ``unlearn`` (:func:`~zerounlearn_editor.applications.unlearn.run_unlearn`), the bench
 (:func:`~zerounlearn_editor.bench.run_bench`), the speed bench's hparams loader, ``init-hparams``'s
 choices, ``hparams_doc``'s table and EasyEdit's registration (a fake EasyEdit), with no other file touched.
 Unknown names are errors listing the registered methods.
@@ -98,7 +98,7 @@ def test_shipped_methods_are_registered_with_their_classes():
 
 
 def test_unknown_name_lists_the_registered_ones(tmp_path):
-    from zerounlearn_editor.integrations.unlearn import load_method
+    from zerounlearn_editor.methods.registry import load_method
 
     with pytest.raises(
         registry.UnknownMethodError, match=r"unknown method 'Nope'; registered: ZeroUnlearn, ZeroUnlearn-GD"
@@ -123,7 +123,8 @@ def test_registration_checks_the_entry():
 
 
 def test_toy_method_reaches_unlearn(toy, tok, tmp_path):
-    from zerounlearn_editor.integrations.unlearn import load_method, run_unlearn
+    from zerounlearn_editor.applications.unlearn import UnlearnSettings, run_unlearn
+    from zerounlearn_editor.methods.registry import load_method
 
     model_dir = tmp_path / "tiny-model"
     model = tiny_llama(tok)
@@ -134,7 +135,8 @@ def test_toy_method_reaches_unlearn(toy, tok, tmp_path):
     assert isinstance(hp, ToyHyperParams) and hp.scale == 0.25 and apply is apply_toy_to_model
     facts = tmp_path / "facts.json"
     facts.write_text(json.dumps([{"prompt": "the capital of france is", "subject": "france", "answer": "paris"}]))
-    result = run_unlearn(hparams_file, facts, tmp_path / "out", save="model", ppl_tokens=0, progress=False)
+    result = run_unlearn(hparams_file, facts, tmp_path / "out",
+                         settings=UnlearnSettings(save="model", ppl_tokens=0, progress=False))
     assert CALLS == [TOY] and result.method == TOY
     from transformers import AutoModelForCausalLM
 

@@ -220,7 +220,7 @@ class measure:  # noqa: N801 - used as a context manager
 def _load_method(path: str) -> Tuple[EditHyperParams, Callable[..., Any]]:
     """``(hparams, apply function)`` of a registered method's YAML (by its ``alg_name``)."""
     from zerounlearn_editor.engine.hparams import HParamsError
-    from zerounlearn_editor.integrations.unlearn import load_method
+    from zerounlearn_editor.methods.registry import load_method
 
     try:
         return load_method(path)

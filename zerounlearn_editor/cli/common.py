@@ -44,7 +44,7 @@ nonnegative_int = int_at_least(0)
 
 def load_hparams(path: str) -> Any:
     """The ZeroUnlearn or ZeroUnlearn-GD hyperparameters of the YAML at ``path`` (by its ``alg_name``)."""
-    from zerounlearn_editor.integrations.unlearn import load_method
+    from zerounlearn_editor.methods.registry import load_method
 
     return load_method(path)[0]
 

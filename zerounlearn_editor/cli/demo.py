@@ -25,7 +25,7 @@ from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.engine.pipeline import EditReport
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
-from zerounlearn_editor.integrations.unlearn import load_method
+from zerounlearn_editor.methods.registry import load_method
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 from zerounlearn_editor.support.progress import progress_bar
 from zerounlearn_editor.support.resources import hparams_path

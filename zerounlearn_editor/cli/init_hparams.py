@@ -163,8 +163,8 @@ def check_layers_before_loss(layers: Sequence[int], num_layers: int, source: str
 def facts_to_trace(path: Union[str, Path]) -> List[Any]:
     """The facts of a ``zerounlearn unlearn`` facts file that have an answer, as trace facts (read before any
     model loads; errors name the file, record and field)."""
+    from zerounlearn_editor.applications.unlearn import load_facts
     from zerounlearn_editor.bench.trace import TraceFact
-    from zerounlearn_editor.integrations.unlearn import load_facts
 
     facts = [TraceFact(r["prompt"], r["subject"], r["ground_truth"]) for r in load_facts(path) if r.get("ground_truth")]
     if not facts:

@@ -9,19 +9,20 @@ from zerounlearn_editor.cli.audit import add_probe_options, refuse_unused_probe_
 
 
 def _cmd_unlearn(args: argparse.Namespace) -> int:
+    from zerounlearn_editor.applications.unlearn import UnlearnSettings, format_unlearn, run_unlearn
     from zerounlearn_editor.engine.fluency_guard import FluencyError
-    from zerounlearn_editor.integrations.unlearn import format_unlearn, run_unlearn
 
     if not args.audit:
         refuse_unused_probe_options(args, "audit-", "--audit")
     try:
-        result = run_unlearn(
-            args.hparams, args.facts, args.out, retain_file=args.retain, save=args.save, model_name=args.model,
-            device=args.device, dtype=args.dtype, corpus=args.corpus, ppl_tokens=args.ppl_tokens,
+        settings = UnlearnSettings(
+            save=args.save, device=args.device, dtype=args.dtype, corpus=args.corpus, ppl_tokens=args.ppl_tokens,
             ppl_text=args.ppl_text, progress=not args.no_progress,
             audit=settings_from_args(args, prefix="audit_") if args.audit else None,
             fluency_guard="warn" if args.allow_fluency_loss else None,
         )
+        result = run_unlearn(args.hparams, args.facts, args.out, retain_file=args.retain, model_name=args.model,
+                             settings=settings)
     except FluencyError as exc:  # name this command's option, not the API argument
         raise exc.with_override("--allow-fluency-loss") from None
     print(format_unlearn(result))

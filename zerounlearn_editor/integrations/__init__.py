@@ -1,1 +1,1 @@
-"""Where the package meets other tools: EasyEdit (registration, eval script), PEFT adapters, the unlearn job."""
+"""Where the package meets other tools (its plugin surface): EasyEdit registration, PEFT LoRA adapters."""

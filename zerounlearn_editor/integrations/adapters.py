@@ -17,7 +17,7 @@ import logging
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -161,6 +161,83 @@ def edit_deltas(
     return out
 
 
+def _factor_layer(module_name: str, W_new: torch.Tensor, delta: torch.Tensor, dtype: torch.dtype,
+                  max_rank: Optional[int]) -> Tuple[AdapterLayer, Tuple[torch.Tensor, torch.Tensor], Optional[str]]:
+    """``(report, (B [d_out, r], A [r, d_in]), problem or None)`` of one weight's change ``delta [d_out, d_in]``:
+    a problem when the rank-``r`` factors leave more than ``max(1e-5, 2 eps)`` of the weight's norm, or are not
+    smaller than the weight."""
+    floor = _rounding_noise(W_new, dtype)
+    B, A, S, numerical = low_rank_factors(delta, floor, max_rank)
+    r = A.shape[0]
+    residual = float(S[r:].pow(2).sum().sqrt())
+    delta_norm = float(S.pow(2).sum().sqrt())
+    layer = AdapterLayer(
+        module=module_name,
+        shape=list(delta.shape),
+        numerical_rank=numerical,
+        rank=r,
+        delta_norm=delta_norm,
+        relative_residual=residual / delta_norm if delta_norm else 0.0,
+        weight_relative_residual=residual / float(W_new.norm()),
+        noise_floor=floor,
+        singular_values=[float(s) for s in S[: r + 4]],
+    )
+    limit = max(1e-5, 2 * torch.finfo(dtype).eps)
+    d_out, d_in = delta.shape
+    problem = None
+    if layer.weight_relative_residual > limit:
+        problem = (
+            f"{module_name}: rank {r} (numerical rank {numerical} of {min(d_out, d_in)}) leaves a residual of "
+            f"{layer.weight_relative_residual:.2e} of the weight's norm ({layer.relative_residual:.2e} of the "
+            f"change's), above {limit:.1e}"
+        )
+    elif r * (d_out + d_in) >= d_out * d_in:
+        problem = (
+            f"{module_name}: the change has numerical rank {numerical} of {min(d_out, d_in)} (full rank); "
+            f"a rank-{r} adapter ({r * (d_out + d_in)} numbers) is not smaller than the weight ({d_out * d_in})"
+        )
+    return layer, (B, A), problem
+
+
+def _lora_tensors(factors: Mapping[str, Tuple[torch.Tensor, torch.Tensor]], r: int) -> Dict[str, torch.Tensor]:
+    """PEFT's ``lora_A`` / ``lora_B`` tensors (float32), each layer's factors zero-padded to the common rank ``r``."""
+    tensors: Dict[str, torch.Tensor] = {}
+    for module_name, (B, A) in factors.items():
+        pad = r - A.shape[0]
+        if pad:
+            A = torch.cat([A, A.new_zeros((pad, A.shape[1]))])
+            B = torch.cat([B, B.new_zeros((B.shape[0], pad))], dim=1)
+        tensors[f"base_model.model.{module_name}.lora_A.weight"] = A.float().contiguous()
+        tensors[f"base_model.model.{module_name}.lora_B.weight"] = B.float().contiguous()
+    return tensors
+
+
+def _write_lora_files(out: Path, tensors: Dict[str, torch.Tensor], r: int, modules: List[str], transposed: bool,
+                      base_name: Optional[str]) -> Dict[str, int]:
+    """Write ``adapter_model.safetensors`` and ``adapter_config.json`` (scaling 1: the adapter adds exactly
+    ``B A``) into ``out``, each atomically; returns ``{file name: size in bytes}``."""
+    from peft import LoraConfig
+    from safetensors.torch import save
+
+    config = LoraConfig(
+        r=r,
+        lora_alpha=r,  # scaling = lora_alpha / r = 1: the adapter adds exactly B A
+        lora_dropout=0.0,
+        bias="none",
+        target_modules=modules,
+        fan_in_fan_out=transposed,
+        task_type="CAUSAL_LM",
+        base_model_name_or_path=base_name,
+        inference_mode=True,
+    )
+    weights = save(tensors, metadata={"format": "pt"})  # the bytes save_file would write
+    weights_path = write_bytes_atomic(out / "adapter_model.safetensors", weights)
+    config_json = json.dumps(config.to_dict(), indent=2, sort_keys=True, default=sorted)  # sets: sorted lists
+    write_text_atomic(out / "adapter_config.json", config_json)
+    return {"adapter_model.safetensors": weights_path.stat().st_size,
+            "adapter_config.json": (out / "adapter_config.json").stat().st_size}
+
+
 def export_lora_adapter(
     weights_before: Union[Mapping[str, torch.Tensor], nn.Module],
     edited_model: nn.Module,
@@ -182,51 +259,21 @@ def export_lora_adapter(
     ``adapter_config.json`` (default: the model's ``config._name_or_path``), ``metadata`` into
     :data:`ADAPTER_REPORT_NAME`.
     """
-    from peft import LoraConfig
-    from safetensors.torch import save
+    import peft  # noqa: F401  # a missing peft fails here, before any factorisation
 
     deltas = edit_deltas(weights_before, edited_model)
     transposed_flags = {transposed for _, _, transposed in deltas.values()}
     if len(transposed_flags) > 1:
         raise ValueError("the edited modules mix Linear and Conv1D weights; export them as separate adapters")
     params = dict(edited_model.named_parameters())
-    tensors: Dict[str, torch.Tensor] = {}
     layers: List[AdapterLayer] = []
     problems: List[str] = []
     factors = {}
     for module_name, (W_new, delta, _) in deltas.items():
-        dtype = params[f"{module_name}.weight"].dtype
-        floor = _rounding_noise(W_new, dtype)
-        B, A, S, numerical = low_rank_factors(delta, floor, max_rank)
-        r = A.shape[0]
-        residual = float(S[r:].pow(2).sum().sqrt())
-        delta_norm = float(S.pow(2).sum().sqrt())
-        layer = AdapterLayer(
-            module=module_name,
-            shape=list(delta.shape),
-            numerical_rank=numerical,
-            rank=r,
-            delta_norm=delta_norm,
-            relative_residual=residual / delta_norm if delta_norm else 0.0,
-            weight_relative_residual=residual / float(W_new.norm()),
-            noise_floor=floor,
-            singular_values=[float(s) for s in S[: r + 4]],
-        )
+        layer, factors[module_name], problem = _factor_layer(
+            module_name, W_new, delta, params[f"{module_name}.weight"].dtype, max_rank)
         layers.append(layer)
-        factors[module_name] = (B, A)
-        limit = max(1e-5, 2 * torch.finfo(dtype).eps)
-        d_out, d_in = delta.shape
-        if layer.weight_relative_residual > limit:
-            problems.append(
-                f"{module_name}: rank {r} (numerical rank {numerical} of {min(d_out, d_in)}) leaves a residual of "
-                f"{layer.weight_relative_residual:.2e} of the weight's norm ({layer.relative_residual:.2e} of the "
-                f"change's), above {limit:.1e}"
-            )
-        elif r * (d_out + d_in) >= d_out * d_in:
-            problems.append(
-                f"{module_name}: the change has numerical rank {numerical} of {min(d_out, d_in)} (full rank); "
-                f"a rank-{r} adapter ({r * (d_out + d_in)} numbers) is not smaller than the weight ({d_out * d_in})"
-            )
+        problems += [problem] if problem else []
     if problems:
         message = (
             "the edit is not low rank: " + "; ".join(problems) + ". A change of (nearly) full rank cannot be a "
@@ -237,36 +284,11 @@ def export_lora_adapter(
         LOG.warning("%s Exporting anyway (allow_lossy).", message)
 
     r = max(max(layer.rank for layer in layers), 1)
-    for module_name, (B, A) in factors.items():
-        pad = r - A.shape[0]
-        if pad:
-            A = torch.cat([A, A.new_zeros((pad, A.shape[1]))])
-            B = torch.cat([B, B.new_zeros((B.shape[0], pad))], dim=1)
-        tensors[f"base_model.model.{module_name}.lora_A.weight"] = A.float().contiguous()
-        tensors[f"base_model.model.{module_name}.lora_B.weight"] = B.float().contiguous()
-
     base_name = base_model_name_or_path
     if base_name is None:
         base_name = getattr(getattr(edited_model, "config", None), "_name_or_path", None) or None
-    config = LoraConfig(
-        r=r,
-        lora_alpha=r,  # scaling = lora_alpha / r = 1: the adapter adds exactly B A
-        lora_dropout=0.0,
-        bias="none",
-        target_modules=sorted(deltas),
-        fan_in_fan_out=transposed_flags == {True},
-        task_type="CAUSAL_LM",
-        base_model_name_or_path=base_name,
-        inference_mode=True,
-    )
-
     out = Path(out_dir)  # created by the writes
-    weights = save(tensors, metadata={"format": "pt"})  # the bytes save_file would write
-    weights_path = write_bytes_atomic(out / "adapter_model.safetensors", weights)
-    config_json = json.dumps(config.to_dict(), indent=2, sort_keys=True, default=sorted)  # sets: sorted lists
-    write_text_atomic(out / "adapter_config.json", config_json)
-    files = {"adapter_model.safetensors": weights_path.stat().st_size,
-             "adapter_config.json": (out / "adapter_config.json").stat().st_size}
+    files = _write_lora_files(out, _lora_tensors(factors, r), r, sorted(deltas), transposed_flags == {True}, base_name)
     if isinstance(weights_before, nn.Module):  # the base model's fingerprint: the weights before the edit
         fingerprint = model_fingerprint(weights_before)
     else:

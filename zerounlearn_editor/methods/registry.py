@@ -2,7 +2,7 @@
 
 Every consumer reads it: the package's EasyEdit registration
 (:func:`~zerounlearn_editor.integrations.easyedit.register_with_easyedit`), ``zerounlearn unlearn`` /
-``demo`` (:func:`~zerounlearn_editor.integrations.unlearn.load_method`), ``init-hparams``,
+``demo`` (:func:`load_method`), ``init-hparams``,
 ``hparams_doc``, the bench (:func:`~zerounlearn_editor.bench.registry.default_registry`) and the speed
 bench. A new method is one :func:`register_method` call (here, for a shipped method, or in the
 method's own module): nothing else needs editing. An unknown name is an error listing the registered ones.
@@ -13,9 +13,10 @@ The EasyEdit name, the YAML's ``alg_name`` and the registry name are one string
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Type
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, Union
 
-from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError
+from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError, load_config_file
 
 __all__ = [
     "MethodEntry",
@@ -24,6 +25,7 @@ __all__ = [
     "register_method",
     "unregister_method",
     "get_method",
+    "load_method",
     "method_names",
     "registered_methods",
 ]
@@ -129,6 +131,13 @@ def get_method(name: Any, source: str = "method") -> MethodEntry:
     if isinstance(name, str) and name in _METHODS:
         return _METHODS[name]
     raise UnknownMethodError(f"{source}: unknown method {name!r}; registered: {', '.join(_METHODS)}")
+
+
+def load_method(hparams_file: Union[str, Path]) -> Tuple[Any, Callable[..., Any]]:
+    """``(hparams, apply function)`` of the registered method named by the file's ``alg_name``
+    (an unknown name lists the registered ones)."""
+    entry = get_method(load_config_file(hparams_file).get("alg_name"), f"{hparams_file}: key 'alg_name'")
+    return entry.hparams_class.from_hparams(hparams_file), entry.apply
 
 
 def _register_shipped() -> None:

@@ -360,6 +360,86 @@ def _stalled(history: Sequence[float], tolerance: float) -> bool:
     return change <= tolerance * max(abs(history[-1]), 1e-300)
 
 
+def _check_gd_settings(steps: int, cg_steps: Optional[int], lr: float, tolerance: float) -> Tuple[int, float]:
+    """``(cg_steps, tolerance)`` checked (``cg_steps`` None: ``steps``); ``ValueError`` naming a bad setting."""
+    if int(steps) != steps or steps < 0:
+        raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
+    if cg_steps is None:
+        cg_steps = steps
+    if int(cg_steps) != cg_steps or cg_steps < 0:
+        raise ValueError(f"cg_steps must be an integer >= 0, got {cg_steps!r}")
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be finite and > 0, got {lr!r}")
+    return cg_steps, _check_weight("tolerance", tolerance)
+
+
+def _adam_phase(p: _Pieces, F: Tensor, a: float, b: float, c: float, steps: int, base_lr: float,
+                loss_scale: float, tolerance: float) -> Tensor:
+    """Phase 1 of :func:`solve_gd`: at most ``steps`` Adam steps on ``J(F) * loss_scale`` from ``F``
+    ``[d_out, r]``, step size ``base_lr`` cosine-decayed to 0; stops once ``J`` stalled. Returns ``F``."""
+    beta1, beta2 = 0.9, 0.999
+    eps = 1e-12
+    m = torch.zeros_like(F)
+    v = torch.zeros_like(F)
+    history: Deque[float] = deque(maxlen=_WINDOW + 1)
+    for t in range(1, steps + 1):
+        value_t, grad = _objective_and_gradient(p, F, a, b, c)
+        history.append(float(value_t))
+        if _stalled(history, tolerance):
+            logger.debug("solve_gd adam: objective stalled at step %d", t)
+            break
+        grad = grad * loss_scale
+        m.mul_(beta1).add_(grad, alpha=1 - beta1)
+        v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        step_lr = base_lr * 0.5 * (1.0 + math.cos(math.pi * (t - 1) / steps))
+        m_hat = m / (1 - beta1 ** t)
+        v_hat = v / (1 - beta2 ** t)
+        F = F - step_lr * m_hat / (v_hat.sqrt() + eps)
+        if t % _LOG_EVERY == 0:
+            logger.debug("solve_gd adam step %d: J=%.12g lr=%.3g", t, history[-1], step_lr)
+    return F
+
+
+def _cg_phase(p: _Pieces, F: Tensor, start: Tuple[Tensor, Tensor], a: float, b: float, c: float, cg_steps: int,
+              tolerance: float) -> Tensor:
+    """Phase 2 of :func:`solve_gd`: at most ``cg_steps`` iterations of linear conjugate gradient on the same
+    quadratic from ``F`` ``[d_out, r]`` (``start``: ``J`` and its gradient there; Hessian products
+    ``2 (Q P G + c P)``, the residual refreshed from the true gradient every ``_CG_REFRESH`` iterations); stops
+    once ``J`` stalled. Returns ``F``."""
+    value_t, grad = start
+    history: Deque[float] = deque([float(value_t)], maxlen=_WINDOW + 1)
+    res = -grad
+    direction = res.clone()
+    rr = float(res.square().sum())
+    for it in range(1, cg_steps + 1):
+        if rr == 0.0:
+            break
+        Hd = _hessian_apply(p, direction, a, b, c)
+        dHd = float((direction * Hd).sum())
+        if not dHd > 0:
+            break
+        alpha = rr / dHd
+        F = F + alpha * direction
+        if it % _CG_REFRESH == 0:
+            # Replace the recurred residual by the true negative gradient (limits drift).
+            value_t, grad = _objective_and_gradient(p, F, a, b, c)
+            res = -grad
+            history.append(float(value_t))
+        else:
+            res = res - alpha * Hd
+            # Exact decrease of the quadratic along the line: alpha * <res_old, d> / 2 = alpha rr / 2.
+            history.append(history[-1] - 0.5 * alpha * rr)
+        rr_new = float(res.square().sum())
+        direction = res + (rr_new / rr) * direction
+        rr = rr_new
+        if it % _LOG_EVERY == 0:
+            logger.debug("solve_gd cg iteration %d: J=%.12g |grad|^2=%.3g", it, history[-1], rr)
+        if _stalled(history, tolerance):
+            logger.debug("solve_gd cg: objective stalled at iteration %d", it)
+            break
+    return F
+
+
 def solve_gd(
     W: Tensor,
     K_f: Tensor,
@@ -394,15 +474,7 @@ def solve_gd(
     """
     d_out, d_in, n, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
     U0 = _check_basis(U0, d_in)
-    if int(steps) != steps or steps < 0:
-        raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
-    if cg_steps is None:
-        cg_steps = steps
-    if int(cg_steps) != cg_steps or cg_steps < 0:
-        raise ValueError(f"cg_steps must be an integer >= 0, got {cg_steps!r}")
-    if not (math.isfinite(lr) and lr > 0):
-        raise ValueError(f"lr must be finite and > 0, got {lr!r}")
-    tolerance = _check_weight("tolerance", tolerance)
+    cg_steps, tolerance = _check_gd_settings(steps, cg_steps, lr, tolerance)
     r = U0.shape[1]
     if r == 0 or n == 0:
         logger.debug("solve_gd: r=%d, n=%d: update is zero", r, n)
@@ -424,62 +496,10 @@ def solve_gd(
     scale_F = 0.5 * grad_rms / (mean_q * mean_g + c)
     loss_scale = 1.0 / max(float(J0), torch.finfo(_F64).tiny)
 
-    # ---- Phase 1: Adam -------------------------------------------------------------------
-    beta1, beta2 = 0.9, 0.999
-    eps = 1e-12
-    m = torch.zeros_like(F)
-    v = torch.zeros_like(F)
-    base_lr = lr * scale_F
-    history: Deque[float] = deque(maxlen=_WINDOW + 1)
-    for t in range(1, steps + 1):
-        value_t, grad = _objective_and_gradient(pieces, F, a, b, c)
-        history.append(float(value_t))
-        if _stalled(history, tolerance):
-            logger.debug("solve_gd adam: objective stalled at step %d", t)
-            break
-        grad = grad * loss_scale
-        m.mul_(beta1).add_(grad, alpha=1 - beta1)
-        v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        step_lr = base_lr * 0.5 * (1.0 + math.cos(math.pi * (t - 1) / steps))
-        m_hat = m / (1 - beta1 ** t)
-        v_hat = v / (1 - beta2 ** t)
-        F = F - step_lr * m_hat / (v_hat.sqrt() + eps)
-        if t % _LOG_EVERY == 0:
-            logger.debug("solve_gd adam step %d: J=%.12g lr=%.3g", t, history[-1], step_lr)
-
-    # ---- Phase 2: linear conjugate gradient on the same quadratic --------------------------
-    value_t, grad = _objective_and_gradient(pieces, F, a, b, c)
-    logger.info("solve_gd: Adam phase done, J=%.12g (J at start %.12g)", float(value_t), float(J0))
-    history = deque([float(value_t)], maxlen=_WINDOW + 1)
-    res = -grad
-    direction = res.clone()
-    rr = float(res.square().sum())
-    for it in range(1, cg_steps + 1):
-        if rr == 0.0:
-            break
-        Hd = _hessian_apply(pieces, direction, a, b, c)
-        dHd = float((direction * Hd).sum())
-        if not dHd > 0:
-            break
-        alpha = rr / dHd
-        F = F + alpha * direction
-        if it % _CG_REFRESH == 0:
-            # Replace the recurred residual by the true negative gradient (limits drift).
-            value_t, grad = _objective_and_gradient(pieces, F, a, b, c)
-            res = -grad
-            history.append(float(value_t))
-        else:
-            res = res - alpha * Hd
-            # Exact decrease of the quadratic along the line: alpha * <res_old, d> / 2 = alpha rr / 2.
-            history.append(history[-1] - 0.5 * alpha * rr)
-        rr_new = float(res.square().sum())
-        direction = res + (rr_new / rr) * direction
-        rr = rr_new
-        if it % _LOG_EVERY == 0:
-            logger.debug("solve_gd cg iteration %d: J=%.12g |grad|^2=%.3g", it, history[-1], rr)
-        if _stalled(history, tolerance):
-            logger.debug("solve_gd cg: objective stalled at iteration %d", it)
-            break
+    F = _adam_phase(pieces, F, a, b, c, steps, lr * scale_F, loss_scale, tolerance)
+    start = _objective_and_gradient(pieces, F, a, b, c)
+    logger.info("solve_gd: Adam phase done, J=%.12g (J at start %.12g)", float(start[0]), float(J0))
+    F = _cg_phase(pieces, F, start, a, b, c, cg_steps, tolerance)
     final_value, _ = _objective_and_gradient(pieces, F, a, b, c)
     logger.info("solve_gd: finished, J=%.12g", float(final_value))
     return F @ U0.to(_F64).T

@@ -24,8 +24,7 @@ from zerounlearn_editor import (
     apply_zerounlearn_gd_to_model,
     apply_zerounlearn_to_model,
 )
-from zerounlearn_editor.integrations.easyedit import easyedit_available
-from zerounlearn_editor.integrations.easyedit_eval import (
+from zerounlearn_editor.applications.easyedit_eval import (
     FORGET_KEY,
     find_hparams_class,
     flat_inputs,
@@ -34,6 +33,7 @@ from zerounlearn_editor.integrations.easyedit_eval import (
     read_edit_data,
     unlearning_summary,
 )
+from zerounlearn_editor.integrations.easyedit import easyedit_available
 from zerounlearn_editor.support.resources import shared_file
 
 
@@ -698,7 +698,7 @@ def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch,
 
 if (
     __name__ == "__main__"
-):  # rewrite KNOWN_CF: python tests/integrations/test_easyedit_eval.py (in the EasyEdit venv, as the test runs)
+):  # rewrite KNOWN_CF: python tests/applications/test_easyedit_eval.py (in the EasyEdit venv, as the test runs)
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer, prepare_smollm2
 
     _name, _scanned = "counterfact/counterfact_easyedit_val_1919.json", 300

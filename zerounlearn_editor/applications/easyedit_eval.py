@@ -511,15 +511,8 @@ def _fmt(value: Optional[float]) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """Run the evaluation; returns the unlearning summary (also written next to EasyEdit's metrics JSON).
-
-    ``easyedit``: the EasyEdit objects (``alg_dict``, ``BaseEditor``, ``KnowEditDataset``) to
-    use instead of importing them (tests).
-    """
-    args = build_parser().parse_args(argv)
-    # every check that needs no model comes first: paths, hparams file, data, method, hparams class
-    out = _check_output_paths(args)
+def _check_method_and_data(args: argparse.Namespace) -> EditData:
+    """The YAML names ``--editing_method`` and ``--datatype`` fits the data's format (no model, no EasyEdit)."""
     try:
         alg_name = load_config_file(args.hparams_dir).get("alg_name")
     except HParamsError as exc:
@@ -539,63 +532,113 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
         raise SystemExit(
             f"--data_dir {args.data_dir} is in EasyEdit's {data.format} format, but --datatype is {args.datatype!r}"
         )
+    return data
+
+
+def _editor_inputs(args: argparse.Namespace, data: EditData, easyedit: Dict[str, Any]) -> Tuple[Dict[str, Any], str]:
+    """``(BaseEditor.edit's keyword inputs, datatype)`` of the data (KnowEdit records through EasyEdit's loader)."""
+    if data.format != "knowedit":
+        return flat_inputs(data, need_target=args.target_new == "keep"), data.format
+    records = easyedit["KnowEditDataset"](args.data_dir, size=args.ds_size)
+    inputs = knowedit_inputs([records[i] for i in range(len(records))], args.datatype)
+    if args.target_new == "keep":
+        empty = [i for i, target in enumerate(inputs["target_new"]) if not _first_text(target)]
+        if empty:
+            raise SystemExit(f"--data_dir {args.data_dir}: record(s) {empty[:10]} have an empty target_new, "
+                             "which --target-new keep edits towards; fill them in or use --target-new neutral")
+    return inputs, args.datatype
+
+
+def _in_context_train_ds(args: argparse.Namespace, hparams: Any, easyedit: Dict[str, Any]) -> Any:
+    """IKE's in-context examples (encoded as EasyEdit's script does); ICE runs without; None for other methods."""
+    if args.editing_method == "ICE":
+        hparams.use_icl_examples = False
+    if args.editing_method != "IKE":
+        return None
+    if not args.train_data_path:
+        raise SystemExit("IKE needs --train_data_path (its in-context examples)")
+    from sentence_transformers import SentenceTransformer
+
+    encode_ike_facts = importlib.import_module("easyeditor.models.ike").encode_ike_facts
+    train_ds = easyedit["KnowEditDataset"](args.train_data_path)
+    sentence_model = SentenceTransformer(hparams.sentence_model_name).to(f"cuda:{hparams.device}")
+    encode_ike_facts(sentence_model, train_ds, hparams)
+    return train_ds
+
+
+def _target_mode(args: argparse.Namespace, hparams: Any, editor: Any, inputs: Dict[str, Any]) -> Dict[str, str]:
+    """``--target-new``: ``neutral`` sets every ``target_new`` to the neutral target (unlearning), ``keep`` edits
+    towards the dataset's; returns the mode record written in the summary."""
+    if args.target_new != "neutral":
+        LOG.info("EDITING: the dataset's target_new is kept (--target-new keep)")
+        return {"mode": "edit", "target_new": "dataset"}
+    neutral = getattr(hparams, "neutral_target", None) or editor.tok.eos_token
+    if not neutral:
+        raise SystemExit("--target-new neutral: the hparams have no neutral_target and the tokenizer no EOS token")
+    inputs["target_new"] = [neutral] * len(inputs["prompts"])
+    LOG.info("UNLEARNING: every target_new is the neutral target %r (--target-new keep edits instead)", neutral)
+    return {"mode": "unlearn", "target_new": neutral}
+
+
+def _pre_edit_path(args: argparse.Namespace, out: Path, data: EditData, datatype: str, mode: Dict[str, str],
+                   label: str, editor: Any) -> Path:
+    """``--pre_file``, else the pre-edit metrics cache in ``out`` named by a hash of what they depend on (data,
+    size, YAML, mode, generation, datatype, the loaded model and tokenizer)."""
+    if args.pre_file:
+        return Path(args.pre_file)
+    key_parts = [data.digest, str(args.ds_size), sha256_of_file(_config_path(args.hparams_dir)),
+                 json.dumps(mode, sort_keys=True), str(args.test_generation), str(datatype), _model_digest(editor)]
+    key = hashlib.sha256("\0".join(key_parts).encode("utf-8")).hexdigest()[:16]
+    return out / f"{label}_{datatype}_{mode['mode']}_{key}_pre_edit.json"
+
+
+def _print_summary(summary: Dict[str, Any], mode: Dict[str, str], editing_method: str, result_path: Path) -> None:
+    """The summary's pre -> post lines on stdout."""
+    truth = summary["forget_ground_truth_acc"]
+    print(f"{mode['mode'].upper()} ({editing_method}, {summary['cases']} cases, target_new: {mode['target_new']!r})")
+    if truth["pre"] is not None:
+        print(f"ground-truth accuracy: {truth['pre']:.3f} -> {truth['post']:.3f}")
+    rows = [("rewrite_acc", summary["rewrite_acc"]), ("rephrase_acc", summary["rephrase_acc"])]
+    rows += [
+        (f"{section} {name}", values)
+        for section in ("locality", "portability")
+        for name, values in summary[section].items()
+    ]
+    rows.append(("fluency ngram_entropy", summary["fluency_ngram_entropy"]))
+    for name, values in rows:
+        if values["pre"] is not None or values["post"] is not None:
+            print(f"{name}: {_fmt(values['pre'])} -> {_fmt(values['post'])}")
+    print(f"metrics: {result_path}")
+
+
+def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Run the evaluation; returns the unlearning summary (also written next to EasyEdit's metrics JSON).
+
+    ``easyedit``: the EasyEdit objects (``alg_dict``, ``BaseEditor``, ``KnowEditDataset``) to
+    use instead of importing them (tests).
+    """
+    args = build_parser().parse_args(argv)
+    # every check that needs no model comes first: paths, hparams file, data, method, hparams class
+    out = _check_output_paths(args)
+    data = _check_method_and_data(args)
     easyedit = easyedit or _load_easyedit(args.easyedit_path)
     try:
         hparams_cls = find_hparams_class(args.editing_method, easyedit["alg_dict"])
     except ValueError as exc:
         raise SystemExit(str(exc)) from exc
     hparams = _read_hparams(args.hparams_dir, hparams_cls)
-    if data.format == "knowedit":
-        records = easyedit["KnowEditDataset"](args.data_dir, size=args.ds_size)
-        inputs = knowedit_inputs([records[i] for i in range(len(records))], args.datatype)
-        datatype = args.datatype
-        if args.target_new == "keep":
-            empty = [i for i, target in enumerate(inputs["target_new"]) if not _first_text(target)]
-            if empty:
-                raise SystemExit(f"--data_dir {args.data_dir}: record(s) {empty[:10]} have an empty target_new, "
-                                 "which --target-new keep edits towards; fill them in or use --target-new neutral")
-    else:
-        inputs = flat_inputs(data, need_target=args.target_new == "keep")
-        datatype = data.format
+    inputs, datatype = _editor_inputs(args, data, easyedit)
     _check_fewshot(hparams, inputs, args.data_dir)
     label = hparams.model_name.rstrip("/").split("/")[-1] if isinstance(hparams.model_name, str) else "model"
     pre_edit = None
     if args.pre_file and Path(args.pre_file).exists():  # a given cache file is read before the model loads
         pre_edit = _read_pre_edit(Path(args.pre_file), len(inputs["prompts"]))
-
-    train_ds = None
-    if args.editing_method in ("IKE", "ICE"):
-        if args.editing_method == "IKE":
-            if not args.train_data_path:
-                raise SystemExit("IKE needs --train_data_path (its in-context examples)")
-            from sentence_transformers import SentenceTransformer
-
-            encode_ike_facts = importlib.import_module("easyeditor.models.ike").encode_ike_facts
-            train_ds = easyedit["KnowEditDataset"](args.train_data_path)
-            sentence_model = SentenceTransformer(hparams.sentence_model_name).to(f"cuda:{hparams.device}")
-            encode_ike_facts(sentence_model, train_ds, hparams)
-        else:
-            hparams.use_icl_examples = False
+    train_ds = _in_context_train_ds(args, hparams, easyedit)
 
     out.mkdir(parents=True, exist_ok=True)
     editor = easyedit["BaseEditor"].from_hparams(hparams)
-    if args.target_new == "neutral":
-        neutral = getattr(hparams, "neutral_target", None) or editor.tok.eos_token
-        if not neutral:
-            raise SystemExit("--target-new neutral: the hparams have no neutral_target and the tokenizer no EOS token")
-        inputs["target_new"] = [neutral] * len(inputs["prompts"])
-        mode = {"mode": "unlearn", "target_new": neutral}
-        LOG.info("UNLEARNING: every target_new is the neutral target %r (--target-new keep edits instead)", neutral)
-    else:
-        mode = {"mode": "edit", "target_new": "dataset"}
-        LOG.info("EDITING: the dataset's target_new is kept (--target-new keep)")
-
-    stem = f"{args.editing_method}_{datatype}_{label}"
-    # the pre-edit metrics cache is named by a hash of what they depend on, the loaded model and tokenizer included
-    key_parts = [data.digest, str(args.ds_size), sha256_of_file(_config_path(args.hparams_dir)),
-                 json.dumps(mode, sort_keys=True), str(args.test_generation), str(datatype), _model_digest(editor)]
-    key = hashlib.sha256("\0".join(key_parts).encode("utf-8")).hexdigest()[:16]
-    pre_path = Path(args.pre_file) if args.pre_file else out / f"{label}_{datatype}_{mode['mode']}_{key}_pre_edit.json"
+    mode = _target_mode(args, hparams, editor, inputs)
+    pre_path = _pre_edit_path(args, out, data, datatype, mode, label, editor)
     if pre_edit is None and pre_path.exists():
         pre_edit = _read_pre_edit(pre_path, len(inputs["prompts"]))
     if pre_edit is not None:
@@ -610,27 +653,12 @@ def main(argv: Optional[Sequence[str]] = None, easyedit: Optional[Dict[str, Any]
     if pre_edit is None:
         pre = [{"pre": case["pre"]} for case in metrics]
         write_text_atomic(pre_path, json.dumps(pre, indent=2, default=str))
+    stem = f"{args.editing_method}_{datatype}_{label}"
     result_path = out / f"{stem}_results.json"
     result_path.write_text(json.dumps(metrics, indent=4, default=str), encoding="utf-8")
     summary = dict(unlearning_summary(metrics, mode), editing_method=args.editing_method, datatype=datatype,
                    data_format=data.format, hparams=args.hparams_dir, data=args.data_dir, data_sha256=data.digest,
                    pre_edit_file=str(pre_path), metrics_file=str(result_path))
     (out / f"{stem}_unlearning_summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    truth = summary["forget_ground_truth_acc"]
-    print(
-        f"{mode['mode'].upper()} ({args.editing_method}, {summary['cases']} cases, target_new: {mode['target_new']!r})"
-    )
-    if truth["pre"] is not None:
-        print(f"ground-truth accuracy: {truth['pre']:.3f} -> {truth['post']:.3f}")
-    rows = [("rewrite_acc", summary["rewrite_acc"]), ("rephrase_acc", summary["rephrase_acc"])]
-    rows += [
-        (f"{section} {name}", values)
-        for section in ("locality", "portability")
-        for name, values in summary[section].items()
-    ]
-    rows.append(("fluency ngram_entropy", summary["fluency_ngram_entropy"]))
-    for name, values in rows:
-        if values["pre"] is not None or values["post"] is not None:
-            print(f"{name}: {_fmt(values['pre'])} -> {_fmt(values['post'])}")
-    print(f"metrics: {result_path}")
+    _print_summary(summary, mode, args.editing_method, result_path)
     return summary

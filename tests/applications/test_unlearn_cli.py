@@ -8,8 +8,8 @@ import torch
 import yaml
 
 from tiny_models import CORPUS, forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
+from zerounlearn_editor.applications.unlearn import REPORT_NAME, load_facts
 from zerounlearn_editor.cli import main
-from zerounlearn_editor.integrations.unlearn import REPORT_NAME, load_facts
 
 peft = pytest.importorskip("peft")
 

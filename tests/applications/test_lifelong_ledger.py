@@ -17,9 +17,9 @@ import yaml
 
 from tiny_models import CORPUS, REPO_ROOT, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model
+from zerounlearn_editor.applications.ledger import LEDGER_NAME, ledger_hash
 from zerounlearn_editor.cli import main
 from zerounlearn_editor.engine.forgotten_state import STATE_FILE, load_state, model_state
-from zerounlearn_editor.integrations.ledger import LEDGER_NAME, ledger_hash
 from zerounlearn_editor.support.output_dir import TEMP_TAG
 
 FACTS_1 = [{"prompt": "the capital of france is", "subject": "france", "answer": "paris"},
@@ -198,7 +198,7 @@ def test_an_adapter_folder_is_refused_with_the_way_to_go_on(setup, caplog):
 
 KILLER = """
 import os, signal, sys
-import zerounlearn_editor.integrations.unlearn as unlearn
+import zerounlearn_editor.applications.unlearn as unlearn
 def killed(*args, **kwargs):  # the model is already in the staging folder; the ledger is not
     os.kill(os.getpid(), signal.SIGKILL)
 unlearn.write_ledger = killed

@@ -1,0 +1,518 @@
+"""``zerounlearn unlearn``: forget the facts of a file, show the effect, save the model or an adapter.
+
+The facts file is a JSON / JSONL / YAML list of ``{"prompt", "subject", "answer"}`` mappings (``answer``
+optional, only scored; ``target_new`` optional: a neutral target other than the YAML's); the method is
+the hparams file's ``alg_name``. Results: a before/after table (teacher-forced answer accuracy and
+probability, greedy continuation) of the forgotten facts and of the retain facts with answers, the
+perplexity change, and in ``--out`` the edited model (``--save model``) or a PEFT LoRA adapter of the
+edit (``--save adapter``, :func:`~zerounlearn_editor.integrations.adapters.export_lora_adapter`), and
+always :data:`REPORT_NAME`. Every input is checked before the model is loaded, the edit's own checks
+run before the facts are scored, and ``--out`` is written through a staging folder
+(:mod:`zerounlearn_editor.support.output_dir`): it holds one run's files, whole, or is as it was.
+With ``--save model`` or ``adapter`` the folder also holds a ledger of every fact forgotten so far and the
+carried state of lifelong unlearning (:mod:`zerounlearn_editor.applications.ledger`); ``--model`` a folder
+with a ledger continues from it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from zerounlearn_editor.applications.ledger import (
+    LEDGER_NAME,
+    Continuation,
+    build_ledger,
+    read_continuation,
+    write_ledger,
+)
+from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.data.record_files import RecordFileError, read_record_list, require_fields
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.engine.contexts import check_fewshot_facts
+from zerounlearn_editor.engine.fluency_guard import GUARD_MODES
+from zerounlearn_editor.engine.forgotten_state import attach_state
+from zerounlearn_editor.engine.hparams import HParamsError
+from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
+from zerounlearn_editor.engine.requests import RequestError, check_targets_not_answers, normalize_requests
+from zerounlearn_editor.engine.retain import load_retain_file
+from zerounlearn_editor.evaluation.audit import AuditSettings, LensConfig, build_plan, score_model
+from zerounlearn_editor.evaluation.audit.facts_audit import (
+    check_probe_fields,
+    facts_items,
+    facts_pool,
+    format_facts_audit,
+    generic_passages,
+)
+from zerounlearn_editor.evaluation.audit.plan import check_audit_inputs, check_plan_lengths
+from zerounlearn_editor.evaluation.generation import generate_greedy
+from zerounlearn_editor.evaluation.metrics import evaluate_probes
+from zerounlearn_editor.evaluation.perplexity import perplexity
+from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
+from zerounlearn_editor.methods.registry import get_method, load_method
+from zerounlearn_editor.support.model_access import max_positions
+from zerounlearn_editor.support.output_dir import check_free_space, check_output_dir, staged_output_dir
+from zerounlearn_editor.support.progress import progress_scope
+
+LOG = logging.getLogger(__name__)
+
+SAVE_MODES = ("model", "adapter", "none")
+_FACT_FIELDS = ("prompt", "subject", "answer", "ground_truth", "target_new", "paraphrases", "questions")
+REPORT_NAME = "unlearn_report.json"
+_NEW_TOKENS = 8  # greedy continuation length in the table
+_BATCH_SIZE = 16
+
+
+def load_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
+    """Edit requests from a facts file; errors name the file, record index and field."""
+    records = read_record_list(path, what="facts to forget")
+    require_fields(records, ("prompt", "subject"), path)
+    requests = []
+    for index, record in enumerate(records):
+        unknown = sorted(set(record) - set(_FACT_FIELDS))
+        if unknown:
+            raise RecordFileError(f"{path}: record {index}: unknown field(s) {unknown} "
+                                  "(allowed: prompt, subject, answer, target_new, paraphrases, questions)")
+        check_probe_fields(record, index, path)
+        if "answer" in record and "ground_truth" in record:
+            raise RecordFileError(f"{path}: record {index}: give 'answer' or 'ground_truth', not both")
+        answer = record.get("answer", record.get("ground_truth"))
+        if answer is not None and (not isinstance(answer, str) or not answer.strip()):
+            raise RecordFileError(f"{path}: record {index}: field 'answer' must be a non-empty string, got {answer!r}")
+        target = record.get("target_new")
+        if target is not None and not isinstance(target, str):  # a list or {"str": ...} would be read in part
+            raise RecordFileError(
+                f"{path}: record {index}: field 'target_new' must be a string (\"\" = the YAML's neutral target), "
+                f"got {type(target).__name__} {target!r}"
+            )
+        if record["subject"] not in record["prompt"]:
+            raise RecordFileError(
+                f"{path}: record {index}: field 'subject' {record['subject']!r} does not occur in the prompt "
+                f"{record['prompt']!r}"
+            )
+        request = {"prompt": record["prompt"], "subject": record["subject"], "ground_truth": answer}
+        if "target_new" in record:
+            request["target_new"] = record["target_new"]
+        requests.append(request)
+    return requests
+
+
+@dataclass
+class UnlearnRow:
+    prompt: str
+    answer: Optional[str]
+    acc_before: Optional[float]
+    acc_after: Optional[float]
+    prob_before: Optional[float]
+    prob_after: Optional[float]
+    greedy_before: str
+    greedy_after: str
+
+
+@dataclass
+class UnlearnResult:
+    method: str
+    forgotten: List[UnlearnRow]
+    kept: List[UnlearnRow]
+    ppl_before: Optional[float]
+    ppl_after: Optional[float]
+    ppl_tokens: int
+    seconds: Dict[str, float] = field(default_factory=dict)
+    saved: Dict[str, Any] = field(default_factory=dict)
+    audit: Optional[Dict[str, Any]] = None
+    fluency: Dict[str, Any] = field(default_factory=dict)  # the edit's fluency guard (EditReport.fluency)
+    saved_ledger: Optional[Dict[str, int]] = None  # the ledger written: facts forgotten so far, edits
+    # indices into ``forgotten`` (one row per edited fact) whose answer is still given after the edit (acc after 1.0)
+    still_answered: List[int] = field(default_factory=list)
+
+
+def _measure(model, tok, facts: Sequence[Dict[str, Any]]) -> Dict[str, List[Any]]:
+    with_answer = [i for i, f in enumerate(facts) if f.get("ground_truth")]
+    probes = [Probe(facts[i]["prompt"], facts[i]["ground_truth"]) for i in with_answer]
+    scores = evaluate_probes(model, tok, probes, _BATCH_SIZE)
+    acc: List[Optional[float]] = [None] * len(facts)
+    prob: List[Optional[float]] = [None] * len(facts)
+    for j, i in enumerate(with_answer):
+        acc[i], prob[i] = scores["acc"][j], scores["prob"][j]
+    greedy = generate_greedy(model, tok, [f["prompt"] for f in facts], _NEW_TOKENS, _BATCH_SIZE)
+    return {"acc": acc, "prob": prob, "greedy": greedy}
+
+
+def _rows(facts, before, after) -> List[UnlearnRow]:
+    return [
+        UnlearnRow(f["prompt"], f.get("ground_truth"), before["acc"][i], after["acc"][i], before["prob"][i],
+                   after["prob"][i], before["greedy"][i], after["greedy"][i])
+        for i, f in enumerate(facts)
+    ]
+
+
+@dataclass(frozen=True)
+class UnlearnSettings:
+    """How :func:`run_unlearn` runs: every setting but the model and the data (YAML, facts, retain set, ``--out``).
+
+    ``save``: one of :data:`SAVE_MODES`. ``device`` / ``dtype``: where and how the model loads (``dtype`` None:
+    the checkpoint's). ``corpus``: the statistics corpus (None: the YAML's ``mom2_dataset``). ``ppl_tokens``
+    tokens of ``ppl_text`` (None: the WikiText-2 test split shipped with the package) give the perplexity
+    before/after (0: off). ``progress=False`` hides every bar. ``audit`` (an
+    :class:`~zerounlearn_editor.evaluation.audit.AuditSettings`) adds the robustness audit of the facts
+    (:mod:`zerounlearn_editor.evaluation.audit.facts_audit`) to the report. ``fluency_guard`` (one of
+    :data:`~zerounlearn_editor.engine.fluency_guard.GUARD_MODES`; ``"warn"`` for ``--allow-fluency-loss``;
+    None: the YAML's) overrides the YAML's fluency guard. Checked when built: a bad value raises ``ValueError``
+    (an ``AuditError`` for the audit's settings) naming the option.
+    """
+
+    save: str = "adapter"
+    device: str = "cpu"
+    dtype: Optional[str] = None
+    corpus: Optional[str] = None
+    ppl_tokens: int = 2000
+    ppl_text: Optional[Union[str, Path]] = None
+    progress: bool = True
+    audit: Optional[AuditSettings] = None
+    fluency_guard: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.save not in SAVE_MODES:
+            raise ValueError(f"--save must be one of {SAVE_MODES}, got {self.save!r}")
+        tokens = self.ppl_tokens
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise ValueError(f"--ppl-tokens must be an integer >= 0 (0 = no perplexity), got {tokens!r}")
+        if self.fluency_guard is not None and self.fluency_guard not in GUARD_MODES:
+            raise ValueError(f"fluency_guard must be one of {GUARD_MODES} or None (the YAML's), "
+                             f"got {self.fluency_guard!r}")
+        if self.audit is not None:
+            self.audit.validate()
+
+
+@dataclass
+class _Job:
+    """What the checks before the model loads give (:func:`_check_before_loading`)."""
+
+    hparams: Any
+    apply: Callable[..., Any]
+    continuation: Optional[Continuation]
+    facts: List[Dict[str, Any]]
+    retain_facts: List[Dict[str, Any]]  # the retain facts with an answer (scored)
+    audit_items: List[Any] = field(default_factory=list)
+    audit_pool: Any = None
+    passages: List[str] = field(default_factory=list)
+
+
+@dataclass
+class _Loaded:
+    """The model, its tokenizer and what was checked against it (:func:`_load_and_plan`)."""
+
+    model: Any
+    tok: Any
+    plan: Any
+    second_moments: Any = None
+    audit_plan: Any = None
+    lens: Optional[LensConfig] = None
+
+
+def _check_facts_for_method(facts: List[Dict[str, Any]], facts_file: Union[str, Path], hparams: Any) -> None:
+    """The facts against the YAML, before the model loads: a deep YAML's few-shot facts, and no neutral target
+    that is the answer (it would teach the fact)."""
+    fewshot = int(hparams.experimental.get("fewshot_contexts", 0))
+    if fewshot:  # a deep YAML's few-shot facts are planned from the facts alone
+        check_fewshot_facts(normalize_requests(facts), fewshot)
+    try:
+        check_targets_not_answers(normalize_requests(facts), hparams.neutral_target)
+    except RequestError as exc:
+        raise RecordFileError(f"{facts_file}: {str(exc).replace('request ', 'record ', 1)}") from None
+
+
+def _read_retain(retain_file: Optional[Union[str, Path]], hparams: Any,
+                 hparams_file: Union[str, Path]) -> List[Dict[str, Any]]:
+    """The retain file's records (checked; the YAML must weigh a retain set), ``[]`` without one."""
+    if not retain_file:
+        return []
+    load_retain_file(retain_file)  # errors name the file, record and field
+    if not any(v > 0 for v in hparams.retain_weights().values()):
+        raise HParamsError(
+            f"--retain given, but the retain weights {sorted(hparams.retain_weights())} of "
+            f"{hparams_file} are all 0 (the paper's method ignores a retain set); use a retain-aware "
+            "YAML, e.g. hparams/ZeroUnlearn-GD/<model>-retain.yaml"
+        )
+    return read_record_list(retain_file, what="retain facts")
+
+
+def _check_before_loading(hparams_file: Union[str, Path], facts_file: Union[str, Path],
+                          out_dir: Optional[Union[str, Path]], retain_file: Optional[Union[str, Path]],
+                          model_name: Optional[str], settings: UnlearnSettings) -> _Job:
+    """Every input check that needs no model: ``--out``, the YAML and its method, a ledger to continue, the facts,
+    the retain set, the audit's items and pool."""
+    if settings.save != "none" and out_dir is None:
+        raise ValueError(f"--save {settings.save} needs --out")
+    if out_dir is not None:
+        check_output_dir(out_dir, (REPORT_NAME,))
+    hparams, apply = load_method(hparams_file)
+    continuation = read_continuation(model_name or hparams.model_name, hparams)  # a ledger: checked before loading
+    facts = load_facts(facts_file)
+    _check_facts_for_method(facts, facts_file, hparams)
+    retain_records = _read_retain(retain_file, hparams, hparams_file)
+    answers = [(r["prompt"], r.get("answer", r.get("ground_truth"))) for r in retain_records]
+    retain_facts = [{"prompt": q, "ground_truth": a} for q, a in answers if isinstance(a, str) and a.strip()]
+    job = _Job(hparams, apply, continuation, facts, retain_facts)
+    audit = settings.audit
+    if audit is not None:
+        job.audit_items = facts_items(facts_file)
+        if not job.audit_items:
+            raise RecordFileError(f"{facts_file}: --audit needs facts with an 'answer'; none has one")
+        if "relearning" in audit.families:
+            job.passages = generic_passages(settings.corpus or hparams.mom2_dataset)
+        job.audit_pool = facts_pool(retain_records)
+        check_audit_inputs(job.audit_items, job.audit_pool, audit, job.passages)  # before any work
+    return job
+
+
+def _load_and_plan(job: _Job, name: str, settings: UnlearnSettings, retain_file: Optional[Union[str, Path]],
+                   out_dir: Optional[Union[str, Path]], seconds: Dict[str, float]) -> _Loaded:
+    """Load the model (its time in ``seconds["load"]``), attach a continued folder's state, and run the edit's
+    checks (hparams, requests, retain set, modules, lengths, capacity) and the audit's plan before any scoring."""
+    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer  # late: tests patch it
+
+    start = time.perf_counter()
+    model, tok = load_model_and_tokenizer(name, device=settings.device, dtype=settings.dtype)
+    seconds["load"] = time.perf_counter() - start
+    hparams, second_moments = job.hparams, None
+    if job.continuation is not None:  # the folder's weights, the base model's C0, the state of earlier edits
+        second_moments = job.continuation.check_model(model, hparams, settings.corpus)
+        attach_state(model, job.continuation.state_for(model))
+    plan = check_edit_inputs(model, tok, job.facts, hparams, str(retain_file) if retain_file else None)
+    check_requests = get_method(hparams.alg_name).check_requests
+    if check_requests is not None:  # e.g. ZeroUnlearn's capacity limit
+        check_requests(model, hparams, len(plan.forget))
+    loaded = _Loaded(model, tok, plan, second_moments)
+    audit = settings.audit
+    if audit is not None:  # the probes of the facts the edit keeps (a repeated fact once), drawn before the edit
+        edited = {str(r.index) for r in plan.forget}
+        items = [i for i in job.audit_items if i.case_id in edited]
+        loaded.audit_plan = build_plan(items, job.audit_pool, tok, audit, job.passages)
+        check_plan_lengths(loaded.audit_plan, tok, max_positions(model))
+        loaded.lens = LensConfig(hparams.layers[0], hparams.layer_module_tmp, hparams.ln_f_module)
+    if out_dir is not None and settings.save == "model":
+        check_free_space(out_dir, sum(p.numel() * p.element_size() for p in model.parameters()))
+    return loaded
+
+
+def _ppl_text(settings: UnlearnSettings) -> Optional[Path]:
+    """The perplexity text: ``ppl_text``, else the WikiText-2 test split shipped with the package (None: off,
+    or the shipped text is missing, with a warning)."""
+    if settings.ppl_tokens <= 0:
+        return None
+    if settings.ppl_text:
+        return Path(settings.ppl_text)
+    try:
+        return Path(default_ppl_text())
+    except OSError as exc:
+        LOG.warning("no perplexity text: %s; perplexity skipped (give --ppl-text)", exc)
+        return None
+
+
+def _score(model, tok, job: _Job, text: Optional[Path], ppl_tokens: int) -> Dict[str, Any]:
+    """The facts', the retain facts' and the perplexity's scores of ``model`` (before or after the edit)."""
+    return {"forget": _measure(model, tok, job.facts),
+            "kept": _measure(model, tok, job.retain_facts) if job.retain_facts else None,
+            "ppl": perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None}
+
+
+def _edit(job: _Job, loaded: _Loaded, settings: UnlearnSettings, retain_file: Optional[Union[str, Path]],
+          report: EditReport) -> Tuple[Any, Dict[str, Any]]:
+    """The method's edit of the checked plan (not checked again): ``(model, weights_copy)``."""
+    hparams = job.hparams
+    LOG.info("unlearning %d facts with %s (layers %s)", len(job.facts), hparams.alg_name, hparams.layers)
+    model, weights_copy = job.apply(
+        loaded.model, loaded.tok, loaded.plan, hparams, return_orig_weights=True, report=report,
+        progress=settings.progress, corpus=settings.corpus, retain=str(retain_file) if retain_file else None,
+        fluency_guard=settings.fluency_guard, second_moments=loaded.second_moments, track_forgotten=True)
+    if report.fluency:
+        guard = report.fluency
+        LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens of the built-in text",
+                 guard["ppl_before"], guard["ppl_after"], 100 * guard["increase"], guard["tokens"])
+    return model, weights_copy
+
+
+def _result(job: _Job, before: Dict[str, Any], after: Dict[str, Any], text: Optional[Path],
+            settings: UnlearnSettings, seconds: Dict[str, float], report: EditReport,
+            audit_report: Optional[Dict[str, Any]]) -> UnlearnResult:
+    """The run's :class:`UnlearnResult` (nothing saved yet)."""
+    return UnlearnResult(
+        method=job.hparams.alg_name,
+        forgotten=_rows(job.facts, before["forget"], after["forget"]),
+        kept=_rows(job.retain_facts, before["kept"], after["kept"]) if job.retain_facts else [],
+        ppl_before=before["ppl"],
+        ppl_after=after["ppl"],
+        ppl_tokens=settings.ppl_tokens if text else 0,
+        seconds=seconds,
+        audit=audit_report,
+        fluency=dict(report.fluency),
+        still_answered=[i for i, acc in enumerate(after["forget"]["acc"]) if acc == 1.0],
+    )
+
+
+def run_unlearn(
+    hparams_file: Union[str, Path],
+    facts_file: Union[str, Path],
+    out_dir: Optional[Union[str, Path]],
+    retain_file: Optional[Union[str, Path]] = None,
+    model_name: Optional[str] = None,
+    settings: Optional[UnlearnSettings] = None,
+) -> UnlearnResult:
+    """Unlearn the facts of ``facts_file`` and save the result (see module docstring).
+
+    ``model_name``: the model (None: the YAML's ``model_name``; a folder with a ledger continues from it).
+    ``settings``: everything else (:class:`UnlearnSettings`; None: its defaults).
+    """
+    settings = UnlearnSettings() if settings is None else settings
+    with progress_scope(settings.progress):
+        job = _check_before_loading(hparams_file, facts_file, out_dir, retain_file, model_name, settings)
+        hparams, audit = job.hparams, settings.audit
+        seconds: Dict[str, float] = {}
+        name = model_name or hparams.model_name
+        loaded = _load_and_plan(job, name, settings, retain_file, out_dir, seconds)
+        text = _ppl_text(settings)
+
+        start = time.perf_counter()
+        LOG.info("scoring %d facts (and %d retain facts) before the edit", len(job.facts), len(job.retain_facts))
+        before = _score(loaded.model, loaded.tok, job, text, settings.ppl_tokens)
+        seconds["evaluate_before"] = time.perf_counter() - start
+        if audit is not None:  # the probes are drawn once, before the edit
+            start = time.perf_counter()
+            audit_before = score_model(loaded.model, loaded.tok, loaded.audit_plan, audit, loaded.lens)
+            seconds["audit_before"] = time.perf_counter() - start
+
+        report = EditReport()
+        start = time.perf_counter()
+        model, weights_copy = _edit(job, loaded, settings, retain_file, report)
+        seconds["unlearn"] = time.perf_counter() - start
+        seconds.update({f"unlearn.{k}": v for k, v in report.timings.items()})
+
+        start = time.perf_counter()
+        after = _score(model, loaded.tok, job, text, settings.ppl_tokens)
+        seconds["evaluate_after"] = time.perf_counter() - start
+        audit_report = None
+        if audit is not None:
+            start = time.perf_counter()
+            audit_report = {"settings": audit.to_dict(), "plan": loaded.audit_plan.describe(), "before": audit_before,
+                            "after": score_model(model, loaded.tok, loaded.audit_plan, audit, loaded.lens)}
+            seconds["audit_after"] = time.perf_counter() - start
+
+        result = _result(job, before, after, text, settings, seconds, report, audit_report)
+        if out_dir is not None:
+            _write_out(result, Path(out_dir), settings.save, model, loaded.tok, weights_copy, job, report,
+                       (hparams_file, facts_file, retain_file, name), settings.corpus)
+        return result
+
+
+def _write_out(result: UnlearnResult, out_dir: Path, save: str, model, tok, weights_copy, job: _Job,
+               report: EditReport, sources: Tuple[Any, Any, Any, str], corpus: Optional[str]) -> None:
+    """Write ``out_dir`` through a staging folder: the ``--save`` output, the report and (saving a model or an
+    adapter) the ledger, whole, or nothing. ``sources``: ``(hparams_file, facts_file, retain_file, model name)``."""
+    hparams_file, facts_file, retain_file, name = sources
+    ledger = None
+    if save != "none":
+        ledger = (build_ledger(job.continuation, model, weights_copy, job.hparams, hparams_file, facts_file,
+                               job.facts, name, corpus, save), report.forgotten)
+        result.saved_ledger = {"facts": len(ledger[0]["facts"]), "edits": len(ledger[0]["edits"])}
+    with staged_output_dir(out_dir) as staging:
+        _save(result, staging, out_dir, save, model, tok, weights_copy, job.hparams, hparams_file,
+              facts_file, retain_file, job.facts, name)
+        if ledger is not None:  # inside the staging folder: the model and its ledger, whole, or neither
+            write_ledger(staging, *ledger)
+    LOG.info("%s written to %s", "edited model and tokenizer" if save == "model" else save, out_dir)
+
+
+def _save(result: UnlearnResult, out: Path, final: Path, save: str, model, tok, weights_copy, hparams, hparams_file,
+          facts_file, retain_file, facts, name: str) -> None:
+    """Write the ``--save`` output and the report into ``out`` (the staging folder of ``final``)."""
+    from zerounlearn_editor.support.model_zoo import resolve_model_path
+
+    start = time.perf_counter()
+    if save == "model":
+        model.save_pretrained(out, safe_serialization=True)
+        tok.save_pretrained(out)
+        result.saved = {"mode": "model", "dir": str(final)}
+    elif save == "adapter":
+        # the largest rank of the change of one weight: n (GD) or 2n (ZeroUnlearn, eps 0)
+        bound = get_method(hparams.alg_name).adapter_rank_per_fact * len(facts)
+        adapter: AdapterReport = export_lora_adapter(
+            weights_copy, model, out, max_rank=bound, base_model_name_or_path=resolve_model_path(name),
+            metadata=dict(method=hparams.alg_name, hparams_file=str(hparams_file), facts_file=str(facts_file),
+                          n_facts=len(facts), rank_bound=bound),
+        )
+        result.saved = {"mode": "adapter", "dir": str(final), "r": adapter.r, "size_bytes": adapter.size_bytes,
+                        "layers": [asdict(l) for l in adapter.layers]}
+    else:
+        result.saved = {"mode": "none"}
+    result.seconds["save"] = time.perf_counter() - start
+    (out / REPORT_NAME).write_text(
+        json.dumps(dict(asdict(result), hparams_file=str(hparams_file), facts_file=str(facts_file),
+                        retain_file=str(retain_file) if retain_file else None), indent=2), encoding="utf-8")
+
+
+def _num(value: Optional[float], digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _greedy_cell(text: str) -> str:
+    """A continuation as a table cell; an empty one (e.g. EOS first: special tokens are dropped) says so."""
+    if not text.strip():
+        return "(empty)"
+    return "`" + text.replace("\n", "\\n").replace("|", "\\|") + "`"
+
+
+def format_unlearn(result: UnlearnResult) -> str:
+    """A markdown report of :func:`run_unlearn`'s result."""
+    lines = [f"## {result.method}", ""]
+    answered = set(result.still_answered)
+    scored = [i for i, r in enumerate(result.forgotten) if r.acc_after is not None]
+    forgotten = [r for i, r in enumerate(result.forgotten) if i in scored and i not in answered]
+    kept_answer = [r for i, r in enumerate(result.forgotten) if i in answered]
+    unscored = [r for r in result.forgotten if r.acc_after is None]
+    lines += [f"Forgotten: {len(forgotten)} of {len(scored)} facts with an answer; still answered after the edit: "
+              f"{len(kept_answer)}" + (" (listed under \"Still answered\")" if kept_answer else ""), ""]
+    sections = [("Forgotten facts", forgotten)] if forgotten else []
+    if kept_answer:
+        sections.append(
+            (f"Still answered after the edit ({len(kept_answer)} of {len(scored)}): NOT forgotten", kept_answer)
+        )
+    if unscored:
+        sections.append(("Edited facts without an answer (not scored)", unscored))
+    sections += [("Retain facts", result.kept)] if result.kept else []
+    for title, rows in sections:
+        lines += [
+            f"### {title}",
+            "",
+            "| prompt | answer | acc before | acc after | p before | p after | greedy before | greedy after |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            lines.append(
+                f"| {r.prompt} | {r.answer or '-'} | {_num(r.acc_before, 2)} | {_num(r.acc_after, 2)} | "
+                f"{_num(r.prob_before, 3)} | {_num(r.prob_after, 3)} | {_greedy_cell(r.greedy_before)} | "
+                f"{_greedy_cell(r.greedy_after)} |"
+            )
+        lines.append("")
+    if result.ppl_before is not None and result.ppl_after is not None:
+        change = 100.0 * (result.ppl_after / result.ppl_before - 1.0)
+        lines.append(
+            f"Perplexity ({result.ppl_tokens} tokens): {result.ppl_before:.2f} -> {result.ppl_after:.2f} "
+            f"({change:+.2f}%)"
+        )
+    saved = result.saved
+    if saved.get("mode") == "adapter":
+        ranks = ", ".join(f"{l['module']} r={l['rank']} residual {l['relative_residual']:.1e}" for l in saved["layers"])
+        lines.append(f"LoRA adapter (r={saved['r']}, {saved['size_bytes'] / 1024:.1f} KiB) -> {saved['dir']}: {ranks}")
+    elif saved.get("mode") == "model":
+        lines.append(f"Edited model and tokenizer -> {saved['dir']}")
+    if result.saved_ledger:
+        lines.append(f"Ledger ({LEDGER_NAME}): {result.saved_ledger['facts']} fact(s) forgotten by "
+                     f"{result.saved_ledger['edits']} edit(s)")
+    if result.audit:
+        lines += ["", format_facts_audit(result.audit), ""]
+    lines.append("Stage times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))
+    return "\n".join(lines)
