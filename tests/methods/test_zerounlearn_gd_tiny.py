@@ -145,3 +145,18 @@ def test_loss_layer_must_come_after_the_edited_layers(cls, tmp_path):
             + ("utility_weight: 1.0\n" if cls is ZeroUnlearnHyperParams else "")
         )
         assert cls.from_hparams(path).v_loss_layer == loss_layer
+
+
+def test_many_facts_with_the_orthogonality_term_warn_and_point_to_the_many_yaml(tok, paths, caplog, monkeypatch):
+    from zerounlearn_editor.methods.zerounlearn_gd import method
+
+    paper, many = _gd(paths), _gd(paths, orthogonality_weight=0.0)
+    assert method.many_facts_warning(method.MANY_FACTS, paper) is None
+    assert "-many.yaml" in method.many_facts_warning(method.MANY_FACTS + 1, paper)
+    assert method.many_facts_warning(10 * method.MANY_FACTS, many) is None
+    # the edit itself logs it (a lower limit keeps the tiny edit small)
+    monkeypatch.setattr(method, "MANY_FACTS", 1)
+    model = tiny_llama(tok)
+    with caplog.at_level("WARNING", logger=method.__name__):
+        apply_zerounlearn_gd_to_model(model, tok, forget_requests()[:2], paper)
+    assert any("orthogonality_weight 1" in r.getMessage() and "-many.yaml" in r.getMessage() for r in caplog.records)

@@ -1,7 +1,8 @@
 """ZeroUnlearn-GD (many samples, additive) as an EasyEdit method: ``W' = W + E P_m`` per layer."""
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Sequence, Tuple
+import logging
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -15,8 +16,27 @@ from zerounlearn_editor.methods.zerounlearn_gd.solve import (
     solve_gd,
 )
 
+LOG = logging.getLogger(__name__)
+
 GD_TOLERANCE = 1e-10
 """``solver: gd`` stops when the objective's relative change falls below this."""
+
+MANY_FACTS = 50
+"""Above this many facts in one edit with ``orthogonality_weight > 0`` a warning points to ``<model>-many.yaml``: the
+orthogonality term ``a ||M_f^T X||^2`` sums over pairs of facts, so its pull on the values grows with n (SmolLM2,
+CounterFact, the paper YAML: WikiText-2 PPL +6% at 50 facts, +16% at 100, +41% at 500; with answer-suppression
+targets +6% at 200 and +290% at 1,000, against +0.4-0.7% at 1,000 without the term; benchmarks/RESULTS.md, "Scale")."""
+
+
+def many_facts_warning(n: int, hparams: ZeroUnlearnGDHyperParams) -> Optional[str]:
+    """The warning for an edit of ``n`` facts with ``hparams`` (None when there is nothing to say)."""
+    if n <= MANY_FACTS or hparams.orthogonality_weight <= 0:
+        return None
+    return (f"ZeroUnlearn-GD: {n} facts in one edit with orthogonality_weight {hparams.orthogonality_weight:g}: that "
+            "term's cost to fluency grows with the square of the number of facts (measured on SmolLM2: PPL +16% at "
+            "100 facts, +41% at 500 with the paper's YAML); for more than "
+            f"{MANY_FACTS} facts use hparams/ZeroUnlearn-GD/<model>-many.yaml (orthogonality_weight 0) or batches of "
+            f"at most {MANY_FACTS}")
 
 
 def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
@@ -59,6 +79,9 @@ def apply_zerounlearn_gd_to_model(
     """Unlearn ``requests`` with ZeroUnlearn-GD (EasyEdit's calling convention)."""
     if not isinstance(hparams, ZeroUnlearnGDHyperParams):
         raise TypeError(f"expected ZeroUnlearnGDHyperParams, got {type(hparams).__name__}")
+    warning = many_facts_warning(len(requests), hparams)
+    if warning:
+        LOG.warning(warning)
     return apply_edit_method(
         model,
         tok,
