@@ -131,7 +131,7 @@ def test_lifelong_yaml_is_the_paper_yaml_with_protection(variant):
 
 
 MANY = sorted(p for p in (ROOT / "ZeroUnlearn-GD").glob("*-many.yaml") if "-retain" not in p.stem)  # not -retain-many
-MANY_KEYS = {"layers"}
+MANY_KEYS = {"layers", "norm_weight", "orthogonality_weight", "target_objective", "v_early_stop_loss"}
 
 
 def test_smollm2_ships_a_many_facts_yaml():
@@ -139,13 +139,17 @@ def test_smollm2_ships_a_many_facts_yaml():
 
 
 @pytest.mark.parametrize("variant", MANY, ids=[p.stem for p in MANY])
-def test_many_yaml_spreads_the_paper_yaml_over_more_layers(variant):
-    """A <model>-many.yaml is its paper YAML with more edited layers ending at the paper's last one (so the neutral
-    targets, optimised at the last edited layer, are the paper's), nothing else."""
+def test_many_yaml_is_the_paper_yaml_without_the_orthogonality_term_with_suppression_targets_over_more_layers(variant):
+    """A <model>-many.yaml is its paper YAML with the measured scale settings (benchmarks/RESULTS.md, "Scale"): no
+    orthogonality term, answer-suppression targets, more edited layers ending at the paper's last one, a looser
+    norm penalty; nothing else."""
     paper = ZeroUnlearnGDHyperParams.from_hparams(variant.with_name(variant.stem[: -len("-many")] + ".yaml"))
     many = ZeroUnlearnGDHyperParams.from_hparams(variant)
     differing = {k for k, v in paper.to_dict().items() if many.to_dict()[k] != v}
     assert differing == MANY_KEYS, differing
+    assert paper.orthogonality_weight > 0 and many.orthogonality_weight == 0
+    assert (paper.target_objective, many.target_objective) == ("neutral", "suppress_answer")
+    assert many.norm_weight < paper.norm_weight
     assert many.layers[-1] == paper.layers[-1] and set(paper.layers) < set(many.layers)
     assert many.layers == list(range(many.layers[0], many.layers[-1] + 1))
     assert all(v == 0 for v in many.retain_weights().values())
