@@ -1,0 +1,34 @@
+"""Markdown rows of bench-scale batch JSON files (one line per row file), for RESULTS.md.
+
+Usage: python benchmarks/scale/rows_table.py benchmarks/results/scale/<dir>/seed_*/<tag>_n<n>.json ...
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def _pct(after: float, before: float) -> str:
+    return f"{100 * after / before:.0f}%" if before else "-"
+
+
+def row(path: str) -> str:
+    r = json.load(open(path))
+    m, b = r["metrics"], r["base"]
+    known = m.get("known_count", 0)
+    kf = f"{b['eff_first_known']:.1f} -> {m['eff_first_known']:.1f}" if known else "-"
+    ke = f"{b['eff_known']:.1f} -> {m['eff_known']:.1f}" if known else "-"
+    cpu = (r.get("targets_cpu_seconds") or 0) + r["edit_cost"]["cpu_seconds"]
+    return (f"| {r['hparams'].split('/')[-1]} | {r['seed']} | {r['n']} | {known} | {kf} | {ke} | "
+            f"{b['eff']:.1f} -> {m['eff']:.1f} | {b['spe']:.1f} -> {m['spe']:.1f} ({_pct(m['spe'], b['spe'])}) | "
+            f"{100 * (m['ppl'] / b['ppl'] - 1):+.1f}% | {r['details']['layer_change_norm'].get('18', 0):.2f} | "
+            f"{cpu:.0f} | {r['edit_cost']['rss_peak_above_start_mb']:.0f} |")
+
+
+HEADER = ("| YAML | seed | n | known | known Eff 1st token | known Eff | Eff (all) | Spe (% of base) | PPL | "
+          "layer-18 change | CPU s (targets + edit) | edit RSS peak MB |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+if __name__ == "__main__":
+    print(HEADER)
+    for p in sys.argv[1:]:
+        print(row(p))
