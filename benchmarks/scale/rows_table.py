@@ -26,7 +26,7 @@ def row(path: str) -> str:
 
 
 HEADER = ("| YAML | seed | n | known | known Eff 1st token | known Eff | Eff (all) | Spe (% of base) | PPL | "
-          "layer-18 change | CPU s (targets + edit) | edit RSS peak MB |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "layer-18 change | CPU s (targets + edit) | edit RSS peak MB |\n" + "|---" * 12 + "|")
 
 if __name__ == "__main__":
     print(HEADER)
