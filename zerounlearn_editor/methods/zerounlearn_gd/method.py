@@ -79,7 +79,8 @@ def apply_zerounlearn_gd_to_model(
     """Unlearn ``requests`` with ZeroUnlearn-GD (EasyEdit's calling convention)."""
     if not isinstance(hparams, ZeroUnlearnGDHyperParams):
         raise TypeError(f"expected ZeroUnlearnGDHyperParams, got {type(hparams).__name__}")
-    warning = many_facts_warning(len(requests), hparams)
+    forget = getattr(requests, "forget", requests)  # an EditPlan (checked requests) or the requests themselves
+    warning = many_facts_warning(len(forget), hparams)
     if warning:
         LOG.warning(warning)
     return apply_edit_method(
