@@ -36,6 +36,7 @@ allocations (``tracemalloc``).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import random
 import time
@@ -311,19 +312,16 @@ def one_request_per_prompt(cases: Sequence[UnlearnCase], spare: Sequence[Unlearn
     """
     seen = set()
     out: List[UnlearnCase] = []
-    for case in cases:
-        key = (case.request["prompt"], case.request["subject"])
-        if key not in seen:
-            seen.add(key)
-            out.append(case)
-    replaced = len(cases) - len(out)
-    for case in spare:
+    replaced = 0
+    for index, case in enumerate(itertools.chain(cases, spare)):  # every drawn case first, then spares
         if len(out) == len(cases):
             break
         key = (case.request["prompt"], case.request["subject"])
-        if key not in seen:
-            seen.add(key)
-            out.append(case)
+        if key in seen:
+            replaced += index < len(cases)
+            continue
+        seen.add(key)
+        out.append(case)
     if replaced:
         LOG.info("%d drawn case(s) repeat an earlier case's prompt; replaced by the next unused case(s)", replaced)
     return out, replaced
