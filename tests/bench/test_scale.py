@@ -277,3 +277,34 @@ def test_one_request_per_prompt_replaces_repeats_at_the_end_and_keeps_the_prefix
     assert [c.case_id for c in out] == ["a", "b", "d", "f"]
     assert len({(c.request["prompt"], c.request["subject"]) for c in out}) == len(out) == len(drawn)
     assert one_request_per_prompt(drawn[:2], spare) == (drawn[:2], 0)
+
+
+def test_stage_memory_peaks_split_a_trace_by_the_edit_stages():
+    """peaks_in_spans: per stage, the highest sample in its spans above the block's start, and the largest rise
+    within one span over the last sample before it; a stage with no sample inside is left out."""
+    from zerounlearn_editor.bench.speed_measure import MemoryMeter
+
+    meter = MemoryMeter(torch.device("cpu"), trace=True)
+    meter.start_bytes = 100
+    meter.samples = [(0.0, 100), (1.0, 130), (2.0, 180), (3.0, 150), (4.0, 400), (5.0, 160), (6.0, 170)]
+    spans = [("keys", 0.5, 2.5), ("solve", 3.5, 4.5), ("keys", 5.5, 6.5), ("empty", 6.6, 6.7)]
+    assert meter.peaks_in_spans(spans) == {"keys": (80, 80), "solve": (300, 250)}
+
+
+def test_edit_report_records_every_timed_stage_in_order():
+    """Each timed block leaves (stage, start, end) in EditReport.stage_spans, also a block that raised; the
+    spans' lengths add up to report.timings."""
+    from zerounlearn_editor.engine.pipeline import EditReport, _timer
+
+    report = EditReport()
+    with _timer(report, "keys"):
+        pass
+    with pytest.raises(RuntimeError), _timer(report, "solve"):
+        raise RuntimeError("boom")
+    with _timer(report, "keys"):
+        pass
+    assert [s[0] for s in report.stage_spans] == ["keys", "solve", "keys"]
+    assert all(start <= end for _, start, end in report.stage_spans)
+    assert report.stage_spans[0][2] <= report.stage_spans[1][1]
+    total = sum(end - start for stage, start, end in report.stage_spans if stage == "keys")
+    assert report.timings["keys"] == pytest.approx(total)

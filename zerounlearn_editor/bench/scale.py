@@ -54,7 +54,7 @@ from zerounlearn_editor.bench.config import BenchConfigError
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours
 from zerounlearn_editor.bench.runner import PPL_TEXT
-from zerounlearn_editor.bench.speed_measure import MemoryMeter
+from zerounlearn_editor.bench.speed_measure import MemoryMeter, release_free_memory
 from zerounlearn_editor.bench.stages import Stage
 from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.data.types import UnlearnCase
@@ -184,20 +184,27 @@ class Cost:
     rss_peak_above_start_mb: float = 0.0
     rss_start_mb: float = 0.0
     tracemalloc_peak_mb: float = 0.0
+    # per edit stage (``EditReport.stage_spans``): the RSS peak within it above the block's start, and the
+    # largest rise within one of its spans (what the stage itself allocated beyond what was free), MB
+    stage_rss_peak_above_start_mb: Dict[str, float] = dataclasses.field(default_factory=dict)
+    stage_rss_rise_mb: Dict[str, float] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> Dict[str, float]:
         return dataclasses.asdict(self)
 
 
 class measure:  # noqa: N801 - used as a context manager
-    """Time a block and its peak memory: sampled RSS above the level at entry and ``tracemalloc``'s peak."""
+    """Time a block and its peak memory: sampled RSS above the level at entry (the allocator's free pages handed
+    back first, :func:`release_free_memory`) and ``tracemalloc``'s peak; :meth:`stage_peaks` splits the RSS
+    peak by an :class:`EditReport`'s stages."""
 
     def __init__(self, trace_python: bool = True):
         self.cost = Cost()
         self.trace_python = trace_python
 
     def __enter__(self) -> Cost:
-        self._meter = MemoryMeter(torch.device("cpu")).__enter__()
+        release_free_memory()
+        self._meter = MemoryMeter(torch.device("cpu"), trace=True).__enter__()
         self._owns_trace = self.trace_python and not tracemalloc.is_tracing()
         if self._owns_trace:
             tracemalloc.start()
@@ -214,6 +221,12 @@ class measure:  # noqa: N801 - used as a context manager
         self.cost.rss_start_mb = self._meter.start_bytes / 2**20
         self.cost.rss_peak_above_start_mb = max(0.0, (self._meter.peak_bytes - self._meter.start_bytes) / 2**20)
         return False
+
+    def stage_peaks(self, report: EditReport) -> None:
+        """Fill the cost's per-stage RSS figures from ``report.stage_spans`` (after the block)."""
+        peaks = self._meter.peaks_in_spans(report.stage_spans)
+        self.cost.stage_rss_peak_above_start_mb = {stage: round(p[0] / 2**20, 1) for stage, p in peaks.items()}
+        self.cost.stage_rss_rise_mb = {stage: round(p[1] / 2**20, 1) for stage, p in peaks.items()}
 
 
 # ----------------------------------------------------------------------------------- the method
@@ -287,10 +300,12 @@ def _edit(setup: _Setup, hp: EditHyperParams, requests: List[Dict[str, Any]], ta
     """One edit (targets optimised inside when ``targets`` is None); returns ``(weights_copy, details, cost)``."""
     report = EditReport()
     moments = {layer: setup.moments[hp.rewrite_module_tmp][layer] for layer in hp.layers}
-    with measure() as cost:
+    meter = measure()
+    with meter as cost:
         _, weights_copy = _load_method_apply(hp)(
             setup.model, setup.tok, requests, hp, return_orig_weights=True, second_moments=moments, progress=False,
             report=report, targets=targets, fluency_guard="warn")
+    meter.stage_peaks(report)
     details = {
         "timings": dict(report.timings),
         "target_steps_mean": fmean(report.target_steps) if report.target_steps else None,

@@ -2,16 +2,19 @@
 synchronisation, and randomly initialised models of real dimensions (:data:`RANDOM_CONFIGS`)."""
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import resource
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 
-__all__ = ["MemoryMeter", "RANDOM_CONFIGS", "build_random_model", "ru_maxrss_bytes", "sync_device"]
+__all__ = ["MemoryMeter", "RANDOM_CONFIGS", "build_random_model", "release_free_memory", "ru_maxrss_bytes",
+           "sync_device"]
 
 RANDOM_CONFIGS: Dict[str, Dict[str, Any]] = {
     # Llama-3.2-3B-Instruct's dimensions (random weights, bf16)
@@ -52,12 +55,15 @@ class MemoryMeter:
 
     After the block: ``peak_bytes`` (absolute peak), ``start_bytes`` (at entry), ``kind``
     (``"cuda_allocated"``, ``"rss_sampled"`` or ``"ru_maxrss"``) and ``cpu_seconds`` (process
-    CPU time spent in the block, all threads).
+    CPU time spent in the block, all threads). With ``trace`` (sampled RSS only) ``samples`` keeps every
+    ``(time.perf_counter(), rss bytes)`` reading, for :meth:`peaks_in_spans`.
     """
 
-    def __init__(self, device: torch.device, interval: float = 0.01):
+    def __init__(self, device: torch.device, interval: float = 0.01, trace: bool = False):
         self.device = torch.device(device)
         self.interval = interval
+        self.trace = trace
+        self.samples: List[Tuple[float, int]] = []
         self.peak_bytes = 0
         self.start_bytes = 0
         self.kind = ""
@@ -84,13 +90,19 @@ class MemoryMeter:
         self.kind = "rss_sampled"
         self._process = psutil.Process(os.getpid())
         self.start_bytes = self.peak_bytes = self._process.memory_info().rss
+        self._record(self.start_bytes)
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
         return self
 
+    def _record(self, rss: int) -> None:
+        self.peak_bytes = max(self.peak_bytes, rss)
+        if self.trace:
+            self.samples.append((time.perf_counter(), rss))
+
     def _sample(self) -> None:
         while not self._stop.wait(self.interval):
-            self.peak_bytes = max(self.peak_bytes, self._process.memory_info().rss)
+            self._record(self._process.memory_info().rss)
 
     def __exit__(self, *exc) -> bool:
         self.cpu_seconds = time.process_time() - self._cpu_start
@@ -100,7 +112,7 @@ class MemoryMeter:
         elif self.kind == "rss_sampled":
             self._stop.set()
             self._thread.join()
-            self.peak_bytes = max(self.peak_bytes, self._process.memory_info().rss)
+            self._record(self._process.memory_info().rss)
         else:
             self.peak_bytes = ru_maxrss_bytes()
         return False
@@ -112,6 +124,39 @@ class MemoryMeter:
             "peak_delta_mb": round((self.peak_bytes - self.start_bytes) / 2**20, 1),
             "memory_kind": self.kind,
         }
+
+
+    def peaks_in_spans(self, spans: Sequence[Tuple[str, float, float]]) -> Dict[str, Tuple[int, int]]:
+        """Per stage name over its ``(stage, start, end)`` spans: ``(highest traced RSS in a span minus
+        start_bytes, largest rise within one span: its highest sample minus the last sample before it)``, bytes,
+        each >= 0; stages with no sample inside a span are left out."""
+        peaks: Dict[str, Tuple[int, int]] = {}
+        for stage, start, end in spans:
+            before = [rss for t, rss in self.samples if t < start]
+            inside = [rss for t, rss in self.samples if start <= t <= end]
+            if not inside:
+                continue
+            top = max(inside)
+            base = before[-1] if before else inside[0]
+            above, rise = peaks.get(stage, (0, 0))
+            peaks[stage] = (max(above, top - self.start_bytes, 0), max(rise, top - base, 0))
+        return peaks
+
+
+def release_free_memory() -> bool:
+    """Hand the C allocator's free heap pages back to the system (glibc ``malloc_trim(0)``), so that an RSS
+    reading taken next counts live memory rather than what earlier work freed; ``False`` where there is no
+    glibc."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)
+    return True
 
 
 def ru_maxrss_bytes() -> int:

@@ -154,16 +154,21 @@ class EditReport:
     unreached_targets: List[int] = field(default_factory=list)
     # request indices whose answer the edited model still gives (greedy; requests with an answer): not forgotten
     still_answered: List[int] = field(default_factory=list)
+    # every timed block in order: (stage, start, end) in ``time.perf_counter`` seconds (per-stage memory in benches)
+    stage_spans: List[Tuple[str, float, float]] = field(default_factory=list, repr=False)
 
 
 @contextlib.contextmanager
 def _timer(report: EditReport, stage: str):
-    """Add the block's seconds to ``report.timings[stage]`` (also when it raises)."""
+    """Add the block's seconds to ``report.timings[stage]`` and its span to ``report.stage_spans`` (also when it
+    raises)."""
     start = time.perf_counter()
     try:
         yield
     finally:
-        report.timings[stage] = report.timings.get(stage, 0.0) + time.perf_counter() - start
+        end = time.perf_counter()
+        report.timings[stage] = report.timings.get(stage, 0.0) + end - start
+        report.stage_spans.append((stage, start, end))
 
 
 @dataclass(frozen=True)
