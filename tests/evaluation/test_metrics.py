@@ -19,6 +19,7 @@ from zerounlearn_editor.evaluation import (
     perplexity,
     text_ngram_entropy,
 )
+from zerounlearn_editor.evaluation.metrics import answer_argmax_hits
 from zerounlearn_editor.evaluation.perplexity import plan_windows
 
 try:  # tests/ on sys.path (pytest's default for a directory without __init__.py)
@@ -119,6 +120,41 @@ def test_accuracy_known_values(successor, padding_side, bos):
     assert scores["n_tokens"] == [1, 1, 2, 4, 1, 4]
     # first answer token only: probe 3 (w1 -> w2 right) and 6 (w20 -> w21 right) count fully
     assert scores["first_acc"] == [1.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+def test_answer_argmax_hits_known_values(successor, padding_side):
+    tok = tiny_tokenizer(padding_side=padding_side)
+    probes = [
+        Probe(words(1, 2), words(3)),  # the successor: greedy gives it
+        Probe(words(1, 2), words(5)),  # not the argmax
+        Probe(words(1), words(2, 9)),  # first token right, second wrong: not what greedy produces
+        Probe(words(7, 8), words(9, 10, 11, 12)),
+        Probe(words(N_WORDS - 1), words(0)),
+        Probe(words(20), words(21, 0, 1, 5)),
+    ]
+    assert answer_argmax_hits(successor, tok, probes, batch_size=4) == [True, False, False, True, True, False]
+
+
+def test_answer_argmax_hits_equal_full_accuracy_and_skip_full_logits(random_lm, tok):
+    """acc == 1.0 of evaluate_probes, on probes the random model answers greedily and on others; the output
+    head runs only on the rows that predict answer tokens (logits [answer tokens, vocab]), never [batch, len, vocab]."""
+    greedy = []
+    for probe in VARIED_PROBES:
+        preds = _direct_scores(random_lm, tok, Probe(probe.prompt, words(0)))[3]
+        greedy.append(Probe(probe.prompt, words(preds[0])))
+    probes = VARIED_PROBES + greedy
+    seen = []
+    head = random_lm.get_output_embeddings()
+    handle = head.register_forward_hook(lambda _m, _args, out: seen.append(tuple(out.shape)))  # runs of the head
+    try:
+        hits = answer_argmax_hits(random_lm, tok, probes, batch_size=3)
+    finally:
+        handle.remove()
+    assert hits == [acc == 1.0 for acc in evaluate_probes(random_lm, tok, probes, batch_size=3)["acc"]]
+    assert hits[len(VARIED_PROBES):] == [True] * len(greedy)
+    answer_tokens = sorted(len(encode_probe(tok, p).answer_ids) for p in probes)
+    assert sorted(shape[0] for shape in seen) == answer_tokens and all(len(shape) == 2 for shape in seen)
 
 
 def test_probabilities_match_hand_computation(successor, tok):

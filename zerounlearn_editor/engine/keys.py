@@ -95,6 +95,8 @@ def read_keys_and_hidden(
         h = _at_lookup(outputs[hidden_module], batch.lookup)
         keys.append(k.view(len(chunk), n_ctx, -1).mean(1).cpu())
         hidden.append(h.view(len(chunk), n_ctx, -1)[:, 0].cpu())
+        inputs.clear()  # the chunk's captured activations go before the next chunk's forward pass
+        outputs.clear()
     return LayerReadout(
         keys=torch.cat(keys).t().contiguous(), hidden=torch.cat(hidden),
         context_mom2=None if mom2 is None else mom2.cpu(), context_count=count,

@@ -454,15 +454,15 @@ def still_answered(model: nn.Module, tok, forget: Sequence[ForgetRequest]) -> Li
     prompt and the answer's earlier tokens (what greedy decoding produces). Requests without an answer, or whose
     answer is a special token (EasyEdit's filled-in EOS), are not scored."""
     from zerounlearn_editor.data.types import Probe
-    from zerounlearn_editor.evaluation.metrics import evaluate_probes
+    from zerounlearn_editor.evaluation.metrics import answer_argmax_hits
 
     special = set(getattr(tok, "all_special_tokens", []) or [])
     scored = [r for r in forget if r.answer is not None and r.answer.strip() and r.answer.strip() not in special]
     if not scored:
         return []
     with eval_mode(model), torch.no_grad():
-        scores = evaluate_probes(model, tok, [Probe(r.prompt, r.answer) for r in scored])
-    return [r.index for r, acc in zip(scored, scores["acc"]) if acc == 1.0]
+        hits = answer_argmax_hits(model, tok, [Probe(r.prompt, r.answer) for r in scored])
+    return [r.index for r, hit in zip(scored, hits) if hit]
 
 
 def _warn_unreached_targets(forget: List[ForgetRequest], targets: NeutralTargets, hparams: EditHyperParams,

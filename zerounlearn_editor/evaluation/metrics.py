@@ -72,3 +72,43 @@ def evaluate_probes(
         scores["n_tokens"].append(int(tgt.numel()))
     return scores
 
+
+
+def answer_argmax_hits(
+    model: torch.nn.Module,
+    tok: "PreTrainedTokenizerBase",
+    probes: Sequence[Probe],
+    batch_size: int = 32,
+) -> List[bool]:
+    """Per probe, whether every answer token is the argmax (``acc == 1.0`` of :func:`evaluate_probes`: what
+    greedy decoding produces), with the output head applied only at the positions that predict answer tokens.
+
+    Memory: the head's input ``[batch, len, d_model]`` is captured and the forward stops there, so no
+    ``[batch, len, vocab]`` logits are made; ``[answer tokens, vocab]`` per probe instead. A model whose
+    output head cannot be found falls back to :func:`evaluate_probes`.
+    """
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    head_name = next((name for name, module in model.named_modules() if module is head), None)
+    if head is None or not head_name:
+        return [acc == 1.0 for acc in evaluate_probes(model, tok, probes, batch_size)["acc"]]
+    from zerounlearn_editor.evaluation.batching import padded_batches
+    from zerounlearn_editor.support.model_access import StopForward, capture_inputs
+
+    encoded = [encode_probe(tok, probe) for probe in probes]
+    hits: List[bool] = [False] * len(encoded)
+    for indices, batch in padded_batches(model, tok, [e.input_ids for e in encoded], batch_size):
+        with torch.no_grad(), capture_inputs(model, [head_name], stop_after=head_name) as captured:
+            try:
+                model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                      position_ids=batch.position_ids, use_cache=False)
+            except StopForward:
+                pass
+        states = captured.pop(head_name)  # [batch, len, d_model]; the hook is gone before the head runs below
+        with torch.no_grad():
+            for row, index in enumerate(indices):
+                item, offset = encoded[index], batch.offsets[row]
+                cols = torch.arange(offset + item.answer_start, offset + len(item.input_ids), device=states.device)
+                predicted = head(states[row, cols - 1]).float().argmax(dim=-1)  # [answer tokens]
+                hits[index] = bool(torch.equal(predicted, batch.input_ids[row, cols].to(predicted.device)))
+        del states
+    return hits
