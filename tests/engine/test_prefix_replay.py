@@ -169,3 +169,24 @@ def test_replay_checks_the_chunk_contents_and_respects_its_memory_budget(tok):
     finally:
         handle.remove()
     assert calls, "cleared outputs are not replayed"
+
+
+def test_key_reads_hold_at_most_key_rows_per_pass_rows(tok, monkeypatch):
+    """However large chunk_size is, one forward pass of a key read runs at most KEY_ROWS_PER_PASS rows (whole
+    requests), so its activations do not grow with the batch; the keys equal those of one pass per request."""
+    import zerounlearn_editor.engine.keys as keys_module
+
+    monkeypatch.setattr(keys_module, "KEY_ROWS_PER_PASS", 7)  # 3 prefixes: 2 requests (6 rows) per pass
+    model = tiny_llama(tok).eval()
+    rows = []
+    handle = model.register_forward_pre_hook(lambda _m, _a, kw: rows.append(kw["input_ids"].shape[0]),
+                                             with_kwargs=True)
+    try:
+        big = _read(model, tok, "llama", 2, chunk_size=64)
+    finally:
+        handle.remove()
+    n = len(forget_requests())
+    assert max(rows) == 6 and sum(rows) == 3 * n
+    single = _read(model, tok, "llama", 2, chunk_size=1)
+    torch.testing.assert_close(big.keys, single.keys, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(big.hidden, single.hidden, rtol=1e-5, atol=1e-6)

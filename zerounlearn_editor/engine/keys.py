@@ -15,6 +15,12 @@ from zerounlearn_editor.engine.requests import ForgetRequest
 from zerounlearn_editor.support.model_access import StopForward, capture_inputs, capture_outputs, model_device
 
 
+KEY_ROWS_PER_PASS = 32
+"""Most rows (request x context prefix) in one forward pass of a key read: a chunk of ``chunk_size`` requests
+is read in passes of ``max(1, KEY_ROWS_PER_PASS // contexts)`` whole requests, so the activations a read holds
+do not grow with the number of requests beyond that."""
+
+
 @dataclass
 class LayerReadout:
     """``keys`` ``[d_in, n]`` (mean over contexts), ``hidden`` ``[n, d_model]`` (bare prompt); when asked for,
@@ -57,8 +63,9 @@ def read_keys_and_hidden(
     prefix_replay: Optional[LayerPrefixReplay] = None,
 ) -> LayerReadout:
     """Keys at ``key_module``'s input (mean over the prefixes) and hidden states at ``hidden_module``'s output
-    (bare prompt), float32 on the CPU. ``context_moment``: see :class:`LayerReadout`; ``prefix_replay`` (one
-    per edit) skips the unedited layers on repeated reads, with bit-identical results."""
+    (bare prompt), float32 on the CPU, in forward passes of at most ``chunk_size`` requests and
+    :data:`KEY_ROWS_PER_PASS` rows. ``context_moment``: see :class:`LayerReadout`; ``prefix_replay`` (one per
+    edit) skips the unedited layers on repeated reads, with bit-identical results."""
     device = model_device(model)
     n_ctx = len(prefixes)
     keys: List[torch.Tensor] = []
@@ -67,8 +74,9 @@ def read_keys_and_hidden(
     count = 0
     replay = prefix_replay.around_forward if prefix_replay is not None else None
     requests = list(requests)
-    for index, start in enumerate(range(0, len(requests), chunk_size)):
-        chunk = requests[start : start + chunk_size]
+    per_pass = max(1, min(chunk_size, KEY_ROWS_PER_PASS // max(1, n_ctx)))
+    for index, start in enumerate(range(0, len(requests), per_pass)):
+        chunk = requests[start : start + per_pass]
         contexts = [p for _ in chunk for p in prefixes]
         rows = [r for r in chunk for _ in prefixes]
         batch = encode_rows(
