@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -43,10 +44,12 @@ def setup(tmp_path_factory):
         (root / name).write_text(json.dumps(facts), encoding="utf-8")
     yamls = {}
     common = dict(model_name=str(base), nullspace_threshold=1e-2, norm_weight=0.1, fluency_max_increase=None)
-    for key, alg, extra in (("gd", "ZeroUnlearn-GD", {"forgotten_protection_weight": 1e4}),
-                            ("layers", "ZeroUnlearn-GD", {"forgotten_protection_weight": 1e4, "layers": [2, 3]}),
+    protected = {"experimental": {"forgotten_protection_weight": 1e4}}
+    for key, alg, extra in (("gd", "ZeroUnlearn-GD", protected),
+                            ("layers", "ZeroUnlearn-GD", dict(protected, layers=[2, 3])),
                             ("zu", "ZeroUnlearn", {}),
-                            ("other_stats", "ZeroUnlearn-GD", {"forgotten_protection_weight": 1e4})):
+                            ("paper", "ZeroUnlearn-GD", {}),
+                            ("other_stats", "ZeroUnlearn-GD", protected)):
         stats = root / ("empty_stats" if key == "other_stats" else "stats")
         config = tiny_hparams_dict(stats, corpus, alg_name=alg, **common, **extra)
         if alg == "ZeroUnlearn":
@@ -119,6 +122,44 @@ def test_continuing_equals_the_sequential_edit_in_one_process(setup):
         saved = _down_proj(second, layer)
         assert float((saved - in_process).norm() / in_process.norm()) < 1e-6
         assert float((saved - _down_proj(first, layer)).norm()) > 1e-4 * float(saved.norm())  # round 2 edited
+
+
+def test_without_the_protection_the_ledger_and_the_state_are_still_carried(setup, caplog):
+    """Weight 0 (no ``experimental.forgotten_protection_weight``, as every shipped YAML): the ledger lists the union,
+    the state is written and carried, the continuation equals the same two unprotected edits in one process, and a
+    later run can opt in from that folder."""
+    root, base, yamls, _, _ = setup
+    one, two, opted = root / "paper-one", root / "paper-two", root / "paper-then-protected"
+    assert _run(root, yamls["paper"], "facts1.json", "--out", str(one), "--save", "model") == 0
+    assert [e["forgotten_protection_weight"] for e in _ledger(one)["edits"]] == [0.0]
+    assert load_state(one / STATE_FILE).count == 3
+    caplog.set_level(logging.WARNING)
+    assert _run(root, yamls["paper"], "facts2.json", "--model", str(one), "--out", str(two), "--save", "model") == 0
+    assert "the 3 fact(s) earlier edits forgot are not protected by this edit" in caplog.text
+    ledger = _ledger(two)
+    assert [f["prompt"] for f in ledger["facts"]] == [f["prompt"] for f in FACTS_1 + FACTS_2]
+    assert [e["forgotten_protection_weight"] for e in ledger["edits"]] == [0.0, 0.0]
+    assert load_state(two / STATE_FILE).count == 5
+
+    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+
+    hp = ZeroUnlearnGDHyperParams.from_hparams(yamls["paper"])
+    assert hp.forgotten_protection == 0.0
+    model, tok = load_model_and_tokenizer(str(base))
+    for facts in (FACTS_1, FACTS_2):
+        requests = [{"prompt": f["prompt"], "subject": f["subject"], "ground_truth": f["answer"]} for f in facts]
+        model, _ = apply_zerounlearn_gd_to_model(model, tok, requests, hp, progress=False)
+    assert model_state(model) is None  # nothing tracked in process at weight 0
+    for layer in (1, 2):
+        in_process = model.model.layers[layer].mlp.down_proj.weight.detach()
+        assert float((_down_proj(two, layer) - in_process).norm() / in_process.norm()) < 1e-6
+    # opting in later: the unprotected folder's state protects its facts in the next edit
+    assert _run(root, yamls["gd"], "facts2.json", "--model", str(one), "--out", str(opted), "--save", "model") == 0
+    assert [e["forgotten_protection_weight"] for e in _ledger(opted)["edits"]] == [0.0, 1e4]
+    assert load_state(opted / STATE_FILE).count == 5
+    moved = max(float((_down_proj(opted, layer) - _down_proj(two, layer)).norm() / _down_proj(two, layer).norm())
+                for layer in (1, 2))
+    assert moved > 1e-2, moved  # 0.23 measured: the protection changed the second edit
 
 
 def _copy_first(setup, name: str) -> Path:

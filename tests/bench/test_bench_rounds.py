@@ -221,7 +221,7 @@ def test_lifelong_row_protects_within_the_rounds_and_leaves_no_state(ws, tok, tm
     from zerounlearn_editor.engine.forgotten_state import model_state
 
     config = tiny_hparams_dict(ws["root"] / "stats", ws["root"] / "corpus.jsonl", alg_name="ZeroUnlearn-GD",
-                               forgotten_protection_weight=1e4)
+                               experimental={"forgotten_protection_weight": 1e4})
     lifelong = tmp_path / "tiny-lifelong.yaml"
     lifelong.write_text(yaml.safe_dump(config), encoding="utf-8")
     model = tiny_llama(tok)

@@ -94,7 +94,7 @@ def ws(tmp_path_factory) -> Dict[str, Path]:
                 corpus,
                 alg_name="ZeroUnlearn-GD",
                 fluency_max_increase=None,
-                forgotten_protection_weight=1.0,
+                experimental={"forgotten_protection_weight": 1.0},
             )
         ),
         encoding="utf-8",

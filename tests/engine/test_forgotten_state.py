@@ -5,13 +5,15 @@ from __future__ import annotations
 import copy
 import logging
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
+import yaml
 
 import zerounlearn_editor.methods.zerounlearn_gd.method as method_module
 from tiny_models import forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
-from zerounlearn_editor import ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model
+from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams, apply_zerounlearn_gd_to_model
 from zerounlearn_editor.engine.forgotten_state import (
     ForgottenState,
     ForgottenStateError,
@@ -131,11 +133,14 @@ def tok():
     return tiny_tokenizer()
 
 
-def _hp(tmp_path: Path, **overrides) -> ZeroUnlearnGDHyperParams:
-    """Tiny GD hparams; the tiny model's keys have ||k||^2 ~ 1e-3, so a protection weight of 1e4 lifts an earlier
-    key's direction (eigenvalue lam ||k||^2) well above the null-space threshold."""
+def _hp(tmp_path: Path, protection: Optional[float] = None, **overrides) -> ZeroUnlearnGDHyperParams:
+    """Tiny GD hparams (``protection``: ``experimental.forgotten_protection_weight``); the tiny model's keys have
+    ||k||^2 ~ 1e-3, so a protection weight of 1e4 lifts an earlier key's direction (eigenvalue lam ||k||^2) well
+    above the null-space threshold."""
     config = tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "corpus.jsonl"), alg_name="ZeroUnlearn-GD",
                                nullspace_threshold=1e-2, norm_weight=0.1, fluency_max_increase=None)
+    if protection is not None:
+        overrides.setdefault("experimental", {})["forgotten_protection_weight"] = protection
     config.update(overrides)
     return ZeroUnlearnGDHyperParams.from_dict(config)
 
@@ -155,7 +160,7 @@ def _layer_keys(model, tok, hp, requests):
 
 
 def test_sequential_edits_protect_the_first_edits_keys(tok, tmp_path):
-    plain, protected = _hp(tmp_path), _hp(tmp_path, forgotten_protection_weight=1e4)
+    plain, protected = _hp(tmp_path), _hp(tmp_path, protection=1e4)
     base = tiny_llama(tok)
     model_p = copy.deepcopy(base)
     model_p, _ = apply_zerounlearn_gd_to_model(model_p, tok, forget_requests(), protected, progress=False)
@@ -181,7 +186,7 @@ def test_sequential_edits_protect_the_first_edits_keys(tok, tmp_path):
 def test_first_protected_edit_is_bit_identical_to_the_paper_edit(tok, tmp_path):
     base = tiny_llama(tok)
     a, _ = apply_zerounlearn_gd_to_model(base, tok, forget_requests(), _hp(tmp_path), copy=True, progress=False)
-    b, _ = apply_zerounlearn_gd_to_model(base, tok, forget_requests(), _hp(tmp_path, forgotten_protection_weight=1.0),
+    b, _ = apply_zerounlearn_gd_to_model(base, tok, forget_requests(), _hp(tmp_path, protection=1.0),
                                          copy=True, progress=False)
     for (name, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
         assert torch.equal(p, q), name
@@ -189,7 +194,7 @@ def test_first_protected_edit_is_bit_identical_to_the_paper_edit(tok, tmp_path):
 
 
 def test_failed_edit_leaves_the_state_and_restore_makes_it_stale(tok, tmp_path, caplog, monkeypatch):
-    hp = _hp(tmp_path, forgotten_protection_weight=1e4)
+    hp = _hp(tmp_path, protection=1e4)
     model = tiny_llama(tok)
     model, weights_copy = apply_zerounlearn_gd_to_model(model, tok, forget_requests(), hp, progress=False,
                                                         return_orig_weights=True)
@@ -225,13 +230,53 @@ def test_failed_edit_leaves_the_state_and_restore_makes_it_stale(tok, tmp_path, 
         assert torch.equal(p, q), name
 
 
-def test_bad_protection_weight_is_refused(tmp_path):
-    with pytest.raises(HParamsError, match="forgotten_protection_weight"):
-        _hp(tmp_path, forgotten_protection_weight=-1.0)
+@pytest.mark.parametrize("value", [-1.0, -1, "one", True, None, [1.0], float("inf"), float("nan")])
+def test_bad_protection_weight_is_refused(tmp_path, value):
+    with pytest.raises(HParamsError, match=r"key 'experimental\.forgotten_protection_weight' must be a finite number "
+                       r">= 0, got "):
+        _hp(tmp_path, experimental={"forgotten_protection_weight": value})
+
+
+def test_a_protection_weight_in_scientific_notation_is_a_number(tmp_path):
+    """YAML 1.1 reads ``1e4`` as a string; under ``experimental:`` too it becomes a number, as at the top level."""
+    config = tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "corpus.jsonl"), alg_name="ZeroUnlearn-GD")
+    path = tmp_path / "lifelong.yaml"
+    path.write_text(yaml.safe_dump(config) + "experimental:\n  forgotten_protection_weight: 1e4\n", encoding="utf-8")
+    assert yaml.safe_load(path.read_text())["experimental"]["forgotten_protection_weight"] == "1e4"
+    assert ZeroUnlearnGDHyperParams.from_hparams(path).forgotten_protection == 1e4
+
+
+def test_the_protection_weight_lives_under_experimental_and_is_off_by_default(tmp_path):
+    """One accessor reads it; absent = 0 (the paper's edit, no tracking); an int is a float."""
+    assert _hp(tmp_path).forgotten_protection == 0.0 and not _hp(tmp_path).tracks_forgotten()
+    zero = _hp(tmp_path, protection=0)
+    assert zero.forgotten_protection == 0.0 and not zero.tracks_forgotten()
+    hp = _hp(tmp_path, protection=2)
+    assert hp.forgotten_protection == 2.0 and isinstance(hp.forgotten_protection, float) and hp.tracks_forgotten()
+    assert hp.replace(layers=[1]).forgotten_protection == 2.0  # travels with the mapping
+    assert ZeroUnlearnHyperParams.from_dict(
+        tiny_hparams_dict(tmp_path / "stats", tmp_path / "corpus.jsonl")).forgotten_protection == 0.0
+    with pytest.raises(HParamsError, match=r"unknown key\(s\) \['forgotten_protection_weight'\] under 'experimental'"):
+        ZeroUnlearnHyperParams.from_dict(tiny_hparams_dict(
+            tmp_path / "stats", tmp_path / "corpus.jsonl", experimental={"forgotten_protection_weight": 1.0}))
+
+
+def test_a_top_level_protection_weight_is_refused_naming_the_file_and_experimental(tmp_path):
+    """A YAML of the key's top-level days fails before any model loads, saying to move it under experimental:."""
+    config = tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "corpus.jsonl"), alg_name="ZeroUnlearn-GD")
+    path = tmp_path / "old-lifelong.yaml"
+    path.write_text(yaml.safe_dump(dict(config, forgotten_protection_weight=1.0)), encoding="utf-8")
+    with pytest.raises(HParamsError) as info:
+        ZeroUnlearnGDHyperParams.from_hparams(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: 'forgotten_protection_weight' ") and "\n" not in message
+    assert "move it under experimental:" in message
+    with pytest.raises(HParamsError, match="move it under experimental:"):
+        _hp(tmp_path).replace(forgotten_protection_weight=0.0)  # even at the old default
 
 
 def test_weights_changed_behind_the_state_drop_it_with_a_warning(tok, tmp_path, caplog):
-    hp = _hp(tmp_path, forgotten_protection_weight=1e4)
+    hp = _hp(tmp_path, protection=1e4)
     model, _ = apply_zerounlearn_gd_to_model(tiny_llama(tok), tok, forget_requests(), hp, progress=False)
     with torch.no_grad():
         model.model.layers[1].mlp.down_proj.weight.mul_(1.01)

@@ -404,7 +404,7 @@ def test_sequential_edit_carries_the_forgotten_state(easyedit, in_tmp: Path, tok
     from zerounlearn_editor.engine.forgotten_state import model_state
 
     model, hparams = _tiny_setup(
-        in_tmp, tok, ZeroUnlearnGDHyperParams, "ZeroUnlearn-GD", forgotten_protection_weight=1e4
+        in_tmp, tok, ZeroUnlearnGDHyperParams, "ZeroUnlearn-GD", experimental={"forgotten_protection_weight": 1e4}
     )
     editor, recorder = _make_editor(easyedit, hparams, model)
     editor.edit(**_edit_args(forget_requests()[:2]), sequential_edit=True)

@@ -35,6 +35,7 @@ REPLACEMENT = {
     "mom2_batch_size": "always reads 16 passages",
     "projection_eps": "exact projector P = I - V V^T",
     "gd_tolerance": "always stops at a relative change of 1e-10",
+    "forgotten_protection_weight": "move it under experimental:",
 }
 
 
@@ -87,7 +88,8 @@ def test_experimental_keys_must_be_declared(tmp_path):
     assert ZeroUnlearnGDHyperParams.from_dict(base).experimental == {}
     assert ZeroUnlearnGDHyperParams.from_dict(dict(base, experimental={})).experimental == {}
     with pytest.raises(
-        HParamsError, match=r"unknown key\(s\) \['probe'\] under 'experimental' \(declared: \['fewshot_contexts'\]\)"
+        HParamsError, match=r"unknown key\(s\) \['probe'\] under 'experimental' "
+        r"\(declared: \['fewshot_contexts', 'forgotten_protection_weight'\]\)"
     ):
         ZeroUnlearnGDHyperParams.from_dict(dict(base, experimental={"probe": 1.0}))
     with pytest.raises(HParamsError, match="'experimental'"):

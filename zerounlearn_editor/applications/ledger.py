@@ -232,7 +232,7 @@ def build_ledger(
     hparams_file = Path(hparams_file)
     edit = {"time": _now(), "hparams_file": hparams_file.name, "hparams_sha256": sha256_of_file(hparams_file),
             "facts_file": Path(facts_file).name, "n_facts": len(facts),
-            "forgotten_protection_weight": float(getattr(hparams, "forgotten_protection_weight", 0.0))}
+            "forgotten_protection_weight": hparams.forgotten_protection}
     if previous is None:
         base_name = model_basename(model)
         base = {"name": model_name, "basename": base_name,

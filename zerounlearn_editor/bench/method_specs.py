@@ -11,8 +11,10 @@ A :class:`MethodSpec` has two steps:
 
 The retain-aware row ``ZeroUnlearn-GD+R`` reads ``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``
 and receive the seed's retain set (``PreparedMethod.uses_retain``; see :mod:`.retain_sets`). The lifelong row
-``ZeroUnlearn-GD+P`` reads ``hparams/ZeroUnlearn-GD/<stem>-lifelong.yaml`` (``forgotten_protection_weight > 0``):
-in ``--rounds`` each round protects the facts the earlier rounds forgot (the state rides on the model object).
+``ZeroUnlearn-GD+P`` reads ``hparams/ZeroUnlearn-GD/<stem>-lifelong.yaml`` (``experimental.forgotten_protection_weight
+> 0``; none ships since the protection lost, so its file comes from ``--method-hparams``, e.g.
+``benchmarks/scale/variants/lifelong-paper.yaml``): in ``--rounds`` each round protects the facts the earlier rounds
+forgot (the state rides on the model object).
 A method's rows are its registry entry's ``row_variants``.
 
 The editing methods are those of :mod:`zerounlearn_editor.methods.registry`, each edited with its
@@ -224,9 +226,9 @@ def edit_method_spec(name: str) -> MethodSpec:
 
     ``<method><suffix>`` is a row of the entry's ``row_variants`` (``ZeroUnlearn-GD+R``:
     ``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``, edited with the seed's retain set; ``ZeroUnlearn-GD+P``:
-    ``<stem>-lifelong.yaml``). Only the row :data:`~zerounlearn_editor.methods.registry.RETAIN_ROW` receives the
-    retain set. The edit is the entry's own ``apply`` function; an unregistered name is an error listing the
-    registered ones.
+    ``<stem>-lifelong.yaml`` or ``--method-hparams``). Only the row
+    :data:`~zerounlearn_editor.methods.registry.RETAIN_ROW` receives the retain set. The edit is the entry's own
+    ``apply`` function; an unregistered name is an error listing the registered ones.
     """
     family, suffix = _split_row(name)
     entry = get_method(family, "bench method")

@@ -20,7 +20,7 @@ the next chunk) and sliced for every row and every YAML with the same target set
 unedited model). After every round the round-1 facts and the round's own facts are scored; every
 ``eval_every`` rounds and after the last one, all facts forgotten so far and the perplexity too.
 Each round writes ``<out>/seed_<s>/<tag>/round_<k>.json`` and the edited layers' weights
-(``weights_round_<k>.safetensors``; for a lifelong YAML, ``forgotten_protection_weight > 0``, also the
+(``weights_round_<k>.safetensors``; for a lifelong YAML, ``experimental.forgotten_protection_weight > 0``, also the
 carried forgotten-key state ``forgotten_round_<k>.safetensors``; the previous round's files are then
 removed); a rerun loads the newest round that has them all and continues there. Within a run the
 lifelong state travels on the model object from round to round (:mod:`~zerounlearn_editor.engine.forgotten_state`).

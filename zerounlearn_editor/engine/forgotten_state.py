@@ -2,8 +2,8 @@
 
 Per edited layer the state holds ``S = sum_i k_i k_i^T`` ``[d_in, d_in]`` (float64) over the forget keys ``k_i``
 of every earlier edit and the number of facts folded in: no activations of individual facts. ZeroUnlearn-GD
-with ``forgotten_protection_weight = lam > 0`` adds ``lam * S`` to the covariance whose null space its update
-lives in (:func:`~zerounlearn_editor.methods.zerounlearn_gd.solve.protected_covariance`), so round ``k``
+with ``experimental.forgotten_protection_weight = lam > 0`` adds ``lam * S`` to the covariance whose null space its
+update lives in (:func:`~zerounlearn_editor.methods.zerounlearn_gd.solve.protected_covariance`), so round ``k``
 leaves the values of the keys rounds ``1..k-1`` forgot (nearly) where they are.
 
 Pure functions of tensors plus (de)serialisation: :func:`save_state` writes one safetensors file whose

@@ -27,9 +27,13 @@ class HParamsError(ValueError):
 
 
 def _convert_scientific_strings(config: Dict[str, Any]) -> Dict[str, Any]:
-    """YAML 1.1 reads ``1e-3`` as a string; turn such strings into floats."""
-    return {key: float(value) if isinstance(value, str) and _SCI_NOTATION.match(value.strip()) else value
-            for key, value in config.items()}
+    """YAML 1.1 reads ``1e-3`` as a string; turn such strings into floats (also the values under
+    ``experimental:``)."""
+    converted = {key: float(value) if isinstance(value, str) and _SCI_NOTATION.match(value.strip()) else value
+                 for key, value in config.items()}
+    if isinstance(converted.get("experimental"), dict):
+        converted["experimental"] = _convert_scientific_strings(converted["experimental"])
+    return converted
 
 
 def load_config_file(path: Union[str, Path]) -> Dict[str, Any]:
@@ -300,8 +304,9 @@ class EditHyperParams(BaseHyperParams):
         "(`engine.contexts.fewshot_prefixes`), so keys and targets also see in-context prompts",
     }
     experimental: Dict[str, Any] = field(default_factory=dict, metadata={"help": (
-        "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`); an experiment that does "
-        "not win on report data leaves again"
+        "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`; ZeroUnlearn-GD also "
+        "`forgotten_protection_weight`, see \"Forgetting over time\"); an experiment that does not win on report "
+        "data leaves again"
     )})
 
     def retain_weights(self) -> Dict[str, float]:
@@ -312,10 +317,17 @@ class EditHyperParams(BaseHyperParams):
         """Whether the solve needs the mean ``k k^T`` of the prompts' context tokens (read with the keys)."""
         return False
 
+    @property
+    def forgotten_protection(self) -> float:
+        """Lifelong unlearning's weight ``lam`` on the forget keys of earlier edits (0.0 = off); a method that has
+        it declares where its YAML sets it (ZeroUnlearn-GD: ``experimental.forgotten_protection_weight``)."""
+        return 0.0
+
     def tracks_forgotten(self) -> bool:
-        """Whether the solve protects the forget keys of earlier edits (lifelong unlearning), so each edit keeps
-        the state of what was forgotten on the model (:mod:`zerounlearn_editor.engine.forgotten_state`)."""
-        return False
+        """Whether the solve protects the forget keys of earlier edits (lifelong unlearning,
+        :attr:`forgotten_protection` > 0), so each edit keeps the state of what was forgotten on the model
+        (:mod:`zerounlearn_editor.engine.forgotten_state`)."""
+        return self.forgotten_protection > 0
 
     @classmethod
     def key_help(cls) -> Dict[str, str]:

@@ -643,7 +643,7 @@ def apply_edit_method(
     forgotten = current_state(model, hparams.rewrite_module_tmp, hparams.layers) if track else None
     if forgotten is not None and not forgotten.is_empty() and not hparams.tracks_forgotten():
         LOG.warning("%s: the %d fact(s) earlier edits forgot are not protected by this edit (protection is "
-                    "ZeroUnlearn-GD's forgotten_protection_weight > 0)", hparams.alg_name, forgotten.count)
+                    "ZeroUnlearn-GD's experimental.forgotten_protection_weight > 0)", hparams.alg_name, forgotten.count)
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)
     passed = ("corpus", "second_moments", "progress", "targets", "stages", "retain", "fluency_guard",

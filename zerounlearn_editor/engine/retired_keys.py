@@ -38,6 +38,11 @@ RETIRED_KEYS: Dict[str, str] = {
     f"beyond ~50 facts (benchmarks/RESULTS.md, 'Surgical forgetting'); use {_GD_RETAIN}",
     "projection_retain_weight": "part of ZeroUnlearn+R, which ZeroUnlearn-GD+R beats at every n measured "
     f"(benchmarks/RESULTS.md, 'Surgical forgetting'); use {_GD_RETAIN}",
+    # an experiment that lost on report data: the key moved under experimental:
+    "forgotten_protection_weight": "the lifelong protection kept neighbours but forgot the later rounds' facts less "
+    "on two streams (benchmarks/RESULTS.md, 'Lifelong protection' and 'Scale'; "
+    "benchmarks/notebook/2026-11-27-scale-levers.md), so it is an experiment: move it under experimental: "
+    "(ZeroUnlearn-GD: `experimental: {forgotten_protection_weight: 1.0}`), or delete it (0 = off)",
     # settings every shipped YAML held at one value (issue 27: at most 48 keys); the value is now fixed
     "context_seed": "the context prefixes are always sampled with seed 0 "
                     "(zerounlearn_editor.engine.contexts.CONTEXT_SEED, "

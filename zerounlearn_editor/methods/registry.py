@@ -55,7 +55,8 @@ class MethodEntry:
     (ZeroUnlearn's capacity limit). ``adapter_rank_per_fact``: the rank of one weight's change per
     forgotten fact (the LoRA export's bound ``r <= k n``). ``row_variants``: bench row suffix -> YAML stem
     suffix; the bench also offers the row ``<name><row suffix>``, read from ``hparams/<folder>/<stem><stem
-    suffix>.yaml`` (ZeroUnlearn-GD: ``+R`` -> ``-retain``, ``+P`` -> ``-lifelong``). Only the row
+    suffix>.yaml`` (ZeroUnlearn-GD: ``+R`` -> ``-retain``, ``+P`` -> ``-lifelong``, which no longer ships: the bench's
+    ``--method-hparams`` names it). Only the row
     :data:`RETAIN_ROW` is edited with the seed's retain set. ``easyedit_batchable``: EasyEdit's ``batch_edit``
     accepts the method.
     """
