@@ -1,5 +1,5 @@
-"""Keys ``K_f`` (down_proj inputs at the lookup token) and hidden states at the last edited layer, from one
-batched forward pass per chunk of requests over every context."""
+"""Keys ``K_f`` (down_proj inputs at the lookup token) and hidden states at the last edited layer, from batched
+forward passes of whole requests over every context (at most :data:`KEY_ROWS_PER_PASS` rows a pass)."""
 from __future__ import annotations
 
 import contextlib
@@ -13,7 +13,6 @@ from zerounlearn_editor.engine.encoding import EncodedBatch, encode_rows
 from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
 from zerounlearn_editor.engine.requests import ForgetRequest
 from zerounlearn_editor.support.model_access import StopForward, capture_inputs, capture_outputs, model_device
-
 
 KEY_ROWS_PER_PASS = 32
 """Most rows (request x context prefix) in one forward pass of a key read: a chunk of ``chunk_size`` requests
