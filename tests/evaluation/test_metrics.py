@@ -157,6 +157,15 @@ def test_answer_argmax_hits_equal_full_accuracy_and_skip_full_logits(random_lm, 
     assert sorted(shape[0] for shape in seen) == answer_tokens and all(len(shape) == 2 for shape in seen)
 
 
+def test_answer_argmax_hits_fall_back_when_the_forward_skips_the_head(successor, tok, monkeypatch):
+    """A model whose forward makes its logits without calling get_output_embeddings()'s module: the full-logit
+    path answers (the same hits), instead of a KeyError."""
+    probes = [Probe(words(1, 2), words(3)), Probe(words(1, 2), words(5))]
+    monkeypatch.setattr(successor, "unused_head", torch.nn.Linear(4, 4), raising=False)  # a submodule the forward skips
+    monkeypatch.setattr(successor, "get_output_embeddings", lambda: successor.unused_head)
+    assert answer_argmax_hits(successor, tok, probes) == [True, False]
+
+
 def test_probabilities_match_hand_computation(successor, tok):
     def p(after: int, target: int) -> float:
         return float(torch.softmax(successor_logits(successor, after), dim=-1)[target])

@@ -85,7 +85,7 @@ def answer_argmax_hits(
 
     Memory: the head's input ``[batch, len, d_model]`` is captured and the forward stops there, so no
     ``[batch, len, vocab]`` logits are made; ``[answer tokens, vocab]`` per probe instead. A model whose
-    output head cannot be found falls back to :func:`evaluate_probes`.
+    output head cannot be found, or whose forward does not call it, falls back to :func:`evaluate_probes`.
     """
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     head_name = next((name for name, module in model.named_modules() if module is head), None)
@@ -103,6 +103,8 @@ def answer_argmax_hits(
                       position_ids=batch.position_ids, use_cache=False)
             except StopForward:
                 pass
+        if head_name not in captured:  # the forward computed its logits without calling the head module
+            return [acc == 1.0 for acc in evaluate_probes(model, tok, probes, batch_size)["acc"]]
         states = captured.pop(head_name)  # [batch, len, d_model]; the hook is gone before the head runs below
         with torch.no_grad():
             for row, index in enumerate(indices):
