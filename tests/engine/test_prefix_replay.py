@@ -190,3 +190,29 @@ def test_key_reads_hold_at_most_key_rows_per_pass_rows(tok, monkeypatch):
     single = _read(model, tok, "llama", 2, chunk_size=1)
     torch.testing.assert_close(big.keys, single.keys, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(big.hidden, single.hidden, rtol=1e-5, atol=1e-6)
+
+
+def test_outputs_past_the_memory_budget_are_replayed_from_files_and_removed(tok, tmp_path):
+    """memory_bytes = 0: every chunk's output goes to a file in spill_dir; later reads replay them bit for bit
+    without running the unedited layers, and clear() removes the folder."""
+    model = tiny_llama(tok).eval()
+    replay = LayerPrefixReplay(model, "model.layers.{}", 2, memory_bytes=0, spill_dir=str(tmp_path))
+    first = _read(model, tok, "llama", 2, replay)
+    files = list(tmp_path.glob("zerounlearn_replay_*/chunk_*.safetensors"))
+    assert files and replay.spilled_bytes > 0
+    assert torch.equal(first.keys, _read(model, tok, "llama", 2).keys)
+    with torch.no_grad():
+        model.model.layers[2].mlp.down_proj.weight.mul_(1.3)
+    calls, handle = _count_calls(model.model.layers[0])
+    try:
+        replayed = _read(model, tok, "llama", 3, replay)
+    finally:
+        handle.remove()
+    assert not calls, "layer 0 ran although its output was in a file"
+    full = _read(model, tok, "llama", 3)
+    assert torch.equal(replayed.keys, full.keys) and torch.equal(replayed.hidden, full.hidden)
+    replay.clear()
+    assert not list(tmp_path.iterdir()) and replay.spilled_bytes == 0
+    budget = LayerPrefixReplay(model, "model.layers.{}", 2, memory_bytes=10**9, spill_dir=str(tmp_path))
+    _read(model, tok, "llama", 2, budget)  # within the memory budget: no file
+    assert not list(tmp_path.iterdir()) and budget.spilled_bytes == 0

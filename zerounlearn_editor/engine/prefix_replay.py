@@ -4,12 +4,19 @@ The decoder layers before the first edited one never change during an edit, so t
 the same on every key read. :class:`LayerPrefixReplay` stores it on the first read and, on later reads,
 swaps those layers for stand-ins returning it; the layers from the first edited one on run on the very same
 tensor, so keys and hidden states are bit-identical to a full forward pass.
+
+The stored outputs grow with the number of requests (rows x tokens x ``d_model``), so past ``memory_bytes`` they
+go to a temporary folder (safetensors files, read back one chunk at a time, removed by :meth:`clear`): the memory
+an edit holds stays flat in the batch size while the time saved stays.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -40,13 +47,21 @@ class _Replay(nn.Module):
 
 class LayerPrefixReplay:
     """Output of decoder layer ``first - 1`` (``first`` the lowest edited layer) per chunk, replayed on the
-    later reads of that chunk (checked against its ``input_ids``); stored outputs capped at ``max_bytes``."""
+    later reads of that chunk (checked against its ``input_ids``). The first ``memory_bytes`` of stored outputs
+    stay in memory, the rest (plain tensors) go to files in a temporary folder (``spill_dir``, default the
+    system's); past ``max_bytes`` in all, chunks are recomputed instead."""
 
-    def __init__(self, model: nn.Module, layer_module_tmp: str, first: int, max_bytes: int = 2 * 1024**3):
+    def __init__(self, model: nn.Module, layer_module_tmp: str, first: int, max_bytes: int = 2 * 1024**3,
+                 memory_bytes: int = 32 * 1024**2, spill_dir: Optional[str] = None):
         self.first = int(first)
         self.max_bytes = int(max_bytes)  # stored outputs beyond this: those chunks are recomputed instead
+        self.memory_bytes = int(memory_bytes)
+        self._spill_parent = spill_dir
+        self._spill: Optional[Path] = None
         self._bytes = 0
-        self._stored: Dict[int, Tuple[torch.Tensor, Any]] = {}
+        self._memory = 0
+        # chunk -> (input_ids, the output, or the file holding it and the output's device)
+        self._stored: Dict[int, Tuple[torch.Tensor, Union[Any, Tuple[Path, torch.device]]]] = {}
         self._parent: Optional[nn.ModuleList] = None
         self._skipped: List[nn.Module] = []
         if self.first <= 0:
@@ -67,10 +82,49 @@ class LayerPrefixReplay:
     def enabled(self) -> bool:
         return self._parent is not None
 
+    @property
+    def spilled_bytes(self) -> int:
+        """Bytes of stored outputs kept in files rather than in memory."""
+        return self._bytes - self._memory
+
     def clear(self) -> None:
-        """Drop every stored output (after the edit's last read)."""
+        """Drop every stored output and remove the files (after the edit's last read)."""
         self._stored.clear()
-        self._bytes = 0
+        self._bytes = self._memory = 0
+        if self._spill is not None:
+            shutil.rmtree(self._spill, ignore_errors=True)
+            self._spill = None
+
+    def __del__(self) -> None:  # an edit that raised between reads still leaves no files behind
+        if getattr(self, "_spill", None) is not None:
+            shutil.rmtree(self._spill, ignore_errors=True)
+
+    def _keep(self, chunk: int, input_ids: torch.Tensor, value: Any, size: int) -> None:
+        """Store ``value`` (``size`` bytes) for ``chunk``: in memory within ``memory_bytes``, else a plain tensor in
+        a file, else (a tuple past the memory budget) not at all."""
+        ids = input_ids.detach().clone()
+        if self._memory + size <= self.memory_bytes:
+            self._stored[chunk] = (ids, value)
+            self._memory += size
+        elif isinstance(value, torch.Tensor):
+            from safetensors.torch import save_file
+
+            if self._spill is None:
+                self._spill = Path(tempfile.mkdtemp(prefix="zerounlearn_replay_", dir=self._spill_parent))
+            path = self._spill / f"chunk_{chunk}.safetensors"
+            save_file({"output": value.detach().cpu().contiguous()}, str(path))
+            self._stored[chunk] = (ids, (path, value.device))
+        else:
+            return
+        self._bytes += size
+
+    def _value(self, stored: Any) -> Any:
+        if isinstance(stored, tuple) and len(stored) == 2 and isinstance(stored[0], Path):
+            from safetensors.torch import load_file
+
+            path, device = stored
+            return load_file(str(path))["output"].to(device)
+        return stored
 
     @contextlib.contextmanager
     def around_forward(self, chunk: int, input_ids: torch.Tensor) -> Iterator[None]:
@@ -81,7 +135,7 @@ class LayerPrefixReplay:
         stored = self._stored.get(chunk)
         if stored is not None and stored[0].shape == input_ids.shape and torch.equal(stored[0], input_ids):
             parent = self._parent
-            value = stored[1]
+            value = self._value(stored[1])
             try:
                 for i, layer in enumerate(self._skipped):
                     parent[i] = _Replay(layer, value)
@@ -98,8 +152,7 @@ class LayerPrefixReplay:
             value = detached if isinstance(output, tuple) else detached[0]
             size = sum(p.numel() * p.element_size() for p in parts if isinstance(p, torch.Tensor))
             if self._bytes + size <= self.max_bytes:
-                self._stored[chunk] = (input_ids.detach().clone(), value)
-                self._bytes += size
+                self._keep(chunk, input_ids, value, size)
 
         if self._bytes >= self.max_bytes:
             yield  # over the budget: this chunk is computed in full on every read
