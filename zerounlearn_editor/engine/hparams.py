@@ -265,11 +265,14 @@ class EditHyperParams(BaseHyperParams):
         "(benchmarks/RESULTS.md, \"Speed\"); `adam`: the same loop on full forwards (the reference; set it to "
         "reproduce earlier runs bit for bit)"
     )})
-    target_objective: Literal["neutral", "suppress_answer"] = field(default="neutral", metadata={"help": (
-        "`neutral` (the paper): maximise the neutral target's likelihood; `suppress_answer` (opt-in, every request "
-        "needs `ground_truth`): minimise `-log(1 - p)`, p the whole answer's probability, stopping at "
-        "`v_early_stop_loss` (0.01: p < 0.01), so the residual only removes the answer instead of making EOS likely"
-    )})
+    target_objective: Literal["neutral", "suppress_answer", "suppress_answer_tokens"] = field(
+        default="neutral", metadata={"help": (
+            "`neutral` (the paper): maximise the neutral target's likelihood; `suppress_answer` (opt-in, every "
+            "request needs `ground_truth`): minimise `-log(1 - p)`, p the whole answer's probability, stopping at "
+            "`v_early_stop_loss` (0.01: p < 0.01), so the residual only removes the answer instead of making EOS "
+            "likely; `suppress_answer_tokens`: the mean of that loss over the answer's tokens, each given the "
+            "earlier ones, so the completion of a multi-token answer goes too"
+        )})
 
     # Statistics of general text
     stats_dir: str = field(default="./data/stats", metadata={"help": "folder of the cached utility statistics `C0`"})
