@@ -117,15 +117,23 @@ def test_every_token_suppression_averages_each_answer_token_loss():
 def test_hparams_refuse_what_the_objective_cannot_do(tmp_path):
     with pytest.raises(HParamsError, match="target_objective"):
         tiny_gd_target_hparams(tmp_path, target_objective="unlikelihood")
+    with pytest.raises(HParamsError, match="suppress_every_token.*needs target_objective 'suppress_answer'"):
+        tiny_gd_target_hparams(tmp_path, experimental={"suppress_every_token": True})
+    with pytest.raises(HParamsError, match="experimental.suppress_every_token.*true or false"):
+        tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer", experimental={"suppress_every_token": 1})
     assert tiny_gd_target_hparams(tmp_path).target_objective == "neutral"  # the paper's default
 
 
 def test_the_paper_keeps_its_target_cache_keys(tok, tmp_path):
     model = sharp_tiny_llama(tok)
     assert "objective" not in target_settings(model, tiny_gd_target_hparams(tmp_path))
-    for objective in ("suppress_answer", "suppress_answer_tokens"):
-        assert target_settings(model, tiny_gd_target_hparams(tmp_path, target_objective=objective))["objective"] == (
-            objective)
+    assert (
+        target_settings(model, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer"))["objective"]
+        == "suppress_answer"
+    )
+    every = tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer",
+                                   experimental={"suppress_every_token": True})
+    assert target_settings(model, every)["objective"] == "suppress_answer_tokens"  # other targets, another key
 
 
 def test_suppression_targets_push_the_answer_down(tok, tmp_path):

@@ -265,14 +265,11 @@ class EditHyperParams(BaseHyperParams):
         "(benchmarks/RESULTS.md, \"Speed\"); `adam`: the same loop on full forwards (the reference; set it to "
         "reproduce earlier runs bit for bit)"
     )})
-    target_objective: Literal["neutral", "suppress_answer", "suppress_answer_tokens"] = field(
-        default="neutral", metadata={"help": (
-            "`neutral` (the paper): maximise the neutral target's likelihood; `suppress_answer` (opt-in, every "
-            "request needs `ground_truth`): minimise `-log(1 - p)`, p the whole answer's probability, stopping at "
-            "`v_early_stop_loss` (0.01: p < 0.01), so the residual only removes the answer instead of making EOS "
-            "likely; `suppress_answer_tokens`: the mean of that loss over the answer's tokens, each given the "
-            "earlier ones, so the completion of a multi-token answer goes too"
-        )})
+    target_objective: Literal["neutral", "suppress_answer"] = field(default="neutral", metadata={"help": (
+        "`neutral` (the paper): maximise the neutral target's likelihood; `suppress_answer` (opt-in, every request "
+        "needs `ground_truth`): minimise `-log(1 - p)`, p the whole answer's probability, stopping at "
+        "`v_early_stop_loss` (0.01: p < 0.01), so the residual only removes the answer instead of making EOS likely"
+    )})
 
     # Statistics of general text
     stats_dir: str = field(default="./data/stats", metadata={"help": "folder of the cached utility statistics `C0`"})
@@ -299,6 +296,9 @@ class EditHyperParams(BaseHyperParams):
 
     # Experiments (opt-in): a mapping whose keys must be declared in EXPERIMENTAL_KEYS (key -> help)
     EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {
+        "suppress_every_token": "with `target_objective: suppress_answer`, `true`: the loss is the mean of "
+        "`-log(1 - p)` over the answer's tokens, each given the earlier ones, so a multi-token answer's completion "
+        "goes too (lower all-token Eff at a perplexity cost: benchmarks/RESULTS.md, 'Scale')",
         "fewshot_contexts": "deep forgetting: this many extra context prefixes of 3 hand-written facts each "
         "(`engine.contexts.fewshot_prefixes`), so keys and targets also see in-context prompts",
     }
@@ -334,6 +334,13 @@ class EditHyperParams(BaseHyperParams):
         if unknown:
             declared = sorted(self.EXPERIMENTAL_KEYS) or "none"
             raise HParamsError(f"{source}: unknown key(s) {unknown} under 'experimental' (declared: {declared})")
+        every_token = self.experimental.get("suppress_every_token", False)
+        if not isinstance(every_token, bool):
+            raise HParamsError(
+                f"{source}: key 'experimental.suppress_every_token' must be true or false, got {every_token!r}")
+        if every_token and self.target_objective != "suppress_answer":
+            raise HParamsError(f"{source}: key 'experimental.suppress_every_token' needs target_objective "
+                               f"'suppress_answer', got {self.target_objective!r}")
         fewshot = self.experimental.get("fewshot_contexts", 0)
         if isinstance(fewshot, bool) or not isinstance(fewshot, int) or fewshot < 0:
             raise HParamsError(

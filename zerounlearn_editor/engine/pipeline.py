@@ -197,7 +197,7 @@ def _checked_forget(model: nn.Module, tok, requests: Sequence[Mapping[str, Any]]
             f"the model has {len(meta)} tensor(s) on the meta device ({shown}): its weights were never loaded "
             f"(e.g. built under init_empty_weights / device='meta'); load the real weights before editing"
         )
-    forget = normalize_requests(requests, distinct_answers=hparams.target_objective.startswith("suppress"))
+    forget = normalize_requests(requests, distinct_answers=hparams.target_objective == "suppress_answer")
     check_edited_modules(model, hparams.layers, hparams.rewrite_module_tmp)
     check_layers(model, hparams.layers, hparams.layer_module_tmp)
     get_module(model, hparams.ln_f_module)
@@ -209,7 +209,7 @@ def _checked_forget(model: nn.Module, tok, requests: Sequence[Mapping[str, Any]]
 def request_target_ids(tok, forget: Sequence[ForgetRequest], hparams: EditHyperParams) -> List[List[int]]:
     """The token ids each request's residual is optimised on: the request's ``target`` or the YAML's
     ``neutral_target`` (EOS by default); with ``suppress_answer`` the request's own answer (required)."""
-    if hparams.target_objective.startswith("suppress"):
+    if hparams.target_objective == "suppress_answer":
         missing = [r.index for r in forget if r.answer is None]
         if missing:
             raise ValueError(
@@ -244,7 +244,8 @@ def _target_config(model: nn.Module, hparams: EditHyperParams) -> TargetConfig:
         early_stop_loss=hparams.v_early_stop_loss,
         chunk_size=hparams.chunk_size,
         optimizer=hparams.targets_optimizer,
-        objective=hparams.target_objective,
+        objective="suppress_answer_tokens" if hparams.experimental.get("suppress_every_token") else (
+            hparams.target_objective),
     )
 
 

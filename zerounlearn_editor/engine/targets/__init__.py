@@ -54,7 +54,8 @@ class TargetConfig:
     # "adam_kv": the active rows on the KV-cached suffix (see .kv_suffix)
     optimizer: str = "adam"
     # "neutral": per target token the NLL -log p (the paper); "suppress_answer": the target tokens are the
-    # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in)
+    # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in); "suppress_answer_tokens"
+    # (experimental.suppress_every_token): the mean of -log(1 - p(token | earlier answer tokens)) per row
     objective: str = "neutral"
 
 
