@@ -92,9 +92,35 @@ def test_a_multi_token_answer_is_suppressed_as_a_sequence():
     assert torch.allclose(loss, torch.stack([per_row[:2].mean(), per_row[2:].mean()]), atol=1e-9)
 
 
+def test_every_token_suppression_averages_each_answer_token_loss():
+    """suppress_answer_tokens: per row the mean over its answer tokens of -log(1 - p(token | earlier tokens)), then
+    the mean over the request's rows; unlike the sequence loss it stays high while a later token is likely."""
+    probs = [(0, 0.5), (0, 0.9), (1, 0.2), (1, 0.8), (2, 0.6), (3, 0.1)]  # (row, p of the answer token there)
+    logits = torch.full((len(probs), 3), -50.0, dtype=torch.float64)
+    for e, (_, p) in enumerate(probs):
+        logits[e, 0], logits[e, 1] = math.log(p), math.log(1 - p)
+    tokens = torch.zeros(len(probs), dtype=torch.long)
+    rows = torch.tensor([r for r, _ in probs])
+    loss = suppression_per_request(logits, tokens, rows, torch.tensor([0, 0, 1, 1]), 2, every_token=True)
+    u = lambda p: -math.log1p(-p)  # noqa: E731
+    row_loss = [(u(0.5) + u(0.9)) / 2, (u(0.2) + u(0.8)) / 2, u(0.6), u(0.1)]
+    expected = torch.tensor([(row_loss[0] + row_loss[1]) / 2, (row_loss[2] + row_loss[3]) / 2], dtype=torch.float64)
+    assert torch.allclose(loss, expected, atol=1e-9)
+    # a first token already unlikely (p 0.001) and a likely completion (p 0.99): the sequence loss is ~0.001,
+    # the every-token loss stays above 2
+    low = torch.tensor([[math.log(0.001), math.log(0.999), -50.0], [math.log(0.99), math.log(0.01), -50.0]],
+                       dtype=torch.float64)
+    two = (low, torch.zeros(2, dtype=torch.long), torch.tensor([0, 0]), torch.tensor([0]), 1)
+    assert float(suppression_per_request(*two)) < 0.01 < 2.0 < float(suppression_per_request(*two, every_token=True))
+
+
 def test_hparams_refuse_what_the_objective_cannot_do(tmp_path):
     with pytest.raises(HParamsError, match="target_objective"):
         tiny_gd_target_hparams(tmp_path, target_objective="unlikelihood")
+    with pytest.raises(HParamsError, match="suppress_every_token.*needs target_objective 'suppress_answer'"):
+        tiny_gd_target_hparams(tmp_path, experimental={"suppress_every_token": True})
+    with pytest.raises(HParamsError, match="experimental.suppress_every_token.*true or false"):
+        tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer", experimental={"suppress_every_token": 1})
     assert tiny_gd_target_hparams(tmp_path).target_objective == "neutral"  # the paper's default
 
 
@@ -105,6 +131,9 @@ def test_the_paper_keeps_its_target_cache_keys(tok, tmp_path):
         target_settings(model, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer"))["objective"]
         == "suppress_answer"
     )
+    every = tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer",
+                                   experimental={"suppress_every_token": True})
+    assert target_settings(model, every)["objective"] == "suppress_answer_tokens"  # other targets, another key
 
 
 def test_suppression_targets_push_the_answer_down(tok, tmp_path):

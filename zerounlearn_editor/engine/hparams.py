@@ -300,6 +300,9 @@ class EditHyperParams(BaseHyperParams):
 
     # Experiments (opt-in): a mapping whose keys must be declared in EXPERIMENTAL_KEYS (key -> help)
     EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {
+        "suppress_every_token": "with `target_objective: suppress_answer`, `true`: the loss is the mean of "
+        "`-log(1 - p)` over the answer's tokens, each given the earlier ones, so a multi-token answer's completion "
+        "goes too (lower all-token Eff at a perplexity cost: benchmarks/RESULTS.md, 'Scale')",
         "fewshot_contexts": "deep forgetting: this many extra context prefixes of 3 hand-written facts each "
         "(`engine.contexts.fewshot_prefixes`), so keys and targets also see in-context prompts",
     }
@@ -343,6 +346,13 @@ class EditHyperParams(BaseHyperParams):
         if unknown:
             declared = sorted(self.EXPERIMENTAL_KEYS) or "none"
             raise HParamsError(f"{source}: unknown key(s) {unknown} under 'experimental' (declared: {declared})")
+        every_token = self.experimental.get("suppress_every_token", False)
+        if not isinstance(every_token, bool):
+            raise HParamsError(
+                f"{source}: key 'experimental.suppress_every_token' must be true or false, got {every_token!r}")
+        if every_token and self.target_objective != "suppress_answer":
+            raise HParamsError(f"{source}: key 'experimental.suppress_every_token' needs target_objective "
+                               f"'suppress_answer', got {self.target_objective!r}")
         fewshot = self.experimental.get("fewshot_contexts", 0)
         if isinstance(fewshot, bool) or not isinstance(fewshot, int) or fewshot < 0:
             raise HParamsError(

@@ -244,7 +244,8 @@ def _target_config(model: nn.Module, hparams: EditHyperParams) -> TargetConfig:
         early_stop_loss=hparams.v_early_stop_loss,
         chunk_size=hparams.chunk_size,
         optimizer=hparams.targets_optimizer,
-        objective=hparams.target_objective,
+        objective="suppress_answer_tokens" if hparams.experimental.get("suppress_every_token") else (
+            hparams.target_objective),
     )
 
 

@@ -54,7 +54,8 @@ class TargetConfig:
     # "adam_kv": the active rows on the KV-cached suffix (see .kv_suffix)
     optimizer: str = "adam"
     # "neutral": per target token the NLL -log p (the paper); "suppress_answer": the target tokens are the
-    # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in)
+    # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in); "suppress_answer_tokens"
+    # (experimental.suppress_every_token): the mean of -log(1 - p(token | earlier answer tokens)) per row
     objective: str = "neutral"
 
 
@@ -68,7 +69,7 @@ class NeutralTargets:
     steps_run: List[int]
 
 
-TARGET_OBJECTIVES = ("neutral", "suppress_answer")
+TARGET_OBJECTIVES = ("neutral", "suppress_answer", "suppress_answer_tokens")
 
 FAR_ABOVE_STOP_FACTOR = 10.0
 FAR_ABOVE_STOP_FLOOR = math.log(10.0)
@@ -222,12 +223,13 @@ class _Problem:
             logits = self.logits_transform(logits)
         hdev = self.head_device
         n_t = int(keep_t.sum())
-        if cfg.objective == "suppress_answer":
+        if cfg.objective.startswith("suppress"):
             # -log(1 - p(answer)) per rewriting row, averaged over the request's rows
             used_rows, entry_row_local = torch.unique(self.t_rows[keep_t], return_inverse=True)
             nll = suppression_per_request(
                 logits[:n_t], self.t_tok[keep_t].to(hdev), entry_row_local.to(hdev),
                 local[self.row_req[used_rows]].to(hdev), len(req_list),
+                every_token=cfg.objective == "suppress_answer_tokens",
             )
         else:
             logp_t = torch.log_softmax(logits[:n_t], dim=-1)

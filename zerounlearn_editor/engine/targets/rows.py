@@ -26,16 +26,22 @@ def suppression_loss(seq_logp: torch.Tensor) -> torch.Tensor:
 
 
 def suppression_per_request(logits: torch.Tensor, tokens: torch.Tensor, entry_rows: torch.Tensor,
-                            row_requests: torch.Tensor, n: int) -> torch.Tensor:
+                            row_requests: torch.Tensor, n: int, every_token: bool = False) -> torch.Tensor:
     """Per-request suppression loss ``[n]``: the mean over a request's rewriting rows of ``-log(1 -
     p(answer))``, ``p(answer)`` the whole answer's probability. ``logits`` ``[m, vocab]`` and ``tokens``
     ``[m]``: one entry per answer token, in rewriting row ``entry_rows[e]``; ``row_requests`` ``[rows]``: each
     row's request."""
     rows = len(row_requests)
-    seq_logp = torch.zeros(rows, device=logits.device, dtype=logits.dtype).index_add(
-        0, entry_rows, answer_logprobs(logits, tokens)
-    )
-    per_row = suppression_loss(seq_logp)
+    token_logp = answer_logprobs(logits, tokens)
+    if every_token:  # experiment: the mean over the answer's tokens of -log(1 - p(token | earlier answer tokens))
+        per_entry = suppression_loss(token_logp)
+        tok_count = torch.zeros(rows, device=logits.device, dtype=logits.dtype).index_add(
+            0, entry_rows, torch.ones_like(per_entry))
+        per_row = torch.zeros(rows, device=logits.device, dtype=logits.dtype).index_add(
+            0, entry_rows, per_entry) / tok_count.clamp_min(1)
+    else:
+        seq_logp = torch.zeros(rows, device=logits.device, dtype=logits.dtype).index_add(0, entry_rows, token_logp)
+        per_row = suppression_loss(seq_logp)
     counts = torch.bincount(row_requests, minlength=n).clamp_min(1).to(per_row.dtype)
     return torch.zeros(n, device=logits.device, dtype=per_row.dtype).index_add(0, row_requests, per_row) / counts
 
