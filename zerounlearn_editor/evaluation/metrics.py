@@ -74,6 +74,12 @@ def evaluate_probes(
 
 
 
+def _full_logit_hits(model: torch.nn.Module, tok: "PreTrainedTokenizerBase", probes: Sequence[Probe],
+                     batch_size: int) -> List[bool]:
+    """:func:`answer_argmax_hits` through :func:`evaluate_probes`' full logits."""
+    return [acc == 1.0 for acc in evaluate_probes(model, tok, probes, batch_size)["acc"]]
+
+
 def answer_argmax_hits(
     model: torch.nn.Module,
     tok: "PreTrainedTokenizerBase",
@@ -90,7 +96,7 @@ def answer_argmax_hits(
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     head_name = next((name for name, module in model.named_modules() if module is head), None)
     if head is None or not head_name:
-        return [acc == 1.0 for acc in evaluate_probes(model, tok, probes, batch_size)["acc"]]
+        return _full_logit_hits(model, tok, probes, batch_size)
     from zerounlearn_editor.evaluation.batching import padded_batches
     from zerounlearn_editor.support.model_access import StopForward, capture_inputs
 
@@ -104,7 +110,7 @@ def answer_argmax_hits(
             except StopForward:
                 pass
         if head_name not in captured:  # the forward computed its logits without calling the head module
-            return [acc == 1.0 for acc in evaluate_probes(model, tok, probes, batch_size)["acc"]]
+            return _full_logit_hits(model, tok, probes, batch_size)
         states = captured.pop(head_name)  # [batch, len, d_model]; the hook is gone before the head runs below
         with torch.no_grad():
             for row, index in enumerate(indices):
