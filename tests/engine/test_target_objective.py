@@ -15,7 +15,12 @@ from tiny_models import forget_requests, sharp_tiny_llama, tiny_gd_target_hparam
 from zerounlearn_editor.engine.hparams import HParamsError
 from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets, target_settings
 from zerounlearn_editor.engine.requests import RequestError
-from zerounlearn_editor.engine.targets.rows import answer_logprobs, suppression_loss, suppression_per_request
+from zerounlearn_editor.engine.targets.rows import (
+    answer_logprobs,
+    known_requests,
+    suppression_loss,
+    suppression_per_request,
+)
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 
 
@@ -114,13 +119,69 @@ def test_every_token_suppression_averages_each_answer_token_loss():
     assert float(suppression_per_request(*two)) < 0.01 < 2.0 < float(suppression_per_request(*two, every_token=True))
 
 
+def test_a_row_mask_takes_every_token_loss_for_its_rows_only():
+    """every_token as a bool mask [rows]: masked rows take the per-token mean, the others the whole answer's."""
+    probs = [(0, 0.001), (0, 0.99), (1, 0.001), (1, 0.99), (2, 0.3), (3, 0.2)]
+    logits = torch.full((len(probs), 3), -50.0, dtype=torch.float64)
+    for e, (_, p) in enumerate(probs):
+        logits[e, 0], logits[e, 1] = math.log(p), math.log(1 - p)
+    args = (logits, torch.zeros(len(probs), dtype=torch.long), torch.tensor([r for r, _ in probs]),
+            torch.tensor([0, 0, 1, 1]), 2)
+    whole, every = suppression_per_request(*args), suppression_per_request(*args, every_token=True)
+    mask = torch.tensor([True, True, False, False])  # request 0's rows per token, request 1's whole answers
+    mixed = suppression_per_request(*args, every_token=mask)
+    assert torch.allclose(mixed, torch.stack([every[0], whole[1]]), atol=1e-12)
+    assert float(every[0]) > 2.0 > 0.01 > float(whole[0])  # the likely completion is what the mask adds
+    assert torch.equal(suppression_per_request(*args, every_token=torch.ones(4, dtype=torch.bool)), every)
+
+
+def test_known_requests_reads_the_argmax_share_of_each_requests_answer_tokens():
+    logits = torch.tensor([[2.0, 1.0], [0.0, 1.0], [3.0, 0.0], [1.0, 2.0], [0.0, 5.0], [0.0, 1.0]])
+    tokens = torch.tensor([0, 0, 0, 0, 0, 1])  # hits: 1, 0, 1, 0, 0, 1
+    entry_requests = torch.tensor([0, 0, 1, 1, 2, 3])
+    known = known_requests(logits, tokens, entry_requests, 5, 0.5)  # request 4 has no entries
+    assert known.tolist() == [True, True, False, True, False]
+    assert known_requests(logits, tokens, entry_requests, 5, 0.51).tolist() == [False, False, False, True, False]
+
+
+def _two_word_answer(model, tok, prompt: str, first: str) -> str:
+    """``first`` and then the model's second-ranked word after ``prompt + first`` (a completion it does not give)."""
+    ids = tok(prompt + " " + first, return_tensors="pt").input_ids
+    with torch.no_grad():
+        second = int(model(ids).logits[0, -1].topk(2).indices[1])
+    return first + " " + tok.convert_ids_to_tokens(second)
+
+
+def test_known_gate_gives_every_token_targets_to_known_requests_and_whole_answer_ones_to_the_others(tok, tmp_path):
+    """suppress_every_token: known. Two-word answers: two requests whose first word is the model's top word
+    (token accuracy 0.5: known), one whose first word it gives p < 0.01 (accuracy 0). The known ones get the
+    every-token targets (not the whole answer's); the other the whole-answer one, which is no residual (already
+    suppressed), where the every-token loss would still move it (its second word keeps p > 0.02)."""
+    model = sharp_tiny_llama(tok)
+    requests = _known_requests(model, tok)[:2] + forget_requests()[2:]
+    for request in requests:
+        request["ground_truth"] = _two_word_answer(model, tok, request["prompt"], request["ground_truth"])
+
+    def targets(**experimental):
+        return neutral_targets(model, tok, requests, tiny_gd_target_hparams(
+            tmp_path, target_objective="suppress_answer", experimental=experimental))
+
+    gated, every, whole = targets(suppress_every_token="known"), targets(suppress_every_token=True), targets()
+    assert torch.allclose(gated.z[:2], every.z[:2], atol=1e-5) and torch.allclose(gated.nll[:2], every.nll[:2])
+    assert not torch.allclose(gated.z[:2], whole.z[:2], atol=1e-3)
+    assert torch.equal(gated.z[2], whole.z[2]) and torch.equal(gated.z[2], gated.h0[2])
+    assert gated.steps_run[2] == 0 and every.steps_run[2] > 0 and min(gated.steps_run[:2]) > 0
+
+
 def test_hparams_refuse_what_the_objective_cannot_do(tmp_path):
     with pytest.raises(HParamsError, match="target_objective"):
         tiny_gd_target_hparams(tmp_path, target_objective="unlikelihood")
     with pytest.raises(HParamsError, match="suppress_every_token.*needs target_objective 'suppress_answer'"):
         tiny_gd_target_hparams(tmp_path, experimental={"suppress_every_token": True})
-    with pytest.raises(HParamsError, match="experimental.suppress_every_token.*true or false"):
-        tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer", experimental={"suppress_every_token": 1})
+    for bad in (1, "all", None):
+        with pytest.raises(HParamsError, match="experimental.suppress_every_token.*true, false or 'known'"):
+            tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer",
+                                   experimental={"suppress_every_token": bad})
     assert tiny_gd_target_hparams(tmp_path).target_objective == "neutral"  # the paper's default
 
 
@@ -134,6 +195,9 @@ def test_the_paper_keeps_its_target_cache_keys(tok, tmp_path):
     every = tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer",
                                    experimental={"suppress_every_token": True})
     assert target_settings(model, every)["objective"] == "suppress_answer_tokens"  # other targets, another key
+    known = tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer",
+                                   experimental={"suppress_every_token": "known"})
+    assert target_settings(model, known)["objective"] == "suppress_known_answer_tokens"
 
 
 def test_suppression_targets_push_the_answer_down(tok, tmp_path):

@@ -302,7 +302,8 @@ class EditHyperParams(BaseHyperParams):
     EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {
         "suppress_every_token": "with `target_objective: suppress_answer`, `true`: the loss is the mean of "
         "`-log(1 - p)` over the answer's tokens, each given the earlier ones, so a multi-token answer's completion "
-        "goes too (lower all-token Eff at a perplexity cost: benchmarks/RESULTS.md, 'Scale')",
+        "goes too (lower all-token Eff at a perplexity cost: benchmarks/RESULTS.md, 'Scale'); `known`: only for the "
+        "requests the unedited model answers (token accuracy >= 0.5 over their rewriting rows)",
         "fewshot_contexts": "deep forgetting: this many extra context prefixes of 3 hand-written facts each "
         "(`engine.contexts.fewshot_prefixes`), so keys and targets also see in-context prompts",
     }
@@ -348,9 +349,9 @@ class EditHyperParams(BaseHyperParams):
             declared = sorted(self.EXPERIMENTAL_KEYS) or "none"
             raise HParamsError(f"{source}: unknown key(s) {unknown} under 'experimental' (declared: {declared})")
         every_token = self.experimental.get("suppress_every_token", False)
-        if not isinstance(every_token, bool):
-            raise HParamsError(
-                f"{source}: key 'experimental.suppress_every_token' must be true or false, got {every_token!r}")
+        if not (isinstance(every_token, bool) or every_token == "known"):
+            raise HParamsError(f"{source}: key 'experimental.suppress_every_token' must be true, false or 'known', "
+                               f"got {every_token!r}")
         if every_token and self.target_objective != "suppress_answer":
             raise HParamsError(f"{source}: key 'experimental.suppress_every_token' needs target_objective "
                                f"'suppress_answer', got {self.target_objective!r}")

@@ -229,6 +229,15 @@ def request_target_ids(tok, forget: Sequence[ForgetRequest], hparams: EditHyperP
     return [target_token_ids(tok, r.target or hparams.neutral_target) for r in forget]
 
 
+def _target_objective(hparams: EditHyperParams) -> str:
+    """The targets' loss: ``target_objective``, or with ``experimental.suppress_every_token`` (``true`` /
+    ``known``) the per-token suppression of every answer / of the known answers."""
+    every = hparams.experimental.get("suppress_every_token", False)
+    if every == "known":
+        return "suppress_known_answer_tokens"
+    return "suppress_answer_tokens" if every else hparams.target_objective
+
+
 def _target_config(model: nn.Module, hparams: EditHyperParams) -> TargetConfig:
     return TargetConfig(
         layer_module=hparams.layer_module_tmp.format(hparams.layers[-1]),
@@ -244,8 +253,7 @@ def _target_config(model: nn.Module, hparams: EditHyperParams) -> TargetConfig:
         early_stop_loss=hparams.v_early_stop_loss,
         chunk_size=hparams.chunk_size,
         optimizer=hparams.targets_optimizer,
-        objective="suppress_answer_tokens" if hparams.experimental.get("suppress_every_token") else (
-            hparams.target_objective),
+        objective=_target_objective(hparams),
     )
 
 

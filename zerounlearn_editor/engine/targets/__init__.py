@@ -20,7 +20,7 @@ from zerounlearn_editor.engine.adam import adam_targets
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.requests import ForgetRequest
 from zerounlearn_editor.engine.targets.kv_suffix import OPTIMIZERS, KVSuffix, SuffixLayers, note_kv_fallback
-from zerounlearn_editor.engine.targets.rows import encode_target_rows, suppression_per_request
+from zerounlearn_editor.engine.targets.rows import encode_target_rows, known_requests, suppression_per_request
 from zerounlearn_editor.support.model_access import (
     StopForward,
     capture_outputs,
@@ -55,7 +55,9 @@ class TargetConfig:
     optimizer: str = "adam"
     # "neutral": per target token the NLL -log p (the paper); "suppress_answer": the target tokens are the
     # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in); "suppress_answer_tokens"
-    # (experimental.suppress_every_token): the mean of -log(1 - p(token | earlier answer tokens)) per row
+    # (experimental.suppress_every_token: true): the mean of -log(1 - p(token | earlier answer tokens)) per row;
+    # "suppress_known_answer_tokens" (suppress_every_token: known): that mean for the requests the unedited model
+    # answers (token accuracy >= KNOWN_MIN_ACCURACY over their rewriting rows), the whole answer's for the others
     objective: str = "neutral"
 
 
@@ -69,7 +71,12 @@ class NeutralTargets:
     steps_run: List[int]
 
 
-TARGET_OBJECTIVES = ("neutral", "suppress_answer", "suppress_answer_tokens")
+TARGET_OBJECTIVES = ("neutral", "suppress_answer", "suppress_answer_tokens", "suppress_known_answer_tokens")
+
+KNOWN_MIN_ACCURACY = 0.5
+"""``suppress_known_answer_tokens``: a request is *known* when the unedited model's argmax gives at least this share
+of its answer tokens (teacher-forced, over its rewriting rows); the benchmarks' known subset uses the same
+share on the bare prompt."""
 
 FAR_ABOVE_STOP_FACTOR = 10.0
 FAR_ABOVE_STOP_FLOOR = math.log(10.0)
@@ -141,6 +148,7 @@ class _Problem:
             else:
                 note_kv_fallback(model)
         self.kl_init: Optional[torch.Tensor] = None  # [n, vocab] log-probs at delta = 0
+        self.known: Optional[torch.Tensor] = None  # [n] bool, suppress_known_answer_tokens: set at delta = 0
 
     def _hidden(self, rows: torch.Tensor, delta_rows: torch.Tensor) -> torch.Tensor:
         """Final-norm hidden states ``[k, seq, d]`` of ``rows`` ``[k]`` with ``delta_rows`` ``[k, d]`` added
@@ -226,10 +234,18 @@ class _Problem:
         if cfg.objective.startswith("suppress"):
             # -log(1 - p(answer)) per rewriting row, averaged over the request's rows
             used_rows, entry_row_local = torch.unique(self.t_rows[keep_t], return_inverse=True)
+            every: object = cfg.objective == "suppress_answer_tokens"
+            if cfg.objective == "suppress_known_answer_tokens":
+                if self.known is None:  # the first evaluation: every request, delta = 0
+                    if len(req_list) != self.n:
+                        raise RuntimeError("the first loss evaluation must cover every request (known answers)")
+                    self.known = known_requests(
+                        logits[:n_t].detach(), self.t_tok[keep_t].to(hdev), self.t_req[keep_t].to(hdev), self.n,
+                        KNOWN_MIN_ACCURACY).cpu()
+                every = self.known[self.row_req[used_rows]]
             nll = suppression_per_request(
                 logits[:n_t], self.t_tok[keep_t].to(hdev), entry_row_local.to(hdev),
-                local[self.row_req[used_rows]].to(hdev), len(req_list),
-                every_token=cfg.objective == "suppress_answer_tokens",
+                local[self.row_req[used_rows]].to(hdev), len(req_list), every_token=every,
             )
         else:
             logp_t = torch.log_softmax(logits[:n_t], dim=-1)
