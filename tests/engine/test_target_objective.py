@@ -314,29 +314,3 @@ def test_cached_adam_gives_the_papers_adam_suppression_targets(tok, tmp_path, an
     torch.testing.assert_close(cached.nll, paper.nll, rtol=1e-3, atol=1e-5)
     torch.testing.assert_close(cached.z, paper.z, rtol=1e-3, atol=1e-4)
     assert float((paper.z - paper.h0).norm()) > 0
-
-
-def test_drop_unmoved_requests_edits_as_if_only_the_moved_requests_were_given(tok, tmp_path):
-    """experimental.drop_unmoved_requests: a request whose suppression target did not move (its answer already at
-    p < 0.01) does not enter the keys and the solve, so the edit is the edit of the moved requests alone; without
-    the key it stays in the solve as a value to keep, and the edit differs."""
-    hp = tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer")
-    base = sharp_tiny_llama(tok)
-    moments = batched_statistics(base, tok, hp, hp.mom2_dataset, progress=False)
-    moved = _known_requests(base, tok)[:2]
-    unmoved = forget_requests()[2:]  # p(answer) < 0.01: target = current state
-
-    def edited(requests, **experimental):
-        model = copy.deepcopy(base)
-        apply_zerounlearn_gd_to_model(model, tok, requests, hp.replace(experimental=experimental),
-                                      second_moments=moments, progress=False)
-        return {k: v for k, v in model.state_dict().items() if "down_proj" in k}
-
-    dropped, alone, kept = edited(moved + unmoved, drop_unmoved_requests=True), edited(moved), edited(moved + unmoved)
-    # equal up to the float rounding of the batched targets (1e-6 apart); the changes are ~1
-    assert all(torch.allclose(dropped[k], alone[k], atol=1e-4) for k in alone)
-    assert max(float((kept[k] - alone[k]).abs().max()) for k in alone) > 1e-2
-    only_unmoved = edited(unmoved, drop_unmoved_requests=True)
-    assert all(torch.equal(only_unmoved[k], v) for k, v in base.state_dict().items() if "down_proj" in k)
-    with pytest.raises(HParamsError, match="experimental.drop_unmoved_requests.*true or false"):
-        hp.replace(experimental={"drop_unmoved_requests": "yes"}).validate()

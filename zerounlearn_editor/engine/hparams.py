@@ -304,14 +304,11 @@ class EditHyperParams(BaseHyperParams):
         "`-log(1 - p)` over the answer's tokens, each given the earlier ones, so a multi-token answer's completion "
         "goes too (lower all-token Eff at a perplexity cost: benchmarks/RESULTS.md, 'Scale'); `known`: only for the "
         "requests the unedited model answers (token accuracy >= 0.5 over their rewriting rows)",
-        "drop_unmoved_requests": "`true`: the requests whose neutral target is their current state (the answer "
-        "already suppressed, no step run) do not enter the keys and the solve",
         "fewshot_contexts": "deep forgetting: this many extra context prefixes of 3 hand-written facts each "
         "(`engine.contexts.fewshot_prefixes`), so keys and targets also see in-context prompts",
     }
     experimental: Dict[str, Any] = field(default_factory=dict, metadata={"help": (
-        "opt-in experiments, a mapping of keys declared by the class (`drop_unmoved_requests`, `fewshot_contexts`, "
-        "`suppress_every_token`; "
+        "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`, `suppress_every_token`; "
         "ZeroUnlearn-GD also "
         "`forgotten_protection_weight`, see \"Forgetting over time\"); an experiment that does not win on report "
         "data leaves again"
@@ -358,9 +355,6 @@ class EditHyperParams(BaseHyperParams):
         if every_token and self.target_objective != "suppress_answer":
             raise HParamsError(f"{source}: key 'experimental.suppress_every_token' needs target_objective "
                                f"'suppress_answer', got {self.target_objective!r}")
-        if not isinstance(self.experimental.get("drop_unmoved_requests", False), bool):
-            raise HParamsError(f"{source}: key 'experimental.drop_unmoved_requests' must be true or false, got "
-                               f"{self.experimental['drop_unmoved_requests']!r}")
         fewshot = self.experimental.get("fewshot_contexts", 0)
         if isinstance(fewshot, bool) or not isinstance(fewshot, int) or fewshot < 0:
             raise HParamsError(

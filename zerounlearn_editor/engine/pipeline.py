@@ -394,13 +394,9 @@ def _run_layerwise_edit(
             ppl_before = guard_perplexity(model, tok, guard_text_, n_tokens)
     key_moments: Optional[Dict[int, torch.Tensor]] = {} if track_forgotten else None
     digest_before = edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers) if track_forgotten else ""
-    edit_plan, edit_targets = plan, targets
-    if hparams.experimental.get("drop_unmoved_requests"):
-        edit_plan, edit_targets = _moved_only(plan, targets)
     try:
-        if edit_plan.forget:
-            _edit_layers(model, tok, edit_plan, prefixes, edit_targets, second_moments, solver, report, stages.keys,
-                         post_maps, forgotten, key_moments)
+        _edit_layers(model, tok, plan, prefixes, targets, second_moments, solver, report, stages.keys,
+                     post_maps, forgotten, key_moments)
         if mode != "off":
             with _timer(report, "fluency"):
                 ppl_after = guard_perplexity(model, tok, guard_text_, n_tokens)
@@ -415,20 +411,6 @@ def _run_layerwise_edit(
             report.still_answered = still_answered(model, tok, forget)
     _warn_still_answered(forget, hparams, report)
     return weights_copy, report
-
-
-def _moved_only(plan: EditPlan, targets: NeutralTargets) -> Tuple[EditPlan, NeutralTargets]:
-    """(experimental.drop_unmoved_requests) The plan and targets of the requests whose target moved (``z != h0``):
-    a request whose target is its current state asks the solve to keep its value, not to change it."""
-    moved = [i for i in range(len(plan.forget)) if not torch.equal(targets.z[i], targets.h0[i])]
-    LOG.info("experimental.drop_unmoved_requests: %d of %d request(s) have a moved target and enter the solve",
-             len(moved), len(plan.forget))
-    index = torch.tensor(moved, dtype=torch.long)
-    sub_plan = dataclasses.replace(plan, forget=[plan.forget[i] for i in moved],
-                                   target_ids=[plan.target_ids[i] for i in moved])
-    sub_targets = NeutralTargets(z=targets.z[index], h0=targets.h0[index], nll=targets.nll[index],
-                                 steps_run=[targets.steps_run[i] for i in moved])
-    return sub_plan, sub_targets
 
 
 def _judge_edit_fluency(hparams: EditHyperParams, report: EditReport, mode: str, ppl_before: float,
