@@ -8,10 +8,12 @@ from typing import Any, ClassVar, Dict, Literal
 
 from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError
 
-__all__ = ["FORGOTTEN_PROTECTION", "ZeroUnlearnGDHyperParams", "deep_mode_settings"]
+__all__ = ["FORGOTTEN_PROTECTION", "UTILITY_WEIGHTED_NORM", "ZeroUnlearnGDHyperParams", "deep_mode_settings"]
 
 # the experimental key of lifelong unlearning's weight (read only through ZeroUnlearnGDHyperParams.forgotten_protection)
 FORGOTTEN_PROTECTION = "forgotten_protection_weight"
+# the experimental key of the utility-weighted norm term (solve.utility_weighted_basis)
+UTILITY_WEIGHTED_NORM = "utility_weighted_norm"
 
 
 def deep_mode_settings() -> Dict[str, Any]:
@@ -49,6 +51,8 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
         "`sum k k^T` over the forget keys of the model's earlier edits (the same process, or the ledger of a folder "
         "`unlearn --save` wrote); lost to the unprotected stream on report data (benchmarks/RESULTS.md, 'Lifelong "
         "protection' and 'Scale')",
+        UTILITY_WEIGHTED_NORM: "`true`: the norm term weighs each null-space direction by the general-text energy "
+        "it moves, `c sum_j (lambda_j / nullspace_threshold) ||D u_j||^2` (lambda_j the direction's C0 eigenvalue)",
     }
 
     orthogonality_weight: float = field(default=1.0, metadata={"help": "a, weight of `||M_f^T W' K_f||^2`"})
@@ -102,6 +106,9 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
                 f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got "
                 f"{self.context_nullspace_weight!r}"
             )
+        if not isinstance(self.experimental.get(UTILITY_WEIGHTED_NORM, False), bool):
+            raise HParamsError(f"{source}: key 'experimental.{UTILITY_WEIGHTED_NORM}' must be true or false, got "
+                               f"{self.experimental[UTILITY_WEIGHTED_NORM]!r}")
         weight = self.experimental.get(FORGOTTEN_PROTECTION, 0.0)
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < float("inf"):
             raise HParamsError(
