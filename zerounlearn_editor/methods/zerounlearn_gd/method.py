@@ -59,7 +59,7 @@ def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
         U0, _ = nullspace_basis(protected, hparams.nullspace_threshold)
         if hparams.experimental.get(UTILITY_WEIGHTED_NORM):
             U0 = utility_weighted_basis(U0, protected, hparams.nullspace_threshold)
-        weights = dict(a=hparams.orthogonality_weight, b=hparams.target_weight, c=hparams.norm_weight)
+        weights = dict(a=hparams.orthogonality_weight, b=hparams.target_weight, c=hparams.norm_weight_at(problem.layer))
         args = (problem.W, problem.K_f, problem.M_f, problem.M_n, U0)
         if hparams.solver == "exact":
             D_m = solve_exact(*args, **weights)
