@@ -6,12 +6,7 @@ from typing import Iterator, NamedTuple, Tuple
 import pytest
 import torch
 
-from zerounlearn_editor.methods.zerounlearn_gd.solve import (
-    nullspace_basis,
-    solve_exact,
-    solve_gd,
-    utility_weighted_basis,
-)
+from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis, solve_exact, solve_gd
 
 F64 = torch.float64
 
@@ -351,40 +346,3 @@ def test_orthogonality_term_moves_requests_with_nothing_to_forget_more_as_n_grow
         D = solve_exact(W, K, M_f, M_f, U0, a=1.0, b=100.0, c=0.1)
         moved.append(float((D @ K).norm() / M_f.norm()))
     assert moved == sorted(moved) and moved[0] > 0.05 and moved[-1] > 4 * moved[0], moved
-
-
-@pytest.mark.parametrize("n", [3, 15])
-def test_utility_weighted_basis_minimises_the_energy_weighted_norm(n: int) -> None:
-    """With ``U0 diag(sqrt(thr / lambda))`` the closed form minimises ``a ||M_f^T X||^2 + b ||X - M_n||^2 + c sum_j
-    (lambda_j / thr) ||D u_j||^2`` over ``D = G U0^T``: zero gradient in ``G``, another minimiser than the
-    shipped norm's."""
-    g = torch.Generator().manual_seed(3)
-    d_out, d_in, thr, a, b, c = 7, 12, 0.1, 0.5, 10.0, 2.0
-    Q = torch.linalg.qr(torch.randn(d_in, d_in, generator=g, dtype=F64)).Q
-    lam = torch.logspace(-2.5, 1, d_in, dtype=F64)  # 5 eigenvalues below thr = 0.1, none below thr / 100
-    C0 = Q @ torch.diag(lam) @ Q.T
-    U0, _ = nullspace_basis(C0, thr)
-    assert U0.shape[1] == int((lam < thr).sum()) == 5
-    W = torch.randn(d_out, d_in, generator=g, dtype=F64)
-    K_f = torch.randn(d_in, n, generator=g, dtype=F64)
-    M_f, M_n = W @ K_f, torch.randn(d_out, n, generator=g, dtype=F64)
-    U = utility_weighted_basis(U0, C0, thr)
-    energy = ((C0 @ U0) * U0).sum(0)  # [r]
-    assert torch.allclose(U, U0 * (thr / energy).sqrt(), atol=1e-12)
-    D = solve_exact(W, K_f, M_f, M_n, U, a=a, b=b, c=c)
-    assert torch.allclose(D, D @ U0 @ U0.T, atol=1e-9)  # in the null space
-
-    def objective_in_G(G: torch.Tensor) -> torch.Tensor:
-        X = (W + G @ U0.T) @ K_f
-        return a * (M_f.T @ X).square().sum() + b * (X - M_n).square().sum() + c * (
-            (energy / thr) * G.square().sum(0)).sum()
-
-    G = (D @ U0).clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(objective_in_G(G), G)
-    G0 = torch.zeros_like(G).requires_grad_(True)
-    (grad0,) = torch.autograd.grad(objective_in_G(G0), G0)
-    assert float(grad.norm() / grad0.norm()) < 1e-8
-    plain = solve_exact(W, K_f, M_f, M_n, U0, a=a, b=b, c=c)  # the shipped norm: other minimiser
-    assert not torch.allclose(plain, D, atol=1e-6)
-    # floor: an eigenvalue below floor * thr is priced at floor * thr
-    assert torch.allclose(utility_weighted_basis(U0, torch.zeros_like(C0), thr, floor=0.25), U0 * 2.0, atol=1e-12)

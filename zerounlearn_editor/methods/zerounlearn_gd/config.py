@@ -8,13 +8,10 @@ from typing import Any, ClassVar, Dict, Literal
 
 from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError
 
-__all__ = ["FORGOTTEN_PROTECTION", "LAYER_NORM_WEIGHTS", "UTILITY_WEIGHTED_NORM", "ZeroUnlearnGDHyperParams",
-           "deep_mode_settings"]
+__all__ = ["FORGOTTEN_PROTECTION", "LAYER_NORM_WEIGHTS", "ZeroUnlearnGDHyperParams", "deep_mode_settings"]
 
 # the experimental key of lifelong unlearning's weight (read only through ZeroUnlearnGDHyperParams.forgotten_protection)
 FORGOTTEN_PROTECTION = "forgotten_protection_weight"
-# the experimental key of the utility-weighted norm term (solve.utility_weighted_basis)
-UTILITY_WEIGHTED_NORM = "utility_weighted_norm"
 # the experimental key of per-layer norm weights (one per entry of ``layers``, replacing norm_weight)
 LAYER_NORM_WEIGHTS = "layer_norm_weights"
 
@@ -54,8 +51,6 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
         "`sum k k^T` over the forget keys of the model's earlier edits (the same process, or the ledger of a folder "
         "`unlearn --save` wrote); lost to the unprotected stream on report data (benchmarks/RESULTS.md, 'Lifelong "
         "protection' and 'Scale')",
-        UTILITY_WEIGHTED_NORM: "`true`: the norm term weighs each null-space direction by the general-text energy "
-        "it moves, `c sum_j (lambda_j / nullspace_threshold) ||D u_j||^2` (lambda_j the direction's C0 eigenvalue)",
         LAYER_NORM_WEIGHTS: "a list of one norm weight c per entry of `layers` (in that order), replacing "
         "`norm_weight` layer by layer",
     }
@@ -117,9 +112,6 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
                 f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got "
                 f"{self.context_nullspace_weight!r}"
             )
-        if not isinstance(self.experimental.get(UTILITY_WEIGHTED_NORM, False), bool):
-            raise HParamsError(f"{source}: key 'experimental.{UTILITY_WEIGHTED_NORM}' must be true or false, got "
-                               f"{self.experimental[UTILITY_WEIGHTED_NORM]!r}")
         per_layer = self.experimental.get(LAYER_NORM_WEIGHTS)
         if per_layer is not None and (
                 not isinstance(per_layer, list) or len(per_layer) != len(self.layers)

@@ -8,13 +8,12 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method
-from zerounlearn_editor.methods.zerounlearn_gd.config import UTILITY_WEIGHTED_NORM, ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.solve import (
     nullspace_basis,
     protected_covariance,
     solve_exact,
     solve_gd,
-    utility_weighted_basis,
 )
 
 LOG = logging.getLogger(__name__)
@@ -57,8 +56,6 @@ def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
             problem.S_prev, hparams.forgotten_protection,
         )
         U0, _ = nullspace_basis(protected, hparams.nullspace_threshold)
-        if hparams.experimental.get(UTILITY_WEIGHTED_NORM):
-            U0 = utility_weighted_basis(U0, protected, hparams.nullspace_threshold)
         weights = dict(a=hparams.orthogonality_weight, b=hparams.target_weight, c=hparams.norm_weight_at(problem.layer))
         args = (problem.W, problem.K_f, problem.M_f, problem.M_n, U0)
         if hparams.solver == "exact":

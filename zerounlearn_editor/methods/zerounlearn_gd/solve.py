@@ -181,16 +181,6 @@ def nullspace_basis(C0: Tensor, threshold: float) -> Tuple[Tensor, Tensor]:
     return evecs[:, below].contiguous(), evecs[:, ~below].contiguous()
 
 
-def utility_weighted_basis(U0: Tensor, C0: Tensor, threshold: float, floor: float = 0.01) -> Tensor:
-    """``U0 diag(sqrt(threshold / lambda))`` ``[d_in, r]`` (float64), ``lambda_j = u_j^T C0 u_j`` (clamped below
-    at ``floor * threshold``): with this basis the norm term ``c ||F||^2`` of the solve becomes ``c sum_j (lambda_j
-    / threshold) ||D u_j||^2``, so a null-space direction costs in proportion to the general-text energy it moves
-    (experimental ``utility_weighted_norm``). ``U0`` ``[d_in, r]`` orthonormal, ``C0`` ``[d_in, d_in]``."""
-    U = U0.to(_F64)
-    lam = ((C0.to(_F64) @ U) * U).sum(0).clamp_min(floor * threshold)  # [r]
-    return U * (threshold / lam).sqrt()[None, :]
-
-
 # ----------------------------------------------------------------------------------------------
 # Objective and gradient in F
 # ----------------------------------------------------------------------------------------------
