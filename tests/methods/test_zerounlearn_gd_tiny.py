@@ -160,27 +160,3 @@ def test_many_facts_with_the_orthogonality_term_warn_and_point_to_the_many_yaml(
     with caplog.at_level("WARNING", logger=method.__name__):
         apply_zerounlearn_gd_to_model(model, tok, forget_requests()[:2], paper)
     assert any("orthogonality_weight 1" in r.getMessage() and "-many.yaml" in r.getMessage() for r in caplog.records)
-
-
-def test_layer_norm_weights_set_each_layers_c(tmp_path, paths):
-    """experimental.layer_norm_weights: the solve of layer ``layers[i]`` uses the list's entry i as c; a list of
-    the shipped c gives the shipped solve. Bad lists are refused naming the key."""
-    from zerounlearn_editor.engine.pipeline import LayerProblem
-    from zerounlearn_editor.methods.zerounlearn_gd.method import zerounlearn_gd_solver
-
-    g = torch.Generator().manual_seed(0)
-    d_out, d_in, n = 6, 10, 3
-    A = torch.randn(d_in, 4, generator=g, dtype=torch.float64)
-    W = torch.randn(d_out, d_in, generator=g, dtype=torch.float64)
-    problem = LayerProblem(2, W, torch.randn(d_in, n, generator=g, dtype=torch.float64),
-                           torch.randn(d_out, n, generator=g, dtype=torch.float64), A @ A.T / 4)
-    hp = _gd(paths, norm_weight=0.1)
-    assert hp.layers == [1, 2]
-    plain, low = zerounlearn_gd_solver(hp)(problem), zerounlearn_gd_solver(hp.replace(norm_weight=1e-3))(problem)
-    listed = zerounlearn_gd_solver(hp.replace(experimental={"layer_norm_weights": [5.0, 1e-3]}))(problem)
-    same = zerounlearn_gd_solver(hp.replace(experimental={"layer_norm_weights": [0.1, 0.1]}))(problem)
-    assert torch.equal(listed, low) and torch.equal(same, plain) and not torch.allclose(low, plain)
-    assert hp.replace(experimental={"layer_norm_weights": [5.0, 1e-3]}).norm_weight_at(1) == 5.0
-    for bad in ([1.0], [1.0, 0.0], [1.0, "x"], 3.0, [1.0, True]):
-        with pytest.raises(HParamsError, match="experimental.layer_norm_weights.*2 finite numbers > 0"):
-            hp.replace(experimental={"layer_norm_weights": bad}).validate()

@@ -310,8 +310,7 @@ class EditHyperParams(BaseHyperParams):
     experimental: Dict[str, Any] = field(default_factory=dict, metadata={"help": (
         "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`, `suppress_every_token`; "
         "ZeroUnlearn-GD also "
-        "`forgotten_protection_weight` (see \"Forgetting over time\") and `layer_norm_weights`); an experiment "
-        "that does not win on report "
+        "`forgotten_protection_weight`, see \"Forgetting over time\"); an experiment that does not win on report "
         "data leaves again"
     )})
 

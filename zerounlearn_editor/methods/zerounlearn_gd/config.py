@@ -8,12 +8,10 @@ from typing import Any, ClassVar, Dict, Literal
 
 from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError
 
-__all__ = ["FORGOTTEN_PROTECTION", "LAYER_NORM_WEIGHTS", "ZeroUnlearnGDHyperParams", "deep_mode_settings"]
+__all__ = ["FORGOTTEN_PROTECTION", "ZeroUnlearnGDHyperParams", "deep_mode_settings"]
 
 # the experimental key of lifelong unlearning's weight (read only through ZeroUnlearnGDHyperParams.forgotten_protection)
 FORGOTTEN_PROTECTION = "forgotten_protection_weight"
-# the experimental key of per-layer norm weights (one per entry of ``layers``, replacing norm_weight)
-LAYER_NORM_WEIGHTS = "layer_norm_weights"
 
 
 def deep_mode_settings() -> Dict[str, Any]:
@@ -51,8 +49,6 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
         "`sum k k^T` over the forget keys of the model's earlier edits (the same process, or the ledger of a folder "
         "`unlearn --save` wrote); lost to the unprotected stream on report data (benchmarks/RESULTS.md, 'Lifelong "
         "protection' and 'Scale')",
-        LAYER_NORM_WEIGHTS: "a list of one norm weight c per entry of `layers` (in that order), replacing "
-        "`norm_weight` layer by layer",
     }
 
     orthogonality_weight: float = field(default=1.0, metadata={"help": "a, weight of `||M_f^T W' K_f||^2`"})
@@ -86,12 +82,6 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
         :data:`EXPERIMENTAL_KEYS`): ``0.0`` (absent) = off, the paper's edit."""
         return float(self.experimental.get(FORGOTTEN_PROTECTION, 0.0))
 
-    def norm_weight_at(self, layer: int) -> float:
-        """The norm weight ``c`` of edited layer ``layer``: ``norm_weight``, or its entry of the experimental
-        per-layer list."""
-        per_layer = self.experimental.get(LAYER_NORM_WEIGHTS)
-        return float(per_layer[list(self.layers).index(layer)]) if per_layer is not None else self.norm_weight
-
     def retain_weights(self) -> Dict[str, float]:
         return {"retain_nullspace_weight": self.retain_nullspace_weight}
 
@@ -112,13 +102,6 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
                 f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got "
                 f"{self.context_nullspace_weight!r}"
             )
-        per_layer = self.experimental.get(LAYER_NORM_WEIGHTS)
-        if per_layer is not None and (
-                not isinstance(per_layer, list) or len(per_layer) != len(self.layers)
-                or not all(isinstance(c, (int, float)) and not isinstance(c, bool) and 0 < c < float("inf")
-                           for c in per_layer)):
-            raise HParamsError(f"{source}: key 'experimental.{LAYER_NORM_WEIGHTS}' must be a list of "
-                               f"{len(self.layers)} finite numbers > 0 (one per entry of 'layers'), got {per_layer!r}")
         weight = self.experimental.get(FORGOTTEN_PROTECTION, 0.0)
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < float("inf"):
             raise HParamsError(

@@ -56,7 +56,7 @@ def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
             problem.S_prev, hparams.forgotten_protection,
         )
         U0, _ = nullspace_basis(protected, hparams.nullspace_threshold)
-        weights = dict(a=hparams.orthogonality_weight, b=hparams.target_weight, c=hparams.norm_weight_at(problem.layer))
+        weights = dict(a=hparams.orthogonality_weight, b=hparams.target_weight, c=hparams.norm_weight)
         args = (problem.W, problem.K_f, problem.M_f, problem.M_n, U0)
         if hparams.solver == "exact":
             D_m = solve_exact(*args, **weights)
