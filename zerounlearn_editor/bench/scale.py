@@ -62,7 +62,7 @@ from zerounlearn_editor.engine.forgotten_state import attach_state, load_state, 
 from zerounlearn_editor.engine.hparams import EditHyperParams
 from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, restore_weights, target_settings
 from zerounlearn_editor.engine.stats import SecondMoment, StatsRequest, cached_second_moments
-from zerounlearn_editor.engine.targets import NeutralTargets
+from zerounlearn_editor.engine.targets import KNOWN_MIN_ACCURACY, NeutralTargets
 from zerounlearn_editor.evaluation.easyedit_format import CaseScores
 from zerounlearn_editor.evaluation.selection import select_known_cases
 from zerounlearn_editor.support.files import (
@@ -124,7 +124,7 @@ class ScaleConfig:
     eval_every: int = 10
     ppl_tokens: int = 20000
     eval_batch_size: int = 32
-    known_min_accuracy: float = 0.5
+    known_min_accuracy: float = KNOWN_MIN_ACCURACY
     target_chunk: int = 50
     known_only: bool = False
     data_path: Optional[str] = None
@@ -152,7 +152,7 @@ class ScaleConfig:
 
 # ----------------------------------------------------------------------------------------- metrics
 
-def known_mask(pre: Sequence[CaseScores], min_accuracy: float = 0.5) -> List[bool]:
+def known_mask(pre: Sequence[CaseScores], min_accuracy: float = KNOWN_MIN_ACCURACY) -> List[bool]:
     """Per case: the unedited model's mean forget-prompt token accuracy is ``>= min_accuracy``."""
     return [bool(s.forget["acc"]) and fmean(s.forget["acc"]) >= min_accuracy for s in pre]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -196,6 +196,8 @@ class _Problem:
         """
         cfg = self.cfg
         req_list = reqs.tolist()
+        if self.kl_init is None and len(req_list) != self.n:
+            raise RuntimeError("the first loss evaluation must cover every request (KL reference, known answers)")
         if self.all_rows:
             rows = torch.arange(len(self.row_req))
         else:
@@ -234,11 +236,9 @@ class _Problem:
         if cfg.objective.startswith("suppress"):
             # -log(1 - p(answer)) per rewriting row, averaged over the request's rows
             used_rows, entry_row_local = torch.unique(self.t_rows[keep_t], return_inverse=True)
-            every: object = cfg.objective == "suppress_answer_tokens"
+            every: Union[bool, torch.Tensor] = cfg.objective == "suppress_answer_tokens"
             if cfg.objective == "suppress_known_answer_tokens":
                 if self.known is None:  # the first evaluation: every request, delta = 0
-                    if len(req_list) != self.n:
-                        raise RuntimeError("the first loss evaluation must cover every request (known answers)")
                     self.known = known_requests(
                         logits[:n_t].detach(), self.t_tok[keep_t].to(hdev), self.t_req[keep_t].to(hdev), self.n,
                         KNOWN_MIN_ACCURACY).cpu()
@@ -255,8 +255,6 @@ class _Problem:
             )
         kl_logp = torch.log_softmax(logits[n_t:], dim=-1)
         if self.kl_init is None:
-            if len(req_list) != self.n:
-                raise RuntimeError("the first loss evaluation must cover every request (KL reference)")
             self.kl_init = kl_logp.detach()
         kl = (kl_logp.exp() * (kl_logp - self.kl_init[reqs.to(hdev)])).sum(-1)
         h0 = self.h0[reqs.to(self.h0.device)]
