@@ -304,6 +304,9 @@ class EditHyperParams(BaseHyperParams):
         "`-log(1 - p)` over the answer's tokens, each given the earlier ones, so a multi-token answer's completion "
         "goes too (lower all-token Eff at a perplexity cost: benchmarks/RESULTS.md, 'Scale'); `known`: only for the "
         "requests the unedited model answers (token accuracy >= 0.5 over their rewriting rows)",
+        "completion_requests": "with `target_objective: suppress_answer`, `true`: each known request (token "
+        "accuracy >= 0.5) also gets one forget request per answer position the unedited model completes (key at the "
+        "answer's token, target: the rest of the answer unlikely there; `engine.completions`)",
         "fewshot_contexts": "deep forgetting: this many extra context prefixes of 3 hand-written facts each "
         "(`engine.contexts.fewshot_prefixes`), so keys and targets also see in-context prompts",
     }
@@ -354,6 +357,13 @@ class EditHyperParams(BaseHyperParams):
                                f"got {every_token!r}")
         if every_token and self.target_objective != "suppress_answer":
             raise HParamsError(f"{source}: key 'experimental.suppress_every_token' needs target_objective "
+                               f"'suppress_answer', got {self.target_objective!r}")
+        completions = self.experimental.get("completion_requests", False)
+        if not isinstance(completions, bool):
+            raise HParamsError(f"{source}: key 'experimental.completion_requests' must be true or false, "
+                               f"got {completions!r}")
+        if completions and self.target_objective != "suppress_answer":
+            raise HParamsError(f"{source}: key 'experimental.completion_requests' needs target_objective "
                                f"'suppress_answer', got {self.target_objective!r}")
         fewshot = self.experimental.get("fewshot_contexts", 0)
         if isinstance(fewshot, bool) or not isinstance(fewshot, int) or fewshot < 0:

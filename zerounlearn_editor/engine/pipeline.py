@@ -362,6 +362,11 @@ def _run_layerwise_edit(
         forget, keep, target_ids = plan.forget, plan.keep, plan.target_ids
         post_maps = detect_post_mlp_maps(model, hparams.layer_module_tmp, hparams.rewrite_module_tmp, hparams.layers)
     report.retain_count = len(keep)
+    edit_forget, edit_target_ids = forget, target_ids
+    if hparams.experimental.get("completion_requests"):
+        with _timer(report, "completions"):
+            edit_forget, edit_target_ids = _with_completions(model, tok, forget, target_ids)
+        plan = dataclasses.replace(plan, forget=edit_forget, target_ids=edit_target_ids)
     LOG.info("%s: unlearning %d fact(s) at layers %s%s", hparams.alg_name, len(forget), list(hparams.layers),
              f" with {len(keep)} retain fact(s)" if keep else "")
     with _timer(report, "statistics"):
@@ -374,12 +379,14 @@ def _run_layerwise_edit(
         prefixes = _edit_prefixes(model, tok, forget, hparams)
     with _timer(report, "targets"):
         if targets is None:
-            targets = stages.targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
-        elif targets.z.shape[0] != len(forget):
-            raise ValueError(f"precomputed targets are for {targets.z.shape[0]} requests, got {len(forget)} requests")
+            targets = stages.targets(model, tok, edit_forget, edit_target_ids, prefixes,
+                                     _target_config(model, hparams))
+        elif targets.z.shape[0] != len(edit_forget):
+            raise ValueError(f"precomputed targets are for {targets.z.shape[0]} requests, got {len(edit_forget)} "
+                             "requests" + (" (with their completion requests)" if edit_forget is not forget else ""))
     report.target_nll = targets.nll.tolist()
     report.target_steps = list(targets.steps_run)
-    _warn_unreached_targets(forget, targets, hparams, report)
+    _warn_unreached_targets(edit_forget, targets, hparams, report)
 
     weights_copy: Dict[str, torch.Tensor] = {}
     for layer in hparams.layers:
@@ -522,7 +529,19 @@ def neutral_targets(
     forget, target_ids = _checked_forget(model, tok, requests, hparams)
     with eval_mode(model):
         prefixes = _edit_prefixes(model, tok, forget, hparams)
+        if hparams.experimental.get("completion_requests"):
+            forget, target_ids = _with_completions(model, tok, forget, target_ids)
         return optimise_neutral_targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
+
+
+def _with_completions(model: nn.Module, tok, forget: List[ForgetRequest],
+                      target_ids: List[List[int]]) -> Tuple[List[ForgetRequest], List[List[int]]]:
+    """``experimental.completion_requests``: the requests with their completion requests
+    (:mod:`~zerounlearn_editor.engine.completions`), known at the targets' share."""
+    from zerounlearn_editor.engine.completions import expand_with_completions
+    from zerounlearn_editor.engine.targets import KNOWN_MIN_ACCURACY
+
+    return expand_with_completions(model, tok, forget, target_ids, KNOWN_MIN_ACCURACY)
 
 
 def _edit_prefixes(model: nn.Module, tok, forget: List[ForgetRequest], hparams: EditHyperParams) -> List[str]:
@@ -541,6 +560,8 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
         config.pop("objective")
     if hparams.experimental.get("fewshot_contexts"):
         config["fewshot_contexts"] = int(hparams.experimental["fewshot_contexts"])
+    if hparams.experimental.get("completion_requests"):
+        config["completion_requests"] = True
     return dict(
         config,
         context_template_count=hparams.context_template_count,

@@ -1,0 +1,98 @@
+"""Completion requests (experimental ``completion_requests``): one extra forget request per answer position the
+unedited model completes, so the edit also acts where a multi-token answer's later tokens are predicted.
+
+For a request whose answer is ``a_1..a_T`` (teacher-forced on the bare prompt, the benchmarks' tokenisation) and
+which the unedited model knows (argmax token accuracy >= ``min_accuracy``), every ``j`` in ``1..T-1`` where the
+argmax after ``prompt + a_1..a_j`` is ``a_{j+1}`` gives a request with prompt ``prompt + a_1..a_j``, lookup token
+``a_j`` (the "subject" is the answer's first ``j`` tokens) and target ids ``a_{j+1}..a_T``: its key is the MLP
+input at ``a_j`` and its neutral target makes the rest of the answer unlikely there. The whole-answer request
+still handles ``a_1``.
+
+Expansion is request-major (each request, then its completion requests), so the expansion of a list is the
+concatenation of the expansions of its chunks (the benchmarks optimise targets chunk by chunk).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import List, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from zerounlearn_editor.engine.eval_mode import eval_mode
+from zerounlearn_editor.engine.requests import ForgetRequest
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CompletionSite:
+    """One completed answer position of request ``request`` (its place in the list): the answer's first
+    ``length`` tokens ``prefix_ids`` are given, ``rest_ids`` (``a_{length+1}..a_T``) are what to suppress."""
+
+    request: int
+    length: int
+    prefix_ids: Tuple[int, ...]
+    rest_ids: Tuple[int, ...]
+
+
+def completion_sites(answer_ids: Sequence[Sequence[int]], predicted_ids: Sequence[Sequence[int]],
+                     min_accuracy: float) -> List[CompletionSite]:
+    """The positions to add, from each request's answer tokens ``answer_ids[i]`` ``[T_i]`` and the unedited
+    model's teacher-forced argmax ``predicted_ids[i]`` ``[T_i]`` (``predicted_ids[i][t]`` predicts
+    ``answer_ids[i][t]``): for the requests with token accuracy >= ``min_accuracy``, every ``t >= 1`` with
+    ``predicted_ids[i][t] == answer_ids[i][t]``. Pure: no model."""
+    sites: List[CompletionSite] = []
+    for i, (answer, predicted) in enumerate(zip(answer_ids, predicted_ids)):
+        if len(answer) != len(predicted):
+            raise ValueError(f"request {i}: {len(answer)} answer tokens but {len(predicted)} predictions")
+        if len(answer) < 2:
+            continue
+        hits = [int(a) == int(p) for a, p in zip(answer, predicted)]
+        if sum(hits) < min_accuracy * len(hits):
+            continue
+        for t in range(1, len(answer)):
+            if hits[t]:
+                sites.append(CompletionSite(i, t, tuple(int(a) for a in answer[:t]), tuple(int(a) for a in answer[t:])))
+    return sites
+
+
+def expand_with_completions(
+    model: nn.Module, tok, forget: Sequence[ForgetRequest], target_ids: Sequence[Sequence[int]],
+    min_accuracy: float, batch_size: int = 32,
+) -> Tuple[List[ForgetRequest], List[List[int]]]:
+    """``forget`` and ``target_ids`` with each request's completion requests after it (see the module
+    docstring); requests without an answer, and sites whose text does not re-tokenise to ``prompt + a_1..a_j``,
+    add none. The completion requests keep their request's ``index`` and have no ``answer`` (their target ids are
+    given). One teacher-forced pass of the bare prompts (model unchanged)."""
+    from zerounlearn_editor.data.types import Probe
+    from zerounlearn_editor.evaluation.batching import encode_probe
+    from zerounlearn_editor.evaluation.metrics import evaluate_probes
+
+    scored = [i for i, r in enumerate(forget) if r.answer is not None and r.answer.strip()]
+    probes = [Probe(forget[i].prompt, forget[i].answer) for i in scored]
+    with eval_mode(model), torch.no_grad():
+        scores = evaluate_probes(model, tok, probes, batch_size)
+    encoded = {i: encode_probe(tok, probe) for i, probe in zip(scored, probes)}
+    answers = [encoded[i].input_ids[encoded[i].answer_start:] for i in scored]
+    by_request: dict = {}
+    for site in completion_sites(answers, scores["pred_ids"], min_accuracy):
+        by_request.setdefault(scored[site.request], []).append(site)
+    out_forget: List[ForgetRequest] = []
+    out_ids: List[List[int]] = []
+    skipped = 0
+    for i, request in enumerate(forget):
+        out_forget.append(request)
+        out_ids.append(list(target_ids[i]))
+        for site in by_request.get(i, []):
+            given = tok.decode(list(site.prefix_ids))
+            item = encoded[i]
+            if list(tok(request.prompt + given)["input_ids"]) != list(item.input_ids[:item.answer_start + site.length]):
+                skipped += 1
+                continue
+            out_forget.append(ForgetRequest(request.index, request.prompt, given, "", None, None))
+            out_ids.append(list(site.rest_ids))
+    LOG.info("completion requests: %d added for %d request(s)%s", len(out_forget) - len(forget), len(forget),
+             f" ({skipped} skipped: their text re-tokenises differently)" if skipped else "")
+    return out_forget, out_ids
