@@ -58,6 +58,16 @@ def completion_sites(answer_ids: Sequence[Sequence[int]], predicted_ids: Sequenc
     return sites
 
 
+def _answer_prefix_text(tok, prompt: str, ids: Sequence[int], prefix_ids: Sequence[int]):
+    """The text ``t`` of the answer tokens ``prefix_ids`` such that ``prompt + t`` tokenises to ``ids`` (the
+    decoded tokens, with or without a leading space, as the tokenizer's decoder writes them); None if neither does."""
+    decoded = tok.decode(list(prefix_ids))
+    for text in (decoded, " " + decoded):
+        if list(tok(prompt + text)["input_ids"]) == list(ids):
+            return text
+    return None
+
+
 def expand_with_completions(
     model: nn.Module, tok, forget: Sequence[ForgetRequest], target_ids: Sequence[Sequence[int]],
     min_accuracy: float, batch_size: int = 32,
@@ -86,9 +96,10 @@ def expand_with_completions(
         out_forget.append(request)
         out_ids.append(list(target_ids[i]))
         for site in by_request.get(i, []):
-            given = tok.decode(list(site.prefix_ids))
             item = encoded[i]
-            if list(tok(request.prompt + given)["input_ids"]) != list(item.input_ids[:item.answer_start + site.length]):
+            given = _answer_prefix_text(tok, request.prompt, item.input_ids[:item.answer_start + site.length],
+                                        site.prefix_ids)
+            if given is None:
                 skipped += 1
                 continue
             out_forget.append(ForgetRequest(request.index, request.prompt, given, "", None, None))

@@ -311,7 +311,8 @@ class EditHyperParams(BaseHyperParams):
         "(`engine.contexts.fewshot_prefixes`), so keys and targets also see in-context prompts",
     }
     experimental: Dict[str, Any] = field(default_factory=dict, metadata={"help": (
-        "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`, `suppress_every_token`; "
+        "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`, `suppress_every_token`, "
+        "`completion_requests`; "
         "ZeroUnlearn-GD also "
         "`forgotten_protection_weight`, see \"Forgetting over time\"); an experiment that does not win on report "
         "data leaves again"
