@@ -307,6 +307,9 @@ class EditHyperParams(BaseHyperParams):
         "completion_requests": "with `target_objective: suppress_answer`, `true`: each known request (token "
         "accuracy >= 0.5) also gets one forget request per answer position the unedited model completes (key at the "
         "answer's token, target: the rest of the answer unlikely there; `engine.completions`)",
+        "completion_neighbours": "with `completion_requests`, `true`: each completion request's answer prefix "
+        "after the prompt with another request's subject, and at the start of a text, join the retain keys (weighted "
+        "by the method's retain weights, which must be > 0)",
         "fewshot_contexts": "deep forgetting: this many extra context prefixes of 3 hand-written facts each "
         "(`engine.contexts.fewshot_prefixes`), so keys and targets also see in-context prompts",
     }
@@ -366,6 +369,14 @@ class EditHyperParams(BaseHyperParams):
         if completions and self.target_objective != "suppress_answer":
             raise HParamsError(f"{source}: key 'experimental.completion_requests' needs target_objective "
                                f"'suppress_answer', got {self.target_objective!r}")
+        neighbours = self.experimental.get("completion_neighbours", False)
+        if not isinstance(neighbours, bool):
+            raise HParamsError(f"{source}: key 'experimental.completion_neighbours' must be true or false, "
+                               f"got {neighbours!r}")
+        if neighbours and not (completions and any(v > 0 for v in self.retain_weights().values())):
+            raise HParamsError(f"{source}: key 'experimental.completion_neighbours' needs "
+                               "'experimental.completion_requests: true' and a retain weight > 0 "
+                               f"({sorted(self.retain_weights()) or 'this method has none'})")
         fewshot = self.experimental.get("fewshot_contexts", 0)
         if isinstance(fewshot, bool) or not isinstance(fewshot, int) or fewshot < 0:
             raise HParamsError(

@@ -366,7 +366,11 @@ def _run_layerwise_edit(
     if hparams.experimental.get("completion_requests"):
         with _timer(report, "completions"):
             edit_forget, edit_target_ids = _with_completions(model, tok, forget, target_ids)
-        plan = dataclasses.replace(plan, forget=edit_forget, target_ids=edit_target_ids)
+            if hparams.experimental.get("completion_neighbours"):
+                from zerounlearn_editor.engine.completions import completion_neighbours
+
+                keep = keep + completion_neighbours(forget, edit_forget)
+        plan = dataclasses.replace(plan, forget=edit_forget, target_ids=edit_target_ids, keep=keep)
     LOG.info("%s: unlearning %d fact(s) at layers %s%s", hparams.alg_name, len(forget), list(hparams.layers),
              f" with {len(keep)} retain fact(s)" if keep else "")
     with _timer(report, "statistics"):
