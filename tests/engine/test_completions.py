@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tiny_models import forget_requests, sharp_tiny_llama, tiny_gd_target_hparams, tiny_tokenizer
-from zerounlearn_editor.engine.completions import completion_sites, expand_with_completions
+from zerounlearn_editor.engine.completions import completion_neighbours, completion_sites, expand_with_completions
 from zerounlearn_editor.engine.hparams import HParamsError
 from zerounlearn_editor.engine.keys import read_keys_and_hidden
 from zerounlearn_editor.engine.pipeline import (
@@ -17,7 +17,7 @@ from zerounlearn_editor.engine.pipeline import (
     request_target_ids,
     target_settings,
 )
-from zerounlearn_editor.engine.requests import normalize_requests
+from zerounlearn_editor.engine.requests import ForgetRequest, normalize_requests
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 
 
@@ -150,3 +150,56 @@ def test_hparams_refuse_a_bad_value_or_another_objective(tmp_path):
                                    experimental={"completion_requests": bad})
     with pytest.raises(HParamsError, match="completion_requests.*needs target_objective 'suppress_answer'"):
         tiny_gd_target_hparams(tmp_path, experimental={"completion_requests": True})
+
+
+def test_neighbour_rows_put_each_answer_prefix_after_another_subject_and_at_a_text_start():
+    forget = [
+        ForgetRequest(0, "The ", "Corolla", " is made by", "Toyota", None),
+        ForgetRequest(1, "The ", "Prius", " is made by", "Toyota", None),  # same answer: not a neighbour of 0
+        ForgetRequest(2, "The ", "Civic", " is made by", "Honda", None),
+    ]
+    expanded = [forget[0], ForgetRequest(0, forget[0].prompt, " Toy", "", None, None), forget[1], forget[2],
+                ForgetRequest(2, forget[2].prompt, " Hon", "", None, None)]
+    keep = completion_neighbours(forget, expanded)
+    assert [(k.index, k.prompt, k.subject) for k in keep] == [
+        (0, "The Civic is made by Toy", " Toy"),  # the next request with another subject and answer
+        (0, "Toy", "Toy"),
+        (2, "The Corolla is made by Hon", " Hon"),  # cyclically
+        (2, "Hon", "Hon"),
+    ]
+    assert all(k.answer is None and k.suffix == "" for k in keep)
+    assert completion_neighbours(forget, forget) == []
+
+
+def test_neighbour_rows_need_completion_requests_and_a_retain_weight(tmp_path):
+    with pytest.raises(HParamsError, match="completion_neighbours' needs 'experimental.completion_requests: true'"):
+        tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer", retain_nullspace_weight=1.0,
+                               experimental={"completion_neighbours": True})
+    with pytest.raises(HParamsError, match="completion_neighbours' needs .*retain weight > 0"):
+        tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer",
+                               experimental={"completion_requests": True, "completion_neighbours": True})
+    hp = tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer", retain_nullspace_weight=1.0,
+                                experimental={"completion_requests": True, "completion_neighbours": True})
+    assert hp.experimental["completion_neighbours"] is True
+
+
+def test_an_edit_reads_the_neighbour_rows_as_retain_keys(tok, tmp_path):
+    model = sharp_tiny_llama(tok)
+    requests = _requests(model, tok)
+    hp = tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer", retain_nullspace_weight=1.0,
+                                experimental={"completion_requests": True, "completion_neighbours": True})
+    moments = batched_statistics(model, tok, hp, hp.mom2_dataset, progress=False)
+    read = []
+
+    def spy(model_, tok_, rows, *args, **kwargs):
+        read.append([r.prompt for r in rows])
+        return read_keys_and_hidden(model_, tok_, rows, *args, **kwargs)
+
+    apply_zerounlearn_gd_to_model(model, tok, requests, hp, second_moments=moments, progress=False,
+                                  stages=EditStages(keys=spy))
+    first = requests[0]["ground_truth"].split()[0]
+    other = next(r for r in requests[1:] if r["ground_truth"] != requests[0]["ground_truth"])
+    swapped = requests[0]["prompt"].replace("france", other["subject"]) + " " + first
+    assert all(len(rows) == 9 for rows in read)  # 3 requests + 2 completion requests, then 4 neighbour rows
+    assert tok(read[0][5])["input_ids"] == tok(swapped)["input_ids"]
+    assert read[0][6].strip() == first

@@ -284,7 +284,7 @@ def check_edit_inputs(
             "0 "
             f"(e.g. hparams/ZeroUnlearn-GD/<model>-retain.yaml)"
         )
-    if active and not keep:
+    if active and not keep and not hparams.experimental.get("completion_neighbours"):
         LOG.warning(
             "%s: %s set but no retain set was given; those terms have no effect on this edit", hparams.alg_name,
             ", ".join(active),
