@@ -19,7 +19,7 @@ from zerounlearn_editor.evaluation import (
     perplexity,
     text_ngram_entropy,
 )
-from zerounlearn_editor.evaluation.metrics import answer_argmax_hits
+from zerounlearn_editor.evaluation.metrics import answer_argmax_hits, answer_argmax_ids
 from zerounlearn_editor.evaluation.perplexity import plan_windows
 
 try:  # tests/ on sys.path (pytest's default for a directory without __init__.py)
@@ -155,6 +155,9 @@ def test_answer_argmax_hits_equal_full_accuracy_and_skip_full_logits(random_lm, 
     assert hits[len(VARIED_PROBES):] == [True] * len(greedy)
     answer_tokens = sorted(len(encode_probe(tok, p).answer_ids) for p in probes)
     assert sorted(shape[0] for shape in seen) == answer_tokens and all(len(shape) == 2 for shape in seen)
+    # the argmax ids themselves (completion requests read them): evaluate_probes' pred_ids
+    assert answer_argmax_ids(random_lm, tok, probes, batch_size=3) == evaluate_probes(
+        random_lm, tok, probes, batch_size=3)["pred_ids"]
 
 
 def test_answer_argmax_hits_fall_back_when_the_forward_skips_the_head(successor, tok, monkeypatch):

@@ -78,16 +78,16 @@ def expand_with_completions(
     given). One teacher-forced pass of the bare prompts (model unchanged)."""
     from zerounlearn_editor.data.types import Probe
     from zerounlearn_editor.evaluation.batching import encode_probe
-    from zerounlearn_editor.evaluation.metrics import evaluate_probes
+    from zerounlearn_editor.evaluation.metrics import answer_argmax_ids
 
     scored = [i for i, r in enumerate(forget) if r.answer is not None and r.answer.strip()]
     probes = [Probe(forget[i].prompt, forget[i].answer) for i in scored]
     with eval_mode(model), torch.no_grad():
-        scores = evaluate_probes(model, tok, probes, batch_size)
+        predicted = answer_argmax_ids(model, tok, probes, batch_size)
     encoded = {i: encode_probe(tok, probe) for i, probe in zip(scored, probes)}
     answers = [encoded[i].input_ids[encoded[i].answer_start:] for i in scored]
     by_request: dict = {}
-    for site in completion_sites(answers, scores["pred_ids"], min_accuracy):
+    for site in completion_sites(answers, predicted, min_accuracy):
         by_request.setdefault(scored[site.request], []).append(site)
     out_forget: List[ForgetRequest] = []
     out_ids: List[List[int]] = []

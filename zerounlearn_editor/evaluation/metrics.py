@@ -74,12 +74,6 @@ def evaluate_probes(
 
 
 
-def _full_logit_hits(model: torch.nn.Module, tok: "PreTrainedTokenizerBase", probes: Sequence[Probe],
-                     batch_size: int) -> List[bool]:
-    """:func:`answer_argmax_hits` through :func:`evaluate_probes`' full logits."""
-    return [acc == 1.0 for acc in evaluate_probes(model, tok, probes, batch_size)["acc"]]
-
-
 def answer_argmax_hits(
     model: torch.nn.Module,
     tok: "PreTrainedTokenizerBase",
@@ -87,7 +81,22 @@ def answer_argmax_hits(
     batch_size: int = 32,
 ) -> List[bool]:
     """Per probe, whether every answer token is the argmax (``acc == 1.0`` of :func:`evaluate_probes`: what
-    greedy decoding produces), with the output head applied only at the positions that predict answer tokens.
+    greedy decoding produces); memory as :func:`answer_argmax_ids`."""
+    hits = []
+    for probe, predicted in zip(probes, answer_argmax_ids(model, tok, probes, batch_size)):
+        encoded = encode_probe(tok, probe)
+        hits.append(predicted == list(encoded.input_ids[encoded.answer_start:]))
+    return hits
+
+
+def answer_argmax_ids(
+    model: torch.nn.Module,
+    tok: "PreTrainedTokenizerBase",
+    probes: Sequence[Probe],
+    batch_size: int = 32,
+) -> List[List[int]]:
+    """Per probe, the argmax token ids ``[T]`` at the positions that predict its ``T`` answer tokens (teacher-forced;
+    :func:`evaluate_probes`' ``pred_ids``), with the output head applied only at those positions.
 
     Memory: the head's input ``[batch, len, d_model]`` is captured and the forward stops there, so no
     ``[batch, len, vocab]`` logits are made; ``[answer tokens, vocab]`` per probe instead. A model whose
@@ -96,12 +105,12 @@ def answer_argmax_hits(
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     head_name = next((name for name, module in model.named_modules() if module is head), None)
     if head is None or not head_name:
-        return _full_logit_hits(model, tok, probes, batch_size)
+        return evaluate_probes(model, tok, probes, batch_size)["pred_ids"]
     from zerounlearn_editor.evaluation.batching import padded_batches
     from zerounlearn_editor.support.model_access import StopForward, capture_inputs
 
     encoded = [encode_probe(tok, probe) for probe in probes]
-    hits: List[bool] = [False] * len(encoded)
+    predicted_ids: List[List[int]] = [[] for _ in encoded]
     for indices, batch in padded_batches(model, tok, [e.input_ids for e in encoded], batch_size):
         with torch.no_grad(), capture_inputs(model, [head_name], stop_after=head_name) as captured:
             try:
@@ -110,13 +119,12 @@ def answer_argmax_hits(
             except StopForward:
                 pass
         if head_name not in captured:  # the forward computed its logits without calling the head module
-            return _full_logit_hits(model, tok, probes, batch_size)
+            return evaluate_probes(model, tok, probes, batch_size)["pred_ids"]
         states = captured.pop(head_name)  # [batch, len, d_model]; the hook is gone before the head runs below
         with torch.no_grad():
             for row, index in enumerate(indices):
                 item, offset = encoded[index], batch.offsets[row]
                 cols = torch.arange(offset + item.answer_start, offset + len(item.input_ids), device=states.device)
-                predicted = head(states[row, cols - 1]).float().argmax(dim=-1)  # [answer tokens]
-                hits[index] = bool(torch.equal(predicted, batch.input_ids[row, cols].to(predicted.device)))
+                predicted_ids[index] = head(states[row, cols - 1]).float().argmax(dim=-1).tolist()  # [T]
         del states
-    return hits
+    return predicted_ids
