@@ -109,12 +109,14 @@ def expand_with_completions(
     return out_forget, out_ids
 
 
-def completion_neighbours(forget: Sequence[ForgetRequest], expanded: Sequence[ForgetRequest]) -> List[ForgetRequest]:
+def completion_neighbours(forget: Sequence[ForgetRequest], expanded: Sequence[ForgetRequest],
+                          subjects: int = 1) -> List[ForgetRequest]:
     """Keep rows for the completion requests in ``expanded`` (experimental ``completion_neighbours``): per
     completion request (answer prefix ``A`` after request ``r``'s prompt) the same ``A`` after ``r``'s prompt with
-    the next request's subject in ``forget`` (a same-relation neighbour; the next one whose subject and answer
-    differ, cyclically) and ``A`` at the start of a text (a name that begins with the answer). Their keys join
-    the retain keys, so the edit of ``A``'s completion is kept to what the forgotten fact's context adds."""
+    each of the next ``subjects`` requests' subjects in ``forget`` (same-relation neighbours; the next ones whose
+    subject and answer differ, cyclically) and ``A`` at the start of a text (a name that begins with the answer).
+    Their keys join the retain keys, so the edit of ``A``'s completion is kept to what the forgotten fact's context
+    adds."""
     whole = [r for r in forget if r.answer is not None]
     keep: List[ForgetRequest] = []
     for request in expanded:
@@ -125,11 +127,12 @@ def completion_neighbours(forget: Sequence[ForgetRequest], expanded: Sequence[Fo
         if source_at is None:
             continue
         source = whole[source_at]
+        taken = 0
         for step in range(1, len(whole)):
             other = whole[(source_at + step) % len(whole)]
-            if other.subject != source.subject and other.answer != source.answer:
+            if taken < subjects and other.subject != source.subject and other.answer != source.answer:
                 keep.append(ForgetRequest(request.index, source.prefix + other.subject + source.suffix,
                                           request.subject, "", None, None))
-                break
+                taken += 1
         keep.append(ForgetRequest(request.index, "", request.subject.lstrip(), "", None, None))
     return keep

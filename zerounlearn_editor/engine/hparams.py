@@ -307,9 +307,9 @@ class EditHyperParams(BaseHyperParams):
         "completion_requests": "with `target_objective: suppress_answer`, `true`: each known request (token "
         "accuracy >= 0.5) also gets one forget request per answer position the unedited model completes (key at the "
         "answer's token, target: the rest of the answer unlikely there; `engine.completions`)",
-        "completion_neighbours": "with `completion_requests`, `true`: each completion request's answer prefix "
-        "after the prompt with another request's subject, and at the start of a text, join the retain keys (weighted "
-        "by the method's retain weights, which must be > 0)",
+        "completion_neighbours": "with `completion_requests`, an integer k >= 1 (`true` = 1): each completion "
+        "request's answer prefix after the prompt with k other requests' subjects, and at the start of a text, join "
+        "the retain keys (weighted by the method's retain weights, which must be > 0)",
         "fewshot_contexts": "deep forgetting: this many extra context prefixes of 3 hand-written facts each "
         "(`engine.contexts.fewshot_prefixes`), so keys and targets also see in-context prompts",
     }
@@ -370,9 +370,9 @@ class EditHyperParams(BaseHyperParams):
             raise HParamsError(f"{source}: key 'experimental.completion_requests' needs target_objective "
                                f"'suppress_answer', got {self.target_objective!r}")
         neighbours = self.experimental.get("completion_neighbours", False)
-        if not isinstance(neighbours, bool):
-            raise HParamsError(f"{source}: key 'experimental.completion_neighbours' must be true or false, "
-                               f"got {neighbours!r}")
+        if not isinstance(neighbours, int) or (not isinstance(neighbours, bool) and neighbours < 1):
+            raise HParamsError(f"{source}: key 'experimental.completion_neighbours' must be true, false or an "
+                               f"integer >= 1, got {neighbours!r}")
         if neighbours and not (completions and any(v > 0 for v in self.retain_weights().values())):
             raise HParamsError(f"{source}: key 'experimental.completion_neighbours' needs "
                                "'experimental.completion_requests: true' and a retain weight > 0 "

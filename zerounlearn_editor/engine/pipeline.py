@@ -369,7 +369,8 @@ def _run_layerwise_edit(
             if hparams.experimental.get("completion_neighbours"):
                 from zerounlearn_editor.engine.completions import completion_neighbours
 
-                keep = keep + completion_neighbours(forget, edit_forget)
+                keep = keep + completion_neighbours(forget, edit_forget,
+                                                    int(hparams.experimental["completion_neighbours"]))
         plan = dataclasses.replace(plan, forget=edit_forget, target_ids=edit_target_ids, keep=keep)
     LOG.info("%s: unlearning %d fact(s) at layers %s%s", hparams.alg_name, len(forget), list(hparams.layers),
              f" with {len(keep)} retain fact(s)" if keep else "")
