@@ -359,16 +359,14 @@ class EditHyperParams(BaseHyperParams):
         if not (isinstance(every_token, bool) or every_token == "known"):
             raise HParamsError(f"{source}: key 'experimental.suppress_every_token' must be true, false or 'known', "
                                f"got {every_token!r}")
-        if every_token and self.target_objective != "suppress_answer":
-            raise HParamsError(f"{source}: key 'experimental.suppress_every_token' needs target_objective "
-                               f"'suppress_answer', got {self.target_objective!r}")
         completions = self.experimental.get("completion_requests", False)
         if not isinstance(completions, bool):
             raise HParamsError(f"{source}: key 'experimental.completion_requests' must be true or false, "
                                f"got {completions!r}")
-        if completions and self.target_objective != "suppress_answer":
-            raise HParamsError(f"{source}: key 'experimental.completion_requests' needs target_objective "
-                               f"'suppress_answer', got {self.target_objective!r}")
+        for key, value in (("suppress_every_token", every_token), ("completion_requests", completions)):
+            if value and self.target_objective != "suppress_answer":
+                raise HParamsError(f"{source}: key 'experimental.{key}' needs target_objective 'suppress_answer', "
+                                   f"got {self.target_objective!r}")
         neighbours = self.experimental.get("completion_neighbours", False)
         if not isinstance(neighbours, int) or (not isinstance(neighbours, bool) and neighbours < 1):
             raise HParamsError(f"{source}: key 'experimental.completion_neighbours' must be true, false or an "

@@ -73,7 +73,6 @@ def evaluate_probes(
     return scores
 
 
-
 def answer_argmax_hits(
     model: torch.nn.Module,
     tok: "PreTrainedTokenizerBase",
