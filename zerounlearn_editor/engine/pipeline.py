@@ -359,19 +359,13 @@ def _run_layerwise_edit(
     report = EditReport()
     with _timer(report, "validate"):
         plan = check_edit_inputs(model, tok, requests, hparams, retain)
-        forget, keep, target_ids = plan.forget, plan.keep, plan.target_ids
+        forget = plan.forget
         post_maps = detect_post_mlp_maps(model, hparams.layer_module_tmp, hparams.rewrite_module_tmp, hparams.layers)
-    report.retain_count = len(keep)
-    edit_forget, edit_target_ids = forget, target_ids
+    report.retain_count = len(plan.keep)
     if hparams.experimental.get("completion_requests"):
         with _timer(report, "completions"):
-            edit_forget, edit_target_ids = _with_completions(model, tok, forget, target_ids)
-            if hparams.experimental.get("completion_neighbours"):
-                from zerounlearn_editor.engine.completions import completion_neighbours
-
-                keep = keep + completion_neighbours(forget, edit_forget,
-                                                    int(hparams.experimental["completion_neighbours"]))
-        plan = dataclasses.replace(plan, forget=edit_forget, target_ids=edit_target_ids, keep=keep)
+            plan = _plan_with_completions(model, tok, plan)
+    edit_forget, edit_target_ids, keep = plan.forget, plan.target_ids, plan.keep
     LOG.info("%s: unlearning %d fact(s) at layers %s%s", hparams.alg_name, len(forget), list(hparams.layers),
              f" with {len(keep)} retain fact(s)" if keep else "")
     with _timer(report, "statistics"):
@@ -547,6 +541,19 @@ def _with_completions(model: nn.Module, tok, forget: List[ForgetRequest],
     from zerounlearn_editor.engine.targets import KNOWN_MIN_ACCURACY
 
     return expand_with_completions(model, tok, forget, target_ids, KNOWN_MIN_ACCURACY)
+
+
+def _plan_with_completions(model: nn.Module, tok, plan: EditPlan) -> EditPlan:
+    """``plan`` with the completion requests after their requests and, with ``completion_neighbours``, their keep
+    rows after the retain requests (:mod:`~zerounlearn_editor.engine.completions`)."""
+    from zerounlearn_editor.engine.completions import completion_neighbours
+
+    forget, target_ids = _with_completions(model, tok, plan.forget, plan.target_ids)
+    keep = plan.keep
+    neighbours = plan.hparams.experimental.get("completion_neighbours")
+    if neighbours:
+        keep = keep + completion_neighbours(plan.forget, forget, int(neighbours))
+    return dataclasses.replace(plan, forget=forget, target_ids=target_ids, keep=keep)
 
 
 def _edit_prefixes(model: nn.Module, tok, forget: List[ForgetRequest], hparams: EditHyperParams) -> List[str]:
