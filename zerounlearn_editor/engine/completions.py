@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -115,22 +115,27 @@ def completion_neighbours(forget: Sequence[ForgetRequest], expanded: Sequence[Fo
     completion request (answer prefix ``A`` after request ``r``'s prompt) the same ``A`` after ``r``'s prompt with
     each of the next ``subjects`` requests' subjects in ``forget`` (same-relation neighbours; the next ones whose
     subject and answer differ, cyclically) and ``A`` at the start of a text (a name that begins with the answer).
+    ``expanded`` is :func:`expand_with_completions`' list: ``forget``'s own objects, each followed by its completion
+    requests.
     Their keys join the retain keys, so the edit of ``A``'s completion is kept to what the forgotten fact's context
     adds."""
     whole = [r for r in forget if r.answer is not None]
+    place = {id(r): k for k, r in enumerate(whole)}
+    callers = {id(r) for r in forget}
     keep: List[ForgetRequest] = []
+    source_at: Optional[int] = None  # expansion is request-major: a completion request follows its request
     for request in expanded:
-        if request.answer is not None or request.suffix or not request.subject.strip():
+        if id(request) in callers:
+            source_at = place.get(id(request))
             continue
-        source_at = next((k for k, r in enumerate(whole) if r.index == request.index and r.prompt == request.prefix),
-                         None)
         if source_at is None:
             continue
-        source = whole[source_at]
-        taken = 0
+        source, taken = whole[source_at], 0
         for step in range(1, len(whole)):
+            if taken == subjects:
+                break
             other = whole[(source_at + step) % len(whole)]
-            if taken < subjects and other.subject != source.subject and other.answer != source.answer:
+            if other.subject != source.subject and other.answer != source.answer:
                 keep.append(ForgetRequest(request.index, source.prefix + other.subject + source.suffix,
                                           request.subject, "", None, None))
                 taken += 1
