@@ -216,3 +216,25 @@ def test_outputs_past_the_memory_budget_are_replayed_from_files_and_removed(tok,
     budget = LayerPrefixReplay(model, "model.layers.{}", 2, memory_bytes=10**9, spill_dir=str(tmp_path))
     _read(model, tok, "llama", 2, budget)  # within the memory budget: no file
     assert not list(tmp_path.iterdir()) and budget.spilled_bytes == 0
+
+
+def test_a_spill_folder_that_cannot_be_written_keeps_the_outputs_in_memory(tok, tmp_path, caplog):
+    """memory_bytes = 0 with a spill_dir that is a file: the write fails, a warning says so, the outputs stay in
+    memory and later reads still replay them bit for bit."""
+    model = tiny_llama(tok).eval()
+    not_a_folder = tmp_path / "a_file"
+    not_a_folder.write_text("x")
+    replay = LayerPrefixReplay(model, "model.layers.{}", 2, memory_bytes=0, spill_dir=str(not_a_folder))
+    with caplog.at_level("WARNING", logger="zerounlearn_editor.engine.prefix_replay"):
+        first = _read(model, tok, "llama", 2, replay)
+    assert "cannot write to a temporary folder" in caplog.text
+    assert replay.spilled_bytes == 0 and sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+    assert torch.equal(first.keys, _read(model, tok, "llama", 2).keys)
+    calls, handle = _count_calls(model.model.layers[0])
+    try:
+        replayed = _read(model, tok, "llama", 3, replay)
+    finally:
+        handle.remove()
+    assert not calls, "layer 0 ran although its output was stored"
+    full = _read(model, tok, "llama", 3)
+    assert torch.equal(replayed.keys, full.keys) and torch.equal(replayed.hidden, full.hidden)

@@ -2,8 +2,6 @@
 synchronisation, and randomly initialised models of real dimensions (:data:`RANDOM_CONFIGS`)."""
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import resource
 import threading
@@ -12,6 +10,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
+
+from zerounlearn_editor.support.memory import release_free_memory
 
 __all__ = ["MemoryMeter", "RANDOM_CONFIGS", "build_random_model", "release_free_memory", "ru_maxrss_bytes",
            "sync_device"]
@@ -141,22 +141,6 @@ class MemoryMeter:
             above, rise = peaks.get(stage, (0, 0))
             peaks[stage] = (max(above, top - self.start_bytes, 0), max(rise, top - base, 0))
         return peaks
-
-
-def release_free_memory() -> bool:
-    """Hand the C allocator's free heap pages back to the system (glibc ``malloc_trim(0)``), so that an RSS
-    reading taken next counts live memory rather than what earlier work freed; ``False`` where there is no
-    glibc."""
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        trim = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):
-        return False
-    trim.argtypes = [ctypes.c_size_t]
-    trim(0)
-    return True
 
 
 def ru_maxrss_bytes() -> int:

@@ -66,6 +66,7 @@ from zerounlearn_editor.engine.targets import (
     loss_layer_module,
     optimise_neutral_targets,
 )
+from zerounlearn_editor.support.memory import release_free_memory
 from zerounlearn_editor.support.model_access import (
     check_edited_modules,
     check_layers,
@@ -615,6 +616,7 @@ def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], tar
             )
         if replay is not None and position == len(hparams.layers) - 1:
             replay.clear()  # the last read: free the stored outputs before the solve
+        release_free_memory()  # the passes' freed blocks leave the heap before the solve's float64 workspace
         with _timer(report, "solve"):
             W = get_weight_matrix(module).detach().double()
             device = W.device
@@ -642,6 +644,7 @@ def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], tar
         with _timer(report, "write_back"):
             set_weight_matrix(module, new_W)
         LOG.info("layer %d edited: relative change %.3e", layer, report.layer_change_norm[layer])
+        release_free_memory()  # and the solve's, before the next layer's key read
         bar.update(1)
     bar.close()
 

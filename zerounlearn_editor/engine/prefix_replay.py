@@ -52,7 +52,7 @@ class LayerPrefixReplay:
     system's); past ``max_bytes`` in all, chunks are recomputed instead."""
 
     def __init__(self, model: nn.Module, layer_module_tmp: str, first: int, max_bytes: int = 2 * 1024**3,
-                 memory_bytes: int = 32 * 1024**2, spill_dir: Optional[str] = None):
+                 memory_bytes: int = 4 * 1024**2, spill_dir: Optional[str] = None):
         self.first = int(first)
         self.max_bytes = int(max_bytes)  # stored outputs beyond this: those chunks are recomputed instead
         self.memory_bytes = int(memory_bytes)
@@ -60,6 +60,7 @@ class LayerPrefixReplay:
         self._spill: Optional[Path] = None
         self._bytes = 0
         self._memory = 0
+        self._spill_failed = False  # no file could be written: later chunks stay in memory
         # chunk -> (input_ids, the output, or the file holding it and the output's device)
         self._stored: Dict[int, Tuple[torch.Tensor, Union[Any, Tuple[Path, torch.device]]]] = {}
         self._parent: Optional[nn.ModuleList] = None
@@ -101,22 +102,34 @@ class LayerPrefixReplay:
 
     def _keep(self, chunk: int, input_ids: torch.Tensor, value: Any, size: int) -> None:
         """Store ``value`` (``size`` bytes) for ``chunk``: in memory within ``memory_bytes``, else a plain tensor in
-        a file, else (a tuple past the memory budget) not at all."""
+        a file (in memory after all where no file can be written), else (a tuple past the memory budget) not at
+        all."""
         ids = input_ids.detach().clone()
-        if self._memory + size <= self.memory_bytes:
+        if self._memory + size <= self.memory_bytes or (isinstance(value, torch.Tensor) and self._spill_failed):
             self._stored[chunk] = (ids, value)
             self._memory += size
         elif isinstance(value, torch.Tensor):
-            from safetensors.torch import save_file
-
-            if self._spill is None:
-                self._spill = Path(tempfile.mkdtemp(prefix="zerounlearn_replay_", dir=self._spill_parent))
-            path = self._spill / f"chunk_{chunk}.safetensors"
-            save_file({"output": value.detach().cpu().contiguous()}, str(path))
-            self._stored[chunk] = (ids, (path, value.device))
+            try:
+                self._stored[chunk] = (ids, (self._write(chunk, value), value.device))
+            except OSError as exc:
+                LOG.warning("prefix replay: cannot write to a temporary folder (%s); the stored layer outputs "
+                            "stay in memory", exc)
+                self._spill_failed = True
+                self._stored[chunk] = (ids, value)
+                self._memory += size
         else:
             return
         self._bytes += size
+
+    def _write(self, chunk: int, value: torch.Tensor) -> Path:
+        """Write one chunk's output to the spill folder (made on the first write); returns the file."""
+        from safetensors.torch import save_file
+
+        if self._spill is None:
+            self._spill = Path(tempfile.mkdtemp(prefix="zerounlearn_replay_", dir=self._spill_parent))
+        path = self._spill / f"chunk_{chunk}.safetensors"
+        save_file({"output": value.detach().cpu().contiguous()}, str(path))
+        return path
 
     def _value(self, stored: Any) -> Any:
         if isinstance(stored, tuple) and len(stored) == 2 and isinstance(stored[0], Path):
