@@ -17,7 +17,6 @@ from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targe
 from zerounlearn_editor.engine.requests import RequestError
 from zerounlearn_editor.engine.targets.rows import (
     answer_logprobs,
-    known_requests,
     suppression_loss,
     suppression_per_request,
 )
@@ -97,91 +96,13 @@ def test_a_multi_token_answer_is_suppressed_as_a_sequence():
     assert torch.allclose(loss, torch.stack([per_row[:2].mean(), per_row[2:].mean()]), atol=1e-9)
 
 
-def test_every_token_suppression_averages_each_answer_token_loss():
-    """suppress_answer_tokens: per row the mean over its answer tokens of -log(1 - p(token | earlier tokens)), then
-    the mean over the request's rows; unlike the sequence loss it stays high while a later token is likely."""
-    probs = [(0, 0.5), (0, 0.9), (1, 0.2), (1, 0.8), (2, 0.6), (3, 0.1)]  # (row, p of the answer token there)
-    logits = torch.full((len(probs), 3), -50.0, dtype=torch.float64)
-    for e, (_, p) in enumerate(probs):
-        logits[e, 0], logits[e, 1] = math.log(p), math.log(1 - p)
-    tokens = torch.zeros(len(probs), dtype=torch.long)
-    rows = torch.tensor([r for r, _ in probs])
-    loss = suppression_per_request(logits, tokens, rows, torch.tensor([0, 0, 1, 1]), 2, every_token=True)
-    u = lambda p: -math.log1p(-p)  # noqa: E731
-    row_loss = [(u(0.5) + u(0.9)) / 2, (u(0.2) + u(0.8)) / 2, u(0.6), u(0.1)]
-    expected = torch.tensor([(row_loss[0] + row_loss[1]) / 2, (row_loss[2] + row_loss[3]) / 2], dtype=torch.float64)
-    assert torch.allclose(loss, expected, atol=1e-9)
-    # a first token already unlikely (p 0.001) and a likely completion (p 0.99): the sequence loss is ~0.001,
-    # the every-token loss stays above 2
-    low = torch.tensor([[math.log(0.001), math.log(0.999), -50.0], [math.log(0.99), math.log(0.01), -50.0]],
-                       dtype=torch.float64)
-    two = (low, torch.zeros(2, dtype=torch.long), torch.tensor([0, 0]), torch.tensor([0]), 1)
-    assert float(suppression_per_request(*two)) < 0.01 < 2.0 < float(suppression_per_request(*two, every_token=True))
-
-
-def test_a_row_mask_takes_every_token_loss_for_its_rows_only():
-    """every_token as a bool mask [rows]: masked rows take the per-token mean, the others the whole answer's."""
-    probs = [(0, 0.001), (0, 0.99), (1, 0.001), (1, 0.99), (2, 0.3), (3, 0.2)]
-    logits = torch.full((len(probs), 3), -50.0, dtype=torch.float64)
-    for e, (_, p) in enumerate(probs):
-        logits[e, 0], logits[e, 1] = math.log(p), math.log(1 - p)
-    args = (logits, torch.zeros(len(probs), dtype=torch.long), torch.tensor([r for r, _ in probs]),
-            torch.tensor([0, 0, 1, 1]), 2)
-    whole, every = suppression_per_request(*args), suppression_per_request(*args, every_token=True)
-    mask = torch.tensor([True, True, False, False])  # request 0's rows per token, request 1's whole answers
-    mixed = suppression_per_request(*args, every_token=mask)
-    assert torch.allclose(mixed, torch.stack([every[0], whole[1]]), atol=1e-12)
-    assert float(every[0]) > 2.0 > 0.01 > float(whole[0])  # the likely completion is what the mask adds
-    assert torch.equal(suppression_per_request(*args, every_token=torch.ones(4, dtype=torch.bool)), every)
-
-
-def test_known_requests_reads_the_argmax_share_of_each_requests_answer_tokens():
-    logits = torch.tensor([[2.0, 1.0], [0.0, 1.0], [3.0, 0.0], [1.0, 2.0], [0.0, 5.0], [0.0, 1.0]])
-    tokens = torch.tensor([0, 0, 0, 0, 0, 1])  # hits: 1, 0, 1, 0, 0, 1
-    entry_requests = torch.tensor([0, 0, 1, 1, 2, 3])
-    known = known_requests(logits, tokens, entry_requests, 5, 0.5)  # request 4 has no entries
-    assert known.tolist() == [True, True, False, True, False]
-    assert known_requests(logits, tokens, entry_requests, 5, 0.51).tolist() == [False, False, False, True, False]
-
-
-def _two_word_answer(model, tok, prompt: str, first: str) -> str:
-    """``first`` and then the model's second-ranked word after ``prompt + first`` (a completion it does not give)."""
-    ids = tok(prompt + " " + first, return_tensors="pt").input_ids
-    with torch.no_grad():
-        second = int(model(ids).logits[0, -1].topk(2).indices[1])
-    return first + " " + tok.convert_ids_to_tokens(second)
-
-
-def test_known_gate_gives_every_token_targets_to_known_requests_and_whole_answer_ones_to_the_others(tok, tmp_path):
-    """suppress_every_token: known. Two-word answers: two requests whose first word is the model's top word
-    (token accuracy 0.5: known), one whose first word it gives p < 0.01 (accuracy 0). The known ones get the
-    every-token targets (not the whole answer's); the other the whole-answer one, which is no residual (already
-    suppressed), where the every-token loss would still move it (its second word keeps p > 0.02)."""
-    model = sharp_tiny_llama(tok)
-    requests = _known_requests(model, tok)[:2] + forget_requests()[2:]
-    for request in requests:
-        request["ground_truth"] = _two_word_answer(model, tok, request["prompt"], request["ground_truth"])
-
-    def targets(**experimental):
-        return neutral_targets(model, tok, requests, tiny_gd_target_hparams(
-            tmp_path, target_objective="suppress_answer", experimental=experimental))
-
-    gated, every, whole = targets(suppress_every_token="known"), targets(suppress_every_token=True), targets()
-    assert torch.allclose(gated.z[:2], every.z[:2], atol=1e-5) and torch.allclose(gated.nll[:2], every.nll[:2])
-    assert not torch.allclose(gated.z[:2], whole.z[:2], atol=1e-3)
-    assert torch.equal(gated.z[2], whole.z[2]) and torch.equal(gated.z[2], gated.h0[2])
-    assert gated.steps_run[2] == 0 and every.steps_run[2] > 0 and min(gated.steps_run[:2]) > 0
-
-
 def test_hparams_refuse_what_the_objective_cannot_do(tmp_path):
     with pytest.raises(HParamsError, match="target_objective"):
         tiny_gd_target_hparams(tmp_path, target_objective="unlikelihood")
-    with pytest.raises(HParamsError, match="suppress_every_token.*needs target_objective 'suppress_answer'"):
-        tiny_gd_target_hparams(tmp_path, experimental={"suppress_every_token": True})
-    for bad in (1, "all", None):
-        with pytest.raises(HParamsError, match="experimental.suppress_every_token.*true, false or 'known'"):
-            tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer",
-                                   experimental={"suppress_every_token": bad})
+    # the retired experiments of issue 37 fail with the reason and where the code went
+    for key in ("suppress_every_token", "completion_requests", "completion_neighbours"):
+        with pytest.raises(HParamsError, match=f"'experimental.{key}' was retired: .*i37-all-token-experiments"):
+            tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer", experimental={key: True})
     assert tiny_gd_target_hparams(tmp_path).target_objective == "neutral"  # the paper's default
 
 
@@ -192,12 +113,6 @@ def test_the_paper_keeps_its_target_cache_keys(tok, tmp_path):
         target_settings(model, tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer"))["objective"]
         == "suppress_answer"
     )
-    every = tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer",
-                                   experimental={"suppress_every_token": True})
-    assert target_settings(model, every)["objective"] == "suppress_answer_tokens"  # other targets, another key
-    known = tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer",
-                                   experimental={"suppress_every_token": "known"})
-    assert target_settings(model, known)["objective"] == "suppress_known_answer_tokens"
 
 
 def test_suppression_targets_push_the_answer_down(tok, tmp_path):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Literal, Optional, Union, get_args, get_origin, get_type_hints
 
-from zerounlearn_editor.engine.retired_keys import RETIRED_KEYS, retired_key_errors  # noqa: F401 (RETIRED_KEYS: old import path)
+from zerounlearn_editor.engine.retired_keys import RETIRED_EXPERIMENTAL_KEYS, RETIRED_KEYS, retired_key_errors  # noqa: F401 (RETIRED_KEYS: old import path)
 from zerounlearn_editor.support.structured_files import read_structured
 
 _SCI_NOTATION = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
@@ -300,23 +300,11 @@ class EditHyperParams(BaseHyperParams):
 
     # Experiments (opt-in): a mapping whose keys must be declared in EXPERIMENTAL_KEYS (key -> help)
     EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {
-        "suppress_every_token": "with `target_objective: suppress_answer`, `true`: the loss is the mean of "
-        "`-log(1 - p)` over the answer's tokens, each given the earlier ones, so a multi-token answer's completion "
-        "goes too (lower all-token Eff at a perplexity cost: benchmarks/RESULTS.md, 'Scale'); `known`: only for the "
-        "requests the unedited model answers (token accuracy >= 0.5 over their rewriting rows)",
-        "completion_requests": "with `target_objective: suppress_answer`, `true`: each known request (token "
-        "accuracy >= 0.5) also gets one forget request per answer position the unedited model completes (key at the "
-        "answer's token, target: the rest of the answer unlikely there; `engine.completions`)",
-        "completion_neighbours": "with `completion_requests`, an integer k >= 1 (`true` = 1): each completion "
-        "request's answer prefix after the prompt with k other requests' subjects, and at the start of a text, join "
-        "the retain keys (weighted by the method's retain weights, which must be > 0)",
         "fewshot_contexts": "deep forgetting: this many extra context prefixes of 3 hand-written facts each "
         "(`engine.contexts.fewshot_prefixes`), so keys and targets also see in-context prompts",
     }
     experimental: Dict[str, Any] = field(default_factory=dict, metadata={"help": (
-        "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`, `suppress_every_token`, "
-        "`completion_requests`; "
-        "ZeroUnlearn-GD also "
+        "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`; ZeroUnlearn-GD also "
         "`forgotten_protection_weight`, see \"Forgetting over time\"); an experiment that does not win on report "
         "data leaves again"
     )})
@@ -352,29 +340,13 @@ class EditHyperParams(BaseHyperParams):
             if not value >= 0 or value == float("inf"):
                 raise HParamsError(f"{source}: key {key!r} must be finite and >= 0, got {value!r}")
         unknown = sorted(set(self.experimental) - set(self.EXPERIMENTAL_KEYS))
+        retired = [f"'experimental.{key}' was retired: {RETIRED_EXPERIMENTAL_KEYS[key]}" for key in unknown
+                   if key in RETIRED_EXPERIMENTAL_KEYS]
+        if retired:
+            raise HParamsError(f"{source}: " + "; ".join(retired))
         if unknown:
             declared = sorted(self.EXPERIMENTAL_KEYS) or "none"
             raise HParamsError(f"{source}: unknown key(s) {unknown} under 'experimental' (declared: {declared})")
-        every_token = self.experimental.get("suppress_every_token", False)
-        if not (isinstance(every_token, bool) or every_token == "known"):
-            raise HParamsError(f"{source}: key 'experimental.suppress_every_token' must be true, false or 'known', "
-                               f"got {every_token!r}")
-        completions = self.experimental.get("completion_requests", False)
-        if not isinstance(completions, bool):
-            raise HParamsError(f"{source}: key 'experimental.completion_requests' must be true or false, "
-                               f"got {completions!r}")
-        for key, value in (("suppress_every_token", every_token), ("completion_requests", completions)):
-            if value and self.target_objective != "suppress_answer":
-                raise HParamsError(f"{source}: key 'experimental.{key}' needs target_objective 'suppress_answer', "
-                                   f"got {self.target_objective!r}")
-        neighbours = self.experimental.get("completion_neighbours", False)
-        if not isinstance(neighbours, int) or (not isinstance(neighbours, bool) and neighbours < 1):
-            raise HParamsError(f"{source}: key 'experimental.completion_neighbours' must be true, false or an "
-                               f"integer >= 1, got {neighbours!r}")
-        if neighbours and not (completions and any(v > 0 for v in self.retain_weights().values())):
-            raise HParamsError(f"{source}: key 'experimental.completion_neighbours' needs "
-                               "'experimental.completion_requests: true' and a retain weight > 0 "
-                               f"({sorted(self.retain_weights()) or 'this method has none'})")
         fewshot = self.experimental.get("fewshot_contexts", 0)
         if isinstance(fewshot, bool) or not isinstance(fewshot, int) or fewshot < 0:
             raise HParamsError(

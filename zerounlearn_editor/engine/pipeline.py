@@ -230,15 +230,6 @@ def request_target_ids(tok, forget: Sequence[ForgetRequest], hparams: EditHyperP
     return [target_token_ids(tok, r.target or hparams.neutral_target) for r in forget]
 
 
-def _target_objective(hparams: EditHyperParams) -> str:
-    """The targets' loss: ``target_objective``, or with ``experimental.suppress_every_token`` (``true`` /
-    ``known``) the per-token suppression of every answer / of the known answers."""
-    every = hparams.experimental.get("suppress_every_token", False)
-    if every == "known":
-        return "suppress_known_answer_tokens"
-    return "suppress_answer_tokens" if every else hparams.target_objective
-
-
 def _target_config(model: nn.Module, hparams: EditHyperParams) -> TargetConfig:
     return TargetConfig(
         layer_module=hparams.layer_module_tmp.format(hparams.layers[-1]),
@@ -254,7 +245,7 @@ def _target_config(model: nn.Module, hparams: EditHyperParams) -> TargetConfig:
         early_stop_loss=hparams.v_early_stop_loss,
         chunk_size=hparams.chunk_size,
         optimizer=hparams.targets_optimizer,
-        objective=_target_objective(hparams),
+        objective=hparams.target_objective,
     )
 
 
@@ -285,7 +276,7 @@ def check_edit_inputs(
             "0 "
             f"(e.g. hparams/ZeroUnlearn-GD/<model>-retain.yaml)"
         )
-    if active and not keep and not hparams.experimental.get("completion_neighbours"):
+    if active and not keep:
         LOG.warning(
             "%s: %s set but no retain set was given; those terms have no effect on this edit", hparams.alg_name,
             ", ".join(active),
@@ -360,13 +351,9 @@ def _run_layerwise_edit(
     report = EditReport()
     with _timer(report, "validate"):
         plan = check_edit_inputs(model, tok, requests, hparams, retain)
-        forget = plan.forget
+        forget, keep, target_ids = plan.forget, plan.keep, plan.target_ids
         post_maps = detect_post_mlp_maps(model, hparams.layer_module_tmp, hparams.rewrite_module_tmp, hparams.layers)
-    report.retain_count = len(plan.keep)
-    if hparams.experimental.get("completion_requests"):
-        with _timer(report, "completions"):
-            plan = _plan_with_completions(model, tok, plan)
-    edit_forget, edit_target_ids, keep = plan.forget, plan.target_ids, plan.keep
+    report.retain_count = len(keep)
     LOG.info("%s: unlearning %d fact(s) at layers %s%s", hparams.alg_name, len(forget), list(hparams.layers),
              f" with {len(keep)} retain fact(s)" if keep else "")
     with _timer(report, "statistics"):
@@ -379,14 +366,12 @@ def _run_layerwise_edit(
         prefixes = _edit_prefixes(model, tok, forget, hparams)
     with _timer(report, "targets"):
         if targets is None:
-            targets = stages.targets(model, tok, edit_forget, edit_target_ids, prefixes,
-                                     _target_config(model, hparams))
-        elif targets.z.shape[0] != len(edit_forget):
-            raise ValueError(f"precomputed targets are for {targets.z.shape[0]} requests, got {len(edit_forget)} "
-                             "requests" + (" (with their completion requests)" if edit_forget is not forget else ""))
+            targets = stages.targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
+        elif targets.z.shape[0] != len(forget):
+            raise ValueError(f"precomputed targets are for {targets.z.shape[0]} requests, got {len(forget)} requests")
     report.target_nll = targets.nll.tolist()
     report.target_steps = list(targets.steps_run)
-    _warn_unreached_targets(edit_forget, targets, hparams, report)
+    _warn_unreached_targets(forget, targets, hparams, report)
 
     weights_copy: Dict[str, torch.Tensor] = {}
     for layer in hparams.layers:
@@ -529,32 +514,7 @@ def neutral_targets(
     forget, target_ids = _checked_forget(model, tok, requests, hparams)
     with eval_mode(model):
         prefixes = _edit_prefixes(model, tok, forget, hparams)
-        if hparams.experimental.get("completion_requests"):
-            forget, target_ids = _with_completions(model, tok, forget, target_ids)
         return optimise_neutral_targets(model, tok, forget, target_ids, prefixes, _target_config(model, hparams))
-
-
-def _with_completions(model: nn.Module, tok, forget: List[ForgetRequest],
-                      target_ids: List[List[int]]) -> Tuple[List[ForgetRequest], List[List[int]]]:
-    """``experimental.completion_requests``: the requests with their completion requests
-    (:mod:`~zerounlearn_editor.engine.completions`), known at the targets' share."""
-    from zerounlearn_editor.engine.completions import expand_with_completions
-    from zerounlearn_editor.engine.targets import KNOWN_MIN_ACCURACY
-
-    return expand_with_completions(model, tok, forget, target_ids, KNOWN_MIN_ACCURACY)
-
-
-def _plan_with_completions(model: nn.Module, tok, plan: EditPlan) -> EditPlan:
-    """``plan`` with the completion requests after their requests and, with ``completion_neighbours``, their keep
-    rows after the retain requests (:mod:`~zerounlearn_editor.engine.completions`)."""
-    from zerounlearn_editor.engine.completions import completion_neighbours
-
-    forget, target_ids = _with_completions(model, tok, plan.forget, plan.target_ids)
-    keep = plan.keep
-    neighbours = plan.hparams.experimental.get("completion_neighbours")
-    if neighbours:
-        keep = keep + completion_neighbours(plan.forget, forget, int(neighbours))
-    return dataclasses.replace(plan, forget=forget, target_ids=target_ids, keep=keep)
 
 
 def _edit_prefixes(model: nn.Module, tok, forget: List[ForgetRequest], hparams: EditHyperParams) -> List[str]:
@@ -573,8 +533,6 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
         config.pop("objective")
     if hparams.experimental.get("fewshot_contexts"):
         config["fewshot_contexts"] = int(hparams.experimental["fewshot_contexts"])
-    if hparams.experimental.get("completion_requests"):
-        config["completion_requests"] = True
     return dict(
         config,
         context_template_count=hparams.context_template_count,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-__all__ = ["RETIRED_KEYS", "retired_key_errors"]
+__all__ = ["RETIRED_EXPERIMENTAL_KEYS", "RETIRED_KEYS", "retired_key_errors"]
 
 _GD_RETAIN = "ZeroUnlearn-GD with retain_nullspace_weight (hparams/ZeroUnlearn-GD/<model>-retain.yaml)"
 RETIRED_KEYS: Dict[str, str] = {
@@ -67,3 +67,20 @@ def retired_key_errors(config: Dict[str, Any], known: Any) -> List[str]:
             if entry in RETIRED_KEYS and (entry != key or key not in known):
                 errors.append(f"{entry!r} was retired: {RETIRED_KEYS[entry]}")
     return errors
+
+
+RETIRED_EXPERIMENTAL_KEYS: Dict[str, str] = {
+    # experiments of issue 37 (all-token Eff at 1,000 facts) that did not win on report data; their code is on the
+    # branch i37-all-token-experiments
+    "suppress_every_token": "the every-token targets took the known all-token Eff to 14-19% of base "
+    "but not with Spe >= 75% and PPL <= +3% on every seed (benchmarks/RESULTS.md, 'Scale'; "
+    "benchmarks/notebook/2026-11-27-all-token-levers.md); delete the key (the code is on the branch "
+    "i37-all-token-experiments)",
+    "completion_requests": "editing at the answer's own tokens removed the completion but also the "
+    "neighbours' answers (Spe 37-46%; benchmarks/notebook/2026-11-27-completion-requests.md); delete the key (the "
+    "code is on the branch i37-all-token-experiments)",
+    "completion_neighbours": "part of completion_requests (keep rows: Spe 68-79% at 21-23% of base, "
+    "over 15 minutes at 1,000 facts; benchmarks/notebook/2026-11-27-completion-requests.md); delete the key (the "
+    "code is on the branch i37-all-token-experiments)",
+}
+"""Retired keys under ``experimental:``: a file that still sets one fails with this message."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -20,7 +20,7 @@ from zerounlearn_editor.engine.adam import adam_targets
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.requests import ForgetRequest
 from zerounlearn_editor.engine.targets.kv_suffix import OPTIMIZERS, KVSuffix, SuffixLayers, note_kv_fallback
-from zerounlearn_editor.engine.targets.rows import encode_target_rows, known_requests, suppression_per_request
+from zerounlearn_editor.engine.targets.rows import encode_target_rows, suppression_per_request
 from zerounlearn_editor.support.model_access import (
     StopForward,
     capture_outputs,
@@ -54,10 +54,7 @@ class TargetConfig:
     # "adam_kv": the active rows on the KV-cached suffix (see .kv_suffix)
     optimizer: str = "adam"
     # "neutral": per target token the NLL -log p (the paper); "suppress_answer": the target tokens are the
-    # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in); "suppress_answer_tokens"
-    # (experimental.suppress_every_token: true): the mean of -log(1 - p(token | earlier answer tokens)) per row;
-    # "suppress_known_answer_tokens" (suppress_every_token: known): that mean for the requests the unedited model
-    # answers (token accuracy >= KNOWN_MIN_ACCURACY over their rewriting rows), the whole answer's for the others
+    # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in)
     objective: str = "neutral"
 
 
@@ -71,12 +68,11 @@ class NeutralTargets:
     steps_run: List[int]
 
 
-TARGET_OBJECTIVES = ("neutral", "suppress_answer", "suppress_answer_tokens", "suppress_known_answer_tokens")
+TARGET_OBJECTIVES = ("neutral", "suppress_answer")
 
 KNOWN_MIN_ACCURACY = 0.5
-"""``suppress_known_answer_tokens``: a request is *known* when the unedited model's argmax gives at least this share
-of its answer tokens (teacher-forced, over its rewriting rows); the benchmarks' known subset uses the same
-share on the bare prompt."""
+"""A request is *known* when the unedited model's argmax gives at least this share of its answer tokens
+(teacher-forced, on the bare prompt): the benchmarks' known subset."""
 
 FAR_ABOVE_STOP_FACTOR = 10.0
 FAR_ABOVE_STOP_FLOOR = math.log(10.0)
@@ -148,7 +144,6 @@ class _Problem:
             else:
                 note_kv_fallback(model)
         self.kl_init: Optional[torch.Tensor] = None  # [n, vocab] log-probs at delta = 0
-        self.known: Optional[torch.Tensor] = None  # [n] bool, suppress_known_answer_tokens: set at delta = 0
 
     def _hidden(self, rows: torch.Tensor, delta_rows: torch.Tensor) -> torch.Tensor:
         """Final-norm hidden states ``[k, seq, d]`` of ``rows`` ``[k]`` with ``delta_rows`` ``[k, d]`` added
@@ -197,7 +192,7 @@ class _Problem:
         cfg = self.cfg
         req_list = reqs.tolist()
         if self.kl_init is None and len(req_list) != self.n:
-            raise RuntimeError("the first loss evaluation must cover every request (KL reference, known answers)")
+            raise RuntimeError("the first loss evaluation must cover every request (the KL reference)")
         if self.all_rows:
             rows = torch.arange(len(self.row_req))
         else:
@@ -236,16 +231,9 @@ class _Problem:
         if cfg.objective.startswith("suppress"):
             # -log(1 - p(answer)) per rewriting row, averaged over the request's rows
             used_rows, entry_row_local = torch.unique(self.t_rows[keep_t], return_inverse=True)
-            every: Union[bool, torch.Tensor] = cfg.objective == "suppress_answer_tokens"
-            if cfg.objective == "suppress_known_answer_tokens":
-                if self.known is None:  # the first evaluation: every request, delta = 0
-                    self.known = known_requests(
-                        logits[:n_t].detach(), self.t_tok[keep_t].to(hdev), self.t_req[keep_t].to(hdev), self.n,
-                        KNOWN_MIN_ACCURACY).cpu()
-                every = self.known[self.row_req[used_rows]]
             nll = suppression_per_request(
                 logits[:n_t], self.t_tok[keep_t].to(hdev), entry_row_local.to(hdev),
-                local[self.row_req[used_rows]].to(hdev), len(req_list), every_token=every,
+                local[self.row_req[used_rows]].to(hdev), len(req_list),
             )
         else:
             logp_t = torch.log_softmax(logits[:n_t], dim=-1)

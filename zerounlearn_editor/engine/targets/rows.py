@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Sequence, Union
+from typing import List, Sequence
 
 import torch
 
@@ -25,38 +25,16 @@ def suppression_loss(seq_logp: torch.Tensor) -> torch.Tensor:
     return -torch.log(-torch.expm1(seq_logp.clamp(max=-1e-30)))
 
 
-def known_requests(logits: torch.Tensor, tokens: torch.Tensor, entry_requests: torch.Tensor, n: int,
-                   min_accuracy: float) -> torch.Tensor:
-    """Bool ``[n]``: the requests whose answer tokens are the argmax of ``logits`` ``[m, vocab]`` for at least
-    ``min_accuracy`` of their entries (``tokens`` ``[m]`` the answer tokens, teacher-forced; ``entry_requests``
-    ``[m]`` each entry's request): the answers the model gives."""
-    hits = (logits.argmax(-1) == tokens).to(torch.float64)
-    total = torch.zeros(n, dtype=torch.float64, device=logits.device).index_add(0, entry_requests, hits)
-    count = torch.zeros(n, dtype=torch.float64, device=logits.device).index_add(0, entry_requests,
-                                                                                 torch.ones_like(hits))
-    return (count > 0) & (total >= min_accuracy * count)
-
-
 def suppression_per_request(logits: torch.Tensor, tokens: torch.Tensor, entry_rows: torch.Tensor,
-                            row_requests: torch.Tensor, n: int,
-                            every_token: Union[bool, torch.Tensor] = False) -> torch.Tensor:
+                            row_requests: torch.Tensor, n: int) -> torch.Tensor:
     """Per-request suppression loss ``[n]``: the mean over a request's rewriting rows of ``-log(1 -
     p(answer))``, ``p(answer)`` the whole answer's probability. ``logits`` ``[m, vocab]`` and ``tokens``
     ``[m]``: one entry per answer token, in rewriting row ``entry_rows[e]``; ``row_requests`` ``[rows]``: each
-    row's request. ``every_token`` (``True`` or a bool mask ``[rows]``): those rows take instead the mean over
-    the answer's tokens of ``-log(1 - p(token | earlier answer tokens))``."""
+    row's request."""
     rows = len(row_requests)
     token_logp = answer_logprobs(logits, tokens)
     seq_logp = torch.zeros(rows, device=logits.device, dtype=logits.dtype).index_add(0, entry_rows, token_logp)
     per_row = suppression_loss(seq_logp)
-    every = every_token if isinstance(every_token, torch.Tensor) else torch.full((rows,), bool(every_token))
-    if bool(every.any()):  # experiment: the mean over the answer's tokens of -log(1 - p(token | earlier ones))
-        per_entry = suppression_loss(token_logp)
-        tok_count = torch.zeros(rows, device=logits.device, dtype=logits.dtype).index_add(
-            0, entry_rows, torch.ones_like(per_entry))
-        per_token_row = torch.zeros(rows, device=logits.device, dtype=logits.dtype).index_add(
-            0, entry_rows, per_entry) / tok_count.clamp_min(1)
-        per_row = torch.where(every.to(per_row.device), per_token_row, per_row)
     counts = torch.bincount(row_requests, minlength=n).clamp_min(1).to(per_row.dtype)
     return torch.zeros(n, device=logits.device, dtype=per_row.dtype).index_add(0, row_requests, per_row) / counts
 
