@@ -12,6 +12,7 @@ from torch import nn
 from zerounlearn_editor.engine.encoding import EncodedBatch, encode_rows
 from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
 from zerounlearn_editor.engine.requests import ForgetRequest
+from zerounlearn_editor.support.memory import release_free_memory
 from zerounlearn_editor.support.model_access import StopForward, capture_inputs, capture_outputs, model_device
 
 KEY_ROWS_PER_PASS = 32
@@ -104,6 +105,7 @@ def read_keys_and_hidden(
         hidden.append(h.view(len(chunk), n_ctx, -1)[:, 0].cpu())
         inputs.clear()  # the chunk's captured activations go before the next chunk's forward pass
         outputs.clear()
+        release_free_memory()  # and their pages leave the heap (glibc keeps freed blocks otherwise)
     return LayerReadout(
         keys=torch.cat(keys).t().contiguous(), hidden=torch.cat(hidden),
         context_mom2=None if mom2 is None else mom2.cpu(), context_count=count,
