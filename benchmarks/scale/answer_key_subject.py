@@ -21,22 +21,18 @@ Usage (one torch thread; writes JSON and prints a markdown table)::
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import random
 from pathlib import Path
 from typing import Dict, List
 
 import torch
+from completion_floor import known_draw  # a sibling script (this one runs as a file)
 from torch import nn
 
-from zerounlearn_editor.bench.case_scoring import score_cases
-from zerounlearn_editor.bench.scale import known_mask
-from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.support.files import write_json_atomic
 from zerounlearn_editor.support.model_access import get_module
-from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
 LOG = logging.getLogger("answer_key_subject")
 
@@ -61,21 +57,10 @@ def _difference(a: torch.Tensor, b: torch.Tensor) -> Dict[str, torch.Tensor]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--n", type=int, default=1000)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--model", default="smollm2")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    torch.manual_seed(0)
-    model, tok = load_model_and_tokenizer(args.model, dtype="float32")
+    args, model, tok, known = known_draw(__doc__.split("\n")[0])
     templates = detect_templates(model)
     n_layers = templates["num_layers"]
     key_modules = [get_module(model, templates["rewrite_module_tmp"].format(i)) for i in range(n_layers)]
-    cases = sample_cases(load_cases(args.data), args.n, args.seed)
-    known = [c for c, k in zip(cases, known_mask(score_cases(model, tok, cases))) if k]
     others = [c.request["subject"] for c in known]
     random.Random(args.seed).shuffle(others)
     answer_rows, subject_rows = [], []

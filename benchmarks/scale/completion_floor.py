@@ -27,7 +27,7 @@ import logging
 import random
 from pathlib import Path
 from statistics import fmean
-from typing import Dict, List
+from typing import Any, Dict, List, Tuple
 
 import torch
 
@@ -56,8 +56,10 @@ def _later(scores: Dict[str, List[float]]) -> List[float]:
     return out or [0.0]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def known_draw(description: str) -> Tuple[argparse.Namespace, Any, Any, List[Any]]:
+    """The command line shared by the scale probes (``--data --n --seed --model --out``), the model and the known
+    cases of the draw (token accuracy >= 0.5 on the unedited model): ``(args, model, tok, known)``."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--data", required=True)
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
@@ -68,8 +70,12 @@ def main() -> None:
     torch.manual_seed(0)
     model, tok = load_model_and_tokenizer(args.model, dtype="float32")
     cases = sample_cases(load_cases(args.data), args.n, args.seed)
-    pre = score_cases(model, tok, cases)
-    known = [c for c, k in zip(cases, known_mask(pre)) if k]
+    known = [c for c, k in zip(cases, known_mask(score_cases(model, tok, cases))) if k]
+    return args, model, tok, known
+
+
+def main() -> None:
+    args, model, tok, known = known_draw(__doc__.split("\n")[0])
     rng = random.Random(args.seed)
     others = [c.request["subject"] for c in known]
     rng.shuffle(others)

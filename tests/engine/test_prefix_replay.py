@@ -192,6 +192,18 @@ def test_key_reads_hold_at_most_key_rows_per_pass_rows(tok, monkeypatch):
     torch.testing.assert_close(big.hidden, single.hidden, rtol=1e-5, atol=1e-6)
 
 
+def _assert_layer_3_read_replays_bit_for_bit(model, tok, replay):
+    """A read at layer 3 through ``replay`` runs no layer 0 and equals a full forward pass bit for bit."""
+    calls, handle = _count_calls(model.model.layers[0])
+    try:
+        replayed = _read(model, tok, "llama", 3, replay)
+    finally:
+        handle.remove()
+    assert not calls, "layer 0 ran although its output was stored"
+    full = _read(model, tok, "llama", 3)
+    assert torch.equal(replayed.keys, full.keys) and torch.equal(replayed.hidden, full.hidden)
+
+
 def test_outputs_past_the_memory_budget_are_replayed_from_files_and_removed(tok, tmp_path):
     """memory_bytes = 0: every chunk's output goes to a file in spill_dir; later reads replay them bit for bit
     without running the unedited layers, and clear() removes the folder."""
@@ -203,14 +215,7 @@ def test_outputs_past_the_memory_budget_are_replayed_from_files_and_removed(tok,
     assert torch.equal(first.keys, _read(model, tok, "llama", 2).keys)
     with torch.no_grad():
         model.model.layers[2].mlp.down_proj.weight.mul_(1.3)
-    calls, handle = _count_calls(model.model.layers[0])
-    try:
-        replayed = _read(model, tok, "llama", 3, replay)
-    finally:
-        handle.remove()
-    assert not calls, "layer 0 ran although its output was in a file"
-    full = _read(model, tok, "llama", 3)
-    assert torch.equal(replayed.keys, full.keys) and torch.equal(replayed.hidden, full.hidden)
+    _assert_layer_3_read_replays_bit_for_bit(model, tok, replay)
     replay.clear()
     assert not list(tmp_path.iterdir()) and replay.spilled_bytes == 0
     budget = LayerPrefixReplay(model, "model.layers.{}", 2, memory_bytes=10**9, spill_dir=str(tmp_path))
@@ -230,11 +235,4 @@ def test_a_spill_folder_that_cannot_be_written_keeps_the_outputs_in_memory(tok, 
     assert "cannot write to a temporary folder" in caplog.text
     assert replay.spilled_bytes == 0 and sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
     assert torch.equal(first.keys, _read(model, tok, "llama", 2).keys)
-    calls, handle = _count_calls(model.model.layers[0])
-    try:
-        replayed = _read(model, tok, "llama", 3, replay)
-    finally:
-        handle.remove()
-    assert not calls, "layer 0 ran although its output was stored"
-    full = _read(model, tok, "llama", 3)
-    assert torch.equal(replayed.keys, full.keys) and torch.equal(replayed.hidden, full.hidden)
+    _assert_layer_3_read_replays_bit_for_bit(model, tok, replay)
