@@ -1,10 +1,10 @@
 """Per layer: how much the MLP key at a known answer's first token depends on the subject (issue 37).
 
-An edit keyed at the answer's own token (the retired ``experimental.completion_requests``, on the branch
-i37-all-token-experiments) removes a multi-token answer's completion (" Toy" -> "ota") only as far as that key
-tells the forgotten subject from the other subjects that share the answer (CounterFact's neighbours share relation
-and answer). For the known cases of a draw (token accuracy >= 0.5 on the unedited model) with a multi-token
-answer, the key (the down-projection's input at the last position) is read at every layer for
+An edit keyed at the answer's own token (the retired ``experimental.completion_requests``, at commit 0247767)
+removes a multi-token answer's completion (" Toy" -> "ota") only as far as that key tells the forgotten subject
+from the other subjects that share the answer (CounterFact's neighbours share relation and answer). For the known
+cases of a draw (token accuracy >= 0.5 on the unedited model) with a multi-token answer, the key (the
+down-projection's input at the last position) is read at every layer for
 
 * ``prompt + a_1``: the forget prompt followed by the answer's first token;
 * ``swapped + a_1``: the same with the subject replaced by another known case's subject;

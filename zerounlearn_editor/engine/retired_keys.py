@@ -71,16 +71,16 @@ def retired_key_errors(config: Dict[str, Any], known: Any) -> List[str]:
 
 RETIRED_EXPERIMENTAL_KEYS: Dict[str, str] = {
     # experiments of issue 37 (all-token Eff at 1,000 facts) that did not win on report data; their code is on the
-    # branch i37-all-token-experiments
+    # branch i37-all-token-experiments (commit 0247767)
     "suppress_every_token": "the every-token targets took the known all-token Eff to 14-19% of base "
     "but not with Spe >= 75% and PPL <= +3% on every seed (benchmarks/RESULTS.md, 'Scale'; "
     "benchmarks/notebook/2026-11-27-all-token-levers.md); delete the key (the code is on the branch "
-    "i37-all-token-experiments)",
+    "i37-all-token-experiments, commit 0247767)",
     "completion_requests": "editing at the answer's own tokens removed the completion but also the "
     "neighbours' answers (Spe 37-46%; benchmarks/notebook/2026-11-27-completion-requests.md); delete the key (the "
-    "code is on the branch i37-all-token-experiments)",
+    "code is on the branch i37-all-token-experiments, commit 0247767)",
     "completion_neighbours": "part of completion_requests (keep rows: Spe 68-79% at 21-23% of base, "
     "over 15 minutes at 1,000 facts; benchmarks/notebook/2026-11-27-completion-requests.md); delete the key (the "
-    "code is on the branch i37-all-token-experiments)",
+    "code is on the branch i37-all-token-experiments, commit 0247767)",
 }
 """Retired keys under ``experimental:``: a file that still sets one fails with this message."""
