@@ -54,7 +54,7 @@ from zerounlearn_editor.bench.config import BenchConfigError
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours
 from zerounlearn_editor.bench.runner import PPL_TEXT
-from zerounlearn_editor.bench.speed_measure import MemoryMeter, release_free_memory
+from zerounlearn_editor.bench.speed_measure import MemoryMeter
 from zerounlearn_editor.bench.stages import Stage
 from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.data.types import UnlearnCase
@@ -62,7 +62,7 @@ from zerounlearn_editor.engine.forgotten_state import attach_state, load_state, 
 from zerounlearn_editor.engine.hparams import EditHyperParams
 from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, restore_weights, target_settings
 from zerounlearn_editor.engine.stats import SecondMoment, StatsRequest, cached_second_moments
-from zerounlearn_editor.engine.targets import KNOWN_MIN_ACCURACY, NeutralTargets
+from zerounlearn_editor.engine.targets import NeutralTargets
 from zerounlearn_editor.evaluation.easyedit_format import CaseScores
 from zerounlearn_editor.evaluation.selection import select_known_cases
 from zerounlearn_editor.support.files import (
@@ -72,10 +72,12 @@ from zerounlearn_editor.support.files import (
     write_json_atomic,
     write_text_atomic,
 )
+from zerounlearn_editor.support.memory import release_free_memory
 from zerounlearn_editor.support.plotting import pyplot, save_figure
 from zerounlearn_editor.support.resources import shared_file
 
 __all__ = [
+    "KNOWN_MIN_ACCURACY",
     "ScaleConfig",
     "PROBE_COLUMNS",
     "known_mask",
@@ -91,6 +93,11 @@ LOG = logging.getLogger(__name__)
 
 PROBE_COLUMNS = ("eff", "eff_first", "gen", "gen_first", "spe")
 """Probe metrics reported on all cases and on the known subset (``<key>_known``)."""
+
+
+KNOWN_MIN_ACCURACY = 0.5
+"""A case is *known* when the unedited model's argmax gives at least this share of its forget prompts' answer
+tokens (teacher-forced): the known subset the scale tables report."""
 
 
 @dataclass

@@ -11,10 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from zerounlearn_editor.support.memory import release_free_memory
-
-__all__ = ["MemoryMeter", "RANDOM_CONFIGS", "build_random_model", "release_free_memory", "ru_maxrss_bytes",
-           "sync_device"]
+__all__ = ["MemoryMeter", "RANDOM_CONFIGS", "build_random_model", "ru_maxrss_bytes", "sync_device"]
 
 RANDOM_CONFIGS: Dict[str, Dict[str, Any]] = {
     # Llama-3.2-3B-Instruct's dimensions (random weights, bf16)

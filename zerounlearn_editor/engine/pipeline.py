@@ -574,7 +574,6 @@ def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], tar
             )
         if replay is not None and position == len(hparams.layers) - 1:
             replay.clear()  # the last read: free the stored outputs before the solve
-        release_free_memory()  # the passes' freed blocks leave the heap before the solve's float64 workspace
         with _timer(report, "solve"):
             W = get_weight_matrix(module).detach().double()
             device = W.device
@@ -602,7 +601,7 @@ def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], tar
         with _timer(report, "write_back"):
             set_weight_matrix(module, new_W)
         LOG.info("layer %d edited: relative change %.3e", layer, report.layer_change_norm[layer])
-        release_free_memory()  # and the solve's, before the next layer's key read
+        release_free_memory()  # the solve's freed workspace leaves the heap before the next layer's key read
         bar.update(1)
     bar.close()
 

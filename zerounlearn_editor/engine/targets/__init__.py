@@ -70,10 +70,6 @@ class NeutralTargets:
 
 TARGET_OBJECTIVES = ("neutral", "suppress_answer")
 
-KNOWN_MIN_ACCURACY = 0.5
-"""A request is *known* when the unedited model's argmax gives at least this share of its answer tokens
-(teacher-forced, on the bare prompt): the benchmarks' known subset."""
-
 FAR_ABOVE_STOP_FACTOR = 10.0
 FAR_ABOVE_STOP_FLOOR = math.log(10.0)
 """A final target loss is *far above* the stop value ``v_early_stop_loss`` when it exceeds
