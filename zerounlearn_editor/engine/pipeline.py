@@ -574,6 +574,9 @@ def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], tar
             )
         if replay is not None and position == len(hparams.layers) - 1:
             replay.clear()  # the last read: free the stored outputs before the solve
+        # the read's own frees after its last chunk (the chunks' key lists, the previous layer's readout) leave the heap
+        # before the solve's float64 workspace: measured, 218 MB peak at 1,000 facts with this trim, 234 without
+        release_free_memory()
         with _timer(report, "solve"):
             W = get_weight_matrix(module).detach().double()
             device = W.device

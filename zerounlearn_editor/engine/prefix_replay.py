@@ -21,7 +21,6 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 import torch
 from torch import nn
 
-from zerounlearn_editor.support.memory import release_free_memory
 from zerounlearn_editor.support.model_access import get_module
 
 LOG = logging.getLogger(__name__)
@@ -93,7 +92,6 @@ class LayerPrefixReplay:
         """Drop every stored output and remove the files (after the edit's last read)."""
         self._stored.clear()
         self._bytes = self._memory = 0
-        release_free_memory()  # the stored outputs' pages leave the heap
         if self._spill is not None:
             shutil.rmtree(self._spill, ignore_errors=True)
             self._spill = None
