@@ -50,6 +50,7 @@ from zerounlearn_editor.bench.run_setup import (
     setup_methods,
 )
 from zerounlearn_editor.bench.stages import Stage
+from zerounlearn_editor.bench.stored_settings import refuse_other_settings, settings_differences
 from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.data.types import UnlearnCase
@@ -96,14 +97,10 @@ def _run_info(config: BenchConfig, model_name: str, ppl_text: Optional[str]) -> 
 
 
 def _check_stored(path: Path, record: Mapping[str, Any], run_info: Mapping[str, Any], case_ids: List[str]) -> None:
-    stored = record.get("run", {})
-    diff = [f"{k}: {stored.get(k)!r} there, {v!r} here" for k, v in run_info.items() if stored.get(k) != v]
+    diff = settings_differences(record.get("run", {}), run_info)
     if record.get("case_ids") != case_ids:
         diff.append("case_ids: a different sample of cases")
-    if diff:
-        raise BenchConfigError(
-            f"{path} holds results of another configuration ({'; '.join(diff)}); use another --out or remove it"
-        )
+    refuse_other_settings(path, diff)
 
 
 def check_stored_neighbours(path: Path, record: Mapping[str, Any], dropped: int, adding: bool) -> None:
