@@ -415,6 +415,10 @@ def test_rows_record_and_tables_print_the_perplexity_tokens_measured(ws, tok, tm
     assert meta["ppl_tokens"] == measured
     assert f"perplexity on the first {measured} tokens" in stream["table_markdown"]
     assert "1000 tokens" not in stream["table_markdown"] + summary["table_markdown"]
+    # one token cannot give a perplexity: refused when the model is there, before the statistics and any edit
+    with pytest.raises(BenchConfigError, match=r"ppl\.txt gives 1 token\(s\); perplexity needs at least 2"):
+        run_scale_batch(dataclasses.replace(_config(ws, tmp_path / "one", [2]), ppl_tokens=1), model=model, tok=tok)
+    assert not (tmp_path / "one" / "seed_1").exists()
 
 
 def test_a_yaml_in_the_working_directory_gets_a_legend_label(ws, tok, tmp_path, monkeypatch):
