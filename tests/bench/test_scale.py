@@ -473,3 +473,20 @@ def test_cli_refuses_an_option_of_the_other_mode(mode, option, tmp_path, caplog)
     assert code == 2
     assert f"bench-scale {mode}: {option[0]} is for {'stream' if mode == 'batch' else 'batch'} runs only" in caplog.text
     assert not out.exists()
+
+
+def test_the_default_perplexity_text_is_the_embedded_one(ws, tok, tmp_path, monkeypatch):
+    """Without --ppl-text, bench-scale (as bench) measures PPL on the embedded WikiText-2 test split; it used to
+    look for it in the benchmark data folder only, and stopped when none was found."""
+    from zerounlearn_editor.data.builtin import default_ppl_text
+    from zerounlearn_editor.evaluation.perplexity import perplexity
+
+    (tmp_path / "no_data").mkdir()
+    monkeypatch.setenv("ZEROUNLEARN_DATA_DIR", str(tmp_path / "no_data"))
+    model = tiny_llama(tok)
+    config = ScaleConfig(hparams=[str(ws["hparams"])], data=str(ws["data"]), seeds=[1], out=str(tmp_path / "out"),
+                         ns=[2], ppl_tokens=40)
+    run_scale_batch(config, model=model, tok=tok)
+    row = json.loads(batch_row_path(tmp_path / "out", 1, "ZeroUnlearn-GD_tiny", 2).read_text())
+    assert row["base"]["ppl"] == pytest.approx(perplexity(model, tok, default_ppl_text(), max_tokens=40))
+    assert row["ppl_tokens"] == 40

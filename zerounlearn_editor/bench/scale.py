@@ -60,10 +60,10 @@ from zerounlearn_editor.bench.case_scoring import ScoringSettings, model_metrics
 from zerounlearn_editor.bench.config import BenchConfigError
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours
-from zerounlearn_editor.bench.runner import PPL_TEXT
 from zerounlearn_editor.bench.speed_measure import MemoryMeter
 from zerounlearn_editor.bench.stages import Stage
 from zerounlearn_editor.bench.stored_settings import as_stored, refuse_other_settings, settings_differences
+from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.data.types import UnlearnCase
 from zerounlearn_editor.engine.forgotten_state import attach_state, load_state, model_state, save_state
@@ -84,7 +84,6 @@ from zerounlearn_editor.support.files import (
 )
 from zerounlearn_editor.support.memory import release_free_memory
 from zerounlearn_editor.support.plotting import pyplot, save_figure
-from zerounlearn_editor.support.resources import shared_file
 
 __all__ = [
     "KNOWN_MIN_ACCURACY",
@@ -317,8 +316,9 @@ def _setup(config: ScaleConfig, hps: List[EditHyperParams], model=None, tok=None
 
 
 def _ppl_text(config: ScaleConfig) -> Optional[str]:
-    """The perplexity text (``None`` with ``ppl_tokens == 0``)."""
-    return (config.ppl_text or str(shared_file(PPL_TEXT))) if config.ppl_tokens > 0 else None
+    """The perplexity text (``None`` with ``ppl_tokens == 0``): ``ppl_text``, else the embedded WikiText-2 test split
+    (as the bench, :func:`~zerounlearn_editor.data.builtin.default_ppl_text`)."""
+    return (config.ppl_text or str(default_ppl_text())) if config.ppl_tokens > 0 else None
 
 
 def _ppl(setup: _Setup) -> Optional[float]:
