@@ -199,6 +199,9 @@ def test_bad_settings_are_named(ws, tmp_path):
         run_scale_stream(_config(ws, tmp_path, [2, 4], rounds=2))
     with pytest.raises(BenchConfigError, match="has 8"):
         run_scale_batch(_config(ws, tmp_path, [20]), model=object(), tok=None)
+    twice = dataclasses.replace(_config(ws, tmp_path, [2]), hparams=[str(ws["hparams"])] * 2)
+    with pytest.raises(BenchConfigError, match="share the file-name tag 'ZeroUnlearn-GD_tiny'"):
+        run_scale_batch(twice)  # one row file for two YAMLs
 
 
 def test_lifelong_stream_carries_and_resumes_the_forgotten_state(ws, tok, tmp_path):

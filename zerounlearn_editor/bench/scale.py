@@ -94,6 +94,8 @@ __all__ = [
     "TargetCache",
     "run_scale_batch",
     "run_scale_stream",
+    "run_settings",
+    "cases_sha256",
     "format_batch_table",
     "format_stream_table",
 ]
@@ -433,7 +435,7 @@ def run_settings(config: ScaleConfig, pool: Sequence[UnlearnCase], model_name: s
         "model": model_name,
         "data_sha256": cases_sha256(pool),
         "ppl_tokens": config.ppl_tokens,
-        "ppl_text_sha256": sha256_of_json(read_text(ppl_text)) if ppl_text else None,
+        "ppl_text_sha256": hashlib.sha256(read_text(ppl_text).encode("utf-8")).hexdigest() if ppl_text else None,
         "known_min_accuracy": config.known_min_accuracy,
         "known_only": config.known_only,
     })
@@ -452,6 +454,10 @@ def _prepare(config: ScaleConfig, stored: str) -> _Run:
     config.validate()
     hps = [_load_method(p)[0] for p in config.hparams]
     tags = [_tag(p) for p in config.hparams]
+    for index, tag in enumerate(tags):
+        if tag in tags[:index]:
+            raise BenchConfigError(f"bench-scale: {config.hparams[tags.index(tag)]} and {config.hparams[index]} "
+                                   f"share the file-name tag {tag!r} (folder and stem); rename one")
     with Stage(f"loading {config.data} cases"):
         pool = load_cases(config.data, path=config.data_path)
     run = _Run(hps, tags, pool, run_settings(config, pool, str(hps[0].model_name)),
@@ -459,7 +465,7 @@ def _prepare(config: ScaleConfig, stored: str) -> _Run:
     for path in sorted(Path(config.out).glob(stored)):
         record = read_json(path)
         if "settings" not in record:
-            refuse_other_settings(path, ["settings: not recorded there (written before rows recorded them)"])
+            refuse_other_settings(path, ["settings: not recorded there (written before bench-scale recorded them)"])
         tag = path.parent.name if path.name == "stream.json" else _record_tag(record)
         wanted = run.row_settings(tag) if tag in run.hparams_sha256 else run.settings
         refuse_other_settings(path, settings_differences(record["settings"], wanted))
