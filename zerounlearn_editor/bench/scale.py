@@ -56,7 +56,13 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 import torch
 from torch import nn
 
-from zerounlearn_editor.bench.case_scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
+from zerounlearn_editor.bench.case_scoring import (
+    ScoringSettings,
+    model_metrics,
+    ppl_token_count,
+    probe_metrics,
+    score_cases,
+)
 from zerounlearn_editor.bench.config import BenchConfigError
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours
@@ -72,7 +78,7 @@ from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, rest
 from zerounlearn_editor.engine.stats import SecondMoment, StatsRequest, cached_second_moments
 from zerounlearn_editor.engine.targets import NeutralTargets
 from zerounlearn_editor.evaluation.easyedit_format import CaseScores
-from zerounlearn_editor.evaluation.perplexity import leading_token_ids, read_text
+from zerounlearn_editor.evaluation.perplexity import read_text
 from zerounlearn_editor.evaluation.selection import select_known_cases
 from zerounlearn_editor.support.files import (
     read_json,
@@ -301,7 +307,8 @@ def _setup(config: ScaleConfig, hps: List[EditHyperParams], model=None, tok=None
         with Stage(f"loading model {main.model_name}"):
             model, tok = load_model_and_tokenizer(str(main.model_name), config.device)
     ppl_text = _ppl_text(config)
-    measured = len(leading_token_ids(tok, read_text(ppl_text), config.ppl_tokens)) if ppl_text else None
+    settings = ScoringSettings(config.eval_batch_size, ppl_text, config.ppl_tokens)
+    measured = ppl_token_count(tok, settings)
     if measured is not None and measured < 2:
         raise BenchConfigError(f"bench-scale: the perplexity text {ppl_text} gives {measured} token(s); perplexity "
                                "needs at least 2 (--ppl-tokens >= 2 and a longer --ppl-text, or --ppl-tokens 0)")
@@ -313,7 +320,6 @@ def _setup(config: ScaleConfig, hps: List[EditHyperParams], model=None, tok=None
         with Stage(f"C0 statistics for layers {sorted(layers)}"):
             request = StatsRequest.of_hparams(main, layers=sorted(layers), module_tmp=template, progress=False)
             moments[template] = cached_second_moments(model, tok, request)
-    settings = ScoringSettings(config.eval_batch_size, ppl_text, config.ppl_tokens)
     return _Setup(model, tok, hps, moments, ModelFingerprint.of(model), settings, ppl_tokens=measured)
 
 

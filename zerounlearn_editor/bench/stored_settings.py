@@ -13,7 +13,7 @@ from typing import Any, List, Mapping, Sequence, Union
 from zerounlearn_editor.bench.config import BenchConfigError
 from zerounlearn_editor.support.files import json_safe
 
-__all__ = ["settings_differences", "refuse_other_settings", "as_stored"]
+__all__ = ["settings_differences", "refuse_other_settings", "check_stored_run", "as_stored"]
 
 
 def as_stored(settings: Mapping[str, Any]) -> dict:
@@ -35,3 +35,13 @@ def refuse_other_settings(path: Union[str, Path], differences: Sequence[str]) ->
         raise BenchConfigError(
             f"{path} holds results of another configuration ({'; '.join(differences)}); use another --out or remove it"
         )
+
+
+def check_stored_run(path: Union[str, Path], record: Mapping[str, Any], run_info: Mapping[str, Any],
+                     case_ids: Sequence[str]) -> None:
+    """Refuse a stored seed file (``{"run": its settings, "case_ids": its sample, ...}``) of other settings or
+    another sample of cases than ``run_info`` and ``case_ids``."""
+    differences = settings_differences(record.get("run", {}), run_info)
+    if record.get("case_ids") != list(case_ids):
+        differences.append("case_ids: a different sample of cases")
+    refuse_other_settings(path, differences)
