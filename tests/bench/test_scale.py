@@ -493,3 +493,22 @@ def test_the_default_perplexity_text_is_the_embedded_one(ws, tok, tmp_path, monk
     row = json.loads(batch_row_path(tmp_path / "out", 1, "ZeroUnlearn-GD_tiny", 2).read_text())
     assert row["base"]["ppl"] == pytest.approx(perplexity(model, tok, default_ppl_text(), max_tokens=40))
     assert row["ppl_tokens"] == 40
+
+
+def test_rows_made_on_other_weights_under_the_same_model_name_are_refused(ws, tok, tmp_path):
+    """Issue 46 item 5, the model's identity: the YAML names the model, but the weights behind the name can change
+    (a re-prepared folder); once the model is loaded, rows and streams made on other weights are refused before
+    the statistics or any edit."""
+    model = tiny_llama(tok)
+    run_scale_batch(_config(ws, tmp_path / "b", [2]), model=model, tok=tok)
+    run_scale_stream(_config(ws, tmp_path / "s", [2], rounds=1), model=model, tok=tok)
+    other = tiny_llama(tok)
+    with torch.no_grad():
+        other.model.layers[0].mlp.up_proj.weight[0, 0] += 1.0
+    with pytest.raises(BenchConfigError, match=r"_n2\.json holds results of another configuration \(model_sha256: "):
+        run_scale_batch(_config(ws, tmp_path / "b", [2, 4]), model=other, tok=tok)
+    assert not batch_row_path(tmp_path / "b", 1, "ZeroUnlearn-GD_tiny", 4).exists()
+    with pytest.raises(BenchConfigError, match=r"stream\.json holds results of another configuration \(model_sha256: "):
+        run_scale_stream(_config(ws, tmp_path / "s", [2], rounds=2), model=other, tok=tok)
+    run_scale_batch(_config(ws, tmp_path / "b", [2, 4]), model=model, tok=tok)  # the same weights: resumed
+    assert batch_row_path(tmp_path / "b", 1, "ZeroUnlearn-GD_tiny", 4).exists()

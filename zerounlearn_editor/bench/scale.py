@@ -292,8 +292,15 @@ class _Setup:
     base_ppl: Optional[float] = None
     ppl_tokens: Optional[int] = None  # the perplexity tokens measured (the text may hold fewer than --ppl-tokens)
 
+    @property
+    def model_sha256(self) -> str:
+        """SHA-256 of the unedited model's parameter digests: the weights' identity (the name is in the settings)."""
+        return sha256_of_json(self.fingerprint.digests)
 
-def _setup(config: ScaleConfig, hps: List[EditHyperParams], model=None, tok=None) -> _Setup:
+
+def _setup(config: ScaleConfig, hps: List[EditHyperParams], model=None, tok=None, stored: str = "") -> _Setup:
+    """Load the model (unless given), check the perplexity text, fingerprint the model and refuse a stored file of
+    ``out`` matching the glob ``stored`` made on other weights under the same name, then the ``C0`` statistics."""
     main = hps[0]
     for hp, path in zip(hps[1:], config.hparams[1:]):
         for key in ("model_name", "mom2_dataset", "mom2_n_samples", "mom2_dtype", "mom2_max_length"):
@@ -312,6 +319,9 @@ def _setup(config: ScaleConfig, hps: List[EditHyperParams], model=None, tok=None
     if measured is not None and measured < 2:
         raise BenchConfigError(f"bench-scale: the perplexity text {ppl_text} gives {measured} token(s); perplexity "
                                "needs at least 2 (--ppl-tokens >= 2 and a longer --ppl-text, or --ppl-tokens 0)")
+    loaded = _Setup(model, tok, hps, {}, ModelFingerprint.of(model), settings, ppl_tokens=measured)
+    for path in sorted(Path(config.out).glob(stored)) if stored else []:
+        refuse_other_settings(path, settings_differences(read_json(path), {"model_sha256": loaded.model_sha256}))
     wanted: Dict[str, set] = {}
     for hp in hps:
         wanted.setdefault(hp.rewrite_module_tmp, set()).update(hp.layers)
@@ -320,7 +330,7 @@ def _setup(config: ScaleConfig, hps: List[EditHyperParams], model=None, tok=None
         with Stage(f"C0 statistics for layers {sorted(layers)}"):
             request = StatsRequest.of_hparams(main, layers=sorted(layers), module_tmp=template, progress=False)
             moments[template] = cached_second_moments(model, tok, request)
-    return _Setup(model, tok, hps, moments, ModelFingerprint.of(model), settings, ppl_tokens=measured)
+    return dataclasses.replace(loaded, moments=moments)
 
 
 def _ppl_text(config: ScaleConfig) -> Optional[str]:
@@ -415,6 +425,12 @@ def _cases(
 
 
 # ------------------------------------------------------------------------------ stored settings
+
+BATCH_ROWS = "seed_*/*_n*.json"
+"""The stored batch rows of an output folder (a glob)."""
+STREAMS = "seed_*/*/stream.json"
+"""The stored streams of an output folder (a glob)."""
+
 
 @dataclass
 class _Run:
@@ -560,14 +576,14 @@ def run_scale_batch(config: ScaleConfig, model: Optional[nn.Module] = None, tok:
     any other stored row of ``out`` (they all go into one table) must share the run's settings too."""
     if config.rounds != 1:
         raise BenchConfigError(f"bench-scale batch: rounds is a stream setting (got {config.rounds}); a batch has none")
-    run = _prepare(config, "seed_*/*_n*.json")
+    run = _prepare(config, BATCH_ROWS)
     out, hps, tags = Path(config.out), run.hps, run.tags
     ns = sorted(set(config.ns))
     setup: Optional[_Setup] = None
 
     def need() -> _Setup:
         nonlocal setup
-        setup = setup or _setup(config, hps, model, tok)
+        setup = setup or _setup(config, hps, model, tok, BATCH_ROWS)
         return setup
     for seed in config.seeds:
         cases, dropped = _cases(config, run, ns[-1], seed, need)
@@ -645,6 +661,7 @@ def _record_head(config: ScaleConfig, run: _Run, setup: _Setup, tag: str) -> Dic
         "ppl_tokens": setup.ppl_tokens,
         "known_min_accuracy": config.known_min_accuracy,
         "settings": run.row_settings(tag),
+        "model_sha256": setup.model_sha256,
     }
 
 
@@ -659,7 +676,7 @@ def _mean_std(values: Sequence[Optional[float]]) -> Optional[Dict[str, float]]:
 
 def _batch_rows(out: Path) -> Dict[Tuple[str, int], List[Dict[str, Any]]]:
     rows: Dict[Tuple[str, int], List[Dict[str, Any]]] = {}
-    for path in sorted(Path(out).glob("seed_*/*_n*.json")):
+    for path in sorted(Path(out).glob(BATCH_ROWS)):
         record = read_json(path)
         rows.setdefault((_record_tag(record), int(record["n"])), []).append(record)
     return rows
@@ -797,13 +814,13 @@ def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok
 
     if len(config.ns) != 1:
         raise BenchConfigError(f"bench-scale stream: one --n (facts per round), got {config.ns}")
-    run = _prepare(config, "seed_*/*/stream.json")
+    run = _prepare(config, STREAMS)
     out, n, rounds, hps, tags = Path(config.out), config.ns[0], config.rounds, run.hps, run.tags
     setup: Optional[_Setup] = None
 
     def need() -> _Setup:
         nonlocal setup
-        setup = setup or _setup(config, hps, model, tok)
+        setup = setup or _setup(config, hps, model, tok, STREAMS)
         return setup
     for seed in config.seeds:
         for hp, tag in zip(hps, tags):
@@ -932,7 +949,7 @@ STREAM_COLUMNS = (
 
 def _stream_runs(out: Path) -> Dict[str, List[Dict[str, Any]]]:
     runs: Dict[str, List[Dict[str, Any]]] = {}
-    for meta_path in sorted(Path(out).glob("seed_*/*/stream.json")):
+    for meta_path in sorted(Path(out).glob(STREAMS)):
         meta = read_json(meta_path)
         rounds = sorted((read_json(p) for p in meta_path.parent.glob("round_*.json")), key=lambda r: r["round"])
         runs.setdefault(meta_path.parent.name, []).append(dict(meta, rounds_done=rounds))
