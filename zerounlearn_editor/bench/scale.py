@@ -17,7 +17,8 @@ the next chunk) and sliced for every row and every YAML with the same target set
 
 **Stored settings.** Every row and stream records the settings that change its numbers (:func:`run_settings` and the
 YAML's content hash); a rerun under other settings is refused before the model loads, naming each differing one
-(:mod:`~zerounlearn_editor.bench.stored_settings`, the check the bench uses for its seed files).
+(:mod:`~zerounlearn_editor.bench.stored_settings`, the check the bench uses for its seed files), and one on other
+weights under the same model name once the model is loaded (``model_sha256``).
 
 **Stream.** Per seed ``R * n`` cases are drawn and cut into ``R`` chunks; round ``k`` edits chunk
 ``k`` on the model left by rounds ``1..k-1`` (targets and keys from that model, ``C0`` of the
