@@ -418,3 +418,16 @@ def test_shared_targets_equal_a_fresh_optimisation(tok, workspace):
     assert other is not first and "targets_reused_from" not in info
     other_requests, _ = shared.get_or_compute("ZeroUnlearn-GD", model, tok, requests[:2], gd.replace(v_lr=0.1))
     assert other_requests.z.shape[0] == 2
+
+
+def test_bench_summary_gives_the_perplexity_tokens_measured(tok, workspace, tmp_path):
+    """Issue 46 item 6: ``ppl_tokens`` beyond the text's length: the seed files record and summary.md prints the
+    tokens measured, not the option."""
+    measured = len(tok(PPL_TEXT)["input_ids"])
+    assert measured < 1000
+    summary = run_bench(_config(workspace, tmp_path, ["base"], seeds=[1], ppl_tokens=1000), model=tiny_llama(tok),
+                        tok=tok)
+    assert json.loads((tmp_path / "seed_1.json").read_text())["ppl_tokens_measured"] == measured
+    assert summary["ppl_tokens_measured"] == str(measured)
+    text = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    assert f"perplexity on the first {measured} tokens of ppl.txt" in text and "1000 tokens" not in text

@@ -1,6 +1,7 @@
 """Sequential unlearning bench (``zerounlearn bench --rounds``) on a tiny Llama and tiny CounterFact."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Dict, List
@@ -235,3 +236,21 @@ def test_lifelong_row_protects_within_the_rounds_and_leaves_no_state(ws, tok, tm
     assert any(p["metrics"]["eff"] != q["metrics"]["eff"] or p["metrics"]["ppl"] != q["metrics"]["ppl"]
                for p, q in zip(plain[1:], protected[1:]))
     assert "### ZeroUnlearn-GD+P" in summary["table_markdown"]
+
+
+def test_rounds_name_the_setting_of_a_stored_seed_and_give_the_ppl_tokens_measured(ws, tok, tmp_path):
+    """Issue 46 items 5 and 6 for the rounds bench: a stored seed file of other settings is refused naming the
+    setting (it said only "another configuration"), and rounds.md gives the perplexity tokens measured (it gave
+    the option, 1000, on a text of fewer tokens)."""
+    registry = dict(default_registry(), Rec=_recording_spec([]))
+    config = dataclasses.replace(_config(ws, tmp_path, ["Rec"], n=2), ppl_tokens=1000)
+    run_rounds(config, 2, model=tiny_llama(tok), tok=tok, registry=registry)
+    measured = len(tok(PPL_TEXT)["input_ids"])
+    assert measured < 1000
+    assert json.loads(rounds_path(tmp_path, 1).read_text())["ppl_tokens_measured"] == measured
+    text = (tmp_path / "rounds.md").read_text(encoding="utf-8")
+    assert f"PPL on the first {measured} tokens of ppl.txt" in text and "1000 tokens" not in text
+    with pytest.raises(BenchConfigError, match=r"rounds_seed_1\.json holds results of another configuration "
+                                               r"\(ppl_tokens: 1000 there, 40 here\)"):
+        run_rounds(_config(ws, tmp_path, ["Rec"], n=2), 2, registry=registry,
+                   loader=lambda *a: pytest.fail("model loaded"))

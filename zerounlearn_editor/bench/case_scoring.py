@@ -31,7 +31,7 @@ from zerounlearn_editor.evaluation.easyedit_format import CaseScores
 from zerounlearn_editor.evaluation.fluency import ngram_entropy
 from zerounlearn_editor.evaluation.generation import generate_greedy
 from zerounlearn_editor.evaluation.metrics import ProbeScores, evaluate_probes
-from zerounlearn_editor.evaluation.perplexity import perplexity
+from zerounlearn_editor.evaluation.perplexity import leading_token_ids, perplexity, read_text
 
 __all__ = [
     "METRIC_KEYS",
@@ -44,6 +44,7 @@ __all__ = [
     "score_cases",
     "probe_metrics",
     "model_metrics",
+    "ppl_token_count",
 ]
 
 METRIC_KEYS = (
@@ -84,6 +85,14 @@ class ScoringSettings:
     utility: Optional[str] = None
     utility_n: int = 50
     group_generation: bool = False
+
+
+def ppl_token_count(tok: Any, settings: ScoringSettings) -> Optional[int]:
+    """The tokens a perplexity under ``settings`` scores: the first ``ppl_tokens`` of the text, fewer when the text
+    is shorter (what a table reports, not the option); ``None`` without a perplexity."""
+    if settings.ppl_tokens <= 0 or settings.ppl_text is None:
+        return None
+    return len(leading_token_ids(tok, read_text(settings.ppl_text), settings.ppl_tokens))
 
 
 def _slice(scores: ProbeScores, start: int, stop: int) -> ProbeScores:

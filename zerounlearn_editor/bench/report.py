@@ -11,14 +11,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from statistics import fmean, stdev
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from zerounlearn_editor.bench.case_scoring import AUDIT_PREFIX, CONTAINS_PREFIX, GROUP_PREFIX, METRIC_KEYS
 from zerounlearn_editor.bench.config import BenchConfig
 from zerounlearn_editor.bench.retain_sets import parse_retain_spec
 from zerounlearn_editor.support.files import write_json_atomic, write_text_atomic
 
-__all__ = ["aggregate", "summarize", "format_table", "group_header", "write_summary", "COLUMNS"]
+__all__ = ["aggregate", "summarize", "format_table", "group_header", "write_summary", "ppl_tokens_text", "COLUMNS"]
 
 COLUMNS = (
     # (metric key, header, format)
@@ -143,12 +143,20 @@ _GROUP_NOTE = (
 )
 
 
+def ppl_tokens_text(records: Iterable[Mapping[str, Any]], option: int) -> str:
+    """The perplexity tokens the seed ``records`` measured (their ``ppl_tokens_measured``: the first ``option``
+    tokens of the text, fewer when it is shorter; several counts joined by " / "), else ``option`` (records
+    written before the count was stored)."""
+    counts = sorted({int(r["ppl_tokens_measured"]) for r in records if r.get("ppl_tokens_measured")})
+    return " / ".join(map(str, counts)) if counts else str(option)
+
+
 def _markdown(config: BenchConfig, run_info: Mapping[str, Any], table: str,
               known: Optional[Mapping[str, Any]] = None, per_method: Optional[Mapping[str, Any]] = None,
-              dropped: Optional[Mapping[str, int]] = None) -> str:
+              dropped: Optional[Mapping[str, int]] = None, ppl_tokens: str = "") -> str:
     title = config.name or f"{config.data}, n={config.n}"
     ppl = (
-        f"perplexity on the first {config.ppl_tokens} tokens of {run_info.get('ppl_text')}"
+        f"perplexity on the first {ppl_tokens or config.ppl_tokens} tokens of {run_info.get('ppl_text')}"
         if config.ppl_tokens > 0
         else "perplexity not measured"
     )
@@ -233,6 +241,9 @@ def write_summary(
     dropped = counts if any(counts.values()) else None
     if dropped:
         summary["neighbours_dropped"] = dropped
+    if config.ppl_tokens > 0:
+        summary["ppl_tokens_measured"] = ppl_tokens_text(records.values(), config.ppl_tokens)
     write_json_atomic(Path(out) / "summary.json", summary)
-    write_text_atomic(Path(out) / "summary.md", _markdown(config, run_info, table, known, per_method, dropped))
+    write_text_atomic(Path(out) / "summary.md", _markdown(config, run_info, table, known, per_method, dropped,
+                                                          summary.get("ppl_tokens_measured", "")))
     return summary

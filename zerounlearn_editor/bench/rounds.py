@@ -29,7 +29,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from torch import nn
 from tqdm.auto import tqdm
 
-from zerounlearn_editor.bench.case_scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
+from zerounlearn_editor.bench.case_scoring import (
+    ScoringSettings,
+    model_metrics,
+    ppl_token_count,
+    probe_metrics,
+    score_cases,
+)
 from zerounlearn_editor.bench.config import BenchConfig, BenchConfigError, parse_methods
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
 from zerounlearn_editor.bench.method_specs import (
@@ -41,10 +47,12 @@ from zerounlearn_editor.bench.method_specs import (
 )
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours
 from zerounlearn_editor.bench.registry import default_registry
-from zerounlearn_editor.bench.report import aggregate
+from zerounlearn_editor.bench.report import aggregate, ppl_tokens_text
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
-from zerounlearn_editor.bench.runner import PPL_TEXT, ModelLoader, check_stored_neighbours
+from zerounlearn_editor.bench.runner import ModelLoader, check_stored_neighbours
 from zerounlearn_editor.bench.stages import Stage, compute_statistics
+from zerounlearn_editor.bench.stored_settings import check_stored_run
+from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.data.types import UnlearnCase
 from zerounlearn_editor.engine.forgotten_state import attach_state
@@ -53,7 +61,6 @@ from zerounlearn_editor.evaluation.selection import select_known_cases
 from zerounlearn_editor.support.files import read_json, sha256_of_json, write_json_atomic, write_text_atomic
 from zerounlearn_editor.support.plotting import pyplot, save_figure
 from zerounlearn_editor.support.progress import progress_scope
-from zerounlearn_editor.support.resources import shared_file
 
 __all__ = ["DEFAULT_ROUND_METHODS", "ROUND_METRICS", "run_rounds", "rounds_path", "format_rounds"]
 
@@ -188,11 +195,8 @@ def _run_rounds(
             f"{rounds} rounds x {config.n} facts need {total} cases; {config.data} has {len(all_cases)}"
             + (" known ones" if config.known_only else "")
         )
-    ppl_text = (config.ppl_text or str(shared_file(PPL_TEXT))) if config.ppl_tokens > 0 else None
-    run_info = {"data": config.data, "data_path": config.data_path, "n": config.n, "rounds": rounds,
-                "model": str(lookup.main.model_name), "ppl_tokens": config.ppl_tokens,
-                "ppl_text": Path(ppl_text).name if ppl_text else None, "known_only": config.known_only,
-                "known_min_accuracy": config.known_min_accuracy if config.known_only else None, "retain": config.retain}
+    ppl_text = (config.ppl_text or str(default_ppl_text())) if config.ppl_tokens > 0 else None
+    run_info = _run_info(config, rounds, str(lookup.main.model_name), ppl_text)
 
     plan = []
     for seed in config.seeds:
@@ -211,8 +215,7 @@ def _run_rounds(
                 "methods": {},
             }
         )
-        if record.get("run") != run_info or record.get("case_ids") != [c.case_id for c in cases]:
-            raise BenchConfigError(f"{path} holds results of another configuration; use another --out or remove it")
+        check_stored_run(path, record, run_info, [c.case_id for c in cases])
         todo = [m for m in methods if not (record["methods"].get(m, {}).get("status") == "ok"
                                            and record["methods"][m].get("config_sha256") == signatures[m])]
         check_stored_neighbours(path, record, dropped, adding=bool(todo))
@@ -238,6 +241,7 @@ def _run_rounds(
                     pre = score_cases(model, tok, cases, config.eval_batch_size)
                     base = dict(probe_metrics(pre, pre), ppl=model_metrics(model, tok, cases, settings)["ppl"])
                 record["base"] = {"forgotten": 0, "metrics": base}
+                record["ppl_tokens_measured"] = ppl_token_count(tok, settings)  # fewer than ppl_tokens: a short text
                 for name in todo:
                     bar.set_description(f"seed {seed} {name}")
                     method = prepared[name]
@@ -255,10 +259,12 @@ def _run_rounds(
     records = {seed: read_json(rounds_path(out, seed)) for seed in config.seeds}
     summary = summarize_rounds(methods, records, rounds, config.n)
     summary.update(hparams=config.hparams, data=config.data, seeds=list(config.seeds), run=run_info)
+    if config.ppl_tokens > 0:
+        summary["ppl_tokens_measured"] = ppl_tokens_text(records.values(), config.ppl_tokens)
     summary["table_markdown"] = format_rounds(summary)
     write_json_atomic(out / "rounds_summary.json", summary)
     title = config.name or f"{config.data}, {rounds} rounds x {config.n} facts"
-    write_text_atomic(out / "rounds.md", _markdown(title, config, run_info, summary["table_markdown"]))
+    write_text_atomic(out / "rounds.md", _markdown(title, config, run_info, summary))
     plot = plot_rounds(summary, out / "rounds.png")
     if plot:
         summary["plot"] = str(plot)
@@ -325,7 +331,16 @@ def format_rounds(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _markdown(title: str, config: BenchConfig, run_info: Mapping[str, Any], table: str) -> str:
+def _run_info(config: BenchConfig, rounds: int, model_name: str, ppl_text: Optional[str]) -> Dict[str, Any]:
+    """The settings every stored seed file must share with this run."""
+    return {"data": config.data, "data_path": config.data_path, "n": config.n, "rounds": rounds, "model": model_name,
+            "ppl_tokens": config.ppl_tokens, "ppl_text": Path(ppl_text).name if ppl_text else None,
+            "known_only": config.known_only,
+            "known_min_accuracy": config.known_min_accuracy if config.known_only else None, "retain": config.retain}
+
+
+def _markdown(title: str, config: BenchConfig, run_info: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
+    table, ppl_tokens = summary["table_markdown"], summary.get("ppl_tokens_measured")
     return "\n".join(
         [
             f"# Sequential unlearning: {title}",
@@ -340,7 +355,7 @@ def _markdown(title: str, config: BenchConfig, run_info: Mapping[str, Any], tabl
             "forgotten); "
             "Spe: of those facts' neighbourhood prompts (higher = better kept); Eff this round: the round's own facts; "
             + (
-                f"PPL on the first {config.ppl_tokens} tokens of {run_info['ppl_text']}"
+                f"PPL on the first {ppl_tokens or config.ppl_tokens} tokens of {run_info['ppl_text']}"
                 if config.ppl_tokens
                 else "no PPL"
             ),

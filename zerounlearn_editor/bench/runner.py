@@ -27,7 +27,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from torch import nn
 from tqdm.auto import tqdm
 
-from zerounlearn_editor.bench.case_scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
+from zerounlearn_editor.bench.case_scoring import (
+    ScoringSettings,
+    model_metrics,
+    ppl_token_count,
+    probe_metrics,
+    score_cases,
+)
 from zerounlearn_editor.bench.config import BenchConfig, BenchConfigError
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
 from zerounlearn_editor.bench.method_specs import (
@@ -50,6 +56,7 @@ from zerounlearn_editor.bench.run_setup import (
     setup_methods,
 )
 from zerounlearn_editor.bench.stages import Stage
+from zerounlearn_editor.bench.stored_settings import check_stored_run
 from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.data.types import UnlearnCase
@@ -93,17 +100,6 @@ def _run_info(config: BenchConfig, model_name: str, ppl_text: Optional[str]) -> 
         **({"group_generation": True} if config.group_generation else {}),
         **({"audit": json.loads(json.dumps(config.audit.to_dict()))} if config.audit is not None else {}),
     }
-
-
-def _check_stored(path: Path, record: Mapping[str, Any], run_info: Mapping[str, Any], case_ids: List[str]) -> None:
-    stored = record.get("run", {})
-    diff = [f"{k}: {stored.get(k)!r} there, {v!r} here" for k, v in run_info.items() if stored.get(k) != v]
-    if record.get("case_ids") != case_ids:
-        diff.append("case_ids: a different sample of cases")
-    if diff:
-        raise BenchConfigError(
-            f"{path} holds results of another configuration ({'; '.join(diff)}); use another --out or remove it"
-        )
 
 
 def check_stored_neighbours(path: Path, record: Mapping[str, Any], dropped: int, adding: bool) -> None:
@@ -345,7 +341,7 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
         retain = draw_retain(draw, cases, pool, seed) if draw else []
         if path.exists():
             record = read_json(path)
-            _check_stored(path, record, run_info, case_ids)
+            check_stored_run(path, record, run_info, case_ids)
             check_stored_neighbours(path, record, dropped, bool(_pending(record, methods, signatures)))
             if record.get("retain", []) != retain:
                 raise BenchConfigError(f"{path} holds another retain set; use another --out or remove it")
@@ -399,6 +395,9 @@ def _run_plan(config, model, tok, setup: MethodSetup, plan, ppl_text, pool=()) -
         config.group_generation,
     )
     total = sum(len(todo) for *_, todo in plan)
+    measured = ppl_token_count(tok, settings)  # the text may hold fewer tokens than ppl_tokens
+    for _, _, record, _, _ in plan:
+        record["ppl_tokens_measured"] = measured
     with tqdm(total=total, desc="bench", unit="method", disable=not config.progress) as bar:
         runner = _SeedRun(model, tok, prepared, bank, fingerprint, settings, signatures, descriptions, bar)
         runner.audit = audit

@@ -15,6 +15,11 @@ the target settings and the model's fingerprint; atomically written, so a killed
 the next chunk) and sliced for every row and every YAML with the same target settings. Each row
 ``(hparams, n)`` is ``<out>/seed_<s>/<tag>_n<n>.json`` (atomic); a rerun skips rows already there.
 
+**Stored settings.** Every row and stream records the settings that change its numbers (:func:`run_settings` and the
+YAML's content hash); a rerun under other settings is refused before the model loads, naming each differing one
+(:mod:`~zerounlearn_editor.bench.stored_settings`, the check the bench uses for its seed files), and one on other
+weights under the same model name once the model is loaded (``model_sha256``).
+
 **Stream.** Per seed ``R * n`` cases are drawn and cut into ``R`` chunks; round ``k`` edits chunk
 ``k`` on the model left by rounds ``1..k-1`` (targets and keys from that model, ``C0`` of the
 unedited model). After every round the round-1 facts and the round's own facts are scored; every
@@ -36,26 +41,36 @@ allocations (``tracemalloc``).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
+import json
 import logging
+import os
 import random
 import time
 import tracemalloc
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 
-from zerounlearn_editor.bench.case_scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
+from zerounlearn_editor.bench.case_scoring import (
+    ScoringSettings,
+    model_metrics,
+    ppl_token_count,
+    probe_metrics,
+    score_cases,
+)
 from zerounlearn_editor.bench.config import BenchConfigError
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours
-from zerounlearn_editor.bench.runner import PPL_TEXT
 from zerounlearn_editor.bench.speed_measure import MemoryMeter
 from zerounlearn_editor.bench.stages import Stage
+from zerounlearn_editor.bench.stored_settings import as_stored, refuse_other_settings, settings_differences
+from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.data.types import UnlearnCase
 from zerounlearn_editor.engine.forgotten_state import attach_state, load_state, model_state, save_state
@@ -64,9 +79,11 @@ from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, rest
 from zerounlearn_editor.engine.stats import SecondMoment, StatsRequest, cached_second_moments
 from zerounlearn_editor.engine.targets import NeutralTargets
 from zerounlearn_editor.evaluation.easyedit_format import CaseScores
+from zerounlearn_editor.evaluation.perplexity import read_text
 from zerounlearn_editor.evaluation.selection import select_known_cases
 from zerounlearn_editor.support.files import (
     read_json,
+    sha256_of_file,
     sha256_of_json,
     write_bytes_atomic,
     write_json_atomic,
@@ -74,7 +91,6 @@ from zerounlearn_editor.support.files import (
 )
 from zerounlearn_editor.support.memory import release_free_memory
 from zerounlearn_editor.support.plotting import pyplot, save_figure
-from zerounlearn_editor.support.resources import shared_file
 
 __all__ = [
     "KNOWN_MIN_ACCURACY",
@@ -85,6 +101,8 @@ __all__ = [
     "TargetCache",
     "run_scale_batch",
     "run_scale_stream",
+    "run_settings",
+    "cases_sha256",
     "format_batch_table",
     "format_stream_table",
 ]
@@ -257,9 +275,11 @@ def _load_method_apply(hp: EditHyperParams) -> Callable[..., Any]:
 
 
 def _tag(path: str) -> str:
-    """A file-name tag for a YAML: its parent folder and stem (``ZeroUnlearn-GD_SmolLM2-135M-Instruct``)."""
-    p = Path(path)
-    return f"{p.parent.name}_{p.stem}"
+    """A file-name tag for a YAML: its parent folder and stem (``ZeroUnlearn-GD_SmolLM2-135M-Instruct``), the folder
+    taken from the absolute path (``many.yaml`` in the working directory ``runs/``: ``runs_many``). Never starts
+    with ``_`` or ``.`` (matplotlib leaves a label starting with ``_`` out of the legend)."""
+    p = Path(os.path.abspath(path))
+    return f"{p.parent.name}_{p.stem}".lstrip("_.") or "hparams"
 
 
 @dataclass
@@ -271,9 +291,17 @@ class _Setup:
     fingerprint: ModelFingerprint
     settings: ScoringSettings
     base_ppl: Optional[float] = None
+    ppl_tokens: Optional[int] = None  # the perplexity tokens measured (the text may hold fewer than --ppl-tokens)
+
+    @property
+    def model_sha256(self) -> str:
+        """SHA-256 of the unedited model's parameter digests: the weights' identity (the name is in the settings)."""
+        return sha256_of_json(self.fingerprint.digests)
 
 
-def _setup(config: ScaleConfig, hps: List[EditHyperParams], model=None, tok=None) -> _Setup:
+def _setup(config: ScaleConfig, hps: List[EditHyperParams], model=None, tok=None, stored: str = "") -> _Setup:
+    """Load the model (unless given), check the perplexity text, fingerprint the model and refuse a stored file of
+    ``out`` matching the glob ``stored`` made on other weights under the same name, then the ``C0`` statistics."""
     main = hps[0]
     for hp, path in zip(hps[1:], config.hparams[1:]):
         for key in ("model_name", "mom2_dataset", "mom2_n_samples", "mom2_dtype", "mom2_max_length"):
@@ -286,6 +314,15 @@ def _setup(config: ScaleConfig, hps: List[EditHyperParams], model=None, tok=None
 
         with Stage(f"loading model {main.model_name}"):
             model, tok = load_model_and_tokenizer(str(main.model_name), config.device)
+    ppl_text = _ppl_text(config)
+    settings = ScoringSettings(config.eval_batch_size, ppl_text, config.ppl_tokens)
+    measured = ppl_token_count(tok, settings)
+    if measured is not None and measured < 2:
+        raise BenchConfigError(f"bench-scale: the perplexity text {ppl_text} gives {measured} token(s); perplexity "
+                               "needs at least 2 (--ppl-tokens >= 2 and a longer --ppl-text, or --ppl-tokens 0)")
+    loaded = _Setup(model, tok, hps, {}, ModelFingerprint.of(model), settings, ppl_tokens=measured)
+    for path in sorted(Path(config.out).glob(stored)) if stored else []:
+        refuse_other_settings(path, settings_differences(read_json(path), {"model_sha256": loaded.model_sha256}))
     wanted: Dict[str, set] = {}
     for hp in hps:
         wanted.setdefault(hp.rewrite_module_tmp, set()).update(hp.layers)
@@ -294,9 +331,13 @@ def _setup(config: ScaleConfig, hps: List[EditHyperParams], model=None, tok=None
         with Stage(f"C0 statistics for layers {sorted(layers)}"):
             request = StatsRequest.of_hparams(main, layers=sorted(layers), module_tmp=template, progress=False)
             moments[template] = cached_second_moments(model, tok, request)
-    ppl_text = (config.ppl_text or str(shared_file(PPL_TEXT))) if config.ppl_tokens > 0 else None
-    settings = ScoringSettings(config.eval_batch_size, ppl_text, config.ppl_tokens)
-    return _Setup(model, tok, hps, moments, ModelFingerprint.of(model), settings)
+    return dataclasses.replace(loaded, moments=moments)
+
+
+def _ppl_text(config: ScaleConfig) -> Optional[str]:
+    """The perplexity text (``None`` with ``ppl_tokens == 0``): ``ppl_text``, else the embedded WikiText-2 test split
+    (as the bench, :func:`~zerounlearn_editor.data.builtin.default_ppl_text`)."""
+    return (config.ppl_text or str(default_ppl_text())) if config.ppl_tokens > 0 else None
 
 
 def _ppl(setup: _Setup) -> Optional[float]:
@@ -350,14 +391,13 @@ def one_request_per_prompt(cases: Sequence[UnlearnCase], spare: Sequence[Unlearn
 
 
 def _cases(
-    config: ScaleConfig, total: int, seed: int, need_model: Callable[[], "_Setup"]
+    config: ScaleConfig, run: "_Run", total: int, seed: int, need_model: Callable[[], "_Setup"]
 ) -> Tuple[List[UnlearnCase], int]:
     """The seed's ``total`` cases: ``sample_cases(pool, total, seed)``, or with ``known_only`` the first ``total``
-    known cases of the pool shuffled with ``seed`` (the selection cached in ``<out>/known_seed_<seed>.json``;
-    ``need_model`` loads the model only when the selection has to be computed). Either way one case per prompt
-    (:func:`one_request_per_prompt`)."""
-    with Stage(f"loading {config.data} cases"):
-        pool = load_cases(config.data, path=config.data_path)
+    known cases of the pool shuffled with ``seed`` (the selection cached in ``<out>/known_seed_<seed>.json``, keyed
+    by the run's settings; ``need_model`` loads the model only when the selection has to be computed). Either way
+    one case per prompt (:func:`one_request_per_prompt`)."""
+    pool = run.pool
     if len(pool) < total:
         raise BenchConfigError(f"bench-scale: {total} cases needed, {config.data} has {len(pool)}")
     shuffled = random.Random(seed).sample(pool, len(pool))
@@ -365,13 +405,8 @@ def _cases(
         drawn, _ = one_request_per_prompt(sample_cases(pool, total, seed), shuffled)
         return drop_batch_forget_neighbours(drawn)
     path = Path(config.out) / f"known_seed_{seed}.json"
-    key = {
-        "data": config.data,
-        "data_path": config.data_path,
-        "pool": len(pool),
-        "min_accuracy": config.known_min_accuracy,
-        "order": "shuffled, one per prompt",
-    }
+    key = as_stored({k: run.settings[k] for k in ("model", "data_sha256", "known_min_accuracy")})
+    key.update(pool=len(pool), order="shuffled, one per prompt")
     stored = read_json(path) if path.exists() else {}
     if stored.get("key") == key and len(stored.get("case_ids", [])) >= total:
         by_id = {c.case_id: c for c in pool}
@@ -388,6 +423,81 @@ def _cases(
             ) from None
     write_json_atomic(path, {"key": key, "case_ids": [c.case_id for c in chosen]})
     return drop_batch_forget_neighbours(chosen)
+
+
+# ------------------------------------------------------------------------------ stored settings
+
+BATCH_ROWS = "seed_*/*_n*.json"
+"""The stored batch rows of an output folder (a glob)."""
+STREAMS = "seed_*/*/stream.json"
+"""The stored streams of an output folder (a glob)."""
+
+
+@dataclass
+class _Run:
+    """What a run knows before the model loads: the YAMLs (hyperparameters, tags), the case pool, the settings
+    every stored row or stream of ``out`` must share (:func:`run_settings`) and per tag its YAML's content hash."""
+
+    hps: List[EditHyperParams]
+    tags: List[str]
+    pool: List[UnlearnCase]
+    settings: Dict[str, Any]
+    hparams_sha256: Dict[str, str]
+
+    def row_settings(self, tag: str) -> Dict[str, Any]:
+        """The settings a row or stream of ``tag`` is keyed by: the run's and its YAML's content hash."""
+        return dict(self.settings, hparams_sha256=self.hparams_sha256[tag])
+
+
+def run_settings(config: ScaleConfig, pool: Sequence[UnlearnCase], model_name: str) -> Dict[str, Any]:
+    """Everything besides the YAML that changes a row's numbers: the model (by name), the cases (SHA-256 of the
+    loaded records, so an edited data file counts), the perplexity text (its SHA-256) and tokens, and the known
+    subset's threshold and draw. Batch size, target chunk, device, rounds and ``eval_every`` change no number."""
+    ppl_text = _ppl_text(config)
+    return as_stored({
+        "model": model_name,
+        "data_sha256": cases_sha256(pool),
+        "ppl_tokens": config.ppl_tokens,
+        "ppl_text_sha256": hashlib.sha256(read_text(ppl_text).encode("utf-8")).hexdigest() if ppl_text else None,
+        "known_min_accuracy": config.known_min_accuracy,
+        "known_only": config.known_only,
+    })
+
+
+def cases_sha256(cases: Sequence[UnlearnCase]) -> str:
+    """SHA-256 of the cases' canonical JSON (every field of every case and probe; 0.4 s for CounterFact's 9,484
+    train records on one core)."""
+    text = json.dumps(list(cases), default=vars, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _prepare(config: ScaleConfig, stored: str) -> _Run:
+    """Validate ``config``, load the YAMLs and the cases, and refuse (before the model loads) when a stored file of
+    ``out`` matching the glob ``stored`` (batch rows or stream folders) was made with other settings."""
+    config.validate()
+    hps = [_load_method(p)[0] for p in config.hparams]
+    tags = [_tag(p) for p in config.hparams]
+    for index, tag in enumerate(tags):
+        if tag in tags[:index]:
+            raise BenchConfigError(f"bench-scale: {config.hparams[tags.index(tag)]} and {config.hparams[index]} "
+                                   f"share the file-name tag {tag!r} (folder and stem); rename one")
+    with Stage(f"loading {config.data} cases"):
+        pool = load_cases(config.data, path=config.data_path)
+    run = _Run(hps, tags, pool, run_settings(config, pool, str(hps[0].model_name)),
+               {tag: sha256_of_file(path) for tag, path in zip(tags, config.hparams)})
+    for path in sorted(Path(config.out).glob(stored)):
+        record = read_json(path)
+        if "settings" not in record:
+            refuse_other_settings(path, ["settings: not recorded there (written before bench-scale recorded them)"])
+        tag = path.parent.name if path.name == "stream.json" else _record_tag(record)
+        wanted = run.row_settings(tag) if tag in run.hparams_sha256 else run.settings
+        refuse_other_settings(path, settings_differences(record["settings"], wanted))
+    return run
+
+
+def _record_tag(record: Mapping[str, Any]) -> str:
+    """A batch row's YAML tag (rows before tags were stored: derived from its ``hparams`` path)."""
+    return record.get("tag") or _tag(record["hparams"])
 
 
 # -------------------------------------------------------------------------------- target cache
@@ -461,20 +571,23 @@ def batch_row_path(out: Path, seed: int, tag: str, n: int) -> Path:
 
 
 def run_scale_batch(config: ScaleConfig, model: Optional[nn.Module] = None, tok: Any = None) -> Dict[str, Any]:
-    """Run (or resume) one-batch rows for every seed, YAML and ``n``; returns and writes the summary."""
-    config.validate()
-    out = Path(config.out)
-    hps = [_load_method(p)[0] for p in config.hparams]
-    tags = [_tag(p) for p in config.hparams]
+    """Run (or resume) one-batch rows for every seed, YAML and ``n``; returns and writes the summary.
+
+    A stored row is resumed only when made with this run's settings (:func:`run_settings`, the YAML's content hash);
+    any other stored row of ``out`` (they all go into one table) must share the run's settings too."""
+    if config.rounds != 1:
+        raise BenchConfigError(f"bench-scale batch: rounds is a stream setting (got {config.rounds}); a batch has none")
+    run = _prepare(config, BATCH_ROWS)
+    out, hps, tags = Path(config.out), run.hps, run.tags
     ns = sorted(set(config.ns))
     setup: Optional[_Setup] = None
 
     def need() -> _Setup:
         nonlocal setup
-        setup = setup or _setup(config, hps, model, tok)
+        setup = setup or _setup(config, hps, model, tok, BATCH_ROWS)
         return setup
     for seed in config.seeds:
-        cases, dropped = _cases(config, ns[-1], seed, need)
+        cases, dropped = _cases(config, run, ns[-1], seed, need)
         todo = []
         for hp, tag in zip(hps, tags):
             for n in ns:
@@ -515,15 +628,11 @@ def run_scale_batch(config: ScaleConfig, model: Optional[nn.Module] = None, tok:
             timings = dict(details.pop("timings"), targets=target_seconds)
             target_cpu = cache.last_cpu_seconds
             record = {
+                **_record_head(config, run, setup, tag),
                 "seed": seed,
                 "n": n,
-                "hparams": config.hparams[tags.index(tag)],
-                "data": config.data,
-                "data_path": config.data_path,
                 "case_ids": [c.case_id for c in cases[:n]],
                 "neighbours_dropped": dropped,
-                "ppl_tokens": config.ppl_tokens,
-                "known_min_accuracy": config.known_min_accuracy,
                 "base": dict(base, ppl=setup.base_ppl),
                 "metrics": dict(metrics, ppl=ppl),
                 "stages_seconds": timings,
@@ -542,6 +651,21 @@ def run_scale_batch(config: ScaleConfig, model: Optional[nn.Module] = None, tok:
     return write_batch_summary(out)
 
 
+def _record_head(config: ScaleConfig, run: _Run, setup: _Setup, tag: str) -> Dict[str, Any]:
+    """What a batch row or a stream's ``stream.json`` records of its run: the YAML (path, tag), the data, the
+    perplexity tokens measured, the known threshold and the settings it is keyed by (:meth:`_Run.row_settings`)."""
+    return {
+        "hparams": config.hparams[run.tags.index(tag)],
+        "tag": tag,
+        "data": config.data,
+        "data_path": config.data_path,
+        "ppl_tokens": setup.ppl_tokens,
+        "known_min_accuracy": config.known_min_accuracy,
+        "settings": run.row_settings(tag),
+        "model_sha256": setup.model_sha256,
+    }
+
+
 def _mean_std(values: Sequence[Optional[float]]) -> Optional[Dict[str, float]]:
     vals = [float(v) for v in values if v is not None and v == v]  # None and NaN: not measured
     if not vals:
@@ -553,9 +677,9 @@ def _mean_std(values: Sequence[Optional[float]]) -> Optional[Dict[str, float]]:
 
 def _batch_rows(out: Path) -> Dict[Tuple[str, int], List[Dict[str, Any]]]:
     rows: Dict[Tuple[str, int], List[Dict[str, Any]]] = {}
-    for path in sorted(Path(out).glob("seed_*/*_n*.json")):
+    for path in sorted(Path(out).glob(BATCH_ROWS)):
         record = read_json(path)
-        rows.setdefault((_tag(record["hparams"]), int(record["n"])), []).append(record)
+        rows.setdefault((_record_tag(record), int(record["n"])), []).append(record)
     return rows
 
 
@@ -599,6 +723,7 @@ def write_batch_summary(out: Path) -> Dict[str, Any]:
         stages = sorted({k for r in records for k in r["stages_seconds"]})
         summary["rows"].append({
             "tag": tag, "n": n, "seeds": seeds, "hparams": records[0]["hparams"], "base": base, "metrics": metrics,
+            "ppl_tokens": records[0].get("ppl_tokens"),
             "stages_seconds": {k: _mean_std([r["stages_seconds"].get(k) for r in records]) for k in stages},
             "end_to_end_seconds": _mean_std([r["end_to_end_seconds"] for r in records]),
             "end_to_end_cpu_seconds": _mean_std([r.get("end_to_end_cpu_seconds") for r in records]),
@@ -648,7 +773,14 @@ def format_batch_table(summary: Mapping[str, Any]) -> str:
               f"{_cell(row['edit_rss_peak_above_start_mb'], '{:.0f}')}"
             + f" | {_cell(row['edit_tracemalloc_peak_mb'], '{:.1f}')} |"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + _ppl_note(row.get("ppl_tokens") for row in summary["rows"]))
+
+
+def _ppl_note(tokens: Iterable[Optional[int]]) -> List[str]:
+    """The line under a table that says on how many tokens PPL was measured (the tokens scored, which a short
+    text makes fewer than ``--ppl-tokens``); none without a perplexity."""
+    counts = sorted({t for t in tokens if t})
+    return ["", f"PPL: perplexity on the first {' / '.join(map(str, counts))} tokens of the text."] if counts else []
 
 
 # --------------------------------------------------------------------------------- stream runs
@@ -675,27 +807,28 @@ def _resume_point(folder: Path, tracks_forgotten: bool = False) -> int:
 
 
 def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok: Any = None) -> Dict[str, Any]:
-    """Run (or resume) ``config.rounds`` rounds of ``config.ns[0]`` facts for every seed and YAML."""
+    """Run (or resume) ``config.rounds`` rounds of ``config.ns[0]`` facts for every seed and YAML.
+
+    A stream resumes only when made with this run's settings (:func:`run_settings`, the YAML's content hash); the
+    other streams of ``out`` (one summary) must share the run's settings too."""
     from safetensors.torch import load_file, save
 
-    config.validate()
     if len(config.ns) != 1:
         raise BenchConfigError(f"bench-scale stream: one --n (facts per round), got {config.ns}")
-    out, n, rounds = Path(config.out), config.ns[0], config.rounds
-    hps = [_load_method(p)[0] for p in config.hparams]
-    tags = [_tag(p) for p in config.hparams]
+    run = _prepare(config, STREAMS)
+    out, n, rounds, hps, tags = Path(config.out), config.ns[0], config.rounds, run.hps, run.tags
     setup: Optional[_Setup] = None
 
     def need() -> _Setup:
         nonlocal setup
-        setup = setup or _setup(config, hps, model, tok)
+        setup = setup or _setup(config, hps, model, tok, STREAMS)
         return setup
     for seed in config.seeds:
-        for hp, tag, hp_path in zip(hps, tags, config.hparams):
+        for hp, tag in zip(hps, tags):
             folder = stream_dir(out, seed, tag)
             tracks = hp.tracks_forgotten()
             start = _resume_point(folder, tracks)
-            cases, dropped = _cases(config, rounds * n, seed, need)
+            cases, dropped = _cases(config, run, rounds * n, seed, need)
             if start and (folder / "stream.json").exists():
                 meta = read_json(folder / "stream.json")
                 upto = min(start, rounds) * n
@@ -732,23 +865,10 @@ def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok
             ensure_pre(max(start, 1) * n)
             saved = load_file(str(_weights_path(folder, start))) if start else {}
             if not start or read_json(folder / "stream.json").get("rounds") != rounds:
-                write_json_atomic(
-                    folder / "stream.json",
-                    {
-                        "seed": seed,
-                        "n": n,
-                        "rounds": rounds,
-                        "hparams": hp_path,
-                        "data": config.data,
-                        "data_path": config.data_path,
-                        "case_ids": [c.case_id for c in cases],
-                        "neighbours_dropped": dropped,
-                        "known_min_accuracy": config.known_min_accuracy,
-                        "ppl_tokens": config.ppl_tokens,
-                        "base_ppl": setup.base_ppl,
-                        "base_round1": scale_metrics(pre[:n], pre[:n], known[:n]),
-                    },
-                )
+                write_json_atomic(folder / "stream.json", dict(
+                    _record_head(config, run, setup, tag), seed=seed, n=n, rounds=rounds,
+                    case_ids=[c.case_id for c in cases], neighbours_dropped=dropped, base_ppl=setup.base_ppl,
+                    base_round1=scale_metrics(pre[:n], pre[:n], known[:n])))
             attach_state(setup.model, None)  # a stream starts from what this run loads, never from an earlier stream
             try:
                 with torch.no_grad():
@@ -830,7 +950,7 @@ STREAM_COLUMNS = (
 
 def _stream_runs(out: Path) -> Dict[str, List[Dict[str, Any]]]:
     runs: Dict[str, List[Dict[str, Any]]] = {}
-    for meta_path in sorted(Path(out).glob("seed_*/*/stream.json")):
+    for meta_path in sorted(Path(out).glob(STREAMS)):
         meta = read_json(meta_path)
         rounds = sorted((read_json(p) for p in meta_path.parent.glob("round_*.json")), key=lambda r: r["round"])
         runs.setdefault(meta_path.parent.name, []).append(dict(meta, rounds_done=rounds))
@@ -882,6 +1002,7 @@ def write_stream_summary(out: Path) -> Dict[str, Any]:
             "n": metas[0]["n"],
             "rounds": metas[0]["rounds"],
             "hparams": metas[0]["hparams"],
+            "ppl_tokens": metas[0].get("ppl_tokens"),
             "rounds_done": rounds_done,
             "base": base,
             "rows": rows,
@@ -919,7 +1040,7 @@ def format_stream_table(summary: Mapping[str, Any], every: int = 0) -> str:
                     + " | ".join(_cell(row["cells"].get(f"{g}.{k}"), f) for g, k, _, f in STREAM_COLUMNS)
                     + " |"
                 )
-        lines.append("")
+        lines += _ppl_note([item.get("ppl_tokens")]) + [""]
     return "\n".join(lines)
 
 

@@ -42,6 +42,15 @@ positive_int = int_at_least(1)
 nonnegative_int = int_at_least(0)
 
 
+def positive_int_list(text: str) -> List[int]:
+    """argparse type: ``"10,50,200"`` -> ``[10, 50, 200]``, an error quoting the option's value when a part is not
+    a positive integer or nothing is given."""
+    parts = comma_list(text)
+    if not parts or not all(part.isdigit() and int(part) >= 1 for part in parts):
+        raise argparse.ArgumentTypeError(f"expected a comma list of positive integers, got {text!r}")
+    return [int(part) for part in parts]
+
+
 def load_hparams(path: str) -> Any:
     """The ZeroUnlearn or ZeroUnlearn-GD hyperparameters of the YAML at ``path`` (by its ``alg_name``)."""
     from zerounlearn_editor.methods.registry import load_method

@@ -5,28 +5,41 @@ import argparse
 from types import ModuleType
 from typing import Any
 
+STREAM_ONLY = ("rounds", "eval_every")
+BATCH_ONLY = ("target_chunk",)
+
+
+def _refuse_other_mode_options(args: argparse.Namespace) -> None:
+    """A stream option given to ``batch`` (or the other way round) would be ignored: refuse it, naming it."""
+    from zerounlearn_editor.bench.config import BenchConfigError
+
+    other = STREAM_ONLY if args.mode == "batch" else BATCH_ONLY
+    given = ["--" + name.replace("_", "-") for name in other if getattr(args, name) is not None]
+    if given:
+        raise BenchConfigError(f"bench-scale {args.mode}: {', '.join(given)} is for "
+                               f"{'stream' if args.mode == 'batch' else 'batch'} runs only")
+
 
 def _cmd(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench.config import parse_seeds
     from zerounlearn_editor.bench.scale import ScaleConfig, run_scale_batch, run_scale_stream
-    from zerounlearn_editor.bench.speed_bench import parse_int_list
 
+    _refuse_other_mode_options(args)
+    given = {name: getattr(args, name) for name in STREAM_ONLY + BATCH_ONLY if getattr(args, name) is not None}
     config = ScaleConfig(
         hparams=list(args.hparams),
         data=args.data,
         data_path=args.data_path,
         seeds=parse_seeds(args.seeds),
         out=args.out,
-        ns=parse_int_list(args.n),
-        rounds=args.rounds,
-        eval_every=args.eval_every,
+        ns=args.n,
         ppl_tokens=args.ppl_tokens,
         eval_batch_size=args.batch_size,
         known_min_accuracy=args.known_threshold,
         ppl_text=args.ppl_text,
-        target_chunk=args.target_chunk,
         known_only=args.draw_known,
         device=args.device,
+        **given,  # the others keep ScaleConfig's defaults
     )
     if args.mode == "batch":
         summary = run_scale_batch(config)
@@ -52,13 +65,15 @@ def register(sub: Any, parents: ModuleType) -> None:
                  parents.batch_size(default=32), parents.device(), parents.quiet()],
     )
     p.add_argument("mode", choices=["batch", "stream"])
-    p.add_argument("--n", required=True, help="batch: comma list of batch sizes; stream: facts per round")
-    p.add_argument("--rounds", type=int, default=1, help="stream: rounds (default 1)")
-    p.add_argument("--eval-every", type=int, default=10,
+    p.add_argument("--n", required=True, type=parents.positive_int_list,
+                   help="batch: comma list of batch sizes; stream: facts per round")
+    p.add_argument("--rounds", type=parents.positive_int, default=None, help="stream: rounds (default 1)")
+    p.add_argument("--eval-every", type=parents.positive_int, default=None,
                    help="stream: score every forgotten fact and PPL every K rounds and after the last (default 10)")
     p.add_argument("--known-threshold", type=float, default=0.5,
                    help="unedited forget-prompt token accuracy that puts a case in the known subset (default 0.5)")
     p.add_argument("--draw-known", action="store_true",
                    help="draw only facts the unedited model knows (forget-prompt accuracy >= --known-threshold)")
-    p.add_argument("--target-chunk", type=int, default=50, help="batch: facts per cached target file (default 50)")
+    p.add_argument("--target-chunk", type=parents.positive_int, default=None,
+                   help="batch: facts per cached target file (default 50)")
     p.set_defaults(func=_cmd)
