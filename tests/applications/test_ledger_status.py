@@ -15,7 +15,8 @@ import yaml
 
 from arch_zoo import FACTS, trained_model, write_c0_corpus
 from tiny_models import tiny_hparams_dict
-from zerounlearn_editor.applications.ledger import LEDGER_NAME, REPORT_NAME
+from zerounlearn_editor.applications.ledger import LEDGER_NAME
+from zerounlearn_editor.applications.unlearn import REPORT_NAME
 from zerounlearn_editor.cli import main
 from zerounlearn_editor.engine.forgotten_state import STATE_FILE, load_state
 

@@ -3,15 +3,18 @@
 The facts file is a JSON / JSONL / YAML list of ``{"prompt", "subject", "answer"}`` mappings (``answer``
 optional, only scored; ``target_new`` optional: a neutral target other than the YAML's); the method is
 the hparams file's ``alg_name``. Results: a before/after table (teacher-forced answer accuracy and
-probability, greedy continuation) of the forgotten facts and of the retain facts with answers, the
+probability, greedy continuation) of the edited facts, by outcome (forgotten, not known before, still
+answered, taught, no answer: :mod:`~zerounlearn_editor.applications.fact_status`), and of the retain facts, the
 perplexity change, and in ``--out`` the edited model (``--save model``) or a PEFT LoRA adapter of the
 edit (``--save adapter``, :func:`~zerounlearn_editor.integrations.adapters.export_lora_adapter`), and
 always :data:`REPORT_NAME`. Every input is checked before the model is loaded, the edit's own checks
 run before the facts are scored, and ``--out`` is written through a staging folder
 (:mod:`zerounlearn_editor.support.output_dir`): it holds one run's files, whole, or is as it was.
-With ``--save model`` or ``adapter`` the folder also holds a ledger of every fact forgotten so far and the
-carried state of lifelong unlearning (:mod:`zerounlearn_editor.applications.ledger`); ``--model`` a folder
-with a ledger continues from it.
+With ``--save model`` or ``adapter`` the folder also holds a ledger of every fact the chain's edits targeted,
+with its status, and the carried state of lifelong unlearning (:mod:`zerounlearn_editor.applications.ledger`);
+``--model`` a folder with a ledger continues from it, re-scores every fact it lists after the edit, and refuses
+an edit that makes the model give one of them again (unless ``allow_came_back``). A repeated fact in the facts
+file is edited once; ``--out`` holding a ledger the run does not continue is refused (unless ``replace_ledger``).
 """
 from __future__ import annotations
 
