@@ -178,7 +178,7 @@ class UnlearnResult:
     saved: Dict[str, Any] = field(default_factory=dict)
     audit: Optional[Dict[str, Any]] = None
     fluency: Dict[str, Any] = field(default_factory=dict)  # the edit's fluency guard (EditReport.fluency)
-    saved_ledger: Optional[Dict[str, int]] = None  # the ledger written: facts forgotten so far, edits
+    saved_ledger: Optional[Dict[str, int]] = None  # the ledger written: its facts (any status), edits
     # indices into ``forgotten`` (one row per edited fact) whose answer is still given after the edit (acc after 1.0)
     still_answered: List[int] = field(default_factory=list)
     # per row of ``forgotten``: this edit's outcome, a key of STATUS_LABELS ("forgotten", "not_known",
@@ -488,7 +488,8 @@ def _refuse_came_back(result: UnlearnResult, folder: Path) -> None:
     """Raise :class:`~zerounlearn_editor.applications.ledger.LedgerError` naming the earlier facts this edit made
     the model give again (``result.came_back``)."""
     rows = [result.earlier[i] for i in result.came_back]
-    shown = "; ".join(f"{r.prompt!r} -> {r.greedy_after.strip()!r} (edit {r.edit}, was {r.status_before})"
+    shown = "; ".join(f"{r.prompt!r} -> {(r.greedy_after.strip().splitlines() or [''])[0]!r} (edit {r.edit}, "
+                      f"was {r.status_before})"
                       for r in rows[:5]) + (f" (+{len(rows) - 5} more)" if len(rows) > 5 else "")
     raise LedgerError(
         f"this edit made the model give {len(rows)} fact(s) the ledger of {folder} lists as not answered again: "
@@ -626,7 +627,7 @@ _EDIT_SECTIONS = (
     ("forgotten", "Forgotten facts (answered before the edit, not after)"),
     ("not_known", "Not known before the edit (nothing to forget)"),
     ("still_answered", "Still answered after the edit"),
-    ("taught", "Taught by the edit (not answered before it, answered after)"),
+    ("taught", "Taught by the edit (not answered before it, answered after): NOT forgotten"),
     ("no_answer", "Edited facts without an answer (not scored)"),
 )
 _HEADLINE = (("not_known", "not known before the edit (nothing to forget)"),
