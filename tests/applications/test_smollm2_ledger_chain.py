@@ -2,8 +2,9 @@
 C = Spain, Greece, England), with the paper's ``hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct.yaml`` and with
 ``-many.yaml``: the final ledger's status of every fact agrees with greedy decoding on the final model, fact by
 fact (a fact the model gives is never "forgotten"). Measured (one thread): with the paper YAML the third edit
-brings France and Japan back (" Paris.", " Tokyo."), and is refused until ``--allow-came-back``; with
-``-many.yaml`` no earlier fact comes back."""
+brings Japan back (" Tokyo."; France too without England in C) and is refused until ``--allow-came-back``; it
+leaves Greece answered ("still answered") and teaches England ("taught": not answered before it, " London."
+after); with ``-many.yaml`` no earlier fact comes back."""
 from __future__ import annotations
 
 import json
@@ -62,3 +63,5 @@ def test_three_chained_edits_record_what_greedy_decoding_gives(variant, smollm2_
     assert (refused == ["C"]) is bool(came_back), (refused, came_back)
     if variant == "-many":  # the stream YAML keeps the earlier batches forgotten
         assert not came_back and not refused
+    else:  # item 3: the paper's third edit leaves Greece answered and teaches England (not answered before it)
+        assert statuses["Greece"][0] == "still_answered" and statuses["England"][0] == "taught", statuses
