@@ -59,6 +59,8 @@ def test_three_chained_edits_record_what_greedy_decoding_gives(variant, smollm2_
         gives = text.strip().startswith(fact["answer"])
         assert fact["answered"] is gives and (fact["status"] in ANSWERED_STATUSES) is gives, (fact, text)
         assert fact["as_of_edit"] == 2
+    # item 4: B's facts were no longer answered after A (collateral): nothing to forget, not "forgotten"
+    assert ledger["facts"][3]["answered_before"] is False and statuses["Italy"][0] == "not_known", statuses
     came_back = [f["subject"] for f in ledger["facts"] if f["status"] == "came_back"]
     assert (refused == ["C"]) is bool(came_back), (refused, came_back)
     if variant == "-many":  # the stream YAML keeps the earlier batches forgotten
