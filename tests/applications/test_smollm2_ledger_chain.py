@@ -30,7 +30,8 @@ CAPITALS = {"A": [("France", "Paris"), ("Germany", "Berlin")], "B": [("Japan", "
 def test_three_chained_edits_record_what_greedy_decoding_gives(variant, smollm2_path, smollm2_stats_dir, tmp_path,
                                                                caplog):
     config = yaml.safe_load(hparams_path("ZeroUnlearn-GD", f"SmolLM2-135M-Instruct{variant}").read_text())
-    config.update(stats_dir=str(smollm2_stats_dir), model_name=str(smollm2_path))
+    # the fluency guard only reads (the edit is the YAML's either way): off, to keep the six edits short
+    config.update(stats_dir=str(smollm2_stats_dir), model_name=str(smollm2_path), fluency_max_increase=None)
     hparams = tmp_path / "hp.yaml"
     hparams.write_text(yaml.safe_dump(config), encoding="utf-8")
     for key, pairs in CAPITALS.items():
