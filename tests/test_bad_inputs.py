@@ -1507,7 +1507,8 @@ def test_facts_still_answered_after_the_edit_are_listed_not_forgotten(tmp_path, 
     assert main(["unlearn", "--hparams", str(tmp_path / "hp.yaml"), "--facts", str(facts), "--out", str(out),
                  "--save", "none", "--ppl-tokens", "0", "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "Forgotten: 0 of 2 facts with an answer; still answered after the edit: 2" in printed
+    assert ("Forgotten: 0 of 2 fact(s) the model answered before the edit; still answered after the edit (NOT "
+            "forgotten): 2; no answer given (not scored): 1") in printed
     assert "### Still answered after the edit (2 of 2): NOT forgotten" in printed
     assert "### Forgotten facts" not in printed and "### Edited facts without an answer (not scored)" in printed
     saved = json.loads((out / REPORT_NAME).read_text(encoding="utf-8"))

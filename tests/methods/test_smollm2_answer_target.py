@@ -73,7 +73,8 @@ def test_unlearn_report_lists_the_fact_still_answered(tmp_path, smollm2_path, sm
     assert main(["unlearn", "--hparams", str(tmp_path / "hp.yaml"), "--facts", str(facts), "--out", str(out),
                  "--save", "none", "--ppl-tokens", "0", "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "Forgotten: 0 of 1 facts with an answer; still answered after the edit: 1" in printed
+    assert ("Forgotten: 0 of 1 fact(s) the model answered before the edit; still answered after the edit (NOT "
+            "forgotten): 1") in printed
     assert (
         "### Still answered after the edit (1 of 1): NOT forgotten" in printed and "### Forgotten facts" not in printed
     )

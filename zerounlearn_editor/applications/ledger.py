@@ -1,18 +1,22 @@
 """The ledger of a folder ``zerounlearn unlearn --save model`` wrote: what it forgot, and how to go on.
 
-Beside the edited model, :data:`LEDGER_NAME` (JSON) records every fact forgotten so far (prompt, subject, answer,
-which edit), each edit (time, YAML name and content hash, facts file, protection weight), the method, module
-template and layers, the base model (its name and fingerprint, and the fingerprint of its unedited modules),
-the statistics ``C0`` were read from (the base model's cache files: their names, token counts and model
-fingerprint), the context prefixes sampled from the base model (every edit uses the same), the fingerprint and
-weights digest of the saved model, and the carried state (:mod:`~zerounlearn_editor.engine.forgotten_state`,
+Beside the edited model, :data:`LEDGER_NAME` (JSON) records every fact an edit of the folder's chain targeted
+(prompt, subject, answer, which edits, and its status as of the latest edit: forgotten, not known before, still
+answered, taught, came back or no answer; :mod:`~zerounlearn_editor.applications.fact_status`), each edit (time,
+YAML name and content hash, facts file, protection weight), the method, module template and layers, the base
+model (its name and fingerprint, and the fingerprint of its unedited modules), the statistics ``C0`` were read
+from (the base model's cache files: their names, token counts and model fingerprint), the context prefixes sampled
+from the base model (every edit uses the same), the fingerprint and weights digest of the saved model, and the
+carried state (:mod:`~zerounlearn_editor.engine.forgotten_state`,
 :data:`~zerounlearn_editor.engine.forgotten_state.STATE_FILE`) with its sha256. ``ledger_sha256`` hashes
 everything else: a ledger edited by hand is refused.
 
 ``zerounlearn unlearn --model DIR`` on such a folder continues (:func:`read_continuation` before the model
 loads, :meth:`Continuation.check_model` after): same method, module and layers, the folder's weights the ones
 the ledger recorded, ``C0`` from the base model's cache files (never recomputed from the edited model); the
-state reaches the solve, and the new folder's ledger lists the union. Anything else is refused with a
+state reaches the solve, and the new folder's ledger lists the union, every earlier fact re-scored on the edited
+model (one record a fact: a fact edited again keeps its record). A folder with a trace of an unlearn output (the
+state file or report) but no ledger file is refused, not taken as a base model. Anything else is refused with a
 :class:`LedgerError` saying why. The ledger is written inside the run's staging folder
 (:mod:`zerounlearn_editor.support.output_dir`), so a folder holds a model and its ledger whole or is as it was.
 An adapter folder (``--save adapter``) carries a ledger too, but is not continued from (see :data:`ADAPTER_HINT`).
@@ -30,6 +34,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import torch
 from torch import nn
 
+from zerounlearn_editor.applications.fact_status import edit_count
 from zerounlearn_editor.engine.contexts import cached_context_prefixes, restore_context_prefixes
 from zerounlearn_editor.engine.forgotten_state import (
     STATE_FILE,
@@ -55,7 +60,7 @@ from zerounlearn_editor.support.model_access import get_module
 LOG = logging.getLogger(__name__)
 
 LEDGER_NAME = "zerounlearn_ledger.json"
-LEDGER_FORMAT = "zerounlearn-ledger/1"
+LEDGER_FORMAT = "zerounlearn-ledger/2"  # /2: every fact carries its status
 ADAPTER_HINT = ("continuing from an adapter folder is not supported: run the first unlearn with --save model and "
                 "continue from that folder (--model DIR), or unlearn all facts again from the base model with one "
                 "--save adapter run")
@@ -183,13 +188,66 @@ def _load_ledger(folder: Path) -> Dict[str, Any]:
     return ledger
 
 
+REPORT_NAME = "unlearn_report.json"
+"""The report ``zerounlearn unlearn`` writes into ``--out`` (:mod:`zerounlearn_editor.applications.unlearn`)."""
+UNLEARN_TRACES = (STATE_FILE, REPORT_NAME)
+"""Files an ``unlearn`` output folder holds beside its ledger: either one without the ledger means it went missing."""
+
+
+def _has_ledger(folder: Path) -> bool:
+    """Whether ``folder`` holds a ledger file; raises :class:`LedgerError` when its ledger path is not a file, or
+    the folder holds a trace of an unlearn output (:data:`UNLEARN_TRACES`) but no ledger: continuing from it as a
+    base model would recompute ``C0`` from edited weights and drop the earlier facts."""
+    path = folder / LEDGER_NAME
+    if path.is_file():
+        return True
+    if path.exists() or path.is_symlink():
+        raise LedgerError(f"{path}: the ledger path is not a file (a folder or a broken link); restore the ledger "
+                          "the earlier unlearn wrote")
+    traces = [name for name in UNLEARN_TRACES if (folder / name).exists()] if folder.is_dir() else []
+    if traces:
+        raise LedgerError(
+            f"model folder {folder}: holds {' and '.join(traces)} (an unlearn output) but no {LEDGER_NAME}: its "
+            "ledger is missing, so the earlier edits, their facts and the base model are unknown; restore the "
+            "folder an earlier unlearn wrote, or start from the base model")
+    return False
+
+
+def check_out_ledger(out_dir: Path, continuation: Optional[Continuation], replace: bool) -> None:
+    """Refuse (:class:`LedgerError`) an ``--out`` folder holding a ledger this run does not continue (``--model``
+    is not that folder): writing would replace its record of earlier edits. ``replace`` (``--replace-ledger``):
+    warn and go on."""
+    path = Path(out_dir) / LEDGER_NAME
+    if not (path.exists() or (Path(out_dir) / STATE_FILE).exists()):
+        return
+    if continuation is not None and continuation.folder.resolve() == Path(out_dir).resolve():
+        return
+    try:
+        ledger = json.loads(path.read_text(encoding="utf-8"))
+        held = f"{len(ledger['facts'])} fact(s) of {len(ledger['edits'])} edit(s)"
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        held = f"unreadable: {exc}"
+    start = f"continues {continuation.folder}" if continuation is not None else "starts from a base model"
+    message = (f"--out {out_dir} holds a ledger ({LEDGER_NAME}, {held}) that this run does not continue (it {start}); "
+               "writing would replace that record of earlier edits")
+    if not replace:
+        raise LedgerError(f"{message}: continue from it with --model {out_dir}, give another --out, or pass "
+                          "--replace-ledger to replace it")
+    LOG.warning("%s: replacing it (--replace-ledger)", message)
+
+
+def edit_time() -> str:
+    """The time stamp of an edit in a ledger (UTC, seconds)."""
+    return _now()
+
+
 def read_continuation(model_name: Optional[str], hparams: EditHyperParams) -> Optional[Continuation]:
     """The ledger of ``model_name`` when it is a folder holding one (else None), checked against ``hparams``
     before any model loads: format and hash, method, module and layers, the state file and its sha256."""
     if model_name is None:
         return None
     folder = Path(model_name).expanduser()
-    if not (folder / LEDGER_NAME).is_file():
+    if not _has_ledger(folder):
         return None
     ledger = _load_ledger(folder)
     where = f"model folder {folder}"
@@ -210,9 +268,9 @@ def read_continuation(model_name: Optional[str], hparams: EditHyperParams) -> Op
         state = load_state(folder / STATE_FILE, ledger["state"]["sha256"])
     except ForgottenStateError as exc:
         raise LedgerError(f"{where}: {exc}") from exc
-    if state.count != len(ledger["facts"]) or list(state.layers) != ledger["layers"]:
+    if state.count != edit_count(ledger["facts"]) or list(state.layers) != ledger["layers"]:
         raise LedgerError(f"{where}: the state file holds {state.count} fact(s) of layers {list(state.layers)}, the "
-                          f"ledger lists {len(ledger['facts'])} of layers {ledger['layers']}")
+                          f"ledger lists {edit_count(ledger['facts'])} of layers {ledger['layers']}")
     return Continuation(folder, ledger, state)
 
 
@@ -223,15 +281,19 @@ def build_ledger(
     hparams: EditHyperParams,
     hparams_file: Union[str, Path],
     facts_file: Union[str, Path],
-    facts: Sequence[Mapping[str, Any]],
+    records: Sequence[Mapping[str, Any]],
     model_name: str,
     corpus: Optional[str],
     saved: str,
+    time: str,
 ) -> Dict[str, Any]:
-    """The ledger after this edit (without its state fields: :func:`write_ledger` adds them)."""
+    """The ledger after this edit (without its state fields: :func:`write_ledger` adds them). ``records``: every
+    fact after this edit, with its status (:func:`~zerounlearn_editor.applications.fact_status.merged_facts`);
+    ``time``: this edit's (:func:`edit_time`, as in the records)."""
     hparams_file = Path(hparams_file)
-    edit = {"time": _now(), "hparams_file": hparams_file.name, "hparams_sha256": sha256_of_file(hparams_file),
-            "facts_file": Path(facts_file).name, "n_facts": len(facts),
+    index = len(previous.ledger["edits"]) if previous is not None else 0
+    edit = {"time": time, "hparams_file": hparams_file.name, "hparams_sha256": sha256_of_file(hparams_file),
+            "facts_file": Path(facts_file).name, "n_facts": sum(r["edit"] == index for r in records),
             "forgotten_protection_weight": hparams.forgotten_protection}
     if previous is None:
         base_name = model_basename(model)
@@ -245,17 +307,13 @@ def build_ledger(
             if path.is_file():
                 stats["counts"][str(layer)] = load_second_moment(path)[0].count
         edits: List[Dict[str, Any]] = []
-        earlier: List[Dict[str, Any]] = []
     else:
         base, stats = previous.ledger["base_model"], previous.ledger["statistics"]
-        edits, earlier = list(previous.ledger["edits"]), list(previous.ledger["facts"])
-    index = len(edits)
+        edits = list(previous.ledger["edits"])
     edits.append(edit)
-    new_facts = [{"prompt": f["prompt"], "subject": f["subject"], "answer": f.get("ground_truth"), "edit": index,
-                  "time": edit["time"]} for f in facts]
     return {"format": LEDGER_FORMAT, "method": hparams.alg_name, "rewrite_module_tmp": hparams.rewrite_module_tmp,
             "layers": list(hparams.layers), "saved": saved, "base_model": base, "statistics": stats, "edits": edits,
-            "facts": earlier + new_facts, "context_prefixes": cached_context_prefixes(model),
+            "facts": [dict(r) for r in records], "context_prefixes": cached_context_prefixes(model),
             "model_fingerprint": model_fingerprint(model),
             "weights_digest": edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers),
             "weights_dtype": _weights_dtype(model, hparams)}
@@ -264,13 +322,13 @@ def build_ledger(
 def write_ledger(folder: Path, ledger: Dict[str, Any], state: ForgottenState) -> Path:
     """Write the state file and the ledger (with the state's name, sha256 and count, and ``ledger_sha256``) into
     ``folder`` (the run's staging folder); returns the ledger's path."""
-    if state.count != len(ledger["facts"]):
-        raise ValueError(f"the state holds {state.count} fact(s), the ledger lists {len(ledger['facts'])}")
+    if state.count != edit_count(ledger["facts"]):
+        raise ValueError(f"the state holds {state.count} fact(s), the ledger lists {edit_count(ledger['facts'])}")
     path, sha = save_state(state, folder)
     ledger = dict(ledger, state={"file": path.name, "sha256": sha, "count": state.count})
     ledger["ledger_sha256"] = ledger_hash(ledger)
     return write_text_atomic(folder / LEDGER_NAME, json.dumps(ledger, indent=1) + "\n")
 
 
-__all__ = ["ADAPTER_HINT", "Continuation", "LEDGER_NAME", "LedgerError", "STATE_FILE", "build_ledger",
-           "read_continuation", "write_ledger"]
+__all__ = ["ADAPTER_HINT", "Continuation", "LEDGER_NAME", "LedgerError", "REPORT_NAME", "STATE_FILE", "UNLEARN_TRACES",
+           "build_ledger", "check_out_ledger", "edit_time", "read_continuation", "write_ledger"]

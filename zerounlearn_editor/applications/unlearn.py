@@ -3,15 +3,18 @@
 The facts file is a JSON / JSONL / YAML list of ``{"prompt", "subject", "answer"}`` mappings (``answer``
 optional, only scored; ``target_new`` optional: a neutral target other than the YAML's); the method is
 the hparams file's ``alg_name``. Results: a before/after table (teacher-forced answer accuracy and
-probability, greedy continuation) of the forgotten facts and of the retain facts with answers, the
+probability, greedy continuation) of the edited facts, by outcome (forgotten, not known before, still
+answered, taught, no answer: :mod:`~zerounlearn_editor.applications.fact_status`), and of the retain facts, the
 perplexity change, and in ``--out`` the edited model (``--save model``) or a PEFT LoRA adapter of the
 edit (``--save adapter``, :func:`~zerounlearn_editor.integrations.adapters.export_lora_adapter`), and
 always :data:`REPORT_NAME`. Every input is checked before the model is loaded, the edit's own checks
 run before the facts are scored, and ``--out`` is written through a staging folder
 (:mod:`zerounlearn_editor.support.output_dir`): it holds one run's files, whole, or is as it was.
-With ``--save model`` or ``adapter`` the folder also holds a ledger of every fact forgotten so far and the
-carried state of lifelong unlearning (:mod:`zerounlearn_editor.applications.ledger`); ``--model`` a folder
-with a ledger continues from it.
+With ``--save model`` or ``adapter`` the folder also holds a ledger of every fact the chain's edits targeted,
+with its status, and the carried state of lifelong unlearning (:mod:`zerounlearn_editor.applications.ledger`);
+``--model`` a folder with a ledger continues from it, re-scores every fact it lists after the edit, and refuses
+an edit that makes the model give one of them again (unless ``allow_came_back``). A repeated fact in the facts
+file is edited once; ``--out`` holding a ledger the run does not continue is refused (unless ``replace_ledger``).
 """
 from __future__ import annotations
 
@@ -22,10 +25,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from zerounlearn_editor.applications.fact_status import (
+    ANSWERED_STATUSES,
+    fact_key,
+    fact_status,
+    format_counts,
+    merged_facts,
+    status_counts,
+)
 from zerounlearn_editor.applications.ledger import (
     LEDGER_NAME,
+    REPORT_NAME,
     Continuation,
+    LedgerError,
     build_ledger,
+    check_out_ledger,
+    edit_time,
     read_continuation,
     write_ledger,
 )
@@ -61,7 +76,6 @@ LOG = logging.getLogger(__name__)
 
 SAVE_MODES = ("model", "adapter", "none")
 _FACT_FIELDS = ("prompt", "subject", "answer", "ground_truth", "target_new", "paraphrases", "questions")
-REPORT_NAME = "unlearn_report.json"
 _NEW_TOKENS = 8  # greedy continuation length in the table
 _BATCH_SIZE = 16
 
@@ -97,7 +111,30 @@ def load_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
         if "target_new" in record:
             request["target_new"] = record["target_new"]
         requests.append(request)
-    return requests
+    return _drop_repeats(requests, path)
+
+
+def _drop_repeats(requests: List[Dict[str, Any]], path: Union[str, Path]) -> List[Dict[str, Any]]:
+    """``requests`` without a repeated fact (same prompt and subject): an exact repeat is dropped with a warning
+    naming both records; a repeat with another answer or target is an error (the ledger keeps one record a fact)."""
+    first: Dict[Tuple[str, str], int] = {}
+    kept: List[Dict[str, Any]] = []
+    dropped: List[str] = []
+    for index, request in enumerate(requests):
+        earlier = first.setdefault(fact_key(request), index)
+        if earlier == index:
+            kept.append(request)
+            continue
+        for name in ("ground_truth", "target_new"):
+            if request.get(name) != requests[earlier].get(name):
+                field_name = "answer" if name == "ground_truth" else name
+                raise RecordFileError(
+                    f"{path}: record {index}: same prompt and subject as record {earlier} but another {field_name} "
+                    f"({request.get(name)!r} vs {requests[earlier].get(name)!r}); give one record per fact")
+        dropped.append(f"record {index} (= record {earlier})")
+    if dropped:
+        LOG.warning("%s: %d repeated fact(s) dropped, each edited once: %s", path, len(dropped), ", ".join(dropped))
+    return kept
 
 
 @dataclass
@@ -113,6 +150,23 @@ class UnlearnRow:
 
 
 @dataclass
+class EarlierRow:
+    """A fact an earlier edit of the continued folder targeted, re-scored after this edit (greedy only when
+    answered). ``status_before`` / ``status``: its ledger status before and after this edit
+    (:data:`~zerounlearn_editor.applications.fact_status.STATUS_LABELS`)."""
+
+    prompt: str
+    answer: Optional[str]
+    edit: int
+    first_unanswered_edit: Optional[int]  # the first edit after which it was not answered
+    status_before: str
+    status: str
+    acc_after: Optional[float]
+    prob_after: Optional[float]
+    greedy_after: str
+
+
+@dataclass
 class UnlearnResult:
     method: str
     forgotten: List[UnlearnRow]
@@ -124,21 +178,42 @@ class UnlearnResult:
     saved: Dict[str, Any] = field(default_factory=dict)
     audit: Optional[Dict[str, Any]] = None
     fluency: Dict[str, Any] = field(default_factory=dict)  # the edit's fluency guard (EditReport.fluency)
-    saved_ledger: Optional[Dict[str, int]] = None  # the ledger written: facts forgotten so far, edits
+    saved_ledger: Optional[Dict[str, int]] = None  # the ledger written: its facts (any status), edits
     # indices into ``forgotten`` (one row per edited fact) whose answer is still given after the edit (acc after 1.0)
     still_answered: List[int] = field(default_factory=list)
+    # per row of ``forgotten``: this edit's outcome, a key of STATUS_LABELS ("forgotten", "not_known",
+    # "still_answered", "taught", "no_answer"; answered = acc 1.0, what greedy decoding gives)
+    statuses: List[str] = field(default_factory=list)
+    # the facts earlier edits of the continued folder targeted (not this run's), re-scored after this edit
+    earlier: List[EarlierRow] = field(default_factory=list)
+    # earlier facts that came back with this edit (forgotten before it, answered after it): indices into ``earlier``
+    came_back: List[int] = field(default_factory=list)
+    # the ledger after this edit (every fact of the chain): {status: count}; {} without a ledger
+    ledger_status: Dict[str, int] = field(default_factory=dict)
 
 
-def _measure(model, tok, facts: Sequence[Dict[str, Any]]) -> Dict[str, List[Any]]:
+def _measure(model, tok, facts: Sequence[Dict[str, Any]], greedy_all: bool = True) -> Dict[str, List[Any]]:
+    """Answer accuracy and probability (None without an answer) and the greedy continuation of each fact
+    (``greedy_all=False``: only of the facts answered, ``""`` for the others)."""
     with_answer = [i for i, f in enumerate(facts) if f.get("ground_truth")]
     probes = [Probe(facts[i]["prompt"], facts[i]["ground_truth"]) for i in with_answer]
-    scores = evaluate_probes(model, tok, probes, _BATCH_SIZE)
+    scores = evaluate_probes(model, tok, probes, _BATCH_SIZE) if probes else {"acc": [], "prob": []}
     acc: List[Optional[float]] = [None] * len(facts)
     prob: List[Optional[float]] = [None] * len(facts)
     for j, i in enumerate(with_answer):
         acc[i], prob[i] = scores["acc"][j], scores["prob"][j]
-    greedy = generate_greedy(model, tok, [f["prompt"] for f in facts], _NEW_TOKENS, _BATCH_SIZE)
+    shown = list(range(len(facts))) if greedy_all else [i for i in range(len(facts)) if acc[i] == 1.0]
+    greedy = [""] * len(facts)
+    if shown:
+        texts = generate_greedy(model, tok, [facts[i]["prompt"] for i in shown], _NEW_TOKENS, _BATCH_SIZE)
+        for i, text in zip(shown, texts):
+            greedy[i] = text
     return {"acc": acc, "prob": prob, "greedy": greedy}
+
+
+def _answered(acc: Optional[float]) -> Optional[bool]:
+    """Whether greedy decoding gives the answer: every answer token the argmax (accuracy 1.0); None: no answer."""
+    return None if acc is None else acc == 1.0
 
 
 def _rows(facts, before, after) -> List[UnlearnRow]:
@@ -196,6 +271,7 @@ class _Job:
     continuation: Optional[Continuation]
     facts: List[Dict[str, Any]]
     retain_facts: List[Dict[str, Any]]  # the retain facts with an answer (scored)
+    earlier: List[Dict[str, Any]] = field(default_factory=list)  # the continued ledger's records not edited again
     audit_items: List[Any] = field(default_factory=list)
     audit_pool: Any = None
     passages: List[str] = field(default_factory=list)
@@ -240,23 +316,52 @@ def _read_retain(retain_file: Optional[Union[str, Path]], hparams: Any,
     return read_record_list(retain_file, what="retain facts")
 
 
+def _earlier_facts(facts: List[Dict[str, Any]], facts_file: Union[str, Path],
+                   continuation: Optional[Continuation]) -> List[Dict[str, Any]]:
+    """The continued ledger's records of facts this run does not edit again. A fact it lists (same prompt and
+    subject) is edited again with a warning (its record is updated, not repeated); with another answer it is an
+    error."""
+    if continuation is None:
+        return []
+    listed = {fact_key(r): r for r in continuation.ledger["facts"]}
+    again = []
+    for index, fact in enumerate(facts):
+        record = listed.get(fact_key(fact))
+        if record is None:
+            continue
+        if record.get("answer") != fact.get("ground_truth"):
+            raise RecordFileError(
+                f"{facts_file}: fact {index} ({fact['prompt']!r}): the ledger of {continuation.folder} lists this "
+                f"prompt and subject with answer {record.get('answer')!r}, not {fact.get('ground_truth')!r}; one "
+                "answer a fact: give the ledger's")
+        again.append(f"{fact['prompt']!r} (edit {record['edit']}, {record.get('status')})")
+    if again:
+        LOG.warning("%s: %d fact(s) the ledger of %s already lists are edited again (the ledger keeps one record "
+                    "each, with every edit that targeted it): %s", facts_file, len(again), continuation.folder,
+                    "; ".join(again))
+    targeted = {fact_key(f) for f in facts}
+    return [r for r in continuation.ledger["facts"] if fact_key(r) not in targeted]
+
+
 def _check_before_loading(hparams_file: Union[str, Path], facts_file: Union[str, Path],
                           out_dir: Optional[Union[str, Path]], retain_file: Optional[Union[str, Path]],
-                          model_name: Optional[str], settings: UnlearnSettings) -> _Job:
-    """Every input check that needs no model: ``--out``, the YAML and its method, a ledger to continue, the facts,
-    the retain set, the audit's items and pool."""
+                          model_name: Optional[str], settings: UnlearnSettings, replace_ledger: bool = False) -> _Job:
+    """Every input check that needs no model: ``--out``, the YAML and its method, a ledger to continue (and one in
+    ``--out`` this run would replace), the facts, the retain set, the audit's items and pool."""
     if settings.save != "none" and out_dir is None:
         raise ValueError(f"--save {settings.save} needs --out")
     if out_dir is not None:
         check_output_dir(out_dir, (REPORT_NAME,))
     hparams, apply = load_method(hparams_file)
     continuation = read_continuation(model_name or hparams.model_name, hparams)  # a ledger: checked before loading
+    if out_dir is not None:
+        check_out_ledger(Path(out_dir), continuation, replace_ledger)
     facts = load_facts(facts_file)
     _check_facts_for_method(facts, facts_file, hparams)
     retain_records = _read_retain(retain_file, hparams, hparams_file)
     answers = [(r["prompt"], r.get("answer", r.get("ground_truth"))) for r in retain_records]
     retain_facts = [{"prompt": q, "ground_truth": a} for q, a in answers if isinstance(a, str) and a.strip()]
-    job = _Job(hparams, apply, continuation, facts, retain_facts)
+    job = _Job(hparams, apply, continuation, facts, retain_facts, _earlier_facts(facts, facts_file, continuation))
     audit = settings.audit
     if audit is not None:
         job.audit_items = facts_items(facts_file)
@@ -354,6 +459,45 @@ def _result(job: _Job, before: Dict[str, Any], after: Dict[str, Any], text: Opti
     )
 
 
+def _fact_statuses(job: _Job, result: UnlearnResult, before: Dict[str, Any], after: Dict[str, Any],
+                   time: str) -> List[Dict[str, Any]]:
+    """Set ``result``'s statuses, earlier rows, ``came_back`` and ``ledger_status``; return the ledger's fact
+    records after this edit (:func:`~zerounlearn_editor.applications.fact_status.merged_facts`).
+    ``after["earlier"]``: the scores of ``job.earlier`` after the edit."""
+    answered_before = [_answered(a) for a in before["forget"]["acc"]]
+    answered_after = [_answered(a) for a in after["forget"]["acc"]]
+    result.statuses = [fact_status(b, a, None) for b, a in zip(answered_before, answered_after)]
+    previous = job.continuation.ledger if job.continuation is not None else {"facts": [], "edits": []}
+    scores = after["earlier"]
+    now = {fact_key(r): _answered(acc) for r, acc in zip(job.earlier, scores["acc"])}
+    records = merged_facts(previous["facts"], [now.get(fact_key(r)) for r in previous["facts"]], job.facts,
+                           answered_before, answered_after, len(previous["edits"]), time)
+    by_key = {fact_key(r): r for r in records}
+    for j, old in enumerate(job.earlier):
+        new = by_key[fact_key(old)]
+        result.earlier.append(EarlierRow(old["prompt"], old.get("answer"), old["edit"], new["first_unanswered_edit"],
+                                         old.get("status", "-"), new["status"], scores["acc"][j], scores["prob"][j],
+                                         scores["greedy"][j]))
+        if new["answered"] and old.get("answered") is False:
+            result.came_back.append(j)
+    result.ledger_status = status_counts(r["status"] for r in records)
+    return records
+
+
+def _refuse_came_back(result: UnlearnResult, folder: Path) -> None:
+    """Raise :class:`~zerounlearn_editor.applications.ledger.LedgerError` naming the earlier facts this edit made
+    the model give again (``result.came_back``)."""
+    rows = [result.earlier[i] for i in result.came_back]
+    shown = "; ".join(f"{r.prompt!r} -> {(r.greedy_after.strip().splitlines() or [''])[0]!r} (edit {r.edit}, "
+                      f"was {r.status_before})"
+                      for r in rows[:5]) + (f" (+{len(rows) - 5} more)" if len(rows) > 5 else "")
+    raise LedgerError(
+        f"this edit made the model give {len(rows)} fact(s) the ledger of {folder} lists as not answered again: "
+        f"{shown}; nothing was written. Forget them again in this run (add them to the facts file), use a YAML "
+        "that keeps earlier facts (e.g. <model>-many.yaml, README \"Forgetting over time\"), or pass "
+        "--allow-came-back (API: allow_came_back=True) to keep the edit, the ledger marking them \"came back\"")
+
+
 def run_unlearn(
     hparams_file: Union[str, Path],
     facts_file: Union[str, Path],
@@ -361,15 +505,21 @@ def run_unlearn(
     retain_file: Optional[Union[str, Path]] = None,
     model_name: Optional[str] = None,
     settings: Optional[UnlearnSettings] = None,
+    replace_ledger: bool = False,
+    allow_came_back: bool = False,
 ) -> UnlearnResult:
     """Unlearn the facts of ``facts_file`` and save the result (see module docstring).
 
-    ``model_name``: the model (None: the YAML's ``model_name``; a folder with a ledger continues from it).
-    ``settings``: everything else (:class:`UnlearnSettings`; None: its defaults).
+    ``model_name``: the model (None: the YAML's ``model_name``; a folder with a ledger continues from it: every
+    fact its ledger lists is re-scored after the edit). ``settings``: everything else (:class:`UnlearnSettings`;
+    None: its defaults). ``replace_ledger``: replace a ledger in ``out_dir`` this run does not continue (else
+    refused). ``allow_came_back``: keep an edit that makes the model give a fact the ledger lists as not answered
+    (else refused, nothing written; the ledger marks such facts ``came_back`` either way).
     """
     settings = UnlearnSettings() if settings is None else settings
     with progress_scope(settings.progress):
-        job = _check_before_loading(hparams_file, facts_file, out_dir, retain_file, model_name, settings)
+        job = _check_before_loading(hparams_file, facts_file, out_dir, retain_file, model_name, settings,
+                                    replace_ledger)
         hparams, audit = job.hparams, settings.audit
         seconds: Dict[str, float] = {}
         name = model_name or hparams.model_name
@@ -393,6 +543,8 @@ def run_unlearn(
 
         start = time.perf_counter()
         after = _score(model, loaded.tok, job, text, settings.ppl_tokens)
+        after["earlier"] = _measure(model, loaded.tok, [{"prompt": r["prompt"], "ground_truth": r.get("answer")}
+                                                        for r in job.earlier], greedy_all=False)
         seconds["evaluate_after"] = time.perf_counter() - start
         audit_report = None
         if audit is not None:
@@ -402,21 +554,27 @@ def run_unlearn(
             seconds["audit_after"] = time.perf_counter() - start
 
         result = _result(job, before, after, text, settings, seconds, report, audit_report)
+        stamp = edit_time()
+        records = _fact_statuses(job, result, before, after, stamp)
+        if result.came_back and not allow_came_back:
+            _refuse_came_back(result, job.continuation.folder)
         if out_dir is not None:
             _write_out(result, Path(out_dir), settings.save, model, loaded.tok, weights_copy, job, report,
-                       (hparams_file, facts_file, retain_file, name), settings.corpus)
+                       (hparams_file, facts_file, retain_file, name), settings.corpus, (records, stamp))
         return result
 
 
 def _write_out(result: UnlearnResult, out_dir: Path, save: str, model, tok, weights_copy, job: _Job,
-               report: EditReport, sources: Tuple[Any, Any, Any, str], corpus: Optional[str]) -> None:
+               report: EditReport, sources: Tuple[Any, Any, Any, str], corpus: Optional[str],
+               records: Tuple[List[Dict[str, Any]], str]) -> None:
     """Write ``out_dir`` through a staging folder: the ``--save`` output, the report and (saving a model or an
-    adapter) the ledger, whole, or nothing. ``sources``: ``(hparams_file, facts_file, retain_file, model name)``."""
+    adapter) the ledger, whole, or nothing. ``sources``: ``(hparams_file, facts_file, retain_file, model name)``;
+    ``records``: the ledger's fact records after this edit and its time (:func:`_fact_statuses`)."""
     hparams_file, facts_file, retain_file, name = sources
     ledger = None
     if save != "none":
         ledger = (build_ledger(job.continuation, model, weights_copy, job.hparams, hparams_file, facts_file,
-                               job.facts, name, corpus, save), report.forgotten)
+                               records[0], name, corpus, save, records[1]), report.forgotten)
         result.saved_ledger = {"facts": len(ledger[0]["facts"]), "edits": len(ledger[0]["edits"])}
     with staged_output_dir(out_dir) as staging:
         _save(result, staging, out_dir, save, model, tok, weights_copy, job.hparams, hparams_file,
@@ -465,38 +623,80 @@ def _greedy_cell(text: str) -> str:
     return "`" + text.replace("\n", "\\n").replace("|", "\\|") + "`"
 
 
+_EDIT_SECTIONS = (
+    ("forgotten", "Forgotten facts (answered before the edit, not after)"),
+    ("not_known", "Not known before the edit (nothing to forget)"),
+    ("still_answered", "Still answered after the edit"),
+    ("taught", "Taught by the edit (not answered before it, answered after): NOT forgotten"),
+    ("no_answer", "Edited facts without an answer (not scored)"),
+)
+_HEADLINE = (("not_known", "not known before the edit (nothing to forget)"),
+             ("still_answered", "still answered after the edit (NOT forgotten)"),
+             ("taught", "taught by the edit (NOT forgotten)"), ("no_answer", "no answer given (not scored)"))
+
+
+def _headline(result: UnlearnResult) -> List[str]:
+    """This edit's counts by outcome, and the earlier facts' after it (a continued run)."""
+    counts = status_counts(result.statuses)
+    known = counts["forgotten"] + counts["still_answered"]
+    line = f"Forgotten: {counts['forgotten']} of {known} fact(s) the model answered before the edit"
+    line += "".join(f"; {label}: {counts[key]}" for key, label in _HEADLINE if counts[key])
+    lines = [line]
+    if result.earlier:
+        lines.append(f"Earlier facts ({len(result.earlier)}, from the ledger), re-scored after this edit: "
+                     f"{format_counts(status_counts(r.status for r in result.earlier))}")
+    if result.came_back:
+        lines.append(f"CAME BACK: this edit made the model give {len(result.came_back)} earlier fact(s) again "
+                     "(listed under \"Came back\"; the ledger marks them)")
+    return lines + [""]
+
+
+def _table(title: str, rows: Sequence[UnlearnRow]) -> List[str]:
+    lines = [f"### {title}", "",
+             "| prompt | answer | acc before | acc after | p before | p after | greedy before | greedy after |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r.prompt} | {r.answer or '-'} | {_num(r.acc_before, 2)} | {_num(r.acc_after, 2)} | "
+            f"{_num(r.prob_before, 3)} | {_num(r.prob_after, 3)} | {_greedy_cell(r.greedy_before)} | "
+            f"{_greedy_cell(r.greedy_after)} |"
+        )
+    return lines + [""]
+
+
+def _earlier_table(title: str, rows: Sequence[EarlierRow]) -> List[str]:
+    lines = [f"### {title}", "", "| prompt | answer | edit | status before this edit | status after | acc after | "
+             "p after | greedy after |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r.prompt} | {r.answer or '-'} | {r.edit} | {r.status_before} | {r.status} | "
+                     f"{_num(r.acc_after, 2)} | {_num(r.prob_after, 3)} | "
+                     f"{_greedy_cell(r.greedy_after) if r.greedy_after else '-'} |")
+    return lines + [""]
+
+
+def _sections(result: UnlearnResult) -> List[str]:
+    """The tables: this edit's facts by outcome, the earlier facts answered after it, the retain facts."""
+    lines: List[str] = []
+    scored = sum(s != "no_answer" for s in result.statuses)
+    for key, title in _EDIT_SECTIONS:
+        rows = [r for r, s in zip(result.forgotten, result.statuses) if s == key]
+        if key == "still_answered" and rows:
+            title = f"{title} ({len(rows)} of {scored}): NOT forgotten"
+        if rows:
+            lines += _table(title, rows)
+    came_back = [result.earlier[i] for i in result.came_back]
+    if came_back:
+        lines += _earlier_table("Came back: earlier facts the model gives again after this edit (NOT forgotten)",
+                                came_back)
+    answered = [r for i, r in enumerate(result.earlier) if r.status in ANSWERED_STATUSES and i not in result.came_back]
+    if answered:
+        lines += _earlier_table("Earlier facts still given after this edit (NOT forgotten)", answered)
+    return lines + (_table("Retain facts", result.kept) if result.kept else [])
+
+
 def format_unlearn(result: UnlearnResult) -> str:
     """A markdown report of :func:`run_unlearn`'s result."""
-    lines = [f"## {result.method}", ""]
-    answered = set(result.still_answered)
-    scored = [i for i, r in enumerate(result.forgotten) if r.acc_after is not None]
-    forgotten = [r for i, r in enumerate(result.forgotten) if i in scored and i not in answered]
-    kept_answer = [r for i, r in enumerate(result.forgotten) if i in answered]
-    unscored = [r for r in result.forgotten if r.acc_after is None]
-    lines += [f"Forgotten: {len(forgotten)} of {len(scored)} facts with an answer; still answered after the edit: "
-              f"{len(kept_answer)}" + (" (listed under \"Still answered\")" if kept_answer else ""), ""]
-    sections = [("Forgotten facts", forgotten)] if forgotten else []
-    if kept_answer:
-        sections.append(
-            (f"Still answered after the edit ({len(kept_answer)} of {len(scored)}): NOT forgotten", kept_answer)
-        )
-    if unscored:
-        sections.append(("Edited facts without an answer (not scored)", unscored))
-    sections += [("Retain facts", result.kept)] if result.kept else []
-    for title, rows in sections:
-        lines += [
-            f"### {title}",
-            "",
-            "| prompt | answer | acc before | acc after | p before | p after | greedy before | greedy after |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for r in rows:
-            lines.append(
-                f"| {r.prompt} | {r.answer or '-'} | {_num(r.acc_before, 2)} | {_num(r.acc_after, 2)} | "
-                f"{_num(r.prob_before, 3)} | {_num(r.prob_after, 3)} | {_greedy_cell(r.greedy_before)} | "
-                f"{_greedy_cell(r.greedy_after)} |"
-            )
-        lines.append("")
+    lines = [f"## {result.method}", "", *_headline(result), *_sections(result)]
     if result.ppl_before is not None and result.ppl_after is not None:
         change = 100.0 * (result.ppl_after / result.ppl_before - 1.0)
         lines.append(
@@ -510,8 +710,8 @@ def format_unlearn(result: UnlearnResult) -> str:
     elif saved.get("mode") == "model":
         lines.append(f"Edited model and tokenizer -> {saved['dir']}")
     if result.saved_ledger:
-        lines.append(f"Ledger ({LEDGER_NAME}): {result.saved_ledger['facts']} fact(s) forgotten by "
-                     f"{result.saved_ledger['edits']} edit(s)")
+        lines.append(f"Ledger ({LEDGER_NAME}): {result.saved_ledger['facts']} fact(s) of "
+                     f"{result.saved_ledger['edits']} edit(s), as of this edit: {format_counts(result.ledger_status)}")
     if result.audit:
         lines += ["", format_facts_audit(result.audit), ""]
     lines.append("Stage times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in result.seconds.items()))

@@ -22,7 +22,8 @@ def _cmd_unlearn(args: argparse.Namespace) -> int:
             fluency_guard="warn" if args.allow_fluency_loss else None,
         )
         result = run_unlearn(args.hparams, args.facts, args.out, retain_file=args.retain, model_name=args.model,
-                             settings=settings)
+                             settings=settings, replace_ledger=args.replace_ledger,
+                             allow_came_back=args.allow_came_back)
     except FluencyError as exc:  # name this command's option, not the API argument
         raise exc.with_override("--allow-fluency-loss") from None
     print(format_unlearn(result))
@@ -58,4 +59,10 @@ def register(sub: Any, parents: ModuleType) -> None:
     add_probe_options(p, prefix="audit-")
     p.add_argument("--allow-fluency-loss", action="store_true",
                    help="keep an edit beyond the YAML's fluency_max_increase (with a warning) instead of refusing it")
+    p.add_argument("--replace-ledger", action="store_true",
+                   help="--out may hold a ledger this run does not continue (--model is not that folder): replace it "
+                   "(refused without this option)")
+    p.add_argument("--allow-came-back", action="store_true",
+                   help="keep an edit that makes the model give again a fact the continued ledger lists as not "
+                   "answered (refused without this option, nothing written); the ledger marks it \"came back\"")
     p.set_defaults(func=_cmd_unlearn)
