@@ -826,15 +826,16 @@ def test_save_model_over_an_earlier_adapter_leaves_no_adapter_files(saved_tiny):
         _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "adapter") == 0
     )
     assert (out / "adapter_config.json").is_file()
-    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "model") == 0
+    # each run replaces the ledger of the run before (issue 46.7: refused without --replace-ledger)
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "model",
+                    "--replace-ledger") == 0
     names = sorted(p.name for p in out.iterdir())
     assert not any(n.startswith("adapter") or n == "zerounlearn_adapter.json" for n in names), names
     assert "model.safetensors" in names and "unlearn_report.json" in names
     edited = AutoModelForCausalLM.from_pretrained(out)
     assert not hasattr(edited, "peft_config")  # a plain model: the edit once
-    assert (
-        _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "adapter") == 0
-    )
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "adapter",
+                    "--replace-ledger") == 0
     names = sorted(p.name for p in out.iterdir())
     assert "model.safetensors" not in names and "config.json" not in names and "adapter_config.json" in names
     assert not [p for p in out.parent.iterdir() if ".zerounlearn-tmp-" in p.name]
@@ -919,9 +920,9 @@ def test_killed_run_temporaries_are_removed_and_a_failed_save_leaves_the_folder_
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(unlearn, "export_lora_adapter", disk_full)
-    assert (
-        _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "adapter") == 2
-    )
+    replace = "--replace-ledger"  # the later runs replace the first run's ledger (issue 46.7), then fail to write
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "adapter",
+                    replace) == 2
     assert f"cannot write the output folder {out}" in caplog.text and "No space left" in caplog.text
     assert _files(out) == before  # the earlier run's folder, whole
     assert not stale.exists()  # the killed run's temporary is gone
@@ -933,7 +934,8 @@ def test_killed_run_temporaries_are_removed_and_a_failed_save_leaves_the_folder_
 
     monkeypatch.setattr(type(tiny_llama(tiny_tokenizer())), "save_pretrained", safetensors_disk_full)
     caplog.clear()
-    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "model") == 2
+    assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(out), "--save", "model",
+                    replace) == 2
     assert f"cannot write the output folder {out}" in caplog.text and "os error 28" in caplog.text
     assert _files(out) == before
     assert not [p for p in root.iterdir() if ".zerounlearn-tmp-" in p.name]
@@ -1343,9 +1345,9 @@ def test_out_that_is_a_link_to_a_folder_is_written_through(saved_tiny, tmp_path,
     link.symlink_to(target, target_is_directory=True)
     for save in ("adapter", "none"):
         caplog.clear()
-        assert (
-            _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(link), "--save", save) == 0
-        )
+        # the second run replaces the first run's ledger (refused without --replace-ledger: issue 46.7)
+        assert _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn-GD"]), "--out", str(link), "--save", save,
+                        "--replace-ledger") == 0
         assert link.is_symlink() and Path(os.readlink(link)) == target  # the link is left as it was
         assert (target / "unlearn_report.json").is_file()  # the run's files are in the link's target
         assert ("adapter_config.json" in {p.name for p in target.iterdir()}) == (save == "adapter")
