@@ -50,7 +50,7 @@ from zerounlearn_editor.evaluation.audit.facts_audit import (
 from zerounlearn_editor.evaluation.audit.plan import check_audit_inputs, check_plan_lengths
 from zerounlearn_editor.evaluation.generation import generate_greedy
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
-from zerounlearn_editor.evaluation.perplexity import perplexity
+from zerounlearn_editor.evaluation.perplexity import check_ppl_text, leading_token_ids, perplexity, read_text
 from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
 from zerounlearn_editor.methods.registry import get_method, load_method
 from zerounlearn_editor.support.model_access import max_positions
@@ -119,7 +119,7 @@ class UnlearnResult:
     kept: List[UnlearnRow]
     ppl_before: Optional[float]
     ppl_after: Optional[float]
-    ppl_tokens: int
+    ppl_tokens: int  # the tokens the perplexity measured (0: none)
     seconds: Dict[str, float] = field(default_factory=dict)
     saved: Dict[str, Any] = field(default_factory=dict)
     audit: Optional[Dict[str, Any]] = None
@@ -178,8 +178,9 @@ class UnlearnSettings:
         if self.save not in SAVE_MODES:
             raise ValueError(f"--save must be one of {SAVE_MODES}, got {self.save!r}")
         tokens = self.ppl_tokens
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-            raise ValueError(f"--ppl-tokens must be an integer >= 0 (0 = no perplexity), got {tokens!r}")
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0 or tokens == 1:
+            raise ValueError(f"--ppl-tokens must be 0 (no perplexity) or an integer >= 2 (every token after the "
+                             f"first is scored), got {tokens!r}")
         if self.fluency_guard is not None and self.fluency_guard not in GUARD_MODES:
             raise ValueError(f"fluency_guard must be one of {GUARD_MODES} or None (the YAML's), "
                              f"got {self.fluency_guard!r}")
@@ -249,6 +250,8 @@ def _check_before_loading(hparams_file: Union[str, Path], facts_file: Union[str,
         raise ValueError(f"--save {settings.save} needs --out")
     if out_dir is not None:
         check_output_dir(out_dir, (REPORT_NAME,))
+    if settings.ppl_tokens > 0 and settings.ppl_text:
+        check_ppl_text(settings.ppl_text)
     hparams, apply = load_method(hparams_file)
     continuation = read_continuation(model_name or hparams.model_name, hparams)  # a ledger: checked before loading
     facts = load_facts(facts_file)
@@ -313,6 +316,18 @@ def _ppl_text(settings: UnlearnSettings) -> Optional[Path]:
         return None
 
 
+def _ppl_token_count(tok, text: Optional[Path], settings: UnlearnSettings) -> int:
+    """The tokens of ``text`` the perplexity measures (at most ``ppl_tokens``; 0 without a text); fewer than 2
+    raise ``ValueError`` naming the file, before any scoring."""
+    if text is None:
+        return 0
+    count = len(leading_token_ids(tok, read_text(text), settings.ppl_tokens))
+    if count < 2:
+        raise ValueError(f"--ppl-text {text}: {count} token(s) of text; perplexity needs at least 2 (give a longer "
+                         "text, or --ppl-tokens 0)")
+    return count
+
+
 def _score(model, tok, job: _Job, text: Optional[Path], ppl_tokens: int) -> Dict[str, Any]:
     """The facts', the retain facts' and the perplexity's scores of ``model`` (before or after the edit)."""
     return {"forget": _measure(model, tok, job.facts),
@@ -336,8 +351,8 @@ def _edit(job: _Job, loaded: _Loaded, settings: UnlearnSettings, retain_file: Op
     return model, weights_copy
 
 
-def _result(job: _Job, before: Dict[str, Any], after: Dict[str, Any], text: Optional[Path],
-            settings: UnlearnSettings, seconds: Dict[str, float], report: EditReport,
+def _result(job: _Job, before: Dict[str, Any], after: Dict[str, Any], ppl_tokens: int, seconds: Dict[str, float],
+            report: EditReport,
             audit_report: Optional[Dict[str, Any]]) -> UnlearnResult:
     """The run's :class:`UnlearnResult` (nothing saved yet)."""
     return UnlearnResult(
@@ -346,7 +361,7 @@ def _result(job: _Job, before: Dict[str, Any], after: Dict[str, Any], text: Opti
         kept=_rows(job.retain_facts, before["kept"], after["kept"]) if job.retain_facts else [],
         ppl_before=before["ppl"],
         ppl_after=after["ppl"],
-        ppl_tokens=settings.ppl_tokens if text else 0,
+        ppl_tokens=ppl_tokens,  # the tokens measured (the text may hold fewer than --ppl-tokens)
         seconds=seconds,
         audit=audit_report,
         fluency=dict(report.fluency),
@@ -375,6 +390,7 @@ def run_unlearn(
         name = model_name or hparams.model_name
         loaded = _load_and_plan(job, name, settings, retain_file, out_dir, seconds)
         text = _ppl_text(settings)
+        ppl_tokens = _ppl_token_count(loaded.tok, text, settings)
 
         start = time.perf_counter()
         LOG.info("scoring %d facts (and %d retain facts) before the edit", len(job.facts), len(job.retain_facts))
@@ -401,7 +417,7 @@ def run_unlearn(
                             "after": score_model(model, loaded.tok, loaded.audit_plan, audit, loaded.lens)}
             seconds["audit_after"] = time.perf_counter() - start
 
-        result = _result(job, before, after, text, settings, seconds, report, audit_report)
+        result = _result(job, before, after, ppl_tokens, seconds, report, audit_report)
         if out_dir is not None:
             _write_out(result, Path(out_dir), settings.save, model, loaded.tok, weights_copy, job, report,
                        (hparams_file, facts_file, retain_file, name), settings.corpus)
@@ -440,7 +456,8 @@ def _save(result: UnlearnResult, out: Path, final: Path, save: str, model, tok, 
         # the largest rank of the change of one weight: n (GD) or 2n (ZeroUnlearn, eps 0)
         bound = get_method(hparams.alg_name).adapter_rank_per_fact * len(facts)
         adapter: AdapterReport = export_lora_adapter(
-            weights_copy, model, out, max_rank=bound, base_model_name_or_path=resolve_model_path(name),
+            weights_copy, model, out, max_rank=bound,
+            base_model_name_or_path=_adapter_base(resolve_model_path(name)),
             metadata=dict(method=hparams.alg_name, hparams_file=str(hparams_file), facts_file=str(facts_file),
                           n_facts=len(facts), rank_bound=bound),
         )
@@ -452,6 +469,13 @@ def _save(result: UnlearnResult, out: Path, final: Path, save: str, model, tok, 
     (out / REPORT_NAME).write_text(
         json.dumps(dict(asdict(result), hparams_file=str(hparams_file), facts_file=str(facts_file),
                         retain_file=str(retain_file) if retain_file else None), indent=2), encoding="utf-8")
+
+
+def _adapter_base(resolved: str) -> str:
+    """The adapter's ``base_model_name_or_path``: a local folder as an absolute path (it loads from any working
+    directory), a hub name as it is."""
+    path = Path(resolved).expanduser()
+    return str(path.resolve()) if path.exists() else resolved
 
 
 def _num(value: Optional[float], digits: int) -> str:
