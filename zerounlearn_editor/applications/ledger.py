@@ -5,9 +5,11 @@ which edit), each edit (time, YAML name and content hash, facts file, protection
 template and layers, the base model (its name and fingerprint, and the fingerprint of its unedited modules),
 the statistics ``C0`` were read from (the base model's cache files: their names, token counts and model
 fingerprint), the context prefixes sampled from the base model (every edit uses the same), the fingerprint and
-weights digest of the saved model, and the carried state (:mod:`~zerounlearn_editor.engine.forgotten_state`,
-:data:`~zerounlearn_editor.engine.forgotten_state.STATE_FILE`) with its sha256. ``ledger_sha256`` hashes
-everything else: a ledger edited by hand is refused.
+weights digest of the saved model, the sha256 of each of its weight files and its config (in full, checked before
+a continued run loads the model: :mod:`~zerounlearn_editor.applications.ledger_files`), and the carried state
+(:mod:`~zerounlearn_editor.engine.forgotten_state`, :data:`~zerounlearn_editor.engine.forgotten_state.STATE_FILE`)
+with its sha256. ``ledger_sha256`` hashes everything else: a ledger edited by hand is refused, and so is one whose
+fields do not have the shape a ledger has (:mod:`~zerounlearn_editor.applications.ledger_schema`).
 
 ``zerounlearn unlearn --model DIR`` on such a folder continues (:func:`read_continuation` before the model
 loads, :meth:`Continuation.check_model` after): same method, module and layers, the folder's weights the ones
@@ -30,6 +32,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import torch
 from torch import nn
 
+from zerounlearn_editor.applications.ledger_files import FILES_KEY, check_weight_files, weight_files_sha256
+from zerounlearn_editor.applications.ledger_schema import check_ledger_schema
 from zerounlearn_editor.engine.contexts import cached_context_prefixes, restore_context_prefixes
 from zerounlearn_editor.engine.forgotten_state import (
     STATE_FILE,
@@ -180,6 +184,8 @@ def _load_ledger(folder: Path) -> Dict[str, Any]:
     if ledger.get("ledger_sha256") != ledger_hash(ledger):
         raise LedgerError(f"{path}: its content does not match its ledger_sha256 (edited by hand or damaged); the "
                           "ledger cannot be trusted: restore the folder an earlier unlearn wrote")
+    check_ledger_schema(ledger, str(path), LedgerError)  # every field the continuation reads, before a model loads
+    check_weight_files(folder, ledger, LedgerError)  # the model's files, hashed in full
     return ledger
 
 
@@ -268,6 +274,7 @@ def write_ledger(folder: Path, ledger: Dict[str, Any], state: ForgottenState) ->
         raise ValueError(f"the state holds {state.count} fact(s), the ledger lists {len(ledger['facts'])}")
     path, sha = save_state(state, folder)
     ledger = dict(ledger, state={"file": path.name, "sha256": sha, "count": state.count})
+    ledger[FILES_KEY] = weight_files_sha256(folder)  # the saved model's files, whole
     ledger["ledger_sha256"] = ledger_hash(ledger)
     return write_text_atomic(folder / LEDGER_NAME, json.dumps(ledger, indent=1) + "\n")
 

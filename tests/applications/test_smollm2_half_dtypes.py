@@ -1,0 +1,74 @@
+"""``zerounlearn unlearn --dtype`` on SmolLM2 (slow, two facts, perplexity off): bfloat16 edits from the base model
+and continues from its own saved folder (issue 46 item 9); a float16 load of the base or of a saved folder is the
+same model as the float32 one (its ``C0`` cache is reused, not overwritten; the ledger's base model matches:
+item 10)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from zerounlearn_editor.applications.ledger import LEDGER_NAME
+from zerounlearn_editor.cli import main
+from zerounlearn_editor.support.resources import hparams_path
+
+pytestmark = pytest.mark.slow
+
+FACTS_A = [{"prompt": "The capital of France is", "subject": "France", "answer": "Paris"},
+           {"prompt": "The capital of Germany is", "subject": "Germany", "answer": "Berlin"}]
+FACTS_B = [{"prompt": "The capital of Japan is", "subject": "Japan", "answer": "Tokyo"},
+           {"prompt": "The capital of Italy is", "subject": "Italy", "answer": "Rome"}]
+
+
+@pytest.fixture
+def job(smollm2_path, smollm2_stats_dir, tmp_path):
+    """The paper's YAML on SmolLM2 with a copy of the shared ``C0`` cache (this test may not touch the shared one),
+    and the two facts files."""
+    config = yaml.safe_load(Path(hparams_path("ZeroUnlearn-GD", "SmolLM2-135M-Instruct")).read_text())
+    stats = tmp_path / "stats"
+    shared = smollm2_stats_dir / "SmolLM2-135M-Instruct"
+    if shared.is_dir():
+        shutil.copytree(shared, stats / "SmolLM2-135M-Instruct")
+    # the fluency guard (a read-only check of the edit, not the method) is off: the test is about the dtype
+    config.update(stats_dir=str(stats), model_name=str(smollm2_path), fluency_max_increase=None)
+    (tmp_path / "paper.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    for name, facts in (("a.json", FACTS_A), ("b.json", FACTS_B)):
+        (tmp_path / name).write_text(json.dumps(facts), encoding="utf-8")
+    return tmp_path
+
+
+def _unlearn(root: Path, facts: str, out: Path, *extra: str) -> int:
+    return main(["unlearn", "--hparams", str(root / "paper.yaml"), "--facts", str(root / facts), "--out", str(out),
+                 "--save", "model", "--ppl-tokens", "0", "--no-progress", *extra])
+
+
+def _stats_files(root: Path):
+    return {p: p.stat().st_mtime_ns for p in sorted((root / "stats").rglob("*.npz"))}
+
+
+def test_bfloat16_edits_from_the_base_and_from_a_saved_folder(job):
+    first, second = job / "first", job / "second"
+    assert _unlearn(job, "a.json", first, "--dtype", "bfloat16") == 0
+    assert _unlearn(job, "b.json", second, "--dtype", "bfloat16", "--model", str(first)) == 0
+    report = json.loads((first / "unlearn_report.json").read_text(encoding="utf-8"))
+    assert [(r["acc_before"], r["acc_after"]) for r in report["forgotten"]] == [(1.0, 0.0), (1.0, 0.0)], report
+    ledger = json.loads((second / LEDGER_NAME).read_text(encoding="utf-8"))
+    assert [f["prompt"] for f in ledger["facts"]] == [f["prompt"] for f in FACTS_A + FACTS_B]
+    assert ledger["weights_dtype"] == "torch.bfloat16"
+
+
+def test_float16_load_is_the_same_model_as_float32(job, caplog):
+    before = _stats_files(job)
+    first = job / "first"
+    assert _unlearn(job, "a.json", first) == 0  # float32: computes C0 when the shared cache had none
+    made = _stats_files(job)
+    assert set(before) <= set(made) and all(made[p] == t for p, t in before.items())
+    caplog.clear()
+    assert _unlearn(job, "b.json", job / "half-base", "--dtype", "float16", "--save", "none") == 0
+    assert "another model with the same folder name" not in caplog.text
+    assert _stats_files(job) == made  # the float32 C0 cache is reused, not overwritten
+    assert _unlearn(job, "b.json", job / "half-continued", "--dtype", "float16", "--model", str(first)) == 0
+    assert _stats_files(job) == made
