@@ -168,3 +168,32 @@ def test_an_unchanged_folder_continues(setup):
     assert _run(root, hparams, "facts2.json", "--model", str(folder), "--out", str(second), "--save", "model") == 0
     ledger = json.loads((second / LEDGER_NAME).read_text(encoding="utf-8"))
     assert len(ledger["facts"]) == 3 and len(ledger[FILES_KEY]) == 2
+
+
+def _stats(root: Path):
+    return {p: p.read_bytes() for p in sorted((root / "stats").rglob("*.npz"))}
+
+
+def test_a_folder_continues_in_another_dtype(setup):
+    """A float32 folder continued with ``--dtype float16`` is the same model (issue 46 item 10), and its ``C0``
+    cache is read, not rewritten."""
+    root, hparams, _ = setup
+    folder = _copy(setup, "to-half")
+    cached = _stats(root)
+    out = root / "half-continued"
+    assert _run(root, hparams, "facts2.json", "--model", str(folder), "--dtype", "float16", "--out", str(out),
+                "--save", "model") == 0
+    assert len(json.loads((out / LEDGER_NAME).read_text(encoding="utf-8"))["facts"]) == 3
+    assert _stats(root) == cached
+
+
+def test_a_float16_first_run_continues_in_float32(setup):
+    root, hparams, _ = setup
+    cached = _stats(root)
+    half = root / "half-first"
+    if half.exists():
+        shutil.rmtree(half)
+    assert _run(root, hparams, "facts1.json", "--dtype", "float16", "--out", str(half), "--save", "model") == 0
+    out = root / "full-continued"
+    assert _run(root, hparams, "facts2.json", "--model", str(half), "--out", str(out), "--save", "model") == 0
+    assert _stats(root) == cached

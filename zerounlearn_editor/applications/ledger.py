@@ -51,6 +51,7 @@ from zerounlearn_editor.engine.stats import (
     load_second_moment,
     model_basename,
     model_fingerprint,
+    same_weights_at_another_precision,
     stats_path,
 )
 from zerounlearn_editor.support.files import sha256_of_file, sha256_of_json, write_text_atomic
@@ -103,6 +104,8 @@ class Continuation:
         (``{layer: SecondMoment}`` from its cache files); raises :class:`LedgerError` saying why not."""
         where = f"model folder {self.folder}"
         base = self.ledger["base_model"]
+        if FILES_KEY in self.ledger:  # its files were checked byte for byte before loading: any dtype's load of them
+            return self._base_statistics(model, hparams, corpus)
         if model_fingerprint(model, hparams.rewrite_module_tmp) != base["fingerprint_unedited_modules"]:
             raise LedgerError(
                 f"{where}: this model is not an edit of the base model its ledger records ({base['name']!r}, "
@@ -134,6 +137,8 @@ class Continuation:
                 "before: use the same mom2_* settings and corpus"
             )
         base_fp = self.ledger["base_model"]["fingerprint_unedited_modules"]
+        # the base as recorded, or as loaded now (the unedited modules are the base's; the dtype may differ)
+        same = (None, base_fp, model_fingerprint(model, hparams.rewrite_module_tmp))
         out: Dict[int, SecondMoment] = {}
         for layer in hparams.layers:
             path = Path(hparams.stats_dir) / now["files"][str(layer)]
@@ -148,7 +153,8 @@ class Continuation:
                 stat, meta = load_second_moment(path)
             except StatsCacheError as exc:
                 raise LedgerError(f"model folder {self.folder}: {exc}; {hint}") from exc
-            if meta.get("model_fingerprint") not in (None, base_fp):
+            if meta.get("model_fingerprint") not in same and not same_weights_at_another_precision(
+                    meta, model, hparams.rewrite_module_tmp, _weights_dtype(model, hparams).removeprefix("torch.")):
                 raise LedgerError(
                     f"model folder {self.folder}: {path} holds the statistics of another model (fingerprint "
                     f"{meta['model_fingerprint']}, the base's {base_fp}); {hint}"
