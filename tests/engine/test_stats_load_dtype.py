@@ -78,3 +78,23 @@ def test_a_float32_file_without_a_sample_is_not_overwritten_by_a_half_model(tok,
     layer_second_moments(copy.deepcopy(model).to(torch.float16), tok, *args, progress=False)
     assert "used but not written over it" in caplog.text
     assert _files(tmp_path) == written
+
+
+def test_a_float32_file_without_a_sample_gets_one_from_its_model(tok, tmp_path, caplog):
+    """A file written before the sample was recorded, read by its own float32 model: the sample is added (the
+    statistic unchanged), and a float16 load then reuses it."""
+    model = tiny_llama(tok)
+    args = _args(tmp_path)
+    full = layer_second_moments(model, tok, *args, progress=False)
+    for path in (tmp_path / "stats").rglob("*.npz"):
+        stat, meta = load_second_moment(path)
+        meta.pop("model_sample")
+        kept = {k: v for k, v in meta.items() if k not in ("sample_size", "dtype")}
+        save_second_moment(path, stat, int(np.load(path)["sample_size"]), "float64", kept)
+    layer_second_moments(model, tok, *args, progress=False)
+    assert all("model_sample" in load_second_moment(p)[1] for p in (tmp_path / "stats").rglob("*.npz"))
+    written = _files(tmp_path)
+    caplog.clear()
+    again = layer_second_moments(copy.deepcopy(model).to(torch.float16), tok, *args, progress=False)
+    assert "another model" not in caplog.text and _files(tmp_path) == written
+    assert all(torch.equal(again[l].mom2, full[l].mom2) for l in (1, 2))

@@ -221,9 +221,24 @@ def _usable_cache_file(path, model: nn.Module, module: str, fingerprint_of_model
         elif meta["model_fingerprint"] != fingerprint_of_model:
             LOG.info("%s: made from a %s load of these weights (this one is %s); used as it is", path,
                      meta.get("model_dtype"), module_dtype(model, module))
+        elif "model_sample" not in meta and module_dtype(model, module) not in HALF_DTYPES:
+            _add_weights_sample(path, stat, meta, model, r.module_tmp)
         LOG.info("loaded C0 statistics from %s", path)
         return stat
     return None
+
+
+def _add_weights_sample(path, stat: SecondMoment, meta: Dict[str, str], model: nn.Module, module_tmp: str) -> None:
+    """Rewrite a file this full-precision model made before statistics recorded a weights sample, with the sample
+    (the statistic unchanged), so later loads of the model in another dtype can reuse it; a read-only cache is
+    left as it is."""
+    kept = {k: v for k, v in meta.items() if k not in ("sample_size", "dtype")}
+    kept["model_sample"] = weights_sample(model, module_tmp)
+    try:
+        save_second_moment(path, stat, int(meta.get("sample_size", stat.count)), meta["dtype"], kept)
+        LOG.info("%s: added the weights sample a load in another dtype is matched by", path)
+    except (StatsCacheError, KeyError, ValueError) as exc:
+        LOG.info("%s: no weights sample added (%s)", path, exc)
 
 
 def _check_room(folder, model: nn.Module, modules: Sequence[str], dtype: str) -> None:

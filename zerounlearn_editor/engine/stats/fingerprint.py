@@ -3,7 +3,7 @@ left out) and its name as EasyEdit caches it.
 
 The fingerprint is exact: float32 and bfloat16 loads of a checkpoint agree (the sampled values are rounded to
 bfloat16), but a float16 load of a float32 checkpoint does not (rounding to float16 then to bfloat16 differs from
-rounding to bfloat16 in about one value in twenty; no exact digest can agree on every load). So a statistic also
+rounding to bfloat16 in 2.9% of SmolLM2's values; no exact digest can agree on every load). So a statistic also
 records :func:`weights_sample` (values as loaded), and :func:`same_weights_at_another_precision` tells a load of the
 same weights in another dtype (every sampled value within half-precision rounding) from another model.
 """
