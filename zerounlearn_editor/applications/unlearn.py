@@ -329,10 +329,12 @@ def _ppl_token_count(tok, text: Optional[Path], settings: UnlearnSettings) -> in
 
 
 def _score(model, tok, job: _Job, text: Optional[Path], ppl_tokens: int) -> Dict[str, Any]:
-    """The facts', the retain facts' and the perplexity's scores of ``model`` (before or after the edit)."""
+    """The facts', the retain facts' and the perplexity's scores of ``model`` (before or after the edit), the
+    perplexity on the first ``ppl_tokens`` tokens of ``text`` (:func:`_ppl_token_count`)."""
     return {"forget": _measure(model, tok, job.facts),
             "kept": _measure(model, tok, job.retain_facts) if job.retain_facts else None,
-            "ppl": perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None}
+            "ppl": perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None,
+            "ppl_tokens": ppl_tokens if text else 0}
 
 
 def _edit(job: _Job, loaded: _Loaded, settings: UnlearnSettings, retain_file: Optional[Union[str, Path]],
@@ -351,8 +353,8 @@ def _edit(job: _Job, loaded: _Loaded, settings: UnlearnSettings, retain_file: Op
     return model, weights_copy
 
 
-def _result(job: _Job, before: Dict[str, Any], after: Dict[str, Any], ppl_tokens: int, seconds: Dict[str, float],
-            report: EditReport,
+def _result(job: _Job, before: Dict[str, Any], after: Dict[str, Any], text: Optional[Path],
+            settings: UnlearnSettings, seconds: Dict[str, float], report: EditReport,
             audit_report: Optional[Dict[str, Any]]) -> UnlearnResult:
     """The run's :class:`UnlearnResult` (nothing saved yet)."""
     return UnlearnResult(
@@ -361,7 +363,7 @@ def _result(job: _Job, before: Dict[str, Any], after: Dict[str, Any], ppl_tokens
         kept=_rows(job.retain_facts, before["kept"], after["kept"]) if job.retain_facts else [],
         ppl_before=before["ppl"],
         ppl_after=after["ppl"],
-        ppl_tokens=ppl_tokens,  # the tokens measured (the text may hold fewer than --ppl-tokens)
+        ppl_tokens=before["ppl_tokens"],  # the tokens measured (the text may hold fewer than --ppl-tokens)
         seconds=seconds,
         audit=audit_report,
         fluency=dict(report.fluency),
@@ -394,7 +396,7 @@ def run_unlearn(
 
         start = time.perf_counter()
         LOG.info("scoring %d facts (and %d retain facts) before the edit", len(job.facts), len(job.retain_facts))
-        before = _score(loaded.model, loaded.tok, job, text, settings.ppl_tokens)
+        before = _score(loaded.model, loaded.tok, job, text, ppl_tokens)
         seconds["evaluate_before"] = time.perf_counter() - start
         if audit is not None:  # the probes are drawn once, before the edit
             start = time.perf_counter()
@@ -408,7 +410,7 @@ def run_unlearn(
         seconds.update({f"unlearn.{k}": v for k, v in report.timings.items()})
 
         start = time.perf_counter()
-        after = _score(model, loaded.tok, job, text, settings.ppl_tokens)
+        after = _score(model, loaded.tok, job, text, ppl_tokens)
         seconds["evaluate_after"] = time.perf_counter() - start
         audit_report = None
         if audit is not None:
@@ -417,7 +419,7 @@ def run_unlearn(
                             "after": score_model(model, loaded.tok, loaded.audit_plan, audit, loaded.lens)}
             seconds["audit_after"] = time.perf_counter() - start
 
-        result = _result(job, before, after, ppl_tokens, seconds, report, audit_report)
+        result = _result(job, before, after, text, settings, seconds, report, audit_report)
         if out_dir is not None:
             _write_out(result, Path(out_dir), settings.save, model, loaded.tok, weights_copy, job, report,
                        (hparams_file, facts_file, retain_file, name), settings.corpus)
