@@ -1068,7 +1068,7 @@ def test_negative_ppl_tokens_refused(saved_tiny, capsys):
     with pytest.raises(SystemExit):
         _unlearn(saved_tiny, "--hparams", str(hparams["ZeroUnlearn"]), "--save", "none", "--ppl-tokens", "-5")
     assert "must be >= 0, got -5" in capsys.readouterr().err
-    with pytest.raises(ValueError, match=r"--ppl-tokens must be an integer >= 0 .* got -5"):
+    with pytest.raises(ValueError, match=r"--ppl-tokens must be 0 \(no perplexity\) or an integer >= 2 .* got -5"):
         run_unlearn(hparams["ZeroUnlearn"], root / "facts.json", None, settings=UnlearnSettings(save="none",
                                                                                                  ppl_tokens=-5))
 
@@ -1076,8 +1076,8 @@ def test_negative_ppl_tokens_refused(saved_tiny, capsys):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"save": "disk"}, r"--save must be one of \('model', 'adapter', 'none'\), got 'disk'"),
-    ({"ppl_tokens": 1.5}, r"--ppl-tokens must be an integer >= 0 .* got 1.5"),
-    ({"ppl_tokens": True}, r"--ppl-tokens must be an integer >= 0 .* got True"),
+    ({"ppl_tokens": 1.5}, r"--ppl-tokens must be 0 \(no perplexity\) or an integer >= 2 .* got 1.5"),
+    ({"ppl_tokens": True}, r"--ppl-tokens must be 0 \(no perplexity\) or an integer >= 2 .* got True"),
     ({"fluency_guard": "ignore"}, r"fluency_guard must be one of \('refuse', 'warn', 'off'\) .* got 'ignore'"),
 ])
 def test_unlearn_settings_checked_when_built(kwargs, message):

@@ -210,7 +210,7 @@ def test_a_foreign_base_model_is_refused(setup, caplog):
     tok.save_pretrained(folder)
     for name in (LEDGER_NAME, STATE_FILE):
         shutil.copy(first / name, folder / name)
-    _refused(setup, caplog, folder, "another base model")
+    _refused(setup, caplog, folder, "model.safetensors differs from the one the ledger recorded")
 
 
 def test_weights_changed_after_the_ledger_are_refused(setup, caplog):
@@ -220,7 +220,7 @@ def test_weights_changed_after_the_ledger_are_refused(setup, caplog):
     tensors = load_file(str(folder / "model.safetensors"))
     tensors["model.layers.2.mlp.down_proj.weight"][0, 0] += 1e-3
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    _refused(setup, caplog, folder, "the edited weights differ from the ones the ledger recorded")
+    _refused(setup, caplog, folder, "model.safetensors differs from the one the ledger recorded")
 
 
 def test_missing_base_statistics_are_refused_not_recomputed(setup, caplog):

@@ -26,6 +26,7 @@ from zerounlearn_editor.engine.forgotten_state import (
     merge_states,
     model_state,
     save_state,
+    undo_to,
 )
 from zerounlearn_editor.engine.hparams import HParamsError
 from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis, protected_covariance, solve_exact
@@ -282,3 +283,65 @@ def test_weights_changed_behind_the_state_drop_it_with_a_warning(tok, tmp_path, 
         model.model.layers[1].mlp.down_proj.weight.mul_(1.01)
     model, _ = apply_zerounlearn_gd_to_model(model, tok, REQUESTS_2, hp, progress=False)
     assert "changed since the last edit" in caplog.text and model_state(model).count == 2
+
+
+def _restore(model, weights_copy) -> None:
+    with torch.no_grad():
+        for name, value in weights_copy.items():
+            dict(model.named_parameters())[name].copy_(value)
+
+
+def test_undoing_the_last_edit_keeps_the_state_of_the_edits_still_in_the_weights(tok, tmp_path, caplog):
+    """Edit A, edit B, restore B's weights, edit C: the state holds A and C (issue 46), as edits A then C do."""
+    hp = _hp(tmp_path, protection=1e4)
+    facts_b, facts_c = REQUESTS_2[:1], REQUESTS_2[1:]
+    model = tiny_llama(tok)
+    model, copy_a = apply_zerounlearn_gd_to_model(model, tok, forget_requests(), hp, progress=False,
+                                                  return_orig_weights=True)
+    model, copy_b = apply_zerounlearn_gd_to_model(model, tok, facts_b, hp, progress=False, return_orig_weights=True)
+    assert model_state(model).count == 4
+    _restore(model, copy_b)
+    caplog.set_level(logging.INFO)
+    model, _ = apply_zerounlearn_gd_to_model(model, tok, facts_c, hp, progress=False)
+    assert "the last 1 edit(s) were undone" in caplog.text and "keeps the 3 forgotten fact(s)" in caplog.text
+    assert not [r for r in caplog.records if r.name.endswith("forgotten_state") and r.levelno >= logging.WARNING]
+    state = model_state(model)
+    reference = tiny_llama(tok)
+    reference, _ = apply_zerounlearn_gd_to_model(reference, tok, forget_requests(), hp, progress=False)
+    reference, _ = apply_zerounlearn_gd_to_model(reference, tok, facts_c, hp, progress=False)
+    expected = model_state(reference)
+    assert state.count == expected.count == 4
+    for layer in hp.layers:
+        scale = float(expected.moments[layer].abs().max())
+        assert float((state.moments[layer] - expected.moments[layer]).abs().max()) <= 1e-9 * scale, layer
+    for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
+        assert torch.allclose(p, q, rtol=0, atol=1e-6), name  # C protected A's keys as in the A-then-C sequence
+
+
+def test_undoing_every_edit_leaves_no_state(tok, tmp_path, caplog):
+    hp = _hp(tmp_path, protection=1e4)
+    model = tiny_llama(tok)
+    model, copy_a = apply_zerounlearn_gd_to_model(model, tok, forget_requests(), hp, progress=False,
+                                                  return_orig_weights=True)
+    model, copy_b = apply_zerounlearn_gd_to_model(model, tok, REQUESTS_2[:1], hp, progress=False,
+                                                  return_orig_weights=True)
+    _restore(model, copy_b)
+    _restore(model, copy_a)
+    caplog.set_level(logging.INFO)
+    model, _ = apply_zerounlearn_gd_to_model(model, tok, REQUESTS_2[1:], hp, progress=False)
+    assert "the last edit was undone" in caplog.text
+    assert model_state(model).count == 1
+
+
+def test_the_kept_keys_never_outgrow_the_moments():
+    state = empty_state("m.{}", [0], {0: 4})
+    g = torch.Generator().manual_seed(0)
+    digests = []
+    for step in range(4):  # 2 keys an edit, d_in = 4: only the last two edits can be taken out again
+        K = torch.randn(4, 2, generator=g, dtype=F64)
+        state = add_keys(state, {0: key_moment(K)}, 2, f"after{step}", f"before{step}", keys={0: K})
+        digests.append(f"before{step}")
+    assert [r.digest_before for r in state.history] == digests[2:]
+    kept, undone = undo_to(state, "before2")
+    assert undone == 2 and kept.count == 4 and kept.weights_digest == "before2"
+    assert undo_to(state, "before1") == (None, -1)

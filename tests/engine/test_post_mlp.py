@@ -127,3 +127,17 @@ def test_half_precision_llama_is_added_as_is(dtype):
     assert all(spec.is_identity for spec in maps.values())
     gemma = tiny_config_model("gemma3", tok, layers=2, seed=2).to(dtype)
     assert detect_post_mlp_maps(gemma, "model.layers.{}", "model.layers.{}.mlp.down_proj", [1])[1].kind == "rms"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_with_a_residual_much_larger_than_the_mlp_output(dtype):
+    """SmolLM2 in bfloat16 (issue 46): some layers' residual stream is far larger than their MLP output, so a
+    perturbation of the MLP output's size drowns in the rounding of ``residual + output``; the probe's perturbation
+    is sized by the residual, and the path is still found."""
+    tok = tiny_tokenizer()
+    model = tiny_config_model("llama", tok, layers=3, seed=2)
+    with torch.no_grad():  # the block's norms keep the MLP's input and output the same size; the residual is not
+        model.get_input_embeddings().weight.mul_(3000.0)
+    model = model.to(dtype)
+    maps = detect_post_mlp_maps(model, "model.layers.{}", "model.layers.{}.mlp.down_proj", [0, 1, 2])
+    assert all(spec.is_identity for spec in maps.values()), maps

@@ -6,10 +6,12 @@ answered, taught, came back or no answer; :mod:`~zerounlearn_editor.applications
 YAML name and content hash, facts file, protection weight), the method, module template and layers, the base
 model (its name and fingerprint, and the fingerprint of its unedited modules), the statistics ``C0`` were read
 from (the base model's cache files: their names, token counts and model fingerprint), the context prefixes sampled
-from the base model (every edit uses the same), the fingerprint and weights digest of the saved model, and the
-carried state (:mod:`~zerounlearn_editor.engine.forgotten_state`,
-:data:`~zerounlearn_editor.engine.forgotten_state.STATE_FILE`) with its sha256. ``ledger_sha256`` hashes
-everything else: a ledger edited by hand is refused.
+from the base model (every edit uses the same), the fingerprint and weights digest of the saved model, the sha256
+of each of its weight files and its config (in full, checked before a continued run loads the model:
+:mod:`~zerounlearn_editor.applications.ledger_files`), and the carried state
+(:mod:`~zerounlearn_editor.engine.forgotten_state`, :data:`~zerounlearn_editor.engine.forgotten_state.STATE_FILE`)
+with its sha256. ``ledger_sha256`` hashes everything else: a ledger edited by hand is refused, and so is one whose
+fields do not have the shape a ledger has (:mod:`~zerounlearn_editor.applications.ledger_schema`).
 
 ``zerounlearn unlearn --model DIR`` on such a folder continues (:func:`read_continuation` before the model
 loads, :meth:`Continuation.check_model` after): same method, module and layers, the folder's weights the ones
@@ -35,6 +37,8 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.applications.fact_status import edit_count
+from zerounlearn_editor.applications.ledger_files import FILES_KEY, check_weight_files, weight_files_sha256
+from zerounlearn_editor.applications.ledger_schema import check_ledger_schema
 from zerounlearn_editor.engine.contexts import cached_context_prefixes, restore_context_prefixes
 from zerounlearn_editor.engine.forgotten_state import (
     STATE_FILE,
@@ -52,6 +56,7 @@ from zerounlearn_editor.engine.stats import (
     load_second_moment,
     model_basename,
     model_fingerprint,
+    same_weights_at_another_precision,
     stats_path,
 )
 from zerounlearn_editor.support.files import sha256_of_file, sha256_of_json, write_text_atomic
@@ -104,6 +109,8 @@ class Continuation:
         (``{layer: SecondMoment}`` from its cache files); raises :class:`LedgerError` saying why not."""
         where = f"model folder {self.folder}"
         base = self.ledger["base_model"]
+        if FILES_KEY in self.ledger:  # its files were checked byte for byte before loading: any dtype's load of them
+            return self._base_statistics(model, hparams, corpus)
         if model_fingerprint(model, hparams.rewrite_module_tmp) != base["fingerprint_unedited_modules"]:
             raise LedgerError(
                 f"{where}: this model is not an edit of the base model its ledger records ({base['name']!r}, "
@@ -135,6 +142,8 @@ class Continuation:
                 "before: use the same mom2_* settings and corpus"
             )
         base_fp = self.ledger["base_model"]["fingerprint_unedited_modules"]
+        # the base as recorded, or as loaded now (the unedited modules are the base's; the dtype may differ)
+        same = (None, base_fp, model_fingerprint(model, hparams.rewrite_module_tmp))
         out: Dict[int, SecondMoment] = {}
         for layer in hparams.layers:
             path = Path(hparams.stats_dir) / now["files"][str(layer)]
@@ -149,7 +158,8 @@ class Continuation:
                 stat, meta = load_second_moment(path)
             except StatsCacheError as exc:
                 raise LedgerError(f"model folder {self.folder}: {exc}; {hint}") from exc
-            if meta.get("model_fingerprint") not in (None, base_fp):
+            if meta.get("model_fingerprint") not in same and not same_weights_at_another_precision(
+                    meta, model, hparams.rewrite_module_tmp, _weights_dtype(model, hparams).removeprefix("torch.")):
                 raise LedgerError(
                     f"model folder {self.folder}: {path} holds the statistics of another model (fingerprint "
                     f"{meta['model_fingerprint']}, the base's {base_fp}); {hint}"
@@ -185,6 +195,8 @@ def _load_ledger(folder: Path) -> Dict[str, Any]:
     if ledger.get("ledger_sha256") != ledger_hash(ledger):
         raise LedgerError(f"{path}: its content does not match its ledger_sha256 (edited by hand or damaged); the "
                           "ledger cannot be trusted: restore the folder an earlier unlearn wrote")
+    check_ledger_schema(ledger, str(path), LedgerError)  # every field the continuation reads, before a model loads
+    check_weight_files(folder, ledger, LedgerError)  # the model's files, hashed in full
     return ledger
 
 
@@ -326,6 +338,7 @@ def write_ledger(folder: Path, ledger: Dict[str, Any], state: ForgottenState) ->
         raise ValueError(f"the state holds {state.count} fact(s), the ledger lists {edit_count(ledger['facts'])}")
     path, sha = save_state(state, folder)
     ledger = dict(ledger, state={"file": path.name, "sha256": sha, "count": state.count})
+    ledger[FILES_KEY] = weight_files_sha256(folder)  # the saved model's files, whole
     ledger["ledger_sha256"] = ledger_hash(ledger)
     return write_text_atomic(folder / LEDGER_NAME, json.dumps(ledger, indent=1) + "\n")
 

@@ -65,7 +65,7 @@ from zerounlearn_editor.evaluation.audit.facts_audit import (
 from zerounlearn_editor.evaluation.audit.plan import check_audit_inputs, check_plan_lengths
 from zerounlearn_editor.evaluation.generation import generate_greedy
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
-from zerounlearn_editor.evaluation.perplexity import perplexity
+from zerounlearn_editor.evaluation.perplexity import check_ppl_text, leading_token_ids, perplexity, read_text
 from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
 from zerounlearn_editor.methods.registry import get_method, load_method
 from zerounlearn_editor.support.model_access import max_positions
@@ -173,7 +173,7 @@ class UnlearnResult:
     kept: List[UnlearnRow]
     ppl_before: Optional[float]
     ppl_after: Optional[float]
-    ppl_tokens: int
+    ppl_tokens: int  # the tokens the perplexity measured (0: none)
     seconds: Dict[str, float] = field(default_factory=dict)
     saved: Dict[str, Any] = field(default_factory=dict)
     audit: Optional[Dict[str, Any]] = None
@@ -253,8 +253,9 @@ class UnlearnSettings:
         if self.save not in SAVE_MODES:
             raise ValueError(f"--save must be one of {SAVE_MODES}, got {self.save!r}")
         tokens = self.ppl_tokens
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-            raise ValueError(f"--ppl-tokens must be an integer >= 0 (0 = no perplexity), got {tokens!r}")
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0 or tokens == 1:
+            raise ValueError(f"--ppl-tokens must be 0 (no perplexity) or an integer >= 2 (every token after the "
+                             f"first is scored), got {tokens!r}")
         if self.fluency_guard is not None and self.fluency_guard not in GUARD_MODES:
             raise ValueError(f"fluency_guard must be one of {GUARD_MODES} or None (the YAML's), "
                              f"got {self.fluency_guard!r}")
@@ -352,6 +353,8 @@ def _check_before_loading(hparams_file: Union[str, Path], facts_file: Union[str,
         raise ValueError(f"--save {settings.save} needs --out")
     if out_dir is not None:
         check_output_dir(out_dir, (REPORT_NAME,))
+    if settings.ppl_tokens > 0 and settings.ppl_text:
+        check_ppl_text(settings.ppl_text)
     hparams, apply = load_method(hparams_file)
     continuation = read_continuation(model_name or hparams.model_name, hparams)  # a ledger: checked before loading
     if out_dir is not None:
@@ -418,11 +421,25 @@ def _ppl_text(settings: UnlearnSettings) -> Optional[Path]:
         return None
 
 
+def _ppl_token_count(tok, text: Optional[Path], settings: UnlearnSettings) -> int:
+    """The tokens of ``text`` the perplexity measures (at most ``ppl_tokens``; 0 without a text); fewer than 2
+    raise ``ValueError`` naming the file, before any scoring."""
+    if text is None:
+        return 0
+    count = len(leading_token_ids(tok, read_text(text), settings.ppl_tokens))
+    if count < 2:
+        raise ValueError(f"--ppl-text {text}: {count} token(s) of text; perplexity needs at least 2 (give a longer "
+                         "text, or --ppl-tokens 0)")
+    return count
+
+
 def _score(model, tok, job: _Job, text: Optional[Path], ppl_tokens: int) -> Dict[str, Any]:
-    """The facts', the retain facts' and the perplexity's scores of ``model`` (before or after the edit)."""
+    """The facts', the retain facts' and the perplexity's scores of ``model`` (before or after the edit), the
+    perplexity on the first ``ppl_tokens`` tokens of ``text`` (:func:`_ppl_token_count`)."""
     return {"forget": _measure(model, tok, job.facts),
             "kept": _measure(model, tok, job.retain_facts) if job.retain_facts else None,
-            "ppl": perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None}
+            "ppl": perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None,
+            "ppl_tokens": ppl_tokens if text else 0}
 
 
 def _edit(job: _Job, loaded: _Loaded, settings: UnlearnSettings, retain_file: Optional[Union[str, Path]],
@@ -451,7 +468,7 @@ def _result(job: _Job, before: Dict[str, Any], after: Dict[str, Any], text: Opti
         kept=_rows(job.retain_facts, before["kept"], after["kept"]) if job.retain_facts else [],
         ppl_before=before["ppl"],
         ppl_after=after["ppl"],
-        ppl_tokens=settings.ppl_tokens if text else 0,
+        ppl_tokens=before["ppl_tokens"],  # the tokens measured (the text may hold fewer than --ppl-tokens)
         seconds=seconds,
         audit=audit_report,
         fluency=dict(report.fluency),
@@ -525,10 +542,11 @@ def run_unlearn(
         name = model_name or hparams.model_name
         loaded = _load_and_plan(job, name, settings, retain_file, out_dir, seconds)
         text = _ppl_text(settings)
+        ppl_tokens = _ppl_token_count(loaded.tok, text, settings)
 
         start = time.perf_counter()
         LOG.info("scoring %d facts (and %d retain facts) before the edit", len(job.facts), len(job.retain_facts))
-        before = _score(loaded.model, loaded.tok, job, text, settings.ppl_tokens)
+        before = _score(loaded.model, loaded.tok, job, text, ppl_tokens)
         seconds["evaluate_before"] = time.perf_counter() - start
         if audit is not None:  # the probes are drawn once, before the edit
             start = time.perf_counter()
@@ -542,7 +560,7 @@ def run_unlearn(
         seconds.update({f"unlearn.{k}": v for k, v in report.timings.items()})
 
         start = time.perf_counter()
-        after = _score(model, loaded.tok, job, text, settings.ppl_tokens)
+        after = _score(model, loaded.tok, job, text, ppl_tokens)
         after["earlier"] = _measure(model, loaded.tok, [{"prompt": r["prompt"], "ground_truth": r.get("answer")}
                                                         for r in job.earlier], greedy_all=False)
         seconds["evaluate_after"] = time.perf_counter() - start
@@ -598,7 +616,8 @@ def _save(result: UnlearnResult, out: Path, final: Path, save: str, model, tok, 
         # the largest rank of the change of one weight: n (GD) or 2n (ZeroUnlearn, eps 0)
         bound = get_method(hparams.alg_name).adapter_rank_per_fact * len(facts)
         adapter: AdapterReport = export_lora_adapter(
-            weights_copy, model, out, max_rank=bound, base_model_name_or_path=resolve_model_path(name),
+            weights_copy, model, out, max_rank=bound,
+            base_model_name_or_path=_adapter_base(resolve_model_path(name)),
             metadata=dict(method=hparams.alg_name, hparams_file=str(hparams_file), facts_file=str(facts_file),
                           n_facts=len(facts), rank_bound=bound),
         )
@@ -610,6 +629,13 @@ def _save(result: UnlearnResult, out: Path, final: Path, save: str, model, tok, 
     (out / REPORT_NAME).write_text(
         json.dumps(dict(asdict(result), hparams_file=str(hparams_file), facts_file=str(facts_file),
                         retain_file=str(retain_file) if retain_file else None), indent=2), encoding="utf-8")
+
+
+def _adapter_base(resolved: str) -> str:
+    """The adapter's ``base_model_name_or_path``: a local folder as an absolute path (it loads from any working
+    directory), a hub name as it is."""
+    path = Path(resolved).expanduser()
+    return str(path.resolve()) if path.exists() else resolved
 
 
 def _num(value: Optional[float], digits: int) -> str:

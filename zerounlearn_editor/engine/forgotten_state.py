@@ -10,8 +10,10 @@ Pure functions of tensors plus (de)serialisation: :func:`save_state` writes one 
 metadata names the module template, layers, count and format; :func:`load_state` checks its sha256 (when
 given), metadata, shapes and values. Within a process the state travels on the model object
 (:func:`model_state` / :func:`attach_state`, an attribute: nothing module-level), with a digest of the
-edited weights it belongs to (:func:`edited_weights_digest`), so weights restored or changed behind its back
-make it stale (:func:`current_state` drops it with a warning).
+edited weights it belongs to (:func:`edited_weights_digest`) and the keys of this process's edits: weights
+restored to those before an edit take that edit and the later ones out of the state (:func:`undo_to`; edit A,
+edit B, B's weights restored: A's state), weights changed otherwise make it stale (:func:`current_state` drops it
+with a warning).
 """
 from __future__ import annotations
 
@@ -45,10 +47,22 @@ class ForgottenStateError(ValueError):
 
 
 @dataclass(frozen=True)
+class EditRecord:
+    """One edit folded into a state, enough to take it out again: the weights' digest before it, its forget keys
+    ``keys[layer]`` ``[d_in, n]`` (float64, CPU; small beside the ``[d_in, d_in]`` moments) and its ``count`` facts."""
+
+    digest_before: str
+    keys: Mapping[int, torch.Tensor]
+    count: int
+
+
+@dataclass(frozen=True)
 class ForgottenState:
     """``moments[layer]`` ``[d_in, d_in]`` float64 (CPU): ``sum k k^T`` over the forget keys of ``count`` facts
     at module ``module_tmp.format(layer)``; ``weights_digest``: :func:`edited_weights_digest` of the model the
-    state was last updated on (``""``: unknown), ``previous_digest`` the one before that update."""
+    state was last updated on (``""``: unknown), ``previous_digest`` the one before that update. ``history``: the
+    edits of this process folded in, oldest first (:func:`undo_to` takes the latest ones out when their weights
+    are restored; a state read from a file has none)."""
 
     module_tmp: str
     layers: Tuple[int, ...]
@@ -57,6 +71,7 @@ class ForgottenState:
     weights_digest: str = ""
     # the digest of the weights before the last update: equal weights mean the last edit was undone
     previous_digest: str = ""
+    history: Tuple[EditRecord, ...] = ()
 
     def validate(self, source: str = "forgotten state") -> "ForgottenState":
         """Check layers, shapes, symmetry, finiteness, a non-negative diagonal and the count; return self."""
@@ -108,8 +123,11 @@ def key_moment(K_f: torch.Tensor) -> torch.Tensor:
 
 
 def add_keys(state: ForgottenState, moments: Mapping[int, torch.Tensor], n: int,
-             weights_digest: str = "", previous_digest: str = "") -> ForgottenState:
-    """A new state: ``state`` plus one edit's ``moments[layer] = K_f K_f^T`` ``[d_in, d_in]`` of ``n`` facts."""
+             weights_digest: str = "", previous_digest: str = "",
+             keys: Optional[Mapping[int, torch.Tensor]] = None) -> ForgottenState:
+    """A new state: ``state`` plus one edit's ``moments[layer] = K_f K_f^T`` ``[d_in, d_in]`` of ``n`` facts.
+    With the edit's ``keys[layer] = K_f`` ``[d_in, n]`` and ``previous_digest`` the edit can be taken out again
+    (:func:`undo_to`); without, the new state has no history."""
     if sorted(moments) != sorted(state.layers):
         raise ForgottenStateError(f"the edit's keys are of layers {sorted(moments)}, the state's {list(state.layers)}")
     if n < 0:
@@ -121,7 +139,39 @@ def add_keys(state: ForgottenState, moments: Mapping[int, torch.Tensor], n: int,
         if M.shape != S.shape:
             raise ForgottenStateError(f"layer {layer}: keys' moment {tuple(M.shape)} vs state {tuple(S.shape)}")
         new[layer] = S + M
-    return ForgottenState(state.module_tmp, state.layers, new, state.count + n, weights_digest, previous_digest)
+    history: Tuple[EditRecord, ...] = ()
+    if keys is not None and previous_digest:
+        record = EditRecord(previous_digest, {l: keys[l].detach().to(torch.float64).cpu() for l in state.layers}, n)
+        history = state.history + (record,)
+        # the keys kept never outgrow the moments themselves (at most d_in columns a layer): the oldest go first
+        d_in = min(int(S.shape[0]) for S in new.values())
+        while sum(int(next(iter(r.keys.values())).shape[1]) for r in history) > d_in:
+            history = history[1:]
+    return ForgottenState(state.module_tmp, state.layers, new, state.count + n, weights_digest, previous_digest,
+                          history)
+
+
+def undo_to(state: ForgottenState, digest: str) -> Tuple[Optional[ForgottenState], int]:
+    """The state of the edits still in weights whose digest is ``digest``, when those weights are the ones before
+    one of ``state``'s recorded edits (restored after it and every later one): ``(state without those edits, how
+    many were taken out)``; ``(None, k)`` when every edit was taken out; ``(state, 0)`` when ``digest`` is the
+    state's own; ``(None, -1)`` when no recorded edit started from such weights."""
+    if digest == state.weights_digest:
+        return state, 0
+    moments = dict(state.moments)
+    count = state.count
+    for index in range(len(state.history) - 1, -1, -1):
+        record = state.history[index]
+        moments = {l: moments[l] - record.keys[l] @ record.keys[l].T for l in state.layers}
+        count -= record.count
+        if record.digest_before == digest:
+            undone = len(state.history) - index
+            if index == 0 and count == 0:
+                return None, undone
+            before = state.history[index - 1].digest_before if index else ""
+            return ForgottenState(state.module_tmp, state.layers, moments, count, digest, before,
+                                  state.history[:index]), undone
+    return None, -1
 
 
 def merge_states(a: ForgottenState, b: ForgottenState) -> ForgottenState:
@@ -224,13 +274,17 @@ def current_state(model: nn.Module, module_tmp: str, layers: Sequence[int]) -> O
         return None
     state.check_compatible(module_tmp, layers, "the model's forgotten-facts state (from an earlier edit)")
     digest = edited_weights_digest(model, module_tmp, layers)
-    if state.weights_digest and state.weights_digest != digest:
-        if digest == state.previous_digest:  # e.g. EasyEdit without sequential_edit restores after each edit
-            LOG.info("the last edit was undone (weights restored); the state of %d forgotten fact(s) is dropped",
-                     state.count)
-        else:
-            LOG.warning("the edited weights changed since the last edit recorded %d forgotten fact(s); their "
-                        "protection is dropped", state.count)
-        attach_state(model, None)
-        return None
-    return state
+    if not state.weights_digest or state.weights_digest == digest:
+        return state
+    kept, undone = undo_to(state, digest)
+    if kept is not None:  # e.g. edit A, edit B, B's weights restored: A's facts are still forgotten
+        LOG.info("the last %d edit(s) were undone (weights restored); the state keeps the %d forgotten fact(s) of "
+                 "the edits still in the weights (%d dropped)", undone, kept.count, state.count - kept.count)
+    elif undone > 0 or digest == state.previous_digest:  # e.g. EasyEdit without sequential_edit restores each edit
+        LOG.info("the last edit was undone (weights restored); the state of %d forgotten fact(s) is dropped",
+                 state.count)
+    else:
+        LOG.warning("the edited weights changed since the last edit recorded %d forgotten fact(s); their "
+                    "protection is dropped", state.count)
+    attach_state(model, kept)
+    return kept

@@ -384,11 +384,11 @@ def _run_layerwise_edit(
             limit = max_positions(model)  # GPT-2's n_positions; rotary models have none
             n_tokens = DEFAULT_TOKENS if limit is None else min(DEFAULT_TOKENS, limit)
             ppl_before = guard_perplexity(model, tok, guard_text_, n_tokens)
-    key_moments: Optional[Dict[int, torch.Tensor]] = {} if track_forgotten else None
+    forget_keys: Optional[Dict[int, torch.Tensor]] = {} if track_forgotten else None
     digest_before = edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers) if track_forgotten else ""
     try:
         _edit_layers(model, tok, plan, prefixes, targets, second_moments, solver, report, stages.keys,
-                     post_maps, forgotten, key_moments)
+                     post_maps, forgotten, forget_keys)
         if mode != "off":
             with _timer(report, "fluency"):
                 ppl_after = guard_perplexity(model, tok, guard_text_, n_tokens)
@@ -396,8 +396,8 @@ def _run_layerwise_edit(
     except BaseException:
         restore_weights(model, weights_copy)
         raise
-    if key_moments is not None:
-        report.forgotten = _forgotten_after(model, hparams, forgotten, key_moments, len(forget), digest_before)
+    if forget_keys is not None:
+        report.forgotten = _forgotten_after(model, hparams, forgotten, forget_keys, len(forget), digest_before)
     if answer_check:
         with _timer(report, "answered"):
             report.still_answered = still_answered(model, tok, forget)
@@ -429,13 +429,15 @@ def _judge_edit_fluency(hparams: EditHyperParams, report: EditReport, mode: str,
 
 
 def _forgotten_after(model: nn.Module, hparams: EditHyperParams, forgotten: Optional[ForgottenState],
-                     key_moments: Dict[int, torch.Tensor], n_forget: int, digest_before: str) -> ForgottenState:
+                     forget_keys: Dict[int, torch.Tensor], n_forget: int, digest_before: str) -> ForgottenState:
     """The state of every fact forgotten so far: ``forgotten`` (or an empty state) plus this edit's ``K_f K_f^T``
-    per layer (``key_moments``, ``[d_in, d_in]`` each) and its ``n_forget`` facts, with the weights' digests."""
+    per layer (``forget_keys``: ``K_f`` ``[d_in, n]`` each) and its ``n_forget`` facts, with the weights' digests
+    (and the keys, so a restore of this edit's weights can take it out again)."""
     start = forgotten if forgotten is not None else empty_state(
-        hparams.rewrite_module_tmp, hparams.layers, {l: m.shape[0] for l, m in key_moments.items()})
-    return add_keys(start, key_moments, n_forget,
-                    edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers), digest_before)
+        hparams.rewrite_module_tmp, hparams.layers, {l: k.shape[0] for l, k in forget_keys.items()})
+    moments = {layer: key_moment(keys) for layer, keys in forget_keys.items()}
+    return add_keys(start, moments, n_forget, edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers),
+                    digest_before, keys=forget_keys)
 
 
 def _warn_still_answered(forget: List[ForgetRequest], hparams: EditHyperParams, report: EditReport) -> None:
@@ -545,8 +547,9 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
 def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], targets: NeutralTargets,
                  second_moments: Dict[int, SecondMoment], solver: LayerSolver, report: EditReport,
                  read_keys: KeysStage, post_maps: Dict[int, PostMlpMap], forgotten: Optional[ForgottenState] = None,
-                 key_moments: Optional[Dict[int, torch.Tensor]] = None) -> None:
-    """Keys, solve and write-back layer by layer; ``key_moments`` (when given) receives ``K_f K_f^T`` per layer."""
+                 forget_keys: Optional[Dict[int, torch.Tensor]] = None) -> None:
+    """Keys, solve and write-back layer by layer; ``forget_keys`` (when given) receives ``K_f`` ``[d_in, n]`` (float64,
+    CPU) per layer."""
     hparams, forget, keep = plan.hparams, plan.forget, plan.keep
     hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
     n = len(forget)
@@ -594,8 +597,8 @@ def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], tar
             if forgotten is not None and not forgotten.is_empty():
                 S_prev = forgotten.moments[layer].to(device)
             problem = LayerProblem(layer, W, K_f, M_n, second_moments[layer].moment().to(device), K_r, C_ctx, S_prev)
-            if key_moments is not None:
-                key_moments[layer] = key_moment(K_f)
+            if forget_keys is not None:
+                forget_keys[layer] = K_f.detach().cpu()
             new_W = solver(problem)
             if not torch.isfinite(new_W).all():
                 raise ValueError(f"layer {layer}: the solve produced non-finite weights")

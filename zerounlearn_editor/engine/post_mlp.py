@@ -180,6 +180,14 @@ def detect_post_mlp_maps(model: nn.Module, layer_module_tmp: str, rewrite_module
     generator = torch.Generator().manual_seed(0)
     clean: Dict[int, torch.Tensor] = {}
     noise: Dict[int, torch.Tensor] = {}
+    residual: Dict[int, float] = {}  # the RMS of each block's input (the residual stream the change is added to)
+
+    def read_residual(layer: int):
+        def hook(_m, args, kwargs):
+            hidden = args[0] if args and isinstance(args[0], torch.Tensor) else kwargs.get("hidden_states")
+            if isinstance(hidden, torch.Tensor):
+                residual[layer] = float(hidden.detach().float().pow(2).mean().sqrt())
+        return hook
 
     def perturb(row: int, layer: int):
         def hook(_m, _a, output):
@@ -187,7 +195,9 @@ def detect_post_mlp_maps(model: nn.Module, layer_module_tmp: str, rewrite_module
             value = unflatten_tokens(flat, tuple(ids.shape))  # OPT flattens the tokens before its MLP
             clean[layer] = value[0].detach().clone()
             if layer not in noise:
-                scale = float(value[0].float().std()) or 1.0
+                # at least the residual's size: a 16-bit stream rounds the sum residual + value to its own
+                # precision, which would drown a perturbation of the (often much smaller) MLP output's size
+                scale = max(float(value[0].float().std()), residual.get(layer, 0.0)) or 1.0
                 noise[layer] = (torch.randn(value.shape[1:], generator=generator, dtype=torch.float32) * scale).to(
                     value
                 )
@@ -199,6 +209,8 @@ def detect_post_mlp_maps(model: nn.Module, layer_module_tmp: str, rewrite_module
 
     handles = [get_module(model, rewrites[l]).register_forward_hook(perturb(1 + i, l))
                for i, l in enumerate(layers)]
+    handles += [get_module(model, blocks[l]).register_forward_pre_hook(read_residual(l), with_kwargs=True)
+                for l in layers]
     names = list(blocks.values())
     try:
         with eval_mode(model), capture_outputs(model, names, stop_after=names[-1]) as outputs, \

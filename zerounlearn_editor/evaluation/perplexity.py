@@ -47,6 +47,19 @@ def read_text(text_path_or_text: Union[str, os.PathLike]) -> str:
     return text
 
 
+def check_ppl_text(path: Union[str, os.PathLike]) -> None:
+    """Refuse (``ValueError`` naming ``--ppl-text`` and the file) a perplexity text that is missing, not UTF-8, or
+    holds no text (checked before a model loads; fewer than 2 tokens can only be told by the tokenizer)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--ppl-text {path}: cannot read the perplexity text ({exc})") from None
+    if not text.strip():
+        raise ValueError(f"--ppl-text {path}: the file holds no text; perplexity needs at least 2 tokens (give "
+                         "another file, or --ppl-tokens 0)")
+
+
 def leading_token_ids(tok: "PreTrainedTokenizerBase", text: str, max_tokens: int) -> List[int]:
     """The first ``max_tokens`` token ids of ``tok(text)``: a character prefix is tokenized and doubled until
     it yields more than ``max_tokens`` tokens (so a cut last word lies beyond them) or is the whole text."""

@@ -4,11 +4,12 @@ All edited layers are collected in one forward pass per batch. Results are cache
 (``{stats_dir}/{model basename}/{ds_name}_stats/{module}_{dtype}_mom2_{n}.npz``, keys ``mom2.mom2`` = sum of
 ``k k^T`` ``[d_in, d_in]``, ``mom2.count`` = tokens, ``sample_size``) so EasyEdit's ROME/MEMIT/AlphaEdit read
 the same file, plus ``zerounlearn.*`` metadata (corpus and model fingerprints, max length, module). A file
-recording another model, corpus version, max length, module or shape is recomputed with a warning; an
-unreadable one is treated as missing; EasyEdit's own files (no metadata) are read as they are. Files are
-written atomically. Shards (``zerounlearn stats --shard`` / ``stats-merge``): :func:`layer_second_moments`
-with ``shard`` writes the statistic of ``texts[rank::world_size]``, :func:`merge_second_moment_files` sums
-shard files.
+recording another model, corpus version, max length, module or shape is recomputed with a warning (a load of the
+same weights in another dtype is the same model: :func:`same_weights_at_another_precision`; a half-precision model's
+statistic is used but never written over a full-precision model's file); an unreadable one is treated as missing;
+EasyEdit's own files (no metadata) are read as they are. Files are written atomically. Shards (``zerounlearn stats
+--shard`` / ``stats-merge``): :func:`layer_second_moments` with ``shard`` writes the statistic of
+``texts[rank::world_size]``, :func:`merge_second_moment_files` sums shard files.
 """
 from __future__ import annotations
 
@@ -42,7 +43,12 @@ from zerounlearn_editor.engine.stats.collect import (
     padded_batches,
     shard_texts,
 )
-from zerounlearn_editor.engine.stats.fingerprint import model_basename, model_fingerprint
+from zerounlearn_editor.engine.stats.fingerprint import (
+    model_basename,
+    model_fingerprint,
+    same_weights_at_another_precision,
+    weights_sample,
+)
 from zerounlearn_editor.engine.stats.shards import merge_second_moment_files, shard_path
 from zerounlearn_editor.engine.stats.tempfiles import STALE_TEMP_SECONDS, clean_stale_temp_files
 from zerounlearn_editor.support.model_access import check_edited_modules
@@ -60,6 +66,7 @@ __all__ = [
     "padded_batches",
     "shard_texts",
     "model_fingerprint",
+    "same_weights_at_another_precision",
     "model_basename",
     "clean_stale_temp_files",
     "stats_path",
@@ -158,9 +165,22 @@ def cached_second_moments(model: nn.Module, tok, request: StatsRequest) -> Dict[
     missing = [layer for layer in modules if layer not in result]
     if missing:
         _check_room(paths[missing[0]].parent, model, [modules[layer] for layer in missing], r.dtype)
+        kept = {layer for layer in missing if _full_precision_file(paths[layer], model, modules[layer])}
         result.update(_compute(model, tok, r, {layer: modules[layer] for layer in missing}, paths, fingerprint,
-                               get_corpus()))
+                               get_corpus(), kept))
     return {layer: result[layer] for layer in modules}
+
+
+def _full_precision_file(path, model: nn.Module, module: str) -> bool:
+    """Whether ``path`` holds a statistic of a full-precision model and ``model`` is a half-precision one: such a
+    file is never overwritten by this model's (less exact) statistic."""
+    if not path.is_file() or module_dtype(model, module) not in HALF_DTYPES:
+        return False
+    try:
+        _, meta = load_second_moment(path)
+    except StatsCacheError:
+        return False
+    return meta.get("model_dtype", "float32") not in HALF_DTYPES
 
 
 def _usable_cache_file(path, model: nn.Module, module: str, fingerprint_of_model: str, name: str, r: StatsRequest,
@@ -176,7 +196,8 @@ def _usable_cache_file(path, model: nn.Module, module: str, fingerprint_of_model
     fingerprint = meta.get("corpus_fingerprint")
     if stat.mom2.shape != (d_in, d_in):
         LOG.warning("%s: shape %s does not match d_in=%d; recomputing", path, tuple(stat.mom2.shape), d_in)
-    elif meta.get("model_fingerprint") not in (None, fingerprint_of_model):
+    elif meta.get("model_fingerprint") not in (None, fingerprint_of_model) and not same_weights_at_another_precision(
+            meta, model, r.module_tmp, module_dtype(model, module)):
         LOG.warning(
             "%s: made from another model with the same folder name %r (model fingerprint %s, this model %s); "
             "recomputing", path, name, meta["model_fingerprint"], fingerprint_of_model,
@@ -197,9 +218,27 @@ def _usable_cache_file(path, model: nn.Module, module: str, fingerprint_of_model
     else:
         if "model_fingerprint" not in meta:
             LOG.info("%s carries no model fingerprint (EasyEdit's file?); used as it is", path)
+        elif meta["model_fingerprint"] != fingerprint_of_model:
+            LOG.info("%s: made from a %s load of these weights (this one is %s); used as it is", path,
+                     meta.get("model_dtype"), module_dtype(model, module))
+        elif "model_sample" not in meta and module_dtype(model, module) not in HALF_DTYPES:
+            _add_weights_sample(path, stat, meta, model, r.module_tmp)
         LOG.info("loaded C0 statistics from %s", path)
         return stat
     return None
+
+
+def _add_weights_sample(path, stat: SecondMoment, meta: Dict[str, str], model: nn.Module, module_tmp: str) -> None:
+    """Rewrite a file this full-precision model made before statistics recorded a weights sample, with the sample
+    (the statistic unchanged), so later loads of the model in another dtype can reuse it; a read-only cache is
+    left as it is."""
+    kept = {k: v for k, v in meta.items() if k not in ("sample_size", "dtype")}
+    kept["model_sample"] = weights_sample(model, module_tmp)
+    try:
+        save_second_moment(path, stat, int(meta.get("sample_size", stat.count)), meta["dtype"], kept)
+        LOG.info("%s: added the weights sample a load in another dtype is matched by", path)
+    except (StatsCacheError, KeyError, ValueError) as exc:
+        LOG.info("%s: no weights sample added (%s)", path, exc)
 
 
 def _check_room(folder, model: nn.Module, modules: Sequence[str], dtype: str) -> None:
@@ -222,8 +261,9 @@ def _check_room(folder, model: nn.Module, modules: Sequence[str], dtype: str) ->
 
 
 def _compute(model: nn.Module, tok, r: StatsRequest, modules: Dict[int, str], paths, fingerprint_of_model: str,
-             data: Corpus) -> Dict[int, SecondMoment]:
-    """Collect the statistics of ``modules`` (by layer) in one pass over ``data`` and write their files."""
+             data: Corpus, kept: Sequence[int] = ()) -> Dict[int, SecondMoment]:
+    """Collect the statistics of ``modules`` (by layer) in one pass over ``data`` and write their files (not those
+    of the layers in ``kept``: used, not cached)."""
     if len(data.texts) < r.n_samples:
         LOG.warning("corpus %r has %d passages, fewer than mom2_n_samples=%d", r.corpus, len(data.texts), r.n_samples)
     product_dtype = torch.float64 if r.dtype == "float64" else torch.float32
@@ -231,14 +271,20 @@ def _compute(model: nn.Module, tok, r: StatsRequest, modules: Dict[int, str], pa
              len(data.texts), r.corpus, paths[next(iter(modules))].parent)
     stats = collect_second_moments(model, tok, data.texts, list(modules.values()), r.max_length, r.batch_size,
                                    r.progress, product_dtype, r.shard)
+    sample = weights_sample(model, r.module_tmp)  # another dtype's load of these weights may reuse the files
     result = {}
     for layer, module in modules.items():
         meta = {"corpus_fingerprint": data.fingerprint, "max_length": str(r.max_length),
                 "n_passages": str(len(shard_texts(data.texts, r.shard))), "module": module,
-                "model_fingerprint": fingerprint_of_model, "model_dtype": module_dtype(model, module)}
+                "model_fingerprint": fingerprint_of_model, "model_dtype": module_dtype(model, module),
+                "model_sample": sample}
         if r.shard is not None:
             meta["shard"] = f"{r.shard[0]}/{r.shard[1]}"
+        result[layer] = stats[module]
+        if layer in kept:
+            LOG.warning("%s holds the statistic of a full-precision model; this %s model's statistic is used but "
+                        "not written over it", paths[layer], meta["model_dtype"])
+            continue
         save_second_moment(paths[layer], stats[module], r.n_samples, r.dtype, meta)
         LOG.info("wrote C0 statistics to %s", paths[layer])
-        result[layer] = stats[module]
     return result
