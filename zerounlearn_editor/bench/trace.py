@@ -6,8 +6,8 @@ For each fact the model knows (``prompt`` with the subject filled in, true ``ans
    layer's residual output, MLP output and attention output at the subject's last token;
 2. corrupted runs: Gaussian noise ``N(0, (noise * sigma)^2)`` is added to the input embeddings of
    the subject tokens (``sigma`` = std of the subject tokens' embedding entries over the traced
-   facts, ``noise`` = 3 as in ROME), ``samples`` draws from one seeded generator; ``p_corrupt``
-   is their mean answer probability;
+   facts, as the embedding module outputs them; ``noise`` = 3 as in ROME), ``samples`` draws from
+   one seeded generator; ``p_corrupt`` is their mean answer probability;
 3. restored runs: the corrupted runs again, but one layer's clean state is written back at the
    subject's last token: the residual stream (the layer's output), or the MLP / attention
    outputs of a window of ``window`` layers centred on it (``[l - window//2, l + window - window//2)``
@@ -197,14 +197,19 @@ def _trace_one(model: nn.Module, templates: Mapping[str, str], enc: EncodedFact,
     return out
 
 
+@torch.no_grad()
 def subject_embedding_std(model: nn.Module, tok: Any, facts: Sequence[TraceFact]) -> float:
-    """Std of the input-embedding entries of every subject token of ``facts`` (ROME's noise scale)."""
-    embed = model.get_input_embeddings().weight
+    """Std of the input-embedding module's output entries on every subject token of ``facts`` (ROME's noise scale).
+
+    The noise is added to that output, so it is measured there: an embedding that scales its rows (Gemma's, by
+    ``sqrt(d_model)``) is measured as the model reads it, not as its weight stores it.
+    """
+    embed = model.get_input_embeddings()
     rows = []
     for fact in facts:
         enc = encode_fact(tok, fact)
         rows.extend(enc.ids[enc.subject[0]:enc.subject[1]])
-    return float(embed[torch.tensor(rows, device=embed.device)].detach().float().std())
+    return float(embed(torch.tensor([rows], device=embed.weight.device)).float().std())
 
 
 def suggest_window(effect: Sequence[float], width: int) -> List[int]:
