@@ -74,11 +74,23 @@ def test_trace_shapes_determinism_and_exact_restoration(tok, arch):
     assert other["p_corrupt"] != result["p_corrupt"]
 
 
-def test_vanishing_noise_leaves_the_clean_probability(tok):
+def test_vanishing_noise_leaves_the_clean_probability(tok, caplog):
     model = tiny_llama(tok, seed=2, layers=4)
-    result = trace_facts(model, tok, FACTS, TraceSettings(noise=1e-7, samples=2, window=2, width=1), progress=False)
+    with caplog.at_level("WARNING", logger="zerounlearn_editor.bench.trace"):
+        result = trace_facts(model, tok, FACTS, TraceSettings(noise=1e-7, samples=2, window=2, width=1),
+                             progress=False)
     assert result["p_corrupt"] == pytest.approx(result["p_clean"], rel=1e-4)
     assert result["mlp"] == pytest.approx([result["p_clean"]] * 4, rel=1e-4)
+    assert "the noise hardly removes the facts" in caplog.text  # the suggested layers rest on nothing
+    from arch_zoo import FACTS as KNOWN
+    from arch_zoo import trained_model
+
+    trained, trained_tok = trained_model("llama")  # knows its facts: ROME's noise removes them
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="zerounlearn_editor.bench.trace"):
+        strong = trace_facts(trained, trained_tok, [TraceFact(*fact) for fact in KNOWN],
+                             TraceSettings(samples=4, window=2, width=1), progress=False)
+    assert strong["p_corrupt"] <= 0.5 * strong["p_clean"] and "hardly removes" not in caplog.text
 
 
 def test_suggest_window():

@@ -50,6 +50,9 @@ __all__ = [
 
 LOG = logging.getLogger(__name__)
 KINDS = ("residual", "mlp", "attention")
+WEAK_CORRUPTION = 0.5
+"""A trace whose corrupted runs keep more than this share of the clean answer probability is warned about: the
+corruption did not remove the facts, so there is little for a restored layer to bring back."""
 
 
 @dataclass(frozen=True)
@@ -242,12 +245,18 @@ def trace_facts(model: nn.Module, tok: Any, facts: Sequence[TraceFact], settings
     p_corrupt = mean("p_corrupt")
     effect = {kind: [v - p_corrupt for v in curves[kind]] for kind in KINDS}
     suggested = suggest_window(effect["mlp"], min(settings.width, n_layers))
+    p_clean = mean("p_clean")
+    if p_corrupt > WEAK_CORRUPTION * p_clean:
+        LOG.warning("causal trace: the corrupted subjects keep p(answer) %.3f of the clean %.3f (over %.0f%%): the "
+                    "noise hardly removes the facts, so the per-layer effects (largest %+.4f) are noise and the "
+                    "suggested layers %s are not evidence; raise the noise or trace other facts", p_corrupt, p_clean,
+                    100 * WEAK_CORRUPTION, max(effect["mlp"]), suggested)
     return {
         "model": str(getattr(model.config, "_name_or_path", type(model).__name__)),
         "num_layers": n_layers,
         **curves,
         "indirect_effect": effect,
-        "p_clean": mean("p_clean"),
+        "p_clean": p_clean,
         "p_corrupt": p_corrupt,
         "noise_std": settings.noise * sigma,
         "embedding_std": sigma,
