@@ -5,7 +5,7 @@ the known cases with ``known_only``), one :class:`~.plan.AuditPlan` (in-context 
 distractors and relearning facts from the whole dataset, seeded with ``k``), the ``base`` row
 on the unedited model, then per method: check the model is the unedited one (fingerprint), edit
 all cases as one batch, score every probe, restore the weights. Methods are the bench's
-(:func:`~zerounlearn_editor.bench.registry.default_registry`: ours, ``+R``, GA/NPO and EasyEdit's
+(:func:`~zerounlearn_editor.bench.method_rows.default_registry`: ours, ``+R``, GA/NPO and EasyEdit's
 where importable), with the bench's hyperparameter lookup, shared ``C0`` and retain draws.
 
 Resumable like the bench: ``<out>/audit_seed_<k>.json`` is rewritten atomically after every

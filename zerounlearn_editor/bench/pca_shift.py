@@ -110,8 +110,8 @@ class PcaConfig:
 def run_pca(config: PcaConfig, model: Optional[nn.Module] = None, tok: Any = None) -> Dict[str, Any]:
     """Edit with every method, read the states, write ``out`` (PNG) and its ``.json``; returns the JSON."""
     from zerounlearn_editor.bench.fingerprint import ModelFingerprint
+    from zerounlearn_editor.bench.method_rows import default_registry
     from zerounlearn_editor.bench.method_specs import HParamsLookup, MethodContext, load_main_hparams
-    from zerounlearn_editor.bench.registry import default_registry
     from zerounlearn_editor.bench.stages import compute_statistics
     from zerounlearn_editor.data.datasets import load_cases, sample_cases
     from zerounlearn_editor.engine.pipeline import restore_weights

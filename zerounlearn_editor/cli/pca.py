@@ -6,6 +6,7 @@ from types import ModuleType
 from typing import Any
 
 from zerounlearn_editor.cli.common import comma_list, config_from_args
+from zerounlearn_editor.methods.registry import method_names
 
 
 def _cmd_pca(args: argparse.Namespace) -> int:
@@ -42,7 +43,7 @@ def register(sub: Any, parents: ModuleType) -> None:
                  parents.model(), parents.data("forget dataset name or file", required=True),
                  parents.n("forget samples, edited as one batch (default 50)", default=50), parents.seed(),
                  parents.methods("bench methods (MEMIT/AlphaEdit need EasyEdit; skipped otherwise)",
-                                 default="ZeroUnlearn,ZeroUnlearn-GD,GA,MEMIT,AlphaEdit"),
+                                 default=",".join([*method_names(), "GA", "MEMIT", "AlphaEdit"])),
                  parents.method_hparams(),
                  parents.out("figure PNG (numbers go to the same name with .json)", required=True),
                  parents.device(), parents.progress()],
