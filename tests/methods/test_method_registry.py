@@ -203,10 +203,10 @@ def _where_named(name: str) -> Dict[str, bool]:
         "bench rows": name in default_registry(),
         "bench default --methods": name in default_methods(),
         "bench --rounds default": name in default_round_methods(),
-        "bench --methods help": name in _option("bench", "methods").help.split(": ", 1)[1],
+        "bench --methods help": name in _option("bench", "methods").help,
         "bench --rounds help": f"{name}," in _option("bench", "rounds").help or f"{name})" in _option(
             "bench", "rounds").help,
-        "audit --methods help": name in _option("audit", "methods").help.split(": ", 1)[1],
+        "audit --methods help": name in _option("audit", "methods").help,
         "audit --methods default": name in _option("audit", "methods").default.split(","),
         "speed bench default methods": name in speed_bench.SpeedConfig().methods,
         "bench-speed --methods default": name in _option("bench-speed", "methods").default.split(","),
