@@ -208,6 +208,7 @@ def _where_named(name: str) -> Dict[str, bool]:
             "bench", "rounds").help,
         "audit --methods help": name in _option("audit", "methods").help,
         "audit --methods default": name in _option("audit", "methods").default.split(","),
+        "pca --methods default": name in _option("pca", "methods").default.split(","),
         "speed bench default methods": name in speed_bench.SpeedConfig().methods,
         "bench-speed --methods default": name in _option("bench-speed", "methods").default.split(","),
         "init-hparams --method choices": name in _option("init-hparams", "method").choices,

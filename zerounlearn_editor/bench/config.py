@@ -12,6 +12,8 @@ __all__ = [
     "BenchConfig",
     "default_methods",
     "default_round_methods",
+    "default_audit_methods",
+    "default_pca_methods",
     "DEFAULT_PPL_TOKENS",
     "parse_seeds",
     "parse_methods",
@@ -39,6 +41,17 @@ def default_methods() -> List[str]:
 def default_round_methods() -> List[str]:
     """``--rounds``' default methods: the registered editing methods (no baselines, no variant rows)."""
     return method_names()
+
+
+def default_audit_methods() -> List[str]:
+    """``audit``'s default methods: ``base`` and the registered editing methods."""
+    return ["base", *method_names()]
+
+
+def default_pca_methods() -> List[str]:
+    """``pca``'s default methods: the registered editing methods, then GA and EasyEdit's MEMIT and AlphaEdit as the
+    figure's points of comparison."""
+    return [*method_names(), "GA", "MEMIT", "AlphaEdit"]
 
 
 RETAIN_POLICIES = ("siblings", "same-answer")

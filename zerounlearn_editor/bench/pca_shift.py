@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import torch
 from torch import nn
 
+from zerounlearn_editor.bench.config import default_pca_methods
 from zerounlearn_editor.bench.trace import TraceFact, encode_fact
 from zerounlearn_editor.evaluation.batching import model_device, pad_sequences, pad_token_id
 from zerounlearn_editor.support.model_access import get_module, hidden_of
@@ -99,7 +100,7 @@ class PcaConfig:
     n: int = 50
     seed: int = 0
     layer: Optional[int] = None
-    methods: List[str] = field(default_factory=lambda: ["ZeroUnlearn", "ZeroUnlearn-GD", "GA", "MEMIT", "AlphaEdit"])
+    methods: List[str] = field(default_factory=default_pca_methods)
     method_hparams: Dict[str, str] = field(default_factory=dict)
     data_path: Optional[str] = None
     model: Optional[str] = None
