@@ -71,9 +71,8 @@ def register(sub: Any, parents: ModuleType) -> None:
                  parents.data("dataset name (counterfact, zsre, ...) or a data file"),
                  parents.n("cases per seed, edited as one batch (default 50)", type=parents.positive_int),
                  parents.seeds("e.g. 1-10 or 1,2,5 (default 1-10)"),
-                 parents.methods(parents.bench_rows_help("comma list of") + " (default "
-                                 + ",".join(default_methods()) + "; a bench-only row such as "
-                                 "ZeroUnlearn-GD+P needs --method-hparams ROW=PATH)"),
+                 parents.methods(parents.bench_rows_help("comma list of") + "; default "
+                                 + ",".join(default_methods())),
                  parents.method_hparams(), parents.out("output folder"),
                  parents.ppl(None, "WikiText-2 tokens for perplexity (default 20000; 0 = off)"),
                  parents.known(), parents.retain_policy(), parents.batch_size(default=32), parents.device(),

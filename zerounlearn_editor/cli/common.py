@@ -32,10 +32,14 @@ def editing_methods_text() -> str:
 
 def bench_rows_help(lead: str) -> str:
     """``lead`` followed by every bench row (``base`` and :func:`~zerounlearn_editor.bench.method_rows.row_names`,
-    read from the method registry when the parser is built)."""
+    read from the method registry when the parser is built) and the bench-only rows, whose YAML only
+    ``--method-hparams`` gives."""
     from zerounlearn_editor.bench.method_rows import row_names
+    from zerounlearn_editor.methods.registry import registered_methods
 
-    return f"{lead}: {','.join(row_names())}"
+    only = [e.name + s for e in registered_methods(baselines=True) for s, v in e.row_variants.items() if v is None]
+    note = f" ({', '.join(only)}: bench-only, no shipped YAML; give it with --method-hparams ROW=PATH)" if only else ""
+    return f"{lead}: {', '.join(row_names())}{note}"
 
 
 def int_at_least(minimum: int) -> Callable[[str], int]:

@@ -1,11 +1,12 @@
 """The one table of methods: name -> hyperparameter class, apply function, YAML folder, bench rows.
 
 Every consumer reads it: ``zerounlearn unlearn`` / ``demo`` (:func:`load_method`), ``init-hparams``'s
-``--method`` choices, ``hparams_doc`` (the README's key and method tables, the ``alg_name`` help), the package's
+``--method`` choices, ``hparams_doc`` (the README key table, whose ``alg_name`` row lists the methods), the package's
 EasyEdit registration (:func:`~zerounlearn_editor.integrations.easyedit.register_with_easyedit`), the bench's
 rows, ``--methods`` help and defaults (:func:`~zerounlearn_editor.bench.method_rows.default_registry`) and the
 speed bench. A new method is one :func:`register_method` call (here, for a shipped method, or in the method's own
-module): nothing else needs editing. An unknown name is an error listing the registered ones.
+module): no consumer needs editing (the generated README key table and the CLI option pin are regenerated:
+CONTRIBUTING.md, "Adding a method"). An unknown name is an error listing the registered ones.
 
 Two kinds of entry: editing methods (``baseline=False``: what ``unlearn``, ``demo``, ``init-hparams``, the speed
 bench and EasyEdit run) and comparison baselines (``baseline=True``: GA and NPO, fine-tuning; bench rows only, and
