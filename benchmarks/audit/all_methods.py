@@ -22,7 +22,7 @@ from pathlib import Path
 
 from zerounlearn_editor.bench.audit import AuditConfig, run_audit
 from zerounlearn_editor.bench.config import parse_seeds
-from zerounlearn_editor.bench.registry import default_registry
+from zerounlearn_editor.bench.method_rows import default_registry
 from zerounlearn_editor.cli.audit import add_probe_options, settings_from_args
 from zerounlearn_editor.evaluation import selection
 

@@ -27,7 +27,7 @@ from typing import Callable, List, Optional
 from zerounlearn_editor.bench import runner as bench_runner
 from zerounlearn_editor.bench.audit import AuditConfig, run_audit
 from zerounlearn_editor.bench.config import BenchConfig, parse_seeds
-from zerounlearn_editor.bench.registry import default_registry
+from zerounlearn_editor.bench.method_rows import default_registry
 from zerounlearn_editor.evaluation import selection
 from zerounlearn_editor.evaluation.audit.plan import AuditSettings, parse_families
 

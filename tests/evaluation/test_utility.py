@@ -277,7 +277,7 @@ def test_retain_aware_rows_need_a_retain_draw(ws, tok, tmp_path):
 
 
 def test_retain_set_reaches_the_retain_aware_edit(ws, tok, tmp_path, monkeypatch):
-    from zerounlearn_editor.bench import registry as bench_registry
+    from zerounlearn_editor.bench import method_rows as bench_registry
 
     _with_retain_yaml(ws)
     seen: List[List[Dict[str, str]]] = []

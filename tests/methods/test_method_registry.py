@@ -1,13 +1,15 @@
 """The method registry (:mod:`zerounlearn_editor.methods.registry`) is the one place a method is declared.
 
-A toy method, defined and registered in this test alone (and unregistered afterwards), is reachable
-through ``unlearn`` (:func:`~zerounlearn_editor.applications.unlearn.run_unlearn`), the bench
-(:func:`~zerounlearn_editor.bench.run_bench`), the speed bench's hparams loader, ``init-hparams``'s
-choices, ``hparams_doc``'s table and EasyEdit's registration (a fake EasyEdit), with no other file touched.
-Unknown names are errors listing the registered methods.
+A toy method, registered in a test with one call (:func:`~zerounlearn_editor.methods.registry.registered`, which
+unregisters it on leaving), appears in every consumer: ``unlearn``, the bench (rows, defaults, ``--methods`` help,
+its own edit), the speed bench, ``init-hparams``'s choices, the ``alg_name`` help and the README key table,
+unknown-name errors and EasyEdit's registration (a fake EasyEdit); and in none of them afterwards. A toy baseline
+is a bench row that ``unlearn`` refuses, by the entry's ``baseline`` flag. No test here lists the shipped names:
+they are read from the registry.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import importlib
 import json
@@ -15,19 +17,20 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, List
+from typing import Any, ClassVar, Dict, Iterator, List
 
 import pytest
 import torch
 import yaml
 
-from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
-from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError
+from tiny_models import REPO_ROOT, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
+from zerounlearn_editor.engine.hparams import BaseHyperParams, EditHyperParams, HParamsError
 from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method
 from zerounlearn_editor.methods import registry
 from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 
 TOY = "ToyScale"
+TOY_BASELINE = "ToyAscent"
 SCALE = 0.5
 
 
@@ -58,12 +61,9 @@ def apply_toy_to_model(model, tok, requests, hparams: ToyHyperParams, copy=False
 def toy() -> Iterator[registry.MethodEntry]:
     """The toy method, registered for one test."""
     CALLS.clear()
-    entry = registry.register_method(registry.MethodEntry(TOY, ToyHyperParams, apply_toy_to_model))
-    try:
+    with registry.registered(registry.MethodEntry(TOY, ToyHyperParams, apply_toy_to_model)) as entry:
         yield entry
-    finally:
-        registry.unregister_method(TOY)
-    assert TOY not in registry.method_names()
+    assert TOY not in registry.method_names(baselines=True)
 
 
 @pytest.fixture(scope="module")
@@ -72,44 +72,42 @@ def tok():
 
 
 def _toy_yaml(path: Path, root: Path, **changes: Any) -> Path:
-    config = tiny_hparams_dict(root / "stats", write_corpus(root / "corpus.jsonl"), alg_name=TOY, **changes)
+    changes.setdefault("alg_name", TOY)
+    config = tiny_hparams_dict(root / "stats", write_corpus(root / "corpus.jsonl"), **changes)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path
 
 
-def test_shipped_methods_are_registered_with_their_classes():
-    from zerounlearn_editor import (
-        ZeroUnlearnGDHyperParams,
-        ZeroUnlearnHyperParams,
-        apply_zerounlearn_gd_to_model,
-        apply_zerounlearn_to_model,
-    )
-
-    assert registry.method_names() == ["ZeroUnlearn", "ZeroUnlearn-GD"]
-    assert registry.get_method("ZeroUnlearn").hparams_class is ZeroUnlearnHyperParams
-    assert registry.get_method("ZeroUnlearn").apply is apply_zerounlearn_to_model
-    assert registry.get_method("ZeroUnlearn-GD").hparams_class is ZeroUnlearnGDHyperParams
-    assert registry.get_method("ZeroUnlearn-GD").apply is apply_zerounlearn_gd_to_model
-    assert registry.get_method("ZeroUnlearn-GD").retain_variant == "-retain"
-    assert dict(registry.get_method("ZeroUnlearn-GD").row_variants) == {"+R": "-retain", "+P": "-lifelong"}
-    assert not registry.get_method("ZeroUnlearn").row_variants
-    assert registry.get_method("ZeroUnlearn").adapter_rank_per_fact == 2
+def test_every_shipped_yaml_names_a_registered_method_of_its_folder():
+    """Each entry's class carries its name, and every YAML under ``hparams/<folder>/`` names the entry of that
+    folder: an editing method's loads through ``load_method`` into its class, a baseline's is refused by the flag."""
+    entries = registry.registered_methods(baselines=True)
+    assert entries and any(e.baseline for e in entries) and any(not e.baseline for e in entries)
+    for entry in entries:
+        assert entry.hparams_class.ALG_NAME == entry.name
+        files = sorted((REPO_ROOT / "hparams" / entry.folder).glob("*.yaml"))
+        assert files, f"no shipped YAML for {entry.name}"
+        for path in files:
+            assert yaml.safe_load(path.read_text(encoding="utf-8"))["alg_name"] == entry.name, path
+        if entry.baseline:
+            with pytest.raises(registry.BaselineMethodError, match=rf"{files[0].name}: key 'alg_name': {entry.name} "
+                               rf"is a comparison baseline, run by `zerounlearn bench --methods {entry.name}` only"):
+                registry.load_method(files[0])
+        else:
+            hp, apply = registry.load_method(files[0])
+            assert type(hp) is entry.hparams_class and apply is entry.apply
 
 
 def test_unknown_name_lists_the_registered_ones(tmp_path):
-    from zerounlearn_editor.methods.registry import load_method
-
-    with pytest.raises(
-        registry.UnknownMethodError, match=r"unknown method 'Nope'; registered: ZeroUnlearn, ZeroUnlearn-GD"
-    ):
+    names = ", ".join(registry.method_names(baselines=True))
+    with pytest.raises(registry.UnknownMethodError, match=rf"unknown method 'Nope'; registered: {names}$"):
         registry.get_method("Nope")
     path = tmp_path / "x.yaml"
     path.write_text("alg_name: ZeroUnlern\nmodel_name: tiny\n", encoding="utf-8")
-    with pytest.raises(
-        HParamsError, match=r"x.yaml: key 'alg_name': unknown method 'ZeroUnlern'; registered: ZeroUnlearn"
-    ):
-        load_method(path)
+    with pytest.raises(HParamsError, match=rf"x.yaml: key 'alg_name': unknown method 'ZeroUnlern'; registered: "
+                       rf"{names}"):
+        registry.load_method(path)
 
 
 def test_registration_checks_the_entry():
@@ -119,7 +117,9 @@ def test_registration_checks_the_entry():
         registry.register_method(registry.MethodEntry("Other", ToyHyperParams, apply_toy_to_model))
     with pytest.raises(TypeError, match="EditHyperParams"):
         registry.register_method(registry.MethodEntry(TOY, dict, apply_toy_to_model))  # type: ignore[arg-type]
-    assert TOY not in registry.method_names()
+    with pytest.raises(TypeError, match="BaseHyperParams"):
+        registry.register_method(registry.MethodEntry(TOY, dict, apply_toy_to_model, baseline=True))  # type: ignore
+    assert TOY not in registry.method_names(baselines=True)
 
 
 def test_toy_method_reaches_unlearn(toy, tok, tmp_path):
@@ -178,7 +178,58 @@ def test_toy_method_reaches_the_bench_with_its_own_edit(toy, tok, tmp_path):
     assert stored["methods"][TOY]["status"] == "ok" and record is not None
 
 
-def test_toy_method_reaches_speed_bench_init_hparams_and_hparams_doc(toy, tmp_path):
+def _option(command: str, dest: str) -> argparse.Action:
+    """The ``zerounlearn <command>`` parser's action of ``dest`` (its help, choices and default)."""
+    from zerounlearn_editor.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
+    return next(a for a in sub.choices[command]._actions if a.dest == dest)  # noqa: SLF001
+
+
+def _where_named(name: str) -> Dict[str, bool]:
+    """Per consumer of the registry: whether it offers the method ``name``."""
+    from zerounlearn_editor.bench import default_registry, speed_bench
+    from zerounlearn_editor.bench.config import default_methods, default_round_methods
+    from zerounlearn_editor.cli.hparams_doc import field_help, key_table
+    from zerounlearn_editor.integrations.easyedit import method_functions
+
+    alg_row = next(line for line in key_table().splitlines() if line.startswith("| `alg_name` |"))
+    try:
+        registry.get_method("Nope")
+    except registry.UnknownMethodError as exc:
+        unknown = str(exc)
+    return {
+        "bench rows": name in default_registry(),
+        "bench default --methods": name in default_methods(),
+        "bench --rounds default": name in default_round_methods(),
+        "bench --methods help": name in _option("bench", "methods").help,
+        "bench --rounds help": f"{name}," in _option("bench", "rounds").help or f"{name})" in _option(
+            "bench", "rounds").help,
+        "audit --methods help": name in _option("audit", "methods").help,
+        "audit --methods default": name in _option("audit", "methods").default.split(","),
+        "pca --methods default": name in _option("pca", "methods").default.split(","),
+        "speed bench default methods": name in speed_bench.SpeedConfig().methods,
+        "bench-speed --methods default": name in _option("bench-speed", "methods").default.split(","),
+        "init-hparams --method choices": name in _option("init-hparams", "method").choices,
+        "unlearn --hparams help": name in _option("unlearn", "hparams").help,
+        "alg_name help": f"`{name}`" in field_help()["alg_name"],
+        "README key table": f"`{name}`" in alg_row,
+        "unknown-name error": name in unknown.split("registered: ", 1)[1].split(", "),
+        "EasyEdit ALG_DICT entries": name in method_functions(),
+    }
+
+
+def test_a_method_registered_with_one_call_reaches_every_consumer_and_leaves_with_it():
+    assert not any(_where_named(TOY).values())
+    with registry.registered(registry.MethodEntry(TOY, ToyHyperParams, apply_toy_to_model)):
+        where = _where_named(TOY)
+        assert all(where.values()), f"the toy is missing from {[k for k, v in where.items() if not v]}"
+    assert not any(_where_named(TOY).values()), "unregistered: gone from every consumer"
+    assert TOY not in registry.method_names(baselines=True)
+
+
+def test_toy_method_runs_in_the_speed_bench_init_hparams_and_key_table(toy, tmp_path):
     from zerounlearn_editor.bench import speed_bench
     from zerounlearn_editor.cli import build_parser
     from zerounlearn_editor.cli.hparams_doc import key_table
@@ -194,6 +245,44 @@ def test_toy_method_reaches_speed_bench_init_hparams_and_hparams_doc(toy, tmp_pa
     row = next(line for line in key_table().splitlines() if line.startswith("| `scale` |"))
     assert f"| {TOY} | `{SCALE}` |" in row
     assert "| `layers` | all | required |" in key_table()
+
+
+@dataclass
+class ToyBaselineHyperParams(BaseHyperParams):
+    """A toy comparison baseline (the host keys only)."""
+
+    ALG_NAME: ClassVar[str] = TOY_BASELINE
+
+
+def test_a_baseline_is_a_bench_row_only_and_unlearn_refuses_it_by_the_flag(tmp_path):
+    from zerounlearn_editor.applications.unlearn import UnlearnSettings, run_unlearn
+    from zerounlearn_editor.bench.method_specs import HParamsLookup
+
+    entry = registry.MethodEntry(TOY_BASELINE, ToyBaselineHyperParams, apply_toy_to_model,
+                                 row_variants={"-all": "-all"}, baseline=True)
+    with registry.registered(entry):
+        where = _where_named(TOY_BASELINE)
+        bench_side = ("bench rows", "bench default --methods", "bench --methods help", "audit --methods help",
+                      "unknown-name error")
+        assert all(where[k] for k in bench_side) and not any(v for k, v in where.items() if k not in bench_side)
+        from zerounlearn_editor.bench import default_registry
+
+        assert f"{TOY_BASELINE}-all" in default_registry()
+        path = tmp_path / "hparams" / TOY_BASELINE / "tiny.yaml"
+        path.parent.mkdir(parents=True)
+        path.write_text(yaml.safe_dump({"alg_name": TOY_BASELINE, "model_name": "tiny"}), encoding="utf-8")
+        (path.parent / "tiny-all.yaml").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+        main = _toy_yaml(tmp_path / "hparams" / "main" / "tiny.yaml", tmp_path, alg_name=registry.method_names()[0])
+        lookup = HParamsLookup(main, registry.load_method(main)[0])
+        assert default_registry()[f"{TOY_BASELINE}-all"].describe(lookup)["hparams"]["file"] == str(
+            path.parent / "tiny-all.yaml")
+        facts = tmp_path / "facts.json"
+        facts.write_text(json.dumps([{"prompt": "p", "subject": "s"}]), encoding="utf-8")
+        with pytest.raises(registry.BaselineMethodError, match=rf"tiny.yaml: key 'alg_name': {TOY_BASELINE} is a "
+                           "comparison baseline, run by `zerounlearn bench --methods .*` only; unlearn runs the "
+                           "editing methods: " + ", ".join(registry.method_names())):
+            run_unlearn(path, facts, tmp_path / "out", settings=UnlearnSettings(save="none", progress=False))
+    assert not any(_where_named(TOY_BASELINE).values())
 
 
 FAKE = {
@@ -233,6 +322,12 @@ def test_toy_method_reaches_easyedit_registration(toy, tmp_path, monkeypatch):
         )
         assert batch.is_batchable_method(TOY) and batch.is_batchable_method("MEMIT")
         assert not batch.is_batchable_method("Nope")
+        registry.unregister_method(TOY)
+        assert register_with_easyedit()
+        assert TOY not in alg_dict and not batch.is_batchable_method(TOY), "unregistered: gone from EasyEdit too"
+        assert set(registry.method_names()) <= set(alg_dict) and "MEMIT" in alg_dict
+        baselines = set(registry.method_names(baselines=True)) - set(registry.method_names())
+        assert baselines and not baselines & set(alg_dict), "the baselines are bench rows, not EasyEdit methods"
     finally:
         for name in [n for n in sys.modules if n == "easyeditor" or n.startswith("easyeditor.")]:
             del sys.modules[name]
@@ -241,28 +336,46 @@ def test_toy_method_reaches_easyedit_registration(toy, tmp_path, monkeypatch):
 
 
 def test_row_variants_are_bench_rows_and_only_the_retain_row_gets_the_retain_set(tmp_path):
-    """A registered method's ``row_variants`` are its bench rows (row suffix -> YAML stem suffix), and only ``+R``
-    is edited with the retain set; an undeclared row is an error naming the method's rows."""
-    from zerounlearn_editor.bench import default_registry
+    """A registered method's ``row_variants`` are its bench rows (row suffix -> YAML stem suffix), only
+    :data:`~zerounlearn_editor.methods.registry.RETAIN_ROW` is edited with the retain set, a row mapped to ``None``
+    is bench-only (its file only from ``--method-hparams``), and an undeclared row is an error naming the rows."""
+    from zerounlearn_editor.bench import BenchConfigError, default_registry
     from zerounlearn_editor.bench.method_specs import HParamsLookup, MethodContext, edit_method_spec
 
-    names = list(default_registry())
-    assert {"ZeroUnlearn-GD+R", "ZeroUnlearn-GD+P"} <= set(names) and "ZeroUnlearn+R" not in names
-    folder = tmp_path / "hparams" / "ZeroUnlearn-GD"
-    folder.mkdir(parents=True)
-    config = tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "corpus.jsonl"), alg_name="ZeroUnlearn-GD")
-    for suffix in ("", "-retain", "-lifelong"):
-        (folder / f"tiny{suffix}.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    main = folder / "tiny.yaml"
-    lookup = HParamsLookup(main, registry.get_method("ZeroUnlearn-GD").hparams_class.from_hparams(main))
-    context = MethodContext(lookup, model=None, tok=None, work_dir=tmp_path, neutral_target="")
-    for row, suffix, retain in (("ZeroUnlearn-GD", "", False), ("ZeroUnlearn-GD+R", "-retain", True),
-                                ("ZeroUnlearn-GD+P", "-lifelong", False)):
-        spec = edit_method_spec(row)
-        assert spec.describe(lookup)["hparams"]["file"] == str(folder / f"tiny{suffix}.yaml")
-        assert spec.prepare(context).uses_retain is retain, row
-    with pytest.raises(registry.UnknownMethodError, match=r"ZeroUnlearn-GD has no \+X row \(its rows: "
-                       r"ZeroUnlearn-GD\+R, ZeroUnlearn-GD\+P\)"):
-        edit_method_spec("ZeroUnlearn-GD+X")
-    with pytest.raises(registry.UnknownMethodError, match=r"ZeroUnlearn has no \+R row \(its rows: none\)"):
-        edit_method_spec("ZeroUnlearn+R")
+    retain_row = registry.RETAIN_ROW
+    entry = registry.MethodEntry(TOY, ToyHyperParams, apply_toy_to_model,
+                                 row_variants={retain_row: "-keep", "+Q": None})
+    with registry.registered(entry):
+        assert {TOY, TOY + retain_row, f"{TOY}+Q"} <= set(default_registry())
+        main = _toy_yaml(tmp_path / "hparams" / TOY / "tiny.yaml", tmp_path)
+        (main.parent / "tiny-keep.yaml").write_text(main.read_text(encoding="utf-8"), encoding="utf-8")
+        other = main.parent / "elsewhere.yaml"
+        other.write_text(main.read_text(encoding="utf-8"), encoding="utf-8")
+        hp = ToyHyperParams.from_hparams(main)
+        lookup = HParamsLookup(main, hp)
+        context = MethodContext(lookup, model=None, tok=None, work_dir=tmp_path, neutral_target="")
+        for row, file, retain in ((TOY, main, False), (TOY + retain_row, main.parent / "tiny-keep.yaml", True)):
+            spec = edit_method_spec(row)
+            assert spec.describe(lookup)["hparams"]["file"] == str(file)
+            assert spec.prepare(context).uses_retain is retain, row
+        with pytest.raises(BenchConfigError, match=rf"'{TOY}\+Q' is a bench-only row with no shipped YAML; "
+                           rf"pass --method-hparams {TOY}\+Q=PATH"):
+            edit_method_spec(f"{TOY}+Q").describe(lookup)
+        given = HParamsLookup(main, hp, {f"{TOY}+Q": str(other)})
+        assert edit_method_spec(f"{TOY}+Q").describe(given)["hparams"]["file"] == str(other)
+        assert not edit_method_spec(f"{TOY}+Q").prepare(MethodContext(given, None, None, tmp_path, "")).uses_retain
+        with pytest.raises(registry.UnknownMethodError, match=rf"{TOY} has no \+X row \(its rows: {TOY}\+R, "
+                           rf"{TOY}\+Q\)"):
+            edit_method_spec(f"{TOY}+X")
+    with registry.registered(registry.MethodEntry(TOY, ToyHyperParams, apply_toy_to_model)):
+        with pytest.raises(registry.UnknownMethodError, match=rf"{TOY} has no \+R row \(its rows: none\)"):
+            edit_method_spec(f"{TOY}+R")
+
+
+def test_every_row_with_a_yaml_suffix_has_a_shipped_yaml():
+    """A registered row that names a YAML stem suffix finds one under its folder for some model; a row whose file
+    does not ship is declared bench-only (``None``) instead of pretending to one."""
+    for entry in registry.registered_methods(baselines=True):
+        for suffix, variant in entry.row_variants.items():
+            if variant is not None:
+                assert list((REPO_ROOT / "hparams" / entry.folder).glob(f"*{variant}.yaml")), entry.name + suffix

@@ -14,7 +14,7 @@ import yaml
 from tiny_models import REPO_ROOT, tiny_hparams_dict
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
 from zerounlearn_editor.bench.config import RETIRED_METHODS, BenchConfigError, parse_methods
-from zerounlearn_editor.bench.registry import default_registry
+from zerounlearn_editor.bench.method_rows import default_registry
 from zerounlearn_editor.engine.hparams import HParamsError
 from zerounlearn_editor.engine.retired_keys import RETIRED_KEYS
 

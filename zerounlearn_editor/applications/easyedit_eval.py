@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
+from zerounlearn_editor.methods.registry import method_names
 from zerounlearn_editor.support.files import sha256_of_file, write_text_atomic
 
 LOG = logging.getLogger(__name__)
@@ -365,8 +366,9 @@ def unlearning_summary(metrics: Sequence[Mapping[str, Any]], mode: Mapping[str, 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        description="EasyEdit's KnowEdit evaluation for any registered method (ZeroUnlearn, ZeroUnlearn-GD, EasyEdit's "
-        "ALG_DICT); unlearns by default (neutral target_new), --target-new keep edits like EasyEdit's script"
+        description=f"EasyEdit's KnowEdit evaluation for any method of EasyEdit's ALG_DICT (ours: "
+        f"{', '.join(method_names())}); unlearns by default (neutral target_new), --target-new keep edits like "
+        "EasyEdit's script"
     )
     parser.add_argument("--editing_method", required=True, type=str)
     parser.add_argument("--hparams_dir", required=True, type=str)

@@ -9,14 +9,15 @@ for the method interface and :mod:`.runfile` for several runs in one YAML file.
 from __future__ import annotations
 
 from zerounlearn_editor.bench.config import (
-    DEFAULT_METHODS,
     BenchConfig,
     BenchConfigError,
+    default_methods,
     parse_method_hparams,
     parse_methods,
     parse_seeds,
 )
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint, ModelStateError
+from zerounlearn_editor.bench.method_rows import default_registry
 from zerounlearn_editor.bench.method_specs import (
     EditOutcome,
     HParamsLookup,
@@ -25,7 +26,6 @@ from zerounlearn_editor.bench.method_specs import (
     PreparedMethod,
     SharedTargets,
 )
-from zerounlearn_editor.bench.registry import default_registry
 from zerounlearn_editor.bench.report import format_table
 from zerounlearn_editor.bench.runfile import load_runfile, run_runfile
 from zerounlearn_editor.bench.runner import run_bench
@@ -33,7 +33,7 @@ from zerounlearn_editor.bench.runner import run_bench
 __all__ = [
     "BenchConfig",
     "BenchConfigError",
-    "DEFAULT_METHODS",
+    "default_methods",
     "EditOutcome",
     "HParamsLookup",
     "MethodContext",

@@ -5,7 +5,7 @@ the known cases with ``known_only``), one :class:`~.plan.AuditPlan` (in-context 
 distractors and relearning facts from the whole dataset, seeded with ``k``), the ``base`` row
 on the unedited model, then per method: check the model is the unedited one (fingerprint), edit
 all cases as one batch, score every probe, restore the weights. Methods are the bench's
-(:func:`~zerounlearn_editor.bench.registry.default_registry`: ours, ``+R``, GA/NPO and EasyEdit's
+(:func:`~zerounlearn_editor.bench.method_rows.default_registry`: ours, ``+R``, GA/NPO and EasyEdit's
 where importable), with the bench's hyperparameter lookup, shared ``C0`` and retain draws.
 
 Resumable like the bench: ``<out>/audit_seed_<k>.json`` is rewritten atomically after every
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from zerounlearn_editor.bench.audit_report import write_audit_summary
-from zerounlearn_editor.bench.config import BenchConfigError
+from zerounlearn_editor.bench.config import BenchConfigError, default_audit_methods
 from zerounlearn_editor.bench.retain_sets import check_retain_disjoint, draw_retain, parse_retain_spec
 from zerounlearn_editor.bench.run_setup import MethodSetup, load_model, prepare_run, setup_methods
 from zerounlearn_editor.data.datasets import load_cases, sample_cases
@@ -57,7 +57,7 @@ class AuditConfig:
     data: str
     out: str
     seeds: List[int] = field(default_factory=lambda: [1])
-    methods: List[str] = field(default_factory=lambda: ["base", "ZeroUnlearn", "ZeroUnlearn-GD"])
+    methods: List[str] = field(default_factory=default_audit_methods)
     n: int = 10
     settings: AuditSettings = field(default_factory=AuditSettings)
     method_hparams: Dict[str, str] = field(default_factory=dict)

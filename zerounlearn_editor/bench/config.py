@@ -5,10 +5,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
+from zerounlearn_editor.methods.registry import method_names
+
 __all__ = [
     "BenchConfigError",
     "BenchConfig",
-    "DEFAULT_METHODS",
+    "default_methods",
+    "default_round_methods",
+    "default_audit_methods",
+    "default_pca_methods",
     "DEFAULT_PPL_TOKENS",
     "parse_seeds",
     "parse_methods",
@@ -20,12 +25,33 @@ __all__ = [
     "parse_retain_spec",
 ]
 
-DEFAULT_METHODS = ("base", "GA", "NPO", "ZeroUnlearn", "ZeroUnlearn-GD")
 DEFAULT_PPL_TOKENS = 20000
 
 
 class BenchConfigError(ValueError):
     """A bench configuration (arguments or run file) is invalid; the message says which part."""
+
+
+def default_methods() -> List[str]:
+    """The bench's default ``--methods``: ``base`` and every registered method's plain row, the baselines first
+    (:mod:`zerounlearn_editor.methods.registry`; no variant rows)."""
+    return ["base", *method_names(baselines=True)]
+
+
+def default_round_methods() -> List[str]:
+    """``--rounds``' default methods: the registered editing methods (no baselines, no variant rows)."""
+    return method_names()
+
+
+def default_audit_methods() -> List[str]:
+    """``audit``'s default methods: ``base`` and the registered editing methods."""
+    return ["base", *method_names()]
+
+
+def default_pca_methods() -> List[str]:
+    """``pca``'s default methods: the registered editing methods, then GA and EasyEdit's MEMIT and AlphaEdit as the
+    figure's points of comparison."""
+    return [*method_names(), "GA", "MEMIT", "AlphaEdit"]
 
 
 RETAIN_POLICIES = ("siblings", "same-answer")

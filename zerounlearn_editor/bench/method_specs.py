@@ -10,15 +10,13 @@ A :class:`MethodSpec` has two steps:
   ``skip_reason`` when the method cannot run here (e.g. EasyEdit is not importable).
 
 The retain-aware row ``ZeroUnlearn-GD+R`` reads ``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``
-and receive the seed's retain set (``PreparedMethod.uses_retain``; see :mod:`.retain_sets`). The lifelong row
-``ZeroUnlearn-GD+P`` reads ``hparams/ZeroUnlearn-GD/<stem>-lifelong.yaml`` (``experimental.forgotten_protection_weight
-> 0``; none ships since the protection lost, so its file comes from ``--method-hparams``, e.g.
-``benchmarks/scale/variants/lifelong-paper.yaml``): in ``--rounds`` each round protects the facts the earlier rounds
-forgot (the state rides on the model object).
-A method's rows are its registry entry's ``row_variants``.
+and receive the seed's retain set (``PreparedMethod.uses_retain``; see :mod:`.retain_sets`). A bench-only row
+(a ``row_variants`` suffix mapped to ``None``, e.g. ``ZeroUnlearn-GD+P``) has no shipped YAML: its file comes from
+``--method-hparams <row>=PATH``. A method's rows are its registry entry's ``row_variants``.
 
-The editing methods are those of :mod:`zerounlearn_editor.methods.registry`, each edited with its
-registered ``apply`` function. Hyperparameters: the editing methods, GA and NPO read ``hparams/<Method>/<file>``,
+The methods are those of :mod:`zerounlearn_editor.methods.registry` (editing methods and the baselines GA/NPO),
+each run with its registered ``apply`` function. Hyperparameters: every registered method reads
+``hparams/<folder>/<file>``,
 ``<file>`` being the main ``--hparams`` file's name (looked up beside the main file's folder,
 then in the checkout); ``method_hparams`` overrides the path. The main file itself serves its
 own method. Statistics ``C0`` are computed once by the runner with the main file's settings
@@ -40,7 +38,8 @@ from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError, loa
 from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, target_settings
 from zerounlearn_editor.engine.stats import SecondMoment, corpus_cache_name
 from zerounlearn_editor.engine.targets import NeutralTargets
-from zerounlearn_editor.methods.registry import RETAIN_ROW, UnknownMethodError, get_method
+from zerounlearn_editor.methods.baselines import TrainReport
+from zerounlearn_editor.methods.registry import RETAIN_ROW, MethodEntry, UnknownMethodError, get_method
 from zerounlearn_editor.support.files import file_identity, sha256_of_json
 from zerounlearn_editor.support.resources import hparams_path
 
@@ -114,11 +113,12 @@ class HParamsLookup:
     main: EditHyperParams
     overrides: Mapping[str, str] = field(default_factory=dict)
 
-    def path_for(self, method: str, folder: Optional[str] = None, variant: str = "") -> Path:
+    def path_for(self, method: str, folder: Optional[str] = None, variant: Optional[str] = "") -> Path:
         """The YAML of ``method``; raises :class:`BenchConfigError` listing where it looked.
 
         ``folder`` is the hparams folder (default: the method name) and ``variant`` a suffix of
-        the file stem (``GA-full`` reads ``hparams/GA/<stem>-full.yaml``).
+        the file stem (``GA-full`` reads ``hparams/GA/<stem>-full.yaml``); ``None``: a bench-only row, whose
+        file only ``--method-hparams`` gives.
         """
         folder = folder or method
         if method in self.overrides:
@@ -126,6 +126,9 @@ class HParamsLookup:
             if not path.is_file():
                 raise BenchConfigError(f"method hparams for {method}: file not found: {path}")
             return path
+        if variant is None:
+            raise BenchConfigError(f"bench method {method!r} is a bench-only row with no shipped YAML; "
+                                   f"pass --method-hparams {method}=PATH")
         if self.main.alg_name == method and not variant:
             return self.main_path
         looked = []
@@ -225,14 +228,16 @@ def edit_method_spec(name: str) -> MethodSpec:
     """A registered editing method (:mod:`zerounlearn_editor.methods.registry`), fed the shared statistics.
 
     ``<method><suffix>`` is a row of the entry's ``row_variants`` (``ZeroUnlearn-GD+R``:
-    ``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``, edited with the seed's retain set; ``ZeroUnlearn-GD+P``:
-    ``<stem>-lifelong.yaml`` or ``--method-hparams``). Only the row
+    ``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``, edited with the seed's retain set; a bench-only row such as
+    ``ZeroUnlearn-GD+P``: the file of ``--method-hparams``). Only the row
     :data:`~zerounlearn_editor.methods.registry.RETAIN_ROW` receives the retain set. The edit is the entry's own
     ``apply`` function; an unregistered name is an error listing the registered ones.
     """
     family, suffix = _split_row(name)
     entry = get_method(family, "bench method")
-    variant = ""
+    if entry.baseline:
+        raise UnknownMethodError(f"bench method {name!r}: {family} is a baseline (use baseline_spec)")
+    variant: Optional[str] = ""
     if suffix:
         if suffix not in entry.row_variants:
             known = ", ".join(family + s for s in entry.row_variants) or "none"
@@ -297,29 +302,22 @@ def edit_method_spec(name: str) -> MethodSpec:
     return MethodSpec(name, describe, prepare)
 
 
-def baseline_spec(name: str, family: Optional[str] = None, variant: str = "") -> MethodSpec:
-    """GA or NPO from :mod:`zerounlearn_editor.methods.baselines` (no statistics).
+def baseline_spec(entry: MethodEntry, suffix: str = "", variant: Optional[str] = "") -> MethodSpec:
+    """The bench row ``<entry.name><suffix>`` of a registered baseline (GA, NPO: fine-tuning, no statistics).
 
-    ``family`` is ``GA``/``NPO`` when ``name`` is a variant such as ``GA-full``, whose YAML is
-    ``hparams/GA/<stem>{variant}.yaml`` (``target_modules: all`` in the shipped files).
+    ``variant`` is the row's YAML stem suffix (``GA-full`` reads ``hparams/GA/<stem>-full.yaml``, ``target_modules:
+    all`` in the shipped files); the edit is the entry's ``apply`` with its ``hparams_class``.
     """
-    family = family or name
+    name, cls, apply, folder = entry.name + suffix, entry.hparams_class, entry.apply, entry.folder
 
     def describe(lookup: HParamsLookup) -> Dict[str, Any]:
-        return {"hparams": file_identity(lookup.path_for(name, family, variant))}
+        return {"hparams": file_identity(lookup.path_for(name, folder, variant))}
 
     def prepare(ctx: MethodContext) -> PreparedMethod:
-        path = ctx.lookup.path_for(name, family, variant)
-        try:
-            from zerounlearn_editor.methods import baselines
-        except ImportError as exc:
-            return PreparedMethod(name, skip_reason=f"skipped: baselines not importable ({type(exc).__name__}: {exc})")
-        cls = getattr(baselines, f"{family}HyperParams")
-        apply = getattr(baselines, f"apply_{family.lower()}_to_model")
-        hp = cls.from_hparams(path)
+        hp = cls.from_hparams(ctx.lookup.path_for(name, folder, variant))
 
         def edit(model: nn.Module, tok: Any, requests: List[Dict[str, Any]], stats: StatsBank) -> EditOutcome:
-            report = baselines.TrainReport()
+            report = TrainReport()
             _, weights_copy = apply(model, tok, requests, hp, return_orig_weights=True, progress=False, report=report)
             details = {
                 "steps": report.steps,

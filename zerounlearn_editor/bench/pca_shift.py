@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import torch
 from torch import nn
 
+from zerounlearn_editor.bench.config import default_pca_methods
 from zerounlearn_editor.bench.trace import TraceFact, encode_fact
 from zerounlearn_editor.evaluation.batching import model_device, pad_sequences, pad_token_id
 from zerounlearn_editor.support.model_access import get_module, hidden_of
@@ -99,7 +100,7 @@ class PcaConfig:
     n: int = 50
     seed: int = 0
     layer: Optional[int] = None
-    methods: List[str] = field(default_factory=lambda: ["ZeroUnlearn", "ZeroUnlearn-GD", "GA", "MEMIT", "AlphaEdit"])
+    methods: List[str] = field(default_factory=default_pca_methods)
     method_hparams: Dict[str, str] = field(default_factory=dict)
     data_path: Optional[str] = None
     model: Optional[str] = None
@@ -110,8 +111,8 @@ class PcaConfig:
 def run_pca(config: PcaConfig, model: Optional[nn.Module] = None, tok: Any = None) -> Dict[str, Any]:
     """Edit with every method, read the states, write ``out`` (PNG) and its ``.json``; returns the JSON."""
     from zerounlearn_editor.bench.fingerprint import ModelFingerprint
+    from zerounlearn_editor.bench.method_rows import default_registry
     from zerounlearn_editor.bench.method_specs import HParamsLookup, MethodContext, load_main_hparams
-    from zerounlearn_editor.bench.registry import default_registry
     from zerounlearn_editor.bench.stages import compute_statistics
     from zerounlearn_editor.data.datasets import load_cases, sample_cases
     from zerounlearn_editor.engine.pipeline import restore_weights

@@ -36,8 +36,9 @@ from zerounlearn_editor.bench.case_scoring import (
     probe_metrics,
     score_cases,
 )
-from zerounlearn_editor.bench.config import BenchConfig, BenchConfigError, parse_methods
+from zerounlearn_editor.bench.config import BenchConfig, BenchConfigError, default_round_methods, parse_methods
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
+from zerounlearn_editor.bench.method_rows import default_registry
 from zerounlearn_editor.bench.method_specs import (
     HParamsLookup,
     MethodContext,
@@ -46,7 +47,6 @@ from zerounlearn_editor.bench.method_specs import (
     load_main_hparams,
 )
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours
-from zerounlearn_editor.bench.registry import default_registry
 from zerounlearn_editor.bench.report import aggregate, ppl_tokens_text
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
 from zerounlearn_editor.bench.runner import ModelLoader, check_stored_neighbours
@@ -62,11 +62,10 @@ from zerounlearn_editor.support.files import read_json, sha256_of_json, write_js
 from zerounlearn_editor.support.plotting import pyplot, save_figure
 from zerounlearn_editor.support.progress import progress_scope
 
-__all__ = ["DEFAULT_ROUND_METHODS", "ROUND_METRICS", "run_rounds", "rounds_path", "format_rounds"]
+__all__ = ["ROUND_METRICS", "run_rounds", "rounds_path", "format_rounds"]
 
 LOG = logging.getLogger(__name__)
 
-DEFAULT_ROUND_METHODS = ("ZeroUnlearn", "ZeroUnlearn-GD")
 ROUND_METRICS = (
     ("eff", "Eff ↓", "{:.1f}"),
     ("gen", "Gen ↓", "{:.1f}"),
@@ -142,8 +141,8 @@ def run_rounds(
     """Run (or resume per method) a sequential-unlearning bench; returns the summary.
 
     ``config.n`` facts per round, ``rounds`` rounds; ``config.methods`` without ``base``
-    (:data:`DEFAULT_ROUND_METHODS` when it lists only ``base``). The other settings as in
-    :func:`~zerounlearn_editor.bench.runner.run_bench` (fluency is not measured per round).
+    (:func:`~zerounlearn_editor.bench.config.default_round_methods` when it lists only ``base``). The other
+    settings as in :func:`~zerounlearn_editor.bench.runner.run_bench` (fluency is not measured per round).
     ``config.progress`` False hides every progress bar of the run (as in ``run_bench``).
     """
     with progress_scope(config.progress):
@@ -167,7 +166,7 @@ def _run_rounds(
         raise BenchConfigError("rounds need n (facts per round)")
     registry = dict(registry) if registry is not None else default_registry()
     methods = [m for m in parse_methods(config.methods, known_method_names(registry)) if m != "base"]
-    methods = methods or list(DEFAULT_ROUND_METHODS)
+    methods = methods or default_round_methods()
     out = Path(config.out)
     main_path = Path(config.hparams)
     lookup = HParamsLookup(main_path, load_main_hparams(str(main_path)), dict(config.method_hparams))

@@ -14,6 +14,7 @@ from torch import nn
 
 from zerounlearn_editor.bench.config import BenchConfigError, parse_methods
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
+from zerounlearn_editor.bench.method_rows import default_registry
 from zerounlearn_editor.bench.method_specs import (
     HParamsLookup,
     MethodContext,
@@ -23,7 +24,6 @@ from zerounlearn_editor.bench.method_specs import (
     known_method_names,
     load_main_hparams,
 )
-from zerounlearn_editor.bench.registry import default_registry
 from zerounlearn_editor.bench.stages import Stage, compute_statistics
 from zerounlearn_editor.support.files import sha256_of_json
 

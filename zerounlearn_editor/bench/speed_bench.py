@@ -1,6 +1,6 @@
 """Speed benchmark: every stage of an edit, our batched pipeline against the reference structure.
 
-For each ``n`` (CounterFact cases), method (ZeroUnlearn, ZeroUnlearn-GD) and pipeline
+For each ``n`` (CounterFact cases), method (every registered editing method by default) and pipeline
 (``ours``, ``per-request``; see :mod:`zerounlearn_editor.bench.reference_pipeline`) one edit is timed
 with the statistics precomputed (as a cache would provide them), stage by stage from
 :class:`~zerounlearn_editor.engine.pipeline.EditReport` (context templates, target optimisation, key
@@ -45,6 +45,8 @@ from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError, loa
 from zerounlearn_editor.engine.pipeline import EditReport, batched_statistics, restore_weights
 from zerounlearn_editor.engine.stats import STATS_BATCH_SIZE, SecondMoment, collect_second_moments
 from zerounlearn_editor.methods.registry import get_method, method_names
+from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 
 __all__ = [
@@ -59,18 +61,23 @@ __all__ = [
 
 LOG = logging.getLogger(__name__)
 
-METHODS = ("ZeroUnlearn", "ZeroUnlearn-GD")
-"""The default methods; any registered one (:mod:`zerounlearn_editor.methods.registry`) may be timed."""
-_REFERENCE_APPLY: Dict[str, Callable[..., Any]] = {
-    "ZeroUnlearn": apply_zerounlearn_per_request,
-    "ZeroUnlearn-GD": apply_zerounlearn_gd_per_request,
+_REFERENCE_APPLY: Dict[type, Callable[..., Any]] = {
+    ZeroUnlearnHyperParams: apply_zerounlearn_per_request,
+    ZeroUnlearnGDHyperParams: apply_zerounlearn_gd_per_request,
 }
-"""The ``per-request`` reference pipeline of the methods that have one."""
+"""The ``per-request`` reference pipeline, by the hparams class of the maths it reproduces. The methods timed are
+the registered editing methods (:mod:`zerounlearn_editor.methods.registry`; all of them by default)."""
+
+
+def _reference(method: str) -> Optional[Callable[..., Any]]:
+    """The ``per-request`` reference of the registered ``method``, if its hparams class has one."""
+    return _REFERENCE_APPLY.get(get_method(method).hparams_class)
 
 
 def _apply(method: str, pipeline: str) -> Callable[..., Any]:
     """The edit of ``method`` under ``pipeline``: the registered apply (``ours``) or the reference."""
-    return get_method(method).apply if pipeline == "ours" else _REFERENCE_APPLY[method]
+    reference = _reference(method)
+    return reference if pipeline != "ours" and reference is not None else get_method(method).apply
 
 
 def _check_methods(methods: Sequence[str], pipelines: Sequence[str]) -> None:
@@ -79,7 +86,7 @@ def _check_methods(methods: Sequence[str], pipelines: Sequence[str]) -> None:
     if unknown:
         raise ValueError(f"unknown method(s)/pipeline(s) {unknown}; methods {method_names()}, pipelines {PIPELINES}")
     if "per-request" in pipelines:
-        missing = [m for m in methods if m not in _REFERENCE_APPLY]
+        missing = [m for m in methods if _reference(m) is None]
         if missing:
             raise ValueError(f"method(s) {missing} have no per-request reference pipeline; use --pipelines ours")
 _STATISTICS = {"ours": batched_statistics, "per-request": per_layer_statistics}
@@ -91,7 +98,7 @@ class SpeedConfig:
 
     hparams: str = "hparams/ZeroUnlearn/SmolLM2-135M-Instruct.yaml"
     ns: List[int] = field(default_factory=lambda: [10, 50, 200, 1000])
-    methods: List[str] = field(default_factory=lambda: list(METHODS))
+    methods: List[str] = field(default_factory=method_names)
     pipelines: List[str] = field(default_factory=lambda: list(PIPELINES))
     data: str = "counterfact"
     data_path: Optional[str] = None
@@ -141,10 +148,12 @@ def _load_model(cfg: SpeedConfig, hp: EditHyperParams, device: str):
 
 
 def _method_hparams(
-    path: str, overrides: Dict[str, Any], methods: Sequence[str] = METHODS
+    path: str, overrides: Dict[str, Any], methods: Optional[Sequence[str]] = None
 ) -> Dict[str, EditHyperParams]:
     """The ``methods``' hparams (``path``'s method first): ``path`` and the file of the same name in the
-    other method's folder (only read when that method is benchmarked)."""
+    other method's folder (only read when that method is benchmarked); ``methods`` default: every registered
+    editing method."""
+    methods = method_names() if methods is None else methods
     main = Path(path)
     alg = load_config_file(main).get("alg_name")
     if alg not in method_names():

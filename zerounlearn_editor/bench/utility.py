@@ -3,7 +3,7 @@
 For every method (``base`` = no edit) the model is edited with the forget requests (``n_forget``
 cases of ``data`` drawn with ``seed``, the bench's draw), every task is scored, and the weights
 are restored bit-identically (checked with the bench's fingerprint). Methods are the bench's
-(:func:`~zerounlearn_editor.bench.registry.default_registry`), with the same hyperparameter lookup.
+(:func:`~zerounlearn_editor.bench.method_rows.default_registry`), with the same hyperparameter lookup.
 
 Output JSON (``out``)::
 
@@ -80,8 +80,8 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
     """Score every method on every task, write ``config.out`` (and the chart); returns the JSON."""
     from zerounlearn_editor.bench.config import retired_method_error
     from zerounlearn_editor.bench.fingerprint import ModelFingerprint
+    from zerounlearn_editor.bench.method_rows import default_registry
     from zerounlearn_editor.bench.method_specs import HParamsLookup, MethodContext, load_main_hparams
-    from zerounlearn_editor.bench.registry import default_registry
     from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
     from zerounlearn_editor.bench.stages import compute_statistics
     from zerounlearn_editor.data.datasets import load_cases, sample_cases

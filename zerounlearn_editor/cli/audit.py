@@ -5,6 +5,7 @@ import argparse
 from types import ModuleType
 from typing import Any
 
+from zerounlearn_editor.bench.config import default_audit_methods
 from zerounlearn_editor.cli.common import comma_list, comma_option, config_from_args
 
 
@@ -111,9 +112,8 @@ def register(sub: Any, parents: ModuleType) -> None:
                               required=True),
                  parents.out("output folder", required=True), parents.n("cases per seed (default 10)", default=10),
                  parents.seeds("e.g. 1 or 1-3 (default 1)", default="1"),
-                 parents.methods("bench methods (base, ZeroUnlearn, ZeroUnlearn-GD, +R rows, GA, NPO, GA-full, "
-                                 "NPO-full, FT, ROME, MEMIT, AlphaEdit; EasyEdit's are skipped where it is not "
-                                 "importable)", default="base,ZeroUnlearn,ZeroUnlearn-GD"),
+                 parents.methods(parents.bench_rows_help("bench methods") + " (EasyEdit's are skipped where it "
+                                 "is not importable)", default=",".join(default_audit_methods())),
                  parents.method_hparams(), parents.known(), parents.retain_policy(),
                  parents.batch_size(default=16),
                  parents.device(), parents.dtype(), parents.progress(), parents.data_dir()],

@@ -6,13 +6,15 @@ import argparse
 from types import ModuleType
 from typing import Any
 
+from zerounlearn_editor.bench.config import default_methods, default_round_methods
 from zerounlearn_editor.cli.audit import add_probe_options, refuse_unused_probe_options, settings_from_args
 from zerounlearn_editor.cli.common import comma_list, comma_option, config_from_args
+from zerounlearn_editor.methods.registry import method_names
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench import BenchConfig, parse_method_hparams, parse_seeds, run_bench, run_runfile
-    from zerounlearn_editor.bench.config import DEFAULT_METHODS, DEFAULT_PPL_TOKENS
+    from zerounlearn_editor.bench.config import DEFAULT_PPL_TOKENS
 
     if not args.audit:
         refuse_unused_probe_options(args, "audit-", "--audit")
@@ -35,12 +37,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     missing = [f"--{k}" for k in ("hparams", "data", "out") if getattr(args, k) is None]
     if missing:
         raise SystemExit(f"zerounlearn bench: {', '.join(missing)} required (or --runfile)")
-    default_methods = DEFAULT_METHODS
-    if args.rounds is not None:
-        from zerounlearn_editor.bench.rounds import DEFAULT_ROUND_METHODS as default_methods
+    defaults = default_methods() if args.rounds is None else default_round_methods()
     config = config_from_args(
         BenchConfig, args, seeds=parse_seeds(args.seeds or "1-10"),
-        methods=[m for m in (args.methods or ",".join(default_methods)).split(",") if m.strip()],
+        methods=[m for m in (args.methods or ",".join(defaults)).split(",") if m.strip()],
         n=args.n if args.n is not None else 50,
         ppl_tokens=args.ppl_tokens if args.ppl_tokens is not None else DEFAULT_PPL_TOKENS,
         method_hparams=parse_method_hparams(args.method_hparams), eval_batch_size=args.batch_size,
@@ -71,9 +71,8 @@ def register(sub: Any, parents: ModuleType) -> None:
                  parents.data("dataset name (counterfact, zsre, ...) or a data file"),
                  parents.n("cases per seed, edited as one batch (default 50)", type=parents.positive_int),
                  parents.seeds("e.g. 1-10 or 1,2,5 (default 1-10)"),
-                 parents.methods("comma list of base,GA,NPO,GA-full,NPO-full,ZeroUnlearn,ZeroUnlearn-GD,"
-                                 "ZeroUnlearn-GD+R,FT,ROME,MEMIT,AlphaEdit "
-                                 "(default base,GA,NPO,ZeroUnlearn,ZeroUnlearn-GD)"),
+                 parents.methods(parents.bench_rows_help("comma list of") + "; default "
+                                 + ",".join(default_methods())),
                  parents.method_hparams(), parents.out("output folder"),
                  parents.ppl(None, "WikiText-2 tokens for perplexity (default 20000; 0 = off)"),
                  parents.known(), parents.retain_policy(), parents.batch_size(default=32), parents.device(),
@@ -85,7 +84,8 @@ def register(sub: Any, parents: ModuleType) -> None:
     p.add_argument("--fluency-tokens", type=int, default=32)
     p.add_argument("--rounds", type=int, default=None, metavar="R",
                    help="sequential unlearning: R rounds of --n facts each on the same model (default methods "
-                        "ZeroUnlearn,ZeroUnlearn-GD); writes rounds.md, rounds_summary.json, rounds.png")
+                        f"{','.join(default_round_methods())}); writes rounds.md, rounds_summary.json, "
+                        "rounds.png")
     p.add_argument(
         "--utility",
         default=None,
@@ -131,9 +131,11 @@ def register_speed(sub: Any, parents: ModuleType) -> None:
         description="Per n, method and pipeline: one edit with cached statistics (stage times from EditReport), "
         "one evaluation pass over the forget prompts, peak memory; the statistics stage per pipeline and a "
         "one-pass/per-layer statistics micro-benchmark. Prints markdown tables, writes JSON.",
-        parents=[parents.hparams("ZeroUnlearn or ZeroUnlearn-GD YAML; the other method's file of the same name is "
-                                 "used for it (default: SmolLM2's, Llama-3.2-3B's with --random-config llama-3.2-3b)"),
-                 parents.methods(None, default="ZeroUnlearn,ZeroUnlearn-GD"),
+        parents=[parents.hparams(f"YAML of an editing method ({parents.editing_methods_text()}); the other "
+                                 "methods' files of the same name are used for them (default: ZeroUnlearn's SmolLM2 "
+                                 "file, Llama-3.2-3B's with --random-config llama-3.2-3b)"),
+                 parents.methods(f"comma list of {parents.editing_methods_text()}",
+                                 default=",".join(method_names())),
                  parents.data("dataset name or file (cases sampled with --seed)", default="counterfact"),
                  parents.seed(), parents.model(),
                  parents.device(default=None, help="default: cuda when available, else cpu"),

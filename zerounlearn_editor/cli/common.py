@@ -23,6 +23,25 @@ RETAIN_POLICY_HELP = ("retain set of ZeroUnlearn-GD+R, K records per forget case
                       "relation), filled up with same-relation records")
 
 
+def editing_methods_text() -> str:
+    """The registered editing methods (:mod:`zerounlearn_editor.methods.registry`) as help text: ``A, B``."""
+    from zerounlearn_editor.methods.registry import method_names
+
+    return ", ".join(method_names())
+
+
+def bench_rows_help(lead: str) -> str:
+    """``lead`` followed by every bench row (``base`` and :func:`~zerounlearn_editor.bench.method_rows.row_names`,
+    read from the method registry when the parser is built) and the bench-only rows, whose YAML only
+    ``--method-hparams`` gives."""
+    from zerounlearn_editor.bench.method_rows import row_names
+    from zerounlearn_editor.methods.registry import registered_methods
+
+    only = [e.name + s for e in registered_methods(baselines=True) for s, v in e.row_variants.items() if v is None]
+    note = f" ({', '.join(only)}: bench-only, no shipped YAML; give it with --method-hparams ROW=PATH)" if only else ""
+    return f"{lead}: {', '.join(row_names())}{note}"
+
+
 def int_at_least(minimum: int) -> Callable[[str], int]:
     """argparse type: an integer >= ``minimum``."""
 
@@ -52,7 +71,7 @@ def positive_int_list(text: str) -> List[int]:
 
 
 def load_hparams(path: str) -> Any:
-    """The ZeroUnlearn or ZeroUnlearn-GD hyperparameters of the YAML at ``path`` (by its ``alg_name``)."""
+    """The hyperparameters of the registered editing method the YAML at ``path`` names (its ``alg_name``)."""
     from zerounlearn_editor.methods.registry import load_method
 
     return load_method(path)[0]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Type
 
 from zerounlearn_editor.engine.hparams import EditHyperParams
-from zerounlearn_editor.methods.registry import registered_methods
+from zerounlearn_editor.methods.registry import method_names, registered_methods
 from zerounlearn_editor.support.files import write_text_atomic
 
 LOG = logging.getLogger(__name__)
@@ -30,8 +30,12 @@ def method_classes() -> Tuple[Type[EditHyperParams], ...]:
 
 
 def field_help() -> Dict[str, str]:
-    """Help text of every key of every registered method (each field's ``metadata["help"]``)."""
-    return {key: text for cls in method_classes() for key, text in cls.key_help().items()}
+    """Help text of every key of every registered method (each field's ``metadata["help"]``); ``alg_name``'s ends
+    with the registered editing methods' names (the engine, below the methods layer, cannot name them)."""
+    text = {key: text for cls in method_classes() for key, text in cls.key_help().items()}
+    if "alg_name" in text:
+        text["alg_name"] += ": " + ", ".join(f"`{name}`" for name in method_names())
+    return text
 
 _README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -5,6 +5,7 @@ import argparse
 from types import ModuleType
 from typing import Any
 
+from zerounlearn_editor.bench.config import default_pca_methods
 from zerounlearn_editor.cli.common import comma_list, config_from_args
 
 
@@ -42,7 +43,7 @@ def register(sub: Any, parents: ModuleType) -> None:
                  parents.model(), parents.data("forget dataset name or file", required=True),
                  parents.n("forget samples, edited as one batch (default 50)", default=50), parents.seed(),
                  parents.methods("bench methods (MEMIT/AlphaEdit need EasyEdit; skipped otherwise)",
-                                 default="ZeroUnlearn,ZeroUnlearn-GD,GA,MEMIT,AlphaEdit"),
+                                 default=",".join(default_pca_methods())),
                  parents.method_hparams(),
                  parents.out("figure PNG (numbers go to the same name with .json)", required=True),
                  parents.device(), parents.progress()],

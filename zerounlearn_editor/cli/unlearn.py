@@ -42,7 +42,8 @@ def register(sub: Any, parents: ModuleType) -> None:
         description="FILE: JSON, JSONL or YAML list of {prompt, subject, answer} (answer optional, only scored). "
         "The method is the hparams file's alg_name. --save adapter writes a PEFT LoRA adapter of the edit "
         "(PeftModel.from_pretrained(base, OUT)); --save model the edited model (safetensors) and tokenizer.",
-        parents=[parents.hparams("ZeroUnlearn or ZeroUnlearn-GD YAML", required=True),
+        parents=[parents.hparams(f"YAML of an editing method ({parents.editing_methods_text()}; a baseline's "
+                                 "YAML is refused: the bench runs those)", required=True),
                  parents.out("output folder (model / adapter and unlearn_report.json)", metavar="DIR"),
                  parents.model(),
                  # no choices here (unlearn never checked them): a wrong name fails when the model loads

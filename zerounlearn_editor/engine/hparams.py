@@ -82,7 +82,8 @@ class BaseHyperParams:
     # keys that must be in every file although the dataclass has a default for them (README table)
     REQUIRED_KEYS: ClassVar[tuple] = ()
 
-    alg_name: str = field(metadata={"help": "`ZeroUnlearn` or `ZeroUnlearn-GD` (must match the class)"})
+    # the registered names are the methods layer's: hparams_doc appends them to this help
+    alg_name: str = field(metadata={"help": "the registered method the file is for (must match the class)"})
     model_name: str = field(
         metadata={"help": "hub name or local folder of the model; `smollm2` is the prepared SmolLM2"}
     )

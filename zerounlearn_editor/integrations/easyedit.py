@@ -27,6 +27,7 @@ LOG = logging.getLogger(__name__)
 _WRAPPED_FLAG = "_zerounlearn_batchable_names"
 _LAST_ERROR: Dict[str, Optional[str]] = {"registration": None}
 _INIT_FLAG = "_zerounlearn_wrapped_init"
+_ADDED_FLAG = "_zerounlearn_added_names"
 
 EASYEDIT_LOADABLE = ("t5", "gpt", "llama", "baichuan", "chatglm", "internlm", "qwen", "mistral")
 """Substrings of ``model_name`` on which ``BaseEditor.__init__`` dispatches its own loading."""
@@ -36,7 +37,8 @@ RIGHT_PADDING_METHODS = ("ROME", "MEMIT", "EMMET", "EAMET", "R-ROME", "AlphaEdit
 
 
 def method_functions() -> Dict[str, Callable]:
-    """``{alg_name: apply function}`` of the registered methods (:mod:`zerounlearn_editor.methods.registry`)."""
+    """``{alg_name: apply function}`` of the registered editing methods (:mod:`zerounlearn_editor.methods.registry`;
+    the baselines GA/NPO are bench rows, not EasyEdit methods)."""
     from zerounlearn_editor.methods.registry import registered_methods
 
     return {entry.name: entry.apply for entry in registered_methods()}
@@ -107,10 +109,12 @@ def registration_error() -> Optional[str]:
 
 
 def register_with_easyedit(path: Optional[str] = None) -> bool:
-    """Add the registered methods (ZeroUnlearn, ZeroUnlearn-GD, any other) to EasyEdit's ``ALG_DICT`` and batch gate.
+    """Add the registered editing methods (:mod:`zerounlearn_editor.methods.registry`; not the baselines) to
+    EasyEdit's ``ALG_DICT`` and batch gate.
 
-    Idempotent; a method registered later is added by calling it again. ``path`` (or ``$EASYEDIT_PATH``) is an EasyEdit
-    source tree to import from.
+    Idempotent; a method registered later is added by calling it again, and one unregistered since the last call is
+    removed from ``ALG_DICT`` (the batch gate reads the registry at each call). ``path`` (or ``$EASYEDIT_PATH``) is
+    an EasyEdit source tree to import from.
     Returns False (and logs why) when EasyEdit cannot be imported.
     """
     if not easyedit_available(path):
@@ -128,7 +132,10 @@ def register_with_easyedit(path: Optional[str] = None) -> bool:
         return False
     _LAST_ERROR["registration"] = None
     methods = method_functions()
+    for stale in getattr(alg_dict, _ADDED_FLAG, frozenset()) - set(methods):
+        alg_dict.ALG_DICT.pop(stale, None)
     alg_dict.ALG_DICT.update(methods)
+    setattr(alg_dict, _ADDED_FLAG, frozenset(methods))
     batch_editor = batch_module.BatchEditor
     if getattr(batch_editor, _WRAPPED_FLAG, None) is None:
         original = batch_editor.is_batchable_method

@@ -1,33 +1,42 @@
-"""The one table of editing methods: name -> hyperparameter class, apply function, YAML folder.
+"""The one table of methods: name -> hyperparameter class, apply function, YAML folder, bench rows.
 
-Every consumer reads it: the package's EasyEdit registration
-(:func:`~zerounlearn_editor.integrations.easyedit.register_with_easyedit`), ``zerounlearn unlearn`` /
-``demo`` (:func:`load_method`), ``init-hparams``,
-``hparams_doc``, the bench (:func:`~zerounlearn_editor.bench.registry.default_registry`) and the speed
-bench. A new method is one :func:`register_method` call (here, for a shipped method, or in the
-method's own module): nothing else needs editing. An unknown name is an error listing the registered ones.
+Every consumer reads it: ``zerounlearn unlearn`` / ``demo`` (:func:`load_method`), ``init-hparams``'s
+``--method`` choices, ``hparams_doc`` (the README key table, whose ``alg_name`` row lists the methods), the package's
+EasyEdit registration (:func:`~zerounlearn_editor.integrations.easyedit.register_with_easyedit`), the bench's
+rows, ``--methods`` help and defaults (:func:`~zerounlearn_editor.bench.method_rows.default_registry`) and the
+speed bench. A new method is one :func:`register_method` call (here, for a shipped method, or in the method's own
+module): no consumer needs editing (the generated README key table and the CLI option pin are regenerated:
+CONTRIBUTING.md, "Adding a method"). An unknown name is an error listing the registered ones.
+
+Two kinds of entry: editing methods (``baseline=False``: what ``unlearn``, ``demo``, ``init-hparams``, the speed
+bench and EasyEdit run) and comparison baselines (``baseline=True``: GA and NPO, fine-tuning; bench rows only, and
+``unlearn`` refuses their YAMLs saying so). The plain listings (:func:`method_names`, :func:`registered_methods`)
+give the editing methods; ``baselines=True`` adds the baselines.
 
 The EasyEdit name, the YAML's ``alg_name`` and the registry name are one string
 (``BaseEditor`` looks ``hparams.alg_name`` up in ``ALG_DICT``).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Type, Union
 
-from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError, load_config_file
+from zerounlearn_editor.engine.hparams import BaseHyperParams, EditHyperParams, HParamsError, load_config_file
 
 __all__ = [
     "MethodEntry",
     "RETAIN_ROW",
     "UnknownMethodError",
+    "BaselineMethodError",
     "register_method",
     "unregister_method",
     "get_method",
     "load_method",
     "method_names",
     "registered_methods",
+    "registered",
 ]
 
 RETAIN_ROW = "+R"
@@ -41,24 +50,30 @@ class UnknownMethodError(HParamsError):
     """A method name (an ``alg_name``, ``--method``) that is not registered."""
 
 
+class BaselineMethodError(HParamsError):
+    """A comparison baseline (``MethodEntry.baseline``) named where only an editing method runs (``unlearn``)."""
+
+
 @dataclass(frozen=True)
 class MethodEntry:
-    """One registered editing method.
+    """One registered method.
 
     ``name``: the ``alg_name`` of its YAMLs, its EasyEdit ``ALG_DICT`` key and its bench row.
-    ``hparams_class``: an :class:`~zerounlearn_editor.engine.hparams.EditHyperParams` subclass whose
-    ``ALG_NAME`` is ``name``. ``apply``: the edit in EasyEdit's calling convention
-    ``(model, tok, requests, hparams, copy, return_orig_weights, keep_original_weight, **kwargs) ->
-    (model, weights_copy)`` accepting the pipeline's keywords (``second_moments``, ``targets``,
-    ``report``, ``progress``, ``retain``, ``fluency_guard``, ...). ``yaml_folder``: ``hparams/<folder>/``
-    (default ``name``). ``check_requests``: an optional model-bound check run before any scoring
-    (ZeroUnlearn's capacity limit). ``adapter_rank_per_fact``: the rank of one weight's change per
-    forgotten fact (the LoRA export's bound ``r <= k n``). ``row_variants``: bench row suffix -> YAML stem
-    suffix; the bench also offers the row ``<name><row suffix>``, read from ``hparams/<folder>/<stem><stem
-    suffix>.yaml`` (ZeroUnlearn-GD: ``+R`` -> ``-retain``, ``+P`` -> ``-lifelong``, which no longer ships: the bench's
-    ``--method-hparams`` names it). Only the row
-    :data:`RETAIN_ROW` is edited with the seed's retain set. ``easyedit_batchable``: EasyEdit's ``batch_edit``
-    accepts the method.
+    ``hparams_class``: a :class:`~zerounlearn_editor.engine.hparams.BaseHyperParams` subclass (an
+    :class:`~zerounlearn_editor.engine.hparams.EditHyperParams` one for an editing method) whose ``ALG_NAME`` is
+    ``name``. ``apply``: the edit in EasyEdit's calling convention ``(model, tok, requests, hparams, copy,
+    return_orig_weights, keep_original_weight, **kwargs) -> (model, weights_copy)``; an editing method's accepts the
+    pipeline's keywords (``second_moments``, ``targets``, ``report``, ``progress``, ``retain``, ``fluency_guard``,
+    ...), a baseline's ``report`` (a ``TrainReport``) and ``progress``. ``yaml_folder``: ``hparams/<folder>/``
+    (default ``name``). ``check_requests``: an optional model-bound check run before any scoring (ZeroUnlearn's
+    capacity limit). ``adapter_rank_per_fact``: the rank of one weight's change per forgotten fact (the LoRA
+    export's bound ``r <= k n``). ``row_variants``: bench row suffix -> YAML stem suffix; the bench also offers the
+    row ``<name><row suffix>``, read from ``hparams/<folder>/<stem><stem suffix>.yaml`` (ZeroUnlearn-GD: ``+R`` ->
+    ``-retain``; GA: ``-full`` -> ``-full``); a suffix mapped to ``None`` is a bench-only row with no shipped YAML,
+    whose file the bench's ``--method-hparams <row>=PATH`` must name. Only the row :data:`RETAIN_ROW` is edited
+    with the seed's retain set. ``easyedit_batchable``: EasyEdit's ``batch_edit`` accepts the method.
+    ``baseline``: a comparison baseline (GA, NPO): a bench row only; ``unlearn``, ``demo``, ``init-hparams``, the
+    speed bench and the EasyEdit registration run the editing methods (``baseline=False``) alone.
     """
 
     name: str
@@ -67,8 +82,9 @@ class MethodEntry:
     yaml_folder: Optional[str] = None
     check_requests: Optional[RequestCheck] = None
     adapter_rank_per_fact: int = 1
-    row_variants: Mapping[str, str] = field(default_factory=dict)
+    row_variants: Mapping[str, Optional[str]] = field(default_factory=dict)
     easyedit_batchable: bool = True
+    baseline: bool = False
 
     @property
     def folder(self) -> str:
@@ -92,9 +108,10 @@ def register_method(entry: MethodEntry, replace: bool = False) -> MethodEntry:
     """
     if not isinstance(entry, MethodEntry):
         raise TypeError(f"expected a MethodEntry, got {type(entry).__name__}")
-    if not (isinstance(entry.hparams_class, type) and issubclass(entry.hparams_class, EditHyperParams)):
+    base = BaseHyperParams if entry.baseline else EditHyperParams
+    if not (isinstance(entry.hparams_class, type) and issubclass(entry.hparams_class, base)):
         raise TypeError(
-            f"method {entry.name!r}: hparams_class must subclass EditHyperParams, got {entry.hparams_class!r}"
+            f"method {entry.name!r}: hparams_class must subclass {base.__name__}, got {entry.hparams_class!r}"
         )
     if entry.hparams_class.ALG_NAME != entry.name:
         raise ValueError(
@@ -114,14 +131,26 @@ def unregister_method(name: str) -> MethodEntry:
     return entry
 
 
-def method_names() -> List[str]:
-    """The registered names, in registration order (the shipped methods first)."""
-    return list(_METHODS)
+def registered_methods(baselines: bool = False) -> List[MethodEntry]:
+    """The registered editing methods in registration order (the shipped ones first); ``baselines``: every entry,
+    the comparison baselines included."""
+    return [entry for entry in _METHODS.values() if baselines or not entry.baseline]
 
 
-def registered_methods() -> List[MethodEntry]:
-    """The registered entries, in registration order."""
-    return list(_METHODS.values())
+def method_names(baselines: bool = False) -> List[str]:
+    """The names of :func:`registered_methods` (``baselines``: with the baselines)."""
+    return [entry.name for entry in registered_methods(baselines)]
+
+
+@contextmanager
+def registered(entry: MethodEntry) -> Iterator[MethodEntry]:
+    """``entry`` registered inside the ``with`` block and unregistered on leaving it (tests, scripts)."""
+    register_method(entry)
+    try:
+        yield entry
+    finally:
+        if _METHODS.get(entry.name) is not None:
+            del _METHODS[entry.name]
 
 
 def get_method(name: Any, source: str = "method") -> MethodEntry:
@@ -135,24 +164,45 @@ def get_method(name: Any, source: str = "method") -> MethodEntry:
 
 
 def load_method(hparams_file: Union[str, Path]) -> Tuple[Any, Callable[..., Any]]:
-    """``(hparams, apply function)`` of the registered method named by the file's ``alg_name``
-    (an unknown name lists the registered ones)."""
-    entry = get_method(load_config_file(hparams_file).get("alg_name"), f"{hparams_file}: key 'alg_name'")
+    """``(hparams, apply function)`` of the registered editing method named by the file's ``alg_name``.
+
+    An unknown name lists the registered ones; a baseline's YAML raises :class:`BaselineMethodError` (its entry's
+    ``baseline`` flag: the bench runs it, ``unlearn`` does not).
+    """
+    source = f"{hparams_file}: key 'alg_name'"
+    entry = get_method(load_config_file(hparams_file).get("alg_name"), source)
+    if entry.baseline:
+        raise BaselineMethodError(
+            f"{source}: {entry.name} is a comparison baseline, run by `zerounlearn bench --methods {entry.name}` "
+            f"only; unlearn runs the editing methods: {', '.join(method_names())}"
+        )
     return entry.hparams_class.from_hparams(hparams_file), entry.apply
 
 
 def _register_shipped() -> None:
-    """ZeroUnlearn and ZeroUnlearn-GD, the package's own methods."""
+    """GA and NPO (comparison baselines), ZeroUnlearn and ZeroUnlearn-GD (the package's own methods)."""
+    from zerounlearn_editor.methods.baselines import (
+        GAHyperParams,
+        NPOHyperParams,
+        apply_ga_to_model,
+        apply_npo_to_model,
+    )
     from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
     from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model, check_request_capacity
     from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
     from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 
+    full = {"-full": "-full"}  # target_modules: all, every parameter trained
+    register_method(MethodEntry("GA", GAHyperParams, apply_ga_to_model, row_variants=full, baseline=True))
+    register_method(MethodEntry("NPO", NPOHyperParams, apply_npo_to_model, row_variants=full, baseline=True))
     # ZeroUnlearn's change D W - W = (D - I) W has rank <= 2n (eps 0); ZeroUnlearn-GD's E P_m rank <= n
     register_method(MethodEntry("ZeroUnlearn", ZeroUnlearnHyperParams, apply_zerounlearn_to_model,
                                 check_requests=check_request_capacity, adapter_rank_per_fact=2))
     register_method(MethodEntry("ZeroUnlearn-GD", ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model,
-                                adapter_rank_per_fact=1, row_variants={RETAIN_ROW: "-retain", "+P": "-lifelong"}))
+                                adapter_rank_per_fact=1,
+                                # +P: the lifelong-protection experiment, bench-only (no shipped YAML; README
+                                # "Forgetting over time" names its file with --method-hparams ZeroUnlearn-GD+P=PATH)
+                                row_variants={RETAIN_ROW: "-retain", "+P": None}))
 
 
 _register_shipped()
