@@ -24,6 +24,7 @@ import yaml
 from tiny_models import (
     CORPUS,
     forget_requests,
+    saved_tiny_llama,
     tiny_gpt2,
     tiny_hparams_dict,
     tiny_llama,
@@ -785,11 +786,7 @@ def test_model_fingerprint_of_a_large_parameter():
 def saved_tiny(tmp_path_factory):
     """A tiny Llama and its tokenizer on disk, a corpus, a perplexity text, a facts file and both YAMLs."""
     root = tmp_path_factory.mktemp("round2")
-    tok = tiny_tokenizer()
-    model_dir = root / "tiny-model"
-    tiny_llama(tok).save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
-    corpus = write_corpus(root / "corpus.jsonl")
+    model_dir, corpus = saved_tiny_llama(root)
     facts = [{"prompt": r["prompt"], "subject": r["subject"], "answer": r["ground_truth"]} for r in forget_requests()]
     (root / "facts.json").write_text(json.dumps(facts), encoding="utf-8")
     hparams = {}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
@@ -197,6 +197,16 @@ def write_corpus(path: Path) -> Path:
     """Write :data:`CORPUS` as a ``.jsonl`` file with a ``text`` field."""
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in CORPUS), encoding="utf-8")
     return path
+
+
+def saved_tiny_llama(root: Path, name: str = "tiny-model") -> Tuple[Path, Path]:
+    """A :func:`tiny_llama` and its tokenizer saved as the folder ``root / name``, and :data:`CORPUS` written to
+    ``root / "corpus.jsonl"``: ``(model folder, corpus file)`` (the unlearn CLI tests' base model)."""
+    tok = tiny_tokenizer()
+    folder = root / name
+    tiny_llama(tok).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder, write_corpus(root / "corpus.jsonl")
 
 
 TINY_FACTS = [

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
+from tiny_models import saved_tiny_llama, tiny_hparams_dict
 from zerounlearn_editor.applications.ledger import LEDGER_NAME, ledger_hash
 from zerounlearn_editor.applications.ledger_files import FILES_KEY
 from zerounlearn_editor.applications.ledger_schema import check_ledger_schema
@@ -25,11 +25,7 @@ FACTS_2 = [{"prompt": "the capital of italy is", "subject": "italy", "answer": "
 def setup(tmp_path_factory):
     """A tiny base model folder, a GD YAML, and a first ``--save model`` run on it."""
     root = tmp_path_factory.mktemp("ledger_checks")
-    tok = tiny_tokenizer()
-    base = root / "tiny-base"
-    tiny_llama(tok).save_pretrained(base)
-    tok.save_pretrained(base)
-    corpus = write_corpus(root / "corpus.jsonl")
+    base, corpus = saved_tiny_llama(root, "tiny-base")
     for name, facts in (("facts1.json", FACTS_1), ("facts2.json", FACTS_2)):
         (root / name).write_text(json.dumps(facts), encoding="utf-8")
     config = tiny_hparams_dict(root / "stats", corpus, alg_name="ZeroUnlearn-GD", model_name=str(base),

@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from tiny_models import CORPUS, REPO_ROOT, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
+from tiny_models import CORPUS, REPO_ROOT, saved_tiny_llama, tiny_hparams_dict, tiny_llama, tiny_tokenizer
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model
 from zerounlearn_editor.applications.ledger import LEDGER_NAME, ledger_hash
 from zerounlearn_editor.cli import main
@@ -34,11 +34,7 @@ FACTS_2 = [{"prompt": "the capital of italy is", "subject": "italy", "answer": "
 def setup(tmp_path_factory):
     """A tiny base model folder, facts files, a lifelong GD YAML (and variants) and a first ``--save model`` run."""
     root = tmp_path_factory.mktemp("lifelong")
-    tok = tiny_tokenizer()
-    base = root / "tiny-base"
-    tiny_llama(tok).save_pretrained(base)
-    tok.save_pretrained(base)
-    corpus = write_corpus(root / "corpus.jsonl")
+    base, corpus = saved_tiny_llama(root, "tiny-base")
     (root / "ppl.txt").write_text(" ".join(CORPUS), encoding="utf-8")
     for name, facts in (("facts1.json", FACTS_1), ("facts2.json", FACTS_2)):
         (root / name).write_text(json.dumps(facts), encoding="utf-8")
@@ -58,7 +54,7 @@ def setup(tmp_path_factory):
         yamls[key].write_text(yaml.safe_dump(config), encoding="utf-8")
     first = root / "first"
     assert _run(root, yamls["gd"], "facts1.json", "--out", str(first), "--save", "model") == 0
-    return root, base, yamls, tok, first
+    return root, base, yamls, tiny_tokenizer(), first
 
 
 def _run(root: Path, hparams: Path, facts: str, *extra: str) -> int:

@@ -7,7 +7,7 @@ import pytest
 import torch
 import yaml
 
-from tiny_models import CORPUS, forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
+from tiny_models import CORPUS, forget_requests, saved_tiny_llama, tiny_hparams_dict, tiny_tokenizer
 from zerounlearn_editor.applications.unlearn import REPORT_NAME, load_facts
 from zerounlearn_editor.cli import main
 
@@ -17,11 +17,7 @@ peft = pytest.importorskip("peft")
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("unlearn")
-    tok = tiny_tokenizer()
-    model_dir = root / "tiny-model"
-    tiny_llama(tok).save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
-    corpus = write_corpus(root / "corpus.jsonl")
+    model_dir, corpus = saved_tiny_llama(root)
     (root / "ppl.txt").write_text(" ".join(CORPUS), encoding="utf-8")
     facts = [{"prompt": r["prompt"], "subject": r["subject"], "answer": r["ground_truth"]} for r in forget_requests()]
     facts[2].pop("answer")  # answers are optional
@@ -31,7 +27,7 @@ def setup(tmp_path_factory):
         config = tiny_hparams_dict(root / "stats", corpus, alg_name=alg, model_name=str(model_dir))
         hparams[alg] = root / f"{alg}.yaml"
         hparams[alg].write_text(yaml.safe_dump(config), encoding="utf-8")
-    return root, model_dir, hparams, tok
+    return root, model_dir, hparams, tiny_tokenizer()
 
 
 def _run(setup, *extra):

@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from tiny_models import CORPUS, forget_requests, tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus
+from tiny_models import CORPUS, forget_requests, saved_tiny_llama, tiny_hparams_dict, tiny_llama, tiny_tokenizer
 from zerounlearn_editor.applications.unlearn import REPORT_NAME
 from zerounlearn_editor.cli import main
 
@@ -18,17 +18,13 @@ peft = pytest.importorskip("peft")
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("unlearn_checks")
-    tok = tiny_tokenizer()
-    model_dir = root / "tiny-model"
-    tiny_llama(tok).save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
-    corpus = write_corpus(root / "corpus.jsonl")
+    model_dir, corpus = saved_tiny_llama(root)
     facts = [{"prompt": r["prompt"], "subject": r["subject"], "answer": r["ground_truth"]}
              for r in forget_requests()[:2]]
     (root / "facts.json").write_text(json.dumps(facts), encoding="utf-8")
     config = tiny_hparams_dict(root / "stats", corpus, alg_name="ZeroUnlearn-GD", model_name=str(model_dir))
     (root / "gd.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    return root, model_dir, tok
+    return root, model_dir, tiny_tokenizer()
 
 
 def _argv(root, *extra):
