@@ -13,7 +13,7 @@ from torch import nn
 from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
 from zerounlearn_editor.bench.audit import AuditConfig
 from zerounlearn_editor.bench.audit_report import write_audit_summary
-from zerounlearn_editor.bench.config import BenchConfigError
+from zerounlearn_editor.bench.config import BenchConfig, BenchConfigError
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
 from zerounlearn_editor.cli import main
 from zerounlearn_editor.evaluation.audit import (
@@ -142,9 +142,12 @@ def test_rtt_needs_two_facts_when_asked_for(tok, caplog):
     one = items_from_facts(FORGET[:1])
     with pytest.raises(AuditError, match=r"rtt asked for.*at least 2 forgotten facts.*got 1.*--probes"):
         check_audit_inputs(one, pool_from_facts(POOL), RTT_ONLY)
-    with pytest.raises(BenchConfigError, match=r"rtt probe needs at least 2 facts.*n = 1"):
+    with pytest.raises(BenchConfigError, match=r"rtt asked for.*at least 2 forgotten facts.*got 1.*--n"):
         AuditConfig(hparams="h.yaml", data="d", out="o", n=1, settings=RTT_ONLY).validate()
     AuditConfig(hparams="h.yaml", data="d", out="o", n=2, settings=RTT_ONLY).validate()
+    with pytest.raises(BenchConfigError, match=r"rtt asked for.*got 1"):
+        BenchConfig(hparams="h.yaml", data="d", seeds=[1], methods=["base"], out="o", n=1, audit=RTT_ONLY).validate()
+    BenchConfig(hparams="h.yaml", data="d", seeds=[1], methods=["base"], out="o", n=2, audit=RTT_ONLY).validate()
     # through ``all`` one fact leaves the rtt columns out, with a warning
     settings = AuditSettings(families=FAMILIES, relearn_n=2, batch_size=4)
     with caplog.at_level(logging.WARNING):

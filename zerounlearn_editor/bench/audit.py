@@ -31,7 +31,6 @@ from zerounlearn_editor.engine.pipeline import restore_weights
 from zerounlearn_editor.evaluation.audit.facts_audit import generic_passages
 from zerounlearn_editor.evaluation.audit.items import audit_pool, builtin_pool, items_from_cases, pool_from_cases
 from zerounlearn_editor.evaluation.audit.plan import (
-    FAMILIES,
     AuditError,
     AuditSettings,
     build_plan,
@@ -80,15 +79,12 @@ class AuditConfig:
             raise BenchConfigError("audit: no method given")
         if not 0.0 < self.known_min_accuracy <= 1.0:
             raise BenchConfigError(f"audit: known_min_accuracy must be in (0, 1], got {self.known_min_accuracy}")
-        families = tuple(self.settings.families)
-        if "rtt" in families and families != FAMILIES and self.n < 2:
-            raise BenchConfigError(f"audit: the rtt probe needs at least 2 facts per seed (it fine-tunes on half and "
-                                   f"measures the other half), got n = {self.n}; raise --n or drop rtt from --probes")
         needing = [m for m in self.methods if str(m).endswith("+R")]
         if needing and parse_retain_spec(self.retain) is None:
             raise BenchConfigError(f"audit: methods {needing} need a retain set (--retain siblings:K or same-answer:K)")
         try:
             self.settings.validate()
+            self.settings.check_fact_count(self.n)
         except ValueError as exc:
             raise BenchConfigError(str(exc)) from None
 

@@ -124,6 +124,14 @@ class AuditSettings:
                 f"audit: relearning needs steps >= 1 and n >= 1; got {self.relearn_steps}, {self.relearn_n}"
             )
 
+    def check_fact_count(self, n_facts: int) -> None:
+        """:class:`AuditError` when ``rtt`` is asked for (not through ``all``, which leaves it out) and fewer than
+        2 facts are audited: it fine-tunes on half of them and measures the other half."""
+        if "rtt" in self.families and tuple(self.families) != FAMILIES and n_facts < 2:
+            raise AuditError(f"audit probes: rtt asked for, but it needs at least 2 forgotten facts (it fine-tunes on "
+                             f"half of them and measures the other half), got {n_facts}; audit more facts (--n) or "
+                             "drop rtt from the probes (--probes / --audit-probes)")
+
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
 
@@ -208,10 +216,7 @@ def check_families(items: Sequence[AuditItem], settings: AuditSettings) -> None:
     if "rwku" in settings.families and tuple(settings.families) != FAMILIES and not any(i.groups for i in items):
         raise AuditError(f"audit probes: rwku asked for, but none of the {len(items)} facts has RWKU probe levels "
                          "(forget_level1-3: only the rwku dataset has them); drop rwku from the probes")
-    if "rtt" in settings.families and tuple(settings.families) != FAMILIES and len(items) < 2:
-        raise AuditError(f"audit probes: rtt asked for, but it needs at least 2 forgotten facts (it fine-tunes on half "
-                         f"of them and measures the other half), got {len(items)}; audit more facts or drop rtt from "
-                         "the probes (--probes / --audit-probes)")
+    settings.check_fact_count(len(items))
 
 
 def check_audit_inputs(items: Sequence[AuditItem], pool: Sequence[PoolFact], settings: AuditSettings,
