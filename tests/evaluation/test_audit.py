@@ -81,10 +81,14 @@ def test_a_model_that_says_the_answer_recovers_everything(tok):
     results = score_model(model, tok, plan, settings, LENS)
     assert list(results) == probe_columns(plan, settings)
     expected = {"prompt", "paraphrase", "question", "chat", "ic1", "ic3", "ic5", "mc", "lens:prompt", "lens:ic3",
-                "int8:prompt", "int4g16:ic3", "relearn-mlp", "relearn-full", "generic-mlp", "generic-full"}
+                "int8:prompt", "int4g16:ic3", "relearn-mlp", "relearn-full", "generic-mlp", "generic-full",
+                "rtt-mlp", "rtt-full"}
     assert expected <= set(results)
     for name, result in results.items():
         probed = result["n_probed"]
+        if name.startswith("rtt-"):  # measured on the held-out half only: one of the two facts
+            assert result["n"] == probed == 1 and result["recovered"] == 100.0, name
+            continue
         # the second fact has no paraphrase: the denominator is every forgotten fact
         assert result["recovered"] == pytest.approx(100.0 * probed / 2), name
         assert probed == (1 if name.endswith("paraphrase") else 2), name

@@ -84,6 +84,7 @@ class AuditConfig:
             raise BenchConfigError(f"audit: methods {needing} need a retain set (--retain siblings:K or same-answer:K)")
         try:
             self.settings.validate()
+            self.settings.check_fact_count(self.n)
         except ValueError as exc:
             raise BenchConfigError(str(exc)) from None
 

@@ -28,7 +28,9 @@ PROBE_NOTE = (
     "lens:X: the answer's first token in the top 10 of the logit lens at some layer from the first edited one on; "
     "int8 / int4 / int4g16:X: X on a round-to-nearest copy (per channel; int4g16: groups of 16); relearn-S / "
     "generic-S: the prompt after fine-tuning a copy (scope S: mlp or full) on related facts whose answers are not "
-    "forgotten / on generic text (the control); X/kept: X over only the facts the unedited model still answers after "
+    "forgotten / on generic text (the control); rtt-S: the held-out half of the forgotten facts (the % is over "
+    "them) after the same fine-tuning on the other half's prompts and true answers (RTT's split, arXiv 2410.08827); "
+    "X/kept: X over only the facts the unedited model still answers after "
     "the same fine-tuning (the base row's X), so a fine-tune that overwrites facts by itself does not count as "
     "forgetting; rwku_*: RWKU's own forget levels. Values: mean ± std over seeds."
 )
@@ -37,7 +39,7 @@ PROBE_NOTE = (
 KEPT_SUFFIX = "/kept"
 """Suffix of the derived relearning columns (:func:`kept_by_base`)."""
 
-_KEPT_PREFIXES = ("relearn-", "generic-")
+_KEPT_PREFIXES = ("relearn-", "generic-", "rtt-")
 
 
 def kept_by_base(probes: Mapping[str, Any], base: Optional[Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
@@ -45,7 +47,7 @@ def kept_by_base(probes: Mapping[str, Any], base: Optional[Mapping[str, Any]]) -
 
     Fine-tuning a copy on related facts (or generic text) also changes facts that were never
     edited: the unedited model's own recall after it (its ``relearn-S`` row) is well below 100 %.
-    So for each ``relearn-S`` / ``generic-S`` probe, ``<probe>/kept`` is the % of the facts the
+    So for each ``relearn-S`` / ``generic-S`` / ``rtt-S`` probe, ``<probe>/kept`` is the % of the facts the
     unedited model still answers after that same fine-tuning (same seed, same data) that the
     edited model answers after it: 100 = the edit is undone wherever the fine-tuning itself leaves
     the fact, 0 = none of those comes back. ``None`` when the base row lacks the probe or keeps no fact.

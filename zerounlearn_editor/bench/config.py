@@ -282,6 +282,8 @@ class BenchConfig:
         if self.audit is not None:
             try:
                 self.audit.validate()
+                if self.n is not None:
+                    self.audit.check_fact_count(self.n)
             except ValueError as exc:
                 raise BenchConfigError(str(exc)) from None
         if not self.methods:

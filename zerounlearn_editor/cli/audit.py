@@ -48,9 +48,9 @@ def add_probe_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
                    help="fine-tuning steps of the relearning probe (default 10)")
     p.add_argument(f"--{prefix}relearn-lr", type=float, default=d["relearn-lr"],
                    help="its Adam learning rate, finite, in (0, 1] (default 1e-4)")
-    p.add_argument(
-        f"--{prefix}relearn-scopes", type=_names, default=d["relearn-scopes"], help="mlp, full (default both)"
-    )
+    p.add_argument(f"--{prefix}relearn-scopes", type=_names, default=d["relearn-scopes"],
+                   help="what the relearning and rtt probes fine-tune: mlp (MLP weights), full (every weight); "
+                        "default both")
     p.add_argument(
         f"--{prefix}relearn-n", type=int, default=d["relearn-n"], help="related facts fine-tuned on (default 32)"
     )
@@ -104,7 +104,8 @@ def register(sub: Any, parents: ModuleType) -> None:
     p = sub.add_parser(
         "audit",
         help="robustness audit: %% of forgotten facts recovered by paraphrases, questions, chat, in-context examples, "
-             "multiple choice, logit lens, quantization and relearning, per method",
+             "multiple choice, logit lens, quantization, relearning (related facts, generic text) and rtt (RTT's "
+             "split: fine-tune on half the forgotten facts, measure the other half), per method",
         description="For n cases per seed (edited as one batch by each method): the recovered % of every probe "
         "before (base) and after each edit. Writes OUT/audit_seed_K.json (resumable), audit.json, audit.md, audit.png.",
         parents=[parents.hparams("main ZeroUnlearn(-GD) YAML (model, statistics, first edited layer)", required=True),

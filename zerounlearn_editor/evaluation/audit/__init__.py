@@ -9,6 +9,7 @@ For the forgotten facts, before and after the edit, each probe gives the % of fa
 * logit lens: the answer's best rank over the layers from the first edited one on (:mod:`.lens`);
 * quantization: int8 / int4 round-to-nearest copies (:mod:`.quantize`);
 * relearning: a few fine-tuning steps on related facts, and on generic text as the control (:mod:`.relearn`);
+* rtt: the same fine-tuning on half of the forgotten facts (prompt and true answer), the other half measured;
 * RWKU's own levels when the data is RWKU.
 
 ``zerounlearn audit`` runs it for the bench's methods (:mod:`zerounlearn_editor.bench.audit`);

@@ -260,3 +260,16 @@ def relearn_facts(items: Sequence[AuditItem], pool: Sequence[PoolFact], n: int, 
                     chosen.append(fact)
     rest = _shuffled(rng, [f for f in allowed if f not in chosen])
     return chosen + rest[: n - len(chosen)]
+
+
+def rtt_split(n_items: int, seed: int) -> Tuple[List[int], List[int]]:
+    """The relearning split of ``n_items`` forgotten facts (item indices, each list ascending): ``n_items // 2``
+    facts to fine-tune on and the other ``n_items - n_items // 2`` to measure, drawn by a shuffle seeded with
+    ``seed`` (the same facts for every row of an audit). ``ValueError`` for fewer than 2 facts (one half would
+    be empty)."""
+    if n_items < 2:
+        raise ValueError(f"the relearning split needs at least 2 forgotten facts, got {n_items}")
+    order = list(range(n_items))
+    _rng(seed, "rtt").shuffle(order)
+    cut = n_items // 2
+    return sorted(order[:cut]), sorted(order[cut:])

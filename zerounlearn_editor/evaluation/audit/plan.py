@@ -30,6 +30,7 @@ from zerounlearn_editor.evaluation.audit.items import (
     distractor_facts,
     forbidden_of,
     relearn_facts,
+    rtt_split,
     same_relation,
 )
 from zerounlearn_editor.evaluation.audit.quantize import QUANT_SCHEMES
@@ -44,8 +45,10 @@ class AuditError(ValueError):
 MAX_RELEARN_LR = 1.0
 """The largest relearning learning rate accepted (Adam steps of this size already wreck a language model)."""
 
-FAMILIES = ("formats", "in_context", "choice", "lens", "quantization", "relearning", "rwku")
-"""Probe families; ``AuditSettings.families`` picks some."""
+FAMILIES = ("formats", "in_context", "choice", "lens", "quantization", "relearning", "rtt", "rwku")
+"""Probe families; ``AuditSettings.families`` picks some. ``rtt``: fine-tune on half of the forgotten facts, measure
+the other half (the split of Deeb & Roger, arXiv 2410.08827); it needs at least 2 facts (through ``all`` it is left
+out, with a warning, when there is one)."""
 
 
 def parse_families(spec: str) -> Tuple[str, ...]:
@@ -121,6 +124,14 @@ class AuditSettings:
                 f"audit: relearning needs steps >= 1 and n >= 1; got {self.relearn_steps}, {self.relearn_n}"
             )
 
+    def check_fact_count(self, n_facts: int) -> None:
+        """:class:`AuditError` when ``rtt`` is asked for (not through ``all``, which leaves it out) and fewer than
+        2 facts are audited: it fine-tunes on half of them and measures the other half."""
+        if "rtt" in self.families and tuple(self.families) != FAMILIES and n_facts < 2:
+            raise AuditError(f"audit probes: rtt asked for, but it needs at least 2 forgotten facts (it fine-tunes on "
+                             f"half of them and measures the other half), got {n_facts}; audit more facts (--n) or "
+                             "drop rtt from the probes (--probes / --audit-probes)")
+
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
 
@@ -139,13 +150,18 @@ class AuditPlan:
     """The in-context counts of the ``icK`` columns: the requested ones, capped at the facts that can be borrowed."""
     lens_shots: int = 0
     """The in-context count the lens and quantization probes read (capped like :attr:`shots`)."""
+    rtt_trained: List[int] = field(default_factory=list)
+    """The ``rtt`` probe's fine-tuning half: indices into :attr:`items` (empty: no ``rtt`` probe)."""
+    rtt_held_out: List[int] = field(default_factory=list)
+    """The ``rtt`` probe's measured half: the other indices (:func:`~.items.rtt_split`)."""
     same_relation: Dict[str, int] = field(default_factory=dict)
     """Per borrowing probe (``icK``, ``mc``, ``relearn``): how many items got same-relation material (icK: all K
     examples, mc: every distractor of the item's relation; relearn: at least one relearning fact of it)."""
 
     def describe(self) -> Dict[str, Any]:
-        """What was drawn: in-context examples, options, relearning facts, same-relation counts (for the JSON)."""
-        return {
+        """What was drawn: in-context examples, options, relearning facts, the ``rtt`` split (case ids of each half,
+        and how many held-out facts share their answer with a trained one), same-relation counts (for the JSON)."""
+        described = {
             "n_items": len(self.items),
             "same_relation": dict(self.same_relation),
             "in_context": {str(k): [[f"{e.prompt} {e.answer}" for e in ex] for ex in per_item]
@@ -154,6 +170,15 @@ class AuditPlan:
             "relearn_facts": [f"{p} {a}" for p, a in self.relearn_pairs],
             "generic_texts": len(self.generic),
         }
+        if self.rtt_held_out:
+            trained_answers = {self.items[i].answer.strip().lower() for i in self.rtt_trained}
+            described["rtt"] = {
+                "trained": [self.items[i].case_id for i in self.rtt_trained],
+                "held_out": [self.items[i].case_id for i in self.rtt_held_out],
+                "held_out_sharing_an_answer": sum(
+                    1 for i in self.rtt_held_out if self.items[i].answer.strip().lower() in trained_answers),
+            }
+        return described
 
 
 def _chat_probes(tok: Any, item: AuditItem) -> Optional[List[Probe]]:
@@ -182,14 +207,16 @@ def _why_none_left(texts: Sequence[str], items: Sequence[AuditItem]) -> str:
 
 
 def check_families(items: Sequence[AuditItem], settings: AuditSettings) -> None:
-    """:class:`AuditError` for bad settings, no item, or ``rwku`` asked for (not through ``all``, which
-    takes RWKU's levels where the data has them) when no item has RWKU probe levels."""
+    """:class:`AuditError` for bad settings, no item, ``rwku`` asked for (not through ``all``, which
+    takes RWKU's levels where the data has them) when no item has RWKU probe levels, or ``rtt`` asked for (not
+    through ``all``) with fewer than 2 items."""
     settings.validate()
     if not items:
         raise AuditError("audit: no forgotten facts with an answer to probe")
     if "rwku" in settings.families and tuple(settings.families) != FAMILIES and not any(i.groups for i in items):
         raise AuditError(f"audit probes: rwku asked for, but none of the {len(items)} facts has RWKU probe levels "
                          "(forget_level1-3: only the rwku dataset has them); drop rwku from the probes")
+    settings.check_fact_count(len(items))
 
 
 def check_audit_inputs(items: Sequence[AuditItem], pool: Sequence[PoolFact], settings: AuditSettings,
@@ -231,7 +258,7 @@ def build_plan(items: Sequence[AuditItem], pool: Sequence[PoolFact], tok: Any, s
     available = len(allowed_facts(pool, forbidden))
     fam = set(settings.families)
     text = plan.text_probes
-    if fam & {"formats", "lens", "quantization", "relearning"}:
+    if fam & {"formats", "lens", "quantization", "relearning", "rtt"}:
         text["prompt"] = [[Probe(i.prompt, i.answer)] for i in items]
     if fam & {"formats", "lens", "quantization"}:
         text["paraphrase"] = [list(i.paraphrases) for i in items]
@@ -279,6 +306,11 @@ def build_plan(items: Sequence[AuditItem], pool: Sequence[PoolFact], tok: Any, s
         plan.relearn_pairs = [(f.prompt, f.answer) for f in facts]
         plan.generic = generic_texts(generic_passages, max(len(facts), 1), settings.generic_words, forbidden)
         plan.same_relation["relearn"] = sum(1 for i in items if same_relation(i, facts))
+    if "rtt" in fam:
+        if len(items) < 2:
+            LOG.warning("audit: the rtt probe needs at least 2 forgotten facts, got %d: it is left out", len(items))
+        else:
+            plan.rtt_trained, plan.rtt_held_out = rtt_split(len(items), settings.seed)
     for probe, count in plan.same_relation.items():
         if 2 * count < len(items):
             LOG.warning(

@@ -5,7 +5,9 @@
 control: as many passages of the statistics corpus, naming no forgotten subject or answer; loss: the
 NLL of every token), training the MLP weights only (``scope="mlp"``: names containing ``.mlp.``) or
 every parameter (``scope="full"``). What comes back after the related facts but not after generic
-text is the association, not noise. The caller's model is never changed.
+text is the association, not noise. The ``rtt`` probe fine-tunes the same way on half of the forgotten facts
+themselves (their prompts and true answers; :func:`.items.rtt_split`) and reads the other half. The caller's
+model is never changed.
 """
 from __future__ import annotations
 

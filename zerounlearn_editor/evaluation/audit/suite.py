@@ -12,7 +12,10 @@ counts as not recovered, so the unedited row shows what the probe itself can rea
   edited one on is < ``top_k`` (the top-10 rate); the JSON also has each fact's best rank;
 * quantization ``<scheme>:<probe>``: the probe on an RTN-quantized copy (:mod:`.quantize`);
 * relearning ``relearn-<scope>`` / ``generic-<scope>``: the bare prompt after fine-tuning a copy
-  on related facts / generic text (:mod:`.relearn`).
+  on related facts / generic text (:mod:`.relearn`);
+* ``rtt-<scope>``: the bare prompt of the held-out half of the forgotten facts after fine-tuning a copy on the
+  other half (their prompts and true answers; :attr:`~.plan.AuditPlan.rtt_trained`). Its % and ``items`` are over
+  the held-out facts only (``n`` = their count; ``"held_out"``: their case ids).
 
 Each result: ``{"recovered": %, "n": facts, "n_probed": facts with a prompt, "items": [0/1 per fact]}``
 (+ ``"prompt_rate"``: % of all the probe's prompts, + ``"best_ranks"`` for the lens, + ``"same_relation"``
@@ -68,6 +71,8 @@ def probe_columns(plan: AuditPlan, settings: AuditSettings) -> List[str]:
         cols += [f"{q}:{s}" for q in settings.quant_schemes for s in _lens_sources(plan)]
     if "relearning" in fam:
         cols += [f"{kind}-{scope}" for kind in ("relearn", "generic") for scope in settings.relearn_scopes]
+    if "rtt" in fam and plan.rtt_held_out:
+        cols += [f"rtt-{scope}" for scope in settings.relearn_scopes]
     if "rwku" in fam:
         cols += [c for c in plan.text_probes if c.startswith("rwku_")]
     return cols
@@ -160,6 +165,37 @@ def _lens_results(model, tok, plan: AuditPlan, settings: AuditSettings, lens: Le
     return out
 
 
+def _relearned_prompt(model: nn.Module, tok: Any, name: str, scope: str, settings: AuditSettings,
+                      probes: List[List[Probe]], **data: Any) -> Dict[str, Any]:
+    """The ``probes`` (per fact) on a copy of ``model`` fine-tuned on ``data`` (:func:`.relearn.relearned_copy`)."""
+    LOG.info("audit: %d fine-tuning steps (%s)", settings.relearn_steps, name)
+    twin = relearned_copy(model, tok, scope, settings.relearn_steps, settings.relearn_lr, **data)
+    check_finite(twin, f"the {name} copy after {settings.relearn_steps} Adam steps at learning "
+                 f"rate {settings.relearn_lr:g}", "lower --relearn-lr (default 1e-4) or --relearn-steps")
+    result = _text_results(twin, tok, {"prompt": probes}, settings.batch_size)["prompt"]
+    del twin
+    return result
+
+
+def _relearning_results(model: nn.Module, tok: Any, plan: AuditPlan,
+                        settings: AuditSettings) -> Dict[str, Dict[str, Any]]:
+    """``relearn-S`` / ``generic-S`` (family ``relearning``) and ``rtt-S`` (family ``rtt``) for every scope S."""
+    results: Dict[str, Dict[str, Any]] = {}
+    if "relearning" in settings.families:
+        for kind in ("relearn", "generic"):
+            data = dict(pairs=plan.relearn_pairs) if kind == "relearn" else dict(texts=plan.generic)
+            for scope in settings.relearn_scopes:
+                results[f"{kind}-{scope}"] = _relearned_prompt(
+                    model, tok, f"{kind}-{scope}", scope, settings, plan.text_probes["prompt"], **data)
+    if "rtt" in settings.families and plan.rtt_held_out:
+        trained = [(plan.items[i].prompt, plan.items[i].answer) for i in plan.rtt_trained]
+        held_out = [plan.text_probes["prompt"][i] for i in plan.rtt_held_out]
+        for scope in settings.relearn_scopes:
+            result = _relearned_prompt(model, tok, f"rtt-{scope}", scope, settings, held_out, pairs=trained)
+            results[f"rtt-{scope}"] = {**result, "held_out": [plan.items[i].case_id for i in plan.rtt_held_out]}
+    return results
+
+
 def score_model(model: nn.Module, tok: Any, plan: AuditPlan, settings: AuditSettings,
                 lens: Optional[LensConfig] = None) -> Dict[str, Dict[str, Any]]:
     """Every probe of ``settings.families`` on ``model`` (unchanged; copies are quantized / fine-tuned)."""
@@ -183,17 +219,7 @@ def score_model(model: nn.Module, tok: Any, plan: AuditPlan, settings: AuditSett
             scored = _text_results(twin, tok, {s: plan.text_probes[s] for s in sources}, settings.batch_size)
             results.update({f"{scheme}:{s}": v for s, v in scored.items()})
             del twin
-    if "relearning" in fam:
-        prompt = {"prompt": plan.text_probes["prompt"]}
-        for kind in ("relearn", "generic"):
-            for scope in settings.relearn_scopes:
-                LOG.info("audit: %d fine-tuning steps (%s, %s)", settings.relearn_steps, kind, scope)
-                data = dict(pairs=plan.relearn_pairs) if kind == "relearn" else dict(texts=plan.generic)
-                twin = relearned_copy(model, tok, scope, settings.relearn_steps, settings.relearn_lr, **data)
-                check_finite(twin, f"the {kind}-{scope} copy after {settings.relearn_steps} Adam steps at learning "
-                             f"rate {settings.relearn_lr:g}", "lower --relearn-lr (default 1e-4) or --relearn-steps")
-                results[f"{kind}-{scope}"] = _text_results(twin, tok, prompt, settings.batch_size)["prompt"]
-                del twin
+    results.update(_relearning_results(model, tok, plan, settings))
     for name, result in results.items():
         key = "relearn" if name.startswith("relearn-") else name
         if key in plan.same_relation:
