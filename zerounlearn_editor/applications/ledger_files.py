@@ -8,13 +8,13 @@ dtype the model is then loaded in.
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any, Dict, Mapping, Type
 
+from zerounlearn_editor.support.files import sha256_of_file
+
 FILES_KEY = "files_sha256"
 """The ledger's field: ``{file name: sha256}``."""
-_CHUNK = 1 << 22
 
 
 def _is_vouched(path: Path) -> bool:
@@ -23,18 +23,10 @@ def _is_vouched(path: Path) -> bool:
                                or name in ("config.json", "model.safetensors.index.json"))
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def weight_files_sha256(folder: Path) -> Dict[str, str]:
     """``{name: sha256}`` of ``folder``'s weight files (``*.safetensors`` but the forgotten-facts state, the shard
     index) and ``config.json``, sorted by name."""
-    return {p.name: _sha256(p) for p in sorted(Path(folder).iterdir()) if _is_vouched(p)}
+    return {p.name: sha256_of_file(p) for p in sorted(Path(folder).iterdir()) if _is_vouched(p)}
 
 
 def check_weight_files(folder: Path, ledger: Mapping[str, Any], error: Type[ValueError] = ValueError) -> None:

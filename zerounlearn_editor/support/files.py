@@ -66,8 +66,12 @@ def read_json(path: Union[str, Path]) -> Any:
 
 
 def sha256_of_file(path: Union[str, Path]) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """Hex SHA-256 of a file's bytes, read in 4 MiB blocks (a model's weight file is never held whole)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def file_identity(path: Union[str, Path]) -> Dict[str, str]:
