@@ -312,15 +312,15 @@ def _write_json(path: Path, data: Dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def run_speed(cfg: SpeedConfig) -> Dict[str, Any]:
-    """Run the benchmark, write ``cfg.out`` (JSON, rewritten after every row) and return it."""
+def _check_inputs(cfg: SpeedConfig) -> Dict[str, EditHyperParams]:
+    """Check the methods, device, hparams, optimisers, corpus and data before the model loads; returns the
+    methods' hparams (``cfg.layers`` applied)."""
     from zerounlearn_editor.data import load_cases
-
-    _check_methods(cfg.methods, cfg.pipelines)
+    from zerounlearn_editor.data.corpus import check_corpus_source
     from zerounlearn_editor.support.model_zoo import check_device
 
+    _check_methods(cfg.methods, cfg.pipelines)
     check_device(cfg.resolved_device())  # '--device cuda' on a CPU build: named here, not an AssertionError later
-    device = torch.device(cfg.resolved_device())
     overrides: Dict[str, Any] = {}
     if cfg.layers:
         overrides["layers"] = list(cfg.layers)
@@ -331,15 +331,110 @@ def run_speed(cfg: SpeedConfig) -> Dict[str, Any]:
             main.replace(targets_optimizer=optimizer)
         except HParamsError as exc:
             raise HParamsError(f"--targets-optimizers {optimizer!r}: {exc}") from exc
-    corpus = cfg.corpus or main.mom2_dataset
-    stats_hp = main.replace(mom2_n_samples=cfg.stats_passages or main.mom2_n_samples)
     # bad data / corpus arguments fail here, before the model and the statistics
-    from zerounlearn_editor.data.corpus import check_corpus_source
-
-    check_corpus_source(corpus)
+    check_corpus_source(cfg.corpus or main.mom2_dataset)
     if any(n < 1 for n in cfg.ns):
         raise ValueError(f"--n: request counts must be >= 1, got {list(cfg.ns)}")
     load_cases(cfg.data, path=cfg.data_path, n=min(cfg.ns), seed=cfg.seed)
+    return hps
+
+
+def _run_statistics(
+    cfg: SpeedConfig, model, tok, main: EditHyperParams, device, result: Dict[str, Any], out: Path
+) -> Dict[int, SecondMoment]:
+    """The statistics stage of every pipeline (``ours`` first) and the micro-benchmark, appended to ``result``
+    (written to ``out`` after each); returns the ``ours`` pipeline's second moments, by layer."""
+    corpus = cfg.corpus or main.mom2_dataset
+    stats_hp = main.replace(mom2_n_samples=cfg.stats_passages or main.mom2_n_samples)
+    moments: Optional[Dict[int, SecondMoment]] = None
+    for pipeline in ["ours"] + [p for p in cfg.pipelines if p != "ours"]:
+        row, stage_moments = _statistics_row(model, tok, stats_hp, corpus, pipeline, device, cfg.progress)
+        LOG.info("statistics %s: %.1f s, %.0f tokens/s", pipeline, row["seconds"], row["tokens_per_s"])
+        result["statistics"].append(row)
+        moments = moments if moments is not None else stage_moments
+        _write_json(out, result)
+    if cfg.micro_passages > 0:
+        result["statistics_micro"] = _micro_statistics(
+            model, tok, main, corpus, cfg.micro_passages, device, cfg.progress
+        )
+        _write_json(out, result)
+    return moments
+
+
+def _run_method_edits(
+    cfg: SpeedConfig, model, tok, cases, hp: EditHyperParams, method: str, moments, device,
+    result: Dict[str, Any], out: Path,
+):
+    """Every timed edit of ``method`` on ``cases`` (each pipeline; each targets optimiser on ``ours``), appended to
+    ``result["edits"]`` (written to ``out`` after each). Returns ``(rows, weights)`` keyed ``ours``,
+    ``per-request`` or ``ours:<optimizer>`` for the optimisers after the first."""
+    layer_moments = {l: moments[l] for l in hp.layers}
+    weights: Dict[str, Dict[int, torch.Tensor]] = {}
+    rows: Dict[str, Dict[str, Any]] = {}
+    optimizers = cfg.targets_optimizers or [hp.targets_optimizer]
+    runs = [(p, o) for p in cfg.pipelines for o in (optimizers if p == "ours" else ["adam"])]
+    for pipeline, optimizer in runs:
+        LOG.info("edit: %s, %s pipeline (targets %s), n=%d", method, pipeline, optimizer, len(cases))
+        run_hp = hp.replace(targets_optimizer=optimizer) if optimizer != hp.targets_optimizer else hp
+        row, w = _edit_row(model, tok, cases, run_hp, method, pipeline, layer_moments, device, cfg.eval_batch_size)
+        row["targets_optimizer"] = optimizer
+        LOG.info("  %.1f s (%s)", row["edit_s"], {k: round(v, 2) for k, v in row["stages_s"].items()})
+        result["edits"].append(row)
+        key = pipeline if pipeline != "ours" or optimizer == optimizers[0] else f"ours:{optimizer}"
+        rows[key], weights[key] = row, w
+        _write_json(out, result)
+    return rows, weights
+
+
+def _optimizer_rows(method: str, n: int, rows: Dict[str, Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """One row per ``ours`` edit of ``method`` (each targets optimiser) against the ``per-request`` edit."""
+    reference = rows.get("per-request")
+    return [
+        {
+            "method": method, "n": n, "targets_optimizer": row["targets_optimizer"],
+            "edit_s": row["edit_s"], "edit_cpu_s": row["edit_cpu_s"], "targets_s": row["stages_s"]["targets"],
+            "target_nll_mean": row["target_nll_mean"], "target_steps_mean": row["target_steps_mean"],
+            "eval_forget_acc": row["eval_forget_acc"],
+            "per_request_over_this": reference["edit_s"] / row["edit_s"] if reference else None,
+            "per_request_over_this_cpu": reference["edit_cpu_s"] / row["edit_cpu_s"] if reference else None,
+        }
+        for key, row in rows.items()
+        if key != "per-request"
+    ]
+
+
+def _comparison(method: str, n: int, rows: Dict[str, Dict[str, Any]], weights) -> Dict[str, Any]:
+    """The ``ours`` edit against the ``per-request`` edit of ``method``: times, ratios and the edited weights' gap
+    (a warning when the relative gap is over 1e-3)."""
+    gap = _weight_gap(weights["ours"], weights["per-request"])
+    comparison = {
+        "method": method,
+        "n": n,
+        # the reference runs the paper's Adam loop; ours the first of --targets-optimizers (default: the
+        # YAML's, adam_kv unless set): the weights agree to float rounding with adam or adam_kv
+        "ours_targets_optimizer": rows["ours"]["targets_optimizer"],
+        "ours_s": rows["ours"]["edit_s"],
+        "per_request_s": rows["per-request"]["edit_s"],
+        "ratio": rows["per-request"]["edit_s"] / rows["ours"]["edit_s"],
+        "ours_cpu_s": rows["ours"]["edit_cpu_s"],
+        "per_request_cpu_s": rows["per-request"]["edit_cpu_s"],
+        "cpu_ratio": rows["per-request"]["edit_cpu_s"] / rows["ours"]["edit_cpu_s"],
+        **gap,
+    }
+    if gap["max_rel_diff"] > 1e-3:
+        LOG.warning(
+            "%s n=%d: edited weights differ between pipelines (max rel diff %.2e)", method, n, gap["max_rel_diff"]
+        )
+    return comparison
+
+
+def run_speed(cfg: SpeedConfig) -> Dict[str, Any]:
+    """Run the benchmark, write ``cfg.out`` (JSON, rewritten after every row) and return it."""
+    from zerounlearn_editor.data import load_cases
+
+    hps = _check_inputs(cfg)
+    main = hps[cfg.methods[0]]
+    device = torch.device(cfg.resolved_device())
     model, tok = _load_model(cfg, main, str(device))
     out = Path(cfg.out)
     result: Dict[str, Any] = {
@@ -354,77 +449,14 @@ def run_speed(cfg: SpeedConfig) -> Dict[str, Any]:
     LOG.info("speed bench on %s: %s", device, result["environment"])
     with torch.no_grad():  # warm-up: first-call allocations and kernels stay out of the timings
         model(input_ids=torch.tensor([tok("The capital of France is")["input_ids"]], device=device))
-
-    moments: Optional[Dict[int, SecondMoment]] = None
-    for pipeline in ["ours"] + [p for p in cfg.pipelines if p != "ours"]:
-        row, stage_moments = _statistics_row(model, tok, stats_hp, corpus, pipeline, device, cfg.progress)
-        LOG.info("statistics %s: %.1f s, %.0f tokens/s", pipeline, row["seconds"], row["tokens_per_s"])
-        result["statistics"].append(row)
-        moments = moments if moments is not None else stage_moments
-        _write_json(out, result)
-    if cfg.micro_passages > 0:
-        result["statistics_micro"] = _micro_statistics(
-            model, tok, main, corpus, cfg.micro_passages, device, cfg.progress
-        )
-        _write_json(out, result)
-
+    moments = _run_statistics(cfg, model, tok, main, device, result, out)
     for n in cfg.ns:
         cases = load_cases(cfg.data, path=cfg.data_path, n=n, seed=cfg.seed)
         for method in cfg.methods:
-            hp = hps[method]
-            layer_moments = {l: moments[l] for l in hp.layers}
-            weights: Dict[str, Dict[int, torch.Tensor]] = {}
-            rows: Dict[str, Dict[str, Any]] = {}
-            optimizers = cfg.targets_optimizers or [hp.targets_optimizer]
-            runs = [(p, o) for p in cfg.pipelines for o in (optimizers if p == "ours" else ["adam"])]
-            for pipeline, optimizer in runs:
-                LOG.info("edit: %s, %s pipeline (targets %s), n=%d", method, pipeline, optimizer, n)
-                run_hp = hp.replace(targets_optimizer=optimizer) if optimizer != hp.targets_optimizer else hp
-                row, w = _edit_row(
-                    model, tok, cases, run_hp, method, pipeline, layer_moments, device, cfg.eval_batch_size
-                )
-                row["targets_optimizer"] = optimizer
-                LOG.info("  %.1f s (%s)", row["edit_s"], {k: round(v, 2) for k, v in row["stages_s"].items()})
-                result["edits"].append(row)
-                key = pipeline if pipeline != "ours" or optimizer == optimizers[0] else f"ours:{optimizer}"
-                rows[key], weights[key] = row, w
-                _write_json(out, result)
-            reference = rows.get("per-request")
-            for key, row in rows.items():
-                if key == "per-request":
-                    continue
-                result["optimizers"].append({
-                    "method": method, "n": len(cases), "targets_optimizer": row["targets_optimizer"],
-                    "edit_s": row["edit_s"], "edit_cpu_s": row["edit_cpu_s"], "targets_s": row["stages_s"]["targets"],
-                    "target_nll_mean": row["target_nll_mean"], "target_steps_mean": row["target_steps_mean"],
-                    "eval_forget_acc": row["eval_forget_acc"],
-                    "per_request_over_this": reference["edit_s"] / row["edit_s"] if reference else None,
-                    "per_request_over_this_cpu": reference["edit_cpu_s"] / row["edit_cpu_s"] if reference else None,
-                })
+            rows, weights = _run_method_edits(cfg, model, tok, cases, hps[method], method, moments, device, result, out)
+            result["optimizers"].extend(_optimizer_rows(method, len(cases), rows))
             if "ours" in rows and "per-request" in rows:
-                gap = _weight_gap(weights["ours"], weights["per-request"])
-                comparison = {
-                    "method": method,
-                    "n": len(cases),
-                    # the reference runs the paper's Adam loop; ours the first of --targets-optimizers (default: the
-                    # YAML's, adam_kv unless set): the weights agree to float rounding with adam or adam_kv
-                    "ours_targets_optimizer": rows["ours"]["targets_optimizer"],
-                    "ours_s": rows["ours"]["edit_s"],
-                    "per_request_s": rows["per-request"]["edit_s"],
-                    "ratio": rows["per-request"]["edit_s"] / rows["ours"]["edit_s"],
-                    "ours_cpu_s": rows["ours"]["edit_cpu_s"],
-                    "per_request_cpu_s": rows["per-request"]["edit_cpu_s"],
-                    "cpu_ratio": rows["per-request"]["edit_cpu_s"] / rows["ours"]["edit_cpu_s"],
-                    **gap,
-                }
-                if gap["max_rel_diff"] > 1e-3:
-                    LOG.warning(
-                        "%s n=%d: edited weights differ between pipelines (max rel diff %.2e)",
-                        method,
-                        n,
-                        gap["max_rel_diff"],
-                    )
-                result["comparisons"].append(comparison)
+                result["comparisons"].append(_comparison(method, len(cases), rows, weights))
                 _write_json(out, result)
     result["markdown"] = format_speed_markdown(result)
     _write_json(out, result)

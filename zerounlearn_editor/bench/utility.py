@@ -76,20 +76,13 @@ def _data_dir(config: UtilityConfig) -> Path:
     return base / "utility"
 
 
-def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: Any = None) -> Dict[str, Any]:
-    """Score every method on every task, write ``config.out`` (and the chart); returns the JSON."""
+def _check_methods(config: UtilityConfig, registry: Mapping[str, Any]):
+    """The edited methods (every one but ``base``) and the parsed ``--retain`` draw, checked against the
+    registry (retired and unknown names), ``--data`` and the retain-aware rows; raises ``ValueError``."""
     from zerounlearn_editor.bench.config import retired_method_error
-    from zerounlearn_editor.bench.fingerprint import ModelFingerprint
-    from zerounlearn_editor.bench.method_rows import default_registry
-    from zerounlearn_editor.bench.method_specs import HParamsLookup, MethodContext, load_main_hparams
-    from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
-    from zerounlearn_editor.bench.stages import compute_statistics
-    from zerounlearn_editor.data.datasets import load_cases, sample_cases
-    from zerounlearn_editor.engine.pipeline import restore_weights
+    from zerounlearn_editor.bench.retain_sets import parse_retain_spec
 
-    tasks = parse_tasks(config.tasks)
     edited = [m for m in config.methods if m != "base"]
-    registry = default_registry()
     retired = [retired_method_error(m) for m in edited if m not in registry and retired_method_error(m)]
     if retired:
         raise ValueError("; ".join(retired))
@@ -105,6 +98,48 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
         raise ValueError(f"methods {needing} are retain-aware: pass --retain POLICY:K (e.g. same-answer:10)")
     if draw is not None and not needing:
         raise ValueError("--retain is used only by the retain-aware rows (ZeroUnlearn-GD+R); none was asked for")
+    return edited, draw
+
+
+def _forget_sets(config: UtilityConfig, draw):
+    """``(cases, requests, retain)``: the ``n_forget`` cases of ``config.data`` drawn with ``seed``, their
+    requests, and the retain requests of ``draw`` (empty without a draw)."""
+    from zerounlearn_editor.bench.retain_sets import draw_retain
+    from zerounlearn_editor.data.datasets import load_cases, sample_cases
+
+    pool = list(load_cases(config.data, path=config.data_path))
+    cases = sample_cases(pool, config.n_forget, config.seed)
+    requests = [dict(c.request) for c in cases]
+    retain = draw_retain(draw, cases, pool, config.seed) if draw is not None else []  # disjoint from the cases
+    return cases, requests, retain
+
+
+def _score_edited(config: UtilityConfig, model, tok, method, task_items, cases, requests, retain, bank):
+    """Edit with the prepared ``method``, score every task, restore the weights; the method's result entry."""
+    from zerounlearn_editor.engine.pipeline import restore_weights
+
+    start = time.perf_counter()
+    extra = {"retain": [dict(r) for r in retain]} if method.uses_retain else {}
+    outcome = method.edit(model, tok, [dict(r) for r in requests], bank, **extra)
+    seconds = time.perf_counter() - start
+    try:
+        scores = score_tasks(model, tok, task_items, config.batch_size, config.progress)
+    finally:
+        restore_weights(model, outcome.weights_copy)
+    return {"tasks": scores, "edit_seconds": seconds, "case_ids": [c.case_id for c in cases],
+            **({"retain": extra["retain"]} if extra else {})}
+
+
+def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: Any = None) -> Dict[str, Any]:
+    """Score every method on every task, write ``config.out`` (and the chart); returns the JSON."""
+    from zerounlearn_editor.bench.fingerprint import ModelFingerprint
+    from zerounlearn_editor.bench.method_rows import default_registry
+    from zerounlearn_editor.bench.method_specs import HParamsLookup, MethodContext, load_main_hparams
+    from zerounlearn_editor.bench.stages import compute_statistics
+
+    tasks = parse_tasks(config.tasks)
+    registry = default_registry()
+    edited, draw = _check_methods(config, registry)
     data_dir = _data_dir(config)
     task_items = {name: load_task_items(name, data_dir, config.n, config.shots, config.seed) for name in tasks}
     lookup = HParamsLookup(Path(config.hparams), load_main_hparams(config.hparams), dict(config.method_hparams))
@@ -113,13 +148,7 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
         from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
         model, tok = load_model_and_tokenizer(model_name, device=config.device)
-    cases, requests, retain = [], [], []
-    if edited:
-        pool = list(load_cases(config.data, path=config.data_path))
-        cases = sample_cases(pool, config.n_forget, config.seed)
-        requests = [dict(c.request) for c in cases]
-        if draw is not None:
-            retain = draw_retain(draw, cases, pool, config.seed)  # checked disjoint from the cases by the draw
+    cases, requests, retain = _forget_sets(config, draw) if edited else ([], [], [])
     results: Dict[str, Dict[str, Any]] = {}
     fingerprint = ModelFingerprint.of(model)
     prepared = {}
@@ -136,24 +165,12 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
                 "tasks": score_tasks(model, tok, task_items, config.batch_size, config.progress),
                 "edit_seconds": None,
             }
-            continue
-        method = prepared[name]
-        if method.skip_reason is not None:
-            LOG.warning("%s %s", name, method.skip_reason)
-            results[name] = {"tasks": {}, "skipped": method.skip_reason}
-            continue
-        start = time.perf_counter()
-        extra = {"retain": [dict(r) for r in retain]} if method.uses_retain else {}
-        outcome = method.edit(model, tok, [dict(r) for r in requests], bank, **extra)
-        seconds = time.perf_counter() - start
-        try:
-            scores = score_tasks(model, tok, task_items, config.batch_size, config.progress)
-        finally:
-            restore_weights(model, outcome.weights_copy)
-        results[name] = {"tasks": scores, "edit_seconds": seconds, "case_ids": [c.case_id for c in cases],
-                         **({"retain": extra["retain"]} if extra else {})}
+        elif prepared[name].skip_reason is not None:
+            LOG.warning("%s %s", name, prepared[name].skip_reason)
+            results[name] = {"tasks": {}, "skipped": prepared[name].skip_reason}
+        else:
+            results[name] = _score_edited(config, model, tok, prepared[name], task_items, cases, requests, retain, bank)
     fingerprint.verify(model, "utility: after the last method")
-    first = config.methods[0]
     payload = {
         "model": model_name,
         "hparams": config.hparams,
@@ -163,7 +180,7 @@ def run_utility(config: UtilityConfig, model: Optional[nn.Module] = None, tok: A
                      "n_forget": config.n_forget if edited else None,
                      "retain": draw.spec if draw is not None else None, "batch_size": config.batch_size,
                      "data_dir": str(data_dir)},
-        "tasks": results[first]["tasks"],
+        "tasks": results[config.methods[0]]["tasks"],
         "results": results,
     }
     write_json_atomic(config.out, payload)
