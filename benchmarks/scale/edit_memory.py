@@ -30,19 +30,23 @@ STAGES = ("validate", "contexts", "fluency", "keys", "solve", "write_back", "ans
 
 def one_size(args: argparse.Namespace, n: int) -> Dict[str, Any]:
     """Run one edit of ``n`` facts in this process; returns its row."""
-    from zerounlearn_editor.bench.scale import BATCH_ROWS, ScaleConfig, TargetCache, _cases, _edit, _prepare, _setup
+    from zerounlearn_editor.bench.scale_cases import draw_cases
+    from zerounlearn_editor.bench.scale_config import ScaleConfig
+    from zerounlearn_editor.bench.scale_rows import BATCH_ROWS
+    from zerounlearn_editor.bench.scale_setup import edit_once, load_setup, prepare_run
+    from zerounlearn_editor.bench.scale_targets import TargetCache
     from zerounlearn_editor.methods.registry import load_method
 
     hp = load_method(args.hparams)[0]
     config = ScaleConfig(hparams=[args.hparams], data=args.data, seeds=[args.seed], out=args.out, ns=[args.draw],
                          ppl_tokens=0)
-    run = _prepare(config, BATCH_ROWS)  # the YAML and the case pool, as bench-scale batch loads them
-    setup = _setup(config, [hp])
-    cases, _ = _cases(config, run, args.draw, args.seed, lambda: setup)
+    run = prepare_run(config, BATCH_ROWS)  # the YAML and the case pool, as bench-scale batch loads them
+    setup = load_setup(config, [hp])
+    cases, _ = draw_cases(config, run, args.draw, args.seed, lambda: setup)
     requests = [dict(c.request) for c in cases[:n]]
     targets, _, _ = TargetCache(Path(args.targets), setup.fingerprint).get(setup.model, setup.tok, hp, requests,
                                                                           args.target_chunk)
-    _, details, cost = _edit(setup, hp, requests, targets)
+    _, details, cost = edit_once(setup, hp, requests, targets)
     return {"n": n, "hparams": args.hparams, "data": args.data, "seed": args.seed, "edit_cost": cost.as_dict(),
             "timings": details["timings"]}
 

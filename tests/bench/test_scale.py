@@ -15,16 +15,12 @@ from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_cor
 from zerounlearn_editor.bench.case_scoring import score_cases
 from zerounlearn_editor.bench.config import BenchConfigError
 from zerounlearn_editor.bench.fingerprint import ModelFingerprint
-from zerounlearn_editor.bench.scale import (
-    ScaleConfig,
-    TargetCache,
-    batch_row_path,
-    known_mask,
-    run_scale_batch,
-    run_scale_stream,
-    scale_metrics,
-    stream_dir,
-)
+from zerounlearn_editor.bench.scale_batch import run_scale_batch
+from zerounlearn_editor.bench.scale_config import ScaleConfig
+from zerounlearn_editor.bench.scale_metrics import known_mask, scale_metrics
+from zerounlearn_editor.bench.scale_rows import batch_row_path, stream_dir
+from zerounlearn_editor.bench.scale_stream import run_scale_stream
+from zerounlearn_editor.bench.scale_targets import TargetCache
 from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.engine.pipeline import neutral_targets
 from zerounlearn_editor.evaluation.easyedit_format import CaseScores
@@ -233,7 +229,7 @@ def test_lifelong_stream_carries_and_resumes_the_forgotten_state(ws, tok, tmp_pa
 
 
 def test_known_only_draws_known_cases_and_caches_the_selection(ws, tok, tmp_path, monkeypatch):
-    from zerounlearn_editor.bench import scale
+    from zerounlearn_editor.bench import scale_cases
 
     model = tiny_llama(tok)
     calls = []
@@ -242,7 +238,7 @@ def test_known_only_draws_known_cases_and_caches_the_selection(ws, tok, tmp_path
         calls.append((len(cases), n, min_accuracy))
         return [c for c in cases if c.request["subject"] != "france"][:n]
 
-    monkeypatch.setattr(scale, "select_known_cases", fake_select)
+    monkeypatch.setattr(scale_cases, "select_known_cases", fake_select)
     config = _config(ws, tmp_path, [2], rounds=2, eval_every=2, known_only=True, known_min_accuracy=0.4)
     run_scale_stream(config, model=model, tok=tok)
     meta = json.loads((stream_dir(tmp_path, 1, "ZeroUnlearn-GD_tiny") / "stream.json").read_text())
@@ -267,7 +263,7 @@ def _case(case_id: str, prompt: str, subject: str, answer: str):
 
 
 def test_one_request_per_prompt_replaces_repeats_at_the_end_and_keeps_the_prefix():
-    from zerounlearn_editor.bench.scale import one_request_per_prompt
+    from zerounlearn_editor.bench.scale_cases import one_request_per_prompt
 
     drawn = [_case("a", "Lyon is twinned with", "Lyon", "Santiago"), _case("b", "Paris is in", "Paris", "France"),
              _case("c", "Lyon is twinned with", "Lyon", "Florence"), _case("d", "Rome is in", "Rome", "Italy")]
@@ -427,18 +423,19 @@ def test_rows_record_and_tables_print_the_perplexity_tokens_measured(ws, tok, tm
 def test_a_yaml_in_the_working_directory_gets_a_legend_label(ws, tok, tmp_path, monkeypatch):
     """Issue 46 item 16: many.yaml in the working directory was tagged "_many", and matplotlib leaves labels
     starting with "_" out of the legend: scale_stream.png had none."""
-    from zerounlearn_editor.bench import scale
+    from zerounlearn_editor.bench import scale_report
+    from zerounlearn_editor.bench.scale_rows import yaml_tag
 
     runs = tmp_path / "runs"
     _copy_yaml(ws, runs, "many.yaml")
     monkeypatch.chdir(runs)
     figures = []
-    monkeypatch.setattr(scale, "save_figure", lambda fig, path, dpi=110: figures.append(fig) or path)
+    monkeypatch.setattr(scale_report, "save_figure", lambda fig, path, dpi=110: figures.append(fig) or path)
     summary = run_scale_stream(ScaleConfig(hparams=["many.yaml"], data=str(ws["data"]), seeds=[1], out="out",
                                            ns=[2], ppl_tokens=0), model=tiny_llama(tok), tok=tok)
     assert list(summary["streams"]) == ["runs_many"]
-    assert not any(scale._tag(p).startswith(("_", ".")) for p in ("many.yaml", "./x.yaml", "/_a/_b.yaml", "/c.yaml"))
-    if scale.pyplot("the test") is None:
+    assert not any(yaml_tag(p).startswith(("_", ".")) for p in ("many.yaml", "./x.yaml", "/_a/_b.yaml", "/c.yaml"))
+    if scale_report.pyplot("the test") is None:
         pytest.skip("matplotlib not installed: the tag is checked, not the legend")
     legend = figures[0].axes[0].get_legend()
     assert legend is not None

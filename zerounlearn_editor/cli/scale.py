@@ -1,4 +1,5 @@
-"""``zerounlearn bench-scale batch|stream``: unlearning at scale (:mod:`zerounlearn_editor.bench.scale`)."""
+"""``zerounlearn bench-scale batch|stream``: unlearning at scale
+(:mod:`zerounlearn_editor.bench.scale_batch`, :mod:`zerounlearn_editor.bench.scale_stream`)."""
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,9 @@ def _refuse_other_mode_options(args: argparse.Namespace) -> None:
 
 def _cmd(args: argparse.Namespace) -> int:
     from zerounlearn_editor.bench.config import parse_seeds
-    from zerounlearn_editor.bench.scale import ScaleConfig, run_scale_batch, run_scale_stream
+    from zerounlearn_editor.bench.scale_batch import run_scale_batch
+    from zerounlearn_editor.bench.scale_config import ScaleConfig
+    from zerounlearn_editor.bench.scale_stream import run_scale_stream
 
     _refuse_other_mode_options(args)
     given = {name: getattr(args, name) for name in STREAM_ONLY + BATCH_ONLY if getattr(args, name) is not None}
