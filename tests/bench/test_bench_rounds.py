@@ -19,7 +19,8 @@ from zerounlearn_editor.bench import (
     PreparedMethod,
     default_registry,
 )
-from zerounlearn_editor.bench.rounds import format_rounds, rounds_path, run_rounds
+from zerounlearn_editor.bench.rounds import rounds_path, run_rounds
+from zerounlearn_editor.bench.rounds_report import format_rounds
 from zerounlearn_editor.cli import main as cli_main
 
 PPL_TEXT = " ".join(

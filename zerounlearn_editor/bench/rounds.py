@@ -16,14 +16,16 @@ for CounterFact / ZsRE at these sizes). Per method, starting from the unedited m
 
 Writes ``<out>/rounds_seed_<k>.json`` (atomically after every method), ``rounds_summary.json``,
 ``rounds.md`` (one table per method: mean ± std over seeds per round) and ``rounds.png``
-(Eff, Spe and PPL against the number of facts forgotten) when matplotlib is importable.
+(Eff, Spe and PPL against the number of facts forgotten) when matplotlib is importable
+(:mod:`~zerounlearn_editor.bench.rounds_report`).
 """
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torch import nn
 from tqdm.auto import tqdm
@@ -46,8 +48,9 @@ from zerounlearn_editor.bench.method_specs import (
     load_main_hparams,
 )
 from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours
-from zerounlearn_editor.bench.report import aggregate, ppl_tokens_text
+from zerounlearn_editor.bench.report import ppl_tokens_text
 from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
+from zerounlearn_editor.bench.rounds_report import format_rounds, plot_rounds, rounds_markdown, summarize_rounds
 from zerounlearn_editor.bench.runner import ModelLoader, check_stored_neighbours
 from zerounlearn_editor.bench.stages import Stage, compute_statistics
 from zerounlearn_editor.bench.stored_settings import check_stored_run
@@ -57,21 +60,11 @@ from zerounlearn_editor.data.types import UnlearnCase
 from zerounlearn_editor.engine.pipeline import restore_weights
 from zerounlearn_editor.evaluation.selection import select_known_cases
 from zerounlearn_editor.support.files import read_json, sha256_of_json, write_json_atomic, write_text_atomic
-from zerounlearn_editor.support.plotting import pyplot, save_figure
 from zerounlearn_editor.support.progress import progress_scope
 
-__all__ = ["ROUND_METRICS", "run_rounds", "rounds_path", "format_rounds"]
+__all__ = ["run_rounds", "rounds_path"]
 
 LOG = logging.getLogger(__name__)
-
-ROUND_METRICS = (
-    ("eff", "Eff ↓", "{:.1f}"),
-    ("gen", "Gen ↓", "{:.1f}"),
-    ("spe", "Spe ↑", "{:.1f}"),
-    ("ppl", "PPL ↓", "{:.2f}"),
-    ("eff_round", "Eff this round ↓", "{:.1f}"),
-    ("edit_seconds", "Edit s", "{:.1f}"),
-)
 
 
 def rounds_path(out: Path, seed: int) -> Path:
@@ -145,59 +138,84 @@ def run_rounds(
         return _run_rounds(config, rounds, model, tok, registry, loader)
 
 
-def _run_rounds(
-    config: BenchConfig,
-    rounds: int,
-    model: Optional[nn.Module],
-    tok: Any,
-    registry: Optional[Mapping[str, MethodSpec]],
-    loader: Optional[ModelLoader],
-) -> Dict[str, Any]:
-    """:func:`run_rounds` inside its progress scope."""
-    started = time.perf_counter()
-    config.validate()
-    if rounds < 1:
-        raise BenchConfigError(f"rounds must be >= 1, got {rounds}")
-    if config.n is None:
-        raise BenchConfigError("rounds need n (facts per round)")
-    registry = dict(registry) if registry is not None else default_registry()
-    methods = [m for m in parse_methods(config.methods, known_method_names(registry)) if m != "base"]
-    methods = methods or default_round_methods()
-    out = Path(config.out)
-    main_path = Path(config.hparams)
-    lookup = HParamsLookup(main_path, load_main_hparams(str(main_path)), dict(config.method_hparams))
-    signatures = {name: sha256_of_json(registry[name].describe(lookup)) for name in methods}
-    total = rounds * config.n
+@dataclass
+class _Plan:
+    """What a rounds run does, checked before any case or model is loaded: the methods (``base`` left out), their
+    hyperparameters' lookup and signatures, ``rounds`` x ``n`` facts (``total``) and the output folder."""
 
-    with Stage(f"loading {config.data} cases"):
-        all_cases = load_cases(config.data, path=config.data_path)
-    pool = list(all_cases)
-    draw = parse_retain_spec(config.retain)
+    config: BenchConfig
+    rounds: int
+    registry: Dict[str, MethodSpec]
+    methods: List[str]
+    lookup: HParamsLookup
+    signatures: Dict[str, str]
 
-    def load():
-        nonlocal model, tok, loader
-        if model is None:
+    @property
+    def total(self) -> int:
+        return self.rounds * self.config.n
+
+    @property
+    def out(self) -> Path:
+        return Path(self.config.out)
+
+    @classmethod
+    def of(cls, config: BenchConfig, rounds: int, registry: Optional[Mapping[str, MethodSpec]]) -> "_Plan":
+        """Check ``config`` and ``rounds`` and resolve the methods (``registry`` default: the bench's rows)."""
+        config.validate()
+        if rounds < 1:
+            raise BenchConfigError(f"rounds must be >= 1, got {rounds}")
+        if config.n is None:
+            raise BenchConfigError("rounds need n (facts per round)")
+        registry = dict(registry) if registry is not None else default_registry()
+        methods = [m for m in parse_methods(config.methods, known_method_names(registry)) if m != "base"]
+        methods = methods or default_round_methods()
+        main_path = Path(config.hparams)
+        lookup = HParamsLookup(main_path, load_main_hparams(str(main_path)), dict(config.method_hparams))
+        signatures = {name: sha256_of_json(registry[name].describe(lookup)) for name in methods}
+        return cls(config, rounds, registry, methods, lookup, signatures)
+
+
+class _Model:
+    """The model and tokenizer, given or loaded on first use (with ``loader``, default the model zoo's)."""
+
+    def __init__(self, model: Optional[nn.Module], tok: Any, loader: Optional[ModelLoader], name: str, device: str):
+        self.model, self.tok, self.loader, self.name, self.device = model, tok, loader, name, device
+
+    def load(self) -> Tuple[nn.Module, Any]:
+        if self.model is None:
+            loader = self.loader
             if loader is None:
                 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer as loader
-            with Stage(f"loading model {lookup.main.model_name}"):
-                model, tok = loader(str(lookup.main.model_name), config.device)
+            with Stage(f"loading model {self.name}"):
+                self.model, self.tok = loader(self.name, self.device)
+        return self.model, self.tok
 
+
+def _cases_to_draw(plan: _Plan, model: _Model, all_cases: Sequence[UnlearnCase]) -> Sequence[UnlearnCase]:
+    """The cases the seeds draw from: ``all_cases``, or with ``known_only`` the known ones (the model loaded for
+    it); too few for ``rounds`` x ``n`` is an error."""
+    config = plan.config
     if config.known_only:
-        load()
-        all_cases = select_known_cases(model, tok, all_cases, None, min_accuracy=config.known_min_accuracy)
-    if len(all_cases) < total:
+        loaded, tok = model.load()
+        all_cases = select_known_cases(loaded, tok, all_cases, None, min_accuracy=config.known_min_accuracy)
+    if len(all_cases) < plan.total:
         raise BenchConfigError(
-            f"{rounds} rounds x {config.n} facts need {total} cases; {config.data} has {len(all_cases)}"
+            f"{plan.rounds} rounds x {config.n} facts need {plan.total} cases; {config.data} has {len(all_cases)}"
             + (" known ones" if config.known_only else "")
         )
-    ppl_text = (config.ppl_text or str(default_ppl_text())) if config.ppl_tokens > 0 else None
-    run_info = _run_info(config, rounds, str(lookup.main.model_name), ppl_text)
+    return all_cases
 
-    plan = []
+
+def _seed_work(plan: _Plan, all_cases, pool, draw, run_info: Mapping[str, Any]) -> List[Tuple[Any, ...]]:
+    """Per seed with a method still to run: ``(seed, path, record, cases, retain, todo)`` (``retain``: the seed's
+    draw of ``pool`` by ``draw``); the stored seed file (if any) is checked against the run (settings, cases,
+    neighbours dropped)."""
+    config = plan.config
+    work = []
     for seed in config.seeds:
-        cases, dropped = drop_batch_forget_neighbours(sample_cases(all_cases, total, seed))
+        cases, dropped = drop_batch_forget_neighbours(sample_cases(all_cases, plan.total, seed))
         retain = draw_retain(draw, cases, pool, seed) if draw else []
-        path = rounds_path(out, seed)
+        path = rounds_path(plan.out, seed)
         record = (
             read_json(path)
             if path.exists()
@@ -211,119 +229,95 @@ def _run_rounds(
             }
         )
         check_stored_run(path, record, run_info, [c.case_id for c in cases])
-        todo = [m for m in methods if not (record["methods"].get(m, {}).get("status") == "ok"
-                                           and record["methods"][m].get("config_sha256") == signatures[m])]
+        todo = [m for m in plan.methods if not (record["methods"].get(m, {}).get("status") == "ok"
+                                                and record["methods"][m].get("config_sha256") == plan.signatures[m])]
         check_stored_neighbours(path, record, dropped, adding=bool(todo))
         record["neighbours_dropped"] = dropped
         if todo:
-            plan.append((seed, path, record, cases, retain, todo))
+            work.append((seed, path, record, cases, retain, todo))
+    return work
 
-    if plan:
-        load()
-        fingerprint = ModelFingerprint.of(model)
-        settings = ScoringSettings(config.eval_batch_size, ppl_text, config.ppl_tokens)
-        neutral = lookup.main.neutral_target or tok.eos_token or ""
-        needed = list(dict.fromkeys(m for *_, todo in plan for m in todo))
-        # one context per method: shared neutral targets are only valid on the unedited model
-        prepared = {m: registry[m].prepare(MethodContext(lookup, model, tok, out, neutral)) for m in needed}
-        bank = compute_statistics(model, tok, lookup, list(prepared.values()), config.progress)
-        with tqdm(
-            total=sum(len(p[-1]) for p in plan), desc="rounds", unit="method", disable=not config.progress
-        ) as bar:
-            for seed, path, record, cases, retain, todo in plan:
-                chunks = [cases[i: i + config.n] for i in range(0, total, config.n)]
-                with Stage(f"seed {seed}: scoring the unedited model on {total} cases"):
-                    pre = score_cases(model, tok, cases, config.eval_batch_size)
-                    base = dict(probe_metrics(pre, pre), ppl=model_metrics(model, tok, cases, settings)["ppl"])
-                record["base"] = {"forgotten": 0, "metrics": base}
-                record["ppl_tokens_measured"] = ppl_token_count(tok, settings)  # fewer than ppl_tokens: a short text
-                for name in todo:
-                    bar.set_description(f"seed {seed} {name}")
-                    method = prepared[name]
-                    if method.skip_reason is not None:
-                        record["methods"][name] = {"status": "skipped", "reason": method.skip_reason}
-                    else:
-                        with Stage(f"seed {seed}: {name}, {rounds} rounds of {config.n} + one batch of {total}"):
-                            entry = _run_method(
-                                model, tok, method, bank, cases, chunks, pre, settings, retain, fingerprint, seed
-                            )
-                        record["methods"][name] = dict(entry, config_sha256=signatures[name])
-                    write_json_atomic(path, record)
-                    bar.update(1)
 
+def _run_work(
+    plan: _Plan, model: nn.Module, tok: Any, work: Sequence[Tuple[Any, ...]], ppl_text: Optional[str]
+) -> None:
+    """Every method still to run of every seed: the unedited scores, then rounds and one batch per method, the seed
+    file written after each method."""
+    config, total = plan.config, plan.total
+    fingerprint = ModelFingerprint.of(model)
+    settings = ScoringSettings(config.eval_batch_size, ppl_text, config.ppl_tokens)
+    neutral = plan.lookup.main.neutral_target or tok.eos_token or ""
+    needed = list(dict.fromkeys(m for *_, todo in work for m in todo))
+    # one context per method: shared neutral targets are only valid on the unedited model
+    prepared = {m: plan.registry[m].prepare(MethodContext(plan.lookup, model, tok, plan.out, neutral)) for m in needed}
+    bank = compute_statistics(model, tok, plan.lookup, list(prepared.values()), config.progress)
+    with tqdm(total=sum(len(w[-1]) for w in work), desc="rounds", unit="method", disable=not config.progress) as bar:
+        for seed, path, record, cases, retain, todo in work:
+            chunks = [cases[i: i + config.n] for i in range(0, total, config.n)]
+            with Stage(f"seed {seed}: scoring the unedited model on {total} cases"):
+                pre = score_cases(model, tok, cases, config.eval_batch_size)
+                base = dict(probe_metrics(pre, pre), ppl=model_metrics(model, tok, cases, settings)["ppl"])
+            record["base"] = {"forgotten": 0, "metrics": base}
+            record["ppl_tokens_measured"] = ppl_token_count(tok, settings)  # fewer than ppl_tokens: a short text
+            for name in todo:
+                bar.set_description(f"seed {seed} {name}")
+                method = prepared[name]
+                if method.skip_reason is not None:
+                    record["methods"][name] = {"status": "skipped", "reason": method.skip_reason}
+                else:
+                    with Stage(f"seed {seed}: {name}, {plan.rounds} rounds of {config.n} + one batch of {total}"):
+                        entry = _run_method(
+                            model, tok, method, bank, cases, chunks, pre, settings, retain, fingerprint, seed
+                        )
+                    record["methods"][name] = dict(entry, config_sha256=plan.signatures[name])
+                write_json_atomic(path, record)
+                bar.update(1)
+
+
+def _write_summary(plan: _Plan, run_info: Mapping[str, Any]) -> Dict[str, Any]:
+    """``rounds_summary.json``, ``rounds.md`` and ``rounds.png`` from every seed file; returns the summary."""
+    config, out = plan.config, plan.out
     records = {seed: read_json(rounds_path(out, seed)) for seed in config.seeds}
-    summary = summarize_rounds(methods, records, rounds, config.n)
+    summary = summarize_rounds(plan.methods, records, plan.rounds, config.n)
     summary.update(hparams=config.hparams, data=config.data, seeds=list(config.seeds), run=run_info)
     if config.ppl_tokens > 0:
         summary["ppl_tokens_measured"] = ppl_tokens_text(records.values(), config.ppl_tokens)
     summary["table_markdown"] = format_rounds(summary)
     write_json_atomic(out / "rounds_summary.json", summary)
-    title = config.name or f"{config.data}, {rounds} rounds x {config.n} facts"
-    write_text_atomic(out / "rounds.md", _markdown(title, config, run_info, summary))
+    title = config.name or f"{config.data}, {plan.rounds} rounds x {config.n} facts"
+    write_text_atomic(out / "rounds.md", rounds_markdown(title, config, run_info, summary))
     plot = plot_rounds(summary, out / "rounds.png")
     if plot:
         summary["plot"] = str(plot)
-    LOG.info("rounds bench: %d seeds, %d methods in %.1fs -> %s", len(config.seeds), len(methods),
-             time.perf_counter() - started, out / "rounds.md")
     return summary
 
 
-def summarize_rounds(
-    methods: Sequence[str], records: Mapping[int, Mapping[str, Any]], rounds: int, n: int
+def _run_rounds(
+    config: BenchConfig,
+    rounds: int,
+    model: Optional[nn.Module],
+    tok: Any,
+    registry: Optional[Mapping[str, MethodSpec]],
+    loader: Optional[ModelLoader],
 ) -> Dict[str, Any]:
-    """Mean/std over seeds of every metric, per method and round (round 0 = unedited, ``batch``)."""
-    keys = [k for k, _, _ in ROUND_METRICS]
-
-    def agg(entries: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
-        return {k: a for k in keys if (a := aggregate([e["metrics"].get(k) for e in entries])) is not None}
-
-    bases = [r["base"] for r in records.values() if "base" in r]
-    out: Dict[str, Any] = {"rounds": rounds, "n": n, "base": agg(bases), "methods": {}}
-    for name in methods:
-        entries = [r["methods"].get(name) for r in records.values()]
-        ok = [e for e in entries if e and e.get("status") == "ok"]
-        item: Dict[str, Any] = {"seeds": len(ok), "rounds": [], "batch": None}
-        if ok:
-            item["rounds"] = [
-                {"round": k + 1, "forgotten": (k + 1) * n, "metrics": agg([e["rounds"][k] for e in ok])}
-                for k in range(rounds)
-            ]
-            item["batch"] = {"forgotten": rounds * n, "metrics": agg([e["batch"] for e in ok])}
-        else:
-            item["reason"] = "; ".join(sorted({e.get("reason", "no result") for e in entries if e})) or "no result"
-        out["methods"][name] = item
-    return out
-
-
-def _cell(stats: Optional[Mapping[str, Any]], fmt: str) -> str:
-    if not stats:
-        return "-"
-    return fmt.format(stats["mean"]) + (f" ± {fmt.format(stats['std'])}" if stats["n"] > 1 else "")
-
-
-def format_rounds(summary: Mapping[str, Any]) -> str:
-    """One markdown table per method: rows = rounds (+ unedited, + one batch of all facts)."""
-    lines: List[str] = []
-    header = "| Round | Facts forgotten | " + " | ".join(h for _, h, _ in ROUND_METRICS) + " |"
-    rule = "|---|---|" + "---|" * len(ROUND_METRICS)
-    for name, item in summary["methods"].items():
-        lines += [f"### {name}", ""]
-        if not item["rounds"]:
-            lines += [f"no result: {item.get('reason')}", ""]
-            continue
-        lines += [header, rule]
-        rows = [("0 (unedited)", 0, summary["base"])] + [
-            (str(r["round"]), r["forgotten"], r["metrics"]) for r in item["rounds"]
-        ]
-        rows.append(
-            (f"one batch of {item['batch']['forgotten']}", item["batch"]["forgotten"], item["batch"]["metrics"])
-        )
-        for label, forgotten, metrics in rows:
-            lines.append(
-                f"| {label} | {forgotten} | " + " | ".join(_cell(metrics.get(k), f) for k, _, f in ROUND_METRICS) + " |"
-            )
-        lines.append("")
-    return "\n".join(lines)
+    """:func:`run_rounds` inside its progress scope."""
+    started = time.perf_counter()
+    plan = _Plan.of(config, rounds, registry)
+    holder = _Model(model, tok, loader, str(plan.lookup.main.model_name), config.device)
+    with Stage(f"loading {config.data} cases"):
+        all_cases = load_cases(config.data, path=config.data_path)
+    pool = list(all_cases)
+    draw = parse_retain_spec(config.retain)
+    all_cases = _cases_to_draw(plan, holder, all_cases)
+    ppl_text = (config.ppl_text or str(default_ppl_text())) if config.ppl_tokens > 0 else None
+    run_info = _run_info(config, rounds, str(plan.lookup.main.model_name), ppl_text)
+    work = _seed_work(plan, all_cases, pool, draw, run_info)
+    if work:
+        _run_work(plan, *holder.load(), work, ppl_text)
+    summary = _write_summary(plan, run_info)
+    LOG.info("rounds bench: %d seeds, %d methods in %.1fs -> %s", len(config.seeds), len(plan.methods),
+             time.perf_counter() - started, plan.out / "rounds.md")
+    return summary
 
 
 def _run_info(config: BenchConfig, rounds: int, model_name: str, ppl_text: Optional[str]) -> Dict[str, Any]:
@@ -332,61 +326,3 @@ def _run_info(config: BenchConfig, rounds: int, model_name: str, ppl_text: Optio
             "ppl_tokens": config.ppl_tokens, "ppl_text": Path(ppl_text).name if ppl_text else None,
             "known_only": config.known_only,
             "known_min_accuracy": config.known_min_accuracy if config.known_only else None, "retain": config.retain}
-
-
-def _markdown(title: str, config: BenchConfig, run_info: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
-    table, ppl_tokens = summary["table_markdown"], summary.get("ppl_tokens_measured")
-    return "\n".join(
-        [
-            f"# Sequential unlearning: {title}",
-            "",
-            f"- model: `{run_info['model']}`, hparams: `{config.hparams}`, data: `{config.data}`, seeds "
-            f"{list(config.seeds)}",
-            f"- {run_info['rounds']} rounds of n = {config.n} facts, each edited on the model left by the previous "
-            "rounds "
-            "(targets and keys from the edited model, C0 of the unedited model reused); `one batch` = all facts in one "
-            "edit",
-            "- Eff / Gen: token accuracy (%) of the true answers of every fact forgotten so far (lower = more "
-            "forgotten); "
-            "Spe: of those facts' neighbourhood prompts (higher = better kept); Eff this round: the round's own facts; "
-            + (
-                f"PPL on the first {ppl_tokens or config.ppl_tokens} tokens of {run_info['ppl_text']}"
-                if config.ppl_tokens
-                else "no PPL"
-            ),
-            "",
-            table,
-        ]
-    )
-
-
-def plot_rounds(summary: Mapping[str, Any], path: Path) -> Optional[Path]:
-    """Eff, Spe and PPL against facts forgotten, one line per method (dashed marker: one batch); ``None``
-    without matplotlib."""
-    plt = pyplot('the rounds plot')
-    if plt is None:
-        return None
-    panels = [(k, h) for k, h, _ in ROUND_METRICS if k in ("eff", "spe", "ppl") and k in summary["base"]]
-    if not panels:
-        return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6))
-    axes = list(axes) if len(panels) > 1 else [axes]
-    for ax, (key, header) in zip(axes, panels):
-        for name, item in summary["methods"].items():
-            if not item["rounds"]:
-                continue
-            xs = [0] + [r["forgotten"] for r in item["rounds"]]
-            ys = [summary["base"][key]["mean"]] + [
-                r["metrics"].get(key, {}).get("mean", float("nan")) for r in item["rounds"]
-            ]
-            (line,) = ax.plot(xs, ys, marker="o", label=name)
-            batch = item["batch"]["metrics"].get(key)
-            if batch:
-                ax.plot([item["batch"]["forgotten"]], [batch["mean"]], marker="*", markersize=12, linestyle="none",
-                        color=line.get_color(), label=f"{name}, one batch")
-        ax.set_xlabel("facts forgotten")
-        ax.set_title(header)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    return save_figure(fig, path, dpi=110)
