@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import List, Optional
 
-from zerounlearn_editor.bench.method_specs import MethodSpec, edit_method_spec
 from zerounlearn_editor.engine.hparams import load_config_file
 from zerounlearn_editor.evaluation import selection
+from zerounlearn_editor.harness.method_specs import MethodSpec, edit_method_spec
 
 
 def cached_known_selection(cache: Path):

@@ -31,7 +31,6 @@ from tiny_models import (
     tiny_tokenizer,
     write_corpus,
 )
-from zerounlearn_editor.bench.fingerprint import ModelFingerprint
 from zerounlearn_editor.engine import stats as stats_module
 from zerounlearn_editor.engine.hparams import HParamsError
 from zerounlearn_editor.engine.stats import (
@@ -44,6 +43,7 @@ from zerounlearn_editor.engine.stats import (
     save_second_moment,
     stats_path,
 )
+from zerounlearn_editor.harness.model_fingerprint import ModelFingerprint
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 
@@ -660,7 +660,7 @@ def test_cuda_device_on_a_cpu_machine_is_named(tmp_path):
 
     with pytest.raises(ValueError, match=r"device 'cuda': this machine has 0 CUDA device\(s\).*--device cpu"):
         model_zoo.load_model_and_tokenizer(str(tmp_path), device="cuda")
-    from zerounlearn_editor.bench import speed_bench
+    from zerounlearn_editor.harness import speed_bench
 
     with pytest.raises(ValueError, match=r"device 'cuda:1': this machine has 0 CUDA device"):
         speed_bench.run_speed(speed_bench.SpeedConfig(device="cuda:1", random_config="tiny", progress=False))
@@ -725,7 +725,7 @@ def test_demo_missing_corpus_fails_before_loading(tmp_path, monkeypatch):
 
 def test_bench_speed_bad_data_and_single_method(tmp_path, corpus, monkeypatch):
     """Issue 14.10: bad --data is found before the model; --methods ZeroUnlearn needs no GD file."""
-    from zerounlearn_editor.bench import speed_bench
+    from zerounlearn_editor.harness import speed_bench
 
     loads = []
     monkeypatch.setattr(speed_bench, "_load_model", lambda *a, **k: loads.append(1) or pytest.fail("model loaded"))
@@ -746,7 +746,7 @@ def test_bench_speed_bad_data_and_single_method(tmp_path, corpus, monkeypatch):
 def test_bench_records_the_n_it_edited(tok, tmp_path, corpus, caplog):
     """Issue 14.11: ``--n 5`` on a 2-record file warned, but summary.md and the seed file said n = 5."""
     from tiny_models import tiny_counterfact_record
-    from zerounlearn_editor.bench import BenchConfig, run_bench
+    from zerounlearn_editor.harness import BenchConfig, run_bench
 
     data = tmp_path / "two.json"
     data.write_text(
@@ -1171,7 +1171,7 @@ def test_model_on_the_meta_device_is_refused(tok, tmp_path, corpus):
 
 def test_bench_lookup_from_a_variant_yaml_finds_the_plain_baseline_files():
     """Issue 29.11: --hparams ...-retain.yaml looked for hparams/GA/SmolLM2-135M-Instruct-retain.yaml."""
-    from zerounlearn_editor.bench.method_specs import HParamsLookup
+    from zerounlearn_editor.harness.method_specs import HParamsLookup
     from zerounlearn_editor.support.resources import hparams_path
 
     main = hparams_path("ZeroUnlearn-GD", "SmolLM2-135M-Instruct-retain")

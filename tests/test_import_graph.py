@@ -162,13 +162,13 @@ def test_no_module_imports_another_modules_private_name():
         f"{m}:{line} imports {name} from {source}" for m, line, source, name in private)
 
 
-APPLICATIONS = ("bench", "cli")
+APPLICATIONS = ("harness", "cli")
 """Subpackages that are applications of the library: they may import it, the library never imports them."""
 
 
 def test_the_library_never_imports_its_applications():
-    """Every module outside ``bench/`` and ``cli/`` (the engine, the methods, data, evaluation, integrations,
-    support) imports nothing from ``bench/`` or ``cli/``, at module level or inside a function."""
+    """Every module outside ``harness/`` and ``cli/`` (the engine, the methods, data, evaluation, integrations,
+    support) imports nothing from ``harness/`` or ``cli/``, at module level or inside a function."""
     edges, _ = import_graph(ROOT, PACKAGE)
 
     def is_app(module: str) -> bool:

@@ -3,7 +3,7 @@
 The audit's registry has one retain-aware row (``ZeroUnlearn-GD+R``, ``...-retain.yaml``); this
 script adds ``--retain-variant NAME=YAML`` rows (the bench's ``ZeroUnlearn-GD+R`` method reading
 that YAML, fed the seed's retain set) and ``--variant NAME=YAML`` rows (the YAML's own method, e.g. a
-``-deep.yaml``) and runs :func:`zerounlearn_editor.bench.audit.run_audit`
+``-deep.yaml``) and runs :func:`zerounlearn_editor.harness.audit.run_audit`
 with the CLI's probe options. The known-case selection is read from (or written to)
 ``--known-cache`` (case ids; the cache of ``benchmarks/deep/``). MEMIT / AlphaEdit rows
 need EasyEdit importable (run with EasyEdit's venv and ``EASYEDIT_PATH``); else they are skipped.
@@ -20,11 +20,11 @@ import logging
 import sys
 from pathlib import Path
 
-from zerounlearn_editor.bench.audit import AuditConfig, run_audit
-from zerounlearn_editor.bench.config import parse_seeds
-from zerounlearn_editor.bench.method_rows import default_registry
 from zerounlearn_editor.cli.audit import add_probe_options, settings_from_args
 from zerounlearn_editor.evaluation import selection
+from zerounlearn_editor.harness.audit import AuditConfig, run_audit
+from zerounlearn_editor.harness.bench_config import parse_seeds
+from zerounlearn_editor.harness.method_rows import default_registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from known_cases import add_variants, cached_known_selection  # noqa: E402  (shared with deep/audit_variants.py)

@@ -3,7 +3,7 @@
 The audit's registry has one row per method name (``ZeroUnlearn-GD`` reads one YAML); the
 deep-forgetting study compares several YAMLs of one method on the same cases and plan, so this
 script adds ``--variant NAME=YAML`` rows (each the bench's ZeroUnlearn(-GD) method reading that
-YAML) and runs :func:`zerounlearn_editor.bench.audit.run_audit` with them. The known-case
+YAML) and runs :func:`zerounlearn_editor.harness.audit.run_audit` with them. The known-case
 selection (a pass over the whole dataset) is cached in ``--known-cache`` as case ids.
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/deep/audit_variants.py --out OUT --seeds 11 --n 10 \\
@@ -24,12 +24,12 @@ import sys
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from zerounlearn_editor.bench import runner as bench_runner
-from zerounlearn_editor.bench.audit import AuditConfig, run_audit
-from zerounlearn_editor.bench.config import BenchConfig, parse_seeds
-from zerounlearn_editor.bench.method_rows import default_registry
 from zerounlearn_editor.evaluation import selection
 from zerounlearn_editor.evaluation.audit.plan import AuditSettings, parse_families
+from zerounlearn_editor.harness import runner as bench_runner
+from zerounlearn_editor.harness.audit import AuditConfig, run_audit
+from zerounlearn_editor.harness.bench_config import BenchConfig, parse_seeds
+from zerounlearn_editor.harness.method_rows import default_registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from known_cases import add_variants, cached_known_selection  # noqa: E402  (shared with audit/all_methods.py)

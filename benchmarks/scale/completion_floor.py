@@ -31,11 +31,11 @@ from typing import Any, Dict, List, Tuple
 
 import torch
 
-from zerounlearn_editor.bench.case_scoring import score_cases
-from zerounlearn_editor.bench.scale_metrics import known_mask
 from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
+from zerounlearn_editor.harness.case_scoring import score_cases
+from zerounlearn_editor.harness.scale_metrics import known_mask
 from zerounlearn_editor.support.files import write_json_atomic
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 

@@ -30,11 +30,11 @@ STAGES = ("validate", "contexts", "fluency", "keys", "solve", "write_back", "ans
 
 def one_size(args: argparse.Namespace, n: int) -> Dict[str, Any]:
     """Run one edit of ``n`` facts in this process; returns its row."""
-    from zerounlearn_editor.bench.scale_cases import draw_cases
-    from zerounlearn_editor.bench.scale_config import ScaleConfig
-    from zerounlearn_editor.bench.scale_rows import BATCH_ROWS
-    from zerounlearn_editor.bench.scale_setup import edit_once, load_setup, prepare_run
-    from zerounlearn_editor.bench.scale_targets import TargetCache
+    from zerounlearn_editor.harness.scale_cases import draw_cases
+    from zerounlearn_editor.harness.scale_config import ScaleConfig
+    from zerounlearn_editor.harness.scale_rows import BATCH_ROWS
+    from zerounlearn_editor.harness.scale_setup import edit_once, load_setup, prepare_run
+    from zerounlearn_editor.harness.scale_targets import TargetCache
     from zerounlearn_editor.methods.registry import load_method
 
     hp = load_method(args.hparams)[0]

@@ -35,11 +35,6 @@ import numpy as np
 import torch
 import yaml
 
-from zerounlearn_editor.bench.case_scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
-from zerounlearn_editor.bench.config import parse_seeds
-from zerounlearn_editor.bench.method_specs import load_main_hparams
-from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours, neighbours_naming_forgotten_subjects
-from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
 from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.engine.pipeline import (
@@ -51,6 +46,11 @@ from zerounlearn_editor.engine.pipeline import (
 )
 from zerounlearn_editor.engine.targets import NeutralTargets
 from zerounlearn_editor.evaluation.selection import select_known_cases
+from zerounlearn_editor.harness.bench_config import parse_seeds
+from zerounlearn_editor.harness.case_scoring import ScoringSettings, model_metrics, probe_metrics, score_cases
+from zerounlearn_editor.harness.method_specs import load_main_hparams
+from zerounlearn_editor.harness.neighbours import drop_batch_forget_neighbours, neighbours_naming_forgotten_subjects
+from zerounlearn_editor.harness.retain_sets import draw_retain, parse_retain_spec
 from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 from zerounlearn_editor.support.files import write_json_atomic

@@ -35,15 +35,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness as surgical  # noqa: E402  (the same sampling, retain draw and target cache)
-
-from zerounlearn_editor.bench.method_specs import load_main_hparams  # noqa: E402
-from zerounlearn_editor.bench.neighbours import drop_batch_forget_neighbours  # noqa: E402
-from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec  # noqa: E402
 from zerounlearn_editor.data.builtin import default_ppl_text  # noqa: E402
 from zerounlearn_editor.data.corpus import load_corpus  # noqa: E402
 from zerounlearn_editor.data.datasets import load_cases, sample_cases  # noqa: E402
 from zerounlearn_editor.engine.pipeline import batched_statistics, restore_weights, target_settings  # noqa: E402
 from zerounlearn_editor.evaluation.perplexity import leading_token_ids, read_text  # noqa: E402
+from zerounlearn_editor.harness.method_specs import load_main_hparams  # noqa: E402
+from zerounlearn_editor.harness.neighbours import drop_batch_forget_neighbours  # noqa: E402
+from zerounlearn_editor.harness.retain_sets import draw_retain, parse_retain_spec  # noqa: E402
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model  # noqa: E402
 from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis  # noqa: E402
 from zerounlearn_editor.support.files import write_json_atomic  # noqa: E402

@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from zerounlearn_editor.bench.config import parse_seeds
+from zerounlearn_editor.harness.bench_config import parse_seeds
 
 KEYS = ("eff", "gen", "spe", "ppl")
 

@@ -643,8 +643,8 @@ def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch,
         data = shared_file(stored["data"])
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
-    from zerounlearn_editor.bench import easyedit_baselines
     from zerounlearn_editor.engine.hparams import load_config_file
+    from zerounlearn_editor.harness import easyedit_baselines
     from zerounlearn_editor.support.resources import hparams_path
 
     model, tok = request.getfixturevalue("smollm2")

@@ -18,10 +18,10 @@ from tiny_models import (
     write_corpus,
     write_tiny_counterfact,
 )
-from zerounlearn_editor.bench.trace import TraceFact, TraceSettings, encode_fact, suggest_window, trace_facts
 from zerounlearn_editor.cli import main as cli_main
 from zerounlearn_editor.cli.init_hparams import nearest_shipped_yaml, parse_layers
 from zerounlearn_editor.engine.architectures import UnsupportedArchitecture, detect_templates
+from zerounlearn_editor.harness.causal_trace import TraceFact, TraceSettings, encode_fact, suggest_window, trace_facts
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 
@@ -76,7 +76,7 @@ def test_trace_shapes_determinism_and_exact_restoration(tok, arch):
 
 def test_vanishing_noise_leaves_the_clean_probability(tok, caplog):
     model = tiny_llama(tok, seed=2, layers=4)
-    with caplog.at_level("WARNING", logger="zerounlearn_editor.bench.trace"):
+    with caplog.at_level("WARNING", logger="zerounlearn_editor.harness.causal_trace"):
         result = trace_facts(model, tok, FACTS, TraceSettings(noise=1e-7, samples=2, window=2, width=1),
                              progress=False)
     assert result["p_corrupt"] == pytest.approx(result["p_clean"], rel=1e-4)
@@ -87,7 +87,7 @@ def test_vanishing_noise_leaves_the_clean_probability(tok, caplog):
 
     trained, trained_tok = trained_model("llama")  # knows its facts: ROME's noise removes them
     caplog.clear()
-    with caplog.at_level("WARNING", logger="zerounlearn_editor.bench.trace"):
+    with caplog.at_level("WARNING", logger="zerounlearn_editor.harness.causal_trace"):
         strong = trace_facts(trained, trained_tok, [TraceFact(*fact) for fact in KNOWN],
                              TraceSettings(samples=4, window=2, width=1), progress=False)
     assert strong["p_corrupt"] <= 0.5 * strong["p_clean"] and "hardly removes" not in caplog.text

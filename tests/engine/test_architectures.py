@@ -23,9 +23,9 @@ from arch_zoo import (
     write_facts_counterfact,
 )
 from tiny_models import CORPUS, tiny_tokenizer, write_corpus
-from zerounlearn_editor.bench.trace import TraceFact, TraceSettings, trace_facts
 from zerounlearn_editor.cli import main as cli_main
 from zerounlearn_editor.engine.architectures import UnsupportedArchitecture, detect_templates
+from zerounlearn_editor.harness.causal_trace import TraceFact, TraceSettings, trace_facts
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model

@@ -26,8 +26,8 @@ from zerounlearn_editor import (
     apply_zerounlearn_gd_to_model,
     apply_zerounlearn_to_model,
 )
-from zerounlearn_editor.bench.reference_pipeline import apply_zerounlearn_per_request
 from zerounlearn_editor.engine.stats import collect_second_moments
+from zerounlearn_editor.harness.reference_pipeline import apply_zerounlearn_per_request
 from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 
 PACKAGE = REPO_ROOT / "zerounlearn_editor"
@@ -43,7 +43,7 @@ EDIT_PATH_MODULES = [
     "engine/contexts.py",
     "engine/encoding.py",
     "support/model_access.py",
-    "bench/reference_pipeline.py",
+    "harness/reference_pipeline.py",
     "methods/zerounlearn/method.py",
     "methods/zerounlearn_gd/method.py",
     "methods/zerounlearn/solve.py",

@@ -231,7 +231,7 @@ def test_targets_optimizer_key_is_validated():
 
 
 def test_speed_markdown_lists_every_targets_optimizer():
-    from zerounlearn_editor.bench.speed_bench import format_speed_markdown
+    from zerounlearn_editor.harness.speed_bench import format_speed_markdown
 
     env = dict(device="cpu", model="m", parameters=1e6, dtype="float32", torch="x", threads=1)
     rows = [

@@ -11,15 +11,6 @@ import yaml
 from torch import nn
 
 from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
-from zerounlearn_editor.bench import (
-    BenchConfigError,
-    EditOutcome,
-    MethodSpec,
-    ModelFingerprint,
-    PreparedMethod,
-    default_registry,
-)
-from zerounlearn_editor.bench.audit import AuditConfig, audit_seed_path, run_audit
 from zerounlearn_editor.evaluation.audit import (
     AuditSettings,
     LensConfig,
@@ -34,6 +25,15 @@ from zerounlearn_editor.evaluation.audit.items import borrow, distractors, forbi
 from zerounlearn_editor.evaluation.audit.lens import best_ranks
 from zerounlearn_editor.evaluation.audit.quantize import QUANT_SCHEMES, quantize_rtn, quantized_copy
 from zerounlearn_editor.evaluation.audit.relearn import generic_texts, relearned_copy
+from zerounlearn_editor.harness import (
+    BenchConfigError,
+    EditOutcome,
+    MethodSpec,
+    ModelFingerprint,
+    PreparedMethod,
+    default_registry,
+)
+from zerounlearn_editor.harness.audit import AuditConfig, audit_seed_path, run_audit
 
 LENS = LensConfig(1, "model.layers.{}", "model.norm")
 CHAT = ("{% for m in messages %}[BOS] {{ m['content'] }} [EOS]{% endfor %}"
@@ -279,7 +279,7 @@ def test_cli_audit_refuses_bad_options_before_loading(tmp_path, capsys):
 
 
 def test_bench_audit_columns(tok, tmp_path):
-    from zerounlearn_editor.bench import BenchConfig, run_bench
+    from zerounlearn_editor.harness import BenchConfig, run_bench
 
     ws = _workspace(tmp_path)
     calls: List[str] = []
@@ -371,7 +371,7 @@ def test_audit_runs_the_bench_methods(tok, tmp_path):
 # ---- relearning measured against the unedited model (``<probe>/kept``) ----------------------------------------------
 
 def test_kept_by_base_counts_only_the_facts_the_fine_tuned_base_still_answers():
-    from zerounlearn_editor.bench.audit_report import kept_by_base
+    from zerounlearn_editor.harness.audit_report import kept_by_base
 
     base = {
         "relearn-mlp": {"items": [1, 0, 1, 1]},

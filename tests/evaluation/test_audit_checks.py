@@ -23,8 +23,6 @@ from tiny_models import (
     write_tiny_counterfact,
 )
 from zerounlearn_editor.applications.unlearn import REPORT_NAME
-from zerounlearn_editor.bench import EditOutcome, MethodSpec, PreparedMethod, default_registry
-from zerounlearn_editor.bench.audit import AuditConfig, run_audit
 from zerounlearn_editor.cli import main
 from zerounlearn_editor.data.types import Probe, UnlearnCase
 from zerounlearn_editor.evaluation.audit import (
@@ -39,6 +37,8 @@ from zerounlearn_editor.evaluation.audit import (
     score_model,
 )
 from zerounlearn_editor.evaluation.audit import suite as suite_module
+from zerounlearn_editor.harness import EditOutcome, MethodSpec, PreparedMethod, default_registry
+from zerounlearn_editor.harness.audit import AuditConfig, run_audit
 
 LENS = LensConfig(1, "model.layers.{}", "model.norm")
 FORGET = [{"prompt": "the capital of france is", "subject": "france", "answer": "paris"},

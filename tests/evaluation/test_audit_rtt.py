@@ -11,10 +11,6 @@ import yaml
 from torch import nn
 
 from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
-from zerounlearn_editor.bench.audit import AuditConfig
-from zerounlearn_editor.bench.audit_report import write_audit_summary
-from zerounlearn_editor.bench.config import BenchConfig, BenchConfigError
-from zerounlearn_editor.bench.fingerprint import ModelFingerprint
 from zerounlearn_editor.cli import main
 from zerounlearn_editor.evaluation.audit import (
     FAMILIES,
@@ -30,6 +26,10 @@ from zerounlearn_editor.evaluation.audit import (
 from zerounlearn_editor.evaluation.audit import suite as suite_module
 from zerounlearn_editor.evaluation.audit.items import rtt_split
 from zerounlearn_editor.evaluation.audit.plan import check_audit_inputs
+from zerounlearn_editor.harness.audit import AuditConfig
+from zerounlearn_editor.harness.audit_report import write_audit_summary
+from zerounlearn_editor.harness.bench_config import BenchConfig, BenchConfigError
+from zerounlearn_editor.harness.model_fingerprint import ModelFingerprint
 
 LENS = LensConfig(1, "model.layers.{}", "model.norm")
 FORGET = [{"prompt": f"the capital of {s} is", "subject": s, "answer": a}

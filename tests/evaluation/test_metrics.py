@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from tiny_models import REPO_ROOT
-from zerounlearn_editor.bench.case_scoring import score_cases
 from zerounlearn_editor.data import Probe, UnlearnCase
 from zerounlearn_editor.evaluation import (
     easyedit_metrics,
@@ -21,6 +20,7 @@ from zerounlearn_editor.evaluation import (
 )
 from zerounlearn_editor.evaluation.metrics import answer_argmax_hits, answer_argmax_ids
 from zerounlearn_editor.evaluation.perplexity import plan_windows
+from zerounlearn_editor.harness.case_scoring import score_cases
 
 try:  # tests/ on sys.path (pytest's default for a directory without __init__.py)
     import helpers_tiny as tiny

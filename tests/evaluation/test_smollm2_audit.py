@@ -6,9 +6,9 @@ import json
 import pytest
 import yaml
 
-from zerounlearn_editor.bench.audit import AuditConfig, run_audit
 from zerounlearn_editor.engine.hparams import load_config_file
 from zerounlearn_editor.evaluation.audit import AuditSettings
+from zerounlearn_editor.harness.audit import AuditConfig, run_audit
 from zerounlearn_editor.support.resources import hparams_path
 
 pytestmark = pytest.mark.slow

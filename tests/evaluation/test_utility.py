@@ -13,7 +13,6 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
 from tiny_models import CORPUS, WORDS, tiny_gpt2, tiny_hparams_dict, tiny_llama, write_corpus, write_tiny_counterfact
-from zerounlearn_editor.bench.utility import UtilityConfig, run_utility
 from zerounlearn_editor.data.types import DataFormatError
 from zerounlearn_editor.evaluation.utility import (
     TASKS,
@@ -23,6 +22,7 @@ from zerounlearn_editor.evaluation.utility import (
     parse_tasks,
     task_scores,
 )
+from zerounlearn_editor.harness.utility import UtilityConfig, run_utility
 
 SENTENCE_WORDS = "the city of paris is a large city in france many people live in london".split()
 
@@ -201,7 +201,7 @@ def test_edit_method_needs_data(ws, tok, tmp_path):
 def test_plot_without_matplotlib_is_a_clear_message(monkeypatch, caplog, tmp_path):
     import builtins
 
-    from zerounlearn_editor.bench.utility import plot_utility
+    from zerounlearn_editor.harness.utility import plot_utility
 
     real_import = builtins.__import__
 
@@ -217,7 +217,7 @@ def test_plot_without_matplotlib_is_a_clear_message(monkeypatch, caplog, tmp_pat
 
 
 def test_bench_utility_columns_match_the_utility_command(ws, tok, tmp_path, monkeypatch):
-    from zerounlearn_editor.bench import BenchConfig, run_bench
+    from zerounlearn_editor.harness import BenchConfig, run_bench
 
     monkeypatch.setenv("ZEROUNLEARN_DATA_DIR", str(ws["root"]))  # holds utility/
     model = tiny_llama(tok, seed=0)
@@ -277,7 +277,7 @@ def test_retain_aware_rows_need_a_retain_draw(ws, tok, tmp_path):
 
 
 def test_retain_set_reaches_the_retain_aware_edit(ws, tok, tmp_path, monkeypatch):
-    from zerounlearn_editor.bench import method_rows as bench_registry
+    from zerounlearn_editor.harness import method_rows as bench_registry
 
     _with_retain_yaml(ws)
     seen: List[List[Dict[str, str]]] = []
@@ -317,8 +317,8 @@ def test_retain_set_reaches_the_retain_aware_edit(ws, tok, tmp_path, monkeypatch
     assert payload["settings"]["retain"] == "siblings:2"
     assert len(seen) == 1 and seen[0] and seen[0] == stored["retain"]
     assert "retain" not in payload["results"]["ZeroUnlearn-GD"]
-    from zerounlearn_editor.bench.retain_sets import draw_retain, parse_retain_spec
     from zerounlearn_editor.data.datasets import load_cases, sample_cases
+    from zerounlearn_editor.harness.retain_sets import draw_retain, parse_retain_spec
 
     pool = list(load_cases(str(ws["cf"])))
     cases = sample_cases(pool, 2, 0)

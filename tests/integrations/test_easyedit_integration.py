@@ -51,12 +51,12 @@ from zerounlearn_editor import (
     apply_zerounlearn_gd_to_model,
     apply_zerounlearn_to_model,
 )
-from zerounlearn_editor.bench import BenchConfig, ModelFingerprint, easyedit_baselines, run_bench
 from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET, fact_requests
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.engine.hparams import load_config_file
 from zerounlearn_editor.engine.stats import layer_second_moments, model_basename, stats_path
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
+from zerounlearn_editor.harness import BenchConfig, ModelFingerprint, easyedit_baselines, run_bench
 from zerounlearn_editor.integrations import easyedit as ze_easyedit
 from zerounlearn_editor.integrations.easyedit import easyedit_available, register_with_easyedit
 from zerounlearn_editor.support.resources import hparams_path, shared_file

@@ -152,7 +152,7 @@ def test_toy_method_reaches_unlearn(toy, tok, tmp_path):
 
 
 def test_toy_method_reaches_the_bench_with_its_own_edit(toy, tok, tmp_path):
-    from zerounlearn_editor.bench import BenchConfig, default_registry, run_bench
+    from zerounlearn_editor.harness import BenchConfig, default_registry, run_bench
 
     registry_names = list(default_registry())
     assert TOY in registry_names and f"{TOY}+R" not in registry_names
@@ -189,9 +189,9 @@ def _option(command: str, dest: str) -> argparse.Action:
 
 def _where_named(name: str) -> Dict[str, bool]:
     """Per consumer of the registry: whether it offers the method ``name``."""
-    from zerounlearn_editor.bench import default_registry, speed_bench
-    from zerounlearn_editor.bench.config import default_methods, default_round_methods
     from zerounlearn_editor.cli.hparams_doc import field_help, key_table
+    from zerounlearn_editor.harness import default_registry, speed_bench
+    from zerounlearn_editor.harness.bench_config import default_methods, default_round_methods
     from zerounlearn_editor.integrations.easyedit import method_functions
 
     alg_row = next(line for line in key_table().splitlines() if line.startswith("| `alg_name` |"))
@@ -230,9 +230,9 @@ def test_a_method_registered_with_one_call_reaches_every_consumer_and_leaves_wit
 
 
 def test_toy_method_runs_in_the_speed_bench_init_hparams_and_key_table(toy, tmp_path):
-    from zerounlearn_editor.bench import speed_bench
     from zerounlearn_editor.cli import build_parser
     from zerounlearn_editor.cli.hparams_doc import key_table
+    from zerounlearn_editor.harness import speed_bench
 
     main = _toy_yaml(tmp_path / "hparams" / TOY / "tiny.yaml", tmp_path)
     hps = speed_bench._method_hparams(str(main), {}, [TOY])
@@ -256,7 +256,7 @@ class ToyBaselineHyperParams(BaseHyperParams):
 
 def test_a_baseline_is_a_bench_row_only_and_unlearn_refuses_it_by_the_flag(tmp_path):
     from zerounlearn_editor.applications.unlearn import UnlearnSettings, run_unlearn
-    from zerounlearn_editor.bench.method_specs import HParamsLookup
+    from zerounlearn_editor.harness.method_specs import HParamsLookup
 
     entry = registry.MethodEntry(TOY_BASELINE, ToyBaselineHyperParams, apply_toy_to_model,
                                  row_variants={"-all": "-all"}, baseline=True)
@@ -265,7 +265,7 @@ def test_a_baseline_is_a_bench_row_only_and_unlearn_refuses_it_by_the_flag(tmp_p
         bench_side = ("bench rows", "bench default --methods", "bench --methods help", "audit --methods help",
                       "unknown-name error")
         assert all(where[k] for k in bench_side) and not any(v for k, v in where.items() if k not in bench_side)
-        from zerounlearn_editor.bench import default_registry
+        from zerounlearn_editor.harness import default_registry
 
         assert f"{TOY_BASELINE}-all" in default_registry()
         path = tmp_path / "hparams" / TOY_BASELINE / "tiny.yaml"
@@ -339,8 +339,8 @@ def test_row_variants_are_bench_rows_and_only_the_retain_row_gets_the_retain_set
     """A registered method's ``row_variants`` are its bench rows (row suffix -> YAML stem suffix), only
     :data:`~zerounlearn_editor.methods.registry.RETAIN_ROW` is edited with the retain set, a row mapped to ``None``
     is bench-only (its file only from ``--method-hparams``), and an undeclared row is an error naming the rows."""
-    from zerounlearn_editor.bench import BenchConfigError, default_registry
-    from zerounlearn_editor.bench.method_specs import HParamsLookup, MethodContext, edit_method_spec
+    from zerounlearn_editor.harness import BenchConfigError, default_registry
+    from zerounlearn_editor.harness.method_specs import HParamsLookup, MethodContext, edit_method_spec
 
     retain_row = registry.RETAIN_ROW
     entry = registry.MethodEntry(TOY, ToyHyperParams, apply_toy_to_model,

@@ -13,10 +13,10 @@ import yaml
 
 from tiny_models import REPO_ROOT, tiny_hparams_dict
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
-from zerounlearn_editor.bench.config import RETIRED_METHODS, BenchConfigError, parse_methods
-from zerounlearn_editor.bench.method_rows import default_registry
 from zerounlearn_editor.engine.hparams import HParamsError
 from zerounlearn_editor.engine.retired_keys import RETIRED_KEYS
+from zerounlearn_editor.harness.bench_config import RETIRED_METHODS, BenchConfigError, parse_methods
+from zerounlearn_editor.harness.method_rows import default_registry
 
 ROOT = REPO_ROOT
 # what each retired entry's message must point to (the replacement)
@@ -114,7 +114,7 @@ def test_zerounlearn_plus_r_is_refused_by_the_bench_and_utility_naming_gd_plus_r
 
 
 def test_utility_refuses_zerounlearn_plus_r_before_loading_anything(tmp_path):
-    from zerounlearn_editor.bench.utility import UtilityConfig, run_utility
+    from zerounlearn_editor.harness.utility import UtilityConfig, run_utility
 
     config = UtilityConfig(hparams=str(tmp_path / "missing.yaml"), tasks=["sst2"], methods=["ZeroUnlearn+R"],
                            out=str(tmp_path / "u.json"))
@@ -124,7 +124,7 @@ def test_utility_refuses_zerounlearn_plus_r_before_loading_anything(tmp_path):
 
 
 def test_speed_bench_refuses_lbfgs_before_loading_the_model(tmp_path, monkeypatch):
-    from zerounlearn_editor.bench import speed_bench
+    from zerounlearn_editor.harness import speed_bench
 
     monkeypatch.setattr(speed_bench, "_load_model", lambda *a, **k: pytest.fail("model loaded before the check"))
     cfg = speed_bench.SpeedConfig(hparams=str(ROOT / "hparams" / "ZeroUnlearn" / "SmolLM2-135M-Instruct.yaml"),

@@ -10,7 +10,7 @@ from zerounlearn_editor.support.plotting import pyplot, save_figure
 
 
 def test_without_matplotlib_one_warning_and_nothing_drawn(monkeypatch, caplog, tmp_path):
-    from zerounlearn_editor.bench.rounds_report import plot_rounds
+    from zerounlearn_editor.harness.rounds_report import plot_rounds
 
     real_import = builtins.__import__
 

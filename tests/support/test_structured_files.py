@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from zerounlearn_editor.bench.config import BenchConfigError
-from zerounlearn_editor.bench.runfile import load_runfile
 from zerounlearn_editor.data.record_files import RecordFileError, read_record_list
 from zerounlearn_editor.data.records import read_json_records
 from zerounlearn_editor.data.types import DataFormatError
 from zerounlearn_editor.engine.hparams import HParamsError, load_config_file
+from zerounlearn_editor.harness.bench_config import BenchConfigError
+from zerounlearn_editor.harness.runfile import load_runfile
 from zerounlearn_editor.support.structured_files import read_structured
 
 LOADERS = [

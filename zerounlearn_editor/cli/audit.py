@@ -5,8 +5,8 @@ import argparse
 from types import ModuleType
 from typing import Any
 
-from zerounlearn_editor.bench.config import default_audit_methods
 from zerounlearn_editor.cli.common import comma_list, comma_option, config_from_args
+from zerounlearn_editor.harness.bench_config import default_audit_methods
 
 
 def _int_list(text: str) -> tuple:
@@ -84,8 +84,8 @@ def settings_from_args(args: argparse.Namespace, prefix: str = "") -> Any:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from zerounlearn_editor.bench.audit import AuditConfig, run_audit
-    from zerounlearn_editor.bench.config import parse_method_hparams, parse_seeds
+    from zerounlearn_editor.harness.audit import AuditConfig, run_audit
+    from zerounlearn_editor.harness.bench_config import parse_method_hparams, parse_seeds
 
     config = config_from_args(
         AuditConfig, args, seeds=parse_seeds(args.seeds), methods=comma_list(args.methods),

@@ -6,15 +6,15 @@ import argparse
 from types import ModuleType
 from typing import Any
 
-from zerounlearn_editor.bench.config import default_methods, default_round_methods
 from zerounlearn_editor.cli.audit import add_probe_options, refuse_unused_probe_options, settings_from_args
 from zerounlearn_editor.cli.common import comma_list, comma_option, config_from_args
+from zerounlearn_editor.harness.bench_config import default_methods, default_round_methods
 from zerounlearn_editor.methods.registry import method_names
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from zerounlearn_editor.bench import BenchConfig, parse_method_hparams, parse_seeds, run_bench, run_runfile
-    from zerounlearn_editor.bench.config import DEFAULT_PPL_TOKENS
+    from zerounlearn_editor.harness import BenchConfig, parse_method_hparams, parse_seeds, run_bench, run_runfile
+    from zerounlearn_editor.harness.bench_config import DEFAULT_PPL_TOKENS
 
     if not args.audit:
         refuse_unused_probe_options(args, "audit-", "--audit")
@@ -48,7 +48,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         audit=settings_from_args(args, prefix="audit_") if args.audit else None,
     )
     if args.rounds is not None:
-        from zerounlearn_editor.bench.rounds import run_rounds
+        from zerounlearn_editor.harness.rounds import run_rounds
 
         summary = run_rounds(config, args.rounds)
         print(summary["table_markdown"])
@@ -106,7 +106,7 @@ def register(sub: Any, parents: ModuleType) -> None:
 
 
 def _cmd_bench_speed(args: argparse.Namespace) -> int:
-    from zerounlearn_editor.bench.speed_bench import SpeedConfig, parse_int_list, run_speed
+    from zerounlearn_editor.harness.speed_bench import SpeedConfig, parse_int_list, run_speed
 
     hparams = args.hparams or (
         "hparams/ZeroUnlearn/Llama-3.2-3B-Instruct.yaml" if args.random_config == "llama-3.2-3b"

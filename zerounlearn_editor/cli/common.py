@@ -31,10 +31,10 @@ def editing_methods_text() -> str:
 
 
 def bench_rows_help(lead: str) -> str:
-    """``lead`` followed by every bench row (``base`` and :func:`~zerounlearn_editor.bench.method_rows.row_names`,
+    """``lead`` followed by every bench row (``base`` and :func:`~zerounlearn_editor.harness.method_rows.row_names`,
     read from the method registry when the parser is built) and the bench-only rows, whose YAML only
     ``--method-hparams`` gives."""
-    from zerounlearn_editor.bench.method_rows import row_names
+    from zerounlearn_editor.harness.method_rows import row_names
     from zerounlearn_editor.methods.registry import registered_methods
 
     only = [e.name + s for e in registered_methods(baselines=True) for s, v in e.row_variants.items() if v is None]

@@ -164,7 +164,7 @@ def facts_to_trace(path: Union[str, Path]) -> List[Any]:
     """The facts of a ``zerounlearn unlearn`` facts file that have an answer, as trace facts (read before any
     model loads; errors name the file, record and field)."""
     from zerounlearn_editor.applications.unlearn import load_facts
-    from zerounlearn_editor.bench.trace import TraceFact
+    from zerounlearn_editor.harness.causal_trace import TraceFact
 
     facts = [TraceFact(r["prompt"], r["subject"], r["ground_truth"]) for r in load_facts(path) if r.get("ground_truth")]
     if not facts:
@@ -177,7 +177,7 @@ def auto_trace_facts(
 ) -> Tuple[List[Any], str]:
     """The facts ``--layers auto`` traces and a note saying how many were usable: the ``--facts`` (``given``) or
     ``--trace-data`` facts the model answers, at most ``--trace-n``; too few answered ones are refused."""
-    from zerounlearn_editor.bench.trace import answered_facts
+    from zerounlearn_editor.harness.causal_trace import answered_facts
 
     n = args.trace_n
     if given is not None:
@@ -206,7 +206,7 @@ def auto_trace_facts(
 
 
 def _cmd_init_hparams(args: argparse.Namespace) -> int:
-    from zerounlearn_editor.bench.trace import TraceSettings, suggest_window, trace_facts
+    from zerounlearn_editor.harness.causal_trace import TraceSettings, suggest_window, trace_facts
     from zerounlearn_editor.support.files import read_json
     from zerounlearn_editor.support.model_access import num_hidden_layers
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer

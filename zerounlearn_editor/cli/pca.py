@@ -5,13 +5,13 @@ import argparse
 from types import ModuleType
 from typing import Any
 
-from zerounlearn_editor.bench.config import default_pca_methods
 from zerounlearn_editor.cli.common import comma_list, config_from_args
+from zerounlearn_editor.harness.bench_config import default_pca_methods
 
 
 def _cmd_pca(args: argparse.Namespace) -> int:
-    from zerounlearn_editor.bench.config import parse_method_hparams
-    from zerounlearn_editor.bench.pca_shift import PcaConfig, run_pca
+    from zerounlearn_editor.harness.bench_config import parse_method_hparams
+    from zerounlearn_editor.harness.pca_shift import PcaConfig, run_pca
 
     result = run_pca(config_from_args(
         PcaConfig, args, methods=comma_list(args.methods),

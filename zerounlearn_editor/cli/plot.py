@@ -7,8 +7,8 @@ from typing import Any
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from zerounlearn_editor.bench.config import parse_seeds
-    from zerounlearn_editor.bench.summary_plot import collect_points, format_points, plot_summaries
+    from zerounlearn_editor.harness.bench_config import parse_seeds
+    from zerounlearn_editor.harness.summary_plot import collect_points, format_points, plot_summaries
 
     methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
     points = collect_points(args.summaries, methods, parse_seeds(args.seeds) if args.seeds else None)

@@ -1,5 +1,5 @@
 """``zerounlearn bench-scale batch|stream``: unlearning at scale
-(:mod:`zerounlearn_editor.bench.scale_batch`, :mod:`zerounlearn_editor.bench.scale_stream`)."""
+(:mod:`zerounlearn_editor.harness.scale_batch`, :mod:`zerounlearn_editor.harness.scale_stream`)."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,7 @@ BATCH_ONLY = ("target_chunk",)
 
 def _refuse_other_mode_options(args: argparse.Namespace) -> None:
     """A stream option given to ``batch`` (or the other way round) would be ignored: refuse it, naming it."""
-    from zerounlearn_editor.bench.config import BenchConfigError
+    from zerounlearn_editor.harness.bench_config import BenchConfigError
 
     other = STREAM_ONLY if args.mode == "batch" else BATCH_ONLY
     given = ["--" + name.replace("_", "-") for name in other if getattr(args, name) is not None]
@@ -22,10 +22,10 @@ def _refuse_other_mode_options(args: argparse.Namespace) -> None:
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    from zerounlearn_editor.bench.config import parse_seeds
-    from zerounlearn_editor.bench.scale_batch import run_scale_batch
-    from zerounlearn_editor.bench.scale_config import ScaleConfig
-    from zerounlearn_editor.bench.scale_stream import run_scale_stream
+    from zerounlearn_editor.harness.bench_config import parse_seeds
+    from zerounlearn_editor.harness.scale_batch import run_scale_batch
+    from zerounlearn_editor.harness.scale_config import ScaleConfig
+    from zerounlearn_editor.harness.scale_stream import run_scale_stream
 
     _refuse_other_mode_options(args)
     given = {name: getattr(args, name) for name in STREAM_ONLY + BATCH_ONLY if getattr(args, name) is not None}

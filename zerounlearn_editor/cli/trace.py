@@ -17,8 +17,8 @@ def trace_facts_for(model: Any, tok: Any, data: str, data_path: Optional[str], n
     """``n`` facts of ``data`` (shuffled with ``seed``) the model knows (or any, with ``include_unknown``)."""
     import random
 
-    from zerounlearn_editor.bench.trace import TraceFact, known_facts
     from zerounlearn_editor.data.datasets import load_cases
+    from zerounlearn_editor.harness.causal_trace import TraceFact, known_facts
 
     cases = list(load_cases(data, path=data_path))
     random.Random(seed).shuffle(cases)
@@ -39,7 +39,7 @@ def trace_facts_for(model: Any, tok: Any, data: str, data_path: Optional[str], n
 def _cmd_trace(args: argparse.Namespace) -> int:
     import json
 
-    from zerounlearn_editor.bench.trace import TraceSettings, plot_trace, trace_facts
+    from zerounlearn_editor.harness.causal_trace import TraceSettings, plot_trace, trace_facts
     from zerounlearn_editor.support.files import write_json_atomic
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 

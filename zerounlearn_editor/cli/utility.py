@@ -10,9 +10,9 @@ from zerounlearn_editor.cli.common import comma_list, comma_option, config_from_
 
 
 def _cmd_utility(args: argparse.Namespace) -> int:
-    from zerounlearn_editor.bench.config import parse_method_hparams
-    from zerounlearn_editor.bench.utility import UtilityConfig, format_utility_table, run_utility
     from zerounlearn_editor.evaluation.utility import parse_tasks
+    from zerounlearn_editor.harness.bench_config import parse_method_hparams
+    from zerounlearn_editor.harness.utility import UtilityConfig, format_utility_table, run_utility
 
     methods = comma_list(args.method)
     if methods and methods[0] != "base" and not args.no_base:

@@ -3,7 +3,7 @@
 Every consumer reads it: ``zerounlearn unlearn`` / ``demo`` (:func:`load_method`), ``init-hparams``'s
 ``--method`` choices, ``hparams_doc`` (the README key table, whose ``alg_name`` row lists the methods), the package's
 EasyEdit registration (:func:`~zerounlearn_editor.integrations.easyedit.register_with_easyedit`), the bench's
-rows, ``--methods`` help and defaults (:func:`~zerounlearn_editor.bench.method_rows.default_registry`) and the
+rows, ``--methods`` help and defaults (:func:`~zerounlearn_editor.harness.method_rows.default_registry`) and the
 speed bench. A new method is one :func:`register_method` call (here, for a shipped method, or in the method's own
 module): no consumer needs editing (the generated README key table and the CLI option pin are regenerated:
 CONTRIBUTING.md, "Adding a method"). An unknown name is an error listing the registered ones.

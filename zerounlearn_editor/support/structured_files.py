@@ -5,7 +5,7 @@ problem through the caller's own exception class, the message starting with what
 a traceback. Its callers: the hparams loader (:func:`zerounlearn_editor.engine.hparams.load_config_file`),
 the record files (:mod:`zerounlearn_editor.data.record_files`), the datasets
 (:func:`zerounlearn_editor.data.records.read_json_records`) and the bench's run files
-(:func:`zerounlearn_editor.bench.runfile.load_runfile`). Whether the file exists is the caller's check.
+(:func:`zerounlearn_editor.harness.runfile.load_runfile`). Whether the file exists is the caller's check.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ For the forgotten facts, before and after the edit, each probe gives the % of fa
 * rtt: the same fine-tuning on half of the forgotten facts (prompt and true answer), the other half measured;
 * RWKU's own levels when the data is RWKU.
 
-``zerounlearn audit`` runs it for the bench's methods (:mod:`zerounlearn_editor.bench.audit`);
+``zerounlearn audit`` runs it for the bench's methods (:mod:`zerounlearn_editor.harness.audit`);
 :func:`~.plan.build_plan` + :func:`~.suite.score_model` score any model.
 """
 from __future__ import annotations
