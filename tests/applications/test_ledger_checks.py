@@ -83,7 +83,6 @@ def _set_counts(ledger: dict) -> None:
 
 
 MALFORMED = [
-    ("state-list", lambda l: l.update(state=[]), "field state must be an object, got list []"),
     ("no-statistics", lambda l: l.pop("statistics"), "field statistics must be present, got missing"),
     ("base-null", lambda l: l.update(base_model=None), "field base_model must be an object, got null None"),
     ("edits-int", lambda l: l.update(edits=5), "field edits must be a list, got int 5"),

@@ -18,7 +18,6 @@ from tiny_models import tiny_hparams_dict
 from zerounlearn_editor.applications.ledger import LEDGER_NAME
 from zerounlearn_editor.applications.unlearn import REPORT_NAME
 from zerounlearn_editor.cli import main
-from zerounlearn_editor.engine.forgotten_state import STATE_FILE, load_state
 
 KNOWN = {"prompt": FACTS[0][0], "subject": FACTS[0][1], "answer": FACTS[0][2]}  # the capital of japan -> tokyo
 UNKNOWN = {"prompt": "the capital of france", "subject": "france", "answer": "london"}  # the model says "is"
@@ -116,10 +115,14 @@ def test_a_folder_whose_ledger_is_missing_is_refused_before_loading(setup, caplo
     _no_model_load(monkeypatch)
     out = root / "out-no-ledger"
     assert _run(root, "back.json", "--model", str(folder), "--out", str(out)) == 2
-    assert f"holds {STATE_FILE} and {REPORT_NAME} (an unlearn output) but no {LEDGER_NAME}" in caplog.text
-    (folder / STATE_FILE).unlink()  # the report alone is a trace too
-    assert _run(root, "back.json", "--model", str(folder), "--out", str(out)) == 2
     assert f"holds {REPORT_NAME} (an unlearn output) but no {LEDGER_NAME}" in caplog.text
+    # a folder written before issue 47 also held the retired experiment's state file: a trace too, alone or not
+    (folder / "forgotten_state.safetensors").write_bytes(b"state")
+    assert _run(root, "back.json", "--model", str(folder), "--out", str(out)) == 2
+    assert f"holds {REPORT_NAME} and forgotten_state.safetensors (an unlearn output)" in caplog.text
+    (folder / REPORT_NAME).unlink()
+    assert _run(root, "back.json", "--model", str(folder), "--out", str(out)) == 2
+    assert f"holds forgotten_state.safetensors (an unlearn output) but no {LEDGER_NAME}" in caplog.text
     (folder / LEDGER_NAME).mkdir()
     assert _run(root, "back.json", "--model", str(folder), "--out", str(out)) == 2
     assert f"{folder / LEDGER_NAME}: the ledger path is not a file" in caplog.text
@@ -168,5 +171,4 @@ def test_a_repeated_fact_is_edited_once_and_listed_once(setup, caplog):
     assert [f["edits"] for f in ledger["facts"]] == [[0, 1]] * 3 and len(ledger["edits"]) == 2
     # KNOWN, forgotten by edit 0 and not answered before edit 1, is still "forgotten" (answered before its first edit)
     assert [f["status"] for f in ledger["facts"]] == ["forgotten", "not_known", "no_answer"]
-    assert load_state(again / STATE_FILE).count == 6  # the state holds each edit's keys
     assert _run(root, "back.json", "--model", str(again), "--out", str(root / "again-2"), "--allow-came-back") == 0

@@ -217,28 +217,6 @@ def test_rounds_drop_neighbours_forgotten_in_any_round_and_guard_resume(ws, tok,
         )
 
 
-def test_lifelong_row_protects_within_the_rounds_and_leaves_no_state(ws, tok, tmp_path):
-    """ZeroUnlearn-GD+P (a -lifelong YAML): round 1 equals the plain row's, later rounds differ (protected), and
-    the model carries no state once the method is done."""
-    from zerounlearn_editor.engine.forgotten_state import model_state
-
-    config = tiny_hparams_dict(ws["root"] / "stats", ws["root"] / "corpus.jsonl", alg_name="ZeroUnlearn-GD",
-                               experimental={"forgotten_protection_weight": 1e4})
-    lifelong = tmp_path / "tiny-lifelong.yaml"
-    lifelong.write_text(yaml.safe_dump(config), encoding="utf-8")
-    model = tiny_llama(tok)
-    cfg = _config(ws, tmp_path / "out", ["ZeroUnlearn-GD", "ZeroUnlearn-GD+P"], n=2)
-    cfg.method_hparams = {"ZeroUnlearn-GD+P": str(lifelong)}
-    summary = run_rounds(cfg, 3, model=model, tok=tok)
-    assert model_state(model) is None
-    record = json.loads(rounds_path(tmp_path / "out", 1).read_text())
-    plain, protected = (record["methods"][m]["rounds"] for m in ("ZeroUnlearn-GD", "ZeroUnlearn-GD+P"))
-    assert plain[0]["metrics"] == {**protected[0]["metrics"], "edit_seconds": plain[0]["metrics"]["edit_seconds"]}
-    assert any(p["metrics"]["eff"] != q["metrics"]["eff"] or p["metrics"]["ppl"] != q["metrics"]["ppl"]
-               for p, q in zip(plain[1:], protected[1:]))
-    assert "### ZeroUnlearn-GD+P" in summary["table_markdown"]
-
-
 def test_rounds_name_the_setting_of_a_stored_seed_and_give_the_ppl_tokens_measured(ws, tok, tmp_path):
     """Issue 46 items 5 and 6 for the rounds bench: a stored seed file of other settings is refused naming the
     setting (it said only "another configuration"), and rounds.md gives the perplexity tokens measured (it gave

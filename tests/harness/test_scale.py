@@ -82,24 +82,10 @@ def ws(tmp_path_factory) -> Dict[str, Path]:
         yaml.safe_dump(tiny_hparams_dict(root / "stats", corpus, alg_name="ZeroUnlearn-GD", fluency_max_increase=None)),
         encoding="utf-8",
     )
-    lifelong = path.with_name("tiny-lifelong.yaml")
-    lifelong.write_text(
-        yaml.safe_dump(
-            tiny_hparams_dict(
-                root / "stats",
-                corpus,
-                alg_name="ZeroUnlearn-GD",
-                fluency_max_increase=None,
-                experimental={"forgotten_protection_weight": 1.0},
-            )
-        ),
-        encoding="utf-8",
-    )
     return {
         "data": write_tiny_counterfact(root / "cf.json"),
         "ppl": root / "ppl.txt",
         "hparams": path,
-        "lifelong": lifelong,
     }
 
 
@@ -198,34 +184,6 @@ def test_bad_settings_are_named(ws, tmp_path):
     twice = dataclasses.replace(_config(ws, tmp_path, [2]), hparams=[str(ws["hparams"])] * 2)
     with pytest.raises(BenchConfigError, match="share the file-name tag 'ZeroUnlearn-GD_tiny'"):
         run_scale_batch(twice)  # one row file for two YAMLs
-
-
-def test_lifelong_stream_carries_and_resumes_the_forgotten_state(ws, tok, tmp_path):
-    from safetensors.torch import load_file
-
-    from zerounlearn_editor.engine.forgotten_state import load_state, model_state
-
-    model = tiny_llama(tok)
-    fingerprint = ModelFingerprint.of(model)
-    tag = "ZeroUnlearn-GD_tiny-lifelong"
-    run_scale_stream(_config(ws, tmp_path / "whole", [2], "lifelong", rounds=3, eval_every=3), model=model, tok=tok)
-    folder = stream_dir(tmp_path / "whole", 1, tag)
-    assert [json.loads((folder / f"round_{k}.json").read_text())["forgotten_count"] for k in (1, 2, 3)] == [2, 4, 6]
-    assert sorted(p.name for p in folder.glob("forgotten_round_*")) == ["forgotten_round_3.safetensors"]
-    assert load_state(folder / "forgotten_round_3.safetensors").count == 6
-    assert model_state(model) is None and fingerprint.differences(model) == []
-
-    cut = tmp_path / "cut"
-    run_scale_stream(_config(ws, cut, [2], "lifelong", rounds=2, eval_every=3), model=model, tok=tok)
-    run_scale_stream(_config(ws, cut, [2], "lifelong", rounds=3, eval_every=3), model=model, tok=tok)
-    cut_folder = stream_dir(cut, 1, tag)
-    assert json.loads((cut_folder / "round_3.json").read_text())["forgotten_count"] == 6  # the state was loaded
-    a, b = (
-        load_file(str(folder / "weights_round_3.safetensors")),
-        load_file(str(cut_folder / "weights_round_3.safetensors")),
-    )
-    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
-    assert fingerprint.differences(model) == []
 
 
 def test_known_only_draws_known_cases_and_caches_the_selection(ws, tok, tmp_path, monkeypatch):

@@ -398,22 +398,6 @@ def test_sequential_edit_keeps_the_edits(easyedit, in_tmp: Path, tok) -> None:
 
 
 @pytest.mark.easyedit
-def test_sequential_edit_carries_the_forgotten_state(easyedit, in_tmp: Path, tok) -> None:
-    """Lifelong unlearning through EasyEdit: each kept edit adds its facts to the state on the model, and the
-    second edit is protected (its solve sees the first edit's keys)."""
-    from zerounlearn_editor.engine.forgotten_state import model_state
-
-    model, hparams = _tiny_setup(
-        in_tmp, tok, ZeroUnlearnGDHyperParams, "ZeroUnlearn-GD", experimental={"forgotten_protection_weight": 1e4}
-    )
-    editor, recorder = _make_editor(easyedit, hparams, model)
-    editor.edit(**_edit_args(forget_requests()[:2]), sequential_edit=True)
-    assert len(recorder.edited) == 2 and model_state(model).count == 2
-    editor.batch_edit(**_edit_args(forget_requests()[2:]), sequential_edit=True)
-    assert model_state(model).count == 3
-
-
-@pytest.mark.easyedit
 def test_batch_edit_runs_zerounlearn_once_for_all_requests(easyedit, in_tmp: Path, tok) -> None:
     requests = forget_requests()
     model, hparams = _tiny_setup(in_tmp, tok, batch_size=len(requests))

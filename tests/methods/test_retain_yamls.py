@@ -110,29 +110,6 @@ def test_deep_yamls_are_what_the_generator_writes():
         assert shipped == deep_text(paper.read_text(encoding="utf-8")), paper
 
 
-VARIANTS_DIR = REPO_ROOT / "benchmarks" / "scale" / "variants"
-
-
-def test_no_shipped_yaml_sets_the_lifelong_protection():
-    """The protection lost on report data: it is an experiment, and no file under hparams/ ships it."""
-    assert not [p for m in CLASSES for p in (ROOT / m).glob("*-lifelong*.yaml")]
-    for method in CLASSES:
-        for path in sorted((ROOT / method).glob("*.yaml")):
-            hp = CLASSES[method].from_hparams(path)
-            assert hp.forgotten_protection == 0 and not hp.tracks_forgotten(), path
-
-
-def test_the_lifelong_bench_variant_is_the_paper_yaml_with_the_experimental_protection():
-    """benchmarks/scale/variants/lifelong-paper.yaml (formerly hparams/.../SmolLM2-135M-Instruct-lifelong.yaml)
-    is the SmolLM2 paper YAML plus experimental.forgotten_protection_weight > 0, nothing else."""
-    paper = ZeroUnlearnGDHyperParams.from_hparams(ROOT / "ZeroUnlearn-GD" / "SmolLM2-135M-Instruct.yaml")
-    lifelong = ZeroUnlearnGDHyperParams.from_hparams(VARIANTS_DIR / "lifelong-paper.yaml")
-    assert paper.forgotten_protection == 0 and lifelong.forgotten_protection > 0
-    differing = {k for k, v in paper.to_dict().items() if lifelong.to_dict()[k] != v}
-    assert differing == {"experimental"}, differing
-    assert lifelong.experimental == {"forgotten_protection_weight": lifelong.forgotten_protection}
-
-
 MANY = sorted(p for p in (ROOT / "ZeroUnlearn-GD").glob("*-many.yaml") if "-retain" not in p.stem)  # not -retain-many
 MANY_KEYS = {"layers", "norm_weight", "orthogonality_weight", "target_objective", "v_early_stop_loss"}
 

@@ -35,7 +35,7 @@ REPLACEMENT = {
     "mom2_batch_size": "always reads 16 passages",
     "projection_eps": "exact projector P = I - V V^T",
     "gd_tolerance": "always stops at a relative change of 1e-10",
-    "forgotten_protection_weight": "move it under experimental:",
+    "forgotten_protection_weight": "delete the key",
 }
 
 
@@ -83,13 +83,60 @@ def test_a_baseline_keeps_its_own_field_of_a_retired_name():
     assert hp.replace(retain_weight=0.5).retain_weight == 0.5
 
 
+PROTECTION = "forgotten_protection_weight"
+PAPER_GD = ROOT / "hparams" / "ZeroUnlearn-GD" / "SmolLM2-135M-Instruct.yaml"
+
+
+@pytest.mark.parametrize("where", ["top level", "experimental"])
+@pytest.mark.parametrize("paper", [PAPER_GD, ROOT / "hparams" / "ZeroUnlearn" / "SmolLM2-135M-Instruct.yaml"],
+                         ids=["ZeroUnlearn-GD", "ZeroUnlearn"])
+def test_the_protection_experiment_is_refused_naming_file_key_and_branch(tmp_path, where, paper):
+    """Issue 47: the lifelong protection left the package; a YAML that still sets it (where the old versions
+    read it, under experimental:, or where they refused it, at the top level) fails naming the file, the key and
+    the branch the experiment lives on, and the numbers it lost on; 0 (off) too, since the key is gone."""
+    config = yaml.safe_load(paper.read_text(encoding="utf-8"))
+    for value in (1.0, 0.0):
+        config.pop(PROTECTION, None)
+        if where == "top level":
+            config[PROTECTION] = value
+        else:
+            config["experimental"] = {PROTECTION: value}
+        path = tmp_path / "protected.yaml"
+        path.write_text(yaml.safe_dump(config), encoding="utf-8")
+        cls = ZeroUnlearnGDHyperParams if "GD" in paper.parent.name else ZeroUnlearnHyperParams
+        with pytest.raises(HParamsError) as info:
+            cls.from_hparams(path)
+        message = str(info.value)
+        key = PROTECTION if where == "top level" else f"experimental.{PROTECTION}"
+        assert message.startswith(f"{path}: '{key}' was retired: "), message
+        assert "branch experiment/forgotten-protection" in message and "benchmarks/RESULTS.md" in message
+        assert "delete the key" in message and "-many.yaml" in message
+
+
+def test_unlearn_refuses_the_protection_experiment_before_loading_the_model(tmp_path, monkeypatch, caplog):
+    from zerounlearn_editor.cli import main
+
+    monkeypatch.setattr("zerounlearn_editor.support.model_zoo.load_model_and_tokenizer",
+                        lambda *a, **k: pytest.fail("model loaded before the check"))
+    config = yaml.safe_load(PAPER_GD.read_text(encoding="utf-8"))
+    config["experimental"] = {PROTECTION: 1.0}
+    hparams, facts, out = tmp_path / "lifelong.yaml", tmp_path / "facts.json", tmp_path / "out"
+    hparams.write_text(yaml.safe_dump(config), encoding="utf-8")
+    facts.write_text(json.dumps([{"prompt": "The capital of France is", "subject": "France", "answer": "Paris"}]),
+                     encoding="utf-8")
+    assert main(["unlearn", "--hparams", str(hparams), "--facts", str(facts), "--out", str(out), "--save", "model",
+                 "--no-progress"]) == 2
+    assert f"{hparams}: 'experimental.{PROTECTION}' was retired" in caplog.text
+    assert "experiment/forgotten-protection" in caplog.text and not out.exists()
+
+
 def test_experimental_keys_must_be_declared(tmp_path):
     base = tiny_hparams_dict(tmp_path, tmp_path / "c.jsonl", alg_name="ZeroUnlearn-GD")
     assert ZeroUnlearnGDHyperParams.from_dict(base).experimental == {}
     assert ZeroUnlearnGDHyperParams.from_dict(dict(base, experimental={})).experimental == {}
     with pytest.raises(
         HParamsError, match=r"unknown key\(s\) \['probe'\] under 'experimental' "
-        r"\(declared: \['fewshot_contexts', 'forgotten_protection_weight'\]\)"
+        r"\(declared: \['fewshot_contexts'\]\)"
     ):
         ZeroUnlearnGDHyperParams.from_dict(dict(base, experimental={"probe": 1.0}))
     with pytest.raises(HParamsError, match="'experimental'"):

@@ -1,8 +1,8 @@
 """``zerounlearn unlearn`` twice on its own output, SmolLM2 (slow): the second run keeps the first run's facts
 forgotten. Ten CounterFact facts SmolLM2 knows (``tests/fixtures/smollm2_known_counterfact.json``): five forgotten
-with the shipped ``hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct.yaml`` (no lifelong protection: it is an
-experiment, off by default) and ``--save model``, the other five by ``unlearn --model`` on that folder; the second
-folder's ledger lists all ten and carries the state of all ten, its ``C0`` is the base model's."""
+with the shipped ``hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct.yaml`` and ``--save model``, the other five by
+``unlearn --model`` on that folder; the second folder's ledger lists all ten, its ``C0`` is the base model's, and
+it holds no forgotten-facts state (issue 47: that experiment left the package)."""
 from __future__ import annotations
 
 import json
@@ -52,7 +52,7 @@ def test_unlearn_twice_keeps_the_first_runs_facts_forgotten(smollm2_path, smollm
     for name, chunk in (("first.json", first_facts), ("second.json", second_facts)):
         (tmp_path / name).write_text(json.dumps(chunk), encoding="utf-8")
     config = yaml.safe_load(Path(hparams_path("ZeroUnlearn-GD", "SmolLM2-135M-Instruct")).read_text())
-    assert "experimental" not in config  # the shipped YAML, protection off
+    assert "experimental" not in config  # the shipped YAML
     config.update(stats_dir=str(smollm2_stats_dir), model_name=str(smollm2_path))
     hparams = tmp_path / "paper.yaml"
     hparams.write_text(yaml.safe_dump(config), encoding="utf-8")
@@ -67,8 +67,8 @@ def test_unlearn_twice_keeps_the_first_runs_facts_forgotten(smollm2_path, smollm
     ledger = json.loads((second / LEDGER_NAME).read_text(encoding="utf-8"))
     assert [f["prompt"] for f in ledger["facts"]] == [f["prompt"] for f in facts]
     assert ledger["statistics"]["model_name"] == "SmolLM2-135M-Instruct"
-    assert [e["forgotten_protection_weight"] for e in ledger["edits"]] == [0.0, 0.0]
-    assert ledger["state"]["count"] == 10 and (second / ledger["state"]["file"]).is_file()  # carried: can opt in
+    assert len(ledger["edits"]) == 2 and "state" not in ledger
+    assert sorted(p.name for p in second.glob("*.safetensors")) == ["model.safetensors"]
     assert not (smollm2_stats_dir / "first").exists()  # C0 was not recomputed from the edited model
     (after_first,) = _accuracy(first, first_facts)
     kept, new = _accuracy(second, first_facts, second_facts)

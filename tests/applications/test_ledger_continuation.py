@@ -1,5 +1,6 @@
-"""Lifelong unlearning across processes: ``zerounlearn unlearn --save model`` writes a ledger, ``unlearn --model``
-on that folder continues from it (tiny Llama on disk), and every way a continuation can be wrong is refused."""
+"""Unlearning across processes: ``zerounlearn unlearn --save model`` writes a ledger, ``unlearn --model`` on that
+folder continues from it (tiny Llama on disk), every way a continuation can be wrong is refused, and a folder the
+version with the forgotten-facts protection experiment wrote (its state file beside the ledger) still continues."""
 from __future__ import annotations
 
 import hashlib
@@ -18,9 +19,9 @@ import yaml
 
 from tiny_models import CORPUS, REPO_ROOT, saved_tiny_llama, tiny_hparams_dict, tiny_llama, tiny_tokenizer
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model
-from zerounlearn_editor.applications.ledger import LEDGER_NAME, ledger_hash
+from zerounlearn_editor.applications.ledger import LEDGER_NAME, REPORT_NAME, ledger_hash
+from zerounlearn_editor.applications.ledger_files import FILES_KEY
 from zerounlearn_editor.cli import main
-from zerounlearn_editor.engine.forgotten_state import STATE_FILE, load_state, model_state
 from zerounlearn_editor.support.output_dir import TEMP_TAG
 
 FACTS_1 = [{"prompt": "the capital of france is", "subject": "france", "answer": "paris"},
@@ -32,20 +33,18 @@ FACTS_2 = [{"prompt": "the capital of italy is", "subject": "italy", "answer": "
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    """A tiny base model folder, facts files, a lifelong GD YAML (and variants) and a first ``--save model`` run."""
-    root = tmp_path_factory.mktemp("lifelong")
+    """A tiny base model folder, facts files, a GD YAML (and variants) and a first ``--save model`` run."""
+    root = tmp_path_factory.mktemp("ledger")
     base, corpus = saved_tiny_llama(root, "tiny-base")
     (root / "ppl.txt").write_text(" ".join(CORPUS), encoding="utf-8")
     for name, facts in (("facts1.json", FACTS_1), ("facts2.json", FACTS_2)):
         (root / name).write_text(json.dumps(facts), encoding="utf-8")
     yamls = {}
     common = dict(model_name=str(base), nullspace_threshold=1e-2, norm_weight=0.1, fluency_max_increase=None)
-    protected = {"experimental": {"forgotten_protection_weight": 1e4}}
-    for key, alg, extra in (("gd", "ZeroUnlearn-GD", protected),
-                            ("layers", "ZeroUnlearn-GD", dict(protected, layers=[2, 3])),
+    for key, alg, extra in (("gd", "ZeroUnlearn-GD", {}),
+                            ("layers", "ZeroUnlearn-GD", dict(layers=[2, 3])),
                             ("zu", "ZeroUnlearn", {}),
-                            ("paper", "ZeroUnlearn-GD", {}),
-                            ("other_stats", "ZeroUnlearn-GD", protected)):
+                            ("other_stats", "ZeroUnlearn-GD", {})):
         stats = root / ("empty_stats" if key == "other_stats" else "stats")
         config = tiny_hparams_dict(stats, corpus, alg_name=alg, **common, **extra)
         if alg == "ZeroUnlearn":
@@ -76,7 +75,7 @@ def _hashes(folder: Path) -> dict:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
-def test_first_run_writes_a_ledger_with_the_state(setup):
+def test_first_run_writes_a_ledger_beside_the_model_and_no_state_file(setup):
     root, base, yamls, _, first = setup
     ledger = _ledger(first)
     assert ledger["method"] == "ZeroUnlearn-GD" and ledger["layers"] == [1, 2] and ledger["saved"] == "model"
@@ -87,12 +86,16 @@ def test_first_run_writes_a_ledger_with_the_state(setup):
     assert ledger["base_model"]["name"] == str(base) and ledger["base_model"]["basename"] == "tiny-base"
     assert ledger["statistics"]["model_name"] == "tiny-base" and set(ledger["statistics"]["files"]) == {"1", "2"}
     assert ledger["ledger_sha256"] == ledger_hash(ledger)
-    state = load_state(first / STATE_FILE, ledger["state"]["sha256"])
-    assert state.count == 3 and state.layers == (1, 2) and float(state.moments[1].trace()) > 0
+    # issue 47: the folder holds the model, its tokenizer, the ledger and the report; no forgotten-facts state
+    assert "state" not in ledger and "forgotten_protection_weight" not in ledger["edits"][0]
+    assert not (first / "forgotten_state.safetensors").exists()
+    assert sorted(p.name for p in first.glob("*.safetensors")) == ["model.safetensors"]
+    assert set(ledger[FILES_KEY]) == {"config.json", "model.safetensors"}
+    assert {LEDGER_NAME, REPORT_NAME, "config.json", "model.safetensors"} <= {p.name for p in first.iterdir()}
 
 
 def test_continuing_equals_the_sequential_edit_in_one_process(setup):
-    """unlearn --model FIRST on new facts == the same two edits in one process (state, base C0, protection)."""
+    """unlearn --model FIRST on new facts == the same two edits in one process (base C0, the same prefixes)."""
     root, base, yamls, tok, first = setup
     second = root / "second"
     assert _run(root, yamls["gd"], "facts2.json", "--model", str(first), "--out", str(second), "--save", "model") == 0
@@ -100,7 +103,7 @@ def test_continuing_equals_the_sequential_edit_in_one_process(setup):
     assert [f["prompt"] for f in ledger["facts"]] == [f["prompt"] for f in FACTS_1 + FACTS_2]
     assert [f["edit"] for f in ledger["facts"]] == [0, 0, 0, 1, 1] and len(ledger["edits"]) == 2
     assert ledger["base_model"] == _ledger(first)["base_model"]
-    assert load_state(second / STATE_FILE).count == 5
+    assert not list(second.glob("forgotten_*"))
     # C0 came from the base model's cache: nothing was computed for the edited folders
     assert sorted(p.name for p in (root / "stats").iterdir()) == ["tiny-base"]
 
@@ -112,50 +115,11 @@ def test_continuing_equals_the_sequential_edit_in_one_process(setup):
     model, _ = apply_zerounlearn_gd_to_model(model, tok, requests, hp, progress=False)
     requests = [{"prompt": f["prompt"], "subject": f["subject"], "ground_truth": f["answer"]} for f in FACTS_2]
     model, _ = apply_zerounlearn_gd_to_model(model, tok, requests, hp, progress=False)
-    assert model_state(model).count == 5
     for layer in (1, 2):
         in_process = model.model.layers[layer].mlp.down_proj.weight.detach()
         saved = _down_proj(second, layer)
         assert float((saved - in_process).norm() / in_process.norm()) < 1e-6
         assert float((saved - _down_proj(first, layer)).norm()) > 1e-4 * float(saved.norm())  # round 2 edited
-
-
-def test_without_the_protection_the_ledger_and_the_state_are_still_carried(setup, caplog):
-    """Weight 0 (no ``experimental.forgotten_protection_weight``, as every shipped YAML): the ledger lists the union,
-    the state is written and carried, the continuation equals the same two unprotected edits in one process, and a
-    later run can opt in from that folder."""
-    root, base, yamls, _, _ = setup
-    one, two, opted = root / "paper-one", root / "paper-two", root / "paper-then-protected"
-    assert _run(root, yamls["paper"], "facts1.json", "--out", str(one), "--save", "model") == 0
-    assert [e["forgotten_protection_weight"] for e in _ledger(one)["edits"]] == [0.0]
-    assert load_state(one / STATE_FILE).count == 3
-    caplog.set_level(logging.WARNING)
-    assert _run(root, yamls["paper"], "facts2.json", "--model", str(one), "--out", str(two), "--save", "model") == 0
-    assert "the 3 fact(s) earlier edits forgot are not protected by this edit" in caplog.text
-    ledger = _ledger(two)
-    assert [f["prompt"] for f in ledger["facts"]] == [f["prompt"] for f in FACTS_1 + FACTS_2]
-    assert [e["forgotten_protection_weight"] for e in ledger["edits"]] == [0.0, 0.0]
-    assert load_state(two / STATE_FILE).count == 5
-
-    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
-
-    hp = ZeroUnlearnGDHyperParams.from_hparams(yamls["paper"])
-    assert hp.forgotten_protection == 0.0
-    model, tok = load_model_and_tokenizer(str(base))
-    for facts in (FACTS_1, FACTS_2):
-        requests = [{"prompt": f["prompt"], "subject": f["subject"], "ground_truth": f["answer"]} for f in facts]
-        model, _ = apply_zerounlearn_gd_to_model(model, tok, requests, hp, progress=False)
-    assert model_state(model) is None  # nothing tracked in process at weight 0
-    for layer in (1, 2):
-        in_process = model.model.layers[layer].mlp.down_proj.weight.detach()
-        assert float((_down_proj(two, layer) - in_process).norm() / in_process.norm()) < 1e-6
-    # opting in later: the unprotected folder's state protects its facts in the next edit
-    assert _run(root, yamls["gd"], "facts2.json", "--model", str(one), "--out", str(opted), "--save", "model") == 0
-    assert [e["forgotten_protection_weight"] for e in _ledger(opted)["edits"]] == [0.0, 1e4]
-    assert load_state(opted / STATE_FILE).count == 5
-    moved = max(float((_down_proj(opted, layer) - _down_proj(two, layer)).norm() / _down_proj(two, layer).norm())
-                for layer in (1, 2))
-    assert moved > 1e-2, moved  # 0.23 measured: the protection changed the second edit
 
 
 def _copy_first(setup, name: str) -> Path:
@@ -181,31 +145,57 @@ def test_a_tampered_ledger_is_refused(setup, caplog):
     _refused(setup, caplog, folder, "does not match its ledger_sha256")
 
 
-def test_an_altered_or_missing_state_file_is_refused(setup, caplog):
-    folder = _copy_first(setup, "altered-state")
-    state = folder / STATE_FILE
-    data = bytearray(state.read_bytes())
-    data[-1] ^= 1
-    state.write_bytes(bytes(data))
-    _refused(setup, caplog, folder, "sha256 differs from the one the ledger records")
-    state.unlink()
-    _refused(setup, caplog, folder, "state file is missing")
+def _as_written_before_issue_47(folder: Path) -> None:
+    """Make ``folder`` what the version with the protection experiment (commit bc98db8) wrote: a state file
+    beside the ledger (not one of the files the ledger vouches for), the ledger's ``state`` field naming it and a
+    protection weight per edit (format zerounlearn-ledger/2 then too), its ``ledger_sha256`` recomputed."""
+    state = folder / "forgotten_state.safetensors"
+    state.write_bytes(b"a state of the earlier forget keys")  # never read now
+    ledger = _ledger(folder)
+    assert ledger["format"] == "zerounlearn-ledger/2"
+    ledger["state"] = {"file": state.name, "sha256": hashlib.sha256(state.read_bytes()).hexdigest(),
+                       "count": len(ledger["facts"])}
+    for edit in ledger["edits"]:
+        edit["forgotten_protection_weight"] = 1.0
+    ledger["ledger_sha256"] = ledger_hash(ledger)
+    (folder / LEDGER_NAME).write_text(json.dumps(ledger, indent=1), encoding="utf-8")
+
+
+def test_a_folder_with_the_retired_state_file_continues_and_the_state_is_ignored(setup, caplog):
+    """An old folder (state file and field of the retired experiment) continues as the same folder without them
+    would: the same ledger facts and statuses, the same weights; the note says the state is ignored, and the new
+    folder holds no state file."""
+    root, _, yamls, _, first = setup
+    old = _copy_first(setup, "old-version")
+    _as_written_before_issue_47(old)
+    caplog.set_level(logging.INFO)
+    from_old, from_new = root / "from-old", root / "from-new"
+    assert _run(root, yamls["gd"], "facts2.json", "--model", str(old), "--out", str(from_old), "--save", "model") == 0
+    assert "forgotten_state.safetensors and the ledger's state field" in caplog.text
+    assert "are ignored" in caplog.text and "experiment/forgotten-protection" in caplog.text
+    assert _run(root, yamls["gd"], "facts2.json", "--model", str(first), "--out", str(from_new), "--save", "model") == 0
+    a, b = _ledger(from_old), _ledger(from_new)
+    assert "state" not in a and not (from_old / "forgotten_state.safetensors").exists()
+    assert [(f["prompt"], f["status"]) for f in a["facts"]] == [(f["prompt"], f["status"]) for f in b["facts"]]
+    assert a["edits"][0]["forgotten_protection_weight"] == 1.0  # the old edit's record, as it was
+    assert "forgotten_protection_weight" not in a["edits"][1]
+    for layer in (1, 2):
+        assert torch.equal(_down_proj(from_old, layer), _down_proj(from_new, layer))
 
 
 def test_another_method_or_layer_set_is_refused(setup, caplog):
     root, _, _, _, first = setup
     _refused(setup, caplog, first, "continue with the same method", yaml_key="zu")
-    _refused(setup, caplog, first, "needs the same layers", yaml_key="layers")
+    _refused(setup, caplog, first, "a ledger records the edits of one set of modules", yaml_key="layers")
 
 
 def test_a_foreign_base_model_is_refused(setup, caplog):
-    """The ledger and state of FIRST beside another model: its unedited modules are not the base's."""
+    """The ledger of FIRST beside another model: its unedited modules are not the base's."""
     root, _, _, tok, first = setup
     folder = root / "foreign"
     tiny_llama(tok, seed=7).save_pretrained(folder)
     tok.save_pretrained(folder)
-    for name in (LEDGER_NAME, STATE_FILE):
-        shutil.copy(first / name, folder / name)
+    shutil.copy(first / LEDGER_NAME, folder / LEDGER_NAME)
     _refused(setup, caplog, folder, "model.safetensors differs from the one the ledger recorded")
 
 
@@ -229,7 +219,7 @@ def test_an_adapter_folder_is_refused_with_the_way_to_go_on(setup, caplog):
     root, _, yamls, _, _ = setup
     adapter = root / "adapter"
     assert _run(root, yamls["gd"], "facts1.json", "--out", str(adapter), "--save", "adapter") == 0
-    assert _ledger(adapter)["saved"] == "adapter" and (adapter / STATE_FILE).is_file()
+    assert _ledger(adapter)["saved"] == "adapter" and not list(adapter.glob("forgotten_*"))
     _refused(setup, caplog, adapter, "continuing from an adapter folder is not supported")
 
 
@@ -253,7 +243,7 @@ def test_a_run_killed_while_saving_leaves_the_earlier_folder_whole(setup):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-c", KILLER, *args], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-    assert _hashes(folder) == before  # model, ledger and state as the earlier run wrote them
+    assert _hashes(folder) == before  # model and ledger as the earlier run wrote them
     leftovers = [p for p in root.iterdir() if p.name.startswith(f".killed{TEMP_TAG}")]
     assert leftovers and (leftovers[0] / "model.safetensors").is_file()  # it was killed mid-save
     # the next run continues from the whole folder (and removes the killed run's leftovers)
