@@ -3,29 +3,30 @@
 Beside the edited model, :data:`LEDGER_NAME` (JSON) records every fact an edit of the folder's chain targeted
 (prompt, subject, answer, which edits, and its status as of the latest edit: forgotten, not known before, still
 answered, taught, came back or no answer; :mod:`~zerounlearn_editor.applications.fact_status`), each edit (time,
-YAML name and content hash, facts file, protection weight), the method, module template and layers, the base
+YAML name and content hash, facts file), the method, module template and layers, the base
 model (its name and fingerprint, and the fingerprint of its unedited modules), the statistics ``C0`` were read
 from (the base model's cache files: their names, token counts and model fingerprint), the context prefixes sampled
 from the base model (every edit uses the same), the fingerprint and weights digest of the saved model, the sha256
 of each of its weight files and its config (in full, checked before a continued run loads the model:
-:mod:`~zerounlearn_editor.applications.ledger_files`), and the carried state
-(:mod:`~zerounlearn_editor.engine.forgotten_state`, :data:`~zerounlearn_editor.engine.forgotten_state.STATE_FILE`)
-with its sha256. ``ledger_sha256`` hashes everything else: a ledger edited by hand is refused, and so is one whose
-fields do not have the shape a ledger has (:mod:`~zerounlearn_editor.applications.ledger_schema`).
+:mod:`~zerounlearn_editor.applications.ledger_files`). ``ledger_sha256`` hashes everything else: a ledger edited by
+hand is refused, and so is one whose fields do not have the shape a ledger has
+(:mod:`~zerounlearn_editor.applications.ledger_schema`).
 
 ``zerounlearn unlearn --model DIR`` on such a folder continues (:func:`read_continuation` before the model
 loads, :meth:`Continuation.check_model` after): same method, module and layers, the folder's weights the ones
-the ledger recorded, ``C0`` from the base model's cache files (never recomputed from the edited model); the
-state reaches the solve, and the new folder's ledger lists the union, every earlier fact re-scored on the edited
-model (one record a fact: a fact edited again keeps its record). A folder with a trace of an unlearn output (the
-state file or report) but no ledger file is refused, not taken as a base model. Anything else is refused with a
+the ledger recorded, ``C0`` from the base model's cache files (never recomputed from the edited model); the new
+folder's ledger lists the union, every earlier fact re-scored on the edited model (one record a fact: a fact edited
+again keeps its record). A folder written before the protection experiment left the package holds its state
+(:data:`~zerounlearn_editor.engine.retired_keys.RETIRED_STATE_FILE`, the ledger's ``state`` field): it is continued,
+the state ignored with a logged note. A folder with a trace of an unlearn output (the report, or that old state
+file) but no ledger file is refused, not taken as a base model. Anything else is refused with a
 :class:`LedgerError` saying why. The ledger is written inside the run's staging folder
 (:mod:`zerounlearn_editor.support.output_dir`), so a folder holds a model and its ledger whole or is as it was.
 An adapter folder (``--save adapter``) carries a ledger too, but is not continued from (see :data:`ADAPTER_HINT`).
 """
 from __future__ import annotations
 
-import dataclasses
+import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -40,15 +41,8 @@ from zerounlearn_editor.applications.fact_status import edit_count
 from zerounlearn_editor.applications.ledger_files import FILES_KEY, check_weight_files, weight_files_sha256
 from zerounlearn_editor.applications.ledger_schema import check_ledger_schema
 from zerounlearn_editor.engine.contexts import cached_context_prefixes, restore_context_prefixes
-from zerounlearn_editor.engine.forgotten_state import (
-    STATE_FILE,
-    ForgottenState,
-    ForgottenStateError,
-    edited_weights_digest,
-    load_state,
-    save_state,
-)
 from zerounlearn_editor.engine.hparams import EditHyperParams
+from zerounlearn_editor.engine.retired_keys import RETIRED_STATE_FILE, RETIRED_STATE_NOTE
 from zerounlearn_editor.engine.stats import (
     SecondMoment,
     StatsCacheError,
@@ -60,7 +54,7 @@ from zerounlearn_editor.engine.stats import (
     stats_path,
 )
 from zerounlearn_editor.support.files import sha256_of_file, sha256_of_json, write_text_atomic
-from zerounlearn_editor.support.model_access import get_module
+from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
 
 LOG = logging.getLogger(__name__)
 
@@ -75,8 +69,26 @@ class LedgerError(ValueError):
     """A ledger cannot be continued from (the message names the folder and the reason)."""
 
 
+_DIGEST_SAMPLES = 4096
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def edited_weights_digest(model: nn.Module, module_tmp: str, layers: Sequence[int]) -> str:
+    """A digest of the edited weights (``_DIGEST_SAMPLES`` evenly spaced values of each, exact bits): equal
+    weights give equal digests; an edit changes it (the ledger's ``weights_digest``)."""
+    digest = hashlib.blake2b(digest_size=12)
+    with torch.no_grad():
+        for layer in sorted(layers):
+            W = get_weight_matrix(get_module(model, module_tmp.format(layer))).detach().reshape(-1)
+            count = min(_DIGEST_SAMPLES, W.numel())
+            index = torch.arange(count, dtype=torch.int64, device=W.device) * (W.numel() - 1) // max(count - 1, 1)
+            sample = W[index].to(torch.float64).cpu()
+            digest.update(f"{layer}|{tuple(W.shape)}|".encode())
+            digest.update(sample.numpy().tobytes())
+    return digest.hexdigest()
 
 
 def ledger_hash(ledger: Mapping[str, Any]) -> str:
@@ -98,11 +110,10 @@ def statistics_record(hparams: EditHyperParams, base_name: str, corpus: Optional
 
 @dataclass
 class Continuation:
-    """A checked ledger of the folder ``folder`` and its state (:func:`read_continuation`)."""
+    """A checked ledger of the folder ``folder`` (:func:`read_continuation`)."""
 
     folder: Path
     ledger: Dict[str, Any]
-    state: ForgottenState
 
     def check_model(self, model: nn.Module, hparams: EditHyperParams, corpus: Optional[str]) -> Dict[int, SecondMoment]:
         """Check the loaded model is the folder's (base and edited weights) and return the base model's ``C0``
@@ -126,7 +137,7 @@ class Continuation:
         if changed:
             raise LedgerError(
                 f"{where}: the edited weights differ from the ones the ledger recorded (the model was changed after "
-                "the ledger was written); the ledger's facts and state do not describe it")
+                "the ledger was written); the ledger's facts do not describe it")
         return self._base_statistics(model, hparams, corpus)
 
     def _base_statistics(
@@ -169,15 +180,13 @@ class Continuation:
                 LOG.warning("%s: %d tokens, the earlier edits used %d (recomputed since?)", path, stat.count, count)
             out[layer] = stat
         LOG.info("continuing from %s: %d fact(s) forgotten by %d earlier edit(s); C0 of the base model %r",
-                 self.folder, self.state.count, len(self.ledger["edits"]), recorded["model_name"])
+                 self.folder, edit_count(self.ledger["facts"]), len(self.ledger["edits"]), recorded["model_name"])
         return out
 
-    def state_for(self, model: nn.Module) -> ForgottenState:
-        """The carried state, bound to ``model``'s edited weights (after :meth:`check_model`). Also caches the
-        context prefixes the earlier edits used on ``model`` (sampled from the base model, as in one process)."""
+    def restore_prefixes(self, model: nn.Module) -> None:
+        """Cache on ``model`` (after :meth:`check_model`) the context prefixes the earlier edits used (sampled from
+        the base model, as in one process)."""
         restore_context_prefixes(model, self.ledger.get("context_prefixes", []))
-        return dataclasses.replace(self.state, weights_digest=edited_weights_digest(
-            model, self.state.module_tmp, self.state.layers))
 
 
 def _weights_dtype(model: nn.Module, hparams: EditHyperParams) -> str:
@@ -202,8 +211,9 @@ def _load_ledger(folder: Path) -> Dict[str, Any]:
 
 REPORT_NAME = "unlearn_report.json"
 """The report ``zerounlearn unlearn`` writes into ``--out`` (:mod:`zerounlearn_editor.applications.unlearn`)."""
-UNLEARN_TRACES = (STATE_FILE, REPORT_NAME)
-"""Files an ``unlearn`` output folder holds beside its ledger: either one without the ledger means it went missing."""
+UNLEARN_TRACES = (REPORT_NAME, RETIRED_STATE_FILE)
+"""Files an ``unlearn`` output folder holds beside its ledger (the second: written before the protection experiment
+left the package): either one without the ledger means it went missing."""
 
 
 def _has_ledger(folder: Path) -> bool:
@@ -230,7 +240,7 @@ def check_out_ledger(out_dir: Path, continuation: Optional[Continuation], replac
     is not that folder): writing would replace its record of earlier edits. ``replace`` (``--replace-ledger``):
     warn and go on."""
     path = Path(out_dir) / LEDGER_NAME
-    if not (path.exists() or (Path(out_dir) / STATE_FILE).exists()):
+    if not (path.exists() or (Path(out_dir) / RETIRED_STATE_FILE).exists()):
         return
     if continuation is not None and continuation.folder.resolve() == Path(out_dir).resolve():
         return
@@ -255,7 +265,8 @@ def edit_time() -> str:
 
 def read_continuation(model_name: Optional[str], hparams: EditHyperParams) -> Optional[Continuation]:
     """The ledger of ``model_name`` when it is a folder holding one (else None), checked against ``hparams``
-    before any model loads: format and hash, method, module and layers, the state file and its sha256."""
+    before any model loads: format and hash, method, module and layers (an old folder's state of the retired
+    protection experiment is ignored, with a note)."""
     if model_name is None:
         return None
     folder = Path(model_name).expanduser()
@@ -268,22 +279,15 @@ def read_continuation(model_name: Optional[str], hparams: EditHyperParams) -> Op
     if ledger["method"] != hparams.alg_name:
         raise LedgerError(
             f"{where}: its ledger records {len(ledger['facts'])} fact(s) forgotten with {ledger['method']}; this YAML "
-            f"is {hparams.alg_name}: continue with the same method (the carried state belongs to its edits)")
+            f"is {hparams.alg_name}: continue with the same method (a ledger records the edits of one method)")
     if ledger["rewrite_module_tmp"] != hparams.rewrite_module_tmp or ledger["layers"] != list(hparams.layers):
         raise LedgerError(
             f"{where}: the earlier edits changed {ledger['rewrite_module_tmp']!r} layers {ledger['layers']}; this YAML "
-            f"edits {hparams.rewrite_module_tmp!r} layers {list(hparams.layers)}: the protection of earlier facts "
-            "needs the same layers (use the YAML of the earlier edits)")
-    if ledger["state"].get("file") != STATE_FILE:
-        raise LedgerError(f"{where}: the ledger names state file {ledger['state'].get('file')!r}, not {STATE_FILE!r}")
-    try:
-        state = load_state(folder / STATE_FILE, ledger["state"]["sha256"])
-    except ForgottenStateError as exc:
-        raise LedgerError(f"{where}: {exc}") from exc
-    if state.count != edit_count(ledger["facts"]) or list(state.layers) != ledger["layers"]:
-        raise LedgerError(f"{where}: the state file holds {state.count} fact(s) of layers {list(state.layers)}, the "
-                          f"ledger lists {edit_count(ledger['facts'])} of layers {ledger['layers']}")
-    return Continuation(folder, ledger, state)
+            f"edits {hparams.rewrite_module_tmp!r} layers {list(hparams.layers)}: a ledger records the edits of one "
+            "set of modules (use the YAML of the earlier edits)")
+    if "state" in ledger or (folder / RETIRED_STATE_FILE).exists():
+        LOG.info("%s: %s", where, RETIRED_STATE_NOTE)
+    return Continuation(folder, ledger)
 
 
 def build_ledger(
@@ -299,14 +303,13 @@ def build_ledger(
     saved: str,
     time: str,
 ) -> Dict[str, Any]:
-    """The ledger after this edit (without its state fields: :func:`write_ledger` adds them). ``records``: every
+    """The ledger after this edit (without its files' hashes: :func:`write_ledger` adds them). ``records``: every
     fact after this edit, with its status (:func:`~zerounlearn_editor.applications.fact_status.merged_facts`);
     ``time``: this edit's (:func:`edit_time`, as in the records)."""
     hparams_file = Path(hparams_file)
     index = len(previous.ledger["edits"]) if previous is not None else 0
     edit = {"time": time, "hparams_file": hparams_file.name, "hparams_sha256": sha256_of_file(hparams_file),
-            "facts_file": Path(facts_file).name, "n_facts": sum(r["edit"] == index for r in records),
-            "forgotten_protection_weight": hparams.forgotten_protection}
+            "facts_file": Path(facts_file).name, "n_facts": sum(r["edit"] == index for r in records)}
     if previous is None:
         base_name = model_basename(model)
         base = {"name": model_name, "basename": base_name,
@@ -331,17 +334,15 @@ def build_ledger(
             "weights_dtype": _weights_dtype(model, hparams)}
 
 
-def write_ledger(folder: Path, ledger: Dict[str, Any], state: ForgottenState) -> Path:
-    """Write the state file and the ledger (with the state's name, sha256 and count, and ``ledger_sha256``) into
-    ``folder`` (the run's staging folder); returns the ledger's path."""
-    if state.count != edit_count(ledger["facts"]):
-        raise ValueError(f"the state holds {state.count} fact(s), the ledger lists {edit_count(ledger['facts'])}")
-    path, sha = save_state(state, folder)
-    ledger = dict(ledger, state={"file": path.name, "sha256": sha, "count": state.count})
+def write_ledger(folder: Path, ledger: Dict[str, Any]) -> Path:
+    """Write the ledger (with the sha256 of the saved model's files and ``ledger_sha256``) into ``folder`` (the
+    run's staging folder); returns the ledger's path."""
+    ledger = dict(ledger)
     ledger[FILES_KEY] = weight_files_sha256(folder)  # the saved model's files, whole
     ledger["ledger_sha256"] = ledger_hash(ledger)
     return write_text_atomic(folder / LEDGER_NAME, json.dumps(ledger, indent=1) + "\n")
 
 
-__all__ = ["ADAPTER_HINT", "Continuation", "LEDGER_NAME", "LedgerError", "REPORT_NAME", "STATE_FILE", "UNLEARN_TRACES",
-           "build_ledger", "check_out_ledger", "edit_time", "read_continuation", "write_ledger"]
+__all__ = ["ADAPTER_HINT", "Continuation", "LEDGER_NAME", "LedgerError", "REPORT_NAME", "UNLEARN_TRACES",
+           "build_ledger", "check_out_ledger", "edit_time", "edited_weights_digest", "read_continuation",
+           "write_ledger"]

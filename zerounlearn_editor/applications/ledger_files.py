@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, Mapping, Type
 
+from zerounlearn_editor.engine.retired_keys import RETIRED_STATE_FILE
 from zerounlearn_editor.support.files import sha256_of_file
 
 FILES_KEY = "files_sha256"
@@ -19,13 +20,14 @@ FILES_KEY = "files_sha256"
 
 def _is_vouched(path: Path) -> bool:
     name = path.name
-    return path.is_file() and (name.endswith(".safetensors") and name != "forgotten_state.safetensors"
+    return path.is_file() and (name.endswith(".safetensors") and name != RETIRED_STATE_FILE
                                or name in ("config.json", "model.safetensors.index.json"))
 
 
 def weight_files_sha256(folder: Path) -> Dict[str, str]:
-    """``{name: sha256}`` of ``folder``'s weight files (``*.safetensors`` but the forgotten-facts state, the shard
-    index) and ``config.json``, sorted by name."""
+    """``{name: sha256}`` of ``folder``'s weight files (``*.safetensors`` but an old folder's state file of a
+    retired experiment, :data:`~zerounlearn_editor.engine.retired_keys.RETIRED_STATE_FILE`; the shard index) and
+    ``config.json``, sorted by name."""
     return {p.name: sha256_of_file(p) for p in sorted(Path(folder).iterdir()) if _is_vouched(p)}
 
 
@@ -47,7 +49,7 @@ def check_weight_files(folder: Path, ledger: Mapping[str, Any], error: Type[Valu
         if actual[name] != recorded[name]:
             raise error(f"{where}: {name} differs from the one the ledger recorded (sha256 {actual[name][:12]}..., "
                         f"recorded {recorded[name][:12]}...): the model was changed after the ledger was written; "
-                        "the ledger's facts and state do not describe it")
+                        "the ledger's facts do not describe it")
 
 
 __all__ = ["FILES_KEY", "check_weight_files", "weight_files_sha256"]

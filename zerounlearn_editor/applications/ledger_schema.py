@@ -45,7 +45,6 @@ FACT: Mapping[str, Spec] = {
 }
 EDIT: Mapping[str, Spec] = {
     "time": "str", "hparams_file": "str", "hparams_sha256": "str", "facts_file": "str", "n_facts": "int",
-    "forgotten_protection_weight": "number",
 }
 LEDGER: Mapping[str, Spec] = {
     "format": "str",
@@ -63,7 +62,6 @@ LEDGER: Mapping[str, Spec] = {
     "model_fingerprint": "str",
     "weights_digest": "str",
     "weights_dtype": Optional_("str"),
-    "state": {"file": "str", "sha256": "str", "count": "int"},
     "files_sha256": Optional_(MapOf("str")),
 }
 

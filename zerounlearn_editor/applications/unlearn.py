@@ -11,7 +11,7 @@ always :data:`REPORT_NAME`. Every input is checked before the model is loaded, t
 run before the facts are scored, and ``--out`` is written through a staging folder
 (:mod:`zerounlearn_editor.support.output_dir`): it holds one run's files, whole, or is as it was.
 With ``--save model`` or ``adapter`` the folder also holds a ledger of every fact the chain's edits targeted,
-with its status, and the carried state of lifelong unlearning (:mod:`zerounlearn_editor.applications.ledger`);
+with its status (:mod:`zerounlearn_editor.applications.ledger`);
 ``--model`` a folder with a ledger continues from it, re-scores every fact it lists after the edit, and refuses
 an edit that makes the model give one of them again (unless ``allow_came_back``). A repeated fact in the facts
 file is edited once; ``--out`` holding a ledger the run does not continue is refused (unless ``replace_ledger``).
@@ -49,7 +49,6 @@ from zerounlearn_editor.data.record_files import RecordFileError, read_record_li
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.engine.contexts import check_fewshot_facts
 from zerounlearn_editor.engine.fluency_guard import GUARD_MODES
-from zerounlearn_editor.engine.forgotten_state import attach_state
 from zerounlearn_editor.engine.hparams import HParamsError
 from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
 from zerounlearn_editor.engine.requests import RequestError, check_targets_not_answers, normalize_requests
@@ -379,7 +378,7 @@ def _check_before_loading(hparams_file: Union[str, Path], facts_file: Union[str,
 
 def _load_and_plan(job: _Job, name: str, settings: UnlearnSettings, retain_file: Optional[Union[str, Path]],
                    out_dir: Optional[Union[str, Path]], seconds: Dict[str, float]) -> _Loaded:
-    """Load the model (its time in ``seconds["load"]``), attach a continued folder's state, and run the edit's
+    """Load the model (its time in ``seconds["load"]``), check a continued folder's model, and run the edit's
     checks (hparams, requests, retain set, modules, lengths, capacity) and the audit's plan before any scoring."""
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer  # late: tests patch it
 
@@ -387,9 +386,9 @@ def _load_and_plan(job: _Job, name: str, settings: UnlearnSettings, retain_file:
     model, tok = load_model_and_tokenizer(name, device=settings.device, dtype=settings.dtype)
     seconds["load"] = time.perf_counter() - start
     hparams, second_moments = job.hparams, None
-    if job.continuation is not None:  # the folder's weights, the base model's C0, the state of earlier edits
+    if job.continuation is not None:  # the folder's weights, the base model's C0, the earlier edits' prefixes
         second_moments = job.continuation.check_model(model, hparams, settings.corpus)
-        attach_state(model, job.continuation.state_for(model))
+        job.continuation.restore_prefixes(model)
     plan = check_edit_inputs(model, tok, job.facts, hparams, str(retain_file) if retain_file else None)
     check_requests = get_method(hparams.alg_name).check_requests
     if check_requests is not None:  # e.g. ZeroUnlearn's capacity limit
@@ -450,7 +449,7 @@ def _edit(job: _Job, loaded: _Loaded, settings: UnlearnSettings, retain_file: Op
     model, weights_copy = job.apply(
         loaded.model, loaded.tok, loaded.plan, hparams, return_orig_weights=True, report=report,
         progress=settings.progress, corpus=settings.corpus, retain=str(retain_file) if retain_file else None,
-        fluency_guard=settings.fluency_guard, second_moments=loaded.second_moments, track_forgotten=True)
+        fluency_guard=settings.fluency_guard, second_moments=loaded.second_moments)
     if report.fluency:
         guard = report.fluency
         LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens of the built-in text",
@@ -592,13 +591,13 @@ def _write_out(result: UnlearnResult, out_dir: Path, save: str, model, tok, weig
     ledger = None
     if save != "none":
         ledger = (build_ledger(job.continuation, model, weights_copy, job.hparams, hparams_file, facts_file,
-                               records[0], name, corpus, save, records[1]), report.forgotten)
-        result.saved_ledger = {"facts": len(ledger[0]["facts"]), "edits": len(ledger[0]["edits"])}
+                               records[0], name, corpus, save, records[1]))
+        result.saved_ledger = {"facts": len(ledger["facts"]), "edits": len(ledger["edits"])}
     with staged_output_dir(out_dir) as staging:
         _save(result, staging, out_dir, save, model, tok, weights_copy, job.hparams, hparams_file,
               facts_file, retain_file, job.facts, name)
         if ledger is not None:  # inside the staging folder: the model and its ledger, whole, or neither
-            write_ledger(staging, *ledger)
+            write_ledger(staging, ledger)
     LOG.info("%s written to %s", "edited model and tokenizer" if save == "model" else save, out_dir)
 
 

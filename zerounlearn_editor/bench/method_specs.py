@@ -11,7 +11,7 @@ A :class:`MethodSpec` has two steps:
 
 The retain-aware row ``ZeroUnlearn-GD+R`` reads ``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``
 and receive the seed's retain set (``PreparedMethod.uses_retain``; see :mod:`.retain_sets`). A bench-only row
-(a ``row_variants`` suffix mapped to ``None``, e.g. ``ZeroUnlearn-GD+P``) has no shipped YAML: its file comes from
+(a ``row_variants`` suffix mapped to ``None``) has no shipped YAML: its file comes from
 ``--method-hparams <row>=PATH``. A method's rows are its registry entry's ``row_variants``.
 
 The methods are those of :mod:`zerounlearn_editor.methods.registry` (editing methods and the baselines GA/NPO),
@@ -228,8 +228,8 @@ def edit_method_spec(name: str) -> MethodSpec:
     """A registered editing method (:mod:`zerounlearn_editor.methods.registry`), fed the shared statistics.
 
     ``<method><suffix>`` is a row of the entry's ``row_variants`` (``ZeroUnlearn-GD+R``:
-    ``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``, edited with the seed's retain set; a bench-only row such as
-    ``ZeroUnlearn-GD+P``: the file of ``--method-hparams``). Only the row
+    ``hparams/ZeroUnlearn-GD/<stem>-retain.yaml``, edited with the seed's retain set; a bench-only row, one mapped
+    to ``None``: the file of ``--method-hparams``). Only the row
     :data:`~zerounlearn_editor.methods.registry.RETAIN_ROW` receives the retain set. The edit is the entry's own
     ``apply`` function; an unregistered name is an error listing the registered ones.
     """

@@ -10,7 +10,6 @@ for CounterFact / ZsRE at these sizes). Per method, starting from the unedited m
   the unedited model, computed once per run and reused by every round (as in the bench);
 * after each round the model is scored: Eff / Gen over **every case forgotten so far**
   (chunks ``1..k``), Spe over those cases' neighbourhood prompts, perplexity;
-* a lifelong row (``ZeroUnlearn-GD+P``) protects the keys of chunks ``1..k-1`` in round ``k``;
 * then, for comparison, the original weights are restored and all ``R * n`` cases are edited
   as one batch (the row ``batch``), scored and restored; the model is checked bit-identical to
   the unedited one before every method.
@@ -55,7 +54,6 @@ from zerounlearn_editor.bench.stored_settings import check_stored_run
 from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.data.types import UnlearnCase
-from zerounlearn_editor.engine.forgotten_state import attach_state
 from zerounlearn_editor.engine.pipeline import restore_weights
 from zerounlearn_editor.evaluation.selection import select_known_cases
 from zerounlearn_editor.support.files import read_json, sha256_of_json, write_json_atomic, write_text_atomic
@@ -115,7 +113,6 @@ def _run_method(model, tok, method, bank, cases, chunks, pre, settings, retain, 
                      metrics["eff"], metrics["spe"], "-" if metrics["ppl"] is None else f"{metrics['ppl']:.2f}")
     finally:
         restore_weights(model, originals)
-        attach_state(model, None)  # a lifelong row's state of the rounds' facts goes with their edits
     fingerprint.verify(model, f"seed {seed}: after restoring {method.name} rounds")
     start = time.perf_counter()
     outcome = method.edit(model, tok, [dict(case.request) for case in cases], bank, **extra)
@@ -125,7 +122,6 @@ def _run_method(model, tok, method, bank, cases, chunks, pre, settings, retain, 
         batch["edit_seconds"] = seconds
     finally:
         restore_weights(model, outcome.weights_copy)
-        attach_state(model, None)
     fingerprint.verify(model, f"seed {seed}: after restoring {method.name} batch")
     return {"status": "ok", "rounds": rounds, "batch": {"forgotten": len(cases), "metrics": batch}}
 

@@ -60,7 +60,6 @@ from zerounlearn_editor.bench.stored_settings import check_stored_run
 from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.data.types import UnlearnCase
-from zerounlearn_editor.engine.forgotten_state import attach_state
 from zerounlearn_editor.engine.pipeline import restore_weights
 from zerounlearn_editor.engine.stats import model_basename
 from zerounlearn_editor.evaluation.easyedit_format import easyedit_metrics
@@ -239,7 +238,6 @@ class _SeedRun:
                 audit = self.audit.metrics(self.model, self.tok, self.audit_plan) if self.audit_plan else {}
         finally:
             restore_weights(self.model, outcome.weights_copy)
-            attach_state(self.model, None)  # a lifelong method's state goes with its edit
         # a method that reused another's neutral targets is charged their cost: Edit s stays comparable
         edit_seconds = edit_stage.seconds
         if "targets_reused_from" in outcome.details:

@@ -25,10 +25,8 @@ weights under the same model name once the model is loaded (``model_sha256``).
 unedited model). After every round the round-1 facts and the round's own facts are scored; every
 ``eval_every`` rounds and after the last one, all facts forgotten so far and the perplexity too.
 Each round writes ``<out>/seed_<s>/<tag>/round_<k>.json`` and the edited layers' weights
-(``weights_round_<k>.safetensors``; for a lifelong YAML, ``experimental.forgotten_protection_weight > 0``, also the
-carried forgotten-key state ``forgotten_round_<k>.safetensors``; the previous round's files are then
-removed); a rerun loads the newest round that has them all and continues there. Within a run the
-lifelong state travels on the model object from round to round (:mod:`~zerounlearn_editor.engine.forgotten_state`).
+(``weights_round_<k>.safetensors``; the previous round's files are then removed); a rerun loads the newest round
+that has both and continues there.
 
 **Columns** (:func:`scale_metrics`): Eff, Eff first token (token accuracy of the first answer token
 only), Gen, Spe (and % of the unedited model's, in the summary), PPL, each probe column also on the
@@ -73,7 +71,6 @@ from zerounlearn_editor.bench.stored_settings import as_stored, refuse_other_set
 from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.data.types import UnlearnCase
-from zerounlearn_editor.engine.forgotten_state import attach_state, load_state, model_state, save_state
 from zerounlearn_editor.engine.hparams import EditHyperParams
 from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, restore_weights, target_settings
 from zerounlearn_editor.engine.stats import SecondMoment, StatsRequest, cached_second_moments
@@ -794,16 +791,10 @@ def _weights_path(folder: Path, k: int) -> Path:
     return folder / f"weights_round_{k}.safetensors"
 
 
-def _state_path(folder: Path, k: int) -> Path:
-    return folder / f"forgotten_round_{k}.safetensors"
-
-
-def _resume_point(folder: Path, tracks_forgotten: bool = False) -> int:
-    """The newest round with its JSON, its weights file and (lifelong YAMLs) its forgotten-state file
-    (0 = start from the unedited model)."""
+def _resume_point(folder: Path) -> int:
+    """The newest round with its JSON and its weights file (0 = start from the unedited model)."""
     done = [int(p.stem.split("_")[1]) for p in folder.glob("round_*.json")]
-    return max([k for k in done if _weights_path(folder, k).exists()
-                and (not tracks_forgotten or _state_path(folder, k).exists())], default=0)
+    return max([k for k in done if _weights_path(folder, k).exists()], default=0)
 
 
 def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok: Any = None) -> Dict[str, Any]:
@@ -826,8 +817,7 @@ def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok
     for seed in config.seeds:
         for hp, tag in zip(hps, tags):
             folder = stream_dir(out, seed, tag)
-            tracks = hp.tracks_forgotten()
-            start = _resume_point(folder, tracks)
+            start = _resume_point(folder)
             cases, dropped = _cases(config, run, rounds * n, seed, need)
             if start and (folder / "stream.json").exists():
                 meta = read_json(folder / "stream.json")
@@ -869,14 +859,11 @@ def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok
                     _record_head(config, run, setup, tag), seed=seed, n=n, rounds=rounds,
                     case_ids=[c.case_id for c in cases], neighbours_dropped=dropped, base_ppl=setup.base_ppl,
                     base_round1=scale_metrics(pre[:n], pre[:n], known[:n])))
-            attach_state(setup.model, None)  # a stream starts from what this run loads, never from an earlier stream
             try:
                 with torch.no_grad():
                     for name, value in saved.items():
                         originals[name] = params[name].detach().clone()
                         params[name].copy_(value)
-                if start and tracks:
-                    attach_state(setup.model, load_state(_state_path(folder, start)))
                 if start:
                     LOG.info("seed %d %s: resuming after round %d", seed, tag, start)
                 for k in range(start + 1, rounds + 1):
@@ -910,14 +897,10 @@ def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok
                     record["eval_seconds"] = evaluation.seconds
                     current = {name: params[name].detach().cpu().contiguous() for name in originals}
                     write_bytes_atomic(_weights_path(folder, k), save(current, metadata={"round": str(k)}))
-                    state = model_state(setup.model)
-                    if tracks and state is not None:
-                        record["forgotten_count"] = state.count
-                        save_state(state, folder, _state_path(folder, k).name)
                     write_json_atomic(folder / f"round_{k}.json", record)
-                    for old in (_weights_path(folder, k - 1), _state_path(folder, k - 1)):
-                        if k > 1 and old.exists():
-                            old.unlink()
+                    old = _weights_path(folder, k - 1)
+                    if k > 1 and old.exists():
+                        old.unlink()
                     LOG.info(
                         "seed %d %s round %d: round-1 Eff %.1f (first %.1f)%s",
                         seed,
@@ -932,7 +915,6 @@ def run_scale_stream(config: ScaleConfig, model: Optional[nn.Module] = None, tok
                     )
             finally:
                 restore_weights(setup.model, originals)
-                attach_state(setup.model, None)
             setup.fingerprint.verify(setup.model, f"seed {seed}: after restoring the {tag} stream")
     return write_stream_summary(out)
 

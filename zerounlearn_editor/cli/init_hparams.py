@@ -62,12 +62,12 @@ def parse_overrides(items: Sequence[str]) -> Dict[str, Any]:
     return out
 
 
-VARIANT_MARKERS = ("-retain", "-suppress", "-deep", "-lifelong", "-many")
+VARIANT_MARKERS = ("-retain", "-suppress", "-deep", "-many")
 """Stem parts of shipped YAMLs that are measured variants of a paper YAML, not templates for a new model."""
 
 
 def is_variant_yaml(path: Path) -> bool:
-    """``<model>-retain*.yaml`` / ``-suppress.yaml`` / ``-deep.yaml`` / ``-lifelong.yaml`` / ``-many.yaml``: an
+    """``<model>-retain*.yaml`` / ``-suppress.yaml`` / ``-deep.yaml`` / ``-many.yaml``: an
     opt-in variant of the paper's ``<model>.yaml``."""
     return any(marker in Path(path).stem for marker in VARIANT_MARKERS)
 

@@ -305,9 +305,8 @@ class EditHyperParams(BaseHyperParams):
         "(`engine.contexts.fewshot_prefixes`), so keys and targets also see in-context prompts",
     }
     experimental: Dict[str, Any] = field(default_factory=dict, metadata={"help": (
-        "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`; ZeroUnlearn-GD also "
-        "`forgotten_protection_weight`, see \"Forgetting over time\"); an experiment that does not win on report "
-        "data leaves again"
+        "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`); an experiment that does "
+        "not win on report data leaves again"
     )})
 
     def retain_weights(self) -> Dict[str, float]:
@@ -317,18 +316,6 @@ class EditHyperParams(BaseHyperParams):
     def needs_context_moment(self) -> bool:
         """Whether the solve needs the mean ``k k^T`` of the prompts' context tokens (read with the keys)."""
         return False
-
-    @property
-    def forgotten_protection(self) -> float:
-        """Lifelong unlearning's weight ``lam`` on the forget keys of earlier edits (0.0 = off); a method that has
-        it declares where its YAML sets it (ZeroUnlearn-GD: ``experimental.forgotten_protection_weight``)."""
-        return 0.0
-
-    def tracks_forgotten(self) -> bool:
-        """Whether the solve protects the forget keys of earlier edits (lifelong unlearning,
-        :attr:`forgotten_protection` > 0), so each edit keeps the state of what was forgotten on the model
-        (:mod:`zerounlearn_editor.engine.forgotten_state`)."""
-        return self.forgotten_protection > 0
 
     @classmethod
     def key_help(cls) -> Dict[str, str]:

@@ -38,15 +38,6 @@ from zerounlearn_editor.engine.fluency_guard import (
 from zerounlearn_editor.engine.fluency_guard import (
     guard_text as builtin_guard_text,
 )
-from zerounlearn_editor.engine.forgotten_state import (
-    ForgottenState,
-    add_keys,
-    attach_state,
-    current_state,
-    edited_weights_digest,
-    empty_state,
-    key_moment,
-)
 from zerounlearn_editor.engine.hparams import EditHyperParams
 from zerounlearn_editor.engine.keys import LayerReadout, read_keys_and_hidden
 from zerounlearn_editor.engine.post_mlp import IDENTITY, PostMlpMap, detect_post_mlp_maps, value_targets
@@ -86,8 +77,7 @@ class LayerProblem:
     """Everything one layer's solve needs (float64, on the weight's device): ``W`` ``[d_out, d_in]``, ``K_f``
     ``[d_in, n]``, ``M_n`` ``[d_out, n]``, ``C0`` ``[d_in, d_in]``, the retain keys ``K_r`` ``[d_in, n_r]``
     (or None), ``C_ctx`` ``[d_in, d_in]`` the mean ``k k^T`` of the prompts' other positions (when the hparams
-    ask for it), ``S_prev`` ``[d_in, d_in]`` the ``sum k k^T`` over the forget keys of earlier edits (lifelong
-    unlearning, :mod:`~zerounlearn_editor.engine.forgotten_state`; None when there were none).
+    ask for it).
     """
 
     layer: int
@@ -97,7 +87,6 @@ class LayerProblem:
     C0: torch.Tensor
     K_r: Optional[torch.Tensor] = None
     C_ctx: Optional[torch.Tensor] = None
-    S_prev: Optional[torch.Tensor] = None
 
     @property
     def M_f(self) -> torch.Tensor:
@@ -149,8 +138,6 @@ class EditReport:
     retain_count: int = 0
     # the fluency guard's figures (FluencyCheck.as_dict: ppl_before, ppl_after, increase, ...); empty when off
     fluency: Dict[str, Any] = field(default_factory=dict)
-    # lifelong unlearning: the state of every fact forgotten so far, this edit's included (only when tracked)
-    forgotten: Optional[ForgottenState] = field(default=None, repr=False)
     # request indices whose final target loss is far above v_early_stop_loss (targets.FAR_ABOVE_STOP_FACTOR)
     unreached_targets: List[int] = field(default_factory=list)
     # request indices whose answer the edited model still gives (greedy; requests with an answer): not forgotten
@@ -301,8 +288,6 @@ def run_layerwise_edit(
     retain: RetainSpec = None,
     fluency_guard: Optional[str] = None,
     fluency_text: Optional[str] = None,
-    forgotten: Optional[ForgottenState] = None,
-    track_forgotten: bool = False,
     answer_check: bool = True,
 ) -> Tuple[Dict[str, torch.Tensor], EditReport]:
     """Edit ``model`` in place; returns (original weights by parameter name, report).
@@ -314,20 +299,14 @@ def run_layerwise_edit(
     ``stages`` replaces the statistics / target / key computations. ``fluency_guard`` (``"refuse"``,
     ``"warn"``, ``"off"``) overrides the YAML's guard mode; ``fluency_text`` the built-in text. A refused edit
     raises :class:`~zerounlearn_editor.engine.fluency_guard.FluencyError`, the weights restored.
-    ``forgotten`` (lifelong unlearning): the state of the facts earlier edits forgot, its moments reach the solve as
-    ``LayerProblem.S_prev``; with ``track_forgotten`` the report's ``forgotten`` is that state (or an empty one)
-    plus this edit's forget keys, set only when the edit succeeds.
     ``answer_check`` (default on) scores the requests with an answer after the edit, filling
     ``report.still_answered`` and warning when any is still answered (one forward pass of the prompts; the
     speed bench turns it off to time the method alone).
     """
     mode = resolve_mode(hparams.fluency_max_increase, fluency_guard)
-    if forgotten is not None:
-        forgotten.check_compatible(hparams.rewrite_module_tmp, hparams.layers)
     with progress_scope(progress), eval_mode(model):  # keys and targets without dropout; caller's mode restored
         return _run_layerwise_edit(model, tok, requests, hparams, solver, corpus, second_moments, progress, targets,
-                                   stages, retain, (mode, fluency_text), forgotten, track_forgotten,
-                                   answer_check)
+                                   stages, retain, (mode, fluency_text), answer_check)
 
 
 def _run_layerwise_edit(
@@ -343,8 +322,6 @@ def _run_layerwise_edit(
     stages,
     retain,
     guard=("off", None),
-    forgotten=None,
-    track_forgotten=False,
     answer_check: bool = True,
 ):
     stages = stages or EditStages()
@@ -384,11 +361,8 @@ def _run_layerwise_edit(
             limit = max_positions(model)  # GPT-2's n_positions; rotary models have none
             n_tokens = DEFAULT_TOKENS if limit is None else min(DEFAULT_TOKENS, limit)
             ppl_before = guard_perplexity(model, tok, guard_text_, n_tokens)
-    forget_keys: Optional[Dict[int, torch.Tensor]] = {} if track_forgotten else None
-    digest_before = edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers) if track_forgotten else ""
     try:
-        _edit_layers(model, tok, plan, prefixes, targets, second_moments, solver, report, stages.keys,
-                     post_maps, forgotten, forget_keys)
+        _edit_layers(model, tok, plan, prefixes, targets, second_moments, solver, report, stages.keys, post_maps)
         if mode != "off":
             with _timer(report, "fluency"):
                 ppl_after = guard_perplexity(model, tok, guard_text_, n_tokens)
@@ -396,8 +370,6 @@ def _run_layerwise_edit(
     except BaseException:
         restore_weights(model, weights_copy)
         raise
-    if forget_keys is not None:
-        report.forgotten = _forgotten_after(model, hparams, forgotten, forget_keys, len(forget), digest_before)
     if answer_check:
         with _timer(report, "answered"):
             report.still_answered = still_answered(model, tok, forget)
@@ -426,18 +398,6 @@ def _judge_edit_fluency(hparams: EditHyperParams, report: EditReport, mode: str,
     else:
         LOG.info("fluency guard: perplexity %.3f -> %.3f (%+.1f%%) on %d tokens", ppl_before, ppl_after,
                  100 * check.increase, n_tokens)
-
-
-def _forgotten_after(model: nn.Module, hparams: EditHyperParams, forgotten: Optional[ForgottenState],
-                     forget_keys: Dict[int, torch.Tensor], n_forget: int, digest_before: str) -> ForgottenState:
-    """The state of every fact forgotten so far: ``forgotten`` (or an empty state) plus this edit's ``K_f K_f^T``
-    per layer (``forget_keys``: ``K_f`` ``[d_in, n]`` each) and its ``n_forget`` facts, with the weights' digests
-    (and the keys, so a restore of this edit's weights can take it out again)."""
-    start = forgotten if forgotten is not None else empty_state(
-        hparams.rewrite_module_tmp, hparams.layers, {l: k.shape[0] for l, k in forget_keys.items()})
-    moments = {layer: key_moment(keys) for layer, keys in forget_keys.items()}
-    return add_keys(start, moments, n_forget, edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers),
-                    digest_before, keys=forget_keys)
 
 
 def _warn_still_answered(forget: List[ForgetRequest], hparams: EditHyperParams, report: EditReport) -> None:
@@ -546,10 +506,8 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
 
 def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], targets: NeutralTargets,
                  second_moments: Dict[int, SecondMoment], solver: LayerSolver, report: EditReport,
-                 read_keys: KeysStage, post_maps: Dict[int, PostMlpMap], forgotten: Optional[ForgottenState] = None,
-                 forget_keys: Optional[Dict[int, torch.Tensor]] = None) -> None:
-    """Keys, solve and write-back layer by layer; ``forget_keys`` (when given) receives ``K_f`` ``[d_in, n]`` (float64,
-    CPU) per layer."""
+                 read_keys: KeysStage, post_maps: Dict[int, PostMlpMap]) -> None:
+    """Keys, solve and write-back layer by layer."""
     hparams, forget, keep = plan.hparams, plan.forget, plan.keep
     hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
     n = len(forget)
@@ -593,12 +551,7 @@ def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], tar
             C_ctx = None
             if readout.context_mom2 is not None and readout.context_count:
                 C_ctx = readout.context_mom2.to(device) / readout.context_count
-            S_prev = None
-            if forgotten is not None and not forgotten.is_empty():
-                S_prev = forgotten.moments[layer].to(device)
-            problem = LayerProblem(layer, W, K_f, M_n, second_moments[layer].moment().to(device), K_r, C_ctx, S_prev)
-            if forget_keys is not None:
-                forget_keys[layer] = K_f.detach().cpu()
+            problem = LayerProblem(layer, W, K_f, M_n, second_moments[layer].moment().to(device), K_r, C_ctx)
             new_W = solver(problem)
             if not torch.isfinite(new_W).all():
                 raise ValueError(f"layer {layer}: the solve produced non-finite weights")
@@ -637,30 +590,16 @@ def apply_edit_method(
     to the original tensors when ``return_orig_weights`` is set (else it is empty). Keyword arguments of
     :func:`run_layerwise_edit` are passed on, ``report`` (an :class:`EditReport`) is filled; others that
     EasyEdit passes (``train_ds``, ...) are ignored.
-
-    Lifelong unlearning (hparams whose ``tracks_forgotten()``, or ``track_forgotten=True``): the state of what
-    the model's earlier edits forgot is read from the model object (:func:`~zerounlearn_editor.engine.
-    forgotten_state.current_state`), protected by the solve and, after a successful edit, replaced on the
-    edited model by the state with this edit's facts added; a refused edit leaves it as it was, and a
-    ``copy=True`` edit updates the copy only.
     """
     # before any copy is made
     requests = check_edit_inputs(model, tok, requests, hparams, kwargs.get("retain"))
     resolve_mode(hparams.fluency_max_increase, kwargs.get("fluency_guard"))
-    track = hparams.tracks_forgotten() or bool(kwargs.get("track_forgotten"))
-    forgotten = current_state(model, hparams.rewrite_module_tmp, hparams.layers) if track else None
-    if forgotten is not None and not forgotten.is_empty() and not hparams.tracks_forgotten():
-        LOG.warning("%s: the %d fact(s) earlier edits forgot are not protected by this edit (protection is "
-                    "ZeroUnlearn-GD's experimental.forgotten_protection_weight > 0)", hparams.alg_name, forgotten.count)
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)
     passed = ("corpus", "second_moments", "progress", "targets", "stages", "retain", "fluency_guard",
               "fluency_text", "answer_check")
     weights_copy, report = run_layerwise_edit(model, tok, requests, hparams, solver,
-                                              **{key: kwargs[key] for key in passed if key in kwargs},
-                                              forgotten=forgotten, track_forgotten=track)
-    if track:
-        attach_state(model, report.forgotten)
+                                              **{key: kwargs[key] for key in passed if key in kwargs})
     target_report = kwargs.get("report")
     if isinstance(target_report, EditReport):
         timings = target_report.timings

@@ -1,14 +1,34 @@
 """Retired hyperparameters: a file that still sets one fails with the reason and what to use instead.
 
-The numbers behind each retirement stay in ``benchmarks/notebook/`` and ``benchmarks/RESULTS.md``.
+The numbers behind each retirement stay in ``benchmarks/notebook/`` and ``benchmarks/RESULTS.md``. The one trace a
+retired experiment left in saved folders (the protection experiment's state file beside an old ledger) is named
+here too, so that the ledger can ignore it.
 """
 from __future__ import annotations
 
 from typing import Any, Dict, List
 
-__all__ = ["RETIRED_EXPERIMENTAL_KEYS", "RETIRED_KEYS", "retired_key_errors"]
+__all__ = ["RETIRED_EXPERIMENTAL_KEYS", "RETIRED_KEYS", "RETIRED_STATE_FILE", "RETIRED_STATE_NOTE",
+           "retired_key_errors"]
 
 _GD_RETAIN = "ZeroUnlearn-GD with retain_nullspace_weight (hparams/ZeroUnlearn-GD/<model>-retain.yaml)"
+
+_FORGOTTEN_PROTECTION = "forgotten_protection_weight"
+_FORGOTTEN_PROTECTION_WHY = (
+    "the lifelong protection of earlier edits' forget keys did not win on report data: chained `unlearn --model` "
+    "runs with hparams/ZeroUnlearn-GD/<model>-many.yaml keep every earlier fact forgotten without it, and on streams "
+    "it forgot the later rounds' facts less (benchmarks/RESULTS.md, 'Chained `unlearn --model` runs' and 'Scale'; "
+    "benchmarks/notebook/2026-11-29-forgotten-protection-leaves.md); delete the key (to chain edits use "
+    "<model>-many.yaml); the experiment lives on the branch experiment/forgotten-protection (commit bc98db8)")
+RETIRED_STATE_FILE = "forgotten_state.safetensors"
+"""The retired experiment's state file, which folders ``unlearn --save`` wrote before its retirement hold beside
+their ledger: a continued run ignores it (with a logged note, :data:`RETIRED_STATE_NOTE`) and never hashes it as
+a weight file."""
+RETIRED_STATE_NOTE = (
+    f"{RETIRED_STATE_FILE} and the ledger's state field (the retired forgotten-protection experiment's state of "
+    "earlier forget keys; the experiment lives on the branch experiment/forgotten-protection) are ignored: this edit "
+    "is the YAML's, without that protection, and the new folder holds no such file")
+"""The note a continued run logs for an old folder's state of the retired protection experiment."""
 RETIRED_KEYS: Dict[str, str] = {
     # key (or "key: value" for a retired value) -> why it was retired and what to use instead;
     # the numbers stay in benchmarks/notebook/
@@ -38,11 +58,8 @@ RETIRED_KEYS: Dict[str, str] = {
     f"beyond ~50 facts (benchmarks/RESULTS.md, 'Surgical forgetting'); use {_GD_RETAIN}",
     "projection_retain_weight": "part of ZeroUnlearn+R, which ZeroUnlearn-GD+R beats at every n measured "
     f"(benchmarks/RESULTS.md, 'Surgical forgetting'); use {_GD_RETAIN}",
-    # an experiment that lost on report data: the key moved under experimental:
-    "forgotten_protection_weight": "the lifelong protection kept neighbours but forgot the later rounds' facts less "
-    "on two streams (benchmarks/RESULTS.md, 'Lifelong protection' and 'Scale'; "
-    "benchmarks/notebook/2026-11-27-scale-levers.md), so it is an experiment: move it under experimental: "
-    "(ZeroUnlearn-GD: `experimental: {forgotten_protection_weight: 1.0}`), or delete it (0 = off)",
+    # the lifelong protection experiment (issue 47): left the package, set either here or under experimental:
+    _FORGOTTEN_PROTECTION: _FORGOTTEN_PROTECTION_WHY,
     # settings every shipped YAML held at one value (issue 27: at most 48 keys); the value is now fixed
     "context_seed": "the context prefixes are always sampled with seed 0 "
                     "(zerounlearn_editor.engine.contexts.CONTEXT_SEED, "
@@ -82,5 +99,6 @@ RETIRED_EXPERIMENTAL_KEYS: Dict[str, str] = {
     "completion_neighbours": "part of completion_requests (keep rows: Spe 68-79% at 21-23% of base, "
     "over 15 minutes at 1,000 facts; benchmarks/notebook/2026-11-27-completion-requests.md); delete the key (the "
     "code is on the branch i37-all-token-experiments, commit 0247767)",
+    _FORGOTTEN_PROTECTION: _FORGOTTEN_PROTECTION_WHY,
 }
 """Retired keys under ``experimental:``: a file that still sets one fails with this message."""

@@ -199,10 +199,7 @@ def _register_shipped() -> None:
     register_method(MethodEntry("ZeroUnlearn", ZeroUnlearnHyperParams, apply_zerounlearn_to_model,
                                 check_requests=check_request_capacity, adapter_rank_per_fact=2))
     register_method(MethodEntry("ZeroUnlearn-GD", ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model,
-                                adapter_rank_per_fact=1,
-                                # +P: the lifelong-protection experiment, bench-only (no shipped YAML; README
-                                # "Forgetting over time" names its file with --method-hparams ZeroUnlearn-GD+P=PATH)
-                                row_variants={RETAIN_ROW: "-retain", "+P": None}))
+                                adapter_rank_per_fact=1, row_variants={RETAIN_ROW: "-retain"}))
 
 
 _register_shipped()

@@ -8,10 +8,7 @@ from typing import Any, ClassVar, Dict, Literal
 
 from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError
 
-__all__ = ["FORGOTTEN_PROTECTION", "ZeroUnlearnGDHyperParams", "deep_mode_settings"]
-
-# the experimental key of lifelong unlearning's weight (read only through ZeroUnlearnGDHyperParams.forgotten_protection)
-FORGOTTEN_PROTECTION = "forgotten_protection_weight"
+__all__ = ["ZeroUnlearnGDHyperParams", "deep_mode_settings"]
 
 
 def deep_mode_settings() -> Dict[str, Any]:
@@ -43,13 +40,6 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
     """
 
     ALG_NAME: ClassVar[str] = "ZeroUnlearn-GD"
-    EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {
-        **EditHyperParams.EXPERIMENTAL_KEYS,
-        FORGOTTEN_PROTECTION: "lifelong unlearning (0 = off, the paper): the null space also avoids this times "
-        "`sum k k^T` over the forget keys of the model's earlier edits (the same process, or the ledger of a folder "
-        "`unlearn --save` wrote); lost to the unprotected stream on report data (benchmarks/RESULTS.md, 'Lifelong "
-        "protection' and 'Scale')",
-    }
 
     orthogonality_weight: float = field(default=1.0, metadata={"help": "a, weight of `||M_f^T W' K_f||^2`"})
     target_weight: float = field(default=100.0, metadata={"help": "b, weight of `||W' K_f - M_n||^2`"})
@@ -76,12 +66,6 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
         "prompts' other tokens (their relation context)"
     )})
 
-    @property
-    def forgotten_protection(self) -> float:
-        """Lifelong unlearning's weight ``lam`` (the one accessor; the key lives in ``experimental:``,
-        :data:`EXPERIMENTAL_KEYS`): ``0.0`` (absent) = off, the paper's edit."""
-        return float(self.experimental.get(FORGOTTEN_PROTECTION, 0.0))
-
     def retain_weights(self) -> Dict[str, float]:
         return {"retain_nullspace_weight": self.retain_nullspace_weight}
 
@@ -102,9 +86,5 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
                 f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got "
                 f"{self.context_nullspace_weight!r}"
             )
-        weight = self.experimental.get(FORGOTTEN_PROTECTION, 0.0)
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < float("inf"):
-            raise HParamsError(
-                f"{source}: key 'experimental.{FORGOTTEN_PROTECTION}' must be a finite number >= 0, got {weight!r}")
         if self.norm_weight == 0 and self.target_weight == 0:
             raise HParamsError(f"{source}: 'norm_weight' and 'target_weight' cannot both be 0")

@@ -44,16 +44,12 @@ def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
 
     With ``retain_nullspace_weight > 0`` the null space is taken of ``C0`` plus the retain keys'
     second moment, with ``context_nullspace_weight > 0`` also plus the prompts' context keys'
-    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.solve.protected_covariance`); with
-    ``experimental.forgotten_protection_weight > 0`` (:attr:`~.config.ZeroUnlearnGDHyperParams.forgotten_protection`)
-    also plus that times ``sum k k^T`` over the forget keys of the model's
-    earlier edits (``LayerProblem.S_prev``, lifelong unlearning).
+    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.solve.protected_covariance`).
     """
 
     def solve(problem: LayerProblem) -> torch.Tensor:
         protected = protected_covariance(
             problem.C0, problem.K_r, hparams.retain_nullspace_weight, problem.C_ctx, hparams.context_nullspace_weight,
-            problem.S_prev, hparams.forgotten_protection,
         )
         U0, _ = nullspace_basis(protected, hparams.nullspace_threshold)
         weights = dict(a=hparams.orthogonality_weight, b=hparams.target_weight, c=hparams.norm_weight)

@@ -112,18 +112,12 @@ def protected_covariance(
     weight: float,
     C_ctx: Optional[Tensor] = None,
     context_weight: float = 0.0,
-    S_prev: Optional[Tensor] = None,
-    forgotten_weight: float = 0.0,
 ) -> Tensor:
-    """``C0 + weight * K_r K_r^T / n_r + context_weight * C_ctx + forgotten_weight * S_prev`` ``[d_in, d_in]``:
-    keys the null space avoids.
+    """``C0 + weight * K_r K_r^T / n_r + context_weight * C_ctx`` ``[d_in, d_in]``: keys the null space avoids.
 
     Retain-aware ZeroUnlearn-GD (opt-in): ``K_r`` ``[d_in, n_r]`` are the retain keys, ``C_ctx``
     ``[d_in, d_in]`` the mean ``k k^T`` of the prompts' context positions (every token but the
-    subject's last). Lifelong unlearning (opt-in): ``S_prev`` ``[d_in, d_in]`` is ``sum k k^T`` over the
-    forget keys of earlier edits (not divided by their number: each earlier key weighs the same however
-    many there are), so the update leaves their values (nearly) where they are. Returns ``C0`` itself
-    (same object) when nothing is added.
+    subject's last). Returns ``C0`` itself (same object) when nothing is added.
     """
     _check_matrix("C0", C0)
     weight = _check_weight("retain null-space weight", weight)
@@ -140,12 +134,6 @@ def protected_covariance(
         if C_ctx.shape != C0.shape:
             raise ValueError(f"C_ctx must have shape {tuple(C0.shape)}, got {tuple(C_ctx.shape)}")
         out = out.to(_F64) + context_weight * C_ctx.to(device=C0.device, dtype=_F64)
-    forgotten_weight = _check_weight("forgotten-facts protection weight", forgotten_weight)
-    if S_prev is not None and forgotten_weight:
-        _check_matrix("S_prev", S_prev)
-        if S_prev.shape != C0.shape:
-            raise ValueError(f"S_prev must have shape {tuple(C0.shape)}, got {tuple(S_prev.shape)}")
-        out = out.to(_F64) + forgotten_weight * S_prev.to(device=C0.device, dtype=_F64)
     return out
 
 
