@@ -7,7 +7,7 @@ EasyEdit-format files. With ``zerounlearn audit --data OUT --known-only --n 16``
 in one batch and every capital of the file is forbidden to the audit's borrowing, so the file itself leaves the
 audit no capital to borrow (benchmarks/RESULTS.md, "Audit pool").
 
-    python benchmarks/audit/thin_pool_file.py --data-dir ../shared/data --out /tmp/capitals20.json
+    python benchmarks/audit/thin_pool_file.py --data-dir ../shared/data --out results/capitals20.json
 """
 from __future__ import annotations
 
