@@ -34,7 +34,7 @@ RESULTS = "benchmarks/results/"
 _ROOTS = ("root", "home", "work", "tmp", "Users")
 MACHINE_PATH = re.compile(
     r"(?<![\w.~$/-])/(?:" + "|".join(_ROOTS) + r")/"  # one of _ROOTS right under the file system's root
-    r"|(?<![\w])[A-Za-z]:\\"  # a Windows drive letter, colon and backslash
+    r"|(?<![\w])[A-Za-z]:\\[\w .-]+\\"  # a Windows drive letter, colon, backslash and a folder (not "C:\n" in code)
 )
 """An absolute path of one machine: a POSIX home, scratch or working folder, or a Windows drive. A relative path
 that happens to contain such a folder (``../tmp/x``, ``results/work/``) does not match."""
@@ -105,7 +105,7 @@ def test_the_pattern_finds_machine_paths_and_not_relative_ones():
            "model " + "C" + ":\\models\\gpt2", f'("{_machine("tmp")}a.json")']
     good = ["../shared/vendor/EasyEdit-14cea82", "~/.cache/zerounlearn_editor", "$EASYEDIT_PATH/easyeditor",
             "results/work/a", "../tmp/x", "https://example.org/home/page", ".venv-easyedit/bin/python",
-            "a ratio 3:1, key 1:\\n"]
+            "a ratio 3:1, key 1:\\n", "class " + "C" + ":\\n    def f(self):"]
     assert [len(machine_paths(line)) for line in bad] == [1] * len(bad)
     assert [machine_paths(line) for line in good] == [[]] * len(good)
 
