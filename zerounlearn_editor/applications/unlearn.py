@@ -7,8 +7,10 @@ probability, greedy continuation) of the edited facts, by outcome (forgotten, no
 answered, taught, no answer: :mod:`~zerounlearn_editor.applications.fact_status`), and of the retain facts, the
 perplexity change, and in ``--out`` the edited model (``--save model``) or a PEFT LoRA adapter of the
 edit (``--save adapter``, :func:`~zerounlearn_editor.integrations.adapters.export_lora_adapter`), and
-always :data:`REPORT_NAME`. Every input is checked before the model is loaded, the edit's own checks
-run before the facts are scored, and ``--out`` is written through a staging folder
+always :data:`REPORT_NAME`. Every input file (hparams, facts, retain set, perplexity text, ledger) is read and
+checked once, before the model is loaded, and passed inward as the checked value; the edit's own checks run
+once, before the facts are scored (its :class:`~zerounlearn_editor.engine.pipeline.EditPlan`), and ``--out`` is
+written through a staging folder
 (:mod:`zerounlearn_editor.support.output_dir`): it holds one run's files, whole, or is as it was.
 With ``--save model`` or ``adapter`` the folder also holds a ledger of every fact the chain's edits targeted,
 with its status, and the carried state of lifelong unlearning (:mod:`zerounlearn_editor.applications.ledger`);
