@@ -137,3 +137,18 @@ def test_the_answer_alias_is_resolved_by_one_function(files, tmp_path, monkeypat
                 settings=_settings(save="none", ppl_tokens=0, audit=AuditSettings(families=("formats",), shots=(1,))))
     # each record of the facts file and of the retain file once, at the boundary
     assert sorted(seen) == sorted([f["prompt"] for f in FACTS] + [r["prompt"] for r in RETAIN])
+
+
+def test_the_audit_probes_each_edited_fact_once_when_the_file_repeats_one(files, tmp_path):
+    """A repeated fact is edited once, and the audit's items are the edited facts' (they were the file's records by
+    their index in the file, so a repeat shifted them: [A, A, B] audited A twice)."""
+    from zerounlearn_editor.evaluation.audit import AuditSettings
+
+    root = files
+    facts = tmp_path / "repeats.json"
+    facts.write_text(json.dumps([FACTS[0], FACTS[0], FACTS[1], FACTS[2]]), encoding="utf-8")
+    result = run_unlearn(root / "ZeroUnlearn-GD.yaml", facts, None,
+                         settings=_settings(save="none", ppl_tokens=0,
+                                            audit=AuditSettings(families=("formats",), shots=(1,))))
+    assert [row.prompt for row in result.forgotten] == [f["prompt"] for f in FACTS]
+    assert result.audit["plan"]["n_items"] == 2 and result.audit["before"]["prompt"]["n"] == 2
