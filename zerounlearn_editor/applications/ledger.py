@@ -41,7 +41,7 @@ from zerounlearn_editor.applications.fact_status import edit_count
 from zerounlearn_editor.applications.ledger_files import FILES_KEY, check_weight_files, weight_files_sha256
 from zerounlearn_editor.applications.ledger_schema import check_ledger_schema
 from zerounlearn_editor.engine.contexts import cached_context_prefixes, restore_context_prefixes
-from zerounlearn_editor.engine.hparams import EditHyperParams
+from zerounlearn_editor.engine.hparams import ConfigFile, EditHyperParams
 from zerounlearn_editor.engine.retired_keys import RETIRED_STATE_FILE, RETIRED_STATE_NOTE
 from zerounlearn_editor.engine.stats import (
     SecondMoment,
@@ -295,7 +295,7 @@ def build_ledger(
     model: nn.Module,
     weights_copy: Mapping[str, torch.Tensor],
     hparams: EditHyperParams,
-    hparams_file: Union[str, Path],
+    hparams_file: Union[str, Path, ConfigFile],
     facts_file: Union[str, Path],
     records: Sequence[Mapping[str, Any]],
     model_name: str,
@@ -305,10 +305,13 @@ def build_ledger(
 ) -> Dict[str, Any]:
     """The ledger after this edit (without its files' hashes: :func:`write_ledger` adds them). ``records``: every
     fact after this edit, with its status (:func:`~zerounlearn_editor.applications.fact_status.merged_facts`);
-    ``time``: this edit's (:func:`edit_time`, as in the records)."""
-    hparams_file = Path(hparams_file)
+    ``time``: this edit's (:func:`edit_time`, as in the records). ``hparams_file``: its path, or the file as the run
+    read it (:class:`~zerounlearn_editor.engine.hparams.ConfigFile`: not read again)."""
+    read = hparams_file if isinstance(hparams_file, ConfigFile) else None
+    hparams_file = Path(read.name if read is not None else hparams_file)
     index = len(previous.ledger["edits"]) if previous is not None else 0
-    edit = {"time": time, "hparams_file": hparams_file.name, "hparams_sha256": sha256_of_file(hparams_file),
+    hparams_sha256 = read.sha256 if read is not None else sha256_of_file(hparams_file)
+    edit = {"time": time, "hparams_file": hparams_file.name, "hparams_sha256": hparams_sha256,
             "facts_file": Path(facts_file).name, "n_facts": sum(r["edit"] == index for r in records)}
     if previous is None:
         base_name = model_basename(model)

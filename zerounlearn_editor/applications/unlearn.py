@@ -7,8 +7,10 @@ probability, greedy continuation) of the edited facts, by outcome (forgotten, no
 answered, taught, no answer: :mod:`~zerounlearn_editor.applications.fact_status`), and of the retain facts, the
 perplexity change, and in ``--out`` the edited model (``--save model``) or a PEFT LoRA adapter of the
 edit (``--save adapter``, :func:`~zerounlearn_editor.integrations.adapters.export_lora_adapter`), and
-always :data:`REPORT_NAME`. Every input is checked before the model is loaded, the edit's own checks
-run before the facts are scored, and ``--out`` is written through a staging folder
+always :data:`REPORT_NAME`. Every input file (hparams, facts, retain set, perplexity text, ledger) is read and
+checked once, before the model is loaded, and passed inward as the checked value; the edit's own checks run
+once, before the facts are scored (its :class:`~zerounlearn_editor.engine.pipeline.EditPlan`), and ``--out`` is
+written through a staging folder
 (:mod:`zerounlearn_editor.support.output_dir`): it holds one run's files, whole, or is as it was.
 With ``--save model`` or ``adapter`` the folder also holds a ledger of every fact the chain's edits targeted,
 with its status (:mod:`zerounlearn_editor.applications.ledger`);
@@ -45,17 +47,17 @@ from zerounlearn_editor.applications.ledger import (
     write_ledger,
 )
 from zerounlearn_editor.data.builtin import default_ppl_text
-from zerounlearn_editor.data.record_files import RecordFileError, read_record_list, require_fields
+from zerounlearn_editor.data.fact_records import FactsFile, given_answer, read_facts_file
+from zerounlearn_editor.data.record_files import RecordFileError, read_record_list
 from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.engine.contexts import check_fewshot_facts
 from zerounlearn_editor.engine.fluency_guard import GUARD_MODES
-from zerounlearn_editor.engine.hparams import HParamsError
+from zerounlearn_editor.engine.hparams import ConfigFile, HParamsError
 from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
-from zerounlearn_editor.engine.requests import RequestError, check_targets_not_answers, normalize_requests
-from zerounlearn_editor.engine.retain import load_retain_file
+from zerounlearn_editor.engine.requests import CheckedRequests, RequestError, check_requests, check_targets_not_answers
+from zerounlearn_editor.engine.retain import check_retain_records
 from zerounlearn_editor.evaluation.audit import AuditSettings, LensConfig, build_plan, score_model
 from zerounlearn_editor.evaluation.audit.facts_audit import (
-    check_probe_fields,
     facts_items,
     facts_pool,
     format_facts_audit,
@@ -64,9 +66,9 @@ from zerounlearn_editor.evaluation.audit.facts_audit import (
 from zerounlearn_editor.evaluation.audit.plan import check_audit_inputs, check_plan_lengths
 from zerounlearn_editor.evaluation.generation import generate_greedy
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
-from zerounlearn_editor.evaluation.perplexity import check_ppl_text, leading_token_ids, perplexity, read_text
+from zerounlearn_editor.evaluation.perplexity import check_ppl_text, leading_token_ids, perplexity_of_ids
 from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
-from zerounlearn_editor.methods.registry import get_method, load_method
+from zerounlearn_editor.methods.registry import get_method, read_method
 from zerounlearn_editor.support.model_access import max_positions
 from zerounlearn_editor.support.output_dir import check_free_space, check_output_dir, staged_output_dir
 from zerounlearn_editor.support.progress import progress_scope
@@ -74,66 +76,14 @@ from zerounlearn_editor.support.progress import progress_scope
 LOG = logging.getLogger(__name__)
 
 SAVE_MODES = ("model", "adapter", "none")
-_FACT_FIELDS = ("prompt", "subject", "answer", "ground_truth", "target_new", "paraphrases", "questions")
 _NEW_TOKENS = 8  # greedy continuation length in the table
 _BATCH_SIZE = 16
 
 
 def load_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
-    """Edit requests from a facts file; errors name the file, record index and field."""
-    records = read_record_list(path, what="facts to forget")
-    require_fields(records, ("prompt", "subject"), path)
-    requests = []
-    for index, record in enumerate(records):
-        unknown = sorted(set(record) - set(_FACT_FIELDS))
-        if unknown:
-            raise RecordFileError(f"{path}: record {index}: unknown field(s) {unknown} "
-                                  "(allowed: prompt, subject, answer, target_new, paraphrases, questions)")
-        check_probe_fields(record, index, path)
-        if "answer" in record and "ground_truth" in record:
-            raise RecordFileError(f"{path}: record {index}: give 'answer' or 'ground_truth', not both")
-        answer = record.get("answer", record.get("ground_truth"))
-        if answer is not None and (not isinstance(answer, str) or not answer.strip()):
-            raise RecordFileError(f"{path}: record {index}: field 'answer' must be a non-empty string, got {answer!r}")
-        target = record.get("target_new")
-        if target is not None and not isinstance(target, str):  # a list or {"str": ...} would be read in part
-            raise RecordFileError(
-                f"{path}: record {index}: field 'target_new' must be a string (\"\" = the YAML's neutral target), "
-                f"got {type(target).__name__} {target!r}"
-            )
-        if record["subject"] not in record["prompt"]:
-            raise RecordFileError(
-                f"{path}: record {index}: field 'subject' {record['subject']!r} does not occur in the prompt "
-                f"{record['prompt']!r}"
-            )
-        request = {"prompt": record["prompt"], "subject": record["subject"], "ground_truth": answer}
-        if "target_new" in record:
-            request["target_new"] = record["target_new"]
-        requests.append(request)
-    return _drop_repeats(requests, path)
-
-
-def _drop_repeats(requests: List[Dict[str, Any]], path: Union[str, Path]) -> List[Dict[str, Any]]:
-    """``requests`` without a repeated fact (same prompt and subject): an exact repeat is dropped with a warning
-    naming both records; a repeat with another answer or target is an error (the ledger keeps one record a fact)."""
-    first: Dict[Tuple[str, str], int] = {}
-    kept: List[Dict[str, Any]] = []
-    dropped: List[str] = []
-    for index, request in enumerate(requests):
-        earlier = first.setdefault(fact_key(request), index)
-        if earlier == index:
-            kept.append(request)
-            continue
-        for name in ("ground_truth", "target_new"):
-            if request.get(name) != requests[earlier].get(name):
-                field_name = "answer" if name == "ground_truth" else name
-                raise RecordFileError(
-                    f"{path}: record {index}: same prompt and subject as record {earlier} but another {field_name} "
-                    f"({request.get(name)!r} vs {requests[earlier].get(name)!r}); give one record per fact")
-        dropped.append(f"record {index} (= record {earlier})")
-    if dropped:
-        LOG.warning("%s: %d repeated fact(s) dropped, each edited once: %s", path, len(dropped), ", ".join(dropped))
-    return kept
+    """Edit requests from a facts file (:func:`~zerounlearn_editor.data.fact_records.read_facts_file`: errors name
+    the file, record index and field; a repeated fact once)."""
+    return read_facts_file(path).requests()
 
 
 @dataclass
@@ -262,19 +212,53 @@ class UnlearnSettings:
             self.audit.validate()
 
 
+@dataclass(frozen=True)
+class RetainSet:
+    """A ``--retain`` file read and checked once (:func:`read_retain_set`): the edit's retain ``requests`` and the
+    facts with an answer, ``(prompt, subject, answer)`` (scored before and after the edit, lent to the audit)."""
+
+    requests: CheckedRequests
+    answered: Tuple[Tuple[str, str, str], ...]
+
+
+def read_retain_set(path: Union[str, Path]) -> RetainSet:
+    """Read and check a retain file once (errors name the file, record and field)."""
+    records = read_record_list(path, what="retain facts")
+    requests = check_retain_records(records, path)
+    answered = tuple((r["prompt"], r["subject"], answer) for r in records
+                     if (answer := given_answer(r)) is not None)
+    return RetainSet(requests, answered)
+
+
 @dataclass
 class _Job:
-    """What the checks before the model loads give (:func:`_check_before_loading`)."""
+    """What the checks before the model loads give (:func:`_check_before_loading`): every input read and checked
+    once, passed inward as read (``source``: the hparams file, ``facts_file``: the facts, ``forget``: their checked
+    requests, ``retain``: the ``--retain`` set, ``ppl_text``: the perplexity text)."""
 
     hparams: Any
     apply: Callable[..., Any]
     continuation: Optional[Continuation]
-    facts: List[Dict[str, Any]]
-    retain_facts: List[Dict[str, Any]]  # the retain facts with an answer (scored)
+    facts_file: FactsFile
+    forget: CheckedRequests
+    source: Optional[ConfigFile] = None  # the hparams file as read
+    retain: Optional[RetainSet] = None
+    ppl_text: Optional[Tuple[str, str]] = None  # (its name in messages, the text); None: no perplexity
     earlier: List[Dict[str, Any]] = field(default_factory=list)  # the continued ledger's records not edited again
     audit_items: List[Any] = field(default_factory=list)
     audit_pool: Any = None
     passages: List[str] = field(default_factory=list)
+
+    @property
+    def facts(self) -> List[Dict[str, Any]]:
+        """The facts' request dicts (``ground_truth``: the answer)."""
+        return self.facts_file.requests()
+
+    @property
+    def retain_facts(self) -> List[Dict[str, Any]]:
+        """The retain facts with an answer (scored), ``{"prompt", "ground_truth"}``."""
+        answered = self.retain.answered if self.retain is not None else ()
+        return [{"prompt": prompt, "ground_truth": answer} for prompt, _, answer in answered]
 
 
 @dataclass
@@ -289,31 +273,36 @@ class _Loaded:
     lens: Optional[LensConfig] = None
 
 
-def _check_facts_for_method(facts: List[Dict[str, Any]], facts_file: Union[str, Path], hparams: Any) -> None:
-    """The facts against the YAML, before the model loads: a deep YAML's few-shot facts, and no neutral target
-    that is the answer (it would teach the fact)."""
+def _checked_facts(facts: FactsFile, hparams: Any) -> CheckedRequests:
+    """The facts' requests checked once, and against the YAML before the model loads: a deep YAML's few-shot facts,
+    and no neutral target that is the answer (it would teach the fact)."""
+    try:
+        forget = check_requests(facts.requests(), distinct_answers=hparams.target_objective == "suppress_answer")
+    except RequestError as exc:
+        raise RecordFileError(f"{facts.path}: {str(exc).replace('request ', 'record ', 1)}") from None
     fewshot = int(hparams.experimental.get("fewshot_contexts", 0))
     if fewshot:  # a deep YAML's few-shot facts are planned from the facts alone
-        check_fewshot_facts(normalize_requests(facts), fewshot)
+        check_fewshot_facts(list(forget.requests), fewshot)
     try:
-        check_targets_not_answers(normalize_requests(facts), hparams.neutral_target)
+        check_targets_not_answers(forget.requests, hparams.neutral_target)
     except RequestError as exc:
-        raise RecordFileError(f"{facts_file}: {str(exc).replace('request ', 'record ', 1)}") from None
+        raise RecordFileError(f"{facts.path}: {str(exc).replace('request ', 'record ', 1)}") from None
+    return forget
 
 
 def _read_retain(retain_file: Optional[Union[str, Path]], hparams: Any,
-                 hparams_file: Union[str, Path]) -> List[Dict[str, Any]]:
-    """The retain file's records (checked; the YAML must weigh a retain set), ``[]`` without one."""
+                 hparams_file: Union[str, Path]) -> Optional[RetainSet]:
+    """The retain file read and checked once (the YAML must weigh a retain set), None without one."""
     if not retain_file:
-        return []
-    load_retain_file(retain_file)  # errors name the file, record and field
+        return None
+    retain = read_retain_set(retain_file)  # errors name the file, record and field
     if not any(v > 0 for v in hparams.retain_weights().values()):
         raise HParamsError(
             f"--retain given, but the retain weights {sorted(hparams.retain_weights())} of "
             f"{hparams_file} are all 0 (the paper's method ignores a retain set); use a retain-aware "
             "YAML, e.g. hparams/ZeroUnlearn-GD/<model>-retain.yaml"
         )
-    return read_record_list(retain_file, what="retain facts")
+    return retain
 
 
 def _earlier_facts(facts: List[Dict[str, Any]], facts_file: Union[str, Path],
@@ -352,32 +341,47 @@ def _check_before_loading(hparams_file: Union[str, Path], facts_file: Union[str,
         raise ValueError(f"--save {settings.save} needs --out")
     if out_dir is not None:
         check_output_dir(out_dir, (REPORT_NAME,))
-    if settings.ppl_tokens > 0 and settings.ppl_text:
-        check_ppl_text(settings.ppl_text)
-    hparams, apply = load_method(hparams_file)
+    ppl_text = _read_ppl_text(settings)
+    method = read_method(hparams_file)
+    hparams = method.hparams
     continuation = read_continuation(model_name or hparams.model_name, hparams)  # a ledger: checked before loading
     if out_dir is not None:
         check_out_ledger(Path(out_dir), continuation, replace_ledger)
-    facts = load_facts(facts_file)
-    _check_facts_for_method(facts, facts_file, hparams)
-    retain_records = _read_retain(retain_file, hparams, hparams_file)
-    answers = [(r["prompt"], r.get("answer", r.get("ground_truth"))) for r in retain_records]
-    retain_facts = [{"prompt": q, "ground_truth": a} for q, a in answers if isinstance(a, str) and a.strip()]
-    job = _Job(hparams, apply, continuation, facts, retain_facts, _earlier_facts(facts, facts_file, continuation))
+    facts = read_facts_file(facts_file)
+    forget = _checked_facts(facts, hparams)
+    retain = _read_retain(retain_file, hparams, hparams_file)
+    job = _Job(hparams, method.apply, continuation, facts, forget, method.source, retain, ppl_text)
+    job.earlier = _earlier_facts(job.facts, facts_file, continuation)
     audit = settings.audit
     if audit is not None:
-        job.audit_items = facts_items(facts_file)
+        job.audit_items = facts_items(facts.records)
         if not job.audit_items:
             raise RecordFileError(f"{facts_file}: --audit needs facts with an 'answer'; none has one")
         if "relearning" in audit.families:
             job.passages = generic_passages(settings.corpus or hparams.mom2_dataset)
-        job.audit_pool = facts_pool(retain_records)
+        job.audit_pool = facts_pool(retain.answered if retain is not None else ())
         check_audit_inputs(job.audit_items, job.audit_pool, audit, job.passages)  # before any work
     return job
 
 
-def _load_and_plan(job: _Job, name: str, settings: UnlearnSettings, retain_file: Optional[Union[str, Path]],
-                   out_dir: Optional[Union[str, Path]], seconds: Dict[str, float]) -> _Loaded:
+def _read_ppl_text(settings: UnlearnSettings) -> Optional[Tuple[str, str]]:
+    """The perplexity text, read once: ``(its name in messages, the text)``; ``--ppl-text`` checked before the
+    model loads, else the WikiText-2 test split shipped with the package (None: off, or the shipped text is
+    missing, with a warning)."""
+    if settings.ppl_tokens <= 0:
+        return None
+    if settings.ppl_text:
+        return str(settings.ppl_text), check_ppl_text(settings.ppl_text)
+    try:
+        path = Path(default_ppl_text())
+        return str(path), path.read_text(encoding="utf-8")
+    except OSError as exc:
+        LOG.warning("no perplexity text: %s; perplexity skipped (give --ppl-text)", exc)
+        return None
+
+
+def _load_and_plan(job: _Job, name: str, settings: UnlearnSettings, out_dir: Optional[Union[str, Path]],
+                   seconds: Dict[str, float]) -> _Loaded:
     """Load the model (its time in ``seconds["load"]``), check a continued folder's model, and run the edit's
     checks (hparams, requests, retain set, modules, lengths, capacity) and the audit's plan before any scoring."""
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer  # late: tests patch it
@@ -389,7 +393,7 @@ def _load_and_plan(job: _Job, name: str, settings: UnlearnSettings, retain_file:
     if job.continuation is not None:  # the folder's weights, the base model's C0, the earlier edits' prefixes
         second_moments = job.continuation.check_model(model, hparams, settings.corpus)
         job.continuation.restore_prefixes(model)
-    plan = check_edit_inputs(model, tok, job.facts, hparams, str(retain_file) if retain_file else None)
+    plan = check_edit_inputs(model, tok, job.forget, hparams, job.retain.requests if job.retain else None)
     check_requests = get_method(hparams.alg_name).check_requests
     if check_requests is not None:  # e.g. ZeroUnlearn's capacity limit
         check_requests(model, hparams, len(plan.forget))
@@ -406,49 +410,35 @@ def _load_and_plan(job: _Job, name: str, settings: UnlearnSettings, retain_file:
     return loaded
 
 
-def _ppl_text(settings: UnlearnSettings) -> Optional[Path]:
-    """The perplexity text: ``ppl_text``, else the WikiText-2 test split shipped with the package (None: off,
-    or the shipped text is missing, with a warning)."""
-    if settings.ppl_tokens <= 0:
-        return None
-    if settings.ppl_text:
-        return Path(settings.ppl_text)
-    try:
-        return Path(default_ppl_text())
-    except OSError as exc:
-        LOG.warning("no perplexity text: %s; perplexity skipped (give --ppl-text)", exc)
-        return None
-
-
-def _ppl_token_count(tok, text: Optional[Path], settings: UnlearnSettings) -> int:
-    """The tokens of ``text`` the perplexity measures (at most ``ppl_tokens``; 0 without a text); fewer than 2
-    raise ``ValueError`` naming the file, before any scoring."""
-    if text is None:
-        return 0
-    count = len(leading_token_ids(tok, read_text(text), settings.ppl_tokens))
-    if count < 2:
-        raise ValueError(f"--ppl-text {text}: {count} token(s) of text; perplexity needs at least 2 (give a longer "
+def _ppl_ids(tok, job: _Job, settings: UnlearnSettings) -> List[int]:
+    """The tokens of the perplexity text the perplexity measures (at most ``ppl_tokens``; none without a text);
+    fewer than 2 raise ``ValueError`` naming the file, before any scoring."""
+    if job.ppl_text is None:
+        return []
+    name, text = job.ppl_text
+    ids = leading_token_ids(tok, text, settings.ppl_tokens)
+    if len(ids) < 2:
+        raise ValueError(f"--ppl-text {name}: {len(ids)} token(s) of text; perplexity needs at least 2 (give a longer "
                          "text, or --ppl-tokens 0)")
-    return count
+    return ids
 
 
-def _score(model, tok, job: _Job, text: Optional[Path], ppl_tokens: int) -> Dict[str, Any]:
+def _score(model, tok, job: _Job, ppl_ids: List[int]) -> Dict[str, Any]:
     """The facts', the retain facts' and the perplexity's scores of ``model`` (before or after the edit), the
-    perplexity on the first ``ppl_tokens`` tokens of ``text`` (:func:`_ppl_token_count`)."""
+    perplexity on the tokens ``ppl_ids`` (:func:`_ppl_ids`)."""
     return {"forget": _measure(model, tok, job.facts),
             "kept": _measure(model, tok, job.retain_facts) if job.retain_facts else None,
-            "ppl": perplexity(model, tok, text, max_tokens=ppl_tokens) if text else None,
-            "ppl_tokens": ppl_tokens if text else 0}
+            "ppl": perplexity_of_ids(model, tok, ppl_ids) if ppl_ids else None,
+            "ppl_tokens": len(ppl_ids)}
 
 
-def _edit(job: _Job, loaded: _Loaded, settings: UnlearnSettings, retain_file: Optional[Union[str, Path]],
-          report: EditReport) -> Tuple[Any, Dict[str, Any]]:
+def _edit(job: _Job, loaded: _Loaded, settings: UnlearnSettings, report: EditReport) -> Tuple[Any, Dict[str, Any]]:
     """The method's edit of the checked plan (not checked again): ``(model, weights_copy)``."""
     hparams = job.hparams
     LOG.info("unlearning %d facts with %s (layers %s)", len(job.facts), hparams.alg_name, hparams.layers)
     model, weights_copy = job.apply(
         loaded.model, loaded.tok, loaded.plan, hparams, return_orig_weights=True, report=report,
-        progress=settings.progress, corpus=settings.corpus, retain=str(retain_file) if retain_file else None,
+        progress=settings.progress, corpus=settings.corpus,
         fluency_guard=settings.fluency_guard, second_moments=loaded.second_moments)
     if report.fluency:
         guard = report.fluency
@@ -457,9 +447,8 @@ def _edit(job: _Job, loaded: _Loaded, settings: UnlearnSettings, retain_file: Op
     return model, weights_copy
 
 
-def _result(job: _Job, before: Dict[str, Any], after: Dict[str, Any], text: Optional[Path],
-            settings: UnlearnSettings, seconds: Dict[str, float], report: EditReport,
-            audit_report: Optional[Dict[str, Any]]) -> UnlearnResult:
+def _result(job: _Job, before: Dict[str, Any], after: Dict[str, Any], settings: UnlearnSettings,
+            seconds: Dict[str, float], report: EditReport, audit_report: Optional[Dict[str, Any]]) -> UnlearnResult:
     """The run's :class:`UnlearnResult` (nothing saved yet)."""
     return UnlearnResult(
         method=job.hparams.alg_name,
@@ -539,13 +528,12 @@ def run_unlearn(
         hparams, audit = job.hparams, settings.audit
         seconds: Dict[str, float] = {}
         name = model_name or hparams.model_name
-        loaded = _load_and_plan(job, name, settings, retain_file, out_dir, seconds)
-        text = _ppl_text(settings)
-        ppl_tokens = _ppl_token_count(loaded.tok, text, settings)
+        loaded = _load_and_plan(job, name, settings, out_dir, seconds)
+        ppl_ids = _ppl_ids(loaded.tok, job, settings)
 
         start = time.perf_counter()
         LOG.info("scoring %d facts (and %d retain facts) before the edit", len(job.facts), len(job.retain_facts))
-        before = _score(loaded.model, loaded.tok, job, text, ppl_tokens)
+        before = _score(loaded.model, loaded.tok, job, ppl_ids)
         seconds["evaluate_before"] = time.perf_counter() - start
         if audit is not None:  # the probes are drawn once, before the edit
             start = time.perf_counter()
@@ -554,12 +542,12 @@ def run_unlearn(
 
         report = EditReport()
         start = time.perf_counter()
-        model, weights_copy = _edit(job, loaded, settings, retain_file, report)
+        model, weights_copy = _edit(job, loaded, settings, report)
         seconds["unlearn"] = time.perf_counter() - start
         seconds.update({f"unlearn.{k}": v for k, v in report.timings.items()})
 
         start = time.perf_counter()
-        after = _score(model, loaded.tok, job, text, ppl_tokens)
+        after = _score(model, loaded.tok, job, ppl_ids)
         after["earlier"] = _measure(model, loaded.tok, [{"prompt": r["prompt"], "ground_truth": r.get("answer")}
                                                         for r in job.earlier], greedy_all=False)
         seconds["evaluate_after"] = time.perf_counter() - start
@@ -570,14 +558,14 @@ def run_unlearn(
                             "after": score_model(model, loaded.tok, loaded.audit_plan, audit, loaded.lens)}
             seconds["audit_after"] = time.perf_counter() - start
 
-        result = _result(job, before, after, text, settings, seconds, report, audit_report)
+        result = _result(job, before, after, settings, seconds, report, audit_report)
         stamp = edit_time()
         records = _fact_statuses(job, result, before, after, stamp)
         if result.came_back and not allow_came_back:
             _refuse_came_back(result, job.continuation.folder)
         if out_dir is not None:
             _write_out(result, Path(out_dir), settings.save, model, loaded.tok, weights_copy, job, report,
-                       (hparams_file, facts_file, retain_file, name), settings.corpus, (records, stamp))
+                       (job.source, facts_file, retain_file, name), settings.corpus, (records, stamp))
         return result
 
 
@@ -585,7 +573,8 @@ def _write_out(result: UnlearnResult, out_dir: Path, save: str, model, tok, weig
                report: EditReport, sources: Tuple[Any, Any, Any, str], corpus: Optional[str],
                records: Tuple[List[Dict[str, Any]], str]) -> None:
     """Write ``out_dir`` through a staging folder: the ``--save`` output, the report and (saving a model or an
-    adapter) the ledger, whole, or nothing. ``sources``: ``(hparams_file, facts_file, retain_file, model name)``;
+    adapter) the ledger, whole, or nothing. ``sources``: ``(the hparams file as read (a ConfigFile), facts_file,
+    retain_file, model name)``;
     ``records``: the ledger's fact records after this edit and its time (:func:`_fact_statuses`)."""
     hparams_file, facts_file, retain_file, name = sources
     ledger = None
@@ -594,7 +583,7 @@ def _write_out(result: UnlearnResult, out_dir: Path, save: str, model, tok, weig
                                records[0], name, corpus, save, records[1]))
         result.saved_ledger = {"facts": len(ledger["facts"]), "edits": len(ledger["edits"])}
     with staged_output_dir(out_dir) as staging:
-        _save(result, staging, out_dir, save, model, tok, weights_copy, job.hparams, hparams_file,
+        _save(result, staging, out_dir, save, model, tok, weights_copy, job.hparams, hparams_file.name,
               facts_file, retain_file, job.facts, name)
         if ledger is not None:  # inside the staging folder: the model and its ledger, whole, or neither
             write_ledger(staging, ledger)

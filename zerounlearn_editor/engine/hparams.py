@@ -10,6 +10,7 @@ naming the file, the key and the value; a retired key fails with its message
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import re
 from dataclasses import dataclass, field
@@ -36,19 +37,36 @@ def _convert_scientific_strings(config: Dict[str, Any]) -> Dict[str, Any]:
     return converted
 
 
-def load_config_file(path: Union[str, Path]) -> Dict[str, Any]:
-    """Read a YAML or JSON mapping from ``path`` (``.yaml`` appended without a suffix, as EasyEdit does);
+@dataclass(frozen=True)
+class ConfigFile:
+    """An hparams file read once (:func:`read_config_file`): ``name`` as the caller gave it, ``path`` the file read
+    (``.yaml`` appended without a suffix), its mapping and the sha256 of its bytes."""
+
+    name: str
+    path: Path
+    config: Dict[str, Any]
+    sha256: str
+
+
+def read_config_file(path: Union[str, Path]) -> ConfigFile:
+    """Read a YAML or JSON mapping from ``path`` once (``.yaml`` appended without a suffix, as EasyEdit does);
     a key given twice is an error."""
-    path = Path(path)
+    name, path = str(path), Path(path)
     if path.suffix.lower() not in (".yaml", ".yml", ".json"):
         path = path.with_name(path.name + ".yaml")
     if not path.is_file():
         raise HParamsError(f"hparams file not found: {path}")
+    data = path.read_bytes()
     config = read_structured(path, "hparams", lambda message: HParamsError(f"{path}: {message}"),
-                             suffix=".json" if path.suffix.lower() == ".json" else ".yaml")
+                             suffix=".json" if path.suffix.lower() == ".json" else ".yaml", data=data)
     if not isinstance(config, dict):
         raise HParamsError(f"{path}: expected a mapping of hyperparameters, got {type(config).__name__}")
-    return _convert_scientific_strings(config)
+    return ConfigFile(name, path, _convert_scientific_strings(config), hashlib.sha256(data).hexdigest())
+
+
+def load_config_file(path: Union[str, Path]) -> Dict[str, Any]:
+    """The mapping of :func:`read_config_file`."""
+    return read_config_file(path).config
 
 
 def _check_type(value: Any, annotation: Any) -> bool:
@@ -156,11 +174,16 @@ class BaseHyperParams:
     def from_hparams(cls, hparams_name_or_path: Union[str, Path]):
         """Load from a YAML or JSON file (EasyEdit's constructor name); a relative ``retain_file`` is resolved
         against the file's folder."""
-        config = load_config_file(hparams_name_or_path)
+        return cls.from_config_file(read_config_file(hparams_name_or_path))
+
+    @classmethod
+    def from_config_file(cls, source: ConfigFile):
+        """Build from an hparams file already read (:func:`read_config_file`), as :meth:`from_hparams` does."""
+        config = dict(source.config)
         retain_file = config.get("retain_file")
         if isinstance(retain_file, str) and retain_file and not Path(retain_file).is_absolute():
-            config["retain_file"] = str(Path(hparams_name_or_path).parent / retain_file)
-        return cls.from_dict(config, source=str(hparams_name_or_path))
+            config["retain_file"] = str(Path(source.name).parent / retain_file)
+        return cls.from_dict(config, source=source.name)
 
     def validate(self, source: str = "<hparams>") -> None:
         """Check value ranges; subclasses extend this."""

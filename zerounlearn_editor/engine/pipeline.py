@@ -43,6 +43,7 @@ from zerounlearn_editor.engine.keys import LayerReadout, read_keys_and_hidden
 from zerounlearn_editor.engine.post_mlp import IDENTITY, PostMlpMap, detect_post_mlp_maps, value_targets
 from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
 from zerounlearn_editor.engine.requests import (
+    CheckedRequests,
     ForgetRequest,
     RequestError,
     check_targets_not_answers,
@@ -159,11 +160,16 @@ def _timer(report: EditReport, stage: str):
         report.stage_spans.append((stage, start, end))
 
 
+Requests = Union[Sequence[Mapping[str, Any]], CheckedRequests]
+"""An edit's requests as its callers give them: request dicts, or requests checked once where they were read
+(:func:`~zerounlearn_editor.engine.requests.check_requests`)."""
+
+
 @dataclass(frozen=True)
 class EditPlan:
-    """An edit's checked inputs (:func:`check_edit_inputs`), passed along so the checks run once per edit: the
-    ``forget`` and ``keep`` (retain) requests, each forget request's ``target_ids``, the ``hparams`` and the
-    ``retain`` argument ``keep`` was resolved from."""
+    """An edit's checked inputs (:func:`check_edit_inputs`), the one request collection the edit's stages take, so
+    the checks run once per edit: the ``forget`` and ``keep`` (retain) requests, each forget request's
+    ``target_ids``, the ``hparams`` and the ``retain`` argument ``keep`` was resolved from."""
 
     forget: List[ForgetRequest]
     keep: List[ForgetRequest]
@@ -172,7 +178,7 @@ class EditPlan:
     retain: RetainSpec = None
 
 
-def _checked_forget(model: nn.Module, tok, requests: Sequence[Mapping[str, Any]],
+def _checked_forget(model: nn.Module, tok, requests: Requests,
                     hparams: EditHyperParams) -> Tuple[List[ForgetRequest], List[List[int]]]:
     """The hparams, the model, the forget requests (with answer-suppression targets one answer per prompt) and
     the edited modules checked: ``(forget requests, their target ids)``."""
@@ -185,7 +191,14 @@ def _checked_forget(model: nn.Module, tok, requests: Sequence[Mapping[str, Any]]
             f"the model has {len(meta)} tensor(s) on the meta device ({shown}): its weights were never loaded "
             f"(e.g. built under init_empty_weights / device='meta'); load the real weights before editing"
         )
-    forget = normalize_requests(requests, distinct_answers=hparams.target_objective == "suppress_answer")
+    distinct = hparams.target_objective == "suppress_answer"
+    if isinstance(requests, CheckedRequests):  # checked where they were read
+        if distinct and not requests.distinct_answers:
+            raise RequestError("these requests were checked without one answer per prompt, which answer-suppression "
+                               "targets need; pass the request dicts instead")
+        forget = list(requests.requests)
+    else:
+        forget = normalize_requests(requests, distinct_answers=distinct)
     check_edited_modules(model, hparams.layers, hparams.rewrite_module_tmp)
     check_layers(model, hparams.layers, hparams.layer_module_tmp)
     get_module(model, hparams.ln_f_module)
@@ -236,22 +249,33 @@ def _target_config(model: nn.Module, hparams: EditHyperParams) -> TargetConfig:
     )
 
 
+def as_edit_plan(model: nn.Module, tok, requests: Union[Requests, EditPlan], hparams: EditHyperParams,
+                 retain: RetainSpec = None) -> EditPlan:
+    """The edit's boundary: a plan as it is (made for ``hparams`` and, when given, ``retain``), requests checked
+    into their plan by :func:`check_edit_inputs`. Every entry point (the apply functions, :func:`run_layerwise_edit`)
+    converts here, once; the stages behind it take the :class:`EditPlan` alone."""
+    if not isinstance(requests, EditPlan):
+        return check_edit_inputs(model, tok, requests, hparams, retain)
+    if requests.hparams is not hparams:
+        raise ValueError("this EditPlan was checked against other hparams; pass the requests instead")
+    if retain is not None and retain != requests.retain:
+        raise ValueError("this EditPlan was checked with another retain set; pass the requests instead")
+    return requests
+
+
 def check_edit_inputs(
-    model: nn.Module, tok, requests: Union[Sequence[Mapping[str, Any]], EditPlan], hparams: EditHyperParams,
+    model: nn.Module, tok, requests: Union[Requests, EditPlan], hparams: EditHyperParams,
     retain: RetainSpec = None,
 ) -> EditPlan:
-    """Every check an edit makes before any work, giving its :class:`EditPlan` (a plan is returned as it is).
+    """Every check an edit makes before any work, giving its :class:`EditPlan` (a plan is returned as it is:
+    :func:`as_edit_plan`).
 
     The hparams' current values (:meth:`~zerounlearn_editor.engine.hparams.BaseHyperParams.check`), a loaded
     model, the requests, the retain set (disjoint from the forget prompts), the edited modules and the prompt
     lengths. Nothing is changed; a caller can run it before its own heavy work and pass the plan to the edit.
     """
     if isinstance(requests, EditPlan):
-        if requests.hparams is not hparams:
-            raise ValueError("this EditPlan was checked against other hparams; pass the requests instead")
-        if retain is not None and retain != requests.retain:
-            raise ValueError("this EditPlan was checked with another retain set; pass the requests instead")
-        return requests
+        return as_edit_plan(model, tok, requests, hparams, retain)
     forget, target_ids = _checked_forget(model, tok, requests, hparams)
     keep = resolve_retain(retain, hparams.retain_file)  # checked against the hparams' retain weights
     weights = hparams.retain_weights()
@@ -277,7 +301,7 @@ def check_edit_inputs(
 def run_layerwise_edit(
     model: nn.Module,
     tok,
-    requests: Union[Sequence[Mapping[str, Any]], EditPlan],
+    requests: Union[Requests, EditPlan],
     hparams: EditHyperParams,
     solver: LayerSolver,
     corpus: Optional[str] = None,
@@ -293,9 +317,9 @@ def run_layerwise_edit(
     """Edit ``model`` in place; returns (original weights by parameter name, report).
 
     ``requests``: request dicts, or their :class:`EditPlan` from :func:`check_edit_inputs` (not checked
-    again). ``retain`` (request dicts or a file; else the YAML's ``retain_file``): its keys reach the solve as
-    ``LayerProblem.K_r``. ``corpus`` overrides ``hparams.mom2_dataset``; ``second_moments`` (``{layer:
-    SecondMoment}``) and ``targets`` (from :func:`neutral_targets` with the same settings) skip their stages;
+    again: :func:`as_edit_plan`). ``retain`` (request dicts or a file; else the YAML's ``retain_file``): its keys
+    reach the solve as ``LayerProblem.K_r``. ``corpus`` overrides ``hparams.mom2_dataset``; ``second_moments``
+    (``{layer: SecondMoment}``) and ``targets`` (from :func:`neutral_targets` with the same settings) skip their stages;
     ``stages`` replaces the statistics / target / key computations. ``fluency_guard`` (``"refuse"``,
     ``"warn"``, ``"off"``) overrides the YAML's guard mode; ``fluency_text`` the built-in text. A refused edit
     raises :class:`~zerounlearn_editor.engine.fluency_guard.FluencyError`, the weights restored.
@@ -327,7 +351,7 @@ def _run_layerwise_edit(
     stages = stages or EditStages()
     report = EditReport()
     with _timer(report, "validate"):
-        plan = check_edit_inputs(model, tok, requests, hparams, retain)
+        plan = as_edit_plan(model, tok, requests, hparams, retain)  # the boundary: every stage below takes the plan
         forget, keep, target_ids = plan.forget, plan.keep, plan.target_ids
         post_maps = detect_post_mlp_maps(model, hparams.layer_module_tmp, hparams.rewrite_module_tmp, hparams.layers)
     report.retain_count = len(keep)
@@ -468,7 +492,7 @@ def _check_lengths(
 
 
 def neutral_targets(
-    model: nn.Module, tok, requests: Sequence[Mapping[str, Any]], hparams: EditHyperParams,
+    model: nn.Module, tok, requests: Requests, hparams: EditHyperParams,
     retain: RetainSpec = None,
 ) -> NeutralTargets:
     """The target states ``z`` a :func:`run_layerwise_edit` call would optimise (model unchanged).
@@ -576,7 +600,7 @@ def restore_weights(model: nn.Module, weights_copy: Mapping[str, torch.Tensor]) 
 def apply_edit_method(
     model: nn.Module,
     tok,
-    requests: Sequence[Mapping[str, Any]],
+    requests: Union[Requests, EditPlan],
     hparams: EditHyperParams,
     solver: LayerSolver,
     copy: bool = False,
@@ -592,7 +616,7 @@ def apply_edit_method(
     EasyEdit passes (``train_ds``, ...) are ignored.
     """
     # before any copy is made
-    requests = check_edit_inputs(model, tok, requests, hparams, kwargs.get("retain"))
+    requests = as_edit_plan(model, tok, requests, hparams, kwargs.get("retain"))
     resolve_mode(hparams.fluency_max_increase, kwargs.get("fluency_guard"))
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)

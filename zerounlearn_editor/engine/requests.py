@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Collection, List, Mapping, Optional, Sequence
+from typing import Any, Collection, List, Mapping, Optional, Sequence, Tuple
 
 LOG = logging.getLogger(__name__)
 
@@ -128,6 +128,21 @@ def normalize_requests(requests: Sequence[Mapping[str, Any]], distinct_answers: 
         seen[key] = request_obj
         out.append(request_obj)
     return out
+
+
+@dataclass(frozen=True)
+class CheckedRequests:
+    """Requests checked once by :func:`check_requests` (:func:`normalize_requests`), passed inward in place of the
+    request dicts so no later stage checks them again: ``requests`` the checked requests, ``distinct_answers``
+    whether one answer per prompt was required (answer-suppression targets)."""
+
+    requests: Tuple[ForgetRequest, ...]
+    distinct_answers: bool = False
+
+
+def check_requests(requests: Sequence[Mapping[str, Any]], distinct_answers: bool = False) -> CheckedRequests:
+    """:func:`normalize_requests` once, as a :class:`CheckedRequests` (raises :class:`RequestError`)."""
+    return CheckedRequests(tuple(normalize_requests(requests, distinct_answers)), distinct_answers)
 
 
 def target_repeats_answer(target: str, answer: str) -> bool:

@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any, List, Mapping, Optional, Sequence, Union
 
 from zerounlearn_editor.data.record_files import read_record_list, require_fields
-from zerounlearn_editor.engine.requests import ForgetRequest, RequestError, normalize_requests
+from zerounlearn_editor.engine.requests import CheckedRequests, ForgetRequest, RequestError, normalize_requests
 
 LOG = logging.getLogger(__name__)
 
-RetainSpec = Union[None, str, Path, Sequence[Mapping[str, Any]]]
-"""A retain set: ``None``, a file path, or a list of request dicts."""
+RetainSpec = Union[None, str, Path, Sequence[Mapping[str, Any]], CheckedRequests]
+"""A retain set: ``None``, a file path, a list of request dicts, or retain requests already checked
+(:func:`check_retain_records`)."""
 
 
 def normalize_retain(retain: Sequence[Mapping[str, Any]]) -> List[ForgetRequest]:
@@ -35,10 +36,14 @@ def normalize_retain(retain: Sequence[Mapping[str, Any]]) -> List[ForgetRequest]
 
 def load_retain_file(path: Union[str, Path]) -> List[ForgetRequest]:
     """Retain requests from a JSON / JSONL / YAML list of ``{"prompt", "subject"}`` mappings."""
-    records = read_record_list(path, what="retain facts")
+    return list(check_retain_records(read_record_list(path, what="retain facts"), path).requests)
+
+
+def check_retain_records(records: Sequence[Mapping[str, Any]], path: Union[str, Path]) -> CheckedRequests:
+    """The retain file ``path``'s records (read once by the caller) checked once (errors name the file)."""
     require_fields(records, ("prompt", "subject"), path)
     try:
-        return normalize_retain(records)
+        return CheckedRequests(tuple(normalize_retain(records)))
     except RequestError as exc:
         raise RequestError(f"{path}: {exc}") from None
 
@@ -50,6 +55,8 @@ def resolve_retain(retain: RetainSpec, retain_file: Optional[str]) -> List[Forge
             LOG.info("retain set given as an argument; the YAML's retain_file %s is not used", retain_file)
         if isinstance(retain, (str, Path)):
             return load_retain_file(retain)
+        if isinstance(retain, CheckedRequests):  # checked once where it was read
+            return list(retain.requests)
         return normalize_retain(retain)
     if retain_file:
         return load_retain_file(retain_file)

@@ -47,9 +47,10 @@ def read_text(text_path_or_text: Union[str, os.PathLike]) -> str:
     return text
 
 
-def check_ppl_text(path: Union[str, os.PathLike]) -> None:
-    """Refuse (``ValueError`` naming ``--ppl-text`` and the file) a perplexity text that is missing, not UTF-8, or
-    holds no text (checked before a model loads; fewer than 2 tokens can only be told by the tokenizer)."""
+def check_ppl_text(path: Union[str, os.PathLike]) -> str:
+    """The perplexity text of ``path``, read once; refuse (``ValueError`` naming ``--ppl-text`` and the file) one
+    that is missing, not UTF-8, or holds no text (checked before a model loads; fewer than 2 tokens can only be
+    told by the tokenizer)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -58,6 +59,7 @@ def check_ppl_text(path: Union[str, os.PathLike]) -> None:
     if not text.strip():
         raise ValueError(f"--ppl-text {path}: the file holds no text; perplexity needs at least 2 tokens (give "
                          "another file, or --ppl-tokens 0)")
+    return text
 
 
 def leading_token_ids(tok: "PreTrainedTokenizerBase", text: str, max_tokens: int) -> List[int]:
@@ -102,6 +104,19 @@ def perplexity(
     """``exp(mean NLL)`` of the first ``max_tokens`` tokens of a text (a UTF-8 file or the text itself) in
     strided windows of ``window`` tokens, ``batch_size`` windows per forward pass (model put in eval mode)."""
     ids = leading_token_ids(tok, read_text(text_path_or_text), max_tokens)
+    return perplexity_of_ids(model, tok, ids, window, stride, batch_size)
+
+
+def perplexity_of_ids(
+    model: torch.nn.Module,
+    tok: "PreTrainedTokenizerBase",
+    ids: List[int],
+    window: int = 512,
+    stride: int = 512,
+    batch_size: int = 4,
+) -> float:
+    """:func:`perplexity` of a token stream already tokenized (``ids``: e.g. :func:`leading_token_ids` of a text
+    read once, scored before and after an edit)."""
     if len(ids) < 2:
         raise ValueError("perplexity needs at least two tokens of text")
     windows = plan_windows(len(ids), window, stride)

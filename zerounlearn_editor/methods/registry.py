@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Type, Union
 
-from zerounlearn_editor.engine.hparams import BaseHyperParams, EditHyperParams, HParamsError, load_config_file
+from zerounlearn_editor.engine.hparams import (
+    BaseHyperParams,
+    ConfigFile,
+    EditHyperParams,
+    HParamsError,
+    read_config_file,
+)
 
 __all__ = [
     "MethodEntry",
@@ -34,6 +40,8 @@ __all__ = [
     "unregister_method",
     "get_method",
     "load_method",
+    "LoadedMethod",
+    "read_method",
     "method_names",
     "registered_methods",
     "registered",
@@ -163,20 +171,37 @@ def get_method(name: Any, source: str = "method") -> MethodEntry:
     raise UnknownMethodError(f"{source}: unknown method {name!r}; registered: {', '.join(_METHODS)}")
 
 
-def load_method(hparams_file: Union[str, Path]) -> Tuple[Any, Callable[..., Any]]:
-    """``(hparams, apply function)`` of the registered editing method named by the file's ``alg_name``.
+@dataclass(frozen=True)
+class LoadedMethod:
+    """An hparams file read once (:func:`read_method`): its ``hparams``, the method's ``apply`` function and the
+    file as read (``source``: its path and the sha256 of its bytes)."""
+
+    hparams: Any
+    apply: Callable[..., Any]
+    source: ConfigFile
+
+
+def read_method(hparams_file: Union[str, Path]) -> LoadedMethod:
+    """The registered editing method named by the file's ``alg_name``, with its hparams (the file read once).
 
     An unknown name lists the registered ones; a baseline's YAML raises :class:`BaselineMethodError` (its entry's
     ``baseline`` flag: the bench runs it, ``unlearn`` does not).
     """
     source = f"{hparams_file}: key 'alg_name'"
-    entry = get_method(load_config_file(hparams_file).get("alg_name"), source)
+    config_file = read_config_file(hparams_file)
+    entry = get_method(config_file.config.get("alg_name"), source)
     if entry.baseline:
         raise BaselineMethodError(
             f"{source}: {entry.name} is a comparison baseline, run by `zerounlearn bench --methods {entry.name}` "
             f"only; unlearn runs the editing methods: {', '.join(method_names())}"
         )
-    return entry.hparams_class.from_hparams(hparams_file), entry.apply
+    return LoadedMethod(entry.hparams_class.from_config_file(config_file), entry.apply, config_file)
+
+
+def load_method(hparams_file: Union[str, Path]) -> Tuple[Any, Callable[..., Any]]:
+    """``(hparams, apply function)`` of :func:`read_method`."""
+    loaded = read_method(hparams_file)
+    return loaded.hparams, loaded.apply
 
 
 def _register_shipped() -> None:

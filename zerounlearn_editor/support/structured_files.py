@@ -47,17 +47,18 @@ def unique_json_pairs(pairs):
 
 
 def read_structured(path: Union[str, Path], what: str, error: Callable[[str], Exception],
-                    suffix: Optional[str] = None) -> Any:
+                    suffix: Optional[str] = None, data: Optional[bytes] = None) -> Any:
     """The parsed content of ``path``: ``.json`` one JSON value, ``.jsonl`` the list of its non-empty lines'
     values, anything else YAML (``suffix`` overrides the file's own).
 
     A problem raises ``error(message)``, ``message`` naming it without the path (``"not UTF-8 text ..."``,
     ``"line 3: invalid JSON: ..."``, ``"cannot parse <what>: ..."``); the caller's ``error`` adds the path
-    as its exception class does.
+    as its exception class does. ``data``: the file's bytes when the caller has read them already (the file is
+    not opened again).
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = (path.read_bytes() if data is None else data).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"not UTF-8 text ({exc})") from exc
     kind = (suffix or path.suffix).lower()

@@ -7,11 +7,10 @@ with answers.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from typing import Any, List, Mapping, Sequence, Tuple, Union
+from typing import Any, List, Mapping, Sequence, Tuple
 
 from zerounlearn_editor.data.corpus import load_corpus
-from zerounlearn_editor.data.record_files import RecordFileError, read_record_list
+from zerounlearn_editor.data.fact_records import FactRecord
 from zerounlearn_editor.evaluation.audit.items import (
     AuditItem,
     PoolFact,
@@ -22,34 +21,19 @@ from zerounlearn_editor.evaluation.audit.items import (
 )
 
 
-def check_probe_fields(record: Mapping[str, Any], index: int, path: Union[str, Path]) -> None:
-    """``paraphrases`` / ``questions``, when present, must be lists of non-empty strings (error names the field)."""
-    for name in ("paraphrases", "questions"):
-        value = record.get(name, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-            raise RecordFileError(
-                f"{path}: record {index}: field {name!r} must be a list of non-empty strings, got {value!r}"
-            )
-
-
-def facts_items(path: Union[str, Path]) -> List[AuditItem]:
-    """Audit items of the facts file's records that have an answer (``answer`` or ``ground_truth``); an
-    item's ``case_id`` is its record's index in the file (the edit request's index)."""
-    records = read_record_list(path, what="facts to forget")
-    answered = [(index, dict(r, answer=r.get("answer", r.get("ground_truth")))) for index, r in enumerate(records)]
-    answered = [(index, r) for index, r in answered if isinstance(r["answer"], str) and r["answer"].strip()]
-    items = items_from_facts([r for _, r in answered])
+def facts_items(records: Sequence[FactRecord]) -> List[AuditItem]:
+    """Audit items of the facts file's checked records (:func:`~zerounlearn_editor.data.fact_records.read_facts_file`)
+    that have an answer; an item's ``case_id`` is its record's position in ``records`` (the edit request's index)."""
+    answered = [(index, r) for index, r in enumerate(records) if r.answer is not None]
+    items = items_from_facts([{"prompt": r.prompt, "subject": r.subject, "answer": r.answer,
+                               "paraphrases": r.paraphrases, "questions": r.questions} for _, r in answered])
     return [dataclasses.replace(item, case_id=str(index)) for (index, _), item in zip(answered, items)]
 
 
-def facts_pool(retain: Sequence[Mapping[str, Any]] = ()) -> List[PoolFact]:
-    """The retain facts ``{prompt, subject, answer}`` that have answers, then the built-in hand-written facts
-    (:func:`~.items.audit_pool`: each fact once)."""
-    triples: List[Tuple[str, str, str]] = []
-    for r in retain:
-        answer = r.get("answer", r.get("ground_truth"))
-        if isinstance(answer, str) and answer.strip() and r.get("subject") and r["subject"] in r.get("prompt", ""):
-            triples.append((r["prompt"], r["subject"], answer.strip()))
+def facts_pool(retain: Sequence[Tuple[str, str, str]] = ()) -> List[PoolFact]:
+    """The retain facts ``(prompt, subject, answer)`` whose subject occurs in the prompt, then the built-in
+    hand-written facts (:func:`~.items.audit_pool`: each fact once)."""
+    triples = [(prompt, subject, answer.strip()) for prompt, subject, answer in retain if subject and subject in prompt]
     return audit_pool(pool_from_facts(triples), builtin_pool())
 
 

@@ -13,7 +13,7 @@ from typing import Any, Dict, Mapping, Sequence, Tuple
 import torch
 from torch import nn
 
-from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method, check_edit_inputs
+from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method, as_edit_plan
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.methods.zerounlearn.solve import forget_value_basis, zerounlearn_multiplier
 from zerounlearn_editor.support.model_access import get_module, get_weight_matrix
@@ -103,10 +103,10 @@ def apply_zerounlearn_to_model(
     if not isinstance(hparams, ZeroUnlearnHyperParams):
         raise TypeError(f"expected ZeroUnlearnHyperParams, got {type(hparams).__name__}")
     allow_large_batch = bool(kwargs.pop("allow_large_batch", False))
-    requests = check_edit_inputs(model, tok, requests, hparams, kwargs.get("retain"))  # the EditPlan
+    plan = as_edit_plan(model, tok, requests, hparams, kwargs.get("retain"))  # the one check of this edit
     if not allow_large_batch:  # before any statistics, targets or copy: rank(M_f) <= n
-        check_request_capacity(model, hparams, len(requests.forget))
+        check_request_capacity(model, hparams, len(plan.forget))
     return apply_edit_method(
-        model, tok, requests, hparams, zerounlearn_solver(hparams, allow_large_batch), copy, return_orig_weights,
+        model, tok, plan, hparams, zerounlearn_solver(hparams, allow_large_batch), copy, return_orig_weights,
         keep_original_weight, **kwargs
     )

@@ -7,7 +7,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method
+from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method, as_edit_plan
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.solve import (
     nullspace_basis,
@@ -76,14 +76,14 @@ def apply_zerounlearn_gd_to_model(
     """Unlearn ``requests`` with ZeroUnlearn-GD (EasyEdit's calling convention)."""
     if not isinstance(hparams, ZeroUnlearnGDHyperParams):
         raise TypeError(f"expected ZeroUnlearnGDHyperParams, got {type(hparams).__name__}")
-    forget = getattr(requests, "forget", requests)  # an EditPlan (checked requests) or the requests themselves
-    warning = many_facts_warning(len(forget), hparams)
+    plan = as_edit_plan(model, tok, requests, hparams, kwargs.get("retain"))  # the one check of this edit
+    warning = many_facts_warning(len(plan.forget), hparams)
     if warning:
         LOG.warning(warning)
     return apply_edit_method(
         model,
         tok,
-        requests,
+        plan,
         hparams,
         zerounlearn_gd_solver(hparams),
         copy,
