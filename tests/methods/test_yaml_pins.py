@@ -1,11 +1,12 @@
 """Every shipped ZeroUnlearn / ZeroUnlearn-GD YAML keeps giving the same edit: statistics, targets and solve.
 
 ``tests/fixtures/yaml_pins.npz`` holds, for each file under ``hparams/ZeroUnlearn/`` and
-``hparams/ZeroUnlearn-GD/`` (paper, ``-retain*``, ``-suppress`` and ``-deep`` files of every model), what
+``hparams/ZeroUnlearn-GD/`` (paper, ``-retain*``, ``-suppress``, ``-deep`` and ``-many`` files of every model), what
 the file's settings give on one tiny seeded Llama (:data:`TINY_LAYERS` layers, hidden size 32, float64), with
 everything that is model-specific mapped onto that model:
 
-* ``layers`` ``[l_1 .. l_L]`` -> ``[l_i - l_1 + 1]`` (same gaps, starting at tiny layer 1);
+* ``layers`` ``[l_1 .. l_L]`` -> ``[l_i - l_1 + 1]`` (same gaps, starting at tiny layer 1; a contiguous span longer
+  than the tiny model's editable layers keeps its last ones);
   ``v_loss_layer`` (the big model's last layer in every shipped file) -> the tiny model's last
   layer; the module templates -> the tiny Llama's (GPT-2 files included);
 * ``model_name``/``device``/``stats_dir``/``mom2_dataset`` -> the tiny model on the CPU and the
@@ -105,7 +106,11 @@ RETAIN = [
 
 
 def tiny_layers(layers: List[int]) -> List[int]:
-    """The YAML's ``layers`` moved onto the tiny model: same gaps, first one at tiny layer 1."""
+    """The YAML's ``layers`` moved onto the tiny model: same gaps, first one at tiny layer 1. A contiguous span longer
+    than the tiny model's editable layers (the derived ``-many`` files of deep models: 8 layers of Qwen3-4B, 11 of
+    gpt2-xl) keeps its last :data:`TINY_LAYERS` - 2 layers."""
+    if len(layers) > TINY_LAYERS - 2 and layers == list(range(layers[0], layers[-1] + 1)):
+        layers = layers[-(TINY_LAYERS - 2):]
     mapped = [l - layers[0] + 1 for l in layers]
     if mapped[-1] >= TINY_LAYERS - 1:
         raise ValueError(f"layers {layers} span more than the tiny model's {TINY_LAYERS - 2} editable layers")

@@ -1,12 +1,14 @@
 """``zerounlearn init-hparams``: a working ZeroUnlearn(-GD) YAML for a model no shipped file covers.
 
-Module templates come from the loaded architecture; ``layers`` are given, or (``auto``) the causal
-trace's suggested window (a stored ``trace.json``, or a fresh trace of facts the model knows);
-``v_loss_layer`` is the last layer; everything else comes from the nearest shipped YAML of the method
-(same module templates first, then the family's name in the file name, then the closest number of
-layers; no ``-retain``/``-suppress``/``-deep`` variants), ``--deep`` applies the deep-forgetting keys
-(:func:`~zerounlearn_editor.methods.zerounlearn_gd.config.deep_mode_settings`), and ``--set key=value``
-overrides last. The result is checked with the method's strict loader, then written.
+Module templates come from the model's architecture; ``layers`` are given, or (``auto``) the causal trace's
+suggested window (a stored ``trace.json``, or a fresh MLP trace of facts the model knows, restoring a window of
+:func:`~zerounlearn_editor.harness.causal_trace.depth_scaled_window` layers unless ``--trace-window`` says otherwise);
+``v_loss_layer`` is the last layer; everything else comes from the nearest shipped YAML of the method (same module
+templates first, then the family's name in the file name, then the closest number of layers; no opt-in variants).
+``--many`` / ``--deep`` / ``--retain`` apply one opt-in variant's rule
+(:mod:`~zerounlearn_editor.methods.zerounlearn_gd.variants`), and ``--set key=value`` overrides last. The result is
+checked with the method's strict loader, then written. Only a fresh trace loads the weights: otherwise the model is
+built from its config on the meta device (templates and depth need no weights).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from zerounlearn_editor.cli.trace import trace_facts_for
 from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.engine.hparams import load_config_file
 from zerounlearn_editor.methods.registry import get_method, method_names
-from zerounlearn_editor.methods.zerounlearn_gd.config import deep_mode_settings
+from zerounlearn_editor.methods.zerounlearn_gd.variants import VARIANTS, check_variants, variant_settings
 from zerounlearn_editor.support.resources import repo_root
 
 LOG = logging.getLogger(__name__)
@@ -97,8 +99,12 @@ def build_hparams(
     method: str,
     layers: Sequence[int],
     overrides: Optional[Mapping[str, Any]] = None,
+    variant: Optional[str] = None,
 ) -> Tuple[Dict[str, Any], Path]:
-    """The YAML mapping for ``model`` and the shipped file it was based on (validated strictly)."""
+    """The YAML mapping for ``model`` and the shipped file it was based on (validated strictly): the nearest paper
+    YAML with the model's templates, ``layers`` and last layer as ``v_loss_layer``; then ``variant``'s keys
+    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.variants.variant_settings` of that mapping); then
+    ``overrides``."""
     templates = detect_templates(model)
     base_path = nearest_shipped_yaml(method, templates)
     config = load_config_file(base_path)
@@ -110,6 +116,8 @@ def build_hparams(
         import torch
 
         config["device"] = config["device"] if torch.cuda.is_available() else "cpu"
+    if variant is not None:
+        config.update(variant_settings(variant, config, n_layers))
     config.update(dict(overrides or {}))
     bad = [l for l in config["layers"] if not 0 <= int(l) < n_layers]
     if bad:
@@ -118,13 +126,18 @@ def build_hparams(
     return config, base_path
 
 
-def write_hparams(config: Mapping[str, Any], base: Path, out: Union[str, Path], note: str = "") -> Path:
-    """Write ``config`` as YAML (atomically) with a header saying where it came from; re-load it strictly."""
+def write_hparams(config: Mapping[str, Any], base: Path, out: Union[str, Path], note: str = "",
+                  variant: Optional[str] = None) -> Path:
+    """Write ``config`` as YAML (atomically) with a header saying where it came from (and, for an opt-in
+    ``variant``, that its keys are derived by rule, not measured); re-load it strictly."""
     from zerounlearn_editor.support.files import write_text_atomic
 
     header = (f"# Written by `zerounlearn init-hparams` from the shipped {base.parent.name}/{base.name}"
               f"{'; ' + note if note else ''}.\n"
-              "# Module templates come from the loaded architecture; v_loss_layer is the last layer.\n")
+              "# Module templates come from the model's architecture; v_loss_layer is the last layer.\n")
+    if variant is not None:
+        header += (f"# -{variant}: derived by init-hparams --{variant} from the model's config; not measured on real "
+                   f"weights (rules: zerounlearn init-hparams --help).\n")
     path = write_text_atomic(out, header + yaml.safe_dump(dict(config), sort_keys=False))
     get_method(config["alg_name"], f"{out}: key 'alg_name'").hparams_class.from_hparams(path)
     return path
@@ -205,53 +218,91 @@ def auto_trace_facts(
     return facts, f"layers from a causal trace of {len(facts)} {kind} of {source} ({checked})"
 
 
-def _cmd_init_hparams(args: argparse.Namespace) -> int:
-    from zerounlearn_editor.harness.causal_trace import TraceSettings, suggest_window, trace_facts
-    from zerounlearn_editor.support.files import read_json
-    from zerounlearn_editor.support.model_access import num_hidden_layers
-    from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+def load_model_structure(name: str) -> nn.Module:
+    """The model's modules built from its config on the meta device, no weight read (what the module templates and
+    the layer count need): ``name`` is a zoo alias, a folder with a ``config.json``, or a hub name in the cache."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    if args.deep and args.method != "ZeroUnlearn-GD":
-        raise ValueError(f"--deep is a ZeroUnlearn-GD mode; --method is {args.method}")
+    from zerounlearn_editor.support.model_zoo import resolve_model_path
+    from zerounlearn_editor.support.offline import split_hub_name
+
+    path = resolve_model_path(name)
+    local = Path(path).exists() or split_hub_name(str(name))[1]
+    config = AutoConfig.from_pretrained(path, **({} if local else {"local_files_only": True}))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return model.eval()
+
+
+def check_init_args(args: argparse.Namespace) -> Optional[str]:
+    """Refuse inconsistent options before any model loads (one-line errors naming them); the chosen variant."""
+    variants = [v for v in VARIANTS if getattr(args, v)]
+    check_variants(variants, args.method)
     check_out_file(args.out)
     if args.trace_n < 1:
         raise ValueError(f"--trace-n must be at least 1, got {args.trace_n}")
-    if args.facts and args.layers.strip() != "auto":
+    auto = args.layers.strip() == "auto"
+    if args.facts and not auto:
         raise ValueError(f"--facts is read by --layers auto (the facts to trace); --layers is {args.layers!r}")
     if args.facts and args.trace:
         raise ValueError("--facts and --trace both choose the layers of --layers auto; give one")
+    if args.trace_window is not None:
+        if args.trace_window < 1:
+            raise ValueError(f"--trace-window must be at least 1, got {args.trace_window}")
+        if not auto or args.trace:
+            raise ValueError("--trace-window is read by a fresh trace (--layers auto without --trace); "
+                             f"--layers is {args.layers!r}{', --trace ' + str(args.trace) if args.trace else ''}")
+    return variants[0] if variants else None
+
+
+def traced_layers(model: nn.Module, tok: Any, args: argparse.Namespace, given: Optional[List[Any]],
+                  n_layers: int) -> Tuple[List[int], str]:
+    """``--layers auto`` by a fresh MLP trace: the best window of ``--width`` (default: the nearest shipped YAML's
+    count) layers before the last, restoring ``--trace-window`` layers together (default
+    :func:`~zerounlearn_editor.harness.causal_trace.depth_scaled_window`); the layers and a note for the header."""
+    from zerounlearn_editor.harness.causal_trace import TraceSettings, depth_scaled_window, suggest_window, trace_facts
+
+    width = args.width or len(load_config_file(nearest_shipped_yaml(args.method, detect_templates(model)))["layers"])
+    window = args.trace_window or depth_scaled_window(n_layers)
+    facts, note = auto_trace_facts(model, tok, args, given)
+    result = trace_facts(model, tok, facts, TraceSettings(window=window, width=width), progress=not args.no_progress,
+                         kinds=("mlp",))
+    # the loss reads the model's last layer, which must come after the edited ones
+    layers = suggest_window(result["indirect_effect"]["mlp"][:-1], min(width, result["num_layers"] - 1))
+    rule = "--trace-window" if args.trace_window else "10 x layers / 48"
+    return layers, f"{note}, restoration window {window} ({rule})"
+
+
+def _cmd_init_hparams(args: argparse.Namespace) -> int:
+    from zerounlearn_editor.support.files import read_json
+    from zerounlearn_editor.support.model_access import num_hidden_layers
+    from zerounlearn_editor.support.model_zoo import check_device, load_model_and_tokenizer
+
+    variant = check_init_args(args)
     given = facts_to_trace(args.facts) if args.facts else None
-    stored = (
-        [int(l) for l in read_json(args.trace)["suggested_layers"]]
-        if args.trace and args.layers.strip() == "auto"
-        else None
-    )
-    overrides = {**(deep_mode_settings() if args.deep else {}), **parse_overrides(args.set)}
-    model, tok = load_model_and_tokenizer(args.model, device=args.device)
+    auto = args.layers.strip() == "auto"
+    stored = [int(l) for l in read_json(args.trace)["suggested_layers"]] if args.trace and auto else None
+    overrides = parse_overrides(args.set)
+    if auto and stored is None:  # a fresh trace runs the model
+        model, tok = load_model_and_tokenizer(args.model, device=args.device)
+    else:
+        check_device(args.device)
+        model, tok = load_model_structure(args.model), None
     n_layers = num_hidden_layers(model)
     layers = parse_layers(args.layers, n_layers)
     note, source = f"layers given ({args.layers})", f"--layers {args.layers}"
-    if layers is None:
-        if stored is not None:
-            layers = stored
-            note, source = (
-                f"layers from the causal trace {args.trace}",
-                f"--trace {args.trace} (suggested layers {stored})",
-            )
-        else:
-            width = args.width or len(
-                load_config_file(nearest_shipped_yaml(args.method, detect_templates(model)))["layers"]
-            )
-            facts, note = auto_trace_facts(model, tok, args, given)
-            result = trace_facts(model, tok, facts, TraceSettings(width=width), progress=not args.no_progress)
-            # the loss reads the model's last layer, which must come after the edited ones
-            layers = suggest_window(result["indirect_effect"]["mlp"][:-1], min(width, result["num_layers"] - 1))
+    if layers is None and stored is not None:
+        layers = stored
+        note, source = f"layers from the causal trace {args.trace}", f"--trace {args.trace} (suggested layers {stored})"
+    elif layers is None:
+        layers, note = traced_layers(model, tok, args, given, n_layers)
     if "v_loss_layer" not in overrides:  # the written v_loss_layer is the last layer
         check_layers_before_loss(layers, n_layers, source)
-    if args.deep:
-        note += "; deep-forgetting keys (deep_mode_settings)"
-    config, base = build_hparams(model, args.model, args.method, layers, overrides)
-    path = write_hparams(config, base, args.out, note)
+    if variant is not None:
+        note += f"; {VARIANT_NOTES[variant]} (--{variant})"
+    config, base = build_hparams(model, args.model, args.method, layers, overrides, variant)
+    path = write_hparams(config, base, args.out, note, variant)
     print(
         f"{args.method} hparams for {args.model} ({config['rewrite_module_tmp']}), base {base.name}, {note} -> {path}"
     )
@@ -259,11 +310,31 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
     return 0
 
 
+VARIANT_NOTES = {"many": "many-facts keys", "deep": "deep-forgetting keys", "retain": "retain-aware keys"}
+VARIANT_HELP = {
+    "many": "ZeroUnlearn-GD, one batch of many facts (as SmolLM2-135M-Instruct-many.yaml): the layers widen downward "
+            "from the last chosen layer to round(7 x layers / 30) of them (SmolLM2: 16-18 -> 12-18 of 30), "
+            "orthogonality_weight 0, target_objective suppress_answer stopped at v_early_stop_loss 0.01, norm_weight "
+            "the base YAML's x 3/10",
+    "deep": "ZeroUnlearn-GD, forgetting that survives in-context examples (as the shipped <model>-deep.yaml): the "
+            "deep-mode keys (8 context templates of 10 tokens, 50 target steps, clamp 1.5, stop 0.005, 4 few-shot "
+            "prefixes)",
+    "retain": "ZeroUnlearn-GD, keep named facts (as the shipped <model>-retain.yaml): retain_nullspace_weight 0.1, "
+              "retain_file null (give the retain set at edit time)",
+}
+
+
 def register(sub: Any, parents: ModuleType) -> None:
     """Add ``init-hparams`` to the ``zerounlearn`` subparsers (``parents``: :mod:`.common`)."""
     p = sub.add_parser(
         "init-hparams",
         help="write a working ZeroUnlearn(-GD) YAML for a Hugging Face model (Llama, Mistral, Qwen2/3, Gemma, GPT-2)",
+        description="Module templates from the model's architecture, v_loss_layer its last layer, the rest from the "
+        "nearest shipped paper YAML. --layers auto: a causal trace of facts the model answers (MLP outputs restored "
+        "over a window of round(10 x layers / 48) layers around each one, --trace-window to change it) suggests the "
+        "best --width contiguous layers before the last. --many / --deep / --retain: one opt-in variant's keys by "
+        "the rules below (SmolLM2's shipped -many / -deep / -retain files follow from its paper YAML by them). Only "
+        "a fresh trace loads weights; otherwise the model is built from its config.",
         parents=[parents.model("model folder/name", required=True),
                  parents.include_unknown("auto trace: use facts the model does not know too"),
                  parents.width("auto: number of layers (default: the nearest shipped YAML's)"),
@@ -281,8 +352,13 @@ def register(sub: Any, parents: ModuleType) -> None:
     p.add_argument(
         "--trace-n", type=int, default=10, help="auto trace: at most this many facts the model answers (default 10)"
     )
-    p.add_argument("--deep", action="store_true",
-                   help="ZeroUnlearn-GD: the deep-forgetting mode's keys, as in the shipped <model>-deep.yaml files")
+    p.add_argument("--trace-window", type=int, default=None, metavar="N",
+                   help="auto trace: MLP outputs restored together around each layer (default: ROME's 10 of GPT-2 "
+                        "XL's 48 layers scaled to the depth, round(10 x layers / 48), at least 1: 4 on 18 layers, "
+                        "6 on 30; 1 restores each layer alone)")
+    for name in VARIANTS:
+        p.add_argument(f"--{name}", action="store_true",
+                       help=VARIANT_HELP[name] + "; one variant at a time; the header says it is derived, not measured")
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a key (YAML value); repeatable"
     )

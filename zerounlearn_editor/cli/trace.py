@@ -39,8 +39,9 @@ def trace_facts_for(model: Any, tok: Any, data: str, data_path: Optional[str], n
 def _cmd_trace(args: argparse.Namespace) -> int:
     import json
 
-    from zerounlearn_editor.harness.causal_trace import TraceSettings, plot_trace, trace_facts
+    from zerounlearn_editor.harness.causal_trace import TraceSettings, depth_scaled_window, plot_trace, trace_facts
     from zerounlearn_editor.support.files import write_json_atomic
+    from zerounlearn_editor.support.model_access import num_hidden_layers
     from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
     hparams = load_hparams(args.hparams) if args.hparams else None
@@ -50,7 +51,10 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     width = args.width or (len(hparams.layers) if hparams else 3)
     model, tok = load_model_and_tokenizer(str(name), device=args.device)
     facts = trace_facts_for(model, tok, args.data, args.data_path, args.n, args.seed, args.include_unknown)
-    settings = TraceSettings(noise=args.noise, samples=args.samples, window=args.window, seed=args.seed, width=width)
+    if args.window is not None and args.window < 1:
+        raise ValueError(f"--window must be at least 1, got {args.window}")
+    window = args.window or depth_scaled_window(num_hidden_layers(model))
+    settings = TraceSettings(noise=args.noise, samples=args.samples, window=window, seed=args.seed, width=width)
     result = trace_facts(model, tok, facts, settings, progress=not args.no_progress)
     result.update(model=str(name), data=args.data)
     out = Path(args.out)
@@ -89,5 +93,7 @@ def register(sub: Any, parents: ModuleType) -> None:
     p.add_argument(
         "--noise", type=float, default=3.0, help="noise std in units of the subject embeddings' std (default 3)"
     )
-    p.add_argument("--window", type=int, default=10, help="layers restored together for MLP/attention (default 10)")
+    p.add_argument("--window", type=int, default=None,
+                   help="layers restored together for MLP/attention (default round(10 x layers / 48), at least 1: "
+                        "ROME's 10 of GPT-2 XL's 48 scaled to the depth)")
     p.set_defaults(func=_cmd_trace)

@@ -11,7 +11,8 @@ For each fact the model knows (``prompt`` with the subject filled in, true ``ans
 3. restored runs: the corrupted runs again, but one layer's clean state is written back at the
    subject's last token: the residual stream (the layer's output), or the MLP / attention
    outputs of a window of ``window`` layers centred on it (``[l - window//2, l + window - window//2)``
-   clipped to the model, as in ROME). ``p_restored[kind][l]`` is their mean answer probability.
+   clipped to the model, as in ROME; ``zerounlearn trace`` and ``init-hparams`` default to
+   :func:`depth_scaled_window`). ``p_restored[kind][l]`` is their mean answer probability.
 
 All restorations of one kind run as one batch (``(layers + 1) x samples`` rows, chunked), the
 same noise draws for every row group, so the curves are comparable layer to layer and exactly
@@ -21,6 +22,7 @@ with the largest mean MLP indirect effect ``p_restored["mlp"][l] - p_corrupt`` (
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -44,6 +46,7 @@ __all__ = [
     "answered_facts",
     "known_facts",
     "suggest_window",
+    "depth_scaled_window",
     "plot_trace",
     "KINDS",
 ]
@@ -53,6 +56,22 @@ KINDS = ("residual", "mlp", "attention")
 WEAK_CORRUPTION = 0.5
 """A trace whose corrupted runs keep more than this share of the clean answer probability is warned about: the
 corruption did not remove the facts, so there is little for a restored layer to bring back."""
+
+
+ROME_WINDOW = 10
+"""ROME's restoration window, set for GPT-2 XL's 48 layers (:data:`ROME_DEPTH`)."""
+ROME_DEPTH = 48
+
+
+def depth_scaled_window(num_layers: int) -> int:
+    """The restoration window for a model of ``num_layers`` layers: ROME's 10 of GPT-2 XL's 48 layers scaled to the
+    depth, ``max(1, round(10 * num_layers / 48))`` (halves round up): 4 on Gemma-3-270m (18 layers), 6 on SmolLM2
+    (30), 6 on Llama-3.2-3B (28), 10 on GPT-2 XL (48). A fixed window of 10 on an 18-layer model restores more than
+    half the model around every layer, so the MLP curve is a plateau and the suggested layers an arbitrary pick
+    among near-equal values (benchmarks/RESULTS.md section 12)."""
+    if num_layers < 1:
+        raise ValueError(f"num_layers must be at least 1, got {num_layers}")
+    return max(1, math.floor(ROME_WINDOW * num_layers / ROME_DEPTH + 0.5))
 
 
 @dataclass(frozen=True)
@@ -224,10 +243,18 @@ def suggest_window(effect: Sequence[float], width: int) -> List[int]:
 
 
 def trace_facts(model: nn.Module, tok: Any, facts: Sequence[TraceFact], settings: TraceSettings = TraceSettings(),
-                templates: Optional[Mapping[str, str]] = None, progress: bool = True) -> Dict[str, Any]:
-    """Trace every fact; returns the JSON of ``trace.json`` (per-layer means, per-case data, settings)."""
+                templates: Optional[Mapping[str, str]] = None, progress: bool = True,
+                kinds: Sequence[str] = KINDS) -> Dict[str, Any]:
+    """Trace every fact; returns the JSON of ``trace.json`` (per-layer means, per-case data, settings).
+
+    ``kinds``: the restorations to run (a subset of :data:`KINDS` containing ``"mlp"``, whose curve suggests the
+    layers); ``init-hparams`` runs only ``("mlp",)``, a third of the forward passes.
+    """
     if not facts:
         raise ValueError("no facts to trace")
+    kinds = tuple(k for k in KINDS if k in kinds)
+    if "mlp" not in kinds:
+        raise ValueError(f"trace kinds {kinds} must include 'mlp' (the curve that suggests the layers)")
     if settings.samples < 1 or settings.window < 1 or settings.noise <= 0:
         raise ValueError(f"bad trace settings {settings}: samples and window must be >= 1, noise > 0")
     model.eval()
@@ -238,12 +265,12 @@ def trace_facts(model: nn.Module, tok: Any, facts: Sequence[TraceFact], settings
     cases = []
     for fact in tqdm(facts, desc="trace", unit="fact", disable=not progress):
         enc = encode_fact(tok, fact)
-        result = _trace_one(model, templates, enc, sigma, settings, generator, KINDS)
+        result = _trace_one(model, templates, enc, sigma, settings, generator, kinds)
         cases.append(dict(asdict(fact), subject_tokens=list(enc.subject), answer_token=enc.answer_id, **result))
     mean = lambda key: sum(c[key] for c in cases) / len(cases)  # noqa: E731
-    curves = {kind: [sum(c[kind][l] for c in cases) / len(cases) for l in range(n_layers)] for kind in KINDS}
+    curves = {kind: [sum(c[kind][l] for c in cases) / len(cases) for l in range(n_layers)] for kind in kinds}
     p_corrupt = mean("p_corrupt")
-    effect = {kind: [v - p_corrupt for v in curves[kind]] for kind in KINDS}
+    effect = {kind: [v - p_corrupt for v in curves[kind]] for kind in kinds}
     suggested = suggest_window(effect["mlp"], min(settings.width, n_layers))
     p_clean = mean("p_clean")
     if p_corrupt > WEAK_CORRUPTION * p_clean:
@@ -275,7 +302,8 @@ def plot_trace(result: Mapping[str, Any], path: Path) -> Optional[Path]:
     layers = list(range(result["num_layers"]))
     fig, (ax, hx) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.2, 1]})
     for kind, colour in zip(KINDS, ("tab:purple", "tab:green", "tab:red")):
-        ax.plot(layers, result[kind], label=kind, color=colour)
+        if kind in result:
+            ax.plot(layers, result[kind], label=kind, color=colour)
     ax.axhline(result["p_clean"], color="k", linestyle=":", linewidth=0.8, label="clean")
     ax.axhline(result["p_corrupt"], color="grey", linestyle="--", linewidth=0.8, label="corrupted")
     lo, hi = result["suggested_layers"][0], result["suggested_layers"][-1]

@@ -1,0 +1,121 @@
+"""ZeroUnlearn-GD's opt-in variants as rules over a paper YAML (`zerounlearn init-hparams --many / --deep / --retain`).
+
+Each rule turns the paper settings of a model (its edited ``layers``, its depth, its ``norm_weight``) into the keys
+that SmolLM2's shipped opt-in file changes relative to ``SmolLM2-135M-Instruct.yaml``; applied to SmolLM2's paper
+YAML, each reproduces that file (``tests/methods/test_variant_rules.py``):
+
+- ``many`` (``-many.yaml``, one batch of many facts): the edited layers widen downward from the paper's last edited
+  layer (so the targets, read after it, stay the same) to a contiguous span of ``round(7 * num_layers / 30)`` layers
+  (SmolLM2 edits 7 of its 30 layers, 12-18, for the paper's 16-18; never fewer than the paper's); no orthogonality
+  term (``orthogonality_weight`` 0); answer-suppression targets (``target_objective: suppress_answer``, stopped at
+  ``v_early_stop_loss`` 0.01); ``norm_weight`` the paper's times 3/10 (SmolLM2: 1000 -> 300, a looser penalty; the
+  factor, not the value, carries over, because the paper's ``norm_weight`` differs by four orders of magnitude
+  between models).
+- ``deep`` (``-deep.yaml``): :func:`~zerounlearn_editor.methods.zerounlearn_gd.config.deep_mode_settings`.
+- ``retain`` (``-retain.yaml``): ``retain_nullspace_weight`` 0.1 and ``retain_file: null`` (the retain set is given
+  at edit time: ``retain=``, ``--retain`` or the key).
+
+One variant at a time: :func:`check_variants` refuses any two together (see :data:`COMBINATION_REFUSALS`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Mapping, Sequence
+
+from zerounlearn_editor.methods.zerounlearn_gd.config import deep_mode_settings
+
+__all__ = [
+    "VARIANTS",
+    "COMBINATION_REFUSALS",
+    "MANY_DEPTH_SHARE",
+    "MANY_NORM_FACTOR",
+    "many_layers",
+    "many_mode_settings",
+    "retain_mode_settings",
+    "variant_settings",
+    "check_variants",
+]
+
+VARIANTS = ("many", "deep", "retain")
+"""The opt-in variants ``init-hparams`` writes (option ``--<name>``; shipped file ``<model>-<name>.yaml``)."""
+
+MANY_DEPTH_SHARE = (7, 30)
+"""``-many``'s edited span as a share of the model's layers: SmolLM2's 7 (layers 12-18) of 30."""
+
+MANY_NORM_FACTOR = (3, 10)
+"""``-many``'s ``norm_weight`` over the paper's: SmolLM2's 300 over 1000."""
+
+COMBINATION_REFUSALS: Dict[frozenset, str] = {
+    frozenset({"many", "deep"}): (
+        "both set the targets: --many stops answer-suppression targets at p(answer) < 0.01, --deep optimises EOS "
+        "targets to a loss of 0.005; choose one"
+    ),
+    frozenset({"many", "retain"}): (
+        "the measured many-facts retain file (SmolLM2-135M-Instruct-retain-many.yaml) is not the two rules added "
+        "(it also sets context_nullspace_weight 0.1 and stops at 0.003), and no rule derives it; write --retain or "
+        "--many and change the rest with --set"
+    ),
+    frozenset({"deep", "retain"}): (
+        "no shipped file or measurement combines them (each opt-in YAML changes the paper's in one way); write one "
+        "and change the rest with --set"
+    ),
+}
+"""Why each pair of variants is refused together."""
+
+
+def _round_half_up(value: float) -> int:
+    return int(math.floor(value + 0.5))
+
+
+def many_layers(layers: Sequence[int], num_layers: int) -> List[int]:
+    """``-many``'s edited layers: the contiguous span ending at ``max(layers)`` of
+    ``max(len(layers), round(7 * num_layers / 30))`` layers (clipped at layer 0), together with ``layers``.
+    SmolLM2 (30 layers, paper 16-18): 12-18; Llama-3.2-3B (28, 16-18): 12-18; Qwen3-4B (36, 9-11): 4-11."""
+    if not layers:
+        raise ValueError("many_layers needs the paper's edited layers, got none")
+    share, depth = MANY_DEPTH_SHARE
+    last = max(int(l) for l in layers)
+    width = max(len(set(layers)), _round_half_up(share * num_layers / depth))
+    return sorted(set(range(max(0, last - width + 1), last + 1)) | {int(l) for l in layers})
+
+
+def many_mode_settings(layers: Sequence[int], num_layers: int, norm_weight: float) -> Dict[str, Any]:
+    """The ``-many`` keys for a model of ``num_layers`` layers whose paper YAML edits ``layers`` with ``norm_weight``
+    (see the module docstring). A fresh mapping per call."""
+    num, den = MANY_NORM_FACTOR
+    return {
+        "layers": many_layers(layers, num_layers),
+        "orthogonality_weight": 0.0,
+        "target_objective": "suppress_answer",
+        "v_early_stop_loss": 0.01,
+        "norm_weight": float(f"{float(norm_weight) * num / den:.6g}"),  # 0.1 -> 0.03, not 0.030000000000000006
+    }
+
+
+def retain_mode_settings() -> Dict[str, Any]:
+    """The ``-retain`` keys (retain-aware null space at weight 0.1; the retain set is given at edit time)."""
+    return {"retain_file": None, "retain_nullspace_weight": 0.1}
+
+
+def variant_settings(variant: str, paper: Mapping[str, Any], num_layers: int) -> Dict[str, Any]:
+    """The keys ``variant`` (one of :data:`VARIANTS`) sets over the paper mapping ``paper`` (a YAML's keys: ``layers``
+    and ``norm_weight`` are read) of a ``num_layers``-layer model."""
+    if variant == "many":
+        return many_mode_settings(paper["layers"], num_layers, paper["norm_weight"])
+    if variant == "deep":
+        return deep_mode_settings()
+    if variant == "retain":
+        return retain_mode_settings()
+    raise ValueError(f"unknown variant {variant!r}; choose from {list(VARIANTS)}")
+
+
+def check_variants(variants: Sequence[str], method: str) -> None:
+    """Refuse variants of another method than ZeroUnlearn-GD, and any two together (one-line errors naming the
+    options)."""
+    chosen = [v for v in VARIANTS if v in variants]
+    if chosen and method != "ZeroUnlearn-GD":
+        raise ValueError(f"--{chosen[0]} is a ZeroUnlearn-GD mode; --method is {method}")
+    for i, first in enumerate(chosen):
+        for second in chosen[i + 1:]:
+            raise ValueError(f"--{first} and --{second} together are refused: "
+                             f"{COMBINATION_REFUSALS[frozenset({first, second})]}")
