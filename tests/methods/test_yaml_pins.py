@@ -70,12 +70,10 @@ from tiny_models import (  # noqa: E402
     tiny_tokenizer,
     write_corpus,
 )
-from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams  # noqa: E402
 from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets  # noqa: E402
 from zerounlearn_editor.engine.stats import SecondMoment  # noqa: E402
 from zerounlearn_editor.engine.targets import NeutralTargets  # noqa: E402
-from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_model  # noqa: E402
-from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model  # noqa: E402
+from zerounlearn_editor.methods.registry import registered_methods  # noqa: E402
 
 ROOT = REPO_ROOT / "hparams"
 PIN = FIXTURES / "yaml_pins.npz"
@@ -92,10 +90,9 @@ Adam loop. Measured across kernels and threads (``default``/``avx2``/``avx512``,
 (neutral) and 2.2e-2 (``suppress_answer``, whose loop on the tiny model amplifies rounding); a 10% change of one
 target setting moves ``z`` by 4.6e-2 (``kl_factor``) to 1.7 (neutral) and by more than 1.1 (suppress_answer)."""
 PIN_DTYPE = torch.float64
-METHODS = {
-    "ZeroUnlearn": (ZeroUnlearnHyperParams, apply_zerounlearn_to_model),
-    "ZeroUnlearn-GD": (ZeroUnlearnGDHyperParams, apply_zerounlearn_gd_to_model),
-}
+METHODS = {entry.folder: (entry.hparams_class, entry.apply) for entry in registered_methods()}
+"""Every editing method of the registry (YAML folder -> hyperparameter class, apply function): a registered method's
+shipped YAMLs need pins like these."""
 YAMLS = sorted(f"{m}/{p.stem}" for m in METHODS for p in (ROOT / m).glob("*.yaml"))
 RETAIN = [
     {"prompt": "the capital of italy is", "subject": "italy"},
