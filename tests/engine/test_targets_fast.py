@@ -446,3 +446,36 @@ def test_layouts_the_cached_layers_cannot_call_are_named():
     model.config.alibi = False
     model.config._attn_implementation = "flash_attention_2"
     assert "takes no 4D mask" in LayerKV.why_not(model, "transformer.h.1", "", "transformer.ln_f")
+
+
+@pytest.mark.slow
+def test_real_gemma3_layers_on_the_cache_equal_the_full_forward(gemma3_path):
+    """Gemma-3-270m (18 layers, sliding and full attention, two rotary settings): the layers after layer 5 on a
+    cache of the prefix give the full forward's final-norm states with a delta added at the lookup token."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gemma3_path)
+    model = AutoModelForCausalLM.from_pretrained(gemma3_path, dtype=torch.float32).eval()
+    assert {"sliding_attention", "full_attention"} <= set(model.config.layer_types)
+    texts = ["The Eiffel Tower is in the city of Paris", "The capital of Japan is"]
+    encoded = tok(texts, padding=True, return_tensors="pt")
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    assert tok.padding_side == "left"
+    lookup = torch.tensor([3, ids.shape[1] - 2])  # " Tower"; " Japan" (the short row is left-padded)
+    end = torch.full((2,), ids.shape[1])
+    assert tok.convert_ids_to_tokens([int(ids[0, 3]), int(ids[1, -2])]) == ["\u2581Tower", "\u2581Japan"]
+    layer, ln_f, loss_module = "model.layers.5", "model.norm", ""
+    assert LayerKV.why_not(model, layer, loss_module, ln_f) is None
+    with torch.no_grad(), capture_outputs(model, [layer], stop_after=layer) as out, contextlib.suppress(StopForward):
+        model(input_ids=ids, attention_mask=mask)
+    kv = LayerKV(model, layer, loss_module, ln_f, out[layer], mask, lookup, end)
+    torch.manual_seed(0)
+    delta = torch.randn(2, model.config.hidden_size) * out[layer].norm(dim=-1).mean() / 10
+    full = _full_states(model, layer, ln_f, loss_module, ids, mask, lookup, delta)
+    assert kv.mismatch(_full_states(model, layer, ln_f, loss_module, ids, mask, lookup, delta * 0)) is None
+    with torch.no_grad():
+        fast = kv.step(torch.arange(2), delta)
+    for r in range(2):
+        expected = full[r, lookup[r] : end[r]]
+        torch.testing.assert_close(fast[r, : int(end[r] - lookup[r])], expected, rtol=1e-3,
+                                   atol=1e-4 * float(expected.abs().max()))
