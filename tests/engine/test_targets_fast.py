@@ -7,13 +7,16 @@ from dataclasses import replace
 import pytest
 import torch
 
+import arch_zoo
 from tiny_models import forget_requests, tiny_gpt2, tiny_llama, tiny_qwen3, tiny_tokenizer
+from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.engine.contexts import context_prefixes
 from zerounlearn_editor.engine.encoding import target_token_ids
 from zerounlearn_editor.engine.hparams import HParamsError
 from zerounlearn_editor.engine.requests import normalize_requests
-from zerounlearn_editor.engine.targets import TargetConfig, loss_layer_module, optimise_neutral_targets
+from zerounlearn_editor.engine.targets import TargetConfig, layer_kv, loss_layer_module, optimise_neutral_targets
 from zerounlearn_editor.engine.targets.kv_suffix import KVSuffix
+from zerounlearn_editor.engine.targets.layer_kv import LayerKV
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.support.model_access import StopForward, capture_outputs, get_module, hidden_of
 
@@ -253,3 +256,226 @@ def test_speed_markdown_lists_every_targets_optimizer():
     text = format_speed_markdown(dict(environment=env, statistics=[], edits=[], comparisons=[], optimizers=rows))
     assert "| ZeroUnlearn | 10 | adam_kv | 5.0 | 6.0 | 6.0 | 10.00x, 10.00x | 0.040 | 9.0 | 0.10 |" in text
     assert "| ZeroUnlearn | 10 | adam | 19.0 | 20.0 | 20.0 | 3.00x, 3.00x | 1.050 | 24.0 | 0.10 |" in text
+
+
+# ---------------------------------------------------------------- any architecture: the model's own layers
+
+KV_SUFFIX_ARCHS = {"llama", "mistral", "qwen2", "qwen3", "gpt2"}
+"""Architectures of :mod:`arch_zoo` on the hand-written :class:`KVSuffix`; every other one runs :class:`LayerKV`
+(the model's own decoder layers with a ``DynamicCache``)."""
+
+
+def _zoo_model(arch: str, tok, **config_changes):
+    model = arch_zoo.tiny_config_model(arch, tok)
+    if config_changes:  # rebuild with the changed config (same seed)
+        config = model.config
+        for key, value in config_changes.items():
+            setattr(config, key, value)
+        torch.manual_seed(0)
+        model = type(model)(config).eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(30.0)
+    return model
+
+
+def _zoo_names(model, loss_layer: int = -1):
+    t = detect_templates(model)
+    return t["layer_module_tmp"], t["ln_f_module"], loss_layer_module(model, loss_layer, t["layer_module_tmp"])
+
+
+def _full_states(model, layer, ln_f, loss_module, ids, mask, lookup, delta):
+    """Final-norm states ``[rows, seq, d]`` of the full forward with ``delta`` added at ``lookup`` after
+    ``layer`` (the loss module's output through ``ln_f`` when given)."""
+    captured = {}
+
+    def add(_m, _a, out):
+        h = hidden_of(out)
+        extra = torch.zeros_like(h)
+        extra[torch.arange(len(ids)), lookup] = delta
+        return (h + extra,) + tuple(out[1:]) if isinstance(out, tuple) else h + extra
+
+    def grab(_m, _a, out):
+        h = hidden_of(out)
+        captured["h"] = get_module(model, ln_f)(h) if loss_module else h
+        raise StopForward
+
+    target = get_module(model, loss_module or ln_f)
+    handles = [get_module(model, layer).register_forward_hook(add), target.register_forward_hook(grab)]
+    try:
+        with torch.no_grad(), contextlib.suppress(StopForward):
+            model(input_ids=ids, attention_mask=mask)
+    finally:
+        for h in handles:
+            h.remove()
+    return captured["h"]
+
+
+def _padded_rows(tok, padding: str):
+    texts = ["the capital of france is paris", "i plays piano",
+             "many people live in london and it was known for its river", "tokyo is in asia"]
+    rows = [tok(t)["input_ids"] for t in texts]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), tok.pad_token_id)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    lookup = torch.zeros(len(rows), dtype=torch.long)
+    for i, (r, at) in enumerate(zip(rows, [3, 1, 5, 0])):
+        off = width - len(r) if padding == "left" else 0
+        ids[i, off : off + len(r)], mask[i, off : off + len(r)] = torch.tensor(r), 1
+        lookup[i] = off + 1 + at
+    end = mask.sum(1) if padding == "right" else torch.full((len(rows),), width)
+    return ids, mask, lookup, end
+
+
+def _layer_kv_against_full(model, tok, padding: str, loss_layer: int):
+    layer_tmp, ln_f, loss_module = _zoo_names(model, loss_layer)
+    layer = layer_tmp.format(1)
+    ids, mask, lookup, end = _padded_rows(tok, padding)
+    assert LayerKV.why_not(model, layer, loss_module, ln_f) is None
+    with torch.no_grad(), capture_outputs(model, [layer], stop_after=layer) as out, contextlib.suppress(StopForward):
+        model(input_ids=ids, attention_mask=mask)
+    kv = LayerKV(model, layer, loss_module, ln_f, out[layer], mask, lookup, end)
+    torch.manual_seed(0)
+    delta = torch.randn(len(ids), model.config.hidden_size) * 3.0
+    full = _full_states(model, layer, ln_f, loss_module, ids, mask, lookup, delta)
+    assert kv.mismatch(_full_states(model, layer, ln_f, loss_module, ids, mask, lookup, delta * 0)) is None
+    for subset in (torch.arange(len(ids)), torch.tensor([2, 0])):
+        with torch.no_grad():
+            fast = kv.step(subset, delta[subset])
+        for k, r in enumerate(subset.tolist()):
+            torch.testing.assert_close(fast[k, : int(end[r] - lookup[r])], full[r, lookup[r] : end[r]],
+                                       rtol=1e-4, atol=1e-5)
+        i, t = torch.tensor([0, 1, 1]), torch.tensor([0, 0, int(end[subset[1]] - lookup[subset[1]]) - 1])
+        with torch.no_grad():
+            picked = kv.step(subset, delta[subset], select=(i, t))
+        expected = torch.stack([full[int(subset[k]), int(lookup[subset[k]] + p)] for k, p in zip(i, t)])
+        torch.testing.assert_close(picked, expected, rtol=1e-4, atol=1e-5)
+    return kv
+
+
+@pytest.mark.parametrize("arch", sorted(arch_zoo.ARCHS))
+@pytest.mark.parametrize("padding", ["right", "left"])
+def test_layer_kv_step_equals_the_full_forward_on_every_architecture(arch, padding, tok):
+    """The model's own layers with a cache of the prefix: every position from the lookup on matches the full
+    forward with the delta added there (rows of different lengths, a sub-batch, selected positions)."""
+    _layer_kv_against_full(_zoo_model(arch, tok), tok, padding, -1)
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "gpt2", "falcon"])
+def test_layer_kv_stops_at_the_loss_layer(arch, tok):
+    kv = _layer_kv_against_full(_zoo_model(arch, tok), tok, "right", 2)
+    assert len(kv.layers) == 1
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "gemma2"])
+def test_layer_kv_keeps_each_layers_sliding_window(arch, tok):
+    """Gemma-2/3 with a window shorter than the rows: sliding and full layers alternate by layer index, and each
+    layer gets its own mask (a shared causal mask would differ from the full forward)."""
+    types = ["full_attention", "sliding_attention", "full_attention", "sliding_attention"]
+    model = _zoo_model(arch, tok, sliding_window=3, layer_types=types)
+    kv = _layer_kv_against_full(model, tok, "right", -1)
+    assert kv.windows == [None, 3]  # layers 2 (full) and 3 (sliding) after the edited layer 1
+
+
+def _spy_paths(monkeypatch):
+    used = []
+    for cls in (KVSuffix, LayerKV):
+        original = cls.step
+
+        def step(self, *args, _original=original, _name=cls.__name__, **kwargs):
+            used.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "step", step)
+    return used
+
+
+def _zoo_targets(model, tok, optimizer: str):
+    layer_tmp, ln_f, loss_module = _zoo_names(model)
+    requests = normalize_requests(forget_requests())
+    prefixes = context_prefixes(model, tok, 2, 3, 0)
+    ids = [target_token_ids(tok, None)] * len(requests)
+    cfg = TargetConfig(
+        layer_module=layer_tmp.format(1), ln_f_module=ln_f, lm_head_module=detect_templates(model)["lm_head_module"],
+        loss_layer_module=loss_module, fact_token="subject_last", steps=12, lr=0.5, weight_decay=1e-3,
+        clamp_norm_factor=4.0, kl_factor=0.1, early_stop_loss=0.05, chunk_size=8, optimizer=optimizer,
+    )
+    return optimise_neutral_targets(model, tok, requests, ids, prefixes, cfg)
+
+
+@pytest.mark.parametrize("arch", sorted(arch_zoo.ARCHS))
+def test_adam_kv_takes_a_cached_path_on_every_architecture(arch, tok, monkeypatch, caplog):
+    """``adam_kv`` evaluates on a cache on all 15 architectures (the hand-written :class:`KVSuffix` on the Llama
+    family and GPT-2, the model's own layers elsewhere), logs no fallback, and gives the full-forward ``adam``
+    loop's targets."""
+    model = _zoo_model(arch, tok)
+    used = _spy_paths(monkeypatch)
+    with caplog.at_level("INFO", logger="zerounlearn_editor.engine.targets.kv_suffix"):
+        cached = _zoo_targets(model, tok, "adam_kv")
+    assert set(used) == {"KVSuffix" if arch in KV_SUFFIX_ARCHS else "LayerKV"}
+    assert not [r for r in caplog.records if "no KV-cached evaluation" in r.getMessage()]
+    paper = _zoo_targets(model, tok, "adam")
+    torch.testing.assert_close(cached.h0, paper.h0, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(cached.z, paper.z, rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(cached.nll, paper.nll, rtol=1e-3, atol=1e-4)
+    assert cached.steps_run == paper.steps_run
+
+
+def test_layers_that_differ_from_the_full_forward_fall_back_with_the_reason(tok, monkeypatch, caplog):
+    """A window the cached layers cannot read (here: hidden from them) makes the step differ from the full
+    forward at ``delta = 0``: ``adam_kv`` logs why once and runs full forwards, with the ``adam`` targets."""
+    types = ["sliding_attention"] * 4
+    model = _zoo_model("gemma3", tok, sliding_window=2, layer_types=types)
+    monkeypatch.setattr(layer_kv, "_sliding_window", lambda layer: None)
+    used = _spy_paths(monkeypatch)
+    with caplog.at_level("INFO", logger="zerounlearn_editor.engine.targets.kv_suffix"):
+        cached = _zoo_targets(model, tok, "adam_kv")
+        _zoo_targets(model, tok, "adam_kv")
+    assert used == ["LayerKV", "LayerKV"]  # per run only the check at delta = 0, never a step of the optimiser
+    notes = [r.getMessage() for r in caplog.records if "no KV-cached evaluation" in r.getMessage()]
+    assert len(notes) == 1 and "gemma3_text" in notes[0] and "differ from the full forward at delta = 0" in notes[0]
+    paper = _zoo_targets(model, tok, "adam")
+    torch.testing.assert_close(cached.z, paper.z, rtol=1e-4, atol=1e-5)
+    assert cached.steps_run == paper.steps_run
+
+
+def test_layouts_the_cached_layers_cannot_call_are_named():
+    model = arch_zoo.tiny_config_model("falcon")
+    model.config.alibi = True
+    assert "ALiBi" in LayerKV.why_not(model, "transformer.h.1", "", "transformer.ln_f")
+    assert "not an item of a layer list" in LayerKV.why_not(model, "transformer.ln_f", "", "transformer.ln_f")
+    model.config.alibi = False
+    model.config._attn_implementation = "flash_attention_2"
+    assert "takes no 4D mask" in LayerKV.why_not(model, "transformer.h.1", "", "transformer.ln_f")
+
+
+@pytest.mark.slow
+def test_real_gemma3_layers_on_the_cache_equal_the_full_forward(gemma3_path):
+    """Gemma-3-270m (18 layers, sliding and full attention, two rotary settings): the layers after layer 5 on a
+    cache of the prefix give the full forward's final-norm states with a delta added at the lookup token."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gemma3_path)
+    model = AutoModelForCausalLM.from_pretrained(gemma3_path, dtype=torch.float32).eval()
+    assert {"sliding_attention", "full_attention"} <= set(model.config.layer_types)
+    texts = ["The Eiffel Tower is in the city of Paris", "The capital of Japan is"]
+    encoded = tok(texts, padding=True, return_tensors="pt")
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    assert tok.padding_side == "left"
+    lookup = torch.tensor([3, ids.shape[1] - 2])  # " Tower"; " Japan" (the short row is left-padded)
+    end = torch.full((2,), ids.shape[1])
+    assert tok.convert_ids_to_tokens([int(ids[0, 3]), int(ids[1, -2])]) == ["\u2581Tower", "\u2581Japan"]
+    layer, ln_f, loss_module = "model.layers.5", "model.norm", ""
+    assert LayerKV.why_not(model, layer, loss_module, ln_f) is None
+    with torch.no_grad(), capture_outputs(model, [layer], stop_after=layer) as out, contextlib.suppress(StopForward):
+        model(input_ids=ids, attention_mask=mask)
+    kv = LayerKV(model, layer, loss_module, ln_f, out[layer], mask, lookup, end)
+    torch.manual_seed(0)
+    delta = torch.randn(2, model.config.hidden_size) * out[layer].norm(dim=-1).mean() / 10
+    full = _full_states(model, layer, ln_f, loss_module, ids, mask, lookup, delta)
+    assert kv.mismatch(_full_states(model, layer, ln_f, loss_module, ids, mask, lookup, delta * 0)) is None
+    with torch.no_grad():
+        fast = kv.step(torch.arange(2), delta)
+    for r in range(2):
+        expected = full[r, lookup[r] : end[r]]
+        torch.testing.assert_close(fast[r, : int(end[r] - lookup[r])], expected, rtol=1e-3,
+                                   atol=1e-4 * float(expected.abs().max()))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -20,6 +20,7 @@ from zerounlearn_editor.engine.adam import adam_targets
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.requests import ForgetRequest
 from zerounlearn_editor.engine.targets.kv_suffix import OPTIMIZERS, KVSuffix, SuffixLayers, note_kv_fallback
+from zerounlearn_editor.engine.targets.layer_kv import LayerKV
 from zerounlearn_editor.engine.targets.rows import encode_target_rows, suppression_per_request
 from zerounlearn_editor.support.model_access import (
     StopForward,
@@ -94,7 +95,8 @@ class _Problem:
     step (stopped requests with their frozen residuals, so the batch never changes): Llama-family stacks run
     :meth:`SuffixLayers.run_stack` on the edited layer's cached output, others a full forward with a hook
     adding the residuals. ``adam_kv`` evaluates only the active requests' rows, on the :class:`KVSuffix` where
-    supported, else by full forwards of those rows.
+    supported, else on the :class:`LayerKV` (the model's own layers with a cache) where it passes its check at
+    ``delta = 0``, else by full forwards of those rows.
     """
 
     def __init__(self, model, tok, requests: Sequence[ForgetRequest], target_ids, prefixes,
@@ -135,11 +137,26 @@ class _Problem:
         if cfg.reuse_prefix and stack_ok:
             self.stack = SuffixLayers(model, *layers)
         elif cfg.reuse_prefix and not self.all_rows:
-            if KVSuffix.supported(model, *layers, batch.input_ids.shape[1]):
-                self.kv = KVSuffix(model, *layers, h_layer, batch.attention_mask, self.start, self.end)
-            else:
-                note_kv_fallback(model)
+            self.kv = self._cached_suffix(layers)
         self.kl_init: Optional[torch.Tensor] = None  # [n, vocab] log-probs at delta = 0
+
+    def _cached_suffix(self, layers) -> Optional[Union[KVSuffix, LayerKV]]:
+        """The cached evaluation of ``adam_kv``: :class:`KVSuffix` for Llama/Mistral/Qwen2/Qwen3 and GPT-2 stacks,
+        else :class:`LayerKV` (the model's own layers) if at ``delta = 0`` it equals the full forward on this
+        chunk's rows, else ``None`` (full forwards; the reason is logged once per model)."""
+        model, batch = self.model, self.batch
+        if KVSuffix.supported(model, *layers, batch.input_ids.shape[1]):
+            return KVSuffix(model, *layers, self.h_layer, batch.attention_mask, self.start, self.end)
+        reason = LayerKV.why_not(model, *layers)
+        if reason is None:
+            kv = LayerKV(model, *layers, self.h_layer, batch.attention_mask, self.start, self.end)
+            rows = torch.arange(len(self.row_req))
+            with torch.no_grad():
+                reason = kv.mismatch(self._hidden(rows, self.h_layer.new_zeros((len(rows), self.d))))
+            if reason is None:
+                return kv
+        note_kv_fallback(model, reason)
+        return None
 
     def _hidden(self, rows: torch.Tensor, delta_rows: torch.Tensor) -> torch.Tensor:
         """Final-norm hidden states ``[k, seq, d]`` of ``rows`` ``[k]`` with ``delta_rows`` ``[k, d]`` added

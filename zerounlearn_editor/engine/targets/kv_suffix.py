@@ -267,13 +267,13 @@ class KVSuffix(SuffixLayers):
         return out
 
 
-def note_kv_fallback(model: nn.Module) -> None:
-    """Log once per model that the cached evaluation does not cover its architecture (full forwards instead)."""
+def note_kv_fallback(model: nn.Module, reason: str) -> None:
+    """Log once per model that no cached evaluation covers it, and why (full forwards instead)."""
     if getattr(model, "_zerounlearn_kv_fallback_noted", False):
         return
     model.__dict__["_zerounlearn_kv_fallback_noted"] = True
     LOG.info(
-        "targets: the KV-cached evaluation covers Llama/Mistral/Qwen2/Qwen3 and GPT-2 blocks, not %s (%s); the same "
-        "optimiser runs on full forward passes of the active rows (same result, slower)",
-        getattr(model.config, "model_type", "?"), type(model).__name__,
+        "targets: no KV-cached evaluation for %s (%s): %s; the same optimiser runs on full forward passes of the "
+        "active rows (same result, slower)",
+        getattr(model.config, "model_type", "?"), type(model).__name__, reason,
     )
