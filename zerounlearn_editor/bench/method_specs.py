@@ -289,7 +289,6 @@ def edit_method_spec(name: str) -> MethodSpec:
                 "target_nll": list(report.target_nll),
                 "layer_change_norm": {str(k): v for k, v in report.layer_change_norm.items()},
                 **({"retain_count": report.retain_count} if uses_retain else {}),
-                **({"forgotten_before": report.forgotten.count - len(requests)} if report.forgotten else {}),
                 **({"fluency_guard": report.fluency} if report.fluency else {}),
             }
             return EditOutcome(weights_copy, details)
