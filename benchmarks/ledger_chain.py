@@ -159,6 +159,34 @@ def run_chain(name: str, source: Path, extra: Dict[str, Any], args: argparse.Nam
         write_json_atomic(args.out, results)
 
 
+def _cell(row: Dict[str, Any]) -> str:
+    """One run's outcome: the earlier facts answered after it, this run's facts still answered, taught."""
+    parts = [f"earlier {len(row['earlier_answered'])}" + (f" ({', '.join(row['earlier_answered'])})"
+                                                         if row["earlier_answered"] else "")]
+    if row["this_run_still_answered"]:
+        parts.append(f"own kept: {', '.join(row['this_run_still_answered'])}")
+    if row["taught"]:
+        parts.append(f"taught: {', '.join(row['taught'])}")
+    if row["refused_came_back"]:
+        parts.append("refused by default")
+    return "; ".join(parts)
+
+
+def markdown(results: Dict[str, Any]) -> str:
+    """The table of RESULTS.md §13: per YAML and run, what greedy decoding gives after it, and the final PPL."""
+    base_ppl = results["base"].get("ppl")
+    head = f"| YAML | {' | '.join(f'after {run}' for run in RUNS)} | PPL after E (base {base_ppl:.2f}) |"
+    lines = [head, "|" + "---|" * (len(RUNS) + 2)]
+    for name, entry in results.items():
+        if name == "base":
+            continue
+        cells = [_cell(row) for row in entry["rows"]] + ["-"] * (len(RUNS) - len(entry["rows"]))
+        ppl = entry.get("ppl_final")
+        final = "-" if ppl is None else f"{ppl:.2f} ({100 * (ppl / base_ppl - 1):+.1f}%)"
+        lines.append(f"| {name} | {' | '.join(cells)} | {final} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, required=True, help="folder of the runs' outputs")
@@ -167,7 +195,11 @@ def main() -> None:
     parser.add_argument("--keep-weights", action="store_true")
     parser.add_argument("--ppl-tokens", type=int, default=2000, help="unlearn's --ppl-tokens (0 = off)")
     parser.add_argument("--final-ppl-tokens", type=int, default=2000, help="perplexity tokens of the final folders")
+    parser.add_argument("--markdown", action="store_true", help="print the table of the --out JSON and stop")
     args = parser.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(args.out.read_text(encoding="utf-8"))))  # noqa: T201 (the table is the output)
+        return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     results = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {}
     if "ppl" not in results.get("base", {}):
