@@ -14,7 +14,7 @@ detail of one measurement, a name kept for history, a sentence about the machine
 
 def test_readme_is_at_most_max_lines():
     lines = README.read_text(encoding="utf-8").splitlines()
-    assert len(lines) <= MAX_LINES, f"README.md has {len(lines)} lines (at most {MAX_LINES}): move notebook material out"
+    assert len(lines) <= MAX_LINES, f"README.md: {len(lines)} lines (at most {MAX_LINES}); move notebook material out"
 
 
 def test_readme_names_no_retired_experiment_or_machine_detail():
