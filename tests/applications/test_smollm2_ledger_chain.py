@@ -1,10 +1,11 @@
-"""Issue 46 on SmolLM2 (slow): three chained ``unlearn --model`` runs (A = France, Germany; B = Japan, Italy;
-C = Spain, Greece, England), with the paper's ``hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct.yaml`` and with
-``-many.yaml``: the final ledger's status of every fact agrees with greedy decoding on the final model, fact by
-fact (a fact the model gives is never "forgotten"). Measured (one thread): with the paper YAML the third edit
-brings Japan back (" Tokyo."; France too without England in C) and is refused until ``--allow-came-back``; it
-leaves Greece answered ("still answered") and teaches England ("taught": not answered before it, " London."
-after); with ``-many.yaml`` no earlier fact comes back."""
+"""Issue 46 on SmolLM2 (slow): three chained ``unlearn --model`` runs (A = France, Germany; B = Japan, Italy; C =
+Spain, Greece, England), with the paper's ``hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct.yaml``: the final ledger's
+status of every fact agrees with greedy decoding on the final model, fact by fact (a fact the model gives is never
+"forgotten"). Measured (one thread): with the paper YAML the third edit brings Japan back (" Tokyo."; France too
+without England in C) and is refused until ``--allow-came-back``; it leaves Greece answered ("still answered") and
+teaches England ("taught": not answered before it, " London." after). ``-many.yaml`` chains (no earlier fact comes
+back in five runs) are measured, not tested here, to keep the suite short: ``benchmarks/RESULTS.md`` §13,
+``benchmarks/ledger_chain.py``."""
 from __future__ import annotations
 
 import json
@@ -26,11 +27,9 @@ CAPITALS = {"A": [("France", "Paris"), ("Germany", "Berlin")], "B": [("Japan", "
             "C": [("Spain", "Madrid"), ("Greece", "Athens"), ("England", "London")]}
 
 
-@pytest.mark.parametrize("variant", ["", "-many"])
-def test_three_chained_edits_record_what_greedy_decoding_gives(variant, smollm2_path, smollm2_stats_dir, tmp_path,
-                                                               caplog):
-    config = yaml.safe_load(hparams_path("ZeroUnlearn-GD", f"SmolLM2-135M-Instruct{variant}").read_text())
-    # the fluency guard only reads (the edit is the YAML's either way): off, to keep the six edits short
+def test_three_chained_edits_record_what_greedy_decoding_gives(smollm2_path, smollm2_stats_dir, tmp_path, caplog):
+    config = yaml.safe_load(hparams_path("ZeroUnlearn-GD", "SmolLM2-135M-Instruct").read_text())
+    # the fluency guard only reads (the edit is the YAML's either way): off, to keep the three edits short
     config.update(stats_dir=str(smollm2_stats_dir), model_name=str(smollm2_path), fluency_max_increase=None)
     hparams = tmp_path / "hp.yaml"
     hparams.write_text(yaml.safe_dump(config), encoding="utf-8")
@@ -64,7 +63,5 @@ def test_three_chained_edits_record_what_greedy_decoding_gives(variant, smollm2_
     assert ledger["facts"][3]["answered_before"] is False and statuses["Italy"][0] == "not_known", statuses
     came_back = [f["subject"] for f in ledger["facts"] if f["status"] == "came_back"]
     assert (refused == ["C"]) is bool(came_back), (refused, came_back)
-    if variant == "-many":  # the stream YAML keeps the earlier batches forgotten
-        assert not came_back and not refused
-    else:  # item 3: the paper's third edit leaves Greece answered and teaches England (not answered before it)
-        assert statuses["Greece"][0] == "still_answered" and statuses["England"][0] == "taught", statuses
+    # item 3: the paper's third edit leaves Greece answered and teaches England (not answered before it)
+    assert statuses["Greece"][0] == "still_answered" and statuses["England"][0] == "taught", statuses
