@@ -119,11 +119,11 @@ def _drop_repeats(records: Sequence[FactRecord], path: Union[str, Path]) -> Tupl
         if earlier is record:
             kept.append(record)
             continue
-        for name, field_name in (("answer", "answer"), ("target_new", "target_new")):
+        for name in ("answer", "target_new"):
             if getattr(record, name) != getattr(earlier, name):
                 raise RecordFileError(
                     f"{path}: record {record.index}: same prompt and subject as record {earlier.index} but another "
-                    f"{field_name} ({getattr(record, name)!r} vs {getattr(earlier, name)!r}); give one record per fact")
+                    f"{name} ({getattr(record, name)!r} vs {getattr(earlier, name)!r}); give one record per fact")
         dropped.append(f"record {record.index} (= record {earlier.index})")
     if dropped:
         LOG.warning("%s: %d repeated fact(s) dropped, each edited once: %s", path, len(dropped), ", ".join(dropped))

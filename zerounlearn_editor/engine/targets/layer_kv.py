@@ -81,7 +81,9 @@ class LayerKV:
         self.layers = layers[self.first:stop]
         self.norm = get_module(model, ln_f_module)
         self.rotary = getattr(self.base, "rotary_emb", None)
-        self.layer_types = getattr(model.config, "layer_types", None)
+        layer_types = getattr(model.config, "layer_types", None)
+        rotary_typed = self.rotary is not None and "layer_type" in inspect.signature(self.rotary.forward).parameters
+        self.layer_types = layer_types if rotary_typed else None  # the rotary module's argument, per layer index
         self.windows = [_sliding_window(layer) for layer in self.layers]
         self.signatures = [_signature(layer) for layer in self.layers]
         device = hidden.device
@@ -125,8 +127,20 @@ class LayerKV:
 
     # ------------------------------------------------------------------ one layer call
 
-    def _run(self, index: int, x: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache) -> torch.Tensor:
-        """Layer ``self.layers[index]`` on ``x`` ``[k, T, d]`` with the additive mask ``[k, 1, T, S]``."""
+    def _position_embeddings(self, index: int, x: torch.Tensor, positions: torch.Tensor, memo: Dict):
+        """The rotary ``(cos, sin)`` of layer ``index`` at ``positions`` ``[k, T]``, computed once per layer type,
+        device and dtype within one pass over the layers (``memo``; the rotary module reads only those of ``x``)."""
+        layer_type = self.layer_types[self.first + index] if self.layer_types is not None else None
+        key = (layer_type, x.device, x.dtype)
+        if key not in memo:
+            args = (x, positions) if layer_type is None else (x, positions, layer_type)
+            memo[key] = self.rotary(*args)
+        return memo[key]
+
+    def _run(self, index: int, x: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache,
+             memo: Dict) -> torch.Tensor:
+        """Layer ``self.layers[index]`` on ``x`` ``[k, T, d]`` with the additive mask ``[k, 1, T, S]`` (``memo``: the
+        pass's position embeddings, :meth:`_position_embeddings`)."""
         layer, params = self.layers[index], self.signatures[index]
         dev = module_device(layer, x.device)
         x, positions = x.to(dev), positions.to(dev)
@@ -139,11 +153,7 @@ class LayerKV:
         if "alibi" in params:
             kwargs["alibi"] = None
         if "position_embeddings" in params and self.rotary is not None:
-            rotary_params = inspect.signature(self.rotary.forward).parameters
-            if "layer_type" in rotary_params and self.layer_types is not None:
-                kwargs["position_embeddings"] = self.rotary(x, positions, self.layer_types[self.first + index])
-            else:
-                kwargs["position_embeddings"] = self.rotary(x, positions)
+            kwargs["position_embeddings"] = self._position_embeddings(index, x, positions, memo)
         return hidden_of(layer(x, **kwargs))
 
     def _mask(self, index: int, q_pos: torch.Tensor, k_pos: torch.Tensor, allowed: torch.Tensor,
@@ -175,11 +185,12 @@ class LayerKV:
         positions = pos[None].expand(rows, seq)
         allowed = ((pos[None, :] <= pos[:, None])[None] & self.mask[:, None, :seq]) | torch.eye(
             seq, dtype=torch.bool, device=pos.device)[None]
-        cache = self._cache(None)
+        cache, memo = self._cache(None), {}
         x = self.hidden[:, :seq]
         with torch.no_grad():
             for index in range(len(self.layers)):
-                x = self._run(index, x, self._mask(index, positions, positions, allowed, x.dtype), positions, cache)
+                mask = self._mask(index, positions, positions, allowed, x.dtype)
+                x = self._run(index, x, mask, positions, cache, memo)
         for index in range(len(self.layers)):
             layer_cache = cache.layers[self.first + index]
             self.cache.append((layer_cache.keys.detach(), layer_cache.values.detach()))
@@ -210,9 +221,9 @@ class LayerKV:
         pre_ok = ((j[None, :] < start[:, None]) & self.mask[rows, : self.prefix])[:, None, :].expand(-1, width, -1)
         allowed = torch.cat([pre_ok, new_ok], dim=2)  # [k, T, prefix + T]
         k_pos = torch.cat([j[None].expand(len(rows), -1), abs_pos], dim=1)
-        cache = self._cache(rows) if self.prefix else self._cache(None)
+        cache, memo = (self._cache(rows) if self.prefix else self._cache(None)), {}
         for index in range(len(self.layers)):
-            x = self._run(index, x, self._mask(index, abs_pos, k_pos, allowed, x.dtype), abs_pos, cache)
+            x = self._run(index, x, self._mask(index, abs_pos, k_pos, allowed, x.dtype), abs_pos, cache, memo)
         out = self.norm(x.to(module_device(self.norm, x.device)))
         if select is not None:
             return out[select[0].to(out.device), select[1].to(out.device)]

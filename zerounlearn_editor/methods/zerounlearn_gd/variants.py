@@ -115,7 +115,7 @@ def check_variants(variants: Sequence[str], method: str) -> None:
     chosen = [v for v in VARIANTS if v in variants]
     if chosen and method != "ZeroUnlearn-GD":
         raise ValueError(f"--{chosen[0]} is a ZeroUnlearn-GD mode; --method is {method}")
-    for i, first in enumerate(chosen):
-        for second in chosen[i + 1:]:
-            raise ValueError(f"--{first} and --{second} together are refused: "
-                             f"{COMBINATION_REFUSALS[frozenset({first, second})]}")
+    if len(chosen) > 1:
+        first, second = chosen[:2]
+        raise ValueError(f"--{first} and --{second} together are refused: "
+                         f"{COMBINATION_REFUSALS[frozenset({first, second})]}")
