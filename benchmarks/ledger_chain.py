@@ -16,8 +16,8 @@ model also get the perplexity of the first ``--final-ppl-tokens`` tokens of the 
 Each YAML is the shipped one with ``model_name`` / ``stats_dir`` pointed at the prepared SmolLM2 and the statistics
 cache, and ``fluency_max_increase: null`` (the guard only reads; the perplexity is measured instead). ``--yaml``
 takes ``NAME=PATH[+KEY=VALUE...]`` (a dotted key sets a nested one). Resumable: a chain continues from its last
-finished run; the weight files of a folder are removed once the next run has been scored (``--keep-weights``
-keeps them).
+finished run, only under the settings its rows were made with (:func:`chain_settings`; else refused); the weight
+files of a folder are removed once the next run has been scored (``--keep-weights`` keeps them).
 
 Usage (one torch thread; 2-5 minutes a run on one CPU thread). The ``+P`` chains set the lifelong protection
 experiment, which left the package (issue 47): they run only with the code of the branch
@@ -32,6 +32,7 @@ experiment/forgotten-protection``); the other chains run on either::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -134,6 +135,13 @@ def run_chain(name: str, source: Path, extra: Dict[str, Any], args: argparse.Nam
     hparams = _write_hparams(source, extra, chain / "hparams.yaml")
     entry = results.setdefault(name, {"yaml": str(source), "overrides": extra, "rows": []})
     done = {row["run"] for row in entry["rows"]}
+    settings = chain_settings(source, extra, args.ppl_tokens)
+    if len(done) < len(RUNS):  # runs to make: only on top of rows of the same settings
+        stored = entry.get("settings")
+        if entry["rows"] and stored != settings:
+            raise SystemExit(f"{args.out}: chain {name!r} was run with other settings ({stored}); now {settings}: "
+                             "give another --out and --work, or the same YAML, overrides and --ppl-tokens")
+        entry["settings"] = settings
     previous = None
     before = results["base"]["answered"]
     for run, facts in RUNS.items():
@@ -157,6 +165,14 @@ def run_chain(name: str, source: Path, extra: Dict[str, Any], args: argparse.Nam
     if entry.get("ppl_final") is None and args.final_ppl_tokens:  # a chain finished before the option existed
         entry["ppl_final"] = _answered(str(previous), args.final_ppl_tokens)[1]
         write_json_atomic(args.out, results)
+
+
+def chain_settings(source: Path, extra: Dict[str, Any], ppl_tokens: int) -> Dict[str, Any]:
+    """What a chain's rows depend on besides the code: the YAML's content, the overrides, ``--ppl-tokens`` and the
+    facts of the runs (a resumed chain continues only under the same)."""
+    facts = json.dumps(ALL_FACTS).encode("utf-8")
+    return {"yaml_sha256": hashlib.sha256(source.read_bytes()).hexdigest(), "overrides": extra,
+            "ppl_tokens": ppl_tokens, "facts_sha256": hashlib.sha256(facts).hexdigest()}
 
 
 def _cell(row: Dict[str, Any]) -> str:
@@ -202,6 +218,10 @@ def main() -> None:
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     results = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {}
+    stored_tokens = results.get("base", {}).get("ppl_tokens")
+    if stored_tokens is not None and stored_tokens != args.final_ppl_tokens:
+        raise SystemExit(f"{args.out}: the base row was scored with --final-ppl-tokens {stored_tokens}, not "
+                         f"{args.final_ppl_tokens}: give another --out, or the same option")
     if "ppl" not in results.get("base", {}):
         answered, ppl = _answered(str(prepare_model("smollm2")), args.final_ppl_tokens)
         results["base"] = {"facts": [{"run": r, "prompt": p, "subject": s, "answer": a} for r, p, s, a in ALL_FACTS],
