@@ -4,7 +4,7 @@ the seconds and the peak memory (CUDA allocated; sampled RSS on CPU), written to
 ``<out>/gpu_check.md`` as each stage ends (a run cut short keeps what it finished).
 
     python benchmarks/gpu/gpu_check.py --out benchmarks/results/gpu_check --device cuda
-    python benchmarks/gpu/gpu_check.py --out /tmp/gpu_smoke --device cpu --smoke   # tiny sizes, any machine
+    python benchmarks/gpu/gpu_check.py --out gpu_smoke --device cpu --smoke   # tiny sizes, any machine
 
 Models (``--models``): ``llama-3.2-3b-shape`` (random weights of Llama-3.2-3B-Instruct's dimensions in bfloat16,
 built from :data:`~zerounlearn_editor.harness.speed_measure.RANDOM_CONFIGS`, no download; the narrow 30-layer
