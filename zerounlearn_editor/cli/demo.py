@@ -8,8 +8,8 @@ greedy continuation; then WikiText-2 perplexity. Default: ZeroUnlearn-GD with
 statistics corpus and the perplexity text ship in the package (:mod:`zerounlearn_editor.data.builtin`).
 
 ``--model`` (:data:`DEMO_MODELS`) picks a model ``zerounlearn prepare-model`` knows, with the facts that model
-answers greedily: ``smollm2`` (default, five capitals) or ``gemma3-270m`` (the base Gemma-3-270m answers none of
-the built-in capitals, so five authors and inventors; no YAML ships for it yet, so it needs ``--hparams``).
+answers greedily: ``smollm2`` (default, five capitals) or ``gemma3-270m`` (the base Gemma-3-270m answers one of
+the 15 built-in capitals, so five authors and inventors; no YAML ships for it yet, so it needs ``--hparams``).
 """
 from __future__ import annotations
 
@@ -44,9 +44,9 @@ RETAIN_FACTS = CAPITALS_TO_FORGET[5:]
 
 
 GEMMA_REFUSAL = (
-    "no YAML ships for Gemma-3-270m yet (its layers, v_loss_layer and target settings are not settled: "
-    "benchmarks/RESULTS.md section 12); give one with --hparams, e.g. the output of `zerounlearn init-hparams "
-    "--model gemma3-270m --method ZeroUnlearn-GD --layers 3,4,5 --retain --out gemma.yaml`"
+    "no YAML ships for Gemma-3-270m yet: with the one `zerounlearn init-hparams --model gemma3-270m --method "
+    "ZeroUnlearn-GD --layers 3,4,5 --retain` writes, this demo's edit left all 5 facts answered (benchmarks/"
+    "RESULTS.md section 12.3); give a YAML with --hparams to run it anyway"
 )
 """Why ``demo --model gemma3-270m`` needs ``--hparams``."""
 
