@@ -5,6 +5,8 @@ process), with the cached target evaluation chosen as shipped or forced (issue 4
 the model's own layers even where ``KVSuffix`` applies; ``full``: no cache (full forwards of the active rows, the
 evaluation Gemma got before ``LayerKV``). The statistics (``C0``) are computed before the timed edit
 (``--n-samples`` of them, into ``--stats-dir``): the timed part is what an edit with cached statistics costs.
+``prefixes_s`` is the context-prefix sampling within ``targets_s``; ``--profile FILE`` writes cProfile's top
+functions (cumulative time) of the target stage.
 
     python benchmarks/targets_speed.py --model ~/.cache/zerounlearn_editor/models/gemma-3-270m \\
         --hparams gemma.yaml --facts benchmarks/results/gemma/facts20.json --path auto --edit --out out.json
@@ -12,9 +14,12 @@ evaluation Gemma got before ``LayerKV``). The statistics (``C0``) are computed b
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import logging
 import os
+import pstats
 import resource
 import time
 from pathlib import Path
@@ -23,6 +28,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from zerounlearn_editor.applications.unlearn import load_facts
+from zerounlearn_editor.engine.contexts import CONTEXT_SEED, context_prefixes
 from zerounlearn_editor.engine.pipeline import batched_statistics, neutral_targets
 from zerounlearn_editor.engine.targets.kv_suffix import KVSuffix
 from zerounlearn_editor.engine.targets.layer_kv import LayerKV
@@ -48,6 +54,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="override v_num_grad_steps")
     parser.add_argument("--limit", type=int, help="only the first N facts")
     parser.add_argument("--edit", action="store_true", help="also time the whole edit (apply)")
+    parser.add_argument("--profile", help="write cProfile's top functions of the target stage to this file")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -63,9 +70,19 @@ def main() -> None:
     row = dict(model=args.model, model_type=model.config.model_type, hparams=args.hparams, facts=args.facts,
                n_facts=len(facts), path=args.path, threads=torch.get_num_threads(), torch=torch.__version__,
                layers=list(hp.layers), contexts=hp.context_template_count, steps=hp.v_num_grad_steps)
+    profiler = cProfile.Profile() if args.profile else None
+    if profiler:
+        profiler.enable()
     start = time.perf_counter()
-    targets = neutral_targets(model, tok, facts, hp)
+    context_prefixes(model, tok, hp.context_template_count, hp.context_template_length, CONTEXT_SEED)
+    row["prefixes_s"] = time.perf_counter() - start
+    targets = neutral_targets(model, tok, facts, hp)  # on the prefixes just sampled (cached on the model)
     row["targets_s"] = time.perf_counter() - start
+    if profiler:
+        profiler.disable()
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(45)
+        Path(args.profile).write_text(text.getvalue(), encoding="utf-8")
     row["targets_s_per_fact"] = row["targets_s"] / len(facts)
     row["target_steps_mean"] = sum(targets.steps_run) / len(targets.steps_run)
     row["target_nll_mean"] = float(targets.nll.mean())

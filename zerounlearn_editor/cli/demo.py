@@ -1,4 +1,4 @@
-"""``zerounlearn demo``: forget five capitals from SmolLM2-135M-Instruct and print a before/after table.
+"""``zerounlearn demo``: forget five facts a small model knows and print a before/after table.
 
 Per forgotten and untouched fact: teacher-forced token accuracy and probability of the true answer, and the
 greedy continuation; then WikiText-2 perplexity. Default: ZeroUnlearn-GD with
@@ -6,6 +6,10 @@ greedy continuation; then WikiText-2 perplexity. Default: ZeroUnlearn-GD with
 (:data:`RETAIN_FACTS`, none of them printed), so the untouched capitals stay known; ``paper=True``
 (``--paper``): the paper's ZeroUnlearn YAML without a retain set, which also erases them. The YAML, the
 statistics corpus and the perplexity text ship in the package (:mod:`zerounlearn_editor.data.builtin`).
+
+``--model`` (:data:`DEMO_MODELS`) picks a model ``zerounlearn prepare-model`` knows, with the facts that model
+answers greedily: ``smollm2`` (default, five capitals) or ``gemma3-270m`` (the base Gemma-3-270m answers one of
+the 15 built-in capitals, so five authors and inventors; no YAML ships for it yet, so it needs ``--hparams``).
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from zerounlearn_editor.engine.pipeline import EditReport
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.perplexity import perplexity
 from zerounlearn_editor.methods.registry import load_method
-from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer, zoo_model
 from zerounlearn_editor.support.progress import progress_bar
 from zerounlearn_editor.support.resources import hparams_path
 
@@ -37,6 +41,61 @@ FORGET_FACTS = CAPITALS_TO_FORGET[:5]
 KEEP_FACTS = OTHER_CAPITALS[:3] + UNRELATED_FACTS[:5]
 RETAIN_FACTS = CAPITALS_TO_FORGET[5:]
 """The retain set of the default (retain-aware) demo: other capitals, none of them printed or scored."""
+
+
+GEMMA_REFUSAL = (
+    "no YAML ships for Gemma-3-270m yet: with the one `zerounlearn init-hparams --model gemma3-270m --method "
+    "ZeroUnlearn-GD --layers 3,4,5 --retain` writes, this demo's edit left all 5 facts answered (benchmarks/"
+    "RESULTS.md section 12.3); give a YAML with --hparams to run it anyway"
+)
+"""Why ``demo --model gemma3-270m`` needs ``--hparams``."""
+
+
+def _pick(*subjects: str) -> List[Fact]:
+    """The built-in :data:`UNRELATED_FACTS` of these subjects, in this order."""
+    by_subject = {s: (p, s, a) for p, s, a in UNRELATED_FACTS}
+    return [by_subject[s] for s in subjects]
+
+
+@dataclass(frozen=True)
+class DemoModel:
+    """One model of the demo: its ``prepare-model`` name, the facts it forgets, keeps (both printed) and protects
+    (the retain set, not printed), the default YAMLs (``hparams/<method>/<stem>.yaml``) and, where the demo has
+    no YAML that forgets on this model, why it refuses (``--hparams`` still runs it)."""
+
+    name: str
+    forget: List[Fact]
+    keep: List[Fact]
+    retain: List[Fact]
+    yaml: Tuple[str, str] = ("ZeroUnlearn-GD", "SmolLM2-135M-Instruct-retain")
+    paper_yaml: Tuple[str, str] = ("ZeroUnlearn", "SmolLM2-135M-Instruct")
+    refusal: str = ""
+    retain_label: str = "other capitals"
+
+
+DEMO_MODELS: Dict[str, DemoModel] = {
+    "smollm2": DemoModel("smollm2", FORGET_FACTS, KEEP_FACTS, RETAIN_FACTS),
+    "gemma3-270m": DemoModel(
+        "gemma3-270m",
+        forget=_pick("Romeo and Juliet", "theory of relativity", "United States", "Harry Potter", "telephone"),
+        keep=_pick("Mona Lisa", "Microsoft", "Apple", "gold", "tallest mountain", "Beatles", "week", "hot"),
+        retain=_pick("iron", "Statue of Liberty", "water", "human heart"),
+        refusal=GEMMA_REFUSAL,
+        retain_label="other facts",
+    ),
+}
+"""The demo's models by ``prepare-model`` name. Every fact listed is answered greedily by its unedited model (the
+Gemma facts: checked with the tokenizer's BOS, as every probe of the package sends it)."""
+
+
+def demo_model(name: Optional[str]) -> DemoModel:
+    """The :data:`DEMO_MODELS` entry of ``name`` (any ``prepare-model`` alias; ``None``: SmolLM2); ``ValueError``
+    naming ``--model`` and the choices for any other name (before anything loads)."""
+    spec = zoo_model("smollm2" if name is None else name)
+    if spec is None or spec.key not in DEMO_MODELS:
+        raise ValueError(f"demo --model {name!r}: choose one of {', '.join(DEMO_MODELS)} (a model `zerounlearn "
+                         "prepare-model` knows and the demo has facts for)")
+    return DEMO_MODELS[spec.key]
 
 
 @dataclass
@@ -75,18 +134,22 @@ def _scores(model: Any, tok: Any, facts: List[Fact]) -> Tuple[List[float], List[
     return scores["acc"], scores["prob"], greedy
 
 
-def _demo_method(hparams_file: Optional[str], paper: bool) -> Tuple[Any, Callable[..., Any]]:
-    """``(hparams, apply function)`` of a given YAML (either method), else of the retain-aware ZeroUnlearn-GD
-    YAML, else (``paper``) of the paper's ZeroUnlearn YAML."""
+def _demo_method(hparams_file: Optional[str], paper: bool, spec: Optional[DemoModel] = None
+                 ) -> Tuple[Any, Callable[..., Any]]:
+    """``(hparams, apply function)`` of a given YAML (either method), else of ``spec``'s (default SmolLM2's)
+    retain-aware ZeroUnlearn-GD YAML, else (``paper``) of its paper ZeroUnlearn YAML. ``ValueError`` with the
+    reason where the demo refuses ``spec`` and no YAML is given."""
+    spec = spec or DEMO_MODELS["smollm2"]
     if hparams_file is None:
-        method, name = ("ZeroUnlearn", "") if paper else ("ZeroUnlearn-GD", "-retain")
-        hparams_file = hparams_path(method, "SmolLM2-135M-Instruct" + name)
+        if spec.refusal:
+            raise ValueError(f"demo --model {spec.name}: {spec.refusal}")
+        hparams_file = hparams_path(*(spec.paper_yaml if paper else spec.yaml))
     return load_method(hparams_file)
 
 
-def demo_hparams(hparams_file: Optional[str] = None, paper: bool = False) -> Any:
-    """The demo's hyperparameters (see :func:`_demo_method`)."""
-    return _demo_method(hparams_file, paper)[0]
+def demo_hparams(hparams_file: Optional[str] = None, paper: bool = False, model: Optional[str] = None) -> Any:
+    """The demo's hyperparameters (see :func:`_demo_method`; ``model``: a :data:`DEMO_MODELS` name)."""
+    return _demo_method(hparams_file, paper, demo_model(model))[0]
 
 
 def run_demo(
@@ -98,22 +161,27 @@ def run_demo(
     dtype: Optional[str] = None,
     ppl_text: Optional[str] = None,
     stats_dir: Optional[str] = None,
+    model_name: Optional[str] = None,
 ) -> DemoResult:
-    """Unlearn :data:`FORGET_FACTS` from SmolLM2 and measure before/after.
+    """Unlearn the demo model's five facts (default :data:`FORGET_FACTS` from SmolLM2) and measure before/after.
 
-    A given ``hparams_file`` of either method is used as is, with :data:`RETAIN_FACTS` as retain set (prompts
-    and subjects) unless ``paper`` or its retain weights are zero. ``dtype`` (default: the folder's) is the
-    precision the model is loaded and edited in; ``ppl_text`` defaults to the embedded WikiText-2 test split;
-    ``stats_dir`` overrides the YAML's statistics cache folder.
+    ``model_name``: a :data:`DEMO_MODELS` name (``None``: SmolLM2's facts, the YAML's ``model_name``); given, that
+    model is loaded whatever the YAML names. A given ``hparams_file`` of either method is used as is, with the
+    model's retain set (prompts and subjects) unless ``paper`` or its retain weights are zero. ``dtype``
+    (default: the folder's) is the precision the model is loaded and edited in; ``ppl_text`` defaults to the
+    embedded WikiText-2 test split; ``stats_dir`` overrides the YAML's statistics cache folder.
     """
-    hparams, apply = _demo_method(hparams_file, paper)
+    spec = demo_model(model_name)
+    hparams, apply = _demo_method(hparams_file, paper, spec)
+    if model_name is not None:
+        hparams = hparams.replace(model_name=spec.name)
     if stats_dir is not None:
         hparams = hparams.replace(stats_dir=str(stats_dir))
     corpus = corpus or hparams.mom2_dataset
-    retain = None if paper else [{"prompt": p, "subject": s} for p, s, _ in RETAIN_FACTS]
+    retain = None if paper else [{"prompt": p, "subject": s} for p, s, _ in spec.retain]
     if retain is not None and not any(v > 0 for v in hparams.retain_weights().values()):
         retain = None  # a YAML with the paper's (zero) retain weights: nothing to protect with
-    mode = f"{hparams.alg_name}" + (f" + retain set of {len(retain)} other capitals" if retain else " (paper)")
+    mode = f"{hparams.alg_name}" + (f" + retain set of {len(retain)} {spec.retain_label}" if retain else " (paper)")
     LOG.info("demo: %s; model %s (%s) on %s", mode, hparams.model_name, dtype or "stored dtype", device)
     from zerounlearn_editor.data.corpus import check_corpus_source
 
@@ -124,15 +192,15 @@ def run_demo(
 
     def evaluate(when: str) -> List[Any]:
         LOG.info("scoring %d facts to forget, %d to keep, and perplexity on %d tokens of %s (%s the edit)",
-                 len(FORGET_FACTS), len(KEEP_FACTS), ppl_tokens, Path(wikitext).name, when)
+                 len(spec.forget), len(spec.keep), ppl_tokens, Path(wikitext).name, when)
         start = time.perf_counter()
-        out = [_scores(model, tok, FORGET_FACTS), _scores(model, tok, KEEP_FACTS),
+        out = [_scores(model, tok, spec.forget), _scores(model, tok, spec.keep),
                perplexity(model, tok, wikitext, max_tokens=ppl_tokens)]
         seconds[f"evaluate_{when}"] = time.perf_counter() - start
         return out
 
     before = evaluate("before")
-    requests = fact_requests(FORGET_FACTS)
+    requests = fact_requests(spec.forget)
     report = EditReport()
     LOG.info("unlearning %d facts with %s; C0 statistics from corpus %r, cached under %s",
              len(requests), mode, corpus, hparams.stats_dir)
@@ -147,8 +215,8 @@ def run_demo(
         return [DemoRow(f[0], f[2], *row) for f, row in zip(facts, zip(b[0], a[0], b[1], a[1], b[2], a[2]))]
 
     return DemoResult(
-        forgotten=rows(FORGET_FACTS, before[0], after[0]),
-        kept=rows(KEEP_FACTS, before[1], after[1]),
+        forgotten=rows(spec.forget, before[0], after[0]),
+        kept=rows(spec.keep, before[1], after[1]),
         ppl_before=before[2],
         ppl_after=after[2],
         seconds=seconds,
@@ -178,7 +246,8 @@ def format_demo(result: DemoResult) -> str:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     result = run_demo(hparams_file=args.hparams, corpus=args.corpus, ppl_tokens=args.ppl_tokens, device=args.device,
-                      paper=args.paper, dtype=args.dtype, ppl_text=args.ppl_text, stats_dir=args.stats_dir)
+                      paper=args.paper, dtype=args.dtype, ppl_text=args.ppl_text, stats_dir=args.stats_dir,
+                      model_name=args.model)
     print(format_demo(result))
     return 0
 
@@ -186,14 +255,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def register(sub: Any, parents: ModuleType) -> None:
     """Add ``demo`` to the ``zerounlearn`` subparsers (``parents``: :mod:`.common`)."""
     p = sub.add_parser(
-        "demo", help="forget a few facts from SmolLM2 and print a before/after table",
+        "demo", help="forget a few facts from SmolLM2 (or --model gemma3-270m) and print a before/after table",
         parents=[parents.hparams("default: hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct-retain.yaml with a retain set "
                                  "of other capitals (with --paper: hparams/ZeroUnlearn/SmolLM2-135M-Instruct.yaml, no "
                                  "retain set)"),
                  parents.corpus(),
                  parents.ppl(20000, "perplexity tokens (default 20000; 0 = off)",
                              "perplexity text file (default: the embedded WikiText-2 test split)"),
-                 parents.stats_dir(), parents.device(), parents.dtype(), parents.quiet()],
+                 parents.stats_dir(), parents.device(), parents.dtype(), parents.quiet(),
+                 parents.model(f"a model `prepare-model` knows, with its own facts: {', '.join(DEMO_MODELS)} "
+                               "(default smollm2; given, it is loaded whatever the YAML's model_name)",
+                               metavar="NAME")],
     )
     p.add_argument("--paper", action="store_true",
                    help="the paper's ZeroUnlearn without a retain set (it also erases the untouched capitals)")

@@ -3,9 +3,10 @@ object (attribute ``_zerounlearn_context_cache``); keys are averaged over the ba
 Experimental: few-shot prefixes of the package's hand-written facts (:func:`fewshot_prefixes`)."""
 from __future__ import annotations
 
+import inspect
 import logging
 import random
-from typing import TYPE_CHECKING, Dict, List, Mapping, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -23,13 +24,55 @@ _STARTERS = ("The", "Therefore", "Because", "I", "You", "In", "When", "It", "How
 _CACHE_ATTR = "_zerounlearn_context_cache"
 
 
+def _forward_names(model: nn.Module) -> Tuple[Optional[str], Optional[str]]:
+    """The names ``model.forward`` gives its KV-cache argument (transformers 5: ``cache``, 4.x:
+    ``past_key_values``) and its keep-only-the-last-logits argument (``logits_to_keep``, ``num_logits_to_keep``
+    in 4.4x); ``None`` where it takes none."""
+    params = inspect.signature(model.forward).parameters
+    cache = next((name for name in ("cache", "past_key_values") if name in params), None)
+    keep = next((name for name in ("logits_to_keep", "num_logits_to_keep") if name in params), None)
+    return cache, keep
+
+
+class _LastLogits:
+    """The logits ``[vocab]`` at the last position of a growing sequence: the first call runs the whole prefix
+    and keeps the model's KV cache, each later call runs the new token alone on it; logits at the last position
+    only where the forward can skip the others. A model that takes or returns no cache gets a full forward of
+    the sequence per call (the same logits up to float rounding)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.device = model_device(model)
+        self.cache_name, self.keep_name = _forward_names(model)
+        self.cache = None
+        self.seen = 0  # tokens the cache holds
+
+    def __call__(self, ids: List[int]) -> torch.Tensor:
+        kwargs: Dict[str, object] = {self.keep_name: 1} if self.keep_name else {}
+        new = ids
+        if self.cache_name is not None:
+            kwargs["use_cache"] = True
+            if self.cache is not None:
+                kwargs[self.cache_name], new = self.cache, ids[self.seen:]
+        out = self.model(input_ids=torch.tensor([new], device=self.device), **kwargs)
+        cache = getattr(out, "cache", None)
+        cache = getattr(out, "past_key_values", None) if cache is None else cache
+        if self.cache_name is not None and cache is None:
+            LOG.debug("%s returned no cache: context prefixes by full forwards", type(self.model).__name__)
+            self.cache_name = None  # full forwards from now on
+        self.cache, self.seen = cache, len(ids)
+        return out.logits[0, -1]
+
+
 @torch.no_grad()
 def _sample_continuation(model: nn.Module, tok, starter: str, length: int, generator: torch.Generator) -> str:
+    """``starter`` and ``length`` tokens sampled after it (top 5, renormalised, ``generator``; no special token),
+    decoded. One forward of the starter, then one token per step on the model's KV cache (:class:`_LastLogits`)."""
     ids = list(tok(starter)["input_ids"])
-    device = model_device(model)
     special = {t for t in (tok.eos_token_id, tok.pad_token_id, tok.bos_token_id) if t is not None}
+    last_logits = _LastLogits(model)
     for _ in range(length):
-        logits = model(input_ids=torch.tensor([ids], device=device)).logits[0, -1].float().cpu()
+        logits = last_logits(ids).float().cpu()
         for token in special:
             logits[token] = -float("inf")
         top = torch.topk(logits, k=5)
