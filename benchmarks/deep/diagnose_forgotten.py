@@ -34,7 +34,7 @@ from zerounlearn_editor.evaluation.audit.plan import AuditSettings, build_plan
 from zerounlearn_editor.harness.forgotten_edits import cached_edit, edit_key
 from zerounlearn_editor.harness.method_rows import default_registry
 from zerounlearn_editor.harness.run_setup import prepare_run, setup_methods
-from zerounlearn_editor.support.files import sha256_of_json, write_json_atomic, write_text_atomic
+from zerounlearn_editor.support.files import read_json, sha256_of_json, write_json_atomic, write_text_atomic
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -53,11 +53,19 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--half", choices=("tune", "report"), default="tune")
-    ap.add_argument("--variant", action="append", default=[], metavar="NAME=YAML", required=True)
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=YAML",
+                    help="an edit row: the YAML's method reading it (the first one's YAML is the main hparams)")
     ap.add_argument("--known-cache", default="benchmarks/results/deep/known_counterfact_easyedit.json")
     ap.add_argument("--edits-only", action="store_true", help="compute (cache) the edits and stop")
+    ap.add_argument("--report-only", action="store_true", help="rewrite OUT/diagnosis.md and .png from its JSON")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    out = Path(args.out)
+    if args.report_only:
+        write_report(out, read_json(out / "diagnosis.json"))
+        return
+    if not args.variant:
+        ap.error("--variant NAME=YAML: at least one edit row is needed")
     registry = default_registry()
     add_variants(registry, args.variant)
     names = [v.split("=", 1)[0] for v in args.variant]
@@ -70,7 +78,6 @@ def main() -> None:
     cases = sample_cases(known, args.n, args.seed)
     requests = [dict(c.request) for c in cases]
     case_ids = [c.case_id for c in cases]
-    out = Path(args.out)
     run = prepare_run(setup, model, tok, out, names, progress=False)
     fingerprint = sha256_of_json(run.fingerprint.digests)
     edits = {}
@@ -96,6 +103,11 @@ def main() -> None:
                      "variants": dict(v.split("=", 1) for v in args.variant), "data": args.data,
                      "settings": settings.to_dict(), "plan": plan.describe()}
     write_json_atomic(out / "diagnosis.json", result)
+    write_report(out, result)
+
+
+def write_report(out: Path, result: dict) -> None:
+    """``OUT/diagnosis.md`` and ``OUT/diagnosis.png`` of a diagnosis result."""
     write_text_atomic(out / "diagnosis.md", diagnosis_markdown(result))
     diagnosis_plot(result, out / "diagnosis.png")
 

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import logging
+import statistics
 from pathlib import Path
 from typing import Any, Dict, List
+
+from zerounlearn_editor.evaluation.audit.diagnosis import winning_from
 
 LOG = logging.getLogger(__name__)
 READS = ("before fine-tune", "fine-tuned", "undo in edited layers", "only in edited layers", "undo in edited weights",
@@ -13,13 +16,15 @@ READS = ("before fine-tune", "fine-tuned", "undo in edited layers", "only in edi
 def _mc_table(rows: Dict[str, Any], layers: List[int]) -> List[str]:
     head = " | ".join(f"lens win L{l}" for l in layers)
     lines = [f"| row | mc win % | first token wins % | wins carried by first / later | {head} | median first "
-             "winning layer | never wins | median margin (first + later) |",
-             "|---|---|---|---|" + "---|" * len(layers) + "---|---|---|"]
+             "winning layer | median layer it wins from (to the output) | never wins | median margin (first + later) |",
+             "|---|---|---|---|" + "---|" * len(layers) + "---|---|---|---|"]
     for name, row in rows.items():
         mc = row["mc"]
         per_layer = " | ".join(f"{mc['lens_win_pct_per_layer'][l]:.0f}" for l in layers)
+        settled = [w for w in (winning_from(f["lens_ranks"]) for f in mc["facts"]) if w is not None]
+        settled_text = f"{statistics.median(settled)} ({len(settled)} facts)" if settled else "-"
         lines.append(f"| {name} | {mc['win_pct']:.0f} | {mc['first_token_win_pct']:.0f} | {mc['carried_by_first']} / "
-                     f"{mc['carried_by_later']} | {per_layer} | {mc['median_first_win_layer']} | "
+                     f"{mc['carried_by_later']} | {per_layer} | {mc['median_first_win_layer']} | {settled_text} | "
                      f"{mc['never_wins_in_lens']} / {mc['n']} | {mc['median_margin']:.2f} "
                      f"({mc['median_first_margin']:.2f} + {mc['median_rest_margin']:.2f}) |")
     return lines
@@ -55,7 +60,8 @@ def diagnosis_markdown(result: Dict[str, Any]) -> str:
     rows = result["rows"]
     n_layers = len(next(iter(rows.values()))["mc"]["lens_win_pct_per_layer"])
     edited = result["edited_layers"]
-    layers = sorted({0, n_layers // 2 - 1, edited[0] - 1, edited[-1], n_layers - 4, n_layers - 2, n_layers - 1})
+    layers = sorted({edited[0] - 1, edited[-1], edited[-1] + 4, edited[-1] + 5, n_layers - 5, n_layers - 3,
+                     n_layers - 1} & set(range(n_layers)))
     run = result["run"]
     return "\n".join([
         f"# Diagnosis: where the forgotten answer survives ({run['half']} half, n = {run['n']}, seed {run['seed']})",

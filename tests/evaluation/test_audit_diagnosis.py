@@ -14,6 +14,7 @@ from zerounlearn_editor.evaluation.audit.diagnosis import (
     margin_split,
     relative_change,
     splice,
+    winning_from,
 )
 from zerounlearn_editor.evaluation.audit.lens import lens_option_ranks, option_ranks
 from zerounlearn_editor.evaluation.audit.quantize import quantize_rtn, rtn_step
@@ -29,6 +30,8 @@ def test_option_ranks_count_rivals_at_least_as_high():
     assert option_ranks(logits, torch.tensor([3, 2, 0])).tolist() == [0, 0]
     assert first_winning_layer([2, 1, 0, 1, 0]) == 2
     assert first_winning_layer([1, 3]) is None
+    assert winning_from([0, 1, 0, 0]) == 2 and winning_from([0, 0]) == 0
+    assert winning_from([0, 0, 1]) is None and winning_from([]) is None
 
 
 def test_lens_option_ranks_at_the_last_layer_is_the_models_own_choice():

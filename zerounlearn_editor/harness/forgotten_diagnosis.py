@@ -35,6 +35,7 @@ from zerounlearn_editor.evaluation.audit.diagnosis import (
     margin_split,
     relative_change,
     splice,
+    winning_from,
 )
 from zerounlearn_editor.evaluation.audit.lens import lens_option_ranks
 from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings
@@ -90,7 +91,8 @@ def mc_diagnosis(model: nn.Module, tok: Any, inputs: DiagnosisInputs) -> Dict[st
     for (_, opts), fact_ranks in zip(rows, ranks):
         split = margin_split(first_all[at:at + len(opts)], rest_all[at:at + len(opts)])
         at += len(opts)
-        facts.append({**split, "lens_ranks": fact_ranks.tolist(), "first_win_layer": first_winning_layer(fact_ranks)})
+        facts.append({**split, "lens_ranks": fact_ranks.tolist(), "first_win_layer": first_winning_layer(fact_ranks),
+                      "wins_from_layer": winning_from(fact_ranks)})
     n = len(facts)
     wins = [f for f in facts if f["wins"]]
     return {
@@ -103,6 +105,7 @@ def mc_diagnosis(model: nn.Module, tok: Any, inputs: DiagnosisInputs) -> Dict[st
         "lens_mean_rank_per_layer": [float(ranks[:, l].double().mean()) for l in range(ranks.shape[1])],
         "median_first_win_layer": _median([f["first_win_layer"] for f in facts]),
         "never_wins_in_lens": sum(f["first_win_layer"] is None for f in facts),
+        "median_wins_from_layer": _median([f["wins_from_layer"] for f in facts]),
         "median_margin": statistics.median(f["margin"] for f in facts),
         "median_first_margin": statistics.median(f["first_margin"] for f in facts),
         "median_rest_margin": statistics.median(f["rest_margin"] for f in facts),

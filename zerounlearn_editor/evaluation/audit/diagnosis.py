@@ -57,6 +57,17 @@ def first_winning_layer(ranks: Sequence[int]) -> Optional[int]:
     return next((i for i, r in enumerate(ranks) if int(r) == 0), None)
 
 
+def winning_from(ranks: Sequence[int]) -> Optional[int]:
+    """The first index from which the rank stays 0 to the end (option 0 wins at every later layer, the output
+    included), ``None`` when it does not win at the last index."""
+    if not len(ranks) or int(ranks[-1]) != 0:
+        return None
+    start = len(ranks)
+    while start > 0 and int(ranks[start - 1]) == 0:
+        start -= 1
+    return start
+
+
 def relative_change(new: torch.Tensor, old: torch.Tensor) -> float:
     """``||new - old||_F / ||old||_F`` (in float64; ``inf`` when ``old`` is zero and ``new`` is not)."""
     diff = (new.double() - old.double()).norm()
