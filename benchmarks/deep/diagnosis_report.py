@@ -55,6 +55,19 @@ def _int4_table(rows: Dict[str, Any]) -> List[str]:
     return lines
 
 
+def _int4_reads_table(rows: Dict[str, Any]) -> List[str]:
+    labels = next((list(r["int4_reads"]) for r in rows.values() if "int4_reads" in r), [])
+    if not labels:
+        return []
+    lines = ["Recovered % of the forgotten prompts on int4 g16 copies (mean answer log-probability):", "",
+             "| row | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+    for name, row in rows.items():
+        reads = row.get("int4_reads", {})
+        lines.append(f"| {name} | " + " | ".join(
+            f"{reads[x]['recovered_pct']:.0f} ({reads[x]['mean_answer_logp']:.1f})" for x in labels) + " |")
+    return [*lines, ""]
+
+
 def diagnosis_markdown(result: Dict[str, Any]) -> str:
     """The three tables (mc, relearning, int4) of one diagnosis."""
     rows = result["rows"]
@@ -72,7 +85,8 @@ def diagnosis_markdown(result: Dict[str, Any]) -> str:
         "## Relearning: the audit's related-facts fine-tune (MLP scope, the settings' steps and learning rate)", "",
         "Recovered % of the forgotten prompts (mean answer log-probability); 'undo in X': the fine-tune's change "
         "reverted in X, 'only in X': kept only in X.", "", *_relearn_table(rows), "",
-        "## int4 (groups of 16): the edit against the quantization step", "", *_int4_table(rows), ""])
+        "## int4 (groups of 16): the edit against the quantization step", "", *_int4_reads_table(rows),
+        *_int4_table(rows), ""])
 
 
 def diagnosis_plot(result: Dict[str, Any], path: Path) -> None:

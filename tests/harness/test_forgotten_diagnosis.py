@@ -2,13 +2,18 @@
 the states they name, its edits are cached by key, and the model is left as it was given."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import pytest
 import torch
 
 from tiny_models import tiny_llama, tiny_tokenizer
+from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.audit import AuditSettings, build_plan, items_from_facts, pool_from_facts
+from zerounlearn_editor.evaluation.audit.quantize import quantize_rtn
 from zerounlearn_editor.evaluation.audit.suite import score_model
+from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.harness.forgotten_diagnosis import DiagnosisInputs, layer_of, run_diagnosis
 from zerounlearn_editor.harness.forgotten_edits import applied, cached_edit
 from zerounlearn_editor.harness.method_specs import EditOutcome, PreparedMethod
@@ -59,6 +64,15 @@ def test_diagnosis_matches_the_audit_and_leaves_the_model_alone():
         assert row["relearn"]["relative_change_per_layer"]["down_proj"][2] > 0
     int4 = result["rows"]["edit"]["int4"][WEIGHT]
     assert 0.0 <= int4["frac_below_half_step"] <= 1.0 and int4["median_edit_effect"] > 0
+    # int4 only in the edited weight = the edited model with that one matrix rounded, built here by hand
+    edited = dict(inputs.edits["edit"])
+    rounded = {WEIGHT: quantize_rtn(edited[WEIGHT], 4, 16)}
+    with applied(model, edited), applied(model, rounded):
+        by_hand = evaluate_probes(model, tok, [Probe(f["prompt"], f["answer"]) for f in FORGET])
+    reads = result["rows"]["edit"]["int4_reads"]
+    expected_logp = sum(n * math.log(p) for p, n in zip(by_hand["prob"], by_hand["n_tokens"])) / len(FORGET)
+    assert reads["int4 only in edited weights"]["mean_answer_logp"] == pytest.approx(expected_logp, abs=1e-4)
+    assert reads["int4 everywhere"] != reads["int4 only in edited weights"]
 
 
 def test_cached_edit_is_read_back_by_key(tmp_path: Path):

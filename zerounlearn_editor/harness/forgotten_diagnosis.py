@@ -11,7 +11,9 @@ restored after it), on the audit plan's facts:
   relative change of every MLP weight, and the forgotten prompts re-read with the fine-tune's change undone in the
   edited layers only / kept only there (also for the edited matrices alone);
 * ``int4``: per edited weight, :func:`~zerounlearn_editor.evaluation.audit.diagnosis.edit_against_quantization`
-  with the forgotten facts' keys (the edited module's input at the edit's lookup token, read on the edited model).
+  with the forgotten facts' keys (the edited module's input at the edit's lookup token, read on the edited model);
+  ``int4_reads``: the forgotten prompts on int4 (g16) copies quantized everywhere / only in the edited weights /
+  everywhere but there (where does the int4 recovery come from).
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ from zerounlearn_editor.evaluation.audit.diagnosis import (
 )
 from zerounlearn_editor.evaluation.audit.lens import lens_option_ranks
 from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings
+from zerounlearn_editor.evaluation.audit.quantize import quantized_copy
 from zerounlearn_editor.evaluation.audit.relearn import relearned_copy
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.teacher_forcing import encode_answers, token_log_probs
@@ -182,6 +185,24 @@ def int4_diagnosis(model: nn.Module, tok: Any, inputs: DiagnosisInputs, edit: Ma
     return out
 
 
+def int4_reads(model: nn.Module, tok: Any, inputs: DiagnosisInputs, edited_names: Sequence[str],
+               group_size: int = 16) -> Dict[str, Dict[str, float]]:
+    """The forgotten prompts read on int4 copies of ``model`` (groups of ``group_size``): every linear weight but
+    the head quantized (the audit's ``int4g16``), only the ``edited_names`` weights, every one but them."""
+    full = quantized_copy(model, (4, group_size))
+    params, quantized = dict(model.named_parameters()), dict(full.named_parameters())
+    linear = [n for n in quantized if not torch.equal(quantized[n], params[n])]
+    edited = [n for n in edited_names if n in quantized]
+    reads = {"int4 everywhere": _read_prompts(full, tok, inputs.plan, inputs.batch_size)}
+    keep = {"int4 only in edited weights": [n for n in linear if n not in set(edited)],
+            "int4 everywhere but the edited weights": edited}
+    for label, unquantized in keep.items():
+        with applied(full, {n: params[n] for n in unquantized}):
+            reads[label] = _read_prompts(full, tok, inputs.plan, inputs.batch_size)
+    del full
+    return reads
+
+
 def run_diagnosis(model: nn.Module, tok: Any, inputs: DiagnosisInputs) -> Dict[str, Any]:
     """Every part for the ``base`` row and each edit; the model is left as it was given."""
     params = dict(model.named_parameters())
@@ -189,7 +210,8 @@ def run_diagnosis(model: nn.Module, tok: Any, inputs: DiagnosisInputs) -> Dict[s
     LOG.info("diagnosis: base")
     first_edit: List[str] = sorted(next(iter(inputs.edits.values()), {}))
     rows["base"] = {"mc": mc_diagnosis(model, tok, inputs),
-                    "relearn": relearn_diagnosis(model, tok, inputs, first_edit)}
+                    "relearn": relearn_diagnosis(model, tok, inputs, first_edit),
+                    "int4_reads": int4_reads(model, tok, inputs, first_edit)}
     for name, edit in inputs.edits.items():
         LOG.info("diagnosis: %s", name)
         original = {n: params[n].detach().clone() for n in edit}
@@ -198,5 +220,6 @@ def run_diagnosis(model: nn.Module, tok: Any, inputs: DiagnosisInputs) -> Dict[s
                 "mc": mc_diagnosis(model, tok, inputs),
                 "int4": int4_diagnosis(model, tok, inputs, edit, original),
                 "relearn": relearn_diagnosis(model, tok, inputs, sorted(edit)),
+                "int4_reads": int4_reads(model, tok, inputs, sorted(edit)),
             }
     return {"rows": rows, "edited_layers": list(inputs.edited_layers)}
