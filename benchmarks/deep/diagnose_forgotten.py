@@ -14,7 +14,7 @@ On one half of the 80 known CounterFact facts (``--half tune``: the TUNE half of
 
 Writes ``OUT/diagnosis.json``, ``OUT/diagnosis.md`` and ``OUT/diagnosis.png``.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=$PWD ZEROUNLEARN_DATA_DIR=/work/shared/data \\
+    OMP_NUM_THREADS=1 PYTHONPATH=$PWD ZEROUNLEARN_DATA_DIR=../shared/data \\
         python benchmarks/deep/diagnose_forgotten.py --half tune --n 40 --seed 1 \\
         --out benchmarks/results/audit/diagnosis \\
         --variant paper=hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct.yaml \\
