@@ -17,7 +17,7 @@ from zerounlearn_editor.data.types import Probe
 from zerounlearn_editor.evaluation.batching import encode_probe, pad_sequences, pad_token_id
 
 __all__ = ["AnswerBatch", "pad_rows", "answer_rows", "text_rows", "encode_answers", "encode_texts",
-           "sequence_log_probs", "nll_loss"]
+           "sequence_log_probs", "token_log_probs", "nll_loss"]
 
 
 @dataclass
@@ -93,6 +93,18 @@ def sequence_log_probs(model: nn.Module, batch: AnswerBatch) -> torch.Tensor:
     token_logp = torch.log_softmax(scored, dim=-1).gather(1, targets[:, None]).squeeze(1)  # [N]
     rows = mask.nonzero()[:, 0]
     return torch.zeros(mask.shape[0], dtype=token_logp.dtype, device=token_logp.device).index_add(0, rows, token_logp)
+
+
+def token_log_probs(model: nn.Module, batch: AnswerBatch) -> torch.Tensor:
+    """``[n, L - 1]`` float32: at each scored position (``batch.target_mask``) the log-probability of the scored
+    token, 0 elsewhere (one forward pass)."""
+    output = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    logits = output if isinstance(output, torch.Tensor) else output.logits  # [n, L, V]
+    mask = batch.target_mask.to(logits.device)
+    out = torch.zeros(mask.shape, dtype=torch.float32, device=logits.device)
+    scored = torch.log_softmax(logits[:, :-1][mask].float(), dim=-1)  # [N, V]
+    out[mask] = scored.gather(1, batch.input_ids[:, 1:].to(logits.device)[mask][:, None]).squeeze(1)
+    return out
 
 
 def nll_loss(logp: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:

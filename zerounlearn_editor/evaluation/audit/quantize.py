@@ -18,8 +18,8 @@ QUANT_SCHEMES: Dict[str, Tuple[int, Optional[int]]] = {"int8": (8, None), "int4"
 """The audit's ``(bits, group_size)``: int8 and int4 per output channel, int4 in groups of 16 inputs."""
 
 
-def quantize_rtn(weight: torch.Tensor, bits: int, group_size: Optional[int] = None) -> torch.Tensor:
-    """Dequantized RTN copy of ``weight`` ``[d_out, d_in]`` (same shape and dtype; see module docstring)."""
+def _grouped(weight: torch.Tensor, bits: int, group_size: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``weight`` ``[d_out, d_in]`` as float32 ``[d_out, groups, group]`` and its RTN scale ``[d_out, groups, 1]``."""
     if bits < 2:
         raise ValueError(f"bits must be >= 2, got {bits}")
     if weight.dim() != 2:
@@ -28,11 +28,24 @@ def quantize_rtn(weight: torch.Tensor, bits: int, group_size: Optional[int] = No
     group = group_size or d_in
     if d_in % group:
         raise ValueError(f"d_in {d_in} is not a multiple of group_size {group}")
-    w = weight.detach().float().reshape(d_out, d_in // group, group)  # [d_out, groups, group]
+    w = weight.detach().float().reshape(d_out, d_in // group, group)
     top = 2 ** (bits - 1) - 1
-    scale = w.abs().amax(dim=-1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny) / top
+    return w, w.abs().amax(dim=-1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny) / top
+
+
+def rtn_step(weight: torch.Tensor, bits: int, group_size: Optional[int] = None) -> torch.Tensor:
+    """The RTN quantization step ``s`` of every entry of ``weight`` ``[d_out, d_in]`` (float32, same shape): the
+    scale of the entry's row (per channel) or group; rounding moves an entry by at most ``s / 2``."""
+    w, scale = _grouped(weight, bits, group_size)
+    return scale.expand_as(w).reshape(weight.shape)
+
+
+def quantize_rtn(weight: torch.Tensor, bits: int, group_size: Optional[int] = None) -> torch.Tensor:
+    """Dequantized RTN copy of ``weight`` ``[d_out, d_in]`` (same shape and dtype; see module docstring)."""
+    w, scale = _grouped(weight, bits, group_size)
+    top = 2 ** (bits - 1) - 1
     q = torch.clamp(torch.round(w / scale), -top - 1, top)
-    return (q * scale).reshape(d_out, d_in).to(weight.dtype)
+    return (q * scale).reshape(weight.shape).to(weight.dtype)
 
 
 def quantized_copy(model: nn.Module, scheme: Tuple[int, Optional[int]]) -> nn.Module:

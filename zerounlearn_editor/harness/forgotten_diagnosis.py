@@ -1,0 +1,225 @@
+"""Where does a forgotten answer survive the edit? The audit's diagnosis (issue 45 item 1), per row.
+
+For the unedited model (row ``base``) and each edit (``{parameter name: edited value}``, applied for the row and
+restored after it), on the audit plan's facts:
+
+* ``mc``: per decoder layer through the logit lens, the true answer's rank among the multiple-choice options by
+  first-token logit (:func:`~zerounlearn_editor.evaluation.audit.lens.lens_option_ranks`), the first layer where it
+  wins; at the output the full-answer score split into first and later tokens
+  (:func:`~zerounlearn_editor.evaluation.audit.diagnosis.margin_split`);
+* ``relearn``: the audit's related-facts fine-tune (MLP scope, the plan's facts, the settings' steps and lr): the
+  relative change of every MLP weight, and the forgotten prompts re-read with the fine-tune's change undone in the
+  edited layers only / kept only there (also for the edited matrices alone);
+* ``int4``: per edited weight, :func:`~zerounlearn_editor.evaluation.audit.diagnosis.edit_against_quantization`
+  with the forgotten facts' keys (the edited module's input at the edit's lookup token, read on the edited model);
+  ``int4_reads``: the forgotten prompts on int4 (g16) copies quantized everywhere / only in the edited weights /
+  everywhere but there (where does the int4 recovery come from).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.engine.keys import read_keys_and_hidden
+from zerounlearn_editor.engine.requests import normalize_requests
+from zerounlearn_editor.evaluation.audit.diagnosis import (
+    edit_against_quantization,
+    first_and_rest,
+    first_winning_layer,
+    margin_split,
+    relative_change,
+    splice,
+    winning_from,
+)
+from zerounlearn_editor.evaluation.audit.lens import lens_option_ranks
+from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings
+from zerounlearn_editor.evaluation.audit.quantize import quantized_copy
+from zerounlearn_editor.evaluation.audit.relearn import relearned_copy
+from zerounlearn_editor.evaluation.metrics import evaluate_probes
+from zerounlearn_editor.evaluation.teacher_forcing import encode_answers, token_log_probs
+from zerounlearn_editor.harness.forgotten_edits import applied
+
+LOG = logging.getLogger(__name__)
+_LAYER = re.compile(r"\.(\d+)\.")
+
+
+@dataclass
+class DiagnosisInputs:
+    """The plan (with ``choice`` and ``relearning`` drawn), its settings, the forgotten requests (dicts), the edits by
+    row name, the module templates and the edited layers (those of the edits' YAML, used for the base row too)."""
+
+    plan: AuditPlan
+    settings: AuditSettings
+    requests: Sequence[Mapping[str, Any]]
+    edits: Mapping[str, Mapping[str, torch.Tensor]]
+    layer_module_tmp: str
+    ln_f_module: str
+    fact_token: str
+    edited_layers: Sequence[int]
+    batch_size: int = 16
+
+
+def layer_of(name: str) -> int:
+    """The layer index in a parameter name (``model.layers.17.mlp.down_proj.weight`` -> 17)."""
+    found = _LAYER.search(name)
+    if found is None:
+        raise ValueError(f"no layer index in parameter name {name!r}")
+    return int(found.group(1))
+
+
+def mc_diagnosis(model: nn.Module, tok: Any, inputs: DiagnosisInputs) -> Dict[str, Any]:
+    """The ``mc`` part (module docstring) for the facts with at least 2 options."""
+    plan = inputs.plan
+    rows = [(item.prompt, opts) for item, opts in zip(plan.items, plan.choice_options) if len(opts) > 1]
+    ranks = lens_option_ranks(model, tok, [p for p, _ in rows], [o for _, o in rows], inputs.layer_module_tmp,
+                              inputs.ln_f_module, inputs.batch_size)  # [n, L]
+    pairs = [(prompt, option) for prompt, opts in rows for option in opts]
+    firsts, rests = [], []
+    with torch.no_grad():
+        for start in range(0, len(pairs), inputs.batch_size):
+            batch = encode_answers(tok, pairs[start:start + inputs.batch_size])
+            first, rest = first_and_rest(token_log_probs(model, batch).cpu(), batch.target_mask)
+            firsts.append(first)
+            rests.append(rest)
+    first_all, rest_all = torch.cat(firsts), torch.cat(rests)
+    facts, at = [], 0
+    for (_, opts), fact_ranks in zip(rows, ranks):
+        split = margin_split(first_all[at:at + len(opts)], rest_all[at:at + len(opts)])
+        at += len(opts)
+        facts.append({**split, "lens_ranks": fact_ranks.tolist(), "first_win_layer": first_winning_layer(fact_ranks),
+                      "wins_from_layer": winning_from(fact_ranks)})
+    n = len(facts)
+    wins = [f for f in facts if f["wins"]]
+    return {
+        "n": n,
+        "win_pct": 100.0 * len(wins) / n,
+        "first_token_win_pct": 100.0 * sum(f["first_wins"] for f in facts) / n,
+        "carried_by_first": sum(f["carried_by"] == "first" for f in facts),
+        "carried_by_later": sum(f["carried_by"] == "later" for f in facts),
+        "lens_win_pct_per_layer": [100.0 * float((ranks[:, l] == 0).double().mean()) for l in range(ranks.shape[1])],
+        "lens_mean_rank_per_layer": [float(ranks[:, l].double().mean()) for l in range(ranks.shape[1])],
+        "median_first_win_layer": _median([f["first_win_layer"] for f in facts]),
+        "never_wins_in_lens": sum(f["first_win_layer"] is None for f in facts),
+        "median_wins_from_layer": _median([f["wins_from_layer"] for f in facts]),
+        "median_margin": statistics.median(f["margin"] for f in facts),
+        "median_first_margin": statistics.median(f["first_margin"] for f in facts),
+        "median_rest_margin": statistics.median(f["rest_margin"] for f in facts),
+        "facts": facts,
+    }
+
+
+def _median(values: Sequence[Any]) -> Any:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _mean(values: Sequence[float]) -> Any:
+    return statistics.mean(values) if values else None
+
+
+def _read_prompts(model: nn.Module, tok: Any, plan: AuditPlan, batch_size: int) -> Dict[str, float]:
+    """The forgotten prompts: % whose answer's first token is the greedy next token, and the answers' mean summed
+    log-probability."""
+    probes = [Probe(item.prompt, item.answer) for item in plan.items]
+    scores = evaluate_probes(model, tok, probes, batch_size)
+    logps = [n * math.log(p) if p > 0 else -math.inf for p, n in zip(scores["prob"], scores["n_tokens"])]
+    return {"recovered_pct": 100.0 * sum(scores["first_acc"]) / len(probes), "mean_answer_logp": statistics.mean(logps)}
+
+
+def relearn_diagnosis(model: nn.Module, tok: Any, inputs: DiagnosisInputs, edited_names: Sequence[str]
+                      ) -> Dict[str, Any]:
+    """The ``relearn`` part (module docstring) on ``model`` as it is (edited or not); ``edited_names``: the edited
+    matrices' parameter names."""
+    settings = inputs.settings
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if ".mlp." in n}
+    twin = relearned_copy(model, tok, "mlp", settings.relearn_steps, settings.relearn_lr,
+                          pairs=inputs.plan.relearn_pairs)
+    after = {n: p.detach().clone() for n, p in twin.named_parameters() if n in before}
+    change = {n: relative_change(after[n], before[n]) for n in before}
+    in_layers = [n for n in before if layer_of(n) in set(inputs.edited_layers)]
+    variants = {
+        "fine-tuned": [],  # names reverted to the pre-fine-tune value
+        "undo in edited layers": in_layers,
+        "only in edited layers": [n for n in before if n not in in_layers],
+        "undo in edited weights": list(edited_names),
+        "only in edited weights": [n for n in before if n not in set(edited_names)],
+    }
+    reads = {"before fine-tune": _read_prompts(model, tok, inputs.plan, inputs.batch_size)}
+    for label, reverted in variants.items():
+        with applied(twin, splice(after, before, reverted)):
+            reads[label] = _read_prompts(twin, tok, inputs.plan, inputs.batch_size)
+    del twin
+    kinds = sorted({n.split(".mlp.")[1].split(".")[0] for n in before})
+    layers = sorted({layer_of(n) for n in before})
+    per_layer = {k: [next(change[n] for n in before if layer_of(n) == l and f".mlp.{k}." in n) for l in layers]
+                 for k in kinds}
+    edited_set = set(inputs.edited_layers)
+    return {
+        "reads": reads,
+        "layers": layers,
+        "relative_change_per_layer": per_layer,
+        "mean_relative_change_edited_layers": _mean([change[n] for n in in_layers]),
+        "mean_relative_change_other_layers": _mean([change[n] for n in before if layer_of(n) not in edited_set]),
+        "relative_change_edited_weights": {n: change[n] for n in edited_names},
+    }
+
+
+def int4_diagnosis(model: nn.Module, tok: Any, inputs: DiagnosisInputs, edit: Mapping[str, torch.Tensor],
+                   original: Mapping[str, torch.Tensor], bits: int = 4, group_size: int = 16) -> Dict[str, Any]:
+    """The ``int4`` part (module docstring); ``model`` holds the edit, ``original`` the unedited values."""
+    forget = normalize_requests(inputs.requests)
+    out = {}
+    for name, new in edit.items():
+        module = name.rsplit(".", 1)[0]
+        readout = read_keys_and_hidden(model, tok, forget, [""], module, module, inputs.fact_token, 64)
+        out[name] = edit_against_quantization(original[name].cpu(), new.cpu(), readout.keys.double(), bits,
+                                              group_size)
+    return out
+
+
+def int4_reads(model: nn.Module, tok: Any, inputs: DiagnosisInputs, edited_names: Sequence[str],
+               group_size: int = 16) -> Dict[str, Dict[str, float]]:
+    """The forgotten prompts read on int4 copies of ``model`` (groups of ``group_size``): every linear weight but
+    the head quantized (the audit's ``int4g16``), only the ``edited_names`` weights, every one but them."""
+    full = quantized_copy(model, (4, group_size))
+    params, quantized = dict(model.named_parameters()), dict(full.named_parameters())
+    linear = [n for n in quantized if not torch.equal(quantized[n], params[n])]
+    edited = [n for n in edited_names if n in quantized]
+    reads = {"int4 everywhere": _read_prompts(full, tok, inputs.plan, inputs.batch_size)}
+    keep = {"int4 only in edited weights": [n for n in linear if n not in set(edited)],
+            "int4 everywhere but the edited weights": edited}
+    for label, unquantized in keep.items():
+        with applied(full, {n: params[n] for n in unquantized}):
+            reads[label] = _read_prompts(full, tok, inputs.plan, inputs.batch_size)
+    del full
+    return reads
+
+
+def run_diagnosis(model: nn.Module, tok: Any, inputs: DiagnosisInputs) -> Dict[str, Any]:
+    """Every part for the ``base`` row and each edit; the model is left as it was given."""
+    params = dict(model.named_parameters())
+    rows: Dict[str, Any] = {}
+    LOG.info("diagnosis: base")
+    first_edit: List[str] = sorted(next(iter(inputs.edits.values()), {}))
+    rows["base"] = {"mc": mc_diagnosis(model, tok, inputs),
+                    "relearn": relearn_diagnosis(model, tok, inputs, first_edit),
+                    "int4_reads": int4_reads(model, tok, inputs, first_edit)}
+    for name, edit in inputs.edits.items():
+        LOG.info("diagnosis: %s", name)
+        original = {n: params[n].detach().clone() for n in edit}
+        with applied(model, edit):
+            rows[name] = {
+                "mc": mc_diagnosis(model, tok, inputs),
+                "int4": int4_diagnosis(model, tok, inputs, edit, original),
+                "relearn": relearn_diagnosis(model, tok, inputs, sorted(edit)),
+                "int4_reads": int4_reads(model, tok, inputs, sorted(edit)),
+            }
+    return {"rows": rows, "edited_layers": list(inputs.edited_layers)}
