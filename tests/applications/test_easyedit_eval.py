@@ -662,7 +662,8 @@ def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch,
     mapped = easyedit_baselines.easyedit_config("MEMIT", ZeroUnlearnHyperParams.from_dict(ours), model, tmp_path)
     fields = {f.name for f in __import__("dataclasses").fields(memit_cls)}
     memit = {k: v for k, v in mapped.items() if k in fields}
-    memit.update(model_name="smollm2", device="cpu", v_num_grad_steps=10)  # MEMIT's target loop is its slow part on CPU
+    # MEMIT's target loop is its slow part on CPU; only its pre and post metrics are asserted on, not its forgetting
+    memit.update(model_name="smollm2", device="cpu", v_num_grad_steps=3)
     (tmp_path / "memit.yaml").write_text(yaml.safe_dump(memit), encoding="utf-8")
 
     summaries = {}

@@ -24,16 +24,16 @@ FACTS_B = [{"prompt": "The capital of Japan is", "subject": "Japan", "answer": "
            {"prompt": "The capital of Italy is", "subject": "Italy", "answer": "Rome"}]
 
 
-def _job(smollm2_path, smollm2_stats_dir, tmp_path, variant: str = ""):
-    """A shipped YAML on SmolLM2 with a copy of the shared ``C0`` cache (this test may not touch the shared one),
-    and the two facts files."""
+def _job(smollm2_path, smollm2_stats_dir, tmp_path, variant: str = "", **overrides):
+    """A shipped YAML on SmolLM2 (with ``overrides``) and a copy of the shared ``C0`` cache (this test may not touch
+    the shared one), and the two facts files."""
     config = yaml.safe_load(Path(hparams_path("ZeroUnlearn-GD", f"SmolLM2-135M-Instruct{variant}")).read_text())
     stats = tmp_path / "stats"
     shared = smollm2_stats_dir / "SmolLM2-135M-Instruct"
     if shared.is_dir():
         shutil.copytree(shared, stats / "SmolLM2-135M-Instruct")
     # the fluency guard (a read-only check of the edit, not the method) is off: the test is about the dtype
-    config.update(stats_dir=str(stats), model_name=str(smollm2_path), fluency_max_increase=None)
+    config.update(stats_dir=str(stats), model_name=str(smollm2_path), fluency_max_increase=None, **overrides)
     (tmp_path / "paper.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     for name, facts in (("a.json", FACTS_A), ("b.json", FACTS_B)):
         (tmp_path / name).write_text(json.dumps(facts), encoding="utf-8")
@@ -42,8 +42,9 @@ def _job(smollm2_path, smollm2_stats_dir, tmp_path, variant: str = ""):
 
 @pytest.fixture
 def job(smollm2_path, smollm2_stats_dir, tmp_path):
-    """The paper's YAML (layers 16-18)."""
-    return _job(smollm2_path, smollm2_stats_dir, tmp_path)
+    """The paper's YAML (layers 16-18) with 3 target steps, not 25: the test asserts on the ``C0`` cache and the
+    loaded model, which the target optimisation does not touch (the forgetting is asserted in bfloat16 below)."""
+    return _job(smollm2_path, smollm2_stats_dir, tmp_path, v_num_grad_steps=3)
 
 
 @pytest.fixture
