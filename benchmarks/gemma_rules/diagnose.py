@@ -81,11 +81,28 @@ def c0_spectrum(model, tok, hp, thresholds):
     return out
 
 
+def closest_rms_change(spec, v, want, iters: int = 200):
+    """Experimental: the value change whose post-norm output is the point of the norm's image closest to
+    ``f(v) + want`` (``min |g u - t|`` over ``|u|^2 = d``: ``u = g t / (g^2 + lam)``, ``lam`` by bisection)."""
+    g = spec.gain.to(v)[:, None] * spec.scale
+    t = apply_post_mlp(spec, v) + want
+    d = v.shape[0]
+    g2 = g.pow(2)
+    lo = torch.full((1, v.shape[1]), float(-g2.min()) + 1e-12, dtype=v.dtype)
+    hi = (g * t).norm(dim=0, keepdim=True) / d ** 0.5 + 1.0
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        too_long = ((g * t / (g2 + mid)).pow(2).sum(0, keepdim=True) > d)
+        lo, hi = torch.where(too_long, mid, lo), torch.where(too_long, hi, mid)
+    u = g * t / (g2 + (lo + hi) / 2)
+    return u * (v.norm(dim=0, keepdim=True) / u.norm(dim=0, keepdim=True)) - v
+
+
 def norm_survival(model, tok, facts, hp, maps, delta):
     """Relative error of the residual change each edited layer's value change gives for delta / len(layers)."""
     out = {}
     for l in hp.layers:
-        errs = []
+        errs, closest = [], []
         rw = hp.rewrite_module_tmp.format(l)
         for i, fact in enumerate(facts):
             ids = tok(fact["prompt"], return_tensors="pt")
@@ -97,7 +114,13 @@ def norm_survival(model, tok, facts, hp, maps, delta):
             dv = value_change(maps[l], v, want)
             got = apply_post_mlp(maps[l], v + dv) - apply_post_mlp(maps[l], v)
             errs.append(float((got - want).norm() / want.norm().clamp_min(1e-30)))
+            if maps[l].kind == "rms":
+                dv2 = closest_rms_change(maps[l], v, want)
+                got2 = apply_post_mlp(maps[l], v + dv2) - apply_post_mlp(maps[l], v)
+                closest.append(float((got2 - want).norm() / want.norm().clamp_min(1e-30)))
         out[l] = dict(mean_rel_err=sum(errs) / len(errs), max_rel_err=max(errs))
+        if closest:
+            out[l].update(closest_mean_rel_err=sum(closest) / len(closest), closest_max_rel_err=max(closest))
     return out
 
 
@@ -147,6 +170,7 @@ def main() -> None:
                    nll_mean=float(targets.nll.mean()), steps=list(targets.steps_run),
                    delta_over_h0=[round(float(x), 3) for x in delta.norm(dim=1) / targets.h0.norm(dim=1)],
                    survival=norm_survival(model, tok, facts, run_hp, maps, delta))
+        torch.save(delta, Path(args.out).with_suffix(f".delta{len(row['runs'])}.pt"))
         LOG.info("run %s: nll mean %.3f %s", change, run["nll_mean"], run["nll"])
         row["runs"].append(run)
         Path(args.out).write_text(json.dumps(row, indent=1) + "\n", encoding="utf-8")
