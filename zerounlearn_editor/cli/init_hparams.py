@@ -388,7 +388,11 @@ def register(sub: Any, parents: ModuleType) -> None:
         "over a window of round(10 x layers / 48) layers around each one, --trace-window to change it) suggests the "
         "best --width contiguous layers before the last. --many / --deep / --retain: one opt-in variant's keys by "
         "the rules below (SmolLM2's shipped -many / -deep / -retain files follow from its paper YAML by them). Only "
-        "a fresh trace loads weights; otherwise the model is built from its config.",
+        "a fresh trace or --measure loads weights; otherwise the model is built from its config. With the weights, "
+        "a model whose own paper YAML does not ship (--unseen: as if it did not) gets v_lr = 0.5 x residual RMS / "
+        "8.366, norm_weight = 1000 x and nullspace_threshold = 3e-2 x (C0 median eigenvalue / 0.01582), "
+        "clamp_norm_factor = min(0.75, sum |post-MLP norm output| / |residual|) and 400 x d_in / 1536 statistics "
+        "passages of 128 tokens (SmolLM2-135M-Instruct's shipped settings rescaled; measured on 50 passages).",
         parents=[parents.model("model folder/name", required=True),
                  parents.include_unknown("auto trace: use facts the model does not know too"),
                  parents.width("auto: number of layers (default: the nearest shipped YAML's)"),
