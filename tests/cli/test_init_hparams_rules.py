@@ -34,7 +34,7 @@ def _folder(tok, root, name="tiny6"):
     ("/cache/models/SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct.yaml"),
     ("meta-llama/Llama-3.2-3B-Instruct", "Llama-3.2-3B-Instruct.yaml"),
     ("/cache/models/gemma-3-270m", None),
-    ("/tmp/tiny6", None),
+    ("models/tiny6", None),
 ])
 def test_the_models_own_shipped_yaml_is_found_by_name(name, own):
     found = own_shipped_yaml("ZeroUnlearn-GD", name)
