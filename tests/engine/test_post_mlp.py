@@ -62,20 +62,23 @@ def test_norm_inverse_reaches_reachable_targets(kind):
     assert torch.allclose(value_change(spec, v, torch.zeros_like(v)), torch.zeros_like(v))
 
 
-def test_norm_inverse_keeps_the_value_norm_and_moves_towards_unreachable_targets():
-    spec = _rms(4, offset=0.5)
+def test_norm_inverse_reaches_the_closest_point_of_the_norms_image():
+    """A target off the RMS norm's image: the output written is the image's point closest to ``f(v) + delta``
+    (Gemma-3-270m's post-feedforward gains spread widely; the radial map back through them, the inverse before,
+    wrote changes farther from the wanted ones than no change: benchmarks/RESULTS.md section 12.2)."""
+    spec = PostMlpMap(kind="rms", gain=torch.linspace(0.05, 3.0, D, dtype=torch.float64), eps=1e-6, module="post")
     g = torch.Generator().manual_seed(5)
     v = torch.randn(D, N, generator=g, dtype=torch.float64)
-    delta = 50.0 * torch.randn(D, N, generator=g, dtype=torch.float64)  # far beyond the norm's output size
+    delta = 3.0 * torch.randn(D, N, generator=g, dtype=torch.float64)  # beyond the norm's reach
     dv = value_change(spec, v, delta)
     assert torch.allclose((v + dv).norm(dim=0), v.norm(dim=0))
-    out = apply_post_mlp(spec, v + dv)
-    before = apply_post_mlp(spec, v)
-    # the new output points along the wanted output (in the gain's coordinates: the radial projection)
-    wanted = (before + delta) / spec.gain[:, None]
-    cos = torch.nn.functional.cosine_similarity(out / spec.gain[:, None], wanted, dim=0)
-    assert bool((cos > 1 - 1e-9).all())
-    assert bool(((out - before) * delta).sum(0).gt(0).all())
+    target = apply_post_mlp(spec, v) + delta
+    error = (apply_post_mlp(spec, v + dv) - target).norm(dim=0)  # [N]
+    assert bool((error < delta.norm(dim=0)).all())  # closer than no change
+    samples = apply_post_mlp(spec, torch.randn(D, 20000, generator=g, dtype=torch.float64))  # points of the image
+    for j in range(N):
+        nearest_sample = (samples - target[:, j : j + 1]).norm(dim=0).min()
+        assert float(error[j]) <= float(nearest_sample) + 1e-9
 
 
 def test_zero_gain_coordinates_keep_their_value():

@@ -4,7 +4,13 @@ Module templates come from the model's architecture; ``layers`` are given, or (`
 suggested window (a stored ``trace.json``, or a fresh MLP trace of facts the model knows, restoring a window of
 :func:`~zerounlearn_editor.harness.causal_trace.depth_scaled_window` layers unless ``--trace-window`` says otherwise);
 ``v_loss_layer`` is the last layer; everything else comes from the nearest shipped YAML of the method (same module
-templates first, then the family's name in the file name, then the closest number of layers; no opt-in variants).
+templates first, then the family's name in the file name, then the closest number of layers; no opt-in variants),
+except, when the weights are read (``--layers auto`` with a fresh trace, or ``--measure``) and no shipped YAML is the
+model's own (:func:`own_shipped_yaml`; ``--unseen`` ignores it), the scale-dependent keys: ``v_lr``,
+``clamp_norm_factor``, ``norm_weight``, ``nullspace_threshold`` and the ``mom2`` sample sizes follow
+:mod:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules` from the model's measured residual RMS, key covariance
+median eigenvalue and post-MLP norm (:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages);
+the YAML's header gives the measured values.
 ``--many`` / ``--deep`` / ``--retain`` apply one opt-in variant's rule
 (:mod:`~zerounlearn_editor.methods.zerounlearn_gd.variants`), and ``--set key=value`` overrides last. The result is
 checked with the method's strict loader, then written. Only a fresh trace loads the weights: otherwise the model is
@@ -74,10 +80,28 @@ def is_variant_yaml(path: Path) -> bool:
     return any(marker in Path(path).stem for marker in VARIANT_MARKERS)
 
 
-def nearest_shipped_yaml(method: str, templates: Mapping[str, Any]) -> Path:
-    """The shipped ``hparams/<method's folder>/*.yaml`` closest to the model (see the module docstring)."""
+def _paper_yamls(method: str) -> List[Path]:
     folder = repo_root() / "hparams" / get_method(method, "init-hparams --method").folder
-    candidates = sorted(p for p in folder.glob("*.yaml") if not is_variant_yaml(p))
+    return sorted(p for p in folder.glob("*.yaml") if not is_variant_yaml(p))
+
+
+def own_shipped_yaml(method: str, model_name: str) -> Optional[Path]:
+    """The shipped paper YAML of ``method`` that is the model's own, or None: its file stem, or the last part of its
+    ``model_name``, equals (case-insensitively) the last part of ``model_name`` (a folder, hub name or zoo alias;
+    ``~/.cache/.../SmolLM2-135M-Instruct`` and ``smollm2`` name SmolLM2-135M-Instruct.yaml)."""
+    name = str(model_name).rstrip("/").replace("\\", "/").split("/")[-1].lower()
+    for path in _paper_yamls(method):
+        shipped = str(load_config_file(path).get("model_name", "")).rstrip("/").split("/")[-1].lower()
+        if name and name in (path.stem.lower(), shipped):
+            return path
+    return None
+
+
+def nearest_shipped_yaml(method: str, templates: Mapping[str, Any], exclude: Optional[Path] = None) -> Path:
+    """The shipped ``hparams/<method's folder>/*.yaml`` closest to the model (see the module docstring), ``exclude``
+    (the model's own, under ``--unseen``) left out."""
+    folder = repo_root() / "hparams" / get_method(method, "init-hparams --method").folder
+    candidates = [p for p in _paper_yamls(method) if exclude is None or p.resolve() != Path(exclude).resolve()]
     if not candidates:
         raise FileNotFoundError(f"no shipped YAML of {method} in {folder}")
     family = str(templates.get("family", "")).rstrip("0123456789").lower()
@@ -100,18 +124,22 @@ def build_hparams(
     layers: Sequence[int],
     overrides: Optional[Mapping[str, Any]] = None,
     variant: Optional[str] = None,
+    rules: Optional[Mapping[str, Any]] = None,
+    exclude: Optional[Path] = None,
 ) -> Tuple[Dict[str, Any], Path]:
     """The YAML mapping for ``model`` and the shipped file it was based on (validated strictly): the nearest paper
-    YAML with the model's templates, ``layers`` and last layer as ``v_loss_layer``; then ``variant``'s keys
+    YAML (not ``exclude``) with the model's templates, ``layers`` and last layer as ``v_loss_layer``; then ``rules``
+    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_settings`); then ``variant``'s keys
     (:func:`~zerounlearn_editor.methods.zerounlearn_gd.variants.variant_settings` of that mapping); then
     ``overrides``."""
     templates = detect_templates(model)
-    base_path = nearest_shipped_yaml(method, templates)
+    base_path = nearest_shipped_yaml(method, templates, exclude)
     config = load_config_file(base_path)
     config.update({k: templates[k] for k in _TEMPLATE_KEYS})
     n_layers = int(templates["num_layers"])
     config.update(alg_name=method, model_name=model_name, layers=[int(l) for l in layers],
                   v_loss_layer=n_layers - 1)
+    config.update(dict(rules or {}))
     if isinstance(config.get("device"), int):
         import torch
 
@@ -127,9 +155,10 @@ def build_hparams(
 
 
 def write_hparams(config: Mapping[str, Any], base: Path, out: Union[str, Path], note: str = "",
-                  variant: Optional[str] = None) -> Path:
-    """Write ``config`` as YAML (atomically) with a header saying where it came from (and, for an opt-in
-    ``variant``, that its keys are derived by rule, not measured); re-load it strictly."""
+                  variant: Optional[str] = None, rules_note: str = "") -> Path:
+    """Write ``config`` as YAML (atomically) with a header saying where it came from (the settings by rule and
+    the measured quantities, ``rules_note``; for an opt-in ``variant``, that its keys are derived by rule, not
+    measured); re-load it strictly."""
     from zerounlearn_editor.support.files import write_text_atomic
 
     header = (f"# Written by `zerounlearn init-hparams` from the shipped {base.parent.name}/{base.name}"
@@ -138,6 +167,8 @@ def write_hparams(config: Mapping[str, Any], base: Path, out: Union[str, Path], 
     if variant is not None:
         header += (f"# -{variant}: derived by init-hparams --{variant} from the model's config; not measured on real "
                    f"weights (rules: zerounlearn init-hparams --help).\n")
+    if rules_note:
+        header += f"# {rules_note}\n"
     path = write_text_atomic(out, header + yaml.safe_dump(dict(config), sort_keys=False))
     get_method(config["alg_name"], f"{out}: key 'alg_name'").hparams_class.from_hparams(path)
     return path
@@ -274,6 +305,21 @@ def traced_layers(model: nn.Module, tok: Any, args: argparse.Namespace, given: O
     return layers, f"{note}, restoration window {window} ({rule})"
 
 
+def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int]
+                    ) -> Tuple[Dict[str, Any], str]:
+    """The keys the setting rules give for ``model`` at ``layers`` (measured on its weights) and a header line."""
+    from zerounlearn_editor.harness.model_scales import SCALE_PASSAGES, measure_scales
+    from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import describe_rules, rule_settings
+
+    templates = detect_templates(model)
+    scales = measure_scales(model, tok, layers, templates["layer_module_tmp"], templates["rewrite_module_tmp"])
+    rules = rule_settings(scales)
+    LOG.info("settings by rule: %s (%s)", rules, describe_rules(scales))
+    keys = ", ".join(f"{k} {v}" for k, v in rules.items())
+    return rules, (f"Settings by rule (scale_rules; {SCALE_PASSAGES} passages of wiki_passages_3643): {keys}; from "
+                   f"{describe_rules(scales)}.")
+
+
 def _cmd_init_hparams(args: argparse.Namespace) -> int:
     from zerounlearn_editor.support.files import read_json
     from zerounlearn_editor.support.model_access import num_hidden_layers
@@ -284,7 +330,9 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
     auto = args.layers.strip() == "auto"
     stored = [int(l) for l in read_json(args.trace)["suggested_layers"]] if args.trace and auto else None
     overrides = parse_overrides(args.set)
-    if auto and stored is None:  # a fresh trace runs the model
+    own = own_shipped_yaml(args.method, args.model)
+    measure = (auto and stored is None) or args.measure  # the weights are read
+    if (auto and stored is None) or (args.measure and (own is None or args.unseen)):
         model, tok = load_model_and_tokenizer(args.model, device=args.device)
     else:
         check_device(args.device)
@@ -301,8 +349,14 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
         check_layers_before_loss(layers, n_layers, source)
     if variant is not None:
         note += f"; {VARIANT_NOTES[variant]} (--{variant})"
-    config, base = build_hparams(model, args.model, args.method, layers, overrides, variant)
-    path = write_hparams(config, base, args.out, note, variant)
+    rules, rules_note = {}, ""
+    if measure and (own is None or args.unseen):
+        rules, rules_note = scale_rules_for(model, tok, layers)
+    elif own is not None and not args.unseen:
+        LOG.info("%s is the model's own shipped YAML: no settings by rule (--unseen applies them)", own.name)
+    config, base = build_hparams(model, args.model, args.method, layers, overrides, variant, rules,
+                                 own if args.unseen else None)
+    path = write_hparams(config, base, args.out, note, variant, rules_note)
     print(
         f"{args.method} hparams for {args.model} ({config['rewrite_module_tmp']}), base {base.name}, {note} -> {path}"
     )
@@ -334,7 +388,11 @@ def register(sub: Any, parents: ModuleType) -> None:
         "over a window of round(10 x layers / 48) layers around each one, --trace-window to change it) suggests the "
         "best --width contiguous layers before the last. --many / --deep / --retain: one opt-in variant's keys by "
         "the rules below (SmolLM2's shipped -many / -deep / -retain files follow from its paper YAML by them). Only "
-        "a fresh trace loads weights; otherwise the model is built from its config.",
+        "a fresh trace or --measure loads weights; otherwise the model is built from its config. With the weights, "
+        "a model whose own paper YAML does not ship (--unseen: as if it did not) gets v_lr = 0.5 x residual RMS / "
+        "8.366, norm_weight = 1000 x and nullspace_threshold = 3e-2 x (C0 median eigenvalue / 0.01582), "
+        "clamp_norm_factor = min(0.75, sum |post-MLP norm output| / |residual|) and 400 x d_in / 1536 statistics "
+        "passages of 128 tokens (SmolLM2-135M-Instruct's shipped settings rescaled; measured on 50 passages).",
         parents=[parents.model("model folder/name", required=True),
                  parents.include_unknown("auto trace: use facts the model does not know too"),
                  parents.width("auto: number of layers (default: the nearest shipped YAML's)"),
@@ -359,6 +417,13 @@ def register(sub: Any, parents: ModuleType) -> None:
     for name in VARIANTS:
         p.add_argument(f"--{name}", action="store_true",
                        help=VARIANT_HELP[name] + "; one variant at a time; the header says it is derived, not measured")
+    p.add_argument("--measure", action="store_true",
+                   help="with given layers: read the weights and set v_lr, clamp_norm_factor, norm_weight, "
+                        "nullspace_threshold and the mom2 sizes by the setting rules (always with a fresh --layers "
+                        "auto trace; never for a model whose own YAML ships, unless --unseen)")
+    p.add_argument("--unseen", action="store_true",
+                   help="treat a model whose own paper YAML ships (e.g. SmolLM2-135M-Instruct) as unseen: its YAML "
+                        "is not a base, and the setting rules apply where the weights are read")
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a key (YAML value); repeatable"
     )

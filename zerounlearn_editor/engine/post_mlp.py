@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence
 
@@ -86,13 +87,39 @@ def apply_post_mlp(spec: PostMlpMap, v: torch.Tensor) -> torch.Tensor:
     return spec.scale * out
 
 
+_PREIMAGE_STEPS = 200  # bisection steps of the RMS preimage's multiplier (float64 converges in about 60)
+
+
+def rms_preimage(gain: torch.Tensor, wanted: torch.Tensor, current: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+    """``u`` ``[d, n]`` with ``|u|^2 = d`` (RMS 1) whose image ``gain * u`` is the point of the RMS norm's image
+    closest to ``wanted`` ``[d, n]``; coordinates where ``live`` ``[d, 1]`` is false keep ``current``'s value.
+
+    The minimiser of ``|g u - t|^2`` on the sphere is ``u = g t / (g^2 + lam)`` with the multiplier ``lam >
+    -min g^2`` where ``|u|^2 = d`` (``|u|`` falls as ``lam`` grows; found by bisection). A ``wanted`` on the image
+    gives ``lam = 0``, the exact preimage ``t / g``."""
+    d = gain.shape[0]
+    g = torch.where(live, gain, torch.zeros_like(gain))
+    fixed = torch.where(live, torch.zeros_like(current), current)
+    budget = (d - fixed.pow(2).sum(0, keepdim=True)).clamp_min(1e-12)
+    g2, gt = g.pow(2), g * wanted
+    lo = torch.full_like(budget, -float(torch.where(live, g2, torch.full_like(g2, math.inf)).min()))
+    hi = gt.norm(dim=0, keepdim=True) / budget.sqrt() + 1.0
+    for _ in range(_PREIMAGE_STEPS):
+        mid = (lo + hi) / 2
+        long = (gt / (g2 + mid)).where(live, torch.zeros_like(gt)).pow(2).sum(0, keepdim=True) > budget
+        lo, hi = torch.where(long, mid, lo), torch.where(long, hi, mid)
+    u = (gt / (g2 + hi)).where(live, torch.zeros_like(gt))
+    return fixed + u
+
+
 def value_change(spec: PostMlpMap, v: torch.Tensor, delta: torch.Tensor, gain_tol: float = 1e-6) -> torch.Tensor:
     """The change ``dv`` ``[d, n]`` of values ``v`` ``[d, n]`` that moves ``f(v)`` by ``delta`` ``[d, n]``.
 
-    Identity / scale: ``dv = delta / scale``. Norms: ``t = f(v) + delta`` is mapped back through the gain (and
-    bias) to a normalised ``u``, scaled to the norm of ``v`` (RMS) or of its centred part, keeping its mean
-    (LayerNorm); exact when ``t`` lies on the norm's image. Coordinates whose gain is below ``gain_tol`` times
-    the largest keep their value.
+    Identity / scale: ``dv = delta / scale``. RMS norm: the value whose output is the point of the norm's image
+    closest to ``t = f(v) + delta`` (:func:`rms_preimage`), at the norm of ``v``. LayerNorm: ``t`` mapped back through
+    the gain and bias to a normalised ``u``, scaled to the norm of ``v``'s centred part, keeping its mean. Both are
+    exact when ``t`` lies on the norm's image. Coordinates whose gain is below ``gain_tol`` times the largest keep
+    their value.
     """
     if v.shape != delta.shape or v.dim() != 2:
         raise ValueError(f"v and delta must both be [d, n], got {tuple(v.shape)} and {tuple(delta.shape)}")
@@ -107,12 +134,13 @@ def value_change(spec: PostMlpMap, v: torch.Tensor, delta: torch.Tensor, gain_to
     unscaled = wanted / spec.scale
     if spec.bias is not None:
         unscaled = unscaled - spec.bias.to(v)[:, None]
-    u = torch.where(live, unscaled / torch.where(live, gain, torch.ones_like(gain)), current)
     if spec.kind == "layer_norm":
+        u = torch.where(live, unscaled / torch.where(live, gain, torch.ones_like(gain)), current)
         mean = v.mean(0, keepdim=True)
         centred, u = v - mean, u - u.mean(0, keepdim=True)
         new = mean + u * (centred.norm(dim=0, keepdim=True) / u.norm(dim=0, keepdim=True).clamp_min(1e-30))
     else:
+        u = rms_preimage(gain, unscaled, current, live)
         new = u * (v.norm(dim=0, keepdim=True) / u.norm(dim=0, keepdim=True).clamp_min(1e-30))
     dv = new - v
     return torch.where(delta.abs().amax(0, keepdim=True) == 0, torch.zeros_like(dv), dv)

@@ -1,0 +1,113 @@
+"""``zerounlearn init-hparams``: the scale-dependent keys by rule for a model without a YAML of its own (weights read:
+a fresh ``--layers auto`` trace or ``--measure``), the shipped model's own YAML recognised, ``--unseen``."""
+from __future__ import annotations
+
+import pytest
+import torch
+import yaml
+
+from arch_zoo import tiny_config_model
+from tiny_models import CORPUS, tiny_llama, tiny_tokenizer, write_corpus
+from zerounlearn_editor.cli import main as cli_main
+from zerounlearn_editor.cli.init_hparams import nearest_shipped_yaml, own_shipped_yaml
+from zerounlearn_editor.engine.architectures import detect_templates
+from zerounlearn_editor.engine.stats.collect import collect_second_moments
+from zerounlearn_editor.harness.model_scales import measure_scales
+from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import rule_settings
+from zerounlearn_editor.support.model_access import capture_outputs
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny_tokenizer()
+
+
+def _folder(tok, root, name="tiny6"):
+    folder = root / name
+    tiny_llama(tok, seed=0, layers=6).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("name, own", [
+    ("smollm2", "SmolLM2-135M-Instruct.yaml"),
+    ("/cache/models/SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct.yaml"),
+    ("meta-llama/Llama-3.2-3B-Instruct", "Llama-3.2-3B-Instruct.yaml"),
+    ("/cache/models/gemma-3-270m", None),
+    ("models/tiny6", None),
+])
+def test_the_models_own_shipped_yaml_is_found_by_name(name, own):
+    found = own_shipped_yaml("ZeroUnlearn-GD", name)
+    assert (found.name if found else None) == own
+
+
+def test_an_excluded_yaml_is_never_the_base(tok):
+    templates = detect_templates(tiny_config_model("gpt2", tok))
+    assert nearest_shipped_yaml("ZeroUnlearn-GD", templates).name == "gpt2-xl.yaml"
+    excluded = nearest_shipped_yaml("ZeroUnlearn-GD", templates)
+    assert nearest_shipped_yaml("ZeroUnlearn-GD", templates, exclude=excluded).name != "gpt2-xl.yaml"
+
+
+def _init(folder, out, *extra):
+    assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn-GD", "--layers", "2,3",
+                     "--out", str(out), *extra]) == 0
+    return yaml.safe_load(out.read_text()), out.read_text().splitlines()
+
+
+def test_measure_writes_the_rule_settings_of_a_model_without_its_own_yaml(tok, tmp_path):
+    folder = _folder(tok, tmp_path)
+    plain, plain_header = _init(folder, tmp_path / "plain.yaml")
+    measured, header = _init(folder, tmp_path / "measured.yaml", "--measure")
+    model = tiny_llama(tok, seed=0, layers=6).eval()
+    expected = rule_settings(measure_scales(model, tok, [2, 3], "model.layers.{}", "model.layers.{}.mlp.down_proj"))
+    assert measured == {**plain, **expected}
+    assert plain["v_lr"] == 0.1 and plain["norm_weight"] == 0.1  # without --measure: the base YAML's values
+    assert any(line.startswith("# Settings by rule") for line in header)
+    assert not any("by rule" in line for line in plain_header)
+    assert measured["v_lr"] != plain["v_lr"]
+
+
+def test_a_shipped_models_own_yaml_keeps_the_current_output_unless_unseen(tok, tmp_path):
+    folder = _folder(tok, tmp_path, "SmolLM2-135M-Instruct")
+    plain, _ = _init(folder, tmp_path / "plain.yaml")
+    kept, _ = _init(folder, tmp_path / "kept.yaml", "--measure")
+    unseen, header = _init(folder, tmp_path / "unseen.yaml", "--measure", "--unseen")
+    assert kept == plain
+    model = tiny_llama(tok, seed=0, layers=6).eval()
+    expected = rule_settings(measure_scales(model, tok, [2, 3], "model.layers.{}", "model.layers.{}.mlp.down_proj"))
+    assert unseen == {**plain, **expected}
+    assert "SmolLM2-135M-Instruct.yaml" not in header[0]
+
+
+def test_measured_scales_are_the_residual_and_key_statistics(tok, tmp_path):
+    model = tiny_llama(tok, seed=1, layers=4).eval()
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    scales = measure_scales(model, tok, [1, 2], "model.layers.{}", "model.layers.{}.mlp.down_proj", str(corpus))
+    texts = CORPUS[:50]
+    moments = collect_second_moments(model, tok, texts, ["model.layers.1.mlp.down_proj"], max_length=128,
+                                     progress=False)
+    c0 = moments["model.layers.1.mlp.down_proj"]
+    assert scales.c0_medians[0] == pytest.approx(float(torch.linalg.eigvalsh(c0.moment()).median()), rel=1e-6)
+    rms, norms = [], []
+    for text in texts:
+        ids = tok(text, return_tensors="pt")["input_ids"]
+        with torch.no_grad(), capture_outputs(model, ["model.layers.2"]) as out:
+            model(input_ids=ids)
+        h = out["model.layers.2"][0, 1:].double()  # the first position left out
+        rms += h.pow(2).mean(1).sqrt().tolist()
+        norms += h.norm(dim=1).tolist()
+    assert scales.residual_rms == pytest.approx(sum(rms) / len(rms), rel=1e-5)
+    assert scales.residual_norm == pytest.approx(sum(norms) / len(norms), rel=1e-5)
+    assert scales.post_mlp_norms is None and scales.key_dim == model.config.intermediate_size
+
+
+def test_a_post_feedforward_norm_caps_the_clamp(tok, tmp_path):
+    """Gemma-3's MLP output passes an RMSNorm: measured, each layer's |f(v)| (the norm's output size)."""
+    model = tiny_config_model("gemma3", tok).eval()
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    scales = measure_scales(model, tok, [1, 2], "model.layers.{}", "model.layers.{}.mlp.down_proj", str(corpus))
+    assert scales.post_mlp_norms is not None and len(scales.post_mlp_norms) == 2
+    assert all(0 < n < float("inf") for n in scales.post_mlp_norms)
+    settings = rule_settings(scales)
+    assert settings["clamp_norm_factor"] == min(
+        0.75, float(f"{sum(scales.post_mlp_norms) / scales.residual_norm:.2g}"))

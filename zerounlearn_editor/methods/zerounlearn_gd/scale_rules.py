@@ -1,0 +1,150 @@
+"""ZeroUnlearn-GD settings for a model without a YAML of its own, by rules in measured model quantities.
+
+The paper's settings are not scale-free: ``v_lr`` is an Adam step per residual coordinate, and ``norm_weight`` and
+``nullspace_threshold`` are absolute on the key covariance ``C0``'s scale. Copied from another model's YAML they can
+be off by orders of magnitude (Llama-3.2-3B's ``v_lr`` 0.1 on Gemma-3-270m, whose residual RMS after layer 5 is
+139 on text, 17x SmolLM2's at its layer 18, moves the residual by at most 2.5 per coordinate in 25 steps, about 2% of
+its norm: the targets stay at losses of 9-13; benchmarks/RESULTS.md section 12.2).
+Each rule keeps one ratio of the reference model, SmolLM2-135M-Instruct's shipped YAML (the only paper YAML tuned on
+real weights here, at layers 16-18), and rescales it by the new model's measured quantity
+(:class:`ModelScales`, measured by :func:`zerounlearn_editor.harness.model_scales.measure_scales`):
+
+- ``v_lr`` = 0.5 x ``residual_rms`` / ``REFERENCE.residual_rms``: the Adam step in units of the residual's RMS per
+  coordinate at the last edited layer (text tokens, first position left out).
+- ``nullspace_threshold`` = 3e-2 x ``c0_median`` / ``REFERENCE.c0_median`` and ``norm_weight`` = 1000 x the same
+  ratio: both are absolute on ``C0``'s eigenvalues (the threshold selects eigenvalues; ``norm_weight`` weighs
+  ``|E P_m|^2`` against ``|E P_m k|^2`` terms), so they scale with its median eigenvalue (mean over the edited
+  layers). Rescaling every key by ``s`` scales both by ``s^2`` and leaves the edit unchanged.
+- ``clamp_norm_factor`` = 0.75, or, where the edited output passes a norm before the residual (Gemma-2/3's
+  post-feedforward RMSNorm), ``min(0.75, sum_l |f(v_l)| / |h|)``: a norm fixes its output's size, so edited layer
+  ``l`` writes a residual change of about ``|f(v_l)|`` at most in a new direction, and a target farther than their
+  sum is not reachable (``|h|``: the residual's norm at the last edited layer).
+- ``mom2_n_samples`` x ``mom2_max_length``: the reference's tokens per key dimension (400 x 128 / 1536 = 33.3),
+  128-token passages: ``round(400 x d_in / 1536)`` passages.
+
+Pure functions of floats; :func:`rule_settings` gives the keys. A model whose own YAML ships keeps it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence
+
+__all__ = ["ModelScales", "ReferenceScales", "REFERENCE", "round_sig", "rule_v_lr", "rule_solve_weights",
+           "rule_clamp", "rule_mom2", "rule_settings", "describe_rules"]
+
+
+@dataclass(frozen=True)
+class ModelScales:
+    """A model's measured quantities at its edited layers (see the module docstring).
+
+    ``residual_rms``: mean over tokens of the RMS per coordinate of the residual after the last edited layer;
+    ``residual_norm``: mean norm of the same vectors; ``c0_medians``: the median eigenvalue of ``C0`` per edited
+    layer; ``post_mlp_norms``: mean ``|f(v)|`` of what each edited layer's MLP adds through a norm, or ``None``
+    where the MLP output is added as is; ``key_dim``: the edited module's input width ``d_in``."""
+
+    residual_rms: float
+    residual_norm: float
+    c0_medians: Sequence[float]
+    key_dim: int
+    post_mlp_norms: Optional[Sequence[float]] = None
+
+    @property
+    def c0_median(self) -> float:
+        """Mean over the edited layers of ``C0``'s median eigenvalue."""
+        return sum(self.c0_medians) / len(self.c0_medians)
+
+
+@dataclass(frozen=True)
+class ReferenceScales:
+    """The reference model's quantities and shipped settings the rules keep the ratios of."""
+
+    name: str
+    residual_rms: float
+    c0_median: float
+    v_lr: float
+    norm_weight: float
+    nullspace_threshold: float
+    clamp_norm_factor: float
+    mom2_n_samples: int
+    mom2_max_length: int
+    key_dim: int
+
+
+REFERENCE = ReferenceScales(
+    # measured by measure_scales (50 passages of wiki_passages_3643 at 128 tokens, float32) on
+    # SmolLM2-135M-Instruct at its shipped layers 16-18; JSON benchmarks/results/gemma/rules/scales_smollm2_16-18.json
+    name="SmolLM2-135M-Instruct, layers 16-18",
+    residual_rms=8.366,
+    c0_median=0.01582,
+    v_lr=0.5,
+    norm_weight=1000.0,
+    nullspace_threshold=3e-2,
+    clamp_norm_factor=0.75,
+    mom2_n_samples=400,
+    mom2_max_length=128,
+    key_dim=1536,
+)
+
+
+def round_sig(value: float, digits: int = 3) -> float:
+    """``value`` rounded to ``digits`` significant digits (0 stays 0)."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    return float(f"{value:.{digits}g}")
+
+
+def _positive(name: str, value: float) -> float:
+    value = float(value)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite positive number, got {value!r}")
+    return value
+
+
+def rule_v_lr(residual_rms: float, ref: ReferenceScales = REFERENCE) -> float:
+    """``v_lr`` = the reference's ``v_lr`` x ``residual_rms / ref.residual_rms`` (3 significant digits)."""
+    return round_sig(ref.v_lr * _positive("residual_rms", residual_rms) / ref.residual_rms)
+
+
+def rule_solve_weights(c0_median: float, ref: ReferenceScales = REFERENCE) -> Dict[str, float]:
+    """``{"norm_weight", "nullspace_threshold"}``: the reference's, times ``c0_median / ref.c0_median``."""
+    ratio = _positive("c0_median", c0_median) / ref.c0_median
+    return {"norm_weight": round_sig(ref.norm_weight * ratio),
+            "nullspace_threshold": round_sig(ref.nullspace_threshold * ratio)}
+
+
+def rule_clamp(residual_norm: float, post_mlp_norms: Optional[Sequence[float]],
+               ref: ReferenceScales = REFERENCE) -> float:
+    """``clamp_norm_factor``: the reference's, or at most ``sum(post_mlp_norms) / residual_norm`` where the edited
+    outputs pass a norm (``post_mlp_norms`` not ``None``)."""
+    if post_mlp_norms is None or any(math.isinf(float(n)) for n in post_mlp_norms):  # a layer added as is
+        return ref.clamp_norm_factor
+    reach = sum(_positive("post_mlp_norms", n) for n in post_mlp_norms) / _positive("residual_norm", residual_norm)
+    return round_sig(min(ref.clamp_norm_factor, reach), 2)
+
+
+def rule_mom2(key_dim: int, ref: ReferenceScales = REFERENCE) -> Dict[str, int]:
+    """``{"mom2_n_samples", "mom2_max_length"}``: the reference's tokens per key dimension at its passage length."""
+    if int(key_dim) < 1:
+        raise ValueError(f"key_dim must be at least 1, got {key_dim!r}")
+    n = max(1, int(math.floor(ref.mom2_n_samples * int(key_dim) / ref.key_dim + 0.5)))
+    return {"mom2_n_samples": n, "mom2_max_length": ref.mom2_max_length}
+
+
+def rule_settings(scales: ModelScales, ref: ReferenceScales = REFERENCE) -> Dict[str, Any]:
+    """The YAML keys the rules set for a model measured as ``scales`` (a fresh mapping)."""
+    return {
+        "v_lr": rule_v_lr(scales.residual_rms, ref),
+        "clamp_norm_factor": rule_clamp(scales.residual_norm, scales.post_mlp_norms, ref),
+        **rule_solve_weights(scales.c0_median, ref),
+        **rule_mom2(scales.key_dim, ref),
+    }
+
+
+def describe_rules(scales: ModelScales, ref: ReferenceScales = REFERENCE) -> str:
+    """One line for a YAML header: the measured quantities and the reference they were scaled from."""
+    post = ("added as is" if scales.post_mlp_norms is None
+            else "through a norm, |f(v)| " + "/".join(f"{n:.3g}" for n in scales.post_mlp_norms))
+    return (f"residual RMS {scales.residual_rms:.4g} (|h| {scales.residual_norm:.4g}), C0 median eigenvalue "
+            f"{scales.c0_median:.4g}, d_in {scales.key_dim}, MLP output {post}; scaled from {ref.name} (residual RMS "
+            f"{ref.residual_rms:.4g}, C0 median {ref.c0_median:.4g})")
