@@ -49,7 +49,7 @@ from zerounlearn_editor.support.resources import hparams_path
 LOG = logging.getLogger("gpu_check")
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODELS = ("llama-3.2-3b-shape", "smollm2", "gemma3-270m")
-GEMMA_YAML = ROOT / "benchmarks/results/gemma/targets_speed/gemma-init-layers-3-5.yaml"
+GEMMA_YAML = ROOT / "benchmarks/results/gemma/rules/gemma-rules.yaml"  # init-hparams --measure (RESULTS 12.2)
 """Gemma-3-270m's YAML: ``zerounlearn init-hparams --method ZeroUnlearn-GD --layers 3,4,5`` (RESULTS section 12.1)."""
 
 

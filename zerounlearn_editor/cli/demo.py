@@ -45,8 +45,9 @@ RETAIN_FACTS = CAPITALS_TO_FORGET[5:]
 
 GEMMA_REFUSAL = (
     "no YAML ships for Gemma-3-270m yet: with the one `zerounlearn init-hparams --model gemma3-270m --method "
-    "ZeroUnlearn-GD --layers 3,4,5 --retain` writes, this demo's edit left all 5 facts answered (benchmarks/"
-    "RESULTS.md section 12.3); give a YAML with --hparams to run it anyway"
+    "ZeroUnlearn-GD --layers 3,4,5 --retain` writes without --measure, this demo's edit left all 5 facts answered "
+    "(benchmarks/RESULTS.md section 12.3); the YAML `init-hparams ... --layers 3,4,5 --measure --out gemma.yaml` "
+    "writes (settings by rule, section 12.2) forgot 9-10 of 10 CounterFact facts there; give one with --hparams"
 )
 """Why ``demo --model gemma3-270m`` needs ``--hparams``."""
 
