@@ -44,10 +44,10 @@ RETAIN_FACTS = CAPITALS_TO_FORGET[5:]
 
 
 GEMMA_REFUSAL = (
-    "no YAML ships for Gemma-3-270m yet: with the one `zerounlearn init-hparams --model gemma3-270m --method "
-    "ZeroUnlearn-GD --layers 3,4,5 --retain` writes without --measure, this demo's edit left all 5 facts answered "
-    "(benchmarks/RESULTS.md section 12.3); the YAML `init-hparams ... --layers 3,4,5 --measure --out gemma.yaml` "
-    "writes (settings by rule, section 12.2) forgot 9-10 of 10 CounterFact facts there; give one with --hparams"
+    "no YAML ships for Gemma-3-270m yet: give one with --hparams. The one `zerounlearn init-hparams --model "
+    "gemma3-270m --method ZeroUnlearn-GD --layers 3,4,5 --measure --out gemma.yaml` writes (settings by rule) "
+    "forgot 5 of 5 in this demo and kept 8 of 8 (benchmarks/RESULTS.md sections 12.2, 12.3); without --measure "
+    "it left all 5 answered"
 )
 """Why ``demo --model gemma3-270m`` needs ``--hparams``."""
 
