@@ -18,34 +18,12 @@ from typing import List
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from zerounlearn_editor.engine.contexts import clear_context_prefixes, context_prefixes
-
-_STARTERS = ("The", "Therefore", "Because", "I", "You", "In", "When", "It", "However", "This")
-
-
-@torch.no_grad()
-def _old_continuation(model, tok, starter: str, length: int, generator: torch.Generator) -> str:
-    """The sampler before issue 48 (kept here as the timing reference; the tests keep their own copy)."""
-    ids = list(tok(starter)["input_ids"])
-    special = {t for t in (tok.eos_token_id, tok.pad_token_id, tok.bos_token_id) if t is not None}
-    for _ in range(length):
-        logits = model(input_ids=torch.tensor([ids])).logits[0, -1].float().cpu()
-        for token in special:
-            logits[token] = -float("inf")
-        top = torch.topk(logits, k=5)
-        probs = torch.softmax(top.values, dim=-1)
-        choice = torch.multinomial(probs, 1, generator=generator).item()
-        ids.append(int(top.indices[choice]))
-    return tok.decode(ids, skip_special_tokens=True)
+from zerounlearn_editor.engine.contexts import clear_context_prefixes, context_prefixes, sample_prefixes
 
 
 def old_prefixes(model, tok, count: int, length: int, seed: int = 0) -> List[str]:
-    generator = torch.Generator().manual_seed(seed)
-    out = [""]
-    for i in range(count):
-        text = _old_continuation(model, tok, _STARTERS[i % len(_STARTERS)], length, generator)
-        out.append(" ".join(text.replace("{", " ").replace("}", " ").split()) + ". ")
-    return out
+    """The sampler before issue 48 (a full forward per token), the timing reference."""
+    return sample_prefixes(model, tok, count, length, seed, cached=False)
 
 
 def main() -> None:

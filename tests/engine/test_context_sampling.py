@@ -11,36 +11,14 @@ from torch import nn
 
 from arch_zoo import ARCHS, tiny_config_model
 from tiny_models import tiny_tokenizer
-from zerounlearn_editor.engine.contexts import clear_context_prefixes, context_prefixes
-
-
-@torch.no_grad()
-def _reference_continuation(model, tok, starter: str, length: int, generator: torch.Generator) -> str:
-    """The sampler before issue 48: a full forward of the whole sequence per token, logits at every position."""
-    ids = list(tok(starter)["input_ids"])
-    special = {t for t in (tok.eos_token_id, tok.pad_token_id, tok.bos_token_id) if t is not None}
-    for _ in range(length):
-        logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1].float().cpu()
-        for token in special:
-            logits[token] = -float("inf")
-        top = torch.topk(logits, k=5)
-        probs = torch.softmax(top.values, dim=-1)
-        choice = torch.multinomial(probs, 1, generator=generator).item()
-        ids.append(int(top.indices[choice]))
-    return tok.decode(ids, skip_special_tokens=True)
-
+from zerounlearn_editor.engine.contexts import clear_context_prefixes, context_prefixes, sample_prefixes
 
 _STARTERS = ("The", "Therefore", "Because", "I", "You", "In", "When", "It", "However", "This")
 
 
 def reference_prefixes(model, tok, count: int, length: int, seed: int) -> List[str]:
-    """:func:`context_prefixes` as it was before issue 48 (same starters, cleaning and seed)."""
-    generator = torch.Generator().manual_seed(seed)
-    prefixes = [""]
-    for i in range(count):
-        text = _reference_continuation(model, tok, _STARTERS[i % len(_STARTERS)], length, generator)
-        prefixes.append(" ".join(text.replace("{", " ").replace("}", " ").split()) + ". ")
-    return prefixes
+    """:func:`context_prefixes` as it was before issue 48: a full forward of the whole sequence per token."""
+    return sample_prefixes(model, tok, count, length, seed, cached=False)
 
 
 @pytest.fixture(scope="module")

@@ -64,13 +64,24 @@ class _LastLogits:
         return out.logits[0, -1]
 
 
+class _FullLogits:
+    """The logits ``[vocab]`` at the last position by a full forward of the whole sequence, no cache (the sampler
+    before issue 48; :func:`sample_prefixes` with ``cached=False``, the reference its cached path must equal)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model, self.device = model, model_device(model)
+
+    def __call__(self, ids: List[int]) -> torch.Tensor:
+        return self.model(input_ids=torch.tensor([ids], device=self.device), use_cache=False).logits[0, -1]
+
+
 @torch.no_grad()
-def _sample_continuation(model: nn.Module, tok, starter: str, length: int, generator: torch.Generator) -> str:
+def _sample_continuation(last_logits, tok, starter: str, length: int, generator: torch.Generator) -> str:
     """``starter`` and ``length`` tokens sampled after it (top 5, renormalised, ``generator``; no special token),
-    decoded. One forward of the starter, then one token per step on the model's KV cache (:class:`_LastLogits`)."""
+    decoded; ``last_logits(ids)`` gives the next token's logits ``[vocab]`` (:class:`_LastLogits`: one forward of
+    the starter, then one token per step on the model's KV cache)."""
     ids = list(tok(starter)["input_ids"])
     special = {t for t in (tok.eos_token_id, tok.pad_token_id, tok.bos_token_id) if t is not None}
-    last_logits = _LastLogits(model)
     for _ in range(length):
         logits = last_logits(ids).float().cpu()
         for token in special:
@@ -82,6 +93,19 @@ def _sample_continuation(model: nn.Module, tok, starter: str, length: int, gener
     return tok.decode(ids, skip_special_tokens=True)
 
 
+def sample_prefixes(model: nn.Module, tok, count: int, length: int, seed: int, cached: bool = True) -> List[str]:
+    """``[""]`` plus ``count`` freshly sampled prefixes (not read from or written to the model's prefix cache);
+    ``cached=False``: each token by a full forward of the sequence (same tokens, slower; the reference)."""
+    generator = torch.Generator().manual_seed(seed)
+    prefixes = [""]
+    with eval_mode(model):
+        for i in range(count):
+            logits = _LastLogits(model) if cached else _FullLogits(model)
+            text = _sample_continuation(logits, tok, _STARTERS[i % len(_STARTERS)], length, generator)
+            prefixes.append(" ".join(text.replace("{", " ").replace("}", " ").split()) + ". ")
+    return prefixes
+
+
 CONTEXT_SEED = 0
 """Seed of the sampled context prefixes of every edit."""
 
@@ -91,13 +115,7 @@ def context_prefixes(model: nn.Module, tok, count: int, length: int, seed: int =
     cache: Dict[Tuple[int, int, int], List[str]] = model.__dict__.setdefault(_CACHE_ATTR, {})
     key = (count, length, seed)
     if key not in cache:
-        generator = torch.Generator().manual_seed(seed)
-        prefixes = [""]
-        with eval_mode(model):
-            for i in range(count):
-                text = _sample_continuation(model, tok, _STARTERS[i % len(_STARTERS)], length, generator)
-                text = " ".join(text.replace("{", " ").replace("}", " ").split())
-                prefixes.append(text + ". ")
+        prefixes = sample_prefixes(model, tok, count, length, seed)
         LOG.debug("context prefixes: %s", prefixes)
         cache[key] = prefixes
     return list(cache[key])
