@@ -33,7 +33,7 @@ from zerounlearn_editor.cli.trace import trace_facts_for
 from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.engine.hparams import load_config_file
 from zerounlearn_editor.methods.registry import get_method, method_names
-from zerounlearn_editor.methods.zerounlearn_gd.variants import VARIANTS, check_variants, variant_settings
+from zerounlearn_editor.methods.zerounlearn_gd.variants import VARIANTS, check_variants, many_layers, variant_settings
 from zerounlearn_editor.support.resources import repo_root
 
 LOG = logging.getLogger(__name__)
@@ -350,8 +350,8 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
     if variant is not None:
         note += f"; {VARIANT_NOTES[variant]} (--{variant})"
     rules, rules_note = {}, ""
-    if measure and (own is None or args.unseen):
-        rules, rules_note = scale_rules_for(model, tok, layers)
+    if measure and (own is None or args.unseen):  # measured where the written YAML edits (--many widens downward)
+        rules, rules_note = scale_rules_for(model, tok, many_layers(layers, n_layers) if variant == "many" else layers)
     elif own is not None and not args.unseen:
         LOG.info("%s is the model's own shipped YAML: no settings by rule (--unseen applies them)", own.name)
     config, base = build_hparams(model, args.model, args.method, layers, overrides, variant, rules,
