@@ -9,7 +9,8 @@ except, when the weights are read (``--layers auto`` with a fresh trace, or ``--
 model's own (:func:`own_shipped_yaml`; ``--unseen`` ignores it), the scale-dependent keys: ``v_lr``,
 ``clamp_norm_factor``, ``norm_weight``, ``nullspace_threshold`` and the ``mom2`` sample sizes follow
 :mod:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules` from the model's measured residual RMS, key covariance
-median eigenvalue and post-MLP norm (:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages);
+median eigenvalue and post-MLP norm (:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages)
+at the layers the written YAML edits (``--many``: the widened span, then its ``norm_weight`` x 3/10);
 the YAML's header gives the measured values.
 ``--many`` / ``--deep`` / ``--retain`` apply one opt-in variant's rule
 (:mod:`~zerounlearn_editor.methods.zerounlearn_gd.variants`), and ``--set key=value`` overrides last. The result is
@@ -419,8 +420,9 @@ def register(sub: Any, parents: ModuleType) -> None:
                        help=VARIANT_HELP[name] + "; one variant at a time; the header says it is derived, not measured")
     p.add_argument("--measure", action="store_true",
                    help="with given layers: read the weights and set v_lr, clamp_norm_factor, norm_weight, "
-                        "nullspace_threshold and the mom2 sizes by the setting rules (always with a fresh --layers "
-                        "auto trace; never for a model whose own YAML ships, unless --unseen)")
+                        "nullspace_threshold and the mom2 sizes by the setting rules, measured at the layers the "
+                        "written YAML edits (--many: the widened span) (always with a fresh --layers auto trace; "
+                        "never for a model whose own YAML ships, unless --unseen)")
     p.add_argument("--unseen", action="store_true",
                    help="treat a model whose own paper YAML ships (e.g. SmolLM2-135M-Instruct) as unseen: its YAML "
                         "is not a base, and the setting rules apply where the weights are read")
