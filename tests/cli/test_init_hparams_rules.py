@@ -111,3 +111,24 @@ def test_a_post_feedforward_norm_caps_the_clamp(tok, tmp_path):
     settings = rule_settings(scales)
     assert settings["clamp_norm_factor"] == min(
         0.75, float(f"{sum(scales.post_mlp_norms) / scales.residual_norm:.2g}"))
+
+
+def test_many_measures_the_rules_at_the_layers_it_edits(tok, tmp_path):
+    """--many widens the edited layers downward; --measure reads the C0 statistics, the residual and the post-MLP
+    norms at those layers (what the written YAML edits), not at the given ones."""
+    folder = tmp_path / "tiny10"
+    tiny_llama(tok, seed=0, layers=10).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    out = tmp_path / "many.yaml"
+    assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn-GD", "--layers", "5",
+                     "--measure", "--many", "--out", str(out)]) == 0
+    written = yaml.safe_load(out.read_text())
+    assert written["layers"] == [4, 5]  # round(7 x 10 / 30) = 2 layers ending at 5
+    model = tiny_llama(tok, seed=0, layers=10).eval()
+    edited = rule_settings(measure_scales(model, tok, [4, 5], "model.layers.{}", "model.layers.{}.mlp.down_proj"))
+    given = rule_settings(measure_scales(model, tok, [5], "model.layers.{}", "model.layers.{}.mlp.down_proj"))
+    assert edited["nullspace_threshold"] != given["nullspace_threshold"]  # the check below can tell them apart
+    assert written["nullspace_threshold"] == edited["nullspace_threshold"]
+    assert written["norm_weight"] == float(f"{edited['norm_weight'] * 3 / 10:.6g}")  # the rule's, then x 3/10
+    assert {k: written[k] for k in ("v_lr", "clamp_norm_factor", "mom2_n_samples")} == {
+        k: edited[k] for k in ("v_lr", "clamp_norm_factor", "mom2_n_samples")}

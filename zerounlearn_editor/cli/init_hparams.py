@@ -9,7 +9,8 @@ except, when the weights are read (``--layers auto`` with a fresh trace, or ``--
 model's own (:func:`own_shipped_yaml`; ``--unseen`` ignores it), the scale-dependent keys: ``v_lr``,
 ``clamp_norm_factor``, ``norm_weight``, ``nullspace_threshold`` and the ``mom2`` sample sizes follow
 :mod:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules` from the model's measured residual RMS, key covariance
-median eigenvalue and post-MLP norm (:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages);
+median eigenvalue and post-MLP norm (:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages)
+at the layers the written YAML edits (``--many``: the widened span, then its ``norm_weight`` x 3/10);
 the YAML's header gives the measured values.
 ``--many`` / ``--deep`` / ``--retain`` apply one opt-in variant's rule
 (:mod:`~zerounlearn_editor.methods.zerounlearn_gd.variants`), and ``--set key=value`` overrides last. The result is
@@ -33,7 +34,7 @@ from zerounlearn_editor.cli.trace import trace_facts_for
 from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.engine.hparams import load_config_file
 from zerounlearn_editor.methods.registry import get_method, method_names
-from zerounlearn_editor.methods.zerounlearn_gd.variants import VARIANTS, check_variants, variant_settings
+from zerounlearn_editor.methods.zerounlearn_gd.variants import VARIANTS, check_variants, many_layers, variant_settings
 from zerounlearn_editor.support.resources import repo_root
 
 LOG = logging.getLogger(__name__)
@@ -350,8 +351,8 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
     if variant is not None:
         note += f"; {VARIANT_NOTES[variant]} (--{variant})"
     rules, rules_note = {}, ""
-    if measure and (own is None or args.unseen):
-        rules, rules_note = scale_rules_for(model, tok, layers)
+    if measure and (own is None or args.unseen):  # measured where the written YAML edits (--many widens downward)
+        rules, rules_note = scale_rules_for(model, tok, many_layers(layers, n_layers) if variant == "many" else layers)
     elif own is not None and not args.unseen:
         LOG.info("%s is the model's own shipped YAML: no settings by rule (--unseen applies them)", own.name)
     config, base = build_hparams(model, args.model, args.method, layers, overrides, variant, rules,
@@ -419,8 +420,9 @@ def register(sub: Any, parents: ModuleType) -> None:
                        help=VARIANT_HELP[name] + "; one variant at a time; the header says it is derived, not measured")
     p.add_argument("--measure", action="store_true",
                    help="with given layers: read the weights and set v_lr, clamp_norm_factor, norm_weight, "
-                        "nullspace_threshold and the mom2 sizes by the setting rules (always with a fresh --layers "
-                        "auto trace; never for a model whose own YAML ships, unless --unseen)")
+                        "nullspace_threshold and the mom2 sizes by the setting rules, measured at the layers the "
+                        "written YAML edits (--many: the widened span) (always with a fresh --layers auto trace; "
+                        "never for a model whose own YAML ships, unless --unseen)")
     p.add_argument("--unseen", action="store_true",
                    help="treat a model whose own paper YAML ships (e.g. SmolLM2-135M-Instruct) as unseen: its YAML "
                         "is not a base, and the setting rules apply where the weights are read")
