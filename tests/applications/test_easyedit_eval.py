@@ -656,7 +656,8 @@ def test_smollm2_counterfact_eval_ours_and_easyedit_memit(tmp_path, monkeypatch,
     assert len(known) == 10 and answered == stored["case_ids"], f"SmolLM2 answers only {answered} of {KNOWN_CF}"
     data = _write(tmp_path / "counterfact_known.json", known)
     ours = load_config_file(hparams_path("ZeroUnlearn", "SmolLM2-135M-Instruct"))
-    ours.update(stats_dir=str(stats_dir))
+    # the fluency guard only reads (the edit is the YAML's either way): off, 20 perplexity passes shorter
+    ours.update(stats_dir=str(stats_dir), fluency_max_increase=None)
     (tmp_path / "zu.yaml").write_text(yaml.safe_dump(ours), encoding="utf-8")
     memit_cls = importlib.import_module("easyeditor.models.memit.memit_hparams").MEMITHyperParams
     mapped = easyedit_baselines.easyedit_config("MEMIT", ZeroUnlearnHyperParams.from_dict(ours), model, tmp_path)

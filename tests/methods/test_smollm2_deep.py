@@ -55,8 +55,10 @@ def test_deep_yaml_forgets_in_context_where_the_paper_yaml_does_not(smollm2, smo
     requests = [dict(c.request) for c in forget]
     recovered = {}
     for name in ("SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct-deep"):
+        # the fluency guard only reads (the edit is the YAML's either way; the fifty-fact test keeps it on): off,
+        # about 3% of this test
         hp = ZeroUnlearnGDHyperParams.from_hparams(hparams_path("ZeroUnlearn-GD", name)).replace(
-            stats_dir=str(smollm2_stats_dir))
+            stats_dir=str(smollm2_stats_dir), fluency_max_increase=None)
         if name == "SmolLM2-135M-Instruct":
             recovered["base"] = _recovered(model, tok, plan, settings, hp)
         _, weights = apply_zerounlearn_gd_to_model(model, tok, requests, hp, return_orig_weights=True, progress=False)
