@@ -7,7 +7,7 @@ that ``bench --data-path <this file> --known-only --n N --seeds S`` draws the sa
 (``sample_cases`` samples the known list, which is the same list in the same order) after re-scoring only these.
 
     python benchmarks/gemma_measure/known_file.py --model gemma3-270m \
-        --data /work/shared/data/counterfact/counterfact_easyedit_val_1919.json --out known.json
+        --data $ZEROUNLEARN_DATA_DIR/counterfact/counterfact_easyedit_val_1919.json --out known.json
 """
 from __future__ import annotations
 
