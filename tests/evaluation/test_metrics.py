@@ -1,6 +1,7 @@
 """Evaluation metrics on tiny models whose predictions are known or directly computable."""
 from __future__ import annotations
 
+import importlib
 import math
 from typing import List
 
@@ -19,7 +20,7 @@ from zerounlearn_editor.evaluation import (
     text_ngram_entropy,
 )
 from zerounlearn_editor.evaluation.metrics import answer_argmax_hits, answer_argmax_ids
-from zerounlearn_editor.evaluation.perplexity import plan_windows
+from zerounlearn_editor.evaluation.perplexity import output_vocab_size, plan_windows, windows_per_pass
 from zerounlearn_editor.harness.case_scoring import score_cases
 
 try:  # tests/ on sys.path (pytest's default for a directory without __init__.py)
@@ -277,6 +278,35 @@ def test_perplexity_strided_matches_reference(tok, window, stride, batch_size):
     left_tok = tiny_tokenizer(padding_side="left")
     left = perplexity(model, left_tok, TEXT, window=window, stride=stride, batch_size=batch_size)
     assert left == pytest.approx(expected, rel=1e-5)
+
+
+perplexity_module = importlib.import_module("zerounlearn_editor.evaluation.perplexity")  # the package exports the function
+
+
+def test_windows_per_pass_caps_the_logits_of_a_large_vocabulary():
+    # SmolLM2 (49,152 tokens): 4 windows of 512 fit in 512 MiB; Gemma-3 (262,144): 537 MB a window, so one
+    assert windows_per_pass(4, 512, 49152) == 4
+    assert windows_per_pass(4, 512, 262144) == 1
+    assert windows_per_pass(4, 512, 262144, budget_bytes=1) == 1  # at least one window is always scored
+    assert windows_per_pass(8, 100, 1000, budget_bytes=4 * 100 * 1000 * 3) == 3
+    with pytest.raises(ValueError, match="batch_size"):
+        windows_per_pass(0, 512, 1000)
+
+
+def test_perplexity_over_budget_runs_one_window_a_pass_with_the_same_result(tok, monkeypatch):
+    model = random_causal_lm("llama", tok)
+    ids = tok(TEXT)["input_ids"]
+    expected = _hf_recipe_ppl(model, ids, 10, 4)
+    rows_per_pass = []
+    handle = model.register_forward_pre_hook(
+        lambda module, args, kwargs: rows_per_pass.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+    assert perplexity(model, tok, TEXT, window=10, stride=4, batch_size=3) == pytest.approx(expected, rel=1e-5)
+    assert max(rows_per_pass) == 3
+    rows_per_pass.clear()
+    monkeypatch.setattr(perplexity_module, "LOGITS_BUDGET_BYTES", 4 * 10 * output_vocab_size(model))
+    assert perplexity(model, tok, TEXT, window=10, stride=4, batch_size=3) == pytest.approx(expected, rel=1e-5)
+    assert rows_per_pass and set(rows_per_pass) == {1}
+    handle.remove()
 
 
 def test_perplexity_reads_files_and_truncates(tmp_path, tok):

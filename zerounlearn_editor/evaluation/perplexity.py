@@ -6,6 +6,10 @@ may be shorter); each token is scored once, in the first window that reaches it,
 window ``[begin, end)`` scores positions ``max(prev_end, begin + 1) .. end - 1``. With ``stride ==
 window`` each window's first token goes unscored; with ``stride < window`` every token but the first
 has at least ``window - stride`` tokens of context.
+
+A forward pass holds ``windows x window x vocab`` float logits: windows per pass are capped so that these fit in
+:data:`LOGITS_BUDGET_BYTES` (a 262k-token vocabulary such as Gemma-3's takes 537 MB a 512-token window), which
+changes how many windows share a pass, never which tokens are scored or with what context.
 """
 from __future__ import annotations
 
@@ -20,6 +24,10 @@ from zerounlearn_editor.evaluation.batching import logit_batches
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+
+LOGITS_BUDGET_BYTES = 1 << 29
+"""Bytes of float32 logits one perplexity forward pass may hold (at least one window is always scored)."""
 
 
 class Window(NamedTuple):
@@ -92,6 +100,25 @@ def plan_windows(n_tokens: int, window: int, stride: int) -> List[Window]:
     return windows
 
 
+def windows_per_pass(batch_size: int, window: int, vocab_size: int,
+                     budget_bytes: int = LOGITS_BUDGET_BYTES) -> int:
+    """``batch_size`` capped so that ``windows x window x vocab_size`` float32 logits fit in ``budget_bytes``
+    (at least 1)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    per_window = 4 * window * max(1, vocab_size)
+    return max(1, min(batch_size, budget_bytes // per_window))
+
+
+def output_vocab_size(model: torch.nn.Module) -> int:
+    """Rows of the model's output embedding (the logits' last dimension), else ``config.vocab_size``, else 1."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    if isinstance(weight, torch.Tensor):
+        return int(weight.shape[0])
+    return int(getattr(getattr(model, "config", None), "vocab_size", 1) or 1)
+
+
 def perplexity(
     model: torch.nn.Module,
     tok: "PreTrainedTokenizerBase",
@@ -116,22 +143,24 @@ def perplexity_of_ids(
     batch_size: int = 4,
 ) -> float:
     """:func:`perplexity` of a token stream already tokenized (``ids``: e.g. :func:`leading_token_ids` of a text
-    read once, scored before and after an edit)."""
+    read once, scored before and after an edit); at most ``batch_size`` windows a pass, fewer where their logits
+    would exceed :data:`LOGITS_BUDGET_BYTES`."""
     if len(ids) < 2:
         raise ValueError("perplexity needs at least two tokens of text")
     windows = plan_windows(len(ids), window, stride)
     total_nll = 0.0
     total_count = 0
     # every window but the last has ``window`` tokens: the batches are runs of consecutive windows
-    batches = logit_batches(model, tok, [ids[w.begin : w.end] for w in windows], batch_size,
+    per_pass = windows_per_pass(batch_size, window, output_vocab_size(model), LOGITS_BUDGET_BYTES)
+    batches = logit_batches(model, tok, [ids[w.begin : w.end] for w in windows], per_pass,
                             desc=f"perplexity ({len(ids)} tokens)")
     for indices, batch, logits in batches:  # logits [B, L, V]
         for row, index in enumerate(indices):
             w, shift = windows[index], batch.offsets[row] - windows[index].begin  # stream -> batch column
-            cols = torch.arange(shift + w.score_from, shift + w.end, device=batch.input_ids.device)
-            step_logits = logits[row, cols - 1].float()  # [n, V]
-            targets = batch.input_ids[row, cols]  # [n]
+            first, stop = shift + w.score_from, shift + w.end  # scored columns [first, stop)
+            step_logits = logits[row, first - 1 : stop - 1].float()  # [n, V], a view for float32 logits
+            targets = batch.input_ids[row, first:stop]  # [n]
             nll = torch.nn.functional.cross_entropy(step_logits, targets, reduction="sum")
             total_nll += float(nll)
-            total_count += int(cols.numel())
+            total_count += stop - first
     return math.exp(total_nll / total_count)
