@@ -9,8 +9,9 @@ except, when the weights are read (``--layers auto`` with a fresh trace, or ``--
 model's own (:func:`own_shipped_yaml`; ``--unseen`` ignores it), the scale-dependent keys: ``v_lr``,
 ``clamp_norm_factor``, ``norm_weight``, ``nullspace_threshold`` and the ``mom2`` sample sizes follow
 :mod:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules` from the model's measured residual RMS, key covariance
-median eigenvalue and post-MLP norm (:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages);
-the YAML's header gives the measured values.
+median eigenvalue and post-MLP norm (:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages),
+and ``context_template_count`` / ``context_template_length`` are the reference's (SmolLM2-135M-Instruct's shipped
+YAML of the same variant, :func:`reference_yaml`); the YAML's header gives the measured values and that file.
 ``--many`` / ``--deep`` / ``--retain`` apply one opt-in variant's rule
 (:mod:`~zerounlearn_editor.methods.zerounlearn_gd.variants`), and ``--set key=value`` overrides last. The result is
 checked with the method's strict loader, then written. Only a fresh trace loads the weights: otherwise the model is
@@ -320,6 +321,29 @@ def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int]
                    f"{describe_rules(scales)}.")
 
 
+def reference_yaml(method: str, variant: Optional[str] = None) -> Path:
+    """The reference model's shipped YAML of ``method`` the context rule reads: ``SmolLM2-135M-Instruct-<variant>.yaml``
+    where it ships, else ``SmolLM2-135M-Instruct.yaml``."""
+    from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import REFERENCE_YAML
+
+    folder = repo_root() / "hparams" / get_method(method, "init-hparams --method").folder
+    named = folder / f"{REFERENCE_YAML}-{variant}.yaml" if variant else None
+    path = named if named is not None and named.is_file() else folder / f"{REFERENCE_YAML}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"init-hparams: the reference YAML {path} of the setting rules is missing")
+    return path
+
+
+def context_rule_for(method: str, variant: Optional[str]) -> Tuple[Dict[str, Any], str]:
+    """The context-prefix keys by rule (the reference's shipped YAML of the same variant) and a header line."""
+    from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import rule_contexts
+
+    path = reference_yaml(method, variant)
+    contexts = rule_contexts(load_config_file(path))
+    keys = ", ".join(f"{k} {v}" for k, v in contexts.items())
+    return contexts, f"Context prefixes by rule: {keys}, from the shipped {path.parent.name}/{path.name}."
+
+
 def _cmd_init_hparams(args: argparse.Namespace) -> int:
     from zerounlearn_editor.support.files import read_json
     from zerounlearn_editor.support.model_access import num_hidden_layers
@@ -352,6 +376,8 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
     rules, rules_note = {}, ""
     if measure and (own is None or args.unseen):
         rules, rules_note = scale_rules_for(model, tok, layers)
+        contexts, contexts_note = context_rule_for(args.method, variant)
+        rules, rules_note = {**rules, **contexts}, f"{rules_note}\n# {contexts_note}"
     elif own is not None and not args.unseen:
         LOG.info("%s is the model's own shipped YAML: no settings by rule (--unseen applies them)", own.name)
     config, base = build_hparams(model, args.model, args.method, layers, overrides, variant, rules,
@@ -392,7 +418,9 @@ def register(sub: Any, parents: ModuleType) -> None:
         "a model whose own paper YAML does not ship (--unseen: as if it did not) gets v_lr = 0.5 x residual RMS / "
         "8.366, norm_weight = 1000 x and nullspace_threshold = 3e-2 x (C0 median eigenvalue / 0.01582), "
         "clamp_norm_factor = min(0.75, sum |post-MLP norm output| / |residual|) and 400 x d_in / 1536 statistics "
-        "passages of 128 tokens (SmolLM2-135M-Instruct's shipped settings rescaled; measured on 50 passages).",
+        "passages of 128 tokens (SmolLM2-135M-Instruct's shipped settings rescaled; measured on 50 passages), and "
+        "the context prefixes of SmolLM2-135M-Instruct's shipped YAML of the same variant (2 of 5 tokens; --deep: "
+        "8 of 10).",
         parents=[parents.model("model folder/name", required=True),
                  parents.include_unknown("auto trace: use facts the model does not know too"),
                  parents.width("auto: number of layers (default: the nearest shipped YAML's)"),
@@ -419,8 +447,8 @@ def register(sub: Any, parents: ModuleType) -> None:
                        help=VARIANT_HELP[name] + "; one variant at a time; the header says it is derived, not measured")
     p.add_argument("--measure", action="store_true",
                    help="with given layers: read the weights and set v_lr, clamp_norm_factor, norm_weight, "
-                        "nullspace_threshold and the mom2 sizes by the setting rules (always with a fresh --layers "
-                        "auto trace; never for a model whose own YAML ships, unless --unseen)")
+                        "nullspace_threshold, the mom2 sizes and the context prefixes by the setting rules (always "
+                        "with a fresh --layers auto trace; never for a model whose own YAML ships, unless --unseen)")
     p.add_argument("--unseen", action="store_true",
                    help="treat a model whose own paper YAML ships (e.g. SmolLM2-135M-Instruct) as unseen: its YAML "
                         "is not a base, and the setting rules apply where the weights are read")
