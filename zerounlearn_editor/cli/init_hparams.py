@@ -293,17 +293,31 @@ def traced_layers(model: nn.Module, tok: Any, args: argparse.Namespace, given: O
     """``--layers auto`` by a fresh MLP trace: the best window of ``--width`` (default: the nearest shipped YAML's
     count) layers before the last, restoring ``--trace-window`` layers together (default
     :func:`~zerounlearn_editor.harness.causal_trace.depth_scaled_window`); the layers and a note for the header."""
-    from zerounlearn_editor.harness.causal_trace import TraceSettings, depth_scaled_window, suggest_window, trace_facts
+    from zerounlearn_editor.harness.causal_trace import depth_scaled_window
 
-    width = args.width or len(load_config_file(nearest_shipped_yaml(args.method, detect_templates(model)))["layers"])
+    width = args.width or default_width(model, args.method)
     window = args.trace_window or depth_scaled_window(n_layers)
     facts, note = auto_trace_facts(model, tok, args, given)
-    result = trace_facts(model, tok, facts, TraceSettings(window=window, width=width), progress=not args.no_progress,
-                         kinds=("mlp",))
-    # the loss reads the model's last layer, which must come after the edited ones
-    layers = suggest_window(result["indirect_effect"]["mlp"][:-1], min(width, result["num_layers"] - 1))
+    layers = trace_layers(model, tok, facts, window, width, progress=not args.no_progress)
     rule = "--trace-window" if args.trace_window else "10 x layers / 48"
     return layers, f"{note}, restoration window {window} ({rule})"
+
+
+def default_width(model: nn.Module, method: str) -> int:
+    """How many layers ``--layers auto`` picks without ``--width``: the nearest shipped YAML's count."""
+    return len(load_config_file(nearest_shipped_yaml(method, detect_templates(model)))["layers"])
+
+
+def trace_layers(model: nn.Module, tok: Any, facts: Sequence[Any], window: int, width: int,
+                 progress: bool = False) -> List[int]:
+    """The best ``width`` contiguous layers before the last by an MLP causal trace of ``facts`` (trace facts),
+    restoring ``window`` layers together."""
+    from zerounlearn_editor.harness.causal_trace import TraceSettings, suggest_window, trace_facts
+
+    result = trace_facts(model, tok, list(facts), TraceSettings(window=window, width=width), progress=progress,
+                         kinds=("mlp",))
+    # the loss reads the model's last layer, which must come after the edited ones
+    return suggest_window(result["indirect_effect"]["mlp"][:-1], min(width, result["num_layers"] - 1))
 
 
 def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int]

@@ -34,8 +34,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Sequence
 
-__all__ = ["ModelScales", "ReferenceScales", "REFERENCE", "REFERENCE_YAML", "CONTEXT_KEYS", "round_sig", "rule_v_lr",
-           "rule_solve_weights", "rule_clamp", "rule_mom2", "rule_contexts", "rule_settings", "describe_rules"]
+__all__ = ["ModelScales", "ReferenceScales", "REFERENCE", "RULES_VERSION", "REFERENCE_YAML", "CONTEXT_KEYS",
+           "round_sig", "rule_v_lr", "rule_solve_weights", "rule_clamp", "rule_mom2", "rule_contexts", "rule_settings",
+           "describe_rules"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,10 @@ REFERENCE = ReferenceScales(
     key_dim=1536,
 )
 
+
+RULES_VERSION = 2
+"""Changes whenever a rule does (1: ``v_lr``, clamp, solve weights, ``mom2`` sizes; 2: the context prefixes); part of
+the key of YAMLs cached by rule (``zerounlearn demo --model gemma3-270m``)."""
 
 REFERENCE_YAML = "SmolLM2-135M-Instruct"
 """File stem of the reference's shipped YAMLs (``hparams/<method>/SmolLM2-135M-Instruct[-<variant>].yaml``)."""
