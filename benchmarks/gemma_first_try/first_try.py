@@ -2,6 +2,7 @@
 batch with a given YAML; what is still answered, which sibling facts (same relation, other subject) it keeps, the
 perplexity change, the edit's seconds per fact and the process's peak RSS.
 
+Perplexity windows are scored one at a time (Gemma's 262,144-token head makes a batch of four 2 GB of logits).
 The statistics (``C0``) are computed before the timed edit (their own seconds in the JSON): the edit time is what
 an edit with cached statistics costs, as in ``benchmarks/targets_speed.py``.
 
@@ -55,7 +56,7 @@ def main() -> None:
     known = [f for f, hit in zip(facts, _answered(model, tok, facts)) if hit]
     sib_known = [f for f, hit in zip(siblings, _answered(model, tok, siblings)) if hit]
     ppl_ids = leading_token_ids(tok, read_text(default_ppl_text()), args.ppl_tokens)
-    ppl_before = perplexity_of_ids(model, tok, ppl_ids)
+    ppl_before = perplexity_of_ids(model, tok, ppl_ids, batch_size=1)
     row = dict(model=args.model, model_type=model.config.model_type, hparams=args.hparams, facts=args.facts,
                n_facts=len(facts), n_known=len(known), siblings=args.siblings, n_siblings_known=len(sib_known),
                threads=torch.get_num_threads(), torch=torch.__version__, layers=list(hp.layers),
@@ -74,7 +75,7 @@ def main() -> None:
     still = [f for f, hit in zip(known, _answered(model, tok, known)) if hit]
     kept = [f for f, hit in zip(sib_known, _answered(model, tok, sib_known)) if hit]
     greedy = generate_greedy(model, tok, [f["prompt"] for f in known], 4, 8)
-    row.update(ppl_after=perplexity_of_ids(model, tok, ppl_ids),
+    row.update(ppl_after=perplexity_of_ids(model, tok, ppl_ids, batch_size=1),
                still_answered=[f["prompt"] for f in still], n_still_answered=len(still),
                siblings_kept=len(kept), siblings_lost=[f["prompt"] for f in sib_known if f not in kept],
                greedy_after={f["prompt"]: text for f, text in zip(known, greedy)},

@@ -1,8 +1,9 @@
 #!/bin/bash
 # issue 48: the two n = 10 Gemma batches of RESULTS 12.2 with the rule YAML whose contexts come from the rule
 set -x
-cd /work/wt/i48-speed
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONPATH=$PWD ZEROUNLEARN_DATA_DIR=/work/shared/data
+cd "$(dirname "$0")/../.."
+: "${ZEROUNLEARN_DATA_DIR:?set it to the data folder}"
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONPATH=$PWD ZEROUNLEARN_DATA_DIR
 R=benchmarks/results/gemma/first_try
 G=benchmarks/results/gemma/rules
 mkdir -p $R

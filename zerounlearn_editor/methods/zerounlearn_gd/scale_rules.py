@@ -24,7 +24,8 @@ real weights here, at layers 16-18), and rescales it by the new model's measured
 - ``context_template_count`` / ``context_template_length``: the reference's own, read from its shipped YAML of the
   same variant (:data:`REFERENCE_YAML`, ``-<variant>`` where that file ships; :func:`rule_contexts`): 2 prefixes of
   5 tokens (``-deep``: 8 of 10). The paper YAMLs of the larger models sample 5 of 10; on Gemma-3-270m those cost 3.0x
-  SmolLM2's target time per fact, 2 of 5 1.5x, at the same quality (benchmarks/RESULTS.md sections 12.3, 12.5).
+  SmolLM2's target time per fact, 2 of 5 1.5x (benchmarks/RESULTS.md section 12.3; what 2 of 5 does to
+  forgetting and perplexity there: section 12.5).
 
 Pure functions of floats; :func:`rule_settings` gives the keys. A model whose own YAML ships keeps it.
 """
