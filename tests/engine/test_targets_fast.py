@@ -479,3 +479,32 @@ def test_real_gemma3_layers_on_the_cache_equal_the_full_forward(gemma3_path):
         expected = full[r, lookup[r] : end[r]]
         torch.testing.assert_close(fast[r, : int(end[r] - lookup[r])], expected, rtol=1e-3,
                                    atol=1e-4 * float(expected.abs().max()))
+
+
+def test_check_rows_are_the_extremes_of_prefix_span_and_padding():
+    start = torch.tensor([3, 5, 2, 4, 4, 3])
+    end = torch.tensor([9, 6, 4, 12, 5, 4])
+    mask = torch.ones(6, 12, dtype=torch.long)
+    mask[4, :7] = 0  # row 4: the most padding
+    picked = layer_kv.check_rows(start, end, mask)
+    assert picked.tolist() == [1, 2, 3, 4]  # longest prefix 1, shortest 2, longest span 3 (8 positions), padding 4
+    assert layer_kv.check_rows(start[:1], end[:1], mask[:1]).tolist() == [0]
+    assert layer_kv.check_rows(start[:0], end[:0], mask[:0]).numel() == 0
+
+
+def test_the_delta_zero_check_runs_the_full_forward_of_a_few_rows_only(tok, monkeypatch):
+    """The check at ``delta = 0`` compares the check rows, not the full forward of every row of the chunk (the
+    largest fixed cost of Gemma's targets), and the targets stay those of the full-forward ``adam`` loop."""
+    model = _zoo_model("gemma3", tok)
+    checked = []
+    original = LayerKV.mismatch
+
+    def mismatch(self, reference, rows=None):
+        checked.append((reference.shape[0], self.hidden.shape[0]))
+        return original(self, reference, rows)
+
+    monkeypatch.setattr(LayerKV, "mismatch", mismatch)
+    cached = _zoo_targets(model, tok, "adam_kv")
+    assert checked and all(n_ref <= layer_kv.CHECK_ROWS < n_rows for n_ref, n_rows in checked)
+    paper = _zoo_targets(model, tok, "adam")
+    torch.testing.assert_close(cached.z, paper.z, rtol=1e-3, atol=1e-4)

@@ -9,7 +9,10 @@ statistics corpus and the perplexity text ship in the package (:mod:`zerounlearn
 
 ``--model`` (:data:`DEMO_MODELS`) picks a model ``zerounlearn prepare-model`` knows, with the facts that model
 answers greedily: ``smollm2`` (default, five capitals) or ``gemma3-270m`` (the base Gemma-3-270m answers one of
-the 15 built-in capitals, so five authors and inventors; no YAML ships for it yet, so it needs ``--hparams``).
+the 15 built-in capitals, so five authors and inventors). No YAML ships for Gemma: without ``--hparams`` the demo
+uses the one ``init-hparams``' rules give it (:func:`~zerounlearn_editor.cli.rules_yaml.rules_yaml`: layers by
+the causal trace of the five facts, settings measured on the weights; written once, then cached by what it depends
+on). The report names the YAML used.
 """
 from __future__ import annotations
 
@@ -43,15 +46,6 @@ RETAIN_FACTS = CAPITALS_TO_FORGET[5:]
 """The retain set of the default (retain-aware) demo: other capitals, none of them printed or scored."""
 
 
-GEMMA_REFUSAL = (
-    "no YAML ships for Gemma-3-270m yet: give one with --hparams. The one `zerounlearn init-hparams --model "
-    "gemma3-270m --method ZeroUnlearn-GD --layers 3,4,5 --measure --out gemma.yaml` writes (settings by rule) "
-    "forgot 5 of 5 in this demo and kept 8 of 8 (benchmarks/RESULTS.md sections 12.2, 12.3); without --measure "
-    "it left all 5 answered"
-)
-"""Why ``demo --model gemma3-270m`` needs ``--hparams``."""
-
-
 def _pick(*subjects: str) -> List[Fact]:
     """The built-in :data:`UNRELATED_FACTS` of these subjects, in this order."""
     by_subject = {s: (p, s, a) for p, s, a in UNRELATED_FACTS}
@@ -61,8 +55,9 @@ def _pick(*subjects: str) -> List[Fact]:
 @dataclass(frozen=True)
 class DemoModel:
     """One model of the demo: its ``prepare-model`` name, the facts it forgets, keeps (both printed) and protects
-    (the retain set, not printed), the default YAMLs (``hparams/<method>/<stem>.yaml``) and, where the demo has
-    no YAML that forgets on this model, why it refuses (``--hparams`` still runs it)."""
+    (the retain set, not printed) and the default YAMLs (``hparams/<method>/<stem>.yaml``), or (``by_rule``) none
+    shipped: the YAML ``init-hparams``' rules write for the loaded model (:mod:`.rules_yaml`) instead of ``yaml``,
+    and ``--paper`` needs ``--hparams``."""
 
     name: str
     forget: List[Fact]
@@ -70,7 +65,7 @@ class DemoModel:
     retain: List[Fact]
     yaml: Tuple[str, str] = ("ZeroUnlearn-GD", "SmolLM2-135M-Instruct-retain")
     paper_yaml: Tuple[str, str] = ("ZeroUnlearn", "SmolLM2-135M-Instruct")
-    refusal: str = ""
+    by_rule: bool = False
     retain_label: str = "other capitals"
 
 
@@ -81,7 +76,7 @@ DEMO_MODELS: Dict[str, DemoModel] = {
         forget=_pick("Romeo and Juliet", "theory of relativity", "United States", "Harry Potter", "telephone"),
         keep=_pick("Mona Lisa", "Microsoft", "Apple", "gold", "tallest mountain", "Beatles", "week", "hot"),
         retain=_pick("iron", "Statue of Liberty", "water", "human heart"),
-        refusal=GEMMA_REFUSAL,
+        by_rule=True,
         retain_label="other facts",
     ),
 }
@@ -120,6 +115,7 @@ class DemoResult:
     seconds: Dict[str, float]  # stage name -> seconds
     mode: str  # the method, e.g. "ZeroUnlearn (paper)"
     dtype: str  # the model's parameter dtype, e.g. "bfloat16"
+    hparams_file: str = ""  # the YAML the edit used
 
 
 def _scores(model: Any, tok: Any, facts: List[Fact]) -> Tuple[List[float], List[float], List[str]]:
@@ -139,11 +135,12 @@ def _demo_method(hparams_file: Optional[str], paper: bool, spec: Optional[DemoMo
                  ) -> Tuple[Any, Callable[..., Any]]:
     """``(hparams, apply function)`` of a given YAML (either method), else of ``spec``'s (default SmolLM2's)
     retain-aware ZeroUnlearn-GD YAML, else (``paper``) of its paper ZeroUnlearn YAML. ``ValueError`` with the
-    reason where the demo refuses ``spec`` and no YAML is given."""
+    reason where ``spec``'s YAML is written by rule (:func:`run_demo` writes it) and no YAML is given."""
     spec = spec or DEMO_MODELS["smollm2"]
     if hparams_file is None:
-        if spec.refusal:
-            raise ValueError(f"demo --model {spec.name}: {spec.refusal}")
+        if spec.by_rule:
+            raise ValueError(f"demo --model {spec.name}: no YAML ships for it; the one by init-hparams' rules needs "
+                             "the model loaded (run_demo writes it), or give --hparams")
         hparams_file = hparams_path(*(spec.paper_yaml if paper else spec.yaml))
     return load_method(hparams_file)
 
@@ -151,6 +148,20 @@ def _demo_method(hparams_file: Optional[str], paper: bool, spec: Optional[DemoMo
 def demo_hparams(hparams_file: Optional[str] = None, paper: bool = False, model: Optional[str] = None) -> Any:
     """The demo's hyperparameters (see :func:`_demo_method`; ``model``: a :data:`DEMO_MODELS` name)."""
     return _demo_method(hparams_file, paper, demo_model(model))[0]
+
+
+def _rule_yaml_model(spec: DemoModel, hparams_file: Optional[str], paper: bool, device: str, dtype: Optional[str]
+                     ) -> Tuple[Optional[Tuple[Any, Any]], Optional[str]]:
+    """``(model and tokenizer or None, the YAML)``: for a model whose YAML is written by rule (``spec.by_rule``) and
+    no ``hparams_file``, the model loaded and the cached YAML by rule (:func:`.rules_yaml.rules_yaml`)."""
+    if hparams_file is not None or not spec.by_rule:
+        return None, hparams_file
+    if paper:
+        raise ValueError(f"demo --model {spec.name} --paper: no paper ZeroUnlearn YAML ships for it; give --hparams")
+    from zerounlearn_editor.cli.rules_yaml import rules_yaml
+
+    loaded = load_model_and_tokenizer(spec.name, device=device, dtype=dtype)
+    return loaded, str(rules_yaml(*loaded, spec.name, spec.forget))
 
 
 def run_demo(
@@ -173,7 +184,9 @@ def run_demo(
     embedded WikiText-2 test split; ``stats_dir`` overrides the YAML's statistics cache folder.
     """
     spec = demo_model(model_name)
+    loaded, hparams_file = _rule_yaml_model(spec, hparams_file, paper, device, dtype)
     hparams, apply = _demo_method(hparams_file, paper, spec)
+    used = str(hparams_file or hparams_path(*(spec.paper_yaml if paper else spec.yaml)))
     if model_name is not None:
         hparams = hparams.replace(model_name=spec.name)
     if stats_dir is not None:
@@ -183,11 +196,11 @@ def run_demo(
     if retain is not None and not any(v > 0 for v in hparams.retain_weights().values()):
         retain = None  # a YAML with the paper's (zero) retain weights: nothing to protect with
     mode = f"{hparams.alg_name}" + (f" + retain set of {len(retain)} {spec.retain_label}" if retain else " (paper)")
-    LOG.info("demo: %s; model %s (%s) on %s", mode, hparams.model_name, dtype or "stored dtype", device)
+    LOG.info("demo: %s; model %s (%s) on %s; YAML %s", mode, hparams.model_name, dtype or "stored dtype", device, used)
     from zerounlearn_editor.data.corpus import check_corpus_source
 
     check_corpus_source(corpus)  # a missing corpus fails now, not after loading and evaluating
-    model, tok = load_model_and_tokenizer(hparams.model_name, device=device, dtype=dtype)
+    model, tok = loaded or load_model_and_tokenizer(hparams.model_name, device=device, dtype=dtype)
     wikitext = ppl_text or default_ppl_text()
     seconds: Dict[str, float] = {}
 
@@ -223,12 +236,13 @@ def run_demo(
         seconds=seconds,
         mode=mode,
         dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        hparams_file=used,
     )
 
 
 def format_demo(result: DemoResult) -> str:
     """A markdown report of :func:`run_demo`'s result."""
-    lines = [f"Method: {result.mode}", ""]
+    lines = [f"Method: {result.mode}", f"YAML: {result.hparams_file}", ""]
     for title, rows in (("Forgotten facts", result.forgotten), ("Untouched facts", result.kept)):
         lines += [f"### {title}", "", "| prompt | answer | acc before | acc after | p before | p after | "
                   "greedy before | greedy after |", "|---|---|---|---|---|---|---|---|"]
@@ -259,7 +273,8 @@ def register(sub: Any, parents: ModuleType) -> None:
         "demo", help="forget a few facts from SmolLM2 (or --model gemma3-270m) and print a before/after table",
         parents=[parents.hparams("default: hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct-retain.yaml with a retain set "
                                  "of other capitals (with --paper: hparams/ZeroUnlearn/SmolLM2-135M-Instruct.yaml, no "
-                                 "retain set)"),
+                                 "retain set); --model gemma3-270m: the YAML init-hparams' rules write for it (layers "
+                                 "by the causal trace of its five facts), cached under <cache>/hparams/rules"),
                  parents.corpus(),
                  parents.ppl(20000, "perplexity tokens (default 20000; 0 = off)",
                              "perplexity text file (default: the embedded WikiText-2 test split)"),

@@ -293,17 +293,31 @@ def traced_layers(model: nn.Module, tok: Any, args: argparse.Namespace, given: O
     """``--layers auto`` by a fresh MLP trace: the best window of ``--width`` (default: the nearest shipped YAML's
     count) layers before the last, restoring ``--trace-window`` layers together (default
     :func:`~zerounlearn_editor.harness.causal_trace.depth_scaled_window`); the layers and a note for the header."""
-    from zerounlearn_editor.harness.causal_trace import TraceSettings, depth_scaled_window, suggest_window, trace_facts
+    from zerounlearn_editor.harness.causal_trace import depth_scaled_window
 
-    width = args.width or len(load_config_file(nearest_shipped_yaml(args.method, detect_templates(model)))["layers"])
+    width = args.width or default_width(model, args.method)
     window = args.trace_window or depth_scaled_window(n_layers)
     facts, note = auto_trace_facts(model, tok, args, given)
-    result = trace_facts(model, tok, facts, TraceSettings(window=window, width=width), progress=not args.no_progress,
-                         kinds=("mlp",))
-    # the loss reads the model's last layer, which must come after the edited ones
-    layers = suggest_window(result["indirect_effect"]["mlp"][:-1], min(width, result["num_layers"] - 1))
+    layers = trace_layers(model, tok, facts, window, width, progress=not args.no_progress)
     rule = "--trace-window" if args.trace_window else "10 x layers / 48"
     return layers, f"{note}, restoration window {window} ({rule})"
+
+
+def default_width(model: nn.Module, method: str) -> int:
+    """How many layers ``--layers auto`` picks without ``--width``: the nearest shipped YAML's count."""
+    return len(load_config_file(nearest_shipped_yaml(method, detect_templates(model)))["layers"])
+
+
+def trace_layers(model: nn.Module, tok: Any, facts: Sequence[Any], window: int, width: int,
+                 progress: bool = False) -> List[int]:
+    """The best ``width`` contiguous layers before the last by an MLP causal trace of ``facts`` (trace facts),
+    restoring ``window`` layers together."""
+    from zerounlearn_editor.harness.causal_trace import TraceSettings, suggest_window, trace_facts
+
+    result = trace_facts(model, tok, list(facts), TraceSettings(window=window, width=width), progress=progress,
+                         kinds=("mlp",))
+    # the loss reads the model's last layer, which must come after the edited ones
+    return suggest_window(result["indirect_effect"]["mlp"][:-1], min(width, result["num_layers"] - 1))
 
 
 def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int]
@@ -319,6 +333,29 @@ def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int]
     keys = ", ".join(f"{k} {v}" for k, v in rules.items())
     return rules, (f"Settings by rule (scale_rules; {SCALE_PASSAGES} passages of wiki_passages_3643): {keys}; from "
                    f"{describe_rules(scales)}.")
+
+
+def reference_yaml(method: str, variant: Optional[str] = None) -> Path:
+    """The reference model's shipped YAML of ``method`` the context rule reads: ``SmolLM2-135M-Instruct-<variant>.yaml``
+    where it ships, else ``SmolLM2-135M-Instruct.yaml``."""
+    from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import REFERENCE_YAML
+
+    folder = repo_root() / "hparams" / get_method(method, "init-hparams --method").folder
+    named = folder / f"{REFERENCE_YAML}-{variant}.yaml" if variant else None
+    path = named if named is not None and named.is_file() else folder / f"{REFERENCE_YAML}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"init-hparams: the reference YAML {path} of the setting rules is missing")
+    return path
+
+
+def context_rule_for(method: str, variant: Optional[str]) -> Tuple[Dict[str, Any], str]:
+    """The context-prefix keys by rule (the reference's shipped YAML of the same variant) and a header line."""
+    from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import rule_contexts
+
+    path = reference_yaml(method, variant)
+    contexts = rule_contexts(load_config_file(path))
+    keys = ", ".join(f"{k} {v}" for k, v in contexts.items())
+    return contexts, f"Context prefixes by rule: {keys}, from the shipped {path.parent.name}/{path.name}."
 
 
 def _cmd_init_hparams(args: argparse.Namespace) -> int:
@@ -393,7 +430,9 @@ def register(sub: Any, parents: ModuleType) -> None:
         "a model whose own paper YAML does not ship (--unseen: as if it did not) gets v_lr = 0.5 x residual RMS / "
         "8.366, norm_weight = 1000 x and nullspace_threshold = 3e-2 x (C0 median eigenvalue / 0.01582), "
         "clamp_norm_factor = min(0.75, sum |post-MLP norm output| / |residual|) and 400 x d_in / 1536 statistics "
-        "passages of 128 tokens (SmolLM2-135M-Instruct's shipped settings rescaled; measured on 50 passages).",
+        "passages of 128 tokens (SmolLM2-135M-Instruct's shipped settings rescaled; measured on 50 passages), and "
+        "the context prefixes of SmolLM2-135M-Instruct's shipped YAML of the same variant (2 of 5 tokens; --deep: "
+        "8 of 10).",
         parents=[parents.model("model folder/name", required=True),
                  parents.include_unknown("auto trace: use facts the model does not know too"),
                  parents.width("auto: number of layers (default: the nearest shipped YAML's)"),

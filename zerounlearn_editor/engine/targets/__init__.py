@@ -143,16 +143,17 @@ class _Problem:
     def _cached_suffix(self, layers) -> Optional[Union[KVSuffix, LayerKV]]:
         """The cached evaluation of ``adam_kv``: :class:`KVSuffix` for Llama/Mistral/Qwen2/Qwen3 and GPT-2 stacks,
         else :class:`LayerKV` (the model's own layers) if at ``delta = 0`` it equals the full forward on this
-        chunk's rows, else ``None`` (full forwards; the reason is logged once per model)."""
+        chunk's check rows (:func:`~.layer_kv.check_rows`), else ``None`` (full forwards; the reason is logged once
+        per model)."""
         model, batch = self.model, self.batch
         if KVSuffix.supported(model, *layers, batch.input_ids.shape[1]):
             return KVSuffix(model, *layers, self.h_layer, batch.attention_mask, self.start, self.end)
         reason = LayerKV.why_not(model, *layers)
         if reason is None:
             kv = LayerKV(model, *layers, self.h_layer, batch.attention_mask, self.start, self.end)
-            rows = torch.arange(len(self.row_req))
+            rows = kv.check_rows().cpu()  # a few rows stand for the chunk (the full forward of all: 27 s on Gemma)
             with torch.no_grad():
-                reason = kv.mismatch(self._hidden(rows, self.h_layer.new_zeros((len(rows), self.d))))
+                reason = kv.mismatch(self._hidden(rows, self.h_layer.new_zeros((len(rows), self.d))), rows)
             if reason is None:
                 return kv
         note_kv_fallback(model, reason)

@@ -14,7 +14,8 @@ builds a ``DynamicCache`` from the active rows' cached keys/values and calls eac
 
 A step's cache is built afresh from the stored prefix, so nothing written in a step outlives it. What the layers
 receive is inferred from their signatures; :meth:`LayerKV.mismatch` compares a step at ``delta = 0`` with the full
-forward, and the caller falls back to full forwards (logged) when they differ: a model whose forward changes the
+forward on a few rows of each chunk (:func:`check_rows`: the extremes of prefix, span and padding), and the caller
+falls back to full forwards (logged) when they differ: a model whose forward changes the
 hidden states between layers, or passes its layers something this class does not build, is never run wrongly.
 """
 from __future__ import annotations
@@ -33,6 +34,24 @@ _KNOWN = frozenset({"hidden_states", "attention_mask", "position_ids", "position
 MISMATCH_RTOL = {torch.float32: 1e-3, torch.float64: 1e-6}
 """Largest relative difference (to the reference's largest magnitude) allowed at ``delta = 0``; other dtypes
 (half precision): 5e-2."""
+
+
+CHECK_ROWS = 4
+"""At most this many rows per chunk are compared with the full forward at ``delta = 0`` (:func:`check_rows`)."""
+
+
+def check_rows(start: torch.Tensor, end: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The rows ``[<= 4]`` (sorted, distinct) whose ``delta = 0`` step stands for the chunk's (``start``, ``end``
+    ``[rows]``, ``mask`` ``[rows, seq]``): the longest cached prefix (largest ``start``), the shortest (smallest),
+    the longest span recomputed (largest ``end - start``, where a sliding window reaches furthest) and the most
+    padding (fewest real tokens). A layer call that differs from the full forward does so on every row of such a
+    kind (masks, windows, positions and the cache are built the same way for each), so these catch it at a
+    fraction of the full forward of every row."""
+    if len(start) == 0:
+        return torch.zeros(0, dtype=torch.long)
+    start, end, real = start.cpu(), end.cpu(), mask.cpu().long().sum(1)
+    picks = {int(start.argmax()), int(start.argmin()), int((end - start).argmax()), int(real.argmin())}
+    return torch.tensor(sorted(picks)[:CHECK_ROWS], dtype=torch.long)
 
 
 def _layer_list(model: nn.Module, layer_module: str) -> Tuple[Optional[nn.Module], Optional[nn.ModuleList]]:
@@ -229,15 +248,24 @@ class LayerKV:
             return out[select[0].to(out.device), select[1].to(out.device)]
         return out
 
-    def mismatch(self, reference: torch.Tensor) -> Optional[str]:
-        """``None`` when a step of every row at ``delta = 0`` equals ``reference`` ``[rows, seq, d]`` (the full
-        forward's final-norm states) at every real position ``start[r] .. end[r] - 1``, else what differs."""
-        rows = torch.arange(self.hidden.shape[0], device=self.hidden.device)
+    def check_rows(self) -> torch.Tensor:
+        """The rows :meth:`mismatch` compares (sorted, at most :data:`CHECK_ROWS`): :func:`check_rows` of this
+        chunk."""
+        return check_rows(self.start, self.end, self.mask)
+
+    def mismatch(self, reference: torch.Tensor, rows: Optional[torch.Tensor] = None) -> Optional[str]:
+        """``None`` when a step of ``rows`` (default: every row) at ``delta = 0`` equals ``reference`` ``[len(rows),
+        seq, d]`` (the full forward's final-norm states of those rows) at every real position ``start[r] .. end[r] -
+        1``, else what differs."""
+        if rows is None:
+            rows = torch.arange(self.hidden.shape[0])
+        rows = rows.to(self.hidden.device)
         with torch.no_grad():
             fast = self.step(rows, torch.zeros(len(rows), self.hidden.shape[-1], device=self.hidden.device))
-        t = torch.arange(fast.shape[1], device=self.start.device)
-        pos = self.start[:, None] + t[None, :]
-        keep = (pos < self.end[:, None]) & self.mask.gather(1, pos.clamp_max(self.mask.shape[1] - 1))
+        start, end, mask = self.start[rows], self.end[rows], self.mask[rows]
+        t = torch.arange(fast.shape[1], device=start.device)
+        pos = start[:, None] + t[None, :]
+        keep = (pos < end[:, None]) & mask.gather(1, pos.clamp_max(mask.shape[1] - 1))
         i, tt = torch.nonzero(keep, as_tuple=True)
         ref = reference[i.to(reference.device), pos[i, tt].to(reference.device)].float()
         got = fast[i.to(fast.device), tt.to(fast.device)].float().to(ref.device)
