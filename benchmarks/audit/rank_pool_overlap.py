@@ -7,7 +7,7 @@ prompt (the edit averages over its context prefixes too; the bare prompt is one 
 in total: how many picked alternatives share the fact's relation (the audit's relation test on CounterFact
 templates) and whether any of the pool's tokens is the first token of one of the fact's MC distractors.
 
-    OMP_NUM_THREADS=1 ZEROUNLEARN_DATA_DIR=/work/shared/data PYTHONPATH=. \\
+    OMP_NUM_THREADS=1 ZEROUNLEARN_DATA_DIR=../shared/data PYTHONPATH=. \\
         python benchmarks/audit/rank_pool_overlap.py benchmarks/results/audit/lever_tune_n40/audit_seed_1.json --k 3
 
 (a diagnosis JSON, ``benchmarks/results/audit/diagnosis/diagnosis.json``, works too: its ``run`` holds both).
