@@ -65,6 +65,7 @@ def main() -> None:
                          "(needs --retain)")
     ap.add_argument("--probes", default="formats,in_context,lens")
     ap.add_argument("--shots", default="3")
+    ap.add_argument("--relearn-scopes", default="mlp,full", help="relearning probe: fine-tuned weights (mlp, full)")
     ap.add_argument("--known-cache", default="benchmarks/results/deep/known_counterfact_easyedit.json")
     ap.add_argument("--half", choices=("tune", "report"), default=None,
                     help="keep one half of the cached known cases: sorted by integer case id, even positions = tune, "
@@ -88,7 +89,8 @@ def main() -> None:
                                                      progress=False, **extra), registry=registry)
         print(summary.get("table_markdown", ""))
         return
-    settings = AuditSettings(families=parse_families(args.probes), shots=tuple(int(s) for s in args.shots.split(",")))
+    settings = AuditSettings(families=parse_families(args.probes), shots=tuple(int(s) for s in args.shots.split(",")),
+                             relearn_scopes=tuple(args.relearn_scopes.split(",")))
     config = AuditConfig(hparams=args.hparams, data=args.data, out=args.out, seeds=seeds, n=args.n,
                          methods=methods, settings=settings, known_only=True,
                          retain=args.retain, progress=False)

@@ -27,6 +27,26 @@ class HParamsError(ValueError):
     """A hyperparameter file or value is invalid (message names the file and key)."""
 
 
+RANK_FIELDS = ("weight", "margin", "k")
+"""The fields of ``experimental.rank_below_alternatives``."""
+
+
+def _check_rank_setting(value: Any, source: str) -> None:
+    """:class:`HParamsError` unless ``value`` is ``{weight: finite > 0, margin: finite >= 0, k: integer >= 1}``."""
+    key = "experimental.rank_below_alternatives"
+    if not isinstance(value, dict) or sorted(value) != sorted(RANK_FIELDS):
+        raise HParamsError(f"{source}: key '{key}' must be a mapping with exactly the fields {list(RANK_FIELDS)}, "
+                           f"got {value!r}")
+    number = (int, float)
+    weight, margin, k = value["weight"], value["margin"], value["k"]
+    if isinstance(weight, bool) or not isinstance(weight, number) or not 0 < weight < float("inf"):
+        raise HParamsError(f"{source}: field '{key}.weight' must be a finite number > 0, got {weight!r}")
+    if isinstance(margin, bool) or not isinstance(margin, number) or not 0 <= margin < float("inf"):
+        raise HParamsError(f"{source}: field '{key}.margin' must be a finite number >= 0 (nats), got {margin!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise HParamsError(f"{source}: field '{key}.k' must be an integer >= 1, got {k!r}")
+
+
 def _convert_scientific_strings(config: Dict[str, Any]) -> Dict[str, Any]:
     """YAML 1.1 reads ``1e-3`` as a string; turn such strings into floats (also the values under
     ``experimental:``)."""
@@ -326,9 +346,13 @@ class EditHyperParams(BaseHyperParams):
     EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {
         "fewshot_contexts": "deep forgetting: this many extra context prefixes of 3 hand-written facts each "
         "(`engine.contexts.fewshot_prefixes`), so keys and targets also see in-context prompts",
+        "rank_below_alternatives": "`{weight, margin, k}`: adds `weight * relu(z_answer - mean z_alt + margin)` at "
+        "the answer position of every target row to the target objective, `z_alt` the logits of the `k` other "
+        "requests' answer first tokens the unedited model finds most likely (`engine.targets.ranking`)",
     }
     experimental: Dict[str, Any] = field(default_factory=dict, metadata={"help": (
-        "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`); an experiment that does "
+        "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`, "
+        "`rank_below_alternatives`); an experiment that does "
         "not win on report data leaves again"
     )})
 
@@ -362,6 +386,8 @@ class EditHyperParams(BaseHyperParams):
         if isinstance(fewshot, bool) or not isinstance(fewshot, int) or fewshot < 0:
             raise HParamsError(
                 f"{source}: key 'experimental.fewshot_contexts' must be an integer >= 0, got {fewshot!r}")
+        if "rank_below_alternatives" in self.experimental:
+            _check_rank_setting(self.experimental["rank_below_alternatives"], source)
         if not self.layers:
             raise HParamsError(f"{source}: key 'layers' must list at least one layer")
         if sorted(set(self.layers)) != list(self.layers):

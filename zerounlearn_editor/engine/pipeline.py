@@ -58,6 +58,7 @@ from zerounlearn_editor.engine.targets import (
     loss_layer_module,
     optimise_neutral_targets,
 )
+from zerounlearn_editor.engine.targets.ranking import RANK_KEY, alternative_pools
 from zerounlearn_editor.support.memory import release_free_memory
 from zerounlearn_editor.support.model_access import (
     check_edited_modules,
@@ -204,6 +205,8 @@ def _checked_forget(model: nn.Module, tok, requests: Requests,
     get_module(model, hparams.ln_f_module)
     get_module(model, hparams.lm_head_module)
     loss_layer_module(model, hparams.v_loss_layer, hparams.layer_module_tmp)  # in range, before any heavy work
+    if hparams.experimental.get(RANK_KEY):
+        alternative_pools(tok, forget)  # answers and alternatives exist, before any heavy work
     return forget, request_target_ids(tok, forget, hparams)
 
 
@@ -246,7 +249,16 @@ def _target_config(model: nn.Module, hparams: EditHyperParams) -> TargetConfig:
         chunk_size=hparams.chunk_size,
         optimizer=hparams.targets_optimizer,
         objective=hparams.target_objective,
+        **_rank_config(hparams),
     )
+
+
+def _rank_config(hparams: EditHyperParams) -> Dict[str, Any]:
+    """The :class:`TargetConfig` fields of ``experimental.rank_below_alternatives`` (none when it is not set)."""
+    rank = hparams.experimental.get(RANK_KEY)
+    if not rank:
+        return {}
+    return {"rank_weight": float(rank["weight"]), "rank_margin": float(rank["margin"]), "rank_k": int(rank["k"])}
 
 
 def as_edit_plan(model: nn.Module, tok, requests: Union[Requests, EditPlan], hparams: EditHyperParams,
@@ -517,6 +529,9 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
     config.pop("chunk_size")  # chunking does not change the result
     if config["objective"] == "neutral":  # the paper's objective: cache keys as before the key existed
         config.pop("objective")
+    if not config["rank_weight"]:  # no rank term: cache keys as before the experiment existed
+        for name in ("rank_weight", "rank_margin", "rank_k"):
+            config.pop(name)
     if hparams.experimental.get("fewshot_contexts"):
         config["fewshot_contexts"] = int(hparams.experimental["fewshot_contexts"])
     return dict(

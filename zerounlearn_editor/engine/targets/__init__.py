@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -21,6 +21,12 @@ from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.requests import ForgetRequest
 from zerounlearn_editor.engine.targets.kv_suffix import OPTIMIZERS, KVSuffix, SuffixLayers, note_kv_fallback
 from zerounlearn_editor.engine.targets.layer_kv import LayerKV
+from zerounlearn_editor.engine.targets.ranking import (
+    alternative_pools,
+    answer_first_tokens,
+    pick_alternatives,
+    rank_below_loss,
+)
 from zerounlearn_editor.engine.targets.rows import encode_target_rows, suppression_per_request
 from zerounlearn_editor.support.model_access import (
     StopForward,
@@ -57,6 +63,10 @@ class TargetConfig:
     # "neutral": per target token the NLL -log p (the paper); "suppress_answer": the target tokens are the
     # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in)
     objective: str = "neutral"
+    # experimental.rank_below_alternatives (opt-in; see .ranking): weight 0 = off, the paper's objective
+    rank_weight: float = 0.0
+    rank_margin: float = 0.0
+    rank_k: int = 0
 
 
 @dataclass
@@ -100,8 +110,13 @@ class _Problem:
     """
 
     def __init__(self, model, tok, requests: Sequence[ForgetRequest], target_ids, prefixes,
-                 cfg: TargetConfig):
+                 cfg: TargetConfig, rank: Optional[Tuple[List[int], List[List[int]]]] = None):
         self.model, self.cfg = model, cfg
+        # experimental rank term: each request's answer first token and candidate alternatives; the k used are
+        # picked at the first evaluation (delta = 0, every request)
+        self.rank_answer = torch.tensor(rank[0], dtype=torch.long) if rank else None
+        self.rank_pools = rank[1] if rank else None
+        self.rank_alts: Optional[torch.Tensor] = None
         self.all_rows = cfg.optimizer == "adam"
         self.head = get_module(model, cfg.lm_head_module)
         self.head_device = self.head.weight.device
@@ -120,6 +135,8 @@ class _Problem:
         self.t_pos = torch.tensor(rows_.t_pos, dtype=torch.long)
         self.t_tok, self.t_weight = torch.tensor(rows_.t_tok, dtype=torch.long), torch.tensor(rows_.t_weight)
         self.t_req = torch.tensor(rows_.t_req, dtype=torch.long)
+        self.t_first = torch.ones(len(self.t_rows), dtype=torch.bool)  # the entry predicting a row's first token
+        self.t_first[1:] = self.t_rows[1:] != self.t_rows[:-1]
         self.kl_rows = torch.arange(n_rw, n_rw + n)
         # rows of each request: its n_ctx rewriting rows, then its KL row
         self.req_rows = [list(range(i * n_ctx, (i + 1) * n_ctx)) + [n_rw + i] for i in range(n)]
@@ -255,6 +272,8 @@ class _Problem:
             nll = torch.zeros(len(req_list), device=hdev).index_add(
                 0, local[self.t_req[keep_t]].to(hdev), nll_tok * self.t_weight[keep_t].to(hdev)
             )
+        if self.rank_pools is not None:
+            nll = nll + cfg.rank_weight * self._rank_term(logits[:n_t], keep_t, local, len(req_list))
         kl_logp = torch.log_softmax(logits[n_t:], dim=-1)
         if self.kl_init is None:
             self.kl_init = kl_logp.detach()
@@ -262,6 +281,22 @@ class _Problem:
         h0 = self.h0[reqs.to(self.h0.device)]
         wd = cfg.weight_decay * (delta.norm(dim=1) ** 2) / (h0.norm(dim=1) ** 2)
         return nll + cfg.kl_factor * kl + wd.to(hdev), nll
+
+    def _rank_term(self, logits: torch.Tensor, keep_t: torch.Tensor, local: torch.Tensor, k: int) -> torch.Tensor:
+        """Per evaluated request ``[k]``: the mean over its rewriting rows of :func:`rank_below_loss` at the answer
+        position. ``logits`` ``[e, vocab]``: the kept target entries' (``keep_t`` over all entries); ``local``
+        maps a request to its place among the evaluated ones."""
+        first = self.t_first[keep_t]
+        req = self.t_req[keep_t][first]
+        at_answer = logits[first.to(logits.device)]
+        if self.rank_alts is None:
+            self.rank_alts = pick_alternatives(at_answer.detach(), req, self.rank_pools, self.cfg.rank_k)
+        hdev = logits.device
+        per_entry = rank_below_loss(at_answer, self.rank_answer[req].to(hdev), self.rank_alts[req].to(hdev),
+                                    self.cfg.rank_margin)
+        where = local[req].to(hdev)
+        counts = torch.bincount(where, minlength=k).clamp_min(1).to(per_entry.dtype)
+        return torch.zeros(k, device=hdev, dtype=per_entry.dtype).index_add(0, where, per_entry) / counts
 
     def loss_and_grad(self, reqs: torch.Tensor, delta: torch.Tensor):
         """``(loss [k], nll [k], grad [k, d])`` of requests ``reqs`` ``[k]`` with residuals ``delta`` ``[n,
@@ -297,11 +332,15 @@ def optimise_neutral_targets(
     for p, _ in flags:
         p.requires_grad_(False)
     zs, h0s, nlls, steps = [], [], [], []
+    rank = None
+    if cfg.rank_weight > 0:  # the alternatives come from the whole edit, so chunking does not change them
+        rank = (answer_first_tokens(tok, requests), alternative_pools(tok, requests))
     try:
         with torch.enable_grad(), eval_mode(model):
             for start in range(0, len(requests), cfg.chunk_size):
                 chunk = slice(start, start + cfg.chunk_size)
-                problem = _Problem(model, tok, requests[chunk], target_ids[chunk], prefixes, cfg)
+                part = (rank[0][chunk], rank[1][chunk]) if rank else None
+                problem = _Problem(model, tok, requests[chunk], target_ids[chunk], prefixes, cfg, part)
                 delta, nll, run = adam_targets(problem, cfg)
                 zs.append((problem.h0 + delta.to(problem.h0.device)).cpu())
                 h0s.append(problem.h0.cpu())
