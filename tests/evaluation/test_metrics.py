@@ -280,7 +280,8 @@ def test_perplexity_strided_matches_reference(tok, window, stride, batch_size):
     assert left == pytest.approx(expected, rel=1e-5)
 
 
-perplexity_module = importlib.import_module("zerounlearn_editor.evaluation.perplexity")  # the package exports the function
+# the package exports the function perplexity, which hides the module of that name
+perplexity_module = importlib.import_module("zerounlearn_editor.evaluation.perplexity")
 
 
 def test_windows_per_pass_caps_the_logits_of_a_large_vocabulary():

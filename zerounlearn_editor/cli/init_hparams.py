@@ -335,29 +335,6 @@ def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int]
                    f"{describe_rules(scales)}.")
 
 
-def reference_yaml(method: str, variant: Optional[str] = None) -> Path:
-    """The reference model's shipped YAML of ``method`` the context rule reads: ``SmolLM2-135M-Instruct-<variant>.yaml``
-    where it ships, else ``SmolLM2-135M-Instruct.yaml``."""
-    from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import REFERENCE_YAML
-
-    folder = repo_root() / "hparams" / get_method(method, "init-hparams --method").folder
-    named = folder / f"{REFERENCE_YAML}-{variant}.yaml" if variant else None
-    path = named if named is not None and named.is_file() else folder / f"{REFERENCE_YAML}.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"init-hparams: the reference YAML {path} of the setting rules is missing")
-    return path
-
-
-def context_rule_for(method: str, variant: Optional[str]) -> Tuple[Dict[str, Any], str]:
-    """The context-prefix keys by rule (the reference's shipped YAML of the same variant) and a header line."""
-    from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import rule_contexts
-
-    path = reference_yaml(method, variant)
-    contexts = rule_contexts(load_config_file(path))
-    keys = ", ".join(f"{k} {v}" for k, v in contexts.items())
-    return contexts, f"Context prefixes by rule: {keys}, from the shipped {path.parent.name}/{path.name}."
-
-
 def _cmd_init_hparams(args: argparse.Namespace) -> int:
     from zerounlearn_editor.support.files import read_json
     from zerounlearn_editor.support.model_access import num_hidden_layers
@@ -430,9 +407,8 @@ def register(sub: Any, parents: ModuleType) -> None:
         "a model whose own paper YAML does not ship (--unseen: as if it did not) gets v_lr = 0.5 x residual RMS / "
         "8.366, norm_weight = 1000 x and nullspace_threshold = 3e-2 x (C0 median eigenvalue / 0.01582), "
         "clamp_norm_factor = min(0.75, sum |post-MLP norm output| / |residual|) and 400 x d_in / 1536 statistics "
-        "passages of 128 tokens (SmolLM2-135M-Instruct's shipped settings rescaled; measured on 50 passages), and "
-        "the context prefixes of SmolLM2-135M-Instruct's shipped YAML of the same variant (2 of 5 tokens; --deep: "
-        "8 of 10).",
+        "passages of 128 tokens (SmolLM2-135M-Instruct's shipped settings rescaled; measured on 50 passages); the "
+        "context prefixes stay the base YAML's.",
         parents=[parents.model("model folder/name", required=True),
                  parents.include_unknown("auto trace: use facts the model does not know too"),
                  parents.width("auto: number of layers (default: the nearest shipped YAML's)"),

@@ -3,12 +3,12 @@
 For a model with no shipped YAML (``zerounlearn demo --model gemma3-270m``): the layers by ``--layers auto``'s MLP
 causal trace of the given facts (restoration window
 :func:`~zerounlearn_editor.harness.causal_trace.depth_scaled_window`, the nearest shipped YAML's width), the
-settings by :mod:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules` (measured on the weights) and the
-reference's context prefixes: what ``zerounlearn init-hparams --model M --method ZeroUnlearn-GD --layers auto
---facts F`` writes. The file lives under ``<cache>/hparams/rules/`` and its name holds
-a digest of everything it depends on (:func:`rules_yaml_key`): the model's fingerprint and dtype, the rules'
-version, reference quantities and reference contexts, the method, and the trace's facts, window and width (which
-fix the layers). A second call with the same inputs reads the file; anything changed writes a new one (atomically).
+settings by :mod:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules` (measured on the weights): what
+``zerounlearn init-hparams --model M --method ZeroUnlearn-GD --layers auto --facts F`` writes. The file lives under
+``<cache>/hparams/rules/`` and its name holds a digest of everything it depends on (:func:`rules_yaml_key`): the
+model's fingerprint and dtype, the rules' version and reference quantities, the method, and the trace's facts,
+window and width (which fix the layers). A second call with the same inputs reads the file; anything changed writes
+a new one (atomically).
 """
 from __future__ import annotations
 
@@ -23,14 +23,11 @@ from torch import nn
 
 from zerounlearn_editor.cli.init_hparams import (
     build_hparams,
-    context_rule_for,
     default_width,
-    reference_yaml,
     scale_rules_for,
     trace_layers,
     write_hparams,
 )
-from zerounlearn_editor.engine.hparams import load_config_file
 
 LOG = logging.getLogger(__name__)
 METHOD = "ZeroUnlearn-GD"
@@ -40,12 +37,12 @@ Fact = Tuple[str, str, str]  # (prompt, subject, answer)
 def rules_yaml_key(model: nn.Module, facts: Sequence[Fact], window: int, width: int, method: str = METHOD) -> str:
     """A hex digest (16 characters) of what the YAML by rule depends on (see the module docstring)."""
     from zerounlearn_editor.engine.stats.fingerprint import model_fingerprint
-    from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import REFERENCE, RULES_VERSION, rule_contexts
+    from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import REFERENCE, RULES_VERSION
 
     dtype = str(next(model.parameters()).dtype)
     material: Dict[str, Any] = {
         "model": model_fingerprint(model), "dtype": dtype, "rules": RULES_VERSION, "reference": asdict(REFERENCE),
-        "contexts": rule_contexts(load_config_file(reference_yaml(method))), "method": method,
+        "method": method,
         "trace": {"facts": [list(f) for f in facts], "window": window, "width": width},
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
@@ -76,8 +73,7 @@ def rules_yaml(model: nn.Module, tok: Any, model_name: str, facts: Sequence[Fact
              "measured on its weights", model_name, len(answered), window)
     layers = trace_layers(model, tok, answered, window, width, progress=progress)
     rules, rules_note = scale_rules_for(model, tok, layers)
-    contexts, contexts_note = context_rule_for(METHOD, None)
-    config, base = build_hparams(model, str(model_name), METHOD, layers, None, None, {**rules, **contexts})
+    config, base = build_hparams(model, str(model_name), METHOD, layers, None, None, rules)
     note = (f"layers from a causal trace of {len(answered)} facts (restoration window {window}, 10 x layers / 48); "
             f"cached by zerounlearn demo, key {key}")
-    return write_hparams(config, base, path, note, None, f"{rules_note}\n# {contexts_note}")
+    return write_hparams(config, base, path, note, None, rules_note)

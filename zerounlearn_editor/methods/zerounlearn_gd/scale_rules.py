@@ -21,11 +21,10 @@ real weights here, at layers 16-18), and rescales it by the new model's measured
   sum is not reachable (``|h|``: the residual's norm at the last edited layer).
 - ``mom2_n_samples`` x ``mom2_max_length``: the reference's tokens per key dimension (400 x 128 / 1536 = 33.3),
   128-token passages: ``round(400 x d_in / 1536)`` passages.
-- ``context_template_count`` / ``context_template_length``: the reference's own, read from its shipped YAML of the
-  same variant (:data:`REFERENCE_YAML`, ``-<variant>`` where that file ships; :func:`rule_contexts`): 2 prefixes of
-  5 tokens (``-deep``: 8 of 10). The paper YAMLs of the larger models sample 5 of 10; on Gemma-3-270m those cost 3.0x
-  SmolLM2's target time per fact, 2 of 5 1.5x (benchmarks/RESULTS.md section 12.3; what 2 of 5 does to
-  forgetting and perplexity there: section 12.5).
+
+The context prefixes are not set by rule: they stay the base YAML's (5 of 10 tokens). SmolLM2's 2 of 5 cut
+Gemma-3-270m's edit time per fact to 1.1x SmolLM2's but raised its perplexity cost in every run measured
+(benchmarks/RESULTS.md section 12.5).
 
 Pure functions of floats; :func:`rule_settings` gives the keys. A model whose own YAML ships keeps it.
 """
@@ -33,11 +32,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
-__all__ = ["ModelScales", "ReferenceScales", "REFERENCE", "RULES_VERSION", "REFERENCE_YAML", "CONTEXT_KEYS",
-           "round_sig", "rule_v_lr", "rule_solve_weights", "rule_clamp", "rule_mom2", "rule_contexts", "rule_settings",
-           "describe_rules"]
+__all__ = ["ModelScales", "ReferenceScales", "REFERENCE", "RULES_VERSION", "round_sig", "rule_v_lr",
+           "rule_solve_weights", "rule_clamp", "rule_mom2", "rule_settings", "describe_rules"]
 
 
 @dataclass(frozen=True)
@@ -93,15 +91,10 @@ REFERENCE = ReferenceScales(
 )
 
 
-RULES_VERSION = 2
-"""Changes whenever a rule does (1: ``v_lr``, clamp, solve weights, ``mom2`` sizes; 2: the context prefixes); part of
-the key of YAMLs cached by rule (``zerounlearn demo --model gemma3-270m``)."""
-
-REFERENCE_YAML = "SmolLM2-135M-Instruct"
-"""File stem of the reference's shipped YAMLs (``hparams/<method>/SmolLM2-135M-Instruct[-<variant>].yaml``)."""
-
-CONTEXT_KEYS = ("context_template_count", "context_template_length")
-"""The context-prefix keys :func:`rule_contexts` takes from the reference's YAML."""
+RULES_VERSION = 3
+"""Changes whenever a rule does (1: ``v_lr``, clamp, solve weights, ``mom2`` sizes; 2: SmolLM2's context prefixes;
+3: the base YAML's context prefixes again); part of the key of YAMLs cached by rule (``zerounlearn demo --model
+gemma3-270m``)."""
 
 
 def round_sig(value: float, digits: int = 3) -> float:
@@ -146,18 +139,6 @@ def rule_mom2(key_dim: int, ref: ReferenceScales = REFERENCE) -> Dict[str, int]:
         raise ValueError(f"key_dim must be at least 1, got {key_dim!r}")
     n = max(1, int(math.floor(ref.mom2_n_samples * int(key_dim) / ref.key_dim + 0.5)))
     return {"mom2_n_samples": n, "mom2_max_length": ref.mom2_max_length}
-
-
-def rule_contexts(reference_yaml: Mapping[str, Any]) -> Dict[str, int]:
-    """``{"context_template_count", "context_template_length"}``: the reference's shipped YAML's (``reference_yaml``:
-    its keys, the file of the same variant). A missing or non-integer key is a ``ValueError`` naming it."""
-    out: Dict[str, int] = {}
-    for key in CONTEXT_KEYS:
-        value = reference_yaml.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"the reference YAML's key {key!r} must be a non-negative integer, got {value!r}")
-        out[key] = value
-    return out
 
 
 def rule_settings(scales: ModelScales, ref: ReferenceScales = REFERENCE) -> Dict[str, Any]:
