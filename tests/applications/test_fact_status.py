@@ -9,7 +9,9 @@ from zerounlearn_editor.applications.fact_status import (
     edit_count,
     fact_status,
     format_counts,
+    is_answered,
     merged_facts,
+    names_answer,
     status_counts,
 )
 
@@ -59,3 +61,27 @@ def test_counts_separate_the_outcomes():
     assert counts["forgotten"] == 1 and counts["not_known"] == 2 and counts["came_back"] == 0
     text = format_counts(counts)
     assert text.startswith("1 forgotten, 2 not known before") and "came back" not in text
+
+
+@pytest.mark.parametrize("text, answer, expected", [
+    (" Paris.\n\n", "Paris", True),
+    (":\n\n* French", "French", True),  # named after a preamble: the model still gives it
+    ("<start_of_image>French is the", "French", True),
+    (" paris is", "Paris", True),  # case-insensitive
+    (" Mexico\nCity.", "Mexico City", True),  # whitespace runs equal
+    (" Parisian food", "Paris", False),  # not inside a longer word
+    (" the city of", "Paris", False),
+    ("<eos>", "Paris", False),
+    (" a+b", "a+b", True),  # regex characters are literal
+    (" aab", "a+b", False),
+    (" anything", "", False),
+])
+def test_names_answer(text, answer, expected):
+    assert names_answer(text, answer) is expected
+
+
+def test_is_answered_counts_the_next_tokens_or_a_named_answer():
+    assert is_answered(1.0, "Paris", "<eos>") is True  # the answer's tokens are the greedy ones
+    assert is_answered(0.0, "French", ":\n\n* French") is True
+    assert is_answered(0.5, "Mexico City", " Mexico is") is False
+    assert is_answered(None, None, " Paris") is None and is_answered(0.0, "", "") is None

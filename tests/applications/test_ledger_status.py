@@ -172,3 +172,21 @@ def test_a_repeated_fact_is_edited_once_and_listed_once(setup, caplog):
     # KNOWN, forgotten by edit 0 and not answered before edit 1, is still "forgotten" (answered before its first edit)
     assert [f["status"] for f in ledger["facts"]] == ["forgotten", "not_known", "no_answer"]
     assert _run(root, "back.json", "--model", str(again), "--out", str(root / "again-2"), "--allow-came-back") == 0
+
+
+def test_a_fact_the_continuation_still_names_is_not_forgotten(setup, monkeypatch):
+    """The edit removes the known fact's answer as the next token, but the model names it a line later (Gemma's
+    ``":\\n\\n* French"``): the run and the ledger record it still answered, never forgotten; a continuation that
+    names another word leaves the unknown fact not known."""
+    import zerounlearn_editor.applications.unlearn as unlearn_module
+
+    root, _ = setup
+    monkeypatch.setattr(unlearn_module, "generate_greedy",
+                        lambda model, tok, prompts, *args, **kwargs: [":\n\n* Tokyo" for _ in prompts])
+    out = root / "named-later"
+    assert _run(root, "first.json", "--out", str(out)) == 0
+    report = json.loads((out / REPORT_NAME).read_text(encoding="utf-8"))
+    assert report["forgotten"][0]["acc_after"] < 1.0  # the edit removed the answer as the next tokens
+    assert report["statuses"] == ["still_answered", "not_known", "no_answer"]
+    assert report["still_answered"] == [0]
+    assert [f["status"] for f in _ledger(out)["facts"]] == ["still_answered", "not_known", "no_answer"]

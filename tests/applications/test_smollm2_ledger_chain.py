@@ -1,15 +1,16 @@
 """Issue 46 on SmolLM2 (slow): three chained ``unlearn --model`` runs (A = France, Germany; B = Japan, Italy; C =
 Spain, Greece, England), with the paper's ``hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct.yaml``: the final ledger's
-status of every fact agrees with greedy decoding on the final model, fact by fact (a fact the model gives is never
-"forgotten"). Measured (one thread): with the paper YAML the third edit brings Japan back (" Tokyo."; France too
-without England in C) and is refused until ``--allow-came-back``; it leaves Greece answered ("still answered") and
-teaches England ("taught": not answered before it, " London." after). ``-many.yaml`` chains (no earlier fact comes
-back in five runs) are measured, not tested here, to keep the suite short: ``benchmarks/RESULTS.md`` §13,
-``benchmarks/ledger_chain.py``."""
+status of every fact agrees with greedy decoding on the final model, fact by fact (a fact the model gives, as its
+next tokens or later in the 8-token continuation, is never "forgotten"). Measured (one thread): with the paper YAML
+the third edit brings Japan back (" Tokyo."; France too without England in C) and is refused until
+``--allow-came-back``; it leaves Greece answered ("still answered") and teaches England ("taught": not answered
+before it, " London." after). ``-many.yaml`` chains (no earlier fact comes back in five runs) are measured, not
+tested here, to keep the suite short: ``benchmarks/RESULTS.md`` §13, ``benchmarks/ledger_chain.py``."""
 from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pytest
 import yaml
@@ -52,11 +53,11 @@ def test_three_chained_edits_record_what_greedy_decoding_gives(smollm2_path, smo
     ledger = json.loads((folder / LEDGER_NAME).read_text(encoding="utf-8"))
     assert [f["subject"] for f in ledger["facts"]] == [c for pairs in CAPITALS.values() for c, _ in pairs]
     model, tok = load_model_and_tokenizer(str(folder))
-    greedy = generate_greedy(model, tok, [f["prompt"] for f in ledger["facts"]], 4)
+    greedy = generate_greedy(model, tok, [f["prompt"] for f in ledger["facts"]], 8)  # the report's 8 tokens
     statuses = {f["subject"]: (f["status"], text) for f, text in zip(ledger["facts"], greedy)}
     logging.getLogger(__name__).info("%s: refused %s; final statuses %s", hparams.name, refused, statuses)
     for fact, text in zip(ledger["facts"], greedy):
-        gives = text.strip().startswith(fact["answer"])
+        gives = re.search(rf"\b{re.escape(fact['answer'])}\b", text, flags=re.IGNORECASE) is not None  # named
         assert fact["answered"] is gives and (fact["status"] in ANSWERED_STATUSES) is gives, (fact, text)
         assert fact["as_of_edit"] == 2
     # item 4: B's facts were no longer answered after A (collateral): nothing to forget, not "forgotten"

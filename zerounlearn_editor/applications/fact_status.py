@@ -1,7 +1,9 @@
 """The status of each fact a ledger lists, as of the latest edit (:mod:`zerounlearn_editor.applications.ledger`).
 
-"Answered" is what greedy decoding gives: every answer token is the argmax after the prompt and the answer's
-earlier tokens (teacher-forced accuracy 1.0, the criterion of ``EditReport.still_answered``). Each fact carries
+"Answered" is what greedy decoding gives (:func:`is_answered`): every answer token is the argmax after the prompt
+and the answer's earlier tokens (teacher-forced accuracy 1.0, the criterion of ``EditReport.still_answered``), or the
+answer is named, as a whole word, anywhere in the greedy continuation the report shows (e.g. ``":\n\n* French"`` for
+the answer ``French``: the answer is not the next token, but the model still gives it). Each fact carries
 ``answered_before`` (before an edit that targeted it: a fact edited again keeps ``True``), ``answered`` (after
 the latest edit), the first edit (its own or a later one) after which it was not answered
 (``first_unanswered_edit``) and the status those give (:func:`fact_status`):
@@ -17,6 +19,7 @@ Only ``forgotten`` means the model no longer gives the fact; a ledger never writ
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 STATUS_LABELS: Dict[str, str] = {
@@ -38,6 +41,25 @@ FactKey = Tuple[str, str]
 def fact_key(fact: Mapping[str, Any]) -> FactKey:
     """A fact's identity in a ledger: its prompt and subject (they fix its key vector)."""
     return fact["prompt"], fact["subject"]
+
+
+def names_answer(text: str, answer: str) -> bool:
+    """Whether ``text`` (a greedy continuation) names ``answer`` as a whole word or phrase: case-insensitive, runs
+    of whitespace equal, not inside a longer word (``Paris`` in ``" Paris."`` or ``":\n* paris"``, not in
+    ``"Parisian"``). An empty answer names nothing."""
+    words = answer.split()
+    if not words:
+        return False
+    pattern = r"\s+".join(re.escape(w) for w in words)
+    return re.search(rf"(?<!\w){pattern}(?!\w)", text, flags=re.IGNORECASE) is not None
+
+
+def is_answered(acc: Optional[float], answer: Optional[str], continuation: str) -> Optional[bool]:
+    """Whether the model gives a fact: its answer's tokens are the greedy ones (teacher-forced accuracy ``acc`` of
+    1.0) or its greedy ``continuation`` names the answer (:func:`names_answer`); None: no answer (not scored)."""
+    if acc is None or not answer:
+        return None
+    return acc == 1.0 or names_answer(continuation, answer)
 
 
 def fact_status(answered_before: Optional[bool], answered: Optional[bool],
@@ -123,4 +145,4 @@ def edit_count(facts: Sequence[Mapping[str, Any]]) -> int:
 
 
 __all__ = ["ANSWERED_STATUSES", "STATUS_LABELS", "edit_count", "fact_key", "fact_status", "format_counts",
-           "merged_facts", "new_fact_record", "rescored_record", "status_counts"]
+           "is_answered", "merged_facts", "names_answer", "new_fact_record", "rescored_record", "status_counts"]

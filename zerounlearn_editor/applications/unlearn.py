@@ -32,6 +32,7 @@ from zerounlearn_editor.applications.fact_status import (
     fact_key,
     fact_status,
     format_counts,
+    is_answered,
     merged_facts,
     status_counts,
 )
@@ -76,7 +77,7 @@ from zerounlearn_editor.support.progress import progress_scope
 LOG = logging.getLogger(__name__)
 
 SAVE_MODES = ("model", "adapter", "none")
-_NEW_TOKENS = 8  # greedy continuation length in the table
+_NEW_TOKENS = 8  # greedy continuation length: shown in the table, and a fact it names is answered (is_answered)
 _BATCH_SIZE = 16
 
 
@@ -128,10 +129,11 @@ class UnlearnResult:
     audit: Optional[Dict[str, Any]] = None
     fluency: Dict[str, Any] = field(default_factory=dict)  # the edit's fluency guard (EditReport.fluency)
     saved_ledger: Optional[Dict[str, int]] = None  # the ledger written: its facts (any status), edits
-    # indices into ``forgotten`` (one row per edited fact) whose answer is still given after the edit (acc after 1.0)
+    # indices into ``forgotten`` (one row per edited fact) whose answer is still given after the edit (acc after 1.0,
+    # or the greedy continuation names it: fact_status.is_answered)
     still_answered: List[int] = field(default_factory=list)
     # per row of ``forgotten``: this edit's outcome, a key of STATUS_LABELS ("forgotten", "not_known",
-    # "still_answered", "taught", "no_answer"; answered = acc 1.0, what greedy decoding gives)
+    # "still_answered", "taught", "no_answer"; answered: fact_status.is_answered, what greedy decoding gives)
     statuses: List[str] = field(default_factory=list)
     # the facts earlier edits of the continued folder targeted (not this run's), re-scored after this edit
     earlier: List[EarlierRow] = field(default_factory=list)
@@ -142,8 +144,10 @@ class UnlearnResult:
 
 
 def _measure(model, tok, facts: Sequence[Dict[str, Any]], greedy_all: bool = True) -> Dict[str, List[Any]]:
-    """Answer accuracy and probability (None without an answer) and the greedy continuation of each fact
-    (``greedy_all=False``: only of the facts answered, ``""`` for the others)."""
+    """Answer accuracy and probability (None without an answer), the greedy continuation of each fact
+    (``greedy_all=False``: only of the facts with an answer, ``""`` for the others) and whether the model gives
+    the fact (``answered``: :func:`~zerounlearn_editor.applications.fact_status.is_answered` of the two; None
+    without an answer)."""
     with_answer = [i for i, f in enumerate(facts) if f.get("ground_truth")]
     probes = [Probe(facts[i]["prompt"], facts[i]["ground_truth"]) for i in with_answer]
     scores = evaluate_probes(model, tok, probes, _BATCH_SIZE) if probes else {"acc": [], "prob": []}
@@ -151,18 +155,14 @@ def _measure(model, tok, facts: Sequence[Dict[str, Any]], greedy_all: bool = Tru
     prob: List[Optional[float]] = [None] * len(facts)
     for j, i in enumerate(with_answer):
         acc[i], prob[i] = scores["acc"][j], scores["prob"][j]
-    shown = list(range(len(facts))) if greedy_all else [i for i in range(len(facts)) if acc[i] == 1.0]
+    shown = list(range(len(facts))) if greedy_all else with_answer
     greedy = [""] * len(facts)
     if shown:
         texts = generate_greedy(model, tok, [facts[i]["prompt"] for i in shown], _NEW_TOKENS, _BATCH_SIZE)
         for i, text in zip(shown, texts):
             greedy[i] = text
-    return {"acc": acc, "prob": prob, "greedy": greedy}
-
-
-def _answered(acc: Optional[float]) -> Optional[bool]:
-    """Whether greedy decoding gives the answer: every answer token the argmax (accuracy 1.0); None: no answer."""
-    return None if acc is None else acc == 1.0
+    answered = [is_answered(a, f.get("ground_truth"), g) for a, f, g in zip(acc, facts, greedy)]
+    return {"acc": acc, "prob": prob, "greedy": greedy, "answered": answered}
 
 
 def _rows(facts, before, after) -> List[UnlearnRow]:
@@ -460,7 +460,7 @@ def _result(job: _Job, before: Dict[str, Any], after: Dict[str, Any], settings: 
         seconds=seconds,
         audit=audit_report,
         fluency=dict(report.fluency),
-        still_answered=[i for i, acc in enumerate(after["forget"]["acc"]) if acc == 1.0],
+        still_answered=[i for i, answered in enumerate(after["forget"]["answered"]) if answered],
     )
 
 
@@ -469,12 +469,11 @@ def _fact_statuses(job: _Job, result: UnlearnResult, before: Dict[str, Any], aft
     """Set ``result``'s statuses, earlier rows, ``came_back`` and ``ledger_status``; return the ledger's fact
     records after this edit (:func:`~zerounlearn_editor.applications.fact_status.merged_facts`).
     ``after["earlier"]``: the scores of ``job.earlier`` after the edit."""
-    answered_before = [_answered(a) for a in before["forget"]["acc"]]
-    answered_after = [_answered(a) for a in after["forget"]["acc"]]
+    answered_before, answered_after = before["forget"]["answered"], after["forget"]["answered"]
     result.statuses = [fact_status(b, a, None) for b, a in zip(answered_before, answered_after)]
     previous = job.continuation.ledger if job.continuation is not None else {"facts": [], "edits": []}
     scores = after["earlier"]
-    now = {fact_key(r): _answered(acc) for r, acc in zip(job.earlier, scores["acc"])}
+    now = {fact_key(r): answered for r, answered in zip(job.earlier, scores["answered"])}
     records = merged_facts(previous["facts"], [now.get(fact_key(r)) for r in previous["facts"]], job.facts,
                            answered_before, answered_after, len(previous["edits"]), time)
     by_key = {fact_key(r): r for r in records}
