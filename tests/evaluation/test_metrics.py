@@ -161,6 +161,41 @@ def test_answer_argmax_hits_equal_full_accuracy_and_skip_full_logits(random_lm, 
         random_lm, tok, probes, batch_size=3)["pred_ids"]
 
 
+def test_evaluate_probes_applies_the_head_only_where_an_answer_token_is_predicted(random_lm, tok):
+    """The output head's input holds, per batch, only the positions that predict an answer token (the union over
+    the batch's rows), never every position: on Gemma-3 the head over 262k tokens costs more than the decoder."""
+    seen = []
+    head = random_lm.get_output_embeddings()
+    handle = head.register_forward_pre_hook(lambda _m, args: seen.append(tuple(args[0].shape)))
+    try:
+        evaluate_probes(random_lm, tok, VARIED_PROBES, batch_size=len(VARIED_PROBES), padding_side="right")
+    finally:
+        handle.remove()
+    encoded = [encode_probe(tok, p) for p in VARIED_PROBES]
+    predicting = {t - 1 for e in encoded for t in range(e.answer_start, len(e.input_ids))}  # right padding
+    assert len(seen) == 1 and seen[0][:2] == (len(VARIED_PROBES), len(predicting))
+    assert len(predicting) < max(len(e.input_ids) for e in encoded)
+
+
+class _NoKeepArgument(torch.nn.Module):
+    """A causal LM whose forward takes no ``logits_to_keep``: every position's logits, as older models give."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.inner = model
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False):
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          use_cache=use_cache)
+
+
+def test_evaluate_probes_slices_the_logits_of_a_forward_without_logits_to_keep(random_lm, tok):
+    plain = evaluate_probes(_NoKeepArgument(random_lm), tok, VARIED_PROBES, batch_size=2)
+    kept = evaluate_probes(random_lm, tok, VARIED_PROBES, batch_size=2)
+    assert plain["acc"] == kept["acc"] and plain["pred_ids"] == kept["pred_ids"]
+    assert plain["seq_prob"] == pytest.approx(kept["seq_prob"], rel=1e-5)
+
+
 def test_answer_argmax_hits_fall_back_when_the_forward_skips_the_head(successor, tok, monkeypatch):
     """A model whose forward makes its logits without calling get_output_embeddings()'s module: the full-logit
     path answers (the same hits), instead of a KeyError."""

@@ -7,6 +7,7 @@ model reads, whatever the tokenizer does with the space. Padding is done here, o
 """
 from __future__ import annotations
 
+import inspect
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple
@@ -119,6 +120,24 @@ def logit_batches(model: torch.nn.Module, tok: "PreTrainedTokenizerBase", sequen
             output = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                            position_ids=batch.position_ids, use_cache=False)
         yield indices, batch, output if isinstance(output, torch.Tensor) else output.logits
+
+
+def logits_at(model: torch.nn.Module, batch: PaddedBatch, positions: torch.Tensor) -> torch.Tensor:
+    """The causal LM's logits ``[batch, k, vocab]`` at the ``k`` sequence ``positions`` (sorted, ``[k]`` long) of
+    every row of ``batch`` (no grad). A forward that takes ``logits_to_keep`` (transformers >= 4.50) applies its
+    output head at those positions only (on Gemma-3 the head over its 262k-token vocabulary costs more than the
+    decoder); any other forward gives every position's logits and they are sliced: the same values."""
+    positions = positions.to(batch.input_ids.device)
+    kwargs = {}
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        kwargs["logits_to_keep"] = positions
+    with torch.no_grad():
+        output = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                       position_ids=batch.position_ids, use_cache=False, **kwargs)
+    logits = output if isinstance(output, torch.Tensor) else output.logits
+    if not kwargs or logits.shape[1] != positions.numel():  # every position's logits
+        logits = logits[:, positions]
+    return logits
 
 
 def answer_log_probs(logits: torch.Tensor, row: int, cols: torch.Tensor,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, List, Optional, Sequence, TypedDict
 import torch
 
 from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.evaluation.batching import answer_log_probs, encode_probe, logit_batches
+from zerounlearn_editor.evaluation.batching import answer_log_probs, encode_probe, logits_at, padded_batches
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -45,7 +45,9 @@ def evaluate_probes(
 ) -> ProbeScores:
     """:class:`ProbeScores` of ``probes``, in order, ``batch_size`` per forward pass.
 
-    ``model``: a causal LM returning logits ``[batch, seq, vocab]`` (put in eval mode);
+    ``model``: a causal LM returning logits ``[batch, seq, vocab]`` (put in eval mode; its output head runs only
+    at the positions that predict an answer token where its forward takes ``logits_to_keep``:
+    :func:`~zerounlearn_editor.evaluation.batching.logits_at`);
     ``padding_side``: ``"left"``/``"right"``, default the tokenizer's.
     """
     scores: ProbeScores = {"acc": [], "first_acc": [], "prob": [], "seq_prob": [], "pred_ids": [], "n_tokens": []}
@@ -53,15 +55,20 @@ def evaluate_probes(
         return scores
     encoded = [encode_probe(tok, probe) for probe in probes]
     per_probe: List[Optional[tuple]] = [None] * len(encoded)
-    batches = logit_batches(model, tok, [e.input_ids for e in encoded], batch_size, padding_side,
-                            desc=f"scoring {len(encoded)} probes")
-    for indices, batch, logits in batches:  # logits [B, L, V]
+    batches = padded_batches(model, tok, [e.input_ids for e in encoded], batch_size, padding_side,
+                             desc=f"scoring {len(encoded)} probes")
+    for indices, batch in batches:
         device = batch.input_ids.device
-        for row, index in enumerate(indices):
-            item, offset = encoded[index], batch.offsets[row]
-            cols = torch.arange(offset + item.answer_start, offset + len(item.input_ids), device=device)
+        answer_cols = [torch.arange(batch.offsets[row] + encoded[index].answer_start,
+                                    batch.offsets[row] + len(encoded[index].input_ids), device=device)
+                       for row, index in enumerate(indices)]
+        kept = torch.unique(torch.cat(answer_cols) - 1)  # [k] sorted: the positions that predict an answer token
+        logits = logits_at(model, batch, kept)  # [B, k, V]
+        slot = torch.full((batch.input_ids.shape[1],), -1, dtype=torch.long, device=device)
+        slot[kept] = torch.arange(kept.numel(), device=device)  # position -> its index in ``logits``
+        for row, (index, cols) in enumerate(zip(indices, answer_cols)):
             targets = batch.input_ids[row, cols]  # [n]
-            log_probs, predicted = answer_log_probs(logits, row, cols, targets)
+            log_probs, predicted = answer_log_probs(logits, row, slot[cols - 1] + 1, targets)
             per_probe[index] = (log_probs.cpu(), predicted.cpu(), targets.cpu())
     for lp, pred, tgt in per_probe:  # type: ignore[misc]
         scores["acc"].append(float((pred == tgt).float().mean()))
