@@ -122,22 +122,29 @@ def logit_batches(model: torch.nn.Module, tok: "PreTrainedTokenizerBase", sequen
         yield indices, batch, output if isinstance(output, torch.Tensor) else output.logits
 
 
-def logits_at(model: torch.nn.Module, batch: PaddedBatch, positions: torch.Tensor) -> torch.Tensor:
+def kept_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                positions: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The causal LM's logits ``[batch, k, vocab]`` at the ``k`` sequence ``positions`` (sorted, ``[k]`` long) of
-    every row of ``batch`` (no grad). A forward that takes ``logits_to_keep`` (transformers >= 4.50) applies its
-    output head at those positions only (on Gemma-3 the head over its 262k-token vocabulary costs more than the
-    decoder); any other forward gives every position's logits and they are sliced: the same values."""
-    positions = positions.to(batch.input_ids.device)
-    kwargs = {}
-    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+    every row of ``input_ids`` ``[batch, len]``, under the caller's grad mode. A forward that takes
+    ``logits_to_keep`` (transformers >= 4.50) applies its output head at those positions only (on Gemma-3 the head
+    over its 262k-token vocabulary costs more than the decoder); any other forward gives every position's logits
+    and they are sliced: the same values."""
+    positions = positions.to(input_ids.device)
+    kwargs = {} if position_ids is None else {"position_ids": position_ids}
+    keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+    if keep:
         kwargs["logits_to_keep"] = positions
-    with torch.no_grad():
-        output = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                       position_ids=batch.position_ids, use_cache=False, **kwargs)
+    output = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kwargs)
     logits = output if isinstance(output, torch.Tensor) else output.logits
-    if not kwargs or logits.shape[1] != positions.numel():  # every position's logits
+    if not keep or logits.shape[1] != positions.numel():  # every position's logits
         logits = logits[:, positions]
     return logits
+
+
+def logits_at(model: torch.nn.Module, batch: PaddedBatch, positions: torch.Tensor) -> torch.Tensor:
+    """:func:`kept_logits` ``[batch, k, vocab]`` of a :class:`PaddedBatch` (its position ids), without grad."""
+    with torch.no_grad():
+        return kept_logits(model, batch.input_ids, batch.attention_mask, positions, batch.position_ids)
 
 
 def answer_log_probs(logits: torch.Tensor, row: int, cols: torch.Tensor,

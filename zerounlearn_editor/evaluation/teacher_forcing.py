@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.evaluation.batching import encode_probe, pad_sequences, pad_token_id
+from zerounlearn_editor.evaluation.batching import encode_probe, kept_logits, pad_sequences, pad_token_id
 
 __all__ = ["AnswerBatch", "pad_rows", "answer_rows", "text_rows", "encode_answers", "encode_texts",
            "sequence_log_probs", "token_log_probs", "nll_loss"]
@@ -80,30 +80,36 @@ def encode_texts(tok, texts: Sequence[str]) -> AnswerBatch:
     return pad_rows(tok, *text_rows(tok, texts))
 
 
+def _scored(model: nn.Module, batch: AnswerBatch) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(logits [n, k, V], mask [n, k], next tokens [n, k])`` at the ``k`` positions where some row scores its next
+    token (the output head runs only there: :func:`~zerounlearn_editor.evaluation.batching.kept_logits`)."""
+    columns = batch.target_mask.any(dim=0).nonzero()[:, 0]  # [k] positions t whose token t + 1 is scored somewhere
+    logits = kept_logits(model, batch.input_ids, batch.attention_mask, columns)  # [n, k, V]
+    mask = batch.target_mask.to(logits.device)[:, columns.to(logits.device)]
+    targets = batch.input_ids[:, 1:].to(logits.device)[:, columns.to(logits.device)]
+    return logits, mask, targets
+
+
 def sequence_log_probs(model: nn.Module, batch: AnswerBatch) -> torch.Tensor:
     """Summed log-probability of the scored tokens of each row, ``[n]`` float32.
 
-    One forward pass; the log-softmax is taken (in float32) only at the scored positions.
+    One forward pass; the output head and the log-softmax (in float32) only at the scored positions.
     """
-    output = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
-    logits = output if isinstance(output, torch.Tensor) else output.logits  # [n, L, V]
-    mask = batch.target_mask
-    scored = logits[:, :-1][mask].float()  # [N, V]
-    targets = batch.input_ids[:, 1:][mask]  # [N]
-    token_logp = torch.log_softmax(scored, dim=-1).gather(1, targets[:, None]).squeeze(1)  # [N]
+    logits, mask, targets = _scored(model, batch)
+    scored = logits[mask].float()  # [N, V]
+    token_logp = torch.log_softmax(scored, dim=-1).gather(1, targets[mask][:, None]).squeeze(1)  # [N]
     rows = mask.nonzero()[:, 0]
     return torch.zeros(mask.shape[0], dtype=token_logp.dtype, device=token_logp.device).index_add(0, rows, token_logp)
 
 
 def token_log_probs(model: nn.Module, batch: AnswerBatch) -> torch.Tensor:
     """``[n, L - 1]`` float32: at each scored position (``batch.target_mask``) the log-probability of the scored
-    token, 0 elsewhere (one forward pass)."""
-    output = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
-    logits = output if isinstance(output, torch.Tensor) else output.logits  # [n, L, V]
-    mask = batch.target_mask.to(logits.device)
-    out = torch.zeros(mask.shape, dtype=torch.float32, device=logits.device)
-    scored = torch.log_softmax(logits[:, :-1][mask].float(), dim=-1)  # [N, V]
-    out[mask] = scored.gather(1, batch.input_ids[:, 1:].to(logits.device)[mask][:, None]).squeeze(1)
+    token, 0 elsewhere (one forward pass; the output head only at the scored positions)."""
+    logits, mask, targets = _scored(model, batch)
+    full_mask = batch.target_mask.to(logits.device)
+    out = torch.zeros(full_mask.shape, dtype=torch.float32, device=logits.device)
+    scored = torch.log_softmax(logits[mask].float(), dim=-1)  # [N, V]
+    out[full_mask] = scored.gather(1, targets[mask][:, None]).squeeze(1)
     return out
 
 

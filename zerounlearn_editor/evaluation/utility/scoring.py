@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.evaluation.batching import answer_log_probs, encode_probe, logit_batches
+from zerounlearn_editor.evaluation.batching import answer_log_probs, encode_probe, logits_at, padded_batches
 from zerounlearn_editor.evaluation.utility.tasks import UtilityItem
 
 LOG = logging.getLogger(__name__)
@@ -47,15 +47,17 @@ def choice_logprobs(
         return []
     sequences, wanted = _plan(tok, items)
     out: List[List[float]] = [[0.0] * len(item.choices) for item in items]
-    batches = logit_batches(model, tok, sequences, batch_size, desc="utility" if progress else None)
-    for indices, batch, logits in batches:  # logits [B, L, V]
+    for indices, batch in padded_batches(model, tok, sequences, batch_size, desc="utility" if progress else None):
         device = batch.input_ids.device
-        for row, index in enumerate(indices):
-            offset = batch.offsets[row]
-            for item, choice, start, ids in wanted[index]:
-                cols = torch.arange(offset + start, offset + start + len(ids), device=device)
-                target = torch.tensor(ids, device=device)
-                out[item][choice] = float(answer_log_probs(logits, row, cols, target)[0].sum())
+        scored = [(row, item, choice, torch.arange(batch.offsets[row] + start, batch.offsets[row] + start + len(ids),
+                                                   device=device), torch.tensor(ids, device=device))
+                  for row, index in enumerate(indices) for item, choice, start, ids in wanted[index]]
+        kept = torch.unique(torch.cat([cols for *_, cols, _ in scored]) - 1)  # [k] positions predicting an answer
+        logits = logits_at(model, batch, kept)  # [B, k, V]: the head only there
+        slot = torch.full((batch.input_ids.shape[1],), -1, dtype=torch.long, device=device)
+        slot[kept] = torch.arange(kept.numel(), device=device)  # position -> its index in ``logits``
+        for row, item, choice, cols, target in scored:
+            out[item][choice] = float(answer_log_probs(logits, row, slot[cols - 1] + 1, target)[0].sum())
     return out
 
 
