@@ -1,13 +1,16 @@
-"""The deep-forgetting YAML on SmolLM2 (slow; in CI): 5 known CounterFact facts forgotten in one batch.
+"""The deep-forgetting YAML on SmolLM2 (slow; in CI): 3 known CounterFact facts forgotten in one batch.
 
 ``hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct-deep.yaml`` against the paper's YAML on the same facts and the
 same audit plan (:func:`~zerounlearn_editor.evaluation.audit.build_plan`, in-context examples drawn from the
 other CounterFact records, never naming a forgotten subject or answer): the deep edit removes the answer from
 the prompt too, and the 3-shot prompt brings back fewer facts than after the paper's edit. The facts are the
-first 5 ``case_ids`` of ``tests/fixtures/smollm2_known_counterfact.json`` (the first 10 of the file's first 300 that
-SmolLM2 answers); the few-shot contexts of the deep mode are the package's hand-written facts, so the audit's
-examples are not the ones the edit saw. Only the probes asserted on are scored (the prompt and the 3-shot prompt,
-the logit lens on both); the deep edit's targets (13 prefixes, 50 steps per fact) are most of the test's time.
+1st, 3rd and 4th ``case_ids`` of ``tests/fixtures/smollm2_known_counterfact.json`` (the first 10 of the file's first
+300 that SmolLM2 answers): of the first five, the 2nd is not given by the unedited model under the 3-shot prompt and
+the 5th is left by neither edit under any scored probe, so neither tells the two YAMLs apart and the deep edit's
+targets (linear in the facts) cost 40% less without them. The few-shot contexts of the deep mode are the package's
+hand-written facts, so the audit's examples are not the ones the edit saw. Only the probes asserted on are scored
+(the prompt and the 3-shot prompt, the logit lens on both); the deep edit's targets (13 prefixes, 50 steps per fact)
+are most of the test's time.
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ from zerounlearn_editor.support.resources import hparams_path, shared_file
 
 pytestmark = pytest.mark.slow
 
-N_FACTS = 5
+FACT_INDICES = (0, 2, 3)
+"""Positions in the fixture's ``case_ids`` of the facts forgotten (see the module docstring)."""
 
 
 def _recovered(model, tok, plan, settings, hp):
@@ -47,8 +51,8 @@ def test_deep_yaml_forgets_in_context_where_the_paper_yaml_does_not(smollm2, smo
         cases = load_cases("counterfact-easyedit", path=shared_file(stored["data"]))
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
-    forget = [c for c in cases if c.case_id in {str(i) for i in stored["case_ids"][:N_FACTS]}]
-    assert len(forget) == N_FACTS
+    forget = [c for c in cases if c.case_id in {str(stored["case_ids"][i]) for i in FACT_INDICES}]
+    assert len(forget) == len(FACT_INDICES)
     settings = AuditSettings(families=("formats", "in_context", "lens"), shots=(3,), seed=0)
     plan = build_plan(items_from_cases(forget), pool_from_cases(cases), tok, settings)
     plan = dataclasses.replace(plan, text_probes={name: plan.text_probes[name] for name in ("prompt", "ic3")})
@@ -68,7 +72,7 @@ def test_deep_yaml_forgets_in_context_where_the_paper_yaml_does_not(smollm2, smo
             restore_weights(model, weights)
     base, paper, deep = (recovered[k] for k in ("base", "SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct-deep"))
     assert base["prompt"] == 100.0 and base["ic3"] >= 70.0
-    # measured on this machine: paper prompt 10 / ic3 30 / lens:ic3 70; deep 30 / 0 / 30 (RESULTS.md "Deep
-    # forgetting": at n = 10 the deep edit leaves a few more bare prompts than the paper's, at n = 40 fewer)
+    # measured on this machine (one thread), facts 1-5: base ic3 80 (not fact 2); paper prompt 20 / ic3 40 /
+    # lens:ic3 60; deep 20 / 0 / 20 (RESULTS.md "Deep forgetting": the n = 40 comparison, paired ic3 12 / 0)
     assert deep["ic3"] <= 10.0 and deep["ic3"] < paper["ic3"] and deep["lens:ic3"] < paper["lens:ic3"]
     assert deep["prompt"] <= 40.0
