@@ -84,9 +84,27 @@ def test_a_variant_is_the_plain_yaml_with_its_rule_and_loads_strictly(tok, tmp_p
         assert expected["layers"] == list(range(12, 19)) and expected["target_objective"] == "suppress_answer"
 
 
+def test_many_and_retain_together_write_the_retain_many_rule(tok, tmp_path):
+    folder = _folder(tok, tmp_path, 30)
+    plain, out = tmp_path / "plain.yaml", tmp_path / "retain-many.yaml"
+    common = ["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn-GD", "--layers", "16,17,18"]
+    assert cli_main([*common, "--out", str(plain)]) == 0
+    assert cli_main([*common, "--retain", "--many", "--out", str(out)]) == 0
+    base = yaml.safe_load(plain.read_text())
+    written = yaml.safe_load(out.read_text())
+    assert written == {**base, **variant_settings("retain-many", base, 30)}
+    assert written["layers"] == list(range(12, 19)) and written["v_early_stop_loss"] == 0.003
+    assert written["orthogonality_weight"] == base["orthogonality_weight"]
+    assert written["context_nullspace_weight"] == 0.1 and written["retain_nullspace_weight"] == 0.1
+    header = out.read_text().splitlines()
+    assert "derived by init-hparams --many --retain from the model's config; not measured" in header[2]
+    assert "many-facts retain-aware keys (--many --retain)" in header[0]
+    ZeroUnlearnGDHyperParams.from_hparams(out)  # strict
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--many", "--deep"], "--many and --deep together are refused: both set the targets"),
-    (["--retain", "--many"], "--many and --retain together are refused: the measured many-facts retain file"),
+    (["--retain", "--many", "--deep"], "--many and --deep together are refused: both set the targets"),
     (["--deep", "--retain"], "--deep and --retain together are refused: no shipped file or measurement"),
 ])
 def test_two_variants_are_refused_before_the_model_loads(tok, tmp_path, monkeypatch, caplog, flags, message):

@@ -9,6 +9,7 @@ from tiny_models import REPO_ROOT
 from zerounlearn_editor.engine.hparams import load_config_file
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams, deep_mode_settings
 from zerounlearn_editor.methods.zerounlearn_gd.variants import (
+    RETAIN_MANY,
     VARIANTS,
     check_variants,
     many_layers,
@@ -19,12 +20,12 @@ from zerounlearn_editor.methods.zerounlearn_gd.variants import (
 
 GD = REPO_ROOT / "hparams" / "ZeroUnlearn-GD"
 SMOLLM2_LAYERS = 30
-MEASURED_KEYS = {"many": set(), "deep": set(), "retain": set()}
+MEASURED_KEYS = {"many": set(), "deep": set(), "retain": set(), RETAIN_MANY: set()}
 """Keys of SmolLM2's shipped opt-in files that depend on a measurement the rule cannot know: none. (The -retain file
 omits fluency_max_increase, whose default is the paper file's 1.0, so the loaded settings agree.)"""
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", [*VARIANTS, RETAIN_MANY])
 def test_the_rule_on_smollm2s_paper_yaml_gives_its_shipped_opt_in_file(variant):
     paper = load_config_file(GD / "SmolLM2-135M-Instruct.yaml")
     derived = ZeroUnlearnGDHyperParams.from_dict({**paper, **variant_settings(variant, paper, SMOLLM2_LAYERS)},
@@ -67,10 +68,23 @@ def test_many_norm_weight_is_the_papers_times_three_tenths_and_the_mappings_are_
         many_layers([], 30)
 
 
-@pytest.mark.parametrize("pair", [("many", "deep"), ("many", "retain"), ("deep", "retain")])
+@pytest.mark.parametrize("pair", [("many", "deep"), ("deep", "retain")])
 def test_two_variants_together_are_refused_naming_both(pair):
     with pytest.raises(ValueError, match=rf"--{pair[0]} and --{pair[1]} together are refused: "):
         check_variants(list(pair), "ZeroUnlearn-GD")
+    with pytest.raises(ValueError, match="--many and --deep together are refused"):
+        check_variants(["many", "retain", "deep"], "ZeroUnlearn-GD")
+
+
+def test_many_and_retain_together_are_the_retain_many_rule():
+    assert check_variants(["retain", "many"], "ZeroUnlearn-GD") == RETAIN_MANY
+    assert [check_variants(v, "ZeroUnlearn-GD") for v in ([], ["many"], ["retain"])] == [None, "many", "retain"]
+    # Gemma-3-270m's measured rule settings (18 layers, edited 3-5, norm_weight 504 at 2-5): 4 layers, 504 x 3/10
+    settings = variant_settings(RETAIN_MANY, {"layers": [3, 4, 5], "norm_weight": 504.0}, 18)
+    assert settings == {"layers": [2, 3, 4, 5], "target_objective": "suppress_answer", "v_early_stop_loss": 0.003,
+                        "norm_weight": 151.2, "retain_file": None, "retain_nullspace_weight": 0.1,
+                        "context_nullspace_weight": 0.1}
+    assert "orthogonality_weight" not in settings  # kept as the paper's, unlike --many's 0
 
 
 def test_variants_are_zerounlearn_gd_modes():

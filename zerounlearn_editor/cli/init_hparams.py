@@ -12,8 +12,9 @@ model's own (:func:`own_shipped_yaml`; ``--unseen`` ignores it), the scale-depen
 median eigenvalue and post-MLP norm (:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages)
 at the layers the written YAML edits (``--many``: the widened span, then its ``norm_weight`` x 3/10);
 the YAML's header gives the measured values.
-``--many`` / ``--deep`` / ``--retain`` apply one opt-in variant's rule
-(:mod:`~zerounlearn_editor.methods.zerounlearn_gd.variants`), and ``--set key=value`` overrides last. The result is
+``--many`` / ``--deep`` / ``--retain`` apply one opt-in variant's rule, ``--many --retain`` together the
+many-facts retain rule (:mod:`~zerounlearn_editor.methods.zerounlearn_gd.variants`), and ``--set key=value``
+overrides last. The result is
 checked with the method's strict loader, then written. Only a fresh trace loads the weights: otherwise the model is
 built from its config on the meta device (templates and depth need no weights).
 """
@@ -34,7 +35,14 @@ from zerounlearn_editor.cli.trace import trace_facts_for
 from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.engine.hparams import load_config_file
 from zerounlearn_editor.methods.registry import get_method, method_names
-from zerounlearn_editor.methods.zerounlearn_gd.variants import VARIANTS, check_variants, many_layers, variant_settings
+from zerounlearn_editor.methods.zerounlearn_gd.variants import (
+    RETAIN_MANY,
+    VARIANTS,
+    check_variants,
+    many_layers,
+    variant_flags,
+    variant_settings,
+)
 from zerounlearn_editor.support.resources import repo_root
 
 LOG = logging.getLogger(__name__)
@@ -166,8 +174,8 @@ def write_hparams(config: Mapping[str, Any], base: Path, out: Union[str, Path], 
               f"{'; ' + note if note else ''}.\n"
               "# Module templates come from the model's architecture; v_loss_layer is the last layer.\n")
     if variant is not None:
-        header += (f"# -{variant}: derived by init-hparams --{variant} from the model's config; not measured on real "
-                   f"weights (rules: zerounlearn init-hparams --help).\n")
+        header += (f"# -{variant}: derived by init-hparams {variant_flags(variant)} from the model's config; not "
+                   f"measured on real weights (rules: zerounlearn init-hparams --help).\n")
     if rules_note:
         header += f"# {rules_note}\n"
     path = write_text_atomic(out, header + yaml.safe_dump(dict(config), sort_keys=False))
@@ -269,8 +277,7 @@ def load_model_structure(name: str) -> nn.Module:
 
 def check_init_args(args: argparse.Namespace) -> Optional[str]:
     """Refuse inconsistent options before any model loads (one-line errors naming them); the chosen variant."""
-    variants = [v for v in VARIANTS if getattr(args, v)]
-    check_variants(variants, args.method)
+    variant = check_variants([v for v in VARIANTS if getattr(args, v)], args.method)
     check_out_file(args.out)
     if args.trace_n < 1:
         raise ValueError(f"--trace-n must be at least 1, got {args.trace_n}")
@@ -285,7 +292,7 @@ def check_init_args(args: argparse.Namespace) -> Optional[str]:
         if not auto or args.trace:
             raise ValueError("--trace-window is read by a fresh trace (--layers auto without --trace); "
                              f"--layers is {args.layers!r}{', --trace ' + str(args.trace) if args.trace else ''}")
-    return variants[0] if variants else None
+    return variant
 
 
 def traced_layers(model: nn.Module, tok: Any, args: argparse.Namespace, given: Optional[List[Any]],
@@ -363,10 +370,11 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
     if "v_loss_layer" not in overrides:  # the written v_loss_layer is the last layer
         check_layers_before_loss(layers, n_layers, source)
     if variant is not None:
-        note += f"; {VARIANT_NOTES[variant]} (--{variant})"
+        note += f"; {VARIANT_NOTES[variant]} ({variant_flags(variant)})"
     rules, rules_note = {}, ""
     if measure and (own is None or args.unseen):  # measured where the written YAML edits (--many widens downward)
-        rules, rules_note = scale_rules_for(model, tok, many_layers(layers, n_layers) if variant == "many" else layers)
+        edited = many_layers(layers, n_layers) if variant in ("many", RETAIN_MANY) else layers
+        rules, rules_note = scale_rules_for(model, tok, edited)
     elif own is not None and not args.unseen:
         LOG.info("%s is the model's own shipped YAML: no settings by rule (--unseen applies them)", own.name)
     config, base = build_hparams(model, args.model, args.method, layers, overrides, variant, rules,
@@ -379,7 +387,8 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
     return 0
 
 
-VARIANT_NOTES = {"many": "many-facts keys", "deep": "deep-forgetting keys", "retain": "retain-aware keys"}
+VARIANT_NOTES = {"many": "many-facts keys", "deep": "deep-forgetting keys", "retain": "retain-aware keys",
+                 RETAIN_MANY: "many-facts retain-aware keys"}
 VARIANT_HELP = {
     "many": "ZeroUnlearn-GD, one batch of many facts (as SmolLM2-135M-Instruct-many.yaml): the layers widen downward "
             "from the last chosen layer to round(7 x layers / 30) of them (SmolLM2: 16-18 -> 12-18 of 30), "
@@ -389,7 +398,9 @@ VARIANT_HELP = {
             "deep-mode keys (8 context templates of 10 tokens, 50 target steps, clamp 1.5, stop 0.005, 4 few-shot "
             "prefixes)",
     "retain": "ZeroUnlearn-GD, keep named facts (as the shipped <model>-retain.yaml): retain_nullspace_weight 0.1, "
-              "retain_file null (give the retain set at edit time)",
+              "retain_file null (give the retain set at edit time); with --many, many facts with a retain set (as "
+              "SmolLM2-135M-Instruct-retain-many.yaml): --many's layers, targets and norm_weight, orthogonality_weight "
+              "kept, v_early_stop_loss 0.003, the retain keys and context_nullspace_weight 0.1",
 }
 
 
@@ -402,7 +413,8 @@ def register(sub: Any, parents: ModuleType) -> None:
         "nearest shipped paper YAML. --layers auto: a causal trace of facts the model answers (MLP outputs restored "
         "over a window of round(10 x layers / 48) layers around each one, --trace-window to change it) suggests the "
         "best --width contiguous layers before the last. --many / --deep / --retain: one opt-in variant's keys by "
-        "the rules below (SmolLM2's shipped -many / -deep / -retain files follow from its paper YAML by them). Only "
+        "the rules below (--many --retain: the many-facts retain keys) "
+        "(SmolLM2's shipped -many / -deep / -retain files follow from its paper YAML by them). Only "
         "a fresh trace or --measure loads weights; otherwise the model is built from its config. With the weights, "
         "a model whose own paper YAML does not ship (--unseen: as if it did not) gets v_lr = 0.5 x residual RMS / "
         "8.366, norm_weight = 1000 x and nullspace_threshold = 3e-2 x (C0 median eigenvalue / 0.01582), "
@@ -432,7 +444,8 @@ def register(sub: Any, parents: ModuleType) -> None:
                         "6 on 30; 1 restores each layer alone)")
     for name in VARIANTS:
         p.add_argument(f"--{name}", action="store_true",
-                       help=VARIANT_HELP[name] + "; one variant at a time; the header says it is derived, not measured")
+                       help=VARIANT_HELP[name] + "; one variant at a time (but --many --retain); the header says it is "
+                            "derived, not measured")
     p.add_argument("--measure", action="store_true",
                    help="with given layers: read the weights and set v_lr, clamp_norm_factor, norm_weight, "
                         "nullspace_threshold and the mom2 sizes by the setting rules, measured at the layers the "

@@ -14,13 +14,17 @@ YAML, each reproduces that file (``tests/methods/test_variant_rules.py``):
 - ``deep`` (``-deep.yaml``): :func:`~zerounlearn_editor.methods.zerounlearn_gd.config.deep_mode_settings`.
 - ``retain`` (``-retain.yaml``): ``retain_nullspace_weight`` 0.1 and ``retain_file: null`` (the retain set is given
   at edit time: ``retain=``, ``--retain`` or the key).
+- ``retain-many`` (``--many --retain``; ``-retain-many.yaml``, many facts with a retain set): ``many``'s layers,
+  answer-suppression targets and ``norm_weight`` x 3/10, the orthogonality term kept (the paper's weight), the
+  targets stopped at ``v_early_stop_loss`` 0.003, ``retain``'s keys and all-token context protection
+  (``context_nullspace_weight`` 0.1).
 
-One variant at a time: :func:`check_variants` refuses any two together (see :data:`COMBINATION_REFUSALS`).
+:func:`check_variants` refuses any other two together (see :data:`COMBINATION_REFUSALS`).
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from zerounlearn_editor.methods.zerounlearn_gd.config import deep_mode_settings
 
@@ -32,12 +36,21 @@ __all__ = [
     "many_layers",
     "many_mode_settings",
     "retain_mode_settings",
+    "retain_many_settings",
+    "RETAIN_MANY",
     "variant_settings",
     "check_variants",
+    "variant_flags",
 ]
 
 VARIANTS = ("many", "deep", "retain")
 """The opt-in variants ``init-hparams`` writes (option ``--<name>``; shipped file ``<model>-<name>.yaml``)."""
+
+RETAIN_MANY = "retain-many"
+"""The variant of ``--many`` and ``--retain`` together (shipped file ``<model>-retain-many.yaml``)."""
+
+RETAIN_MANY_STOP = 0.003
+"""``-retain-many``'s answer-suppression stop: SmolLM2's -retain-many.yaml (p(answer) < 0.003)."""
 
 MANY_DEPTH_SHARE = (7, 30)
 """``-many``'s edited span as a share of the model's layers: SmolLM2's 7 (layers 12-18) of 30."""
@@ -49,11 +62,6 @@ COMBINATION_REFUSALS: Dict[frozenset, str] = {
     frozenset({"many", "deep"}): (
         "both set the targets: --many stops answer-suppression targets at p(answer) < 0.01, --deep optimises EOS "
         "targets to a loss of 0.005; choose one"
-    ),
-    frozenset({"many", "retain"}): (
-        "the measured many-facts retain file (SmolLM2-135M-Instruct-retain-many.yaml) is not the two rules added "
-        "(it also sets context_nullspace_weight 0.1 and stops at 0.003), and no rule derives it; write --retain or "
-        "--many and change the rest with --set"
     ),
     frozenset({"deep", "retain"}): (
         "no shipped file or measurement combines them (each opt-in YAML changes the paper's in one way); write one "
@@ -97,25 +105,45 @@ def retain_mode_settings() -> Dict[str, Any]:
     return {"retain_file": None, "retain_nullspace_weight": 0.1}
 
 
+def retain_many_settings(layers: Sequence[int], num_layers: int, norm_weight: float) -> Dict[str, Any]:
+    """The ``-retain-many`` keys (``--many --retain``; see the module docstring): ``many``'s keys less its
+    orthogonality change, stopped at :data:`RETAIN_MANY_STOP`, with ``retain``'s keys and context protection 0.1."""
+    settings = many_mode_settings(layers, num_layers, norm_weight)
+    del settings["orthogonality_weight"]
+    settings.update(retain_mode_settings(), v_early_stop_loss=RETAIN_MANY_STOP, context_nullspace_weight=0.1)
+    return settings
+
+
+def variant_flags(variant: str) -> str:
+    """The ``init-hparams`` options that write ``variant``: ``--many`` or, for ``retain-many``, ``--many --retain``."""
+    return "--many --retain" if variant == RETAIN_MANY else f"--{variant}"
+
+
 def variant_settings(variant: str, paper: Mapping[str, Any], num_layers: int) -> Dict[str, Any]:
-    """The keys ``variant`` (one of :data:`VARIANTS`) sets over the paper mapping ``paper`` (a YAML's keys: ``layers``
-    and ``norm_weight`` are read) of a ``num_layers``-layer model."""
+    """The keys ``variant`` (one of :data:`VARIANTS` or :data:`RETAIN_MANY`) sets over the paper mapping ``paper`` (a
+    YAML's keys: ``layers`` and ``norm_weight`` are read) of a ``num_layers``-layer model."""
+    if variant == RETAIN_MANY:
+        return retain_many_settings(paper["layers"], num_layers, paper["norm_weight"])
     if variant == "many":
         return many_mode_settings(paper["layers"], num_layers, paper["norm_weight"])
     if variant == "deep":
         return deep_mode_settings()
     if variant == "retain":
         return retain_mode_settings()
-    raise ValueError(f"unknown variant {variant!r}; choose from {list(VARIANTS)}")
+    raise ValueError(f"unknown variant {variant!r}; choose from {[*VARIANTS, RETAIN_MANY]}")
 
 
-def check_variants(variants: Sequence[str], method: str) -> None:
-    """Refuse variants of another method than ZeroUnlearn-GD, and any two together (one-line errors naming the
-    options)."""
+def check_variants(variants: Sequence[str], method: str) -> Optional[str]:
+    """The variant the options ``variants`` ask for (None, one of :data:`VARIANTS`, or :data:`RETAIN_MANY` for
+    ``many`` and ``retain``); refuse variants of another method than ZeroUnlearn-GD, and any other two together
+    (one-line errors naming the options)."""
     chosen = [v for v in VARIANTS if v in variants]
     if chosen and method != "ZeroUnlearn-GD":
         raise ValueError(f"--{chosen[0]} is a ZeroUnlearn-GD mode; --method is {method}")
+    if set(chosen) == {"many", "retain"}:
+        return RETAIN_MANY
     if len(chosen) > 1:
         first, second = chosen[:2]
         raise ValueError(f"--{first} and --{second} together are refused: "
                          f"{COMBINATION_REFUSALS[frozenset({first, second})]}")
+    return chosen[0] if chosen else None
