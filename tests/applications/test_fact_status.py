@@ -75,6 +75,13 @@ def test_counts_separate_the_outcomes():
     (" a+b", "a+b", True),  # regex characters are literal
     (" aab", "a+b", False),
     (" anything", "", False),
+    (" about 3.5 million", "3", False),  # not part of a longer number
+    (" 1,990 people", "1", False),
+    (" 19000", "1900", False),
+    (" in 1990.", "1990", True),
+    ("北京市是", "北京", True),  # no spaces between words: named anywhere
+    (" 東京は", "東京", True),
+    (" Cafe\u0301 de Flore", "Caf\u00e9 de Flore", True),  # the same text in NFD and NFC
 ])
 def test_names_answer(text, answer, expected):
     assert names_answer(text, answer) is expected

@@ -190,3 +190,39 @@ def test_a_fact_the_continuation_still_names_is_not_forgotten(setup, monkeypatch
     assert report["statuses"] == ["still_answered", "not_known", "no_answer"]
     assert report["still_answered"] == [0]
     assert [f["status"] for f in _ledger(out)["facts"]] == ["still_answered", "not_known", "no_answer"]
+
+
+def _continue_with_the_answer_named(root: Path, folder: Path, out: Path, monkeypatch) -> int:
+    """Continue ``folder`` with an edit of a fact without an answer while every greedy continuation names the
+    known fact's answer (its tokens are not greedy: it was forgotten by the first edit)."""
+    import zerounlearn_editor.applications.unlearn as unlearn_module
+
+    monkeypatch.setattr(unlearn_module, "generate_greedy",
+                        lambda model, tok, prompts, *args, **kwargs: [":\n\n* Tokyo" for _ in prompts])
+    (root / "other.json").write_text(json.dumps([NO_ANSWER]), encoding="utf-8")
+    return _run(root, "other.json", "--model", str(folder), "--out", str(out))
+
+
+def test_a_ledger_of_the_older_rule_does_not_blame_this_edit_for_the_new_rule(setup, monkeypatch, caplog):
+    """The known fact is forgotten (its tokens no longer greedy). A later edit leaves it named in the continuation:
+    under this version's rule it is answered again (came back, refused), but a ledger written under the older rule
+    (answer tokens only, no ``answered_rule``) did not count a named answer, so that change is not refused as the
+    new edit's doing; the ledger marks it came_back (never forgotten) either way and records the rule it used."""
+    from zerounlearn_editor.applications.fact_status import ANSWERED_RULE
+    from zerounlearn_editor.applications.ledger import ledger_hash
+
+    root, first = setup
+    assert _ledger(first)["answered_rule"] == ANSWERED_RULE
+    caplog.set_level(logging.WARNING)
+    assert _continue_with_the_answer_named(root, first, root / "named-new", monkeypatch) == 2  # came back: refused
+    older = root / "older-rule"
+    shutil.copytree(first, older)
+    ledger = _ledger(older)
+    del ledger["answered_rule"]
+    ledger["ledger_sha256"] = ledger_hash(ledger)
+    (older / LEDGER_NAME).write_text(json.dumps(ledger, indent=1), encoding="utf-8")
+    caplog.clear()
+    assert _continue_with_the_answer_named(root, older, root / "named-older", monkeypatch) == 0
+    assert "name their answer in the greedy continuation" in caplog.text
+    after = _ledger(root / "named-older")
+    assert after["facts"][0]["status"] == "came_back" and after["answered_rule"] == ANSWERED_RULE

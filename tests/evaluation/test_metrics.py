@@ -189,6 +189,28 @@ class _NoKeepArgument(torch.nn.Module):
                           use_cache=use_cache)
 
 
+class _IntOnlyKeep(torch.nn.Module):
+    """A hand-written forward that takes ``logits_to_keep`` as an int only ("keep the last n"), as remote code may."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.inner = model
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False, logits_to_keep: int = 0):
+        logits = self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                            use_cache=use_cache).logits
+        return logits[:, -logits_to_keep:] if logits_to_keep else logits
+
+
+def test_evaluate_probes_gives_no_position_tensor_to_an_int_only_logits_to_keep(random_lm, tok):
+    """A one-token answer after a two-token prompt keeps position 1: an int 1 would have kept the LAST position."""
+    probes = VARIED_PROBES + [Probe(words(2), words(3))]
+    wrapped = evaluate_probes(_IntOnlyKeep(random_lm), tok, probes, batch_size=2)
+    kept = evaluate_probes(random_lm, tok, probes, batch_size=2)
+    assert wrapped["pred_ids"] == kept["pred_ids"]
+    assert wrapped["seq_prob"] == pytest.approx(kept["seq_prob"], rel=1e-5)
+
+
 def test_evaluate_probes_slices_the_logits_of_a_forward_without_logits_to_keep(random_lm, tok):
     plain = evaluate_probes(_NoKeepArgument(random_lm), tok, VARIED_PROBES, batch_size=2)
     kept = evaluate_probes(random_lm, tok, VARIED_PROBES, batch_size=2)

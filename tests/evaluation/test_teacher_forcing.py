@@ -64,7 +64,13 @@ def test_the_head_runs_only_at_scored_positions_and_the_gradient_flows(model, to
     scored_columns = int(batch.target_mask.any(dim=0).sum())
     assert seen == [(len(PAIRS), scored_columns, seen[0][2])]
     assert scored_columns < batch.input_ids.shape[1] - 1  # the prompts' positions are left out
+    decoder_weight = next(w for name, w in model.named_parameters() if "mlp" in name and w.dim() == 2)
     model.zero_grad()
     loss.backward()
-    assert head.weight.grad is not None and float(head.weight.grad.abs().sum()) > 0
+    grad = decoder_weight.grad.clone()
+    model.zero_grad()
+    reference = -_reference(model, batch).sum()  # every position's logits
+    reference.backward()
+    assert float(grad.abs().sum()) > 0
+    assert torch.allclose(grad.double(), decoder_weight.grad.double(), atol=1e-5, rtol=1e-4)  # through the decoder
     model.zero_grad()

@@ -72,7 +72,8 @@ def test_deep_yaml_forgets_in_context_where_the_paper_yaml_does_not(smollm2, smo
             restore_weights(model, weights)
     base, paper, deep = (recovered[k] for k in ("base", "SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct-deep"))
     assert base["prompt"] == 100.0 and base["ic3"] >= 70.0
-    # measured on this machine (one thread), facts 1-5: base ic3 80 (not fact 2); paper prompt 20 / ic3 40 /
-    # lens:ic3 60; deep 20 / 0 / 20 (RESULTS.md "Deep forgetting": the n = 40 comparison, paired ic3 12 / 0)
+    # measured on this machine (one thread), facts 1, 3, 4: base prompt / ic3 / lens:ic3 100 / 100 / 100; paper 0 / 33
+    # / 100; deep 0 / 0 / 33: the ic3 margin is one fact of three (without the few-shot prefixes deep ic3 is 33 and
+    # the test fails; notebook 2026-11-29-suite-time); RESULTS.md "Deep forgetting": n = 40, paired ic3 12 / 0
     assert deep["ic3"] <= 10.0 and deep["ic3"] < paper["ic3"] and deep["lens:ic3"] < paper["lens:ic3"]
     assert deep["prompt"] <= 40.0

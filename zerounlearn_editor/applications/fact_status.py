@@ -20,6 +20,7 @@ Only ``forgotten`` means the model no longer gives the fact; a ledger never writ
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 STATUS_LABELS: Dict[str, str] = {
@@ -35,6 +36,10 @@ STATUS_LABELS: Dict[str, str] = {
 ANSWERED_STATUSES = ("still_answered", "taught", "came_back")
 """The statuses of a fact the model gives (NOT forgotten)."""
 
+ANSWERED_RULE = "answer tokens greedy, or the answer named in the 8-token greedy continuation"
+"""The rule :func:`is_answered` applies, as a ledger records it (``answered_rule``); a ledger without it was
+written under the rule before it: the answer's tokens greedy only."""
+
 FactKey = Tuple[str, str]
 
 
@@ -43,15 +48,26 @@ def fact_key(fact: Mapping[str, Any]) -> FactKey:
     return fact["prompt"], fact["subject"]
 
 
+def _spaced(char: str) -> bool:
+    """Whether ``char`` belongs to a word of a script that separates words by spaces (a letter or digit that is not
+    East Asian wide: "北京" is named inside "北京市是", "Paris" not inside "Parisian")."""
+    return (char.isalnum() or char == "_") and unicodedata.east_asian_width(char) not in ("W", "F")
+
+
 def names_answer(text: str, answer: str) -> bool:
-    """Whether ``text`` (a greedy continuation) names ``answer`` as a whole word or phrase: case-insensitive, runs
-    of whitespace equal, not inside a longer word (``Paris`` in ``" Paris."`` or ``":\n* paris"``, not in
-    ``"Parisian"``). An empty answer names nothing."""
-    words = answer.split()
+    """Whether ``text`` (a greedy continuation) names ``answer`` as a whole word or phrase: case-insensitive, both
+    in Unicode NFC, runs of whitespace equal, not inside a longer word or number (``Paris`` in ``" Paris."`` or
+    ``":\n* paris"``, not in ``"Parisian"``; ``3`` not in ``"3.5"`` or ``"1,3"``); a wide-script answer (Chinese,
+    Japanese) anywhere. An empty answer names nothing."""
+    words = unicodedata.normalize("NFC", answer).split()
     if not words:
         return False
     pattern = r"\s+".join(re.escape(w) for w in words)
-    return re.search(rf"(?<!\w){pattern}(?!\w)", text, flags=re.IGNORECASE) is not None
+    if _spaced(words[0][0]):
+        pattern = r"(?<!\w)(?<!\d[.,])" + pattern
+    if _spaced(words[-1][-1]):
+        pattern += r"(?!\w)(?![.,]\d)"
+    return re.search(pattern, unicodedata.normalize("NFC", text), flags=re.IGNORECASE) is not None
 
 
 def is_answered(acc: Optional[float], answer: Optional[str], continuation: str) -> Optional[bool]:
@@ -144,5 +160,6 @@ def edit_count(facts: Sequence[Mapping[str, Any]]) -> int:
     return sum(len(f.get("edits") or [f.get("edit")]) for f in facts)
 
 
-__all__ = ["ANSWERED_STATUSES", "STATUS_LABELS", "edit_count", "fact_key", "fact_status", "format_counts",
-           "is_answered", "merged_facts", "names_answer", "new_fact_record", "rescored_record", "status_counts"]
+__all__ = ["ANSWERED_RULE", "ANSWERED_STATUSES", "STATUS_LABELS", "edit_count", "fact_key", "fact_status",
+           "format_counts", "is_answered", "merged_facts", "names_answer", "new_fact_record", "rescored_record",
+           "status_counts"]

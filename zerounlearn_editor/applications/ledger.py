@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import torch
 from torch import nn
 
-from zerounlearn_editor.applications.fact_status import edit_count
+from zerounlearn_editor.applications.fact_status import ANSWERED_RULE, edit_count
 from zerounlearn_editor.applications.ledger_files import FILES_KEY, check_weight_files, weight_files_sha256
 from zerounlearn_editor.applications.ledger_schema import check_ledger_schema
 from zerounlearn_editor.engine.contexts import cached_context_prefixes, restore_context_prefixes
@@ -334,7 +334,7 @@ def build_ledger(
             "facts": [dict(r) for r in records], "context_prefixes": cached_context_prefixes(model),
             "model_fingerprint": model_fingerprint(model),
             "weights_digest": edited_weights_digest(model, hparams.rewrite_module_tmp, hparams.layers),
-            "weights_dtype": _weights_dtype(model, hparams)}
+            "weights_dtype": _weights_dtype(model, hparams), "answered_rule": ANSWERED_RULE}
 
 
 def write_ledger(folder: Path, ledger: Dict[str, Any]) -> Path:

@@ -63,6 +63,7 @@ LEDGER: Mapping[str, Spec] = {
     "weights_digest": "str",
     "weights_dtype": Optional_("str"),
     "files_sha256": Optional_(MapOf("str")),
+    "answered_rule": Optional_("str"),
 }
 
 _SCALARS = {

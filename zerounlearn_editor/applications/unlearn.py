@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from zerounlearn_editor.applications.fact_status import (
+    ANSWERED_RULE,
     ANSWERED_STATUSES,
     fact_key,
     fact_status,
@@ -477,13 +478,22 @@ def _fact_statuses(job: _Job, result: UnlearnResult, before: Dict[str, Any], aft
     records = merged_facts(previous["facts"], [now.get(fact_key(r)) for r in previous["facts"]], job.facts,
                            answered_before, answered_after, len(previous["edits"]), time)
     by_key = {fact_key(r): r for r in records}
+    older_rule = "answered_rule" not in previous and bool(previous["edits"])  # the answer's tokens only
+    named_only = []
     for j, old in enumerate(job.earlier):
         new = by_key[fact_key(old)]
         result.earlier.append(EarlierRow(old["prompt"], old.get("answer"), old["edit"], new["first_unanswered_edit"],
                                          old.get("status", "-"), new["status"], scores["acc"][j], scores["prob"][j],
                                          scores["greedy"][j]))
         if new["answered"] and old.get("answered") is False:
-            result.came_back.append(j)
+            # under the older rule a fact whose answer is only named (not its tokens greedy) was "not answered":
+            # that change of rule is not this edit's doing, so it is not refused as this edit's
+            (named_only if older_rule and scores["acc"][j] != 1.0 else result.came_back).append(j)
+    if named_only:
+        LOG.warning("%d earlier fact(s) the ledger recorded as not answered name their answer in the greedy "
+                    "continuation, which its earlier runs did not count (%s); the ledger marks them came_back, "
+                    "not forgotten: %s", len(named_only), ANSWERED_RULE,
+                    "; ".join(f"{job.earlier[j]['prompt']!r} -> {scores['greedy'][j]!r}" for j in named_only[:5]))
     result.ledger_status = status_counts(r["status"] for r in records)
     return records
 

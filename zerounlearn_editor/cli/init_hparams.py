@@ -414,7 +414,7 @@ def register(sub: Any, parents: ModuleType) -> None:
         "over a window of round(10 x layers / 48) layers around each one, --trace-window to change it) suggests the "
         "best --width contiguous layers before the last. --many / --deep / --retain: one opt-in variant's keys by "
         "the rules below (--many --retain: the many-facts retain keys) "
-        "(SmolLM2's shipped -many / -deep / -retain files follow from its paper YAML by them). Only "
+        "(SmolLM2's shipped -many / -deep / -retain / -retain-many files follow from its paper YAML by them). Only "
         "a fresh trace or --measure loads weights; otherwise the model is built from its config. With the weights, "
         "a model whose own paper YAML does not ship (--unseen: as if it did not) gets v_lr = 0.5 x residual RMS / "
         "8.366, norm_weight = 1000 x and nullspace_threshold = 3e-2 x (C0 median eigenvalue / 0.01582), "

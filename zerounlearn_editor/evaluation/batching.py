@@ -122,22 +122,31 @@ def logit_batches(model: torch.nn.Module, tok: "PreTrainedTokenizerBase", sequen
         yield indices, batch, output if isinstance(output, torch.Tensor) else output.logits
 
 
+def _takes_position_tensor(model: torch.nn.Module) -> bool:
+    """Whether ``model.forward`` takes ``logits_to_keep`` as a tensor of positions: transformers' own models
+    (>= 4.50) annotate it ``int | torch.Tensor``; a forward that names it without ``Tensor`` in its annotation (an
+    int only: "keep the last n") does not."""
+    param = inspect.signature(model.forward).parameters.get("logits_to_keep")
+    return param is not None and "Tensor" in str(param.annotation)
+
+
 def kept_logits(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 positions: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The causal LM's logits ``[batch, k, vocab]`` at the ``k`` sequence ``positions`` (sorted, ``[k]`` long) of
     every row of ``input_ids`` ``[batch, len]``, under the caller's grad mode. A forward that takes
-    ``logits_to_keep`` (transformers >= 4.50) applies its output head at those positions only (on Gemma-3 the head
-    over its 262k-token vocabulary costs more than the decoder); any other forward gives every position's logits
-    and they are sliced: the same values."""
-    positions = positions.to(input_ids.device)
+    ``logits_to_keep`` as a tensor of positions (transformers >= 4.50) applies its output head at those positions
+    only (on Gemma-3 the head over its 262k-token vocabulary costs more than the decoder); any other forward gives
+    every position's logits and they are sliced: the same values. ``positions`` go to the model on the CPU (they
+    index the last hidden state wherever a device map puts it)."""
+    positions = positions.cpu()
     kwargs = {} if position_ids is None else {"position_ids": position_ids}
-    keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+    keep = _takes_position_tensor(model)
     if keep:
         kwargs["logits_to_keep"] = positions
     output = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kwargs)
     logits = output if isinstance(output, torch.Tensor) else output.logits
     if not keep or logits.shape[1] != positions.numel():  # every position's logits
-        logits = logits[:, positions]
+        logits = logits[:, positions.to(logits.device)]
     return logits
 
 
