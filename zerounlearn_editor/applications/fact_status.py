@@ -36,7 +36,11 @@ STATUS_LABELS: Dict[str, str] = {
 ANSWERED_STATUSES = ("still_answered", "taught", "came_back")
 """The statuses of a fact the model gives (NOT forgotten)."""
 
-ANSWERED_RULE = "answer tokens greedy, or the answer named in the 8-token greedy continuation"
+CONTINUATION_TOKENS = 8
+"""The greedy continuation's length in tokens: the report shows it, and a fact it names is answered."""
+
+ANSWERED_RULE = (f"answer tokens greedy, or the answer named in the {CONTINUATION_TOKENS}-token greedy "
+                 "continuation")
 """The rule :func:`is_answered` applies, as a ledger records it (``answered_rule``); a ledger without it was
 written under the rule before it: the answer's tokens greedy only."""
 
@@ -160,6 +164,6 @@ def edit_count(facts: Sequence[Mapping[str, Any]]) -> int:
     return sum(len(f.get("edits") or [f.get("edit")]) for f in facts)
 
 
-__all__ = ["ANSWERED_RULE", "ANSWERED_STATUSES", "STATUS_LABELS", "edit_count", "fact_key", "fact_status",
-           "format_counts", "is_answered", "merged_facts", "names_answer", "new_fact_record", "rescored_record",
-           "status_counts"]
+__all__ = ["ANSWERED_RULE", "ANSWERED_STATUSES", "CONTINUATION_TOKENS", "STATUS_LABELS", "edit_count", "fact_key",
+           "fact_status", "format_counts", "is_answered", "merged_facts", "names_answer", "new_fact_record",
+           "rescored_record", "status_counts"]

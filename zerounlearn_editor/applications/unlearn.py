@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 from zerounlearn_editor.applications.fact_status import (
     ANSWERED_RULE,
     ANSWERED_STATUSES,
+    CONTINUATION_TOKENS,
     fact_key,
     fact_status,
     format_counts,
@@ -78,7 +79,6 @@ from zerounlearn_editor.support.progress import progress_scope
 LOG = logging.getLogger(__name__)
 
 SAVE_MODES = ("model", "adapter", "none")
-_NEW_TOKENS = 8  # greedy continuation length: shown in the table, and a fact it names is answered (is_answered)
 _BATCH_SIZE = 16
 
 
@@ -159,7 +159,8 @@ def _measure(model, tok, facts: Sequence[Dict[str, Any]], greedy_all: bool = Tru
     shown = list(range(len(facts))) if greedy_all else with_answer
     greedy = [""] * len(facts)
     if shown:
-        texts = generate_greedy(model, tok, [facts[i]["prompt"] for i in shown], _NEW_TOKENS, _BATCH_SIZE)
+        texts = generate_greedy(model, tok, [facts[i]["prompt"] for i in shown], CONTINUATION_TOKENS,
+                                _BATCH_SIZE)
         for i, text in zip(shown, texts):
             greedy[i] = text
     answered = [is_answered(a, f.get("ground_truth"), g) for a, f, g in zip(acc, facts, greedy)]

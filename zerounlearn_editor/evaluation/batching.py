@@ -163,3 +163,18 @@ def answer_log_probs(logits: torch.Tensor, row: int, cols: torch.Tensor,
     step_logits = logits[row, cols - 1].float()  # [n, vocab]
     log_probs = torch.log_softmax(step_logits, dim=-1).gather(1, targets[:, None]).squeeze(1)
     return log_probs, step_logits.argmax(dim=-1)
+
+
+def span_log_probs(model: torch.nn.Module, batch: PaddedBatch,
+                   spans: Sequence[Tuple[int, torch.Tensor, torch.Tensor]]) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`answer_log_probs` of each ``(row, cols [n], targets [n])`` span of ``batch``, from one forward whose
+    output head runs only at the positions that predict a span's token (:func:`logits_at`; ``cols - 1``, the union
+    over the spans)."""
+    if not spans:
+        return []
+    device = batch.input_ids.device
+    kept = torch.unique(torch.cat([cols for _, cols, _ in spans]) - 1)  # [k] sorted
+    logits = logits_at(model, batch, kept)  # [B, k, V]
+    column = torch.full((batch.input_ids.shape[1] + 1,), -1, dtype=torch.long, device=device)
+    column[kept + 1] = torch.arange(kept.numel(), device=device) + 1  # token position c -> c's column in logits, + 1
+    return [answer_log_probs(logits, row, column[cols], targets) for row, cols, targets in spans]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, List, Optional, Sequence, TypedDict
 import torch
 
 from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.evaluation.batching import answer_log_probs, encode_probe, logits_at, padded_batches
+from zerounlearn_editor.evaluation.batching import encode_probe, padded_batches, span_log_probs
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -47,7 +47,7 @@ def evaluate_probes(
 
     ``model``: a causal LM returning logits ``[batch, seq, vocab]`` (put in eval mode; its output head runs only
     at the positions that predict an answer token where its forward takes ``logits_to_keep``:
-    :func:`~zerounlearn_editor.evaluation.batching.logits_at`);
+    :func:`~zerounlearn_editor.evaluation.batching.span_log_probs`);
     ``padding_side``: ``"left"``/``"right"``, default the tokenizer's.
     """
     scores: ProbeScores = {"acc": [], "first_acc": [], "prob": [], "seq_prob": [], "pred_ids": [], "n_tokens": []}
@@ -59,16 +59,12 @@ def evaluate_probes(
                              desc=f"scoring {len(encoded)} probes")
     for indices, batch in batches:
         device = batch.input_ids.device
-        answer_cols = [torch.arange(batch.offsets[row] + encoded[index].answer_start,
-                                    batch.offsets[row] + len(encoded[index].input_ids), device=device)
-                       for row, index in enumerate(indices)]
-        kept = torch.unique(torch.cat(answer_cols) - 1)  # [k] sorted: the positions that predict an answer token
-        logits = logits_at(model, batch, kept)  # [B, k, V]
-        slot = torch.full((batch.input_ids.shape[1],), -1, dtype=torch.long, device=device)
-        slot[kept] = torch.arange(kept.numel(), device=device)  # position -> its index in ``logits``
-        for row, (index, cols) in enumerate(zip(indices, answer_cols)):
-            targets = batch.input_ids[row, cols]  # [n]
-            log_probs, predicted = answer_log_probs(logits, row, slot[cols - 1] + 1, targets)
+        spans = []
+        for row, index in enumerate(indices):
+            item, offset = encoded[index], batch.offsets[row]
+            cols = torch.arange(offset + item.answer_start, offset + len(item.input_ids), device=device)
+            spans.append((row, cols, batch.input_ids[row, cols]))  # the answer's positions and tokens [n]
+        for index, (_, _, targets), (log_probs, predicted) in zip(indices, spans, span_log_probs(model, batch, spans)):
             per_probe[index] = (log_probs.cpu(), predicted.cpu(), targets.cpu())
     for lp, pred, tgt in per_probe:  # type: ignore[misc]
         scores["acc"].append(float((pred == tgt).float().mean()))

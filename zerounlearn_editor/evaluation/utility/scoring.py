@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.evaluation.batching import answer_log_probs, encode_probe, logits_at, padded_batches
+from zerounlearn_editor.evaluation.batching import encode_probe, padded_batches, span_log_probs
 from zerounlearn_editor.evaluation.utility.tasks import UtilityItem
 
 LOG = logging.getLogger(__name__)
@@ -49,15 +49,15 @@ def choice_logprobs(
     out: List[List[float]] = [[0.0] * len(item.choices) for item in items]
     for indices, batch in padded_batches(model, tok, sequences, batch_size, desc="utility" if progress else None):
         device = batch.input_ids.device
-        scored = [(row, item, choice, torch.arange(batch.offsets[row] + start, batch.offsets[row] + start + len(ids),
-                                                   device=device), torch.tensor(ids, device=device))
-                  for row, index in enumerate(indices) for item, choice, start, ids in wanted[index]]
-        kept = torch.unique(torch.cat([cols for *_, cols, _ in scored]) - 1)  # [k] positions predicting an answer
-        logits = logits_at(model, batch, kept)  # [B, k, V]: the head only there
-        slot = torch.full((batch.input_ids.shape[1],), -1, dtype=torch.long, device=device)
-        slot[kept] = torch.arange(kept.numel(), device=device)  # position -> its index in ``logits``
-        for row, item, choice, cols, target in scored:
-            out[item][choice] = float(answer_log_probs(logits, row, slot[cols - 1] + 1, target)[0].sum())
+        choices, spans = [], []
+        for row, index in enumerate(indices):
+            offset = batch.offsets[row]
+            for item, choice, start, ids in wanted[index]:
+                choices.append((item, choice))
+                spans.append((row, torch.arange(offset + start, offset + start + len(ids), device=device),
+                              torch.tensor(ids, device=device)))
+        for (item, choice), (log_probs, _) in zip(choices, span_log_probs(model, batch, spans)):
+            out[item][choice] = float(log_probs.sum())
     return out
 
 
