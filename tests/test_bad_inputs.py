@@ -1242,7 +1242,8 @@ def test_kill_9_during_save_leaves_no_half_folder_and_the_next_run_cleans_up(sav
 
 
 def test_gpt2_prompt_that_fits_only_without_the_fewshot_prefixes(tok, tmp_path, corpus):
-    """The experimental few-shot context prefixes count in the length check (the request is named before any work)."""
+    """The few-shot context prefixes (``fewshot_contexts``) count in the length check (the request is named before any
+    work)."""
     from zerounlearn_editor.engine.contexts import fewshot_prefixes
     from zerounlearn_editor.engine.requests import RequestError, normalize_requests
 
@@ -1253,7 +1254,7 @@ def test_gpt2_prompt_that_fits_only_without_the_fewshot_prefixes(tok, tmp_path, 
     assert longest > plain.context_template_length + 8
     requests[1] = dict(requests[1], prompt="the old city " * ((room - 8) // 3) + "the capital of germany is")
     assert len(tok(requests[1]["prompt"])["input_ids"]) + longest > 128
-    hp = _hp(tmp_path, corpus, gpt2=True, experimental={"fewshot_contexts": 4})
+    hp = _hp(tmp_path, corpus, gpt2=True, fewshot_contexts=4)
     _edit_must_fail(tiny_gpt2(tok), tok, requests, hp, RequestError,
                     r"request 1: prompt .* needs \d+ positions .* more than the model's 128", tmp_path / "stats")
 
@@ -1263,17 +1264,17 @@ def test_gpt2_prompt_that_fits_only_without_the_fewshot_prefixes(tok, tmp_path, 
 A_FACT = {"prompt": "The letter after z is a", "subject": "a", "ground_truth": "b"}
 """Subject ``"a"`` occurs in every built-in few-shot fact's text: a deep YAML has no few-shot fact left."""
 FEWSHOT_ERROR = (
-    r"experimental\.fewshot_contexts: only [0-2] of the \d+ built-in few-shot facts name no forgotten subject "
+    r"fewshot_contexts: only [0-2] of the \d+ built-in few-shot facts name no forgotten subject "
     r"or answer, 3 are needed; request 2 \(subject 'a', answer 'b'\) rules out \d+\. "
     r"Give those facts their full subject and answer, edit them in another call, or use a YAML without "
-    r"experimental\.fewshot_contexts"
+    r"fewshot_contexts"
 )
 
 
 def test_deep_yaml_without_fewshot_facts_fails_before_statistics_on_any_model(tok, tmp_path, corpus):
     """Issue 36.12: a rotary model (no position limit) found it only after the statistics, naming no fact."""
     requests = forget_requests()[:2] + [A_FACT]
-    hp = _hp(tmp_path, corpus, experimental={"fewshot_contexts": 2})
+    hp = _hp(tmp_path, corpus, fewshot_contexts=2)
     _edit_must_fail(tiny_llama(tok), tok, requests, hp, ValueError, FEWSHOT_ERROR, tmp_path / "stats")
     assert not (tmp_path / "stats").exists()
 
@@ -1282,7 +1283,7 @@ def test_unlearn_deep_yaml_without_fewshot_facts_fails_before_loading(saved_tiny
     """Issue 36.12: ``unlearn`` loaded the model, scored the facts and cached statistics first."""
     root, model_dir, hparams = saved_tiny
     config = yaml.safe_load(hparams["ZeroUnlearn-GD"].read_text())
-    config["experimental"] = {"fewshot_contexts": 2}
+    config["fewshot_contexts"] = 2
     deep = tmp_path / "deep.yaml"
     deep.write_text(yaml.safe_dump(config), encoding="utf-8")
     facts = json.loads((root / "facts.json").read_text())[:2] + [

@@ -454,7 +454,7 @@ def _bad_case(case: str, tmp_path: Path) -> List[str]:
     elif case == "subject not in prompt":
         args["--data_dir"] = str(_write(tmp_path / "cf.json", [_cf(0), dict(_cf(1), subject="Atlantis")]))
     elif case == "deep YAML without few-shot facts":
-        args["--hparams_dir"] = str(_yaml(tmp_path, "deep.yaml", experimental={"fewshot_contexts": 2}))
+        args["--hparams_dir"] = str(_yaml(tmp_path, "deep.yaml", fewshot_contexts=2))
         args["--data_dir"] = str(
             _write(tmp_path / "cf.json", [_cf(0), dict(_cf(1), subject="a", prompt="the capital of a is")])
         )
@@ -479,7 +479,7 @@ BAD_CASES = {
     "subject not in prompt": r"cf\.json: record 1: subject 'Atlantis' does not occur in its prompt 'the capital of s1 "
                              r"is'",
     "KnowEdit subject not in prompt": r"ke\.json: record 1: subject 'Atlantis' does not occur in its prompt",
-    "deep YAML without few-shot facts": r"cf\.json: record 1: experimental\.fewshot_contexts: only \d of the \d+ "
+    "deep YAML without few-shot facts": r"cf\.json: record 1: fewshot_contexts: only \d of the \d+ "
                                         r"built-in "
     r"few-shot facts .* request 1 \(subject 'a', answer 'paris'\) rules out \d+\. Give",
 }

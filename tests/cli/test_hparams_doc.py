@@ -24,8 +24,9 @@ from zerounlearn_editor.engine.retired_keys import RETIRED_KEYS
 ROOT = REPO_ROOT
 SHIPPED = sorted(p for cls in method_classes() for p in (ROOT / "hparams" / cls.ALG_NAME).glob("*.yaml"))
 # 59 before issue 27 (50 after retiring what lost, +1 fluency_max_increase), then 4 single-valued settings fixed;
-# forgotten_protection_weight (issue 37) was a key, then moved under experimental:, then left the package (issue 47)
-MAX_KEYS = 48
+# forgotten_protection_weight (issue 37) was a key, then moved under experimental:, then left the package (issue 47);
+# +1: fewshot_contexts graduated from experimental: (issue 45; the -deep.yaml files set it)
+MAX_KEYS = 49
 
 
 def _all_keys():

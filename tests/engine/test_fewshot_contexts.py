@@ -1,4 +1,4 @@
-"""Experimental ``fewshot_contexts``: few-shot prefixes of hand-written facts that never name a forgotten fact."""
+"""``fewshot_contexts``: few-shot prefixes of hand-written facts that never name a forgotten fact."""
 from __future__ import annotations
 
 import pytest
@@ -42,9 +42,24 @@ def test_bad_value_is_refused(value):
     import yaml
 
     config = yaml.safe_load(PAPER.read_text())
-    config["experimental"] = {"fewshot_contexts": value}
-    with pytest.raises(HParamsError, match="experimental.fewshot_contexts"):
+    config["fewshot_contexts"] = value
+    with pytest.raises(HParamsError, match=r"x\.yaml: key 'fewshot_contexts' (must be an integer >= 0|has value)"):
         ZeroUnlearnGDHyperParams.from_dict(config, source="x.yaml")
+
+
+def test_the_key_under_experimental_names_its_new_place():
+    """``fewshot_contexts`` graduated to a top-level key: a file that sets it under ``experimental:`` fails naming
+    the file, the old place and the new key; the same value at the top level loads."""
+    import yaml
+
+    config = yaml.safe_load(PAPER.read_text())
+    config["experimental"] = {"fewshot_contexts": 4}
+    with pytest.raises(HParamsError, match=r"x\.yaml: 'experimental\.fewshot_contexts' graduated to the top-level "
+                                           r"key 'fewshot_contexts' .*move it out of experimental:, same value"):
+        ZeroUnlearnGDHyperParams.from_dict(config, source="x.yaml")
+    del config["experimental"]
+    assert ZeroUnlearnGDHyperParams.from_dict(dict(config, fewshot_contexts=4), source="x.yaml").fewshot_contexts == 4
+    assert ZeroUnlearnGDHyperParams.from_dict(config, source="x.yaml").fewshot_contexts == 0  # the paper's
 
 
 def test_the_edit_reads_keys_and_targets_in_the_fewshot_contexts_too(tmp_path):
@@ -57,7 +72,7 @@ def test_the_edit_reads_keys_and_targets_in_the_fewshot_contexts_too(tmp_path):
     tok = tiny_tokenizer()
     model = sharp_tiny_llama(tok)
     paper = tiny_gd_target_hparams(tmp_path)
-    fewshot = tiny_gd_target_hparams(tmp_path, experimental={"fewshot_contexts": 2})
+    fewshot = tiny_gd_target_hparams(tmp_path, fewshot_contexts=2)
     assert "fewshot_contexts" not in target_settings(model, paper)
     assert target_settings(model, fewshot)["fewshot_contexts"] == 2
     z_paper = neutral_targets(model, tok, forget_requests(), paper).z

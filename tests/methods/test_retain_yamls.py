@@ -76,7 +76,7 @@ def test_suppress_yamls_change_only_the_target_objective(variant):
 
 
 DEEP_SETTINGS = {"context_template_count": 8, "context_template_length": 10, "v_num_grad_steps": 50,
-                 "clamp_norm_factor": 1.5, "v_early_stop_loss": 0.005, "experimental": {"fewshot_contexts": 4}}
+                 "clamp_norm_factor": 1.5, "v_early_stop_loss": 0.005, "fewshot_contexts": 4}
 
 
 def test_every_gd_model_has_a_deep_yaml():

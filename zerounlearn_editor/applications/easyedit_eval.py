@@ -479,10 +479,9 @@ def _model_digest(editor: Any) -> str:
 
 
 def _check_fewshot(hparams: Any, inputs: Mapping[str, Any], data_path: str) -> None:
-    """A deep YAML (``experimental.fewshot_contexts``) has its built-in few-shot facts for every request, each
+    """A deep YAML (``fewshot_contexts``) has its built-in few-shot facts for every request, each
     edited in its own call (:func:`~zerounlearn_editor.engine.contexts.check_fewshot_facts`), before the model loads."""
-    experimental = getattr(hparams, "experimental", None)
-    count = int(experimental.get("fewshot_contexts", 0)) if isinstance(experimental, Mapping) else 0
+    count = getattr(hparams, "fewshot_contexts", 0)  # another method's hparams: none
     if not count:
         return
     from zerounlearn_editor.engine.contexts import check_fewshot_facts

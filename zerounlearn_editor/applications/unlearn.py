@@ -282,7 +282,7 @@ def _checked_facts(facts: FactsFile, hparams: Any) -> CheckedRequests:
         forget = check_requests(facts.requests(), distinct_answers=hparams.target_objective == "suppress_answer")
     except RequestError as exc:
         raise RecordFileError(f"{facts.path}: {str(exc).replace('request ', 'record ', 1)}") from None
-    fewshot = int(hparams.experimental.get("fewshot_contexts", 0))
+    fewshot = hparams.fewshot_contexts
     if fewshot:  # a deep YAML's few-shot facts are planned from the facts alone
         check_fewshot_facts(list(forget.requests), fewshot)
     try:

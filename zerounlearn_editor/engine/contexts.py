@@ -1,6 +1,6 @@
 """Random-prefix context templates: short prefixes sampled from the model itself (seeded), cached on the model
 object (attribute ``_zerounlearn_context_cache``); keys are averaged over the bare prompt and them.
-Experimental: few-shot prefixes of the package's hand-written facts (:func:`fewshot_prefixes`)."""
+With ``fewshot_contexts`` also few-shot prefixes of the package's hand-written facts (:func:`fewshot_prefixes`)."""
 from __future__ import annotations
 
 import inspect
@@ -174,15 +174,15 @@ def check_fewshot_facts(requests: Sequence["ForgetRequest"], count: int, shots: 
     shown = [(n, r) for n, r in ruled_out if n >= total / 4][:5] or [(n, r) for n, r in ruled_out[:3] if n > 0]
     worst = [f"request {r.index} (subject {r.subject!r}, answer {r.answer!r}) rules out {n}" for n, r in shown]
     raise RequestError(
-        f"experimental.fewshot_contexts: only {left} of the {total} built-in few-shot facts name no forgotten subject "
+        f"fewshot_contexts: only {left} of the {total} built-in few-shot facts name no forgotten subject "
         f"or answer, {shots} are needed; {'; '.join(worst) or 'the requests together rule them out'}. "
         "Give those facts their full subject and answer, edit them in another call, or use a YAML without "
-        "experimental.fewshot_contexts (the non-deep YAML)"
+        "fewshot_contexts (the non-deep YAML)"
     )
 
 
 def fewshot_prefixes(requests: Sequence["ForgetRequest"], count: int, shots: int = FEWSHOT_SHOTS) -> List[str]:
-    """``count`` prefixes of ``shots`` hand-written facts each, ``"{prompt} {answer}.\n"`` per fact (experimental).
+    """``count`` prefixes of ``shots`` hand-written facts each, ``"{prompt} {answer}.\n"`` per fact.
 
     ``requests`` (:class:`~zerounlearn_editor.engine.requests.ForgetRequest`) are the edit's forget requests: a fact
     is never used when its subject or answer occurs in any of their prompts, subjects or answers, or when any of

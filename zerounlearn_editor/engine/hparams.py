@@ -17,7 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Literal, Optional, Union, get_args, get_origin, get_type_hints
 
-from zerounlearn_editor.engine.retired_keys import RETIRED_EXPERIMENTAL_KEYS, RETIRED_KEYS, retired_key_errors  # noqa: F401 (RETIRED_KEYS: old import path)
+from zerounlearn_editor.engine.retired_keys import (  # noqa: F401 (RETIRED_KEYS: old import path)
+    GRADUATED_EXPERIMENTAL_KEYS,
+    RETIRED_EXPERIMENTAL_KEYS,
+    RETIRED_KEYS,
+    retired_key_errors,
+)
 from zerounlearn_editor.support.structured_files import read_structured
 
 _SCI_NOTATION = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
@@ -319,6 +324,12 @@ class EditHyperParams(BaseHyperParams):
         "`v_early_stop_loss` (0.01: p < 0.01), so the residual only removes the answer instead of making EOS likely"
     )})
 
+    fewshot_contexts: int = field(default=0, metadata={"help": (
+        "opt-in, 0 = the paper (the `-deep.yaml` files: 4): this many extra context prefixes of 3 built-in "
+        "hand-written facts each (`engine.contexts.fewshot_prefixes`), so keys and targets also see in-context "
+        "prompts; a forget set that names too many of those facts is refused"
+    )})
+
     # Statistics of general text
     stats_dir: str = field(default="./data/stats", metadata={"help": "folder of the cached utility statistics `C0`"})
     mom2_dataset: str = field(default="wikipedia", metadata={"help": (
@@ -344,16 +355,13 @@ class EditHyperParams(BaseHyperParams):
 
     # Experiments (opt-in): a mapping whose keys must be declared in EXPERIMENTAL_KEYS (key -> help)
     EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {
-        "fewshot_contexts": "deep forgetting: this many extra context prefixes of 3 hand-written facts each "
-        "(`engine.contexts.fewshot_prefixes`), so keys and targets also see in-context prompts",
         "rank_below_alternatives": "`{weight, margin, k}`: adds `weight * relu(z_answer - mean z_alt + margin)` at "
         "the answer position of every target row to the target objective, `z_alt` the logits of the `k` other "
         "requests' answer first tokens the unedited model finds most likely (`engine.targets.ranking`)",
     }
     experimental: Dict[str, Any] = field(default_factory=dict, metadata={"help": (
-        "opt-in experiments, a mapping of keys declared by the class (`fewshot_contexts`, "
-        "`rank_below_alternatives`); an experiment that does "
-        "not win on report data leaves again"
+        "opt-in experiments, a mapping of keys declared by the class (`rank_below_alternatives`); an experiment "
+        "that does not win on report data leaves again, one that wins becomes a key of its own"
     )})
 
     def retain_weights(self) -> Dict[str, float]:
@@ -377,15 +385,16 @@ class EditHyperParams(BaseHyperParams):
         unknown = sorted(set(self.experimental) - set(self.EXPERIMENTAL_KEYS))
         retired = [f"'experimental.{key}' was retired: {RETIRED_EXPERIMENTAL_KEYS[key]}" for key in unknown
                    if key in RETIRED_EXPERIMENTAL_KEYS]
+        retired += [f"'experimental.{key}' {GRADUATED_EXPERIMENTAL_KEYS[key]}" for key in unknown
+                    if key in GRADUATED_EXPERIMENTAL_KEYS]
         if retired:
             raise HParamsError(f"{source}: " + "; ".join(retired))
         if unknown:
             declared = sorted(self.EXPERIMENTAL_KEYS) or "none"
             raise HParamsError(f"{source}: unknown key(s) {unknown} under 'experimental' (declared: {declared})")
-        fewshot = self.experimental.get("fewshot_contexts", 0)
-        if isinstance(fewshot, bool) or not isinstance(fewshot, int) or fewshot < 0:
+        if self.fewshot_contexts < 0:
             raise HParamsError(
-                f"{source}: key 'experimental.fewshot_contexts' must be an integer >= 0, got {fewshot!r}")
+                f"{source}: key 'fewshot_contexts' must be an integer >= 0, got {self.fewshot_contexts!r}")
         if "rank_below_alternatives" in self.experimental:
             _check_rank_setting(self.experimental["rank_below_alternatives"], source)
         if not self.layers:

@@ -305,7 +305,7 @@ def check_edit_inputs(
             ", ".join(active),
         )
     check_retain_disjoint(forget, keep)
-    check_fewshot_facts(forget, int(hparams.experimental.get("fewshot_contexts", 0)))  # every model, before any work
+    check_fewshot_facts(forget, hparams.fewshot_contexts)  # every model, before any work
     _check_lengths(model, tok, forget, keep, target_ids, hparams)
     return EditPlan(forget, keep, target_ids, hparams, retain)
 
@@ -490,7 +490,7 @@ def _check_lengths(
     if limit is None:
         return
     extra = hparams.context_template_length + 1 if hparams.context_template_count else 0
-    fewshot = fewshot_prefixes(forget, int(hparams.experimental.get("fewshot_contexts", 0)))
+    fewshot = fewshot_prefixes(forget, hparams.fewshot_contexts)
     extra = max([extra] + [len(tok(prefix)["input_ids"]) for prefix in fewshot])
     for kind, requests in (("request", forget), ("retain request", keep)):
         for i, request in enumerate(requests):
@@ -516,10 +516,10 @@ def neutral_targets(
 
 
 def _edit_prefixes(model: nn.Module, tok, forget: List[ForgetRequest], hparams: EditHyperParams) -> List[str]:
-    """The context prefixes of an edit: ``""``, the sampled ones and (experimental) few-shot ones."""
+    """The context prefixes of an edit: ``""``, the sampled ones and the few-shot ones (``fewshot_contexts``)."""
     count, length = hparams.context_template_count, hparams.context_template_length
     prefixes = context_prefixes(model, tok, count, length, CONTEXT_SEED)
-    return prefixes + fewshot_prefixes(forget, int(hparams.experimental.get("fewshot_contexts", 0)))
+    return prefixes + fewshot_prefixes(forget, hparams.fewshot_contexts)
 
 
 def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any]:
@@ -532,8 +532,8 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
     if not config["rank_weight"]:  # no rank term: cache keys as before the experiment existed
         for name in ("rank_weight", "rank_margin", "rank_k"):
             config.pop(name)
-    if hparams.experimental.get("fewshot_contexts"):
-        config["fewshot_contexts"] = int(hparams.experimental["fewshot_contexts"])
+    if hparams.fewshot_contexts:  # no few-shot prefixes: cache keys as before the key existed
+        config["fewshot_contexts"] = hparams.fewshot_contexts
     return dict(
         config,
         context_template_count=hparams.context_template_count,

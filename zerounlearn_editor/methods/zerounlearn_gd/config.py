@@ -15,8 +15,8 @@ def deep_mode_settings() -> Dict[str, Any]:
     """The deep-forgetting mode (opt-in, ``hparams/ZeroUnlearn-GD/<model>-deep.yaml``): these keys over a paper YAML.
 
     Targets optimised to a lower loss (EOS NLL 0.005, up to 50 steps) inside a looser norm clamp (1.5), over 8
-    sampled context prefixes of 10 tokens and 4 few-shot prefixes of hand-written facts (``experimental:
-    fewshot_contexts``): keys and targets also see in-context prompts, which then no longer bring the answer back
+    sampled context prefixes of 10 tokens and 4 few-shot prefixes of hand-written facts
+    (``fewshot_contexts``): keys and targets also see in-context prompts, which then no longer bring the answer back
     (measured on SmolLM2 with its costs: benchmarks/RESULTS.md, "Deep forgetting"). A fresh mapping per call;
     ``zerounlearn init-hparams --deep`` applies it.
     """
@@ -26,7 +26,7 @@ def deep_mode_settings() -> Dict[str, Any]:
         "v_num_grad_steps": 50,
         "clamp_norm_factor": 1.5,
         "v_early_stop_loss": 0.005,
-        "experimental": {"fewshot_contexts": 4},
+        "fewshot_contexts": 4,
     }
 
 
