@@ -18,7 +18,8 @@ Per edited layer (means over the n forget facts at the subject's last token):
   per unit of down_proj output change); ``map_error``: ``|f(v + dv) - f(v) - delta| / |delta|``;
 * after the solve: ``rel_change`` ``|dW| / |W|``; ``min_norm_change``: ``|dv| / |U0^T k|`` summed in quadrature
   over facts, over ``|W|`` (the smallest null-space update that writes every ``dv`` exactly, ignoring overlap);
-  ``value_reached``: ``1 - |dW K_f - dv| / |dv|``.
+  ``value_reached``: ``1 - |dW K_f - dv| / |dv|``; ``text_change``: ``sqrt(tr(dW C0 dW^T) / tr(W C0 W^T))``, the
+  relative change of down_proj's output on the statistics' text (what the edit does to every other input).
 
 Variant syntax (``--variant NAME:key=value,key=value``), keys are YAML keys or ``per_layer_norm=<quantity>`` /
 ``per_layer_threshold=c0_median``: the YAML's ``norm_weight`` / ``nullspace_threshold`` times the layer's median
@@ -122,6 +123,8 @@ class Recorder:
                 rel_change=float(dW.norm() / W.norm()),
                 min_norm_change=float(((dv.norm(dim=0) / kt.clamp_min(1e-30)).pow(2).sum().sqrt()) / W.norm()),
                 value_reached=float(1 - (dW @ K - dv).norm() / dv.norm().clamp_min(1e-30)),
+                text_change=float(torch.sqrt(torch.trace(dW @ problem.C0 @ dW.t())
+                                             / torch.trace(W @ problem.C0 @ W.t()))),
             )
             self.rows[problem.layer] = row
             return new_W
