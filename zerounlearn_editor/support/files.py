@@ -1,14 +1,18 @@
-"""Atomic file writes, JSON reads and content hashes."""
+"""Atomic file writes, an inter-process lock, JSON reads and content hashes."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
+import logging
 import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Dict, Optional, Union
+from typing import Any, BinaryIO, Callable, Dict, Iterator, Optional, Union
+
+LOG = logging.getLogger(__name__)
 
 
 def json_safe(value: Any) -> Any:
@@ -38,6 +42,26 @@ def write_atomic(path: Union[str, Path], write: Callable[[BinaryIO], Any], prefi
             os.unlink(tmp)
         raise
     return path
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Union[str, Path], waiting: str = "") -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created, with its folder, if absent; never removed) for the block:
+    one process at a time on this host runs it; the others wait (logging ``waiting``, when given, once). The lock
+    goes with the process, also when it is killed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting:
+                LOG.info("%s (lock %s)", waiting, path)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def write_bytes_atomic(path: Union[str, Path], data: bytes) -> Path:

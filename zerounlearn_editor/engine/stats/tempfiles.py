@@ -1,4 +1,5 @@
-"""Stale temporary statistics files: the ``{file}.{host}.{pid}.XXXX.tmp`` of writers that were killed."""
+"""Stale temporary cache files (statistics, eigendecompositions): the ``{file}.{host}.{pid}.XXXX.tmp`` of writers
+that were killed."""
 from __future__ import annotations
 
 import contextlib
@@ -22,12 +23,13 @@ def temp_prefix(path: Path) -> str:
     return f"{path.name}.{socket.gethostname().replace('.', '_')}.{os.getpid()}."
 
 
-def clean_stale_temp_files(folder: Path) -> None:
-    """Remove the stale ``{file}.{host}.{pid}.XXXX.tmp`` statistics files of killed writers in ``folder`` (this
-    host's writer no longer running, or older than :data:`STALE_TEMP_SECONDS`)."""
+def clean_stale_temp_files(folder: Path, pattern: str = "*_mom2_*.tmp") -> None:
+    """Remove the stale ``{file}.{host}.{pid}.XXXX.tmp`` files matching ``pattern`` (default: the statistics
+    files') of killed writers in ``folder`` (this host's writer no longer running, or older than
+    :data:`STALE_TEMP_SECONDS`)."""
     host = socket.gethostname()
     now = time.time()
-    for tmp in folder.glob("*_mom2_*.tmp"):
+    for tmp in folder.glob(pattern):
         parts = tmp.name.split(".")
         try:
             stale = now - tmp.stat().st_mtime > STALE_TEMP_SECONDS

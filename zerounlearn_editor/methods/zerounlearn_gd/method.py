@@ -8,12 +8,15 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method, as_edit_plan
+from zerounlearn_editor.engine.stats.eigen_cache import EigenCache, eigen_cache_of
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.solve import (
     nullspace_basis,
+    nullspace_split,
     protected_covariance,
     solve_exact,
     solve_gd,
+    symmetric_eigenpairs,
 )
 
 LOG = logging.getLogger(__name__)
@@ -39,19 +42,31 @@ def many_facts_warning(n: int, hparams: ZeroUnlearnGDHyperParams) -> Optional[st
             f"at most {MANY_FACTS}")
 
 
+def nullspace_of_problem(problem: LayerProblem, hparams: ZeroUnlearnGDHyperParams,
+                         cache: Optional[EigenCache]) -> torch.Tensor:
+    """``U0`` ``[d_in, r]``: the null space of the protected matrix
+    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.solve.protected_covariance`). When that is ``C0`` itself (no
+    retain or context term) its eigenpairs come from ``cache`` (the same bits as computing them), if given."""
+    protected = protected_covariance(
+        problem.C0, problem.K_r, hparams.retain_nullspace_weight, problem.C_ctx, hparams.context_nullspace_weight,
+    )
+    if cache is None or protected is not problem.C0:
+        return nullspace_basis(protected, hparams.nullspace_threshold)[0]
+    return nullspace_split(*cache.eigenpairs(protected, symmetric_eigenpairs), hparams.nullspace_threshold)[0]
+
+
 def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
     """The per-layer solve ``LayerProblem -> W + D_m`` (exact closed form or Adam).
 
     With ``retain_nullspace_weight > 0`` the null space is taken of ``C0`` plus the retain keys'
     second moment, with ``context_nullspace_weight > 0`` also plus the prompts' context keys'
-    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.solve.protected_covariance`).
+    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.solve.protected_covariance`); without them, the
+    eigendecomposition of ``C0`` is cached beside the statistics (``{stats_dir}/nullspace_eigh``,
+    :mod:`~zerounlearn_editor.engine.stats.eigen_cache`).
     """
 
     def solve(problem: LayerProblem) -> torch.Tensor:
-        protected = protected_covariance(
-            problem.C0, problem.K_r, hparams.retain_nullspace_weight, problem.C_ctx, hparams.context_nullspace_weight,
-        )
-        U0, _ = nullspace_basis(protected, hparams.nullspace_threshold)
+        U0 = nullspace_of_problem(problem, hparams, eigen_cache_of(hparams.stats_dir))
         weights = dict(a=hparams.orthogonality_weight, b=hparams.target_weight, c=hparams.norm_weight)
         args = (problem.W, problem.K_f, problem.M_f, problem.M_n, U0)
         if hparams.solver == "exact":

@@ -137,18 +137,15 @@ def protected_covariance(
     return out
 
 
-def nullspace_basis(C0: Tensor, threshold: float) -> Tuple[Tensor, Tensor]:
-    """Orthonormal bases of the numerical null space of ``C0`` and of its complement.
+def symmetric_eigenpairs(C0: Tensor) -> Tuple[Tensor, Tensor]:
+    """Eigenvalues ``[d_in]`` (ascending) and eigenvectors ``[d_in, d_in]`` (columns) of ``C0``, float64.
 
-    ``C0`` ``[d_in, d_in]`` is symmetrised and eigendecomposed in float64; eigenvectors with
-    eigenvalue strictly below the *absolute* ``threshold`` form ``U0`` ``[d_in, r]`` (``P_m = U0
-    U0^T``; ``r`` may be 0), the others ``U1`` ``[d_in, d_in - r]``. Returns ``(U0, U1)``. Raises
-    ``ValueError`` for a non-finite, non-square or non-symmetric ``C0`` or a bad threshold.
+    ``C0`` ``[d_in, d_in]`` is cast to float64 and symmetrised (``(C + C^T) / 2``) before ``eigh``. Raises
+    ``ValueError`` for a non-finite, non-square or non-symmetric ``C0``.
     """
     _check_matrix("C0", C0)
     if C0.shape[0] != C0.shape[1]:
         raise ValueError(f"C0 must be square [d_in, d_in], got {tuple(C0.shape)}")
-    thr = _check_weight("threshold", threshold)
     C = C0.to(_F64)
     asym = float((C - C.T).abs().max()) if C.numel() else 0.0
     scale = max(1.0, float(C.abs().max())) if C.numel() else 1.0
@@ -156,8 +153,17 @@ def nullspace_basis(C0: Tensor, threshold: float) -> Tuple[Tensor, Tensor]:
         raise ValueError(
             f"C0 must be symmetric: max|C0 - C0^T| = {asym:.3g} exceeds {_SYMMETRY_TOL:g} * {scale:.3g}"
         )
-    d_in = C.shape[0]
     evals, evecs = torch.linalg.eigh(0.5 * (C + C.T))
+    return evals, evecs
+
+
+def nullspace_split(evals: Tensor, evecs: Tensor, threshold: float) -> Tuple[Tensor, Tensor]:
+    """``(U0, U1)`` from the eigenpairs of :func:`symmetric_eigenpairs`: the eigenvectors ``evecs`` ``[d_in,
+    d_in]`` whose eigenvalue in ``evals`` ``[d_in]`` lies strictly below the *absolute* ``threshold`` form
+    ``U0`` ``[d_in, r]`` (``r`` may be 0), the others ``U1`` ``[d_in, d_in - r]``. Raises ``ValueError`` for a
+    bad threshold."""
+    thr = _check_weight("threshold", threshold)
+    d_in = evals.shape[0]
     below = evals < thr
     r = int(below.sum())
     logger.debug(
@@ -167,6 +173,18 @@ def nullspace_basis(C0: Tensor, threshold: float) -> Tuple[Tensor, Tensor]:
     if r == 0:
         logger.warning("nullspace_basis: no eigenvalue of C0 below %g; the update will be zero", thr)
     return evecs[:, below].contiguous(), evecs[:, ~below].contiguous()
+
+
+def nullspace_basis(C0: Tensor, threshold: float) -> Tuple[Tensor, Tensor]:
+    """Orthonormal bases of the numerical null space of ``C0`` and of its complement.
+
+    ``C0`` ``[d_in, d_in]`` is symmetrised and eigendecomposed in float64 (:func:`symmetric_eigenpairs`);
+    eigenvectors with eigenvalue strictly below the *absolute* ``threshold`` form ``U0`` ``[d_in, r]`` (``P_m =
+    U0 U0^T``; ``r`` may be 0), the others ``U1`` ``[d_in, d_in - r]`` (:func:`nullspace_split`). Returns
+    ``(U0, U1)``. Raises ``ValueError`` for a non-finite, non-square or non-symmetric ``C0`` or a bad threshold.
+    """
+    _check_weight("threshold", threshold)
+    return nullspace_split(*symmetric_eigenpairs(C0), threshold)
 
 
 # ----------------------------------------------------------------------------------------------
