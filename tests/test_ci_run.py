@@ -24,6 +24,7 @@ case "$*" in
   *) exit 0 ;;
 esac
 echo "$run" >>"$dir/runs"
+if [ -n "${FAKE_SLEEP:-}" ]; then echo $$ >>"$dir/pids"; sleep "$FAKE_SLEEP"; fi
 echo "output of the $run run: args [$*] threads ${OMP_NUM_THREADS:-unset} easyedit ${EASYEDIT_PATH:-unset}" \
      "require ${ZEROUNLEARN_REQUIRE_EASYEDIT:-unset}"
 if [ -n "${other:-}" ]; then
@@ -70,3 +71,47 @@ def test_any_failing_run_fails_ci_and_every_output_is_printed(tmp_path, failing)
     assert f"{failing} tests: exit status 3" in proc.stdout
     for run in ("easyedit", "fast", "slow"):
         assert f"output of the {run} run" in proc.stdout
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie nobody reaped yet has stopped running)."""
+    stat = Path(f"/proc/{pid}/stat")
+    if stat.exists():
+        try:
+            return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_stopping_ci_stops_both_lanes_and_fails(tmp_path):
+    """A CI job stopped on a timeout (SIGTERM) takes its two lanes with it: no test run is left running."""
+    import signal
+    import time
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python"
+    fake.write_text(FAKE_PYTHON, encoding="utf-8")
+    fake.chmod(0o755)
+    (tmp_path / "EasyEdit").mkdir()
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_DIR": str(tmp_path),
+           "EASYEDIT_PATH": str(tmp_path / "EasyEdit"), "FAKE_SLEEP": "60"}
+    proc = subprocess.Popen(["bash", str(ROOT / ".ci" / "run")], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    pids_file = tmp_path / "pids"
+    deadline = time.time() + 30
+    while time.time() < deadline and len(pids_file.read_text().split() if pids_file.exists() else []) < 2:
+        time.sleep(0.1)
+    pids = [int(p) for p in pids_file.read_text().split()]
+    assert len(pids) == 2  # the EasyEdit run and the slow half are running
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=20)
+    assert proc.returncode != 0
+    time.sleep(0.5)
+    alive = [pid for pid in pids if _running(pid)]
+    assert not alive, f"test runs left running: {alive}"

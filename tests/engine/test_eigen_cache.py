@@ -54,7 +54,7 @@ def test_a_cached_entry_gives_the_bits_of_the_uncached_basis(tmp_path):
     cache = EigenCache(tmp_path / EIGH_FOLDER, min_dim=1)
     first = cached_basis(cache, C0, compute)
     assert compute.calls == 1
-    assert [p.name for p in cache.folder.iterdir()] == [f"eigh_{eigh_key(C0)}.npz"]  # no temp file left
+    assert [p.name for p in cache.folder.iterdir()] == [f"eigh_{eigh_key(C0, compute)}.npz"]  # no temp file left
     second = cached_basis(EigenCache(tmp_path / EIGH_FOLDER, min_dim=1), C0.clone(), compute)
     assert compute.calls == 1  # read back, not computed
     assert want[0].shape[1] == 28
@@ -74,7 +74,7 @@ def test_a_changed_C0_never_reads_the_old_entry(tmp_path):
     changed = C0.clone()
     bumped = torch.nextafter(changed[3, 5], torch.tensor(np.inf, dtype=torch.float64))
     changed[3, 5] = changed[5, 3] = bumped  # one ulp, still symmetric
-    assert eigh_key(changed) != eigh_key(C0)
+    assert eigh_key(changed, compute) != eigh_key(C0, compute)
     got = cached_basis(cache, changed, compute)
     assert compute.calls == 2
     assert_same_bits(got, nullspace_basis(changed, THRESHOLD))
@@ -117,11 +117,11 @@ def test_a_damaged_entry_is_recomputed_and_written_again(tmp_path, caplog, damag
     cache = EigenCache(tmp_path / EIGH_FOLDER, min_dim=1)
     cached_basis(cache, C0, compute)
     cached_basis(cache, other, compute)
-    damage(cache.path(eigh_key(C0)), cache.path(eigh_key(other)))
+    damage(cache.path(eigh_key(C0, compute)), cache.path(eigh_key(other, compute)))
     with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.engine.stats.eigen_cache"):
         got = cached_basis(cache, C0, compute)
     assert compute.calls == 3
-    assert str(cache.path(eigh_key(C0))) in caplog.text and "recomputing" in caplog.text
+    assert str(cache.path(eigh_key(C0, compute))) in caplog.text and "recomputing" in caplog.text
     assert_same_bits(got, nullspace_basis(C0, THRESHOLD))
     cached_basis(cache, C0, compute)  # the rewritten entry reads back
     assert compute.calls == 3
@@ -171,7 +171,7 @@ def test_the_gd_solver_caches_C0s_eigenpairs_beside_the_statistics(tmp_path, mon
     solve = zerounlearn_gd_solver(_gd_hparams(tmp_path, stats_dir))
     first = solve(problem)
     entries = list((stats_dir / EIGH_FOLDER).glob("eigh_*.npz"))
-    assert [p.name for p in entries] == [f"eigh_{eigh_key(problem.C0)}.npz"]
+    assert [p.name for p in entries] == [f"eigh_{eigh_key(problem.C0, compute)}.npz"]
     assert entries[0].stat().st_size > MIN_CACHED_DIM ** 2 * 8
     second = solve(problem)  # read from the entry
     assert compute.calls == 1
@@ -189,3 +189,23 @@ def test_a_retain_term_is_never_cached(tmp_path):
     assert not (stats_dir / EIGH_FOLDER).exists()
     assert torch.equal(got, zerounlearn_gd_solver(_gd_hparams(tmp_path, tmp_path / "absent",
                                                               retain_nullspace_weight=1.0))(problem))
+
+
+def test_the_key_names_the_computing_function_and_the_platform(monkeypatch):
+    """Another eigendecomposition function, thread count or MKL code path (a stats_dir copied from another machine)
+    never reads an entry computed by another."""
+    C0 = low_rank_psd(48, 20)
+    compute = Counting()
+    key = eigh_key(C0, compute)
+    assert eigh_key(C0, Counting()) == key  # the same function: the same key
+    assert eigh_key(C0, torch.linalg.eigh) != key
+    monkeypatch.setenv("MKL_CBWR", "AVX2")
+    assert eigh_key(C0, compute) != key
+    monkeypatch.delenv("MKL_CBWR")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)
+        assert eigh_key(C0, compute) != key
+    finally:
+        torch.set_num_threads(threads)
+    assert eigh_key(C0, compute) == key

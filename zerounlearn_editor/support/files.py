@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -48,7 +47,10 @@ def write_atomic(path: Union[str, Path], write: Callable[[BinaryIO], Any], prefi
 def exclusive_lock(path: Union[str, Path], waiting: str = "") -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``path`` (created, with its folder, if absent; never removed) for the block:
     one process at a time on this host runs it; the others wait (logging ``waiting``, when given, once). The lock
-    goes with the process, also when it is killed."""
+    goes with the process, also when it is killed. POSIX only (``fcntl``, imported here so that this module imports
+    everywhere)."""
+    import fcntl
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+b") as handle:

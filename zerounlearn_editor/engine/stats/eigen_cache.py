@@ -2,10 +2,12 @@
 ZeroUnlearn-GD: a float64 ``eigh`` of a few seconds per layer at ``d_in`` 1,536, the same in every edit that
 reads the same statistics file).
 
-An entry is keyed by everything the eigenpairs depend on: the SHA-256 of ``C0``'s float64 bytes and shape, its
-device type, the torch version and torch's thread count, so a changed ``C0`` (one ulp of one entry) never reads an
-old entry. The eigenpairs are stored, not a thresholded basis: any threshold is applied after. Files live in
-``{stats_dir}/nullspace_eigh/eigh_{key}.npz`` (numpy, no pickle), written atomically like the statistics files;
+An entry is keyed by everything the eigenpairs depend on: the SHA-256 of ``C0``'s float64 bytes and shape, the
+computing function's qualified name, its device type (and, on CUDA, the GPU's name and the CUDA version), the torch
+version and build configuration, the CPU's instruction set and machine type, ``MKL_CBWR`` and torch's thread count,
+so a changed ``C0`` (one ulp of one entry), another LAPACK code path or a ``stats_dir`` copied from another machine
+never reads an old entry. The eigenpairs are stored, not a thresholded basis: any threshold is applied after. Files
+live in ``{stats_dir}/nullspace_eigh/eigh_{key}.npz`` (numpy, no pickle), written atomically like the statistics files;
 each records its key and the SHA-256 of its arrays, and a file that does not read back exactly (truncated,
 altered, another key) is recomputed and written again, with a warning. A cache that cannot be written is
 skipped (the edit goes on).
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import platform
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,18 +42,40 @@ _FORMAT = "zerounlearn-eigh-1"
 Eigenpairs = Tuple[torch.Tensor, torch.Tensor]
 
 
-def eigh_key(C0: torch.Tensor) -> str:
-    """Hex SHA-256 of what the eigenpairs of ``C0`` ``[d_in, d_in]`` depend on: its float64 bytes and shape, device
-    type, torch version and thread count."""
+def _platform_tag(device: torch.device) -> str:
+    """What the float64 ``eigh``'s rounding depends on beyond its input: torch's version and build configuration,
+    the CPU's instruction set and machine type, ``MKL_CBWR``, the thread count and, on CUDA, the GPU and CUDA."""
+    build = hashlib.sha256(torch.__config__.show().encode()).hexdigest()[:16]
+    cpu = torch.backends.cpu.get_cpu_capability()
+    parts = [torch.__version__, build, cpu, platform.machine(), os.environ.get("MKL_CBWR", ""),
+             str(torch.get_num_threads()), device.type]
+    if device.type == "cuda":
+        parts += [torch.cuda.get_device_name(device), str(torch.version.cuda)]
+    return "|".join(parts)
+
+
+def _compute_name(compute: Optional[Callable]) -> str:
+    """``module.qualname`` of a function, or of the type of a callable object ("" for None)."""
+    if compute is None:
+        return ""
+    named = compute if hasattr(compute, "__qualname__") else type(compute)
+    return f"{getattr(named, '__module__', '')}.{named.__qualname__}"
+
+
+def eigh_key(C0: torch.Tensor, compute: Optional[Callable] = None) -> str:
+    """Hex SHA-256 of what the eigenpairs of ``C0`` ``[d_in, d_in]`` computed by ``compute`` depend on: its float64
+    bytes and shape, the function's name and the platform (:func:`_platform_tag`)."""
+    compute_name = _compute_name(compute)
     data = C0.detach().to(device="cpu", dtype=torch.float64).contiguous().numpy()
     digest = hashlib.sha256()
-    header = f"{_FORMAT}|{tuple(C0.shape)}|{C0.device.type}|{torch.__version__}|{torch.get_num_threads()}"
+    header = f"{_FORMAT}|{tuple(C0.shape)}|{compute_name}|{_platform_tag(C0.device)}"
     digest.update(header.encode())
-    digest.update(data.tobytes())
+    digest.update(memoryview(data).cast("B"))
     return digest.hexdigest()
 
 
 def _arrays_digest(evals: np.ndarray, evecs: np.ndarray) -> str:
+    """Hex SHA-256 of the two arrays' dtypes, shapes and bytes (``evals`` ``[d_in]``, ``evecs`` ``[d_in, d_in]``)."""
     digest = hashlib.sha256()
     for array in (evals, evecs):
         digest.update(f"{array.dtype.str}{array.shape}".encode())
@@ -74,7 +100,7 @@ class EigenCache:
         of ``C0`` when it holds exactly what was stored, else computed and stored; on ``C0``'s device."""
         if C0.dim() != 2 or C0.shape[0] < self.min_dim:
             return compute(C0)
-        key = eigh_key(C0)
+        key = eigh_key(C0, compute)
         path = self.path(key)
         if path.exists():
             stored = _read_entry(path, key, C0.shape[0])
@@ -103,7 +129,7 @@ def _read_entry(path: Path, key: str, d_in: int) -> Optional[Eigenpairs]:
                 raise ValueError("not an eigendecomposition entry (keys missing)")
             evals, evecs = data["evals"], data["evecs"]
             stored_key, stored_digest = str(data["key"]), str(data["sha256"])
-    except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as exc:
+    except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile) as exc:
         LOG.warning("%s: unreadable eigendecomposition cache file (%s: %s); recomputing", path,
                     type(exc).__name__, exc)
         return None
