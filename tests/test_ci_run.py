@@ -1,9 +1,11 @@
 """.ci/run's test stage, with a stand-in ``python`` on PATH (no install, linter or test really runs): the README's
-test command in two halves side by side (``-m slow`` and ``-m "not slow"``, one thread each) beside the EasyEdit
-tests, every run's output printed, and any failing run failing CI."""
+test command in two lanes side by side (``-m "not slow"`` after the EasyEdit tests, then the slow tests of a few
+files; ``-m slow`` without those files; one thread each), every run's output printed, and any failing run failing
+CI."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -19,7 +21,8 @@ case "$*" in
   *easyedit_env.py*) echo "$0"; exit 0 ;;
   *"-m pytest"*"-m easyedit"*) run=easyedit ;;
   *"-m pytest"*"-m not slow"*) run=fast; other=slow ;;
-  *"-m pytest"*"-m slow"*) run=slow; other=fast ;;
+  *"-m pytest"*"-m slow"*"--ignore="*) run=slow; other=fast ;;
+  *"-m pytest"*"-m slow"*) run=slow1 ;;
   *"-m pytest"*) run=whole ;;
   *) exit 0 ;;
 esac
@@ -54,22 +57,30 @@ def run_ci(tmp_path: Path, **rcs: int) -> subprocess.CompletedProcess:
 def test_ci_runs_the_readme_command_in_two_halves_side_by_side(tmp_path):
     proc = run_ci(tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert sorted((tmp_path / "runs").read_text().split()) == ["easyedit", "fast", "slow"]
+    assert sorted((tmp_path / "runs").read_text().split()) == ["easyedit", "fast", "slow", "slow1"]
     out = proc.stdout
-    for run in ("easyedit", "fast", "slow"):
+    for run in ("easyedit", "fast", "slow", "slow1"):
         assert f"output of the {run} run" in out
     # the halves: exactly `python -m pytest -q` split on the slow marker, one thread, EasyEdit not importable
     assert "args [-m pytest -q -m not slow -p no:cacheprovider] threads 1 easyedit unset" in out
-    assert "args [-m pytest -q -m slow -p no:cacheprovider] threads 1 easyedit unset" in out
+    # the slow half split by file: lane 1 runs the slow tests of FILES, lane 2 every other slow test (--ignore FILES)
+    lane1 = re.search(r"output of the slow1 run: args \[-m pytest -q -m slow -p no:cacheprovider (.+?)\] threads 1 "
+                      r"easyedit unset", out)
+    lane2 = re.search(r"output of the slow run: args \[-m pytest -q -m slow -p no:cacheprovider (.+?)\] threads 1 "
+                      r"easyedit unset", out)
+    assert lane1 and lane2, out
+    files = lane1.group(1).split()
+    assert files and all((ROOT / f).is_file() and f.startswith("tests/") for f in files)
+    assert lane2.group(1).split() == [f"--ignore={f}" for f in files]
     assert f"easyedit {tmp_path / 'EasyEdit'} require 1" in out
 
 
-@pytest.mark.parametrize("failing", ["easyedit", "fast", "slow"])
+@pytest.mark.parametrize("failing", ["easyedit", "fast", "slow1", "slow"])
 def test_any_failing_run_fails_ci_and_every_output_is_printed(tmp_path, failing):
     proc = run_ci(tmp_path, **{failing: 3})
     assert proc.returncode == 3
     assert f"{failing} tests: exit status 3" in proc.stdout
-    for run in ("easyedit", "fast", "slow"):
+    for run in ("easyedit", "fast", "slow1", "slow"):
         assert f"output of the {run} run" in proc.stdout
 
 
