@@ -79,7 +79,7 @@ def _arrays_digest(evals: np.ndarray, evecs: np.ndarray) -> str:
     digest = hashlib.sha256()
     for array in (evals, evecs):
         digest.update(f"{array.dtype.str}{array.shape}".encode())
-        digest.update(np.ascontiguousarray(array).tobytes())
+        digest.update(memoryview(np.ascontiguousarray(array)).cast("B"))
     return digest.hexdigest()
 
 
