@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Literal, Optional, Union, get_args, get_origin, get_type_hints
 
-from zerounlearn_editor.engine.layer_split import LAYER_SPLIT_KEY, LAYER_SPLITS
 from zerounlearn_editor.engine.retired_keys import (  # noqa: F401 (RETIRED_KEYS: old import path)
     GRADUATED_EXPERIMENTAL_KEYS,
     RETIRED_EXPERIMENTAL_KEYS,
@@ -361,25 +360,11 @@ class EditHyperParams(BaseHyperParams):
         "rank_below_alternatives": "`{weight, margin, k}`: adds `weight * relu(z_answer - mean z_alt + margin)` at "
         "the answer position of every target row to the target objective, `z_alt` the logits of the `k` other "
         "requests' answer first tokens the unedited model finds most likely (`engine.targets.ranking`)",
-        LAYER_SPLIT_KEY: "`capacity`: each edited layer writes `c_l / sum(c of the layers left)` of the residual gap "
-        "left, `c` its forget keys' null-space share times its post-MLP gain (`engine.layer_split`; absent: the "
-        "paper's even split; methods with a `nullspace_threshold` only)",
     }
     experimental: Dict[str, Any] = field(default_factory=dict, metadata={"help": (
-        "opt-in experiments, a mapping of keys declared by the class (`rank_below_alternatives`, `layer_split`); an "
-        "experiment that does not win on report data leaves again, one that wins becomes a key of its own"
+        "opt-in experiments, a mapping of keys declared by the class (`rank_below_alternatives`); an experiment "
+        "that does not win on report data leaves again, one that wins becomes a key of its own"
     )})
-
-    def _check_layer_split(self, source: str) -> None:
-        """:class:`HParamsError` unless ``experimental.layer_split`` is one of :data:`LAYER_SPLITS` and the method has
-        a null space (``nullspace_threshold``) to measure the capacity in."""
-        value = self.experimental[LAYER_SPLIT_KEY]
-        if value not in LAYER_SPLITS:
-            raise HParamsError(f"{source}: key 'experimental.{LAYER_SPLIT_KEY}' must be one of {list(LAYER_SPLITS)} "
-                               f"(absent: the paper's even split), got {value!r}")
-        if not hasattr(self, "nullspace_threshold"):
-            raise HParamsError(f"{source}: key 'experimental.{LAYER_SPLIT_KEY}' needs a method with a "
-                               f"'nullspace_threshold' (ZeroUnlearn-GD); {self.alg_name!r} has none")
 
     def retain_weights(self) -> Dict[str, float]:
         """The method's weights that act through a retain set; all 0 means the paper's method (retain set unused)."""
@@ -414,8 +399,6 @@ class EditHyperParams(BaseHyperParams):
                 f"{source}: key 'fewshot_contexts' must be an integer >= 0, got {self.fewshot_contexts!r}")
         if "rank_below_alternatives" in self.experimental:
             _check_rank_setting(self.experimental["rank_below_alternatives"], source)
-        if LAYER_SPLIT_KEY in self.experimental:
-            self._check_layer_split(source)
         if not self.layers:
             raise HParamsError(f"{source}: key 'layers' must list at least one layer")
         if sorted(set(self.layers)) != list(self.layers):

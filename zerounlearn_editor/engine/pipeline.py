@@ -5,8 +5,7 @@
 2. utility statistics ``C0`` of every edited layer (cached), context prefixes and neutral targets ``z``;
 3. the fluency guard's perplexity of the unedited model;
 4. for each edited layer in order: keys ``K_f`` and the hidden state at the last edited layer, the residual
-   change ``(z - h) / (layers left)`` (``experimental.layer_split``: another share, :mod:`.layer_split`) mapped to
-   values ``M_n``, the method's float64 solve and the write-back;
+   change ``(z - h) / (layers left)`` mapped to values ``M_n``, the method's float64 solve and the write-back;
 5. the guard's perplexity of the edited model: beyond ``fluency_max_increase`` the edit is refused.
 
 If anything fails after the first write-back, every edited weight is restored before the error propagates.
@@ -41,7 +40,6 @@ from zerounlearn_editor.engine.fluency_guard import (
 )
 from zerounlearn_editor.engine.hparams import EditHyperParams
 from zerounlearn_editor.engine.keys import LayerReadout, read_keys_and_hidden
-from zerounlearn_editor.engine.layer_split import LAYER_SPLIT_KEY, layer_capacity, remaining_gap_shares
 from zerounlearn_editor.engine.post_mlp import IDENTITY, PostMlpMap, detect_post_mlp_maps, value_targets
 from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
 from zerounlearn_editor.engine.requests import (
@@ -557,22 +555,23 @@ def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], tar
     if read_keys is read_keys_and_hidden and len(hparams.layers) > 1:
         # layers before the first edited one never change here: computed on the first read only
         replay = context["prefix_replay"] = LayerPrefixReplay(model, hparams.layer_module_tmp, min(hparams.layers))
-
-    def read(layer: int) -> LayerReadout:
-        # forget and retain keys in the same batched passes; retain columns come last
-        return read_keys(model, tok, forget + keep, prefixes, hparams.rewrite_module_tmp.format(layer), hidden_module,
-                         hparams.fact_token, hparams.chunk_size, **context)
-
-    shares, first = None, None
-    if hparams.experimental.get(LAYER_SPLIT_KEY):
-        with _timer(report, "layer_split"):
-            shares, first = _capacity_shares(model, plan, read, second_moments, post_maps)
     bar = progress_bar(total=len(hparams.layers), desc=f"keys and solve, {n} facts", unit="layer")
     for position, layer in enumerate(hparams.layers):
         bar.set_postfix(layer=layer, refresh=False)
         module = get_module(model, hparams.rewrite_module_tmp.format(layer))
         with _timer(report, "keys"):
-            readout = first if position == 0 and first is not None else read(layer)
+            # forget and retain keys in the same batched passes; retain columns come last
+            readout = read_keys(
+                model,
+                tok,
+                forget + keep,
+                prefixes,
+                hparams.rewrite_module_tmp.format(layer),
+                hidden_module,
+                hparams.fact_token,
+                hparams.chunk_size,
+                **context,
+            )
         if replay is not None and position == len(hparams.layers) - 1:
             replay.clear()  # the last read: free the stored outputs before the solve
         # the read's own frees after its last chunk (the chunks' key lists, the previous layer's readout) leave the heap
@@ -583,10 +582,7 @@ def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], tar
             device = W.device
             K_f = readout.keys[:, :n].to(device).double()
             K_r = readout.keys[:, n:].to(device).double() if keep else None
-            if shares is None:  # the paper's even split of the gap left
-                residual = (targets.z - readout.hidden[:n]).to(device).double() / (len(hparams.layers) - position)
-            else:
-                residual = (targets.z - readout.hidden[:n]).to(device).double() * shares[position]
+            residual = (targets.z - readout.hidden[:n]).to(device).double() / (len(hparams.layers) - position)
             # the value change that moves the residual by ``residual`` (through a post-MLP norm where there is one)
             bias = getattr(module, "bias", None)
             M_n = value_targets(W, K_f, residual.t(), post_maps.get(layer, IDENTITY),
@@ -606,30 +602,6 @@ def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], tar
         release_free_memory()  # the solve's freed workspace leaves the heap before the next layer's key read
         bar.update(1)
     bar.close()
-
-
-def _capacity_shares(model: nn.Module, plan: EditPlan, read: Callable[[int], LayerReadout],
-                     second_moments: Dict[int, SecondMoment],
-                     post_maps: Dict[int, PostMlpMap]) -> Tuple[List[float], LayerReadout]:
-    """``experimental.layer_split: capacity``: every edited layer's capacity on the unedited model
-    (:func:`~zerounlearn_editor.engine.layer_split.layer_capacity`, forget keys only) and the shares of the remaining
-    gap they give; also the first layer's readout (the loop's first read, unchanged before any write)."""
-    hparams, n = plan.hparams, len(plan.forget)
-    capacities, first = [], None
-    for layer in hparams.layers:
-        readout = read(layer)
-        first = first if first is not None else readout
-        module = get_module(model, hparams.rewrite_module_tmp.format(layer))
-        W = get_weight_matrix(module).detach().double()
-        K_f = readout.keys[:, :n].to(W.device).double()
-        bias = getattr(module, "bias", None)
-        values = W @ K_f + (0 if bias is None else bias.detach().to(W).double()[:, None])
-        capacities.append(layer_capacity(second_moments[layer].moment().to(W.device), K_f,
-                                         hparams.nullspace_threshold, post_maps.get(layer, IDENTITY), values.cpu()))
-    shares = remaining_gap_shares(torch.tensor(capacities, dtype=torch.float64)).tolist()
-    LOG.info("layer_split capacity: layers %s, capacities %s, shares of the gap left %s", list(hparams.layers),
-             [round(c, 4) for c in capacities], [round(s, 4) for s in shares])
-    return shares, first
 
 
 def restore_weights(model: nn.Module, weights_copy: Mapping[str, torch.Tensor]) -> None:
