@@ -100,6 +100,11 @@ RETIRED_EXPERIMENTAL_KEYS: Dict[str, str] = {
     "over 15 minutes at 1,000 facts; benchmarks/notebook/2026-11-27-completion-requests.md); delete the key (the "
     "code is on the branch i37-all-token-experiments, commit 0247767)",
     _FORGOTTEN_PROTECTION: _FORGOTTEN_PROTECTION_WHY,
+    # issue 48: the residual gap split by each layer's capacity did not meet the n = 50 goals on tune data
+    "layer_split": "splitting the residual gap by each layer's null-space key share times its post-MLP gain lowered "
+    "Gemma-3-270m's PPL by 2-3 points but left it at +8.8% or more at n = 50 (benchmarks/RESULTS.md, section 12.9; "
+    "benchmarks/notebook/2026-11-30-gemma-split.md); delete the key (the layers split the gap evenly; the code is "
+    "on the branch i48-split, commit 4587f79)",
 }
 """Retired keys under ``experimental:``: a file that still sets one fails with this message."""
 
