@@ -1,17 +1,16 @@
-"""The deep-forgetting YAML on SmolLM2 (slow; in CI): 2 known CounterFact facts forgotten in one batch.
+"""The deep-forgetting YAML on SmolLM2 (slow; in CI): 3 known CounterFact facts forgotten in one batch.
 
 ``hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct-deep.yaml`` against the paper's YAML on the same facts and the
 same audit plan (:func:`~zerounlearn_editor.evaluation.audit.build_plan`, in-context examples drawn from the
 other CounterFact records, never naming a forgotten subject or answer): the deep edit removes the answer from
 the prompt too, and the 3-shot prompt brings back fewer facts than after the paper's edit. The facts are the
-3rd and 4th ``case_ids`` of ``tests/fixtures/smollm2_known_counterfact.json`` (the first 10 of the file's first
+1st, 3rd and 4th ``case_ids`` of ``tests/fixtures/smollm2_known_counterfact.json`` (the first 10 of the file's first
 300 that SmolLM2 answers): of the first five, the 2nd is not given by the unedited model under the 3-shot prompt and
-the 5th is left by neither edit under any scored probe, so neither tells the two YAMLs apart; edited with the 1st
-and 3rd alone, the deep edit leaves the 3rd answered on its own prompt, and edited with the 3rd and 4th, the paper's
-edit leaves both answered under the 3-shot prompt and the deep edit neither. The few-shot contexts of the deep
-mode are the package's hand-written facts, so the audit's examples are not the ones the edit saw. Only the probes
-asserted on are scored (the prompt and the 3-shot prompt, the logit lens on both); the deep edit's targets (13
-prefixes, 50 steps per fact) are most of the test's time.
+the 5th is left by neither edit under any scored probe, so neither tells the two YAMLs apart and the deep edit's
+targets (linear in the facts) cost 40% less without them. The few-shot contexts of the deep mode are the package's
+hand-written facts, so the audit's examples are not the ones the edit saw. Only the probes asserted on are scored
+(the prompt and the 3-shot prompt, the logit lens on both); the deep edit's targets (13 prefixes, 50 steps per fact)
+are most of the test's time.
 """
 from __future__ import annotations
 
@@ -35,7 +34,7 @@ from zerounlearn_editor.support.resources import hparams_path, shared_file
 
 pytestmark = pytest.mark.slow
 
-FACT_INDICES = (2, 3)
+FACT_INDICES = (0, 2, 3)
 """Positions in the fixture's ``case_ids`` of the facts forgotten (see the module docstring)."""
 
 
@@ -73,9 +72,8 @@ def test_deep_yaml_forgets_in_context_where_the_paper_yaml_does_not(smollm2, smo
             restore_weights(model, weights)
     base, paper, deep = (recovered[k] for k in ("base", "SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct-deep"))
     assert base["prompt"] == 100.0 and base["ic3"] >= 70.0
-    # measured on this machine (one thread), facts 3, 4: base prompt / ic3 / lens:ic3 100 / 100 / 100; paper 0 / 100
-    # / 100; deep 0 / 0 / 50: the ic3 margin is both facts, the lens margin one (without the few-shot prefixes deep
-    # ic3 is 50 and the test fails; notebook 2026-11-29-suite-time, round 3); RESULTS.md "Deep forgetting":
-    # n = 40, paired ic3 12 / 0
+    # measured on this machine (one thread), facts 1, 3, 4: base prompt / ic3 / lens:ic3 100 / 100 / 100; paper 0 / 33
+    # / 100; deep 0 / 0 / 33: the ic3 margin is one fact of three (without the few-shot prefixes deep ic3 is 33 and
+    # the test fails; notebook 2026-11-29-suite-time); RESULTS.md "Deep forgetting": n = 40, paired ic3 12 / 0
     assert deep["ic3"] <= 10.0 and deep["ic3"] < paper["ic3"] and deep["lens:ic3"] < paper["lens:ic3"]
     assert deep["prompt"] <= 40.0
