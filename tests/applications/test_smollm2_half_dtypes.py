@@ -33,7 +33,8 @@ def _job(smollm2_path, smollm2_stats_dir, tmp_path, variant: str = "", **overrid
     stats = tmp_path / "stats"
     for folder in ("SmolLM2-135M-Instruct", EIGH_FOLDER):
         if (smollm2_stats_dir / folder).is_dir():
-            shutil.copytree(smollm2_stats_dir / folder, stats / folder)
+            # another process may be renaming a ``.tmp`` into place there: copy finished files only
+            shutil.copytree(smollm2_stats_dir / folder, stats / folder, ignore=shutil.ignore_patterns("*.tmp"))
     # the fluency guard (a read-only check of the edit, not the method) is off: the test is about the dtype
     config.update(stats_dir=str(stats), model_name=str(smollm2_path), fluency_max_increase=None, **overrides)
     (tmp_path / "paper.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
