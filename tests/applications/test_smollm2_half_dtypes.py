@@ -14,6 +14,7 @@ import yaml
 from zerounlearn_editor.applications.ledger import LEDGER_NAME
 from zerounlearn_editor.cli import main
 from zerounlearn_editor.engine.stats import load_second_moment
+from zerounlearn_editor.engine.stats.eigen_cache import EIGH_FOLDER
 from zerounlearn_editor.support.resources import hparams_path
 
 pytestmark = pytest.mark.slow
@@ -25,13 +26,15 @@ FACTS_B = [{"prompt": "The capital of Japan is", "subject": "Japan", "answer": "
 
 
 def _job(smollm2_path, smollm2_stats_dir, tmp_path, variant: str = "", **overrides):
-    """A shipped YAML on SmolLM2 (with ``overrides``) and a copy of the shared ``C0`` cache (this test may not touch
-    the shared one), and the two facts files."""
+    """A shipped YAML on SmolLM2 (with ``overrides``) and a copy of the shared ``C0`` cache and of its
+    eigendecompositions (this test may not touch the shared ones; an entry read saves a few seconds of ``eigh`` per
+    layer), and the two facts files."""
     config = yaml.safe_load(Path(hparams_path("ZeroUnlearn-GD", f"SmolLM2-135M-Instruct{variant}")).read_text())
     stats = tmp_path / "stats"
-    shared = smollm2_stats_dir / "SmolLM2-135M-Instruct"
-    if shared.is_dir():
-        shutil.copytree(shared, stats / "SmolLM2-135M-Instruct")
+    for folder in ("SmolLM2-135M-Instruct", EIGH_FOLDER):
+        if (smollm2_stats_dir / folder).is_dir():
+            # another process may be renaming a ``.tmp`` into place there: copy finished files only
+            shutil.copytree(smollm2_stats_dir / folder, stats / folder, ignore=shutil.ignore_patterns("*.tmp"))
     # the fluency guard (a read-only check of the edit, not the method) is off: the test is about the dtype
     config.update(stats_dir=str(stats), model_name=str(smollm2_path), fluency_max_increase=None, **overrides)
     (tmp_path / "paper.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")

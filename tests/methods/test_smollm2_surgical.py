@@ -13,6 +13,7 @@ from statistics import mean
 
 import pytest
 
+from conftest import PPL_TOKENS
 from zerounlearn_editor import apply_zerounlearn_gd_to_model, apply_zerounlearn_to_model, restore_weights
 from zerounlearn_editor.cli.demo import FORGET_FACTS, KEEP_FACTS, RETAIN_FACTS, demo_hparams
 from zerounlearn_editor.data.facts import OTHER_CAPITALS, fact_requests
@@ -111,10 +112,12 @@ def test_retain_variant_yamls_keep_the_demo_siblings_too(variant, paper_target_s
     assert mean(kept) >= 0.9, kept
 
 
-def test_suppress_yaml_forgets_with_residuals_inside_the_clamp(smollm2, smollm2_stats_dir, paper_targets):
+def test_suppress_yaml_forgets_with_residuals_inside_the_clamp(smollm2, smollm2_stats_dir, paper_targets,
+                                                                smollm2_base_ppl):
     """The shipped -suppress.yaml (answer-suppression targets) forgets the demo's five capitals with residuals
-    well inside the clamp (the paper's EOS residuals sit near it) and a perplexity cost under 1% (4000 tokens).
-    Its perplexity advantage is an n = 50 finding (benchmarks/RESULTS.md); at these five facts both cost ~0.2%."""
+    well inside the clamp (the paper's EOS residuals sit near it) and a perplexity cost under 1% (``PPL_TOKENS``
+    tokens; the unedited model's is the session's). Its perplexity advantage is an n = 50 finding
+    (benchmarks/RESULTS.md); at these five facts both cost ~0.2%."""
     from zerounlearn_editor import ZeroUnlearnGDHyperParams
     from zerounlearn_editor.data.builtin import default_ppl_text
     from zerounlearn_editor.evaluation import perplexity
@@ -122,7 +125,7 @@ def test_suppress_yaml_forgets_with_residuals_inside_the_clamp(smollm2, smollm2_
 
     model, tok = smollm2
     requests = fact_requests(FORGET_FACTS)
-    base_ppl = perplexity(model, tok, default_ppl_text(), max_tokens=4000)
+    base_ppl = smollm2_base_ppl
     residuals = {}
     for name in ("SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct-suppress"):
         hp = _local(ZeroUnlearnGDHyperParams.from_hparams(hparams_path("ZeroUnlearn-GD", name)), smollm2_stats_dir)
@@ -136,7 +139,7 @@ def test_suppress_yaml_forgets_with_residuals_inside_the_clamp(smollm2, smollm2_
                                                         return_orig_weights=True, progress=False)
             try:
                 forget = _acc(model, tok, FORGET_FACTS)
-                cost = perplexity(model, tok, default_ppl_text(), max_tokens=4000) / base_ppl - 1
+                cost = perplexity(model, tok, default_ppl_text(), max_tokens=PPL_TOKENS) / base_ppl - 1
             finally:
                 restore_weights(model, orig)
             assert mean(forget) <= 0.2, forget
