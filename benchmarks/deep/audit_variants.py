@@ -15,10 +15,15 @@ set drawn by ``--retain POLICY:K``, the same draw for every retain-aware row).
 
 ``--half tune`` / ``--half report`` keep one half of the 80 cached known CounterFact cases (40 each, disjoint), so
 tuning and reporting use different facts (``--n 40`` then edits the whole half in one batch).
+
+``--cases FILE`` audits the case ids of FILE (``{"case_ids": [...]}``, in its order; e.g. the never-known facts
+``benchmarks/deep/never_known.py`` draws) in place of the known cases; everything else (the pool of borrowed
+facts, the probes, "recovered") is the audit's as for forgotten facts.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
@@ -51,6 +56,21 @@ def half_of(select: Callable[..., List], half: Optional[str]) -> Callable[..., L
     return pick
 
 
+def listed_cases(path: Path) -> Callable[..., List]:
+    """A known-case selection that returns the cases whose ids FILE ``path`` lists (``{"case_ids": [...]}``), in
+    that order; ``ValueError`` naming the file and the first id the data does not hold."""
+    ids = [str(i) for i in json.loads(path.read_text(encoding="utf-8"))["case_ids"]]
+
+    def pick(model, tok, cases, *args, **kwargs):
+        by_id = {c.case_id: c for c in cases}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise ValueError(f"{path}: case id {missing[0]!r} is not in the data ({len(missing)} missing)")
+        return [by_id[i] for i in ids]
+
+    return pick
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hparams", default=DEFAULT_HPARAMS)
@@ -70,6 +90,8 @@ def main() -> None:
     ap.add_argument("--half", choices=("tune", "report"), default=None,
                     help="keep one half of the cached known cases: sorted by integer case id, even positions = tune, "
                          "odd = report (disjoint tuning and report facts)")
+    ap.add_argument("--cases", default=None, metavar="FILE",
+                    help='audit the case ids of FILE ({"case_ids": [...]}) in place of the known cases')
     ap.add_argument("--retain", default=None)
     ap.add_argument("--bench", action="store_true", help="run the bench (Eff/Gen/Spe/PPL) instead of the audit")
     ap.add_argument("--ppl-tokens", type=int, default=None, help="bench: perplexity tokens (default the bench's)")
@@ -78,7 +100,10 @@ def main() -> None:
     registry = default_registry()
     add_variants(registry, args.variant)
     add_variants(registry, args.retain_variant, "ZeroUnlearn-GD+R")
-    selection.select_known_cases = half_of(cached_known_selection(Path(args.known_cache)), args.half)
+    if args.cases is not None and args.half is not None:
+        ap.error("--cases and --half: give one")
+    known = cached_known_selection(Path(args.known_cache)) if args.cases is None else listed_cases(Path(args.cases))
+    selection.select_known_cases = half_of(known, args.half)
     bench_runner.select_known_cases = selection.select_known_cases
     seeds = parse_seeds(args.seeds)
     methods = [m for m in args.methods.split(",") if m]
