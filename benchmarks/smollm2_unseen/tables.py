@@ -1,11 +1,12 @@
 """Compare bench rows (seed JSONs of `zerounlearn bench`) as counts with binomial intervals: SmolLM2 as unseen.
 
-For each bench folder and row: known facts still answered (first answer token still the argmax, Eff 1st), the
-neighbour answers kept (Spe; one neighbour prompt per case), PPL change against the base row, edit seconds; pooled
-over the folder's seeds with Wilson 95% intervals, and Fisher's exact test of each row against a reference row.
+For each row (a bench folder and its row name): known facts still answered (first answer token still the
+argmax, Eff 1st), the neighbour answers kept (Spe; one neighbour prompt per case), PPL change against the first
+folder's base row, edit seconds; pooled over the seeds with Wilson 95% intervals, and Fisher's exact test of each
+row against the first (the reference).
 
-    python benchmarks/smollm2_unseen/tables.py --ref ZeroUnlearn-GD --label ZeroUnlearn-GD=shipped \
-        --label ZeroUnlearn-GD+R=unseen benchmarks/results/smollm2_unseen/bench_n10 > table.md
+    python benchmarks/smollm2_unseen/tables.py --row shipped=benchmarks/results/smollm2_unseen/bench_shipped_n10 \
+        --row unseen=benchmarks/results/smollm2_unseen/bench_unseen_n10 > table.md
 """
 from __future__ import annotations
 
@@ -60,44 +61,50 @@ def row_stats(folder: Path) -> Dict[str, Dict[str, list]]:
     return out
 
 
+def parse_row(spec: str) -> Tuple[str, Path, str]:
+    """``LABEL=FOLDER[:ROW]`` -> (label, folder, row name; default ZeroUnlearn-GD)."""
+    label, _, rest = spec.partition("=")
+    folder, _, row = rest.partition(":")
+    return label, Path(folder), row or "ZeroUnlearn-GD"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folders", nargs="+")
-    parser.add_argument("--ref", default="ZeroUnlearn-GD", help="reference row for Fisher's test")
-    parser.add_argument("--label", action="append", default=[], metavar="ROW=NAME")
+    parser.add_argument("--row", action="append", required=True, metavar="LABEL=FOLDER[:ROW]",
+                        help="a row; the first is the reference of the tests, its folder's base row the base")
     args = parser.parse_args()
-    labels = dict(item.split("=", 1) for item in args.label)
-    for folder in args.folders:
-        stats = row_stats(Path(folder))
-        base_ppl = stats["base"]["ppl"]
-        print(f"\n{folder}\n")
-        print("| row | seeds | answered per seed | answered pooled (95% CI) | Fisher p vs ref | "
-              "Spe fully kept per seed | Spe (bench metric) per seed | Spe fully kept pooled (95% CI) | "
-              "Fisher p vs ref | PPL change per seed | edit s per seed | edit s / ref |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        ref = stats.get(args.ref)
-        for name, s in stats.items():
-            ak, an = sum(k for k, _ in s["answered"]), sum(n for _, n in s["answered"])
-            sk, sn = sum(k for k, _ in s["spe"]), sum(n for _, n in s["spe"])
-            lo, hi = wilson(ak, an)
-            slo, shi = wilson(sk, sn)
-            p_ans = p_spe = ratio = "-"
-            if ref is not None and name not in ("base", args.ref):
-                rk, rn = sum(k for k, _ in ref["answered"]), sum(n for _, n in ref["answered"])
-                p_ans = f"{fisher_exact([[ak, an - ak], [rk, rn - rk]])[1]:.2f}"
-                rsk, rsn = sum(k for k, _ in ref["spe"]), sum(n for _, n in ref["spe"])
-                p_spe = f"{fisher_exact([[sk, sn - sk], [rsk, rsn - rsk]])[1]:.2f}"
-                ratio = " / ".join(f"{e / r:.2f}" for e, r in zip(s["edit"], ref["edit"]) if e and r)
-            ppl = " / ".join(f"{100 * (p / b - 1):+.1f}%" for p, b in zip(s["ppl"], base_ppl) if p and b)
-            if name == "base":
-                ppl = " / ".join(f"{b:.2f}" for b in base_ppl)
-            edit = " / ".join(f"{e:.0f}" for e in s["edit"] if e) or "-"
-            print(f"| {labels.get(name, name)} | {','.join(map(str, s['seed']))} | "
-                  f"{' / '.join(str(k) for k, _ in s['answered'])} of {s['answered'][0][1]} | {ak} of {an} "
-                  f"({lo:.0f}-{hi:.0f}%) | {p_ans} | {' / '.join(str(k) for k, _ in s['spe'])} | "
-                  f"{' / '.join(f'{v:.1f}' for v in s['spe_metric'])} | {sk} of {sn} "
-                  f"({slo:.0f}-{shi:.0f}%) | {p_spe} | {ppl} | "
-                  f"{edit} | {ratio} |")
+    rows = [parse_row(spec) for spec in args.row]
+    first = row_stats(rows[0][1])
+    base, ref = first["base"], first[rows[0][2]]
+    print("| row | seeds | answered per seed | answered pooled (95% CI) | Fisher p vs ref | "
+          "Spe fully kept per seed | Spe (bench metric) per seed | Spe fully kept pooled (95% CI) | "
+          "Fisher p vs ref | PPL change per seed | edit s per seed | edit s / ref per seed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for index, (label, folder, name) in enumerate([("base", rows[0][1], "base")] + rows):
+        s = row_stats(folder)[name]
+        if s["seed"] != base["seed"]:
+            raise SystemExit(f"{folder}: seeds {s['seed']} differ from {base['seed']}")
+        ak, an = sum(k for k, _ in s["answered"]), sum(n for _, n in s["answered"])
+        sk, sn = sum(k for k, _ in s["spe"]), sum(n for _, n in s["spe"])
+        lo, hi = wilson(ak, an)
+        slo, shi = wilson(sk, sn)
+        p_ans = p_spe = ratio = "-"
+        if index > 1:  # not base, not the reference
+            rk, rn = sum(k for k, _ in ref["answered"]), sum(n for _, n in ref["answered"])
+            p_ans = f"{fisher_exact([[ak, an - ak], [rk, rn - rk]])[1]:.2f}"
+            rsk, rsn = sum(k for k, _ in ref["spe"]), sum(n for _, n in ref["spe"])
+            p_spe = f"{fisher_exact([[sk, sn - sk], [rsk, rsn - rsk]])[1]:.2f}"
+            ratio = " / ".join(f"{e / r:.2f}" for e, r in zip(s["edit"], ref["edit"]) if e and r)
+        if name == "base":
+            ppl = " / ".join(f"{b:.2f}" for b in base["ppl"])
+        else:
+            ppl = " / ".join(f"{100 * (p / b - 1):+.1f}%" for p, b in zip(s["ppl"], base["ppl"]) if p and b)
+        edit = " / ".join(f"{e:.0f}" for e in s["edit"] if e) or "-"
+        print(f"| {label} | {','.join(map(str, s['seed']))} | "
+              f"{' / '.join(str(k) for k, _ in s['answered'])} of {s['answered'][0][1]} | {ak} of {an} "
+              f"({lo:.0f}-{hi:.0f}%) | {p_ans} | {' / '.join(str(k) for k, _ in s['spe'])} | "
+              f"{' / '.join(f'{v:.1f}' for v in s['spe_metric'])} | {sk} of {sn} "
+              f"({slo:.0f}-{shi:.0f}%) | {p_spe} | {ppl} | {edit} | {ratio} |")
 
 
 if __name__ == "__main__":
