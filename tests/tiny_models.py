@@ -294,3 +294,15 @@ def tiny_gd_target_hparams(tmp_path: Path, **changes):
                                nullspace_threshold=1e-2, v_num_grad_steps=15, clamp_norm_factor=4.0)
     config.update(changes)
     return ZeroUnlearnGDHyperParams.from_dict(config)
+
+
+def with_head_bias(tok, model: torch.nn.Module, token: str, bias: float = 1e4) -> torch.nn.Module:
+    """``model`` (eval mode) with a head that adds ``bias`` to ``token``'s logit: with a large bias its greedy next
+    token is ``token`` after any context."""
+    head = torch.nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(model.lm_head.weight)
+        head.bias.zero_()
+        head.bias[tok.convert_tokens_to_ids(token)] = bias
+    model.lm_head = head
+    return model.eval()

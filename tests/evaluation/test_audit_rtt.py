@@ -8,9 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from torch import nn
 
-from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
+from tiny_models import (
+    tiny_hparams_dict,
+    tiny_llama,
+    tiny_tokenizer,
+    with_head_bias,
+    write_corpus,
+    write_tiny_counterfact,
+)
 from zerounlearn_editor.cli import main
 from zerounlearn_editor.evaluation.audit import (
     FAMILIES,
@@ -47,17 +53,6 @@ def _one_thread():
 @pytest.fixture(scope="module")
 def tok():
     return tiny_tokenizer()
-
-
-def _said(tok, model: nn.Module, token: str) -> nn.Module:
-    """``model`` with a head that puts ``token`` first after any context."""
-    head = nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
-    with torch.no_grad():
-        head.weight.copy_(model.lm_head.weight)
-        head.bias.zero_()
-        head.bias[tok.convert_tokens_to_ids(token)] = 1e4
-    model.lm_head = head
-    return model.eval()
 
 
 def _plan(tok, settings=RTT_ONLY, facts=FORGET):
@@ -103,7 +98,7 @@ def test_rtt_fine_tunes_on_the_trained_half_and_measures_only_the_held_out_half(
                                    (held_out[1].answer, [int(i == 1) for i in range(len(held_out))])):
         def fake_copy(model, tok_, scope, steps, lr, pairs=(), texts=(), _target=target):
             calls.append((scope, steps, lr, list(pairs), list(texts)))
-            return _said(tok, tiny_llama(tok), _target)
+            return with_head_bias(tok, tiny_llama(tok), _target)
 
         monkeypatch.setattr(suite_module, "relearned_copy", fake_copy)
         results = score_model(tiny_llama(tok), tok, plan, RTT_ONLY, LENS)

@@ -9,10 +9,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import torch
-from torch import nn
 
-from tiny_models import tiny_llama, tiny_tokenizer
+from tiny_models import tiny_llama, tiny_tokenizer, with_head_bias
 from zerounlearn_editor.data.types import Probe, UnlearnCase
 from zerounlearn_editor.evaluation.audit import (
     AuditSettings,
@@ -40,18 +38,6 @@ def _case(case_id: str, prompt: str, subject: str, answer: str) -> UnlearnCase:
     return UnlearnCase(case_id, request, [Probe(prompt, answer)], [], [], "counterfact-easyedit")
 
 
-def _says(tok, token: str) -> nn.Module:
-    """A tiny Llama whose head adds +40 to ``token``'s logit: its greedy next token is ``token`` after any context."""
-    model = tiny_llama(tok)
-    head = nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
-    with torch.no_grad():
-        head.weight.copy_(model.lm_head.weight)
-        head.bias.zero_()
-        head.bias[tok.convert_tokens_to_ids(token)] = 40.0
-    model.lm_head = head
-    return model.eval()
-
-
 def test_answered_is_the_audits_prompt_column() -> None:
     """A case is never-known exactly when the audit's base row scores its prompt probe as not recovered."""
     never_known = _load("never_known")
@@ -59,7 +45,7 @@ def test_answered_is_the_audits_prompt_column() -> None:
     cases = [_case("1", "the capital of france is", "france", "paris"),
              _case("2", "the capital of germany is", "germany", "berlin"),
              _case("3", "the old city in france is", "france", "paris")]
-    model = _says(tok, "paris")
+    model = with_head_bias(tok, tiny_llama(tok), "paris", 40.0)
     flags = never_known.answered(model, tok, cases)
     assert flags == [True, False, True]
     settings = AuditSettings(families=("formats",), batch_size=2)
