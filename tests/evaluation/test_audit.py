@@ -10,7 +10,14 @@ import torch
 import yaml
 from torch import nn
 
-from tiny_models import tiny_hparams_dict, tiny_llama, tiny_tokenizer, write_corpus, write_tiny_counterfact
+from tiny_models import (
+    tiny_hparams_dict,
+    tiny_llama,
+    tiny_tokenizer,
+    with_head_bias,
+    write_corpus,
+    write_tiny_counterfact,
+)
 from zerounlearn_editor.evaluation.audit import (
     AuditSettings,
     LensConfig,
@@ -60,14 +67,7 @@ def tok():
 def biased_model(tok, token: str, bias: float) -> nn.Module:
     """A tiny Llama whose head adds ``bias`` to ``token``'s logit: +large = says it after any context,
     -large = the token is removed from the head (the model can never say it)."""
-    model = tiny_llama(tok)
-    head = nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
-    with torch.no_grad():
-        head.weight.copy_(model.lm_head.weight)
-        head.bias.zero_()
-        head.bias[tok.convert_tokens_to_ids(token)] = bias
-    model.lm_head = head
-    return model.eval()
+    return with_head_bias(tok, tiny_llama(tok), token, bias)
 
 
 def _plan(tok, **changes):
