@@ -69,13 +69,18 @@ def _int4_reads_table(rows: Dict[str, Any], scheme: str) -> List[str]:
     return [*lines, ""]
 
 
+def _spread(groups: List[List[float]]) -> str:
+    return " / ".join(f"{statistics.median(g):.2f} [{min(g):.2f}, {max(g):.2f}]" if g else "-" for g in groups)
+
+
 def _margin_table(rows: Dict[str, Any], scheme: str) -> List[str]:
     """Per row, the output margin (answer's first-token logit minus the best other token's) before and after
     quantizing, split by whether the fact is recovered on the quantized-everywhere copy."""
     lines = [f"Output margin (logit of the answer's first token minus the best other token's), median [min, max], "
              f"facts recovered on the {scheme} copy / the others:", "",
-             "| row | facts recovered / not | unquantized: recovered / not | quantized everywhere: recovered / not |",
-             "|---|---|---|---|"]
+             "| row | facts recovered / not | unquantized: recovered / not | quantized everywhere: recovered / not | "
+             "change (quantized - unquantized): recovered / not |",
+             "|---|---|---|---|---|"]
     for name, row in rows.items():
         reads = row.get("int4_reads", {})
         if "unquantized" not in reads or "margins" not in reads["unquantized"]:
@@ -85,9 +90,10 @@ def _margin_table(rows: Dict[str, Any], scheme: str) -> List[str]:
         for label in ("unquantized", "int4 everywhere"):
             margins = reads[label]["margins"]
             groups = [[m for m, h in zip(margins, hit) if h], [m for m, h in zip(margins, hit) if not h]]
-            cells.append(" / ".join(f"{statistics.median(g):.2f} [{min(g):.2f}, {max(g):.2f}]" if g else "-"
-                                    for g in groups))
-        lines.append(f"| {name} | {sum(hit)} / {len(hit) - sum(hit)} | {cells[0]} | {cells[1]} |")
+            cells.append(_spread(groups))
+        change = [q - u for q, u in zip(reads["int4 everywhere"]["margins"], reads["unquantized"]["margins"])]
+        cells.append(_spread([[c for c, h in zip(change, hit) if h], [c for c, h in zip(change, hit) if not h]]))
+        lines.append(f"| {name} | {sum(hit)} / {len(hit) - sum(hit)} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 

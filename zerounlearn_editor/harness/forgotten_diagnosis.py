@@ -139,14 +139,15 @@ def _mean(values: Sequence[float]) -> Any:
 def _read_prompts(model: nn.Module, tok: Any, plan: AuditPlan, batch_size: int, per_fact: bool = False
                   ) -> Dict[str, Any]:
     """The forgotten prompts: % whose answer's first token is the greedy next token, and the answers' mean summed
-    log-probability; ``per_fact`` adds ``recovered`` (0/1 per fact) and ``margins`` (:func:`output_margins`)."""
+    log-probability, ``recovered`` (0/1 per fact); ``per_fact`` adds ``margins`` (:func:`output_margins`)."""
     probes = [Probe(item.prompt, item.answer) for item in plan.items]
     scores = evaluate_probes(model, tok, probes, batch_size)
     logps = [n * math.log(p) if p > 0 else -math.inf for p, n in zip(scores["prob"], scores["n_tokens"])]
     read: Dict[str, Any] = {"recovered_pct": 100.0 * sum(scores["first_acc"]) / len(probes),
-                            "mean_answer_logp": statistics.mean(logps)}
+                            "mean_answer_logp": statistics.mean(logps),
+                            "recovered": [int(x) for x in scores["first_acc"]]}
     if per_fact:
-        read.update(recovered=[int(x) for x in scores["first_acc"]], margins=output_margins(model, tok, probes))
+        read["margins"] = output_margins(model, tok, probes)
     return read
 
 
@@ -222,7 +223,7 @@ def int4_reads(model: nn.Module, tok: Any, inputs: DiagnosisInputs, edited_names
                ) -> Dict[str, Dict[str, Any]]:
     """The forgotten prompts read on RTN copies of ``model`` at ``inputs.quant``: every linear weight but the head
     quantized (the audit's ``int4`` / ``int4g16``), only the ``edited_names`` weights, every one but them, and per
-    edited weight (``L<layer>``) only it / every one but it; per fact (``recovered``, ``margins``) for the
+    edited weight (``L<layer>``) only it / every one but it; per fact ``recovered`` in each, ``margins`` for the
     unquantized model and the first three."""
     full = quantized_copy(model, inputs.quant)
     params, quantized = dict(model.named_parameters()), dict(full.named_parameters())
