@@ -121,6 +121,8 @@ def test_int4_per_channel_reads_per_weight_and_margins():
     assert reads["int4 only in L2"]["mean_answer_logp"] == reads["int4 only in edited weights"]["mean_answer_logp"]
     assert reads["int4 everywhere but L2"]["mean_answer_logp"] == pytest.approx(
         reads["int4 everywhere but the edited weights"]["mean_answer_logp"])
+    # layers 0-1 / 3 are the regions before / after the edited layer 2; layer 2's other weights are the third
+    assert {"int4 only before L2", "int4 only in L2-2 but the edited weights", "int4 only after L2"} <= set(reads)
     # per-channel steps differ from groups of 16: the rounded copy differs from the g16 one
     assert not torch.equal(rounded[WEIGHT], quantize_rtn(edited[WEIGHT], 4, 16))
     # the output margin is positive exactly where the answer's first token is the greedy next token

@@ -223,8 +223,9 @@ def int4_reads(model: nn.Module, tok: Any, inputs: DiagnosisInputs, edited_names
                ) -> Dict[str, Dict[str, Any]]:
     """The forgotten prompts read on RTN copies of ``model`` at ``inputs.quant``: every linear weight but the head
     quantized (the audit's ``int4`` / ``int4g16``), only the ``edited_names`` weights, every one but them, and per
-    edited weight (``L<layer>``) only it / every one but it; per fact ``recovered`` in each, ``margins`` for the
-    unquantized model and the first three."""
+    edited weight (``L<layer>``) only it / every one but it, and only the linear weights of the layers before the
+    edited ones / of the edited layers but the edited weights / of the layers after; per fact ``recovered`` in
+    each, ``margins`` for the unquantized model and the first three."""
     full = quantized_copy(model, inputs.quant)
     params, quantized = dict(model.named_parameters()), dict(full.named_parameters())
     linear = [n for n in quantized if not torch.equal(quantized[n], params[n])]
@@ -236,6 +237,14 @@ def int4_reads(model: nn.Module, tok: Any, inputs: DiagnosisInputs, edited_names
     for name in edited:
         keep[f"int4 only in L{layer_of(name)}"] = ([n for n in linear if n != name], False)
         keep[f"int4 everywhere but L{layer_of(name)}"] = ([name], False)
+    if edited:
+        low, high = min(map(layer_of, edited)), max(map(layer_of, edited))
+        regions = {f"int4 only before L{low}": lambda n: layer_of(n) < low,
+                   f"int4 only in L{low}-{high} but the edited weights":
+                       lambda n: low <= layer_of(n) <= high and n not in set(edited),
+                   f"int4 only after L{high}": lambda n: layer_of(n) > high}
+        for label, inside in regions.items():
+            keep[label] = ([n for n in linear if not inside(n)], False)
     for label, (unquantized, per_fact) in keep.items():
         with applied(full, {n: params[n] for n in unquantized}):
             reads[label] = _read_prompts(full, tok, inputs.plan, inputs.batch_size, per_fact=per_fact)
