@@ -7,7 +7,7 @@ are RTN-rounded (``--scheme``); per edited down-projection, over the forgotten k
 subject's last token) and ``k'`` (on the rounded copy): median ``||k' - k|| / ||k||``, median
 ``||dW k'|| / ||dW k||`` and median cosine of ``dW k`` and ``dW k'``. Writes ``OUT/key_shift_NAME.json``.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=$PWD ZEROUNLEARN_DATA_DIR=/work/shared/data python benchmarks/deep/int4_key_shift.py \\
+    OMP_NUM_THREADS=1 PYTHONPATH=$PWD ZEROUNLEARN_DATA_DIR=../shared/data python benchmarks/deep/int4_key_shift.py \\
         benchmarks/results/audit/diagnosis_int4_report rm-r8 --half report --n 40 --seed 1 --scheme int4
 """
 from __future__ import annotations

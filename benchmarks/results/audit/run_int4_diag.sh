@@ -2,7 +2,7 @@
 # issue 45 item 1, int4 per channel on the REPORT half (n = 40, seed 1): rm-r8 (retain-aware) and the paper YAML,
 # then the same edits (copied) under groups of 16.
 set -e
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONPATH=$PWD ZEROUNLEARN_DATA_DIR=/work/shared/data
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONPATH=$PWD ZEROUNLEARN_DATA_DIR=../shared/data
 OUT=benchmarks/results/audit/diagnosis_int4_report
 python benchmarks/deep/diagnose_forgotten.py --half report --n 40 --seed 1 --out $OUT --parts int4 --scheme int4 \
     --retain same-answer:10 --retain-variant rm-r8=benchmarks/deep/levers/retain-many-rank-w1-m8-k3-s50.yaml \
