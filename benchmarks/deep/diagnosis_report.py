@@ -55,38 +55,74 @@ def _int4_table(rows: Dict[str, Any]) -> List[str]:
     return lines
 
 
-def _int4_reads_table(rows: Dict[str, Any]) -> List[str]:
+def _int4_reads_table(rows: Dict[str, Any], scheme: str) -> List[str]:
     labels = next((list(r["int4_reads"]) for r in rows.values() if "int4_reads" in r), [])
     if not labels:
         return []
-    lines = ["Recovered % of the forgotten prompts on int4 g16 copies (mean answer log-probability):", "",
+    lines = [f"Recovered % of the forgotten prompts on {scheme} copies (mean answer log-probability):", "",
              "| row | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
     for name, row in rows.items():
         reads = row.get("int4_reads", {})
         lines.append(f"| {name} | " + " | ".join(
-            f"{reads[x]['recovered_pct']:.0f} ({reads[x]['mean_answer_logp']:.1f})" for x in labels) + " |")
+            f"{reads[x]['recovered_pct']:.0f} ({reads[x]['mean_answer_logp']:.1f})" if x in reads else "-"
+            for x in labels) + " |")
+    return [*lines, ""]
+
+
+def _spread(groups: List[List[float]]) -> str:
+    return " / ".join(f"{statistics.median(g):.2f} [{min(g):.2f}, {max(g):.2f}]" if g else "-" for g in groups)
+
+
+def _margin_table(rows: Dict[str, Any], scheme: str) -> List[str]:
+    """Per row, the output margin (answer's first-token logit minus the best other token's) before and after
+    quantizing, split by whether the fact is recovered on the quantized-everywhere copy."""
+    lines = [f"Output margin (logit of the answer's first token minus the best other token's), median [min, max], "
+             f"facts recovered on the {scheme} copy / the others:", "",
+             "| row | facts recovered / not | unquantized: recovered / not | quantized everywhere: recovered / not | "
+             "change (quantized - unquantized): recovered / not |",
+             "|---|---|---|---|---|"]
+    for name, row in rows.items():
+        reads = row.get("int4_reads", {})
+        if "unquantized" not in reads or "margins" not in reads["unquantized"]:
+            continue
+        hit = reads["int4 everywhere"]["recovered"]
+        cells = []
+        for label in ("unquantized", "int4 everywhere"):
+            margins = reads[label]["margins"]
+            groups = [[m for m, h in zip(margins, hit) if h], [m for m, h in zip(margins, hit) if not h]]
+            cells.append(_spread(groups))
+        change = [q - u for q, u in zip(reads["int4 everywhere"]["margins"], reads["unquantized"]["margins"])]
+        cells.append(_spread([[c for c, h in zip(change, hit) if h], [c for c, h in zip(change, hit) if not h]]))
+        lines.append(f"| {name} | {sum(hit)} / {len(hit) - sum(hit)} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
 def diagnosis_markdown(result: Dict[str, Any]) -> str:
-    """The three tables (mc, relearning, int4) of one diagnosis."""
+    """The tables (mc, relearning, int4; those of the parts run) of one diagnosis."""
     rows = result["rows"]
-    n_layers = len(next(iter(rows.values()))["mc"]["lens_win_pct_per_layer"])
-    edited = result["edited_layers"]
-    layers = sorted({edited[0] - 1, edited[-1], edited[-1] + 4, edited[-1] + 5, n_layers - 5, n_layers - 3,
-                     n_layers - 1} & set(range(n_layers)))
     run = result["run"]
-    return "\n".join([
-        f"# Diagnosis: where the forgotten answer survives ({run['half']} half, n = {run['n']}, seed {run['seed']})",
-        "", "## Multiple choice: the true answer against its 3 distractors", "",
-        "lens win LX: % of facts whose true answer's first token has the highest logit among the 4 options' first "
-        "tokens after decoder layer X (logit lens); mc win: the full answer's summed log-probability (the audit's "
-        "mc).", "", *_mc_table(rows, layers), "",
-        "## Relearning: the audit's related-facts fine-tune (MLP scope, the settings' steps and learning rate)", "",
-        "Recovered % of the forgotten prompts (mean answer log-probability); 'undo in X': the fine-tune's change "
-        "reverted in X, 'only in X': kept only in X.", "", *_relearn_table(rows), "",
-        "## int4 (groups of 16): the edit against the quantization step", "", *_int4_reads_table(rows),
-        *_int4_table(rows), ""])
+    scheme = run.get("scheme", "int4g16")
+    parts = run.get("parts", ["mc", "relearn", "int4"])
+    out = [f"# Diagnosis: where the forgotten answer survives ({run['half']} half, n = {run['n']}, seed {run['seed']})",
+           ""]
+    if "mc" in parts:
+        n_layers = len(next(iter(rows.values()))["mc"]["lens_win_pct_per_layer"])
+        edited = result["edited_layers"]
+        layers = sorted({edited[0] - 1, edited[-1], edited[-1] + 4, edited[-1] + 5, n_layers - 5, n_layers - 3,
+                         n_layers - 1} & set(range(n_layers)))
+        out += ["## Multiple choice: the true answer against its 3 distractors", "",
+                "lens win LX: % of facts whose true answer's first token has the highest logit among the 4 options' "
+                "first tokens after decoder layer X (logit lens); mc win: the full answer's summed log-probability "
+                "(the audit's mc).", "", *_mc_table(rows, layers), ""]
+    if "relearn" in parts:
+        out += ["## Relearning: the audit's related-facts fine-tune (MLP scope, the settings' steps and learning rate)",
+                "", "Recovered % of the forgotten prompts (mean answer log-probability); 'undo in X': the fine-tune's "
+                "change reverted in X, 'only in X': kept only in X.", "", *_relearn_table(rows), ""]
+    if "int4" in parts:
+        what = "groups of 16" if scheme == "int4g16" else "per output channel"
+        out += [f"## int4 ({what}): the edit against the quantization step", "", *_int4_reads_table(rows, scheme),
+                *_margin_table(rows, scheme), *_int4_table(rows), ""]
+    return "\n".join(out)
 
 
 def diagnosis_plot(result: Dict[str, Any], path: Path) -> None:
@@ -101,6 +137,9 @@ def diagnosis_plot(result: Dict[str, Any], path: Path) -> None:
         LOG.warning("matplotlib not importable: no %s", path)
         return
     rows = result["rows"]
+    if any("mc" not in row or "relearn" not in row for row in rows.values()):
+        LOG.info("not every part was run: no %s", path)
+        return
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     for name, row in rows.items():
         axes[0].plot(row["mc"]["lens_win_pct_per_layer"], label=name)

@@ -2,6 +2,7 @@
 the states they name, its edits are cached by key, and the model is left as it was given."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from zerounlearn_editor.evaluation.audit.quantize import quantize_rtn
 from zerounlearn_editor.evaluation.audit.suite import score_model
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.harness.forgotten_diagnosis import DiagnosisInputs, layer_of, run_diagnosis
-from zerounlearn_editor.harness.forgotten_edits import applied, cached_edit
+from zerounlearn_editor.harness.forgotten_edits import applied, cached_edit, edit_key
 from zerounlearn_editor.harness.method_specs import EditOutcome, PreparedMethod
 from zerounlearn_editor.harness.model_fingerprint import ModelFingerprint
 
@@ -100,3 +101,65 @@ def test_cached_edit_is_read_back_by_key(tmp_path: Path):
     cached_edit(method, model, tok, [{"prompt": "a"}, {"prompt": "b"}], {}, path, "key-2")
     assert calls == [1, 2]
     assert layer_of(WEIGHT) == 2
+
+
+def test_int4_per_channel_reads_per_weight_and_margins():
+    tok = tiny_tokenizer()
+    model = tiny_llama(tok).eval()
+    inputs = dataclasses.replace(_inputs(tok, model, [2]), quant=(4, None), parts=("int4",))
+    result = run_diagnosis(model, tok, inputs)
+    row = result["rows"]["edit"]
+    assert set(row) == {"int4", "int4_reads"} and result["quant"] == {"bits": 4, "group_size": None}
+    reads = row["int4_reads"]
+    # one edited weight: quantizing only it (per channel, rounded by hand here) is "only in L2"
+    edited = dict(inputs.edits["edit"])
+    rounded = {WEIGHT: quantize_rtn(edited[WEIGHT], 4, None)}
+    with applied(model, edited), applied(model, rounded):
+        by_hand = evaluate_probes(model, tok, [Probe(f["prompt"], f["answer"]) for f in FORGET])
+    expected_logp = sum(n * math.log(p) for p, n in zip(by_hand["prob"], by_hand["n_tokens"])) / len(FORGET)
+    assert reads["int4 only in L2"]["mean_answer_logp"] == pytest.approx(expected_logp, abs=1e-4)
+    assert reads["int4 only in L2"]["mean_answer_logp"] == reads["int4 only in edited weights"]["mean_answer_logp"]
+    assert reads["int4 everywhere but L2"]["mean_answer_logp"] == pytest.approx(
+        reads["int4 everywhere but the edited weights"]["mean_answer_logp"])
+    # layers 0-1 / 3 are the regions before / after the edited layer 2; layer 2's other weights are the third
+    assert {"int4 only before L2", "int4 only in L2-2 but the edited weights", "int4 only after L2"} <= set(reads)
+    # per-channel steps differ from groups of 16: the rounded copy differs from the g16 one
+    assert not torch.equal(rounded[WEIGHT], quantize_rtn(edited[WEIGHT], 4, 16))
+    # the output margin is positive exactly where the answer's first token is the greedy next token
+    for label in ("unquantized", "int4 everywhere"):
+        read = reads[label]
+        assert len(read["margins"]) == len(FORGET)
+        assert [int(m > 0) for m in read["margins"]] == read["recovered"]
+    prompt_ids = tok(FORGET[0]["prompt"])["input_ids"]
+    with applied(model, edited), torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt_ids])).logits[0, -1]
+    answer = tok(FORGET[0]["prompt"] + " " + FORGET[0]["answer"])["input_ids"][len(prompt_ids)]
+    top_other = torch.cat([logits[:answer], logits[answer + 1:]]).max()
+    assert reads["unquantized"]["margins"][0] == pytest.approx(float(logits[answer] - top_other), abs=1e-4)
+    assert len(row["int4"][WEIGHT]["effect_over_error"]) == len(FORGET)
+    with pytest.raises(ValueError, match="parts"):
+        run_diagnosis(model, tok, dataclasses.replace(inputs, parts=("int8",)))
+
+
+def test_cached_edit_gives_the_retain_set_and_keys_it(tmp_path: Path):
+    tok = tiny_tokenizer()
+    model = tiny_llama(tok).eval()
+    seen = []
+
+    def edit(m, t, requests, bank, retain=None):
+        seen.append(retain)
+        param = dict(m.named_parameters())[WEIGHT]
+        saved = {WEIGHT: param.detach().clone()}
+        with torch.no_grad():
+            param.add_(1.0)
+        return EditOutcome(saved)
+
+    method = PreparedMethod("fake+R", edit=edit, uses_retain=True)
+    path = tmp_path / "fake.safetensors"
+    with pytest.raises(ValueError, match="retain"):
+        cached_edit(method, model, tok, [{"prompt": "a"}], {}, path, "k")
+    retain = [{"prompt": "b is", "subject": "b"}]
+    cached_edit(method, model, tok, [{"prompt": "a"}], {}, path, "k", retain)
+    assert seen == [retain]
+    assert edit_key("sig", ["1"], "fp", retain) != edit_key("sig", ["1"], "fp")
+    assert edit_key("sig", ["1"], "fp", []) == edit_key("sig", ["1"], "fp")

@@ -12,8 +12,13 @@ restored after it), on the audit plan's facts:
   edited layers only / kept only there (also for the edited matrices alone);
 * ``int4``: per edited weight, :func:`~zerounlearn_editor.evaluation.audit.diagnosis.edit_against_quantization`
   with the forgotten facts' keys (the edited module's input at the edit's lookup token, read on the edited model);
-  ``int4_reads``: the forgotten prompts on int4 (g16) copies quantized everywhere / only in the edited weights /
-  everywhere but there (where does the int4 recovery come from).
+  ``int4_reads``: the forgotten prompts on RTN copies (``DiagnosisInputs.quant``: int4 in groups of 16 unless
+  given; per channel is ``(4, None)``) quantized everywhere / only in the edited weights / everywhere but there,
+  and the same per edited weight (where does the int4 recovery come from); each read lists per fact whether the
+  answer's first token is the greedy next token and its output margin (that token's logit minus the best other
+  token's).
+
+``DiagnosisInputs.parts`` picks the parts run (default all three).
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ import math
 import re
 import statistics
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -43,18 +48,22 @@ from zerounlearn_editor.evaluation.audit.lens import lens_option_ranks
 from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings
 from zerounlearn_editor.evaluation.audit.quantize import quantized_copy
 from zerounlearn_editor.evaluation.audit.relearn import relearned_copy
+from zerounlearn_editor.evaluation.batching import encode_probe
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.teacher_forcing import encode_answers, token_log_probs
 from zerounlearn_editor.harness.forgotten_edits import applied
 
 LOG = logging.getLogger(__name__)
 _LAYER = re.compile(r"\.(\d+)\.")
+PARTS = ("mc", "relearn", "int4")
 
 
 @dataclass
 class DiagnosisInputs:
     """The plan (with ``choice`` and ``relearning`` drawn), its settings, the forgotten requests (dicts), the edits by
-    row name, the module templates and the edited layers (those of the edits' YAML, used for the base row too)."""
+    row name, the module templates and the edited layers (those of the edits' YAML, used for the base row too);
+    ``quant``: the RTN ``(bits, group_size)`` of the int4 parts (``group_size`` None: per output channel);
+    ``parts``: which of ``mc``, ``relearn``, ``int4`` run."""
 
     plan: AuditPlan
     settings: AuditSettings
@@ -65,6 +74,8 @@ class DiagnosisInputs:
     fact_token: str
     edited_layers: Sequence[int]
     batch_size: int = 16
+    quant: Tuple[int, Optional[int]] = (4, 16)
+    parts: Sequence[str] = PARTS
 
 
 def layer_of(name: str) -> int:
@@ -125,13 +136,34 @@ def _mean(values: Sequence[float]) -> Any:
     return statistics.mean(values) if values else None
 
 
-def _read_prompts(model: nn.Module, tok: Any, plan: AuditPlan, batch_size: int) -> Dict[str, float]:
+def _read_prompts(model: nn.Module, tok: Any, plan: AuditPlan, batch_size: int, per_fact: bool = False
+                  ) -> Dict[str, Any]:
     """The forgotten prompts: % whose answer's first token is the greedy next token, and the answers' mean summed
-    log-probability."""
+    log-probability, ``recovered`` (0/1 per fact); ``per_fact`` adds ``margins`` (:func:`output_margins`)."""
     probes = [Probe(item.prompt, item.answer) for item in plan.items]
     scores = evaluate_probes(model, tok, probes, batch_size)
     logps = [n * math.log(p) if p > 0 else -math.inf for p, n in zip(scores["prob"], scores["n_tokens"])]
-    return {"recovered_pct": 100.0 * sum(scores["first_acc"]) / len(probes), "mean_answer_logp": statistics.mean(logps)}
+    read: Dict[str, Any] = {"recovered_pct": 100.0 * sum(scores["first_acc"]) / len(probes),
+                            "mean_answer_logp": statistics.mean(logps),
+                            "recovered": [int(x) for x in scores["first_acc"]]}
+    if per_fact:
+        read["margins"] = output_margins(model, tok, probes)
+    return read
+
+
+def output_margins(model: nn.Module, tok: Any, probes: Sequence[Probe]) -> List[float]:
+    """Per probe, at the position predicting the answer's first token: that token's logit minus the highest logit
+    of any other token (> 0: the answer is the greedy next token), one forward pass per probe."""
+    margins = []
+    with torch.no_grad():
+        for probe in probes:
+            encoded = encode_probe(tok, probe)
+            ids = torch.tensor([encoded.input_ids[:encoded.answer_start]])
+            logits = model(input_ids=ids.to(next(model.parameters()).device)).logits[0, -1].double().cpu()
+            target = encoded.input_ids[encoded.answer_start]
+            others = torch.cat([logits[:target], logits[target + 1:]])
+            margins.append(float(logits[target] - others.max()))
+    return margins
 
 
 def relearn_diagnosis(model: nn.Module, tok: Any, inputs: DiagnosisInputs, edited_names: Sequence[str]
@@ -173,8 +205,10 @@ def relearn_diagnosis(model: nn.Module, tok: Any, inputs: DiagnosisInputs, edite
 
 
 def int4_diagnosis(model: nn.Module, tok: Any, inputs: DiagnosisInputs, edit: Mapping[str, torch.Tensor],
-                   original: Mapping[str, torch.Tensor], bits: int = 4, group_size: int = 16) -> Dict[str, Any]:
-    """The ``int4`` part (module docstring); ``model`` holds the edit, ``original`` the unedited values."""
+                   original: Mapping[str, torch.Tensor]) -> Dict[str, Any]:
+    """The ``int4`` part (module docstring) at ``inputs.quant``; ``model`` holds the edit, ``original`` the unedited
+    values."""
+    bits, group_size = inputs.quant
     forget = normalize_requests(inputs.requests)
     out = {}
     for name, new in edit.items():
@@ -185,41 +219,69 @@ def int4_diagnosis(model: nn.Module, tok: Any, inputs: DiagnosisInputs, edit: Ma
     return out
 
 
-def int4_reads(model: nn.Module, tok: Any, inputs: DiagnosisInputs, edited_names: Sequence[str],
-               group_size: int = 16) -> Dict[str, Dict[str, float]]:
-    """The forgotten prompts read on int4 copies of ``model`` (groups of ``group_size``): every linear weight but
-    the head quantized (the audit's ``int4g16``), only the ``edited_names`` weights, every one but them."""
-    full = quantized_copy(model, (4, group_size))
+def int4_reads(model: nn.Module, tok: Any, inputs: DiagnosisInputs, edited_names: Sequence[str]
+               ) -> Dict[str, Dict[str, Any]]:
+    """The forgotten prompts read on RTN copies of ``model`` at ``inputs.quant``: every linear weight but the head
+    quantized (the audit's ``int4`` / ``int4g16``), only the ``edited_names`` weights, every one but them, and per
+    edited weight (``L<layer>``) only it / every one but it, and only the linear weights of the layers before the
+    edited ones / of the edited layers but the edited weights / of the layers after; per fact ``recovered`` in
+    each, ``margins`` for the unquantized model and the first three."""
+    full = quantized_copy(model, inputs.quant)
     params, quantized = dict(model.named_parameters()), dict(full.named_parameters())
     linear = [n for n in quantized if not torch.equal(quantized[n], params[n])]
     edited = [n for n in edited_names if n in quantized]
-    reads = {"int4 everywhere": _read_prompts(full, tok, inputs.plan, inputs.batch_size)}
-    keep = {"int4 only in edited weights": [n for n in linear if n not in set(edited)],
-            "int4 everywhere but the edited weights": edited}
-    for label, unquantized in keep.items():
+    reads = {"unquantized": _read_prompts(model, tok, inputs.plan, inputs.batch_size, per_fact=True),
+             "int4 everywhere": _read_prompts(full, tok, inputs.plan, inputs.batch_size, per_fact=True)}
+    keep = {"int4 only in edited weights": ([n for n in linear if n not in set(edited)], True),
+            "int4 everywhere but the edited weights": (edited, True)}
+    for name in edited:
+        keep[f"int4 only in L{layer_of(name)}"] = ([n for n in linear if n != name], False)
+        keep[f"int4 everywhere but L{layer_of(name)}"] = ([name], False)
+    if edited:
+        low, high = min(map(layer_of, edited)), max(map(layer_of, edited))
+        regions = {f"int4 only before L{low}": lambda n: layer_of(n) < low,
+                   f"int4 only in L{low}-{high} but the edited weights":
+                       lambda n: low <= layer_of(n) <= high and n not in set(edited),
+                   f"int4 only after L{high}": lambda n: layer_of(n) > high}
+        for label, inside in regions.items():
+            keep[label] = ([n for n in linear if not inside(n)], False)
+    for label, (unquantized, per_fact) in keep.items():
         with applied(full, {n: params[n] for n in unquantized}):
-            reads[label] = _read_prompts(full, tok, inputs.plan, inputs.batch_size)
+            reads[label] = _read_prompts(full, tok, inputs.plan, inputs.batch_size, per_fact=per_fact)
     del full
     return reads
 
 
+def _row(model: nn.Module, tok: Any, inputs: DiagnosisInputs, edited_names: Sequence[str],
+         edit: Optional[Mapping[str, torch.Tensor]] = None,
+         original: Optional[Mapping[str, torch.Tensor]] = None) -> Dict[str, Any]:
+    """One row's parts (``inputs.parts``) on ``model`` as it is; ``edit``/``original``: the row's edit, if any."""
+    row: Dict[str, Any] = {}
+    if "mc" in inputs.parts:
+        row["mc"] = mc_diagnosis(model, tok, inputs)
+    if "int4" in inputs.parts and edit is not None and original is not None:
+        row["int4"] = int4_diagnosis(model, tok, inputs, edit, original)
+    if "relearn" in inputs.parts:
+        row["relearn"] = relearn_diagnosis(model, tok, inputs, edited_names)
+    if "int4" in inputs.parts:
+        row["int4_reads"] = int4_reads(model, tok, inputs, edited_names)
+    return row
+
+
 def run_diagnosis(model: nn.Module, tok: Any, inputs: DiagnosisInputs) -> Dict[str, Any]:
     """Every part for the ``base`` row and each edit; the model is left as it was given."""
+    unknown = sorted(set(inputs.parts) - set(PARTS))
+    if unknown:
+        raise ValueError(f"diagnosis parts: {unknown} unknown (known: {', '.join(PARTS)})")
     params = dict(model.named_parameters())
     rows: Dict[str, Any] = {}
     LOG.info("diagnosis: base")
     first_edit: List[str] = sorted(next(iter(inputs.edits.values()), {}))
-    rows["base"] = {"mc": mc_diagnosis(model, tok, inputs),
-                    "relearn": relearn_diagnosis(model, tok, inputs, first_edit),
-                    "int4_reads": int4_reads(model, tok, inputs, first_edit)}
+    rows["base"] = _row(model, tok, inputs, first_edit)
     for name, edit in inputs.edits.items():
         LOG.info("diagnosis: %s", name)
         original = {n: params[n].detach().clone() for n in edit}
         with applied(model, edit):
-            rows[name] = {
-                "mc": mc_diagnosis(model, tok, inputs),
-                "int4": int4_diagnosis(model, tok, inputs, edit, original),
-                "relearn": relearn_diagnosis(model, tok, inputs, sorted(edit)),
-                "int4_reads": int4_reads(model, tok, inputs, sorted(edit)),
-            }
-    return {"rows": rows, "edited_layers": list(inputs.edited_layers)}
+            rows[name] = _row(model, tok, inputs, sorted(edit), edit, original)
+    return {"rows": rows, "edited_layers": list(inputs.edited_layers),
+            "quant": {"bits": inputs.quant[0], "group_size": inputs.quant[1]}}

@@ -11,7 +11,7 @@ import contextlib
 import json
 import logging
 from pathlib import Path
-from typing import Any, Dict, Iterator, Mapping, Sequence
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
@@ -23,15 +23,22 @@ from zerounlearn_editor.support.files import sha256_of_json, write_bytes_atomic
 LOG = logging.getLogger(__name__)
 
 
-def edit_key(signature: str, case_ids: Sequence[str], fingerprint: str) -> str:
-    """The cache key of one edit: the row's config signature, the facts edited and the unedited model."""
-    return sha256_of_json({"signature": signature, "case_ids": list(case_ids), "model": fingerprint})
+def edit_key(signature: str, case_ids: Sequence[str], fingerprint: str,
+             retain: Optional[Sequence[Mapping[str, Any]]] = None) -> str:
+    """The cache key of one edit: the row's config signature, the facts edited, the unedited model and the retain
+    requests the edit was given (none: the key without them)."""
+    key: Dict[str, Any] = {"signature": signature, "case_ids": list(case_ids), "model": fingerprint}
+    if retain:
+        key["retain"] = [dict(r) for r in retain]
+    return sha256_of_json(key)
 
 
 def cached_edit(method: PreparedMethod, model: nn.Module, tok: Any, requests: Sequence[Mapping[str, Any]],
-                bank: StatsBank, path: Path, key: str) -> Dict[str, torch.Tensor]:
+                bank: StatsBank, path: Path, key: str,
+                retain: Optional[Sequence[Mapping[str, Any]]] = None) -> Dict[str, torch.Tensor]:
     """The edited parameters' values ``{name: tensor}`` after ``method.edit`` of ``requests`` (the model is left
-    unedited); read from ``path`` when its metadata holds ``key``, else computed and written there."""
+    unedited; a method that ``uses_retain`` is given ``retain``, which must then be a list); read from ``path`` when
+    its metadata holds ``key``, else computed and written there."""
     from safetensors import safe_open
     from safetensors.torch import load_file, save
 
@@ -44,8 +51,11 @@ def cached_edit(method: PreparedMethod, model: nn.Module, tok: Any, requests: Se
         LOG.info("%s: %s holds another edit; recomputing", method.name, path)
     if method.edit is None:
         raise ValueError(f"{method.name}: cannot edit ({method.skip_reason})")
+    if method.uses_retain and retain is None:
+        raise ValueError(f"{method.name}: needs a retain set (--retain POLICY:K)")
     LOG.info("%s: editing %d requests", method.name, len(requests))
-    outcome = method.edit(model, tok, [dict(r) for r in requests], bank)
+    extra = {"retain": [dict(r) for r in retain]} if method.uses_retain and retain is not None else {}
+    outcome = method.edit(model, tok, [dict(r) for r in requests], bank, **extra)
     params = dict(model.named_parameters())
     try:
         edited = {name: params[name].detach().clone().contiguous() for name in outcome.weights_copy}

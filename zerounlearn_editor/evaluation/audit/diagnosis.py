@@ -102,7 +102,7 @@ def edit_against_quantization(old: torch.Tensor, new: torch.Tensor, keys: torch.
     Per key (``keys`` ``[d_in, n]``): ``edit_effect`` ``||(new - old) k||``, ``quant_error`` ``||(Q(new) - new) k||``;
     ``median_effect_over_error`` their ratio's median, ``frac_keys_effect_below_error`` the fraction of keys where
     the quantization error's effect is larger than the edit's; ``median_edit_effect`` / ``median_quant_error`` the
-    two norms' medians."""
+    two norms' medians; ``effect_over_error``: the ratio per key (a list of ``n``)."""
     if old.shape != new.shape or keys.dim() != 2 or keys.shape[0] != old.shape[1]:
         raise ValueError(f"edit_against_quantization: shapes {tuple(old.shape)}, {tuple(new.shape)}, "
                          f"{tuple(keys.shape)} do not fit [d_out, d_in], [d_out, d_in], [d_in, n]")
@@ -121,4 +121,5 @@ def edit_against_quantization(old: torch.Tensor, new: torch.Tensor, keys: torch.
         "median_quant_error": _median(error),
         "median_effect_over_error": _median(effect_over_error),
         "frac_keys_effect_below_error": float((effect < error).double().mean()),
+        "effect_over_error": effect_over_error.tolist(),
     }
