@@ -48,7 +48,7 @@ from zerounlearn_editor.evaluation.audit.lens import lens_option_ranks
 from zerounlearn_editor.evaluation.audit.plan import AuditPlan, AuditSettings
 from zerounlearn_editor.evaluation.audit.quantize import quantized_copy
 from zerounlearn_editor.evaluation.audit.relearn import relearned_copy
-from zerounlearn_editor.evaluation.batching import encode_probe
+from zerounlearn_editor.evaluation.batching import encode_probe, logits_at, padded_batches
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 from zerounlearn_editor.evaluation.teacher_forcing import encode_answers, token_log_probs
 from zerounlearn_editor.harness.forgotten_edits import applied
@@ -147,22 +147,24 @@ def _read_prompts(model: nn.Module, tok: Any, plan: AuditPlan, batch_size: int, 
                             "mean_answer_logp": statistics.mean(logps),
                             "recovered": [int(x) for x in scores["first_acc"]]}
     if per_fact:
-        read["margins"] = output_margins(model, tok, probes)
+        read["margins"] = output_margins(model, tok, probes, batch_size)
     return read
 
 
-def output_margins(model: nn.Module, tok: Any, probes: Sequence[Probe]) -> List[float]:
+def output_margins(model: nn.Module, tok: Any, probes: Sequence[Probe], batch_size: int = 16) -> List[float]:
     """Per probe, at the position predicting the answer's first token: that token's logit minus the highest logit
-    of any other token (> 0: the answer is the greedy next token), one forward pass per probe."""
-    margins = []
-    with torch.no_grad():
-        for probe in probes:
-            encoded = encode_probe(tok, probe)
-            ids = torch.tensor([encoded.input_ids[:encoded.answer_start]])
-            logits = model(input_ids=ids.to(next(model.parameters()).device)).logits[0, -1].double().cpu()
-            target = encoded.input_ids[encoded.answer_start]
-            others = torch.cat([logits[:target], logits[target + 1:]])
-            margins.append(float(logits[target] - others.max()))
+    of any other token (> 0: the answer is the greedy next token); the prompts in left-padded batches of
+    ``batch_size``, the output head at the last position only."""
+    encoded = [encode_probe(tok, probe) for probe in probes]
+    prompts = [e.input_ids[:e.answer_start] for e in encoded]
+    margins = [0.0] * len(probes)
+    for indices, batch in padded_batches(model, tok, prompts, batch_size, padding_side="left"):
+        last = torch.tensor([batch.input_ids.shape[1] - 1])
+        logits = logits_at(model, batch, last)[:, 0].double().cpu()  # [batch, vocab]
+        for row, i in enumerate(indices):
+            target = encoded[i].input_ids[encoded[i].answer_start]
+            others = torch.cat([logits[row, :target], logits[row, target + 1:]])
+            margins[i] = float(logits[row, target] - others.max())
     return margins
 
 
