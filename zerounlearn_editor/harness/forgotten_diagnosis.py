@@ -151,21 +151,38 @@ def _read_prompts(model: nn.Module, tok: Any, plan: AuditPlan, batch_size: int, 
     return read
 
 
-def output_margins(model: nn.Module, tok: Any, probes: Sequence[Probe], batch_size: int = 16) -> List[float]:
-    """Per probe, at the position predicting the answer's first token: that token's logit minus the highest logit
-    of any other token (> 0: the answer is the greedy next token); the prompts in left-padded batches of
-    ``batch_size``, the output head at the last position only."""
+@dataclass(frozen=True)
+class FirstAnswerToken:
+    """At the position predicting a probe's first answer token: that token's id, the greedy token's id, the
+    answer's rank among the logits (0: it is the greedy token) and its margin (its logit minus the highest other)."""
+
+    answer_id: int
+    greedy_id: int
+    rank: int
+    margin: float
+
+
+def first_answer_tokens(model: nn.Module, tok: Any, probes: Sequence[Probe], batch_size: int = 16
+                        ) -> List[FirstAnswerToken]:
+    """:class:`FirstAnswerToken` per probe (the answer's first token as the audit scores it, :func:`encode_probe`);
+    the prompts in left-padded batches of ``batch_size``, the output head at the last position only."""
     encoded = [encode_probe(tok, probe) for probe in probes]
     prompts = [e.input_ids[:e.answer_start] for e in encoded]
-    margins = [0.0] * len(probes)
+    out: List[Optional[FirstAnswerToken]] = [None] * len(probes)
     for indices, batch in padded_batches(model, tok, prompts, batch_size, padding_side="left"):
         last = torch.tensor([batch.input_ids.shape[1] - 1])
         logits = logits_at(model, batch, last)[:, 0].double().cpu()  # [batch, vocab]
         for row, i in enumerate(indices):
             target = encoded[i].input_ids[encoded[i].answer_start]
             others = torch.cat([logits[row, :target], logits[row, target + 1:]])
-            margins[i] = float(logits[row, target] - others.max())
-    return margins
+            out[i] = FirstAnswerToken(target, int(logits[row].argmax()), int((logits[row] > logits[row, target]).sum()),
+                                      float(logits[row, target] - others.max()))
+    return out  # type: ignore[return-value]
+
+
+def output_margins(model: nn.Module, tok: Any, probes: Sequence[Probe], batch_size: int = 16) -> List[float]:
+    """Per probe, :class:`FirstAnswerToken`'s margin (> 0: the answer is the greedy next token)."""
+    return [token.margin for token in first_answer_tokens(model, tok, probes, batch_size)]
 
 
 def relearn_diagnosis(model: nn.Module, tok: Any, inputs: DiagnosisInputs, edited_names: Sequence[str]
