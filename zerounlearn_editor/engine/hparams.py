@@ -362,8 +362,9 @@ class EditHyperParams(BaseHyperParams):
         "requests' answer first tokens the unedited model finds most likely (`engine.targets.ranking`)",
     }
     experimental: Dict[str, Any] = field(default_factory=dict, metadata={"help": (
-        "opt-in experiments, a mapping of keys declared by the class (`rank_below_alternatives`); an experiment "
-        "that does not win on report data leaves again, one that wins becomes a key of its own"
+        "opt-in experiments, a mapping of keys declared by the class (`rank_below_alternatives`; ZeroUnlearn-GD also "
+        "`nullspace_text_weight`); an experiment that does not win on report data leaves again, one that wins becomes "
+        "a key of its own"
     )})
 
     def retain_weights(self) -> Dict[str, float]:

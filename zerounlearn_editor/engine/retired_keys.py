@@ -105,13 +105,6 @@ RETIRED_EXPERIMENTAL_KEYS: Dict[str, str] = {
     "Gemma-3-270m's PPL by 2-3 points but left it at +8.8% or more at n = 50 (benchmarks/RESULTS.md, section 12.9; "
     "benchmarks/notebook/2026-11-30-gemma-split.md); delete the key (the layers split the gap evenly; the code is "
     "on the branch i48-split, commit 4587f79)",
-    # issue 48: the null-space penalty weighted by each direction's text variance missed one n = 50 goal per variant
-    # on report data and, at Gemma's weight, left SmolLM2's facts answered
-    "nullspace_text_weight": "weighting each null direction's penalty by its text variance brought Gemma-3-270m's "
-    "n = 50 PPL to +0.1-1.9% but left 6 of 50 answered or Spe at 68% on report data, and at the same weight SmolLM2 "
-    "still answered 7 of 10 (benchmarks/RESULTS.md, section 12.11; benchmarks/notebook/2026-11-30-gemma-textpen.md); "
-    "delete the key (the penalty is the paper's c ||E P_m||^2; the code is on the branch i48-textpen, commit "
-    "d39a8e0)",
 }
 """Retired keys under ``experimental:``: a file that still sets one fails with this message."""
 

@@ -8,7 +8,10 @@ from typing import Any, ClassVar, Dict, Literal
 
 from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError
 
-__all__ = ["ZeroUnlearnGDHyperParams", "deep_mode_settings"]
+__all__ = ["TEXT_WEIGHT_KEY", "ZeroUnlearnGDHyperParams", "deep_mode_settings"]
+
+TEXT_WEIGHT_KEY = "nullspace_text_weight"
+"""The key under ``experimental:`` of the text-weighted null-space penalty (a number ``w >= 0``)."""
 
 
 def deep_mode_settings() -> Dict[str, Any]:
@@ -40,6 +43,12 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
     """
 
     ALG_NAME: ClassVar[str] = "ZeroUnlearn-GD"
+    EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {
+        **EditHyperParams.EXPERIMENTAL_KEYS,
+        TEXT_WEIGHT_KEY: "`w >= 0`: the penalty `c ||E P_m||^2` becomes `c sum_j (1 + w e_j / t) ||E u_j||^2` over the "
+        "null directions `u_j` (eigenvalue `e_j` of the protected `C0`, `t` the `nullspace_threshold`): each costs "
+        "its share of the change on the statistics' text (`solve.text_weighted_basis`; 0 or absent: the paper)",
+    }
 
     orthogonality_weight: float = field(default=1.0, metadata={"help": "a, weight of `||M_f^T W' K_f||^2`"})
     target_weight: float = field(default=100.0, metadata={"help": "b, weight of `||W' K_f - M_n||^2`"})
@@ -86,5 +95,18 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
                 f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got "
                 f"{self.context_nullspace_weight!r}"
             )
+        if TEXT_WEIGHT_KEY in self.experimental:
+            self._check_text_weight(source)
         if self.norm_weight == 0 and self.target_weight == 0:
             raise HParamsError(f"{source}: 'norm_weight' and 'target_weight' cannot both be 0")
+
+    def _check_text_weight(self, source: str) -> None:
+        """:class:`HParamsError` unless ``experimental.nullspace_text_weight`` is a finite number >= 0, and > 0 only
+        with ``nullspace_threshold > 0`` (the weight is relative to it)."""
+        value = self.experimental[TEXT_WEIGHT_KEY]
+        key = f"experimental.{TEXT_WEIGHT_KEY}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+            raise HParamsError(f"{source}: key {key!r} must be a finite number >= 0 (0: the paper), got {value!r}")
+        if value > 0 and not self.nullspace_threshold > 0:
+            raise HParamsError(f"{source}: key {key!r} is relative to 'nullspace_threshold', which must then be > 0, "
+                               f"got {self.nullspace_threshold!r}")

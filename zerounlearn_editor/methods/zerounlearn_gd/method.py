@@ -9,14 +9,15 @@ from torch import nn
 
 from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method, as_edit_plan
 from zerounlearn_editor.engine.stats.eigen_cache import EigenCache, eigen_cache_of
-from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.config import TEXT_WEIGHT_KEY, ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.solve import (
-    nullspace_basis,
-    nullspace_split,
+    null_eigenpairs,
+    nullspace_with_eigenvalues,
     protected_covariance,
     solve_exact,
     solve_gd,
     symmetric_eigenpairs,
+    text_weighted_basis,
 )
 
 LOG = logging.getLogger(__name__)
@@ -43,16 +44,28 @@ def many_facts_warning(n: int, hparams: ZeroUnlearnGDHyperParams) -> Optional[st
 
 
 def nullspace_of_problem(problem: LayerProblem, hparams: ZeroUnlearnGDHyperParams,
-                         cache: Optional[EigenCache]) -> torch.Tensor:
-    """``U0`` ``[d_in, r]``: the null space of the protected matrix
-    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.solve.protected_covariance`). When that is ``C0`` itself (no
-    retain or context term) its eigenpairs come from ``cache`` (the same bits as computing them), if given."""
+                         cache: Optional[EigenCache]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(U0, e0)``: the null space ``U0`` ``[d_in, r]`` of the protected matrix
+    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.solve.protected_covariance`) and its eigenvalues ``e0``
+    ``[r]``. When that is ``C0`` itself (no retain or context term) its eigenpairs come from ``cache`` (the same bits
+    as computing them), if given; with a retain or context term ``e0`` are the protected matrix's eigenvalues."""
     protected = protected_covariance(
         problem.C0, problem.K_r, hparams.retain_nullspace_weight, problem.C_ctx, hparams.context_nullspace_weight,
     )
     if cache is None or protected is not problem.C0:
-        return nullspace_basis(protected, hparams.nullspace_threshold)[0]
-    return nullspace_split(*cache.eigenpairs(protected, symmetric_eigenpairs), hparams.nullspace_threshold)[0]
+        return nullspace_with_eigenvalues(protected, hparams.nullspace_threshold)
+    return null_eigenpairs(*cache.eigenpairs(protected, symmetric_eigenpairs), hparams.nullspace_threshold)
+
+
+def solve_basis(problem: LayerProblem, hparams: ZeroUnlearnGDHyperParams, cache: Optional[EigenCache]) -> torch.Tensor:
+    """The basis the solve is given: ``U0`` of :func:`nullspace_of_problem`, its columns scaled by
+    :func:`~zerounlearn_editor.methods.zerounlearn_gd.solve.text_weighted_basis` when
+    ``experimental.nullspace_text_weight`` is set (the text-weighted penalty)."""
+    U0, e0 = nullspace_of_problem(problem, hparams, cache)
+    text_weight = hparams.experimental.get(TEXT_WEIGHT_KEY)
+    if not text_weight:
+        return U0
+    return text_weighted_basis(U0, e0, text_weight, hparams.nullspace_threshold)
 
 
 def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
@@ -62,11 +75,12 @@ def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
     second moment, with ``context_nullspace_weight > 0`` also plus the prompts' context keys'
     (:func:`~zerounlearn_editor.methods.zerounlearn_gd.solve.protected_covariance`); without them, the
     eigendecomposition of ``C0`` is cached beside the statistics (``{stats_dir}/nullspace_eigh``,
-    :mod:`~zerounlearn_editor.engine.stats.eigen_cache`).
+    :mod:`~zerounlearn_editor.engine.stats.eigen_cache`). ``experimental.nullspace_text_weight`` weights each null
+    direction's penalty by its text variance (:func:`solve_basis`), for either solver.
     """
 
     def solve(problem: LayerProblem) -> torch.Tensor:
-        U0 = nullspace_of_problem(problem, hparams, eigen_cache_of(hparams.stats_dir))
+        U0 = solve_basis(problem, hparams, eigen_cache_of(hparams.stats_dir))
         weights = dict(a=hparams.orthogonality_weight, b=hparams.target_weight, c=hparams.norm_weight)
         args = (problem.W, problem.K_f, problem.M_f, problem.M_n, U0)
         if hparams.solver == "exact":

@@ -32,6 +32,16 @@ elementwise: ``F = Uq [ (Uq^T Z Ug) / (q g^T + c) ] Ug^T``.
 
 :func:`solve_exact` evaluates this closed form; :func:`solve_gd` minimises the same objective
 iteratively (Adam, then linear conjugate gradient). Everything is a pure function of tensors.
+
+**Text-weighted null-space penalty** (opt-in, ``experimental.nullspace_text_weight: w``; ``w = 0`` is the
+paper). ``U0``'s columns are eigenvectors of ``C0`` with eigenvalues ``e_j`` below the threshold ``t``, so the
+edit's change of the layer's output on the statistics' text is ``tr(D_m C0 D_m^T) = sum_j e_j ||F_:,j||^2``. The
+isotropic ``c ||F||^2`` becomes ``c sum_j (1 + w e_j / t) ||F_:,j||^2 = c ||F S^{-1}||^2`` with ``S = diag(s)``,
+``s_j = (1 + w e_j / t)^{-1/2}``. Writing ``F = F' S``: ``E P_m = F U0^T = F' (U0 S)^T`` and ``F Kt = F' (U0
+S)^T K_f``, so ``J`` in ``F'`` is the objective above with ``U0`` replaced by ``U0 S`` and the isotropic
+``c ||F'||^2``. Its stationarity condition ``Q F' G' + c F' = Z'`` has ``G' = S G S`` and ``Z' = Z S``; in ``F``
+it is ``Q F G + F diag(c (1 + w e / t)) = Z``. :func:`text_weighted_basis` returns ``U0 S``; either solver given
+it returns the minimiser ``D_m = F' (U0 S)^T`` of the weighted objective (neither needs orthonormal columns).
 """
 from __future__ import annotations
 
@@ -175,6 +185,47 @@ def nullspace_split(evals: Tensor, evecs: Tensor, threshold: float) -> Tuple[Ten
     return evecs[:, below].contiguous(), evecs[:, ~below].contiguous()
 
 
+def null_eigenpairs(evals: Tensor, evecs: Tensor, threshold: float) -> Tuple[Tensor, Tensor]:
+    """``(U0, e0)``: ``U0`` ``[d_in, r]`` as :func:`nullspace_split` gives it and the eigenvalues ``e0`` ``[r]``
+    (ascending, those of ``evals`` strictly below ``threshold``) of its columns."""
+    U0, _ = nullspace_split(evals, evecs, threshold)
+    return U0, evals[evals < float(threshold)]
+
+
+def nullspace_with_eigenvalues(C0: Tensor, threshold: float) -> Tuple[Tensor, Tensor]:
+    """``(U0, e0)`` of ``C0`` ``[d_in, d_in]``: :func:`nullspace_basis`'s ``U0`` ``[d_in, r]`` (the same bits) and its
+    columns' eigenvalues ``e0`` ``[r]`` (:func:`null_eigenpairs`)."""
+    _check_weight("threshold", threshold)
+    return null_eigenpairs(*symmetric_eigenpairs(C0), threshold)
+
+
+def text_weighted_basis(U0: Tensor, null_evals: Tensor, text_weight: float, threshold: float) -> Tensor:
+    """``U0 diag(s)`` ``[d_in, r]`` float64, ``s_j = (1 + text_weight * e_j / threshold)^(-1/2)``.
+
+    Given to :func:`solve_exact` or :func:`solve_gd` in place of ``U0`` it makes the penalty ``c sum_j (1 + w e_j /
+    t) ||F_:,j||^2`` (module docstring): each null direction costs ``c`` plus ``c w / t`` times its text variance.
+    ``U0`` ``[d_in, r]`` orthonormal eigenvectors of the protected covariance, ``null_evals`` ``[r]`` their
+    eigenvalues (negative rounding noise counts as 0), ``threshold`` the null space's threshold (> 0 when
+    ``text_weight > 0``). ``text_weight == 0`` gives ``U0`` in float64, unchanged. Raises ``ValueError`` on bad
+    shapes or values.
+    """
+    _check_matrix("U0", U0)
+    w = _check_weight("nullspace text weight", text_weight)
+    thr = _check_weight("threshold", threshold)
+    if not isinstance(null_evals, Tensor) or null_evals.dim() != 1 or null_evals.shape[0] != U0.shape[1]:
+        shape = tuple(null_evals.shape) if isinstance(null_evals, Tensor) else type(null_evals).__name__
+        raise ValueError(f"null_evals must be a 1-D tensor of U0's r={U0.shape[1]} eigenvalues, got {shape}")
+    if not bool(torch.isfinite(null_evals).all()):
+        raise ValueError("null_evals contains NaN or infinite values")
+    if w > 0 and thr <= 0:
+        raise ValueError(f"a nullspace text weight of {w:g} needs a threshold > 0, got {threshold!r}")
+    U = U0.to(_F64)
+    if w == 0:
+        return U
+    e = null_evals.to(device=U.device, dtype=_F64).clamp_min(0.0)
+    return U * (1.0 + (w / thr) * e).rsqrt()[None, :]
+
+
 def nullspace_basis(C0: Tensor, threshold: float) -> Tuple[Tensor, Tensor]:
     """Orthonormal bases of the numerical null space of ``C0`` and of its complement.
 
@@ -316,7 +367,8 @@ def solve_exact(
     where it is smaller, ``"dense"`` and ``"lowrank"`` force one on both sides (they agree to rounding).
     Decoupled components whose denominator ``q_i g_j + c`` is at most ``max(d_out, r, n) * eps(float64)`` times
     the largest are set to zero (the minimum-norm minimiser of a singular system, e.g. ``c == 0`` with ``n <
-    r``). ``U0`` ``[d_in, r]`` from :func:`nullspace_basis` (``r == 0`` gives zeros). Raises ``ValueError`` on
+    r``). ``U0`` ``[d_in, r]`` from :func:`nullspace_basis` or :func:`text_weighted_basis` (``r == 0`` gives
+    zeros). Raises ``ValueError`` on
     bad shapes, non-finite entries, negative weights or an unknown route.
     """
     d_out, d_in, n, a, b, c = _check_problem(W, K_f, M_f, M_n, a, b, c)
