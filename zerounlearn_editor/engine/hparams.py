@@ -52,6 +52,27 @@ def _check_rank_setting(value: Any, source: str) -> None:
         raise HParamsError(f"{source}: field '{key}.k' must be an integer >= 1, got {k!r}")
 
 
+QUANTIZED_KEYS = "quantized_forget_keys"
+"""The experimental key of the forget keys read on a quantized copy (``engine.quantized_keys``)."""
+QUANTIZED_KEYS_FIELDS = ("scheme", "weight")
+"""The fields of ``experimental.quantized_forget_keys``."""
+
+
+def _check_quantized_keys_setting(value: Any, source: str) -> None:
+    """:class:`HParamsError` unless ``value`` is ``{scheme: an audit RTN scheme name, weight: finite > 0}``."""
+    from zerounlearn_editor.evaluation.audit.quantize import QUANT_SCHEMES
+
+    key = f"experimental.{QUANTIZED_KEYS}"
+    if not isinstance(value, dict) or sorted(value) != sorted(QUANTIZED_KEYS_FIELDS):
+        raise HParamsError(f"{source}: key '{key}' must be a mapping with exactly the fields "
+                           f"{list(QUANTIZED_KEYS_FIELDS)}, got {value!r}")
+    scheme, weight = value["scheme"], value["weight"]
+    if not isinstance(scheme, str) or scheme not in QUANT_SCHEMES:
+        raise HParamsError(f"{source}: field '{key}.scheme' must be one of {sorted(QUANT_SCHEMES)}, got {scheme!r}")
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
+        raise HParamsError(f"{source}: field '{key}.weight' must be a finite number > 0, got {weight!r}")
+
+
 def _convert_scientific_strings(config: Dict[str, Any]) -> Dict[str, Any]:
     """YAML 1.1 reads ``1e-3`` as a string; turn such strings into floats (also the values under
     ``experimental:``)."""
@@ -360,11 +381,15 @@ class EditHyperParams(BaseHyperParams):
         "rank_below_alternatives": "`{weight, margin, k}`: adds `weight * relu(z_answer - mean z_alt + margin)` at "
         "the answer position of every target row to the target objective, `z_alt` the logits of the `k` other "
         "requests' answer first tokens the unedited model finds most likely (`engine.targets.ranking`)",
+        QUANTIZED_KEYS: "`{scheme, weight}`: every forget request's keys are also read on an RTN-quantized copy of "
+        "the model being edited (`scheme`: `int8`, `int4` per channel, `int4g16`; the audit's quantizer) and added "
+        "to the solve as extra columns, scaled by `sqrt(weight)`, with the request's own residual "
+        "(`engine.quantized_keys`)",
     }
     experimental: Dict[str, Any] = field(default_factory=dict, metadata={"help": (
-        "opt-in experiments, a mapping of keys declared by the class (`rank_below_alternatives`; ZeroUnlearn-GD also "
-        "`nullspace_text_weight`); an experiment that does not win on report data leaves again, one that wins becomes "
-        "a key of its own"
+        "opt-in experiments, a mapping of keys declared by the class (`rank_below_alternatives`, "
+        "`quantized_forget_keys`; ZeroUnlearn-GD also `nullspace_text_weight`); an experiment that does not win on "
+        "report data leaves again, one that wins becomes a key of its own"
     )})
 
     def retain_weights(self) -> Dict[str, float]:
@@ -400,6 +425,8 @@ class EditHyperParams(BaseHyperParams):
                 f"{source}: key 'fewshot_contexts' must be an integer >= 0, got {self.fewshot_contexts!r}")
         if "rank_below_alternatives" in self.experimental:
             _check_rank_setting(self.experimental["rank_below_alternatives"], source)
+        if QUANTIZED_KEYS in self.experimental:
+            _check_quantized_keys_setting(self.experimental[QUANTIZED_KEYS], source)
         if not self.layers:
             raise HParamsError(f"{source}: key 'layers' must list at least one layer")
         if sorted(set(self.layers)) != list(self.layers):

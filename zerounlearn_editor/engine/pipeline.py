@@ -42,6 +42,7 @@ from zerounlearn_editor.engine.hparams import EditHyperParams
 from zerounlearn_editor.engine.keys import LayerReadout, read_keys_and_hidden
 from zerounlearn_editor.engine.post_mlp import IDENTITY, PostMlpMap, detect_post_mlp_maps, value_targets
 from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
+from zerounlearn_editor.engine.quantized_keys import QuantizedTwin, quantized_twin, with_quantized_columns
 from zerounlearn_editor.engine.requests import (
     CheckedRequests,
     ForgetRequest,
@@ -546,62 +547,92 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
 def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], targets: NeutralTargets,
                  second_moments: Dict[int, SecondMoment], solver: LayerSolver, report: EditReport,
                  read_keys: KeysStage, post_maps: Dict[int, PostMlpMap]) -> None:
-    """Keys, solve and write-back layer by layer."""
+    """Keys, solve and write-back layer by layer (with ``experimental.quantized_forget_keys``, also the forget keys
+    of a rounded twin of the model: :mod:`~zerounlearn_editor.engine.quantized_keys`)."""
     hparams, forget, keep = plan.hparams, plan.forget, plan.keep
     hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
-    n = len(forget)
     context: Dict[str, Any] = {"context_moment": True} if hparams.needs_context_moment() else {}
     replay: Optional[LayerPrefixReplay] = None
     if read_keys is read_keys_and_hidden and len(hparams.layers) > 1:
         # layers before the first edited one never change here: computed on the first read only
         replay = context["prefix_replay"] = LayerPrefixReplay(model, hparams.layer_module_tmp, min(hparams.layers))
-    bar = progress_bar(total=len(hparams.layers), desc=f"keys and solve, {n} facts", unit="layer")
-    for position, layer in enumerate(hparams.layers):
-        bar.set_postfix(layer=layer, refresh=False)
-        module = get_module(model, hparams.rewrite_module_tmp.format(layer))
-        with _timer(report, "keys"):
-            # forget and retain keys in the same batched passes; retain columns come last
-            readout = read_keys(
-                model,
-                tok,
-                forget + keep,
-                prefixes,
-                hparams.rewrite_module_tmp.format(layer),
-                hidden_module,
-                hparams.fact_token,
-                hparams.chunk_size,
-                **context,
-            )
-        if replay is not None and position == len(hparams.layers) - 1:
-            replay.clear()  # the last read: free the stored outputs before the solve
-        # the read's own frees after its last chunk (the chunks' key lists, the previous layer's readout) leave the heap
-        # before the solve's float64 workspace: measured, 218 MB peak at 1,000 facts with this trim, 234 without
-        release_free_memory()
-        with _timer(report, "solve"):
-            W = get_weight_matrix(module).detach().double()
-            device = W.device
-            K_f = readout.keys[:, :n].to(device).double()
-            K_r = readout.keys[:, n:].to(device).double() if keep else None
-            residual = (targets.z - readout.hidden[:n]).to(device).double() / (len(hparams.layers) - position)
-            # the value change that moves the residual by ``residual`` (through a post-MLP norm where there is one)
-            bias = getattr(module, "bias", None)
-            M_n = value_targets(W, K_f, residual.t(), post_maps.get(layer, IDENTITY),
-                                None if bias is None else bias.detach().to(device).double())
-            C_ctx = None
-            if readout.context_mom2 is not None and readout.context_count:
-                C_ctx = readout.context_mom2.to(device) / readout.context_count
-            problem = LayerProblem(layer, W, K_f, M_n, second_moments[layer].moment().to(device), K_r, C_ctx)
-            new_W = solver(problem)
-            if not torch.isfinite(new_W).all():
-                raise ValueError(f"layer {layer}: the solve produced non-finite weights")
-        # before the write-back: for a float64 weight, ``W`` is the parameter itself
-        report.layer_change_norm[layer] = float((new_W - W).norm() / W.norm())
-        with _timer(report, "write_back"):
-            set_weight_matrix(module, new_W)
-        LOG.info("layer %d edited: relative change %.3e", layer, report.layer_change_norm[layer])
-        release_free_memory()  # the solve's freed workspace leaves the heap before the next layer's key read
-        bar.update(1)
+    with _timer(report, "keys"):
+        twin = quantized_twin(model, hparams, replay=read_keys is read_keys_and_hidden)
+    bar = progress_bar(total=len(hparams.layers), desc=f"keys and solve, {len(forget)} facts", unit="layer")
+    try:
+        for position, layer in enumerate(hparams.layers):
+            bar.set_postfix(layer=layer, refresh=False)
+            key_module = hparams.rewrite_module_tmp.format(layer)
+            with _timer(report, "keys"):
+                # forget and retain keys in the same batched passes; retain columns come last
+                readout = read_keys(model, tok, forget + keep, prefixes, key_module, hidden_module,
+                                    hparams.fact_token, hparams.chunk_size, **context)
+                twin_readout = None if twin is None else twin.read(
+                    read_keys, tok, forget, prefixes, key_module, hidden_module, hparams.fact_token,
+                    hparams.chunk_size)
+            if replay is not None and position == len(hparams.layers) - 1:
+                replay.clear()  # the last read: free the stored outputs before the solve
+            # the read's own frees after its last chunk (the chunks' key lists, the previous layer's readout) leave
+            # the heap before the solve's float64 workspace: measured, 218 MB peak at 1,000 facts with this trim,
+            # 234 without
+            release_free_memory()
+            module = get_module(model, key_module)
+            _solve_and_write(module, lambda: _layer_problem(plan, layer, position, module, readout, targets,
+                                                            second_moments, post_maps, twin, twin_readout),
+                             solver, report)
+            if twin is not None:
+                twin.sync(key_module, module)
+            release_free_memory()  # the solve's freed workspace leaves the heap before the next layer's key read
+            bar.update(1)
+    finally:
+        if twin is not None:
+            twin.close()
     bar.close()
+
+
+def _layer_problem(plan: EditPlan, layer: int, position: int, module: nn.Module, readout: LayerReadout,
+                   targets: NeutralTargets, second_moments: Dict[int, SecondMoment],
+                   post_maps: Dict[int, PostMlpMap], twin: Optional[QuantizedTwin] = None,
+                   twin_readout: Optional[LayerReadout] = None) -> LayerProblem:
+    """One layer's :class:`LayerProblem` from its key read: the residual change ``(z - h) / (layers left)`` mapped
+    to values ``M_n``; with a twin, its keys appended to ``K_f`` with the same residual change
+    (:func:`~zerounlearn_editor.engine.quantized_keys.with_quantized_columns`)."""
+    hparams, n = plan.hparams, len(plan.forget)
+    W = get_weight_matrix(module).detach().double()
+    device = W.device
+    K_f = readout.keys[:, :n].to(device).double()
+    K_r = readout.keys[:, n:].to(device).double() if plan.keep else None
+    residual = (targets.z - readout.hidden[:n]).to(device).double() / (len(hparams.layers) - position)
+    # the value change that moves the residual by ``residual`` (through a post-MLP norm where there is one)
+    bias = getattr(module, "bias", None)
+    bias = None if bias is None else bias.detach().to(device).double()
+    post_map = post_maps.get(layer, IDENTITY)
+    M_n = value_targets(W, K_f, residual.t(), post_map, bias)
+    if twin is not None and twin_readout is not None:
+        K_q = twin_readout.keys[:, :n].to(device).double()
+        K_f, M_n = with_quantized_columns(K_f, M_n, K_q, value_targets(W, K_q, residual.t(), post_map, bias),
+                                          twin.weight)
+    C_ctx = None
+    if readout.context_mom2 is not None and readout.context_count:
+        C_ctx = readout.context_mom2.to(device) / readout.context_count
+    return LayerProblem(layer, W, K_f, M_n, second_moments[layer].moment().to(device), K_r, C_ctx)
+
+
+def _solve_and_write(module: nn.Module, build: Callable[[], LayerProblem], solver: LayerSolver,
+                     report: EditReport) -> None:
+    """The layer's problem (``build``), the method's solve of it and the write-back of its ``W'`` into ``module``
+    (problem and solve timed as ``solve``)."""
+    with _timer(report, "solve"):
+        problem = build()
+        layer = problem.layer
+        new_W = solver(problem)
+        if not torch.isfinite(new_W).all():
+            raise ValueError(f"layer {layer}: the solve produced non-finite weights")
+    # before the write-back: for a float64 weight, ``W`` is the parameter itself
+    report.layer_change_norm[layer] = float((new_W - problem.W).norm() / problem.W.norm())
+    with _timer(report, "write_back"):
+        set_weight_matrix(module, new_W)
+    LOG.info("layer %d edited: relative change %.3e", layer, report.layer_change_norm[layer])
 
 
 def restore_weights(model: nn.Module, weights_copy: Mapping[str, torch.Tensor]) -> None:

@@ -48,25 +48,33 @@ def quantize_rtn(weight: torch.Tensor, bits: int, group_size: Optional[int] = No
     return (q * scale).reshape(weight.shape).to(weight.dtype)
 
 
+def quantize_module_weight(module: nn.Module, scheme: Tuple[int, Optional[int]]) -> bool:
+    """RTN-quantize ``module``'s weight in place when it is an ``nn.Linear`` or GPT-2 ``Conv1D`` (``scheme = (bits,
+    group_size)``; per channel where the input width is not a multiple of the group); True when it did."""
+    bits, group_size = scheme
+    weight = getattr(module, "weight", None)
+    if weight is None:
+        return False
+    if isinstance(module, nn.Linear):
+        matrix = weight  # [d_out, d_in]
+    elif type(module).__name__ == "Conv1D":
+        matrix = weight.t()  # stored [d_in, d_out]
+    else:
+        return False
+    group = group_size if group_size and matrix.shape[1] % group_size == 0 else None
+    new = quantize_rtn(matrix, bits, group)
+    with torch.no_grad():
+        weight.copy_(new if isinstance(module, nn.Linear) else new.t())
+    return True
+
+
 def quantized_copy(model: nn.Module, scheme: Tuple[int, Optional[int]]) -> nn.Module:
     """A deep copy of ``model``, every ``nn.Linear`` / GPT-2 ``Conv1D`` weight but the head's RTN-quantized
-    (``scheme = (bits, group_size)``; per channel where the input width is not a multiple of the group)."""
-    bits, group_size = scheme
+    (:func:`quantize_module_weight`)."""
     twin = copy.deepcopy(model)
     head = twin.get_output_embeddings() if hasattr(twin, "get_output_embeddings") else None
     head_weight = getattr(head, "weight", None)
-    with torch.no_grad():
-        for module in twin.modules():
-            weight = getattr(module, "weight", None)
-            if weight is None or weight is head_weight:
-                continue
-            if isinstance(module, nn.Linear):
-                matrix = weight  # [d_out, d_in]
-            elif type(module).__name__ == "Conv1D":
-                matrix = weight.t()  # stored [d_in, d_out]
-            else:
-                continue
-            group = group_size if group_size and matrix.shape[1] % group_size == 0 else None
-            new = quantize_rtn(matrix, bits, group)
-            weight.copy_(new if isinstance(module, nn.Linear) else new.t())
+    for module in twin.modules():
+        if getattr(module, "weight", None) is not None and module.weight is not head_weight:
+            quantize_module_weight(module, scheme)
     return twin
