@@ -117,3 +117,28 @@ def test_bad_save_mode_and_missing_out(setup):
     with pytest.raises(SystemExit):
         _run(setup, "--hparams", str(hparams["ZeroUnlearn"]), "--save", "weights")
     assert _run(setup, "--hparams", str(hparams["ZeroUnlearn"]), "--save", "adapter") == 2
+
+
+def test_adapter_with_the_quantized_keys_has_room_for_both_columns_of_each_fact(setup, tmp_path):
+    """``experimental.quantized_forget_keys`` gives ZeroUnlearn-GD's solve two columns a fact (the key and its rounded
+    twin's), so a layer's change can reach rank 2n: ``--save adapter`` exports with that bound and reproduces the
+    edit (with the bound n it refused the change as not low-rank)."""
+    from transformers import AutoModelForCausalLM
+
+    from zerounlearn_editor.integrations.adapters import load_lora_adapter
+
+    root, model_dir, hparams, tok = setup
+    config = yaml.safe_load(hparams["ZeroUnlearn-GD"].read_text())
+    config["experimental"] = {"quantized_forget_keys": {"scheme": "int4", "weight": 1.0}}
+    config["orthogonality_weight"] = 1e4  # the term through which the twin columns add directions of their own
+    yaml_file = tmp_path / "qkeys.yaml"
+    yaml_file.write_text(yaml.safe_dump(config), encoding="utf-8")
+    out_a, out_m = tmp_path / "adapter", tmp_path / "model"
+    assert _run(setup, "--hparams", str(yaml_file), "--out", str(out_a), "--save", "adapter") == 0
+    assert _run(setup, "--hparams", str(yaml_file), "--out", str(out_m), "--save", "model") == 0
+    report = json.loads((out_a / REPORT_NAME).read_text())
+    assert report["saved"]["r"] > 3  # more than one direction a fact was needed
+    edited = AutoModelForCausalLM.from_pretrained(out_m).eval()
+    logits_edit = _logits(edited, tok)
+    adapted = load_lora_adapter(AutoModelForCausalLM.from_pretrained(model_dir).eval(), out_a).eval()
+    assert float((_logits(adapted, tok) - logits_edit).norm() / logits_edit.norm()) < 1e-4

@@ -73,9 +73,9 @@ def test_the_lever_yaml_is_rm_r8_plus_the_key():
     assert ZeroUnlearnGDHyperParams.from_hparams(LEVER).experimental[KEY] == {"scheme": "int4", "weight": 1.0}
 
 
-def _edit(tmp_path: Path, experimental, problems, model=None):
-    """An edit of the tiny Llama (bare prompts only), recording each layer's problem; returns the edited model and
-    the unedited copy."""
+def _edit(tmp_path: Path, experimental, problems, model=None, outputs=None):
+    """An edit of the tiny Llama (bare prompts only), recording each layer's problem (and, given ``outputs``, the
+    solve's ``W'``); returns the edited model and the unedited copy."""
     tok = tiny_tokenizer()
     model = model or tiny_llama(tok).eval()
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
@@ -86,7 +86,10 @@ def _edit(tmp_path: Path, experimental, problems, model=None):
 
     def recording(problem):
         problems.append(problem)
-        return solve(problem)
+        new_W = solve(problem)
+        if outputs is not None:
+            outputs.append((problem.layer, new_W))
+        return new_W
 
     pipeline.run_layerwise_edit(model, tok, forget_requests(), hparams, recording, progress=False,
                                 fluency_guard="off")
@@ -129,21 +132,30 @@ def test_the_solve_gets_the_twin_keys_of_the_rounded_model_with_the_same_residua
 
 
 def test_the_twin_leaves_the_model_and_is_freed(tmp_path, monkeypatch):
-    """The rounded twin never writes into the edited model (every weight but the edited ones bit-identical) and is
-    freed after the edit; a solve that fails after the first write-back restores the weights and frees it too."""
-    made = []
+    """The rounded twin never writes into the edited model (every weight but the edited ones bit-identical, the
+    edited ones exactly the solve's unrounded ``W'``) and is released when the edit ends; a solve that fails after
+    the first write-back restores the weights and releases it too."""
+    made, twins = [], []
     original = pipeline.quantized_twin
 
     def spy(*args, **kwargs):
         twin = original(*args, **kwargs)
         made.append(weakref.ref(twin.model))
+        twins.append(twin)
         return twin
 
     monkeypatch.setattr(pipeline, "quantized_twin", spy)
-    tok, model, before = _edit(tmp_path, {KEY: {"scheme": "int4", "weight": 2.0}}, [])
+    outputs = []
+    tok, model, before = _edit(tmp_path, {KEY: {"scheme": "int4", "weight": 2.0}}, [], outputs=outputs)
+    assert twins[0].model is None and twins[0].replay is None  # closed by the edit, not by the garbage collector
     edited = {f"model.layers.{layer}.mlp.down_proj.weight" for layer in (1, 2)}
-    for name, value in model.named_parameters():
+    params = dict(model.named_parameters())
+    for name, value in params.items():
         assert torch.equal(value, before[name]) is (name not in edited), name
+    assert [layer for layer, _ in outputs] == [1, 2]
+    for layer, new_W in outputs:  # the write-back is the solve's W', never the twin's rounded copy of it
+        weight = params[f"model.layers.{layer}.mlp.down_proj.weight"]
+        assert torch.equal(weight, new_W.to(weight.dtype))
     gc.collect()
     assert made and made[0]() is None
 
@@ -165,5 +177,25 @@ def test_the_twin_leaves_the_model_and_is_freed(tmp_path, monkeypatch):
         pipeline.run_layerwise_edit(failing, tok, forget_requests(), hparams, second_fails, progress=False,
                                     fluency_guard="off")
     assert all(torch.equal(p, saved[name]) for name, p in failing.named_parameters())
+    assert twins[1].model is None and twins[1].replay is None
     gc.collect()
     assert len(made) == 2 and made[1]() is None
+
+
+def test_zerounlearn_refuses_the_key():
+    """ZeroUnlearn's projector erases the span of every forget value column whatever the twin's weight, so the key is
+    declared by ZeroUnlearn-GD only."""
+    from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
+
+    config = yaml.safe_load((REPO_ROOT / "hparams" / "ZeroUnlearn" / "SmolLM2-135M-Instruct.yaml").read_text())
+    config["experimental"] = {KEY: {"scheme": "int4", "weight": 1.0}}
+    with pytest.raises(HParamsError, match=rf"x\.yaml: unknown key\(s\) \['{KEY}'\] under 'experimental'"):
+        ZeroUnlearnHyperParams.from_dict(config, source="x.yaml")
+
+
+def test_forget_columns_per_request():
+    from zerounlearn_editor.engine.quantized_keys import forget_columns_per_request
+
+    assert forget_columns_per_request(ZeroUnlearnGDHyperParams.from_hparams(PAPER)) == 1
+    assert forget_columns_per_request(ZeroUnlearnGDHyperParams.from_hparams(LEVER)) == 2
+

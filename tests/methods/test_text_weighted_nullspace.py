@@ -148,9 +148,17 @@ def test_the_key_is_checked_when_the_yaml_is_read(tmp_path, value):
 
 
 @pytest.mark.parametrize("cached", [False, True])
-def test_the_edit_without_the_key_is_the_paper_solve_and_with_it_the_weighted_one(tmp_path: Path, cached):
+def test_the_edit_without_the_key_is_the_paper_solve_and_with_it_the_weighted_one(tmp_path: Path, cached,
+                                                                                  monkeypatch):
     """The layer solve of the method: no key (or 0) gives today's bits; ``w`` gives the weighted basis's solve, for
-    ``solver: exact`` and (to its tolerance) ``solver: gd``."""
+    ``solver: exact`` and (to its tolerance) ``solver: gd``; with the eigendecomposition cache (``cached``: one that
+    stores this small ``C0``) the eigenvalues the weight reads come back from the stored entry."""
+    from zerounlearn_editor.engine.stats import eigen_cache as cache_module
+    from zerounlearn_editor.methods.zerounlearn_gd import method as gd_method
+
+    if cached:  # the package caches only d_in >= 256: a cache that stores this 24-dim C0 too
+        monkeypatch.setattr(gd_method, "eigen_cache_of", lambda stats_dir: cache_module.EigenCache(
+            Path(stats_dir) / cache_module.EIGH_FOLDER, min_dim=1))
     layer = make_layer(12, 24, 5)
     problem = LayerProblem(layer=1, W=layer.W, K_f=layer.K_f, M_n=layer.M_n, C0=layer.C0)
     U0, e0 = null_pairs(layer)
@@ -172,3 +180,6 @@ def test_the_edit_without_the_key_is_the_paper_solve_and_with_it_the_weighted_on
     assert not torch.allclose(weighted, paper, atol=1e-6)
     gd = zerounlearn_gd_solver(hparams(solver="gd", experimental={"nullspace_text_weight": 50.0}))(problem)
     assert torch.allclose(gd, want, atol=1e-8 * float((want - layer.W).abs().max()))
+    if cached:  # every solve after the first read the eigenpairs from the one stored entry
+        assert len(list((Path(hparams().stats_dir) / cache_module.EIGH_FOLDER).glob("eigh_*.npz"))) == 1
+        assert torch.equal(zerounlearn_gd_solver(hparams(experimental={"nullspace_text_weight": 50.0}))(problem), want)

@@ -57,6 +57,7 @@ from zerounlearn_editor.engine.contexts import check_fewshot_facts
 from zerounlearn_editor.engine.fluency_guard import GUARD_MODES
 from zerounlearn_editor.engine.hparams import ConfigFile, HParamsError
 from zerounlearn_editor.engine.pipeline import EditReport, check_edit_inputs
+from zerounlearn_editor.engine.quantized_keys import forget_columns_per_request
 from zerounlearn_editor.engine.requests import CheckedRequests, RequestError, check_requests, check_targets_not_answers
 from zerounlearn_editor.engine.retain import check_retain_records
 from zerounlearn_editor.evaluation.audit import AuditSettings, LensConfig, build_plan, score_model
@@ -611,8 +612,10 @@ def _save(result: UnlearnResult, out: Path, final: Path, save: str, model, tok, 
         tok.save_pretrained(out)
         result.saved = {"mode": "model", "dir": str(final)}
     elif save == "adapter":
-        # the largest rank of the change of one weight: n (GD) or 2n (ZeroUnlearn, eps 0)
-        bound = get_method(hparams.alg_name).adapter_rank_per_fact * len(facts)
+        # the largest rank of the change of one weight: n (GD) or 2n (ZeroUnlearn, eps 0) per forget column, and
+        # experimental.quantized_forget_keys gives the solve two columns a fact
+        bound = (get_method(hparams.alg_name).adapter_rank_per_fact * forget_columns_per_request(hparams)
+                 * len(facts))
         adapter: AdapterReport = export_lora_adapter(
             weights_copy, model, out, max_rank=bound,
             base_model_name_or_path=_adapter_base(resolve_model_path(name)),

@@ -53,7 +53,8 @@ def _check_rank_setting(value: Any, source: str) -> None:
 
 
 QUANTIZED_KEYS = "quantized_forget_keys"
-"""The experimental key of the forget keys read on a quantized copy (``engine.quantized_keys``)."""
+"""The experimental key of the forget keys read on a quantized copy (``engine.quantized_keys``); declared by
+ZeroUnlearn-GD only (ZeroUnlearn's projector would erase the twin values' span whatever the weight)."""
 QUANTIZED_KEYS_FIELDS = ("scheme", "weight")
 """The fields of ``experimental.quantized_forget_keys``."""
 
@@ -381,15 +382,11 @@ class EditHyperParams(BaseHyperParams):
         "rank_below_alternatives": "`{weight, margin, k}`: adds `weight * relu(z_answer - mean z_alt + margin)` at "
         "the answer position of every target row to the target objective, `z_alt` the logits of the `k` other "
         "requests' answer first tokens the unedited model finds most likely (`engine.targets.ranking`)",
-        QUANTIZED_KEYS: "`{scheme, weight}`: every forget request's keys are also read on an RTN-quantized copy of "
-        "the model being edited (`scheme`: `int8`, `int4` per channel, `int4g16`; the audit's quantizer) and added "
-        "to the solve as extra columns, scaled by `sqrt(weight)`, with the request's own residual "
-        "(`engine.quantized_keys`)",
     }
     experimental: Dict[str, Any] = field(default_factory=dict, metadata={"help": (
-        "opt-in experiments, a mapping of keys declared by the class (`rank_below_alternatives`, "
-        "`quantized_forget_keys`; ZeroUnlearn-GD also `nullspace_text_weight`); an experiment that does not win on "
-        "report data leaves again, one that wins becomes a key of its own"
+        "opt-in experiments, a mapping of keys declared by the class (`rank_below_alternatives`; ZeroUnlearn-GD also "
+        "`nullspace_text_weight`, `quantized_forget_keys`); an experiment that does not win on report data leaves "
+        "again, one that wins becomes a key of its own"
     )})
 
     def retain_weights(self) -> Dict[str, float]:

@@ -38,7 +38,7 @@ from zerounlearn_editor.engine.fluency_guard import (
 from zerounlearn_editor.engine.fluency_guard import (
     guard_text as builtin_guard_text,
 )
-from zerounlearn_editor.engine.hparams import EditHyperParams
+from zerounlearn_editor.engine.hparams import QUANTIZED_KEYS, EditHyperParams
 from zerounlearn_editor.engine.keys import LayerReadout, read_keys_and_hidden
 from zerounlearn_editor.engine.post_mlp import IDENTITY, PostMlpMap, detect_post_mlp_maps, value_targets
 from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
@@ -556,8 +556,10 @@ def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], tar
     if read_keys is read_keys_and_hidden and len(hparams.layers) > 1:
         # layers before the first edited one never change here: computed on the first read only
         replay = context["prefix_replay"] = LayerPrefixReplay(model, hparams.layer_module_tmp, min(hparams.layers))
-    with _timer(report, "keys"):
-        twin = quantized_twin(model, hparams, replay=read_keys is read_keys_and_hidden)
+    twin = None
+    if hparams.experimental.get(QUANTIZED_KEYS):
+        with _timer(report, "keys"):
+            twin = quantized_twin(model, hparams, replay=read_keys is read_keys_and_hidden)
     bar = progress_bar(total=len(hparams.layers), desc=f"keys and solve, {len(forget)} facts", unit="layer")
     try:
         for position, layer in enumerate(hparams.layers):
@@ -570,8 +572,11 @@ def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], tar
                 twin_readout = None if twin is None else twin.read(
                     read_keys, tok, forget, prefixes, key_module, hidden_module, hparams.fact_token,
                     hparams.chunk_size)
-            if replay is not None and position == len(hparams.layers) - 1:
-                replay.clear()  # the last read: free the stored outputs before the solve
+            if position == len(hparams.layers) - 1:  # the last read: free the stored outputs before the solve
+                if replay is not None:
+                    replay.clear()
+                if twin is not None:
+                    twin.clear_replay()
             # the read's own frees after its last chunk (the chunks' key lists, the previous layer's readout) leave
             # the heap before the solve's float64 workspace: measured, 218 MB peak at 1,000 facts with this trim,
             # 234 without

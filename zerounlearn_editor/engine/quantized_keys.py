@@ -41,7 +41,9 @@ def with_quantized_columns(K_f: torch.Tensor, M_n: torch.Tensor, K_q: torch.Tens
     """The forget keys and value targets with the quantized twin's appended: ``K_f`` ``[d_in, n]`` and ``K_q``
     ``[d_in, n]`` give ``[d_in, 2n]`` (originals first, column ``n + i`` request ``i``'s twin key), ``M_n`` and
     ``M_q`` ``[d_out, n]`` give ``[d_out, 2n]``. The appended columns are scaled by ``sqrt(weight)`` (keys and
-    targets alike), so each weighs ``weight`` times an original in a squared-error objective."""
+    targets alike), so each weighs ``weight`` times an original in the target term ``||W' K - M||^2``; in
+    ZeroUnlearn-GD's orthogonality term ``||M_f^T W' K_f||^2`` (``M_f = W K_f`` of the scaled keys) a pair of twin
+    columns weighs ``weight^2`` and a mixed pair ``weight``."""
     if K_q.shape != K_f.shape or M_q.shape != M_n.shape or K_f.shape[1] != M_n.shape[1]:
         raise ValueError(f"quantized keys / targets {tuple(K_q.shape)} / {tuple(M_q.shape)} do not match the forget "
                          f"keys / targets {tuple(K_f.shape)} / {tuple(M_n.shape)}")
@@ -75,6 +77,11 @@ class QuantizedTwin:
         set_weight_matrix(target, get_weight_matrix(source).detach())
         quantize_module_weight(target, self.scheme)
 
+    def clear_replay(self) -> None:
+        """Free the replay's stored outputs (after the last layer's read, as the edited model's replay)."""
+        if self.replay is not None:
+            self.replay.clear()
+
     def close(self) -> None:
         """Free the twin (and its replay's stored outputs)."""
         if self.replay is not None:
@@ -82,6 +89,13 @@ class QuantizedTwin:
         self.model = None
         self.replay = None
         release_free_memory()
+
+
+def forget_columns_per_request(hparams: EditHyperParams) -> int:
+    """How many forget columns the solve gets per request: 2 with ``experimental.quantized_forget_keys`` (the key and
+    its twin's), else 1. A layer's change has rank at most this times the method's rank per column (the bound
+    ``unlearn --save adapter`` exports)."""
+    return 2 if hparams.experimental.get(QUANTIZED_KEYS) else 1
 
 
 def quantized_twin(model: nn.Module, hparams: EditHyperParams, replay: bool) -> Optional[QuantizedTwin]:

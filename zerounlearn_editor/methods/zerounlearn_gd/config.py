@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Literal
 
-from zerounlearn_editor.engine.hparams import EditHyperParams, HParamsError
+from zerounlearn_editor.engine.hparams import QUANTIZED_KEYS, EditHyperParams, HParamsError
 
 __all__ = ["TEXT_WEIGHT_KEY", "ZeroUnlearnGDHyperParams", "deep_mode_settings"]
 
@@ -48,6 +48,10 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
         TEXT_WEIGHT_KEY: "`w >= 0`: the penalty `c ||E P_m||^2` becomes `c sum_j (1 + w e_j / t) ||E u_j||^2` over the "
         "null directions `u_j` (eigenvalue `e_j` of the protected `C0`, `t` the `nullspace_threshold`): each costs "
         "its share of the change on the statistics' text (`solve.text_weighted_basis`; 0 or absent: the paper)",
+        QUANTIZED_KEYS: "`{scheme, weight}`: every forget request's keys are also read on an RTN-quantized copy of "
+        "the model being edited (`scheme`: `int8`, `int4` per channel, `int4g16`; the audit's quantizer) and added "
+        "to the solve as extra columns, scaled by `sqrt(weight)`, with the request's own residual "
+        "(`engine.quantized_keys`)",
     }
 
     orthogonality_weight: float = field(default=1.0, metadata={"help": "a, weight of `||M_f^T W' K_f||^2`"})
