@@ -1,7 +1,7 @@
 """Tests of the ZeroUnlearn-GD per-layer mathematics (zerounlearn_editor.methods.zerounlearn_gd.solve)."""
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple, Tuple
+from typing import NamedTuple, Tuple
 
 import pytest
 import torch
@@ -11,13 +11,7 @@ from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis, sol
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread() -> Iterator[None]:
-    """These matrices are tiny: one intra-op thread is fastest and immune to a busy CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
 
 class Problem(NamedTuple):

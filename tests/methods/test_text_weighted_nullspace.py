@@ -7,7 +7,7 @@ given the basis ``U0 diag(1 + w e / t)^(-1/2)``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -29,12 +29,7 @@ from zerounlearn_editor.methods.zerounlearn_gd.solve import (
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
 
 class Layer(NamedTuple):
