@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from zerounlearn_editor.support.model_zoo import WHEEL_ENV, prepare_model, prepare_smollm2
 
@@ -80,3 +81,13 @@ def smollm2_base_ppl(smollm2) -> float:
 
     model, tok = smollm2
     return perplexity(model, tok, default_ppl_text(), max_tokens=PPL_TOKENS)
+
+
+@pytest.fixture(scope="module")
+def single_torch_thread():
+    """One intra-op thread for a module of tiny matrices: fastest, and immune to a busy CPU."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+

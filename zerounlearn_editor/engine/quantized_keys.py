@@ -84,8 +84,7 @@ class QuantizedTwin:
 
     def close(self) -> None:
         """Free the twin (and its replay's stored outputs)."""
-        if self.replay is not None:
-            self.replay.clear()
+        self.clear_replay()
         self.model = None
         self.replay = None
         release_free_memory()
