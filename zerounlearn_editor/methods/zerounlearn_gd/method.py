@@ -12,6 +12,7 @@ from zerounlearn_editor.engine.stats.eigen_cache import EigenCache, eigen_cache_
 from zerounlearn_editor.methods.zerounlearn_gd.config import TEXT_WEIGHT_KEY, ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.solve import (
     null_eigenpairs,
+    nullspace_with_eigenvalues,
     protected_covariance,
     solve_exact,
     solve_gd,
@@ -52,10 +53,8 @@ def nullspace_of_problem(problem: LayerProblem, hparams: ZeroUnlearnGDHyperParam
         problem.C0, problem.K_r, hparams.retain_nullspace_weight, problem.C_ctx, hparams.context_nullspace_weight,
     )
     if cache is None or protected is not problem.C0:
-        pairs = symmetric_eigenpairs(protected)
-    else:
-        pairs = cache.eigenpairs(protected, symmetric_eigenpairs)
-    return null_eigenpairs(*pairs, hparams.nullspace_threshold)
+        return nullspace_with_eigenvalues(protected, hparams.nullspace_threshold)
+    return null_eigenpairs(*cache.eigenpairs(protected, symmetric_eigenpairs), hparams.nullspace_threshold)
 
 
 def solve_basis(problem: LayerProblem, hparams: ZeroUnlearnGDHyperParams, cache: Optional[EigenCache]) -> torch.Tensor:

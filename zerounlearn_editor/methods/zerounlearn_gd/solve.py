@@ -192,6 +192,13 @@ def null_eigenpairs(evals: Tensor, evecs: Tensor, threshold: float) -> Tuple[Ten
     return U0, evals[evals < float(threshold)]
 
 
+def nullspace_with_eigenvalues(C0: Tensor, threshold: float) -> Tuple[Tensor, Tensor]:
+    """``(U0, e0)`` of ``C0`` ``[d_in, d_in]``: :func:`nullspace_basis`'s ``U0`` ``[d_in, r]`` (the same bits) and its
+    columns' eigenvalues ``e0`` ``[r]`` (:func:`null_eigenpairs`)."""
+    _check_weight("threshold", threshold)
+    return null_eigenpairs(*symmetric_eigenpairs(C0), threshold)
+
+
 def text_weighted_basis(U0: Tensor, null_evals: Tensor, text_weight: float, threshold: float) -> Tensor:
     """``U0 diag(s)`` ``[d_in, r]`` float64, ``s_j = (1 + text_weight * e_j / threshold)^(-1/2)``.
 
