@@ -79,6 +79,13 @@ def parse_variant(text: str):
     return name, settings
 
 
+def per_case_rows(case_ids, scores) -> list:
+    """One row per case: ``answered`` (first answer token still the argmax, the script's count) and the neighbour
+    probes' token accuracies ``neighbour_acc`` (Spe is their case mean), so seeds can be pooled or split by case."""
+    return [dict(case_id=cid, answered=bool(s.forget["first_acc"][0] >= 1.0),
+                 neighbour_acc=[float(a) for a in s.neighbour["acc"]]) for cid, s in zip(case_ids, scores)]
+
+
 class Recorder:
     """Wraps ``pipeline.value_targets`` and the solve to record per-layer quantities (module doc)."""
 
@@ -189,7 +196,7 @@ def main() -> None:
         "hparams": args.hparams, "data_path": args.data_path, "n": len(cases), "seed": args.seed,
         "retain": args.retain_from or args.retain, "retain_count": len(retain), "case_ids": [c.case_id for c in cases],
         "base": dict(probe_metrics(pre, named=named), ppl=perplexity(model, tok, ppl_text, args.ppl_tokens)),
-        "variants": {},
+        "per_case": per_case_rows([c.case_id for c in cases], pre), "variants": {},
     }
     LOG.info("base: %s", result["base"])
     targets_cache: Dict[str, Any] = {}
@@ -222,7 +229,7 @@ def main() -> None:
         metrics["still_answered"] = len(report.still_answered)
         result["variants"][name] = dict(
             settings=settings, per_layer=scales, metrics=metrics, layers={str(k): v for k, v in recorder.rows.items()},
-            layer_change_norm=report.layer_change_norm,
+            layer_change_norm=report.layer_change_norm, per_case=per_case_rows(result["case_ids"], post),
             target_nll_mean=float(torch.as_tensor(report.target_nll).mean()),
             seconds=dict(targets=t_targets, edit=time.perf_counter() - started - t_targets),
         )
