@@ -2,7 +2,7 @@
 # issue 48, RESULTS 12.13: the three n = 50 settings of 12.11 on Gemma val seeds 2 and 3, one process per seed, in turn.
 set -u
 cd "$(dirname "$0")/../../../.."
-export ZEROUNLEARN_DATA_DIR=/work/shared/data PYTHONPATH=$PWD OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+export ZEROUNLEARN_DATA_DIR=../shared/data PYTHONPATH=$PWD OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 D=benchmarks/results/gemma/textpen_seeds
 for seed in "$@"; do
   nice -n 5 python benchmarks/gemma/layers_diag.py --hparams benchmarks/results/gemma/rules/gemma-rules.yaml \
