@@ -109,11 +109,14 @@ class Recorder:
         return M_n
 
     def solver(self, hparams, scales):
+        # one solve per edit: a `nullspace_text_weight: {key_reach: A}` weight is set at the first layer and kept
+        edit_solve = zerounlearn_gd_solver(hparams)
+
         def solve(problem):
             hp = hparams
             if problem.layer in scales:
                 hp = dataclasses.replace(hparams, **scales[problem.layer])
-            new_W = zerounlearn_gd_solver(hp)(problem)
+            new_W = (zerounlearn_gd_solver(hp) if problem.layer in scales else edit_solve)(problem)
             protected = protected_covariance(problem.C0, problem.K_r, hp.retain_nullspace_weight, problem.C_ctx,
                                              hp.context_nullspace_weight)
             U0, _ = nullspace_basis(protected, hp.nullspace_threshold)

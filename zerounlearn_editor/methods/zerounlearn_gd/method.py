@@ -9,11 +9,13 @@ from torch import nn
 
 from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method, as_edit_plan
 from zerounlearn_editor.engine.stats.eigen_cache import EigenCache, eigen_cache_of
-from zerounlearn_editor.methods.zerounlearn_gd.config import TEXT_WEIGHT_KEY, ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.config import KEY_REACH, TEXT_WEIGHT_KEY, ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.solve import (
+    key_reach,
     null_eigenpairs,
     nullspace_with_eigenvalues,
     protected_covariance,
+    relative_text_weight,
     solve_exact,
     solve_gd,
     symmetric_eigenpairs,
@@ -57,15 +59,43 @@ def nullspace_of_problem(problem: LayerProblem, hparams: ZeroUnlearnGDHyperParam
     return null_eigenpairs(*cache.eigenpairs(protected, symmetric_eigenpairs), hparams.nullspace_threshold)
 
 
-def solve_basis(problem: LayerProblem, hparams: ZeroUnlearnGDHyperParams, cache: Optional[EigenCache]) -> torch.Tensor:
+def solve_basis(problem: LayerProblem, hparams: ZeroUnlearnGDHyperParams, cache: Optional[EigenCache],
+                held: Optional[Dict[str, float]] = None) -> torch.Tensor:
     """The basis the solve is given: ``U0`` of :func:`nullspace_of_problem`, its columns scaled by
     :func:`~zerounlearn_editor.methods.zerounlearn_gd.solve.text_weighted_basis` when
-    ``experimental.nullspace_text_weight`` is set (the text-weighted penalty)."""
+    ``experimental.nullspace_text_weight`` is set (the text-weighted penalty): with the number ``w``, or with
+    ``{key_reach: A}`` the ``w`` of :func:`edit_text_weight` (``held``: the edit's weight, kept between its
+    layers)."""
     U0, e0 = nullspace_of_problem(problem, hparams, cache)
     text_weight = hparams.experimental.get(TEXT_WEIGHT_KEY)
     if not text_weight:
         return U0
+    if isinstance(text_weight, Mapping):
+        text_weight = edit_text_weight(problem, U0, e0, hparams, float(text_weight[KEY_REACH]),
+                                       {} if held is None else held)
     return text_weighted_basis(U0, e0, text_weight, hparams.nullspace_threshold)
+
+
+def edit_text_weight(problem: LayerProblem, U0: torch.Tensor, e0: torch.Tensor, hparams: ZeroUnlearnGDHyperParams,
+                     reach: float, held: Dict[str, float]) -> float:
+    """``experimental.nullspace_text_weight: {key_reach: reach}``: the edit's ``w``, set at its first edited layer
+    (``hparams.layers[0]``, where the forget keys have the least null-space energy on the models measured) as
+    :func:`~zerounlearn_editor.methods.zerounlearn_gd.solve.relative_text_weight` of the forget keys
+    ``problem.K_f`` on ``U0`` ``[d_in, r]`` with the text variances ``e0`` ``[r]`` over the threshold, stored in
+    ``held`` and kept for the later layers (a layer that comes without a stored weight sets its own). Logged per
+    layer with the keys' reach."""
+    Kt = U0.to(torch.float64).T @ problem.K_f.to(torch.float64)
+    x = (e0.to(torch.float64) / hparams.nullspace_threshold).clamp_min(0.0)
+    b, c = hparams.target_weight, hparams.norm_weight
+    if problem.layer == hparams.layers[0] or "w" not in held:
+        held["w"] = relative_text_weight(Kt, x, reach, b, c)
+        how = "set here"
+    else:
+        how = "kept"
+    w = held["w"]
+    LOG.info("ZeroUnlearn-GD layer %d: text weight %.4g (%s; key reach asked %g, here %.4g at w = 0 and %.4g at w)",
+             problem.layer, w, how, reach, key_reach(Kt, x, 0.0, b, c), key_reach(Kt, x, w, b, c))
+    return w
 
 
 def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
@@ -76,11 +106,13 @@ def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
     (:func:`~zerounlearn_editor.methods.zerounlearn_gd.solve.protected_covariance`); without them, the
     eigendecomposition of ``C0`` is cached beside the statistics (``{stats_dir}/nullspace_eigh``,
     :mod:`~zerounlearn_editor.engine.stats.eigen_cache`). ``experimental.nullspace_text_weight`` weights each null
-    direction's penalty by its text variance (:func:`solve_basis`), for either solver.
+    direction's penalty by its text variance (:func:`solve_basis`), for either solver; its ``{key_reach: A}`` form
+    sets the weight at the edit's first layer and keeps it for the others (held by this solve, reset at that layer).
     """
+    held: Dict[str, float] = {}
 
     def solve(problem: LayerProblem) -> torch.Tensor:
-        U0 = solve_basis(problem, hparams, eigen_cache_of(hparams.stats_dir))
+        U0 = solve_basis(problem, hparams, eigen_cache_of(hparams.stats_dir), held)
         weights = dict(a=hparams.orthogonality_weight, b=hparams.target_weight, c=hparams.norm_weight)
         args = (problem.W, problem.K_f, problem.M_f, problem.M_n, U0)
         if hparams.solver == "exact":

@@ -42,6 +42,9 @@ S)^T K_f``, so ``J`` in ``F'`` is the objective above with ``U0`` replaced by ``
 ``c ||F'||^2``. Its stationarity condition ``Q F' G' + c F' = Z'`` has ``G' = S G S`` and ``Z' = Z S``; in ``F``
 it is ``Q F G + F diag(c (1 + w e / t)) = Z``. :func:`text_weighted_basis` returns ``U0 S``; either solver given
 it returns the minimiser ``D_m = F' (U0 S)^T`` of the weighted objective (neither needs orthonormal columns).
+The ``{key_reach: A}`` form chooses ``w`` from the forget keys: :func:`key_reach` ``A(w) = (b / c) sum_j s_j / (1 +
+w e_j / t) / n`` (``s_j = ||u_j^T K_f||^2``; one fact with ``a = 0``: the layer writes ``A / (1 + A)`` of its asked
+value change) and :func:`relative_text_weight`, the ``w`` with ``A(w) = A``.
 """
 from __future__ import annotations
 
@@ -224,6 +227,56 @@ def text_weighted_basis(U0: Tensor, null_evals: Tensor, text_weight: float, thre
         return U
     e = null_evals.to(device=U.device, dtype=_F64).clamp_min(0.0)
     return U * (1.0 + (w / thr) * e).rsqrt()[None, :]
+
+
+# relative_text_weight: bisection on log(w) over [1e-12, _MAX_REL_WEIGHT]; _BISECT_STEPS halvings of that range.
+_MAX_REL_WEIGHT = 1e6
+_BISECT_STEPS = 60
+
+
+def key_reach(Kt: Tensor, x: Tensor, text_weight: float, b: float, c: float) -> float:
+    """``A(w) = (b / c) sum_j s_j / (1 + w x_j) / n``: the forget keys' null-space energy against the penalty.
+
+    ``Kt = U0^T K_f`` ``[r, n]`` (the forget keys on the null directions), ``x`` ``[r]`` the directions' text
+    variances over the threshold (``e_j / t``, in [0, 1)), ``s_j = ||Kt_j,:||^2``. For one fact and ``a = 0`` the
+    weighted solve writes ``A / (1 + A)`` of the value change asked of the layer (notebook
+    2026-11-30-gemma-textweight-rule.md); ``w = 0`` gives the paper's ``A0 = (b / c) ||Kt||^2 / n``.
+    """
+    s = Kt.to(_F64).square().sum(dim=1)
+    n = max(int(Kt.shape[1]), 1)
+    return float((b / c) * (s / (1.0 + text_weight * x.to(_F64))).sum() / n)
+
+
+def relative_text_weight(Kt: Tensor, x: Tensor, reach: float, b: float, c: float) -> float:
+    """The text weight ``w >= 0`` whose :func:`key_reach` is ``reach``; 0 when the paper's ``A0 <= reach``.
+
+    ``A(w)`` falls monotonically with ``w`` (from ``A0`` towards ``(b / c) sum_{x_j = 0} s_j / n``); the answer is
+    found by bisection on ``log w`` to ``1e-12`` relative, capped at ``1e6`` (returned when even that keeps ``A``
+    above ``reach``). ``Kt`` ``[r, n]``, ``x`` ``[r]`` as in :func:`key_reach`; ``reach > 0``, ``b >= 0``, ``c > 0``.
+    Raises ``ValueError`` on bad shapes or values.
+    """
+    _check_matrix("Kt", Kt)
+    if not isinstance(x, Tensor) or x.dim() != 1 or x.shape[0] != Kt.shape[0]:
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"x must be a 1-D tensor of Kt's r={Kt.shape[0]} text variances, got {shape}")
+    if not bool(torch.isfinite(x).all()) or bool((x < 0).any()):
+        raise ValueError("x must be finite and >= 0")
+    reach = _check_weight("reach", reach)
+    b, c = _check_weight("b", b), _check_weight("c", c)
+    if reach <= 0 or c <= 0:
+        raise ValueError(f"relative_text_weight needs reach > 0 and c > 0, got reach={reach!r}, c={c!r}")
+    if key_reach(Kt, x, 0.0, b, c) <= reach:
+        return 0.0
+    if key_reach(Kt, x, _MAX_REL_WEIGHT, b, c) > reach:
+        return _MAX_REL_WEIGHT
+    lo, hi = -12.0 * math.log(10.0), math.log(_MAX_REL_WEIGHT)
+    for _ in range(_BISECT_STEPS):
+        mid = 0.5 * (lo + hi)
+        if key_reach(Kt, x, math.exp(mid), b, c) > reach:
+            lo = mid
+        else:
+            hi = mid
+    return math.exp(hi)
 
 
 def nullspace_basis(C0: Tensor, threshold: float) -> Tuple[Tensor, Tensor]:
