@@ -39,7 +39,7 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Sequence
 
 import torch
 
@@ -79,7 +79,7 @@ def parse_variant(text: str):
     return name, settings
 
 
-def per_case_rows(case_ids, scores) -> list:
+def per_case_rows(case_ids: Sequence[str], scores: Sequence[Any]) -> List[Dict[str, Any]]:
     """One row per case: ``answered`` (first answer token still the argmax, the script's count) and the neighbour
     probes' token accuracies ``neighbour_acc`` (Spe is their case mean), so seeds can be pooled or split by case."""
     return [dict(case_id=cid, answered=bool(s.forget["first_acc"][0] >= 1.0),
@@ -109,7 +109,11 @@ class Recorder:
         return M_n
 
     def solver(self, hparams, scales):
-        # one solve per edit: a `nullspace_text_weight: {key_reach: A}` weight is set at the first layer and kept
+        # one solve per edit: a `nullspace_text_weight: {key_reach: A}` weight is set at the first layer and kept;
+        # a per-layer knob builds a solve of its own for its layers, which would set the weight again there
+        if scales and isinstance(hparams.experimental.get("nullspace_text_weight"), dict):
+            raise SystemExit("layers_diag.py: a per_layer_* knob cannot be combined with nullspace_text_weight: "
+                             "{key_reach: A} (each scaled layer would choose its own weight)")
         edit_solve = zerounlearn_gd_solver(hparams)
 
         def solve(problem):

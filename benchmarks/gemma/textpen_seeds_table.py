@@ -57,7 +57,9 @@ def counts(rows: Sequence[Dict], base_rows: Sequence[Dict], keep: Optional[set] 
 
 
 def cell(answered: int, n: int, kept: float, base: float) -> str:
-    return f"{answered} of {n} | {kept:g} of {base:g} ({100 * kept / base:.0f}%)"
+    """A table cell: ``answered of n | kept of base (kept / base %)``; ``-`` for the share when base is 0."""
+    share = f"{100 * kept / base:.0f}%" if base else "-"
+    return f"{answered} of {n} | {kept:g} of {base:g} ({share})"
 
 
 def main() -> None:

@@ -107,6 +107,8 @@ class Recorder:
         """The solve with ``hp``'s text weight, or with ``rule`` (``layer:A`` / ``first:A``, module doc)."""
         cache = eigen_cache_of(hp.stats_dir)
         mode, _, reach = rule.partition(":")
+        if mode not in ("", "layer", "first"):
+            raise SystemExit(f"textweight_diag.py: a rule is layer:A or first:A, got {rule!r}")
         chosen: Dict[str, float] = {}
 
         def solve(problem):

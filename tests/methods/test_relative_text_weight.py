@@ -177,3 +177,45 @@ def test_the_edit_sets_the_weight_at_its_first_layer_keeps_it_and_logs_it(tmp_pa
     # a reach above the paper's: no weight, the paper's solve
     assert torch.equal(solver({"key_reach": 2 * key_reach(Kt, x, 0.0, 100.0, 30.0)})(problem(first, 1)),
                        want(first, 0.0))
+
+
+def test_a_fact_with_twin_columns_counts_once_in_the_reach():
+    """With ``experimental.quantized_forget_keys`` each fact brings two columns (its key and its twin's); the reach is
+    per fact. A twin equal to the key, asking the same change: for one fact and ``a = 0`` the solve writes exactly
+    ``A / (1 + A)`` of the asked change with ``A = key_reach(..., facts=1)`` over both columns (twice the
+    column-mean reach the default ``facts`` gives)."""
+    layer = make_layer(8, 20, 1, seed=3)
+    K, M_n = layer.K_f.repeat(1, 2), layer.M_n.repeat(1, 2)                  # [d_in, 2], [d_out, 2]
+    U0, e0, _, x = keys_on_null(layer)
+    b, c, w = 100.0, 30.0, 3.0
+    D_m = solve_exact(layer.W, K, layer.W @ K, M_n, text_weighted_basis(U0, e0, w, layer.threshold), a=0.0, b=b, c=c)
+    Kt = U0.T @ K
+    A = key_reach(Kt, x, w, b, c, facts=1)
+    assert A == pytest.approx(2 * key_reach(Kt, x, w, b, c), rel=1e-12)
+    want = A / (1 + A) * (layer.M_n - layer.W @ layer.K_f)
+    assert torch.allclose(D_m @ layer.K_f, want, atol=1e-10 * float(want.abs().max()))
+    w_fact = relative_text_weight(Kt, x, 0.5 * A, b, c, facts=1)
+    assert w_fact > relative_text_weight(Kt, x, 0.5 * A, b, c)  # two columns counted as two facts: a smaller weight
+    assert key_reach(Kt, x, w_fact, b, c, facts=1) == pytest.approx(0.5 * A, rel=1e-9)
+
+
+def test_the_reach_may_be_written_in_scientific_notation(tmp_path):
+    """YAML 1.1 reads ``6e-1`` as a string; the mapping's field is converted like the plain number."""
+    hp = tiny_gd_target_hparams(tmp_path, experimental={KEY: {"key_reach": "6e-1"}})
+    assert hp.experimental[KEY] == {"key_reach": 0.6}
+
+
+def test_a_reach_no_weight_can_reach_is_a_warning(tmp_path: Path, caplog):
+    """Keys whose null-space energy lies on directions without text variance: the cap, and a warning naming it."""
+    layer = make_layer(12, 24, 5, seed=0)
+    C0 = layer.C0.clone()
+    U0, _, _, _ = keys_on_null(layer)
+    keys = U0 @ (U0.T @ layer.K_f)                       # keys inside the null space
+    hp = tiny_gd_target_hparams(tmp_path, nullspace_threshold=layer.threshold, target_weight=100.0, norm_weight=30.0)
+    evals, evecs = symmetric_eigenpairs(C0)
+    flat = evecs @ torch.diag(torch.where(evals < layer.threshold, torch.zeros_like(evals), evals)) @ evecs.T
+    problem = LayerProblem(layer=1, W=layer.W, K_f=keys, M_n=layer.M_n, C0=flat)  # null directions: e_j = 0
+    solve = zerounlearn_gd_solver(hp.replace(experimental={KEY: {"key_reach": 1e-3}}))
+    with caplog.at_level(logging.INFO, logger="zerounlearn_editor.methods.zerounlearn_gd.method"):
+        solve(problem)
+    assert "no text weight up to 1e+06 brings the key reach down to 0.001" in caplog.text

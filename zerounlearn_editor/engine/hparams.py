@@ -76,11 +76,14 @@ def _check_quantized_keys_setting(value: Any, source: str) -> None:
 
 def _convert_scientific_strings(config: Dict[str, Any]) -> Dict[str, Any]:
     """YAML 1.1 reads ``1e-3`` as a string; turn such strings into floats (also the values under
-    ``experimental:``)."""
+    ``experimental:``, and the fields of its mappings, e.g. ``{key_reach: 6e-1}``)."""
     converted = {key: float(value) if isinstance(value, str) and _SCI_NOTATION.match(value.strip()) else value
                  for key, value in config.items()}
     if isinstance(converted.get("experimental"), dict):
-        converted["experimental"] = _convert_scientific_strings(converted["experimental"])
+        converted["experimental"] = {
+            key: _convert_scientific_strings(value) if isinstance(value, dict) else value
+            for key, value in _convert_scientific_strings(converted["experimental"]).items()
+        }
     return converted
 
 

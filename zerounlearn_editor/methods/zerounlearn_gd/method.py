@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method, as_edit_plan
+from zerounlearn_editor.engine.quantized_keys import forget_columns_per_request
 from zerounlearn_editor.engine.stats.eigen_cache import EigenCache, eigen_cache_of
 from zerounlearn_editor.methods.zerounlearn_gd.config import KEY_REACH, TEXT_WEIGHT_KEY, ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.solve import (
@@ -87,14 +88,20 @@ def edit_text_weight(problem: LayerProblem, U0: torch.Tensor, e0: torch.Tensor, 
     Kt = U0.to(torch.float64).T @ problem.K_f.to(torch.float64)
     x = (e0.to(torch.float64) / hparams.nullspace_threshold).clamp_min(0.0)
     b, c = hparams.target_weight, hparams.norm_weight
+    facts = problem.K_f.shape[1] // forget_columns_per_request(hparams)
     if problem.layer == hparams.layers[0] or "w" not in held:
-        held["w"] = relative_text_weight(Kt, x, reach, b, c)
+        held["w"] = relative_text_weight(Kt, x, reach, b, c, facts)
         how = "set here"
     else:
         how = "kept"
     w = held["w"]
+    reached = key_reach(Kt, x, w, b, c, facts)
     LOG.info("ZeroUnlearn-GD layer %d: text weight %.4g (%s; key reach asked %g, here %.4g at w = 0 and %.4g at w)",
-             problem.layer, w, how, reach, key_reach(Kt, x, 0.0, b, c), key_reach(Kt, x, w, b, c))
+             problem.layer, w, how, reach, key_reach(Kt, x, 0.0, b, c, facts), reached)
+    if how == "set here" and reached > reach * (1.0 + 1e-6):
+        LOG.warning("ZeroUnlearn-GD layer %d: no text weight up to %.3g brings the key reach down to %g (it stays "
+                    "%.4g: the forget keys' null-space energy lies on directions without text variance)",
+                    problem.layer, w, reach, reached)
     return w
 
 

@@ -234,25 +234,29 @@ _MAX_REL_WEIGHT = 1e6
 _BISECT_STEPS = 60
 
 
-def key_reach(Kt: Tensor, x: Tensor, text_weight: float, b: float, c: float) -> float:
+def key_reach(Kt: Tensor, x: Tensor, text_weight: float, b: float, c: float, facts: Optional[int] = None) -> float:
     """``A(w) = (b / c) sum_j s_j / (1 + w x_j) / n``: the forget keys' null-space energy against the penalty.
 
-    ``Kt = U0^T K_f`` ``[r, n]`` (the forget keys on the null directions), ``x`` ``[r]`` the directions' text
-    variances over the threshold (``e_j / t``, in [0, 1)), ``s_j = ||Kt_j,:||^2``. For one fact and ``a = 0`` the
-    weighted solve writes ``A / (1 + A)`` of the value change asked of the layer (notebook
+    ``Kt = U0^T K_f`` ``[r, m]`` (the forget keys on the null directions), ``x`` ``[r]`` the directions' text
+    variances over the threshold (``e_j / t``, in [0, 1)), ``s_j = ||Kt_j,:||^2``; ``n`` = ``facts``, the number of
+    facts whose columns ``Kt`` holds (default ``m``; with ``experimental.quantized_forget_keys`` each fact has two
+    columns, its key and its twin's, and both count towards its reach). For one fact and ``a = 0`` the weighted
+    solve writes ``A / (1 + A)`` of the value change asked of the layer (notebook
     2026-11-30-gemma-textweight-rule.md); ``w = 0`` gives the paper's ``A0 = (b / c) ||Kt||^2 / n``.
     """
     s = Kt.to(_F64).square().sum(dim=1)
-    n = max(int(Kt.shape[1]), 1)
+    n = max(int(Kt.shape[1]) if facts is None else int(facts), 1)
     return float((b / c) * (s / (1.0 + text_weight * x.to(_F64))).sum() / n)
 
 
-def relative_text_weight(Kt: Tensor, x: Tensor, reach: float, b: float, c: float) -> float:
+def relative_text_weight(Kt: Tensor, x: Tensor, reach: float, b: float, c: float,
+                         facts: Optional[int] = None) -> float:
     """The text weight ``w >= 0`` whose :func:`key_reach` is ``reach``; 0 when the paper's ``A0 <= reach``.
 
     ``A(w)`` falls monotonically with ``w`` (from ``A0`` towards ``(b / c) sum_{x_j = 0} s_j / n``); the answer is
     found by bisection on ``log w`` to ``1e-12`` relative, capped at ``1e6`` (returned when even that keeps ``A``
-    above ``reach``). ``Kt`` ``[r, n]``, ``x`` ``[r]`` as in :func:`key_reach`; ``reach > 0``, ``b >= 0``, ``c > 0``.
+    above ``reach``). ``Kt`` ``[r, m]``, ``x`` ``[r]``, ``facts`` as in :func:`key_reach`; ``reach > 0``, ``b >= 0``,
+    ``c > 0``.
     Raises ``ValueError`` on bad shapes or values.
     """
     _check_matrix("Kt", Kt)
@@ -265,14 +269,14 @@ def relative_text_weight(Kt: Tensor, x: Tensor, reach: float, b: float, c: float
     b, c = _check_weight("b", b), _check_weight("c", c)
     if reach <= 0 or c <= 0:
         raise ValueError(f"relative_text_weight needs reach > 0 and c > 0, got reach={reach!r}, c={c!r}")
-    if key_reach(Kt, x, 0.0, b, c) <= reach:
+    if key_reach(Kt, x, 0.0, b, c, facts) <= reach:
         return 0.0
-    if key_reach(Kt, x, _MAX_REL_WEIGHT, b, c) > reach:
+    if key_reach(Kt, x, _MAX_REL_WEIGHT, b, c, facts) > reach:
         return _MAX_REL_WEIGHT
     lo, hi = -12.0 * math.log(10.0), math.log(_MAX_REL_WEIGHT)
     for _ in range(_BISECT_STEPS):
         mid = 0.5 * (lo + hi)
-        if key_reach(Kt, x, math.exp(mid), b, c) > reach:
+        if key_reach(Kt, x, math.exp(mid), b, c, facts) > reach:
             lo = mid
         else:
             hi = mid
