@@ -36,17 +36,21 @@ RANK_FIELDS = ("weight", "margin", "k")
 """The fields of ``experimental.rank_below_alternatives``."""
 
 
+def is_real_number(value: object) -> bool:
+    """An ``int`` or ``float`` that is not a ``bool`` (YAML's numbers; ``True`` is an ``int`` to Python)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _check_rank_setting(value: Any, source: str) -> None:
     """:class:`HParamsError` unless ``value`` is ``{weight: finite > 0, margin: finite >= 0, k: integer >= 1}``."""
     key = "experimental.rank_below_alternatives"
     if not isinstance(value, dict) or sorted(value) != sorted(RANK_FIELDS):
         raise HParamsError(f"{source}: key '{key}' must be a mapping with exactly the fields {list(RANK_FIELDS)}, "
                            f"got {value!r}")
-    number = (int, float)
     weight, margin, k = value["weight"], value["margin"], value["k"]
-    if isinstance(weight, bool) or not isinstance(weight, number) or not 0 < weight < float("inf"):
+    if not is_real_number(weight) or not 0 < weight < float("inf"):
         raise HParamsError(f"{source}: field '{key}.weight' must be a finite number > 0, got {weight!r}")
-    if isinstance(margin, bool) or not isinstance(margin, number) or not 0 <= margin < float("inf"):
+    if not is_real_number(margin) or not 0 <= margin < float("inf"):
         raise HParamsError(f"{source}: field '{key}.margin' must be a finite number >= 0 (nats), got {margin!r}")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise HParamsError(f"{source}: field '{key}.k' must be an integer >= 1, got {k!r}")
@@ -70,7 +74,7 @@ def _check_quantized_keys_setting(value: Any, source: str) -> None:
     scheme, weight = value["scheme"], value["weight"]
     if not isinstance(scheme, str) or scheme not in QUANT_SCHEMES:
         raise HParamsError(f"{source}: field '{key}.scheme' must be one of {sorted(QUANT_SCHEMES)}, got {scheme!r}")
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
+    if not is_real_number(weight) or not 0 < weight < float("inf"):
         raise HParamsError(f"{source}: field '{key}.weight' must be a finite number > 0, got {weight!r}")
 
 
@@ -134,7 +138,7 @@ def _check_type(value: Any, annotation: Any) -> bool:
         (item_type,) = get_args(annotation) or (Any,)
         return isinstance(value, (list, tuple)) and all(_check_type(v, item_type) for v in value)
     if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return is_real_number(value)
     if annotation is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if isinstance(annotation, type):  # str, bool, NoneType, ...

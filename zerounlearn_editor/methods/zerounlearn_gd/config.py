@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Literal, Mapping
 
-from zerounlearn_editor.engine.hparams import QUANTIZED_KEYS, EditHyperParams, HParamsError
+from zerounlearn_editor.engine.hparams import QUANTIZED_KEYS, EditHyperParams, HParamsError, is_real_number
 
 __all__ = ["KEY_REACH", "TEXT_WEIGHT_KEY", "ZeroUnlearnGDHyperParams", "deep_mode_settings"]
 
@@ -123,7 +123,7 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
         if isinstance(value, Mapping):
             self._check_key_reach(source, key, value)
             return
-        if not _is_number(value) or not 0 <= value < float("inf"):
+        if not is_real_number(value) or not 0 <= value < float("inf"):
             raise HParamsError(f"{source}: key {key!r} must be a finite number >= 0 (0: the paper) or "
                                f"{{{KEY_REACH}: A}} with A > 0, got {value!r}")
         if value > 0 and not self.nullspace_threshold > 0:
@@ -136,14 +136,9 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
             raise HParamsError(f"{source}: key {key!r} as a mapping takes exactly one key {KEY_REACH!r}, got "
                                f"{sorted(map(str, value))}")
         reach = value[KEY_REACH]
-        if not _is_number(reach) or not 0 < reach < float("inf"):
+        if not is_real_number(reach) or not 0 < reach < float("inf"):
             raise HParamsError(f"{source}: key '{key}.{KEY_REACH}' must be a finite number > 0, got {reach!r}")
         for name in ("nullspace_threshold", "norm_weight"):
             if not getattr(self, name) > 0:
                 raise HParamsError(f"{source}: key '{key}.{KEY_REACH}' needs {name!r} > 0, got "
                                    f"{getattr(self, name)!r}")
-
-
-def _is_number(value: object) -> bool:
-    """An int or float that is not a bool."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
