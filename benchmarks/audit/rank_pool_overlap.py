@@ -1,4 +1,4 @@
-"""Where ``experimental.rank_below_alternatives`` draws its alternatives from, against the audit's MC distractors.
+"""Where ``rank_below_alternatives`` draws its alternatives from, against the audit's MC distractors.
 
 The lever's alternatives for a forgotten fact are the first tokens of the other forgotten facts' answers in the same
 edit, the ``k`` the unedited model finds most likely at the fact's answer position. This reads an audit's seed file

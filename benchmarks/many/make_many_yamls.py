@@ -1,14 +1,15 @@
-"""Write hparams/ZeroUnlearn-GD/<model>-many.yaml for every model with a paper YAML but no measured -many file, by
-`zerounlearn init-hparams --many` from the model's config (no weights: the architecture's shapes below, as the
-model's config.json gives them; init-hparams builds the modules on the meta device).
+"""Write hparams/ZeroUnlearn-GD/<model>-<variant>.yaml (variant `many` or `robust`) for every model with a paper YAML
+but no measured file of that variant, by `zerounlearn init-hparams --<variant>` from the model's config (no weights:
+the architecture's shapes below, as the model's config.json gives them; init-hparams builds the modules on the meta
+device).
 
 Each file is the model's paper YAML (init-hparams' nearest shipped YAML, checked to be that file) with the paper's
-`layers`, `model_name` and `device`, and the -many rule of
-zerounlearn_editor.methods.zerounlearn_gd.variants.many_mode_settings; its header says it is derived, not measured.
-SmolLM2's -many.yaml is measured and not written here. tests/methods/test_many_yamls.py checks that the shipped files
-are what this writes.
+`layers`, `model_name` and `device`, and the variant's rule of zerounlearn_editor.methods.zerounlearn_gd.variants
+(many_mode_settings, robust_settings); its header says it is derived, not measured. SmolLM2's files are measured and
+not written here. tests/methods/test_many_yamls.py checks that the shipped files are what this writes.
 
-Run from the repository root: OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/many/make_many_yamls.py
+Run from the repository root: OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/many/make_many_yamls.py [--variant
+robust] [MODEL ...]
 """
 from __future__ import annotations
 
@@ -59,18 +60,24 @@ CONFIGS: Dict[str, Tuple[Callable[..., Any], Dict[str, Any]]] = {
 reach the written YAML."""
 
 
-def many_yaml(model: str, out: Path) -> Path:
-    """Write ``<model>-many.yaml`` to ``out`` by ``init-hparams --many`` from the model's config."""
+VARIANTS = ("many", "robust")
+"""The variants whose derived files this writes."""
+
+
+def many_yaml(model: str, out: Path, variant: str = "many") -> Path:
+    """Write ``<model>-<variant>.yaml`` to ``out`` by ``init-hparams --<variant>`` from the model's config."""
+    if variant not in VARIANTS:
+        raise SystemExit(f"--variant must be one of {VARIANTS}, got {variant!r}")
     paper_path = ROOT / f"{model}.yaml"
     paper = yaml.safe_load(paper_path.read_text(encoding="utf-8"))
     build, shape = CONFIGS[model]
     with tempfile.TemporaryDirectory() as tmp:
         build(**shape).save_pretrained(tmp)
-        args = ["init-hparams", "--model", tmp, "--method", "ZeroUnlearn-GD", "--many",
+        args = ["init-hparams", "--model", tmp, "--method", "ZeroUnlearn-GD", f"--{variant}",
                 "--layers", ",".join(str(l) for l in paper["layers"]), "--out", str(out),
                 "--set", f"model_name={paper['model_name']}", "--set", f"device={paper['device']}"]
         if cli_main(args) != 0:
-            raise SystemExit(f"init-hparams --many failed for {model}")
+            raise SystemExit(f"init-hparams --{variant} failed for {model}")
     first = out.read_text(encoding="utf-8").splitlines()[0]
     if f"from the shipped ZeroUnlearn-GD/{paper_path.name};" not in first:
         raise SystemExit(f"{model}: init-hparams based the file on another YAML than {paper_path.name}: {first}")
@@ -78,9 +85,12 @@ def many_yaml(model: str, out: Path) -> Path:
 
 
 def main(argv: Any = None) -> None:
-    models = list(argv if argv is not None else sys.argv[1:]) or sorted(CONFIGS)
-    for model in models:
-        print(many_yaml(model, ROOT / f"{model}-many.yaml"))
+    args = list(argv if argv is not None else sys.argv[1:])
+    variant = "many"
+    if args[:1] == ["--variant"]:
+        variant, args = args[1] if len(args) > 1 else "", args[2:]
+    for model in args or sorted(CONFIGS):
+        print(many_yaml(model, ROOT / f"{model}-{variant}.yaml", variant))
 
 
 if __name__ == "__main__":

@@ -120,7 +120,7 @@ def test_bad_save_mode_and_missing_out(setup):
 
 
 def test_adapter_with_the_quantized_keys_has_room_for_both_columns_of_each_fact(setup, tmp_path):
-    """``experimental.quantized_forget_keys`` gives ZeroUnlearn-GD's solve two columns a fact (the key and its rounded
+    """``quantized_forget_keys`` gives ZeroUnlearn-GD's solve two columns a fact (the key and its rounded
     twin's), so a layer's change can reach rank 2n: ``--save adapter`` exports with that bound and reproduces the
     edit (with the bound n it refused the change as not low-rank)."""
     from transformers import AutoModelForCausalLM
@@ -129,7 +129,7 @@ def test_adapter_with_the_quantized_keys_has_room_for_both_columns_of_each_fact(
 
     root, model_dir, hparams, tok = setup
     config = yaml.safe_load(hparams["ZeroUnlearn-GD"].read_text())
-    config["experimental"] = {"quantized_forget_keys": {"scheme": "int4", "weight": 1.0}}
+    config["quantized_forget_keys"] = {"scheme": "int4", "weight": 1.0}
     config["orthogonality_weight"] = 1e4  # the term through which the twin columns add directions of their own
     yaml_file = tmp_path / "qkeys.yaml"
     yaml_file.write_text(yaml.safe_dump(config), encoding="utf-8")

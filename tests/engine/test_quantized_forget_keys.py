@@ -41,7 +41,7 @@ def test_the_twin_columns_come_after_the_originals_scaled_by_the_root_of_the_wei
 
 def _paper_with(value):
     config = yaml.safe_load(PAPER.read_text())
-    config["experimental"] = {KEY: value}
+    config[KEY] = value
     return config
 
 
@@ -54,13 +54,13 @@ def _paper_with(value):
     ({"scheme": "int4", "weight": "1"}, "weight", "got '1'"),
 ])
 def test_bad_values_are_refused_naming_the_field(value, field, message):
-    with pytest.raises(HParamsError, match=rf"x\.yaml: field 'experimental\.{KEY}\.{field}' .*{message}"):
+    with pytest.raises(HParamsError, match=rf"x\.yaml: field '{KEY}\.{field}' .*{message}"):
         ZeroUnlearnGDHyperParams.from_dict(_paper_with(value), source="x.yaml")
 
 
 @pytest.mark.parametrize("value", ["int4", {"scheme": "int4"}, {"scheme": "int4", "weight": 1.0, "x": 1}])
 def test_a_setting_that_is_not_the_two_fields_is_refused(value):
-    with pytest.raises(HParamsError, match=rf"x\.yaml: key 'experimental\.{KEY}' must be a mapping with exactly the "
+    with pytest.raises(HParamsError, match=rf"x\.yaml: key '{KEY}' must be a mapping with exactly the "
                                            r"fields \['scheme', 'weight'\]"):
         ZeroUnlearnGDHyperParams.from_dict(_paper_with(value), source="x.yaml")
 
@@ -68,19 +68,20 @@ def test_a_setting_that_is_not_the_two_fields_is_refused(value):
 def test_the_lever_yaml_is_rm_r8_plus_the_key():
     lever = yaml.safe_load(LEVER.read_text())
     rm_r8 = yaml.safe_load((LEVER.parent / "retain-many-rank-w1-m8-k3-s50.yaml").read_text())
-    assert lever.pop("experimental") == dict(rm_r8.pop("experimental"), **{KEY: {"scheme": "int4", "weight": 1.0}})
+    assert lever.pop(KEY) == {"scheme": "int4", "weight": 1.0}
     assert lever == rm_r8
-    assert ZeroUnlearnGDHyperParams.from_hparams(LEVER).experimental[KEY] == {"scheme": "int4", "weight": 1.0}
+    assert ZeroUnlearnGDHyperParams.from_hparams(LEVER).quantized_forget_keys == {"scheme": "int4", "weight": 1.0}
 
 
-def _edit(tmp_path: Path, experimental, problems, model=None, outputs=None):
+def _edit(tmp_path: Path, setting, problems, model=None, outputs=None):
     """An edit of the tiny Llama (bare prompts only), recording each layer's problem (and, given ``outputs``, the
     solve's ``W'``); returns the edited model and the unedited copy."""
     tok = tiny_tokenizer()
     model = model or tiny_llama(tok).eval()
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     config = tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "c.jsonl"), alg_name="ZeroUnlearn-GD",
-                               nullspace_threshold=1e-2, context_template_count=0, experimental=experimental)
+                               nullspace_threshold=1e-2, context_template_count=0,
+                               **({KEY: setting} if setting else {}))
     hparams = ZeroUnlearnGDHyperParams.from_dict(config)
     solve = zerounlearn_gd_solver(hparams)
 
@@ -110,8 +111,8 @@ def test_the_solve_gets_the_twin_keys_of_the_rounded_model_with_the_same_residua
     edit, whose keys there do not depend on layer 2's own weight) and their targets move ``W k_q`` by the same
     residual change as ``W k``."""
     plain, lever = [], []
-    _edit(tmp_path, {}, plain)
-    tok, model, before = _edit(tmp_path, {KEY: {"scheme": scheme, "weight": 1.0}}, lever)
+    _edit(tmp_path, None, plain)
+    tok, model, before = _edit(tmp_path, {"scheme": scheme, "weight": 1.0}, lever)
     n = len(forget_requests())
     assert [p.layer for p in lever] == [1, 2] and all(p.K_f.shape[1] == n for p in plain)
     unedited = tiny_llama(tok).eval()
@@ -146,7 +147,7 @@ def test_the_twin_leaves_the_model_and_is_freed(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pipeline, "quantized_twin", spy)
     outputs = []
-    tok, model, before = _edit(tmp_path, {KEY: {"scheme": "int4", "weight": 2.0}}, [], outputs=outputs)
+    tok, model, before = _edit(tmp_path, {"scheme": "int4", "weight": 2.0}, [], outputs=outputs)
     assert twins[0].model is None and twins[0].replay is None  # closed by the edit, not by the garbage collector
     edited = {f"model.layers.{layer}.mlp.down_proj.weight" for layer in (1, 2)}
     params = dict(model.named_parameters())
@@ -163,7 +164,7 @@ def test_the_twin_leaves_the_model_and_is_freed(tmp_path, monkeypatch):
     saved = {name: p.detach().clone() for name, p in failing.named_parameters()}
     calls = []
     config = tiny_hparams_dict(tmp_path / "stats", write_corpus(tmp_path / "c.jsonl"), alg_name="ZeroUnlearn-GD",
-                               nullspace_threshold=1e-2, experimental={KEY: {"scheme": "int8", "weight": 1.0}})
+                               nullspace_threshold=1e-2, **{KEY: {"scheme": "int8", "weight": 1.0}})
     hparams = ZeroUnlearnGDHyperParams.from_dict(config)
     solve = zerounlearn_gd_solver(hparams)
 
@@ -184,12 +185,12 @@ def test_the_twin_leaves_the_model_and_is_freed(tmp_path, monkeypatch):
 
 def test_zerounlearn_refuses_the_key():
     """ZeroUnlearn's projector erases the span of every forget value column whatever the twin's weight, so the key is
-    declared by ZeroUnlearn-GD only."""
+    a key of ZeroUnlearn-GD only."""
     from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 
     config = yaml.safe_load((REPO_ROOT / "hparams" / "ZeroUnlearn" / "SmolLM2-135M-Instruct.yaml").read_text())
-    config["experimental"] = {KEY: {"scheme": "int4", "weight": 1.0}}
-    with pytest.raises(HParamsError, match=rf"x\.yaml: unknown key\(s\) \['{KEY}'\] under 'experimental'"):
+    config[KEY] = {"scheme": "int4", "weight": 1.0}
+    with pytest.raises(HParamsError, match=rf"x\.yaml: unknown key\(s\) \['{KEY}'\] for ZeroUnlearnHyperParams"):
         ZeroUnlearnHyperParams.from_dict(config, source="x.yaml")
 
 

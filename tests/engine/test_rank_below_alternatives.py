@@ -1,5 +1,7 @@
-"""Experimental ``rank_below_alternatives``: the forgotten answer's first token below its alternatives' logits."""
+"""``rank_below_alternatives`` (opt-in): the forgotten answer's first token below its alternatives' logits."""
 from __future__ import annotations
+
+import logging
 
 import pytest
 import torch
@@ -8,7 +10,12 @@ from tiny_models import REPO_ROOT
 from zerounlearn_editor import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.engine.hparams import HParamsError
 from zerounlearn_editor.engine.requests import normalize_requests
-from zerounlearn_editor.engine.targets.ranking import alternative_pools, pick_alternatives, rank_below_loss
+from zerounlearn_editor.engine.targets.ranking import (
+    alternative_pools,
+    pick_alternatives,
+    rank_below_loss,
+    requests_without_alternatives,
+)
 
 PAPER = REPO_ROOT / "hparams" / "ZeroUnlearn-GD" / "SmolLM2-135M-Instruct.yaml"
 
@@ -40,7 +47,7 @@ def _requests(answers):
                                for s, a in zip(("france", "germany", "japan", "spain"), answers)])
 
 
-def test_pools_are_the_other_requests_first_tokens_and_a_lonely_request_is_refused():
+def test_pools_are_the_other_requests_first_tokens_and_a_lonely_request_has_none():
     from tiny_models import tiny_tokenizer
 
     tok = tiny_tokenizer()
@@ -48,8 +55,10 @@ def test_pools_are_the_other_requests_first_tokens_and_a_lonely_request_is_refus
     pools = alternative_pools(tok, _requests(["paris", "berlin", "tokyo", "paris"]))
     assert pools == [[ids["berlin"], ids["tokyo"]], [ids["paris"], ids["tokyo"]], [ids["paris"], ids["berlin"]],
                      [ids["berlin"], ids["tokyo"]]]
-    with pytest.raises(ValueError, match=r"experimental\.rank_below_alternatives: .*request\(s\) \[0, 1\]"):
-        alternative_pools(tok, _requests(["paris", "paris"]))
+    lonely = _requests(["paris", "paris"])
+    assert alternative_pools(tok, lonely) == [[], []]
+    assert requests_without_alternatives(lonely, alternative_pools(tok, lonely)) == [0, 1]
+    assert requests_without_alternatives(_requests(["paris", "berlin"]), [[1], [2]]) == []
     no_answer = normalize_requests([{"prompt": "the capital of france is", "subject": "france"}])
     with pytest.raises(ValueError, match=r"rank_below_alternatives needs each request's 'ground_truth'"):
         alternative_pools(tok, no_answer)
@@ -68,8 +77,8 @@ def test_bad_values_are_refused_naming_the_field(value, field):
     import yaml
 
     config = yaml.safe_load(PAPER.read_text())
-    config["experimental"] = {"rank_below_alternatives": value}
-    with pytest.raises(HParamsError, match=rf"x\.yaml: field 'experimental\.rank_below_alternatives\.{field}'"):
+    config["rank_below_alternatives"] = value
+    with pytest.raises(HParamsError, match=rf"x\.yaml: field 'rank_below_alternatives\.{field}'"):
         ZeroUnlearnGDHyperParams.from_dict(config, source="x.yaml")
 
 
@@ -78,25 +87,26 @@ def test_a_setting_that_is_not_the_three_fields_is_refused(value):
     import yaml
 
     config = yaml.safe_load(PAPER.read_text())
-    config["experimental"] = {"rank_below_alternatives": value}
-    with pytest.raises(HParamsError, match=r"x\.yaml: key 'experimental\.rank_below_alternatives' must be a mapping "
+    config["rank_below_alternatives"] = value
+    with pytest.raises(HParamsError, match=r"x\.yaml: key 'rank_below_alternatives' must be a mapping "
                                            r"with exactly the fields \['weight', 'margin', 'k'\]"):
         ZeroUnlearnGDHyperParams.from_dict(config, source="x.yaml")
 
 
-def test_the_option_changes_the_targets_and_ranks_the_answer_below_the_others(tmp_path):
+def test_the_option_changes_the_targets_and_ranks_the_answer_below_the_others(tmp_path, caplog):
     """On a tiny model: the targets (and their cache key) change with the option and move each answer's first token
     that the paper's targets leave less than ``margin`` below its alternatives at the bare prompt down towards that;
-    a request already below keeps the paper's target; a single request is refused before any work."""
+    a request already below keeps the paper's target; a request alone in its edit has no alternatives and keeps the
+    paper's target, with a warning before any work."""
     from tiny_models import forget_requests, sharp_tiny_llama, tiny_gd_target_hparams, tiny_tokenizer
-    from zerounlearn_editor.engine.pipeline import neutral_targets, target_settings
+    from zerounlearn_editor.engine.pipeline import check_edit_inputs, neutral_targets, target_settings
     from zerounlearn_editor.support.model_access import get_module
 
     tok = tiny_tokenizer()
     model = sharp_tiny_llama(tok)
     setting = {"weight": 1.0, "margin": 2.0, "k": 2}
     paper = tiny_gd_target_hparams(tmp_path, v_num_grad_steps=40)
-    lever = tiny_gd_target_hparams(tmp_path, v_num_grad_steps=40, experimental={"rank_below_alternatives": setting})
+    lever = tiny_gd_target_hparams(tmp_path, v_num_grad_steps=40, rank_below_alternatives=setting)
     assert "rank_weight" not in target_settings(model, paper)
     assert target_settings(model, lever)["rank_weight"] == 1.0 and target_settings(model, lever)["rank_k"] == 2
     requests = forget_requests()
@@ -137,5 +147,12 @@ def test_the_option_changes_the_targets_and_ranks_the_answer_below_the_others(tm
     assert paper_gaps[0] > -2.0 and lever_gaps[0] < paper_gaps[0] - 0.5
     assert paper_gaps[1] > -2.0 >= lever_gaps[1] - 0.05
     assert paper_gaps[2] < -2.0 and torch.allclose(z_lever[2], z_paper[2], atol=1e-5)
-    with pytest.raises(ValueError, match=r"experimental\.rank_below_alternatives: .*request\(s\) \[0\]"):
-        neutral_targets(model, tok, requests[:1], lever)
+    alone = neutral_targets(model, tok, requests[:1], lever).z
+    assert torch.allclose(alone, neutral_targets(model, tok, requests[:1], paper).z, atol=1e-6)
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.engine.pipeline"):
+        check_edit_inputs(model, tok, requests[:1], lever)
+    assert "rank_below_alternatives: request(s) [0] have no other request" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="zerounlearn_editor.engine.pipeline"):
+        check_edit_inputs(model, tok, requests, lever)
+    assert "rank_below_alternatives" not in caplog.text

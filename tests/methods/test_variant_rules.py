@@ -20,7 +20,7 @@ from zerounlearn_editor.methods.zerounlearn_gd.variants import (
 
 GD = REPO_ROOT / "hparams" / "ZeroUnlearn-GD"
 SMOLLM2_LAYERS = 30
-MEASURED_KEYS = {"many": set(), "deep": set(), "retain": set(), RETAIN_MANY: set()}
+MEASURED_KEYS = {"many": set(), "deep": set(), "retain": set(), RETAIN_MANY: set(), "robust": set()}
 """Keys of SmolLM2's shipped opt-in files that depend on a measurement the rule cannot know: none. (The -retain file
 omits fluency_max_increase, whose default is the paper file's 1.0, so the loaded settings agree.)"""
 
@@ -68,7 +68,8 @@ def test_many_norm_weight_is_the_papers_times_three_tenths_and_the_mappings_are_
         many_layers([], 30)
 
 
-@pytest.mark.parametrize("pair", [("many", "deep"), ("deep", "retain")])
+@pytest.mark.parametrize("pair", [("many", "deep"), ("deep", "retain"), ("many", "robust"), ("deep", "robust"),
+                                  ("retain", "robust")])
 def test_two_variants_together_are_refused_naming_both(pair):
     with pytest.raises(ValueError, match=rf"--{pair[0]} and --{pair[1]} together are refused: "):
         check_variants(list(pair), "ZeroUnlearn-GD")

@@ -613,7 +613,7 @@ def _save(result: UnlearnResult, out: Path, final: Path, save: str, model, tok, 
         result.saved = {"mode": "model", "dir": str(final)}
     elif save == "adapter":
         # the largest rank of the change of one weight: n (GD) or 2n (ZeroUnlearn, eps 0) per forget column, and
-        # experimental.quantized_forget_keys gives the solve two columns a fact
+        # quantized_forget_keys gives the solve two columns a fact
         bound = (get_method(hparams.alg_name).adapter_rank_per_fact * forget_columns_per_request(hparams)
                  * len(facts))
         adapter: AdapterReport = export_lora_adapter(

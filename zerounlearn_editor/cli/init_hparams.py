@@ -12,7 +12,7 @@ model's own (:func:`own_shipped_yaml`; ``--unseen`` ignores it), the scale-depen
 median eigenvalue and post-MLP norm (:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages)
 at the layers the written YAML edits (``--many``: the widened span, then its ``norm_weight`` x 3/10);
 the YAML's header gives the measured values.
-``--many`` / ``--deep`` / ``--retain`` apply one opt-in variant's rule, ``--many --retain`` together the
+``--many`` / ``--deep`` / ``--retain`` / ``--robust`` apply one opt-in variant's rule, ``--many --retain`` together the
 many-facts retain rule (:mod:`~zerounlearn_editor.methods.zerounlearn_gd.variants`), and ``--set key=value``
 overrides last. The result is
 checked with the method's strict loader, then written. Only a fresh trace loads the weights: otherwise the model is
@@ -79,12 +79,12 @@ def parse_overrides(items: Sequence[str]) -> Dict[str, Any]:
     return out
 
 
-VARIANT_MARKERS = ("-retain", "-suppress", "-deep", "-many")
+VARIANT_MARKERS = ("-retain", "-suppress", "-deep", "-many", "-robust")
 """Stem parts of shipped YAMLs that are measured variants of a paper YAML, not templates for a new model."""
 
 
 def is_variant_yaml(path: Path) -> bool:
-    """``<model>-retain*.yaml`` / ``-suppress.yaml`` / ``-deep.yaml`` / ``-many.yaml``: an
+    """``<model>-retain*.yaml`` / ``-suppress.yaml`` / ``-deep.yaml`` / ``-many.yaml`` / ``-robust.yaml``: an
     opt-in variant of the paper's ``<model>.yaml``."""
     return any(marker in Path(path).stem for marker in VARIANT_MARKERS)
 
@@ -373,7 +373,7 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
         note += f"; {VARIANT_NOTES[variant]} ({variant_flags(variant)})"
     rules, rules_note = {}, ""
     if measure and (own is None or args.unseen):  # measured where the written YAML edits (--many widens downward)
-        edited = many_layers(layers, n_layers) if variant in ("many", RETAIN_MANY) else layers
+        edited = many_layers(layers, n_layers) if variant in ("many", RETAIN_MANY, "robust") else layers
         rules, rules_note = scale_rules_for(model, tok, edited)
     elif own is not None and not args.unseen:
         LOG.info("%s is the model's own shipped YAML: no settings by rule (--unseen applies them)", own.name)
@@ -388,6 +388,7 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
 
 
 VARIANT_NOTES = {"many": "many-facts keys", "deep": "deep-forgetting keys", "retain": "retain-aware keys",
+                 "robust": "robust-forgetting keys",
                  RETAIN_MANY: "many-facts retain-aware keys"}
 VARIANT_HELP = {
     "many": "ZeroUnlearn-GD, one batch of many facts (as SmolLM2-135M-Instruct-many.yaml): the layers widen downward "
@@ -397,6 +398,10 @@ VARIANT_HELP = {
     "deep": "ZeroUnlearn-GD, forgetting that survives in-context examples (as the shipped <model>-deep.yaml): the "
             "deep-mode keys (8 context templates of 10 tokens, 50 target steps, clamp 1.5, stop 0.005, 4 few-shot "
             "prefixes)",
+    "robust": "ZeroUnlearn-GD, forgetting that multiple choice, fine-tuning and int4 rounding do not bring back, "
+              "with a retain set (as SmolLM2-135M-Instruct-robust.yaml): --many --retain's keys, 50 target steps, "
+              "rank_below_alternatives {weight 1, margin 8, k 3}, quantized_forget_keys {int4, 1}, "
+              "nullspace_text_weight {key_reach 0.6} (the ranking acts where the edit holds other answers)",
     "retain": "ZeroUnlearn-GD, keep named facts (as the shipped <model>-retain.yaml): retain_nullspace_weight 0.1, "
               "retain_file null (give the retain set at edit time); with --many, many facts with a retain set (as "
               "SmolLM2-135M-Instruct-retain-many.yaml): --many's layers, targets and norm_weight, orthogonality_weight "
@@ -412,9 +417,9 @@ def register(sub: Any, parents: ModuleType) -> None:
         description="Module templates from the model's architecture, v_loss_layer its last layer, the rest from the "
         "nearest shipped paper YAML. --layers auto: a causal trace of facts the model answers (MLP outputs restored "
         "over a window of round(10 x layers / 48) layers around each one, --trace-window to change it) suggests the "
-        "best --width contiguous layers before the last. --many / --deep / --retain: one opt-in variant's keys by "
-        "the rules below (--many --retain: the many-facts retain keys) "
-        "(SmolLM2's shipped -many / -deep / -retain / -retain-many files follow from its paper YAML by them). Only "
+        "best --width contiguous layers before the last. --many / --deep / --retain / --robust: one opt-in variant's "
+        "keys by the rules below (--many --retain: the many-facts retain keys) (SmolLM2's shipped -many / -deep / "
+        "-retain / -retain-many / -robust files follow from its paper YAML by them). Only "
         "a fresh trace or --measure loads weights; otherwise the model is built from its config. With the weights, "
         "a model whose own paper YAML does not ship (--unseen: as if it did not) gets v_lr = 0.5 x residual RMS / "
         "8.366, norm_weight = 1000 x and nullspace_threshold = 3e-2 x (C0 median eigenvalue / 0.01582), "

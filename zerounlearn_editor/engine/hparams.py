@@ -32,8 +32,10 @@ class HParamsError(ValueError):
     """A hyperparameter file or value is invalid (message names the file and key)."""
 
 
+RANK_KEY = "rank_below_alternatives"
+"""The key of the answer-ranking target term (``engine.targets.ranking``; graduated from ``experimental:``)."""
 RANK_FIELDS = ("weight", "margin", "k")
-"""The fields of ``experimental.rank_below_alternatives``."""
+"""The fields of ``rank_below_alternatives``."""
 
 
 def is_real_number(value: object) -> bool:
@@ -43,7 +45,7 @@ def is_real_number(value: object) -> bool:
 
 def _check_rank_setting(value: Any, source: str) -> None:
     """:class:`HParamsError` unless ``value`` is ``{weight: finite > 0, margin: finite >= 0, k: integer >= 1}``."""
-    key = "experimental.rank_below_alternatives"
+    key = RANK_KEY
     if not isinstance(value, dict) or sorted(value) != sorted(RANK_FIELDS):
         raise HParamsError(f"{source}: key '{key}' must be a mapping with exactly the fields {list(RANK_FIELDS)}, "
                            f"got {value!r}")
@@ -57,17 +59,18 @@ def _check_rank_setting(value: Any, source: str) -> None:
 
 
 QUANTIZED_KEYS = "quantized_forget_keys"
-"""The experimental key of the forget keys read on a quantized copy (``engine.quantized_keys``); declared by
-ZeroUnlearn-GD only (ZeroUnlearn's projector would erase the twin values' span whatever the weight)."""
+"""The key of the forget keys read on a quantized copy (``engine.quantized_keys``; graduated from
+``experimental:``); a key of ZeroUnlearn-GD only (ZeroUnlearn's projector would erase the twin values' span whatever
+the weight)."""
 QUANTIZED_KEYS_FIELDS = ("scheme", "weight")
-"""The fields of ``experimental.quantized_forget_keys``."""
+"""The fields of ``quantized_forget_keys``."""
 
 
-def _check_quantized_keys_setting(value: Any, source: str) -> None:
+def check_quantized_keys_setting(value: Any, source: str) -> None:
     """:class:`HParamsError` unless ``value`` is ``{scheme: an audit RTN scheme name, weight: finite > 0}``."""
     from zerounlearn_editor.evaluation.audit.quantize import QUANT_SCHEMES
 
-    key = f"experimental.{QUANTIZED_KEYS}"
+    key = QUANTIZED_KEYS
     if not isinstance(value, dict) or sorted(value) != sorted(QUANTIZED_KEYS_FIELDS):
         raise HParamsError(f"{source}: key '{key}' must be a mapping with exactly the fields "
                            f"{list(QUANTIZED_KEYS_FIELDS)}, got {value!r}")
@@ -78,17 +81,13 @@ def _check_quantized_keys_setting(value: Any, source: str) -> None:
         raise HParamsError(f"{source}: field '{key}.weight' must be a finite number > 0, got {weight!r}")
 
 
-def _convert_scientific_strings(config: Dict[str, Any]) -> Dict[str, Any]:
-    """YAML 1.1 reads ``1e-3`` as a string; turn such strings into floats (also the values under
-    ``experimental:``, and the fields of its mappings, e.g. ``{key_reach: 6e-1}``)."""
-    converted = {key: float(value) if isinstance(value, str) and _SCI_NOTATION.match(value.strip()) else value
-                 for key, value in config.items()}
-    if isinstance(converted.get("experimental"), dict):
-        converted["experimental"] = {
-            key: _convert_scientific_strings(value) if isinstance(value, dict) else value
-            for key, value in _convert_scientific_strings(converted["experimental"]).items()
-        }
-    return converted
+def _convert_scientific_strings(config: Dict[str, Any], depth: int = 2) -> Dict[str, Any]:
+    """YAML 1.1 reads ``1e-3`` as a string; turn such strings into floats, also the fields of mapping values (e.g.
+    ``nullspace_text_weight: {key_reach: 6e-1}``) and, under ``experimental:``, of its mappings (``depth`` levels of
+    mappings below ``config``)."""
+    return {key: _convert_scientific_strings(value, depth - 1) if isinstance(value, dict) and depth > 0
+            else float(value) if isinstance(value, str) and _SCI_NOTATION.match(value.strip()) else value
+            for key, value in config.items()}
 
 
 @dataclass(frozen=True)
@@ -353,6 +352,12 @@ class EditHyperParams(BaseHyperParams):
         "`v_early_stop_loss` (0.01: p < 0.01), so the residual only removes the answer instead of making EOS likely"
     )})
 
+    rank_below_alternatives: Any = field(default=None, metadata={"help": (
+        "opt-in, `null` = the paper; `{weight, margin, k}` (the `-robust.yaml` files: 1, 8, 3): adds `weight * "
+        "relu(z_answer - mean z_alt + margin)` at the answer position of every target row to the target objective, "
+        "`z_alt` the logits of the `k` other requests' answer first tokens the unedited model finds most likely "
+        "(`engine.targets.ranking`; a request whose answer no other request's differs from gets no term)"
+    )})
     fewshot_contexts: int = field(default=0, metadata={"help": (
         "opt-in, 0 = the paper (the `-deep.yaml` files: 4): this many extra context prefixes of 3 built-in "
         "hand-written facts each (`engine.contexts.fewshot_prefixes`), so keys and targets also see in-context "
@@ -385,15 +390,10 @@ class EditHyperParams(BaseHyperParams):
     )})
 
     # Experiments (opt-in): a mapping whose keys must be declared in EXPERIMENTAL_KEYS (key -> help)
-    EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {
-        "rank_below_alternatives": "`{weight, margin, k}`: adds `weight * relu(z_answer - mean z_alt + margin)` at "
-        "the answer position of every target row to the target objective, `z_alt` the logits of the `k` other "
-        "requests' answer first tokens the unedited model finds most likely (`engine.targets.ranking`)",
-    }
+    EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {}
     experimental: Dict[str, Any] = field(default_factory=dict, metadata={"help": (
-        "opt-in experiments, a mapping of keys declared by the class (`rank_below_alternatives`; ZeroUnlearn-GD also "
-        "`nullspace_text_weight`, `quantized_forget_keys`); an experiment that does not win on report data leaves "
-        "again, one that wins becomes a key of its own"
+        "opt-in experiments, a mapping of keys declared by the class (none at present); an experiment that does not "
+        "win on report data leaves again, one that wins becomes a key of its own"
     )})
 
     def retain_weights(self) -> Dict[str, float]:
@@ -427,10 +427,8 @@ class EditHyperParams(BaseHyperParams):
         if self.fewshot_contexts < 0:
             raise HParamsError(
                 f"{source}: key 'fewshot_contexts' must be an integer >= 0, got {self.fewshot_contexts!r}")
-        if "rank_below_alternatives" in self.experimental:
-            _check_rank_setting(self.experimental["rank_below_alternatives"], source)
-        if QUANTIZED_KEYS in self.experimental:
-            _check_quantized_keys_setting(self.experimental[QUANTIZED_KEYS], source)
+        if self.rank_below_alternatives is not None:
+            _check_rank_setting(self.rank_below_alternatives, source)
         if not self.layers:
             raise HParamsError(f"{source}: key 'layers' must list at least one layer")
         if sorted(set(self.layers)) != list(self.layers):

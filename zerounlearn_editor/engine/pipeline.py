@@ -38,11 +38,16 @@ from zerounlearn_editor.engine.fluency_guard import (
 from zerounlearn_editor.engine.fluency_guard import (
     guard_text as builtin_guard_text,
 )
-from zerounlearn_editor.engine.hparams import QUANTIZED_KEYS, EditHyperParams
+from zerounlearn_editor.engine.hparams import EditHyperParams
 from zerounlearn_editor.engine.keys import LayerReadout, read_keys_and_hidden
 from zerounlearn_editor.engine.post_mlp import IDENTITY, PostMlpMap, detect_post_mlp_maps, value_targets
 from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
-from zerounlearn_editor.engine.quantized_keys import QuantizedTwin, quantized_twin, with_quantized_columns
+from zerounlearn_editor.engine.quantized_keys import (
+    QuantizedTwin,
+    quantized_keys_setting,
+    quantized_twin,
+    with_quantized_columns,
+)
 from zerounlearn_editor.engine.requests import (
     CheckedRequests,
     ForgetRequest,
@@ -59,7 +64,7 @@ from zerounlearn_editor.engine.targets import (
     loss_layer_module,
     optimise_neutral_targets,
 )
-from zerounlearn_editor.engine.targets.ranking import RANK_KEY, alternative_pools
+from zerounlearn_editor.engine.targets.ranking import alternative_pools, requests_without_alternatives
 from zerounlearn_editor.support.memory import release_free_memory
 from zerounlearn_editor.support.model_access import (
     check_edited_modules,
@@ -206,8 +211,12 @@ def _checked_forget(model: nn.Module, tok, requests: Requests,
     get_module(model, hparams.ln_f_module)
     get_module(model, hparams.lm_head_module)
     loss_layer_module(model, hparams.v_loss_layer, hparams.layer_module_tmp)  # in range, before any heavy work
-    if hparams.experimental.get(RANK_KEY):
-        alternative_pools(tok, forget)  # answers and alternatives exist, before any heavy work
+    if hparams.rank_below_alternatives:  # answers exist, before any heavy work; say which requests get no term
+        lonely = requests_without_alternatives(forget, alternative_pools(tok, forget))
+        if lonely:
+            LOG.warning("rank_below_alternatives: request(s) %s have no other request in the edit whose answer starts "
+                        "with another token, so the answer-ranking term does not act on them (%d request(s) in the "
+                        "edit; it ranks an answer below the other requests' answers)", lonely, len(forget))
     return forget, request_target_ids(tok, forget, hparams)
 
 
@@ -255,8 +264,8 @@ def _target_config(model: nn.Module, hparams: EditHyperParams) -> TargetConfig:
 
 
 def _rank_config(hparams: EditHyperParams) -> Dict[str, Any]:
-    """The :class:`TargetConfig` fields of ``experimental.rank_below_alternatives`` (none when it is not set)."""
-    rank = hparams.experimental.get(RANK_KEY)
+    """The :class:`TargetConfig` fields of ``rank_below_alternatives`` (none when it is not set)."""
+    rank = hparams.rank_below_alternatives
     if not rank:
         return {}
     return {"rank_weight": float(rank["weight"]), "rank_margin": float(rank["margin"]), "rank_k": int(rank["k"])}
@@ -547,7 +556,7 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
 def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], targets: NeutralTargets,
                  second_moments: Dict[int, SecondMoment], solver: LayerSolver, report: EditReport,
                  read_keys: KeysStage, post_maps: Dict[int, PostMlpMap]) -> None:
-    """Keys, solve and write-back layer by layer (with ``experimental.quantized_forget_keys``, also the forget keys
+    """Keys, solve and write-back layer by layer (with ``quantized_forget_keys``, also the forget keys
     of a rounded twin of the model: :mod:`~zerounlearn_editor.engine.quantized_keys`)."""
     hparams, forget, keep = plan.hparams, plan.forget, plan.keep
     hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
@@ -557,7 +566,7 @@ def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], tar
         # layers before the first edited one never change here: computed on the first read only
         replay = context["prefix_replay"] = LayerPrefixReplay(model, hparams.layer_module_tmp, min(hparams.layers))
     twin = None
-    if hparams.experimental.get(QUANTIZED_KEYS):
+    if quantized_keys_setting(hparams):
         with _timer(report, "keys"):
             twin = quantized_twin(model, hparams, replay=read_keys is read_keys_and_hidden)
     bar = progress_bar(total=len(hparams.layers), desc=f"keys and solve, {len(forget)} facts", unit="layer")

@@ -1,4 +1,4 @@
-"""Forget keys read on a quantized copy of the model (``experimental.quantized_forget_keys``, opt-in).
+"""Forget keys read on a quantized copy of the model (``quantized_forget_keys``, opt-in).
 
 Rounding the layers before an edit moves the forget keys an edited layer sees (SmolLM2, per-channel int4: by
 68-83% of their norm at layers 12-18), and an edit made for the exact keys keeps only part of its effect on the
@@ -56,7 +56,8 @@ class QuantizedTwin:
     ``sync`` rounds a freshly edited weight into it, ``close`` frees it."""
 
     def __init__(self, model: nn.Module, hparams: EditHyperParams, replay: bool):
-        setting = hparams.experimental[QUANTIZED_KEYS]
+        setting = quantized_keys_setting(hparams)
+        assert setting is not None, "QuantizedTwin needs quantized_forget_keys"
         self.scheme: Tuple[int, Optional[int]] = QUANT_SCHEMES[setting["scheme"]]
         self.weight = float(setting["weight"])
         self.model: Optional[nn.Module] = quantized_copy(model, self.scheme)
@@ -90,15 +91,21 @@ class QuantizedTwin:
         release_free_memory()
 
 
+def quantized_keys_setting(hparams: EditHyperParams) -> Optional[Dict[str, Any]]:
+    """The ``quantized_forget_keys`` setting ``{scheme, weight}`` of ``hparams``; None when it is not set or the
+    method has no such key (ZeroUnlearn)."""
+    return getattr(hparams, QUANTIZED_KEYS, None) or None
+
+
 def forget_columns_per_request(hparams: EditHyperParams) -> int:
-    """How many forget columns the solve gets per request: 2 with ``experimental.quantized_forget_keys`` (the key and
-    its twin's), else 1. A layer's change has rank at most this times the method's rank per column (the bound
+    """How many forget columns the solve gets per request: 2 with ``quantized_forget_keys`` (the key and its twin's),
+    else 1. A layer's change has rank at most this times the method's rank per column (the bound
     ``unlearn --save adapter`` exports)."""
-    return 2 if hparams.experimental.get(QUANTIZED_KEYS) else 1
+    return 2 if quantized_keys_setting(hparams) else 1
 
 
 def quantized_twin(model: nn.Module, hparams: EditHyperParams, replay: bool) -> Optional[QuantizedTwin]:
-    """The edit's :class:`QuantizedTwin` when ``experimental.quantized_forget_keys`` is set, else None."""
-    if not hparams.experimental.get(QUANTIZED_KEYS):
+    """The edit's :class:`QuantizedTwin` when ``quantized_forget_keys`` is set, else None."""
+    if not quantized_keys_setting(hparams):
         return None
     return QuantizedTwin(model, hparams, replay)

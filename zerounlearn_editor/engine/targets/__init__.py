@@ -63,7 +63,7 @@ class TargetConfig:
     # "neutral": per target token the NLL -log p (the paper); "suppress_answer": the target tokens are the
     # request's answer and the loss is -log(1 - p(answer)) per rewriting row (opt-in)
     objective: str = "neutral"
-    # experimental.rank_below_alternatives (opt-in; see .ranking): weight 0 = off, the paper's objective
+    # rank_below_alternatives (opt-in; see .ranking): weight 0 = off, the paper's objective
     rank_weight: float = 0.0
     rank_margin: float = 0.0
     rank_k: int = 0
@@ -112,7 +112,7 @@ class _Problem:
     def __init__(self, model, tok, requests: Sequence[ForgetRequest], target_ids, prefixes,
                  cfg: TargetConfig, rank: Optional[Tuple[List[int], List[List[int]]]] = None):
         self.model, self.cfg = model, cfg
-        # experimental rank term: each request's answer first token and candidate alternatives; the k used are
+        # the rank term: each request's answer first token and candidate alternatives; the k used are
         # picked at the first evaluation (delta = 0, every request)
         self.rank_answer = torch.tensor(rank[0], dtype=torch.long) if rank else None
         self.rank_pools = rank[1] if rank else None

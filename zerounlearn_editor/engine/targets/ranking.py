@@ -1,4 +1,4 @@
-"""Experimental ``rank_below_alternatives``: the forgotten answer's first token ranked below its alternatives.
+"""``rank_below_alternatives`` (opt-in): the forgotten answer's first token ranked below its alternatives.
 
 At each rewriting row's answer position (the prompt's last token, the position that predicts the first target
 token) the term is ``relu(z_answer - mean_j z_alt_j + margin)`` over the logits ``z``: zero once the answer's
@@ -15,10 +15,8 @@ from typing import List, Sequence
 import torch
 
 from zerounlearn_editor.engine.encoding import target_token_ids
+from zerounlearn_editor.engine.hparams import RANK_KEY
 from zerounlearn_editor.engine.requests import ForgetRequest
-
-RANK_KEY = "rank_below_alternatives"
-"""The key under ``experimental:`` (a mapping ``{weight, margin, k}``)."""
 
 
 def rank_below_loss(logits: torch.Tensor, answer: torch.Tensor, alternatives: torch.Tensor,
@@ -58,10 +56,11 @@ def pick_alternatives(logits: torch.Tensor, entry_requests: torch.Tensor, candid
 
 def alternative_pools(tok, requests: Sequence[ForgetRequest]) -> List[List[int]]:
     """Per request, the distinct first tokens of the other requests' answers (its own first token excluded), in
-    request order. ``ValueError`` (naming the key) if a request has no answer or none has a candidate."""
+    request order; empty for a request with no such answer (it gets no rank term:
+    :func:`requests_without_alternatives`). ``ValueError`` (naming the key) if a request has no answer."""
     missing = [r.index for r in requests if r.answer is None]
     if missing:
-        raise ValueError(f"experimental.{RANK_KEY} needs each request's 'ground_truth' (the answer to rank below "
+        raise ValueError(f"{RANK_KEY} needs each request's 'ground_truth' (the answer to rank below "
                          f"the others'); request(s) {missing} have none")
     firsts = [target_token_ids(tok, r.answer)[0] for r in requests]
     pools = []
@@ -71,13 +70,13 @@ def alternative_pools(tok, requests: Sequence[ForgetRequest]) -> List[List[int]]
             if j != i and token != own and token not in pool:
                 pool.append(token)
         pools.append(pool)
-    lonely = [r.index for r, pool in zip(requests, pools) if not pool]
-    if lonely:
-        raise ValueError(
-            f"experimental.{RANK_KEY}: the alternatives are the other requests' answers, and request(s) {lonely} "
-            f"have none whose first token differs from their own ({len(requests)} request(s) in the edit); edit "
-            "facts with other answers in the same call, or delete the key")
     return pools
+
+
+def requests_without_alternatives(requests: Sequence[ForgetRequest], pools: Sequence[Sequence[int]]) -> List[int]:
+    """The indices of the requests whose pool (:func:`alternative_pools`) is empty: no other request in the edit has
+    an answer with another first token (one request alone, or all with one answer), so their rank term is 0."""
+    return [r.index for r, pool in zip(requests, pools) if not pool]
 
 
 def answer_first_tokens(tok, requests: Sequence[ForgetRequest]) -> List[int]:

@@ -6,16 +6,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Literal, Mapping
 
-from zerounlearn_editor.engine.hparams import QUANTIZED_KEYS, EditHyperParams, HParamsError, is_real_number
+from zerounlearn_editor.engine.hparams import (
+    EditHyperParams,
+    HParamsError,
+    check_quantized_keys_setting,
+    is_real_number,
+)
 
 __all__ = ["KEY_REACH", "TEXT_WEIGHT_KEY", "ZeroUnlearnGDHyperParams", "deep_mode_settings"]
 
 TEXT_WEIGHT_KEY = "nullspace_text_weight"
-"""The key under ``experimental:`` of the text-weighted null-space penalty (a number ``w >= 0``, or ``{key_reach:
-A}``)."""
+"""The key of the text-weighted null-space penalty (a number ``w >= 0``, or ``{key_reach: A}``; graduated from
+``experimental:``)."""
 
 KEY_REACH = "key_reach"
-"""``experimental.nullspace_text_weight: {key_reach: A}``: the edit's ``w`` chosen from the forget keys at its first
+"""``nullspace_text_weight: {key_reach: A}``: the edit's ``w`` chosen from the forget keys at its first
 edited layer (``solve.relative_text_weight``, ``method.edit_text_weight``)."""
 
 
@@ -48,21 +53,6 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
     """
 
     ALG_NAME: ClassVar[str] = "ZeroUnlearn-GD"
-    EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {
-        **EditHyperParams.EXPERIMENTAL_KEYS,
-        TEXT_WEIGHT_KEY: "`w >= 0`: the penalty `c ||E P_m||^2` becomes `c sum_j (1 + w e_j / t) ||E u_j||^2` over the "
-        "null directions `u_j` (eigenvalue `e_j` of the protected `C0`, `t` the `nullspace_threshold`): each costs "
-        "its share of the change on the statistics' text (`solve.text_weighted_basis`; 0 or absent: the paper). "
-        "Or `{key_reach: A}` (`A > 0`): `w` is set at the edit's first edited layer, the one whose key reach `(b / "
-        "c) sum_j s_j / (1 + w e_j / t) / n` is `A` there (`s_j = ||u_j^T K_f||^2` the n forget keys' energy on "
-        "`u_j`, `b` / `c` the target / norm weights; `w = 0` where the paper's reach is already at most `A`), and "
-        "kept for the later layers (`solve.relative_text_weight`, `method.edit_text_weight`; logged per layer). "
-        "Measured: `A = 0.6` gave w 9.5 on Gemma-3-270m layers 3-5 and 1.2 on SmolLM2 layers 16-18 (RESULTS 12.14)",
-        QUANTIZED_KEYS: "`{scheme, weight}`: every forget request's keys are also read on an RTN-quantized copy of "
-        "the model being edited (`scheme`: `int8`, `int4` per channel, `int4g16`; the audit's quantizer) and added "
-        "to the solve as extra columns, scaled by `sqrt(weight)`, with the request's own residual "
-        "(`engine.quantized_keys`)",
-    }
 
     orthogonality_weight: float = field(default=1.0, metadata={"help": "a, weight of `||M_f^T W' K_f||^2`"})
     target_weight: float = field(default=100.0, metadata={"help": "b, weight of `||W' K_f - M_n||^2`"})
@@ -89,6 +79,23 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
         "prompts' other tokens (their relation context)"
     )})
 
+    # opt-in (a number or {key_reach: A}; checked by _check_text_weight), see solve.text_weighted_basis
+    nullspace_text_weight: Any = field(default=0.0, metadata={"help": (
+        "opt-in, 0 = the paper: `w >= 0` makes the penalty `c ||E P_m||^2` `c sum_j (1 + w e_j / t) ||E u_j||^2` "
+        "over the null directions `u_j` (eigenvalue `e_j` of the protected `C0`, `t` the `nullspace_threshold`), so "
+        "each costs its share of the change on the statistics' text; or `{key_reach: A}` (`A > 0`; the "
+        "`-robust.yaml` files: 0.6): `w` set at the edit's first edited layer so that its key reach `(b / c) sum_j "
+        "s_j / (1 + w e_j / t) / n` is `A` (`s_j` the n forget keys' energy on `u_j`; `w = 0` where the paper's "
+        "reach is already at most `A`), kept for the later layers and logged"
+    )})
+    # opt-in ({scheme, weight} or null; checked by check_quantized_keys_setting), see engine.quantized_keys
+    quantized_forget_keys: Any = field(default=None, metadata={"help": (
+        "opt-in, `null` = the paper; `{scheme, weight}` (the `-robust.yaml` files: int4, 1.0): every forget "
+        "request's keys are also read on an RTN-quantized copy of the model being edited (`scheme`: `int8`, `int4` "
+        "per channel, `int4g16`) and added to the solve as extra columns scaled by `sqrt(weight)`, with the "
+        "request's own residual, so that rounding the edited model does not bring the answer back"
+    )})
+
     def retain_weights(self) -> Dict[str, float]:
         return {"retain_nullspace_weight": self.retain_nullspace_weight}
 
@@ -109,17 +116,18 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
                 f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got "
                 f"{self.context_nullspace_weight!r}"
             )
-        if TEXT_WEIGHT_KEY in self.experimental:
-            self._check_text_weight(source)
+        self._check_text_weight(source)
+        if self.quantized_forget_keys is not None:
+            check_quantized_keys_setting(self.quantized_forget_keys, source)
         if self.norm_weight == 0 and self.target_weight == 0:
             raise HParamsError(f"{source}: 'norm_weight' and 'target_weight' cannot both be 0")
 
     def _check_text_weight(self, source: str) -> None:
-        """:class:`HParamsError` unless ``experimental.nullspace_text_weight`` is a finite number >= 0, and > 0 only
+        """:class:`HParamsError` unless ``nullspace_text_weight`` is a finite number >= 0, and > 0 only
         with ``nullspace_threshold > 0`` (the weight is relative to it); or ``{key_reach: A}`` with a finite ``A >
         0``, ``nullspace_threshold > 0`` and ``norm_weight > 0``."""
-        value = self.experimental[TEXT_WEIGHT_KEY]
-        key = f"experimental.{TEXT_WEIGHT_KEY}"
+        value = self.nullspace_text_weight
+        key = TEXT_WEIGHT_KEY
         if isinstance(value, Mapping):
             self._check_key_reach(source, key, value)
             return

@@ -33,7 +33,7 @@ elementwise: ``F = Uq [ (Uq^T Z Ug) / (q g^T + c) ] Ug^T``.
 :func:`solve_exact` evaluates this closed form; :func:`solve_gd` minimises the same objective
 iteratively (Adam, then linear conjugate gradient). Everything is a pure function of tensors.
 
-**Text-weighted null-space penalty** (opt-in, ``experimental.nullspace_text_weight: w``; ``w = 0`` is the
+**Text-weighted null-space penalty** (opt-in, ``nullspace_text_weight: w``; ``w = 0`` is the
 paper). ``U0``'s columns are eigenvectors of ``C0`` with eigenvalues ``e_j`` below the threshold ``t``, so the
 edit's change of the layer's output on the statistics' text is ``tr(D_m C0 D_m^T) = sum_j e_j ||F_:,j||^2``. The
 isotropic ``c ||F||^2`` becomes ``c sum_j (1 + w e_j / t) ||F_:,j||^2 = c ||F S^{-1}||^2`` with ``S = diag(s)``,
@@ -239,7 +239,7 @@ def key_reach(Kt: Tensor, x: Tensor, text_weight: float, b: float, c: float, fac
 
     ``Kt = U0^T K_f`` ``[r, m]`` (the forget keys on the null directions), ``x`` ``[r]`` the directions' text
     variances over the threshold (``e_j / t``, in [0, 1)), ``s_j = ||Kt_j,:||^2``; ``n`` = ``facts``, the number of
-    facts whose columns ``Kt`` holds (default ``m``; with ``experimental.quantized_forget_keys`` each fact has two
+    facts whose columns ``Kt`` holds (default ``m``; with ``quantized_forget_keys`` each fact has two
     columns, its key and its twin's, and both count towards its reach). For one fact and ``a = 0`` the weighted
     solve writes ``A / (1 + A)`` of the value change asked of the layer (notebook
     2026-11-30-gemma-textweight-rule.md); ``w = 0`` gives the paper's ``A0 = (b / c) ||Kt||^2 / n``.

@@ -18,6 +18,11 @@ YAML, each reproduces that file (``tests/methods/test_variant_rules.py``):
   answer-suppression targets and ``norm_weight`` x 3/10, the orthogonality term kept (the paper's weight), the
   targets stopped at ``v_early_stop_loss`` 0.003, ``retain``'s keys and all-token context protection
   (``context_nullspace_weight`` 0.1).
+- ``robust`` (``-robust.yaml``, forgetting that multiple choice, fine-tuning and int4 rounding do not bring back;
+  with a retain set): ``retain-many``'s keys, 50 target steps, the answer ranked 8 nats below the 3 likeliest other
+  answers of the edit (``rank_below_alternatives``), the forget keys also read on an int4 copy
+  (``quantized_forget_keys``) and the text weight set by the forget keys' reach 0.6 (``nullspace_text_weight``)
+  (measured on SmolLM2: benchmarks/RESULTS.md section 7, "The robust YAML").
 
 :func:`check_variants` refuses any other two together (see :data:`COMBINATION_REFUSALS`).
 """
@@ -38,12 +43,14 @@ __all__ = [
     "retain_mode_settings",
     "retain_many_settings",
     "RETAIN_MANY",
+    "ROBUST_SETTINGS",
+    "robust_settings",
     "variant_settings",
     "check_variants",
     "variant_flags",
 ]
 
-VARIANTS = ("many", "deep", "retain")
+VARIANTS = ("many", "deep", "retain", "robust")
 """The opt-in variants ``init-hparams`` writes (option ``--<name>``; shipped file ``<model>-<name>.yaml``)."""
 
 RETAIN_MANY = "retain-many"
@@ -67,6 +74,10 @@ COMBINATION_REFUSALS: Dict[frozenset, str] = {
         "no shipped file or measurement combines them (each opt-in YAML changes the paper's in one way); write one "
         "and change the rest with --set"
     ),
+    **{frozenset({other, "robust"}): (
+        f"--robust already sets its own keys over --many --retain's (the -robust.yaml files); --{other} would change "
+        "them: write --robust alone and change the rest with --set"
+    ) for other in ("many", "deep", "retain")},
 }
 """Why each pair of variants is refused together."""
 
@@ -114,6 +125,23 @@ def retain_many_settings(layers: Sequence[int], num_layers: int, norm_weight: fl
     return settings
 
 
+ROBUST_SETTINGS: Dict[str, Any] = {
+    "v_num_grad_steps": 50,
+    "rank_below_alternatives": {"weight": 1.0, "margin": 8.0, "k": 3},
+    "quantized_forget_keys": {"scheme": "int4", "weight": 1.0},
+    "nullspace_text_weight": {"key_reach": 0.6},
+}
+"""``-robust``'s keys over ``-retain-many``'s (SmolLM2: benchmarks/RESULTS.md section 7, "The robust YAML")."""
+
+
+def robust_settings(layers: Sequence[int], num_layers: int, norm_weight: float) -> Dict[str, Any]:
+    """The ``-robust`` keys (see the module docstring): :func:`retain_many_settings` with :data:`ROBUST_SETTINGS`.
+    A fresh mapping per call (the nested settings copied)."""
+    settings = retain_many_settings(layers, num_layers, norm_weight)
+    settings.update({key: dict(value) if isinstance(value, dict) else value for key, value in ROBUST_SETTINGS.items()})
+    return settings
+
+
 def variant_flags(variant: str) -> str:
     """The ``init-hparams`` options that write ``variant``: ``--many`` or, for ``retain-many``, ``--many --retain``."""
     return "--many --retain" if variant == RETAIN_MANY else f"--{variant}"
@@ -130,6 +158,8 @@ def variant_settings(variant: str, paper: Mapping[str, Any], num_layers: int) ->
         return deep_mode_settings()
     if variant == "retain":
         return retain_mode_settings()
+    if variant == "robust":
+        return robust_settings(paper["layers"], num_layers, paper["norm_weight"])
     raise ValueError(f"unknown variant {variant!r}; choose from {[*VARIANTS, RETAIN_MANY]}")
 
 
