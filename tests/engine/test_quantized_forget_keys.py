@@ -65,6 +65,12 @@ def test_a_setting_that_is_not_the_two_fields_is_refused(value):
         ZeroUnlearnGDHyperParams.from_dict(_paper_with(value), source="x.yaml")
 
 
+def test_a_field_in_scientific_notation_is_a_number():
+    """YAML 1.1 reads ``5e-1`` as a string; the setting's field is converted like a top-level number."""
+    assert ZeroUnlearnGDHyperParams.from_dict(_paper_with({"scheme": "int4", "weight": "5e-1"})).quantized_forget_keys \
+        == {"scheme": "int4", "weight": 0.5}
+
+
 def test_the_lever_yaml_is_rm_r8_plus_the_key():
     lever = yaml.safe_load(LEVER.read_text())
     rm_r8 = yaml.safe_load((LEVER.parent / "retain-many-rank-w1-m8-k3-s50.yaml").read_text())

@@ -400,8 +400,8 @@ VARIANT_HELP = {
             "prefixes)",
     "robust": "ZeroUnlearn-GD, forgetting that multiple choice, fine-tuning and int4 rounding do not bring back, "
               "with a retain set (as SmolLM2-135M-Instruct-robust.yaml): --many --retain's keys, 50 target steps, "
-              "rank_below_alternatives {weight 1, margin 8, k 3}, quantized_forget_keys {int4, 1}, "
-              "nullspace_text_weight {key_reach 0.6} (the ranking acts where the edit holds other answers)",
+              "rank_below_alternatives {weight 1, margin 8, k 3}, quantized_forget_keys {int4, 1} (the ranking acts "
+              "where the edit holds other answers)",
     "retain": "ZeroUnlearn-GD, keep named facts (as the shipped <model>-retain.yaml): retain_nullspace_weight 0.1, "
               "retain_file null (give the retain set at edit time); with --many, many facts with a retain set (as "
               "SmolLM2-135M-Instruct-retain-many.yaml): --many's layers, targets and norm_weight, orthogonality_weight "

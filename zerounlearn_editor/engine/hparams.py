@@ -83,8 +83,8 @@ def check_quantized_keys_setting(value: Any, source: str) -> None:
 
 def _convert_scientific_strings(config: Dict[str, Any], depth: int = 2) -> Dict[str, Any]:
     """YAML 1.1 reads ``1e-3`` as a string; turn such strings into floats, also the fields of mapping values (e.g.
-    ``nullspace_text_weight: {key_reach: 6e-1}``) and, under ``experimental:``, of its mappings (``depth`` levels of
-    mappings below ``config``)."""
+    ``quantized_forget_keys: {scheme: int4, weight: 5e-1}``) and, under ``experimental:``, of its mappings (``depth``
+    levels of mappings below ``config``)."""
     return {key: _convert_scientific_strings(value, depth - 1) if isinstance(value, dict) and depth > 0
             else float(value) if isinstance(value, str) and _SCI_NOTATION.match(value.strip()) else value
             for key, value in config.items()}
@@ -392,8 +392,8 @@ class EditHyperParams(BaseHyperParams):
     # Experiments (opt-in): a mapping whose keys must be declared in EXPERIMENTAL_KEYS (key -> help)
     EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {}
     experimental: Dict[str, Any] = field(default_factory=dict, metadata={"help": (
-        "opt-in experiments, a mapping of keys declared by the class (none at present); an experiment that does not "
-        "win on report data leaves again, one that wins becomes a key of its own"
+        "opt-in experiments, a mapping of keys declared by the class (ZeroUnlearn-GD: `nullspace_text_weight`); an "
+        "experiment that does not win on report data leaves again, one that wins becomes a key of its own"
     )})
 
     def retain_weights(self) -> Dict[str, float]:

@@ -113,13 +113,11 @@ GRADUATED_EXPERIMENTAL_KEYS: Dict[str, str] = {
     # experiments that won on report data: each is now a top-level key, used by a shipped YAML
     "fewshot_contexts": "graduated to the top-level key 'fewshot_contexts' (the -deep.yaml files; "
     "benchmarks/RESULTS.md, 'Deep forgetting'): move it out of experimental:, same value",
-    # issue 45: the three levers of the -robust.yaml files (benchmarks/RESULTS.md section 7, "The robust YAML")
+    # issue 45: the two levers of the -robust.yaml files (benchmarks/RESULTS.md, "The robust YAML")
     "rank_below_alternatives": "graduated to the top-level key 'rank_below_alternatives' (the -robust.yaml files; "
     "benchmarks/RESULTS.md, 'Audit'): move it out of experimental:, same value",
     "quantized_forget_keys": "graduated to the top-level key 'quantized_forget_keys' of ZeroUnlearn-GD (the "
     "-robust.yaml files; benchmarks/RESULTS.md, 'Audit'): move it out of experimental:, same value",
-    "nullspace_text_weight": "graduated to the top-level key 'nullspace_text_weight' of ZeroUnlearn-GD (the "
-    "-robust.yaml files; benchmarks/RESULTS.md, sections 7 and 12.14): move it out of experimental:, same value",
 }
 """Experiments that became keys of their own: a file that still sets one under ``experimental:`` fails with this
 message naming the key to use."""

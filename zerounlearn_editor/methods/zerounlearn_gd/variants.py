@@ -20,9 +20,8 @@ YAML, each reproduces that file (``tests/methods/test_variant_rules.py``):
   (``context_nullspace_weight`` 0.1).
 - ``robust`` (``-robust.yaml``, forgetting that multiple choice, fine-tuning and int4 rounding do not bring back;
   with a retain set): ``retain-many``'s keys, 50 target steps, the answer ranked 8 nats below the 3 likeliest other
-  answers of the edit (``rank_below_alternatives``), the forget keys also read on an int4 copy
-  (``quantized_forget_keys``) and the text weight set by the forget keys' reach 0.6 (``nullspace_text_weight``)
-  (measured on SmolLM2: benchmarks/RESULTS.md section 7, "The robust YAML").
+  answers of the edit (``rank_below_alternatives``) and the forget keys also read on an int4 copy
+  (``quantized_forget_keys``) (measured on SmolLM2: benchmarks/RESULTS.md, "The robust YAML").
 
 :func:`check_variants` refuses any other two together (see :data:`COMBINATION_REFUSALS`).
 """
@@ -129,9 +128,8 @@ ROBUST_SETTINGS: Dict[str, Any] = {
     "v_num_grad_steps": 50,
     "rank_below_alternatives": {"weight": 1.0, "margin": 8.0, "k": 3},
     "quantized_forget_keys": {"scheme": "int4", "weight": 1.0},
-    "nullspace_text_weight": {"key_reach": 0.6},
 }
-"""``-robust``'s keys over ``-retain-many``'s (SmolLM2: benchmarks/RESULTS.md section 7, "The robust YAML")."""
+"""``-robust``'s keys over ``-retain-many``'s (SmolLM2: benchmarks/RESULTS.md, "The robust YAML")."""
 
 
 def robust_settings(layers: Sequence[int], num_layers: int, norm_weight: float) -> Dict[str, Any]:

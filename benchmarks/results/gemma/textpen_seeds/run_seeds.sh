@@ -7,7 +7,7 @@ D=benchmarks/results/gemma/textpen_seeds
 for seed in "$@"; do
   nice -n 5 python benchmarks/gemma/layers_diag.py --hparams benchmarks/results/gemma/rules/gemma-rules.yaml \
     --data-path benchmarks/results/gemma/measure/cf_val_gemma_known.json --n 50 --seed "$seed" --ppl-tokens 4000 \
-    --variant "rules:" --variant 'tw10:nullspace_text_weight=10' \
-    --variant 'thr10x_tw100:nullspace_text_weight=100,nullspace_threshold=0.135' \
+    --variant "rules:" --variant 'tw10:experimental={"nullspace_text_weight":10}' \
+    --variant 'thr10x_tw100:experimental={"nullspace_text_weight":100},nullspace_threshold=0.135' \
     --out $D/report_val_seed${seed}_n50.json > $D/report_val_seed${seed}_n50.log 2>&1
 done
