@@ -95,3 +95,32 @@ def test_wilson_interval() -> None:
     low, high = module.wilson(20, 40)
     assert (low, high) == (pytest.approx(35.2, abs=0.05), pytest.approx(64.8, abs=0.05))
     assert module.wilson(3, 0) == (0.0, 100.0)
+
+
+def _floor_fisher():
+    spec = importlib.util.spec_from_file_location("audit_floor_fisher", ROOT / "benchmarks/audit/floor_fisher.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fisher_two_sided() -> None:
+    fisher = _floor_fisher().fisher_two_sided
+    assert fisher(10, 30, 6, 74) == pytest.approx(0.011183, abs=1e-6)  # RESULTS §7: rm-r8's int4 prompt, p .011
+    assert fisher(3, 1, 1, 3) == pytest.approx(0.485714, abs=1e-6)  # the tea-tasting table: 34 / 70
+    assert fisher(0, 40, 6, 74) == pytest.approx(0.176791, abs=1e-6)
+    assert fisher(5, 5, 5, 5) == 1.0
+
+
+def test_floor_pools_draws_and_counts_a_draws_probe_once(tmp_path: Path) -> None:
+    def seed_file(name: str, probes: dict) -> str:
+        path = tmp_path / name
+        path.write_text(json.dumps({"methods": {"base": {"probes": {
+            key: {"items": items} for key, items in probes.items()}}}}), encoding="utf-8")
+        return str(path)
+
+    draw1 = seed_file("d1.json", {"prompt": [0, 0], "mc": [1, 0], "relearn-mlp": [1, 1]})
+    draw2 = seed_file("d2.json", {"prompt": [0, 1], "mc": [1, 1]})
+    draw2_more = seed_file("d2r.json", {"prompt": [1, 1], "relearn-mlp": [0, 1]})
+    floor = _floor_fisher().pooled([draw1, f"{draw2},{draw2_more}"])
+    assert floor == {"prompt": (1, 4), "mc": (3, 4), "relearn-mlp": (3, 4)}
