@@ -13,7 +13,7 @@ robust] [MODEL ...]
 """
 from __future__ import annotations
 
-import sys
+import argparse
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Tuple
@@ -85,12 +85,14 @@ def many_yaml(model: str, out: Path, variant: str = "many") -> Path:
 
 
 def main(argv: Any = None) -> None:
-    args = list(argv if argv is not None else sys.argv[1:])
-    variant = "many"
-    if args[:1] == ["--variant"]:
-        variant, args = args[1] if len(args) > 1 else "", args[2:]
-    for model in args or sorted(CONFIGS):
-        print(many_yaml(model, ROOT / f"{model}-{variant}.yaml", variant))
+    parser = argparse.ArgumentParser(description="derived -many / -robust YAMLs by init-hparams")
+    parser.add_argument("--variant", choices=VARIANTS, default="many")
+    parser.add_argument("models", nargs="*", metavar="MODEL")
+    args = parser.parse_args(argv)
+    for model in args.models or sorted(CONFIGS):
+        if model not in CONFIGS:
+            parser.error(f"unknown model {model!r}; choose from {sorted(CONFIGS)}")
+        print(many_yaml(model, ROOT / f"{model}-{args.variant}.yaml", args.variant))
 
 
 if __name__ == "__main__":

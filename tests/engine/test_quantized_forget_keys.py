@@ -201,7 +201,15 @@ def test_zerounlearn_refuses_the_key():
 
 
 def test_forget_columns_per_request():
-    from zerounlearn_editor.engine.quantized_keys import forget_columns_per_request
+    """1 without the key, 2 with it; an attribute set on a ZeroUnlearn object (whose class has no such key, so its
+    checks never see it) is not read."""
+    from zerounlearn_editor.engine.quantized_keys import forget_columns_per_request, quantized_keys_setting
+    from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
+
+    paper_zu = REPO_ROOT / "hparams" / "ZeroUnlearn" / "SmolLM2-135M-Instruct.yaml"
+    multiplicative = ZeroUnlearnHyperParams.from_hparams(paper_zu)
+    object.__setattr__(multiplicative, KEY, {"scheme": "bogus", "weight": -1})
+    assert quantized_keys_setting(multiplicative) is None and forget_columns_per_request(multiplicative) == 1
 
     assert forget_columns_per_request(ZeroUnlearnGDHyperParams.from_hparams(PAPER)) == 1
     assert forget_columns_per_request(ZeroUnlearnGDHyperParams.from_hparams(LEVER)) == 2

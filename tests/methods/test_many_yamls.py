@@ -3,7 +3,8 @@ but SmolLM2, whose files are measured) are what ``init-hparams --many`` / ``--ro
 
 A pin: regenerate on purpose only (a change of a rule, of init-hparams' output or of a paper YAML), from the
 repository root: ``OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/many/make_many_yamls.py [--variant robust]``
-(then the YAML pins of the changed files: ``python tests/methods/test_yaml_pins.py ZeroUnlearn-GD/<model>-many``).
+(then the YAML pins of the changed files: ``python tests/methods/test_yaml_pins.py ZeroUnlearn-GD/<model>-many``,
+``... <model>-robust``).
 """
 from __future__ import annotations
 

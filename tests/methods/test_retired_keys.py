@@ -14,7 +14,7 @@ import yaml
 from tiny_models import REPO_ROOT, tiny_hparams_dict
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
 from zerounlearn_editor.engine.hparams import HParamsError
-from zerounlearn_editor.engine.retired_keys import RETIRED_KEYS
+from zerounlearn_editor.engine.retired_keys import GRADUATED_EXPERIMENTAL_KEYS, RETIRED_KEYS
 from zerounlearn_editor.harness.bench_config import RETIRED_METHODS, BenchConfigError, parse_methods
 from zerounlearn_editor.harness.method_rows import default_registry
 
@@ -213,3 +213,12 @@ def test_surgical_bench_refuses_retired_variant_keys_before_the_model(tmp_path, 
     )
     with pytest.raises(SystemExit, match=f"{key}.*were retired: .*{fragment}"):
         surgical.main(["--variants", str(variants), "--out", str(tmp_path / "out")])
+
+
+@pytest.mark.parametrize("key", sorted(GRADUATED_EXPERIMENTAL_KEYS))
+def test_a_graduated_experiment_under_experimental_fails_naming_its_key(tmp_path, key):
+    """Every experiment that became a key of its own: the ``experimental:`` form is refused, naming the key."""
+    base = tiny_hparams_dict(tmp_path, tmp_path / "c.jsonl", alg_name="ZeroUnlearn-GD")
+    with pytest.raises(HParamsError, match=rf"'experimental\.{key}' graduated to the top-level key '{key}'.*"
+                                           r"move it out of experimental:, same value"):
+        ZeroUnlearnGDHyperParams.from_dict(dict(base, experimental={key: {"any": 1}}))

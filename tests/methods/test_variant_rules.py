@@ -75,6 +75,8 @@ def test_two_variants_together_are_refused_naming_both(pair):
         check_variants(list(pair), "ZeroUnlearn-GD")
     with pytest.raises(ValueError, match="--many and --deep together are refused"):
         check_variants(["many", "retain", "deep"], "ZeroUnlearn-GD")
+    with pytest.raises(ValueError, match="--many and --robust together are refused: --robust already holds"):
+        check_variants(["many", "retain", "robust"], "ZeroUnlearn-GD")
 
 
 def test_many_and_retain_together_are_the_retain_many_rule():

@@ -1,7 +1,8 @@
 """Every shipped ZeroUnlearn / ZeroUnlearn-GD YAML keeps giving the same edit: statistics, targets and solve.
 
 ``tests/fixtures/yaml_pins.npz`` holds, for each file under ``hparams/ZeroUnlearn/`` and
-``hparams/ZeroUnlearn-GD/`` (paper, ``-retain*``, ``-suppress``, ``-deep`` and ``-many`` files of every model), what
+``hparams/ZeroUnlearn-GD/`` (paper, ``-retain*``, ``-suppress``, ``-deep``, ``-many`` and ``-robust`` files of
+every model), what
 the file's settings give on one tiny seeded Llama (:data:`TINY_LAYERS` layers, hidden size 32, float64), with
 everything that is model-specific mapped onto that model:
 

@@ -10,7 +10,7 @@ model's own (:func:`own_shipped_yaml`; ``--unseen`` ignores it), the scale-depen
 ``clamp_norm_factor``, ``norm_weight``, ``nullspace_threshold`` and the ``mom2`` sample sizes follow
 :mod:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules` from the model's measured residual RMS, key covariance
 median eigenvalue and post-MLP norm (:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages)
-at the layers the written YAML edits (``--many``: the widened span, then its ``norm_weight`` x 3/10);
+at the layers the written YAML edits (``--many``, ``--robust``: the widened span, then its ``norm_weight`` x 3/10);
 the YAML's header gives the measured values.
 ``--many`` / ``--deep`` / ``--retain`` / ``--robust`` apply one opt-in variant's rule, ``--many --retain`` together the
 many-facts retain rule (:mod:`~zerounlearn_editor.methods.zerounlearn_gd.variants`), and ``--set key=value``
@@ -372,7 +372,7 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
     if variant is not None:
         note += f"; {VARIANT_NOTES[variant]} ({variant_flags(variant)})"
     rules, rules_note = {}, ""
-    if measure and (own is None or args.unseen):  # measured where the written YAML edits (--many widens downward)
+    if measure and (own is None or args.unseen):  # measured where the written YAML edits (widened: --many, --robust)
         edited = many_layers(layers, n_layers) if variant in ("many", RETAIN_MANY, "robust") else layers
         rules, rules_note = scale_rules_for(model, tok, edited)
     elif own is not None and not args.unseen:

@@ -22,6 +22,7 @@ weights are only read from it.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Dict, Optional, Sequence, Tuple
 
@@ -93,8 +94,10 @@ class QuantizedTwin:
 
 def quantized_keys_setting(hparams: EditHyperParams) -> Optional[Dict[str, Any]]:
     """The ``quantized_forget_keys`` setting ``{scheme, weight}`` of ``hparams``; None when it is not set or the
-    method has no such key (ZeroUnlearn)."""
-    return getattr(hparams, QUANTIZED_KEYS, None) or None
+    method's class does not declare the key (ZeroUnlearn: an attribute set on its object is not read)."""
+    if QUANTIZED_KEYS not in {f.name for f in dataclasses.fields(hparams)}:
+        return None
+    return getattr(hparams, QUANTIZED_KEYS) or None
 
 
 def forget_columns_per_request(hparams: EditHyperParams) -> int:

@@ -117,7 +117,8 @@ GRADUATED_EXPERIMENTAL_KEYS: Dict[str, str] = {
     "rank_below_alternatives": "graduated to the top-level key 'rank_below_alternatives' (the -robust.yaml files; "
     "benchmarks/RESULTS.md, 'Audit'): move it out of experimental:, same value",
     "quantized_forget_keys": "graduated to the top-level key 'quantized_forget_keys' of ZeroUnlearn-GD (the "
-    "-robust.yaml files; benchmarks/RESULTS.md, 'Audit'): move it out of experimental:, same value",
+    "-robust.yaml files; benchmarks/RESULTS.md, 'Audit'): move it out of experimental:, same value (ZeroUnlearn "
+    "has no such key)",
 }
 """Experiments that became keys of their own: a file that still sets one under ``experimental:`` fails with this
 message naming the key to use."""

@@ -27,6 +27,7 @@ YAML, each reproduces that file (``tests/methods/test_variant_rules.py``):
 """
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -74,8 +75,8 @@ COMBINATION_REFUSALS: Dict[frozenset, str] = {
         "and change the rest with --set"
     ),
     **{frozenset({other, "robust"}): (
-        f"--robust already sets its own keys over --many --retain's (the -robust.yaml files); --{other} would change "
-        "them: write --robust alone and change the rest with --set"
+        f"--robust already holds --many --retain's keys and sets its own over them (the -robust.yaml files); "
+        f"--{other} adds nothing or changes them: write --robust alone and change the rest with --set"
     ) for other in ("many", "deep", "retain")},
 }
 """Why each pair of variants is refused together."""
@@ -170,8 +171,9 @@ def check_variants(variants: Sequence[str], method: str) -> Optional[str]:
         raise ValueError(f"--{chosen[0]} is a ZeroUnlearn-GD mode; --method is {method}")
     if set(chosen) == {"many", "retain"}:
         return RETAIN_MANY
-    if len(chosen) > 1:
-        first, second = chosen[:2]
+    refused = [pair for pair in itertools.combinations(chosen, 2) if frozenset(pair) in COMBINATION_REFUSALS]
+    if refused:
+        first, second = refused[0]
         raise ValueError(f"--{first} and --{second} together are refused: "
                          f"{COMBINATION_REFUSALS[frozenset({first, second})]}")
     return chosen[0] if chosen else None
