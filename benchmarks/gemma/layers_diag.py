@@ -1,7 +1,8 @@
 """Issue 48: why the first edited layer takes most of the weight change on Gemma-3-270m, and per-layer levers.
 
 One process, one model load. On the bench's cases (``--data-path``, ``--n``, ``--seed``; the bench's own sampling,
-neighbour drop and ``--retain`` draw) it scores the unedited model once, then for each ``--variant`` runs the real
+neighbour drop and ``--retain`` draw, or ``--retain-from`` a bench seed JSON's stored set; a variant gets the retain
+set only when it has a retain weight > 0) it scores the unedited model once, then for each ``--variant`` runs the real
 edit (``run_layerwise_edit`` with ZeroUnlearn-GD's solve), records per edited layer what the solve saw, scores the
 edited model (answered = first-token Eff, Spe, Spe agree, PPL on ``--ppl-tokens`` WikiText-2 tokens) and restores the
 weights. Variants whose target settings match reuse the first one's neutral targets (same last layer, same
@@ -39,7 +40,7 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
@@ -53,7 +54,7 @@ from zerounlearn_editor.evaluation.perplexity import perplexity
 from zerounlearn_editor.harness.bench_config import parse_retain_spec
 from zerounlearn_editor.harness.case_scoring import probe_metrics, score_cases
 from zerounlearn_editor.harness.neighbours import drop_batch_forget_neighbours, neighbours_naming_forgotten_subjects
-from zerounlearn_editor.harness.retain_sets import draw_retain
+from zerounlearn_editor.harness.retain_sets import check_retain_disjoint, draw_retain
 from zerounlearn_editor.methods.zerounlearn_gd.method import zerounlearn_gd_solver
 from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis, protected_covariance
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
@@ -84,6 +85,13 @@ def per_case_rows(case_ids: Sequence[str], scores: Sequence[Any]) -> List[Dict[s
     probes' token accuracies ``neighbour_acc`` (Spe is their case mean), so seeds can be pooled or split by case."""
     return [dict(case_id=cid, answered=bool(s.forget["first_acc"][0] >= 1.0),
                  neighbour_acc=[float(a) for a in s.neighbour["acc"]]) for cid, s in zip(case_ids, scores)]
+
+
+def variant_retain(hp: Any, retain: List[Dict[str, str]]) -> Optional[List[Dict[str, str]]]:
+    """The retain set a variant's edit gets: ``retain`` when one of ``hp``'s retain weights
+    (``hp.retain_weights()``) is > 0, else None (the edit refuses a retain set it would ignore), so variants with
+    and without a retain term share one run, one case draw and one target stage."""
+    return retain if retain and any(float(v) > 0 for v in hp.retain_weights().values()) else None
 
 
 class Recorder:
@@ -196,6 +204,7 @@ def main() -> None:
         if stored["case_ids"] != [c.case_id for c in cases]:
             raise SystemExit(f"{args.retain_from}: another case list than this run's")
         retain = list(stored["retain"])
+        check_retain_disjoint(retain, cases)  # the stored set never names a scored subject or prompt
     named = neighbours_naming_forgotten_subjects(cases)
     ppl_text = str(default_ppl_text())
     pre = score_cases(model, tok, cases)
@@ -224,9 +233,10 @@ def main() -> None:
             targets_cache[tkey] = neutral_targets(model, tok, requests, hp)
         t_targets = time.perf_counter() - started
         recorder.rows = {}
+        used_retain = variant_retain(hp, retain)
         weights, report = run_layerwise_edit(model, tok, requests, hp, recorder.solver(hp, scales),
                                              second_moments=moments, progress=False, targets=targets_cache[tkey],
-                                             retain=retain or None)
+                                             retain=used_retain)
         try:
             post = score_cases(model, tok, cases)
             metrics = dict(probe_metrics(post, pre, named), ppl=perplexity(model, tok, ppl_text, args.ppl_tokens))
@@ -235,7 +245,8 @@ def main() -> None:
         metrics["answered_first_token"] = sum(1 for s in post if s.forget["first_acc"][0] >= 1.0)
         metrics["still_answered"] = len(report.still_answered)
         result["variants"][name] = dict(
-            settings=settings, per_layer=scales, metrics=metrics, layers={str(k): v for k, v in recorder.rows.items()},
+            settings=settings, retain_count=len(used_retain or []), per_layer=scales, metrics=metrics,
+            layers={str(k): v for k, v in recorder.rows.items()},
             layer_change_norm=report.layer_change_norm, per_case=per_case_rows(result["case_ids"], post),
             target_nll_mean=float(torch.as_tensor(report.target_nll).mean()),
             seconds=dict(targets=t_targets, edit=time.perf_counter() - started - t_targets),
