@@ -6,8 +6,9 @@
 # 2. TUNE half: a reach between rm-qk (no text weight) and {key_reach: 0.6}: the robust YAML + experimental
 #    nullspace_text_weight {key_reach: 2.0} / {key_reach: 4.0} (benchmarks/deep/levers/robust-kr2.yaml, -kr4.yaml),
 #    base and the three in one bench run. The log names the w the rule sets at layer 12 ("text weight ... set here").
-# 3. TUNE probes that separated rm-qk from the 0.6 candidate on REPORT (3-shot in-context, the lens), for the better
-#    reach (KR below) and the robust YAML.
+# 3. TUNE probes that separated rm-qk from the 0.6 candidate on REPORT (3-shot in-context, the lens), for one reach
+#    (KR below: neither reach met the TUNE goal of step 2, robust-kr2 has the lower PPL), then the robust YAML's on the
+#    same TUNE facts for comparison (the same plan: in-context examples from the seed).
 set -e
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONPATH=$PWD ZEROUNLEARN_DATA_DIR=${ZEROUNLEARN_DATA_DIR:-../shared/data}
 R=hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct-robust.yaml
@@ -23,5 +24,10 @@ python benchmarks/deep/audit_variants.py --bench --ppl-tokens 5000 --half tune -
     --retain-variant robust=$R --retain-variant robust-kr2=$L/robust-kr2.yaml --retain-variant robust-kr4=$L/robust-kr4.yaml
 KR=${KR:-robust-kr2}
 python benchmarks/deep/audit_variants.py --half tune --retain same-answer:10 \
-    --out $A/robust_kr_tune_n40_probes --seeds 1 --n 40 --methods $KR,robust \
-    --retain-variant robust=$R --retain-variant $KR=$L/$KR.yaml --probes formats,in_context,lens --shots 3
+    --out $A/robust_kr_tune_n40_probes --seeds 1 --n 40 --methods $KR \
+    --retain-variant $KR=$L/$KR.yaml --probes formats,in_context,lens --shots 3
+python benchmarks/deep/audit_variants.py --half tune --retain same-answer:10 \
+    --out $A/robust_tune_n40_probes --seeds 1 --n 40 --methods robust \
+    --retain-variant robust=$R --probes formats,in_context,lens --shots 3
+python benchmarks/audit/paired_items.py robust=$A/robust_tune_n40_probes/audit_seed_1.json \
+    $KR=$A/robust_kr_tune_n40_probes/audit_seed_1.json > $A/robust_kr_tune_n40_probes/paired_vs_robust.txt
