@@ -49,6 +49,15 @@ def _at_lookup(states: torch.Tensor, lookup: torch.Tensor) -> torch.Tensor:
     return states[torch.arange(len(lookup), device=states.device), lookup].float()
 
 
+def _first_rows(parts: List[torch.Tensor], rows: Optional[int]) -> torch.Tensor:
+    """The chunks' hidden states ``[rows_i, d]`` concatenated and cut to the first ``rows`` (None: all);
+    ``[0, 0]`` when no chunk read any."""
+    if not parts:
+        return torch.zeros(0, 0)
+    joined = torch.cat(parts)
+    return joined if rows is None else joined[:rows]
+
+
 @torch.no_grad()
 def read_keys_and_hidden(
     model: nn.Module,
@@ -61,11 +70,16 @@ def read_keys_and_hidden(
     chunk_size: int,
     context_moment: bool = False,
     prefix_replay: Optional[LayerPrefixReplay] = None,
+    hidden_rows: Optional[int] = None,
 ) -> LayerReadout:
     """Keys at ``key_module``'s input (mean over the prefixes) and hidden states at ``hidden_module``'s output
     (bare prompt), float32 on the CPU, in forward passes of at most ``chunk_size`` requests and
     :data:`KEY_ROWS_PER_PASS` rows. ``context_moment``: see :class:`LayerReadout`; ``prefix_replay`` (one per
-    edit) skips the unedited layers on repeated reads, with bit-identical results."""
+    edit) skips the unedited layers on repeated reads, with bit-identical results.
+
+    ``hidden_rows`` (None: all): only the first ``hidden_rows`` requests' hidden states are wanted; ``hidden`` is
+    then ``[min(hidden_rows, n), d_model]`` and a pass whose requests all come later stops at ``key_module``'s
+    input (the same passes, so keys and moment are bit-identical; the layers above are not run)."""
     device = model_device(model)
     n_ctx = len(prefixes)
     keys: List[torch.Tensor] = []
@@ -87,8 +101,9 @@ def read_keys_and_hidden(
             [r.suffix for r in rows],
             fact_token=fact_token,
         ).to(device)
-        with capture_inputs(model, [key_module]) as inputs, capture_outputs(
-            model, [hidden_module], stop_after=hidden_module
+        wants_hidden = hidden_rows is None or start < hidden_rows
+        with capture_inputs(model, [key_module], stop_after=None if wants_hidden else key_module) as inputs, (
+            capture_outputs(model, [hidden_module] if wants_hidden else [], stop_after=hidden_module)
         ) as outputs, contextlib.suppress(StopForward), (
             replay(index, batch.input_ids) if replay is not None else contextlib.nullcontext()
         ):
@@ -100,13 +115,14 @@ def read_keys_and_hidden(
             mom2 = other.t() @ other if mom2 is None else mom2 + other.t() @ other
             count += other.shape[0]
         k = _at_lookup(inputs[key_module], batch.lookup)
-        h = _at_lookup(outputs[hidden_module], batch.lookup)
         keys.append(k.view(len(chunk), n_ctx, -1).mean(1).cpu())
-        hidden.append(h.view(len(chunk), n_ctx, -1)[:, 0].cpu())
+        if wants_hidden:
+            h = _at_lookup(outputs[hidden_module], batch.lookup)
+            hidden.append(h.view(len(chunk), n_ctx, -1)[:, 0].cpu())
         inputs.clear()  # the chunk's captured activations go before the next chunk's forward pass
         outputs.clear()
         release_free_memory()  # and their pages leave the heap (glibc keeps freed blocks otherwise)
     return LayerReadout(
-        keys=torch.cat(keys).t().contiguous(), hidden=torch.cat(hidden),
+        keys=torch.cat(keys).t().contiguous(), hidden=_first_rows(hidden, hidden_rows),
         context_mom2=None if mom2 is None else mom2.cpu(), context_count=count,
     )

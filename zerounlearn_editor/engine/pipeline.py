@@ -562,8 +562,11 @@ def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], tar
     hidden_module = hparams.layer_module_tmp.format(hparams.layers[-1])
     context: Dict[str, Any] = {"context_moment": True} if hparams.needs_context_moment() else {}
     replay: Optional[LayerPrefixReplay] = None
+    if read_keys is read_keys_and_hidden:
+        context["hidden_rows"] = len(forget)  # the retain rows' passes stop at the key: no hidden state is used
     if read_keys is read_keys_and_hidden and len(hparams.layers) > 1:
-        # layers before the first edited one never change here: computed on the first read only
+        # layers before the first edited one never change here: computed on the first read only; each later read
+        # starts at the layer edited before it (the replay advances)
         replay = context["prefix_replay"] = LayerPrefixReplay(model, hparams.layer_module_tmp, min(hparams.layers))
     twin = None
     if quantized_keys_setting(hparams):
@@ -575,13 +578,18 @@ def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], tar
             bar.set_postfix(layer=layer, refresh=False)
             key_module = hparams.rewrite_module_tmp.format(layer)
             with _timer(report, "keys"):
+                last = position == len(hparams.layers) - 1
+                if replay is not None and not last:  # this read also stores layer ``layer - 1``'s output for the next
+                    replay.store_next(layer)
                 # forget and retain keys in the same batched passes; retain columns come last
                 readout = read_keys(model, tok, forget + keep, prefixes, key_module, hidden_module,
                                     hparams.fact_token, hparams.chunk_size, **context)
+                if replay is not None:
+                    replay.advance()
                 twin_readout = None if twin is None else twin.read(
                     read_keys, tok, forget, prefixes, key_module, hidden_module, hparams.fact_token,
-                    hparams.chunk_size)
-            if position == len(hparams.layers) - 1:  # the last read: free the stored outputs before the solve
+                    hparams.chunk_size, layer=None if last else layer)
+            if last:  # the last read: free the stored outputs before the solve
                 if replay is not None:
                     replay.clear()
                 if twin is not None:

@@ -68,10 +68,19 @@ class QuantizedTwin:
             self.replay = LayerPrefixReplay(self.model, hparams.layer_module_tmp, min(hparams.layers))
 
     def read(self, read_keys: Any, tok: Any, forget: Sequence[Any], prefixes: Sequence[str], key_module: str,
-             hidden_module: str, fact_token: str, chunk_size: int) -> LayerReadout:
-        """``read_keys`` (the edit's keys stage) of the forget requests on the twin."""
-        extra: Dict[str, Any] = {"prefix_replay": self.replay} if self.replay is not None else {}
-        return read_keys(self.model, tok, forget, prefixes, key_module, hidden_module, fact_token, chunk_size, **extra)
+             hidden_module: str, fact_token: str, chunk_size: int, layer: Optional[int] = None) -> LayerReadout:
+        """``read_keys`` (the edit's keys stage) of the forget requests on the twin: ``keys`` ``[d_in, n]``; with
+        the replay (the built-in stage) no hidden state (``hidden`` ``[0, 0]``: the solve uses the twin's keys
+        only) and, given the edited ``layer`` being read, the replay advances to it
+        (:meth:`~zerounlearn_editor.engine.prefix_replay.LayerPrefixReplay.store_next`)."""
+        if self.replay is None:
+            return read_keys(self.model, tok, forget, prefixes, key_module, hidden_module, fact_token, chunk_size)
+        if layer is not None:
+            self.replay.store_next(layer)
+        readout = read_keys(self.model, tok, forget, prefixes, key_module, hidden_module, fact_token, chunk_size,
+                            prefix_replay=self.replay, hidden_rows=0)
+        self.replay.advance()
+        return readout
 
     def sync(self, module_name: str, source: nn.Module) -> None:
         """Copy ``source``'s weight (the edited module) into the twin's module ``module_name`` and round it."""
