@@ -13,7 +13,8 @@ from zerounlearn_editor.cli.init_hparams import nearest_shipped_yaml, own_shippe
 from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.engine.stats.collect import collect_second_moments
 from zerounlearn_editor.harness.model_scales import measure_scales
-from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import rule_settings
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import rule_settings, rule_text_weight
 from zerounlearn_editor.support.model_access import capture_outputs
 from zerounlearn_editor.support.resources import repo_root
 
@@ -73,11 +74,31 @@ def test_a_shipped_models_own_yaml_keeps_the_current_output_unless_unseen(tok, t
     plain, _ = _init(folder, tmp_path / "plain.yaml")
     kept, _ = _init(folder, tmp_path / "kept.yaml", "--measure")
     unseen, header = _init(folder, tmp_path / "unseen.yaml", "--measure", "--unseen")
-    assert kept == plain
+    assert kept == plain and "nullspace_text_weight" not in plain  # the shipped file's own settings: the paper's
     model = tiny_llama(tok, seed=0, layers=6).eval()
     expected = rule_settings(measure_scales(model, tok, [2, 3], "model.layers.{}", "model.layers.{}.mlp.down_proj"))
-    assert unseen == {**plain, **expected}
+    assert unseen == {**plain, **expected, **rule_text_weight()}
     assert "SmolLM2-135M-Instruct.yaml" not in header[0]
+
+
+def test_the_plain_gd_yaml_of_a_model_without_its_own_gets_the_text_weight_by_key_reach(tok, tmp_path):
+    """RESULTS 12.14 on: ``{key_reach: 0.6}`` in the plain ZeroUnlearn-GD YAML of a model without a YAML of its own
+    (weights read or not), said in the header; ``--set nullspace_text_weight=null`` gives the paper's penalty; the
+    multiplicative ZeroUnlearn has no such key."""
+    folder = _folder(tok, tmp_path)
+    written = {}
+    for extra in ([], ["--measure"]):
+        config, header = _init(folder, tmp_path / "w.yaml", *extra)
+        assert config["nullspace_text_weight"] == {"key_reach": 0.6}
+        assert any(line.startswith("# Text weight by key reach 0.6") for line in header)
+        assert ZeroUnlearnGDHyperParams.from_hparams(tmp_path / "w.yaml").nullspace_text_weight == {"key_reach": 0.6}
+        written[bool(extra)] = config
+    paper, _ = _init(folder, tmp_path / "p.yaml", "--set", "nullspace_text_weight=null")
+    assert paper == {**written[False], "nullspace_text_weight": None}
+    out = tmp_path / "zu.yaml"
+    assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn", "--layers", "2,3",
+                     "--out", str(out)]) == 0
+    assert "nullspace_text_weight" not in yaml.safe_load(out.read_text())
 
 
 def _contexts(config):

@@ -11,7 +11,9 @@ model's own (:func:`own_shipped_yaml`; ``--unseen`` ignores it), the scale-depen
 :mod:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules` from the model's measured residual RMS, key covariance
 median eigenvalue and post-MLP norm (:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages)
 at the layers the written YAML edits (``--many``, ``--robust``: the widened span, then its ``norm_weight`` x 3/10);
-the YAML's header gives the measured values.
+the YAML's header gives the measured values. The plain ZeroUnlearn-GD YAML of such a model also gets the text weight
+by key reach (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_text_weight`; ``--set
+nullspace_text_weight=null`` gives the paper's penalty back).
 ``--many`` / ``--deep`` / ``--retain`` / ``--robust`` apply one opt-in variant's rule, ``--many --retain`` together the
 many-facts retain rule (:mod:`~zerounlearn_editor.methods.zerounlearn_gd.variants`), and ``--set key=value``
 overrides last. The result is
@@ -79,13 +81,15 @@ def parse_overrides(items: Sequence[str]) -> Dict[str, Any]:
     return out
 
 
-VARIANT_MARKERS = ("-retain", "-suppress", "-deep", "-many", "-robust")
-"""Stem parts of shipped YAMLs that are measured variants of a paper YAML, not templates for a new model."""
+VARIANT_MARKERS = ("-retain", "-suppress", "-deep", "-many", "-robust", "-rules")
+"""Stem parts of shipped YAMLs that are measured variants of a paper YAML, or (``-rules``) what this command's rules
+wrote for a model without a paper YAML: not templates for a new model."""
 
 
 def is_variant_yaml(path: Path) -> bool:
     """``<model>-retain*.yaml`` / ``-suppress.yaml`` / ``-deep.yaml`` / ``-many.yaml`` / ``-robust.yaml``: an
-    opt-in variant of the paper's ``<model>.yaml``."""
+    opt-in variant of the paper's ``<model>.yaml``; ``<model>-rules.yaml``: init-hparams' output for a model with no
+    paper YAML (Gemma-3-270m)."""
     return any(marker in Path(path).stem for marker in VARIANT_MARKERS)
 
 
@@ -342,6 +346,19 @@ def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int]
                    f"{describe_rules(scales)}.")
 
 
+def with_text_weight_rule(method: str, variant: Optional[str], rules: Mapping[str, Any], rules_note: str
+                          ) -> Tuple[Dict[str, Any], str]:
+    """``rules`` and their header line, plus the text weight by key reach where it applies: ZeroUnlearn-GD's plain
+    YAML (no ``variant``) of a model without a YAML of its own (the caller's condition)."""
+    from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import FIRST_TRY_KEY_REACH, rule_text_weight
+
+    if method != "ZeroUnlearn-GD" or variant is not None:
+        return dict(rules), rules_note
+    note = (f"Text weight by key reach {FIRST_TRY_KEY_REACH} at the first edited layer (scale_rules.rule_text_weight; "
+            "the paper's penalty: nullspace_text_weight: null).")
+    return {**rules, **rule_text_weight()}, f"{rules_note}\n# {note}" if rules_note else note
+
+
 def _cmd_init_hparams(args: argparse.Namespace) -> int:
     from zerounlearn_editor.support.files import read_json
     from zerounlearn_editor.support.model_access import num_hidden_layers
@@ -377,6 +394,8 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
         rules, rules_note = scale_rules_for(model, tok, edited)
     elif own is not None and not args.unseen:
         LOG.info("%s is the model's own shipped YAML: no settings by rule (--unseen applies them)", own.name)
+    if own is None or args.unseen:
+        rules, rules_note = with_text_weight_rule(args.method, variant, rules, rules_note)
     config, base = build_hparams(model, args.model, args.method, layers, overrides, variant, rules,
                                  own if args.unseen else None)
     path = write_hparams(config, base, args.out, note, variant, rules_note)
@@ -425,7 +444,9 @@ def register(sub: Any, parents: ModuleType) -> None:
         "8.366, norm_weight = 1000 x and nullspace_threshold = 3e-2 x (C0 median eigenvalue / 0.01582), "
         "clamp_norm_factor = min(0.75, sum |post-MLP norm output| / |residual|) and 400 x d_in / 1536 statistics "
         "passages of 128 tokens (SmolLM2-135M-Instruct's shipped settings rescaled; measured on 50 passages); the "
-        "context prefixes stay the base YAML's.",
+        "context prefixes stay the base YAML's. Such a model's plain ZeroUnlearn-GD YAML (no variant; weights read or "
+        "not) also gets nullspace_text_weight {key_reach: 0.6} (--set nullspace_text_weight=null: the paper's "
+        "penalty).",
         parents=[parents.model("model folder/name", required=True),
                  parents.include_unknown("auto trace: use facts the model does not know too"),
                  parents.width("auto: number of layers (default: the nearest shipped YAML's)"),
