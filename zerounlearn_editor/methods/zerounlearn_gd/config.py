@@ -90,11 +90,11 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
     nullspace_text_weight: Any = field(default=None, metadata={"help": (
         "opt-in, `null` or 0 = the paper; `w >= 0`: the penalty `c ||E P_m||^2` becomes `c sum_j (1 + w e_j / t) "
         "||E u_j||^2` over the null directions `u_j` (eigenvalue `e_j` of the protected `C0`, `t` the "
-        "`nullspace_threshold`), so each costs its share of the change on the statistics' text; or `{key_reach: A}` "
-        "(what `init-hparams` writes for a model without a YAML of its own: 0.6): `w` is set at the edit's first "
-        "edited layer so that its key reach `(b / c) sum_j s_j / (1 + w e_j / t) / n` is `A` (`s_j` the n forget "
-        "keys' energy on `u_j`; `w = 0` where the paper's reach is already at most `A`) and kept for the later "
-        "layers (logged per layer; benchmarks/RESULTS.md, 12.14 on)"
+        "`nullspace_threshold`), so each costs its share of the change on the statistics' text; or `{key_reach: "
+        "A}` (what `init-hparams` writes where the MLP output passes a norm, e.g. Gemma-3: 0.6): `w` is set at the "
+        "edit's first edited layer so that its key reach `(b / c) sum_j s_j / (1 + w e_j / t) / n` is `A` (`s_j` "
+        "the n forget keys' energy on `u_j`; `w = 0` where the paper's reach is already at most `A`) and kept for "
+        "the later layers (logged per layer; benchmarks/RESULTS.md, 12.14 on)"
     )})
 
     def retain_weights(self) -> Dict[str, float]:

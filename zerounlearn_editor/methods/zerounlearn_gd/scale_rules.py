@@ -22,12 +22,14 @@ real weights here, at layers 16-18), and rescales it by the new model's measured
 - ``mom2_n_samples`` x ``mom2_max_length``: the reference's tokens per key dimension (400 x 128 / 1536 = 33.3),
   128-token passages: ``round(400 x d_in / 1536)`` passages.
 
-The text weight (the plain YAML only, not the opt-in variants): ``nullspace_text_weight: {key_reach: 0.6}``
-(:func:`rule_text_weight`). The paper's isotropic null-space penalty lets the first edited layer write most of the
-asked value change where its forget keys reach far into the null space (Gemma-3-270m's layer 3: key reach 3.4,
-SmolLM2's layer 16: 0.9); weighting each null direction by its text variance down to one reach of 0.6 took
-Gemma-3-270m's n = 50 report edits from PPL +11.6% to +2.3% and kept SmolLM2's forgetting and Spe with PPL 0.5
-points lower (benchmarks/RESULTS.md section 12.14 on; the paper's penalty is ``nullspace_text_weight: null``).
+The text weight (the plain YAML only, not the opt-in variants), where the edited layers' MLP output passes a norm
+before the residual (Gemma-2/3): ``nullspace_text_weight: {key_reach: 0.6}`` (:func:`rule_text_weight`). The
+paper's isotropic null-space penalty lets the first edited layer write most of the asked value change where its
+forget keys reach far into the null space; weighting each null direction by its text variance down to a reach of 0.6
+took Gemma-3-270m's n = 50 report edits (layers 3-5, reach 3.4) from PPL +11.6% to +2.3% with the forgetting goal
+met. Without such a norm it was not a rule: on SmolLM2 at layers 16-18 (reach 0.9) it changed little (PPL 0.5 points
+lower), at the layers 1-3 its trace picks (reach 3.6-5.1) it left 3-5 of 10 facts answered where the paper's
+penalty left none (benchmarks/RESULTS.md section 12.14 on; the paper's penalty is ``nullspace_text_weight: null``).
 
 The context prefixes are not set by rule: they stay the base YAML's (5 of 10 tokens). SmolLM2's 2 of 5 cut
 Gemma-3-270m's edit time per fact to 1.1x SmolLM2's but raised its perplexity cost in every run measured
@@ -164,9 +166,12 @@ FIRST_TRY_KEY_REACH = 0.6
 benchmarks/RESULTS.md section 12.14)."""
 
 
-def rule_text_weight() -> Dict[str, Any]:
-    """``{"nullspace_text_weight": {"key_reach": FIRST_TRY_KEY_REACH}}`` (a fresh mapping): the plain YAML's text
-    weight for a model without a YAML of its own (module docstring)."""
+def rule_text_weight(scales: ModelScales) -> Dict[str, Any]:
+    """``{"nullspace_text_weight": {"key_reach": FIRST_TRY_KEY_REACH}}`` where every edited layer's MLP output passes
+    a norm (``scales.post_mlp_norms`` finite), else ``{}`` (the paper's penalty); a fresh mapping (module docstring)."""
+    norms = scales.post_mlp_norms
+    if norms is None or not all(math.isfinite(float(n)) for n in norms):
+        return {}
     return {"nullspace_text_weight": {"key_reach": FIRST_TRY_KEY_REACH}}
 
 
