@@ -119,7 +119,7 @@ class Recorder:
     def solver(self, hparams, scales):
         # one solve per edit: a `nullspace_text_weight: {key_reach: A}` weight is set at the first layer and kept;
         # a per-layer knob builds a solve of its own for its layers, which would set the weight again there
-        if scales and isinstance(hparams.experimental.get("nullspace_text_weight"), dict):
+        if scales and isinstance(hparams.nullspace_text_weight, dict):
             raise SystemExit("layers_diag.py: a per_layer_* knob cannot be combined with nullspace_text_weight: "
                              "{key_reach: A} (each scaled layer would choose its own weight)")
         edit_solve = zerounlearn_gd_solver(hparams)

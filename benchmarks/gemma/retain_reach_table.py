@@ -48,7 +48,9 @@ def variants(data: Dict, weights: Sequence[Tuple[float, float]]) -> Iterator[Tup
     """``(name, variant, w set)``; ``weights`` in the run's variant order, one per variant with a key reach."""
     pending = list(weights)
     for name, v in data["variants"].items():
-        reach = isinstance(v["settings"].get("experimental", {}).get("nullspace_text_weight"), dict)
+        settings = v["settings"]  # runs before the key graduated stored it under experimental:
+        reach = isinstance(settings.get("nullspace_text_weight", settings.get("experimental", {}).get(
+            "nullspace_text_weight")), dict)
         w = f"{pending.pop(0)[0]:.2f}" if reach and pending else ("0" if not reach else "?")
         yield name, v, w
 

@@ -2,7 +2,7 @@
 
 One process, one model load, the bench's cases (``--data-path``, ``--n``, ``--seed``; the bench's sampling and
 neighbour drop, as ``layers_diag.py``). The neutral targets are optimised once; then for each text weight ``w`` of
-``--chain`` the real layer-by-layer edit runs with ``experimental.nullspace_text_weight: w`` (keys of later layers
+``--chain`` the real layer-by-layer edit runs with ``nullspace_text_weight: w`` (keys of later layers
 read after the earlier layers' writes), records per edited layer what the solve saw, counts the facts still answered
 (greedy, the edit's own check), optionally the WikiText-2 PPL (``--ppl-tokens`` > 0), and restores the weights.
 
@@ -125,7 +125,7 @@ class Recorder:
             if mode:
                 if mode == "layer" or "w" not in chosen:
                     chosen["w"] = relative_text_weight(Kt, x, float(reach), hp.target_weight, hp.norm_weight)
-                hp_l = dataclasses.replace(hp, experimental={**hp.experimental, TEXT_WEIGHT_KEY: chosen["w"]})
+                hp_l = dataclasses.replace(hp, **{TEXT_WEIGHT_KEY: chosen["w"]})
                 row["rule_w"] = chosen["w"]
             grid = sorted(set(self.grid) | ({chosen["w"]} if mode else set()))
             row["grid"] = {str(w): solve_quantities(problem, hp, U0, e0, self.dv, w) for w in grid}
@@ -169,8 +169,7 @@ def main() -> None:
     out = Path(args.out)
     for w in args.chain:
         rule = w if ":" in w else ""
-        hp = dataclasses.replace(base_hp, experimental={**base_hp.experimental, TEXT_WEIGHT_KEY: 0.0 if rule else
-                                                        float(w)})
+        hp = dataclasses.replace(base_hp, **{TEXT_WEIGHT_KEY: 0.0 if rule else float(w)})
         recorder.rows = {}
         started = time.perf_counter()
         weights, report = run_layerwise_edit(model, tok, requests, hp, recorder.solver(hp, rule),

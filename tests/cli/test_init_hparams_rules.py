@@ -13,7 +13,8 @@ from zerounlearn_editor.cli.init_hparams import nearest_shipped_yaml, own_shippe
 from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.engine.stats.collect import collect_second_moments
 from zerounlearn_editor.harness.model_scales import measure_scales
-from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import rule_settings
+from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import ModelScales, rule_settings, rule_text_weight
 from zerounlearn_editor.support.model_access import capture_outputs
 from zerounlearn_editor.support.resources import repo_root
 
@@ -73,12 +74,44 @@ def test_a_shipped_models_own_yaml_keeps_the_current_output_unless_unseen(tok, t
     plain, _ = _init(folder, tmp_path / "plain.yaml")
     kept, _ = _init(folder, tmp_path / "kept.yaml", "--measure")
     unseen, header = _init(folder, tmp_path / "unseen.yaml", "--measure", "--unseen")
-    assert kept == plain
+    assert kept == plain and "nullspace_text_weight" not in plain  # the shipped file's own settings: the paper's
     model = tiny_llama(tok, seed=0, layers=6).eval()
     expected = rule_settings(measure_scales(model, tok, [2, 3], "model.layers.{}", "model.layers.{}.mlp.down_proj"))
-    assert unseen == {**plain, **expected}
+    assert unseen == {**plain, **expected}  # no post-MLP norm: no text weight by rule
     assert "SmolLM2-135M-Instruct.yaml" not in header[0]
 
+
+def test_the_text_weight_rule_needs_a_norm_after_every_edited_mlp():
+    """RESULTS 12.14 on: ``{key_reach: 0.6}`` where the MLP output passes a norm (Gemma-3-270m); without one (SmolLM2
+    at its traced layers 1-3 it left 3-5 of 10 facts answered) or with a layer added as is, the paper's penalty."""
+    def scales(norms):
+        return ModelScales(residual_rms=1.0, residual_norm=10.0, c0_medians=[0.01], key_dim=8, post_mlp_norms=norms)
+
+    assert rule_text_weight(scales([3.0, 4.0])) == {"nullspace_text_weight": {"key_reach": 0.6}}
+    assert rule_text_weight(scales(None)) == {} and rule_text_weight(scales([3.0, float("inf")])) == {}
+    first = rule_text_weight(scales([1.0]))
+    first["nullspace_text_weight"]["key_reach"] = 9.0
+    assert rule_text_weight(scales([1.0]))["nullspace_text_weight"] == {"key_reach": 0.6}  # a fresh mapping
+
+
+def test_init_hparams_writes_the_text_weight_for_a_post_norm_model_only_in_the_plain_gd_yaml(tok, tmp_path):
+    """A tiny Gemma-3 (post-feedforward norm, no YAML of its own) with the weights read: the plain ZeroUnlearn-GD YAML
+    gets ``{key_reach: 0.6}`` (in the header's settings by rule; it loads strictly); ``--set
+    nullspace_text_weight=null`` gives the paper's penalty and nothing else changes; ``--many`` does not get it, nor a
+    Llama without such a norm."""
+    folder = tmp_path / "tiny-gemma3"
+    tiny_config_model("gemma3", tok, layers=6).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    written, header = _init(folder, tmp_path / "g.yaml", "--measure")
+    assert written["nullspace_text_weight"] == {"key_reach": 0.6}
+    assert any(line.startswith("# Settings by rule") and "nullspace_text_weight" in line for line in header)
+    assert ZeroUnlearnGDHyperParams.from_hparams(tmp_path / "g.yaml").nullspace_text_weight == {"key_reach": 0.6}
+    paper, _ = _init(folder, tmp_path / "p.yaml", "--measure", "--set", "nullspace_text_weight=null")
+    assert paper == {**written, "nullspace_text_weight": None}
+    many, _ = _init(folder, tmp_path / "m.yaml", "--measure", "--many")
+    assert "nullspace_text_weight" not in many
+    llama, _ = _init(_folder(tok, tmp_path), tmp_path / "l.yaml", "--measure")
+    assert "nullspace_text_weight" not in llama
 
 def _contexts(config):
     return {k: config[k] for k in ("context_template_count", "context_template_length")}

@@ -1,4 +1,4 @@
-"""ZeroUnlearn-GD's text weight chosen per layer from the forget keys (``experimental.nullspace_text_weight: {key_reach:
+"""ZeroUnlearn-GD's text weight chosen per layer from the forget keys (``nullspace_text_weight: {key_reach:
 A}``; ``solve.key_reach`` / ``solve.relative_text_weight``, notebook 2026-11-30-gemma-textweight-rule.md).
 
 ``A(w) = (b / c) sum_j s_j / (1 + w x_j) / n`` with ``s_j = ||u_j^T K_f||^2`` and ``x_j = e_j / t``; the rule takes
@@ -114,11 +114,11 @@ def test_bad_inputs_are_refused_naming_what():
 
 
 @pytest.mark.parametrize("value, message", [
-    ({"key_reach": 0}, r"'experimental\.nullspace_text_weight\.key_reach' must be a finite number > 0, got 0"),
-    ({"key_reach": -1.0}, r"'experimental\.nullspace_text_weight\.key_reach' must be a finite number > 0"),
-    ({"key_reach": True}, r"'experimental\.nullspace_text_weight\.key_reach' must be a finite number > 0"),
-    ({"key_reach": "0.6"}, r"'experimental\.nullspace_text_weight\.key_reach' must be a finite number > 0"),
-    ({"key_reach": float("inf")}, r"'experimental\.nullspace_text_weight\.key_reach' must be a finite number > 0"),
+    ({"key_reach": 0}, r"'nullspace_text_weight\.key_reach' must be a finite number > 0, got 0"),
+    ({"key_reach": -1.0}, r"'nullspace_text_weight\.key_reach' must be a finite number > 0"),
+    ({"key_reach": True}, r"'nullspace_text_weight\.key_reach' must be a finite number > 0"),
+    ({"key_reach": "0.6"}, r"'nullspace_text_weight\.key_reach' must be a finite number > 0"),
+    ({"key_reach": float("inf")}, r"'nullspace_text_weight\.key_reach' must be a finite number > 0"),
     ({}, r"as a mapping takes exactly one key 'key_reach', got \[\]"),
     ({"relative": 0.6}, r"as a mapping takes exactly one key 'key_reach', got \['relative'\]"),
     ({"key_reach": 0.6, "w": 1}, r"exactly one key 'key_reach', got \['key_reach', 'w'\]"),
@@ -126,15 +126,15 @@ def test_bad_inputs_are_refused_naming_what():
 ])
 def test_the_mapping_form_is_checked_when_the_yaml_is_read(tmp_path, value, message):
     with pytest.raises(HParamsError, match=message):
-        tiny_gd_target_hparams(tmp_path, experimental={KEY: value})
+        tiny_gd_target_hparams(tmp_path, **{KEY: value})
 
 
 def test_the_mapping_form_needs_a_threshold_and_a_norm_weight(tmp_path):
-    tiny_gd_target_hparams(tmp_path, experimental={KEY: {"key_reach": 0.6}})
+    tiny_gd_target_hparams(tmp_path, **{KEY: {"key_reach": 0.6}})
     with pytest.raises(HParamsError, match=r"key_reach' needs 'nullspace_threshold' > 0, got 0"):
-        tiny_gd_target_hparams(tmp_path, nullspace_threshold=0.0, experimental={KEY: {"key_reach": 0.6}})
+        tiny_gd_target_hparams(tmp_path, nullspace_threshold=0.0, **{KEY: {"key_reach": 0.6}})
     with pytest.raises(HParamsError, match=r"key_reach' needs 'norm_weight' > 0, got 0"):
-        tiny_gd_target_hparams(tmp_path, norm_weight=0.0, experimental={KEY: {"key_reach": 0.6}})
+        tiny_gd_target_hparams(tmp_path, norm_weight=0.0, **{KEY: {"key_reach": 0.6}})
 
 
 def test_the_edit_sets_the_weight_at_its_first_layer_keeps_it_and_logs_it(tmp_path: Path, caplog):
@@ -148,7 +148,7 @@ def test_the_edit_sets_the_weight_at_its_first_layer_keeps_it_and_logs_it(tmp_pa
     assert hp.layers[:2] == [1, 2]
 
     def solver(value):
-        return zerounlearn_gd_solver(hp.replace(experimental={KEY: value}))
+        return zerounlearn_gd_solver(hp.replace(**{KEY: value}))
 
     def want(layer: Layer, w: float):
         U0, e0, _, _ = keys_on_null(layer._replace(threshold=first.threshold))
@@ -201,8 +201,8 @@ def test_a_fact_with_twin_columns_counts_once_in_the_reach():
 
 def test_the_reach_may_be_written_in_scientific_notation(tmp_path):
     """YAML 1.1 reads ``6e-1`` as a string; the mapping's field is converted like the plain number."""
-    hp = tiny_gd_target_hparams(tmp_path, experimental={KEY: {"key_reach": "6e-1"}})
-    assert hp.experimental[KEY] == {"key_reach": 0.6}
+    hp = tiny_gd_target_hparams(tmp_path, **{KEY: {"key_reach": "6e-1"}})
+    assert getattr(hp, KEY) == {"key_reach": 0.6}
 
 
 def test_a_reach_no_weight_can_reach_is_a_warning(tmp_path: Path, caplog):
@@ -215,7 +215,7 @@ def test_a_reach_no_weight_can_reach_is_a_warning(tmp_path: Path, caplog):
     evals, evecs = symmetric_eigenpairs(C0)
     flat = evecs @ torch.diag(torch.where(evals < layer.threshold, torch.zeros_like(evals), evals)) @ evecs.T
     problem = LayerProblem(layer=1, W=layer.W, K_f=keys, M_n=layer.M_n, C0=flat)  # null directions: e_j = 0
-    solve = zerounlearn_gd_solver(hp.replace(experimental={KEY: {"key_reach": 1e-3}}))
+    solve = zerounlearn_gd_solver(hp.replace(**{KEY: {"key_reach": 1e-3}}))
     with caplog.at_level(logging.INFO, logger="zerounlearn_editor.methods.zerounlearn_gd.method"):
         solve(problem)
     assert "no text weight up to 1e+06 brings the key reach down to 0.001" in caplog.text

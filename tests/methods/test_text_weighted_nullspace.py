@@ -1,4 +1,4 @@
-"""ZeroUnlearn-GD's text-weighted null-space penalty (``experimental.nullspace_text_weight``; solve.py docstring).
+"""ZeroUnlearn-GD's text-weighted null-space penalty (``nullspace_text_weight``; solve.py docstring).
 
 The weighted objective ``a ||M_f^T X||^2 + b ||X - M_n||^2 + c sum_j (1 + w e_j / t) ||F_:,j||^2``, ``e_j`` the
 eigenvalues of ``C0`` on the null directions ``U0``, ``t`` the threshold; its minimiser comes from either solver
@@ -130,16 +130,18 @@ def test_bad_inputs_are_refused_naming_what():
         text_weighted_basis(U0, torch.full_like(e0, float("inf")), 10.0, layer.threshold)
 
 
-@pytest.mark.parametrize("value", [-1.0, "ten", True, float("inf"), None])
+@pytest.mark.parametrize("value", [-1.0, "ten", True, float("inf"), [1.0]])
 def test_the_key_is_checked_when_the_yaml_is_read(tmp_path, value):
-    with pytest.raises(HParamsError, match=r"'experimental\.nullspace_text_weight' must be a finite number >= 0"):
-        tiny_gd_target_hparams(tmp_path, experimental={"nullspace_text_weight": value})
+    with pytest.raises(HParamsError, match=r"'nullspace_text_weight' must be a finite number"):
+        tiny_gd_target_hparams(tmp_path, nullspace_text_weight=value)
     with pytest.raises(HParamsError, match=r"relative to 'nullspace_threshold', which must then be > 0, got 0"):
-        tiny_gd_target_hparams(tmp_path, nullspace_threshold=0.0, experimental={"nullspace_text_weight": 1.0})
-    tiny_gd_target_hparams(tmp_path, nullspace_threshold=0.0, experimental={"nullspace_text_weight": 0})
-    with pytest.raises(HParamsError, match=r"unknown key\(s\) \['nullspace_text_weight'\] under 'experimental'"):
+        tiny_gd_target_hparams(tmp_path, nullspace_threshold=0.0, nullspace_text_weight=1.0)
+    tiny_gd_target_hparams(tmp_path, nullspace_threshold=0.0, nullspace_text_weight=0)
+    assert tiny_gd_target_hparams(tmp_path).nullspace_text_weight is None  # the default: the paper
+    tiny_gd_target_hparams(tmp_path, nullspace_threshold=0.0, nullspace_text_weight=None)
+    with pytest.raises(HParamsError, match=r"unknown key\(s\) \['nullspace_text_weight'\] for ZeroUnlearnHyperParams"):
         ZeroUnlearnHyperParams.from_dict(tiny_hparams_dict(tmp_path / "stats", tmp_path / "c.jsonl",
-                                                           experimental={"nullspace_text_weight": 1.0}))
+                                                           nullspace_text_weight=1.0))
 
 
 @pytest.mark.parametrize("cached", [False, True])
@@ -167,14 +169,14 @@ def test_the_edit_without_the_key_is_the_paper_solve_and_with_it_the_weighted_on
 
     paper = layer.W + solve_exact(layer.W, layer.K_f, problem.M_f, layer.M_n, U0, **WEIGHTS)
     assert torch.equal(zerounlearn_gd_solver(hparams())(problem), paper)
-    assert torch.equal(zerounlearn_gd_solver(hparams(experimental={"nullspace_text_weight": 0}))(problem), paper)
-    weighted = zerounlearn_gd_solver(hparams(experimental={"nullspace_text_weight": 50.0}))(problem)
+    assert torch.equal(zerounlearn_gd_solver(hparams(nullspace_text_weight=0))(problem), paper)
+    weighted = zerounlearn_gd_solver(hparams(nullspace_text_weight=50.0))(problem)
     want = layer.W + solve_exact(layer.W, layer.K_f, problem.M_f, layer.M_n,
                                  text_weighted_basis(U0, e0, 50.0, layer.threshold), **WEIGHTS)
     assert torch.equal(weighted, want)
     assert not torch.allclose(weighted, paper, atol=1e-6)
-    gd = zerounlearn_gd_solver(hparams(solver="gd", experimental={"nullspace_text_weight": 50.0}))(problem)
+    gd = zerounlearn_gd_solver(hparams(solver="gd", nullspace_text_weight=50.0))(problem)
     assert torch.allclose(gd, want, atol=1e-8 * float((want - layer.W).abs().max()))
     if cached:  # every solve after the first read the eigenpairs from the one stored entry
         assert len(list((Path(hparams().stats_dir) / cache_module.EIGH_FOLDER).glob("eigh_*.npz"))) == 1
-        assert torch.equal(zerounlearn_gd_solver(hparams(experimental={"nullspace_text_weight": 50.0}))(problem), want)
+        assert torch.equal(zerounlearn_gd_solver(hparams(nullspace_text_weight=50.0))(problem), want)

@@ -11,7 +11,10 @@ model's own (:func:`own_shipped_yaml`; ``--unseen`` ignores it), the scale-depen
 :mod:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules` from the model's measured residual RMS, key covariance
 median eigenvalue and post-MLP norm (:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages)
 at the layers the written YAML edits (``--many``, ``--robust``: the widened span, then its ``norm_weight`` x 3/10);
-the YAML's header gives the measured values.
+the YAML's header gives the measured values. The plain ZeroUnlearn-GD YAML of such a model whose MLP output passes a
+norm (Gemma-2/3) also gets the text weight by key reach
+(:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_text_weight`; ``--set
+nullspace_text_weight=null`` gives the paper's penalty back).
 ``--many`` / ``--deep`` / ``--retain`` / ``--robust`` apply one opt-in variant's rule, ``--many --retain`` together the
 many-facts retain rule (:mod:`~zerounlearn_editor.methods.zerounlearn_gd.variants`), and ``--set key=value``
 overrides last. The result is
@@ -79,13 +82,15 @@ def parse_overrides(items: Sequence[str]) -> Dict[str, Any]:
     return out
 
 
-VARIANT_MARKERS = ("-retain", "-suppress", "-deep", "-many", "-robust")
-"""Stem parts of shipped YAMLs that are measured variants of a paper YAML, not templates for a new model."""
+VARIANT_MARKERS = ("-retain", "-suppress", "-deep", "-many", "-robust", "-rules")
+"""Stem parts of shipped YAMLs that are measured variants of a paper YAML, or (``-rules``) what this command's rules
+wrote for a model without a paper YAML: not templates for a new model."""
 
 
 def is_variant_yaml(path: Path) -> bool:
     """``<model>-retain*.yaml`` / ``-suppress.yaml`` / ``-deep.yaml`` / ``-many.yaml`` / ``-robust.yaml``: an
-    opt-in variant of the paper's ``<model>.yaml``."""
+    opt-in variant of the paper's ``<model>.yaml``; ``<model>-rules.yaml``: init-hparams' output for a model with no
+    paper YAML (Gemma-3-270m)."""
     return any(marker in Path(path).stem for marker in VARIANT_MARKERS)
 
 
@@ -327,15 +332,17 @@ def trace_layers(model: nn.Module, tok: Any, facts: Sequence[Any], window: int, 
     return suggest_window(result["indirect_effect"]["mlp"][:-1], min(width, result["num_layers"] - 1))
 
 
-def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int]
+def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int], plain: bool = False
                     ) -> Tuple[Dict[str, Any], str]:
-    """The keys the setting rules give for ``model`` at ``layers`` (measured on its weights) and a header line."""
+    """The keys the setting rules give for ``model`` at ``layers`` (measured on its weights) and a header line;
+    ``plain`` (ZeroUnlearn-GD's YAML without a variant): also the text weight by rule
+    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_text_weight`)."""
     from zerounlearn_editor.harness.model_scales import SCALE_PASSAGES, measure_scales
-    from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import describe_rules, rule_settings
+    from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import describe_rules, rule_settings, rule_text_weight
 
     templates = detect_templates(model)
     scales = measure_scales(model, tok, layers, templates["layer_module_tmp"], templates["rewrite_module_tmp"])
-    rules = rule_settings(scales)
+    rules = {**rule_settings(scales), **(rule_text_weight(scales) if plain else {})}
     LOG.info("settings by rule: %s (%s)", rules, describe_rules(scales))
     keys = ", ".join(f"{k} {v}" for k, v in rules.items())
     return rules, (f"Settings by rule (scale_rules; {SCALE_PASSAGES} passages of wiki_passages_3643): {keys}; from "
@@ -374,7 +381,7 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
     rules, rules_note = {}, ""
     if measure and (own is None or args.unseen):  # measured where the written YAML edits (widened: --many, --robust)
         edited = many_layers(layers, n_layers) if variant in ("many", RETAIN_MANY, "robust") else layers
-        rules, rules_note = scale_rules_for(model, tok, edited)
+        rules, rules_note = scale_rules_for(model, tok, edited, plain=args.method == "ZeroUnlearn-GD" and not variant)
     elif own is not None and not args.unseen:
         LOG.info("%s is the model's own shipped YAML: no settings by rule (--unseen applies them)", own.name)
     config, base = build_hparams(model, args.model, args.method, layers, overrides, variant, rules,
@@ -425,7 +432,9 @@ def register(sub: Any, parents: ModuleType) -> None:
         "8.366, norm_weight = 1000 x and nullspace_threshold = 3e-2 x (C0 median eigenvalue / 0.01582), "
         "clamp_norm_factor = min(0.75, sum |post-MLP norm output| / |residual|) and 400 x d_in / 1536 statistics "
         "passages of 128 tokens (SmolLM2-135M-Instruct's shipped settings rescaled; measured on 50 passages); the "
-        "context prefixes stay the base YAML's.",
+        "context prefixes stay the base YAML's; where its MLP output passes a norm (Gemma-2/3), its plain "
+        "ZeroUnlearn-GD YAML (no variant) also gets nullspace_text_weight {key_reach: 0.6} (--set "
+        "nullspace_text_weight=null: the paper's penalty).",
         parents=[parents.model("model folder/name", required=True),
                  parents.include_unknown("auto trace: use facts the model does not know too"),
                  parents.width("auto: number of layers (default: the nearest shipped YAML's)"),

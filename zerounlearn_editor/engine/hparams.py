@@ -392,8 +392,8 @@ class EditHyperParams(BaseHyperParams):
     # Experiments (opt-in): a mapping whose keys must be declared in EXPERIMENTAL_KEYS (key -> help)
     EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {}
     experimental: Dict[str, Any] = field(default_factory=dict, metadata={"help": (
-        "opt-in experiments, a mapping of keys declared by the class (ZeroUnlearn-GD: `nullspace_text_weight`); an "
-        "experiment that does not win on report data leaves again, one that wins becomes a key of its own"
+        "opt-in experiments, a mapping of keys declared by the class (none is declared now: each one measured either "
+        "won and became a key of its own or left); an experiment that does not win on report data leaves again"
     )})
 
     def retain_weights(self) -> Dict[str, float]:

@@ -119,6 +119,10 @@ GRADUATED_EXPERIMENTAL_KEYS: Dict[str, str] = {
     "quantized_forget_keys": "graduated to the top-level key 'quantized_forget_keys' of ZeroUnlearn-GD (the "
     "-robust.yaml files; benchmarks/RESULTS.md, 'Audit'): move it out of experimental:, same value (ZeroUnlearn "
     "has no such key)",
+    # issue 48: the text weight by key reach, written by init-hparams where the MLP output passes a norm (Gemma-3)
+    "nullspace_text_weight": "graduated to the top-level key 'nullspace_text_weight' of ZeroUnlearn-GD (what "
+    "init-hparams writes behind a post-MLP norm, hparams/ZeroUnlearn-GD/gemma-3-270m-rules.yaml; "
+    "benchmarks/RESULTS.md, section 12): move it out of experimental:, same value (ZeroUnlearn has no such key)",
 }
 """Experiments that became keys of their own: a file that still sets one under ``experimental:`` fails with this
 message naming the key to use."""

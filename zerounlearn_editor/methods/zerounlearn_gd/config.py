@@ -16,12 +16,12 @@ from zerounlearn_editor.engine.hparams import (
 __all__ = ["KEY_REACH", "TEXT_WEIGHT_KEY", "ZeroUnlearnGDHyperParams", "deep_mode_settings"]
 
 TEXT_WEIGHT_KEY = "nullspace_text_weight"
-"""The key under ``experimental:`` of the text-weighted null-space penalty (a number ``w >= 0``, or ``{key_reach:
-A}``)."""
+"""The key of the text-weighted null-space penalty (a number ``w >= 0``, or ``{key_reach: A}``; graduated from
+``experimental:``)."""
 
 KEY_REACH = "key_reach"
-"""``experimental.nullspace_text_weight: {key_reach: A}``: the edit's ``w`` chosen from the forget keys at its first
-edited layer (``solve.relative_text_weight``, ``method.edit_text_weight``)."""
+"""``nullspace_text_weight: {key_reach: A}``: the edit's ``w`` chosen from the forget keys at its first edited layer
+(``solve.relative_text_weight``, ``method.edit_text_weight``)."""
 
 
 def deep_mode_settings() -> Dict[str, Any]:
@@ -53,18 +53,6 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
     """
 
     ALG_NAME: ClassVar[str] = "ZeroUnlearn-GD"
-    EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {
-        **EditHyperParams.EXPERIMENTAL_KEYS,
-        TEXT_WEIGHT_KEY: "`w >= 0`: the penalty `c ||E P_m||^2` becomes `c sum_j (1 + w e_j / t) ||E u_j||^2` over the "
-        "null directions `u_j` (eigenvalue `e_j` of the protected `C0`, `t` the `nullspace_threshold`): each costs "
-        "its share of the change on the statistics' text (`solve.text_weighted_basis`; 0 or absent: the paper). "
-        "Or `{key_reach: A}` (`A > 0`): `w` is set at the edit's first edited layer, the one whose key reach `(b / "
-        "c) sum_j s_j / (1 + w e_j / t) / n` is `A` there (`s_j = ||u_j^T K_f||^2` the n forget keys' energy on "
-        "`u_j`, `b` / `c` the target / norm weights; `w = 0` where the paper's reach is already at most `A`), and "
-        "kept for the later layers (`solve.relative_text_weight`, `method.edit_text_weight`; logged per layer). "
-        "Measured: `A = 0.6` gave w 9.5 on Gemma-3-270m layers 3-5 and 1.2 on SmolLM2 layers 16-18 (RESULTS 12.14)",
-    }
-
     orthogonality_weight: float = field(default=1.0, metadata={"help": "a, weight of `||M_f^T W' K_f||^2`"})
     target_weight: float = field(default=100.0, metadata={"help": "b, weight of `||W' K_f - M_n||^2`"})
     norm_weight: float = field(default=0.1, metadata={"help": "c, weight of `||E P_m||^2`"})
@@ -98,6 +86,17 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
         "request's own residual, so that rounding the edited model does not bring the answer back"
     )})
 
+    # opt-in (a number >= 0 or {key_reach: A}; null or 0 = the paper), see solve.text_weighted_basis
+    nullspace_text_weight: Any = field(default=None, metadata={"help": (
+        "opt-in, `null` or 0 = the paper; `w >= 0`: the penalty `c ||E P_m||^2` becomes `c sum_j (1 + w e_j / t) "
+        "||E u_j||^2` over the null directions `u_j` (eigenvalue `e_j` of the protected `C0`, `t` the "
+        "`nullspace_threshold`), so each costs its share of the change on the statistics' text; or `{key_reach: "
+        "A}` (what `init-hparams` writes where the MLP output passes a norm, e.g. Gemma-3: 0.6): `w` is set at the "
+        "edit's first edited layer so that its key reach `(b / c) sum_j s_j / (1 + w e_j / t) / n` is `A` (`s_j` "
+        "the n forget keys' energy on `u_j`; `w = 0` where the paper's reach is already at most `A`) and kept for "
+        "the later layers (logged per layer; benchmarks/RESULTS.md, 12.14 on)"
+    )})
+
     def retain_weights(self) -> Dict[str, float]:
         return {"retain_nullspace_weight": self.retain_nullspace_weight}
 
@@ -118,7 +117,7 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
                 f"{source}: key 'context_nullspace_weight' must be finite and >= 0, got "
                 f"{self.context_nullspace_weight!r}"
             )
-        if TEXT_WEIGHT_KEY in self.experimental:
+        if self.nullspace_text_weight is not None:
             self._check_text_weight(source)
         if self.quantized_forget_keys is not None:
             check_quantized_keys_setting(self.quantized_forget_keys, source)
@@ -126,11 +125,11 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
             raise HParamsError(f"{source}: 'norm_weight' and 'target_weight' cannot both be 0")
 
     def _check_text_weight(self, source: str) -> None:
-        """:class:`HParamsError` unless ``experimental.nullspace_text_weight`` is a finite number >= 0, and > 0 only
+        """:class:`HParamsError` unless ``nullspace_text_weight`` is a finite number >= 0, and > 0 only
         with ``nullspace_threshold > 0`` (the weight is relative to it); or ``{key_reach: A}`` with a finite ``A >
         0``, ``nullspace_threshold > 0`` and ``norm_weight > 0``."""
-        value = self.experimental[TEXT_WEIGHT_KEY]
-        key = f"experimental.{TEXT_WEIGHT_KEY}"
+        value = self.nullspace_text_weight
+        key = TEXT_WEIGHT_KEY
         if isinstance(value, Mapping):
             self._check_key_reach(source, key, value)
             return

@@ -10,7 +10,7 @@ from torch import nn
 from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method, as_edit_plan
 from zerounlearn_editor.engine.quantized_keys import forget_columns_per_request
 from zerounlearn_editor.engine.stats.eigen_cache import EigenCache, eigen_cache_of
-from zerounlearn_editor.methods.zerounlearn_gd.config import KEY_REACH, TEXT_WEIGHT_KEY, ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.config import KEY_REACH, ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.solve import (
     key_reach,
     null_eigenpairs,
@@ -64,11 +64,11 @@ def solve_basis(problem: LayerProblem, hparams: ZeroUnlearnGDHyperParams, cache:
                 held: Optional[Dict[str, float]] = None) -> torch.Tensor:
     """The basis the solve is given: ``U0`` of :func:`nullspace_of_problem`, its columns scaled by
     :func:`~zerounlearn_editor.methods.zerounlearn_gd.solve.text_weighted_basis` when
-    ``experimental.nullspace_text_weight`` is set (the text-weighted penalty): with the number ``w``, or with
+    ``nullspace_text_weight`` is set (the text-weighted penalty): with the number ``w``, or with
     ``{key_reach: A}`` the ``w`` of :func:`edit_text_weight` (``held``: the edit's weight, kept between its
     layers)."""
     U0, e0 = nullspace_of_problem(problem, hparams, cache)
-    text_weight = hparams.experimental.get(TEXT_WEIGHT_KEY)
+    text_weight = hparams.nullspace_text_weight
     if not text_weight:
         return U0
     if isinstance(text_weight, Mapping):
@@ -79,7 +79,7 @@ def solve_basis(problem: LayerProblem, hparams: ZeroUnlearnGDHyperParams, cache:
 
 def edit_text_weight(problem: LayerProblem, U0: torch.Tensor, e0: torch.Tensor, hparams: ZeroUnlearnGDHyperParams,
                      reach: float, held: Dict[str, float]) -> float:
-    """``experimental.nullspace_text_weight: {key_reach: reach}``: the edit's ``w``, set at its first edited layer
+    """``nullspace_text_weight: {key_reach: reach}``: the edit's ``w``, set at its first edited layer
     (``hparams.layers[0]``, where the forget keys have the least null-space energy on the models measured) as
     :func:`~zerounlearn_editor.methods.zerounlearn_gd.solve.relative_text_weight` of the forget keys
     ``problem.K_f`` on ``U0`` ``[d_in, r]`` with the text variances ``e0`` ``[r]`` over the threshold, stored in
@@ -112,7 +112,7 @@ def zerounlearn_gd_solver(hparams: ZeroUnlearnGDHyperParams):
     second moment, with ``context_nullspace_weight > 0`` also plus the prompts' context keys'
     (:func:`~zerounlearn_editor.methods.zerounlearn_gd.solve.protected_covariance`); without them, the
     eigendecomposition of ``C0`` is cached beside the statistics (``{stats_dir}/nullspace_eigh``,
-    :mod:`~zerounlearn_editor.engine.stats.eigen_cache`). ``experimental.nullspace_text_weight`` weights each null
+    :mod:`~zerounlearn_editor.engine.stats.eigen_cache`). ``nullspace_text_weight`` weights each null
     direction's penalty by its text variance (:func:`solve_basis`), for either solver; its ``{key_reach: A}`` form
     sets the weight at the edit's first layer and keeps it for the others (held by this solve, reset at that layer).
     """

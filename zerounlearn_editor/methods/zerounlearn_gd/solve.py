@@ -33,7 +33,7 @@ elementwise: ``F = Uq [ (Uq^T Z Ug) / (q g^T + c) ] Ug^T``.
 :func:`solve_exact` evaluates this closed form; :func:`solve_gd` minimises the same objective
 iteratively (Adam, then linear conjugate gradient). Everything is a pure function of tensors.
 
-**Text-weighted null-space penalty** (opt-in, ``experimental.nullspace_text_weight: w``; ``w = 0`` is the
+**Text-weighted null-space penalty** (opt-in, ``nullspace_text_weight: w``; ``w = 0`` is the
 paper). ``U0``'s columns are eigenvectors of ``C0`` with eigenvalues ``e_j`` below the threshold ``t``, so the
 edit's change of the layer's output on the statistics' text is ``tr(D_m C0 D_m^T) = sum_j e_j ||F_:,j||^2``. The
 isotropic ``c ||F||^2`` becomes ``c sum_j (1 + w e_j / t) ||F_:,j||^2 = c ||F S^{-1}||^2`` with ``S = diag(s)``,
