@@ -108,3 +108,16 @@ def test_the_demo_report_names_its_yaml():
     result = demo.DemoResult([], [], 10.0, 10.5, {}, "ZeroUnlearn-GD (paper)", "float32", "/cache/hparams/rules/x.yaml")
     lines = format_demo(result).splitlines()
     assert lines[:2] == ["Method: ZeroUnlearn-GD (paper)", "YAML: /cache/hparams/rules/x.yaml"]
+
+
+def test_the_demo_method_line_says_what_the_edit_adds_to_the_papers():
+    """A YAML with the text weight (the Gemma YAML by rule) is not called the paper's; one with neither a retain set nor
+    a text weight is."""
+    from types import SimpleNamespace
+
+    gd = SimpleNamespace(alg_name="ZeroUnlearn-GD", nullspace_text_weight=None)
+    assert demo.demo_mode(gd, 0, "other facts") == "ZeroUnlearn-GD (paper)"
+    assert demo.demo_mode(gd, 3, "other facts") == "ZeroUnlearn-GD + retain set of 3 other facts"
+    weighted = SimpleNamespace(alg_name="ZeroUnlearn-GD", nullspace_text_weight={"key_reach": 0.6})
+    assert demo.demo_mode(weighted, 0, "x") == "ZeroUnlearn-GD + text weight {'key_reach': 0.6}"
+    assert demo.demo_mode(SimpleNamespace(alg_name="ZeroUnlearn"), 0, "x") == "ZeroUnlearn (paper)"

@@ -118,6 +118,16 @@ class DemoResult:
     hparams_file: str = ""  # the YAML the edit used
 
 
+def demo_mode(hparams: Any, n_retain: int, retain_label: str) -> str:
+    """The method line of the demo's table: the method, then what the edit adds to the paper's (a retain set of
+    ``n_retain`` facts, a text weight), or ``(paper)`` where it adds nothing."""
+    extras = [f"retain set of {n_retain} {retain_label}"] if n_retain else []
+    text_weight = getattr(hparams, "nullspace_text_weight", None)
+    if text_weight:
+        extras.append(f"text weight {text_weight}")
+    return f"{hparams.alg_name} + {' + '.join(extras)}" if extras else f"{hparams.alg_name} (paper)"
+
+
 def _scores(model: Any, tok: Any, facts: List[Fact]) -> Tuple[List[float], List[float], List[str]]:
     """Per fact: teacher-forced token accuracy and probability of the answer, and the 4-token greedy text."""
     scores = evaluate_probes(model, tok, [Probe(prompt, answer) for prompt, _, answer in facts])
@@ -195,7 +205,7 @@ def run_demo(
     retain = None if paper else [{"prompt": p, "subject": s} for p, s, _ in spec.retain]
     if retain is not None and not any(v > 0 for v in hparams.retain_weights().values()):
         retain = None  # a YAML with the paper's (zero) retain weights: nothing to protect with
-    mode = f"{hparams.alg_name}" + (f" + retain set of {len(retain)} {spec.retain_label}" if retain else " (paper)")
+    mode = demo_mode(hparams, len(retain or []), spec.retain_label)
     LOG.info("demo: %s; model %s (%s) on %s; YAML %s", mode, hparams.model_name, dtype or "stored dtype", device, used)
     from zerounlearn_editor.data.corpus import check_corpus_source
 
