@@ -69,6 +69,10 @@ def test_the_key_follows_the_weights_the_facts_and_the_rules(tok, monkeypatch):
 
     monkeypatch.setattr(scale_rules, "RULES_VERSION", scale_rules.RULES_VERSION + 1)
     assert rules_yaml.rules_yaml_key(model, FACTS, 1, 3) != key
+    monkeypatch.setattr(scale_rules, "RULES_VERSION", scale_rules.RULES_VERSION - 1)
+    assert rules_yaml.rules_yaml_key(model, FACTS, 1, 3) == key
+    monkeypatch.setattr(scale_rules, "FIRST_TRY_KEY_REACH", 0.5)  # the text weight's reach is part of the key too
+    assert rules_yaml.rules_yaml_key(model, FACTS, 1, 3) != key
 
 
 def test_too_few_answered_facts_are_refused_before_anything_is_written(tok, tmp_path):

@@ -7,9 +7,9 @@ settings by :mod:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules` (measu
 by key reach where the MLP output passes a norm): what
 ``zerounlearn init-hparams --model M --method ZeroUnlearn-GD --layers auto --facts F`` writes. The file lives under
 ``<cache>/hparams/rules/`` and its name holds a digest of everything it depends on (:func:`rules_yaml_key`): the
-model's fingerprint and dtype, the rules' version and reference quantities, the method, and the trace's facts,
-window and width (which fix the layers). A second call with the same inputs reads the file; anything changed writes
-a new one (atomically).
+model's fingerprint and dtype, the rules' version, reference quantities and key reach, the method, and the trace's
+facts, window and width (which fix the layers). A second call with the same inputs reads the file; anything changed
+writes a new one (atomically).
 """
 from __future__ import annotations
 
@@ -38,11 +38,12 @@ Fact = Tuple[str, str, str]  # (prompt, subject, answer)
 def rules_yaml_key(model: nn.Module, facts: Sequence[Fact], window: int, width: int, method: str = METHOD) -> str:
     """A hex digest (16 characters) of what the YAML by rule depends on (see the module docstring)."""
     from zerounlearn_editor.engine.stats.fingerprint import model_fingerprint
-    from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import REFERENCE, RULES_VERSION
+    from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import FIRST_TRY_KEY_REACH, REFERENCE, RULES_VERSION
 
     dtype = str(next(model.parameters()).dtype)
     material: Dict[str, Any] = {
         "model": model_fingerprint(model), "dtype": dtype, "rules": RULES_VERSION, "reference": asdict(REFERENCE),
+        "key_reach": FIRST_TRY_KEY_REACH,
         "method": method,
         "trace": {"facts": [list(f) for f in facts], "window": window, "width": width},
     }

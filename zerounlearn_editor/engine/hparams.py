@@ -83,8 +83,9 @@ def check_quantized_keys_setting(value: Any, source: str) -> None:
 
 def _convert_scientific_strings(config: Dict[str, Any], depth: int = 2) -> Dict[str, Any]:
     """YAML 1.1 reads ``1e-3`` as a string; turn such strings into floats: the top-level values and, ``depth`` levels
-    of mappings down, the values of mapping values (``quantized_forget_keys: {scheme: int4, weight: 5e-1}``, the
-    fields of an ``experimental:`` mapping such as ``{key_reach: 6e-1}``); lists are left as they are."""
+    of mappings down, the values of mapping values (``quantized_forget_keys: {scheme: int4, weight: 5e-1}``,
+    ``nullspace_text_weight: {key_reach: 6e-1}``, the fields of an ``experimental:`` mapping); lists are left as they
+    are."""
     return {key: _convert_scientific_strings(value, depth - 1) if isinstance(value, dict) and depth > 0
             else float(value) if isinstance(value, str) and _SCI_NOTATION.match(value.strip()) else value
             for key, value in config.items()}

@@ -75,7 +75,8 @@ def read_keys_and_hidden(
     """Keys at ``key_module``'s input (mean over the prefixes) and hidden states at ``hidden_module``'s output
     (bare prompt), float32 on the CPU, in forward passes of at most ``chunk_size`` requests and
     :data:`KEY_ROWS_PER_PASS` rows. ``context_moment``: see :class:`LayerReadout`; ``prefix_replay`` (one per
-    edit) skips the unedited layers on repeated reads, with bit-identical results.
+    edit) skips the layers below the previous read's (replayed, as edited) on repeated reads, with bit-identical
+    results.
 
     ``hidden_rows`` (None: all): only the first ``hidden_rows`` requests' hidden states are wanted; ``hidden`` is
     then ``[min(hidden_rows, n), d_model]`` and a pass whose requests all come later stops at ``key_module``'s

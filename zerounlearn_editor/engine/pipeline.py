@@ -606,7 +606,9 @@ def _edit_layers(model: nn.Module, tok, plan: EditPlan, prefixes: List[str], tar
                 twin.sync(key_module, module)
             release_free_memory()  # the solve's freed workspace leaves the heap before the next layer's key read
             bar.update(1)
-    finally:
+    finally:  # an edit that raised leaves no stored outputs or spill files behind either
+        if replay is not None:
+            replay.clear()
         if twin is not None:
             twin.close()
     bar.close()

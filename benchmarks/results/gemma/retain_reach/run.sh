@@ -12,7 +12,7 @@ VAL=benchmarks/results/gemma/measure/cf_val_gemma_known.json
 TRAIN=benchmarks/results/gemma/n50/cf_train700_gemma_known.json
 # the tune bench's stored same-answer:10 draw (139 facts from the 700-record train file; same 50 case ids)
 TUNE_RETAIN=benchmarks/results/gemma/n50/tune_train700_n50_suppress_retainmany/seed_1.json
-KR='experimental={"nullspace_text_weight":{"key_reach":0.6}}'
+KR='nullspace_text_weight={"key_reach":0.6}'  # experimental={...} when it ran (the key graduated in 12.17)
 KR06="kr06:$KR"                                                         # = textweight_rule/gemma-rules-kr06.yaml
 KR06R="kr06R:$KR,retain_nullspace_weight=0.1"                           # = retain_reach/gemma-rules-kr06-retain.yaml
 KR06RC="kr06Rctx:$KR,retain_nullspace_weight=0.1,context_nullspace_weight=0.1"  # + --many --retain's context term
