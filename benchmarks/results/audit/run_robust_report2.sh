@@ -38,3 +38,8 @@ run python benchmarks/deep/audit_variants.py --data $TRAIN --cases $C --retain s
     --out $O/paper_rtt --seeds 1 --n 40 --methods ZeroUnlearn-GD \
     --probes rtt --relearn-scopes mlp,full
 fi
+if [ $STEP = all ] || [ $STEP = e ]; then  # Spe, PPL and the edit time on the second set (base, paper, robust in one run)
+run python benchmarks/deep/audit_variants.py --bench --ppl-tokens 5000 --data $TRAIN --cases $C \
+    --retain same-answer:10 --out $O/bench --seeds 1 --n 40 --methods base,ZeroUnlearn-GD,robust \
+    --retain-variant robust=$R
+fi
