@@ -125,3 +125,18 @@ def test_the_demo_method_line_says_what_the_edit_adds_to_the_papers():
     weighted = SimpleNamespace(alg_name="ZeroUnlearn-GD", nullspace_text_weight={"key_reach": 0.6})
     assert demo.demo_mode(weighted, 0, "x") == "ZeroUnlearn-GD + text weight {'key_reach': 0.6}"
     assert demo.demo_mode(SimpleNamespace(alg_name="ZeroUnlearn"), 0, "x") == "ZeroUnlearn (paper)"
+
+
+def test_the_demo_yaml_keeps_the_papers_null_space_penalty(tok, tmp_path, all_answered, monkeypatch):
+    """RESULTS 12.17: with the text weight by key reach the Gemma demo left 2 of its 5 facts answered, so the demo's
+    YAML by rule asks the settings by rule without it (``plain=False``), for any model."""
+    asked = []
+
+    def recording(model, tok_, layers, plain=False):
+        asked.append(plain)
+        return {}, ""
+
+    monkeypatch.setattr(rules_yaml, "scale_rules_for", recording)
+    model = _model(tok)
+    path = rules_yaml.rules_yaml(model, tok, "tiny6", FACTS, cache_dir=tmp_path / "cache")
+    assert asked == [False] and "nullspace_text_weight" not in yaml.safe_load(path.read_text())

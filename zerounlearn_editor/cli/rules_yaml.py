@@ -3,9 +3,11 @@
 For a model with no shipped YAML (``zerounlearn demo --model gemma3-270m``): the layers by ``--layers auto``'s MLP
 causal trace of the given facts (restoration window
 :func:`~zerounlearn_editor.harness.causal_trace.depth_scaled_window`, the nearest shipped YAML's width), the
-settings by :mod:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules` (measured on the weights; the text weight
-by key reach where the MLP output passes a norm): what
-``zerounlearn init-hparams --model M --method ZeroUnlearn-GD --layers auto --facts F`` writes. The file lives under
+settings by :mod:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules` (measured on the weights): what
+``zerounlearn init-hparams --model M --method ZeroUnlearn-GD --layers auto --facts F`` writes, but without the text
+weight by key reach (the paper's null-space penalty): on the demo's five everyday facts Gemma-3-270m's YAML with it
+left 2 of 5 answered (George Washington, Alexander Graham Bell), without it none (benchmarks/RESULTS.md 12.5,
+12.17). The file lives under
 ``<cache>/hparams/rules/`` and its name holds a digest of everything it depends on (:func:`rules_yaml_key`): the
 model's fingerprint and dtype, the rules' version, reference quantities and key reach, the method, and the trace's
 facts, window and width (which fix the layers). A second call with the same inputs reads the file; anything changed
@@ -74,7 +76,7 @@ def rules_yaml(model: nn.Module, tok: Any, model_name: str, facts: Sequence[Fact
     LOG.info("writing the YAML by init-hparams' rules for %s: MLP trace of %d facts (window %d), then the settings "
              "measured on its weights", model_name, len(answered), window)
     layers = trace_layers(model, tok, answered, window, width, progress=progress)
-    rules, rules_note = scale_rules_for(model, tok, layers, plain=True)
+    rules, rules_note = scale_rules_for(model, tok, layers, plain=False)  # the paper's penalty (module docstring)
     config, base = build_hparams(model, str(model_name), METHOD, layers, None, None, rules)
     note = (f"layers from a causal trace of {len(answered)} facts (restoration window {window}, 10 x layers / 48); "
             f"cached by zerounlearn demo, key {key}")
