@@ -177,6 +177,13 @@ def tiny_gpt2(tok=None, seed: int = 0, layers: int = 4) -> GPT2LMHeadModel:
     return model
 
 
+TINY_BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "qwen3": tiny_qwen3}
+"""The tiny model of each architecture family the parametrised engine tests run on."""
+
+PADDED_PREFIXES = ["", "one two. ", "a b c d e. "]
+"""Context prefixes of different lengths: the bare prompt first, and padding in every pass or chunk."""
+
+
 LLAMA_TEMPLATES = dict(
     rewrite_module_tmp="model.layers.{}.mlp.down_proj",
     layer_module_tmp="model.layers.{}",

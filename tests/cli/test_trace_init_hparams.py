@@ -10,6 +10,7 @@ import yaml
 from torch import nn
 
 from tiny_models import (
+    TINY_BUILDERS,
     forget_requests,
     tiny_gpt2,
     tiny_llama,
@@ -25,7 +26,7 @@ from zerounlearn_editor.harness.causal_trace import TraceFact, TraceSettings, en
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 
-BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "qwen3": tiny_qwen3}
+BUILDERS = TINY_BUILDERS
 FACTS = [
     TraceFact("the capital of france is", "france", "paris"),
     TraceFact("the capital city of germany is", "capital city of germany", "berlin"),

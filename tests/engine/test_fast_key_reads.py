@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from tiny_models import (
+    PADDED_PREFIXES,
+    TINY_BUILDERS,
     forget_requests,
-    tiny_gpt2,
     tiny_hparams_dict,
     tiny_llama,
-    tiny_qwen3,
     tiny_tokenizer,
     write_corpus,
 )
@@ -28,8 +28,8 @@ from zerounlearn_editor.engine.retain import normalize_retain
 from zerounlearn_editor.methods.zerounlearn_gd.method import zerounlearn_gd_solver
 from zerounlearn_editor.support.model_access import get_module
 
-BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "qwen3": tiny_qwen3}
-PREFIXES = ["", "one two. ", "a b c d e. "]  # rows of different lengths: padding in every pass
+BUILDERS = TINY_BUILDERS
+PREFIXES = PADDED_PREFIXES
 RETAIN = [
     {"prompt": "the capital of england is", "subject": "england"},
     {"prompt": "the capital of egypt is", "subject": "egypt"},

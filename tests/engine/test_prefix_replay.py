@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from tiny_models import (
+    PADDED_PREFIXES,
+    TINY_BUILDERS,
     forget_requests,
-    tiny_gpt2,
     tiny_hparams_dict,
     tiny_llama,
-    tiny_qwen3,
     tiny_tokenizer,
     write_corpus,
 )
@@ -24,8 +24,8 @@ from zerounlearn_editor.methods.zerounlearn.method import apply_zerounlearn_to_m
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 from zerounlearn_editor.support.model_access import get_module
 
-BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "qwen3": tiny_qwen3}
-PREFIXES = ["", "one two. ", "a b c d e. "]  # rows of different lengths: padding in every chunk
+BUILDERS = TINY_BUILDERS
+PREFIXES = PADDED_PREFIXES
 
 
 @pytest.fixture(scope="module")

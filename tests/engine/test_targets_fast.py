@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import arch_zoo
-from tiny_models import forget_requests, tiny_gpt2, tiny_llama, tiny_qwen3, tiny_tokenizer
+from tiny_models import TINY_BUILDERS, forget_requests, tiny_tokenizer
 from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.engine.contexts import context_prefixes
 from zerounlearn_editor.engine.encoding import target_token_ids
@@ -20,7 +20,7 @@ from zerounlearn_editor.engine.targets.layer_kv import LayerKV
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.support.model_access import StopForward, capture_outputs, get_module, hidden_of
 
-BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "qwen3": tiny_qwen3}
+BUILDERS = TINY_BUILDERS
 
 
 @pytest.fixture(scope="module")
