@@ -51,6 +51,32 @@ def variant_spec(name: str, path: str, method: Optional[str] = None) -> MethodSp
     return MethodSpec(name, describe, prepare)
 
 
+def scaled_variant_spec(name: str, path: str, scale: float, method: Optional[str] = None) -> MethodSpec:
+    """:func:`variant_spec` whose edit is then scaled: every edited weight ``W + scale (W' - W)`` (a diagnostic of
+    what a smaller change along the same direction keeps; the signature records ``scale``)."""
+    import torch
+
+    inner = variant_spec(name, path, method)
+
+    def describe(lookup):
+        return {**inner.describe(lookup), "scaled_change": scale}
+
+    def prepare(ctx):
+        prepared = inner.prepare(ctx)
+
+        def edit(model, tok, requests, stats, **kwargs):
+            outcome = prepared.edit(model, tok, requests, stats, **kwargs)
+            params = dict(model.named_parameters())
+            with torch.no_grad():
+                for param_name, before in outcome.weights_copy.items():
+                    params[param_name].copy_(before + scale * (params[param_name] - before))
+            return outcome
+
+        return dataclasses.replace(prepared, edit=edit)
+
+    return MethodSpec(name, describe, prepare)
+
+
 def add_variants(registry: dict, items: List[str], method: Optional[str] = None) -> None:
     """Add a :func:`variant_spec` row to ``registry`` for each ``NAME=YAML`` of ``items``."""
     for item in items:

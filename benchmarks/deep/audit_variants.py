@@ -13,6 +13,9 @@ selection (a pass over the whole dataset) is cached in ``--known-cache`` as case
 ``--retain-variant NAME=YAML`` adds a retain-aware row (``ZeroUnlearn-GD+R`` reading YAML, fed the seed's retain
 set drawn by ``--retain POLICY:K``, the same draw for every retain-aware row).
 
+``--scaled-variant NAME=YAML@S`` adds a retain-aware row like ``--retain-variant`` whose edit is then scaled, every
+edited weight ``W + S (W' - W)`` (a diagnostic: what a smaller change along the same direction keeps).
+
 ``--half tune`` / ``--half report`` keep one half of the 80 cached known CounterFact cases (40 each, disjoint), so
 tuning and reporting use different facts (``--n 40`` then edits the whole half in one batch).
 
@@ -37,7 +40,7 @@ from zerounlearn_editor.harness.bench_config import BenchConfig, parse_seeds
 from zerounlearn_editor.harness.method_rows import default_registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from known_cases import add_variants, cached_known_selection  # noqa: E402  (shared with audit/all_methods.py)
+from known_cases import add_variants, cached_known_selection, scaled_variant_spec  # noqa: E402  (shared with audit/all_methods.py)
 
 DEFAULT_HPARAMS = "hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct.yaml"
 
@@ -83,6 +86,9 @@ def main() -> None:
     ap.add_argument("--retain-variant", action="append", default=[], metavar="NAME=YAML",
                     help="a retain-aware row: the bench's ZeroUnlearn-GD+R reading YAML, fed the seed's retain set "
                          "(needs --retain)")
+    ap.add_argument("--scaled-variant", action="append", default=[], metavar="NAME=YAML@S",
+                    help="a retain-aware row whose edit is scaled afterwards: W + S (W' - W) at every edited weight "
+                         "(a diagnostic; needs --retain)")
     ap.add_argument("--probes", default="formats,in_context,lens")
     ap.add_argument("--shots", default="3")
     ap.add_argument("--relearn-scopes", default="mlp,full", help="relearning probe: fine-tuned weights (mlp, full)")
@@ -100,6 +106,10 @@ def main() -> None:
     registry = default_registry()
     add_variants(registry, args.variant)
     add_variants(registry, args.retain_variant, "ZeroUnlearn-GD+R")
+    for item in args.scaled_variant:
+        name, rest = item.split("=", 1)
+        path, scale = rest.rsplit("@", 1)
+        registry[name] = scaled_variant_spec(name, path, float(scale), "ZeroUnlearn-GD+R")
     if args.cases is not None and args.half is not None:
         ap.error("--cases and --half: give one")
     known = cached_known_selection(Path(args.known_cache)) if args.cases is None else listed_cases(Path(args.cases))
