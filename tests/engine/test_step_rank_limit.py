@@ -1,6 +1,6 @@
-"""``experimental.suppress_rank_limit`` (opt-in): only requests whose answer ranks at most ``R`` after the bare
-prompt take target steps; the others keep the residual 0. Without the key the loop and its cache keys are the
-paper's (``suppress_answer``'s) as before."""
+"""``suppress_rank_limit`` (opt-in; graduated from ``experimental:``): only requests whose answer ranks at most
+``R`` after the bare prompt take target steps; the others keep the residual 0. Without the key (``null``) the loop
+and its cache keys are the paper's (``suppress_answer``'s) as before."""
 from __future__ import annotations
 
 from typing import List
@@ -67,7 +67,7 @@ def test_only_requests_ranked_within_the_limit_take_steps(tok, tmp_path, optimiz
     every = neutral_targets(model, tok, requests, _hp(tmp_path, targets_optimizer=optimizer))
     assert all(s > 0 for s in every.steps_run), every.steps_run  # without the key all three step
     for limit in (0, ranks[1], ranks[2]):
-        hp = _hp(tmp_path, targets_optimizer=optimizer, experimental={STEP_RANK_KEY: limit})
+        hp = _hp(tmp_path, targets_optimizer=optimizer, suppress_rank_limit=limit)
         held = neutral_targets(model, tok, requests, hp)
         for i, rank in enumerate(ranks):
             if rank <= limit:  # steps as without the key
@@ -83,17 +83,18 @@ def test_without_the_key_the_cache_keys_are_as_before(tok, tmp_path):
     model = sharp_tiny_llama(tok)
     assert "step_rank_limit" not in target_settings(model, _hp(tmp_path))
     assert "step_rank_limit" not in target_settings(model, tiny_gd_target_hparams(tmp_path))
-    keyed = target_settings(model, _hp(tmp_path, experimental={STEP_RANK_KEY: 0}))
+    keyed = target_settings(model, _hp(tmp_path, suppress_rank_limit=0))
     assert keyed["step_rank_limit"] == 0
-    assert keyed != target_settings(model, _hp(tmp_path, experimental={STEP_RANK_KEY: 3}))
+    assert keyed != target_settings(model, _hp(tmp_path, suppress_rank_limit=3))
 
 
-@pytest.mark.parametrize("value", [-1, 1.5, True, "0", None])
-def test_a_bad_limit_is_refused_naming_the_key(tmp_path, value):
-    with pytest.raises(HParamsError, match=f"experimental.{STEP_RANK_KEY}' must be an integer >= 0"):
-        _hp(tmp_path, experimental={STEP_RANK_KEY: value})
+@pytest.mark.parametrize("value, says", [(-1, "must be an integer >= 0"), (1.5, "has value 1.5, expected"),
+                                         (True, "has value True, expected"), ("0", "has value .0., expected")])
+def test_a_bad_limit_is_refused_naming_the_key(tmp_path, value, says):
+    with pytest.raises(HParamsError, match=f"key '{STEP_RANK_KEY}' {says}"):
+        _hp(tmp_path, suppress_rank_limit=value)
 
 
 def test_the_limit_needs_answer_suppression_targets(tmp_path):
     with pytest.raises(HParamsError, match="target_objective: suppress_answer.*'neutral'"):
-        tiny_gd_target_hparams(tmp_path, experimental={STEP_RANK_KEY: 0})
+        tiny_gd_target_hparams(tmp_path, suppress_rank_limit=0)

@@ -29,7 +29,7 @@ class TargetProblem(Protocol):
 
 
 def held_back(problem: TargetProblem, rank_limit: int) -> torch.Tensor:
-    """``[n]`` bool: the requests that take no step under ``experimental.suppress_rank_limit``: their answer's
+    """``[n]`` bool: the requests that take no step under ``suppress_rank_limit``: their answer's
     first token ranks above ``rank_limit`` after the bare prompt (``problem.answer_ranks`` ``[n]``, read at the
     first evaluation), so their residual stays 0 and the solve keeps their values."""
     ranks = getattr(problem, "answer_ranks", None)

@@ -38,7 +38,7 @@ from zerounlearn_editor.engine.fluency_guard import (
 from zerounlearn_editor.engine.fluency_guard import (
     guard_text as builtin_guard_text,
 )
-from zerounlearn_editor.engine.hparams import STEP_RANK_KEY, EditHyperParams
+from zerounlearn_editor.engine.hparams import EditHyperParams
 from zerounlearn_editor.engine.keys import LayerReadout, read_keys_and_hidden
 from zerounlearn_editor.engine.post_mlp import IDENTITY, PostMlpMap, detect_post_mlp_maps, value_targets
 from zerounlearn_editor.engine.prefix_replay import LayerPrefixReplay
@@ -259,7 +259,7 @@ def _target_config(model: nn.Module, hparams: EditHyperParams) -> TargetConfig:
         chunk_size=hparams.chunk_size,
         optimizer=hparams.targets_optimizer,
         objective=hparams.target_objective,
-        step_rank_limit=hparams.experimental.get(STEP_RANK_KEY),
+        step_rank_limit=hparams.suppress_rank_limit,
         **_rank_config(hparams),
     )
 

@@ -67,7 +67,7 @@ class TargetConfig:
     rank_weight: float = 0.0
     rank_margin: float = 0.0
     rank_k: int = 0
-    # experimental.suppress_rank_limit (opt-in): only requests whose answer's first token ranks <= this after the
+    # suppress_rank_limit (opt-in): only requests whose answer's first token ranks <= this after the
     # bare prompt (unedited model; 0 = the argmax) take target steps; None = every request (the paper's loop)
     step_rank_limit: Optional[int] = None
 
