@@ -12,7 +12,10 @@ everything that is model-specific mapped onto that model:
   layer; the module templates -> the tiny Llama's (GPT-2 files included);
 * ``model_name``/``device``/``stats_dir``/``mom2_dataset`` -> the tiny model on the CPU and the
   fixed tiny corpus of ``tests/tiny_models.py``;
-* a file whose retain-set weights are not all 0 gets the fixed :data:`RETAIN` set.
+* a file whose retain-set weights are not all 0 gets the fixed :data:`RETAIN` set;
+* ``suppress_rank_limit`` ``R`` -> :data:`TINY_RANK_LIMIT` (the pinned requests' answers are not the tiny model's
+  argmax, so ``R`` = 0 would hold all of them back and pin an empty edit; the rank read still runs, and the
+  selection itself is tested in ``tests/engine/test_step_rank_limit.py``).
 
 Every other key (solver weights, thresholds, context templates, target optimiser and objective,
 statistics sample size / length) is the file's own. The pin holds, per file: ``C0`` of each edited layer
@@ -105,6 +108,10 @@ RETAIN = [
 ]
 
 
+TINY_RANK_LIMIT = 10_000
+"""A file's ``suppress_rank_limit`` on the tiny model: above its vocabulary, so no pinned request is held back."""
+
+
 def tiny_layers(layers: List[int]) -> List[int]:
     """The YAML's ``layers`` moved onto the tiny model: same gaps, first one at tiny layer 1. A contiguous span longer
     than the tiny model's editable layers (the derived ``-many`` files of deep models: 8 layers of Qwen3-4B, 11 of
@@ -127,6 +134,8 @@ def tiny_config(name: str, stats_dir: Path, corpus: Path) -> Dict[str, Any]:
         v_loss_layer=-1 if config.get("v_loss_layer", -1) == -1 else TINY_LAYERS - 1,
         mom2_dtype="float64",
     )
+    if config.get("suppress_rank_limit") is not None:  # every pinned request steps (see the module docstring)
+        config["suppress_rank_limit"] = TINY_RANK_LIMIT
     return config
 
 

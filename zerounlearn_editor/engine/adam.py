@@ -28,6 +28,16 @@ class TargetProblem(Protocol):
         ``delta`` ``[n, d]`` (float32, on ``h0``'s device). The first call covers every request at ``delta = 0``."""
 
 
+def held_back(problem: TargetProblem, rank_limit: int) -> torch.Tensor:
+    """``[n]`` bool: the requests that take no step under ``suppress_rank_limit``: their answer's
+    first token ranks above ``rank_limit`` after the bare prompt (``problem.answer_ranks`` ``[n]``, read at the
+    first evaluation), so their residual stays 0 and the solve keeps their values."""
+    ranks = getattr(problem, "answer_ranks", None)
+    if ranks is None:
+        raise RuntimeError(f"{type(problem).__name__} gives no answer ranks, which suppress_rank_limit needs")
+    return ranks.cpu() > rank_limit
+
+
 def adam_targets(problem: TargetProblem, cfg) -> Tuple[torch.Tensor, torch.Tensor, List[int]]:
     """``(delta [n, d], nll [n], steps_run)``: each request's residual, its target NLL at its last evaluation and
     the Adam steps it took. ``cfg``: a :class:`~zerounlearn_editor.engine.targets.TargetConfig`."""
@@ -44,6 +54,8 @@ def adam_targets(problem: TargetProblem, cfg) -> Tuple[torch.Tensor, torch.Tenso
         loss, nll, grad = problem.loss_and_grad(reqs, delta.detach())
         nll_all[reqs] = nll
         converged = nll < cfg.early_stop_loss
+        if step == 0 and cfg.step_rank_limit is not None:
+            converged = converged | held_back(problem, cfg.step_rank_limit)[reqs.cpu()].to(device)
         active[reqs[converged]] = False
         if step == cfg.steps or not bool(active.any()):
             break

@@ -58,6 +58,23 @@ def _check_rank_setting(value: Any, source: str) -> None:
         raise HParamsError(f"{source}: field '{key}.k' must be an integer >= 1, got {k!r}")
 
 
+STEP_RANK_KEY = "suppress_rank_limit"
+"""The key that lets only requests whose answer ranks at most ``R`` take target steps (``engine.adam.held_back``;
+graduated from ``experimental:``)."""
+
+
+def check_step_rank_setting(value: Any, objective: str, source: str) -> None:
+    """:class:`HParamsError` unless ``suppress_rank_limit`` is an integer >= 0 set with ``target_objective:
+    suppress_answer`` (a rank of the answer to suppress)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise HParamsError(f"{source}: key '{STEP_RANK_KEY}' must be an integer >= 0 (0: the model's "
+                           f"argmax), got {value!r}")
+    if objective != "suppress_answer":
+        raise HParamsError(f"{source}: key '{STEP_RANK_KEY}' ranks the answer that "
+                           f"'target_objective: suppress_answer' pushes down; this file's target_objective is "
+                           f"{objective!r}")
+
+
 QUANTIZED_KEYS = "quantized_forget_keys"
 """The key of the forget keys read on a quantized copy (``engine.quantized_keys``; graduated from
 ``experimental:``); a key of ZeroUnlearn-GD only (ZeroUnlearn's projector would erase the twin values' span whatever
@@ -384,6 +401,15 @@ class EditHyperParams(BaseHyperParams):
         "only reads (see \"Fluency guard\")"
     )})
 
+    # opt-in (null = every request steps, the paper's loop); see engine.adam.held_back
+    suppress_rank_limit: Optional[int] = field(default=None, metadata={"help": (
+        "opt-in, with `target_objective: suppress_answer`; `null` = every request takes target steps (the paper's "
+        "loop). `R` (an integer >= 0): only requests whose answer's first token ranks at most `R` after the bare "
+        "prompt on the unedited model (0: it is the model's argmax) take target steps; the others keep the residual "
+        "0, so the solve holds their values where they are. `hparams/ZeroUnlearn-GD/gemma-3-270m-many.yaml` sets 0 "
+        "(benchmarks/RESULTS.md, 12.18)"
+    )})
+
     # Retain set (opt-in; zerounlearn_editor.engine.retain)
     retain_file: Optional[str] = field(default=None, metadata={"help": (
         "retain set (ZeroUnlearn-GD+R): facts to keep, a JSON/JSONL/YAML list of `{prompt, subject}`, path relative "
@@ -425,6 +451,8 @@ class EditHyperParams(BaseHyperParams):
         if unknown:
             declared = sorted(self.EXPERIMENTAL_KEYS) or "none"
             raise HParamsError(f"{source}: unknown key(s) {unknown} under 'experimental' (declared: {declared})")
+        if self.suppress_rank_limit is not None:
+            check_step_rank_setting(self.suppress_rank_limit, self.target_objective, source)
         if self.fewshot_contexts < 0:
             raise HParamsError(
                 f"{source}: key 'fewshot_contexts' must be an integer >= 0, got {self.fewshot_contexts!r}")

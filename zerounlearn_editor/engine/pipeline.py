@@ -259,6 +259,7 @@ def _target_config(model: nn.Module, hparams: EditHyperParams) -> TargetConfig:
         chunk_size=hparams.chunk_size,
         optimizer=hparams.targets_optimizer,
         objective=hparams.target_objective,
+        step_rank_limit=hparams.suppress_rank_limit,
         **_rank_config(hparams),
     )
 
@@ -542,6 +543,8 @@ def target_settings(model: nn.Module, hparams: EditHyperParams) -> Dict[str, Any
     if not config["rank_weight"]:  # no rank term: cache keys as before the experiment existed
         for name in ("rank_weight", "rank_margin", "rank_k"):
             config.pop(name)
+    if config["step_rank_limit"] is None:  # every request steps: cache keys as before the experiment existed
+        config.pop("step_rank_limit")
     if hparams.fewshot_contexts:  # no few-shot prefixes: cache keys as before the key existed
         config["fewshot_contexts"] = hparams.fewshot_contexts
     return dict(

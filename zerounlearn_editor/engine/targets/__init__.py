@@ -27,7 +27,7 @@ from zerounlearn_editor.engine.targets.ranking import (
     pick_alternatives,
     rank_below_loss,
 )
-from zerounlearn_editor.engine.targets.rows import encode_target_rows, suppression_per_request
+from zerounlearn_editor.engine.targets.rows import answer_ranks, encode_target_rows, suppression_per_request
 from zerounlearn_editor.support.model_access import (
     StopForward,
     capture_outputs,
@@ -67,6 +67,9 @@ class TargetConfig:
     rank_weight: float = 0.0
     rank_margin: float = 0.0
     rank_k: int = 0
+    # suppress_rank_limit (opt-in): only requests whose answer's first token ranks <= this after the
+    # bare prompt (unedited model; 0 = the argmax) take target steps; None = every request (the paper's loop)
+    step_rank_limit: Optional[int] = None
 
 
 @dataclass
@@ -156,6 +159,11 @@ class _Problem:
         elif cfg.reuse_prefix and not self.all_rows:
             self.kv = self._cached_suffix(layers)
         self.kl_init: Optional[torch.Tensor] = None  # [n, vocab] log-probs at delta = 0
+        self.n_ctx = n_ctx
+        if prefixes[0] != "":
+            raise ValueError(f"the first context prefix must be the bare prompt '', got {prefixes[0]!r}")
+        # [n]: each answer's first-token rank after the bare prompt at delta = 0 (set by the first evaluation)
+        self.answer_ranks: Optional[torch.Tensor] = None
 
     def _cached_suffix(self, layers) -> Optional[Union[KVSuffix, LayerKV]]:
         """The cached evaluation of ``adam_kv``: :class:`KVSuffix` for Llama/Mistral/Qwen2/Qwen3 and GPT-2 stacks,
@@ -277,10 +285,21 @@ class _Problem:
         kl_logp = torch.log_softmax(logits[n_t:], dim=-1)
         if self.kl_init is None:
             self.kl_init = kl_logp.detach()
+            self.answer_ranks = self._bare_answer_ranks(logits[:n_t].detach())
         kl = (kl_logp.exp() * (kl_logp - self.kl_init[reqs.to(hdev)])).sum(-1)
         h0 = self.h0[reqs.to(self.h0.device)]
         wd = cfg.weight_decay * (delta.norm(dim=1) ** 2) / (h0.norm(dim=1) ** 2)
         return nll + cfg.kl_factor * kl + wd.to(hdev), nll
+
+    def _bare_answer_ranks(self, logits: torch.Tensor) -> torch.Tensor:
+        """``[n]``: each request's answer first-token rank in its bare-prompt row (its first rewriting row);
+        ``logits`` ``[e, vocab]``: every target entry's, in entry order (the first evaluation covers them all)."""
+        bare_first = self.t_first & (self.t_rows % self.n_ctx == 0)
+        picked = torch.nonzero(bare_first).flatten()
+        ranks = torch.empty(self.n, dtype=torch.long)
+        ranks[self.t_req[picked]] = answer_ranks(logits[picked.to(logits.device)],
+                                                 self.t_tok[picked].to(logits.device)).cpu()
+        return ranks
 
     def _rank_term(self, logits: torch.Tensor, keep_t: torch.Tensor, local: torch.Tensor, k: int) -> torch.Tensor:
         """Per evaluated request ``[k]``: the mean over its rewriting rows of :func:`rank_below_loss` at the answer

@@ -19,6 +19,13 @@ def answer_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return -torch.nn.functional.softplus(others - z_y)
 
 
+def answer_ranks(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Rank ``[m]`` of each ``tokens[e]`` in ``logits[e]`` (``[m, vocab]``): how many tokens score strictly
+    higher, so 0 is the argmax (a tie with the answer does not push it down)."""
+    z_y = logits.gather(1, tokens[:, None])
+    return (logits > z_y).sum(-1)
+
+
 def suppression_loss(seq_logp: torch.Tensor) -> torch.Tensor:
     """``-log(1 - p)`` ``[k]`` of sequences with log-probability ``seq_logp`` ``[k]`` (each ``< 0``): the
     ``suppress_answer`` loss, so ``loss < v_early_stop_loss`` means ``p < 1 - exp(-v_early_stop_loss)``."""
