@@ -53,7 +53,8 @@ def variant_spec(name: str, path: str, method: Optional[str] = None) -> MethodSp
 
 def scaled_variant_spec(name: str, path: str, scale: float, method: Optional[str] = None) -> MethodSpec:
     """:func:`variant_spec` whose edit is then scaled: every edited weight ``W + scale (W' - W)`` (a diagnostic of
-    what a smaller change along the same direction keeps; the signature records ``scale``)."""
+    what a smaller change along the same direction keeps; the signature records ``scale``). The row's edit details
+    (``layer_change_norm``, the fluency guard's figures) are the unscaled edit's."""
     import torch
 
     inner = variant_spec(name, path, method)

@@ -112,7 +112,7 @@ def delta_summary(base: torch.Tensor, nll: torch.Tensor, ids: Sequence[int], tok
               for p in (1, 5, 10)}
     positive = float(delta.clamp(min=0).sum())
     shares.update({f"top_{p}pct_of_positive": float(delta[order[: max(1, count * p // 100)]].sum()) / positive
-                   for p in (1, 5, 10)})
+                   if positive else None for p in (1, 5, 10)})
     is_answer = torch.tensor([i in answer_ids for i in ids])
     per_window = []
     for k in range(n_windows):

@@ -3,14 +3,18 @@
 and its cache keys are the paper's (``suppress_answer``'s) as before."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import List
 
 import pytest
 import torch
 
 from tiny_models import forget_requests, sharp_tiny_llama, tiny_gd_target_hparams, tiny_tokenizer
+from zerounlearn_editor.engine.encoding import target_token_ids
 from zerounlearn_editor.engine.hparams import STEP_RANK_KEY, HParamsError
 from zerounlearn_editor.engine.pipeline import neutral_targets, target_settings
+from zerounlearn_editor.engine.requests import normalize_requests
+from zerounlearn_editor.engine.targets import TargetConfig, optimise_neutral_targets
 from zerounlearn_editor.engine.targets.rows import answer_ranks
 
 
@@ -98,3 +102,28 @@ def test_a_bad_limit_is_refused_naming_the_key(tmp_path, value, says):
 def test_the_limit_needs_answer_suppression_targets(tmp_path):
     with pytest.raises(HParamsError, match="target_objective: suppress_answer.*'neutral'"):
         tiny_gd_target_hparams(tmp_path, suppress_rank_limit=0)
+    assert tiny_gd_target_hparams(tmp_path).suppress_rank_limit is None  # the paper's loop by default
+
+
+def test_the_experimental_form_is_refused_naming_the_key(tmp_path):
+    with pytest.raises(HParamsError, match=f"'experimental.{STEP_RANK_KEY}' graduated to the top-level key"):
+        _hp(tmp_path, experimental={STEP_RANK_KEY: 0})
+
+
+def test_the_limit_needs_the_bare_prompt_first(tok):
+    """The rank is read in each request's first rewriting row, so the first context prefix must be the bare prompt;
+    without the limit any prefix order is accepted as before."""
+    model = sharp_tiny_llama(tok)
+    requests = normalize_requests(_requests_at_ranks(model, tok, [0, 2, 5]), distinct_answers=True)
+    targets = [target_token_ids(tok, r.answer) for r in requests]
+    cfg = TargetConfig(
+        layer_module="model.layers.1", ln_f_module="model.norm", lm_head_module="lm_head", loss_layer_module="",
+        fact_token="subject_last", steps=2, lr=0.5, weight_decay=1e-3, clamp_norm_factor=4.0, kl_factor=0.1,
+        early_stop_loss=1e-9, chunk_size=8, objective="suppress_answer",
+    )
+    prefixes = ["one two. ", ""]
+    assert len(optimise_neutral_targets(model, tok, requests, targets, prefixes, cfg).steps_run) == 3
+    with pytest.raises(ValueError, match="suppress_rank_limit reads the answer's rank in the bare prompt"):
+        optimise_neutral_targets(model, tok, requests, targets, prefixes, replace(cfg, step_rank_limit=0))
+    held = optimise_neutral_targets(model, tok, requests, targets, prefixes[::-1], replace(cfg, step_rank_limit=0))
+    assert held.steps_run[0] > 0 and held.steps_run[1:] == [0, 0]

@@ -125,6 +125,9 @@ class _Problem:
         self.head_device = self.head.weight.device
         self.logits_transform = logits_transform(model)
         n, n_ctx = len(requests), len(prefixes)
+        if cfg.step_rank_limit is not None and (not prefixes or prefixes[0] != ""):
+            raise ValueError(f"suppress_rank_limit reads the answer's rank in the bare prompt, the first context "
+                             f"prefix, which must be '' (got {list(prefixes)[:1]!r})")
         self.n = n
         rows_ = encode_target_rows(tok, requests, target_ids, prefixes, cfg.fact_token, model_device(model))
         self.batch = batch = rows_.batch
@@ -160,9 +163,8 @@ class _Problem:
             self.kv = self._cached_suffix(layers)
         self.kl_init: Optional[torch.Tensor] = None  # [n, vocab] log-probs at delta = 0
         self.n_ctx = n_ctx
-        if prefixes[0] != "":
-            raise ValueError(f"the first context prefix must be the bare prompt '', got {prefixes[0]!r}")
-        # [n]: each answer's first-token rank after the bare prompt at delta = 0 (set by the first evaluation)
+        # [n]: with suppress_rank_limit, each answer's first-token rank after the bare prompt at delta = 0 (set by
+        # the first evaluation); None otherwise
         self.answer_ranks: Optional[torch.Tensor] = None
 
     def _cached_suffix(self, layers) -> Optional[Union[KVSuffix, LayerKV]]:
@@ -285,7 +287,8 @@ class _Problem:
         kl_logp = torch.log_softmax(logits[n_t:], dim=-1)
         if self.kl_init is None:
             self.kl_init = kl_logp.detach()
-            self.answer_ranks = self._bare_answer_ranks(logits[:n_t].detach())
+            if cfg.step_rank_limit is not None:
+                self.answer_ranks = self._bare_answer_ranks(logits[:n_t].detach())
         kl = (kl_logp.exp() * (kl_logp - self.kl_init[reqs.to(hdev)])).sum(-1)
         h0 = self.h0[reqs.to(self.h0.device)]
         wd = cfg.weight_decay * (delta.norm(dim=1) ** 2) / (h0.norm(dim=1) ** 2)
