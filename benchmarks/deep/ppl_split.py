@@ -39,7 +39,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 
@@ -48,14 +48,12 @@ from zerounlearn_editor.data.datasets import load_cases, sample_cases
 from zerounlearn_editor.engine import pipeline
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.pipeline import restore_weights
-from zerounlearn_editor.evaluation.batching import logit_batches
 from zerounlearn_editor.evaluation.perplexity import (
     leading_token_ids,
-    output_vocab_size,
     perplexity,
     plan_windows,
     read_text,
-    windows_per_pass,
+    scored_windows,
 )
 from zerounlearn_editor.harness.case_scoring import probe_metrics, score_cases
 from zerounlearn_editor.harness.method_rows import default_registry
@@ -76,20 +74,14 @@ TOP_TOKENS = 40
 
 def token_nll(model: torch.nn.Module, tok: Any, ids: Sequence[int], window: int = 512, stride: int = 512,
               batch_size: int = 4) -> torch.Tensor:
-    """Per-token NLL ``[len(ids)]`` (float64; NaN at positions no window scores: the first) with the windows,
-    batches and scored positions of :func:`~zerounlearn_editor.evaluation.perplexity.perplexity_of_ids`, so that
+    """Per-token NLL ``[len(ids)]`` (float64; NaN at positions no window scores: the first) over the windows of
+    :func:`~zerounlearn_editor.evaluation.perplexity.scored_windows`, the ones ``perplexity_of_ids`` sums, so that
     ``exp(nanmean)`` is its perplexity up to the summation order."""
-    windows = plan_windows(len(ids), window, stride)
     out = torch.full((len(ids),), float("nan"), dtype=torch.float64)
-    per_pass = windows_per_pass(batch_size, window, output_vocab_size(model))
     with eval_mode(model):
-        for indices, batch, logits in logit_batches(model, tok, [ids[w.begin:w.end] for w in windows], per_pass):
-            for row, index in enumerate(indices):
-                w, shift = windows[index], batch.offsets[row] - windows[index].begin
-                first, stop = shift + w.score_from, shift + w.end
-                nll = torch.nn.functional.cross_entropy(logits[row, first - 1:stop - 1].float(),
-                                                        batch.input_ids[row, first:stop], reduction="none")
-                out[w.score_from:w.end] = nll.double()
+        for w, step_logits, targets in scored_windows(model, tok, list(ids), window, stride, batch_size):
+            nll = torch.nn.functional.cross_entropy(step_logits, targets, reduction="none")
+            out[w.score_from:w.end] = nll.double()
     return out
 
 
@@ -146,14 +138,6 @@ def delta_summary(base: torch.Tensor, nll: torch.Tensor, ids: Sequence[int], tok
         "top_positions": rows,
         "top_token_types": [{"token": t, "added": round(v, 4), "count": by_count[t]} for t, v in token_rows],
     }
-
-
-def set_weights(model: torch.nn.Module, weights: Mapping[str, torch.Tensor]) -> None:
-    """Copy ``weights`` (parameter name -> tensor) into the model's parameters."""
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, value in weights.items():
-            params[name].copy_(value)
 
 
 class ResidualRecorder:
@@ -263,7 +247,7 @@ def run_layers(args, model, tok, cases, retain, method, bank, ids, answer_ids, b
     nlls = {"full": full}
     for label, weights in conditions.items():
         if label != "full":
-            set_weights(model, weights)
+            restore_weights(model, weights)
             nlls[label] = token_nll(model, tok, ids)
         summary = delta_summary(base, nlls[label], ids, tok, answer_ids, n_windows,
                                 top=TOP_TOKENS if label == "full" else 10)
@@ -335,14 +319,14 @@ def run_scale(args, model, tok, cases, retain, method, bank, ids, answer_ids, ba
     result.update(edit_seconds=seconds, details=details, scales={}, without={})
     for scale in [float(x) for x in args.scales.split(",")]:
         weights = edited if scale == 1.0 else {n: original[n] + scale * (edited[n] - original[n]) for n in names}
-        set_weights(model, weights)
+        restore_weights(model, weights)
         row = {"ppl": ppl_of(token_nll(model, tok, ids)), **scores_row(model, tok, cases, pre, named)}
         result["scales"][str(scale)] = row
         LOG.info("scale %.2f: PPL %.4f Eff %.1f Spe %.1f answered %d", scale, row["ppl"], row["eff"], row["spe"],
                  len(row["answered"]))
         write_json_atomic(Path(args.out) / "scale.json", result)
     for name in names:
-        set_weights(model, {**edited, name: original[name]})
+        restore_weights(model, {**edited, name: original[name]})
         row = scores_row(model, tok, cases, pre, named)
         result["without"][str(layer_of(name))] = row
         LOG.info("without %d: Eff %.1f Spe %.1f answered %d", layer_of(name), row["eff"], row["spe"],

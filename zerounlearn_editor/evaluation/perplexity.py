@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, List, NamedTuple, Union
+from typing import TYPE_CHECKING, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import torch
 
@@ -134,6 +134,29 @@ def perplexity(
     return perplexity_of_ids(model, tok, ids, window, stride, batch_size)
 
 
+def scored_windows(
+    model: torch.nn.Module,
+    tok: "PreTrainedTokenizerBase",
+    ids: List[int],
+    window: int = 512,
+    stride: int = 512,
+    batch_size: int = 4,
+    desc: Optional[str] = None,
+) -> Iterator[Tuple[Window, torch.Tensor, torch.Tensor]]:
+    """Per window of :func:`plan_windows`, in batches of at most ``batch_size`` windows (fewer where their logits
+    would exceed :data:`LOGITS_BUDGET_BYTES`): ``(window, step_logits [n, V] float32, targets [n])``, the logits
+    predicting the window's ``n`` scored tokens ``ids[window.score_from:window.end]`` and those tokens."""
+    windows = plan_windows(len(ids), window, stride)
+    # every window but the last has ``window`` tokens: the batches are runs of consecutive windows
+    per_pass = windows_per_pass(batch_size, window, output_vocab_size(model), LOGITS_BUDGET_BYTES)
+    for indices, batch, logits in logit_batches(model, tok, [ids[w.begin : w.end] for w in windows], per_pass,
+                                                desc=desc):  # logits [B, L, V]
+        for row, index in enumerate(indices):
+            w, shift = windows[index], batch.offsets[row] - windows[index].begin  # stream -> batch column
+            first, stop = shift + w.score_from, shift + w.end  # scored columns [first, stop)
+            yield w, logits[row, first - 1 : stop - 1].float(), batch.input_ids[row, first:stop]
+
+
 def perplexity_of_ids(
     model: torch.nn.Module,
     tok: "PreTrainedTokenizerBase",
@@ -147,20 +170,11 @@ def perplexity_of_ids(
     would exceed :data:`LOGITS_BUDGET_BYTES`."""
     if len(ids) < 2:
         raise ValueError("perplexity needs at least two tokens of text")
-    windows = plan_windows(len(ids), window, stride)
     total_nll = 0.0
     total_count = 0
-    # every window but the last has ``window`` tokens: the batches are runs of consecutive windows
-    per_pass = windows_per_pass(batch_size, window, output_vocab_size(model), LOGITS_BUDGET_BYTES)
-    batches = logit_batches(model, tok, [ids[w.begin : w.end] for w in windows], per_pass,
-                            desc=f"perplexity ({len(ids)} tokens)")
-    for indices, batch, logits in batches:  # logits [B, L, V]
-        for row, index in enumerate(indices):
-            w, shift = windows[index], batch.offsets[row] - windows[index].begin  # stream -> batch column
-            first, stop = shift + w.score_from, shift + w.end  # scored columns [first, stop)
-            step_logits = logits[row, first - 1 : stop - 1].float()  # [n, V], a view for float32 logits
-            targets = batch.input_ids[row, first:stop]  # [n]
-            nll = torch.nn.functional.cross_entropy(step_logits, targets, reduction="sum")
-            total_nll += float(nll)
-            total_count += stop - first
+    for _, step_logits, targets in scored_windows(model, tok, ids, window, stride, batch_size,
+                                                  desc=f"perplexity ({len(ids)} tokens)"):
+        nll = torch.nn.functional.cross_entropy(step_logits, targets, reduction="sum")
+        total_nll += float(nll)
+        total_count += len(targets)
     return math.exp(total_nll / total_count)
