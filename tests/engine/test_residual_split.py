@@ -42,3 +42,9 @@ def test_the_retired_capacity_split_is_refused_naming_where_it_went(tmp_path):
     with pytest.raises(HParamsError, match=r"'experimental\.layer_split' was retired: .*section 12\.9.*"
                                            r"branch i48-split, commit 4587f79"):
         tiny_gd_target_hparams(tmp_path, experimental={"layer_split": "capacity"})
+
+
+def test_the_retired_stepped_only_solve_is_refused_naming_where_it_went(tmp_path):
+    with pytest.raises(HParamsError, match=r"'experimental\.solve_stepped_only' was retired: .*12\.20.*"
+                                           r"branch i48-held, commit d33d868"):
+        tiny_gd_target_hparams(tmp_path, experimental={"solve_stepped_only": True})

@@ -105,6 +105,11 @@ RETIRED_EXPERIMENTAL_KEYS: Dict[str, str] = {
     "Gemma-3-270m's PPL by 2-3 points but left it at +8.8% or more at n = 50 (benchmarks/RESULTS.md, section 12.9; "
     "benchmarks/notebook/2026-11-30-gemma-split.md); delete the key (the layers split the gap evenly; the code is "
     "on the branch i48-split, commit 4587f79)",
+    # issue 48: the facts without target steps left out of the solves lowered PPL but lost Spe on report data
+    "solve_stepped_only": "leaving the facts that take no target step out of the layers' solves lowered "
+    "Gemma-3-270m's --many PPL (+17.1% -> +14.3% at n = 1,000) but lost neighbours (Spe 51% -> 41% of base; "
+    "benchmarks/RESULTS.md, 12.20; benchmarks/notebook/2026-11-30-gemma-stepped-only.md); delete the key (every "
+    "fact enters the solve; the code is on the branch i48-held, commit d33d868)",
 }
 """Retired keys under ``experimental:``: a file that still sets one fails with this message."""
 
