@@ -11,8 +11,8 @@ YAML, each reproduces that file (``tests/methods/test_variant_rules.py``):
   ``v_early_stop_loss`` 0.01); ``norm_weight`` the paper's times 3/10 (SmolLM2: 1000 -> 300, a looser penalty; the
   factor, not the value, carries over, because the paper's ``norm_weight`` differs by four orders of magnitude
   between models); only facts whose answer's first token is the unedited model's argmax take target steps
-  (``suppress_rank_limit`` 0; the others keep their values: measured on SmolLM2 and Gemma-3-270m,
-  benchmarks/RESULTS.md 12.18).
+  (``suppress_rank_limit`` 0; the others keep their values: measured on SmolLM2, val seeds 1-3, and Gemma-3-270m,
+  benchmarks/RESULTS.md 12.18-12.19).
 - ``deep`` (``-deep.yaml``): :func:`~zerounlearn_editor.methods.zerounlearn_gd.config.deep_mode_settings`.
 - ``retain`` (``-retain.yaml``): ``retain_nullspace_weight`` 0.1 and ``retain_file: null`` (the retain set is given
   at edit time: ``retain=``, ``--retain`` or the key).
@@ -71,8 +71,8 @@ MANY_NORM_FACTOR = (3, 10)
 
 MANY_RANK_LIMIT = 0
 """``-many``'s ``suppress_rank_limit``: only facts the unedited model gives (answer's first token its argmax) take
-target steps (SmolLM2, val n = 1,000: PPL +1.3% -> +0.5%, Spe 90% -> 103% of base; Gemma-3-270m: PPL +30.4% ->
-+17.1%; benchmarks/RESULTS.md 12.18)."""
+target steps (SmolLM2, val n = 1,000, seeds 1-3: PPL +1.3-1.4% -> +0.4-0.5%, Spe 82-90% -> 92-103% of base;
+Gemma-3-270m: PPL +30.4% -> +17.1%; benchmarks/RESULTS.md 12.18-12.19)."""
 
 COMBINATION_REFUSALS: Dict[frozenset, str] = {
     frozenset({"many", "deep"}): (
