@@ -112,7 +112,8 @@ def test_deep_yamls_are_what_the_generator_writes():
 
 MANY = sorted(p for p in (ROOT / "ZeroUnlearn-GD").glob("*-many.yaml")  # not -retain-many; with a paper YAML
               if "-retain" not in p.stem and p.with_name(p.stem[: -len("-many")] + ".yaml").exists())
-MANY_KEYS = {"layers", "norm_weight", "orthogonality_weight", "target_objective", "v_early_stop_loss"}
+MANY_KEYS = {"layers", "norm_weight", "orthogonality_weight", "target_objective", "v_early_stop_loss",
+             "suppress_rank_limit"}
 
 
 def test_smollm2_ships_a_many_facts_yaml():
@@ -133,8 +134,8 @@ def test_gemmas_many_yaml_is_the_file_measured_on_report_data():
 @pytest.mark.parametrize("variant", MANY, ids=[p.stem for p in MANY])
 def test_many_yaml_is_the_paper_yaml_without_the_orthogonality_term_with_suppression_targets_over_more_layers(variant):
     """A <model>-many.yaml is its paper YAML with the measured scale settings (benchmarks/RESULTS.md, "Scale"): no
-    orthogonality term, answer-suppression targets, more edited layers ending at the paper's last one, a looser
-    norm penalty; nothing else."""
+    orthogonality term, answer-suppression targets stepped only where the answer is the model's argmax (12.19), more
+    edited layers ending at the paper's last one, a looser norm penalty; nothing else."""
     paper = ZeroUnlearnGDHyperParams.from_hparams(variant.with_name(variant.stem[: -len("-many")] + ".yaml"))
     many = ZeroUnlearnGDHyperParams.from_hparams(variant)
     differing = {k for k, v in paper.to_dict().items() if many.to_dict()[k] != v}
@@ -142,6 +143,7 @@ def test_many_yaml_is_the_paper_yaml_without_the_orthogonality_term_with_suppres
     assert paper.orthogonality_weight > 0 and many.orthogonality_weight == 0
     assert (paper.target_objective, many.target_objective) == ("neutral", "suppress_answer")
     assert many.norm_weight < paper.norm_weight
+    assert (paper.suppress_rank_limit, many.suppress_rank_limit) == (None, 0)
     assert many.layers[-1] == paper.layers[-1] and set(paper.layers) < set(many.layers)
     assert many.layers == list(range(many.layers[0], many.layers[-1] + 1))
     assert all(v == 0 for v in many.retain_weights().values())

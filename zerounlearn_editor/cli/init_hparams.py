@@ -401,7 +401,8 @@ VARIANT_HELP = {
     "many": "ZeroUnlearn-GD, one batch of many facts (as SmolLM2-135M-Instruct-many.yaml): the layers widen downward "
             "from the last chosen layer to round(7 x layers / 30) of them (SmolLM2: 16-18 -> 12-18 of 30), "
             "orthogonality_weight 0, target_objective suppress_answer stopped at v_early_stop_loss 0.01, norm_weight "
-            "the base YAML's x 3/10",
+            "the base YAML's x 3/10, suppress_rank_limit 0 (only facts the model gives take target steps; with --set "
+            "target_objective=neutral also --set suppress_rank_limit=null)",
     "deep": "ZeroUnlearn-GD, forgetting that survives in-context examples (as the shipped <model>-deep.yaml): the "
             "deep-mode keys (8 context templates of 10 tokens, 50 target steps, clamp 1.5, stop 0.005, 4 few-shot "
             "prefixes)",
@@ -411,8 +412,9 @@ VARIANT_HELP = {
               "where the edit holds other answers)",
     "retain": "ZeroUnlearn-GD, keep named facts (as the shipped <model>-retain.yaml): retain_nullspace_weight 0.1, "
               "retain_file null (give the retain set at edit time); with --many, many facts with a retain set (as "
-              "SmolLM2-135M-Instruct-retain-many.yaml): --many's layers, targets and norm_weight, orthogonality_weight "
-              "kept, v_early_stop_loss 0.003, the retain keys and context_nullspace_weight 0.1",
+              "SmolLM2-135M-Instruct-retain-many.yaml): --many's layers, targets and norm_weight (every fact "
+              "stepping), orthogonality_weight kept, v_early_stop_loss 0.003, the retain keys and "
+              "context_nullspace_weight 0.1",
 }
 
 

@@ -406,8 +406,8 @@ class EditHyperParams(BaseHyperParams):
         "opt-in, with `target_objective: suppress_answer`; `null` = every request takes target steps (the paper's "
         "loop). `R` (an integer >= 0): only requests whose answer's first token ranks at most `R` after the bare "
         "prompt on the unedited model (0: it is the model's argmax) take target steps; the others keep the residual "
-        "0, so the solve holds their values where they are. `hparams/ZeroUnlearn-GD/gemma-3-270m-many.yaml` sets 0 "
-        "(benchmarks/RESULTS.md, 12.18)"
+        "0, so the solve holds their values where they are. `<model>-many.yaml` sets 0 (not `-retain-many` / "
+        "`-robust`; `init-hparams --many` writes it; benchmarks/RESULTS.md, 12.18-12.19)"
     )})
 
     # Retain set (opt-in; zerounlearn_editor.engine.retain)

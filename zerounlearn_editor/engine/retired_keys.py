@@ -129,8 +129,8 @@ GRADUATED_EXPERIMENTAL_KEYS: Dict[str, str] = {
     "init-hparams writes behind a post-MLP norm, hparams/ZeroUnlearn-GD/gemma-3-270m-rules.yaml; "
     "benchmarks/RESULTS.md, section 12): move it out of experimental:, same value (ZeroUnlearn has no such key)",
     # issue 48: the answer-rank step selection of Gemma-3-270m's -many.yaml
-    "suppress_rank_limit": "graduated to the top-level key 'suppress_rank_limit' (hparams/ZeroUnlearn-GD/"
-    "gemma-3-270m-many.yaml; benchmarks/RESULTS.md, 12.18): move it out of experimental:, same value",
+    "suppress_rank_limit": "graduated to the top-level key 'suppress_rank_limit' (the <model>-many.yaml "
+    "files; benchmarks/RESULTS.md, 12.18-12.19): move it out of experimental:, same value",
 }
 """Experiments that became keys of their own: a file that still sets one under ``experimental:`` fails with this
 message naming the key to use."""

@@ -10,12 +10,15 @@ YAML, each reproduces that file (``tests/methods/test_variant_rules.py``):
   term (``orthogonality_weight`` 0); answer-suppression targets (``target_objective: suppress_answer``, stopped at
   ``v_early_stop_loss`` 0.01); ``norm_weight`` the paper's times 3/10 (SmolLM2: 1000 -> 300, a looser penalty; the
   factor, not the value, carries over, because the paper's ``norm_weight`` differs by four orders of magnitude
-  between models).
+  between models); only facts whose answer's first token is the unedited model's argmax take target steps
+  (``suppress_rank_limit`` 0; the others keep their values: measured on SmolLM2, val seeds 1-3, and Gemma-3-270m,
+  benchmarks/RESULTS.md 12.18-12.19).
 - ``deep`` (``-deep.yaml``): :func:`~zerounlearn_editor.methods.zerounlearn_gd.config.deep_mode_settings`.
 - ``retain`` (``-retain.yaml``): ``retain_nullspace_weight`` 0.1 and ``retain_file: null`` (the retain set is given
   at edit time: ``retain=``, ``--retain`` or the key).
 - ``retain-many`` (``--many --retain``; ``-retain-many.yaml``, many facts with a retain set): ``many``'s layers,
-  answer-suppression targets and ``norm_weight`` x 3/10, the orthogonality term kept (the paper's weight), the
+  answer-suppression targets and ``norm_weight`` x 3/10 (every request stepping: no ``suppress_rank_limit``, not
+  measured with a retain set), the orthogonality term kept (the paper's weight), the
   targets stopped at ``v_early_stop_loss`` 0.003, ``retain``'s keys and all-token context protection
   (``context_nullspace_weight`` 0.1).
 - ``robust`` (``-robust.yaml``, forgetting that multiple choice, fine-tuning and int4 rounding do not bring back;
@@ -38,6 +41,7 @@ __all__ = [
     "COMBINATION_REFUSALS",
     "MANY_DEPTH_SHARE",
     "MANY_NORM_FACTOR",
+    "MANY_RANK_LIMIT",
     "many_layers",
     "many_mode_settings",
     "retain_mode_settings",
@@ -64,6 +68,11 @@ MANY_DEPTH_SHARE = (7, 30)
 
 MANY_NORM_FACTOR = (3, 10)
 """``-many``'s ``norm_weight`` over the paper's: SmolLM2's 300 over 1000."""
+
+MANY_RANK_LIMIT = 0
+"""``-many``'s ``suppress_rank_limit``: only facts the unedited model gives (answer's first token its argmax) take
+target steps (SmolLM2, val n = 1,000, seeds 1-3: PPL +1.3-1.4% -> +0.4-0.5%, Spe 82-90% -> 92-103% of base;
+Gemma-3-270m: PPL +30.4% -> +17.1%; benchmarks/RESULTS.md 12.18-12.19)."""
 
 COMBINATION_REFUSALS: Dict[frozenset, str] = {
     frozenset({"many", "deep"}): (
@@ -108,6 +117,7 @@ def many_mode_settings(layers: Sequence[int], num_layers: int, norm_weight: floa
         "target_objective": "suppress_answer",
         "v_early_stop_loss": 0.01,
         "norm_weight": float(f"{float(norm_weight) * num / den:.6g}"),  # 0.1 -> 0.03, not 0.030000000000000006
+        "suppress_rank_limit": MANY_RANK_LIMIT,
     }
 
 
@@ -120,7 +130,7 @@ def retain_many_settings(layers: Sequence[int], num_layers: int, norm_weight: fl
     """The ``-retain-many`` keys (``--many --retain``; see the module docstring): ``many``'s keys less its
     orthogonality change, stopped at :data:`RETAIN_MANY_STOP`, with ``retain``'s keys and context protection 0.1."""
     settings = many_mode_settings(layers, num_layers, norm_weight)
-    del settings["orthogonality_weight"]
+    del settings["orthogonality_weight"], settings["suppress_rank_limit"]
     settings.update(retain_mode_settings(), v_early_stop_loss=RETAIN_MANY_STOP, context_nullspace_weight=0.1)
     return settings
 
