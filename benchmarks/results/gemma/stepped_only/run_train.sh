@@ -3,10 +3,7 @@
 # Run from the branch i48-held (commit d33d868), where the experiment lives.
 # The baseline row (gemma-many-tw100-rank0.yaml = the shipped gemma-3-270m-many.yaml) is 12.18's run (not rerun).
 set -euo pipefail
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONPATH=$PWD ZEROUNLEARN_DATA_DIR=../shared/data
-D=benchmarks/results/gemma/stepped_only
-nice -n 5 zerounlearn bench-scale batch --hparams $D/gemma-many-stepped-only.yaml \
-  --data ../shared/data/counterfact/counterfact_easyedit_train_9484.json --n 300 --target-chunk 50 \
-  --seeds 1 --ppl-tokens 5000 -q --out $D/train
-python benchmarks/scale/rows_table.py benchmarks/results/gemma/rank_step/train/seed_1/*.json \
-  $D/train/seed_1/*.json > $D/train/rows_train_n300.md
+G=benchmarks/results/gemma
+benchmarks/scale/batch_row.sh $G/stepped_only/gemma-many-stepped-only.yaml train 300 1 $G/stepped_only/train \
+  'benchmarks/results/gemma/rank_step/train/seed_1/*.json' \
+  $G/stepped_only/train/rows_train_n300.md

@@ -3,10 +3,7 @@
 # Run from the branch i48-held (commit d33d868), where the experiment lives.
 # The baseline row (the shipped gemma-3-270m-many.yaml) is 12.18's run on the same cases (not rerun here).
 set -euo pipefail
-export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONPATH=$PWD ZEROUNLEARN_DATA_DIR=../shared/data
-D=benchmarks/results/gemma/stepped_only
-nice -n 5 zerounlearn bench-scale batch --hparams $D/gemma-many-stepped-only.yaml \
-  --data ../shared/data/counterfact/counterfact_easyedit_val_1919.json --n 1000 --target-chunk 50 \
-  --seeds 1 --ppl-tokens 5000 -q --out $D/val
-python benchmarks/scale/rows_table.py benchmarks/results/gemma/rank_step/val/seed_1/*.json \
-  $D/val/seed_1/*.json > $D/val/rows_val_n1000.md
+G=benchmarks/results/gemma
+benchmarks/scale/batch_row.sh $G/stepped_only/gemma-many-stepped-only.yaml val 1000 1 $G/stepped_only/val \
+  'benchmarks/results/gemma/rank_step/val/seed_1/*.json' \
+  $G/stepped_only/val/rows_val_n1000.md
