@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 48: solve_stepped_only on TUNE data (train file, seed 1, n = 300: 12.16's and 12.18's cases).
-# Run from the branch i48-held (commit d33d868), where the experiment lives.
+# The experiment lives on the branch i48-held (commit d33d868): run this with that branch's code and
+# benchmarks/scale/batch_row.sh from main.
 # The baseline row (gemma-many-tw100-rank0.yaml = the shipped gemma-3-270m-many.yaml) is 12.18's run (not rerun).
 set -euo pipefail
 G=benchmarks/results/gemma
