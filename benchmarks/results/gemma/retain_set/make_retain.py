@@ -1,7 +1,7 @@
 """Issue 48: a retain set for Gemma-3-270m's --many edit, drawn from the CounterFact train file: 500 forget prompts
 (with their subjects) of train records that are not among the TUNE cases (train, seed 1, n = 300: 12.18's draw) and
 whose prompt is no neighbourhood (locality) prompt of the train or val file and no val prompt, and contains its subject,
-so no scored prompt is retained as a string (subjects are not checked: 5 retain prompts share a subject with a val
+so no scored prompt is retained as a string (subjects are not checked: 4 retain prompts share a subject with 5 val
 forget case of the report draw, RESULTS 12.21).
 
 Run from the repository root: python benchmarks/results/gemma/retain_set/make_retain.py
