@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Dict, List
@@ -29,6 +30,7 @@ from zerounlearn_editor.harness import (
     run_bench,
     runner,
 )
+from zerounlearn_editor.support.files import sha256_of_json
 
 FACTS = TINY_FACTS
 PPL_TEXT = " ".join(
@@ -431,3 +433,30 @@ def test_bench_summary_gives_the_perplexity_tokens_measured(tok, workspace, tmp_
     assert summary["ppl_tokens_measured"] == str(measured)
     text = (tmp_path / "summary.md").read_text(encoding="utf-8")
     assert f"perplexity on the first {measured} tokens of ppl.txt" in text and "1000 tokens" not in text
+
+
+def test_method_signature_covers_the_retain_file_the_yaml_names(workspace, tmp_path):
+    """A bench row made with a YAML's ``retain_file`` is keyed by that file's content too (the edit reads it when
+    the bench passes no retain set), so a changed retain file is not resumed as "done"; a YAML without one keeps
+    the YAML-only identity, so stored seed files stay valid."""
+    from zerounlearn_editor.harness.method_specs import edit_method_spec, load_main_hparams
+
+    main = workspace["main"]
+    spec = edit_method_spec("ZeroUnlearn-GD")
+    plain = workspace["root"] / "hparams" / "ZeroUnlearn-GD" / "tiny.yaml"
+    lookup = HParamsLookup(main, load_main_hparams(str(main)), {"ZeroUnlearn-GD": str(plain)})
+    assert spec.describe(lookup)["hparams"] == {"file": str(plain),
+                                                "sha256": hashlib.sha256(plain.read_bytes()).hexdigest()}
+    keep = tmp_path / "keep.json"
+    keep.write_text(json.dumps([{"prompt": "paris is in", "subject": "paris"}]), encoding="utf-8")
+    config = yaml.safe_load(plain.read_text(encoding="utf-8"))
+    with_retain = tmp_path / "with_retain.yaml"
+    _write_yaml(with_retain, dict(config, retain_file="keep.json", retain_nullspace_weight=0.1))
+    lookup = HParamsLookup(main, load_main_hparams(str(main)), {"ZeroUnlearn-GD": str(with_retain)})
+    first = spec.describe(lookup)
+    assert first["hparams"]["retain_file"]["sha256"] == hashlib.sha256(keep.read_bytes()).hexdigest()
+    keep.write_text(json.dumps([{"prompt": "berlin is in", "subject": "berlin"}]), encoding="utf-8")
+    assert sha256_of_json(spec.describe(lookup)) != sha256_of_json(first)
+    keep.unlink()
+    with pytest.raises(BenchConfigError, match=r"with_retain\.yaml: retain_file '.*keep\.json' is not a file"):
+        spec.describe(lookup)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import random
 from pathlib import Path
@@ -467,3 +468,40 @@ def test_rows_made_on_other_weights_under_the_same_model_name_are_refused(ws, to
         run_scale_stream(_config(ws, tmp_path / "s", [2], rounds=2), model=other, tok=tok)
     run_scale_batch(_config(ws, tmp_path / "b", [2, 4]), model=model, tok=tok)  # the same weights: resumed
     assert batch_row_path(tmp_path / "b", 1, "ZeroUnlearn-GD_tiny", 4).exists()
+
+
+def test_rows_are_keyed_by_the_retain_file_the_yaml_names(ws, tok, tmp_path):
+    """A YAML's ``retain_file`` is read by the edit, so its content keys the rows like the YAML's own: a rerun with
+    the retain prompts changed in place is refused naming ``retain_file_sha256`` (before the model loads), the
+    same prompts resume, and a YAML naming a missing retain file is refused naming the YAML and the key."""
+    retain = tmp_path / "hparams" / "ZeroUnlearn-GD" / "keep.json"
+    retain.parent.mkdir(parents=True)
+    retain.write_text(json.dumps([{"prompt": "paris is in", "subject": "paris"}]), encoding="utf-8")
+    yaml_path = _copy_yaml(ws, retain.parent, retain_file="keep.json", retain_nullspace_weight=0.1)
+    out = tmp_path / "out"
+    config = ScaleConfig(hparams=[str(yaml_path)], data=str(ws["data"]), seeds=[1], out=str(out), ns=[2],
+                         ppl_tokens=30, ppl_text=str(ws["ppl"]))
+    run_scale_batch(config, model=tiny_llama(tok), tok=tok)
+    row = batch_row_path(out, 1, "ZeroUnlearn-GD_tiny", 2)
+    stored = json.loads(row.read_text())["settings"]
+    assert stored["retain_file_sha256"] == hashlib.sha256(retain.read_bytes()).hexdigest()
+    stamp = row.stat().st_mtime_ns
+    retain.write_text(json.dumps([{"prompt": "berlin is in", "subject": "berlin"}]), encoding="utf-8")
+    with pytest.raises(BenchConfigError, match=r"_n2\.json holds results of another configuration "
+                                               r"\(retain_file_sha256: '[0-9a-f]{64}' there, '[0-9a-f]{64}' here\)"):
+        run_scale_batch(config)  # model=None: refused before any load
+    retain.write_text(json.dumps([{"prompt": "paris is in", "subject": "paris"}]), encoding="utf-8")
+    run_scale_batch(config, model=tiny_llama(tok), tok=tok)  # the same prompts: resumed, nothing redone
+    assert row.stat().st_mtime_ns == stamp
+    retain.unlink()
+    with pytest.raises(BenchConfigError, match=r"tiny\.yaml: retain_file '.*keep\.json' is not a file"):
+        run_scale_batch(config)
+
+
+def test_rows_of_a_yaml_without_retain_file_keep_the_yaml_only_key(ws, tok, tmp_path):
+    """Without a ``retain_file`` the row's settings are keyed as before (no ``retain_file_sha256``), so rows
+    stored before the retain key existed still resume."""
+    run_scale_batch(_config(ws, tmp_path, [2]), model=tiny_llama(tok), tok=tok)
+    stored = json.loads(batch_row_path(tmp_path, 1, "ZeroUnlearn-GD_tiny", 2).read_text())["settings"]
+    assert "retain_file_sha256" not in stored
+    assert stored["hparams_sha256"] == hashlib.sha256(ws["hparams"].read_bytes()).hexdigest()

@@ -38,6 +38,7 @@ from zerounlearn_editor.engine.pipeline import EditReport, neutral_targets, targ
 from zerounlearn_editor.engine.stats import SecondMoment, corpus_cache_name
 from zerounlearn_editor.engine.targets import NeutralTargets
 from zerounlearn_editor.harness.bench_config import BenchConfigError
+from zerounlearn_editor.harness.stored_settings import hparams_identity
 from zerounlearn_editor.methods.baselines import TrainReport
 from zerounlearn_editor.methods.registry import RETAIN_ROW, MethodEntry, UnknownMethodError, get_method
 from zerounlearn_editor.support.files import file_identity, sha256_of_json
@@ -247,8 +248,9 @@ def edit_method_spec(name: str) -> MethodSpec:
     cls, apply, folder = entry.hparams_class, entry.apply, entry.folder
 
     def describe(lookup: HParamsLookup) -> Dict[str, Any]:
+        path = lookup.path_for(name, folder, variant)
         return {
-            "hparams": file_identity(lookup.path_for(name, folder, variant)),
+            "hparams": hparams_identity(path, getattr(cls.from_hparams(path), "retain_file", None)),
             "statistics": lookup.statistics_settings(),
         }
 

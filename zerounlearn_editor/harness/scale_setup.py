@@ -24,8 +24,8 @@ from zerounlearn_editor.harness.scale_config import ScaleConfig, ppl_text_of
 from zerounlearn_editor.harness.scale_cost import measure
 from zerounlearn_editor.harness.scale_rows import record_tag, run_settings, yaml_tag
 from zerounlearn_editor.harness.stages import Stage
-from zerounlearn_editor.harness.stored_settings import refuse_other_settings, settings_differences
-from zerounlearn_editor.support.files import read_json, sha256_of_file, sha256_of_json
+from zerounlearn_editor.harness.stored_settings import hparams_identity, refuse_other_settings, settings_differences
+from zerounlearn_editor.support.files import read_json, sha256_of_json
 
 __all__ = ["ScaleRun", "prepare_run", "ScaleSetup", "load_setup", "perplexity", "edit_once", "record_head"]
 
@@ -52,17 +52,21 @@ def _load_method_apply(hp: EditHyperParams) -> Callable[..., Any]:
 class ScaleRun:
     """What a run knows before the model loads: the YAMLs (hyperparameters, tags), the case pool, the settings
     every stored row or stream of ``out`` must share (:func:`~zerounlearn_editor.harness.scale_rows.run_settings`)
-    and per tag its YAML's content hash."""
+    and per tag its YAML's content hash and that of the retain file it names (``None``: it names none)."""
 
     hps: List[EditHyperParams]
     tags: List[str]
     pool: List[UnlearnCase]
     settings: Dict[str, Any]
     hparams_sha256: Dict[str, str]
+    retain_file_sha256: Dict[str, Optional[str]] = dataclasses.field(default_factory=dict)
 
     def row_settings(self, tag: str) -> Dict[str, Any]:
-        """The settings a row or stream of ``tag`` is keyed by: the run's and its YAML's content hash."""
-        return dict(self.settings, hparams_sha256=self.hparams_sha256[tag])
+        """The settings a row or stream of ``tag`` is keyed by: the run's, its YAML's content hash and, when the
+        YAML names a ``retain_file`` (which the edit reads), that file's content hash."""
+        retain = self.retain_file_sha256.get(tag)
+        return dict(self.settings, hparams_sha256=self.hparams_sha256[tag],
+                    **({"retain_file_sha256": retain} if retain else {}))
 
 
 def prepare_run(config: ScaleConfig, stored: str) -> ScaleRun:
@@ -77,8 +81,12 @@ def prepare_run(config: ScaleConfig, stored: str) -> ScaleRun:
                                    f"share the file-name tag {tag!r} (folder and stem); rename one")
     with Stage(f"loading {config.data} cases"):
         pool = load_cases(config.data, path=config.data_path)
+    identities = {tag: hparams_identity(path, getattr(hp, "retain_file", None))
+                  for tag, path, hp in zip(tags, config.hparams, hps)}
     run = ScaleRun(hps, tags, pool, run_settings(config, pool, str(hps[0].model_name)),
-                   {tag: sha256_of_file(path) for tag, path in zip(tags, config.hparams)})
+                   {tag: identity["sha256"] for tag, identity in identities.items()},
+                   {tag: identity["retain_file"]["sha256"] if "retain_file" in identity else None
+                    for tag, identity in identities.items()})
     for path in sorted(Path(config.out).glob(stored)):
         record = read_json(path)
         if "settings" not in record:

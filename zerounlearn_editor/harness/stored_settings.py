@@ -8,12 +8,26 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, List, Mapping, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from zerounlearn_editor.harness.bench_config import BenchConfigError
-from zerounlearn_editor.support.files import json_safe
+from zerounlearn_editor.support.files import file_identity, json_safe
 
-__all__ = ["settings_differences", "refuse_other_settings", "check_stored_run", "as_stored"]
+__all__ = ["settings_differences", "refuse_other_settings", "check_stored_run", "as_stored", "hparams_identity"]
+
+
+def hparams_identity(path: Union[str, Path], retain_file: Optional[str]) -> Dict[str, Any]:
+    """How a result names the YAML it was made with: :func:`~zerounlearn_editor.support.files.file_identity` of
+    ``path``, plus ``"retain_file"``, the identity of the retain file the YAML names (``retain_file``, already
+    resolved against the YAML's folder), when it names one: the edit reads that file, so a result made with
+    other retain prompts is another configuration. A YAML without one keeps the YAML-only identity (stored
+    results stay valid). Raises :class:`BenchConfigError` naming the YAML when the retain file is missing."""
+    identity: Dict[str, Any] = file_identity(path)
+    if retain_file:
+        if not Path(retain_file).is_file():
+            raise BenchConfigError(f"{path}: retain_file {retain_file!r} is not a file")
+        identity["retain_file"] = file_identity(retain_file)
+    return identity
 
 
 def as_stored(settings: Mapping[str, Any]) -> dict:
