@@ -11,9 +11,23 @@ import torch
 from arch_zoo import FORGET, corpus_perplexity, trained_model
 from tiny_models import CORPUS, REPO_ROOT, tiny_hparams_dict, write_corpus
 from zerounlearn_editor import ZeroUnlearnGDHyperParams
-from zerounlearn_editor.engine.fluency_guard import DEFAULT_MAX_INCREASE, WARN_INCREASE, FluencyError, judge_fluency
+from zerounlearn_editor.engine.fluency_guard import (
+    DEFAULT_MAX_INCREASE,
+    GUARD_CHUNKS,
+    GUARD_FIRST,
+    GUARD_STEP,
+    GUARD_WINDOW,
+    WARN_INCREASE,
+    FluencyError,
+    guard_chunks,
+    guard_perplexity,
+    guard_spans,
+    guard_text,
+    judge_fluency,
+)
 from zerounlearn_editor.engine.hparams import HParamsError
 from zerounlearn_editor.engine.pipeline import EditReport
+from zerounlearn_editor.evaluation.perplexity import leading_token_ids
 from zerounlearn_editor.methods.zerounlearn.config import ZeroUnlearnHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.method import apply_zerounlearn_gd_to_model
 
@@ -154,3 +168,57 @@ def test_null_threshold_turns_the_guard_off(tmp_path):
     apply_zerounlearn_gd_to_model(model, tok, REQUESTS, hp, progress=False, fluency_text=TEXT, report=report)
     assert report.fluency == {} and "fluency" not in report.timings
     assert corpus_perplexity(model, tok) > 1.5 * corpus_perplexity(trained_model("gpt2")[0], tok)
+
+
+def test_guard_passages_lie_after_the_bench_perplexity_tokens():
+    """Eight passages (128 tokens in the package, 256 here) every 1250 tokens from token 5000 (the bench's perplexity
+    scores the first 5000); a text too short for that spreads its passages evenly; one window or less is read whole."""
+    assert (GUARD_CHUNKS, GUARD_WINDOW, GUARD_FIRST, GUARD_STEP) == (8, 128, 5000, 1250)
+    assert guard_spans(20000, 256) == [(5000 + 1250 * k, 5256 + 1250 * k) for k in range(8)]
+    end = 5000 + 7 * 1250 + 256
+    assert guard_spans(end, 256)[0] == (5000, 5256)
+    short = guard_spans(end - 1, 256)
+    assert short[0] == (0, 256) and short[-1] == (end - 1 - 256, end - 1) and len(short) == 8
+    assert all(b - a == 256 for a, b in short) and all(a2 > a1 for (a1, _), (a2, _) in zip(short, short[1:]))
+    assert guard_spans(1000, 256) == [(0, 256), (372, 628), (744, 1000)]
+    assert guard_spans(300, 256) == [(0, 256)] and guard_spans(200, 256) == [(0, 200)]
+    with pytest.raises(ValueError, match="at least two tokens"):
+        guard_spans(1, 256)
+
+
+def test_guard_perplexity_is_the_mean_nll_over_every_passage():
+    """exp of the mean NLL over the scored tokens of all passages, each scored in a window of its own."""
+    model, tok = trained_model("llama")
+    chunks = [tok(CORPUS[0])["input_ids"], tok(CORPUS[3])["input_ids"][:5]]
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for chunk in chunks:
+            ids = torch.tensor([chunk])
+            logits = model(input_ids=ids).logits[0, :-1].float()
+            total += float(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum"))
+            count += len(chunk) - 1
+    assert guard_perplexity(model, tok, chunks) == pytest.approx(math.exp(total / count), rel=1e-5)
+    one = guard_perplexity(model, tok, chunks[:1])
+    assert one != pytest.approx(guard_perplexity(model, tok, chunks), rel=1e-3)  # the second passage counts
+
+
+def test_an_edit_guards_on_the_passages_not_the_texts_start(tmp_path, monkeypatch):
+    """Without ``fluency_text`` the edit reads the built-in text's passages from token 5000, in windows no longer
+    than the model's positions; the report counts their tokens."""
+    import zerounlearn_editor.engine.pipeline as pipeline
+
+    seen = []
+
+    def reading(model, tok, chunks):
+        seen.append([list(c) for c in chunks])
+        return 10.0
+
+    monkeypatch.setattr(pipeline, "guard_perplexity", reading)
+    model, tok = trained_model("gpt2")
+    window = min(GUARD_WINDOW, model.config.n_positions)
+    report = EditReport()
+    apply_zerounlearn_gd_to_model(model, tok, REQUESTS, _hparams(tmp_path), progress=False, report=report)
+    ids = leading_token_ids(tok, guard_text(), GUARD_FIRST + 7 * GUARD_STEP + window)
+    expected = [ids[5000 + 1250 * k:5000 + 1250 * k + window] for k in range(8)]
+    assert seen == [expected, expected] and guard_chunks(tok, guard_text(), window) == expected
+    assert report.fluency["tokens"] == 8 * window

@@ -664,7 +664,7 @@ def test_fluency_guard_refuses_through_easyedit(easyedit, in_tmp: Path, tok, mon
     from zerounlearn_editor.engine.fluency_guard import FluencyError
 
     readings = iter([10.0, 100.0])
-    monkeypatch.setattr(pipeline, "guard_perplexity", lambda model, tok, text, tokens: next(readings))
+    monkeypatch.setattr(pipeline, "guard_perplexity", lambda model, tok, chunks: next(readings))
     requests = forget_requests()[:1]
     model, hparams = _tiny_setup(in_tmp, tok)
     original = _weights(model, _weight_names(hparams))

@@ -1,8 +1,13 @@
-"""Fluency guard: the edit's perplexity cost on a short built-in text, checked after every edit.
+"""Fluency guard: the edit's perplexity cost on built-in text, checked after every edit.
 
-The perplexity on the first ``DEFAULT_TOKENS`` tokens of the package's WikiText-2 text (or ``fluency_text``)
-is measured before the first write-back and after the last; the increase ``after / before - 1`` is compared
-with the YAML's ``fluency_max_increase`` (``null``: no guard). The apply functions' ``fluency_guard`` mode:
+The perplexity on :data:`GUARD_CHUNKS` passages of :data:`GUARD_WINDOW` tokens, one every :data:`GUARD_STEP` tokens
+from token :data:`GUARD_FIRST` of the package's WikiText-2 text (each passage a window of its own; a
+``fluency_text`` too short for that layout gives passages spread evenly over its tokens, or its first window:
+:func:`guard_spans`), is measured before the first write-back and after the last; the increase
+``after / before - 1`` is compared with the YAML's ``fluency_max_increase`` (``null``: no guard). The passages lie
+after the 5000 tokens the bench's perplexity scores, so the guard is a reading of its own. The text's first 256
+tokens (the guard before these passages) are an easy passage: on Gemma-3-270m they read +1.7% for an edit that
+costs +17.1% on 5000 tokens (benchmarks/RESULTS.md 12.22). The apply functions' ``fluency_guard`` mode:
 ``"refuse"`` (default: the edit is refused, weights restored, :class:`FluencyError`), ``"warn"`` (kept with a
 warning; ``zerounlearn unlearn --allow-fluency-loss``) or ``"off"``. An edit within the threshold but above
 :data:`WARN_INCREASE` is kept with a warning (every mode but ``"off"``). The guard only reads; its figures go into
@@ -11,9 +16,11 @@ warning; ``zerounlearn unlearn --allow-fluency-loss``) or ``"off"``. An edit wit
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import torch
 from torch import nn
 
 from zerounlearn_editor.engine.eval_mode import eval_mode
@@ -24,12 +31,17 @@ GUARD_MODES = ("refuse", "warn", "off")
 DEFAULT_MAX_INCREASE = 1.0
 """Refuse an edit whose guard perplexity more than doubles (``after > 2 * before``)."""
 WARN_INCREASE = 0.05
-"""A passing edit that raises the guard perplexity by more than this (+5%) is kept with a warning. Measured on
-SmolLM2 many-fact edits (benchmarks/RESULTS.md, "Capacity at scale"): guard readings above +5% went with +4.8% to
-+19.7% on 3,000 WikiText-2 tokens (the 200-fact edits: +16% or more), readings of -0.1% to +4.8% with +1.8% to
-+9.0%; a warning at +5% fires on the many-fact edits that cost fluency badly, long before the refusal."""
-DEFAULT_TOKENS = 256
-_TEXT_CHARS = 64 * 1024  # enough characters of WikiText-2 for far more than DEFAULT_TOKENS tokens
+"""A passing edit that raises the guard perplexity by more than this (+5%) is kept with a warning. The guard's
+passages track the 5000-token WikiText-2 perplexity within a few points on both real models (benchmarks/RESULTS.md
+12.22), so a warning means a cost of about +5% there."""
+GUARD_WINDOW = 128
+"""Tokens per guard passage (fewer where the model has fewer positions): eight of 128 tokens track the 5000-token
+perplexity as closely as eight of 256 at half the cost, four of 256 and 64-token passages less closely
+(benchmarks/RESULTS.md 12.22)."""
+GUARD_CHUNKS = 8
+GUARD_FIRST = 5000
+GUARD_STEP = 1250
+_TEXT_CHARS = 128 * 1024  # enough characters of WikiText-2 for the guard's last passage on the tokenizers measured
 
 
 OVERRIDE_HINT = "keeps such an edit (a larger fluency_max_increase, or null, in the YAML changes the limit)"
@@ -104,12 +116,47 @@ def guard_text() -> str:
         return handle.read(_TEXT_CHARS)
 
 
-def guard_perplexity(model: nn.Module, tok: Any, text: str, tokens: int) -> float:
-    """Perplexity of ``model`` on the first ``tokens`` tokens of ``text``, one window (restores train/eval mode)."""
-    from zerounlearn_editor.evaluation.perplexity import perplexity
+def guard_spans(n_tokens: int, window: int, chunks: int = GUARD_CHUNKS, first: int = GUARD_FIRST,
+                step: int = GUARD_STEP) -> List[Tuple[int, int]]:
+    """``[(start, end)]`` token spans of the guard's passages in a text of ``n_tokens`` tokens (pure).
 
-    with eval_mode(model):
-        return perplexity(model, tok, text, max_tokens=tokens, window=tokens, stride=tokens, batch_size=1)
+    ``chunks`` spans of ``window`` tokens starting at ``first``, ``first + step``, ... where the text reaches the
+    last; otherwise ``min(chunks, n_tokens // window)`` spans spread evenly from the first token to the last, or
+    the whole text when it is at most one window. Raises ``ValueError`` for fewer than two tokens."""
+    if n_tokens < 2 or window < 2 or chunks < 1:
+        raise ValueError(f"the fluency guard needs at least two tokens of text and a window of two, got {n_tokens} "
+                         f"tokens and a window of {window}")
+    if n_tokens >= first + (chunks - 1) * step + window:
+        return [(first + k * step, first + k * step + window) for k in range(chunks)]
+    if n_tokens <= window:
+        return [(0, n_tokens)]
+    count = min(chunks, n_tokens // window)
+    if count == 1:
+        return [(0, window)]
+    gap = (n_tokens - window) / (count - 1)
+    return [(round(k * gap), round(k * gap) + window) for k in range(count)]
+
+
+def guard_chunks(tok: Any, text: str, window: int) -> List[List[int]]:
+    """The token ids of the guard's passages of ``text`` (:func:`guard_spans`), each ``[<= window]``."""
+    from zerounlearn_editor.evaluation.perplexity import leading_token_ids
+
+    ids = leading_token_ids(tok, text, GUARD_FIRST + (GUARD_CHUNKS - 1) * GUARD_STEP + window)
+    return [ids[a:b] for a, b in guard_spans(len(ids), window)]
+
+
+def guard_perplexity(model: nn.Module, tok: Any, chunks: Sequence[Sequence[int]]) -> float:
+    """``exp(mean NLL)`` of ``model`` over the scored tokens of every passage in ``chunks`` (each one window of its
+    own, :func:`guard_chunks`; restores train/eval mode)."""
+    from zerounlearn_editor.evaluation.perplexity import scored_windows
+
+    total, count = 0.0, 0
+    with eval_mode(model), torch.no_grad():
+        for chunk in chunks:
+            for _, logits, targets in scored_windows(model, tok, list(chunk), len(chunk), len(chunk), 1):
+                total += float(torch.nn.functional.cross_entropy(logits.float(), targets, reduction="sum"))
+                count += int(targets.numel())
+    return math.exp(total / count)
 
 
 def judge_fluency(ppl_before: float, ppl_after: float, tokens: int, max_increase: float, mode: str) -> FluencyCheck:

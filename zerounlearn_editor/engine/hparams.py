@@ -395,10 +395,10 @@ class EditHyperParams(BaseHyperParams):
 
     # Fluency guard (zerounlearn_editor.engine.fluency_guard)
     fluency_max_increase: Optional[float] = field(default=1.0, metadata={"help": (
-        "fluency guard on every edit: the allowed relative perplexity increase on 256 tokens of the built-in "
-        "WikiText-2 text (1.0 = +100%); beyond it the edit is refused and the weights restored (the apply functions' "
-        "`fluency_guard=\"warn\"`, `unlearn --allow-fluency-loss`, keep it with a warning); `null` = no guard. It "
-        "only reads (see \"Fluency guard\")"
+        "fluency guard on every edit: the allowed relative perplexity increase on 8 passages of 128 tokens of "
+        "the built-in WikiText-2 text (1.0 = +100%); beyond it the edit is refused and the weights restored (the "
+        "apply functions' `fluency_guard=\"warn\"`, `unlearn --allow-fluency-loss`, keep it with a warning); `null` "
+        "= no guard. It only reads (see \"Fluency guard\")"
     )})
 
     # opt-in (null = every request steps, the paper's loop); see engine.adam.held_back

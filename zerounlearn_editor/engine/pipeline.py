@@ -29,8 +29,9 @@ from zerounlearn_editor.engine.encoding import target_token_ids
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.fluency_guard import (
     DEFAULT_MAX_INCREASE,
-    DEFAULT_TOKENS,
+    GUARD_WINDOW,
     FluencyError,
+    guard_chunks,
     guard_perplexity,
     judge_fluency,
     resolve_mode,
@@ -406,13 +407,14 @@ def _run_layerwise_edit(
         with _timer(report, "fluency"):
             guard_text_ = guard_source if guard_source is not None else builtin_guard_text()
             limit = max_positions(model)  # GPT-2's n_positions; rotary models have none
-            n_tokens = DEFAULT_TOKENS if limit is None else min(DEFAULT_TOKENS, limit)
-            ppl_before = guard_perplexity(model, tok, guard_text_, n_tokens)
+            chunks = guard_chunks(tok, guard_text_, GUARD_WINDOW if limit is None else min(GUARD_WINDOW, limit))
+            n_tokens = sum(len(chunk) for chunk in chunks)
+            ppl_before = guard_perplexity(model, tok, chunks)
     try:
         _edit_layers(model, tok, plan, prefixes, targets, second_moments, solver, report, stages.keys, post_maps)
         if mode != "off":
             with _timer(report, "fluency"):
-                ppl_after = guard_perplexity(model, tok, guard_text_, n_tokens)
+                ppl_after = guard_perplexity(model, tok, chunks)
             _judge_edit_fluency(hparams, report, mode, ppl_before, ppl_after, n_tokens)
     except BaseException:
         restore_weights(model, weights_copy)
