@@ -1,0 +1,114 @@
+"""Fluency guard: which guard text tracks an edit's perplexity cost on the 5000-token WikiText-2 perplexity?
+
+One batch edit (``bench-scale``'s draw, targets cache and edit; any YAML, any model), then the change scaled
+(``W + s dW``) for each ``--scales`` value. Per condition: the perplexity on the first 5000 tokens of the package's
+WikiText-2 text (512-token windows, the bench's) and the readings of candidate guard texts (each chunk one
+window, :func:`guard_texts`; the chunks from token 5000 on are text the 5000-token perplexity does not
+score). One JSON, written after every condition (a rerun skips stored
+ones); ``guard_table.py`` tabulates such JSONs.
+
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 nice -n 5 python benchmarks/guard/guard_readings.py \
+        --hparams hparams/ZeroUnlearn-GD/SmolLM2-135M-Instruct.yaml --n 200 --seed 2 \
+        --out benchmarks/results/guard/smollm2_paper_val_seed2_n200
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+from pathlib import Path
+from typing import Any, Dict, List, Sequence
+
+import torch
+
+from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.engine.eval_mode import eval_mode
+from zerounlearn_editor.engine.pipeline import restore_weights
+from zerounlearn_editor.evaluation.perplexity import leading_token_ids, perplexity_of_ids, read_text, scored_windows
+from zerounlearn_editor.harness.scale_cases import draw_cases
+from zerounlearn_editor.harness.scale_config import ScaleConfig
+from zerounlearn_editor.harness.scale_rows import BATCH_ROWS
+from zerounlearn_editor.harness.scale_setup import edit_once, load_setup, prepare_run
+from zerounlearn_editor.harness.scale_targets import TargetCache
+from zerounlearn_editor.support.files import read_json, write_json_atomic
+
+LOG = logging.getLogger("guard_readings")
+DATA = {"val": "../shared/data/counterfact/counterfact_easyedit_val_1919.json",
+        "train": "../shared/data/counterfact/counterfact_easyedit_train_9484.json"}
+
+
+def guard_texts(ids: Sequence[int]) -> Dict[str, List[List[int]]]:
+    """Candidate guard texts, each a list of token chunks scored in a window of their own: the shipped guard's
+    first 256 tokens, the first 1024, and ``k`` chunks of ``w`` tokens spread over tokens 5000-15000."""
+    texts = {"first_256 (shipped guard)": [list(ids[:256])], "first_1024": [list(ids[k * 256:(k + 1) * 256])
+                                                                             for k in range(4)]}
+    for k, w in ((4, 64), (8, 64), (16, 64), (8, 128), (4, 256), (8, 256)):
+        texts[f"{k}x{w}_from_5000"] = [list(ids[s:s + w]) for s in range(5000, 15000, 10000 // k)]
+    return texts
+
+
+def chunks_ppl(model: torch.nn.Module, tok: Any, chunks: Sequence[Sequence[int]]) -> float:
+    """``exp(mean NLL)`` over every chunk's scored tokens, each chunk one window."""
+    total, count = 0.0, 0
+    with eval_mode(model), torch.no_grad():
+        for chunk in chunks:
+            for _, logits, targets in scored_windows(model, tok, list(chunk), len(chunk), len(chunk), 1):
+                total += float(torch.nn.functional.cross_entropy(logits, targets, reduction="sum"))
+                count += int(targets.numel())
+    return math.exp(total / count)
+
+
+def readings(model: torch.nn.Module, tok: Any, guards: Dict[str, List[List[int]]],
+             ppl_ids: List[int]) -> Dict[str, Any]:
+    """The 5000-token perplexity and every candidate guard text's perplexity of ``model`` as it is."""
+    with eval_mode(model), torch.no_grad():
+        ppl = perplexity_of_ids(model, tok, ppl_ids, 512, 512, 4)
+    return {"ppl_5000": ppl, "guards": {k: chunks_ppl(model, tok, v) for k, v in guards.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hparams", required=True)
+    parser.add_argument("--data", choices=sorted(DATA), default="val")
+    parser.add_argument("--n", type=int, required=True)
+    parser.add_argument("--seed", type=int, default=2)
+    parser.add_argument("--scales", default="0.25,0.5,0.75,1.0")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    out = Path(args.out)
+    result_path = out / "guard_readings.json"
+    result: Dict[str, Any] = read_json(result_path) if result_path.exists() else {}
+    config = ScaleConfig(hparams=[args.hparams], data=DATA[args.data], seeds=[args.seed], out=str(out), ns=[args.n],
+                         ppl_tokens=5000, target_chunk=50)
+    run = prepare_run(config, BATCH_ROWS)
+    setup = load_setup(config, run.hps, None, None, BATCH_ROWS)
+    cases, _ = draw_cases(config, run, args.n, args.seed, lambda: setup)
+    model, tok, hp = setup.model, setup.tok, run.hps[0]
+    result.update(hparams=args.hparams, data=args.data, n=args.n, seed=args.seed,
+                  case_ids=[c.case_id for c in cases])
+    ids = leading_token_ids(tok, read_text(default_ppl_text()), 15000)
+    guards = guard_texts(ids)
+    if "base" not in result:
+        result["base"] = readings(model, tok, guards, ids[:5000])
+        write_json_atomic(result_path, result)
+    requests = [dict(c.request) for c in cases]
+    targets, _, _ = TargetCache(out / "targets", setup.fingerprint).get(model, tok, hp, requests, 50)
+    weights_copy, _, _ = edit_once(setup, hp, requests, targets)
+    params = dict(model.named_parameters())
+    edited = {name: params[name].detach().clone() for name in weights_copy}
+    for s in (float(x) for x in args.scales.split(",")):
+        label = f"scale {s}"
+        if label in result.get("conditions", {}):
+            continue
+        with torch.no_grad():
+            for name, w0 in weights_copy.items():
+                params[name].copy_(w0 + s * (edited[name] - w0))
+        result.setdefault("conditions", {})[label] = readings(model, tok, guards, ids[:5000])
+        write_json_atomic(result_path, result)
+        LOG.info("%s: %s", label, result["conditions"][label])
+    restore_weights(model, weights_copy)
+
+
+if __name__ == "__main__":
+    main()
