@@ -17,7 +17,7 @@ import argparse
 import logging
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 
@@ -66,6 +66,16 @@ def readings(model: torch.nn.Module, tok: Any, guards: Dict[str, List[List[int]]
     return {"ppl_5000": ppl, "guards": {k: chunks_ppl(model, tok, v) for k, v in guards.items()}}
 
 
+def batch_setup(hparams: str, data_file: str, n: int, seed: int, out: Path) -> Tuple[Any, Any, List[Any]]:
+    """``bench-scale batch``'s run, setup (model loaded) and case draw for one row: ``(run, setup, cases)``."""
+    config = ScaleConfig(hparams=[hparams], data=data_file, seeds=[seed], out=str(out), ns=[n], ppl_tokens=5000,
+                         target_chunk=50)
+    run = prepare_run(config, BATCH_ROWS)
+    setup = load_setup(config, run.hps, None, None, BATCH_ROWS)
+    cases, _ = draw_cases(config, run, n, seed, lambda: setup)
+    return run, setup, cases
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hparams", required=True)
@@ -79,11 +89,7 @@ def main() -> None:
     out = Path(args.out)
     result_path = out / "guard_readings.json"
     result: Dict[str, Any] = read_json(result_path) if result_path.exists() else {}
-    config = ScaleConfig(hparams=[args.hparams], data=DATA[args.data], seeds=[args.seed], out=str(out), ns=[args.n],
-                         ppl_tokens=5000, target_chunk=50)
-    run = prepare_run(config, BATCH_ROWS)
-    setup = load_setup(config, run.hps, None, None, BATCH_ROWS)
-    cases, _ = draw_cases(config, run, args.n, args.seed, lambda: setup)
+    run, setup, cases = batch_setup(args.hparams, DATA[args.data], args.n, args.seed, out)
     model, tok, hp = setup.model, setup.tok, run.hps[0]
     result.update(hparams=args.hparams, data=args.data, n=args.n, seed=args.seed,
                   case_ids=[c.case_id for c in cases])

@@ -19,7 +19,6 @@ One JSON beside this file's ``ppl_tokens.json``, written after every condition (
 from __future__ import annotations
 
 import logging
-import math
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
@@ -27,19 +26,17 @@ from typing import Any, Dict, List, Sequence
 import torch
 
 from zerounlearn_editor.data.builtin import default_ppl_text
-from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.pipeline import restore_weights
-from zerounlearn_editor.evaluation.perplexity import leading_token_ids, read_text, scored_windows
+from zerounlearn_editor.evaluation.perplexity import leading_token_ids, read_text
 from zerounlearn_editor.harness.case_scoring import score_cases
-from zerounlearn_editor.harness.scale_cases import draw_cases
-from zerounlearn_editor.harness.scale_config import ScaleConfig
 from zerounlearn_editor.harness.scale_metrics import known_mask, scale_metrics
-from zerounlearn_editor.harness.scale_rows import BATCH_ROWS
-from zerounlearn_editor.harness.scale_setup import edit_once, load_setup, prepare_run
+from zerounlearn_editor.harness.scale_setup import edit_once
 from zerounlearn_editor.harness.scale_targets import TargetCache
 from zerounlearn_editor.support.files import read_json, write_json_atomic
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "guard"))
+from guard_readings import batch_setup, chunks_ppl  # noqa: E402
 from ppl_tokens import DATA, ppl_of, token_nll  # noqa: E402
 
 LOG = logging.getLogger("guard_scale")
@@ -60,27 +57,12 @@ def guard_texts(ids: Sequence[int]) -> Dict[str, List[List[int]]]:
     }
 
 
-def chunks_ppl(model: torch.nn.Module, tok: Any, chunks: Sequence[Sequence[int]]) -> float:
-    """``exp(mean NLL)`` over every chunk's scored tokens, each chunk one 256-token window."""
-    total, count = 0.0, 0
-    with eval_mode(model), torch.no_grad():
-        for chunk in chunks:
-            for _, logits, targets in scored_windows(model, tok, list(chunk), GUARD_WINDOW, GUARD_WINDOW, 1):
-                total += float(torch.nn.functional.cross_entropy(logits, targets, reduction="sum"))
-                count += int(targets.numel())
-    return math.exp(total / count)
-
-
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     out = HERE / "val_n1000_seed1"
     result_path = out / "guard_scale.json"
     result: Dict[str, Any] = read_json(result_path) if result_path.exists() else {}
-    config = ScaleConfig(hparams=["hparams/ZeroUnlearn-GD/gemma-3-270m-many.yaml"], data=DATA["val"], seeds=[1],
-                         out=str(out), ns=[1000], ppl_tokens=5000, target_chunk=50)
-    run = prepare_run(config, BATCH_ROWS)
-    setup = load_setup(config, run.hps, None, None, BATCH_ROWS)
-    cases, _ = draw_cases(config, run, 1000, 1, lambda: setup)
+    run, setup, cases = batch_setup("hparams/ZeroUnlearn-GD/gemma-3-270m-many.yaml", DATA["val"], 1000, 1, out)
     row = read_json(ROW)
     if row["case_ids"] != [c.case_id for c in cases]:
         raise SystemExit(f"{ROW}: other cases than this draw")

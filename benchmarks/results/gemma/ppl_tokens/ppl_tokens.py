@@ -26,14 +26,13 @@ from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.pipeline import restore_weights
 from zerounlearn_editor.evaluation.perplexity import leading_token_ids, read_text, scored_windows
-from zerounlearn_editor.harness.scale_cases import draw_cases
-from zerounlearn_editor.harness.scale_config import ScaleConfig
-from zerounlearn_editor.harness.scale_rows import BATCH_ROWS
-from zerounlearn_editor.harness.scale_setup import edit_once, load_setup, prepare_run
+from zerounlearn_editor.harness.scale_setup import edit_once
 from zerounlearn_editor.harness.scale_targets import TargetCache
 from zerounlearn_editor.support.files import read_json, write_json_atomic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "deep"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "guard"))
+from guard_readings import batch_setup  # noqa: E402
 from ppl_split import delta_summary  # noqa: E402
 
 LOG = logging.getLogger("ppl_tokens")
@@ -91,11 +90,7 @@ def main() -> None:
     out = Path(args.out or HERE / f"{args.data}_n{args.n}_seed{args.seed}")
     result_path = out / "ppl_tokens.json"
     result: Dict[str, Any] = read_json(result_path) if result_path.exists() else {}
-    config = ScaleConfig(hparams=[args.hparams], data=DATA[args.data], seeds=[args.seed], out=str(out), ns=[args.n],
-                         ppl_tokens=5000, target_chunk=50)
-    run = prepare_run(config, BATCH_ROWS)
-    setup = load_setup(config, run.hps, None, None, BATCH_ROWS)
-    cases, _ = draw_cases(config, run, args.n, args.seed, lambda: setup)
+    run, setup, cases = batch_setup(args.hparams, DATA[args.data], args.n, args.seed, out)
     row = read_json(args.row) if args.row else None
     if row is not None and row["case_ids"] != [c.case_id for c in cases]:
         raise SystemExit(f"{args.row}: other cases than this draw")
