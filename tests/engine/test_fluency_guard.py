@@ -204,7 +204,8 @@ def test_guard_perplexity_is_the_mean_nll_over_every_passage():
 
 def test_an_edit_guards_on_the_passages_not_the_texts_start(tmp_path, monkeypatch):
     """Without ``fluency_text`` the edit reads the built-in text's passages from token 5000, in windows no longer
-    than the model's positions; the report counts their tokens."""
+    than the model's positions, each opened by the BOS the tokenizer puts before a text; the report counts their
+    tokens."""
     import zerounlearn_editor.engine.pipeline as pipeline
 
     seen = []
@@ -219,6 +220,33 @@ def test_an_edit_guards_on_the_passages_not_the_texts_start(tmp_path, monkeypatc
     report = EditReport()
     apply_zerounlearn_gd_to_model(model, tok, REQUESTS, _hparams(tmp_path), progress=False, report=report)
     ids = leading_token_ids(tok, guard_text(), GUARD_FIRST + 7 * GUARD_STEP + window)
-    expected = [ids[5000 + 1250 * k:5000 + 1250 * k + window] for k in range(8)]
+    assert ids[0] == tok.bos_token_id  # the tiny tokenizer puts BOS first, as Gemma's and Llama-3's do
+    starts = [5000 + 1250 * k for k in range(8)]
+    expected = [[tok.bos_token_id] + ids[s + 1:s + window] for s in starts]  # each passage a document of its own
     assert seen == [expected, expected] and guard_chunks(tok, guard_text(), window) == expected
     assert report.fluency["tokens"] == 8 * window
+
+
+def test_a_guard_text_given_as_a_file_is_read(tmp_path):
+    """``fluency_text`` may name a UTF-8 file, as the perplexity functions accept: its content is read, not the path."""
+    _, tok = trained_model("gpt2")
+    text = " ".join(CORPUS)
+    path = tmp_path / "guard.txt"
+    path.write_text(text, encoding="utf-8")
+    assert guard_chunks(tok, str(path), 32) == guard_chunks(tok, text, 32) != guard_chunks(tok, "guard.txt text", 32)
+
+
+def test_passages_keep_a_tokenizer_without_bos_as_it_is():
+    """A tokenizer that puts no BOS before a text (SmolLM2's) gets the passages' tokens unchanged."""
+    _, tok = trained_model("gpt2")
+
+    class NoBos:
+        bos_token_id = None
+
+        def __call__(self, text, **kwargs):
+            out = tok(text, **kwargs)
+            return {"input_ids": out["input_ids"][1:]}
+
+    text = guard_text()
+    ids = leading_token_ids(NoBos(), text, GUARD_FIRST + 7 * GUARD_STEP + 32)
+    assert guard_chunks(NoBos(), text, 32) == [ids[s:s + 32] for s in range(5000, 15000, 1250)]

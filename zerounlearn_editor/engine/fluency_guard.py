@@ -35,9 +35,9 @@ WARN_INCREASE = 0.05
 passages track the 5000-token WikiText-2 perplexity within a few points on both real models (benchmarks/RESULTS.md
 12.22), so a warning means a cost of about +5% there."""
 GUARD_WINDOW = 128
-"""Tokens per guard passage (fewer where the model has fewer positions): eight of 128 tokens track the 5000-token
-perplexity as closely as eight of 256 at half the cost, four of 256 and 64-token passages less closely
-(benchmarks/RESULTS.md 12.22)."""
+"""Tokens per guard passage (fewer where the model has fewer positions): on the scaled edits of benchmarks/RESULTS.md
+12.22, eight passages of 128 tokens were within 1.4 points of the 5000-token perplexity change on average (eight of
+256: 0.9, at twice the cost; four of 256 and 64-token passages further off)."""
 GUARD_CHUNKS = 8
 GUARD_FIRST = 5000
 GUARD_STEP = 1250
@@ -124,8 +124,8 @@ def guard_spans(n_tokens: int, window: int, chunks: int = GUARD_CHUNKS, first: i
     last; otherwise ``min(chunks, n_tokens // window)`` spans spread evenly from the first token to the last, or
     the whole text when it is at most one window. Raises ``ValueError`` for fewer than two tokens."""
     if n_tokens < 2 or window < 2 or chunks < 1:
-        raise ValueError(f"the fluency guard needs at least two tokens of text and a window of two, got {n_tokens} "
-                         f"tokens and a window of {window}")
+        raise ValueError(f"the fluency guard needs at least two tokens of text, a window of two and one passage, got "
+                         f"{n_tokens} tokens, a window of {window} and {chunks} passages")
     if n_tokens >= first + (chunks - 1) * step + window:
         return [(first + k * step, first + k * step + window) for k in range(chunks)]
     if n_tokens <= window:
@@ -138,11 +138,16 @@ def guard_spans(n_tokens: int, window: int, chunks: int = GUARD_CHUNKS, first: i
 
 
 def guard_chunks(tok: Any, text: str, window: int) -> List[List[int]]:
-    """The token ids of the guard's passages of ``text`` (:func:`guard_spans`), each ``[<= window]``."""
-    from zerounlearn_editor.evaluation.perplexity import leading_token_ids
+    """The token ids of the guard's passages of ``text`` (the text, or a path to a UTF-8 file: ``read_text``;
+    :func:`guard_spans`), each ``[<= window]``. Where the tokenizer puts a BOS token before the text (Gemma, Llama-3;
+    not SmolLM2), every passage starts with it too, in place of its first token, as each document the model reads
+    does: Gemma-3-270m's base perplexity on the passages is 230 without and 32 with it (benchmarks/RESULTS.md 12.22)."""
+    from zerounlearn_editor.evaluation.perplexity import leading_token_ids, read_text
 
-    ids = leading_token_ids(tok, text, GUARD_FIRST + (GUARD_CHUNKS - 1) * GUARD_STEP + window)
-    return [ids[a:b] for a, b in guard_spans(len(ids), window)]
+    ids = leading_token_ids(tok, read_text(text), GUARD_FIRST + (GUARD_CHUNKS - 1) * GUARD_STEP + window)
+    bos = getattr(tok, "bos_token_id", None)
+    starts_with_bos = bos is not None and bool(ids) and ids[0] == bos
+    return [[bos] + ids[a + 1:b] if starts_with_bos and a > 0 else ids[a:b] for a, b in guard_spans(len(ids), window)]
 
 
 def guard_perplexity(model: nn.Module, tok: Any, chunks: Sequence[Sequence[int]]) -> float:
