@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List
 
 import torch
 
 from zerounlearn_editor.data.builtin import default_ppl_text
-from zerounlearn_editor.engine.eval_mode import eval_mode
+from zerounlearn_editor.engine.fluency_guard import guard_chunks, guard_perplexity
 from zerounlearn_editor.engine.pipeline import restore_weights
 from zerounlearn_editor.evaluation.perplexity import leading_token_ids, read_text
 from zerounlearn_editor.harness.scale_setup import edit_once
@@ -36,26 +35,15 @@ from guard_readings import DATA, batch_setup  # noqa: E402
 LOG = logging.getLogger("bos_readings")
 
 
-def mean_nll(model: torch.nn.Module, inputs: Sequence[Sequence[int]]) -> float:
-    """``exp`` of the mean next-token NLL over every input's scored tokens (one forward pass each, no cache)."""
-    total, count = 0.0, 0
-    with eval_mode(model), torch.no_grad():
-        for seq in inputs:
-            ids = torch.tensor([list(seq)])
-            logits = model(input_ids=ids).logits[0, :-1].float()
-            total += float(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum"))
-            count += ids.shape[1] - 1
-    return math.exp(total / count)
-
-
-def layouts(ids: List[int], bos: int) -> Dict[str, List[List[int]]]:
-    """The four token layouts read: bench windows as tokenized / with BOS, guard passages as tokenized / with BOS."""
+def layouts(tok: Any, ids: List[int], bos: int) -> Dict[str, List[List[int]]]:
+    """The four token layouts read: bench windows as tokenized / with BOS, guard passages as tokenized / with BOS
+    (the last: the package's guard passages, ``guard_chunks``)."""
     body = ids[1:5000] if ids[0] == bos else ids[:5000]
     bench = [ids[k:k + 512] for k in range(0, 5000, 512)]
     bench_bos = [[bos] + body[k:k + 511] for k in range(0, len(body), 511)]
     starts = range(5000, 15000, 1250)
     return {"ppl_5000": bench, "ppl_5000_bos": bench_bos, "guard_8x128": [ids[s:s + 128] for s in starts],
-            "guard_8x128_bos": [[bos] + ids[s + 1:s + 128] for s in starts]}
+            "guard_8x128_bos": guard_chunks(tok, read_text(default_ppl_text()), 128)}
 
 
 def main() -> None:
@@ -77,10 +65,10 @@ def main() -> None:
     ids = leading_token_ids(tok, read_text(default_ppl_text()), 15000)
     bos = tok.bos_token_id
     result.update(hparams=args.hparams, n=args.n, seed=args.seed, first_token_is_bos=ids[0] == bos)
-    texts = layouts(ids, bos)
+    texts = layouts(tok, ids, bos)
 
     def read(label: str) -> None:
-        result.setdefault("conditions", {})[label] = {k: mean_nll(model, v) for k, v in texts.items()}
+        result.setdefault("conditions", {})[label] = {k: guard_perplexity(model, tok, v) for k, v in texts.items()}
         write_json_atomic(result_path, result)
         LOG.info("%s: %s", label, result["conditions"][label])
 

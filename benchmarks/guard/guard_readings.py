@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -23,8 +22,9 @@ import torch
 
 from zerounlearn_editor.data.builtin import default_ppl_text
 from zerounlearn_editor.engine.eval_mode import eval_mode
+from zerounlearn_editor.engine.fluency_guard import guard_perplexity
 from zerounlearn_editor.engine.pipeline import restore_weights
-from zerounlearn_editor.evaluation.perplexity import leading_token_ids, perplexity_of_ids, read_text, scored_windows
+from zerounlearn_editor.evaluation.perplexity import leading_token_ids, perplexity_of_ids, read_text
 from zerounlearn_editor.harness.scale_cases import draw_cases
 from zerounlearn_editor.harness.scale_config import ScaleConfig
 from zerounlearn_editor.harness.scale_rows import BATCH_ROWS
@@ -47,23 +47,12 @@ def guard_texts(ids: Sequence[int]) -> Dict[str, List[List[int]]]:
     return texts
 
 
-def chunks_ppl(model: torch.nn.Module, tok: Any, chunks: Sequence[Sequence[int]]) -> float:
-    """``exp(mean NLL)`` over every chunk's scored tokens, each chunk one window."""
-    total, count = 0.0, 0
-    with eval_mode(model), torch.no_grad():
-        for chunk in chunks:
-            for _, logits, targets in scored_windows(model, tok, list(chunk), len(chunk), len(chunk), 1):
-                total += float(torch.nn.functional.cross_entropy(logits, targets, reduction="sum"))
-                count += int(targets.numel())
-    return math.exp(total / count)
-
-
 def readings(model: torch.nn.Module, tok: Any, guards: Dict[str, List[List[int]]],
              ppl_ids: List[int]) -> Dict[str, Any]:
     """The 5000-token perplexity and every candidate guard text's perplexity of ``model`` as it is."""
     with eval_mode(model), torch.no_grad():
         ppl = perplexity_of_ids(model, tok, ppl_ids, 512, 512, 4)
-    return {"ppl_5000": ppl, "guards": {k: chunks_ppl(model, tok, v) for k, v in guards.items()}}
+    return {"ppl_5000": ppl, "guards": {k: guard_perplexity(model, tok, v) for k, v in guards.items()}}
 
 
 def batch_setup(hparams: str, data_file: str, n: int, seed: int, out: Path) -> Tuple[Any, Any, List[Any]]:

@@ -21,11 +21,12 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict
 
 import torch
 
 from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.engine.fluency_guard import guard_perplexity
 from zerounlearn_editor.engine.pipeline import restore_weights
 from zerounlearn_editor.evaluation.perplexity import leading_token_ids, read_text
 from zerounlearn_editor.harness.case_scoring import score_cases
@@ -36,25 +37,15 @@ from zerounlearn_editor.support.files import read_json, write_json_atomic
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "guard"))
-from guard_readings import batch_setup, chunks_ppl  # noqa: E402
+from guard_readings import batch_setup, guard_texts  # noqa: E402
 from ppl_tokens import DATA, ppl_of, token_nll  # noqa: E402
 
 LOG = logging.getLogger("guard_scale")
 HERE = Path(__file__).parent
 ROW = "benchmarks/results/gemma/rank_step/val/seed_1/rank_step_gemma-many-tw100-rank0_n1000.json"
 SCALES = (0.25, 0.5, 0.75, 1.0)
-GUARD_WINDOW = 256
-
-
-def guard_texts(ids: Sequence[int]) -> Dict[str, List[List[int]]]:
-    """Candidate guard texts, each a list of token chunks scored in 256-token windows of their own."""
-    w = GUARD_WINDOW
-    return {
-        "first_256 (shipped guard)": [list(ids[:w])],
-        "first_1024": [list(ids[k * w:(k + 1) * w]) for k in range(4)],
-        "4x256_from_5000": [list(ids[s:s + w]) for s in range(5000, 15000, 2500)],
-        "8x256_from_5000": [list(ids[s:s + w]) for s in range(5000, 15000, 1250)],
-    }
+SCALE_TEXTS = ("first_256 (shipped guard)", "first_1024", "4x256_from_5000", "8x256_from_5000")
+"""The candidate guard texts this script read (a subset of ``guard_readings.guard_texts``, same names and spans)."""
 
 
 def main() -> None:
@@ -68,10 +59,10 @@ def main() -> None:
         raise SystemExit(f"{ROW}: other cases than this draw")
     model, tok, hp = setup.model, setup.tok, run.hps[0]
     text_ids = leading_token_ids(tok, read_text(default_ppl_text()), 15000)
-    guards = guard_texts(text_ids)
+    guards = {k: v for k, v in guard_texts(text_ids).items() if k in SCALE_TEXTS}
     ppl_ids = text_ids[:5000]
     if "base" not in result:
-        result["base"] = {"guards": {k: chunks_ppl(model, tok, v) for k, v in guards.items()}}
+        result["base"] = {"guards": {k: guard_perplexity(model, tok, v) for k, v in guards.items()}}
         write_json_atomic(result_path, result)
     pre = score_cases(model, tok, cases)
     known = known_mask(pre, row["known_min_accuracy"])
@@ -90,7 +81,7 @@ def main() -> None:
         with torch.no_grad():
             for name in names:
                 params[name].copy_(weights[name])
-        entry: Dict[str, Any] = {"guards": {k: chunks_ppl(model, tok, v) for k, v in guards.items()}}
+        entry: Dict[str, Any] = {"guards": {k: guard_perplexity(model, tok, v) for k, v in guards.items()}}
         if probes:
             entry["metrics"] = scale_metrics(score_cases(model, tok, cases), pre, known)
         if ppl:
