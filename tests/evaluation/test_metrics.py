@@ -299,21 +299,24 @@ def test_empty_probe_list(successor, tok):
 # --------------------------------------------------------------------------- perplexity
 
 
+def _window_nll(model, input_ids: List[int], masked: int):
+    """``(summed NLL, tokens scored)`` of one forward pass by the model's loss, its first ``masked`` tokens unscored."""
+    inputs = torch.tensor([input_ids])
+    labels = inputs.clone()
+    labels[0, :masked] = -100
+    with torch.no_grad():
+        loss = model(input_ids=inputs, labels=labels).loss
+    scored = int((labels[:, 1:] != -100).sum())
+    return float(loss) * scored, scored
+
+
 def _hf_recipe_ppl(model, ids: List[int], window: int, stride: int) -> float:
     """The HF documentation's strided perplexity loop, one window at a time, via the model's loss."""
     nll_sum, n_scored, prev_end = 0.0, 0, 0
     for begin in range(0, len(ids), stride):
         end = min(begin + window, len(ids))
-        trg_len = end - prev_end
-        input_ids = torch.tensor([ids[begin:end]])
-        labels = input_ids.clone()
-        labels[:, :-trg_len] = -100
-        with torch.no_grad():
-            loss = model(input_ids=input_ids, labels=labels).loss
-        scored = int((labels[:, 1:] != -100).sum())
-        nll_sum += float(loss) * scored
-        n_scored += scored
-        prev_end = end
+        nll, scored = _window_nll(model, ids[begin:end], (end - begin) - (end - prev_end))
+        nll_sum, n_scored, prev_end = nll_sum + nll, n_scored + scored, end
         if end == len(ids):
             break
     return math.exp(nll_sum / n_scored)
@@ -355,15 +358,8 @@ def _bos_window_ppl(model, ids: List[int], window: int, stride: int) -> float:
     nll_sum, n_scored, prev_end = 0.0, 0, 0
     for begin in range(0, len(body), min(stride, window - 1)):
         end = min(begin + window - 1, len(body))
-        input_ids = torch.tensor([[bos] + body[begin:end]])
-        labels = input_ids.clone()
-        labels[0, : 1 + max(prev_end, begin) - begin] = -100
-        with torch.no_grad():
-            loss = model(input_ids=input_ids, labels=labels).loss
-        scored = int((labels[:, 1:] != -100).sum())
-        nll_sum += float(loss) * scored
-        n_scored += scored
-        prev_end = end
+        nll, scored = _window_nll(model, [bos] + body[begin:end], 1 + max(prev_end, begin) - begin)
+        nll_sum, n_scored, prev_end = nll_sum + nll, n_scored + scored, end
         if end == len(body):
             break
     return math.exp(nll_sum / n_scored)
