@@ -396,6 +396,9 @@ def test_window_inputs_with_bos_read_every_token_once_after_a_bos():
     assert window_inputs(ids, 8, 8, None) == [(w, ids[w.begin:w.end]) for w in plan_windows(len(ids), 8, 8)]
     with pytest.raises(ValueError, match="window"):
         window_inputs(ids, 1, 1, bos)
+    for layout in (bos, None):  # a stride beyond the window is refused in both layouts
+        with pytest.raises(ValueError, match="stride must be in"):
+            window_inputs(ids, 8, 9, layout)
 
 
 # the package exports the function perplexity, which hides the module of that name

@@ -481,6 +481,11 @@ def test_a_seed_file_scored_with_windows_as_tokenized_gains_no_result_where_wind
     assert path.read_text() == before
     # nothing to add: the stored table is read as it is, no model needed
     run_bench(_config(workspace, tmp_path, ["base"], seeds=[1]), loader=_no_loader)
+    # a seed scored now beside it (seed 2 alone checks only its own file) is written, but the table of both is refused
+    run_bench(_config(workspace, tmp_path, ["base"], seeds=[2]), model=model, tok=tok)
+    with pytest.raises(BenchConfigError, match=r"seed_1\.json and .*seed_2\.json hold perplexities of two window "
+                                               r"layouts"):
+        run_bench(_config(workspace, tmp_path, ["base"], seeds=[1, 2]), loader=_no_loader)
 
 
 def test_ppl_bos_windows_follows_the_tokenizer_and_old_results_read_as_tokenized(tmp_path):

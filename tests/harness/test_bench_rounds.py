@@ -243,7 +243,9 @@ def test_rounds_refuse_a_seed_file_scored_with_windows_as_tokenized_where_window
     assert record["run"]["ppl_bos_windows"] is True
     del record["run"]["ppl_bos_windows"]
     path.write_text(json.dumps(record))
+    before = path.read_text()
     registry["Rec2"] = _recording_spec([])
     with pytest.raises(BenchConfigError, match=r"rounds_seed_1\.json holds results of another configuration "
                                                r"\(ppl_bos_windows: False there, True here"):
         run_rounds(_config(ws, tmp_path, ["Rec", "Rec2"], n=2), 2, model=tiny_llama(tok), tok=tok, registry=registry)
+    assert path.read_text() == before

@@ -524,6 +524,16 @@ def test_rows_scored_with_windows_as_tokenized_are_refused_where_windows_now_ope
                                                r"\(ppl_bos_windows: False there, True here"):
         run_scale_batch(_config(ws, out, [2, 4]), model=model, tok=tok)
     assert not batch_row_path(out, 1, "ZeroUnlearn-GD_tiny", 4).exists()
+    streams = tmp_path / "streams"
+    run_scale_stream(_config(ws, streams, [2], rounds=1), model=model, tok=tok)
+    stream_json = stream_dir(streams, 1, "ZeroUnlearn-GD_tiny") / "stream.json"
+    stream = json.loads(stream_json.read_text())
+    assert stream["ppl_bos_windows"] is True
+    del stream["ppl_bos_windows"]
+    stream_json.write_text(json.dumps(stream))
+    with pytest.raises(BenchConfigError, match=r"stream\.json holds results of another configuration "
+                                               r"\(ppl_bos_windows: False there, True here"):
+        run_scale_stream(_config(ws, streams, [2], rounds=2), model=model, tok=tok)
     plain_tok = tiny_tokenizer(bos=False)
     plain = tmp_path / "plain"
     run_scale_batch(_config(ws, plain, [2]), model=model, tok=plain_tok)

@@ -166,6 +166,8 @@ def window_inputs(ids: Sequence[int], window: int, stride: int, bos: Optional[in
         return [(w, list(ids[w.begin:w.end])) for w in plan_windows(len(ids), window, stride)]
     if window < 2:
         raise ValueError(f"window must be >= 2, got {window}")
+    if not 1 <= stride <= window:
+        raise ValueError(f"stride must be in [1, window], got {stride}")
     body = plan_windows(len(ids) - 1, window - 1, min(stride, window - 1), context_token=True)
     return [(Window(w.begin + 1, w.end + 1, w.score_from + 1), [int(bos)] + list(ids[w.begin + 1:w.end + 1]))
             for w in body]

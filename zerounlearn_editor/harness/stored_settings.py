@@ -14,7 +14,8 @@ from zerounlearn_editor.harness.bench_config import BenchConfigError
 from zerounlearn_editor.support.files import file_identity, json_safe, read_json
 
 __all__ = ["settings_differences", "refuse_other_settings", "check_stored_run", "as_stored", "hparams_identity",
-           "PPL_BOS_WINDOWS", "ppl_bos_windows", "check_ppl_windows", "mark_ppl_windows"]
+           "PPL_BOS_WINDOWS", "ppl_bos_windows", "check_ppl_windows", "mark_ppl_windows",
+           "check_one_ppl_layout"]
 
 PPL_BOS_WINDOWS = "ppl_bos_windows"
 """The key a result records ``True`` under when its perplexity opened every window with BOS
@@ -69,6 +70,19 @@ def mark_ppl_windows(out: Path, seeds: Sequence[int], records: Sequence[dict], t
     for record in records:
         if bos:
             record["run"] = dict(record["run"], **{PPL_BOS_WINDOWS: True})
+
+
+def check_one_ppl_layout(records: Mapping[Union[str, Path], Mapping[str, Any]]) -> None:
+    """Refuse a table of seed files (``{path: record}``) whose perplexity windows were laid out in more than one way
+    (:data:`PPL_BOS_WINDOWS` in each record's ``"run"``; absent: as tokenized), such as a seed scored before the key
+    beside one scored after it; raises :class:`BenchConfigError` naming a file of each layout."""
+    layouts: Dict[bool, Union[str, Path]] = {}
+    for path, record in records.items():
+        layouts.setdefault(bool(record.get("run", {}).get(PPL_BOS_WINDOWS, False)), path)
+    if len(layouts) > 1:
+        raise BenchConfigError(f"{layouts[False]} and {layouts[True]} hold perplexities of two window layouts "
+                               f"({PPL_BOS_WINDOWS}: False there, True in the second: windows opening with BOS); one "
+                               "table cannot mix them: rerun the first into another --out, or remove it")
 
 
 def as_stored(settings: Mapping[str, Any]) -> dict:
