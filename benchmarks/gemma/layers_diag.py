@@ -4,8 +4,9 @@ One process, one model load. On the bench's cases (``--data-path``, ``--n``, ``-
 neighbour drop and ``--retain`` draw, or ``--retain-from`` a bench seed JSON's stored set; a variant gets the retain
 set only when it has a retain weight > 0) it scores the unedited model once, then for each ``--variant`` runs the real
 edit (``run_layerwise_edit`` with ZeroUnlearn-GD's solve), records per edited layer what the solve saw, scores the
-edited model (answered = first-token Eff, Spe, Spe agree, PPL on ``--ppl-tokens`` WikiText-2 tokens) and restores the
-weights. Variants whose target settings match reuse the first one's neutral targets (same last layer, same
+edited model (answered = first-token Eff, Spe, Spe agree, PPL on ``--ppl-tokens`` WikiText-2 tokens: ``ppl`` with
+every window opening with BOS where the tokenizer opens the text with it, ``ppl_as_tokenized`` without) and restores
+the weights. Variants whose target settings match reuse the first one's neutral targets (same last layer, same
 target keys): the target stage runs once per distinct setting.
 
 Per edited layer (means over the n forget facts at the subject's last token):
@@ -211,7 +212,8 @@ def main() -> None:
     result: Dict[str, Any] = {
         "hparams": args.hparams, "data_path": args.data_path, "n": len(cases), "seed": args.seed,
         "retain": args.retain_from or args.retain, "retain_count": len(retain), "case_ids": [c.case_id for c in cases],
-        "base": dict(probe_metrics(pre, named=named), ppl=perplexity(model, tok, ppl_text, args.ppl_tokens)),
+        "base": dict(probe_metrics(pre, named=named), ppl=perplexity(model, tok, ppl_text, args.ppl_tokens),
+                     ppl_as_tokenized=perplexity(model, tok, ppl_text, args.ppl_tokens, bos_windows=False)),
         "per_case": per_case_rows([c.case_id for c in cases], pre), "variants": {},
     }
     LOG.info("base: %s", result["base"])
@@ -239,7 +241,8 @@ def main() -> None:
                                              retain=used_retain)
         try:
             post = score_cases(model, tok, cases)
-            metrics = dict(probe_metrics(post, pre, named), ppl=perplexity(model, tok, ppl_text, args.ppl_tokens))
+            metrics = dict(probe_metrics(post, pre, named), ppl=perplexity(model, tok, ppl_text, args.ppl_tokens),
+                           ppl_as_tokenized=perplexity(model, tok, ppl_text, args.ppl_tokens, bos_windows=False))
         finally:
             restore_weights(model, weights)
         metrics["answered_first_token"] = sum(1 for s in post if s.forget["first_acc"][0] >= 1.0)

@@ -92,7 +92,9 @@ def test_perplexity_label_and_report_give_the_tokens_measured(setup, tmp_path, c
     assert main(_argv(root, "--ppl-text", str(text), "--ppl-tokens", "16", "--save", "none", "--out", str(out))) == 0
     printed = capsys.readouterr().out
     assert f"Perplexity ({measured} tokens):" in printed and "Perplexity (16 tokens)" not in printed
-    assert json.loads((out / REPORT_NAME).read_text())["ppl_tokens"] == measured
+    report = json.loads((out / REPORT_NAME).read_text())
+    assert report["ppl_tokens"] == measured
+    assert report["ppl_bos_windows"] is True  # the tiny tokenizer opens the text with BOS, so every window did
     # a longer text is cut at --ppl-tokens
     long_text = tmp_path / "long.txt"
     long_text.write_text(" ".join(CORPUS), encoding="utf-8")

@@ -20,7 +20,13 @@ from zerounlearn_editor.evaluation import (
     text_ngram_entropy,
 )
 from zerounlearn_editor.evaluation.metrics import answer_argmax_hits, answer_argmax_ids
-from zerounlearn_editor.evaluation.perplexity import output_vocab_size, plan_windows, windows_per_pass
+from zerounlearn_editor.evaluation.perplexity import (
+    output_vocab_size,
+    perplexity_of_ids,
+    plan_windows,
+    window_inputs,
+    windows_per_pass,
+)
 from zerounlearn_editor.harness.case_scoring import score_cases
 
 try:  # tests/ on sys.path (pytest's default for a directory without __init__.py)
@@ -293,21 +299,24 @@ def test_empty_probe_list(successor, tok):
 # --------------------------------------------------------------------------- perplexity
 
 
+def _window_nll(model, input_ids: List[int], masked: int):
+    """``(summed NLL, tokens scored)`` of one forward pass by the model's loss, its first ``masked`` tokens unscored."""
+    inputs = torch.tensor([input_ids])
+    labels = inputs.clone()
+    labels[0, :masked] = -100
+    with torch.no_grad():
+        loss = model(input_ids=inputs, labels=labels).loss
+    scored = int((labels[:, 1:] != -100).sum())
+    return float(loss) * scored, scored
+
+
 def _hf_recipe_ppl(model, ids: List[int], window: int, stride: int) -> float:
     """The HF documentation's strided perplexity loop, one window at a time, via the model's loss."""
     nll_sum, n_scored, prev_end = 0.0, 0, 0
     for begin in range(0, len(ids), stride):
         end = min(begin + window, len(ids))
-        trg_len = end - prev_end
-        input_ids = torch.tensor([ids[begin:end]])
-        labels = input_ids.clone()
-        labels[:, :-trg_len] = -100
-        with torch.no_grad():
-            loss = model(input_ids=input_ids, labels=labels).loss
-        scored = int((labels[:, 1:] != -100).sum())
-        nll_sum += float(loss) * scored
-        n_scored += scored
-        prev_end = end
+        nll, scored = _window_nll(model, ids[begin:end], (end - begin) - (end - prev_end))
+        nll_sum, n_scored, prev_end = nll_sum + nll, n_scored + scored, end
         if end == len(ids):
             break
     return math.exp(nll_sum / n_scored)
@@ -327,14 +336,69 @@ def test_perplexity_single_window_equals_model_loss(random_lm, tok):
 @pytest.mark.parametrize("window, stride", [(8, 8), (10, 4), (16, 5)])
 @pytest.mark.parametrize("batch_size", [1, 3])
 def test_perplexity_strided_matches_reference(tok, window, stride, batch_size):
+    # as tokenized: a tokenizer without BOS, or bos_windows=False, scores the HF recipe's windows
     model = random_causal_lm("llama", tok)
     ids = tok(TEXT)["input_ids"]
     expected = _hf_recipe_ppl(model, ids, window, stride)
-    got = perplexity(model, tok, TEXT, window=window, stride=stride, batch_size=batch_size)
+    got = perplexity(model, tok, TEXT, window=window, stride=stride, batch_size=batch_size, bos_windows=False)
     assert got == pytest.approx(expected, rel=1e-5)
     left_tok = tiny_tokenizer(padding_side="left")
-    left = perplexity(model, left_tok, TEXT, window=window, stride=stride, batch_size=batch_size)
+    left = perplexity(model, left_tok, TEXT, window=window, stride=stride, batch_size=batch_size, bos_windows=False)
     assert left == pytest.approx(expected, rel=1e-5)
+    no_bos = tiny_tokenizer(bos=False)
+    plain = no_bos(TEXT)["input_ids"]
+    assert perplexity(model, no_bos, TEXT, window=window, stride=stride, batch_size=batch_size) == pytest.approx(
+        _hf_recipe_ppl(model, plain, window, stride), rel=1e-5)
+
+
+def _bos_window_ppl(model, ids: List[int], window: int, stride: int) -> float:
+    """Reference for a BOS-opened text: the text after the BOS in windows of ``window - 1`` tokens, each run as
+    ``[BOS] + window`` with the tokens scored in an earlier window masked out, one forward pass a window."""
+    bos, body = ids[0], ids[1:]
+    nll_sum, n_scored, prev_end = 0.0, 0, 0
+    for begin in range(0, len(body), min(stride, window - 1)):
+        end = min(begin + window - 1, len(body))
+        nll, scored = _window_nll(model, [bos] + body[begin:end], 1 + max(prev_end, begin) - begin)
+        nll_sum, n_scored, prev_end = nll_sum + nll, n_scored + scored, end
+        if end == len(body):
+            break
+    return math.exp(nll_sum / n_scored)
+
+
+@pytest.mark.parametrize("window, stride", [(8, 8), (10, 4), (16, 5)])
+@pytest.mark.parametrize("padding_side, batch_size", [("right", 1), ("right", 3), ("left", 3)])
+def test_perplexity_opens_every_window_with_bos_where_the_text_opens_with_it(window, stride, padding_side,
+                                                                             batch_size):
+    tok = tiny_tokenizer(padding_side=padding_side)
+    model = random_causal_lm("llama", tok)
+    ids = tok(TEXT)["input_ids"]
+    assert ids[0] == tok.bos_token_id
+    expected = _bos_window_ppl(model, ids, window, stride)
+    assert perplexity(model, tok, TEXT, window=window, stride=stride, batch_size=batch_size) == pytest.approx(
+        expected, rel=1e-5)
+    assert expected != pytest.approx(_hf_recipe_ppl(model, ids, window, stride), rel=1e-3)  # another layout
+    # a stream that does not open with BOS (a slice of the text) is scored as tokenized
+    assert perplexity_of_ids(model, tok, ids[1:], window, stride, batch_size) == pytest.approx(
+        _hf_recipe_ppl(model, ids[1:], window, stride), rel=1e-5)
+
+
+def test_window_inputs_with_bos_read_every_token_once_after_a_bos():
+    bos, ids = 99, [99] + list(range(1, 21))  # BOS, then tokens 1..20
+    disjoint = window_inputs(ids, 8, 8, bos)
+    assert [inputs for _, inputs in disjoint] == [[99, 1, 2, 3, 4, 5, 6, 7], [99, 8, 9, 10, 11, 12, 13, 14],
+                                                  [99, 15, 16, 17, 18, 19, 20]]
+    for window, stride in [(8, 8), (10, 4), (16, 5), (2, 1), (30, 30)]:
+        planned = window_inputs(ids, window, stride, bos)
+        scored = [t for w, _ in planned for t in range(w.score_from, w.end)]
+        assert scored == list(range(1, 21))  # every token after the BOS, once, the first windows' tokens too
+        for w, inputs in planned:
+            assert inputs == [bos] + ids[w.begin:w.end] and len(inputs) <= window
+    assert window_inputs(ids, 8, 8, None) == [(w, ids[w.begin:w.end]) for w in plan_windows(len(ids), 8, 8)]
+    with pytest.raises(ValueError, match="window"):
+        window_inputs(ids, 1, 1, bos)
+    for layout in (bos, None):  # a stride beyond the window is refused in both layouts
+        with pytest.raises(ValueError, match="stride must be in"):
+            window_inputs(ids, 8, 9, layout)
 
 
 # the package exports the function perplexity, which hides the module of that name
@@ -358,11 +422,13 @@ def test_perplexity_over_budget_runs_one_window_a_pass_with_the_same_result(tok,
     rows_per_pass = []
     handle = model.register_forward_pre_hook(
         lambda module, args, kwargs: rows_per_pass.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
-    assert perplexity(model, tok, TEXT, window=10, stride=4, batch_size=3) == pytest.approx(expected, rel=1e-5)
+    assert perplexity(model, tok, TEXT, window=10, stride=4, batch_size=3,
+                      bos_windows=False) == pytest.approx(expected, rel=1e-5)
     assert max(rows_per_pass) == 3
     rows_per_pass.clear()
     monkeypatch.setattr(perplexity_module, "LOGITS_BUDGET_BYTES", 4 * 10 * output_vocab_size(model))
-    assert perplexity(model, tok, TEXT, window=10, stride=4, batch_size=3) == pytest.approx(expected, rel=1e-5)
+    assert perplexity(model, tok, TEXT, window=10, stride=4, batch_size=3,
+                      bos_windows=False) == pytest.approx(expected, rel=1e-5)
     assert rows_per_pass and set(rows_per_pass) == {1}
     handle.remove()
 
@@ -376,7 +442,7 @@ def test_perplexity_reads_files_and_truncates(tmp_path, tok):
     assert perplexity(model, tok, str(path), window=8, stride=8) == pytest.approx(direct)
     ids = tok(TEXT)["input_ids"][:20]
     assert perplexity(model, tok, TEXT, max_tokens=20, window=8, stride=8) == pytest.approx(
-        _hf_recipe_ppl(model, ids, 8, 8), rel=1e-5
+        _bos_window_ppl(model, ids, 8, 8), rel=1e-5
     )
     with pytest.raises(FileNotFoundError):
         perplexity(model, tok, str(tmp_path / "missing.txt"))
@@ -390,8 +456,14 @@ def test_successor_model_perplexity_hand_computed(successor, tok):
 
     nll = -sum(log_p(a, b) for a, b in zip(ids[:-1], ids[1:]))
     expected = math.exp(nll / (len(ids) - 1))
-    got = perplexity(successor, tok, words(*range(30)), window=8, stride=4, batch_size=2)
+    got = perplexity(successor, tok, words(*range(30)), window=8, stride=4, batch_size=2, bos_windows=False)
     assert got == pytest.approx(expected, rel=1e-4)
+    # with BOS before every window of 7 words: disjoint windows read w0, w7, w14, w21 and w28 after the BOS, every
+    # other word after its predecessor; overlapping ones (stride 4) read only w0 after it
+    for stride, after_bos in [(8, {0, 7, 14, 21, 28}), (4, {0})]:
+        nll_bos = -sum(log_p(ids[0] if k in after_bos else ids[k], ids[k + 1]) for k in range(30))
+        got_bos = perplexity(successor, tok, words(*range(30)), window=8, stride=stride, batch_size=2)
+        assert got_bos == pytest.approx(math.exp(nll_bos / 30), rel=1e-4)
 
 
 def test_window_plan_scores_each_token_at_most_once():

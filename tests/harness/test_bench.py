@@ -460,3 +460,45 @@ def test_method_signature_covers_the_retain_file_the_yaml_names(workspace, tmp_p
     keep.unlink()
     with pytest.raises(BenchConfigError, match=r"with_retain\.yaml: retain_file '.*keep\.json' is not a file"):
         spec.describe(lookup)
+
+
+def test_a_seed_file_scored_with_windows_as_tokenized_gains_no_result_where_windows_open_with_bos(tok, workspace,
+                                                                                                   tmp_path):
+    """The bench's seed files record ``ppl_bos_windows`` in their run settings where the perplexity opened every
+    window with BOS; a seed file stored before the key (windows as tokenized) gains no method there: it is refused
+    once the tokenizer is loaded, naming the key."""
+    model = tiny_llama(tok)
+    run_bench(_config(workspace, tmp_path, ["base"], seeds=[1]), model=model, tok=tok)
+    path = tmp_path / "seed_1.json"
+    record = json.loads(path.read_text())
+    assert record["run"]["ppl_bos_windows"] is True
+    del record["run"]["ppl_bos_windows"]
+    path.write_text(json.dumps(record))
+    before = path.read_text()
+    with pytest.raises(BenchConfigError, match=r"seed_1\.json holds results of another configuration "
+                                               r"\(ppl_bos_windows: False there, True here"):
+        run_bench(_config(workspace, tmp_path, ["base", "ZeroUnlearn"], seeds=[1]), model=model, tok=tok)
+    assert path.read_text() == before
+    # nothing to add: the stored table is read as it is, no model needed
+    run_bench(_config(workspace, tmp_path, ["base"], seeds=[1]), loader=_no_loader)
+    # a seed scored now beside it (seed 2 alone checks only its own file) is written, but the table of both is refused
+    run_bench(_config(workspace, tmp_path, ["base"], seeds=[2]), model=model, tok=tok)
+    with pytest.raises(BenchConfigError, match=r"seed_1\.json and .*seed_2\.json hold perplexities of two window "
+                                               r"layouts"):
+        run_bench(_config(workspace, tmp_path, ["base"], seeds=[1, 2]), loader=_no_loader)
+
+
+def test_ppl_bos_windows_follows_the_tokenizer_and_old_results_read_as_tokenized(tmp_path):
+    from zerounlearn_editor.harness.stored_settings import check_ppl_windows, ppl_bos_windows
+
+    text = tmp_path / "ppl.txt"
+    text.write_text(PPL_TEXT, encoding="utf-8")
+    assert ppl_bos_windows(tiny_tokenizer(), str(text)) is True
+    assert ppl_bos_windows(tiny_tokenizer(bos=False), str(text)) is False
+    assert ppl_bos_windows(tiny_tokenizer(), None) is False  # no perplexity
+    check_ppl_windows("old.json", {}, False)  # stored before the key, no BOS: the same layout
+    check_ppl_windows("new.json", {"ppl_bos_windows": True}, True)
+    with pytest.raises(BenchConfigError, match=r"old\.json .*ppl_bos_windows: False there, True here"):
+        check_ppl_windows("old.json", {}, True)
+    with pytest.raises(BenchConfigError, match=r"new\.json .*ppl_bos_windows: True there, False here"):
+        check_ppl_windows("new.json", {"ppl_bos_windows": True}, False)

@@ -233,3 +233,19 @@ def test_rounds_name_the_setting_of_a_stored_seed_and_give_the_ppl_tokens_measur
                                                r"\(ppl_tokens: 1000 there, 40 here\)"):
         run_rounds(_config(ws, tmp_path, ["Rec"], n=2), 2, registry=registry,
                    loader=lambda *a: pytest.fail("model loaded"))
+
+
+def test_rounds_refuse_a_seed_file_scored_with_windows_as_tokenized_where_windows_open_with_bos(ws, tok, tmp_path):
+    registry = dict(default_registry(), Rec=_recording_spec([]))
+    run_rounds(_config(ws, tmp_path, ["Rec"], n=2), 2, model=tiny_llama(tok), tok=tok, registry=registry)
+    path = rounds_path(tmp_path, 1)
+    record = json.loads(path.read_text())
+    assert record["run"]["ppl_bos_windows"] is True
+    del record["run"]["ppl_bos_windows"]
+    path.write_text(json.dumps(record))
+    before = path.read_text()
+    registry["Rec2"] = _recording_spec([])
+    with pytest.raises(BenchConfigError, match=r"rounds_seed_1\.json holds results of another configuration "
+                                               r"\(ppl_bos_windows: False there, True here"):
+        run_rounds(_config(ws, tmp_path, ["Rec", "Rec2"], n=2), 2, model=tiny_llama(tok), tok=tok, registry=registry)
+    assert path.read_text() == before

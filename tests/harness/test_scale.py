@@ -505,3 +505,38 @@ def test_rows_of_a_yaml_without_retain_file_keep_the_yaml_only_key(ws, tok, tmp_
     stored = json.loads(batch_row_path(tmp_path, 1, "ZeroUnlearn-GD_tiny", 2).read_text())["settings"]
     assert "retain_file_sha256" not in stored
     assert stored["hparams_sha256"] == hashlib.sha256(ws["hparams"].read_bytes()).hexdigest()
+
+
+def test_rows_scored_with_windows_as_tokenized_are_refused_where_windows_now_open_with_bos(ws, tok, tmp_path):
+    """A row records ``ppl_bos_windows`` where its perplexity opened every window with BOS (a tokenizer that opens
+    the text with it, as the tiny one and Gemma's do); a row stored before the key read its windows as tokenized
+    and is refused there once the tokenizer is loaded, naming the key, before any new row is written. A tokenizer
+    without a leading BOS (SmolLM2's) reads both ways alike: its rows carry no key and resume."""
+    model = tiny_llama(tok)
+    out = tmp_path / "bos"
+    run_scale_batch(_config(ws, out, [2]), model=model, tok=tok)
+    path = batch_row_path(out, 1, "ZeroUnlearn-GD_tiny", 2)
+    row = json.loads(path.read_text())
+    assert row["ppl_bos_windows"] is True
+    del row["ppl_bos_windows"]  # as stored before the key
+    path.write_text(json.dumps(row))
+    with pytest.raises(BenchConfigError, match=r"_n2\.json holds results of another configuration "
+                                               r"\(ppl_bos_windows: False there, True here"):
+        run_scale_batch(_config(ws, out, [2, 4]), model=model, tok=tok)
+    assert not batch_row_path(out, 1, "ZeroUnlearn-GD_tiny", 4).exists()
+    streams = tmp_path / "streams"
+    run_scale_stream(_config(ws, streams, [2], rounds=1), model=model, tok=tok)
+    stream_json = stream_dir(streams, 1, "ZeroUnlearn-GD_tiny") / "stream.json"
+    stream = json.loads(stream_json.read_text())
+    assert stream["ppl_bos_windows"] is True
+    del stream["ppl_bos_windows"]
+    stream_json.write_text(json.dumps(stream))
+    with pytest.raises(BenchConfigError, match=r"stream\.json holds results of another configuration "
+                                               r"\(ppl_bos_windows: False there, True here"):
+        run_scale_stream(_config(ws, streams, [2], rounds=2), model=model, tok=tok)
+    plain_tok = tiny_tokenizer(bos=False)
+    plain = tmp_path / "plain"
+    run_scale_batch(_config(ws, plain, [2]), model=model, tok=plain_tok)
+    assert "ppl_bos_windows" not in json.loads(batch_row_path(plain, 1, "ZeroUnlearn-GD_tiny", 2).read_text())
+    run_scale_batch(_config(ws, plain, [2, 4]), model=model, tok=plain_tok)
+    assert batch_row_path(plain, 1, "ZeroUnlearn-GD_tiny", 4).exists()

@@ -70,7 +70,12 @@ from zerounlearn_editor.evaluation.audit.facts_audit import (
 from zerounlearn_editor.evaluation.audit.plan import check_audit_inputs, check_plan_lengths
 from zerounlearn_editor.evaluation.generation import generate_greedy
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
-from zerounlearn_editor.evaluation.perplexity import check_ppl_text, leading_token_ids, perplexity_of_ids
+from zerounlearn_editor.evaluation.perplexity import (
+    check_ppl_text,
+    leading_token_ids,
+    opens_with_bos,
+    perplexity_of_ids,
+)
 from zerounlearn_editor.integrations.adapters import AdapterReport, export_lora_adapter
 from zerounlearn_editor.methods.registry import get_method, read_method
 from zerounlearn_editor.support.model_access import max_positions
@@ -126,6 +131,7 @@ class UnlearnResult:
     ppl_before: Optional[float]
     ppl_after: Optional[float]
     ppl_tokens: int  # the tokens the perplexity measured (0: none)
+    ppl_bos_windows: bool = False  # its windows opened with BOS (the tokenizer opens the text with it)
     seconds: Dict[str, float] = field(default_factory=dict)
     saved: Dict[str, Any] = field(default_factory=dict)
     audit: Optional[Dict[str, Any]] = None
@@ -432,7 +438,7 @@ def _score(model, tok, job: _Job, ppl_ids: List[int]) -> Dict[str, Any]:
     return {"forget": _measure(model, tok, job.facts),
             "kept": _measure(model, tok, job.retain_facts) if job.retain_facts else None,
             "ppl": perplexity_of_ids(model, tok, ppl_ids) if ppl_ids else None,
-            "ppl_tokens": len(ppl_ids)}
+            "ppl_tokens": len(ppl_ids), "ppl_bos_windows": opens_with_bos(tok, ppl_ids)}
 
 
 def _edit(job: _Job, loaded: _Loaded, settings: UnlearnSettings, report: EditReport) -> Tuple[Any, Dict[str, Any]]:
@@ -460,6 +466,7 @@ def _result(job: _Job, before: Dict[str, Any], after: Dict[str, Any], settings: 
         ppl_before=before["ppl"],
         ppl_after=after["ppl"],
         ppl_tokens=before["ppl_tokens"],  # the tokens measured (the text may hold fewer than --ppl-tokens)
+        ppl_bos_windows=before["ppl_bos_windows"],
         seconds=seconds,
         audit=audit_report,
         fluency=dict(report.fluency),

@@ -58,7 +58,7 @@ from zerounlearn_editor.harness.retain_sets import draw_retain, parse_retain_spe
 from zerounlearn_editor.harness.rounds_report import format_rounds, plot_rounds, rounds_markdown, summarize_rounds
 from zerounlearn_editor.harness.runner import ModelLoader, check_stored_neighbours
 from zerounlearn_editor.harness.stages import Stage, compute_statistics
-from zerounlearn_editor.harness.stored_settings import check_stored_run
+from zerounlearn_editor.harness.stored_settings import check_one_ppl_layout, check_stored_run, mark_ppl_windows
 from zerounlearn_editor.support.files import read_json, sha256_of_json, write_json_atomic, write_text_atomic
 from zerounlearn_editor.support.progress import progress_scope
 
@@ -244,6 +244,7 @@ def _run_work(
     """Every method still to run of every seed: the unedited scores, then rounds and one batch per method, the seed
     file written after each method."""
     config, total = plan.config, plan.total
+    mark_ppl_windows(plan.out, config.seeds, [record for _, _, record, *_ in work], tok, ppl_text, rounds_path)
     fingerprint = ModelFingerprint.of(model)
     settings = ScoringSettings(config.eval_batch_size, ppl_text, config.ppl_tokens)
     neutral = plan.lookup.main.neutral_target or tok.eos_token or ""
@@ -278,6 +279,7 @@ def _write_summary(plan: _Plan, run_info: Mapping[str, Any]) -> Dict[str, Any]:
     """``rounds_summary.json``, ``rounds.md`` and ``rounds.png`` from every seed file; returns the summary."""
     config, out = plan.config, plan.out
     records = {seed: read_json(rounds_path(out, seed)) for seed in config.seeds}
+    check_one_ppl_layout({rounds_path(out, seed): record for seed, record in records.items()})
     summary = summarize_rounds(plan.methods, records, plan.rounds, config.n)
     summary.update(hparams=config.hparams, data=config.data, seeds=list(config.seeds), run=run_info)
     if config.ppl_tokens > 0:

@@ -63,7 +63,7 @@ from zerounlearn_editor.harness.run_setup import (
     setup_methods,
 )
 from zerounlearn_editor.harness.stages import Stage
-from zerounlearn_editor.harness.stored_settings import check_stored_run
+from zerounlearn_editor.harness.stored_settings import check_one_ppl_layout, check_stored_run, mark_ppl_windows
 from zerounlearn_editor.support.files import read_json, write_json_atomic
 from zerounlearn_editor.support.progress import progress_scope
 
@@ -356,11 +356,13 @@ def _run_bench(config, model, tok, registry, loader) -> Dict[str, Any]:
     if plan:
         if model is None:
             model, tok = load_model(loader, str(lookup.main.model_name), config.device, config.dtype)
+        mark_ppl_windows(out, config.seeds, [record for _, _, record, _, _ in plan], tok, ppl_text, seed_path)
         for _, _, record, _, _ in plan:
             record["model_loaded"] = model_basename(model)
         _run_plan(config, model, tok, setup, plan, ppl_text, pool)
 
     records = {seed: read_json(seed_path(out, seed)) for seed in config.seeds}
+    check_one_ppl_layout({seed_path(out, seed): record for seed, record in records.items()})
     summary = write_summary(out, config, run_info, methods, records, known=known)
     LOG.info("bench %s: %d seeds, %d methods in %.1fs -> %s", config.name or out, len(config.seeds), len(methods),
              time.perf_counter() - started, out / "summary.md")

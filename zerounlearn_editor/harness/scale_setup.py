@@ -24,7 +24,14 @@ from zerounlearn_editor.harness.scale_config import ScaleConfig, ppl_text_of
 from zerounlearn_editor.harness.scale_cost import measure
 from zerounlearn_editor.harness.scale_rows import record_tag, run_settings, yaml_tag
 from zerounlearn_editor.harness.stages import Stage
-from zerounlearn_editor.harness.stored_settings import hparams_identity, refuse_other_settings, settings_differences
+from zerounlearn_editor.harness.stored_settings import (
+    PPL_BOS_WINDOWS,
+    check_ppl_windows,
+    hparams_identity,
+    ppl_bos_windows,
+    refuse_other_settings,
+    settings_differences,
+)
 from zerounlearn_editor.support.files import read_json, sha256_of_json
 
 __all__ = ["ScaleRun", "prepare_run", "ScaleSetup", "load_setup", "perplexity", "edit_once", "record_head"]
@@ -111,6 +118,7 @@ class ScaleSetup:
     settings: ScoringSettings
     base_ppl: Optional[float] = None
     ppl_tokens: Optional[int] = None  # the perplexity tokens measured (the text may hold fewer than --ppl-tokens)
+    ppl_bos_windows: bool = False  # every perplexity window opens with BOS (stored_settings.ppl_bos_windows)
 
     @property
     def model_sha256(self) -> str:
@@ -139,9 +147,12 @@ def load_setup(config: ScaleConfig, hps: List[EditHyperParams], model=None, tok=
     if measured is not None and measured < 2:
         raise BenchConfigError(f"bench-scale: the perplexity text {ppl_text} gives {measured} token(s); perplexity "
                                "needs at least 2 (--ppl-tokens >= 2 and a longer --ppl-text, or --ppl-tokens 0)")
-    loaded = ScaleSetup(model, tok, hps, {}, ModelFingerprint.of(model), settings, ppl_tokens=measured)
+    loaded = ScaleSetup(model, tok, hps, {}, ModelFingerprint.of(model), settings, ppl_tokens=measured,
+                        ppl_bos_windows=ppl_bos_windows(tok, ppl_text))
     for path in sorted(Path(config.out).glob(stored)) if stored else []:
-        refuse_other_settings(path, settings_differences(read_json(path), {"model_sha256": loaded.model_sha256}))
+        record = read_json(path)
+        refuse_other_settings(path, settings_differences(record, {"model_sha256": loaded.model_sha256}))
+        check_ppl_windows(path, record, loaded.ppl_bos_windows)
     wanted: Dict[str, set] = {}
     for hp in hps:
         wanted.setdefault(hp.rewrite_module_tmp, set()).update(hp.layers)
@@ -182,7 +193,8 @@ def edit_once(
 
 def record_head(config: ScaleConfig, run: ScaleRun, setup: ScaleSetup, tag: str) -> Dict[str, Any]:
     """What a batch row or a stream's ``stream.json`` records of its run: the YAML (path, tag), the data, the
-    perplexity tokens measured, the known threshold and the settings it is keyed by (:meth:`ScaleRun.row_settings`)."""
+    perplexity tokens measured, the known threshold, the settings it is keyed by (:meth:`ScaleRun.row_settings`),
+    the model's weights and, where its perplexity windows open with BOS, :data:`PPL_BOS_WINDOWS`."""
     return {
         "hparams": config.hparams[run.tags.index(tag)],
         "tag": tag,
@@ -192,4 +204,5 @@ def record_head(config: ScaleConfig, run: ScaleRun, setup: ScaleSetup, tag: str)
         "known_min_accuracy": config.known_min_accuracy,
         "settings": run.row_settings(tag),
         "model_sha256": setup.model_sha256,
+        **({PPL_BOS_WINDOWS: True} if setup.ppl_bos_windows else {}),
     }

@@ -48,7 +48,8 @@ def token_nll(model: torch.nn.Module, tok: Any, ids: Sequence[int]) -> torch.Ten
     first position, which no window scores)."""
     out = torch.full((len(ids),), float("nan"), dtype=torch.float64)
     with eval_mode(model), torch.no_grad():
-        for w, logits, targets in scored_windows(model, tok, list(ids), 512, 512, 4):
+        # windows as tokenized: the layout the bench scored when this JSON was measured (12.22)
+        for w, logits, targets in scored_windows(model, tok, list(ids), 512, 512, 4, bos_windows=False):
             out[w.score_from:w.end] = torch.nn.functional.cross_entropy(logits, targets, reduction="none").double()
     return out
 
