@@ -13,7 +13,6 @@ guard's 8 x 128 passages as tokenized and with BOS before each. One JSON, writte
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
@@ -30,7 +29,7 @@ from zerounlearn_editor.harness.scale_targets import TargetCache
 from zerounlearn_editor.support.files import read_json, write_json_atomic
 
 sys.path.insert(0, str(Path(__file__).parent))
-from guard_readings import DATA, batch_setup  # noqa: E402
+from guard_readings import DATA, batch_setup, draw_parser  # noqa: E402
 
 LOG = logging.getLogger("bos_readings")
 
@@ -47,12 +46,7 @@ def layouts(tok: Any, ids: List[int], bos: int) -> Dict[str, List[List[int]]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hparams", required=True)
-    parser.add_argument("--data", choices=sorted(DATA), default="val")
-    parser.add_argument("--n", type=int, required=True)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--scales", default="0.5,1.0")
+    parser = draw_parser(__doc__.splitlines()[0], 1, "0.5,1.0")
     parser.add_argument("--targets", required=True, help="folder whose targets/ cache holds this draw's targets")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()

@@ -67,13 +67,19 @@ def batch_setup(hparams: str, data_file: str, n: int, seed: int, out: Path) -> T
     return run, setup, cases
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def draw_parser(description: str, seed: int, scales: str) -> argparse.ArgumentParser:
+    """The options of a script that redoes one batch edit and reads it at several scales (``--out`` added last)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--hparams", required=True)
     parser.add_argument("--data", choices=sorted(DATA), default="val")
     parser.add_argument("--n", type=int, required=True)
-    parser.add_argument("--seed", type=int, default=2)
-    parser.add_argument("--scales", default="0.25,0.5,0.75,1.0")
+    parser.add_argument("--seed", type=int, default=seed)
+    parser.add_argument("--scales", default=scales)
+    return parser
+
+
+def main() -> None:
+    parser = draw_parser(__doc__.splitlines()[0], 2, "0.25,0.5,0.75,1.0")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
