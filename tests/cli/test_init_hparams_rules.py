@@ -69,6 +69,25 @@ def test_measure_writes_the_rule_settings_of_a_model_without_its_own_yaml(tok, t
     assert measured["v_lr"] != plain["v_lr"]
 
 
+def test_many_writes_the_suppression_targets_v_lr_by_the_median_coordinate(tok, tmp_path):
+    """``--many`` (answer-suppression targets): ``v_lr`` by the residual's median coordinate, measured where the
+    widened YAML edits; the other rule keys as for the plain YAML; ``--set target_objective=neutral`` keeps the RMS
+    rule (benchmarks/RESULTS.md 12.24)."""
+    folder = _folder(tok, tmp_path)
+    many, header = _init(folder, tmp_path / "m.yaml", "--measure", "--many")
+    model = tiny_llama(tok, seed=0, layers=6).eval()
+    scales = measure_scales(model, tok, many["layers"], "model.layers.{}", "model.layers.{}.mlp.down_proj")
+    by_median = rule_settings(scales, suppress_targets=True)
+    assert by_median["v_lr"] != rule_settings(scales)["v_lr"]  # the tiny model's two rules differ
+    assert many["target_objective"] == "suppress_answer"
+    assert {k: many[k] for k in by_median if k != "norm_weight"} == {k: v for k, v in by_median.items()
+                                                                    if k != "norm_weight"}  # -many rescales it
+    assert any(line.startswith("# Settings by rule") and "median coordinate" in line for line in header)
+    neutral, _ = _init(folder, tmp_path / "n.yaml", "--measure", "--many", "--set", "target_objective=neutral",
+                       "--set", "suppress_rank_limit=null")
+    assert neutral["v_lr"] == rule_settings(scales)["v_lr"]
+
+
 def test_a_shipped_models_own_yaml_keeps_the_current_output_unless_unseen(tok, tmp_path):
     folder = _folder(tok, tmp_path, "SmolLM2-135M-Instruct")
     plain, _ = _init(folder, tmp_path / "plain.yaml")
@@ -150,7 +169,7 @@ def test_measured_scales_are_the_residual_and_key_statistics(tok, tmp_path):
                                      progress=False)
     c0 = moments["model.layers.1.mlp.down_proj"]
     assert scales.c0_medians[0] == pytest.approx(float(torch.linalg.eigvalsh(c0.moment()).median()), rel=1e-6)
-    rms, norms = [], []
+    rms, norms, medians = [], [], []
     for text in texts:
         ids = tok(text, return_tensors="pt")["input_ids"]
         with torch.no_grad(), capture_outputs(model, ["model.layers.2"]) as out:
@@ -158,8 +177,10 @@ def test_measured_scales_are_the_residual_and_key_statistics(tok, tmp_path):
         h = out["model.layers.2"][0, 1:].double()  # the first position left out
         rms += h.pow(2).mean(1).sqrt().tolist()
         norms += h.norm(dim=1).tolist()
+        medians += [sorted(row.abs().tolist())[(len(row) - 1) // 2] for row in h]  # the lower median
     assert scales.residual_rms == pytest.approx(sum(rms) / len(rms), rel=1e-5)
     assert scales.residual_norm == pytest.approx(sum(norms) / len(norms), rel=1e-5)
+    assert scales.residual_median_abs == pytest.approx(sum(medians) / len(medians), rel=1e-5)
     assert scales.post_mlp_norms is None and scales.key_dim == model.config.intermediate_size
 
 
@@ -187,10 +208,29 @@ def test_many_measures_the_rules_at_the_layers_it_edits(tok, tmp_path):
     written = yaml.safe_load(out.read_text())
     assert written["layers"] == [4, 5]  # round(7 x 10 / 30) = 2 layers ending at 5
     model = tiny_llama(tok, seed=0, layers=10).eval()
-    edited = rule_settings(measure_scales(model, tok, [4, 5], "model.layers.{}", "model.layers.{}.mlp.down_proj"))
-    given = rule_settings(measure_scales(model, tok, [5], "model.layers.{}", "model.layers.{}.mlp.down_proj"))
+    edited = rule_settings(measure_scales(model, tok, [4, 5], "model.layers.{}", "model.layers.{}.mlp.down_proj"),
+                           suppress_targets=True)
+    given = rule_settings(measure_scales(model, tok, [5], "model.layers.{}", "model.layers.{}.mlp.down_proj"),
+                          suppress_targets=True)
     assert edited["nullspace_threshold"] != given["nullspace_threshold"]  # the check below can tell them apart
     assert written["nullspace_threshold"] == edited["nullspace_threshold"]
     assert written["norm_weight"] == float(f"{edited['norm_weight'] * 3 / 10:.6g}")  # the rule's, then x 3/10
     assert {k: written[k] for k in ("v_lr", "clamp_norm_factor", "mom2_n_samples")} == {
         k: edited[k] for k in ("v_lr", "clamp_norm_factor", "mom2_n_samples")}
+
+
+@pytest.mark.slow
+def test_real_gemma_many_by_rule_is_the_shipped_many_yaml_less_its_hand_changes(gemma3_path, tmp_path):
+    """``init-hparams --measure --many`` on the real Gemma-3-270m writes the shipped ``gemma-3-270m-many.yaml``'s
+    ``v_lr`` (0.885, the median-coordinate rule; the RMS rule gave 8.29) and every other key of it but the file's
+    three hand changes (contexts 2 of 5, threshold x10, text weight 100; benchmarks/RESULTS.md 12.24)."""
+    out = tmp_path / "many.yaml"
+    assert cli_main(["init-hparams", "--model", str(gemma3_path), "--method", "ZeroUnlearn-GD", "--layers", "3,4,5",
+                     "--measure", "--many", "--out", str(out)]) == 0
+    written = yaml.safe_load(out.read_text())
+    shipped = yaml.safe_load((repo_root() / "hparams" / "ZeroUnlearn-GD" / "gemma-3-270m-many.yaml").read_text())
+    assert written["v_lr"] == shipped["v_lr"] == 0.885
+    hand = {"model_name", "context_template_count", "context_template_length", "nullspace_threshold",
+            "nullspace_text_weight"}
+    assert {k: v for k, v in written.items() if k not in hand} == {k: v for k, v in shipped.items() if k not in hand}
+    assert shipped["nullspace_threshold"] == pytest.approx(10 * written["nullspace_threshold"])

@@ -121,12 +121,16 @@ def test_smollm2_ships_a_many_facts_yaml():
 
 
 def test_gemmas_many_yaml_is_the_file_measured_on_report_data():
-    """Gemma-3-270m has no paper YAML; its -many.yaml is the YAML benchmarks/RESULTS.md 12.18 measured (val, n =
-    1,000), key for key: answer-suppression targets stepped only where the answer is the model's argmax."""
+    """Gemma-3-270m has no paper YAML; its -many.yaml is the YAML benchmarks/RESULTS.md 12.24 measured (val, n =
+    1,000), key for key: answer-suppression targets stepped only where the answer is the model's argmax, their step
+    ``v_lr`` by the median-coordinate rule; 12.18's file (the RMS rule's 8.29) differs in that key only."""
     shipped = ZeroUnlearnGDHyperParams.from_hparams(ROOT / "ZeroUnlearn-GD" / "gemma-3-270m-many.yaml")
-    measured = ZeroUnlearnGDHyperParams.from_hparams(
-        ROOT.parent / "benchmarks" / "results" / "gemma" / "rank_step" / "gemma-many-tw100-rank0.yaml")
+    results = ROOT.parent / "benchmarks" / "results" / "gemma"
+    measured = ZeroUnlearnGDHyperParams.from_hparams(results / "target_size" / "gemma-many-rule.yaml")
     assert shipped.to_dict() == measured.to_dict()
+    before = ZeroUnlearnGDHyperParams.from_hparams(results / "rank_step" / "gemma-many-tw100-rank0.yaml")
+    assert {k for k, v in before.to_dict().items() if shipped.to_dict()[k] != v} == {"v_lr"}
+    assert (before.v_lr, shipped.v_lr) == (8.29, 0.885)
     assert (shipped.suppress_rank_limit, shipped.target_objective, shipped.orthogonality_weight) == (
         0, "suppress_answer", 0.0)
 

@@ -16,13 +16,14 @@ from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import (
     rule_mom2,
     rule_settings,
     rule_solve_weights,
+    rule_suppress_v_lr,
     rule_v_lr,
 )
 from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis, solve_exact
 
-REF = ReferenceScales(name="ref", residual_rms=8.0, c0_median=0.02, v_lr=0.5, norm_weight=1000.0,
-                      nullspace_threshold=3e-2, clamp_norm_factor=0.75, mom2_n_samples=400, mom2_max_length=128,
-                      key_dim=1536)
+REF = ReferenceScales(name="ref", residual_rms=8.0, residual_median_abs=2.0, c0_median=0.02, v_lr=0.5,
+                      norm_weight=1000.0, nullspace_threshold=3e-2, clamp_norm_factor=0.75, mom2_n_samples=400,
+                      mom2_max_length=128, key_dim=1536)
 
 
 def test_the_reference_model_gets_its_own_settings_back():
@@ -40,6 +41,30 @@ def test_v_lr_is_an_adam_step_in_units_of_the_residual_rms():
     assert rule_v_lr(3.3, REF) == round_sig(0.5 * 3.3 / 8.0)
     with pytest.raises(ValueError, match="residual_rms must be a finite positive number"):
         rule_v_lr(0.0, REF)
+
+
+def test_suppression_targets_step_in_units_of_the_median_coordinate():
+    """``--many``'s answer-suppression targets: the Adam step scales with the residual's median absolute coordinate,
+    which a few outsized coordinates do not move (Gemma-3-270m: RMS 27x its median coordinate, SmolLM2 2.9x)."""
+    assert rule_suppress_v_lr(2.0, REF) == 0.5
+    assert rule_suppress_v_lr(3.5, REF) == round_sig(0.5 * 3.5 / 2.0)
+    with pytest.raises(ValueError, match="residual_median_abs must be a finite positive number"):
+        rule_suppress_v_lr(float("nan"), REF)
+    outsized = ModelScales(residual_rms=80.0, residual_norm=1.0, c0_medians=[0.02], key_dim=4,
+                           residual_median_abs=4.0)
+    assert rule_settings(outsized, REF)["v_lr"] == 5.0  # the RMS rule: 10x the reference's RMS
+    assert rule_settings(outsized, REF, suppress_targets=True) == {**rule_settings(outsized, REF), "v_lr": 1.0}
+    unmeasured = ModelScales(residual_rms=8.0, residual_norm=1.0, c0_medians=[0.02], key_dim=4)
+    with pytest.raises(ValueError, match="needs residual_median_abs"):
+        rule_settings(unmeasured, REF, suppress_targets=True)
+
+
+def test_the_reference_model_keeps_its_v_lr_for_suppression_targets():
+    """SmolLM2's own median coordinate gives its shipped -many.yaml's v_lr (0.5)."""
+    scales = ModelScales(residual_rms=REFERENCE.residual_rms, residual_norm=200.0,
+                         c0_medians=[REFERENCE.c0_median] * 3, key_dim=REFERENCE.key_dim,
+                         residual_median_abs=REFERENCE.residual_median_abs)
+    assert rule_settings(scales, suppress_targets=True)["v_lr"] == 0.5
 
 
 def test_solve_weights_follow_the_median_eigenvalue_of_c0():

@@ -332,17 +332,18 @@ def trace_layers(model: nn.Module, tok: Any, facts: Sequence[Any], window: int, 
     return suggest_window(result["indirect_effect"]["mlp"][:-1], min(width, result["num_layers"] - 1))
 
 
-def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int], plain: bool = False
-                    ) -> Tuple[Dict[str, Any], str]:
+def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int], plain: bool = False,
+                    suppress_targets: bool = False) -> Tuple[Dict[str, Any], str]:
     """The keys the setting rules give for ``model`` at ``layers`` (measured on its weights) and a header line;
     ``plain`` (ZeroUnlearn-GD's YAML without a variant): also the text weight by rule
-    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_text_weight`)."""
+    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_text_weight`); ``suppress_targets``
+    (``--many``): ``v_lr`` by the rule of answer-suppression targets."""
     from zerounlearn_editor.harness.model_scales import SCALE_PASSAGES, measure_scales
     from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import describe_rules, rule_settings, rule_text_weight
 
     templates = detect_templates(model)
     scales = measure_scales(model, tok, layers, templates["layer_module_tmp"], templates["rewrite_module_tmp"])
-    rules = {**rule_settings(scales), **(rule_text_weight(scales) if plain else {})}
+    rules = {**rule_settings(scales, suppress_targets=suppress_targets), **(rule_text_weight(scales) if plain else {})}
     LOG.info("settings by rule: %s (%s)", rules, describe_rules(scales))
     keys = ", ".join(f"{k} {v}" for k, v in rules.items())
     return rules, (f"Settings by rule (scale_rules; {SCALE_PASSAGES} passages of wiki_passages_3643): {keys}; from "
@@ -381,7 +382,9 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
     rules, rules_note = {}, ""
     if measure and (own is None or args.unseen):  # measured where the written YAML edits (widened: --many, --robust)
         edited = many_layers(layers, n_layers) if variant in ("many", RETAIN_MANY, "robust") else layers
-        rules, rules_note = scale_rules_for(model, tok, edited, plain=args.method == "ZeroUnlearn-GD" and not variant)
+        suppress = variant == "many" and overrides.get("target_objective", "suppress_answer") == "suppress_answer"
+        rules, rules_note = scale_rules_for(model, tok, edited, plain=args.method == "ZeroUnlearn-GD" and not variant,
+                                            suppress_targets=suppress)
     elif own is not None and not args.unseen:
         LOG.info("%s is the model's own shipped YAML: no settings by rule (--unseen applies them)", own.name)
     config, base = build_hparams(model, args.model, args.method, layers, overrides, variant, rules,
@@ -402,7 +405,8 @@ VARIANT_HELP = {
             "from the last chosen layer to round(7 x layers / 30) of them (SmolLM2: 16-18 -> 12-18 of 30), "
             "orthogonality_weight 0, target_objective suppress_answer stopped at v_early_stop_loss 0.01, norm_weight "
             "the base YAML's x 3/10, suppress_rank_limit 0 (only facts the model gives take target steps; with --set "
-            "target_objective=neutral also --set suppress_rank_limit=null)",
+            "target_objective=neutral also --set suppress_rank_limit=null); with --measure, v_lr by the residual's "
+            "median coordinate (the rule of answer-suppression targets)",
     "deep": "ZeroUnlearn-GD, forgetting that survives in-context examples (as the shipped <model>-deep.yaml): the "
             "deep-mode keys (8 context templates of 10 tokens, 50 target steps, clamp 1.5, stop 0.005, 4 few-shot "
             "prefixes)",

@@ -4,7 +4,8 @@
 Per edited layer: the key covariance ``C0 = mean k k^T`` ``[d_in, d_in]`` of the edited module's input (every
 non-padding token) and its median eigenvalue; what the MLP adds to the residual (``|f(v)|`` through a
 post-feedforward norm, :mod:`zerounlearn_editor.engine.post_mlp`); at the last edited layer the residual's RMS per
-coordinate and norm (the first position left out: many models keep an outsized state there).
+coordinate, its norm and its median absolute coordinate (the lower median over the ``d`` coordinates of each token;
+the first position left out: many models keep an outsized state there).
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def measure_scales(model: nn.Module, tok, layers: Sequence[int], layer_module_tm
     device = model_device(model)
     sums = {name: None for name in rewrites}
     post = {l: [0.0, 0] for l in layers}
-    count, rms_sum, norm_sum, res_count = 0, 0.0, 0.0, 0
+    count, rms_sum, norm_sum, median_sum, res_count = 0, 0.0, 0.0, 0.0, 0
     with eval_mode(model):
         for ids, mask in padded_batches(tok, texts, max_length, 16):
             with capture_inputs(model, rewrites) as ins, capture_outputs(model, rewrites + [last], stop_after=last) \
@@ -69,6 +70,7 @@ def measure_scales(model: nn.Module, tok, layers: Sequence[int], layer_module_tm
             h = hidden_of(outs[last])[inner.to(device)].double()
             rms_sum += float(h.pow(2).mean(1).sqrt().sum())
             norm_sum += float(h.norm(dim=1).sum())
+            median_sum += float(h.abs().median(dim=1).values.sum())
             res_count += h.shape[0]
     if res_count == 0:
         raise ValueError(f"corpus {corpus!r}: no tokens after the first position in {n_passages} passages")
@@ -76,6 +78,7 @@ def measure_scales(model: nn.Module, tok, layers: Sequence[int], layer_module_tm
     return ModelScales(
         residual_rms=rms_sum / res_count,
         residual_norm=norm_sum / res_count,
+        residual_median_abs=median_sum / res_count,
         c0_medians=[median_eigenvalue(sums[name] / count) for name in rewrites],
         key_dim=int(sums[rewrites[0]].shape[0]),
         post_mlp_norms=None if identity else [post[l][0] / max(post[l][1], 1) if not maps[l].is_identity

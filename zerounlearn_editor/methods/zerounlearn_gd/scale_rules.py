@@ -11,6 +11,13 @@ real weights here, at layers 16-18), and rescales it by the new model's measured
 
 - ``v_lr`` = 0.5 x ``residual_rms`` / ``REFERENCE.residual_rms``: the Adam step in units of the residual's RMS per
   coordinate at the last edited layer (text tokens, first position left out).
+  For answer-suppression targets (``--many``, :func:`rule_suppress_v_lr`): 0.5 x ``residual_median_abs`` /
+  ``REFERENCE.residual_median_abs``, the step in units of the residual's median absolute coordinate. Adam moves
+  every coordinate by about ``v_lr`` a step, and a few outsized coordinates set the RMS: Gemma-3-270m's RMS after
+  layer 5 is 27x its median coordinate, SmolLM2's 2.9x. Pushing one answer below p = 0.01 needs far less than the
+  neutral target's move, and the RMS step overshoots it: on Gemma-3-270m's ``--many`` edits a smaller step kept
+  more neighbours and cost less perplexity at the same forgetting (benchmarks/RESULTS.md 12.24). SmolLM2 gets
+  its 0.5 either way.
 - ``nullspace_threshold`` = 3e-2 x ``c0_median`` / ``REFERENCE.c0_median`` and ``norm_weight`` = 1000 x the same
   ratio: both are absolute on ``C0``'s eigenvalues (the threshold selects eigenvalues; ``norm_weight`` weighs
   ``|E P_m|^2`` against ``|E P_m k|^2`` terms), so they scale with its median eigenvalue (mean over the edited
@@ -44,8 +51,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence
 
 __all__ = ["ModelScales", "ReferenceScales", "REFERENCE", "RULES_VERSION", "FIRST_TRY_KEY_REACH", "round_sig",
-           "rule_v_lr", "rule_solve_weights", "rule_clamp", "rule_mom2", "rule_settings", "rule_text_weight",
-           "describe_rules"]
+           "rule_v_lr", "rule_suppress_v_lr", "rule_solve_weights", "rule_clamp", "rule_mom2", "rule_settings",
+           "rule_text_weight", "describe_rules"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,8 @@ class ModelScales:
     """A model's measured quantities at its edited layers (see the module docstring).
 
     ``residual_rms``: mean over tokens of the RMS per coordinate of the residual after the last edited layer;
-    ``residual_norm``: mean norm of the same vectors; ``c0_medians``: the median eigenvalue of ``C0`` per edited
+    ``residual_norm``: mean norm of the same vectors; ``residual_median_abs``: mean over the same tokens of the
+    median absolute coordinate (``None`` where not measured); ``c0_medians``: the median eigenvalue of ``C0`` per edited
     layer; ``post_mlp_norms``: mean ``|f(v)|`` of what each edited layer's MLP adds through a norm, or ``None``
     where the MLP output is added as is; ``key_dim``: the edited module's input width ``d_in``."""
 
@@ -62,6 +70,7 @@ class ModelScales:
     c0_medians: Sequence[float]
     key_dim: int
     post_mlp_norms: Optional[Sequence[float]] = None
+    residual_median_abs: Optional[float] = None
 
     @property
     def c0_median(self) -> float:
@@ -75,6 +84,7 @@ class ReferenceScales:
 
     name: str
     residual_rms: float
+    residual_median_abs: float
     c0_median: float
     v_lr: float
     norm_weight: float
@@ -88,8 +98,10 @@ class ReferenceScales:
 REFERENCE = ReferenceScales(
     # measured by measure_scales (50 passages of wiki_passages_3643 at 128 tokens, float32) on
     # SmolLM2-135M-Instruct at its shipped layers 16-18; JSON benchmarks/results/gemma/rules/scales_smollm2_16-18.json
+    # (residual_median_abs: benchmarks/results/gemma/target_size/scales.json)
     name="SmolLM2-135M-Instruct, layers 16-18",
     residual_rms=8.366,
+    residual_median_abs=2.898,
     c0_median=0.01582,
     v_lr=0.5,
     norm_weight=1000.0,
@@ -101,9 +113,10 @@ REFERENCE = ReferenceScales(
 )
 
 
-RULES_VERSION = 4
+RULES_VERSION = 5
 """Changes whenever a rule does (1: ``v_lr``, clamp, solve weights, ``mom2`` sizes; 2: SmolLM2's context prefixes;
-3: the base YAML's context prefixes again; 4: the text weight by key reach); part of the key of YAMLs cached by
+3: the base YAML's context prefixes again; 4: the text weight by key reach; 5: ``v_lr`` of answer-suppression
+targets by the median coordinate); part of the key of YAMLs cached by
 rule (``zerounlearn demo --model gemma3-270m``)."""
 
 
@@ -124,6 +137,12 @@ def _positive(name: str, value: float) -> float:
 def rule_v_lr(residual_rms: float, ref: ReferenceScales = REFERENCE) -> float:
     """``v_lr`` = the reference's ``v_lr`` x ``residual_rms / ref.residual_rms`` (3 significant digits)."""
     return round_sig(ref.v_lr * _positive("residual_rms", residual_rms) / ref.residual_rms)
+
+
+def rule_suppress_v_lr(residual_median_abs: float, ref: ReferenceScales = REFERENCE) -> float:
+    """``v_lr`` of answer-suppression targets = the reference's ``v_lr`` x ``residual_median_abs /
+    ref.residual_median_abs`` (3 significant digits; see the module docstring)."""
+    return round_sig(ref.v_lr * _positive("residual_median_abs", residual_median_abs) / ref.residual_median_abs)
 
 
 def rule_solve_weights(c0_median: float, ref: ReferenceScales = REFERENCE) -> Dict[str, float]:
@@ -151,10 +170,17 @@ def rule_mom2(key_dim: int, ref: ReferenceScales = REFERENCE) -> Dict[str, int]:
     return {"mom2_n_samples": n, "mom2_max_length": ref.mom2_max_length}
 
 
-def rule_settings(scales: ModelScales, ref: ReferenceScales = REFERENCE) -> Dict[str, Any]:
-    """The YAML keys the rules set for a model measured as ``scales`` (a fresh mapping)."""
+def rule_settings(scales: ModelScales, ref: ReferenceScales = REFERENCE,
+                  suppress_targets: bool = False) -> Dict[str, Any]:
+    """The YAML keys the rules set for a model measured as ``scales`` (a fresh mapping); ``suppress_targets`` (the
+    ``--many`` YAML's answer-suppression targets): ``v_lr`` by :func:`rule_suppress_v_lr`."""
+    if suppress_targets and scales.residual_median_abs is None:
+        raise ValueError("the v_lr rule of answer-suppression targets needs residual_median_abs, which these "
+                         "scales do not hold (measure them with harness.model_scales.measure_scales)")
+    v_lr = (rule_suppress_v_lr(scales.residual_median_abs, ref) if suppress_targets
+            else rule_v_lr(scales.residual_rms, ref))
     return {
-        "v_lr": rule_v_lr(scales.residual_rms, ref),
+        "v_lr": v_lr,
         "clamp_norm_factor": rule_clamp(scales.residual_norm, scales.post_mlp_norms, ref),
         **rule_solve_weights(scales.c0_median, ref),
         **rule_mom2(scales.key_dim, ref),
@@ -179,6 +205,8 @@ def describe_rules(scales: ModelScales, ref: ReferenceScales = REFERENCE) -> str
     """One line for a YAML header: the measured quantities and the reference they were scaled from."""
     post = ("added as is" if scales.post_mlp_norms is None
             else "through a norm, |f(v)| " + "/".join(f"{n:.3g}" for n in scales.post_mlp_norms))
-    return (f"residual RMS {scales.residual_rms:.4g} (|h| {scales.residual_norm:.4g}), C0 median eigenvalue "
+    median = ("" if scales.residual_median_abs is None
+              else f", median coordinate {scales.residual_median_abs:.4g}")
+    return (f"residual RMS {scales.residual_rms:.4g} (|h| {scales.residual_norm:.4g}{median}), C0 median eigenvalue "
             f"{scales.c0_median:.4g}, d_in {scales.key_dim}, MLP output {post}; scaled from {ref.name} (residual RMS "
-            f"{ref.residual_rms:.4g}, C0 median {ref.c0_median:.4g})")
+            f"{ref.residual_rms:.4g}, median coordinate {ref.residual_median_abs:.4g}, C0 median {ref.c0_median:.4g})")

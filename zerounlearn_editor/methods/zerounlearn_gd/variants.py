@@ -12,7 +12,9 @@ YAML, each reproduces that file (``tests/methods/test_variant_rules.py``):
   factor, not the value, carries over, because the paper's ``norm_weight`` differs by four orders of magnitude
   between models); only facts whose answer's first token is the unedited model's argmax take target steps
   (``suppress_rank_limit`` 0; the others keep their values: measured on SmolLM2, val seeds 1-3, and Gemma-3-270m,
-  benchmarks/RESULTS.md 12.18-12.19).
+  benchmarks/RESULTS.md 12.18-12.19). Where ``init-hparams`` sets ``v_lr`` by rule (a model without its own YAML),
+  ``--many`` takes the rule of answer-suppression targets
+  (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_suppress_v_lr`, RESULTS 12.24).
 - ``deep`` (``-deep.yaml``): :func:`~zerounlearn_editor.methods.zerounlearn_gd.config.deep_mode_settings`.
 - ``retain`` (``-retain.yaml``): ``retain_nullspace_weight`` 0.1 and ``retain_file: null`` (the retain set is given
   at edit time: ``retain=``, ``--retain`` or the key).
