@@ -86,6 +86,9 @@ def test_many_writes_the_suppression_targets_v_lr_by_the_median_coordinate(tok, 
     neutral, _ = _init(folder, tmp_path / "n.yaml", "--measure", "--many", "--set", "target_objective=neutral",
                        "--set", "suppress_rank_limit=null")
     assert neutral["v_lr"] == rule_settings(scales)["v_lr"]
+    for flags in (["--many", "--retain"], ["--robust"]):  # suppression targets too, but not measured: the RMS rule
+        other, _ = _init(folder, tmp_path / "o.yaml", "--measure", *flags)
+        assert other["target_objective"] == "suppress_answer" and other["v_lr"] == rule_settings(scales)["v_lr"]
 
 
 def test_a_shipped_models_own_yaml_keeps_the_current_output_unless_unseen(tok, tmp_path):

@@ -2,6 +2,7 @@
 measured quantity; the solve weights follow the key covariance's scale so that a rescaled model gets the same edit."""
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -20,6 +21,7 @@ from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import (
     rule_v_lr,
 )
 from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis, solve_exact
+from zerounlearn_editor.support.resources import repo_root
 
 REF = ReferenceScales(name="ref", residual_rms=8.0, residual_median_abs=2.0, c0_median=0.02, v_lr=0.5,
                       norm_weight=1000.0, nullspace_threshold=3e-2, clamp_norm_factor=0.75, mom2_n_samples=400,
@@ -60,7 +62,11 @@ def test_suppression_targets_step_in_units_of_the_median_coordinate():
 
 
 def test_the_reference_model_keeps_its_v_lr_for_suppression_targets():
-    """SmolLM2's own median coordinate gives its shipped -many.yaml's v_lr (0.5)."""
+    """SmolLM2's own median coordinate gives its shipped -many.yaml's v_lr (0.5), and the reference constant is the
+    measurement stored beside RESULTS 12.24."""
+    stored = json.loads((repo_root() / "benchmarks" / "results" / "gemma" / "target_size" / "scales.json").read_text())
+    assert REFERENCE.residual_median_abs == round_sig(stored["smollm2"]["residual_median_abs"], 4)
+    assert stored["smollm2"]["layers"] == [16, 17, 18]
     scales = ModelScales(residual_rms=REFERENCE.residual_rms, residual_norm=200.0,
                          c0_medians=[REFERENCE.c0_median] * 3, key_dim=REFERENCE.key_dim,
                          residual_median_abs=REFERENCE.residual_median_abs)

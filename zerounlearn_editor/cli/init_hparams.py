@@ -8,8 +8,9 @@ templates first, then the family's name in the file name, then the closest numbe
 except, when the weights are read (``--layers auto`` with a fresh trace, or ``--measure``) and no shipped YAML is the
 model's own (:func:`own_shipped_yaml`; ``--unseen`` ignores it), the scale-dependent keys: ``v_lr``,
 ``clamp_norm_factor``, ``norm_weight``, ``nullspace_threshold`` and the ``mom2`` sample sizes follow
-:mod:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules` from the model's measured residual RMS, key covariance
-median eigenvalue and post-MLP norm (:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages)
+:mod:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules` from the model's measured residual RMS (``--many``'s
+answer-suppression targets: its median absolute coordinate), key covariance median eigenvalue and post-MLP norm
+(:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages)
 at the layers the written YAML edits (``--many``, ``--robust``: the widened span, then its ``norm_weight`` x 3/10);
 the YAML's header gives the measured values. The plain ZeroUnlearn-GD YAML of such a model whose MLP output passes a
 norm (Gemma-2/3) also gets the text weight by key reach
