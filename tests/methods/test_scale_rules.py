@@ -64,9 +64,10 @@ def test_suppression_targets_step_in_units_of_the_median_coordinate():
 def test_the_reference_model_keeps_its_v_lr_for_suppression_targets():
     """SmolLM2's own median coordinate gives its shipped -many.yaml's v_lr (0.5), and the reference constant is the
     measurement stored beside RESULTS 12.24."""
-    stored = json.loads((repo_root() / "benchmarks" / "results" / "gemma" / "target_size" / "scales.json").read_text())
-    assert REFERENCE.residual_median_abs == round_sig(stored["smollm2"]["residual_median_abs"], 4)
-    assert stored["smollm2"]["layers"] == [16, 17, 18]
+    stored = json.loads((repo_root() / "benchmarks" / "results" / "gemma" / "target_size"
+                         / "scales_smollm2_16-18.json").read_text())
+    assert REFERENCE.residual_median_abs == round_sig(stored["scales"]["residual_median_abs"], 4)
+    assert stored["layers"] == [16, 17, 18]
     scales = ModelScales(residual_rms=REFERENCE.residual_rms, residual_norm=200.0,
                          c0_medians=[REFERENCE.c0_median] * 3, key_dim=REFERENCE.key_dim,
                          residual_median_abs=REFERENCE.residual_median_abs)

@@ -98,7 +98,7 @@ class ReferenceScales:
 REFERENCE = ReferenceScales(
     # measured by measure_scales (50 passages of wiki_passages_3643 at 128 tokens, float32) on
     # SmolLM2-135M-Instruct at its shipped layers 16-18; JSON benchmarks/results/gemma/rules/scales_smollm2_16-18.json
-    # (residual_median_abs: benchmarks/results/gemma/target_size/scales.json)
+    # (residual_median_abs: benchmarks/results/gemma/target_size/scales_smollm2_16-18.json, the same script)
     name="SmolLM2-135M-Instruct, layers 16-18",
     residual_rms=8.366,
     residual_median_abs=2.898,
