@@ -222,3 +222,12 @@ def test_a_graduated_experiment_under_experimental_fails_naming_its_key(tmp_path
     with pytest.raises(HParamsError, match=rf"'experimental\.{key}' graduated to the top-level key '{key}'.*"
                                            r"move it out of experimental:, same value"):
         ZeroUnlearnGDHyperParams.from_dict(dict(base, experimental={key: {"any": 1}}))
+
+
+def test_the_neutral_step_rank_experiment_is_refused_naming_its_result(tmp_path):
+    """Issue 48: the neutral-target step selection lost on report data; a file that sets it names the result and
+    the branch that keeps the code."""
+    base = tiny_hparams_dict(tmp_path, tmp_path / "c.jsonl", alg_name="ZeroUnlearn-GD")
+    with pytest.raises(HParamsError, match=r"'experimental\.neutral_step_rank_limit' was retired: .*12\.25.*"
+                                           r"branch neutral-stepped, commit 192568c"):
+        ZeroUnlearnGDHyperParams.from_dict(dict(base, experimental={"neutral_step_rank_limit": 0}))

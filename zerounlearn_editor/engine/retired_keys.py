@@ -110,6 +110,13 @@ RETIRED_EXPERIMENTAL_KEYS: Dict[str, str] = {
     "Gemma-3-270m's --many PPL (+17.1% -> +14.3% at n = 1,000) but lost neighbours (Spe 51% -> 41% of base; "
     "benchmarks/RESULTS.md, 12.20; benchmarks/notebook/2026-11-30-gemma-stepped-only.md); delete the key (every "
     "fact enters the solve; the code is on the branch i48-held, commit d33d868)",
+    # issue 48: the paper's neutral targets on the argmax-known facts only kept more neighbours but cost PPL
+    "neutral_step_rank_limit": "the paper's neutral (EOS) targets on only the facts whose answer is the model's "
+    "argmax kept more neighbours than --many's answer-suppression targets (Gemma-3-270m val n = 1,000: Spe 70% / 65% "
+    "-> 81% / 72% of base) but cost PPL +7.4% / +9.6% (against +1.9% / +2.2%) and left 2.6 / 2.1 known first tokens, "
+    "and on SmolLM2 PPL +4.1% against +0.5% (benchmarks/RESULTS.md, 12.25; "
+    "benchmarks/notebook/2026-12-01-gemma-neutral-stepped.md); delete the key (--many's answer-suppression targets "
+    "with suppress_rank_limit select by the same rank; the code is on the branch neutral-stepped, commit 192568c)",
 }
 """Retired keys under ``experimental:``: a file that still sets one fails with this message."""
 
