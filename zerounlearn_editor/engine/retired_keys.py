@@ -113,7 +113,8 @@ RETIRED_EXPERIMENTAL_KEYS: Dict[str, str] = {
     # issue 48: the paper's neutral targets on the argmax-known facts only kept more neighbours but cost PPL
     "neutral_step_rank_limit": "the paper's neutral (EOS) targets on only the facts whose answer is the model's "
     "argmax kept more neighbours than --many's answer-suppression targets (Gemma-3-270m val n = 1,000: Spe 70% / 65% "
-    "-> 81% / 72% of base) but cost PPL +7.4% / +9.6% (against +1.9% / +2.2%) and left 2.6 / 2.1 known first tokens, "
+    "-> 81% / 72% of base) but cost PPL +7.4% / +9.6% (against +1.9% / +2.2%) and left known first-token Eff "
+    "2.6 / 2.1 (2 facts each), "
     "and on SmolLM2 PPL +4.1% against +0.5% (benchmarks/RESULTS.md, 12.25; "
     "benchmarks/notebook/2026-12-01-gemma-neutral-stepped.md); delete the key (--many's answer-suppression targets "
     "with suppress_rank_limit select by the same rank; the code is on the branch neutral-stepped, commit 192568c)",
