@@ -3,7 +3,7 @@
 # step, perplexity on 4000 tokens read both ways; the shipped rows on the same draws are 12.23's
 # (benchmarks/results/gemma/bos_ppl/rules_val_seed<S>_n50.json).
 #   lr2s50: v_lr 2.07, 50 steps (the TUNE winner of run_tune.sh)        -> val_seed<S>_n50.json
-#   med75:  v_lr 0.885 (the median-coordinate rule), 75 steps (run_tune_med.sh) -> val_med_seed<S>_n50.json
+#   med75:  v_lr 0.885 (the median-coordinate rule), 75 steps (run_tune.sh med75) -> val_med_seed<S>_n50.json
 # Usage: run_val.sh lr2s50|med75 SEEDS...
 set -euo pipefail
 export ZEROUNLEARN_DATA_DIR=${ZEROUNLEARN_DATA_DIR:-../shared/data} PYTHONPATH=$PWD OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
