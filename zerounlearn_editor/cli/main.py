@@ -20,6 +20,7 @@ from zerounlearn_editor.cli import (
     pca,
     plot,
     prepare_model,
+    retain_set,
     scale,
     stats,
     trace,
@@ -32,7 +33,7 @@ LOG = logging.getLogger("zerounlearn_editor.cli")
 SUBCOMMANDS = (prepare_model.register, stats.register, demo.register, unlearn.register, bench.register,
                stats.register_merge, bench.register_speed, utility.register, trace.register,
                init_hparams.register, pca.register, plot.register, audit.register,
-               scale.register)
+               scale.register, retain_set.register)
 """The ``register(sub, parents)`` of every subcommand, in the order ``zerounlearn --help`` lists them."""
 
 

@@ -1,0 +1,43 @@
+"""``zerounlearn retain-set``: draft a retain file of facts that share the answers of the facts to forget."""
+from __future__ import annotations
+
+import argparse
+from types import ModuleType
+from typing import Any
+
+from zerounlearn_editor.cli.common import int_at_least
+
+
+def _cmd_retain_set(args: argparse.Namespace) -> int:
+    from zerounlearn_editor.applications.retain_set import build_retain_set, read_pool
+    from zerounlearn_editor.data.fact_records import read_facts_file
+
+    read_facts_file(args.facts)  # bad input fails before the model loads
+    read_pool(args.pool)
+    model = tok = None
+    if args.model:
+        from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
+
+        model, tok = load_model_and_tokenizer(args.model, args.device)
+    result = build_retain_set(args.facts, args.pool, k=args.k, seed=args.seed, model=model, tok=tok, out=args.out)
+    print(f"{result.summary()} -> {args.out}")
+    return 0
+
+
+def register(sub: Any, parents: ModuleType) -> None:
+    """Add ``retain-set`` to the ``zerounlearn`` subparsers (``parents``: :mod:`.common`)."""
+    p = sub.add_parser(
+        "retain-set",
+        help="draft a retain file: facts of a pool that share the answers of the facts to forget",
+        description="For each fact of --facts (with --model: each fact the model knows), up to --k facts of --pool "
+        "with the same answer, never one naming a forgotten subject; the output is the JSON list "
+        "`unlearn --retain` reads. Many facts on Gemma-3: benchmarks/RESULTS.md 12.29.",
+        parents=[parents.out("retain file to write (JSON)", required=True, metavar="FILE"),
+                 parents.model("serve only the facts this model knows (default: every fact with an answer)"),
+                 parents.seed(), parents.device()],
+    )
+    p.add_argument("--facts", required=True, metavar="FILE", help="facts to forget (.json, .jsonl, .yaml; as unlearn)")
+    p.add_argument("--pool", required=True, metavar="FILE|NAME",
+                   help="facts to draw from: a dataset name or benchmark file, or a facts file with answers")
+    p.add_argument("--k", type=int_at_least(1), default=10, help="retain facts per fact to forget (default 10)")
+    p.set_defaults(func=_cmd_retain_set)
