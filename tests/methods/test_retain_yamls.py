@@ -123,13 +123,22 @@ def test_smollm2_ships_a_many_facts_yaml():
 def test_gemmas_many_yaml_is_the_file_measured_on_report_data():
     """Gemma-3-270m has no paper YAML; its -many.yaml is the YAML benchmarks/RESULTS.md 12.24 measured (val, n =
     1,000), key for key: answer-suppression targets stepped only where the answer is the model's argmax, their step
-    ``v_lr`` by the median-coordinate rule; 12.18's file (the RMS rule's 8.29) differs in that key only."""
-    shipped = ZeroUnlearnGDHyperParams.from_hparams(ROOT / "ZeroUnlearn-GD" / "gemma-3-270m-many.yaml")
+    ``v_lr`` by the median-coordinate rule; 12.18's file (the RMS rule's 8.29) differs in that key only. It is
+    retain-aware (12.29): the measured retain runs' YAML but for the retain file given at edit time, and 12.24's
+    file but for the retain weight, which without a retain set leaves the edit as it was (the null space of ``C0``
+    itself, :func:`protected_covariance`)."""
+    shipped = ZeroUnlearnGDHyperParams.from_hparams(ROOT / "ZeroUnlearn-GD" / "gemma-3-270m-many.yaml").to_dict()
     results = ROOT.parent / "benchmarks" / "results" / "gemma"
-    measured = ZeroUnlearnGDHyperParams.from_hparams(results / "target_size" / "gemma-many-rule.yaml")
-    assert shipped.to_dict() == measured.to_dict()
+    with_retain = ZeroUnlearnGDHyperParams.from_hparams(results / "answer_retain" / "run_val_s1_w01.yaml").to_dict()
+    assert with_retain["retain_file"].endswith("retain_val_seed1_k10.json") and shipped["retain_file"] is None
+    assert {k: v for k, v in with_retain.items() if k != "retain_file"} == {
+        k: v for k, v in shipped.items() if k != "retain_file"}
+    measured = ZeroUnlearnGDHyperParams.from_hparams(results / "target_size" / "gemma-many-rule.yaml").to_dict()
+    assert {k for k, v in measured.items() if shipped[k] != v} == {"retain_nullspace_weight"}
+    assert (measured["retain_nullspace_weight"], shipped["retain_nullspace_weight"]) == (0.0, 0.1)
+    shipped = ZeroUnlearnGDHyperParams.from_hparams(ROOT / "ZeroUnlearn-GD" / "gemma-3-270m-many.yaml")
     before = ZeroUnlearnGDHyperParams.from_hparams(results / "rank_step" / "gemma-many-tw100-rank0.yaml")
-    assert {k for k, v in before.to_dict().items() if shipped.to_dict()[k] != v} == {"v_lr"}
+    assert {k for k, v in before.to_dict().items() if shipped.to_dict()[k] != v} == {"v_lr", "retain_nullspace_weight"}
     assert (before.v_lr, shipped.v_lr) == (8.29, 0.885)
     assert (shipped.suppress_rank_limit, shipped.target_objective, shipped.orthogonality_weight) == (
         0, "suppress_answer", 0.0)
