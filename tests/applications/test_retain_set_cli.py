@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from zerounlearn_editor.applications.retain_set import build_retain_set, known_facts_mask
+from zerounlearn_editor.applications.retain_set import build_retain_set, known_facts_mask, read_facts, read_pool
 from zerounlearn_editor.applications.unlearn import read_retain_set
 from zerounlearn_editor.cli import main
 from zerounlearn_editor.data.facts import CAPITALS_TO_FORGET
@@ -46,7 +46,7 @@ def test_a_benchmark_file_is_a_pool_and_unmatched_answers_are_named(tmp_path):
     facts = _write(tmp_path / "facts.json", FACTS)
     pool = _write(tmp_path / "cf.json", [_cf_record(1, "Marcel Marceau, a native", "Marcel Marceau", "French"),
                                         _cf_record(2, "Orbe's language is", "Orbe", "French")])
-    result = build_retain_set(facts, pool, k=5)
+    result = build_retain_set(read_facts(facts), read_pool(pool), k=5)
     assert sorted(r["subject"] for r in result.records) == ["Marcel Marceau", "Orbe"]
     assert result.served == 2 and result.unmatched == ["Tokyo"]
     assert "no pool fact shares the answer of 1: Tokyo" in result.summary()

@@ -136,6 +136,23 @@ def test_a_retain_free_weight_alone_does_not_take_a_retain_set(setup, tok, caplo
     assert "retain_nullspace_weight set but no retain set was given" in caplog.text
 
 
+@pytest.mark.parametrize("text_weight", [None, 100.0])
+def test_a_retain_weight_without_a_retain_set_leaves_the_edit_bit_for_bit(setup, tok, text_weight):
+    """A retain-aware file used without a retain set (gemma-3-270m-many.yaml, RESULTS 12.29) edits exactly as the
+    same file with the weight 0: the null space is taken of ``C0`` itself, with the paper's penalty or the text
+    weight."""
+    model, paths, _, _ = setup
+    before = get_weight_matrix(get_module(model, MODULE)).clone()
+
+    def edited(weight, **kwargs):
+        hp = _hp(paths, retain_nullspace_weight=weight, nullspace_text_weight=text_weight)
+        return get_weight_matrix(get_module(_edit(setup, tok, hp, **kwargs), MODULE))
+
+    plain, aware = edited(0.0), edited(0.1)
+    assert torch.equal(plain, aware) and not torch.equal(plain, before)
+    assert not torch.equal(edited(0.1, retain=RETAIN), plain)
+
+
 @pytest.mark.parametrize(
     "retain, fragment",
     [

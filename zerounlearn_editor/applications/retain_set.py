@@ -25,7 +25,7 @@ LOG = logging.getLogger(__name__)
 KNOWN_MIN_ACCURACY = 0.5
 """Forget-prompt token accuracy at which a fact counts as known (``bench-scale``'s ``known`` subset)."""
 
-__all__ = ["KNOWN_MIN_ACCURACY", "RetainSetResult", "read_pool", "known_facts_mask", "build_retain_set"]
+__all__ = ["KNOWN_MIN_ACCURACY", "RetainSetResult", "read_facts", "read_pool", "known_facts_mask", "build_retain_set"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def read_pool(pool: Union[str, Path]) -> List[Dict[str, Any]]:
     if benchmark:
         return [{"prompt": c.request["prompt"], "subject": c.request["subject"],
                  "answer": c.request.get("ground_truth")} for c in load_cases(key)]
-    return [{"prompt": r.prompt, "subject": r.subject, "answer": r.answer} for r in read_facts_file(key).records]
+    return read_facts(key)
 
 
 def known_facts_mask(model: Any, tok: Any, facts: Sequence[Dict[str, Any]],
@@ -78,19 +78,18 @@ def known_facts_mask(model: Any, tok: Any, facts: Sequence[Dict[str, Any]],
     return mask
 
 
-def build_retain_set(facts_path: Union[str, Path], pool: Union[str, Path], k: int = 10, seed: int = 0,
+def read_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
+    """The facts to forget ``{"prompt", "subject", "answer"}``, read and checked as ``unlearn --facts`` reads them."""
+    return [{"prompt": r.prompt, "subject": r.subject, "answer": r.answer} for r in read_facts_file(path).records]
+
+
+def build_retain_set(facts: Sequence[Dict[str, Any]], pool: Sequence[Dict[str, Any]], k: int = 10, seed: int = 0,
                      model: Any = None, tok: Any = None, out: Optional[Union[str, Path]] = None) -> RetainSetResult:
-    """Read the facts and the pool, serve the facts (all with an answer, or with ``model`` / ``tok`` the known
-    ones), draw up to ``k`` same-answer retain facts each, and write them to ``out`` (JSON, atomically) when given.
-    Inputs are checked before the model runs; nothing is written on an error."""
-    facts = [{"prompt": r.prompt, "subject": r.subject, "answer": r.answer}
-             for r in read_facts_file(facts_path).records]
-    records = read_pool(pool)
-    if model is not None:
-        serve = known_facts_mask(model, tok, facts)
-    else:
-        serve = [bool(f["answer"]) for f in facts]
-    groups = draw_answer_retain(facts, records, k, seed, serve=serve)
+    """Serve the ``facts`` (:func:`read_facts`; all with an answer, or with ``model`` / ``tok`` the known ones), draw
+    up to ``k`` same-answer retain facts each from ``pool`` (:func:`read_pool`), and write them to ``out`` (JSON,
+    atomically) when given. The callers read every input once, before the model loads."""
+    serve = known_facts_mask(model, tok, facts) if model is not None else [bool(f["answer"]) for f in facts]
+    groups = draw_answer_retain(facts, pool, k, seed, serve=serve)
     chosen = [record for group in groups for record in group]
     unmatched = [f["answer"] for f, group, s in zip(facts, groups, serve) if s and not group]
     result = RetainSetResult(chosen, len(facts), sum(serve), unmatched)

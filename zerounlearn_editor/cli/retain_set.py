@@ -9,17 +9,15 @@ from zerounlearn_editor.cli.common import int_at_least
 
 
 def _cmd_retain_set(args: argparse.Namespace) -> int:
-    from zerounlearn_editor.applications.retain_set import build_retain_set, read_pool
-    from zerounlearn_editor.data.fact_records import read_facts_file
+    from zerounlearn_editor.applications.retain_set import build_retain_set, read_facts, read_pool
 
-    read_facts_file(args.facts)  # bad input fails before the model loads
-    read_pool(args.pool)
+    facts, pool = read_facts(args.facts), read_pool(args.pool)  # read once; bad input fails before the model loads
     model = tok = None
     if args.model:
         from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
         model, tok = load_model_and_tokenizer(args.model, args.device)
-    result = build_retain_set(args.facts, args.pool, k=args.k, seed=args.seed, model=model, tok=tok, out=args.out)
+    result = build_retain_set(facts, pool, k=args.k, seed=args.seed, model=model, tok=tok, out=args.out)
     print(f"{result.summary()} -> {args.out}")
     return 0
 

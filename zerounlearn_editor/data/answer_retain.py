@@ -8,8 +8,9 @@ still give " French" (CounterFact's neighbourhood prompts are exactly those: sam
 Pure: records in, records out (no model). A pool record is never drawn when
 
 * it has no answer, or its subject does not occur in its prompt;
-* its subject equals a forget fact's subject, or occurs (case-insensitively) in a forget prompt;
-* its prompt is a forget prompt, or names a forget subject (keeping it would keep the very fact being forgotten);
+* its subject equals a forget fact's subject, or occurs (case-insensitively, as a substring) in a forget prompt;
+* its prompt is a forget prompt, or contains a forget subject (case-insensitively, as a substring: a short subject
+  such as "US" also rules out "famous"; the draw errs on the side of keeping nothing forgotten);
 * the same prompt and subject were drawn already.
 """
 from __future__ import annotations
