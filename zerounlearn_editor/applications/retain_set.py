@@ -3,10 +3,11 @@
 The facts file is read as ``unlearn`` reads it (:func:`~zerounlearn_editor.data.fact_records.read_facts_file`); the
 pool is a benchmark dataset (a name of :data:`~zerounlearn_editor.data.datasets.DATASETS` or a file of one of their
 formats: its requests' ``prompt``, ``subject`` and ``ground_truth``) or a facts file of the same format as the
-facts. With a model, only the facts it knows (forget-prompt token accuracy >= :data:`KNOWN_MIN_ACCURACY`, the
-known test of ``bench-scale``) are served: a fact the model does not give takes no target step under ``--many``'s
-``suppress_rank_limit`` and needs no shield. The draw is :func:`~zerounlearn_editor.data.answer_retain.
-draw_answer_retain`; the result is a list of ``{"prompt", "subject", "answer"}`` that ``unlearn --retain`` reads.
+facts. With a model, only the facts it knows are served (forget-prompt token accuracy >=
+:data:`~zerounlearn_editor.evaluation.selection.KNOWN_MIN_ACCURACY`, the known test of ``bench-scale``): a fact the
+model does not give takes no target step under ``--many``'s ``suppress_rank_limit`` and needs no shield. The draw is
+:func:`~zerounlearn_editor.data.answer_retain.draw_answer_retain`; the result is a list of ``{"prompt", "subject",
+"answer"}`` that ``unlearn --retain`` reads.
 """
 from __future__ import annotations
 
@@ -18,14 +19,12 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from zerounlearn_editor.data.answer_retain import draw_answer_retain
 from zerounlearn_editor.data.datasets import DATASETS, detect_format, load_cases
 from zerounlearn_editor.data.fact_records import read_facts_file
+from zerounlearn_editor.evaluation.selection import KNOWN_MIN_ACCURACY
 from zerounlearn_editor.support.files import write_json_atomic
 
 LOG = logging.getLogger(__name__)
 
-KNOWN_MIN_ACCURACY = 0.5
-"""Forget-prompt token accuracy at which a fact counts as known (``bench-scale``'s ``known`` subset)."""
-
-__all__ = ["KNOWN_MIN_ACCURACY", "RetainSetResult", "read_facts", "read_pool", "known_facts_mask", "build_retain_set"]
+__all__ = ["RetainSetResult", "read_facts", "read_pool", "known_facts_mask", "build_retain_set"]
 
 
 @dataclass(frozen=True)

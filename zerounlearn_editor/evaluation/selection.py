@@ -8,6 +8,10 @@ import torch
 from zerounlearn_editor.data.types import UnlearnCase
 from zerounlearn_editor.evaluation.metrics import evaluate_probes
 
+KNOWN_MIN_ACCURACY = 0.5
+"""A case is *known* when the unedited model's argmax gives at least this share of its forget prompts' answer
+tokens (teacher-forced): the known subset the scale tables report and the facts ``retain-set`` serves."""
+
 
 def select_known_cases(
     model: torch.nn.Module,

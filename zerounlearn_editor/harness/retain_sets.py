@@ -31,6 +31,7 @@ import random
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
 
+from zerounlearn_editor.data.answer_retain import answer_key
 from zerounlearn_editor.data.types import UnlearnCase
 from zerounlearn_editor.harness.bench_config import (  # the spec is parsed with the config; re-exported here
     RETAIN_POLICIES,
@@ -88,7 +89,7 @@ class _Scored:
 
 def _answer(case: UnlearnCase) -> str:
     """A case's true answer, folded for comparison (``""`` when it has none)."""
-    return str(case.request.get("ground_truth") or "").strip().casefold()
+    return answer_key(case.request.get("ground_truth"))
 
 
 def _eligible(sampled: Sequence[UnlearnCase], pool: Sequence[UnlearnCase]) -> List[UnlearnCase]:

@@ -7,14 +7,12 @@ from pathlib import Path
 from typing import List, Optional
 
 from zerounlearn_editor.data.builtin import default_ppl_text
+from zerounlearn_editor.evaluation.selection import KNOWN_MIN_ACCURACY
 from zerounlearn_editor.harness.bench_config import BenchConfigError
 
 __all__ = ["KNOWN_MIN_ACCURACY", "ScaleConfig", "ppl_text_of"]
 
 
-KNOWN_MIN_ACCURACY = 0.5
-"""A case is *known* when the unedited model's argmax gives at least this share of its forget prompts' answer
-tokens (teacher-forced): the known subset the scale tables report."""
 
 
 @dataclass

@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 
 from zerounlearn_editor.data.datasets import load_cases
-from zerounlearn_editor.evaluation.selection import select_known_cases
+from zerounlearn_editor.evaluation.selection import KNOWN_MIN_ACCURACY, select_known_cases
 from zerounlearn_editor.harness.retain_sets import check_retain_disjoint, same_answer_retain_groups
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
@@ -28,7 +28,6 @@ FILES = {
     "train": "../shared/data/counterfact/counterfact_easyedit_train_9484.json",
     "val": "../shared/data/counterfact/counterfact_easyedit_val_1919.json",
 }
-KNOWN_MIN_ACCURACY = 0.5
 SEED = 7
 
 
