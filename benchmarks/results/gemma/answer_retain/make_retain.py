@@ -10,7 +10,8 @@ sampled case, shares a sampled subject, or has its subject inside any scored pro
 the unknown cases (drawn after them only to keep the leak test over every scored case) take nothing from them.
 
 Usage (repository root): python benchmarks/results/gemma/answer_retain/make_retain.py ROW_JSON DATA OUT [--k 10]
-  ROW_JSON: a stored row (its case_ids and known_count are read); DATA: train or val (the row's file).
+  ROW_JSON: a stored row (its case_ids and known_count are read; a known_count of null, as seed_cases.py writes
+  for a seed not run yet, skips the check); DATA: train or val (the row's file).
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def main() -> None:
     cases = [by_id[str(i)] for i in row["case_ids"]]
     model, tok = load_model_and_tokenizer(args.model)
     known = select_known_cases(model, tok, cases, None, min_accuracy=KNOWN_MIN_ACCURACY)
-    if len(known) != row["base"]["known_count"]:
+    if row["base"]["known_count"] is not None and len(known) != row["base"]["known_count"]:
         raise SystemExit(f"{len(known)} known cases, the row says {row['base']['known_count']}")
     known_ids = {c.case_id for c in known}
     ordered = known + [c for c in cases if c.case_id not in known_ids]
