@@ -49,7 +49,18 @@ def test_a_benchmark_file_is_a_pool_and_unmatched_answers_are_named(tmp_path):
     result = build_retain_set(read_facts(facts), read_pool(pool), k=5)
     assert sorted(r["subject"] for r in result.records) == ["Marcel Marceau", "Orbe"]
     assert result.served == 2 and result.unmatched == ["Tokyo"]
-    assert "no pool fact shares the answer of 1: Tokyo" in result.summary()
+    assert "no eligible pool fact left with the answer of 1" in result.summary()
+    assert result.summary().endswith(": Tokyo")
+
+
+def test_a_fact_whose_answer_records_were_drawn_for_an_earlier_fact_is_named_as_left_without():
+    facts = [{"prompt": "Anna's mother tongue is", "subject": "Anna", "answer": "French"},
+             {"prompt": "Bruno's mother tongue is", "subject": "Bruno", "answer": "French"}]
+    pool = [{"prompt": "Claire speaks", "subject": "Claire", "answer": "French"}]
+    result = build_retain_set(facts, pool, k=1)
+    assert [r["subject"] for r in result.records] == ["Claire"]
+    assert result.served == 2 and result.unmatched == ["French"]
+    assert "all drawn for earlier facts with that answer): French" in result.summary()
 
 
 @pytest.mark.parametrize("pool, message", [

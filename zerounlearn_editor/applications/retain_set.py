@@ -30,7 +30,8 @@ __all__ = ["RetainSetResult", "read_facts", "read_pool", "known_facts_mask", "bu
 @dataclass(frozen=True)
 class RetainSetResult:
     """What :func:`build_retain_set` drew: ``records`` (the retain file's content), the number of facts, of facts
-    served (known, with an answer), and the served facts that found no pool record with their answer."""
+    served (known, with an answer), and the served facts that found no eligible pool record left with their answer
+    (none in the pool, or all drawn for earlier facts sharing it)."""
 
     records: List[Dict[str, str]]
     facts: int
@@ -40,7 +41,8 @@ class RetainSetResult:
     def summary(self) -> str:
         """One line for the terminal."""
         return (f"{len(self.records)} retain facts for {self.served} of {self.facts} facts to forget"
-                + (f"; no pool fact shares the answer of {len(self.unmatched)}: {', '.join(self.unmatched[:5])}"
+                + (f"; no eligible pool fact left with the answer of {len(self.unmatched)} (none in the pool, or all "
+                   f"drawn for earlier facts with that answer): {', '.join(self.unmatched[:5])}"
                    + (" ..." if len(self.unmatched) > 5 else "") if self.unmatched else ""))
 
 
