@@ -50,6 +50,15 @@ def one_request_per_prompt(cases: Sequence[UnlearnCase], spare: Sequence[Unlearn
     return out, replaced
 
 
+def sampled_cases(pool: Sequence[UnlearnCase], total: int, seed: int) -> Tuple[List[UnlearnCase], int]:
+    """A scale run's seeded draw without ``known_only`` (no model needed): ``sample_cases(pool, total, seed)``, one
+    case per prompt (repeats replaced from the pool shuffled with ``seed``), cases in another's neighbourhood
+    dropped; returns the cases and how many were dropped."""
+    shuffled = random.Random(seed).sample(list(pool), len(pool))
+    drawn, _ = one_request_per_prompt(sample_cases(list(pool), total, seed), shuffled)
+    return drop_batch_forget_neighbours(drawn)
+
+
 def draw_cases(
     config: ScaleConfig, run: ScaleRun, total: int, seed: int, need_model: Callable[[], ScaleSetup]
 ) -> Tuple[List[UnlearnCase], int]:
@@ -60,10 +69,9 @@ def draw_cases(
     pool = run.pool
     if len(pool) < total:
         raise BenchConfigError(f"bench-scale: {total} cases needed, {config.data} has {len(pool)}")
-    shuffled = random.Random(seed).sample(pool, len(pool))
     if not config.known_only:
-        drawn, _ = one_request_per_prompt(sample_cases(pool, total, seed), shuffled)
-        return drop_batch_forget_neighbours(drawn)
+        return sampled_cases(pool, total, seed)
+    shuffled = random.Random(seed).sample(pool, len(pool))
     path = Path(config.out) / f"known_seed_{seed}.json"
     key = as_stored({k: run.settings[k] for k in ("model", "data_sha256", "known_min_accuracy")})
     key.update(pool=len(pool), order="shuffled, one per prompt")

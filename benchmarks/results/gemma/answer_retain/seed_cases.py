@@ -1,21 +1,19 @@
 """The case ids bench-scale batch draws for one seed (without the model), as a stub row that make_retain.py reads.
 
-bench-scale draws ``sample_cases(pool, n, seed)``, one case per prompt, and drops cases whose subject is in another
-case's neighbourhood (``harness.scale_cases.draw_cases``); this script calls the same functions, so the retain set of
-a new seed can be drawn before the seed's rows exist (make_retain.py then skips its known-count check).
+bench-scale's draw without --known-only is ``harness.scale_cases.sampled_cases`` (one case per prompt, cases in
+another's neighbourhood dropped); this script calls it, so the retain set of a new seed can be drawn before the
+seed's rows exist (make_retain.py then skips its known-count check).
 
 Usage (repository root): python benchmarks/results/gemma/answer_retain/seed_cases.py DATA SEED N OUT
 """
 from __future__ import annotations
 
 import json
-import random
 import sys
 from pathlib import Path
 
-from zerounlearn_editor.data.datasets import load_cases, sample_cases
-from zerounlearn_editor.harness.neighbours import drop_batch_forget_neighbours
-from zerounlearn_editor.harness.scale_cases import one_request_per_prompt
+from zerounlearn_editor.data.datasets import load_cases
+from zerounlearn_editor.harness.scale_cases import sampled_cases
 
 FILES = {
     "train": "../shared/data/counterfact/counterfact_easyedit_train_9484.json",
@@ -25,10 +23,7 @@ FILES = {
 
 def main() -> None:
     data, seed, n, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    pool = load_cases(FILES[data])
-    shuffled = random.Random(seed).sample(pool, len(pool))
-    drawn, _ = one_request_per_prompt(sample_cases(pool, n, seed), shuffled)
-    cases, _ = drop_batch_forget_neighbours(drawn)
+    cases, _ = sampled_cases(load_cases(FILES[data]), n, seed)
     Path(out).write_text(json.dumps({"case_ids": [c.case_id for c in cases], "base": {"known_count": None}}) + "\n",
                          encoding="utf-8")
 
