@@ -36,6 +36,12 @@ def _answer(case) -> str:
     return str(case.request.get("ground_truth") or "").strip().casefold()
 
 
+def row_cases(row: dict, data: str) -> list:
+    """The cases of a stored (or stub) row, in its ``case_ids`` order, from the ``FILES[data]`` file."""
+    by_id = {str(c.case_id): c for c in load_cases(FILES[data])}
+    return [by_id[str(i)] for i in row["case_ids"]]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("row")
@@ -45,8 +51,7 @@ def main() -> None:
     parser.add_argument("--model", default="gemma3-270m")
     args = parser.parse_args()
     row = json.loads(Path(args.row).read_text(encoding="utf-8"))
-    by_id = {str(c.case_id): c for c in load_cases(FILES[args.data])}
-    cases = [by_id[str(i)] for i in row["case_ids"]]
+    cases = row_cases(row, args.data)
     model, tok = load_model_and_tokenizer(args.model)
     known = select_known_cases(model, tok, cases, None, min_accuracy=KNOWN_MIN_ACCURACY)
     if row["base"]["known_count"] is not None and len(known) != row["base"]["known_count"]:

@@ -12,13 +12,10 @@ import json
 import sys
 from pathlib import Path
 
+from make_retain import FILES  # this folder's script (run as a script, its folder is on sys.path)
+
 from zerounlearn_editor.data.datasets import load_cases
 from zerounlearn_editor.harness.scale_cases import sampled_cases
-
-FILES = {
-    "train": "../shared/data/counterfact/counterfact_easyedit_train_9484.json",
-    "val": "../shared/data/counterfact/counterfact_easyedit_val_1919.json",
-}
 
 
 def main() -> None:

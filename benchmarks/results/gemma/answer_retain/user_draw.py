@@ -20,21 +20,12 @@ import logging
 import sys
 from pathlib import Path
 
-from zerounlearn_editor.data.datasets import load_cases
+from make_retain import row_cases  # this folder's script (run as a script, its folder is on sys.path)
+
 from zerounlearn_editor.harness.bench_config import BenchConfigError
 from zerounlearn_editor.harness.retain_sets import check_retain_disjoint
 
-FILES = {
-    "train": "../shared/data/counterfact/counterfact_easyedit_train_9484.json",
-    "val": "../shared/data/counterfact/counterfact_easyedit_val_1919.json",
-}
 LOG = logging.getLogger("user_draw")
-
-
-def _cases(cases_json: str, data: str):
-    ids = [str(i) for i in json.loads(Path(cases_json).read_text(encoding="utf-8"))["case_ids"]]
-    by_id = {str(c.case_id): c for c in load_cases(FILES[data])}
-    return [by_id[i] for i in ids]
 
 
 def _touches(record, cases) -> bool:
@@ -49,7 +40,7 @@ def _touches(record, cases) -> bool:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     stage, cases_json, data = sys.argv[1:4]
-    cases = _cases(cases_json, data)
+    cases = row_cases(json.loads(Path(cases_json).read_text(encoding="utf-8")), data)
     if stage == "facts":
         facts = [{"prompt": c.request["prompt"], "subject": c.request["subject"],
                   "answer": c.request["ground_truth"]} for c in cases]
