@@ -7,10 +7,11 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from zerounlearn_editor.engine.pipeline import LayerProblem, apply_edit_method, as_edit_plan
+from zerounlearn_editor.engine.pipeline import EditReport, LayerProblem, apply_edit_method, as_edit_plan
 from zerounlearn_editor.engine.quantized_keys import forget_columns_per_request
 from zerounlearn_editor.engine.stats.eigen_cache import EigenCache, eigen_cache_of
-from zerounlearn_editor.methods.zerounlearn_gd.config import KEY_REACH, ZeroUnlearnGDHyperParams
+from zerounlearn_editor.methods.zerounlearn_gd.config import KEY_REACH, ZeroUnlearnGDHyperParams, repair_rounds_of
+from zerounlearn_editor.methods.zerounlearn_gd.repair import run_repair_rounds
 from zerounlearn_editor.methods.zerounlearn_gd.solve import (
     key_reach,
     null_eigenpairs,
@@ -148,14 +149,15 @@ def apply_zerounlearn_gd_to_model(
     warning = many_facts_warning(len(plan.forget), hparams)
     if warning:
         LOG.warning(warning)
-    return apply_edit_method(
-        model,
-        tok,
-        plan,
-        hparams,
-        zerounlearn_gd_solver(hparams),
-        copy,
-        return_orig_weights,
-        keep_original_weight,
-        **kwargs,
-    )
+    rounds = repair_rounds_of(hparams.experimental)
+    if not rounds:
+        return apply_edit_method(model, tok, plan, hparams, zerounlearn_gd_solver(hparams), copy, return_orig_weights,
+                                 keep_original_weight, **kwargs)
+    report = kwargs.get("report")
+    if not isinstance(report, EditReport):
+        report = EditReport()
+    # the first edit's answer check is left to the rounds, which score the requests on the model they leave
+    model, original = apply_edit_method(model, tok, plan, hparams, zerounlearn_gd_solver(hparams), copy, True,
+                                        keep_original_weight, **dict(kwargs, report=report, answer_check=False))
+    run_repair_rounds(model, tok, plan, lambda: zerounlearn_gd_solver(hparams), rounds, kwargs, original, report)
+    return model, (original if return_orig_weights else {})

@@ -1,0 +1,92 @@
+"""ZeroUnlearn-GD's repair rounds (``experimental: {repair_rounds: R}``; opt-in, absent or 0 = the paper's one edit).
+
+After the edit, the requests whose answer's first token is still the model's argmax after the bare prompt
+(:func:`first_token_kept`) are edited again on the edited model, alone, with targets read from that model and the
+edit's other inputs (statistics, retain set, guard); up to ``R`` such rounds, stopping early when none is left. Every
+round adds ``E P_m`` for its few facts only; the weights returned to the caller stay the unedited ones, and a round
+that fails restores them.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import torch
+from torch import nn
+
+from zerounlearn_editor.data.types import Probe
+from zerounlearn_editor.engine.eval_mode import eval_mode
+from zerounlearn_editor.engine.pipeline import (
+    EditPlan,
+    EditReport,
+    restore_weights,
+    run_layerwise_edit,
+    still_answered,
+)
+from zerounlearn_editor.engine.requests import ForgetRequest
+from zerounlearn_editor.evaluation.batching import encode_probe
+from zerounlearn_editor.evaluation.metrics import answer_argmax_ids
+
+LOG = logging.getLogger(__name__)
+
+PASSED_ON = ("corpus", "second_moments", "progress", "stages", "retain", "fluency_guard", "fluency_text")
+"""The edit's keyword arguments a repair round takes too (not ``targets``: each round reads its own)."""
+
+
+def first_token_kept(model: nn.Module, tok, forget: Sequence[ForgetRequest]) -> List[int]:
+    """Positions in ``forget`` of the requests whose answer's first token is the model's argmax after the prompt
+    (teacher-forced, as the bench's first-token accuracy reads it). Requests without an answer, or whose answer is
+    a special token, are not scored."""
+    special = set(getattr(tok, "all_special_tokens", []) or [])
+    scored = [i for i, r in enumerate(forget)
+              if r.answer is not None and r.answer.strip() and r.answer.strip() not in special]
+    if not scored:
+        return []
+    probes = [Probe(forget[i].prompt, forget[i].answer) for i in scored]
+    with eval_mode(model), torch.no_grad():
+        predicted = answer_argmax_ids(model, tok, probes)
+    kept = []
+    for i, probe, ids in zip(scored, probes, predicted):
+        encoded = encode_probe(tok, probe)
+        if ids and ids[0] == encoded.input_ids[encoded.answer_start]:
+            kept.append(i)
+    return kept
+
+
+def run_repair_rounds(model: nn.Module, tok, plan: EditPlan, solver_of: Callable[[], Any], rounds: int,
+                      edit_kwargs: Mapping[str, Any], original: Dict[str, torch.Tensor],
+                      report: Optional[EditReport] = None) -> List[int]:
+    """Up to ``rounds`` repair rounds on ``model`` (already edited with ``plan``); returns the number of requests
+    each round edited. ``solver_of()`` gives a fresh per-layer solve; ``original`` holds the unedited weights, put
+    back if a round raises. Unless ``edit_kwargs`` turns ``answer_check`` off, the final model's greedy answers are
+    scored (a warning names those still given) into ``report.still_answered``; ``report.timings["repair"]`` holds the
+    rounds' seconds."""
+    edited: List[int] = []
+    kwargs = {key: edit_kwargs[key] for key in PASSED_ON if key in edit_kwargs}
+    try:
+        for round_ in range(1, rounds + 1):
+            left = first_token_kept(model, tok, plan.forget)
+            if not left:
+                break
+            LOG.info("%s repair round %d: %d request(s) still start their answer: %s", plan.hparams.alg_name, round_,
+                     len(left), ", ".join(str(plan.forget[i].index) for i in left[:10]))
+            sub_plan = replace(plan, forget=[plan.forget[i] for i in left],
+                               target_ids=[plan.target_ids[i] for i in left])
+            _, round_report = run_layerwise_edit(model, tok, sub_plan, plan.hparams, solver_of(),
+                                                 answer_check=False, **kwargs)
+            edited.append(len(left))
+            if report is not None:
+                report.timings["repair"] = report.timings.get("repair", 0.0) + sum(round_report.timings.values())
+    except BaseException:
+        restore_weights(model, original)
+        raise
+    LOG.info("%s: repair rounds edited %s request(s)", plan.hparams.alg_name, edited or "no")
+    if edit_kwargs.get("answer_check", True):
+        left = still_answered(model, tok, plan.forget)
+        if report is not None:
+            report.still_answered = left
+        if left:
+            LOG.warning("%s: %d request(s) still give their answer after %d repair round(s) (greedy): %s",
+                        plan.hparams.alg_name, len(left), len(edited), ", ".join(str(i) for i in left[:10]))
+    return edited
