@@ -226,7 +226,8 @@ def test_many_measures_the_rules_at_the_layers_it_edits(tok, tmp_path):
 def test_real_gemma_many_by_rule_is_the_shipped_many_yaml_less_its_hand_changes(gemma3_path, tmp_path):
     """``init-hparams --measure --many`` on the real Gemma-3-270m writes the shipped ``gemma-3-270m-many.yaml``'s
     ``v_lr`` (0.885, the median-coordinate rule; the RMS rule gave 8.29) and every other key of it but the file's
-    hand changes (contexts 2 of 5, threshold x10, text weight 100; benchmarks/RESULTS.md 12.24; retain-aware, 12.29)."""
+    hand changes (contexts 2 of 5, threshold x10, text weight 100 then 200; benchmarks/RESULTS.md 12.24, 12.32;
+    retain-aware, 12.29; one repair round, 12.32)."""
     out = tmp_path / "many.yaml"
     assert cli_main(["init-hparams", "--model", str(gemma3_path), "--method", "ZeroUnlearn-GD", "--layers", "3,4,5",
                      "--measure", "--many", "--out", str(out)]) == 0
@@ -234,6 +235,7 @@ def test_real_gemma_many_by_rule_is_the_shipped_many_yaml_less_its_hand_changes(
     shipped = yaml.safe_load((repo_root() / "hparams" / "ZeroUnlearn-GD" / "gemma-3-270m-many.yaml").read_text())
     assert written["v_lr"] == shipped["v_lr"] == 0.885
     hand = {"model_name", "context_template_count", "context_template_length", "nullspace_threshold",
-            "nullspace_text_weight", "retain_file", "retain_nullspace_weight"}  # the last two: retain-aware (12.29)
+            "nullspace_text_weight", "retain_file", "retain_nullspace_weight",  # retain-aware (12.29)
+            "repair_rounds"}  # 12.32
     assert {k: v for k, v in written.items() if k not in hand} == {k: v for k, v in shipped.items() if k not in hand}
     assert shipped["nullspace_threshold"] == pytest.approx(10 * written["nullspace_threshold"])

@@ -1,6 +1,6 @@
-"""ZeroUnlearn-GD's repair rounds (``experimental: {repair_rounds: R}``, opt-in): the requests whose answer's first
-token is still the argmax after the edit are edited again, alone, on the edited model. Absent or 0 is the paper's
-one edit, bit for bit."""
+"""ZeroUnlearn-GD's repair rounds (``repair_rounds: R``, opt-in; graduated from ``experimental:``): the requests
+whose answer's first token is still the argmax after the edit are edited again, alone, on the edited model. 0 (the
+default) is the paper's one edit, bit for bit."""
 from __future__ import annotations
 
 from typing import List
@@ -10,10 +10,16 @@ import torch
 
 from tiny_models import forget_requests, sharp_tiny_llama, tiny_gd_target_hparams, tiny_tokenizer
 from zerounlearn_editor import apply_zerounlearn_gd_to_model
+from zerounlearn_editor.engine.fluency_guard import FluencyError
 from zerounlearn_editor.engine.hparams import HParamsError
-from zerounlearn_editor.engine.pipeline import EditReport, as_edit_plan, still_answered
+from zerounlearn_editor.engine.pipeline import (
+    EditReport,
+    as_edit_plan,
+    batched_statistics,
+    neutral_targets,
+    still_answered,
+)
 from zerounlearn_editor.methods.zerounlearn_gd import repair
-from zerounlearn_editor.methods.zerounlearn_gd.config import REPAIR_ROUNDS, repair_rounds_of
 from zerounlearn_editor.support.model_access import get_module
 
 
@@ -35,7 +41,7 @@ def _answers_at_ranks(model, tok, ranks: List[int]) -> List[dict]:
 
 
 def _hp(tmp_path, rounds=None, **changes):
-    extra = {} if rounds is None else {"experimental": {REPAIR_ROUNDS: rounds}}
+    extra = {} if rounds is None else {"repair_rounds": rounds}
     return tiny_gd_target_hparams(tmp_path, target_objective="suppress_answer", suppress_rank_limit=0,
                                   orthogonality_weight=0.0, **extra, **changes)
 
@@ -46,15 +52,14 @@ def _weights(model, hp):
 
 @pytest.mark.parametrize("value", [-1, True, 1.5, "2", None])
 def test_the_key_must_be_an_integer_at_least_zero(tmp_path, value):
-    with pytest.raises(HParamsError, match=r"experimental\.repair_rounds.*integer >= 0"):
-        tiny_gd_target_hparams(tmp_path, experimental={REPAIR_ROUNDS: value})
+    with pytest.raises(HParamsError, match=r"key 'repair_rounds' (must be an integer >= 0|has value)"):
+        tiny_gd_target_hparams(tmp_path, repair_rounds=value)
 
 
-def test_the_key_reads_zero_when_absent_and_other_experiments_stay_refused(tmp_path):
-    assert repair_rounds_of({}) == 0 and repair_rounds_of({REPAIR_ROUNDS: 3}) == 3
-    assert _hp(tmp_path, rounds=2).experimental == {REPAIR_ROUNDS: 2}
-    with pytest.raises(HParamsError, match="unknown key"):
-        tiny_gd_target_hparams(tmp_path, experimental={"repair_round": 1})
+def test_the_key_defaults_to_zero_and_its_experimental_form_is_refused_naming_the_move(tmp_path):
+    assert tiny_gd_target_hparams(tmp_path).repair_rounds == 0 and _hp(tmp_path, rounds=2).repair_rounds == 2
+    with pytest.raises(HParamsError, match="graduated to the top-level key 'repair_rounds'"):
+        tiny_gd_target_hparams(tmp_path, experimental={"repair_rounds": 1})
 
 
 def test_first_token_kept_reads_the_answers_first_token_only(tok, tmp_path):
@@ -67,20 +72,27 @@ def test_first_token_kept_reads_the_answers_first_token_only(tok, tmp_path):
     assert repair.first_token_kept(model, tok, plan.forget) == [0, 2]  # its first token still starts it
 
 
-def test_zero_rounds_is_the_one_edit_bit_for_bit(tok, tmp_path):
+def test_rounds_that_find_nothing_left_leave_the_one_edit_bit_for_bit(tok, tmp_path, monkeypatch):
+    """With nothing left to repair the rounds only read: the weights are the one edit's (the shipped YAMLs without
+    the key are pinned by tests/methods/test_yaml_pins.py)."""
     model = sharp_tiny_llama(tok)
     requests = _answers_at_ranks(model, tok, [0, 0, 0])
     plain, _ = apply_zerounlearn_gd_to_model(model, tok, requests, _hp(tmp_path), copy=True, progress=False)
-    zero, _ = apply_zerounlearn_gd_to_model(model, tok, requests, _hp(tmp_path, rounds=0), copy=True, progress=False)
+    monkeypatch.setattr(repair, "first_token_kept", lambda model, tok, forget: [])
+    idle, _ = apply_zerounlearn_gd_to_model(model, tok, requests, _hp(tmp_path, rounds=2), copy=True, progress=False)
     for layer, weight in _weights(plain, _hp(tmp_path)).items():
-        assert torch.equal(weight, _weights(zero, _hp(tmp_path))[layer])
+        assert torch.equal(weight, _weights(idle, _hp(tmp_path))[layer])
 
 
 def test_each_round_edits_the_requests_still_started_and_the_unedited_weights_come_back(tok, tmp_path, monkeypatch):
+    """Called as the bench calls it (cached targets, statistics, the guard's mode): each round gets the statistics
+    and the guard's mode but reads its own targets; the weights returned are the unedited ones."""
     model = sharp_tiny_llama(tok)
     hp = _hp(tmp_path, rounds=3)
     requests = _answers_at_ranks(model, tok, [0, 0, 0])
     before = _weights(model, hp)
+    moments = batched_statistics(model, tok, hp, hp.mom2_dataset, progress=False)
+    targets = neutral_targets(model, tok, requests, hp)
     kept_by_call = iter([[1, 2], [2], []])  # rounds 1-2 find facts left, round 3 none: it stops there
     monkeypatch.setattr(repair, "first_token_kept", lambda model, tok, forget: next(kept_by_call))
     edited: List[List[int]] = []
@@ -88,21 +100,66 @@ def test_each_round_edits_the_requests_still_started_and_the_unedited_weights_co
 
     def recording_edit(model, tok, plan, *args, **kwargs):
         edited.append([r.index for r in plan.forget])
-        assert "targets" not in kwargs  # each round reads its own targets on the edited model
+        assert "targets" not in kwargs and kwargs["second_moments"] is moments and kwargs["fluency_guard"] == "warn"
         return real_edit(model, tok, plan, *args, **kwargs)
 
     monkeypatch.setattr(repair, "run_layerwise_edit", recording_edit)
     report = EditReport()
     model, original = apply_zerounlearn_gd_to_model(model, tok, requests, hp, return_orig_weights=True,
-                                                    progress=False, report=report)
+                                                    progress=False, report=report, targets=targets,
+                                                    second_moments=moments, fluency_guard="warn")
     assert edited == [[1, 2], [2]]
-    assert report.timings["repair"] > 0
+    assert report.timings["repair"] > 0 and "repair" in [span[0] for span in report.stage_spans]
     # the greedy check is of the model the rounds left (the first edit's own check is skipped)
     assert report.still_answered == still_answered(model, tok, as_edit_plan(model, tok, requests, hp).forget)
+    # the guard's verdict is on the total: the unedited model's perplexity against the last round's
+    assert report.fluency["ppl_before"] == pytest.approx(report.fluency["ppl_after"] / (1 + report.fluency["increase"]))
     for layer, weight in before.items():
         name = f"{hp.rewrite_module_tmp.format(layer)}.weight"
         assert torch.equal(original[name], weight)  # the unedited weights, not round 1's
         assert not torch.equal(get_module(model, hp.rewrite_module_tmp.format(layer)).weight, weight)
+
+
+def test_a_copy_is_edited_and_the_callers_model_is_left(tok, tmp_path, monkeypatch):
+    model = sharp_tiny_llama(tok)
+    hp = _hp(tmp_path, rounds=1)
+    requests = _answers_at_ranks(model, tok, [0, 0, 0])
+    before = _weights(model, hp)
+    monkeypatch.setattr(repair, "first_token_kept", lambda model, tok, forget: [0])
+    edited, weights = apply_zerounlearn_gd_to_model(model, tok, requests, hp, copy=True, progress=False)
+    assert edited is not model and weights == {}
+    for layer, weight in before.items():
+        assert torch.equal(get_module(model, hp.rewrite_module_tmp.format(layer)).weight, weight)
+        assert not torch.equal(get_module(edited, hp.rewrite_module_tmp.format(layer)).weight, weight)
+
+
+def test_the_guard_refuses_on_the_total_and_the_unedited_weights_come_back(tok, tmp_path, monkeypatch):
+    """A round whose own change passes but whose total over the unedited model does not is refused like an edit."""
+    model = sharp_tiny_llama(tok)
+    hp = _hp(tmp_path, rounds=1, fluency_max_increase=0.5)
+    requests = _answers_at_ranks(model, tok, [0, 0, 0])
+    before = _weights(model, hp)
+    monkeypatch.setattr(repair, "first_token_kept", lambda model, tok, forget: [0])
+    real_edit = repair.run_layerwise_edit
+
+    def costly_round(*args, **kwargs):
+        weights, round_report = real_edit(*args, **kwargs)
+        round_report.fluency["ppl_after"] = 1e3 * round_report.fluency["ppl_after"]  # far over the limit in total
+        return weights, round_report
+
+    monkeypatch.setattr(repair, "run_layerwise_edit", costly_round)
+    with pytest.raises(FluencyError, match="edit refused and the weights restored"):
+        apply_zerounlearn_gd_to_model(model, tok, requests, hp, progress=False)
+    for layer, weight in before.items():
+        assert torch.equal(get_module(model, hp.rewrite_module_tmp.format(layer)).weight, weight)
+
+
+def test_rounds_refuse_the_keys_that_draw_from_the_whole_request_set(tmp_path):
+    with pytest.raises(HParamsError, match="'repair_rounds' cannot be combined with 'fewshot_contexts'"):
+        _hp(tmp_path, rounds=1, fewshot_contexts=2)
+    with pytest.raises(HParamsError, match="'rank_below_alternatives'"):
+        _hp(tmp_path, rounds=1, rank_below_alternatives={"weight": 1.0, "margin": 8.0, "k": 3})
+    assert _hp(tmp_path, rounds=0, fewshot_contexts=2).fewshot_contexts == 2
 
 
 def test_repair_leaves_no_more_first_tokens_than_the_one_edit(tok, tmp_path):

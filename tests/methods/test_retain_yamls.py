@@ -4,8 +4,11 @@ their own keys, the same ones for every model."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Any, Dict, Tuple
 
 import pytest
+import yaml
 
 from tiny_models import REPO_ROOT
 from zerounlearn_editor import ZeroUnlearnGDHyperParams, ZeroUnlearnHyperParams
@@ -121,27 +124,34 @@ def test_smollm2_ships_a_many_facts_yaml():
 
 
 def test_gemmas_many_yaml_is_the_file_measured_on_report_data():
-    """Gemma-3-270m has no paper YAML; its -many.yaml is the YAML benchmarks/RESULTS.md 12.24 measured (val, n =
-    1,000), key for key: answer-suppression targets stepped only where the answer is the model's argmax, their step
-    ``v_lr`` by the median-coordinate rule; 12.18's file (the RMS rule's 8.29) differs in that key only. It is
-    retain-aware (12.29): the measured retain runs' YAML but for the retain file given at edit time, and 12.24's
-    file but for the retain weight, which without a retain set leaves the edit as it was (the null space of ``C0``
-    itself, :func:`protected_covariance`)."""
+    """Gemma-3-270m has no paper YAML; its -many.yaml is the YAML benchmarks/RESULTS.md 12.32 measured (val, n =
+    1,000, five draws, with a same-answer retain set), key for key but for the retain file given at edit time, with
+    its repair round moved out of ``experimental:`` (the key graduated, same value). 12.29-12.31's retain-aware file
+    differs from it in the text weight (100) and the repair round (none) only; 12.24's file (measured without a retain
+    set) in those and the retain weight, which without a retain set leaves the edit as it was (the null space of
+    ``C0`` itself, :func:`protected_covariance`); 12.18's file (the RMS rule's 8.29) also in ``v_lr``."""
     shipped = ZeroUnlearnGDHyperParams.from_hparams(ROOT / "ZeroUnlearn-GD" / "gemma-3-270m-many.yaml").to_dict()
     results = ROOT.parent / "benchmarks" / "results" / "gemma"
-    with_retain = ZeroUnlearnGDHyperParams.from_hparams(results / "answer_retain" / "run_val_s1_w01.yaml").to_dict()
-    assert with_retain["retain_file"].endswith("retain_val_seed1_k10.json") and shipped["retain_file"] is None
-    assert {k: v for k, v in with_retain.items() if k != "retain_file"} == {
+    raw = yaml.safe_load((results / "answer_retain" / "run_val_s1_w01-tw200-rep1.yaml").read_text(encoding="utf-8"))
+    raw["repair_rounds"] = raw.pop("experimental").pop("repair_rounds")  # measured before the key graduated
+    measured = ZeroUnlearnGDHyperParams.from_dict(raw).to_dict()
+    assert measured["retain_file"] == "retain_val_seed1_k10.json" and shipped["retain_file"] is None
+    assert {k: v for k, v in measured.items() if k != "retain_file"} == {
         k: v for k, v in shipped.items() if k != "retain_file"}
-    measured = ZeroUnlearnGDHyperParams.from_hparams(results / "target_size" / "gemma-many-rule.yaml").to_dict()
-    assert {k for k, v in measured.items() if shipped[k] != v} == {"retain_nullspace_weight"}
-    assert (measured["retain_nullspace_weight"], shipped["retain_nullspace_weight"]) == (0.0, 0.1)
-    shipped = ZeroUnlearnGDHyperParams.from_hparams(ROOT / "ZeroUnlearn-GD" / "gemma-3-270m-many.yaml")
-    before = ZeroUnlearnGDHyperParams.from_hparams(results / "rank_step" / "gemma-many-tw100-rank0.yaml")
-    assert {k for k, v in before.to_dict().items() if shipped.to_dict()[k] != v} == {"v_lr", "retain_nullspace_weight"}
-    assert (before.v_lr, shipped.v_lr) == (8.29, 0.885)
-    assert (shipped.suppress_rank_limit, shipped.target_objective, shipped.orthogonality_weight) == (
-        0, "suppress_answer", 0.0)
+    assert (shipped["nullspace_text_weight"], shipped["repair_rounds"]) == (200.0, 1)
+
+    def differing(path: Path) -> Dict[str, Tuple[Any, Any]]:
+        before = ZeroUnlearnGDHyperParams.from_hparams(path).to_dict()
+        return {k: (v, shipped[k]) for k, v in before.items() if shipped[k] != v and k != "retain_file"}
+
+    assert differing(results / "answer_retain" / "run_val_s1_w01.yaml") == {
+        "nullspace_text_weight": (100.0, 200.0), "repair_rounds": (0, 1)}
+    assert differing(results / "target_size" / "gemma-many-rule.yaml") == {
+        "nullspace_text_weight": (100.0, 200.0), "repair_rounds": (0, 1), "retain_nullspace_weight": (0.0, 0.1)}
+    assert set(differing(results / "rank_step" / "gemma-many-tw100-rank0.yaml")) == {
+        "nullspace_text_weight", "repair_rounds", "retain_nullspace_weight", "v_lr"}
+    assert (shipped["v_lr"], shipped["suppress_rank_limit"], shipped["target_objective"],
+            shipped["orthogonality_weight"]) == (0.885, 0, "suppress_answer", 0.0)
 
 
 @pytest.mark.parametrize("variant", MANY, ids=[p.stem for p in MANY])

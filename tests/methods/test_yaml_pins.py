@@ -15,7 +15,10 @@ everything that is model-specific mapped onto that model:
 * a file whose retain-set weights are not all 0 gets the fixed :data:`RETAIN` set;
 * ``suppress_rank_limit`` ``R`` -> :data:`TINY_RANK_LIMIT` (the pinned requests' answers are not the tiny model's
   argmax, so ``R`` = 0 would hold all of them back and pin an empty edit; the rank read still runs, and the
-  selection itself is tested in ``tests/engine/test_step_rank_limit.py``).
+  selection itself is tested in ``tests/engine/test_step_rank_limit.py``);
+* ``repair_rounds`` -> 0: a round reads its own targets inside the edit (the machine-dependent part, below), and
+  the rounds are tested in ``tests/methods/test_gd_repair.py``; the shipped value is asserted in
+  ``tests/methods/test_retain_yamls.py``.
 
 Every other key (solver weights, thresholds, context templates, target optimiser and objective,
 statistics sample size / length) is the file's own. The pin holds, per file: ``C0`` of each edited layer
@@ -136,6 +139,8 @@ def tiny_config(name: str, stats_dir: Path, corpus: Path) -> Dict[str, Any]:
     )
     if config.get("suppress_rank_limit") is not None:  # every pinned request steps (see the module docstring)
         config["suppress_rank_limit"] = TINY_RANK_LIMIT
+    if config.get("repair_rounds"):  # the pin is of the one edit (see the module docstring)
+        config["repair_rounds"] = 0
     return config
 
 

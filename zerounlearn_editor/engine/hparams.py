@@ -419,8 +419,8 @@ class EditHyperParams(BaseHyperParams):
     # Experiments (opt-in): a mapping whose keys must be declared in EXPERIMENTAL_KEYS (key -> help)
     EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {}
     experimental: Dict[str, Any] = field(default_factory=dict, metadata={"help": (
-        "opt-in experiments, a mapping of keys declared by the method's class (ZeroUnlearn-GD: `repair_rounds`; "
-        "ZeroUnlearn: none); an experiment that does not win on report data leaves again"
+        "opt-in experiments, a mapping of keys declared by the class (none is declared now: each one measured either "
+        "won and became a key of its own or left); an experiment that does not win on report data leaves again"
     )})
 
     def retain_weights(self) -> Dict[str, float]:

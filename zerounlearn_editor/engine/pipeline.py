@@ -415,7 +415,7 @@ def _run_layerwise_edit(
         if mode != "off":
             with _timer(report, "fluency"):
                 ppl_after = guard_perplexity(model, tok, chunks)
-            _judge_edit_fluency(hparams, report, mode, ppl_before, ppl_after, n_tokens)
+            judge_edit_fluency(hparams, report, mode, ppl_before, ppl_after, n_tokens)
     except BaseException:
         restore_weights(model, weights_copy)
         raise
@@ -426,7 +426,7 @@ def _run_layerwise_edit(
     return weights_copy, report
 
 
-def _judge_edit_fluency(hparams: EditHyperParams, report: EditReport, mode: str, ppl_before: float,
+def judge_edit_fluency(hparams: EditHyperParams, report: EditReport, mode: str, ppl_before: float,
                         ppl_after: float, n_tokens: int) -> None:
     """The fluency guard's verdict on an edit: fills ``report.fluency``; raises :class:`FluencyError` for a
     refused edit (the caller restores the weights), warns for one kept above the limit or above +5%."""

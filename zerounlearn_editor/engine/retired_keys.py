@@ -139,6 +139,10 @@ GRADUATED_EXPERIMENTAL_KEYS: Dict[str, str] = {
     # issue 48: the answer-rank step selection of Gemma-3-270m's -many.yaml
     "suppress_rank_limit": "graduated to the top-level key 'suppress_rank_limit' (the <model>-many.yaml "
     "files; benchmarks/RESULTS.md, 12.18-12.19): move it out of experimental:, same value",
+    # issue 48: the repair round of Gemma-3-270m's -many.yaml
+    "repair_rounds": "graduated to the top-level key 'repair_rounds' of ZeroUnlearn-GD "
+    "(hparams/ZeroUnlearn-GD/gemma-3-270m-many.yaml; benchmarks/RESULTS.md, 12.32): move it out of experimental:, "
+    "same value (ZeroUnlearn has no such key)",
 }
 """Experiments that became keys of their own: a file that still sets one under ``experimental:`` fails with this
 message naming the key to use."""

@@ -13,8 +13,7 @@ from zerounlearn_editor.engine.hparams import (
     is_real_number,
 )
 
-__all__ = ["KEY_REACH", "REPAIR_ROUNDS", "TEXT_WEIGHT_KEY", "ZeroUnlearnGDHyperParams", "deep_mode_settings",
-           "repair_rounds_of"]
+__all__ = ["KEY_REACH", "TEXT_WEIGHT_KEY", "ZeroUnlearnGDHyperParams", "deep_mode_settings"]
 
 TEXT_WEIGHT_KEY = "nullspace_text_weight"
 """The key of the text-weighted null-space penalty (a number ``w >= 0``, or ``{key_reach: A}``; graduated from
@@ -23,24 +22,6 @@ TEXT_WEIGHT_KEY = "nullspace_text_weight"
 KEY_REACH = "key_reach"
 """``nullspace_text_weight: {key_reach: A}``: the edit's ``w`` chosen from the forget keys at its first edited layer
 (``solve.relative_text_weight``, ``method.edit_text_weight``)."""
-
-REPAIR_ROUNDS = "repair_rounds"
-"""The ``experimental:`` key of ZeroUnlearn-GD that sets the number of repair rounds."""
-
-REPAIR_HELP = (
-    "an integer >= 0 (absent or 0 = the paper's one edit): after the edit, the requests whose answer's first token "
-    "is still the argmax after the bare prompt are edited again, alone, on the edited model (targets read from it; "
-    "the same statistics, retain set and guard), up to this many rounds"
-)
-
-
-def repair_rounds_of(experimental: Mapping[str, Any], source: str = "<hparams>") -> int:
-    """The number of repair rounds an ``experimental:`` mapping asks for (0 when absent); :class:`HParamsError`
-    unless it is an integer >= 0."""
-    value = experimental.get(REPAIR_ROUNDS, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise HParamsError(f"{source}: key 'experimental.{REPAIR_ROUNDS}' must be an integer >= 0, got {value!r}")
-    return value
 
 
 def deep_mode_settings() -> Dict[str, Any]:
@@ -72,7 +53,6 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
     """
 
     ALG_NAME: ClassVar[str] = "ZeroUnlearn-GD"
-    EXPERIMENTAL_KEYS: ClassVar[Dict[str, str]] = {REPAIR_ROUNDS: REPAIR_HELP}
     orthogonality_weight: float = field(default=1.0, metadata={"help": "a, weight of `||M_f^T W' K_f||^2`"})
     target_weight: float = field(default=100.0, metadata={"help": "b, weight of `||W' K_f - M_n||^2`"})
     norm_weight: float = field(default=0.1, metadata={"help": "c, weight of `||E P_m||^2`"})
@@ -117,6 +97,14 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
         "the later layers (logged per layer; benchmarks/RESULTS.md, 12.14 on)"
     )})
 
+    # opt-in (0 = the paper's one edit), see methods.zerounlearn_gd.repair
+    repair_rounds: int = field(default=0, metadata={"help": (
+        "opt-in, 0 = the paper's one edit; `R` (an integer >= 0): after the edit, the requests whose answer's first "
+        "token is still the argmax after the bare prompt are edited again, alone, on the edited model (targets read "
+        "from it; the same statistics, retain set and guard), up to `R` rounds (gemma-3-270m-many.yaml: 1; "
+        "benchmarks/RESULTS.md, 12.32)"
+    )})
+
     def retain_weights(self) -> Dict[str, float]:
         return {"retain_nullspace_weight": self.retain_nullspace_weight}
 
@@ -141,7 +129,13 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
             self._check_text_weight(source)
         if self.quantized_forget_keys is not None:
             check_quantized_keys_setting(self.quantized_forget_keys, source)
-        repair_rounds_of(self.experimental, source)
+        if isinstance(self.repair_rounds, bool) or not isinstance(self.repair_rounds, int) or self.repair_rounds < 0:
+            raise HParamsError(f"{source}: key 'repair_rounds' must be an integer >= 0, got {self.repair_rounds!r}")
+        if self.repair_rounds and (self.fewshot_contexts or self.rank_below_alternatives is not None):
+            raise HParamsError(
+                f"{source}: key 'repair_rounds' cannot be combined with 'fewshot_contexts' or "
+                "'rank_below_alternatives' (a round would draw its few-shot prefixes and rank alternatives from its "
+                "few requests alone; not measured together): set repair_rounds: 0 or remove those keys")
         if self.norm_weight == 0 and self.target_weight == 0:
             raise HParamsError(f"{source}: 'norm_weight' and 'target_weight' cannot both be 0")
 

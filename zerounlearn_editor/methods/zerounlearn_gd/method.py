@@ -10,7 +10,7 @@ from torch import nn
 from zerounlearn_editor.engine.pipeline import EditReport, LayerProblem, apply_edit_method, as_edit_plan
 from zerounlearn_editor.engine.quantized_keys import forget_columns_per_request
 from zerounlearn_editor.engine.stats.eigen_cache import EigenCache, eigen_cache_of
-from zerounlearn_editor.methods.zerounlearn_gd.config import KEY_REACH, ZeroUnlearnGDHyperParams, repair_rounds_of
+from zerounlearn_editor.methods.zerounlearn_gd.config import KEY_REACH, ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.repair import run_repair_rounds
 from zerounlearn_editor.methods.zerounlearn_gd.solve import (
     key_reach,
@@ -149,7 +149,7 @@ def apply_zerounlearn_gd_to_model(
     warning = many_facts_warning(len(plan.forget), hparams)
     if warning:
         LOG.warning(warning)
-    rounds = repair_rounds_of(hparams.experimental)
+    rounds = hparams.repair_rounds
     if not rounds:
         return apply_edit_method(model, tok, plan, hparams, zerounlearn_gd_solver(hparams), copy, return_orig_weights,
                                  keep_original_weight, **kwargs)
