@@ -50,6 +50,20 @@ def _weights(model, hp):
     return {l: get_module(model, hp.rewrite_module_tmp.format(l)).weight.detach().clone() for l in hp.layers}
 
 
+def _assert_weights(model, hp, weights) -> None:
+    for layer, weight in weights.items():
+        assert torch.equal(get_module(model, hp.rewrite_module_tmp.format(layer)).weight, weight), layer
+
+
+def _one_round_of_request_0(tok, tmp_path, monkeypatch, **changes):
+    """``(model, hparams, requests, unedited weights)`` for one repair round, whose check finds request 0 left."""
+    model = sharp_tiny_llama(tok)
+    hp = _hp(tmp_path, rounds=1, **changes)
+    requests = _answers_at_ranks(model, tok, [0, 0, 0])
+    monkeypatch.setattr(repair, "first_token_kept", lambda model, tok, forget: [0])
+    return model, hp, requests, _weights(model, hp)
+
+
 @pytest.mark.parametrize("value", [-1, True, 1.5, "2", None])
 def test_the_key_must_be_an_integer_at_least_zero(tmp_path, value):
     with pytest.raises(HParamsError, match=r"key 'repair_rounds' (must be an integer >= 0|has value)"):
@@ -121,25 +135,17 @@ def test_each_round_edits_the_requests_still_started_and_the_unedited_weights_co
 
 
 def test_a_copy_is_edited_and_the_callers_model_is_left(tok, tmp_path, monkeypatch):
-    model = sharp_tiny_llama(tok)
-    hp = _hp(tmp_path, rounds=1)
-    requests = _answers_at_ranks(model, tok, [0, 0, 0])
-    before = _weights(model, hp)
-    monkeypatch.setattr(repair, "first_token_kept", lambda model, tok, forget: [0])
+    model, hp, requests, before = _one_round_of_request_0(tok, tmp_path, monkeypatch)
     edited, weights = apply_zerounlearn_gd_to_model(model, tok, requests, hp, copy=True, progress=False)
     assert edited is not model and weights == {}
+    _assert_weights(model, hp, before)
     for layer, weight in before.items():
-        assert torch.equal(get_module(model, hp.rewrite_module_tmp.format(layer)).weight, weight)
         assert not torch.equal(get_module(edited, hp.rewrite_module_tmp.format(layer)).weight, weight)
 
 
 def test_the_guard_refuses_on_the_total_and_the_unedited_weights_come_back(tok, tmp_path, monkeypatch):
     """A round whose own change passes but whose total over the unedited model does not is refused like an edit."""
-    model = sharp_tiny_llama(tok)
-    hp = _hp(tmp_path, rounds=1, fluency_max_increase=0.5)
-    requests = _answers_at_ranks(model, tok, [0, 0, 0])
-    before = _weights(model, hp)
-    monkeypatch.setattr(repair, "first_token_kept", lambda model, tok, forget: [0])
+    model, hp, requests, before = _one_round_of_request_0(tok, tmp_path, monkeypatch, fluency_max_increase=0.5)
     real_edit = repair.run_layerwise_edit
 
     def costly_round(*args, **kwargs):
@@ -150,8 +156,7 @@ def test_the_guard_refuses_on_the_total_and_the_unedited_weights_come_back(tok, 
     monkeypatch.setattr(repair, "run_layerwise_edit", costly_round)
     with pytest.raises(FluencyError, match="edit refused and the weights restored"):
         apply_zerounlearn_gd_to_model(model, tok, requests, hp, progress=False)
-    for layer, weight in before.items():
-        assert torch.equal(get_module(model, hp.rewrite_module_tmp.format(layer)).weight, weight)
+    _assert_weights(model, hp, before)
 
 
 def test_rounds_refuse_the_keys_that_draw_from_the_whole_request_set(tmp_path):
@@ -179,11 +184,7 @@ def test_repair_leaves_no_more_first_tokens_than_the_one_edit(tok, tmp_path):
 
 
 def test_a_failed_round_puts_the_unedited_weights_back(tok, tmp_path, monkeypatch):
-    model = sharp_tiny_llama(tok)
-    hp = _hp(tmp_path, rounds=1)
-    requests = _answers_at_ranks(model, tok, [0, 0, 0])
-    before = _weights(model, hp)
-    monkeypatch.setattr(repair, "first_token_kept", lambda model, tok, forget: [0])
+    model, hp, requests, before = _one_round_of_request_0(tok, tmp_path, monkeypatch)
 
     def failing_edit(*args, **kwargs):
         raise RuntimeError("round failed")
@@ -191,5 +192,4 @@ def test_a_failed_round_puts_the_unedited_weights_back(tok, tmp_path, monkeypatc
     monkeypatch.setattr(repair, "run_layerwise_edit", failing_edit)
     with pytest.raises(RuntimeError, match="round failed"):
         apply_zerounlearn_gd_to_model(model, tok, requests, hp, progress=False)
-    for layer, weight in before.items():
-        assert torch.equal(get_module(model, hp.rewrite_module_tmp.format(layer)).weight, weight)
+    _assert_weights(model, hp, before)
