@@ -57,6 +57,7 @@ from zerounlearn_editor.harness.case_scoring import probe_metrics, score_cases
 from zerounlearn_editor.harness.neighbours import drop_batch_forget_neighbours, neighbours_naming_forgotten_subjects
 from zerounlearn_editor.harness.retain_sets import check_retain_disjoint, draw_retain
 from zerounlearn_editor.methods.zerounlearn_gd.method import zerounlearn_gd_solver
+from zerounlearn_editor.methods.zerounlearn_gd.repair import run_repair_rounds
 from zerounlearn_editor.methods.zerounlearn_gd.solve import nullspace_basis, protected_covariance
 from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
@@ -238,7 +239,14 @@ def main() -> None:
         used_retain = variant_retain(hp, retain)
         weights, report = run_layerwise_edit(model, tok, requests, hp, recorder.solver(hp, scales),
                                              second_moments=moments, progress=False, targets=targets_cache[tkey],
-                                             retain=used_retain)
+                                             retain=used_retain, answer_check=not hp.repair_rounds)
+        if hp.repair_rounds:  # as apply_zerounlearn_gd_to_model: the rounds on the edited model (RESULTS 12.32);
+            # their solves are the YAML's (not recorded: the layer rows stay the first edit's)
+            if scales:
+                raise SystemExit("layers_diag.py: a per_layer_* knob cannot be combined with repair_rounds")
+            plan = pipeline.as_edit_plan(model, tok, requests, hp, used_retain)
+            run_repair_rounds(model, tok, plan, lambda: zerounlearn_gd_solver(hp), hp.repair_rounds,
+                              dict(second_moments=moments, progress=False, retain=used_retain), weights, report)
         try:
             post = score_cases(model, tok, cases)
             metrics = dict(probe_metrics(post, pre, named), ppl=perplexity(model, tok, ppl_text, args.ppl_tokens),
