@@ -60,7 +60,7 @@ def _one_round_of_request_0(tok, tmp_path, monkeypatch, **changes):
     model = sharp_tiny_llama(tok)
     hp = _hp(tmp_path, rounds=1, **changes)
     requests = _answers_at_ranks(model, tok, [0, 0, 0])
-    monkeypatch.setattr(repair, "first_token_kept", lambda model, tok, forget: [0])
+    monkeypatch.setattr(repair, "first_token_kept", lambda model, tok, forget, reading=None: [0])
     return model, hp, requests, _weights(model, hp)
 
 
@@ -92,7 +92,7 @@ def test_rounds_that_find_nothing_left_leave_the_one_edit_bit_for_bit(tok, tmp_p
     model = sharp_tiny_llama(tok)
     requests = _answers_at_ranks(model, tok, [0, 0, 0])
     plain, _ = apply_zerounlearn_gd_to_model(model, tok, requests, _hp(tmp_path), copy=True, progress=False)
-    monkeypatch.setattr(repair, "first_token_kept", lambda model, tok, forget: [])
+    monkeypatch.setattr(repair, "first_token_kept", lambda model, tok, forget, reading=None: [])
     idle, _ = apply_zerounlearn_gd_to_model(model, tok, requests, _hp(tmp_path, rounds=2), copy=True, progress=False)
     for layer, weight in _weights(plain, _hp(tmp_path)).items():
         assert torch.equal(weight, _weights(idle, _hp(tmp_path))[layer])
@@ -108,7 +108,7 @@ def test_each_round_edits_the_requests_still_started_and_the_unedited_weights_co
     moments = batched_statistics(model, tok, hp, hp.mom2_dataset, progress=False)
     targets = neutral_targets(model, tok, requests, hp)
     kept_by_call = iter([[1, 2], [2], []])  # rounds 1-2 find facts left, round 3 none: it stops there
-    monkeypatch.setattr(repair, "first_token_kept", lambda model, tok, forget: next(kept_by_call))
+    monkeypatch.setattr(repair, "first_token_kept", lambda model, tok, forget, reading=None: next(kept_by_call))
     edited: List[List[int]] = []
     real_edit = repair.run_layerwise_edit
 

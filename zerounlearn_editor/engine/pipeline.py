@@ -461,20 +461,36 @@ def _warn_still_answered(forget: List[ForgetRequest], hparams: EditHyperParams, 
                 hparams.alg_name, len(report.still_answered), sum(r.answer is not None for r in forget), shown, more)
 
 
-def still_answered(model: nn.Module, tok, forget: Sequence[ForgetRequest]) -> List[int]:
-    """Indices of the requests whose answer the model still gives: every answer token is the argmax after the
-    prompt and the answer's earlier tokens (what greedy decoding produces). Requests without an answer, or whose
-    answer is a special token (EasyEdit's filled-in EOS), are not scored."""
+AnswerReading = List[Tuple[ForgetRequest, List[int], List[int]]]
+"""Per scored request: the request, the model's argmax ids ``[T]`` at its ``T`` answer positions (teacher-forced)
+and the answer's ids ``[T]`` (:func:`read_answers`)."""
+
+
+def read_answers(model: nn.Module, tok, forget: Sequence[ForgetRequest]) -> AnswerReading:
+    """One batched teacher-forced pass over the requests with an answer (:data:`AnswerReading`). Requests without
+    an answer, or whose answer is a special token (EasyEdit's filled-in EOS), are not scored."""
     from zerounlearn_editor.data.types import Probe
-    from zerounlearn_editor.evaluation.metrics import answer_argmax_hits
+    from zerounlearn_editor.evaluation.batching import encode_probe
+    from zerounlearn_editor.evaluation.metrics import answer_argmax_ids
 
     special = set(getattr(tok, "all_special_tokens", []) or [])
     scored = [r for r in forget if r.answer is not None and r.answer.strip() and r.answer.strip() not in special]
     if not scored:
         return []
+    probes = [Probe(r.prompt, r.answer) for r in scored]
     with eval_mode(model), torch.no_grad():
-        hits = answer_argmax_hits(model, tok, [Probe(r.prompt, r.answer) for r in scored])
-    return [r.index for r, hit in zip(scored, hits) if hit]
+        predicted = answer_argmax_ids(model, tok, probes)
+    answers = [encode_probe(tok, p) for p in probes]
+    return [(r, ids, list(a.input_ids[a.answer_start:])) for r, ids, a in zip(scored, predicted, answers)]
+
+
+def still_answered(model: nn.Module, tok, forget: Sequence[ForgetRequest],
+                   reading: Optional[AnswerReading] = None) -> List[int]:
+    """Indices of the requests whose answer the model still gives: every answer token is the argmax after the
+    prompt and the answer's earlier tokens (what greedy decoding produces); ``reading``: :func:`read_answers` of
+    this model, if already made."""
+    reading = read_answers(model, tok, forget) if reading is None else reading
+    return [r.index for r, predicted, answer in reading if predicted == answer]
 
 
 def _warn_unreached_targets(forget: List[ForgetRequest], targets: NeutralTargets, hparams: EditHyperParams,
@@ -672,6 +688,11 @@ def restore_weights(model: nn.Module, weights_copy: Mapping[str, torch.Tensor]) 
             params[name].copy_(value)
 
 
+EDIT_KWARGS = ("corpus", "second_moments", "progress", "targets", "stages", "retain", "fluency_guard", "fluency_text",
+               "answer_check")
+"""The keyword arguments of :func:`run_layerwise_edit` that :func:`apply_edit_method` passes on."""
+
+
 def apply_edit_method(
     model: nn.Module,
     tok,
@@ -695,10 +716,8 @@ def apply_edit_method(
     resolve_mode(hparams.fluency_max_increase, kwargs.get("fluency_guard"))
     if copy or keep_original_weight:
         model = copy_module.deepcopy(model)
-    passed = ("corpus", "second_moments", "progress", "targets", "stages", "retain", "fluency_guard",
-              "fluency_text", "answer_check")
     weights_copy, report = run_layerwise_edit(model, tok, requests, hparams, solver,
-                                              **{key: kwargs[key] for key in passed if key in kwargs})
+                                              **{key: kwargs[key] for key in EDIT_KWARGS if key in kwargs})
     target_report = kwargs.get("report")
     if isinstance(target_report, EditReport):
         timings = target_report.timings

@@ -12,50 +12,40 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import Any, Callable, Dict, List, Mapping, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
 
-from zerounlearn_editor.data.types import Probe
-from zerounlearn_editor.engine.eval_mode import eval_mode
 from zerounlearn_editor.engine.fluency_guard import resolve_mode
 from zerounlearn_editor.engine.pipeline import (
+    EDIT_KWARGS,
+    AnswerReading,
     EditPlan,
     EditReport,
     judge_edit_fluency,
+    read_answers,
     restore_weights,
     run_layerwise_edit,
     still_answered,
 )
 from zerounlearn_editor.engine.requests import ForgetRequest
-from zerounlearn_editor.evaluation.batching import encode_probe
-from zerounlearn_editor.evaluation.metrics import answer_argmax_ids
 
 LOG = logging.getLogger(__name__)
 
-PASSED_ON = ("corpus", "second_moments", "progress", "stages", "retain", "fluency_guard", "fluency_text")
-"""The edit's keyword arguments a repair round takes too (not ``targets``: each round reads its own)."""
+PASSED_ON = tuple(key for key in EDIT_KWARGS if key not in ("targets", "answer_check"))
+"""The edit's keyword arguments a repair round takes too (not ``targets``: each round reads its own; the rounds
+check the answers themselves)."""
 
 
-def first_token_kept(model: nn.Module, tok, forget: Sequence[ForgetRequest]) -> List[int]:
+def first_token_kept(model: nn.Module, tok, forget: Sequence[ForgetRequest],
+                     reading: Optional[AnswerReading] = None) -> List[int]:
     """Positions in ``forget`` of the requests whose answer's first token is the model's argmax after the prompt
-    (teacher-forced, as the bench's first-token accuracy reads it). Requests without an answer, or whose answer is
-    a special token, are not scored."""
-    special = set(getattr(tok, "all_special_tokens", []) or [])
-    scored = [i for i, r in enumerate(forget)
-              if r.answer is not None and r.answer.strip() and r.answer.strip() not in special]
-    if not scored:
-        return []
-    probes = [Probe(forget[i].prompt, forget[i].answer) for i in scored]
-    with eval_mode(model), torch.no_grad():
-        predicted = answer_argmax_ids(model, tok, probes)
-    kept = []
-    for i, probe, ids in zip(scored, probes, predicted):
-        encoded = encode_probe(tok, probe)
-        if ids and ids[0] == encoded.input_ids[encoded.answer_start]:
-            kept.append(i)
-    return kept
+    (teacher-forced, as the bench's first-token accuracy reads it); ``reading``: :func:`read_answers` of this model,
+    if already made. Requests without an answer, or whose answer is a special token, are not scored."""
+    reading = read_answers(model, tok, forget) if reading is None else reading
+    position = {r.index: i for i, r in enumerate(forget)}
+    return [position[r.index] for r, predicted, answer in reading if predicted[:1] == answer[:1]]
 
 
 def run_repair_rounds(model: nn.Module, tok, plan: EditPlan, solver_of: Callable[[], Any], rounds: int,
@@ -72,11 +62,14 @@ def run_repair_rounds(model: nn.Module, tok, plan: EditPlan, solver_of: Callable
     kwargs = {key: edit_kwargs[key] for key in PASSED_ON if key in edit_kwargs}
     mode = resolve_mode(plan.hparams.fluency_max_increase, edit_kwargs.get("fluency_guard"))
     start = time.perf_counter()
+    reading: Optional[AnswerReading] = None  # of the model as it is now (None once a round has changed it)
     try:
         for round_ in range(1, rounds + 1):
-            left = first_token_kept(model, tok, plan.forget)
+            reading = read_answers(model, tok, plan.forget)
+            left = first_token_kept(model, tok, plan.forget, reading)
             if not left:
                 break
+            reading = None
             LOG.info("%s repair round %d: %d request(s) still start their answer: %s", plan.hparams.alg_name, round_,
                      len(left), ", ".join(str(plan.forget[i].index) for i in left[:10]))
             sub_plan = replace(plan, forget=[plan.forget[i] for i in left],
@@ -96,14 +89,16 @@ def run_repair_rounds(model: nn.Module, tok, plan: EditPlan, solver_of: Callable
         report.stage_spans.append(("repair", start, end))
     LOG.info("%s: repair rounds edited %s request(s)", plan.hparams.alg_name, edited or "no")
     if edit_kwargs.get("answer_check", True):
-        _final_answer_check(model, tok, plan, report, len(edited))
+        _final_answer_check(model, tok, plan, report, len(edited), reading)
     return edited
 
 
-def _final_answer_check(model: nn.Module, tok, plan: EditPlan, report: EditReport, rounds_run: int) -> None:
-    """``report.still_answered`` of the model the rounds left, timed as ``"answered"``; a warning names them."""
+def _final_answer_check(model: nn.Module, tok, plan: EditPlan, report: EditReport, rounds_run: int,
+                        reading: Optional[AnswerReading]) -> None:
+    """``report.still_answered`` of the model the rounds left (from ``reading`` when the last round's check read
+    this model), timed as ``"answered"``; a warning names them."""
     start = time.perf_counter()
-    left = still_answered(model, tok, plan.forget)
+    left = still_answered(model, tok, plan.forget, reading)
     end = time.perf_counter()
     report.timings["answered"] = report.timings.get("answered", 0.0) + end - start
     report.stage_spans.append(("answered", start, end))
