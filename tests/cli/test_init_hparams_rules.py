@@ -14,7 +14,13 @@ from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.engine.stats.collect import collect_second_moments
 from zerounlearn_editor.harness.model_scales import measure_scales
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
-from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import ModelScales, rule_settings, rule_text_weight
+from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import (
+    POST_NORM_MANY,
+    ModelScales,
+    rule_post_norm_many,
+    rule_settings,
+    rule_text_weight,
+)
 from zerounlearn_editor.support.model_access import capture_outputs
 from zerounlearn_editor.support.resources import repo_root
 
@@ -119,8 +125,8 @@ def test_the_text_weight_rule_needs_a_norm_after_every_edited_mlp():
 def test_init_hparams_writes_the_text_weight_for_a_post_norm_model_only_in_the_plain_gd_yaml(tok, tmp_path):
     """A tiny Gemma-3 (post-feedforward norm, no YAML of its own) with the weights read: the plain ZeroUnlearn-GD YAML
     gets ``{key_reach: 0.6}`` (in the header's settings by rule; it loads strictly); ``--set
-    nullspace_text_weight=null`` gives the paper's penalty and nothing else changes; ``--many`` does not get it, nor a
-    Llama without such a norm."""
+    nullspace_text_weight=null`` gives the paper's penalty and nothing else changes; ``--many`` gets its own weight
+    instead, a Llama without such a norm none."""
     folder = tmp_path / "tiny-gemma3"
     tiny_config_model("gemma3", tok, layers=6).save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -131,9 +137,32 @@ def test_init_hparams_writes_the_text_weight_for_a_post_norm_model_only_in_the_p
     paper, _ = _init(folder, tmp_path / "p.yaml", "--measure", "--set", "nullspace_text_weight=null")
     assert paper == {**written, "nullspace_text_weight": None}
     many, _ = _init(folder, tmp_path / "m.yaml", "--measure", "--many")
-    assert "nullspace_text_weight" not in many
+    assert many["nullspace_text_weight"] == 200.0  # --many's own weight behind the norm, not the key reach
     llama, _ = _init(_folder(tok, tmp_path), tmp_path / "l.yaml", "--measure")
     assert "nullspace_text_weight" not in llama
+    assert "repair_rounds" not in written  # the plain YAML: the paper's one edit (a round at n = 50: RESULTS 12.33)
+
+
+def test_a_post_norm_models_many_yaml_takes_the_measured_many_settings(tok, tmp_path):
+    """The tiny Gemma-3's ``--many`` YAML with the weights read: contexts 2 of 5, threshold 10 x the rule's, text weight
+    200, one repair round and the retain-aware key (it loads strictly); ``--many --retain`` and a Llama's ``--many``
+    do not take them; the rule gives nothing without a norm on every edited layer."""
+    folder = tmp_path / "tiny-gemma3"
+    model = tiny_config_model("gemma3", tok, layers=6)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    many, _ = _init(folder, tmp_path / "m.yaml", "--measure", "--many")
+    scales = measure_scales(model.eval(), tok, many["layers"], "model.layers.{}", "model.layers.{}.mlp.down_proj")
+    assert many["nullspace_threshold"] == float(f"{10 * rule_settings(scales)['nullspace_threshold']:.3g}")
+    assert {k: many[k] for k in POST_NORM_MANY} == POST_NORM_MANY
+    assert ZeroUnlearnGDHyperParams.from_hparams(tmp_path / "m.yaml").repair_rounds == 1
+    retain_many, _ = _init(folder, tmp_path / "rm.yaml", "--measure", "--many", "--retain")
+    assert "repair_rounds" not in retain_many and "nullspace_text_weight" not in retain_many
+    llama, _ = _init(_folder(tok, tmp_path), tmp_path / "l.yaml", "--measure", "--many")
+    assert "repair_rounds" not in llama and llama["context_template_count"] != 2
+    no_norm = ModelScales(residual_rms=1.0, residual_norm=10.0, c0_medians=[0.01], key_dim=8, post_mlp_norms=None)
+    assert rule_post_norm_many(no_norm) == {}
+
 
 def _contexts(config):
     return {k: config[k] for k in ("context_template_count", "context_template_length")}
@@ -223,19 +252,31 @@ def test_many_measures_the_rules_at_the_layers_it_edits(tok, tmp_path):
 
 
 @pytest.mark.slow
-def test_real_gemma_many_by_rule_is_the_shipped_many_yaml_less_its_hand_changes(gemma3_path, tmp_path):
-    """``init-hparams --measure --many`` on the real Gemma-3-270m writes the shipped ``gemma-3-270m-many.yaml``'s
-    ``v_lr`` (0.885, the median-coordinate rule; the RMS rule gave 8.29) and every other key of it but the file's
-    hand changes (contexts 2 of 5, threshold x10, text weight 100 then 200; benchmarks/RESULTS.md 12.24, 12.32;
-    retain-aware, 12.29; one repair round, 12.32)."""
+def test_real_gemma_many_by_rule_is_the_shipped_many_yaml(gemma3_path, tmp_path):
+    """``init-hparams --measure --many`` on the real Gemma-3-270m writes the shipped ``gemma-3-270m-many.yaml`` key
+    for key (the model's name aside): ``v_lr`` 0.885 (the median-coordinate rule; the RMS rule gave 8.29) and the
+    post-norm ``--many`` rule's contexts 2 of 5, threshold x10, text weight 200, retain-aware key and one repair round
+    (benchmarks/RESULTS.md 12.24, 12.29-12.32)."""
     out = tmp_path / "many.yaml"
     assert cli_main(["init-hparams", "--model", str(gemma3_path), "--method", "ZeroUnlearn-GD", "--layers", "3,4,5",
                      "--measure", "--many", "--out", str(out)]) == 0
     written = yaml.safe_load(out.read_text())
     shipped = yaml.safe_load((repo_root() / "hparams" / "ZeroUnlearn-GD" / "gemma-3-270m-many.yaml").read_text())
-    assert written["v_lr"] == shipped["v_lr"] == 0.885
-    hand = {"model_name", "context_template_count", "context_template_length", "nullspace_threshold",
-            "nullspace_text_weight", "retain_file", "retain_nullspace_weight",  # retain-aware (12.29)
-            "repair_rounds"}  # 12.32
-    assert {k: v for k, v in written.items() if k not in hand} == {k: v for k, v in shipped.items() if k not in hand}
-    assert shipped["nullspace_threshold"] == pytest.approx(10 * written["nullspace_threshold"])
+    assert (written["v_lr"], written["nullspace_threshold"], written["nullspace_text_weight"]) == (0.885, 0.151, 200.0)
+    assert {k: v for k, v in written.items() if k != "model_name"} == {
+        k: v for k, v in shipped.items() if k != "model_name"}
+
+
+@pytest.mark.slow
+def test_real_gemma_plain_yaml_by_rule_is_the_shipped_rules_yaml(gemma3_path, tmp_path):
+    """``init-hparams --measure`` on the real Gemma-3-270m at the layers its trace chose (3-5) writes the shipped
+    ``gemma-3-270m-rules.yaml`` key for key (the model's name aside): the RMS rule's step (8.29) and the text weight
+    by key reach (benchmarks/RESULTS.md 12.14-12.17)."""
+    out = tmp_path / "rules.yaml"
+    assert cli_main(["init-hparams", "--model", str(gemma3_path), "--method", "ZeroUnlearn-GD", "--layers", "3,4,5",
+                     "--measure", "--out", str(out)]) == 0
+    written = yaml.safe_load(out.read_text())
+    shipped = yaml.safe_load((repo_root() / "hparams" / "ZeroUnlearn-GD" / "gemma-3-270m-rules.yaml").read_text())
+    assert (written["v_lr"], written["nullspace_text_weight"]) == (8.29, {"key_reach": 0.6})
+    assert {k: v for k, v in written.items() if k != "model_name"} == {
+        k: v for k, v in shipped.items() if k != "model_name"}

@@ -15,7 +15,8 @@ at the layers the written YAML edits (``--many``, ``--robust``: the widened span
 the YAML's header gives the measured values. The plain ZeroUnlearn-GD YAML of such a model whose MLP output passes a
 norm (Gemma-2/3) also gets the text weight by key reach
 (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_text_weight`; ``--set
-nullspace_text_weight=null`` gives the paper's penalty back).
+nullspace_text_weight=null`` gives the paper's penalty back); its ``--many`` YAML takes Gemma-3-270m's measured
+``-many.yaml`` settings (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_many`).
 ``--many`` / ``--deep`` / ``--retain`` / ``--robust`` apply one opt-in variant's rule, ``--many --retain`` together the
 many-facts retain rule (:mod:`~zerounlearn_editor.methods.zerounlearn_gd.variants`), and ``--set key=value``
 overrides last. The result is
@@ -334,17 +335,27 @@ def trace_layers(model: nn.Module, tok: Any, facts: Sequence[Any], window: int, 
 
 
 def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int], plain: bool = False,
-                    suppress_targets: bool = False) -> Tuple[Dict[str, Any], str]:
+                    suppress_targets: bool = False, many: bool = False) -> Tuple[Dict[str, Any], str]:
     """The keys the setting rules give for ``model`` at ``layers`` (measured on its weights) and a header line;
     ``plain`` (ZeroUnlearn-GD's YAML without a variant): also the text weight by rule
     (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_text_weight`); ``suppress_targets``
-    (``--many``): ``v_lr`` by the rule of answer-suppression targets."""
+    (``--many``): ``v_lr`` by the rule of answer-suppression targets; ``many`` (``--many``): its keys behind a post-MLP
+    norm (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_many`)."""
     from zerounlearn_editor.harness.model_scales import SCALE_PASSAGES, measure_scales
-    from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import describe_rules, rule_settings, rule_text_weight
+    from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import (
+        describe_rules,
+        rule_post_norm_many,
+        rule_settings,
+        rule_text_weight,
+    )
 
     templates = detect_templates(model)
     scales = measure_scales(model, tok, layers, templates["layer_module_tmp"], templates["rewrite_module_tmp"])
-    rules = {**rule_settings(scales, suppress_targets=suppress_targets), **(rule_text_weight(scales) if plain else {})}
+    rules = rule_settings(scales, suppress_targets=suppress_targets)
+    if plain:
+        rules.update(rule_text_weight(scales))
+    if many:
+        rules.update(rule_post_norm_many(scales))
     LOG.info("settings by rule: %s (%s)", rules, describe_rules(scales))
     keys = ", ".join(f"{k} {v}" for k, v in rules.items())
     return rules, (f"Settings by rule (scale_rules; {SCALE_PASSAGES} passages of wiki_passages_3643): {keys}; from "
@@ -385,7 +396,7 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
         edited = many_layers(layers, n_layers) if variant in ("many", RETAIN_MANY, "robust") else layers
         suppress = variant == "many" and overrides.get("target_objective", "suppress_answer") == "suppress_answer"
         rules, rules_note = scale_rules_for(model, tok, edited, plain=args.method == "ZeroUnlearn-GD" and not variant,
-                                            suppress_targets=suppress)
+                                            suppress_targets=suppress, many=variant == "many")
     elif own is not None and not args.unseen:
         LOG.info("%s is the model's own shipped YAML: no settings by rule (--unseen applies them)", own.name)
     config, base = build_hparams(model, args.model, args.method, layers, overrides, variant, rules,
@@ -407,7 +418,9 @@ VARIANT_HELP = {
             "orthogonality_weight 0, target_objective suppress_answer stopped at v_early_stop_loss 0.01, norm_weight "
             "the base YAML's x 3/10, suppress_rank_limit 0 (only facts the model gives take target steps; with --set "
             "target_objective=neutral also --set suppress_rank_limit=null); with --measure, v_lr by the residual's "
-            "median coordinate (the rule of answer-suppression targets)",
+            "median coordinate (the rule of answer-suppression targets), and where the MLP output passes a norm "
+            "(Gemma-2/3) contexts 2 of 5 tokens, nullspace_threshold x10, nullspace_text_weight 200, repair_rounds 1 "
+            "and retain_nullspace_weight 0.1 (gemma-3-270m-many.yaml's measured settings)",
     "deep": "ZeroUnlearn-GD, forgetting that survives in-context examples (as the shipped <model>-deep.yaml): the "
             "deep-mode keys (8 context templates of 10 tokens, 50 target steps, clamp 1.5, stop 0.005, 4 few-shot "
             "prefixes)",

@@ -38,7 +38,13 @@ met. Without such a norm it was not a rule: on SmolLM2 at layers 16-18 (reach 0.
 lower), at the layers 1-3 its trace picks (reach 3.6-5.1) it left 3-5 of 10 facts answered where the paper's
 penalty left none (benchmarks/RESULTS.md section 12.14 on; the paper's penalty is ``nullspace_text_weight: null``).
 
-The context prefixes are not set by rule: they stay the base YAML's (5 of 10 tokens). SmolLM2's 2 of 5 cut
+The ``--many`` YAML behind such a norm (:func:`rule_post_norm_many`): contexts 2 of 5 tokens, ``nullspace_threshold``
+x10, ``nullspace_text_weight`` 200 (the penalty weighted by the text's variance), one repair round and the
+retain-aware key (``retain_nullspace_weight`` 0.1, acting when a retain set is given): Gemma-3-270m's shipped
+``-many.yaml`` settings, chosen on its train file and measured on val n = 1,000 over five draws (benchmarks/RESULTS.md
+12.4, 12.12, 12.16, 12.29-12.32). Measured on the one post-norm model here, a rule for its family, not shown on others.
+
+Other context prefixes are not set by rule: they stay the base YAML's (5 of 10 tokens). SmolLM2's 2 of 5 cut
 Gemma-3-270m's edit time per fact to 1.1x SmolLM2's but raised its perplexity cost in every run measured
 (benchmarks/RESULTS.md section 12.5).
 
@@ -52,7 +58,7 @@ from typing import Any, Dict, Optional, Sequence
 
 __all__ = ["ModelScales", "ReferenceScales", "REFERENCE", "RULES_VERSION", "FIRST_TRY_KEY_REACH", "round_sig",
            "rule_v_lr", "rule_suppress_v_lr", "rule_solve_weights", "rule_clamp", "rule_mom2", "rule_settings",
-           "rule_text_weight", "describe_rules"]
+           "rule_text_weight", "POST_NORM_MANY", "rule_post_norm_many", "describe_rules"]
 
 
 @dataclass(frozen=True)
@@ -113,10 +119,11 @@ REFERENCE = ReferenceScales(
 )
 
 
-RULES_VERSION = 5
+RULES_VERSION = 6
 """Changes whenever a rule does (1: ``v_lr``, clamp, solve weights, ``mom2`` sizes; 2: SmolLM2's context prefixes;
 3: the base YAML's context prefixes again; 4: the text weight by key reach; 5: ``v_lr`` of answer-suppression
-targets by the median coordinate); part of the key of YAMLs cached by
+targets by the median coordinate; 6: the ``--many`` YAML's settings behind a post-MLP norm,
+:func:`rule_post_norm_many`); part of the key of YAMLs cached by
 rule (``zerounlearn demo --model gemma3-270m``)."""
 
 
@@ -192,13 +199,42 @@ FIRST_TRY_KEY_REACH = 0.6
 benchmarks/RESULTS.md section 12.14)."""
 
 
+def _behind_norm(scales: ModelScales) -> bool:
+    """Whether every edited layer's MLP output passes a norm (``scales.post_mlp_norms`` given and finite)."""
+    norms = scales.post_mlp_norms
+    return norms is not None and all(math.isfinite(float(n)) for n in norms)
+
+
 def rule_text_weight(scales: ModelScales) -> Dict[str, Any]:
     """``{"nullspace_text_weight": {"key_reach": FIRST_TRY_KEY_REACH}}`` where every edited layer's MLP output passes
     a norm (``scales.post_mlp_norms`` finite), else ``{}`` (the paper's penalty); a fresh mapping (module docstring)."""
-    norms = scales.post_mlp_norms
-    if norms is None or not all(math.isfinite(float(n)) for n in norms):
+    if not _behind_norm(scales):
         return {}
     return {"nullspace_text_weight": {"key_reach": FIRST_TRY_KEY_REACH}}
+
+
+POST_NORM_MANY: Dict[str, Any] = {
+    "context_template_count": 2,
+    "context_template_length": 5,
+    "nullspace_text_weight": 200.0,
+    "repair_rounds": 1,
+    "retain_file": None,
+    "retain_nullspace_weight": 0.1,
+}
+"""The ``--many`` keys of :func:`rule_post_norm_many` besides the threshold (module docstring)."""
+
+POST_NORM_MANY_THRESHOLD_FACTOR = 10
+"""``nullspace_threshold`` of the ``--many`` YAML behind a post-MLP norm over :func:`rule_solve_weights`' (Gemma-3-270m:
+0.0151 -> 0.151, RESULTS 12.16)."""
+
+
+def rule_post_norm_many(scales: ModelScales, ref: ReferenceScales = REFERENCE) -> Dict[str, Any]:
+    """The ``--many`` YAML's keys where every edited layer's MLP output passes a norm: :data:`POST_NORM_MANY` and
+    ``nullspace_threshold`` :data:`POST_NORM_MANY_THRESHOLD_FACTOR` x the rule's; else ``{}`` (a fresh mapping)."""
+    if not _behind_norm(scales):
+        return {}
+    threshold = rule_solve_weights(scales.c0_median, ref)["nullspace_threshold"]
+    return {**POST_NORM_MANY, "nullspace_threshold": round_sig(POST_NORM_MANY_THRESHOLD_FACTOR * threshold)}
 
 
 def describe_rules(scales: ModelScales, ref: ReferenceScales = REFERENCE) -> str:
