@@ -143,21 +143,31 @@ def test_init_hparams_writes_the_text_weight_for_a_post_norm_model_only_in_the_p
     assert "repair_rounds" not in written  # the plain YAML: the paper's one edit (a round at n = 50: RESULTS 12.33)
 
 
+MEASURED_MANY = {"context_template_count": 2, "context_template_length": 5, "nullspace_text_weight": 200.0,
+                 "repair_rounds": 1, "retain_file": None, "retain_nullspace_weight": 0.1}
+
+
 def test_a_post_norm_models_many_yaml_takes_the_measured_many_settings(tok, tmp_path):
     """The tiny Gemma-3's ``--many`` YAML with the weights read: contexts 2 of 5, threshold 10 x the rule's, text weight
-    200, one repair round and the retain-aware key (it loads strictly); ``--many --retain`` and a Llama's ``--many``
-    do not take them; the rule gives nothing without a norm on every edited layer."""
+    200, one repair round and the retain-aware key (it loads strictly; the header says where they were measured);
+    ``--many --retain``, ``--robust``, ``--many`` with neutral targets and a Llama's ``--many`` do not take them; the
+    rule gives nothing without a norm on every edited layer."""
     folder = tmp_path / "tiny-gemma3"
     model = tiny_config_model("gemma3", tok, layers=6)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
-    many, _ = _init(folder, tmp_path / "m.yaml", "--measure", "--many")
+    many, header = _init(folder, tmp_path / "m.yaml", "--measure", "--many")
     scales = measure_scales(model.eval(), tok, many["layers"], "model.layers.{}", "model.layers.{}.mlp.down_proj")
     assert many["nullspace_threshold"] == float(f"{10 * rule_settings(scales)['nullspace_threshold']:.3g}")
-    assert {k: many[k] for k in POST_NORM_MANY} == POST_NORM_MANY
+    assert {k: many[k] for k in MEASURED_MANY} == MEASURED_MANY == dict(POST_NORM_MANY)
     assert ZeroUnlearnGDHyperParams.from_hparams(tmp_path / "m.yaml").repair_rounds == 1
-    retain_many, _ = _init(folder, tmp_path / "rm.yaml", "--measure", "--many", "--retain")
-    assert "repair_rounds" not in retain_many and "nullspace_text_weight" not in retain_many
+    assert any("settings measured on Gemma-3-270m" in line for line in header)
+    assert not any("not measured on real weights" in line for line in header)
+    for flags in (["--many", "--retain"], ["--robust"], ["--many", "--set", "target_objective=neutral",
+                                                         "--set", "suppress_rank_limit=null"]):
+        other, other_header = _init(folder, tmp_path / "o.yaml", "--measure", *flags)
+        assert "repair_rounds" not in other and other["context_template_count"] != 2, flags
+        assert any("not measured on real weights" in line for line in other_header), flags
     llama, _ = _init(_folder(tok, tmp_path), tmp_path / "l.yaml", "--measure", "--many")
     assert "repair_rounds" not in llama and llama["context_template_count"] != 2
     no_norm = ModelScales(residual_rms=1.0, residual_norm=10.0, c0_medians=[0.01], key_dim=8, post_mlp_norms=None)
@@ -170,8 +180,9 @@ def _contexts(config):
 
 @pytest.mark.parametrize("variant", [None, "many", "retain", "deep"])
 def test_the_rules_keep_the_base_yamls_context_prefixes(tok, tmp_path, variant):
-    """The context prefixes are not set by rule (SmolLM2's 2 of 5 cost Gemma perplexity, RESULTS 12.5): with
-    --measure they are what the same command writes without it, for the paper YAML and every variant."""
+    """Without a post-MLP norm the context prefixes are not set by rule (SmolLM2's 2 of 5 cost Gemma's plain YAML
+    perplexity, RESULTS 12.5): with --measure a Llama's are what the same command writes without it, for the paper
+    YAML and every variant (behind a norm --many takes 2 of 5: the test above)."""
     folder = _folder(tok, tmp_path)
     flags = [f"--{variant}"] if variant else []
     plain, _ = _init(folder, tmp_path / "plain.yaml", *flags)
@@ -263,8 +274,9 @@ def test_real_gemma_many_by_rule_is_the_shipped_many_yaml(gemma3_path, tmp_path)
     written = yaml.safe_load(out.read_text())
     shipped = yaml.safe_load((repo_root() / "hparams" / "ZeroUnlearn-GD" / "gemma-3-270m-many.yaml").read_text())
     assert (written["v_lr"], written["nullspace_threshold"], written["nullspace_text_weight"]) == (0.885, 0.151, 200.0)
-    assert {k: v for k, v in written.items() if k != "model_name"} == {
-        k: v for k, v in shipped.items() if k != "model_name"}
+    machine = {"model_name", "device"}  # device: 0 where CUDA is, as the base YAML says
+    assert {k: v for k, v in written.items() if k not in machine} == {
+        k: v for k, v in shipped.items() if k not in machine}
 
 
 @pytest.mark.slow
@@ -278,5 +290,6 @@ def test_real_gemma_plain_yaml_by_rule_is_the_shipped_rules_yaml(gemma3_path, tm
     written = yaml.safe_load(out.read_text())
     shipped = yaml.safe_load((repo_root() / "hparams" / "ZeroUnlearn-GD" / "gemma-3-270m-rules.yaml").read_text())
     assert (written["v_lr"], written["nullspace_text_weight"]) == (8.29, {"key_reach": 0.6})
-    assert {k: v for k, v in written.items() if k != "model_name"} == {
-        k: v for k, v in shipped.items() if k != "model_name"}
+    machine = {"model_name", "device"}  # device: 0 where CUDA is, as the base YAML says
+    assert {k: v for k, v in written.items() if k not in machine} == {
+        k: v for k, v in shipped.items() if k not in machine}

@@ -171,16 +171,20 @@ def build_hparams(
 
 
 def write_hparams(config: Mapping[str, Any], base: Path, out: Union[str, Path], note: str = "",
-                  variant: Optional[str] = None, rules_note: str = "") -> Path:
+                  variant: Optional[str] = None, rules_note: str = "", measured_on: Optional[str] = None) -> Path:
     """Write ``config`` as YAML (atomically) with a header saying where it came from (the settings by rule and
     the measured quantities, ``rules_note``; for an opt-in ``variant``, that its keys are derived by rule, not
-    measured); re-load it strictly."""
+    measured, or, ``measured_on``, on which model's file its rule was measured); re-load it strictly."""
     from zerounlearn_editor.support.files import write_text_atomic
 
     header = (f"# Written by `zerounlearn init-hparams` from the shipped {base.parent.name}/{base.name}"
               f"{'; ' + note if note else ''}.\n"
               "# Module templates come from the model's architecture; v_loss_layer is the last layer.\n")
-    if variant is not None:
+    if variant is not None and measured_on:
+        header += (f"# -{variant}: derived by init-hparams {variant_flags(variant)}; its keys behind the post-MLP norm "
+                   f"are the settings measured on {measured_on}, not on this model (rules: zerounlearn "
+                   f"init-hparams --help).\n")
+    elif variant is not None:
         header += (f"# -{variant}: derived by init-hparams {variant_flags(variant)} from the model's config; not "
                    f"measured on real weights (rules: zerounlearn init-hparams --help).\n")
     if rules_note:
@@ -396,12 +400,13 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
         edited = many_layers(layers, n_layers) if variant in ("many", RETAIN_MANY, "robust") else layers
         suppress = variant == "many" and overrides.get("target_objective", "suppress_answer") == "suppress_answer"
         rules, rules_note = scale_rules_for(model, tok, edited, plain=args.method == "ZeroUnlearn-GD" and not variant,
-                                            suppress_targets=suppress, many=variant == "many")
+                                            suppress_targets=suppress, many=suppress)
     elif own is not None and not args.unseen:
         LOG.info("%s is the model's own shipped YAML: no settings by rule (--unseen applies them)", own.name)
     config, base = build_hparams(model, args.model, args.method, layers, overrides, variant, rules,
                                  own if args.unseen else None)
-    path = write_hparams(config, base, args.out, note, variant, rules_note)
+    measured_on = "Gemma-3-270m (gemma-3-270m-many.yaml)" if "repair_rounds" in rules else None  # rule_post_norm_many
+    path = write_hparams(config, base, args.out, note, variant, rules_note, measured_on)
     print(
         f"{args.method} hparams for {args.model} ({config['rewrite_module_tmp']}), base {base.name}, {note} -> {path}"
     )
@@ -420,7 +425,8 @@ VARIANT_HELP = {
             "target_objective=neutral also --set suppress_rank_limit=null); with --measure, v_lr by the residual's "
             "median coordinate (the rule of answer-suppression targets), and where the MLP output passes a norm "
             "(Gemma-2/3) contexts 2 of 5 tokens, nullspace_threshold x10, nullspace_text_weight 200, repair_rounds 1 "
-            "and retain_nullspace_weight 0.1 (gemma-3-270m-many.yaml's measured settings)",
+            "and retain_nullspace_weight 0.1 (gemma-3-270m-many.yaml's measured settings, with suppression targets "
+            "only; give the retain set at edit time: --many --retain writes the SmolLM2-derived retain-many keys)",
     "deep": "ZeroUnlearn-GD, forgetting that survives in-context examples (as the shipped <model>-deep.yaml): the "
             "deep-mode keys (8 context templates of 10 tokens, 50 target steps, clamp 1.5, stop 0.005, 4 few-shot "
             "prefixes)",
@@ -454,7 +460,8 @@ def register(sub: Any, parents: ModuleType) -> None:
         "passages of 128 tokens (SmolLM2-135M-Instruct's shipped settings rescaled; measured on 50 passages); the "
         "context prefixes stay the base YAML's; where its MLP output passes a norm (Gemma-2/3), its plain "
         "ZeroUnlearn-GD YAML (no variant) also gets nullspace_text_weight {key_reach: 0.6} (--set "
-        "nullspace_text_weight=null: the paper's penalty).",
+        "nullspace_text_weight=null: the paper's penalty), and its --many YAML Gemma-3-270m's measured -many "
+        "settings (contexts 2 of 5 among them; see --many).",
         parents=[parents.model("model folder/name", required=True),
                  parents.include_unknown("auto trace: use facts the model does not know too"),
                  parents.width("auto: number of layers (default: the nearest shipped YAML's)"),
@@ -482,7 +489,8 @@ def register(sub: Any, parents: ModuleType) -> None:
                             "derived, not measured")
     p.add_argument("--measure", action="store_true",
                    help="with given layers: read the weights and set v_lr, clamp_norm_factor, norm_weight, "
-                        "nullspace_threshold and the mom2 sizes by the setting rules, measured at the layers the "
+                        "nullspace_threshold and the mom2 sizes by the setting rules (behind a post-MLP norm also "
+                        "the plain YAML's text weight and --many's measured keys), measured at the layers the "
                         "written YAML edits (--many: the widened span) (always with a fresh --layers auto trace; "
                         "never for a model whose own YAML ships, unless --unseen)")
     p.add_argument("--unseen", action="store_true",

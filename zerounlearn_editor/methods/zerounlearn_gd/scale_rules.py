@@ -29,8 +29,9 @@ real weights here, at layers 16-18), and rescales it by the new model's measured
 - ``mom2_n_samples`` x ``mom2_max_length``: the reference's tokens per key dimension (400 x 128 / 1536 = 33.3),
   128-token passages: ``round(400 x d_in / 1536)`` passages.
 
-The text weight (the plain YAML only, not the opt-in variants), where the edited layers' MLP output passes a norm
-before the residual (Gemma-2/3): ``nullspace_text_weight: {key_reach: 0.6}`` (:func:`rule_text_weight`). The
+The text weight by key reach (the plain YAML only; ``--many`` behind a norm takes a fixed weight, below), where the
+edited layers' MLP output passes a norm before the residual (Gemma-2/3): ``nullspace_text_weight: {key_reach: 0.6}``
+(:func:`rule_text_weight`). The
 paper's isotropic null-space penalty lets the first edited layer write most of the asked value change where its
 forget keys reach far into the null space; weighting each null direction by its text variance down to a reach of 0.6
 took Gemma-3-270m's n = 50 report edits (layers 3-5, reach 3.4) from PPL +11.6% to +2.3% with the forgetting goal
@@ -42,11 +43,13 @@ The ``--many`` YAML behind such a norm (:func:`rule_post_norm_many`): contexts 2
 x10, ``nullspace_text_weight`` 200 (the penalty weighted by the text's variance), one repair round and the
 retain-aware key (``retain_nullspace_weight`` 0.1, acting when a retain set is given): Gemma-3-270m's shipped
 ``-many.yaml`` settings, chosen on its train file and measured on val n = 1,000 over five draws (benchmarks/RESULTS.md
-12.4, 12.12, 12.16, 12.29-12.32). Measured on the one post-norm model here, a rule for its family, not shown on others.
+12.4, 12.12, 12.16, 12.29-12.32), with answer-suppression targets only (``init-hparams`` leaves the rule out with
+``--set target_objective=neutral``). Measured on the one post-norm model here, a rule for its family, not shown on
+others.
 
-Other context prefixes are not set by rule: they stay the base YAML's (5 of 10 tokens). SmolLM2's 2 of 5 cut
-Gemma-3-270m's edit time per fact to 1.1x SmolLM2's but raised its perplexity cost in every run measured
-(benchmarks/RESULTS.md section 12.5).
+Otherwise the context prefixes are not set by rule: they stay the base YAML's (5 of 10 tokens). For the plain YAML
+SmolLM2's 2 of 5 cut Gemma-3-270m's edit time per fact to 1.1x SmolLM2's but raised its perplexity cost in every run
+measured (benchmarks/RESULTS.md section 12.5).
 
 Pure functions of floats; :func:`rule_settings` gives the keys. A model whose own YAML ships keeps it.
 """
@@ -54,7 +57,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Sequence
+from types import MappingProxyType
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 __all__ = ["ModelScales", "ReferenceScales", "REFERENCE", "RULES_VERSION", "FIRST_TRY_KEY_REACH", "round_sig",
            "rule_v_lr", "rule_suppress_v_lr", "rule_solve_weights", "rule_clamp", "rule_mom2", "rule_settings",
@@ -213,15 +217,15 @@ def rule_text_weight(scales: ModelScales) -> Dict[str, Any]:
     return {"nullspace_text_weight": {"key_reach": FIRST_TRY_KEY_REACH}}
 
 
-POST_NORM_MANY: Dict[str, Any] = {
+POST_NORM_MANY: Mapping[str, Any] = MappingProxyType({
     "context_template_count": 2,
     "context_template_length": 5,
     "nullspace_text_weight": 200.0,
     "repair_rounds": 1,
     "retain_file": None,
     "retain_nullspace_weight": 0.1,
-}
-"""The ``--many`` keys of :func:`rule_post_norm_many` besides the threshold (module docstring)."""
+})
+"""The ``--many`` keys of :func:`rule_post_norm_many` besides the threshold (module docstring; read-only)."""
 
 POST_NORM_MANY_THRESHOLD_FACTOR = 10
 """``nullspace_threshold`` of the ``--many`` YAML behind a post-MLP norm over :func:`rule_solve_weights`' (Gemma-3-270m:
