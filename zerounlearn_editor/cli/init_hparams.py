@@ -40,6 +40,7 @@ from zerounlearn_editor.cli.trace import trace_facts_for
 from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.engine.hparams import load_config_file
 from zerounlearn_editor.methods.registry import get_method, method_names
+from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import POST_NORM_MANY, POST_NORM_MANY_MEASURED_ON
 from zerounlearn_editor.methods.zerounlearn_gd.variants import (
     RETAIN_MANY,
     VARIANTS,
@@ -405,7 +406,8 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
         LOG.info("%s is the model's own shipped YAML: no settings by rule (--unseen applies them)", own.name)
     config, base = build_hparams(model, args.model, args.method, layers, overrides, variant, rules,
                                  own if args.unseen else None)
-    measured_on = "Gemma-3-270m (gemma-3-270m-many.yaml)" if "repair_rounds" in rules else None  # rule_post_norm_many
+    many_rule = POST_NORM_MANY.keys() <= rules.keys()  # scale_rules_for applied rule_post_norm_many
+    measured_on = POST_NORM_MANY_MEASURED_ON if many_rule else None
     path = write_hparams(config, base, args.out, note, variant, rules_note, measured_on)
     print(
         f"{args.method} hparams for {args.model} ({config['rewrite_module_tmp']}), base {base.name}, {note} -> {path}"

@@ -62,7 +62,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 
 __all__ = ["ModelScales", "ReferenceScales", "REFERENCE", "RULES_VERSION", "FIRST_TRY_KEY_REACH", "round_sig",
            "rule_v_lr", "rule_suppress_v_lr", "rule_solve_weights", "rule_clamp", "rule_mom2", "rule_settings",
-           "rule_text_weight", "POST_NORM_MANY", "rule_post_norm_many", "describe_rules"]
+           "rule_text_weight", "POST_NORM_MANY", "POST_NORM_MANY_MEASURED_ON", "rule_post_norm_many",
+           "describe_rules"]
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,9 @@ POST_NORM_MANY: Mapping[str, Any] = MappingProxyType({
     "retain_nullspace_weight": 0.1,
 })
 """The ``--many`` keys of :func:`rule_post_norm_many` besides the threshold (module docstring; read-only)."""
+
+POST_NORM_MANY_MEASURED_ON = "Gemma-3-270m (gemma-3-270m-many.yaml)"
+"""Where :func:`rule_post_norm_many`'s settings were measured (the written YAML's header names it)."""
 
 POST_NORM_MANY_THRESHOLD_FACTOR = 10
 """``nullspace_threshold`` of the ``--many`` YAML behind a post-MLP norm over :func:`rule_solve_weights`' (Gemma-3-270m:
