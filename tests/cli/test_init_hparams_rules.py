@@ -18,6 +18,7 @@ from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import (
     POST_NORM_MANY,
     ModelScales,
     rule_post_norm_many,
+    rule_post_norm_retain,
     rule_settings,
     rule_text_weight,
 )
@@ -174,6 +175,38 @@ def test_a_post_norm_models_many_yaml_takes_the_measured_many_settings(tok, tmp_
     assert rule_post_norm_many(no_norm) == {}
 
 
+MEASURED_RETAIN = {"nullspace_text_weight": {"key_reach": 0.6}, "v_num_grad_steps": 75, "repair_rounds": 1,
+                   "retain_file": None, "retain_nullspace_weight": 0.1}
+
+
+def test_a_post_norm_models_retain_yaml_takes_the_measured_retain_settings(tok, tmp_path):
+    """The tiny Gemma-3's ``--retain`` YAML with the weights read: the retain key, the text weight by key reach, v_lr
+    by the median coordinate (not the RMS rule's), 75 target steps and one repair round (it loads strictly; the header
+    says where they were measured); a Llama's ``--retain`` and ``--many --retain`` do not take them, and without
+    ``--measure`` nothing is read; the rule gives nothing without a norm on every edited layer."""
+    folder = tmp_path / "tiny-gemma3"
+    model = tiny_config_model("gemma3", tok, layers=6)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    kept, header = _init(folder, tmp_path / "r.yaml", "--measure", "--retain")
+    scales = measure_scales(model.eval(), tok, kept["layers"], "model.layers.{}", "model.layers.{}.mlp.down_proj")
+    assert {k: kept[k] for k in MEASURED_RETAIN} == MEASURED_RETAIN
+    assert kept["v_lr"] == rule_settings(scales, suppress_targets=True)["v_lr"] != rule_settings(scales)["v_lr"]
+    loaded = ZeroUnlearnGDHyperParams.from_hparams(tmp_path / "r.yaml")
+    assert (loaded.repair_rounds, loaded.v_num_grad_steps, loaded.retain_nullspace_weight) == (1, 75, 0.1)
+    assert any("settings measured on Gemma-3-270m (gemma-3-270m-retain.yaml)" in line for line in header)
+    plain, _ = _init(folder, tmp_path / "p.yaml", "--retain")  # nothing measured: the base YAML's keys
+    assert "repair_rounds" not in plain and plain["v_num_grad_steps"] == 25
+    both, _ = _init(folder, tmp_path / "b.yaml", "--measure", "--many", "--retain")
+    assert "repair_rounds" not in both and both.get("nullspace_text_weight") is None
+    llama, llama_header = _init(_folder(tok, tmp_path), tmp_path / "l.yaml", "--measure", "--retain")
+    assert "repair_rounds" not in llama and llama["v_num_grad_steps"] == 25 and "nullspace_text_weight" not in llama
+    assert any("not measured on real weights" in line for line in llama_header)
+    no_norm = ModelScales(residual_rms=1.0, residual_norm=10.0, c0_medians=[0.01], key_dim=8, post_mlp_norms=None,
+                          residual_median_abs=0.5)
+    assert rule_post_norm_retain(no_norm) == {}
+
+
 def _contexts(config):
     return {k: config[k] for k in ("context_template_count", "context_template_length")}
 
@@ -274,6 +307,22 @@ def test_real_gemma_many_by_rule_is_the_shipped_many_yaml(gemma3_path, tmp_path)
     written = yaml.safe_load(out.read_text())
     shipped = yaml.safe_load((repo_root() / "hparams" / "ZeroUnlearn-GD" / "gemma-3-270m-many.yaml").read_text())
     assert (written["v_lr"], written["nullspace_threshold"], written["nullspace_text_weight"]) == (0.885, 0.151, 200.0)
+    machine = {"model_name", "device"}  # device: 0 where CUDA is, as the base YAML says
+    assert {k: v for k, v in written.items() if k not in machine} == {
+        k: v for k, v in shipped.items() if k not in machine}
+
+
+@pytest.mark.slow
+def test_real_gemma_retain_by_rule_is_the_shipped_retain_yaml(gemma3_path, tmp_path):
+    """``init-hparams --measure --retain`` on the real Gemma-3-270m at layers 3-5 writes the shipped
+    ``gemma-3-270m-retain.yaml`` key for key (the model's name aside): the rules YAML's keys with the retain key,
+    ``v_lr`` 0.885 (the median-coordinate rule), 75 target steps and one repair round (benchmarks/RESULTS.md 12.34)."""
+    out = tmp_path / "retain.yaml"
+    assert cli_main(["init-hparams", "--model", str(gemma3_path), "--method", "ZeroUnlearn-GD", "--layers", "3,4,5",
+                     "--measure", "--retain", "--out", str(out)]) == 0
+    written = yaml.safe_load(out.read_text())
+    shipped = yaml.safe_load((repo_root() / "hparams" / "ZeroUnlearn-GD" / "gemma-3-270m-retain.yaml").read_text())
+    assert (written["v_lr"], written["v_num_grad_steps"], written["repair_rounds"]) == (0.885, 75, 1)
     machine = {"model_name", "device"}  # device: 0 where CUDA is, as the base YAML says
     assert {k: v for k, v in written.items() if k not in machine} == {
         k: v for k, v in shipped.items() if k not in machine}

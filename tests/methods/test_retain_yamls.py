@@ -3,6 +3,7 @@ at 0. ZeroUnlearn has no -retain files (ZeroUnlearn+R was retired). The -suppres
 their own keys, the same ones for every model."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any, Dict, Tuple
@@ -170,3 +171,22 @@ def test_many_yaml_is_the_paper_yaml_without_the_orthogonality_term_with_suppres
     assert many.layers[-1] == paper.layers[-1] and set(paper.layers) < set(many.layers)
     assert many.layers == list(range(many.layers[0], many.layers[-1] + 1))
     assert all(v == 0 for v in many.retain_weights().values())
+
+
+def test_gemmas_retain_yaml_is_the_variant_measured_on_report_data():
+    """Gemma-3-270m's -retain.yaml (what ``init-hparams --retain --measure`` writes behind its post-MLP norm) is the
+    shipped rules YAML with the settings of ``R_med75_rep1``, the variant benchmarks/RESULTS.md 12.34 measured on val
+    seeds 1-5 at n = 50 with a retain set, as stored in those runs' JSON, and ``retain_file`` null (the set is given
+    at edit time)."""
+    gd = ROOT / "ZeroUnlearn-GD"
+    rules = ZeroUnlearnGDHyperParams.from_hparams(gd / "gemma-3-270m-rules.yaml").to_dict()
+    shipped = ZeroUnlearnGDHyperParams.from_hparams(gd / "gemma-3-270m-retain.yaml").to_dict()
+    runs = ROOT.parent / "benchmarks" / "results" / "gemma" / "n50_retain_repair"
+    for seed in range(1, 6):
+        run = json.loads((runs / f"val_seed{seed}_n50.json").read_text(encoding="utf-8"))
+        assert run["hparams"].endswith("gemma-3-270m-rules.yaml") and run["retain_count"] > 0, seed
+        settings = run["variants"]["R_med75_rep1"]["settings"]
+        assert {**rules, **settings} == shipped, seed
+    assert {k: (v, shipped[k]) for k, v in rules.items() if shipped[k] != v} == {
+        "retain_nullspace_weight": (0.0, 0.1), "v_lr": (8.29, 0.885), "v_num_grad_steps": (25, 75),
+        "repair_rounds": (0, 1)}

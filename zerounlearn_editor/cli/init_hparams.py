@@ -40,7 +40,12 @@ from zerounlearn_editor.cli.trace import trace_facts_for
 from zerounlearn_editor.engine.architectures import detect_templates
 from zerounlearn_editor.engine.hparams import load_config_file
 from zerounlearn_editor.methods.registry import get_method, method_names
-from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import POST_NORM_MANY, POST_NORM_MANY_MEASURED_ON
+from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import (
+    POST_NORM_MANY,
+    POST_NORM_MANY_MEASURED_ON,
+    POST_NORM_RETAIN,
+    POST_NORM_RETAIN_MEASURED_ON,
+)
 from zerounlearn_editor.methods.zerounlearn_gd.variants import (
     RETAIN_MANY,
     VARIANTS,
@@ -340,16 +345,20 @@ def trace_layers(model: nn.Module, tok: Any, facts: Sequence[Any], window: int, 
 
 
 def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int], plain: bool = False,
-                    suppress_targets: bool = False, many: bool = False) -> Tuple[Dict[str, Any], str]:
+                    suppress_targets: bool = False, many: bool = False,
+                    retain: bool = False) -> Tuple[Dict[str, Any], str]:
     """The keys the setting rules give for ``model`` at ``layers`` (measured on its weights) and a header line;
     ``plain`` (ZeroUnlearn-GD's YAML without a variant): also the text weight by rule
     (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_text_weight`); ``suppress_targets``
     (``--many``): ``v_lr`` by the rule of answer-suppression targets; ``many`` (``--many``): its keys behind a post-MLP
-    norm (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_many`)."""
+    norm (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_many`); ``retain``
+    (``--retain``): its keys behind such a norm
+    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_retain`)."""
     from zerounlearn_editor.harness.model_scales import SCALE_PASSAGES, measure_scales
     from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import (
         describe_rules,
         rule_post_norm_many,
+        rule_post_norm_retain,
         rule_settings,
         rule_text_weight,
     )
@@ -361,6 +370,8 @@ def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int], plain: bo
         rules.update(rule_text_weight(scales))
     if many:
         rules.update(rule_post_norm_many(scales))
+    if retain:
+        rules.update(rule_post_norm_retain(scales))
     LOG.info("settings by rule: %s (%s)", rules, describe_rules(scales))
     keys = ", ".join(f"{k} {v}" for k, v in rules.items())
     return rules, (f"Settings by rule (scale_rules; {SCALE_PASSAGES} passages of wiki_passages_3643): {keys}; from "
@@ -401,13 +412,13 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
         edited = many_layers(layers, n_layers) if variant in ("many", RETAIN_MANY, "robust") else layers
         suppress = variant == "many" and overrides.get("target_objective", "suppress_answer") == "suppress_answer"
         rules, rules_note = scale_rules_for(model, tok, edited, plain=args.method == "ZeroUnlearn-GD" and not variant,
-                                            suppress_targets=suppress, many=suppress)
+                                            suppress_targets=suppress, many=suppress, retain=variant == "retain")
     elif own is not None and not args.unseen:
         LOG.info("%s is the model's own shipped YAML: no settings by rule (--unseen applies them)", own.name)
     config, base = build_hparams(model, args.model, args.method, layers, overrides, variant, rules,
                                  own if args.unseen else None)
-    many_rule = POST_NORM_MANY.keys() <= rules.keys()  # scale_rules_for applied rule_post_norm_many
-    measured_on = POST_NORM_MANY_MEASURED_ON if many_rule else None
+    measured_on = (POST_NORM_MANY_MEASURED_ON if POST_NORM_MANY.keys() <= rules.keys()  # rule_post_norm_many applied
+                   else POST_NORM_RETAIN_MEASURED_ON if POST_NORM_RETAIN.keys() <= rules.keys() else None)
     path = write_hparams(config, base, args.out, note, variant, rules_note, measured_on)
     print(
         f"{args.method} hparams for {args.model} ({config['rewrite_module_tmp']}), base {base.name}, {note} -> {path}"
@@ -437,8 +448,11 @@ VARIANT_HELP = {
               "rank_below_alternatives {weight 1, margin 8, k 3}, quantized_forget_keys {int4, 1} (the ranking acts "
               "where the edit holds other answers)",
     "retain": "ZeroUnlearn-GD, keep named facts (as the shipped <model>-retain.yaml): retain_nullspace_weight 0.1, "
-              "retain_file null (give the retain set at edit time); with --many, many facts with a retain set (as "
-              "SmolLM2-135M-Instruct-retain-many.yaml): --many's layers, targets and norm_weight (every fact "
+              "retain_file null (give the retain set at edit time); with --measure, where the MLP output passes a "
+              "norm (Gemma-2/3), also the text weight by key reach, v_lr by the residual's median coordinate, 75 "
+              "target steps and repair_rounds 1 (gemma-3-270m-retain.yaml's measured settings); with --many, many "
+              "facts with a retain set (as SmolLM2-135M-Instruct-retain-many.yaml): --many's layers, targets and "
+              "norm_weight (every fact "
               "stepping), orthogonality_weight kept, v_early_stop_loss 0.003, the retain keys and "
               "context_nullspace_weight 0.1",
 }

@@ -47,6 +47,13 @@ retain-aware key (``retain_nullspace_weight`` 0.1, acting when a retain set is g
 ``--set target_objective=neutral``). Measured on the one post-norm model here, a rule for its family, not shown on
 others.
 
+The ``--retain`` YAML behind such a norm (:func:`rule_post_norm_retain`): the text weight by key reach, ``v_lr`` by
+the median coordinate, 75 target steps (3 x 25) and one repair round, over the retain-aware key. With a retain set of
+10 facts sharing each forgotten answer, Gemma-3-270m's n = 50 edits (val seeds 1-5) left 11 of 250 facts answered,
+kept 77 of 102 neighbour answers (75%) at PPL +0.8% to +2.4% (windows opening with BOS; +6.6% as tokenized on one
+draw), where the plain rules YAML without a retain set left 20 answered and kept 72 (benchmarks/RESULTS.md 12.34).
+Measured on the one post-norm model here; without such a norm ``--retain`` writes the retain key only.
+
 Otherwise the context prefixes are not set by rule: they stay the base YAML's (5 of 10 tokens). For the plain YAML
 SmolLM2's 2 of 5 cut Gemma-3-270m's edit time per fact to 1.1x SmolLM2's but raised its perplexity cost in every run
 measured (benchmarks/RESULTS.md section 12.5).
@@ -63,6 +70,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 __all__ = ["ModelScales", "ReferenceScales", "REFERENCE", "RULES_VERSION", "FIRST_TRY_KEY_REACH", "round_sig",
            "rule_v_lr", "rule_suppress_v_lr", "rule_solve_weights", "rule_clamp", "rule_mom2", "rule_settings",
            "rule_text_weight", "POST_NORM_MANY", "POST_NORM_MANY_MEASURED_ON", "rule_post_norm_many",
+           "POST_NORM_RETAIN", "POST_NORM_RETAIN_MEASURED_ON", "rule_post_norm_retain",
            "describe_rules"]
 
 
@@ -124,11 +132,12 @@ REFERENCE = ReferenceScales(
 )
 
 
-RULES_VERSION = 6
+RULES_VERSION = 7
 """Changes whenever a rule does (1: ``v_lr``, clamp, solve weights, ``mom2`` sizes; 2: SmolLM2's context prefixes;
 3: the base YAML's context prefixes again; 4: the text weight by key reach; 5: ``v_lr`` of answer-suppression
 targets by the median coordinate; 6: the ``--many`` YAML's settings behind a post-MLP norm,
-:func:`rule_post_norm_many`); part of the key of YAMLs cached by
+:func:`rule_post_norm_many`; 7: the ``--retain`` YAML's behind it, :func:`rule_post_norm_retain`); part of the key of
+YAMLs cached by
 rule (``zerounlearn demo --model gemma3-270m``)."""
 
 
@@ -243,6 +252,29 @@ def rule_post_norm_many(scales: ModelScales, ref: ReferenceScales = REFERENCE) -
         return {}
     threshold = rule_solve_weights(scales.c0_median, ref)["nullspace_threshold"]
     return {**POST_NORM_MANY, "nullspace_threshold": round_sig(POST_NORM_MANY_THRESHOLD_FACTOR * threshold)}
+
+
+POST_NORM_RETAIN: Mapping[str, Any] = MappingProxyType({
+    "v_num_grad_steps": 75,
+    "repair_rounds": 1,
+})
+"""The ``--retain`` keys of :func:`rule_post_norm_retain` besides the step and the text weight (read-only)."""
+
+POST_NORM_RETAIN_MEASURED_ON = "Gemma-3-270m (gemma-3-270m-retain.yaml)"
+"""Where :func:`rule_post_norm_retain`'s settings were measured (the written YAML's header names it)."""
+
+
+def rule_post_norm_retain(scales: ModelScales, ref: ReferenceScales = REFERENCE) -> Dict[str, Any]:
+    """The ``--retain`` YAML's keys where every edited layer's MLP output passes a norm: the text weight by key reach
+    (:func:`rule_text_weight`), ``v_lr`` by the median coordinate (:func:`rule_suppress_v_lr`), three times the target
+    steps and one repair round (:data:`POST_NORM_RETAIN`); else ``{}`` (a fresh mapping; module docstring)."""
+    if not _behind_norm(scales):
+        return {}
+    if scales.residual_median_abs is None:
+        raise ValueError("the --retain rule behind a post-MLP norm needs residual_median_abs, which these scales do "
+                         "not hold (measure them with harness.model_scales.measure_scales)")
+    return {**rule_text_weight(scales), "v_lr": rule_suppress_v_lr(scales.residual_median_abs, ref),
+            **POST_NORM_RETAIN}
 
 
 def describe_rules(scales: ModelScales, ref: ReferenceScales = REFERENCE) -> str:
