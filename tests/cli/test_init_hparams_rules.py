@@ -195,12 +195,18 @@ def test_a_post_norm_models_retain_yaml_takes_the_measured_retain_settings(tok, 
     loaded = ZeroUnlearnGDHyperParams.from_hparams(tmp_path / "r.yaml")
     assert (loaded.repair_rounds, loaded.v_num_grad_steps, loaded.retain_nullspace_weight) == (1, 75, 0.1)
     assert any("settings measured on Gemma-3-270m (gemma-3-270m-retain.yaml)" in line for line in header)
+    assert not any("not measured on real weights" in line for line in header)
+    mine, _ = _init(folder, tmp_path / "s.yaml", "--measure", "--retain", "--set", "v_lr=0.3", "--set",
+                    "v_num_grad_steps=10", "--set", "repair_rounds=0")
+    assert (mine["v_lr"], mine["v_num_grad_steps"], mine["repair_rounds"]) == (0.3, 10, 0)  # --set wins
     plain, _ = _init(folder, tmp_path / "p.yaml", "--retain")  # nothing measured: the base YAML's keys
     assert "repair_rounds" not in plain and plain["v_num_grad_steps"] == 25
     both, _ = _init(folder, tmp_path / "b.yaml", "--measure", "--many", "--retain")
     assert "repair_rounds" not in both and both.get("nullspace_text_weight") is None
-    llama, llama_header = _init(_folder(tok, tmp_path), tmp_path / "l.yaml", "--measure", "--retain")
-    assert "repair_rounds" not in llama and llama["v_num_grad_steps"] == 25 and "nullspace_text_weight" not in llama
+    llama_folder = _folder(tok, tmp_path)
+    llama, llama_header = _init(llama_folder, tmp_path / "l.yaml", "--measure", "--retain")
+    llama_plain, _ = _init(llama_folder, tmp_path / "lp.yaml", "--measure")  # without a norm: the retain keys only
+    assert llama == {**llama_plain, "retain_file": None, "retain_nullspace_weight": 0.1}
     assert any("not measured on real weights" in line for line in llama_header)
     no_norm = ModelScales(residual_rms=1.0, residual_norm=10.0, c0_medians=[0.01], key_dim=8, post_mlp_norms=None,
                           residual_median_abs=0.5)

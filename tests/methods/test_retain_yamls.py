@@ -1,6 +1,7 @@
-"""Every shipped ZeroUnlearn-GD -retain.yaml is its paper YAML plus retain-aware keys, and the paper YAMLs keep them
-at 0. ZeroUnlearn has no -retain files (ZeroUnlearn+R was retired). The -suppress and -deep variants change only
-their own keys, the same ones for every model."""
+"""Every shipped ZeroUnlearn-GD -retain.yaml is its paper YAML plus retain-aware keys (Gemma-3-270m's, without a paper
+YAML: its rules YAML plus the measured variant, the last test), and the paper YAMLs keep them at 0. ZeroUnlearn has
+no -retain files (ZeroUnlearn+R was retired). The -suppress and -deep variants change only their own keys, the same
+ones for every model."""
 from __future__ import annotations
 
 import json

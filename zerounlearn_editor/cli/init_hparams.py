@@ -1,7 +1,7 @@
 """``zerounlearn init-hparams``: a working ZeroUnlearn(-GD) YAML for a model no shipped file covers.
 
-Module templates come from the model's architecture; ``layers`` are given, or (``auto``) the causal trace's
-suggested window (a stored ``trace.json``, or a fresh MLP trace of facts the model knows, restoring a window of
+Module templates come from the model's architecture; ``layers`` are given, or (``auto``) the causal trace's suggested
+window (a stored ``trace.json``, or a fresh MLP trace of facts the model knows, restoring a window of
 :func:`~zerounlearn_editor.harness.causal_trace.depth_scaled_window` layers unless ``--trace-window`` says otherwise);
 ``v_loss_layer`` is the last layer; everything else comes from the nearest shipped YAML of the method (same module
 templates first, then the family's name in the file name, then the closest number of layers; no opt-in variants),
@@ -9,14 +9,16 @@ except, when the weights are read (``--layers auto`` with a fresh trace, or ``--
 model's own (:func:`own_shipped_yaml`; ``--unseen`` ignores it), the scale-dependent keys: ``v_lr``,
 ``clamp_norm_factor``, ``norm_weight``, ``nullspace_threshold`` and the ``mom2`` sample sizes follow
 :mod:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules` from the model's measured residual RMS (``--many``'s
-answer-suppression targets: its median absolute coordinate), key covariance median eigenvalue and post-MLP norm
-(:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages)
-at the layers the written YAML edits (``--many``, ``--robust``: the widened span, then its ``norm_weight`` x 3/10);
-the YAML's header gives the measured values. The plain ZeroUnlearn-GD YAML of such a model whose MLP output passes a
-norm (Gemma-2/3) also gets the text weight by key reach
-(:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_text_weight`; ``--set
-nullspace_text_weight=null`` gives the paper's penalty back); its ``--many`` YAML takes Gemma-3-270m's measured
-``-many.yaml`` settings (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_many`).
+answer-suppression targets, and ``--retain`` behind a post-MLP norm: its median absolute coordinate), key covariance
+median eigenvalue and post-MLP norm (:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages) at
+the layers the written YAML edits (``--many``, ``--robust``: the widened span, then its ``norm_weight`` x 3/10); the
+YAML's header gives the measured values. The plain ZeroUnlearn-GD YAML of such a model whose MLP output passes a norm
+(Gemma-2/3) also gets the text weight by key reach
+(:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_text_weight`; ``--set nullspace_text_weight=null``
+gives the paper's penalty back); its ``--many`` YAML takes Gemma-3-270m's measured ``-many.yaml`` settings
+(:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_many`), its ``--retain`` YAML its measured
+``-retain.yaml`` settings: the text weight, ``v_lr`` by the median coordinate, 75 target steps, one repair round
+(:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_retain`).
 ``--many`` / ``--deep`` / ``--retain`` / ``--robust`` apply one opt-in variant's rule, ``--many --retain`` together the
 many-facts retain rule (:mod:`~zerounlearn_editor.methods.zerounlearn_gd.variants`), and ``--set key=value``
 overrides last. The result is
@@ -188,8 +190,8 @@ def write_hparams(config: Mapping[str, Any], base: Path, out: Union[str, Path], 
               "# Module templates come from the model's architecture; v_loss_layer is the last layer.\n")
     if variant is not None and measured_on:
         header += (f"# -{variant}: derived by init-hparams {variant_flags(variant)}; its keys behind the post-MLP norm "
-                   f"are the settings measured on {measured_on}, not on this model (rules: zerounlearn "
-                   f"init-hparams --help).\n")
+                   f"are the settings measured on {measured_on}, applied by rule to any model behind such a norm "
+                   f"(rules: zerounlearn init-hparams --help).\n")
     elif variant is not None:
         header += (f"# -{variant}: derived by init-hparams {variant_flags(variant)} from the model's config; not "
                    f"measured on real weights (rules: zerounlearn init-hparams --help).\n")
@@ -448,8 +450,9 @@ VARIANT_HELP = {
               "rank_below_alternatives {weight 1, margin 8, k 3}, quantized_forget_keys {int4, 1} (the ranking acts "
               "where the edit holds other answers)",
     "retain": "ZeroUnlearn-GD, keep named facts (as the shipped <model>-retain.yaml): retain_nullspace_weight 0.1, "
-              "retain_file null (give the retain set at edit time); with --measure, where the MLP output passes a "
-              "norm (Gemma-2/3), also the text weight by key reach, v_lr by the residual's median coordinate, 75 "
+              "retain_file null (give the retain set at edit time); where the weights are read (--measure, or a "
+              "fresh --layers auto trace) and the MLP output passes a norm (Gemma-2/3), also the text weight by key "
+              "reach, v_lr by the residual's median coordinate, 75 "
               "target steps and repair_rounds 1 (gemma-3-270m-retain.yaml's measured settings); with --many, many "
               "facts with a retain set (as SmolLM2-135M-Instruct-retain-many.yaml): --many's layers, targets and "
               "norm_weight (every fact "
@@ -476,8 +479,10 @@ def register(sub: Any, parents: ModuleType) -> None:
         "passages of 128 tokens (SmolLM2-135M-Instruct's shipped settings rescaled; measured on 50 passages); the "
         "context prefixes stay the base YAML's; where its MLP output passes a norm (Gemma-2/3), its plain "
         "ZeroUnlearn-GD YAML (no variant) also gets nullspace_text_weight {key_reach: 0.6} (--set "
-        "nullspace_text_weight=null: the paper's penalty), and its --many YAML Gemma-3-270m's measured -many "
-        "settings (contexts 2 of 5 among them; see --many).",
+        "nullspace_text_weight=null: the paper's penalty), its --many YAML Gemma-3-270m's measured -many "
+        "settings (contexts 2 of 5 among them; see --many), and its --retain YAML its measured -retain settings "
+        "(the text weight, v_lr 0.5 x the residual's median coordinate / 2.898, 75 target steps, repair_rounds 1; "
+        "see --retain).",
         parents=[parents.model("model folder/name", required=True),
                  parents.include_unknown("auto trace: use facts the model does not know too"),
                  parents.width("auto: number of layers (default: the nearest shipped YAML's)"),
@@ -506,9 +511,9 @@ def register(sub: Any, parents: ModuleType) -> None:
     p.add_argument("--measure", action="store_true",
                    help="with given layers: read the weights and set v_lr, clamp_norm_factor, norm_weight, "
                         "nullspace_threshold and the mom2 sizes by the setting rules (behind a post-MLP norm also "
-                        "the plain YAML's text weight and --many's measured keys), measured at the layers the "
-                        "written YAML edits (--many: the widened span) (always with a fresh --layers auto trace; "
-                        "never for a model whose own YAML ships, unless --unseen)")
+                        "the plain YAML's text weight, --many's and --retain's measured keys), measured at the "
+                        "layers the written YAML edits (--many: the widened span) (always with a fresh --layers auto "
+                        "trace; never for a model whose own YAML ships, unless --unseen)")
     p.add_argument("--unseen", action="store_true",
                    help="treat a model whose own paper YAML ships (e.g. SmolLM2-135M-Instruct) as unseen: its YAML "
                         "is not a base, and the setting rules apply where the weights are read")

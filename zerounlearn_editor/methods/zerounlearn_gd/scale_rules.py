@@ -11,7 +11,8 @@ real weights here, at layers 16-18), and rescales it by the new model's measured
 
 - ``v_lr`` = 0.5 x ``residual_rms`` / ``REFERENCE.residual_rms``: the Adam step in units of the residual's RMS per
   coordinate at the last edited layer (text tokens, first position left out).
-  For answer-suppression targets (``--many``, :func:`rule_suppress_v_lr`): 0.5 x ``residual_median_abs`` /
+  For answer-suppression targets (``--many``, :func:`rule_suppress_v_lr`; also ``--retain`` behind a post-MLP
+  norm, with neutral targets, measured in RESULTS 12.34 rather than argued): 0.5 x ``residual_median_abs`` /
   ``REFERENCE.residual_median_abs``, the step in units of the residual's median absolute coordinate. Adam moves
   every coordinate by about ``v_lr`` a step, and a few outsized coordinates set the RMS: Gemma-3-270m's RMS after
   layer 5 is 27x its median coordinate, SmolLM2's 2.9x. Pushing one answer below p = 0.01 needs far less than the
@@ -29,9 +30,9 @@ real weights here, at layers 16-18), and rescales it by the new model's measured
 - ``mom2_n_samples`` x ``mom2_max_length``: the reference's tokens per key dimension (400 x 128 / 1536 = 33.3),
   128-token passages: ``round(400 x d_in / 1536)`` passages.
 
-The text weight by key reach (the plain YAML only; ``--many`` behind a norm takes a fixed weight, below), where the
-edited layers' MLP output passes a norm before the residual (Gemma-2/3): ``nullspace_text_weight: {key_reach: 0.6}``
-(:func:`rule_text_weight`). The
+The text weight by key reach (the plain and ``--retain`` YAMLs; ``--many`` behind a norm takes a fixed weight,
+below), where the edited layers' MLP output passes a norm before the residual (Gemma-2/3):
+``nullspace_text_weight: {key_reach: 0.6}`` (:func:`rule_text_weight`). The
 paper's isotropic null-space penalty lets the first edited layer write most of the asked value change where its
 forget keys reach far into the null space; weighting each null direction by its text variance down to a reach of 0.6
 took Gemma-3-270m's n = 50 report edits (layers 3-5, reach 3.4) from PPL +11.6% to +2.3% with the forgetting goal
@@ -49,10 +50,11 @@ others.
 
 The ``--retain`` YAML behind such a norm (:func:`rule_post_norm_retain`): the text weight by key reach, ``v_lr`` by
 the median coordinate, 75 target steps (3 x 25) and one repair round, over the retain-aware key. With a retain set of
-10 facts sharing each forgotten answer, Gemma-3-270m's n = 50 edits (val seeds 1-5) left 11 of 250 facts answered,
-kept 77 of 102 neighbour answers (75%) at PPL +0.8% to +2.4% (windows opening with BOS; +6.6% as tokenized on one
-draw), where the plain rules YAML without a retain set left 20 answered and kept 72 (benchmarks/RESULTS.md 12.34).
-Measured on the one post-norm model here; without such a norm ``--retain`` writes the retain key only.
+86-100 other known facts (same answer first, then same relation), Gemma-3-270m's n = 50 edits (val seeds 1-5) left
+11 of 250 facts answered, kept 77 of 102 neighbour answers (75%) at PPL +0.8% to +2.4% (windows opening with BOS;
+as tokenized up to +6.6%, above +3% on four draws), where the plain rules YAML without a retain set left 20
+answered and kept 72 (benchmarks/RESULTS.md 12.34). Measured on the one post-norm model here; without such a norm
+``--retain`` adds the retain key only.
 
 Otherwise the context prefixes are not set by rule: they stay the base YAML's (5 of 10 tokens). For the plain YAML
 SmolLM2's 2 of 5 cut Gemma-3-270m's edit time per fact to 1.1x SmolLM2's but raised its perplexity cost in every run
@@ -266,8 +268,9 @@ POST_NORM_RETAIN_MEASURED_ON = "Gemma-3-270m (gemma-3-270m-retain.yaml)"
 
 def rule_post_norm_retain(scales: ModelScales, ref: ReferenceScales = REFERENCE) -> Dict[str, Any]:
     """The ``--retain`` YAML's keys where every edited layer's MLP output passes a norm: the text weight by key reach
-    (:func:`rule_text_weight`), ``v_lr`` by the median coordinate (:func:`rule_suppress_v_lr`), three times the target
-    steps and one repair round (:data:`POST_NORM_RETAIN`); else ``{}`` (a fresh mapping; module docstring)."""
+    (:func:`rule_text_weight`), ``v_lr`` by the median coordinate (:func:`rule_suppress_v_lr`), 75 target steps
+    (3 x the paper YAMLs' 25) and one repair round (:data:`POST_NORM_RETAIN`); else ``{}`` (a fresh mapping; module
+    docstring)."""
     if not _behind_norm(scales):
         return {}
     if scales.residual_median_abs is None:
