@@ -99,7 +99,8 @@ def test_one_fact_without_the_orthogonality_term_writes_reach_over_one_plus_reac
 def test_bad_inputs_are_refused_naming_what():
     layer = make_layer(6, 16, 3)
     _, _, Kt, x = keys_on_null(layer)
-    with pytest.raises(ValueError, match="x must be a 1-D tensor of Kt's r=8"):
+    # r: C0's eigenvalues below its median, where the last one's side of the threshold is in the LAPACK's last bit
+    with pytest.raises(ValueError, match=f"x must be a 1-D tensor of Kt's r={Kt.shape[0]} "):
         relative_text_weight(Kt, x[:-1], 1.0, 100.0, 30.0)
     with pytest.raises(ValueError, match="x must be finite and >= 0"):
         relative_text_weight(Kt, -x, 1.0, 100.0, 30.0)

@@ -124,7 +124,8 @@ def test_bad_inputs_are_refused_naming_what():
         text_weighted_basis(U0, e0, float("nan"), layer.threshold)
     with pytest.raises(ValueError, match="needs a threshold > 0"):
         text_weighted_basis(U0, e0, 10.0, 0.0)
-    with pytest.raises(ValueError, match="null_evals must be a 1-D tensor of U0's r=8"):
+    # r: C0's eigenvalues below its median, where the last one's side of the threshold is in the LAPACK's last bit
+    with pytest.raises(ValueError, match=f"null_evals must be a 1-D tensor of U0's r={U0.shape[1]} "):
         text_weighted_basis(U0, e0[:-1], 10.0, layer.threshold)
     with pytest.raises(ValueError, match="null_evals contains NaN"):
         text_weighted_basis(U0, torch.full_like(e0, float("inf")), 10.0, layer.threshold)
