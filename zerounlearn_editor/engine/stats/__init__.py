@@ -280,7 +280,7 @@ def _compute(model: nn.Module, tok, r: StatsRequest, modules: Dict[int, str], pa
                 "model_sample": sample}
         if r.shard is not None:
             meta["shard"] = f"{r.shard[0]}/{r.shard[1]}"
-        result[layer] = stats[module]
+        result[layer] = stats[module].as_stored(r.dtype)  # what the file holds, whether or not it is written
         if layer in kept:
             LOG.warning("%s holds the statistic of a full-precision model; this %s model's statistic is used but "
                         "not written over it", paths[layer], meta["model_dtype"])

@@ -40,6 +40,15 @@ class SecondMoment:
     def merge(self, other: "SecondMoment") -> "SecondMoment":
         return SecondMoment(self.mom2.double() + other.mom2.double(), self.count + other.count)
 
+    def as_stored(self, dtype: str) -> "SecondMoment":
+        """The moment as :func:`save_second_moment` stores it in ``dtype`` and :func:`load_second_moment` reads it
+        back (``mom2`` rounded to ``dtype``, float64 ``[d_in, d_in]``): an edit that computed the statistic uses what
+        a later edit reads from the file, bit for bit (and the eigendecomposition cache, keyed by those bits, hits)."""
+        if dtype not in NP_DTYPES:
+            raise StatsCacheError(f"cannot store statistics as {dtype!r}; use one of {sorted(NP_DTYPES)}")
+        stored = self.mom2.double().numpy().astype(NP_DTYPES[dtype]).astype(np.float64)
+        return SecondMoment(torch.from_numpy(stored), self.count)
+
 
 def stats_path(stats_dir: str, model_name: str, ds_name: str, module: str, dtype: str, n_samples: int) -> Path:
     """EasyEdit's cache file for a module's second moment."""
