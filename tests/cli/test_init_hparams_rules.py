@@ -302,49 +302,25 @@ def test_many_measures_the_rules_at_the_layers_it_edits(tok, tmp_path):
 
 
 @pytest.mark.slow
-def test_real_gemma_many_by_rule_is_the_shipped_many_yaml(gemma3_path, tmp_path):
-    """``init-hparams --measure --many`` on the real Gemma-3-270m writes the shipped ``gemma-3-270m-many.yaml`` key
-    for key (the model's name aside): ``v_lr`` 0.885 (the median-coordinate rule; the RMS rule gave 8.29) and the
-    post-norm ``--many`` rule's contexts 2 of 5, threshold x10, text weight 200, retain-aware key and one repair round
-    (benchmarks/RESULTS.md 12.24, 12.29-12.32)."""
-    out = tmp_path / "many.yaml"
+@pytest.mark.parametrize("flags, shipped_name, pinned", [
+    # --many: v_lr 0.885 (the median-coordinate rule; the RMS rule gave 8.29) and the post-norm --many rule's contexts
+    # 2 of 5, threshold x10, text weight 200, retain-aware key and one repair round (RESULTS 12.24, 12.29-12.32)
+    (["--many"], "gemma-3-270m-many.yaml", {"v_lr": 0.885, "nullspace_threshold": 0.151,
+                                            "nullspace_text_weight": 200.0}),
+    # --retain: the rules YAML's keys with the retain key, v_lr 0.885, 75 target steps, one repair round (12.34)
+    (["--retain"], "gemma-3-270m-retain.yaml", {"v_lr": 0.885, "v_num_grad_steps": 75, "repair_rounds": 1}),
+    # the plain YAML at the layers its trace chose: the RMS rule's step and the text weight by key reach (12.14-12.17)
+    ([], "gemma-3-270m-rules.yaml", {"v_lr": 8.29, "nullspace_text_weight": {"key_reach": 0.6}}),
+], ids=["many", "retain", "plain"])
+def test_real_gemma_yaml_by_rule_is_the_shipped_file(gemma3_path, tmp_path, flags, shipped_name, pinned):
+    """``init-hparams --measure`` (with ``flags``) on the real Gemma-3-270m at layers 3-5 writes the shipped
+    ``shipped_name`` key for key (the model's name and device aside), with the ``pinned`` values."""
+    out = tmp_path / "written.yaml"
     assert cli_main(["init-hparams", "--model", str(gemma3_path), "--method", "ZeroUnlearn-GD", "--layers", "3,4,5",
-                     "--measure", "--many", "--out", str(out)]) == 0
+                     "--measure", *flags, "--out", str(out)]) == 0
     written = yaml.safe_load(out.read_text())
-    shipped = yaml.safe_load((repo_root() / "hparams" / "ZeroUnlearn-GD" / "gemma-3-270m-many.yaml").read_text())
-    assert (written["v_lr"], written["nullspace_threshold"], written["nullspace_text_weight"]) == (0.885, 0.151, 200.0)
-    machine = {"model_name", "device"}  # device: 0 where CUDA is, as the base YAML says
-    assert {k: v for k, v in written.items() if k not in machine} == {
-        k: v for k, v in shipped.items() if k not in machine}
-
-
-@pytest.mark.slow
-def test_real_gemma_retain_by_rule_is_the_shipped_retain_yaml(gemma3_path, tmp_path):
-    """``init-hparams --measure --retain`` on the real Gemma-3-270m at layers 3-5 writes the shipped
-    ``gemma-3-270m-retain.yaml`` key for key (the model's name aside): the rules YAML's keys with the retain key,
-    ``v_lr`` 0.885 (the median-coordinate rule), 75 target steps and one repair round (benchmarks/RESULTS.md 12.34)."""
-    out = tmp_path / "retain.yaml"
-    assert cli_main(["init-hparams", "--model", str(gemma3_path), "--method", "ZeroUnlearn-GD", "--layers", "3,4,5",
-                     "--measure", "--retain", "--out", str(out)]) == 0
-    written = yaml.safe_load(out.read_text())
-    shipped = yaml.safe_load((repo_root() / "hparams" / "ZeroUnlearn-GD" / "gemma-3-270m-retain.yaml").read_text())
-    assert (written["v_lr"], written["v_num_grad_steps"], written["repair_rounds"]) == (0.885, 75, 1)
-    machine = {"model_name", "device"}  # device: 0 where CUDA is, as the base YAML says
-    assert {k: v for k, v in written.items() if k not in machine} == {
-        k: v for k, v in shipped.items() if k not in machine}
-
-
-@pytest.mark.slow
-def test_real_gemma_plain_yaml_by_rule_is_the_shipped_rules_yaml(gemma3_path, tmp_path):
-    """``init-hparams --measure`` on the real Gemma-3-270m at the layers its trace chose (3-5) writes the shipped
-    ``gemma-3-270m-rules.yaml`` key for key (the model's name aside): the RMS rule's step (8.29) and the text weight
-    by key reach (benchmarks/RESULTS.md 12.14-12.17)."""
-    out = tmp_path / "rules.yaml"
-    assert cli_main(["init-hparams", "--model", str(gemma3_path), "--method", "ZeroUnlearn-GD", "--layers", "3,4,5",
-                     "--measure", "--out", str(out)]) == 0
-    written = yaml.safe_load(out.read_text())
-    shipped = yaml.safe_load((repo_root() / "hparams" / "ZeroUnlearn-GD" / "gemma-3-270m-rules.yaml").read_text())
-    assert (written["v_lr"], written["nullspace_text_weight"]) == (8.29, {"key_reach": 0.6})
+    shipped = yaml.safe_load((repo_root() / "hparams" / "ZeroUnlearn-GD" / shipped_name).read_text())
+    assert {k: written[k] for k in pinned} == pinned
     machine = {"model_name", "device"}  # device: 0 where CUDA is, as the base YAML says
     assert {k: v for k, v in written.items() if k not in machine} == {
         k: v for k, v in shipped.items() if k not in machine}
