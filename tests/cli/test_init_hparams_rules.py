@@ -196,9 +196,13 @@ def test_a_post_norm_models_retain_yaml_takes_the_measured_retain_settings(tok, 
     assert (loaded.repair_rounds, loaded.v_num_grad_steps, loaded.retain_nullspace_weight) == (1, 75, 0.1)
     assert any("settings measured on Gemma-3-270m (gemma-3-270m-retain.yaml)" in line for line in header)
     assert not any("not measured on real weights" in line for line in header)
-    mine, _ = _init(folder, tmp_path / "s.yaml", "--measure", "--retain", "--set", "v_lr=0.3", "--set",
-                    "v_num_grad_steps=10", "--set", "repair_rounds=0")
+    mine, mine_header = _init(folder, tmp_path / "s.yaml", "--measure", "--retain", "--set", "v_lr=0.3", "--set",
+                              "v_num_grad_steps=10", "--set", "repair_rounds=0", "--set", "kl_factor=0.5")
     assert (mine["v_lr"], mine["v_num_grad_steps"], mine["repair_rounds"]) == (0.3, 10, 0)  # --set wins
+    rules_line = next(line for line in mine_header if line.startswith("# Settings by rule"))
+    assert rules_line.endswith(f" --set replaced keys set by rule: v_lr {kept['v_lr']} -> 0.3, v_num_grad_steps 75 "
+                               "-> 10, repair_rounds 1 -> 0.")  # kl_factor is no rule's key: not named
+    assert not any("replaced" in line for line in header)
     plain, _ = _init(folder, tmp_path / "p.yaml", "--retain")  # nothing measured: the base YAML's keys
     assert "repair_rounds" not in plain and plain["v_num_grad_steps"] == 25
     both, _ = _init(folder, tmp_path / "b.yaml", "--measure", "--many", "--retain")

@@ -12,8 +12,8 @@ model's own (:func:`own_shipped_yaml`; ``--unseen`` ignores it), the scale-depen
 answer-suppression targets, and ``--retain`` behind a post-MLP norm: its median absolute coordinate), key covariance
 median eigenvalue and post-MLP norm (:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages) at
 the layers the written YAML edits (``--many``, ``--robust``: the widened span, then its ``norm_weight`` x 3/10); the
-YAML's header gives the measured values. The plain ZeroUnlearn-GD YAML of such a model whose MLP output passes a norm
-(Gemma-2/3) also gets the text weight by key reach
+YAML's header gives the measured values (and the keys set by rule that ``--set`` replaced). The plain ZeroUnlearn-GD
+YAML of such a model whose MLP output passes a norm (Gemma-2/3) also gets the text weight by key reach
 (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_text_weight`; ``--set nullspace_text_weight=null``
 gives the paper's penalty back); its ``--many`` YAML takes Gemma-3-270m's measured ``-many.yaml`` settings
 (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_many`), its ``--retain`` YAML its measured
@@ -90,6 +90,14 @@ def parse_overrides(items: Sequence[str]) -> Dict[str, Any]:
             raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
         out[key.strip()] = yaml.safe_load(value)
     return out
+
+
+def overridden_note(rules: Mapping[str, Any], overrides: Mapping[str, Any]) -> str:
+    """A header sentence naming the keys set by rule that ``--set`` replaced (``key rule -> given``), or ``""``: the
+    header's "Settings by rule" line lists what the rules gave, the YAML below it what was written."""
+    changed = [f"{key} {rules[key]} -> {overrides[key]}" for key in rules
+               if key in overrides and overrides[key] != rules[key]]
+    return f" --set replaced keys set by rule: {', '.join(changed)}." if changed else ""
 
 
 VARIANT_MARKERS = ("-retain", "-suppress", "-deep", "-many", "-robust", "-rules")
@@ -417,6 +425,7 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
                                             suppress_targets=suppress, many=suppress, retain=variant == "retain")
     elif own is not None and not args.unseen:
         LOG.info("%s is the model's own shipped YAML: no settings by rule (--unseen applies them)", own.name)
+    rules_note += overridden_note(rules, overrides)
     config, base = build_hparams(model, args.model, args.method, layers, overrides, variant, rules,
                                  own if args.unseen else None)
     measured_on = (POST_NORM_MANY_MEASURED_ON if POST_NORM_MANY.keys() <= rules.keys()  # rule_post_norm_many applied
