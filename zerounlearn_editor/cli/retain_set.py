@@ -29,9 +29,9 @@ def register(sub: Any, parents: ModuleType) -> None:
         help="draft a retain file: facts of a pool that share the answers of the facts to forget",
         description="For each fact of --facts (with --model: each fact the model knows), up to --k facts of --pool "
         "with the same answer, never one naming a forgotten subject; the output is the JSON list "
-        "`unlearn --retain` reads. On Gemma-3: many facts with -many.yaml, benchmarks/RESULTS.md 12.29 (its "
-        "n = 50 gemma-3-270m-retain.yaml was measured with the bench's same-answer draw, which fills up with "
-        "same-relation facts, 12.34).",
+        "`unlearn --retain` reads. On Gemma-3: many facts with -many.yaml, benchmarks/RESULTS.md 12.29; 50 facts "
+        "with gemma-3-270m-retain.yaml, 12.34 (measured with such a draft from CounterFact train, and with the "
+        "bench's same-answer draw).",
         parents=[parents.out("retain file to write (JSON)", required=True, metavar="FILE"),
                  parents.model("serve only the facts this model knows (default: every fact with an answer)"),
                  parents.seed(), parents.device()],
