@@ -57,6 +57,15 @@ def test_an_excluded_yaml_is_never_the_base(tok):
     assert nearest_shipped_yaml("ZeroUnlearn-GD", templates, exclude=excluded).name != "gpt2-xl.yaml"
 
 
+def _gemma3_folder(tok, root):
+    """A saved 6-layer tiny Gemma-3 (post-feedforward norm) and its tokenizer; returns ``(folder, model)``."""
+    folder = root / "tiny-gemma3"
+    model = tiny_config_model("gemma3", tok, layers=6)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder, model
+
+
 def _init(folder, out, *extra):
     assert cli_main(["init-hparams", "--model", str(folder), "--method", "ZeroUnlearn-GD", "--layers", "2,3",
                      "--out", str(out), *extra]) == 0
@@ -128,9 +137,7 @@ def test_init_hparams_writes_the_text_weight_for_a_post_norm_model_only_in_the_p
     gets ``{key_reach: 0.6}`` (in the header's settings by rule; it loads strictly); ``--set
     nullspace_text_weight=null`` gives the paper's penalty and nothing else changes; ``--many`` gets its own weight
     instead, a Llama without such a norm none."""
-    folder = tmp_path / "tiny-gemma3"
-    tiny_config_model("gemma3", tok, layers=6).save_pretrained(folder)
-    tok.save_pretrained(folder)
+    folder, _ = _gemma3_folder(tok, tmp_path)
     written, header = _init(folder, tmp_path / "g.yaml", "--measure")
     assert written["nullspace_text_weight"] == {"key_reach": 0.6}
     assert any(line.startswith("# Settings by rule") and "nullspace_text_weight" in line for line in header)
@@ -153,10 +160,7 @@ def test_a_post_norm_models_many_yaml_takes_the_measured_many_settings(tok, tmp_
     200, one repair round and the retain-aware key (it loads strictly; the header says where they were measured);
     ``--many --retain``, ``--robust``, ``--many`` with neutral targets and a Llama's ``--many`` do not take them; the
     rule gives nothing without a norm on every edited layer."""
-    folder = tmp_path / "tiny-gemma3"
-    model = tiny_config_model("gemma3", tok, layers=6)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
+    folder, model = _gemma3_folder(tok, tmp_path)
     many, header = _init(folder, tmp_path / "m.yaml", "--measure", "--many")
     scales = measure_scales(model.eval(), tok, many["layers"], "model.layers.{}", "model.layers.{}.mlp.down_proj")
     assert many["nullspace_threshold"] == float(f"{10 * rule_settings(scales)['nullspace_threshold']:.3g}")
@@ -184,10 +188,7 @@ def test_a_post_norm_models_retain_yaml_takes_the_measured_retain_settings(tok, 
     by the median coordinate (not the RMS rule's), 75 target steps and one repair round (it loads strictly; the header
     says where they were measured); a Llama's ``--retain`` and ``--many --retain`` do not take them, and without
     ``--measure`` nothing is read; the rule gives nothing without a norm on every edited layer."""
-    folder = tmp_path / "tiny-gemma3"
-    model = tiny_config_model("gemma3", tok, layers=6)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
+    folder, model = _gemma3_folder(tok, tmp_path)
     kept, header = _init(folder, tmp_path / "r.yaml", "--measure", "--retain")
     scales = measure_scales(model.eval(), tok, kept["layers"], "model.layers.{}", "model.layers.{}.mlp.down_proj")
     assert {k: kept[k] for k in MEASURED_RETAIN} == MEASURED_RETAIN

@@ -461,10 +461,9 @@ VARIANT_HELP = {
     "retain": "ZeroUnlearn-GD, keep named facts (as the shipped <model>-retain.yaml): retain_nullspace_weight 0.1, "
               "retain_file null (give the retain set at edit time); where the weights are read (--measure, or a "
               "fresh --layers auto trace) and the MLP output passes a norm (Gemma-2/3), also the text weight by key "
-              "reach, v_lr by the residual's median coordinate, 75 "
-              "target steps and repair_rounds 1 (gemma-3-270m-retain.yaml's measured settings); with --many, many "
-              "facts with a retain set (as SmolLM2-135M-Instruct-retain-many.yaml): --many's layers, targets and "
-              "norm_weight (every fact "
+              "reach, v_lr by the residual's median coordinate, 75 target steps and repair_rounds 1 "
+              "(gemma-3-270m-retain.yaml's measured settings); with --many, many facts with a retain set (as "
+              "SmolLM2-135M-Instruct-retain-many.yaml): --many's layers, targets and norm_weight (every fact "
               "stepping), orthogonality_weight kept, v_early_stop_loss 0.003, the retain keys and "
               "context_nullspace_weight 0.1",
 }

@@ -44,10 +44,14 @@ class SecondMoment:
         """The moment as :func:`save_second_moment` stores it in ``dtype`` and :func:`load_second_moment` reads it
         back (``mom2`` rounded to ``dtype``, float64 ``[d_in, d_in]``): an edit that computed the statistic uses what
         a later edit reads from the file, bit for bit (and the eigendecomposition cache, keyed by those bits, hits)."""
-        if dtype not in NP_DTYPES:
-            raise StatsCacheError(f"cannot store statistics as {dtype!r}; use one of {sorted(NP_DTYPES)}")
-        stored = self.mom2.double().numpy().astype(NP_DTYPES[dtype]).astype(np.float64)
-        return SecondMoment(torch.from_numpy(stored), self.count)
+        return SecondMoment(torch.from_numpy(_stored_mom2(self, dtype).astype(np.float64)), self.count)
+
+
+def _stored_mom2(stat: SecondMoment, dtype: str) -> np.ndarray:
+    """``stat.mom2`` ``[d_in, d_in]`` as the cache file stores it in ``dtype`` (one of :data:`NP_DTYPES`)."""
+    if dtype not in NP_DTYPES:
+        raise StatsCacheError(f"cannot store statistics as {dtype!r}; use one of {sorted(NP_DTYPES)}")
+    return stat.mom2.double().numpy().astype(NP_DTYPES[dtype])
 
 
 def stats_path(stats_dir: str, model_name: str, ds_name: str, module: str, dtype: str, n_samples: int) -> Path:
@@ -68,7 +72,7 @@ def save_second_moment(path: Path, stat: SecondMoment, sample_size: int, dtype: 
     arrays = {
         "mom2.constructor": np.array("zerounlearn_editor.engine.stats.SecondMoment()"),
         "mom2.count": np.array(stat.count),
-        "mom2.mom2": stat.mom2.double().numpy().astype(NP_DTYPES[dtype]),
+        "mom2.mom2": _stored_mom2(stat, dtype),
         "sample_size": np.array(sample_size),
     }
     arrays.update({f"zerounlearn.{k}": np.array(v) for k, v in meta.items()})

@@ -193,14 +193,19 @@ def rule_mom2(key_dim: int, ref: ReferenceScales = REFERENCE) -> Dict[str, int]:
     return {"mom2_n_samples": n, "mom2_max_length": ref.mom2_max_length}
 
 
+def _median_step(scales: ModelScales, ref: ReferenceScales, rule: str) -> float:
+    """:func:`rule_suppress_v_lr` of ``scales``; raises naming ``rule`` when they hold no ``residual_median_abs``."""
+    if scales.residual_median_abs is None:
+        raise ValueError(f"{rule} needs residual_median_abs, which these scales do not hold (measure them with "
+                         "harness.model_scales.measure_scales)")
+    return rule_suppress_v_lr(scales.residual_median_abs, ref)
+
+
 def rule_settings(scales: ModelScales, ref: ReferenceScales = REFERENCE,
                   suppress_targets: bool = False) -> Dict[str, Any]:
     """The YAML keys the rules set for a model measured as ``scales`` (a fresh mapping); ``suppress_targets`` (the
     ``--many`` YAML's answer-suppression targets): ``v_lr`` by :func:`rule_suppress_v_lr`."""
-    if suppress_targets and scales.residual_median_abs is None:
-        raise ValueError("the v_lr rule of answer-suppression targets needs residual_median_abs, which these "
-                         "scales do not hold (measure them with harness.model_scales.measure_scales)")
-    v_lr = (rule_suppress_v_lr(scales.residual_median_abs, ref) if suppress_targets
+    v_lr = (_median_step(scales, ref, "the v_lr rule of answer-suppression targets") if suppress_targets
             else rule_v_lr(scales.residual_rms, ref))
     return {
         "v_lr": v_lr,
@@ -273,10 +278,7 @@ def rule_post_norm_retain(scales: ModelScales, ref: ReferenceScales = REFERENCE)
     docstring)."""
     if not _behind_norm(scales):
         return {}
-    if scales.residual_median_abs is None:
-        raise ValueError("the --retain rule behind a post-MLP norm needs residual_median_abs, which these scales do "
-                         "not hold (measure them with harness.model_scales.measure_scales)")
-    return {**rule_text_weight(scales), "v_lr": rule_suppress_v_lr(scales.residual_median_abs, ref),
+    return {**rule_text_weight(scales), "v_lr": _median_step(scales, ref, "the --retain rule behind a post-MLP norm"),
             **POST_NORM_RETAIN}
 
 
