@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from zerounlearn_editor.data.answer_retain import draw_answer_retain
+from zerounlearn_editor.data.corpus_neighbours import corpus_candidates
 from zerounlearn_editor.data.datasets import DATASETS, detect_format, load_cases
 from zerounlearn_editor.data.fact_records import read_facts_file
 from zerounlearn_editor.evaluation.selection import KNOWN_MIN_ACCURACY
@@ -24,7 +25,11 @@ from zerounlearn_editor.support.files import write_json_atomic
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["RetainSetResult", "read_facts", "read_pool", "known_facts_mask", "build_retain_set"]
+__all__ = ["DEFAULT_CORPUS", "RetainSetResult", "read_facts", "read_pool", "known_facts_mask", "corpus_pool",
+           "build_retain_set"]
+
+DEFAULT_CORPUS = "wiki_passages_3643"
+"""The text :func:`corpus_pool` drafts from by default: the built-in statistics corpus."""
 
 
 @dataclass(frozen=True)
@@ -84,12 +89,34 @@ def read_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
     return [{"prompt": r.prompt, "subject": r.subject, "answer": r.answer} for r in read_facts_file(path).records]
 
 
-def build_retain_set(facts: Sequence[Dict[str, Any]], pool: Sequence[Dict[str, Any]], k: int = 10, seed: int = 0,
-                     model: Any = None, tok: Any = None, out: Optional[Union[str, Path]] = None) -> RetainSetResult:
+def corpus_pool(facts: Sequence[Dict[str, Any]], model: Any, tok: Any, corpus: str = DEFAULT_CORPUS,
+                per_fact: int = 150) -> List[Dict[str, str]]:
+    """A pool drafted without one: the candidates of :func:`~zerounlearn_editor.data.corpus_neighbours.
+    corpus_candidates` from ``corpus`` (any statistics corpus source; default the built-in one) that the model
+    knows with their fact's answer (:func:`known_facts_mask`), in candidate order."""
+    from zerounlearn_editor.data.corpus import load_corpus
+
+    candidates = corpus_candidates(facts, load_corpus(corpus).texts, per_fact=per_fact)
+    known = known_facts_mask(model, tok, candidates) if candidates else []
+    pool = [record for record, ok in zip(candidates, known) if ok]
+    LOG.info("corpus %s: %d candidate names, %d the model answers with their fact's answer",
+             corpus, len(candidates), len(pool))
+    return pool
+
+
+def build_retain_set(facts: Sequence[Dict[str, Any]], pool: Optional[Sequence[Dict[str, Any]]], k: int = 10,
+                     seed: int = 0, model: Any = None, tok: Any = None, out: Optional[Union[str, Path]] = None,
+                     corpus: str = DEFAULT_CORPUS) -> RetainSetResult:
     """Serve the ``facts`` (:func:`read_facts`; all with an answer, or with ``model`` / ``tok`` the known ones), draw
-    up to ``k`` same-answer retain facts each from ``pool`` (:func:`read_pool`), and write them to ``out`` (JSON,
-    atomically) when given. The callers read every input once, before the model loads."""
+    up to ``k`` same-answer retain facts each from ``pool`` (:func:`read_pool`; ``None``: :func:`corpus_pool` from
+    ``corpus``, which needs the model), and write them to ``out`` (JSON, atomically) when given. The callers read
+    every input once, before the model loads."""
+    if pool is None and model is None:
+        raise ValueError("a retain set without --pool is drafted from general text and needs --model to test which "
+                         "names the model answers with the fact's answer")
     serve = known_facts_mask(model, tok, facts) if model is not None else [bool(f["answer"]) for f in facts]
+    if pool is None:
+        pool = corpus_pool([f for f, s in zip(facts, serve) if s], model, tok, corpus)
     groups = draw_answer_retain(facts, pool, k, seed, serve=serve)
     chosen = [record for group in groups for record in group]
     unmatched = [f["answer"] for f, group, s in zip(facts, groups, serve) if s and not group]

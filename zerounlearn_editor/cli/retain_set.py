@@ -10,14 +10,22 @@ from zerounlearn_editor.cli.common import int_at_least
 
 def _cmd_retain_set(args: argparse.Namespace) -> int:
     from zerounlearn_editor.applications.retain_set import build_retain_set, read_facts, read_pool
+    from zerounlearn_editor.data.corpus import check_corpus_source
 
-    facts, pool = read_facts(args.facts), read_pool(args.pool)  # read once; bad input fails before the model loads
+    if args.pool is None and not args.model:
+        raise SystemExit("retain-set: without --pool the retain facts are drafted from --corpus and need --model "
+                         "(which names the model answers with the fact's answer)")
+    if args.pool is None:
+        check_corpus_source(args.corpus)
+    # read once; bad input fails before the model loads
+    facts, pool = read_facts(args.facts), None if args.pool is None else read_pool(args.pool)
     model = tok = None
     if args.model:
         from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
         model, tok = load_model_and_tokenizer(args.model, args.device)
-    result = build_retain_set(facts, pool, k=args.k, seed=args.seed, model=model, tok=tok, out=args.out)
+    result = build_retain_set(facts, pool, k=args.k, seed=args.seed, model=model, tok=tok, out=args.out,
+                              corpus=args.corpus)
     print(f"{result.summary()} -> {args.out}")
     return 0
 
@@ -37,7 +45,12 @@ def register(sub: Any, parents: ModuleType) -> None:
                  parents.seed(), parents.device()],
     )
     p.add_argument("--facts", required=True, metavar="FILE", help="facts to forget (.json, .jsonl, .yaml; as unlearn)")
-    p.add_argument("--pool", required=True, metavar="FILE|NAME",
-                   help="facts to draw from: a dataset name or benchmark file, or a facts file with answers")
+    p.add_argument("--pool", metavar="FILE|NAME",
+                   help="facts to draw from: a dataset name or benchmark file, or a facts file with answers "
+                   "(default: none; the names most often found near each answer in --corpus are put into the "
+                   "fact's prompt and kept where --model answers with that answer)")
+    p.add_argument("--corpus", default="wiki_passages_3643", metavar="SOURCE",
+                   help="text to draft from without --pool: a statistics corpus source (default the built-in "
+                   "wiki_passages_3643)")
     p.add_argument("--k", type=int_at_least(1), default=10, help="retain facts per fact to forget (default 10)")
     p.set_defaults(func=_cmd_retain_set)

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Issue 48: gemma-3-270m-retain.yaml with a retain set drafted from the facts to forget alone: `zerounlearn retain-set`
+# without --pool puts the names found most often near each answer in the built-in statistics corpus into the fact's
+# prompt and keeps those the model answers with that answer (data/corpus_neighbours.py). Beside it, the same YAML
+# with no retain set (retain_nullspace_weight 0: what a user without any retain file gets from that file).
+#   bash benchmarks/results/gemma/retain_corpus/run.sh fresh SEEDS   # the cases of RESULTS 12.34's fresh check
+#   bash benchmarks/results/gemma/retain_corpus/run.sh val SEEDS     # the val-known draws of 12.23 / 12.30 / 12.34
+# The rule, written before any row was read: the draft is recommended where no pool exists if, over the fresh seeds
+# 1-3, at most 15 of 150 are still answered, Spe >= 75% pooled (46 of 61) and PPL with BOS <= +3% on every draw.
+# Drafted records whose subject or prompt appears in a scored prompt of the run are dropped before the edit (logged).
+set -euo pipefail
+export ZEROUNLEARN_DATA_DIR=${ZEROUNLEARN_DATA_DIR:-../shared/data} PYTHONPATH=$PWD OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+D=benchmarks/results/gemma/retain_corpus
+set_name=$1; shift
+case $set_name in
+  fresh) KNOWN=benchmarks/results/gemma/retain_fresh/cf_train7000-8999_gemma_known.json
+         IDS=benchmarks/results/gemma/retain_fresh/seed%s_n50.json ;;
+  val)   KNOWN=benchmarks/results/gemma/measure/cf_val_gemma_known.json
+         IDS=benchmarks/results/gemma/n50_retain_repair/val_seed%s_n50.json ;;
+  *) echo "first argument: fresh or val" >&2; exit 2 ;;
+esac
+for seed in "$@"; do
+  tag=${set_name}_seed${seed}; out=$D/${tag}_n50.json
+  [ -f "$out" ] && continue
+  ids=$(printf "$IDS" $seed)
+  python - "$ids" "$KNOWN" "$D/${tag}_facts.json" <<'PY'
+import json, sys
+run, known, facts = sys.argv[1:]
+ids = [str(i) for i in json.load(open(run))["case_ids"]]
+records = {str(r["case_id"]): r for r in json.load(open(known))}
+json.dump([{"prompt": records[i]["prompt"], "subject": records[i]["subject"], "answer": records[i]["ground_truth"]}
+           for i in ids], open(facts, "w"), indent=1)
+PY
+  python -m zerounlearn_editor retain-set --facts $D/${tag}_facts.json --model gemma3-270m --seed $seed \
+    --out $D/${tag}_retain.json > $D/${tag}_n50.log 2>&1
+  python - "$ids" "$KNOWN" "$D/${tag}_retain.json" "$D/${tag}_from.json" >> $D/${tag}_n50.log 2>&1 <<'PY'
+import json, sys
+from zerounlearn_editor.data.datasets import load_cases
+from zerounlearn_editor.harness.bench_config import BenchConfigError
+from zerounlearn_editor.harness.retain_sets import check_retain_disjoint
+run, known, drafted, wrapped = sys.argv[1:]
+ids = [str(i) for i in json.load(open(run))["case_ids"]]
+by_id = {str(c.case_id): c for c in load_cases("counterfact-easyedit", path=known)}
+cases = [by_id[i] for i in ids]
+kept, dropped = [], 0
+for record in json.load(open(drafted)):
+    request = {"prompt": record["prompt"], "subject": record["subject"]}
+    try:
+        check_retain_disjoint([request], cases)
+        kept.append(request)
+    except BenchConfigError:
+        dropped += 1
+print(f"drafted retain set: {len(kept) + dropped} records, {dropped} dropped for naming a scored subject or prompt")
+json.dump({"case_ids": [c.case_id for c in cases], "retain": kept}, open(wrapped, "w"), indent=1)
+PY
+  nice -n ${NICE:-5} python benchmarks/gemma/layers_diag.py --hparams hparams/ZeroUnlearn-GD/gemma-3-270m-retain.yaml \
+    --data-path $KNOWN --n 50 --seed $seed --retain-from $D/${tag}_from.json --ppl-tokens 4000 \
+    --variant "retain_corpus:" --variant "retain_noset:retain_nullspace_weight=0" --out $out.part >> $D/${tag}_n50.log 2>&1
+  mv $out.part $out
+done
