@@ -11,22 +11,26 @@ passages mentioning a fact's answer into that fact's template, as candidate reco
 
 Pure: text in, records out (no model, no files). Names are runs of capitalised words (``Berlin International Film
 Festival``, ``Congress of Vienna``), joined by at most one lower-case particle (of, de, von, ...), at most
-:data:`MAX_NAME_WORDS` words; a single capitalised word opening a sentence is not a name.
+:data:`MAX_NAME_WORDS` words (an abbreviation such as ``U.S.`` is one word); a run opening a sentence loses a first word the text also
+writes in lower case (``In Paris`` -> ``Paris``), and a single capitalised word opening a sentence is not a name.
 """
 from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence
 
-__all__ = ["MAX_NAME_WORDS", "fact_template", "entity_names", "corpus_candidates"]
+__all__ = ["MAX_NAME_WORDS", "fact_template", "lower_case_words", "entity_names", "corpus_candidates"]
 
 MAX_NAME_WORDS = 5
 """Longest name, in words, taken from the text."""
 
-_WORD = r"[A-Z][\w'&-]*(?:\.(?=\w)[\w'&-]*)*"
-_PARTICLE = r"(?:of|de|du|da|la|le|von|van|der|the|and)"
+_WORD = r"(?:(?:[A-Z]\.){2,}|[A-Z][\w'&-]*)"
+_PARTICLE = r"(?:of|de|du|da|la|le|von|van|der)"
 _NAME = re.compile(rf"{_WORD}(?:\s+(?:{_PARTICLE}\s+)?{_WORD})*")
+_OPENERS = frozenset("A An And As At But By During For From His Her In Its Of On Their The This That These Those To "
+                     "When While With After Before".split())
+"""Words :func:`entity_names` cuts from the front of a run that opens a sentence when it is given no vocabulary."""
 
 
 def fact_template(prompt: str, subject: str) -> Optional[str]:
@@ -38,14 +42,28 @@ def fact_template(prompt: str, subject: str) -> Optional[str]:
     return head.replace("{", "{{").replace("}", "}}") + "{}" + tail.replace("{", "{{").replace("}", "}}")
 
 
-def entity_names(text: str) -> List[str]:
-    """The names in ``text``, in order, repeats kept (see the module docstring)."""
+def lower_case_words(texts: Sequence[str]) -> FrozenSet[str]:
+    """Every word written in lower case somewhere in ``texts``: a capitalised word among them that opens a sentence
+    is an ordinary word, not a name (``Then``, ``However``)."""
+    return frozenset(word for text in texts for word in re.findall(r"(?<![\w'-])[a-z][a-z'-]*", text))
+
+
+def entity_names(text: str, common_words: Optional[FrozenSet[str]] = None) -> List[str]:
+    """The names in ``text``, in order, repeats kept (see the module docstring). A run opening a sentence loses its
+    first word when that word, in lower case, is in ``common_words`` (default a few function words; see
+    :func:`lower_case_words`); a one-word run opening a sentence is never a name."""
+    common = {w.lower() for w in _OPENERS} if common_words is None else common_words
     names = []
     for match in _NAME.finditer(text):
-        name = match.group(0).rstrip("'-")
-        before = text[:match.start()].rstrip()
+        name, start = match.group(0).rstrip("'-"), match.start()
+        before = text[:start].rstrip()
         opens_sentence = not before or before[-1] in '.!?"\n'
-        if (opens_sentence and " " not in name) or len(name) < 3 or len(name.split()) > MAX_NAME_WORDS:
+        words = name.split(maxsplit=1)
+        if opens_sentence and len(words) == 2 and words[0].lower() in common:
+            name = words[1]
+        elif opens_sentence and len(words) == 1:
+            continue
+        if len(name) < 3 or len(name.split()) > MAX_NAME_WORDS:
             continue
         names.append(name)
     return names
@@ -66,7 +84,8 @@ def corpus_candidates(forget: Sequence[Mapping[str, Any]], texts: Sequence[str],
     an earlier fact (same prompt and subject) is not repeated. Raises ValueError for ``per_fact < 1``."""
     if per_fact < 1:
         raise ValueError(f"per_fact must be >= 1, got {per_fact}")
-    names_per_text = [entity_names(text) for text in texts]
+    common = lower_case_words(texts)
+    names_per_text = [entity_names(text, common) for text in texts]
     subjects = {str(f["subject"]).strip().casefold() for f in forget}
     records: List[Dict[str, str]] = []
     seen: set = set()
