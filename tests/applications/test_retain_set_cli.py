@@ -81,3 +81,38 @@ def test_with_a_model_only_the_facts_it_knows_are_served(smollm2):
     facts = [{"prompt": p, "subject": s, "answer": a} for p, s, a in CAPITALS_TO_FORGET[:3]]
     facts.append({"prompt": "The capital of Zorblaxia is", "subject": "Zorblaxia", "answer": "Quenthorpe"})
     assert known_facts_mask(model, tok, facts) == [True, True, True, False]
+
+
+def test_without_a_pool_the_draft_keeps_the_corpus_names_the_model_answers_with_the_facts_answer(tmp_path, monkeypatch):
+    from zerounlearn_editor.applications import retain_set as module
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("Marcel Marceau spoke French in Paris.\n\nJean Rouch filmed in Paris and spoke French.\n\n"
+                      "Hayao Miyazaki lives in Tokyo.\n", encoding="utf-8")
+    asked = []
+
+    def knows(model, tok, records):  # the "model": knows Paris and Hayao Miyazaki, and every fact to forget
+        asked.append([r["subject"] for r in records])
+        return [r["subject"] in {"Paris", "Hayao Miyazaki", "Danielle Darrieux", "Japan"} for r in records]
+
+    monkeypatch.setattr(module, "known_facts_mask", knows)
+    result = build_retain_set(FACTS, None, k=5, model=object(), tok=object(), corpus=str(corpus))
+    assert result.records == [{"prompt": "Paris's mother tongue is", "subject": "Paris", "answer": "French"},
+                              {"prompt": "The capital of Hayao Miyazaki is", "subject": "Hayao Miyazaki",
+                               "answer": "Tokyo"}]
+    # the facts are tested first; then every candidate name, each in its fact's template
+    assert asked[0] == [f["subject"] for f in FACTS]
+    assert {"Marcel Marceau", "Jean Rouch", "Paris", "Hayao Miyazaki"} == set(asked[1])
+    assert result.served == 2 and result.unmatched == []
+
+
+def test_without_a_pool_a_model_is_needed_and_a_missing_corpus_is_named(tmp_path, caplog):
+    facts = _write(tmp_path / "facts.json", FACTS)
+    out = tmp_path / "retain.json"
+    assert main(["retain-set", "--facts", str(facts), "--out", str(out)]) == 2
+    assert "without --pool" in caplog.text and "--model" in caplog.text and not out.exists()
+    with pytest.raises(ValueError, match="needs --model"):
+        build_retain_set(FACTS, None)
+    code = main(["retain-set", "--facts", str(facts), "--model", "no-such-model-folder", "--corpus",
+                 str(tmp_path / "none.txt"), "--out", str(out)])
+    assert code == 2 and "none.txt" in caplog.text and not out.exists()

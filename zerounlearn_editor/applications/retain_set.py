@@ -7,7 +7,9 @@ facts. With a model, only the facts it knows are served (forget-prompt token acc
 :data:`~zerounlearn_editor.evaluation.selection.KNOWN_MIN_ACCURACY`, the known test of ``bench-scale``): a fact the
 model does not give takes no target step under ``--many``'s ``suppress_rank_limit`` and needs no shield. The draw is
 :func:`~zerounlearn_editor.data.answer_retain.draw_answer_retain`; the result is a list of ``{"prompt", "subject",
-"answer"}`` that ``unlearn --retain`` reads.
+"answer"}`` that ``unlearn --retain`` reads. Without a pool (:func:`corpus_pool`, needs the model), the pool is drafted
+from general text: the names found most often near each answer in a corpus, put into the fact's prompt, kept where the
+model gives that answer (:mod:`~zerounlearn_editor.data.corpus_neighbours`).
 """
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ def _cmd_retain_set(args: argparse.Namespace) -> int:
     from zerounlearn_editor.data.corpus import check_corpus_source
 
     if args.pool is None and not args.model:
-        raise SystemExit("retain-set: without --pool the retain facts are drafted from --corpus and need --model "
-                         "(which names the model answers with the fact's answer)")
+        raise ValueError("retain-set: without --pool the retain facts are drafted from --corpus and need --model "
+                         "(to test which names the model answers with the fact's answer)")
     if args.pool is None:
         check_corpus_source(args.corpus)
     # read once; bad input fails before the model loads
@@ -42,15 +42,14 @@ def register(sub: Any, parents: ModuleType) -> None:
         "bench's same-answer draw).",
         parents=[parents.out("retain file to write (JSON)", required=True, metavar="FILE"),
                  parents.model("serve only the facts this model knows (default: every fact with an answer)"),
-                 parents.seed(), parents.device()],
+                 parents.seed(), parents.device(),
+                 parents.corpus("text to draft from without --pool: a statistics corpus source (default the "
+                                "built-in wiki_passages_3643)", default="wiki_passages_3643")],
     )
     p.add_argument("--facts", required=True, metavar="FILE", help="facts to forget (.json, .jsonl, .yaml; as unlearn)")
     p.add_argument("--pool", metavar="FILE|NAME",
                    help="facts to draw from: a dataset name or benchmark file, or a facts file with answers "
                    "(default: none; the names most often found near each answer in --corpus are put into the "
                    "fact's prompt and kept where --model answers with that answer)")
-    p.add_argument("--corpus", default="wiki_passages_3643", metavar="SOURCE",
-                   help="text to draft from without --pool: a statistics corpus source (default the built-in "
-                   "wiki_passages_3643)")
     p.add_argument("--k", type=int_at_least(1), default=10, help="retain facts per fact to forget (default 10)")
     p.set_defaults(func=_cmd_retain_set)
