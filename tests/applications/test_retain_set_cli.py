@@ -116,3 +116,19 @@ def test_without_a_pool_a_model_is_needed_and_a_missing_corpus_is_named(tmp_path
     code = main(["retain-set", "--facts", str(facts), "--model", "no-such-model-folder", "--corpus",
                  str(tmp_path / "none.txt"), "--out", str(out)])
     assert code == 2 and "none.txt" in caplog.text and not out.exists()
+
+
+@pytest.mark.slow
+def test_a_draft_without_a_pool_holds_names_smollm2_answers_with_the_facts_answer(smollm2):
+    model, tok = smollm2
+    facts = [{"prompt": "Danielle Darrieux's mother tongue is", "subject": "Danielle Darrieux", "answer": "French"},
+             {"prompt": "The capital of France is", "subject": "France", "answer": "Paris"},
+             {"prompt": "The official language of Brazil is", "subject": "Brazil", "answer": "Portuguese"}]
+    result = build_retain_set(facts, None, k=10, model=model, tok=tok)
+    records = result.records
+    assert result.served == 2  # SmolLM2 does not give Brazil's language: that fact is not served
+    assert {r["answer"] for r in records} == {"French", "Paris"} and len(records) <= 20
+    assert all(known_facts_mask(model, tok, records))
+    templates = {"French": "{}'s mother tongue is", "Paris": "The capital of {} is"}
+    assert all(r["prompt"] == templates[r["answer"]].format(r["subject"]) for r in records)
+    assert not {r["subject"] for r in records} & {"Danielle Darrieux", "France", "Brazil"}
