@@ -87,20 +87,23 @@ def test_without_a_pool_the_draft_keeps_the_corpus_names_the_model_answers_with_
     from zerounlearn_editor.applications import retain_set as module
 
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("Marcel Marceau spoke French in Paris.\n\nJean Rouch filmed in Paris and spoke French.\n\n"
-                      "Hayao Miyazaki lives in Tokyo.\n", encoding="utf-8")
+    corpus.write_text("Marcel Marceau spoke French in Paris.\n\nJean Rouch filmed in Paris and spoke French with "
+                      "Toko Yasuda and the Danielle Darrieux Prize.\n\nHayao Miyazaki lives in Tokyo.\n",
+                      encoding="utf-8")
     asked = []
 
     def knows(model, tok, records):  # the "model": knows Paris and Hayao Miyazaki, and every fact to forget
         asked.append([r["subject"] for r in records])
-        return [r["subject"] in {"Paris", "Hayao Miyazaki", "Danielle Darrieux", "Japan"} for r in records]
+        return [bool(r.get("answer")) and r["subject"] in {"Paris", "Hayao Miyazaki", "Danielle Darrieux", "Japan",
+                                                           "Toko Yasuda", "Danielle Darrieux Prize"} for r in records]
 
     monkeypatch.setattr(module, "known_facts_mask", knows)
     result = build_retain_set(FACTS, None, k=5, model=object(), tok=object(), corpus=str(corpus))
     assert result.records == [{"prompt": "Paris's mother tongue is", "subject": "Paris", "answer": "French"},
                               {"prompt": "The capital of Hayao Miyazaki is", "subject": "Hayao Miyazaki",
                                "answer": "Tokyo"}]
-    # the facts are tested first; then every candidate name, each in its fact's template
+    # the facts are tested first; then every candidate name the draw could take, each in its fact's template: never
+    # a forget subject (Toko Yasuda, a fact without an answer, served or not) or a name holding one
     assert asked[0] == [f["subject"] for f in FACTS]
     assert {"Marcel Marceau", "Jean Rouch", "Paris", "Hayao Miyazaki"} == set(asked[1])
     assert result.served == 2 and result.unmatched == []
@@ -111,11 +114,14 @@ def test_without_a_pool_a_model_is_needed_and_a_missing_corpus_is_named(tmp_path
     out = tmp_path / "retain.json"
     assert main(["retain-set", "--facts", str(facts), "--out", str(out)]) == 2
     assert "without --pool" in caplog.text and "--model" in caplog.text and not out.exists()
-    with pytest.raises(ValueError, match="needs --model"):
+    with pytest.raises(ValueError, match="needs the model"):
         build_retain_set(FACTS, None)
     code = main(["retain-set", "--facts", str(facts), "--model", "no-such-model-folder", "--corpus",
                  str(tmp_path / "none.txt"), "--out", str(out)])
     assert code == 2 and "none.txt" in caplog.text and not out.exists()
+    code = main(["retain-set", "--facts", str(facts), "--pool", str(facts), "--corpus", "wiki_passages", "--out",
+                 str(out)])
+    assert code == 2 and "--corpus is read only without --pool" in caplog.text and not out.exists()
 
 
 @pytest.mark.slow
@@ -128,7 +134,6 @@ def test_a_draft_without_a_pool_holds_names_smollm2_answers_with_the_facts_answe
     records = result.records
     assert result.served == 2  # SmolLM2 does not give Brazil's language: that fact is not served
     assert {r["answer"] for r in records} == {"French", "Paris"} and len(records) <= 20
-    assert all(known_facts_mask(model, tok, records))
     templates = {"French": "{}'s mother tongue is", "Paris": "The capital of {} is"}
     assert all(r["prompt"] == templates[r["answer"]].format(r["subject"]) for r in records)
     assert not {r["subject"] for r in records} & {"Danielle Darrieux", "France", "Brazil"}

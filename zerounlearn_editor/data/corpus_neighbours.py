@@ -10,27 +10,36 @@ passages mentioning a fact's answer into that fact's template, as candidate reco
 (:func:`~zerounlearn_editor.data.answer_retain.eligible_pool`).
 
 Pure: text in, records out (no model, no files). Names are runs of capitalised words (``Berlin International Film
-Festival``, ``Congress of Vienna``), joined by at most one lower-case particle (of, de, von, ...), at most
-:data:`MAX_NAME_WORDS` words (an abbreviation such as ``U.S.`` is one word); a run opening a sentence loses a first word the text also
-writes in lower case (``In Paris`` -> ``Paris``), and a single capitalised word opening a sentence is not a name.
+Festival``, ``Congress of Vienna``; any script's capitals, ``\u00c9mile Zola``), joined by at most one lower-case
+particle (of, de, von, ...), at most :data:`MAX_NAME_WORDS` words (an abbreviation such as ``U.S.`` is one word). A
+name ends at punctuation, a possessive (``Trump's`` -> ``Trump``), a sentence's end or a line break. A run opening a
+sentence loses a first word the text writes in lower case more often than capitalised inside a sentence (``In Paris``
+-> ``Paris``, ``Then Tom`` -> ``Tom``, but ``New York`` stays), and a single capitalised word opening a sentence is
+not a name. A word starting in lower case (``iPhone``, ``anti-French``) is never part of one.
 """
 from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
 
-__all__ = ["MAX_NAME_WORDS", "fact_template", "lower_case_words", "entity_names", "corpus_candidates"]
+__all__ = ["MAX_NAME_WORDS", "fact_template", "ordinary_words", "entity_names", "corpus_candidates"]
 
 MAX_NAME_WORDS = 5
 """Longest name, in words, taken from the text."""
 
-_WORD = r"(?:(?:[A-Z]\.){2,}|[A-Z][\w'&-]*)"
-_PARTICLE = r"(?:of|de|du|da|la|le|von|van|der)"
-_NAME = re.compile(rf"{_WORD}(?:\s+(?:{_PARTICLE}\s+)?{_WORD})*")
-_OPENERS = frozenset("A An And As At But By During For From His Her In Its Of On Their The This That These Those To "
-                     "When While With After Before".split())
+_OPENERS = frozenset("a an and as at but by during for from his her in its of on their the this that these those to "
+                     "when while with after before".split())
 """Words :func:`entity_names` cuts from the front of a run that opens a sentence when it is given no vocabulary."""
+_PARTICLES = frozenset("of de du da la le von van der".split())
+"""Lower-case words a name may hold between two capitalised words (``Congress of Vienna``)."""
+_ABBREVIATION = re.compile(r"(?:[^\W\d_]\.){2,}")
+_OPEN_PUNCT = "\"'([{\u201c\u2018"
+_CLOSE_PUNCT = ",;:)]}\"'\u201d\u2019"
+_SENTENCE_END = ".!?"
+_GLUED_SENTENCE = re.compile(r"(?<=[a-z]{2})\.(?=[A-Z])")
+_POSSESSIVES = ("'s", "\u2019s")
 
 
 def fact_template(prompt: str, subject: str) -> Optional[str]:
@@ -42,28 +51,98 @@ def fact_template(prompt: str, subject: str) -> Optional[str]:
     return head.replace("{", "{{").replace("}", "}}") + "{}" + tail.replace("{", "{{").replace("}", "}}")
 
 
-def lower_case_words(texts: Sequence[str]) -> FrozenSet[str]:
-    """Every word written in lower case somewhere in ``texts``: a capitalised word among them that opens a sentence
-    is an ordinary word, not a name (``Then``, ``However``)."""
-    return frozenset(word for text in texts for word in re.findall(r"(?<![\w'-])[a-z][a-z'-]*", text))
+@dataclass(frozen=True)
+class _Word:
+    """One whitespace-separated word of a text: ``core`` without surrounding punctuation (a possessive ``'s`` cut),
+    whether it opens a sentence, and whether a name must end after it (punctuation, a possessive, a sentence end)."""
+
+    core: str
+    opens_sentence: bool
+    ends_run: bool
+
+    @property
+    def capitalised(self) -> bool:
+        return bool(self.core) and self.core[0].isupper()
 
 
-def entity_names(text: str, common_words: Optional[FrozenSet[str]] = None) -> List[str]:
-    """The names in ``text``, in order, repeats kept (see the module docstring). A run opening a sentence loses its
-    first word when that word, in lower case, is in ``common_words`` (default a few function words; see
-    :func:`lower_case_words`); a one-word run opening a sentence is never a name."""
-    common = {w.lower() for w in _OPENERS} if common_words is None else common_words
-    names = []
-    for match in _NAME.finditer(text):
-        name, start = match.group(0).rstrip("'-"), match.start()
-        before = text[:start].rstrip()
-        opens_sentence = not before or before[-1] in '.!?"\n'
-        words = name.split(maxsplit=1)
-        if opens_sentence and len(words) == 2 and words[0].lower() in common:
-            name = words[1]
-        elif opens_sentence and len(words) == 1:
-            continue
-        if len(name) < 3 or len(name.split()) > MAX_NAME_WORDS:
+def _words(text: str) -> List[_Word]:
+    """The words of ``text`` in order (see :class:`_Word`); a line break opens a sentence and ends a name, and so does
+    a full stop with no space after it between a lower-case word and a capital (``Brussels.In``)."""
+    text = _GLUED_SENTENCE.sub(". ", text)
+    words: List[_Word] = []
+    opens, last_end = True, 0
+    for match in re.finditer(r"\S+", text):
+        if "\n" in text[last_end:match.start()]:
+            opens = True
+            if words:
+                words[-1] = _Word(words[-1].core, words[-1].opens_sentence, True)
+        last_end = match.end()
+        raw = match.group(0).lstrip(_OPEN_PUNCT)
+        if _ABBREVIATION.fullmatch(raw.rstrip(_CLOSE_PUNCT)):
+            core, ends, closes = raw.rstrip(_CLOSE_PUNCT), raw != raw.rstrip(_CLOSE_PUNCT), False
+        else:
+            stripped = raw.rstrip(_CLOSE_PUNCT + _SENTENCE_END)
+            closes = any(c in _SENTENCE_END for c in raw[len(stripped):])
+            core, ends = stripped, closes or stripped != raw
+        if core.endswith(_POSSESSIVES):
+            core, ends = core[:-2], True
+        words.append(_Word(core, opens, ends))
+        opens = closes
+    return words
+
+
+def ordinary_words(texts: Sequence[str]) -> FrozenSet[str]:
+    """Words (lower-cased) that ``texts`` write in lower case more often than capitalised inside a sentence: such a
+    word opening a sentence is not part of a name (``Then``, ``However``; ``New`` of ``New York`` is not one)."""
+    lower: Counter[str] = Counter()
+    inside: Counter[str] = Counter()
+    for text in texts:
+        for word in _words(text):
+            if word.core[:1].islower():
+                lower[word.core] += 1
+            elif word.capitalised and not word.opens_sentence:
+                inside[word.core.lower()] += 1
+    return frozenset(w for w, n in lower.items() if n > inside[w])
+
+
+def _runs(words: Sequence[_Word]) -> List[List[_Word]]:
+    """Maximal runs of capitalised words, one particle allowed between two of them; a run ends after a word that
+    ends one (:class:`_Word`)."""
+    runs: List[List[_Word]] = []
+    run: List[_Word] = []
+    for i, word in enumerate(words):
+        following = words[i + 1] if i + 1 < len(words) else None
+        joins = (bool(run) and word.core in _PARTICLES and run[-1].core not in _PARTICLES and not word.ends_run
+                 and following is not None and following.capitalised and not following.opens_sentence)
+        if word.capitalised or joins:
+            run.append(word)
+        elif run:
+            runs.append(run)
+            run = []
+        if run and run[-1].ends_run:
+            runs.append(run)
+            run = []
+    if run:
+        runs.append(run)
+    return runs
+
+
+def entity_names(text: str, ordinary: Optional[FrozenSet[str]] = None) -> List[str]:
+    """The names in ``text``, in order, repeats kept (see the module docstring). A run opening a sentence loses a
+    first word in ``ordinary`` (default a few function words; see :func:`ordinary_words`) and any particle after it;
+    a one-word run opening a sentence is never a name."""
+    cut = _OPENERS if ordinary is None else ordinary
+    names: List[str] = []
+    for run in _runs(_words(text)):
+        if run[0].opens_sentence:
+            if len(run) == 1:
+                continue
+            if run[0].core.lower() in cut:
+                run = run[1:]
+                while run and run[0].core in _PARTICLES:
+                    run = run[1:]
+        name = " ".join(word.core for word in run)
+        if len(name) < 3 or len(run) > MAX_NAME_WORDS:
             continue
         names.append(name)
     return names
@@ -80,22 +159,24 @@ def corpus_candidates(forget: Sequence[Mapping[str, Any]], texts: Sequence[str],
     """Candidate retain records: per fact of ``forget`` (mappings with ``prompt``, ``subject``, ``answer``) with an
     answer and its subject in its prompt, the ``per_fact`` names occurring most often in the ``texts`` that contain
     the answer (ties: first seen first), each put into the fact's template, ``{"prompt", "subject", "answer"}``.
-    A name equal to the answer or to a forget subject (case-insensitively) is skipped; a record already made for
-    an earlier fact (same prompt and subject) is not repeated. Raises ValueError for ``per_fact < 1``."""
+    A name equal to the answer or to a forget subject (case-insensitively) is skipped, and so is a record already
+    made for an earlier fact (same prompt and subject); neither counts against ``per_fact``. A name holding the
+    answer (``BMW M5`` for ``BMW``) is kept: CounterFact's neighbours are often such names. Raises ValueError for
+    ``per_fact < 1``."""
     if per_fact < 1:
         raise ValueError(f"per_fact must be >= 1, got {per_fact}")
-    common = lower_case_words(texts)
-    names_per_text = [entity_names(text, common) for text in texts]
+    ordinary = ordinary_words(texts)
+    names_per_text = [entity_names(text, ordinary) for text in texts]
     subjects = {str(f["subject"]).strip().casefold() for f in forget}
     records: List[Dict[str, str]] = []
-    seen: set = set()
+    seen: Set[Tuple[str, str]] = set()
     for fact in forget:
         answer = str(fact.get("answer") or "").strip()
         template = fact_template(str(fact["prompt"]), str(fact["subject"]))
         if not answer or template is None:
             continue
         pattern = _answer_pattern(answer)
-        counts: Counter = Counter()
+        counts: Counter[str] = Counter()
         for text, names in zip(texts, names_per_text):
             if pattern.search(text):
                 counts.update(names)
@@ -106,8 +187,8 @@ def corpus_candidates(forget: Sequence[Mapping[str, Any]], texts: Sequence[str],
             if name.casefold() in subjects or name.casefold() == answer.casefold():
                 continue
             prompt = template.format(name)
-            taken += 1
             if (prompt, name) not in seen:
                 seen.add((prompt, name))
                 records.append({"prompt": prompt, "subject": name, "answer": answer})
+                taken += 1
     return records
