@@ -16,6 +16,7 @@ from zerounlearn_editor.harness.model_scales import measure_scales
 from zerounlearn_editor.methods.zerounlearn_gd.config import ZeroUnlearnGDHyperParams
 from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import (
     POST_NORM_MANY,
+    POST_NORM_TARGETS,
     ModelScales,
     rule_post_norm_many,
     rule_post_norm_retain,
@@ -136,9 +137,15 @@ def test_init_hparams_writes_the_text_weight_for_a_post_norm_model_only_in_the_p
     """A tiny Gemma-3 (post-feedforward norm, no YAML of its own) with the weights read: the plain ZeroUnlearn-GD YAML
     gets ``{key_reach: 0.6}`` (in the header's settings by rule; it loads strictly); ``--set
     nullspace_text_weight=null`` gives the paper's penalty and nothing else changes; ``--many`` gets its own weight
-    instead, a Llama without such a norm none."""
-    folder, _ = _gemma3_folder(tok, tmp_path)
+    instead, a Llama without such a norm none. The plain YAML also takes the target settings measured behind such a
+    norm (RESULTS 12.35): v_lr by the median coordinate, 75 steps, one repair round; a Llama's keeps the paper's."""
+    folder, model = _gemma3_folder(tok, tmp_path)
     written, header = _init(folder, tmp_path / "g.yaml", "--measure")
+    scales = measure_scales(model.eval(), tok, written["layers"], "model.layers.{}", "model.layers.{}.mlp.down_proj")
+    assert {k: written[k] for k in POST_NORM_TARGETS} == dict(POST_NORM_TARGETS) == {"v_num_grad_steps": 75,
+                                                                                    "repair_rounds": 1}
+    assert written["v_lr"] == rule_settings(scales, suppress_targets=True)["v_lr"] != rule_settings(scales)["v_lr"]
+    assert any("settings measured on Gemma-3-270m (gemma-3-270m-rules.yaml" in line for line in header)
     assert written["nullspace_text_weight"] == {"key_reach": 0.6}
     assert any(line.startswith("# Settings by rule") and "nullspace_text_weight" in line for line in header)
     assert ZeroUnlearnGDHyperParams.from_hparams(tmp_path / "g.yaml").nullspace_text_weight == {"key_reach": 0.6}
@@ -148,7 +155,7 @@ def test_init_hparams_writes_the_text_weight_for_a_post_norm_model_only_in_the_p
     assert many["nullspace_text_weight"] == 200.0  # --many's own weight behind the norm, not the key reach
     llama, _ = _init(_folder(tok, tmp_path), tmp_path / "l.yaml", "--measure")
     assert "nullspace_text_weight" not in llama
-    assert "repair_rounds" not in written  # the plain YAML: the paper's one edit (a round at n = 50: RESULTS 12.33)
+    assert "repair_rounds" not in llama and llama["v_num_grad_steps"] == 25  # without a norm: the paper's one edit
 
 
 MEASURED_MANY = {"context_template_count": 2, "context_template_length": 5, "nullspace_text_weight": 200.0,
@@ -195,7 +202,10 @@ def test_a_post_norm_models_retain_yaml_takes_the_measured_retain_settings(tok, 
     assert kept["v_lr"] == rule_settings(scales, suppress_targets=True)["v_lr"] != rule_settings(scales)["v_lr"]
     loaded = ZeroUnlearnGDHyperParams.from_hparams(tmp_path / "r.yaml")
     assert (loaded.repair_rounds, loaded.v_num_grad_steps, loaded.retain_nullspace_weight) == (1, 75, 0.1)
-    assert any("settings measured on Gemma-3-270m (gemma-3-270m-retain.yaml)" in line for line in header)
+    assert any("settings measured on Gemma-3-270m (gemma-3-270m-rules.yaml and gemma-3-270m-retain.yaml)" in line
+               for line in header)
+    plain_measured, _ = _init(folder, tmp_path / "pm.yaml", "--measure")  # behind the norm as without: plain + retain
+    assert kept == {**plain_measured, "retain_file": None, "retain_nullspace_weight": 0.1}
     assert not any("not measured on real weights" in line for line in header)
     mine, mine_header = _init(folder, tmp_path / "s.yaml", "--measure", "--retain", "--set", "v_lr=0.3", "--set",
                               "v_num_grad_steps=10", "--set", "repair_rounds=0", "--set", "kl_factor=0.5")
@@ -314,8 +324,10 @@ def test_many_measures_the_rules_at_the_layers_it_edits(tok, tmp_path):
                                             "nullspace_text_weight": 200.0}),
     # --retain: the rules YAML's keys with the retain key, v_lr 0.885, 75 target steps, one repair round (12.34)
     (["--retain"], "gemma-3-270m-retain.yaml", {"v_lr": 0.885, "v_num_grad_steps": 75, "repair_rounds": 1}),
-    # the plain YAML at the layers its trace chose: the RMS rule's step and the text weight by key reach (12.14-12.17)
-    ([], "gemma-3-270m-rules.yaml", {"v_lr": 8.29, "nullspace_text_weight": {"key_reach": 0.6}}),
+    # the plain YAML at the layers its trace chose: the text weight by key reach (12.14-12.17) and the target
+    # settings behind a post-MLP norm (v_lr 0.885 by the median coordinate, 75 steps, one repair round; 12.35)
+    ([], "gemma-3-270m-rules.yaml", {"v_lr": 0.885, "v_num_grad_steps": 75, "repair_rounds": 1,
+                                     "nullspace_text_weight": {"key_reach": 0.6}}),
 ], ids=["many", "retain", "plain"])
 def test_real_gemma_yaml_by_rule_is_the_shipped_file(gemma3_path, tmp_path, flags, shipped_name, pinned):
     """``init-hparams --measure`` (with ``flags``) on the real Gemma-3-270m at layers 3-5 writes the shipped

@@ -9,15 +9,19 @@ except, when the weights are read (``--layers auto`` with a fresh trace, or ``--
 model's own (:func:`own_shipped_yaml`; ``--unseen`` ignores it), the scale-dependent keys: ``v_lr``,
 ``clamp_norm_factor``, ``norm_weight``, ``nullspace_threshold`` and the ``mom2`` sample sizes follow
 :mod:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules` from the model's measured residual RMS (``--many``'s
-answer-suppression targets, and ``--retain`` behind a post-MLP norm: its median absolute coordinate), key covariance
+answer-suppression targets, and the plain and ``--retain`` YAMLs behind a post-MLP norm: its median absolute
+coordinate), key covariance
 median eigenvalue and post-MLP norm (:func:`~zerounlearn_editor.harness.model_scales.measure_scales`, 50 passages) at
 the layers the written YAML edits (``--many``, ``--robust``: the widened span, then its ``norm_weight`` x 3/10); the
 YAML's header gives the measured values (and the keys set by rule that ``--set`` replaced). The plain ZeroUnlearn-GD
 YAML of such a model whose MLP output passes a norm (Gemma-2/3) also gets the text weight by key reach
 (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_text_weight`; ``--set nullspace_text_weight=null``
-gives the paper's penalty back); its ``--many`` YAML takes Gemma-3-270m's measured ``-many.yaml`` settings
-(:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_many`), its ``--retain`` YAML its measured
-``-retain.yaml`` settings: the text weight, ``v_lr`` by the median coordinate, 75 target steps, one repair round
+gives the paper's penalty back) and the target settings measured behind such a norm: ``v_lr`` by the median
+coordinate, 75 target steps, one repair round
+(:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_targets`); its ``--many`` YAML takes
+Gemma-3-270m's measured ``-many.yaml`` settings
+(:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_many`), its ``--retain`` YAML the same
+keys as the plain one with the retain key
 (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_retain`).
 ``--many`` / ``--deep`` / ``--retain`` / ``--robust`` apply one opt-in variant's rule, ``--many --retain`` together the
 many-facts retain rule (:mod:`~zerounlearn_editor.methods.zerounlearn_gd.variants`), and ``--set key=value``
@@ -45,8 +49,8 @@ from zerounlearn_editor.methods.registry import get_method, method_names
 from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import (
     POST_NORM_MANY,
     POST_NORM_MANY_MEASURED_ON,
-    POST_NORM_RETAIN,
-    POST_NORM_RETAIN_MEASURED_ON,
+    POST_NORM_TARGETS,
+    POST_NORM_TARGETS_MEASURED_ON,
 )
 from zerounlearn_editor.methods.zerounlearn_gd.variants import (
     RETAIN_MANY,
@@ -190,7 +194,8 @@ def write_hparams(config: Mapping[str, Any], base: Path, out: Union[str, Path], 
                   variant: Optional[str] = None, rules_note: str = "", measured_on: Optional[str] = None) -> Path:
     """Write ``config`` as YAML (atomically) with a header saying where it came from (the settings by rule and
     the measured quantities, ``rules_note``; for an opt-in ``variant``, that its keys are derived by rule, not
-    measured, or, ``measured_on``, on which model's file its rule was measured); re-load it strictly."""
+    measured, or, ``measured_on``, on which model's file its rule was measured; for the plain YAML, ``measured_on``
+    names where its target settings behind a post-MLP norm were measured); re-load it strictly."""
     from zerounlearn_editor.support.files import write_text_atomic
 
     header = (f"# Written by `zerounlearn init-hparams` from the shipped {base.parent.name}/{base.name}"
@@ -203,6 +208,10 @@ def write_hparams(config: Mapping[str, Any], base: Path, out: Union[str, Path], 
     elif variant is not None:
         header += (f"# -{variant}: derived by init-hparams {variant_flags(variant)} from the model's config; not "
                    f"measured on real weights (rules: zerounlearn init-hparams --help).\n")
+    elif measured_on:
+        header += (f"# Behind the post-MLP norm, v_lr (by the median coordinate), v_num_grad_steps and repair_rounds "
+                   f"are the settings measured on {measured_on}, applied by rule to any model behind such a norm "
+                   f"(rules: zerounlearn init-hparams --help).\n")
     if rules_note:
         header += f"# {rules_note}\n"
     path = write_text_atomic(out, header + yaml.safe_dump(dict(config), sort_keys=False))
@@ -369,6 +378,7 @@ def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int], plain: bo
         describe_rules,
         rule_post_norm_many,
         rule_post_norm_retain,
+        rule_post_norm_targets,
         rule_settings,
         rule_text_weight,
     )
@@ -378,6 +388,7 @@ def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int], plain: bo
     rules = rule_settings(scales, suppress_targets=suppress_targets)
     if plain:
         rules.update(rule_text_weight(scales))
+        rules.update(rule_post_norm_targets(scales))
     if many:
         rules.update(rule_post_norm_many(scales))
     if retain:
@@ -429,7 +440,7 @@ def _cmd_init_hparams(args: argparse.Namespace) -> int:
     config, base = build_hparams(model, args.model, args.method, layers, overrides, variant, rules,
                                  own if args.unseen else None)
     measured_on = (POST_NORM_MANY_MEASURED_ON if POST_NORM_MANY.keys() <= rules.keys()  # rule_post_norm_many applied
-                   else POST_NORM_RETAIN_MEASURED_ON if POST_NORM_RETAIN.keys() <= rules.keys() else None)
+                   else POST_NORM_TARGETS_MEASURED_ON if POST_NORM_TARGETS.keys() <= rules.keys() else None)
     path = write_hparams(config, base, args.out, note, variant, rules_note, measured_on)
     print(
         f"{args.method} hparams for {args.model} ({config['rewrite_module_tmp']}), base {base.name}, {note} -> {path}"
@@ -461,9 +472,9 @@ VARIANT_HELP = {
     "retain": "ZeroUnlearn-GD, keep named facts (as the shipped <model>-retain.yaml): retain_nullspace_weight 0.1, "
               "retain_file null (give the retain set at edit time); where the weights are read (--measure, or a "
               "fresh --layers auto trace) and the MLP output passes a norm (Gemma-2/3), also the text weight by key "
-              "reach, v_lr by the residual's median coordinate, 75 target steps and repair_rounds 1 "
-              "(gemma-3-270m-retain.yaml's measured settings); with --many, many facts with a retain set (as "
-              "SmolLM2-135M-Instruct-retain-many.yaml): --many's layers, targets and norm_weight (every fact "
+              "reach, v_lr by the residual's median coordinate, 75 target steps and repair_rounds 1 (the plain "
+              "YAML's there; gemma-3-270m-retain.yaml's measured settings); with --many, many facts with a retain "
+              "set (as SmolLM2-135M-Instruct-retain-many.yaml): --many's layers, targets and norm_weight (every fact "
               "stepping), orthogonality_weight kept, v_early_stop_loss 0.003, the retain keys and "
               "context_nullspace_weight 0.1",
 }
@@ -487,10 +498,10 @@ def register(sub: Any, parents: ModuleType) -> None:
         "passages of 128 tokens (SmolLM2-135M-Instruct's shipped settings rescaled; measured on 50 passages); the "
         "context prefixes stay the base YAML's; where its MLP output passes a norm (Gemma-2/3), its plain "
         "ZeroUnlearn-GD YAML (no variant) also gets nullspace_text_weight {key_reach: 0.6} (--set "
-        "nullspace_text_weight=null: the paper's penalty), its --many YAML Gemma-3-270m's measured -many "
-        "settings (contexts 2 of 5 among them; see --many), and its --retain YAML its measured -retain settings "
-        "(the text weight, v_lr 0.5 x the residual's median coordinate / 2.898, 75 target steps, repair_rounds 1; "
-        "see --retain).",
+        "nullspace_text_weight=null: the paper's penalty) and the target settings measured on Gemma-3-270m (v_lr "
+        "0.5 x the residual's median coordinate / 2.898, 75 target steps, repair_rounds 1), its --many YAML "
+        "Gemma-3-270m's measured -many settings (contexts 2 of 5 among them; see --many), and its --retain YAML "
+        "the plain YAML's keys with the retain key (see --retain).",
         parents=[parents.model("model folder/name", required=True),
                  parents.include_unknown("auto trace: use facts the model does not know too"),
                  parents.width("auto: number of layers (default: the nearest shipped YAML's)"),
@@ -519,9 +530,9 @@ def register(sub: Any, parents: ModuleType) -> None:
     p.add_argument("--measure", action="store_true",
                    help="with given layers: read the weights and set v_lr, clamp_norm_factor, norm_weight, "
                         "nullspace_threshold and the mom2 sizes by the setting rules (behind a post-MLP norm also "
-                        "the plain YAML's text weight, --many's and --retain's measured keys), measured at the "
-                        "layers the written YAML edits (--many: the widened span) (always with a fresh --layers auto "
-                        "trace; never for a model whose own YAML ships, unless --unseen)")
+                        "the plain YAML's text weight and target settings, --many's and --retain's measured keys), "
+                        "measured at the layers the written YAML edits (--many: the widened span) (always with a "
+                        "fresh --layers auto trace; never for a model whose own YAML ships, unless --unseen)")
     p.add_argument("--unseen", action="store_true",
                    help="treat a model whose own paper YAML ships (e.g. SmolLM2-135M-Instruct) as unseen: its YAML "
                         "is not a base, and the setting rules apply where the weights are read")

@@ -7,7 +7,8 @@ settings by :mod:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules` (measu
 ``zerounlearn init-hparams --model M --method ZeroUnlearn-GD --layers auto --facts F`` writes, but without the text
 weight by key reach (the paper's null-space penalty): on the demo's five everyday facts Gemma-3-270m's YAML with it
 left 2 of 5 answered (George Washington, Alexander Graham Bell), without it none (benchmarks/RESULTS.md 12.5,
-12.17). The file lives under
+12.17); and without the plain YAML's target settings behind a post-MLP norm (the median-coordinate step, 75 steps,
+a repair round; measured at n = 10 and 50, RESULTS 12.35, not on the demo's facts). The file lives under
 ``<cache>/hparams/rules/`` and its name holds a digest of everything it depends on (:func:`rules_yaml_key`): the
 model's fingerprint and dtype, the rules' version, reference quantities and key reach, the method, and the trace's
 facts, window and width (which fix the layers). A second call with the same inputs reads the file; anything changed

@@ -11,8 +11,9 @@ real weights here, at layers 16-18), and rescales it by the new model's measured
 
 - ``v_lr`` = 0.5 x ``residual_rms`` / ``REFERENCE.residual_rms``: the Adam step in units of the residual's RMS per
   coordinate at the last edited layer (text tokens, first position left out).
-  For answer-suppression targets (``--many``, :func:`rule_suppress_v_lr`; also ``--retain`` behind a post-MLP
-  norm, with neutral targets, measured in RESULTS 12.34 rather than argued): 0.5 x ``residual_median_abs`` /
+  For answer-suppression targets (``--many``, :func:`rule_suppress_v_lr`; also the plain and ``--retain`` YAMLs
+  behind a post-MLP norm, with neutral targets, 75 steps and a repair round, :func:`rule_post_norm_targets`, measured
+  in RESULTS 12.34-12.35 rather than argued): 0.5 x ``residual_median_abs`` /
   ``REFERENCE.residual_median_abs``, the step in units of the residual's median absolute coordinate. Adam moves
   every coordinate by about ``v_lr`` a step, and a few outsized coordinates set the RMS: Gemma-3-270m's RMS after
   layer 5 is 27x its median coordinate, SmolLM2's 2.9x. Pushing one answer below p = 0.01 needs far less than the
@@ -72,7 +73,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 __all__ = ["ModelScales", "ReferenceScales", "REFERENCE", "RULES_VERSION", "FIRST_TRY_KEY_REACH", "round_sig",
            "rule_v_lr", "rule_suppress_v_lr", "rule_solve_weights", "rule_clamp", "rule_mom2", "rule_settings",
            "rule_text_weight", "POST_NORM_MANY", "POST_NORM_MANY_MEASURED_ON", "rule_post_norm_many",
-           "POST_NORM_RETAIN", "POST_NORM_RETAIN_MEASURED_ON", "rule_post_norm_retain",
+           "POST_NORM_TARGETS", "POST_NORM_TARGETS_MEASURED_ON", "rule_post_norm_targets", "rule_post_norm_retain",
            "describe_rules"]
 
 
@@ -134,13 +135,13 @@ REFERENCE = ReferenceScales(
 )
 
 
-RULES_VERSION = 7
+RULES_VERSION = 8
 """Changes whenever a rule does (1: ``v_lr``, clamp, solve weights, ``mom2`` sizes; 2: SmolLM2's context prefixes;
 3: the base YAML's context prefixes again; 4: the text weight by key reach; 5: ``v_lr`` of answer-suppression
 targets by the median coordinate; 6: the ``--many`` YAML's settings behind a post-MLP norm,
-:func:`rule_post_norm_many`; 7: the ``--retain`` YAML's behind it, :func:`rule_post_norm_retain`); part of the key of
-YAMLs cached by
-rule (``zerounlearn demo --model gemma3-270m``)."""
+:func:`rule_post_norm_many`; 7: the ``--retain`` YAML's behind it, :func:`rule_post_norm_retain`; 8: its target
+settings in the plain YAML too, :func:`rule_post_norm_targets`); part of the key of YAMLs cached by rule (``zerounlearn
+demo --model gemma3-270m``)."""
 
 
 def round_sig(value: float, digits: int = 3) -> float:
@@ -261,25 +262,29 @@ def rule_post_norm_many(scales: ModelScales, ref: ReferenceScales = REFERENCE) -
     return {**POST_NORM_MANY, "nullspace_threshold": round_sig(POST_NORM_MANY_THRESHOLD_FACTOR * threshold)}
 
 
-POST_NORM_RETAIN: Mapping[str, Any] = MappingProxyType({
+POST_NORM_TARGETS: Mapping[str, Any] = MappingProxyType({
     "v_num_grad_steps": 75,
     "repair_rounds": 1,
 })
-"""The ``--retain`` keys of :func:`rule_post_norm_retain` besides the step and the text weight (read-only)."""
+"""The keys of :func:`rule_post_norm_targets` besides the step (read-only)."""
 
-POST_NORM_RETAIN_MEASURED_ON = "Gemma-3-270m (gemma-3-270m-retain.yaml)"
-"""Where :func:`rule_post_norm_retain`'s settings were measured (the written YAML's header names it)."""
+POST_NORM_TARGETS_MEASURED_ON = "Gemma-3-270m (gemma-3-270m-rules.yaml and gemma-3-270m-retain.yaml)"
+"""Where :func:`rule_post_norm_targets`' settings were measured (the written YAML's header names it)."""
+
+
+def rule_post_norm_targets(scales: ModelScales, ref: ReferenceScales = REFERENCE) -> Dict[str, Any]:
+    """The neutral-target keys of the plain and ``--retain`` YAMLs where every edited layer's MLP output passes a
+    norm: ``v_lr`` by the median coordinate (:func:`rule_suppress_v_lr`), 75 target steps (3 x the paper YAMLs' 25)
+    and one repair round (:data:`POST_NORM_TARGETS`); else ``{}`` (a fresh mapping; module docstring)."""
+    if not _behind_norm(scales):
+        return {}
+    return {"v_lr": _median_step(scales, ref, "the target rule behind a post-MLP norm"), **POST_NORM_TARGETS}
 
 
 def rule_post_norm_retain(scales: ModelScales, ref: ReferenceScales = REFERENCE) -> Dict[str, Any]:
     """The ``--retain`` YAML's keys where every edited layer's MLP output passes a norm: the text weight by key reach
-    (:func:`rule_text_weight`), ``v_lr`` by the median coordinate (:func:`rule_suppress_v_lr`), 75 target steps
-    (3 x the paper YAMLs' 25) and one repair round (:data:`POST_NORM_RETAIN`); else ``{}`` (a fresh mapping; module
-    docstring)."""
-    if not _behind_norm(scales):
-        return {}
-    return {**rule_text_weight(scales), "v_lr": _median_step(scales, ref, "the --retain rule behind a post-MLP norm"),
-            **POST_NORM_RETAIN}
+    (:func:`rule_text_weight`) and :func:`rule_post_norm_targets`; else ``{}`` (a fresh mapping)."""
+    return {**rule_text_weight(scales), **rule_post_norm_targets(scales, ref)}
 
 
 def describe_rules(scales: ModelScales, ref: ReferenceScales = REFERENCE) -> str:
