@@ -20,6 +20,7 @@ from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import (
     ModelScales,
     rule_post_norm_many,
     rule_post_norm_retain,
+    rule_post_norm_targets,
     rule_settings,
     rule_text_weight,
 )
@@ -153,9 +154,19 @@ def test_init_hparams_writes_the_text_weight_for_a_post_norm_model_only_in_the_p
     assert paper == {**written, "nullspace_text_weight": None}
     many, _ = _init(folder, tmp_path / "m.yaml", "--measure", "--many")
     assert many["nullspace_text_weight"] == 200.0  # --many's own weight behind the norm, not the key reach
-    llama, _ = _init(_folder(tok, tmp_path), tmp_path / "l.yaml", "--measure")
+    llama, llama_header = _init(_folder(tok, tmp_path), tmp_path / "l.yaml", "--measure")
     assert "nullspace_text_weight" not in llama
     assert "repair_rounds" not in llama and llama["v_num_grad_steps"] == 25  # without a norm: the paper's one edit
+    assert not any("settings measured on" in line for line in llama_header)
+    for flags in (["--deep"], ["--robust"]):  # variants without a measured rule keep the RMS step and one edit
+        other, other_header = _init(folder, tmp_path / "o.yaml", "--measure", *flags)
+        assert "repair_rounds" not in other and other["v_lr"] == rule_settings(scales)["v_lr"], flags
+        assert any("not measured on real weights" in line for line in other_header), flags
+    no_norm = ModelScales(residual_rms=1.0, residual_norm=10.0, c0_medians=[0.01], key_dim=8, post_mlp_norms=None)
+    assert rule_post_norm_targets(no_norm) == {}  # read before the median coordinate, which these scales lack
+    behind = ModelScales(residual_rms=1.0, residual_norm=10.0, c0_medians=[0.01], key_dim=8, post_mlp_norms=[1.0])
+    with pytest.raises(ValueError, match="target rule behind a post-MLP norm needs residual_median_abs"):
+        rule_post_norm_targets(behind)
 
 
 MEASURED_MANY = {"context_template_count": 2, "context_template_length": 5, "nullspace_text_weight": 200.0,
@@ -213,7 +224,7 @@ def test_a_post_norm_models_retain_yaml_takes_the_measured_retain_settings(tok, 
     rules_line = next(line for line in mine_header if line.startswith("# Settings by rule"))
     assert rules_line.endswith(f" --set replaced keys set by rule: v_lr {kept['v_lr']} -> 0.3, v_num_grad_steps 75 "
                                "-> 10, repair_rounds 1 -> 0.")  # kl_factor is no rule's key: not named
-    assert not any("replaced" in line for line in header)
+    assert not any("--set replaced keys" in line for line in header)
     plain, _ = _init(folder, tmp_path / "p.yaml", "--retain")  # nothing measured: the base YAML's keys
     assert "repair_rounds" not in plain and plain["v_num_grad_steps"] == 25
     both, _ = _init(folder, tmp_path / "b.yaml", "--measure", "--many", "--retain")

@@ -203,15 +203,15 @@ def write_hparams(config: Mapping[str, Any], base: Path, out: Union[str, Path], 
               "# Module templates come from the model's architecture; v_loss_layer is the last layer.\n")
     if variant is not None and measured_on:
         header += (f"# -{variant}: derived by init-hparams {variant_flags(variant)}; its keys behind the post-MLP norm "
-                   f"are the settings measured on {measured_on}, applied by rule to any model behind such a norm "
-                   f"(rules: zerounlearn init-hparams --help).\n")
+                   f"are the settings measured on {measured_on}, applied by rule to any model behind such a norm, "
+                   f"unless --set replaced them (named below) (rules: zerounlearn init-hparams --help).\n")
     elif variant is not None:
         header += (f"# -{variant}: derived by init-hparams {variant_flags(variant)} from the model's config; not "
                    f"measured on real weights (rules: zerounlearn init-hparams --help).\n")
     elif measured_on:
         header += (f"# Behind the post-MLP norm, v_lr (by the median coordinate), v_num_grad_steps and repair_rounds "
-                   f"are the settings measured on {measured_on}, applied by rule to any model behind such a norm "
-                   f"(rules: zerounlearn init-hparams --help).\n")
+                   f"are the settings measured on {measured_on}, applied by rule to any model behind such a norm, "
+                   f"unless --set replaced them (named below) (rules: zerounlearn init-hparams --help).\n")
     if rules_note:
         header += f"# {rules_note}\n"
     path = write_text_atomic(out, header + yaml.safe_dump(dict(config), sort_keys=False))
@@ -368,10 +368,11 @@ def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int], plain: bo
                     retain: bool = False) -> Tuple[Dict[str, Any], str]:
     """The keys the setting rules give for ``model`` at ``layers`` (measured on its weights) and a header line;
     ``plain`` (ZeroUnlearn-GD's YAML without a variant): also the text weight by rule
-    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_text_weight`); ``suppress_targets``
-    (``--many``): ``v_lr`` by the rule of answer-suppression targets; ``many`` (``--many``): its keys behind a post-MLP
-    norm (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_many`); ``retain``
-    (``--retain``): its keys behind such a norm
+    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_text_weight`) and the target settings behind a
+    post-MLP norm (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_targets`);
+    ``suppress_targets`` (``--many``): ``v_lr`` by the rule of answer-suppression targets; ``many`` (``--many``): its
+    keys behind a post-MLP norm (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_many`);
+    ``retain`` (``--retain``): its keys behind such a norm
     (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_retain`)."""
     from zerounlearn_editor.harness.model_scales import SCALE_PASSAGES, measure_scales
     from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import (
@@ -525,8 +526,8 @@ def register(sub: Any, parents: ModuleType) -> None:
                         "6 on 30; 1 restores each layer alone)")
     for name in VARIANTS:
         p.add_argument(f"--{name}", action="store_true",
-                       help=VARIANT_HELP[name] + "; one variant at a time (but --many --retain); the header says it is "
-                            "derived, not measured")
+                       help=VARIANT_HELP[name] + "; one variant at a time (but --many --retain); the header says how "
+                            "its keys were set (derived by rule, or measured where it names the model)")
     p.add_argument("--measure", action="store_true",
                    help="with given layers: read the weights and set v_lr, clamp_norm_factor, norm_weight, "
                         "nullspace_threshold and the mom2 sizes by the setting rules (behind a post-MLP norm also "

@@ -101,9 +101,9 @@ class ZeroUnlearnGDHyperParams(EditHyperParams):
     repair_rounds: int = field(default=0, metadata={"help": (
         "opt-in, 0 = the paper's one edit; `R` (an integer >= 0): after the edit, the requests whose answer's first "
         "token is still the argmax after the bare prompt are edited again, alone, on the edited model (targets read "
-        "from it; the same statistics, retain set and guard), up to `R` rounds (`init-hparams --many` and `--retain` "
-        "write 1 where the MLP output passes a norm: gemma-3-270m-many.yaml, gemma-3-270m-retain.yaml; "
-        "benchmarks/RESULTS.md, 12.32-12.34)"
+        "from it; the same statistics, retain set and guard), up to `R` rounds (`init-hparams` writes 1 where the "
+        "MLP output passes a norm, in the plain, --many and --retain YAMLs: gemma-3-270m-rules.yaml, "
+        "gemma-3-270m-many.yaml, gemma-3-270m-retain.yaml; benchmarks/RESULTS.md, 12.32-12.35)"
     )})
 
     def retain_weights(self) -> Dict[str, float]:

@@ -49,11 +49,17 @@ retain-aware key (``retain_nullspace_weight`` 0.1, acting when a retain set is g
 ``--set target_objective=neutral``). Measured on the one post-norm model here, a rule for its family, not shown on
 others.
 
-The ``--retain`` YAML behind such a norm (:func:`rule_post_norm_retain`): the text weight by key reach, ``v_lr`` by
-the median coordinate, 75 target steps (3 x 25) and one repair round, over the retain-aware key. With a retain set of
+The plain YAML behind such a norm (:func:`rule_post_norm_targets`): ``v_lr`` by the median coordinate, 75 target
+steps (3 x 25) and one repair round. Without a retain set, over 11 n = 50 report draws of Gemma-3-270m's known
+CounterFact facts (val seeds 1-5, train records 7000-8999 and 3000-4999 seeds 1-3) it left 16 of 550 facts answered
+and kept 171 of 214 neighbour answers (80%) at PPL at most +2.0% with BOS, where the RMS step and one edit left 61
+answered and kept 156 (benchmarks/RESULTS.md 12.35; n = 10: 1 of 50, 11 of 14).
+
+The ``--retain`` YAML behind such a norm (:func:`rule_post_norm_retain`): the same keys and the text weight by key
+reach, over the retain-aware key. With a retain set of
 86-100 other known facts (same answer first, then same relation), Gemma-3-270m's n = 50 edits (val seeds 1-5) left
 11 of 250 facts answered, kept 77 of 102 neighbour answers (75%) at PPL +0.8% to +2.4% (windows opening with BOS;
-as tokenized up to +6.6%, above +3% on four draws), where the plain rules YAML without a retain set left 20
+as tokenized up to +6.6%, above +3% on four draws), where the rules YAML before 12.35 (no retain set) left 20
 answered and kept 72 (benchmarks/RESULTS.md 12.34). Measured on the one post-norm model here; without such a norm
 ``--retain`` adds the retain key only.
 

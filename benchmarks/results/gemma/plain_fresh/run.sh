@@ -14,6 +14,9 @@ KNOWN=$D/cf_train3000-4999_gemma_known.json
 TRAIN=$ZEROUNLEARN_DATA_DIR/counterfact/counterfact_easyedit_train_9484.json
 RULES=hparams/ZeroUnlearn-GD/gemma-3-270m-rules.yaml
 MED="med75_rep1:v_lr=0.885,v_num_grad_steps=75,repair_rounds=1"
+# the rules YAML as it stood when these rows ran (bb678e2: its own keys, stored as settings {}); since 12.35 the file
+# holds med75_rep1's keys, so a rerun names the old ones
+OLD="rules_yaml:v_lr=8.29,v_num_grad_steps=25,repair_rounds=0"
 stage=$1; shift
 case $stage in
   known)
@@ -30,7 +33,7 @@ case $stage in
       out=$D/seed${seed}_n50.json
       [ -f "$out" ] && continue
       nice -n ${NICE:-5} python benchmarks/gemma/layers_diag.py --hparams $RULES --data-path $KNOWN --n 50 --seed $seed \
-        --ppl-tokens 4000 --variant "rules_yaml:" --variant "$MED" --out $out.part > $D/seed${seed}_n50.log 2>&1
+        --ppl-tokens 4000 --variant "$OLD" --variant "$MED" --out $out.part > $D/seed${seed}_n50.log 2>&1
       mv $out.part $out
     done ;;
   val10)
