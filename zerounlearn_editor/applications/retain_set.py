@@ -7,9 +7,7 @@ facts. With a model, only the facts it knows are served (forget-prompt token acc
 :data:`~zerounlearn_editor.evaluation.selection.KNOWN_MIN_ACCURACY`, the known test of ``bench-scale``): a fact the
 model does not give takes no target step under ``--many``'s ``suppress_rank_limit`` and needs no shield. The draw is
 :func:`~zerounlearn_editor.data.answer_retain.draw_answer_retain`; the result is a list of ``{"prompt", "subject",
-"answer"}`` that ``unlearn --retain`` reads. Without a pool (:func:`corpus_pool`, needs the model), the pool is drafted
-from general text: the names found most often in a corpus's passages that contain each answer, put into the fact's
-prompt, kept where they pass the known test with that answer (:mod:`~zerounlearn_editor.data.corpus_neighbours`).
+"answer"}`` that ``unlearn --retain`` reads.
 """
 from __future__ import annotations
 
@@ -18,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from zerounlearn_editor.data.answer_retain import draw_answer_retain, eligible_pool
-from zerounlearn_editor.data.corpus_neighbours import corpus_candidates
+from zerounlearn_editor.data.answer_retain import draw_answer_retain
 from zerounlearn_editor.data.datasets import DATASETS, detect_format, load_cases
 from zerounlearn_editor.data.fact_records import read_facts_file
 from zerounlearn_editor.evaluation.selection import KNOWN_MIN_ACCURACY
@@ -27,15 +24,7 @@ from zerounlearn_editor.support.files import write_json_atomic
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_CORPUS", "RetainSetResult", "read_facts", "read_pool", "known_facts_mask", "corpus_pool",
-           "build_retain_set", "CORPUS_PASSAGES", "PER_FACT"]
-
-DEFAULT_CORPUS = "wiki_passages_3643"
-"""The text :func:`corpus_pool` drafts from by default: the built-in statistics corpus."""
-CORPUS_PASSAGES = 20_000
-"""At most this many passages of a corpus are read for a draft (the built-in one has 3,643)."""
-PER_FACT = 150
-"""Candidate names per fact for ``k = 10`` retain facts (scaled with ``k``)."""
+__all__ = ["RetainSetResult", "read_facts", "read_pool", "known_facts_mask", "build_retain_set"]
 
 
 @dataclass(frozen=True)
@@ -95,39 +84,12 @@ def read_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
     return [{"prompt": r.prompt, "subject": r.subject, "answer": r.answer} for r in read_facts_file(path).records]
 
 
-def corpus_pool(facts: Sequence[Dict[str, Any]], model: Any, tok: Any, corpus: str = DEFAULT_CORPUS,
-                per_fact: int = PER_FACT, forget: Optional[Sequence[Dict[str, Any]]] = None) -> List[Dict[str, str]]:
-    """A pool drafted without one: the candidates of :func:`~zerounlearn_editor.data.corpus_neighbours.
-    corpus_candidates` for ``facts`` from the first :data:`CORPUS_PASSAGES` passages of ``corpus`` (any statistics
-    corpus source; default the built-in one), less those the draw would refuse against ``forget`` (default
-    ``facts``: :func:`~zerounlearn_editor.data.answer_retain.eligible_pool`), that pass the known test with their
-    fact's answer (:func:`known_facts_mask`: teacher-forced token accuracy >= ``KNOWN_MIN_ACCURACY``), in candidate
-    order."""
-    from zerounlearn_editor.data.corpus import load_corpus
-
-    texts = load_corpus(corpus, limit=CORPUS_PASSAGES).texts
-    candidates = eligible_pool(facts if forget is None else forget, corpus_candidates(facts, texts, per_fact))
-    known = known_facts_mask(model, tok, candidates) if candidates else []
-    pool = [record for record, ok in zip(candidates, known) if ok]
-    LOG.info("corpus %s (%d passages): %d candidate names, %d pass the known test with their fact's answer",
-             corpus, len(texts), len(candidates), len(pool))
-    return pool
-
-
-def build_retain_set(facts: Sequence[Dict[str, Any]], pool: Optional[Sequence[Dict[str, Any]]], k: int = 10,
-                     seed: int = 0, model: Any = None, tok: Any = None, out: Optional[Union[str, Path]] = None,
-                     corpus: str = DEFAULT_CORPUS) -> RetainSetResult:
+def build_retain_set(facts: Sequence[Dict[str, Any]], pool: Sequence[Dict[str, Any]], k: int = 10, seed: int = 0,
+                     model: Any = None, tok: Any = None, out: Optional[Union[str, Path]] = None) -> RetainSetResult:
     """Serve the ``facts`` (:func:`read_facts`; all with an answer, or with ``model`` / ``tok`` the known ones), draw
-    up to ``k`` same-answer retain facts each from ``pool`` (:func:`read_pool`; ``None``: :func:`corpus_pool` from
-    ``corpus``, which needs the model), and write them to ``out`` (JSON, atomically) when given. The callers read
-    every input once, before the model loads."""
-    if pool is None and model is None:
-        raise ValueError("a retain set drafted without a pool needs the model, to test which drafted names it "
-                         "answers with their fact's answer")
+    up to ``k`` same-answer retain facts each from ``pool`` (:func:`read_pool`), and write them to ``out`` (JSON,
+    atomically) when given. The callers read every input once, before the model loads."""
     serve = known_facts_mask(model, tok, facts) if model is not None else [bool(f["answer"]) for f in facts]
-    if pool is None:
-        pool = corpus_pool([f for f, s in zip(facts, serve) if s], model, tok, corpus,
-                           per_fact=max(PER_FACT, PER_FACT * k // 10), forget=facts)
     groups = draw_answer_retain(facts, pool, k, seed, serve=serve)
     chosen = [record for group in groups for record in group]
     unmatched = [f["answer"] for f, group, s in zip(facts, groups, serve) if s and not group]

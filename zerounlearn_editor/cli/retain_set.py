@@ -9,26 +9,15 @@ from zerounlearn_editor.cli.common import int_at_least
 
 
 def _cmd_retain_set(args: argparse.Namespace) -> int:
-    from zerounlearn_editor.applications.retain_set import DEFAULT_CORPUS, build_retain_set, read_facts, read_pool
-    from zerounlearn_editor.data.corpus import check_corpus_source
+    from zerounlearn_editor.applications.retain_set import build_retain_set, read_facts, read_pool
 
-    if args.pool is not None and args.corpus is not None:
-        raise ValueError("retain-set: --corpus is read only without --pool (a draft from general text)")
-    if args.pool is None and not args.model:
-        raise ValueError("retain-set: without --pool the retain facts are drafted from --corpus and need --model "
-                         "(to test which drafted names the model answers with their fact's answer)")
-    corpus = args.corpus or DEFAULT_CORPUS
-    if args.pool is None:
-        check_corpus_source(corpus)
-    # read once; bad input fails before the model loads
-    facts, pool = read_facts(args.facts), None if args.pool is None else read_pool(args.pool)
+    facts, pool = read_facts(args.facts), read_pool(args.pool)  # read once; bad input fails before the model loads
     model = tok = None
     if args.model:
         from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
         model, tok = load_model_and_tokenizer(args.model, args.device)
-    result = build_retain_set(facts, pool, k=args.k, seed=args.seed, model=model, tok=tok, out=args.out,
-                              corpus=corpus)
+    result = build_retain_set(facts, pool, k=args.k, seed=args.seed, model=model, tok=tok, out=args.out)
     print(f"{result.summary()} -> {args.out}")
     return 0
 
@@ -45,14 +34,10 @@ def register(sub: Any, parents: ModuleType) -> None:
         "bench's same-answer draw).",
         parents=[parents.out("retain file to write (JSON)", required=True, metavar="FILE"),
                  parents.model("serve only the facts this model knows (default: every fact with an answer)"),
-                 parents.seed(), parents.device(),
-                 parents.corpus("text to draft from without --pool: a statistics corpus source, its first 20,000 "
-                                "passages (default the built-in wiki_passages_3643)")],
+                 parents.seed(), parents.device()],
     )
     p.add_argument("--facts", required=True, metavar="FILE", help="facts to forget (.json, .jsonl, .yaml; as unlearn)")
-    p.add_argument("--pool", metavar="FILE|NAME",
-                   help="facts to draw from: a dataset name or benchmark file, or a facts file with answers "
-                   "(default: none; the names found most often in --corpus's passages that contain each answer "
-                   "are put into the fact's prompt and kept where they pass --model's known test with that answer)")
+    p.add_argument("--pool", required=True, metavar="FILE|NAME",
+                   help="facts to draw from: a dataset name or benchmark file, or a facts file with answers")
     p.add_argument("--k", type=int_at_least(1), default=10, help="retain facts per fact to forget (default 10)")
     p.set_defaults(func=_cmd_retain_set)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 48: gemma-3-270m-retain.yaml with a retain set drafted from the facts to forget alone: `zerounlearn retain-set`
+# Issue 48 (lost, RESULTS 12.35; the draft is not in the package since): run from a checkout of b14d8c1, which had it.
+# gemma-3-270m-retain.yaml with a retain set drafted from the facts to forget alone: `zerounlearn retain-set`
 # without --pool puts the names found most often near each answer in the built-in statistics corpus into the fact's
 # prompt and keeps those that pass the model's known test with that answer (data/corpus_neighbours.py). The same YAML
 # with no retain set (retain_nullspace_weight 0, the settings 12.33 calls med75_rep1) is not run here: its fresh rows
