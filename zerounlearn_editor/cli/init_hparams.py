@@ -367,33 +367,26 @@ def scale_rules_for(model: nn.Module, tok: Any, layers: Sequence[int], plain: bo
                     suppress_targets: bool = False, many: bool = False,
                     retain: bool = False) -> Tuple[Dict[str, Any], str]:
     """The keys the setting rules give for ``model`` at ``layers`` (measured on its weights) and a header line;
-    ``plain`` (ZeroUnlearn-GD's YAML without a variant): also the text weight by rule
-    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_text_weight`) and the target settings behind a
-    post-MLP norm (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_targets`);
+    ``plain`` (ZeroUnlearn-GD's YAML without a variant) and ``retain`` (``--retain``): also the text weight and the
+    target settings behind a post-MLP norm
+    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_retain`);
     ``suppress_targets`` (``--many``): ``v_lr`` by the rule of answer-suppression targets; ``many`` (``--many``): its
-    keys behind a post-MLP norm (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_many`);
-    ``retain`` (``--retain``): its keys behind such a norm
-    (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_retain`)."""
+    keys behind a post-MLP norm (:func:`~zerounlearn_editor.methods.zerounlearn_gd.scale_rules.rule_post_norm_many`)."""
     from zerounlearn_editor.harness.model_scales import SCALE_PASSAGES, measure_scales
     from zerounlearn_editor.methods.zerounlearn_gd.scale_rules import (
         describe_rules,
         rule_post_norm_many,
         rule_post_norm_retain,
-        rule_post_norm_targets,
         rule_settings,
-        rule_text_weight,
     )
 
     templates = detect_templates(model)
     scales = measure_scales(model, tok, layers, templates["layer_module_tmp"], templates["rewrite_module_tmp"])
     rules = rule_settings(scales, suppress_targets=suppress_targets)
-    if plain:
-        rules.update(rule_text_weight(scales))
-        rules.update(rule_post_norm_targets(scales))
+    if plain or retain:  # the same keys for both: the text weight and, behind a post-MLP norm, the target settings
+        rules.update(rule_post_norm_retain(scales))
     if many:
         rules.update(rule_post_norm_many(scales))
-    if retain:
-        rules.update(rule_post_norm_retain(scales))
     LOG.info("settings by rule: %s (%s)", rules, describe_rules(scales))
     keys = ", ".join(f"{k} {v}" for k, v in rules.items())
     return rules, (f"Settings by rule (scale_rules; {SCALE_PASSAGES} passages of wiki_passages_3643): {keys}; from "

@@ -288,8 +288,10 @@ def rule_post_norm_targets(scales: ModelScales, ref: ReferenceScales = REFERENCE
 
 
 def rule_post_norm_retain(scales: ModelScales, ref: ReferenceScales = REFERENCE) -> Dict[str, Any]:
-    """The ``--retain`` YAML's keys where every edited layer's MLP output passes a norm: the text weight by key reach
-    (:func:`rule_text_weight`) and :func:`rule_post_norm_targets`; else ``{}`` (a fresh mapping)."""
+    """The plain and ``--retain`` YAMLs' keys where every edited layer's MLP output passes a norm (named for the
+    ``--retain`` YAML, where they were measured first; the plain YAML takes them since RULES_VERSION 8): the text
+    weight by key reach (:func:`rule_text_weight`) and :func:`rule_post_norm_targets`; else ``{}`` (a fresh
+    mapping)."""
     return {**rule_text_weight(scales), **rule_post_norm_targets(scales, ref)}
 
 
