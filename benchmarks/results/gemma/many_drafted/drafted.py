@@ -38,8 +38,8 @@ def write_facts(data: str, seed: str, out: str) -> None:
 
     model, tok = load_model_and_tokenizer("gemma3-270m")
     known = select_known_cases(model, tok, _cases(data, seed), None, min_accuracy=KNOWN_MIN_ACCURACY)
-    facts = [{"prompt": c.request["prompt"], "subject": c.request["subject"], "answer": c.request["ground_truth"],
-              "case_id": c.case_id} for c in known]
+    facts = [{"prompt": c.request["prompt"], "subject": c.request["subject"], "answer": c.request["ground_truth"]}
+             for c in known]
     Path(out).write_text(json.dumps(facts, indent=1) + "\n", encoding="utf-8")
     print(f"{len(known)} known cases of {data} seed {seed}, n = {N} -> {out}")
 
