@@ -19,15 +19,11 @@ MED="med75_rep1:v_lr=0.885,v_num_grad_steps=75,repair_rounds=1"
 OLD="rules_yaml:v_lr=8.29,v_num_grad_steps=25,repair_rounds=0"
 stage=$1; shift
 case $stage in
-  known)
-    a=$1; b=$2; slice=${TMPDIR:-/tmp}/cf_train_${a}_${b}.json
-    python -c "import json,sys; r=json.load(open(sys.argv[1])); json.dump(r[int(sys.argv[2]):int(sys.argv[3])], open(sys.argv[4],'w'))" \
-      "$TRAIN" "$a" "$b" "$slice"
-    nice -n ${NICE:-5} python benchmarks/gemma_measure/known_file.py --model gemma3-270m --data "$slice" \
-      --out $D/known_${a}_${b}.json > $D/known_${a}_${b}.log 2>&1 ;;
+  known)  # records $1..$2-1 of the train file
+    nice -n ${NICE:-5} python benchmarks/gemma_measure/known_file.py --model gemma3-270m --data "$TRAIN" --start $1 \
+      --stop $2 --out $D/known_$1_$2.json > $D/known_$1_$2.log 2>&1 ;;
   merge)
-    python -c "import json,sys; json.dump(sum((json.load(open(f)) for f in sys.argv[2:]), []), open(sys.argv[1],'w'), indent=1)" \
-      $KNOWN $D/known_3000_4000.json $D/known_4000_5000.json ;;
+    python benchmarks/gemma_measure/known_file.py --merge $KNOWN $D/known_3000_4000.json $D/known_4000_5000.json ;;
   report)
     for seed in "$@"; do
       out=$D/seed${seed}_n50.json
