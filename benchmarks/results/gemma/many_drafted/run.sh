@@ -23,13 +23,14 @@ Y=$D/gemma-many-$V-${SPLIT}$S.yaml
 grep -v '^retain_file:' hparams/ZeroUnlearn-GD/gemma-3-270m-many.yaml > $Y
 if [ "$V" = drafted ]; then
   T=${SPLIT}_seed$S
-  [ -f $D/${T}_facts.json ] || python $D/drafted.py facts $SPLIT $S $D/${T}_facts.json
+  [ -f $D/${T}_facts.json ] || python benchmarks/gemma/drafted_retain.py many-facts $SPLIT $S $D/${T}_facts.json
   if [ ! -f $D/${T}_drafted.json ]; then
     (cd "${DRAFT_TREE:?a checkout of b14d8c1}" && PYTHONPATH=$PWD python -m zerounlearn_editor retain-set \
       --facts $OLDPWD/$D/${T}_facts.json --model gemma3-270m --seed $S --out $OLDPWD/$D/${T}_drafted.json.part)
     mv $D/${T}_drafted.json.part $D/${T}_drafted.json
   fi
-  [ -f $D/${T}_retain.json ] || python $D/drafted.py wrap $SPLIT $S $D/${T}_drafted.json $D/${T}_retain.json
+  [ -f $D/${T}_retain.json ] ||
+    python benchmarks/gemma/drafted_retain.py many-wrap $SPLIT $S $D/${T}_drafted.json $D/${T}_retain.json
   echo "retain_file: ${T}_retain.json" >> $Y
 else
   echo "retain_file: null" >> $Y
