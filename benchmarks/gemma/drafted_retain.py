@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import List, Tuple
+from typing import List
 
 MANY_FILES = {
     "train": "../shared/data/counterfact/counterfact_easyedit_train_9484.json",
@@ -42,9 +42,9 @@ def write_facts(run: str, known: str, out: str) -> None:
         json.dump(facts, handle, indent=1)
 
 
-def _keep_disjoint(drafted: str, cases: list) -> Tuple[List[dict], int]:
+def _keep_disjoint(drafted: str, cases: list) -> List[dict]:
     """The drafted file's records as ``{"prompt", "subject"}`` requests that pass the bench's disjointness check
-    against ``cases``, and how many did not."""
+    against ``cases`` (how many did not is printed)."""
     from zerounlearn_editor.harness.bench_config import BenchConfigError
     from zerounlearn_editor.harness.retain_sets import check_retain_disjoint
 
@@ -59,7 +59,7 @@ def _keep_disjoint(drafted: str, cases: list) -> Tuple[List[dict], int]:
         except BenchConfigError:
             dropped += 1
     print(f"drafted retain set: {len(kept) + dropped} records, {dropped} dropped for naming a scored subject or prompt")
-    return kept, dropped
+    return kept
 
 
 def wrap_drafted(run: str, known: str, drafted: str, out: str) -> None:
@@ -69,7 +69,7 @@ def wrap_drafted(run: str, known: str, drafted: str, out: str) -> None:
 
     by_id = {str(c.case_id): c for c in load_cases("counterfact-easyedit", path=known)}
     cases = [by_id[i] for i in _case_ids(run)]
-    kept, _ = _keep_disjoint(drafted, cases)
+    kept = _keep_disjoint(drafted, cases)
     with open(out, "w", encoding="utf-8") as handle:
         json.dump({"case_ids": [c.case_id for c in cases], "retain": kept}, handle, indent=1)
 
@@ -98,7 +98,7 @@ def write_many_facts(data: str, seed: str, out: str) -> None:
 
 def wrap_many(data: str, seed: str, drafted: str, out: str) -> None:
     """The drafted records that pass the disjointness check against the n = 1,000 draw, as a retain file."""
-    kept, _ = _keep_disjoint(drafted, _many_cases(data, seed))
+    kept = _keep_disjoint(drafted, _many_cases(data, seed))
     with open(out, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(kept, indent=1) + "\n")
 
