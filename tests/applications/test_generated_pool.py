@@ -110,3 +110,14 @@ def test_smollm2_writes_a_pool_it_knows_and_the_draw_serves_it(smollm2, tmp_path
     drawn = json.loads(out.read_text())
     assert drawn and all(r in pool for r in drawn)
 
+
+
+def test_a_fact_not_served_costs_no_sampling_and_its_subject_still_bars_names(monkeypatch):
+    monkeypatch.setattr(retain_set, "known_facts_mask", lambda model, tok, records: [True] * len(records))
+    model = _ListingModel()
+    facts = FACTS + [{"prompt": "Lexus LS is made by", "subject": "Lexus LS", "answer": "Toyota"}]
+    pool = generate_pool(model, _Tokenizer(), facts, samples=3, seed=7, serve=[False, True, False])
+    assert model.seeds == [8]
+    assert [r["subject"] for r in pool] == ["Toyota Camry", "Toyota Yaris", "Marcel Marceau"]
+    with pytest.raises(ValueError, match="serve has 1 entries for 3 facts"):
+        generate_pool(model, _Tokenizer(), facts, serve=[True])

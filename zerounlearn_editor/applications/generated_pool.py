@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 LOG = logging.getLogger(__name__)
 
@@ -44,7 +44,8 @@ def names_in(continuation: str, facts: Sequence[Dict[str, str]]) -> List[str]:
 def sample_candidates(model: Any, tok: Any, fact: Dict[str, str], facts: Sequence[Dict[str, str]], samples: int,
                       new_tokens: int, seed: int) -> List[Dict[str, str]]:
     """One fact's candidate records ``{"prompt", "subject", "answer"}`` (``samples`` continuations of ``new_tokens``
-    tokens, seeded by ``seed``), in the order sampled, without repeats; ``[]`` where the prompt lacks the subject."""
+    tokens, seeded by ``seed``), in the order sampled (a name listed twice, twice); ``[]`` where the prompt lacks the
+    subject."""
     import torch
 
     if fact["subject"] not in fact["prompt"]:
@@ -56,33 +57,31 @@ def sample_candidates(model: Any, tok: Any, fact: Dict[str, str], facts: Sequenc
         out = model.generate(ids.repeat(samples, 1), attention_mask=torch.ones_like(ids).repeat(samples, 1),
                              do_sample=True, top_k=TOP_K, temperature=1.0, max_new_tokens=new_tokens,
                              pad_token_id=tok.eos_token_id)  # [samples, t + new]
-    seen, records = set(), []
-    for row in out[:, ids.shape[1]:]:
-        for name in names_in(tok.decode(row, skip_special_tokens=True), facts):
-            if name not in seen:
-                seen.add(name)
-                records.append({"prompt": f"{before}{name}{after}", "subject": name, "answer": fact["answer"]})
-    return records
+    return [{"prompt": f"{before}{name}{after}", "subject": name, "answer": fact["answer"]}
+            for row in out[:, ids.shape[1]:] for name in names_in(tok.decode(row, skip_special_tokens=True), facts)]
 
 
 def generate_pool(model: Any, tok: Any, facts: Sequence[Dict[str, Any]], samples: int = 4, new_tokens: int = 24,
-                  seed: int = 0) -> List[Dict[str, str]]:
-    """The pool the model writes for ``facts`` (those with an answer; fact ``i`` sampled with seed ``seed + i``):
-    every candidate record, first occurrence of each prompt kept, that the model knows."""
+                  seed: int = 0, serve: Optional[Sequence[bool]] = None) -> List[Dict[str, str]]:
+    """The pool the model writes for ``facts`` (those with an answer that ``serve``, when given, marks True: the
+    facts a retain set is drawn for; fact ``i`` sampled with seed ``seed + i``): every candidate record, first
+    occurrence of each prompt kept, that the model knows. Names are checked against every fact's subject."""
     from zerounlearn_editor.applications.retain_set import known_facts_mask
     from zerounlearn_editor.support.progress import progress_bar
 
-    answered = [f for f in facts if f.get("answer")]
+    if serve is not None and len(serve) != len(facts):
+        raise ValueError(f"serve has {len(serve)} entries for {len(facts)} facts")
+    served = [bool(f.get("answer")) and (serve is None or serve[i]) for i, f in enumerate(facts)]
     candidates: List[Dict[str, str]] = []
     seen = set()
     for index, fact in enumerate(progress_bar(facts, desc="names the model lists", unit="fact")):
-        if not fact.get("answer"):
+        if not served[index]:
             continue
-        for record in sample_candidates(model, tok, fact, answered, samples, new_tokens, seed + index):
+        for record in sample_candidates(model, tok, fact, facts, samples, new_tokens, seed + index):
             if record["prompt"] not in seen:
                 seen.add(record["prompt"])
                 candidates.append(record)
     pool = [r for r, known in zip(candidates, known_facts_mask(model, tok, candidates) if candidates else []) if known]
     LOG.info("generated pool: %d candidate records, %d the model knows, for %d facts", len(candidates), len(pool),
-             len(answered))
+             sum(served))
     return pool

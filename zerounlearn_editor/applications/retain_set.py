@@ -85,11 +85,14 @@ def read_facts(path: Union[str, Path]) -> List[Dict[str, Any]]:
 
 
 def build_retain_set(facts: Sequence[Dict[str, Any]], pool: Sequence[Dict[str, Any]], k: int = 10, seed: int = 0,
-                     model: Any = None, tok: Any = None, out: Optional[Union[str, Path]] = None) -> RetainSetResult:
-    """Serve the ``facts`` (:func:`read_facts`; all with an answer, or with ``model`` / ``tok`` the known ones), draw
-    up to ``k`` same-answer retain facts each from ``pool`` (:func:`read_pool`), and write them to ``out`` (JSON,
-    atomically) when given. The callers read every input once, before the model loads."""
-    serve = known_facts_mask(model, tok, facts) if model is not None else [bool(f["answer"]) for f in facts]
+                     model: Any = None, tok: Any = None, out: Optional[Union[str, Path]] = None,
+                     serve: Optional[Sequence[bool]] = None) -> RetainSetResult:
+    """Serve the ``facts`` (:func:`read_facts`; all with an answer, or with ``model`` / ``tok`` the known ones, or
+    those ``serve`` marks when the caller has scored them already), draw up to ``k`` same-answer retain facts each
+    from ``pool`` (:func:`read_pool`), and write them to ``out`` (JSON, atomically) when given. The callers read
+    every input once, before the model loads."""
+    if serve is None:
+        serve = known_facts_mask(model, tok, facts) if model is not None else [bool(f["answer"]) for f in facts]
     groups = draw_answer_retain(facts, pool, k, seed, serve=serve)
     chosen = [record for group in groups for record in group]
     unmatched = [f["answer"] for f, group, s in zip(facts, groups, serve) if s and not group]

@@ -9,22 +9,23 @@ from zerounlearn_editor.cli.common import int_at_least
 
 
 def _cmd_retain_set(args: argparse.Namespace) -> int:
-    from zerounlearn_editor.applications.retain_set import build_retain_set, read_facts, read_pool
+    from zerounlearn_editor.applications.retain_set import build_retain_set, known_facts_mask, read_facts, read_pool
 
     if args.generate and not args.model:
         raise ValueError("retain-set --generate needs --model: the model writes the pool and checks each record")
     # read once; bad input fails before the model loads
     facts, pool = read_facts(args.facts), None if args.generate else read_pool(args.pool)
-    model = tok = None
+    model = tok = serve = None
     if args.model:
         from zerounlearn_editor.support.model_zoo import load_model_and_tokenizer
 
         model, tok = load_model_and_tokenizer(args.model, args.device)
+        serve = known_facts_mask(model, tok, facts)  # scored once: the pool is written only for the facts served
     if args.generate:
         from zerounlearn_editor.applications.generated_pool import generate_pool
 
-        pool = generate_pool(model, tok, facts, seed=args.seed)
-    result = build_retain_set(facts, pool, k=args.k, seed=args.seed, model=model, tok=tok, out=args.out)
+        pool = generate_pool(model, tok, facts, seed=args.seed, serve=serve)
+    result = build_retain_set(facts, pool, k=args.k, seed=args.seed, out=args.out, serve=serve)
     print(f"{result.summary()} -> {args.out}")
     return 0
 
